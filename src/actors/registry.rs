@@ -1,0 +1,214 @@
+//! The registry: the provider table, registrations, and the registry actor
+//! that supervises provider actors.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures_util::future::join_all;
+
+use super::provider::{ProviderActor, ProviderEntry, StopProvider};
+use super::Core;
+use crate::events::SubagentEvent;
+use crate::live::ActorLease;
+use crate::seam::{Provider, SubagentError};
+
+/// Add `provider` to the table; fails if the name is taken.
+pub(crate) fn register(core: &Arc<Core>, provider: Arc<dyn Provider>) -> Result<Registration, SubagentError> {
+    static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+    if !core.is_accepting() {
+        return Err(SubagentError::RuntimeStopped);
+    }
+    let entry = Arc::new(ProviderEntry::new(NEXT_KEY.fetch_add(1, Ordering::Relaxed), provider));
+    {
+        let mut table = core.providers.write().unwrap_or_else(|e| e.into_inner());
+        if table.iter().any(|e| e.name() == entry.name()) {
+            return Err(SubagentError::DuplicateProvider(entry.name().to_owned()));
+        }
+        table.push(entry.clone());
+    }
+    core.registry().do_send(AddProvider(entry.clone()));
+    core.bus.emit(SubagentEvent::ProviderAdded {
+        name: entry.name().to_owned(),
+    });
+    Ok(Registration {
+        core: core.clone(),
+        key: entry.key,
+        name: entry.name().to_owned(),
+        kept: false,
+    })
+}
+
+/// Remove the entry with `key`, if it is still registered.
+fn unregister(core: &Core, key: u64) {
+    let removed = {
+        let mut table = core.providers.write().unwrap_or_else(|e| e.into_inner());
+        table.iter().position(|e| e.key == key).map(|index| table.remove(index))
+    };
+    if let Some(entry) = removed {
+        core.bus.emit(SubagentEvent::ProviderRemoved {
+            name: entry.name().to_owned(),
+        });
+        if let Some(registry) = core.registry.get() {
+            registry.do_send(RetireProvider(entry));
+        }
+    }
+}
+
+/// An effect-scoped provider registration: `remove()`, or dropping it,
+/// unregisters the provider (unless `keep()` was called). Removal stops new
+/// starts; runs already returned to callers continue.
+#[must_use = "dropping a Registration unregisters the provider; call keep() to keep it"]
+pub struct Registration {
+    core: Arc<Core>,
+    key: u64,
+    name: String,
+    kept: bool,
+}
+
+impl Registration {
+    /// The registered name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Unregister now.
+    pub fn remove(self) {
+        drop(self)
+    }
+
+    /// Keep the provider registered for the runtime's whole life.
+    pub fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if !self.kept {
+            unregister(&self.core, self.key);
+        }
+    }
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration").field("name", &self.name).finish()
+    }
+}
+
+/// Supervises provider actors: starts one per registration, stops it once
+/// it is retired and drained, and stops them all at shutdown.
+pub(crate) struct RegistryActor {
+    core: Arc<Core>,
+    providers: HashMap<u64, Addr<ProviderActor>>,
+    _lease: ActorLease,
+}
+
+impl RegistryActor {
+    pub(crate) fn new(core: Arc<Core>) -> Self {
+        let lease = ActorLease::actor(&core.live);
+        RegistryActor {
+            core,
+            providers: HashMap::new(),
+            _lease: lease,
+        }
+    }
+
+    fn stop_provider(&mut self, key: u64) {
+        if let Some(addr) = self.providers.remove(&key) {
+            addr.do_send(StopProvider {
+                timeout: self.core.config.shutdown_phase_timeout,
+            });
+        }
+    }
+}
+
+impl Actor for RegistryActor {
+    type Context = Context<Self>;
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct AddProvider(Arc<ProviderEntry>);
+
+impl Handler<AddProvider> for RegistryActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AddProvider, _ctx: &mut Context<Self>) {
+        let entry = msg.0;
+        let key = entry.key;
+        let actor = ProviderActor::new(entry, &self.core.live).start();
+        self.providers.insert(key, actor);
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct RetireProvider(Arc<ProviderEntry>);
+
+impl Handler<RetireProvider> for RegistryActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: RetireProvider, _ctx: &mut Context<Self>) {
+        if msg.0.retire() {
+            self.stop_provider(msg.0.key);
+        }
+    }
+}
+
+/// A retired provider's last run has ended.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ProviderDrained(pub u64);
+
+impl Handler<ProviderDrained> for RegistryActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ProviderDrained, _ctx: &mut Context<Self>) {
+        self.stop_provider(msg.0);
+    }
+}
+
+/// Shutdown phase: stop every provider actor, each bounded by `timeout`.
+/// Replies with the names that stopped in time.
+#[derive(Message)]
+#[rtype(result = "Vec<String>")]
+pub(crate) struct StopProviders {
+    pub timeout: Duration,
+}
+
+impl Handler<StopProviders> for RegistryActor {
+    type Result = ResponseFuture<Vec<String>>;
+
+    fn handle(&mut self, msg: StopProviders, _ctx: &mut Context<Self>) -> Self::Result {
+        let stops: Vec<_> = self
+            .providers
+            .drain()
+            .map(|(_, addr)| addr.send(StopProvider { timeout: msg.timeout }))
+            .collect();
+        // The hook's own bound is `timeout`; allow the reply a moment more.
+        let bound = msg.timeout + Duration::from_millis(100);
+        Box::pin(async move {
+            let stopped = tokio::time::timeout(bound, join_all(stops)).await;
+            stopped
+                .map(|replies| replies.into_iter().filter_map(Result::ok).collect())
+                .unwrap_or_default()
+        })
+    }
+}
+
+/// Last shutdown phase: stop the registry itself.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct StopRegistry;
+
+impl Handler<StopRegistry> for RegistryActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: StopRegistry, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}

@@ -1,0 +1,543 @@
+//! The run actor: owns one child from launch to quiescence.
+//!
+//! Life of a run, every transition in [`RunActor`]'s methods:
+//!
+//! ```text
+//! Starting ──launch ok──▶ Running ──child finished──▶ Settled
+//!    │                       │ cancel                    │
+//!    │ launch failed         ▼                           │
+//!    │ or cancelled      Cancelling ──finished/grace──▶ Settled
+//!    ▼                       │                           │
+//!  (stops; start rejects)    └──────── Dispose ──────────┴──▶ Disposing ──▶ Disposed (actor stops)
+//! ```
+//!
+//! Long work — the launch, the child's run, its dispose hook — runs as
+//! futures spawned in the actor's context, so `Cancel` and `Dispose` never
+//! wait behind it. Every provider future is wrapped by [`contained`]: a
+//! panic becomes a settled `Error` (or a rejected start) with a safe
+//! diagnostic. What the actor owes its callers (start reply, result,
+//! quiescence) is paid from `Drop`, so it is paid even if the actor dies.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+
+use actix::prelude::*;
+use futures_util::future::{LocalBoxFuture, Shared};
+use futures_util::FutureExt;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::provider::{ProviderEntry, ProviderRunLease};
+use super::Core;
+use crate::events::{panic_message, EventBus, RunEndInfo, RunInfo, SubagentEvent};
+use crate::live::ActorLease;
+use crate::seam::{
+    Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, LocalAgent, RunResult, Stage, StopReason,
+    SubagentError,
+};
+
+/// Resolves with the run's result; shared by every caller of `result()`.
+pub(crate) type ResultFuture = Shared<oneshot::Receiver<Result<RunResult, SubagentError>>>;
+/// Resolves once the run is quiescent, with how its dispose went.
+pub(crate) type QuiescentFuture = Shared<oneshot::Receiver<Result<(), SubagentError>>>;
+
+/// Run `make` and the future it returns, turning a panic in either into
+/// `Err(message)`.
+pub(crate) fn contained<T: 'static>(
+    make: impl FnOnce() -> LocalBoxFuture<'static, T>,
+) -> LocalBoxFuture<'static, Result<T, String>> {
+    match catch_unwind(AssertUnwindSafe(make)) {
+        Ok(future) => Box::pin(
+            AssertUnwindSafe(future)
+                .catch_unwind()
+                .map(|outcome| outcome.map_err(|panic| panic_message(&*panic).to_owned())),
+        ),
+        Err(panic) => {
+            let message = panic_message(&*panic).to_owned();
+            Box::pin(async move { Err(message) })
+        }
+    }
+}
+
+/// What the start path learns when a child is published.
+pub(crate) struct Published {
+    pub id: String,
+    pub local_agent: Option<LocalAgent>,
+    pub steering: bool,
+}
+
+/// Orders a run's events: `Start` first, even for a child that settles (or
+/// reports progress) before `start` returns. Events that come early wait
+/// here until publication. Whether a run is observed is decided once, at
+/// `Start`, so an observer sees either the whole pair or none of it.
+#[derive(Default)]
+pub(crate) struct EventGate(Mutex<GateState>);
+
+enum GateState {
+    Unpublished { early: Vec<SubagentEvent>, ended: bool },
+    Published { observed: bool },
+    Closed,
+}
+
+impl Default for GateState {
+    fn default() -> Self {
+        GateState::Unpublished {
+            early: Vec::new(),
+            ended: false,
+        }
+    }
+}
+
+impl EventGate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Called by the start path once the run is published.
+    pub(crate) fn publish(&self, bus: &EventBus, info: RunInfo) {
+        let mut state = self.lock();
+        let observed = bus.is_observed();
+        let GateState::Unpublished { early, ended } = std::mem::replace(&mut *state, GateState::Closed) else {
+            return;
+        };
+        if observed {
+            bus.emit(SubagentEvent::Start(Arc::new(info)));
+            early.into_iter().for_each(|event| bus.emit(event));
+        }
+        if !ended {
+            *state = GateState::Published { observed };
+        }
+    }
+
+    /// Progress from the running child.
+    pub(crate) fn progress(&self, bus: &EventBus, event: impl FnOnce() -> SubagentEvent) {
+        match &mut *self.lock() {
+            GateState::Unpublished { early, .. } if bus.is_observed() => early.push(event()),
+            GateState::Published { observed: true } => bus.emit(event()),
+            _ => {}
+        }
+    }
+
+    /// Called by the run actor when the run settles.
+    fn end(&self, bus: &EventBus, end: impl FnOnce() -> RunEndInfo) {
+        let mut state = self.lock();
+        match &mut *state {
+            GateState::Unpublished { early, ended } => {
+                early.push(SubagentEvent::End(Arc::new(end())));
+                *ended = true;
+            }
+            GateState::Published { observed } => {
+                if *observed {
+                    bus.emit(SubagentEvent::End(Arc::new(end())));
+                }
+                *state = GateState::Closed;
+            }
+            GateState::Closed => {}
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RunState {
+    /// The provider is creating the child.
+    Starting,
+    /// The child is working.
+    Running,
+    /// Cancel requested; waiting (at most the cancel grace) for the child.
+    Cancelling,
+    /// The result is settled; the child awaits dispose.
+    Settled,
+    /// Dispose requested; waiting (at most the cancel grace) for the child's run to end.
+    DisposingAwaitRun,
+    /// The child's dispose hook is running.
+    DisposingRelease,
+    /// Done; the actor is stopping.
+    Disposed,
+}
+
+/// Everything a run actor is created with.
+pub(crate) struct RunSpawn {
+    pub core: Arc<Core>,
+    pub entry: Arc<ProviderEntry>,
+    pub run_id: u64,
+    pub launch: Launch,
+    pub gate: Arc<EventGate>,
+    pub publish: oneshot::Sender<Result<Published, SubagentError>>,
+    pub result: oneshot::Sender<Result<RunResult, SubagentError>>,
+    pub quiescent: oneshot::Sender<Result<(), SubagentError>>,
+}
+
+pub(crate) struct RunActor {
+    state: RunState,
+    core: Arc<Core>,
+    entry: Arc<ProviderEntry>,
+    run_id: u64,
+    child_id: String,
+    parent_session: Option<String>,
+    token: CancellationToken,
+    launch: Option<Launch>,
+    child: Option<Box<dyn Child>>,
+    run_future: Option<SpawnHandle>,
+    gate: Arc<EventGate>,
+    publish: Option<oneshot::Sender<Result<Published, SubagentError>>>,
+    start_failure: Option<SubagentError>,
+    result: Option<oneshot::Sender<Result<RunResult, SubagentError>>>,
+    quiescent: Option<oneshot::Sender<Result<(), SubagentError>>>,
+    dispose_outcome: Result<(), SubagentError>,
+    leases: Option<(ActorLease, ProviderRunLease)>,
+}
+
+impl RunActor {
+    pub(crate) fn new(spawn: RunSpawn) -> Self {
+        let registry = spawn.core.registry().clone();
+        let leases = (
+            ActorLease::run(&spawn.core.live),
+            ProviderRunLease::new(spawn.entry.clone(), registry),
+        );
+        RunActor {
+            state: RunState::Starting,
+            parent_session: spawn.launch.request.parent.session_id.clone(),
+            token: spawn.launch.cancel.clone(),
+            core: spawn.core,
+            entry: spawn.entry,
+            run_id: spawn.run_id,
+            child_id: String::new(),
+            launch: Some(spawn.launch),
+            child: None,
+            run_future: None,
+            gate: spawn.gate,
+            publish: Some(spawn.publish),
+            start_failure: None,
+            result: Some(spawn.result),
+            quiescent: Some(spawn.quiescent),
+            dispose_outcome: Ok(()),
+            leases: Some(leases),
+        }
+    }
+
+    fn provider(&self) -> &str {
+        self.entry.name()
+    }
+
+    fn diagnostic(&self, stage: Stage, category: Category) -> Diagnostic {
+        Diagnostic::new(self.provider(), stage, category)
+    }
+
+    fn on_launched(&mut self, outcome: Result<Result<Box<dyn Child>, LaunchError>, String>, ctx: &mut Context<Self>) {
+        if self.state != RunState::Starting {
+            return;
+        }
+        let child = match outcome {
+            Ok(Ok(child)) => child,
+            Ok(Err(error)) => return self.reject(self.launch_error(error), ctx),
+            Err(panic) => {
+                tracing::error!(provider = self.provider(), %panic, "provider launch panicked");
+                let diagnostic = self.diagnostic(Stage::Initialize, Category::Panicked);
+                let provider = self.provider().to_owned();
+                return self.reject(SubagentError::StartupFailed { provider, diagnostic }, ctx);
+            }
+        };
+        if self.token.is_cancelled() {
+            // Cancelled between creation and publication: dispose, then reject.
+            self.start_failure = Some(SubagentError::Aborted {
+                provider: self.provider().to_owned(),
+            });
+            self.child = Some(child);
+            self.state = RunState::DisposingAwaitRun;
+            return self.release_child(ctx);
+        }
+        self.child_id = child.id();
+        let published = Published {
+            id: self.child_id.clone(),
+            local_agent: child.local_agent(),
+            steering: child.supports_steering(),
+        };
+        let run = contained(|| child.run());
+        self.child = Some(child);
+        self.state = RunState::Running;
+        let handle = ctx.spawn(
+            run.into_actor(self)
+                .map(|outcome, actor, ctx| actor.on_run_finished(outcome, ctx)),
+        );
+        self.run_future = Some(handle);
+        let delivered = self
+            .publish
+            .take()
+            .is_some_and(|publish| publish.send(Ok(published)).is_ok());
+        if !delivered {
+            // The caller gave up on `start`: nobody owns this run, so release it.
+            self.begin_dispose(ctx);
+        }
+    }
+
+    fn launch_error(&self, error: LaunchError) -> SubagentError {
+        let provider = self.provider().to_owned();
+        match error {
+            LaunchError::Aborted => SubagentError::Aborted { provider },
+            LaunchError::Failed { stage, category } => SubagentError::StartupFailed {
+                diagnostic: self.diagnostic(stage, category),
+                provider,
+            },
+            LaunchError::Invalid { field, reason } => SubagentError::InvalidRequest { field, reason },
+        }
+    }
+
+    /// The start fails: stop now; `Drop` replies once everything is released.
+    fn reject(&mut self, error: SubagentError, ctx: &mut Context<Self>) {
+        self.start_failure = Some(error);
+        self.state = RunState::Disposed;
+        ctx.stop();
+    }
+
+    fn on_cancelled(&mut self, ctx: &mut Context<Self>) {
+        let grace = self.core.config.cancel_grace;
+        match self.state {
+            RunState::Starting => {
+                // A provider that ignores its token is abandoned after the grace.
+                ctx.run_later(grace, |actor, ctx| {
+                    if actor.state == RunState::Starting {
+                        tracing::warn!(provider = actor.provider(), "launch ignored cancellation; abandoned");
+                        let provider = actor.provider().to_owned();
+                        actor.reject(SubagentError::Aborted { provider }, ctx);
+                    }
+                });
+            }
+            RunState::Running => {
+                self.state = RunState::Cancelling;
+                self.cancel_child();
+                ctx.run_later(grace, |actor, _ctx| {
+                    if actor.state == RunState::Cancelling {
+                        actor.state = RunState::Settled;
+                        actor.settle(RunResult::empty(StopReason::Aborted));
+                    }
+                });
+            }
+            _ => {}
+        }
+    }
+
+    fn cancel_child(&self) {
+        if let Some(child) = &self.child {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| child.cancel())) {
+                tracing::error!(
+                    provider = self.provider(),
+                    panic = panic_message(&*panic),
+                    "child cancel panicked"
+                );
+            }
+        }
+    }
+
+    fn on_run_finished(&mut self, outcome: Result<RunResult, String>, ctx: &mut Context<Self>) {
+        self.run_future = None;
+        let result = outcome.unwrap_or_else(|panic| {
+            tracing::error!(provider = self.provider(), %panic, "child run panicked");
+            RunResult::failed(self.diagnostic(Stage::SessionRun, Category::Panicked))
+        });
+        match self.state {
+            RunState::Running | RunState::Cancelling => {
+                self.state = RunState::Settled;
+                self.settle(result);
+            }
+            RunState::DisposingAwaitRun => {
+                self.settle(result);
+                self.release_child(ctx);
+            }
+            _ => {}
+        }
+    }
+
+    /// Deliver the result (once). A cancelled run that did not complete is `Aborted`.
+    fn settle(&mut self, mut result: RunResult) {
+        let Some(reply) = self.result.take() else { return };
+        if self.token.is_cancelled() && result.stop_reason != StopReason::Completed {
+            result.stop_reason = StopReason::Aborted;
+        }
+        let last_message = result.output.clone();
+        let stop_reason = result.stop_reason;
+        let _ = reply.send(Ok(result));
+        self.gate.end(&self.core.bus, || RunEndInfo {
+            run_id: self.run_id,
+            id: self.child_id.clone(),
+            provider: self.provider().to_owned(),
+            parent_session: self.parent_session.clone(),
+            stop_reason,
+            last_message: Some(last_message),
+        });
+    }
+
+    fn begin_dispose(&mut self, ctx: &mut Context<Self>) {
+        match self.state {
+            RunState::Starting => self.token.cancel(),
+            RunState::Running | RunState::Cancelling => {
+                let was_running = self.state == RunState::Running;
+                self.state = RunState::DisposingAwaitRun;
+                self.token.cancel();
+                if was_running {
+                    self.cancel_child();
+                }
+                ctx.run_later(self.core.config.cancel_grace, |actor, ctx| actor.release_child(ctx));
+            }
+            RunState::Settled => {
+                self.state = RunState::DisposingAwaitRun;
+                self.token.cancel();
+                self.release_child(ctx);
+            }
+            RunState::DisposingAwaitRun | RunState::DisposingRelease | RunState::Disposed => {}
+        }
+    }
+
+    /// Stop waiting for the child's run and call its dispose hook (bounded).
+    fn release_child(&mut self, ctx: &mut Context<Self>) {
+        if self.state != RunState::DisposingAwaitRun {
+            return;
+        }
+        self.state = RunState::DisposingRelease;
+        if let Some(handle) = self.run_future.take() {
+            ctx.cancel_future(handle);
+        }
+        self.settle(RunResult::empty(StopReason::Aborted));
+        let Some(child) = &self.child else {
+            self.state = RunState::Disposed;
+            return ctx.stop();
+        };
+        let hook = tokio::time::timeout(self.core.config.dispose_timeout, contained(|| child.dispose()));
+        ctx.spawn(hook.into_actor(self).map(|outcome, actor, ctx| {
+            let failure = match outcome {
+                Ok(Ok(Ok(()))) => None,
+                Ok(Ok(Err((stage, category)))) => Some(actor.diagnostic(stage, category)),
+                Ok(Err(panic)) => {
+                    tracing::error!(provider = actor.provider(), %panic, "child dispose panicked");
+                    Some(actor.diagnostic(Stage::Dispose, Category::Panicked))
+                }
+                Err(_) => Some(actor.diagnostic(Stage::Dispose, Category::TimedOut)),
+            };
+            if let Some(diagnostic) = failure {
+                tracing::warn!(%diagnostic, "child did not dispose cleanly");
+                actor.dispose_outcome = Err(SubagentError::DisposeFailed {
+                    provider: actor.provider().to_owned(),
+                    diagnostic,
+                });
+            }
+            actor.state = RunState::Disposed;
+            ctx.stop();
+        }));
+    }
+}
+
+impl Actor for RunActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let token = self.token.clone();
+        ctx.spawn(
+            token
+                .cancelled_owned()
+                .into_actor(self)
+                .map(|(), actor, ctx| actor.on_cancelled(ctx)),
+        );
+        let Some(launch) = self.launch.take() else { return };
+        let provider = self.entry.provider.clone();
+        let launching = contained(move || provider.launch(launch));
+        ctx.spawn(
+            launching
+                .into_actor(self)
+                .map(|outcome, actor, ctx| actor.on_launched(outcome, ctx)),
+        );
+    }
+}
+
+impl Drop for RunActor {
+    fn drop(&mut self) {
+        // Release the counters first: whoever wakes on the signals below must
+        // already see this run gone.
+        self.core.runs.remove(&self.run_id);
+        drop(self.child.take());
+        drop(self.leases.take());
+        if let Some(publish) = self.publish.take() {
+            let error = self.start_failure.take().unwrap_or(SubagentError::RuntimeStopped);
+            let _ = publish.send(Err(error));
+            // A rejected start settles nothing and emits nothing.
+            self.result.take();
+        }
+        if let Some(reply) = self.result.take() {
+            let _ = reply.send(Err(SubagentError::RuntimeStopped));
+            self.gate.end(&self.core.bus, || RunEndInfo {
+                run_id: self.run_id,
+                id: self.child_id.clone(),
+                provider: self.entry.name().to_owned(),
+                parent_session: self.parent_session.clone(),
+                stop_reason: StopReason::Error,
+                last_message: None,
+            });
+        }
+        if let Some(quiescent) = self.quiescent.take() {
+            let _ = quiescent.send(std::mem::replace(&mut self.dispose_outcome, Ok(())));
+        }
+    }
+}
+
+/// Cancel remaining work and release the child; the actor stops when done.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Dispose;
+
+impl Handler<Dispose> for RunActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Dispose, ctx: &mut Context<Self>) {
+        self.begin_dispose(ctx);
+    }
+}
+
+/// Escalation at shutdown: stop without waiting for the child.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ForceStop;
+
+impl Handler<ForceStop> for RunActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: ForceStop, ctx: &mut Context<Self>) {
+        self.token.cancel();
+        if self.state != RunState::Starting {
+            self.settle(RunResult::empty(StopReason::Aborted));
+        }
+        if self.state != RunState::Disposed {
+            self.dispose_outcome = Err(SubagentError::DisposeFailed {
+                provider: self.provider().to_owned(),
+                diagnostic: self.diagnostic(Stage::Shutdown, Category::TimedOut),
+            });
+        }
+        self.state = RunState::Disposed;
+        ctx.stop();
+    }
+}
+
+/// Steer the running child (data message: sent with `send`, so the mailbox
+/// stays bounded).
+#[derive(Message)]
+#[rtype(result = "Result<(), SubagentError>")]
+pub(crate) struct SendMessage(pub Vec<ContentBlock>);
+
+impl Handler<SendMessage> for RunActor {
+    type Result = ResponseFuture<Result<(), SubagentError>>;
+
+    fn handle(&mut self, msg: SendMessage, _ctx: &mut Context<Self>) -> Self::Result {
+        let child = match (&self.state, &self.child) {
+            (RunState::Running, Some(child)) => child,
+            _ => return Box::pin(async { Err(SubagentError::invalid("message", "the run is no longer running")) }),
+        };
+        let provider = self.provider().to_owned();
+        let delivery = contained(|| child.send_message(msg.0));
+        Box::pin(async move {
+            delivery.await.unwrap_or_else(|panic| {
+                tracing::error!(%provider, %panic, "child send_message panicked");
+                Err(SubagentError::invalid(
+                    "message",
+                    "the child failed to take the message",
+                ))
+            })
+        })
+    }
+}

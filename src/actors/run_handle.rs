@@ -1,0 +1,136 @@
+//! The caller's handle on one run.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use actix::Addr;
+use tokio_util::sync::CancellationToken;
+
+use super::run::{Dispose, QuiescentFuture, ResultFuture, RunActor, SendMessage};
+use crate::seam::{ContentBlock, LocalAgent, RunResult, SubagentError};
+
+/// A published run, owned by the caller, who must [`dispose`](Run::dispose)
+/// it on every path. Dropping an undisposed `Run` disposes it in the
+/// background (without waiting), so nothing leaks.
+pub struct Run {
+    pub(crate) id: String,
+    pub(crate) run_id: u64,
+    pub(crate) provider: String,
+    pub(crate) local_agent: Option<LocalAgent>,
+    pub(crate) steering: bool,
+    pub(crate) token: CancellationToken,
+    pub(crate) addr: Addr<RunActor>,
+    pub(crate) result: ResultFuture,
+    pub(crate) quiescent: QuiescentFuture,
+    pub(crate) disposed: AtomicBool,
+}
+
+impl Run {
+    /// The run id: the child session id for local providers, a
+    /// provider-scoped lifecycle id (`mock:<name>:<n>`, …) otherwise.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The registry-minted id carried by this run's `Start` and `End` events.
+    pub fn run_id(&self) -> u64 {
+        self.run_id
+    }
+
+    /// The provider that runs the child.
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    /// The in-process child agent, when the provider exposes one.
+    pub fn local_agent(&self) -> Option<&LocalAgent> {
+        self.local_agent.as_ref()
+    }
+
+    /// The terminal outcome. Awaitable by many, any number of times. A
+    /// child-level failure is `Ok` with `StopReason::Error`; `Err` means an
+    /// infrastructure fault (the runtime stopped under the run).
+    pub async fn result(&self) -> Result<RunResult, SubagentError> {
+        self.result.clone().await.unwrap_or(Err(SubagentError::RuntimeStopped))
+    }
+
+    /// Cancel the child; the result settles `Aborted` unless it already
+    /// completed. Returns at once.
+    pub fn cancel(&self) {
+        // The run actor watches this token, so tripping it is the message.
+        self.token.cancel();
+    }
+
+    /// Whether cancellation was requested (by `cancel()` or the request's
+    /// signal).
+    pub fn is_cancelled(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Cancel remaining work and release the child; returns once it is
+    /// quiescent (actor stopped, tasks ended, session flushed, process
+    /// reaped). Idempotent and safe to call concurrently: every call returns
+    /// after quiescence. `Err(DISPOSE_FAILED)` says the child had to be
+    /// forced down (its dispose hook failed, panicked or timed out).
+    pub async fn dispose(&self) -> Result<(), SubagentError> {
+        if !self.disposed.swap(true, Ordering::AcqRel) {
+            self.token.cancel();
+            self.addr.do_send(Dispose);
+        }
+        self.quiescent.clone().await.unwrap_or(Ok(()))
+    }
+
+    /// Send-message, when the child supports it.
+    pub fn steering(&self) -> Option<Steering> {
+        self.steering.then(|| Steering {
+            addr: self.addr.clone(),
+        })
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if !self.disposed.swap(true, Ordering::AcqRel) {
+            self.token.cancel();
+            self.addr.do_send(Dispose);
+        }
+    }
+}
+
+impl fmt::Debug for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Run")
+            .field("id", &self.id)
+            .field("run_id", &self.run_id)
+            .field("provider", &self.provider)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Steers a running child: each message reaches it as a mailbox message.
+#[derive(Clone)]
+pub struct Steering {
+    addr: Addr<RunActor>,
+}
+
+impl Steering {
+    /// Deliver a text message to the running child.
+    pub async fn send(&self, text: impl Into<String>) -> Result<(), SubagentError> {
+        self.send_blocks(vec![ContentBlock::text(text)]).await
+    }
+
+    /// Deliver content blocks to the running child. Waits for mailbox room
+    /// rather than growing the mailbox without bound.
+    pub async fn send_blocks(&self, message: Vec<ContentBlock>) -> Result<(), SubagentError> {
+        self.addr
+            .send(SendMessage(message))
+            .await
+            .unwrap_or_else(|_| Err(SubagentError::invalid("message", "the run is disposed")))
+    }
+}
+
+impl fmt::Debug for Steering {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Steering").finish_non_exhaustive()
+    }
+}

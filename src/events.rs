@@ -1,0 +1,152 @@
+//! Lifecycle events: what happened to providers and runs, for observers.
+//!
+//! Events are observe-only. They travel on one bounded broadcast channel, so
+//! a slow observer lags (and is told how many events it missed) instead of
+//! blocking runs. Callback listeners run on the runtime's dedicated events
+//! thread, never on a thread that hosts runs, and each call is contained: a
+//! panic or an error is logged through `tracing` and the next listener and
+//! the next event go on.
+//!
+//! Ordering: for every run, `Start` is sent before its `End`, even when the
+//! child settled before `start` returned. Both carry the registry-minted
+//! `run_id`.
+//!
+//! ```
+//! use subagents::{Runtime, SubagentEvent};
+//!
+//! let runtime = Runtime::builder().workers(1).build().unwrap();
+//! let subagents = runtime.subagents();
+//! let _listener = subagents.add_listener(|event: &SubagentEvent| {
+//!     if let SubagentEvent::End(end) = event {
+//!         println!("run {} ended: {}", end.run_id, end.stop_reason);
+//!     }
+//! });
+//! drop(_listener);
+//! runtime.shutdown_blocking();
+//! ```
+
+mod bus;
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::seam::{ContentBlock, StopReason};
+
+pub(crate) use bus::{panic_message, EventBus};
+pub use bus::{EventRecvError, EventStream, ListenerHandle, ListenerOutcome};
+
+/// A lifecycle event.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum SubagentEvent {
+    /// A provider was registered.
+    ProviderAdded {
+        /// Its name.
+        name: String,
+    },
+    /// A provider was unregistered.
+    ProviderRemoved {
+        /// Its name.
+        name: String,
+    },
+    /// A run was published (its `start` succeeded).
+    Start(Arc<RunInfo>),
+    /// A run settled.
+    End(Arc<RunEndInfo>),
+    /// A running child reported progress.
+    Progress(Arc<RunProgress>),
+}
+
+impl SubagentEvent {
+    /// The delegating parent's session, for run events that have one.
+    pub fn parent_session(&self) -> Option<&str> {
+        match self {
+            SubagentEvent::Start(info) => info.parent_session.as_deref(),
+            SubagentEvent::End(info) => info.parent_session.as_deref(),
+            SubagentEvent::Progress(info) => info.parent_session.as_deref(),
+            SubagentEvent::ProviderAdded { .. } | SubagentEvent::ProviderRemoved { .. } => None,
+        }
+    }
+
+    /// Whether this is a run event (`Start`, `End`, `Progress`).
+    pub fn is_run_event(&self) -> bool {
+        matches!(
+            self,
+            SubagentEvent::Start(_) | SubagentEvent::End(_) | SubagentEvent::Progress(_)
+        )
+    }
+}
+
+/// A published run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RunInfo {
+    /// Registry-minted id shared by the run's `Start` and `End`.
+    pub run_id: u64,
+    /// The id `Run::id()` returns.
+    pub id: String,
+    /// The provider that runs it.
+    pub provider: String,
+    /// The delegating parent's session.
+    pub parent_session: Option<String>,
+    /// Whether the run exposes a local agent (snapshot at start).
+    pub local: bool,
+    /// The request's label.
+    pub label: Option<String>,
+}
+
+/// A settled run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunEndInfo {
+    /// Registry-minted id shared with `Start`.
+    pub run_id: u64,
+    /// The id `Run::id()` returns.
+    pub id: String,
+    /// The provider that ran it.
+    pub provider: String,
+    /// The delegating parent's session.
+    pub parent_session: Option<String>,
+    /// Why it stopped.
+    pub stop_reason: StopReason,
+    /// An owned copy of the child's last assistant message; absent when the
+    /// run failed at the infrastructure level.
+    pub last_message: Option<Vec<ContentBlock>>,
+}
+
+/// Live progress from a running child.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunProgress {
+    /// Registry-minted run id.
+    pub run_id: u64,
+    /// The provider running the child.
+    pub provider: String,
+    /// The delegating parent's session.
+    pub parent_session: Option<String>,
+    /// What happened.
+    pub update: ProgressUpdate,
+}
+
+/// One piece of live progress.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ProgressUpdate {
+    /// A chunk of the child's message text.
+    MessageChunk {
+        /// The text.
+        text: String,
+    },
+    /// A tool call started or changed status.
+    ToolCall {
+        /// Tool name.
+        name: String,
+        /// Status such as `pending`, `completed`, `failed`.
+        status: String,
+    },
+    /// The child's current plan.
+    Plan {
+        /// Plan entries in order.
+        entries: Vec<String>,
+    },
+}

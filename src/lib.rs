@@ -1,0 +1,24 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+#![deny(unused_must_use)]
+
+pub mod actors;
+pub mod events;
+mod live;
+pub mod providers;
+pub mod schema;
+pub mod seam;
+
+pub use actors::{
+    PhaseReport, Registration, Run, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport, Steering, Subagents,
+};
+pub use events::{
+    EventRecvError, EventStream, ListenerHandle, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent,
+};
+pub use live::{Live, ProcessLease};
+pub use seam::{
+    text_of, AgentOptions, Capabilities, Capability, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError,
+    LocalAgent, Parent, Provider, ProviderContext, ProviderInfo, RunResult, Stage, StartRequest, StopReason,
+    SubagentError, ToolFilter, MAX_DEPTH_CAP,
+};
+pub use tokio_util::sync::CancellationToken;

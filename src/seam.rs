@@ -1,0 +1,30 @@
+//! The seam vocabulary: every type that crosses between callers, the actor
+//! tree and providers.
+//!
+//! Providers and the model-facing tool depend on this module only; the
+//! actors never name a concrete provider and providers never reach into the
+//! actors. The three parts of the seam (interface, implementations,
+//! consumer) can therefore change independently.
+//!
+//! ```
+//! use subagents::{ContentBlock, Parent, StartRequest, StopReason};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let request = StartRequest::new("summarise the report", Parent::root("/tmp"), CancellationToken::new())
+//!     .with_label("summary")
+//!     .with_max_depth(2);
+//! assert_eq!(request.prompt, vec![ContentBlock::text("summarise the report")]);
+//! assert_eq!(serde_json::to_string(&StopReason::MaxTokens).unwrap(), "\"max-tokens\"");
+//! ```
+
+mod content;
+mod error;
+mod provider;
+mod request;
+mod result;
+
+pub use content::{text_of, ContentBlock};
+pub use error::SubagentError;
+pub use provider::{Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};
+pub use request::{AgentOptions, Capabilities, Capability, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP};
+pub use result::{Category, Diagnostic, RunResult, Stage, StopReason};

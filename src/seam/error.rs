@@ -1,0 +1,96 @@
+//! The typed errors `start`, `dispose` and registration return.
+
+use super::{Capability, Diagnostic};
+
+/// Everything the seam can refuse or fail with. `code()` is stable; the
+/// message names the offending provider, capability or field.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubagentError {
+    /// A provider of this name is already registered.
+    #[error("a subagent provider named {0:?} is already registered")]
+    DuplicateProvider(String),
+    /// No provider of this name is registered.
+    #[error("no subagent provider registered for {0:?}")]
+    NoProvider(String),
+    /// The request asks for a start-time feature the provider lacks.
+    #[error("subagent provider {provider:?} does not support the {capability:?} capability")]
+    UnsupportedCapability {
+        /// The provider asked.
+        provider: String,
+        /// The first unmet capability, in check order.
+        capability: &'static str,
+    },
+    /// A request value is out of range or malformed.
+    #[error("invalid subagent request: {field}: {reason}")]
+    InvalidRequest {
+        /// The offending field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The output schema leaves the supported subset.
+    #[error("output_schema is outside the supported subset: {}", violations.join("; "))]
+    UnsupportedSchema {
+        /// Every path-qualified violation.
+        violations: Vec<String>,
+    },
+    /// The start was cancelled; everything partial was rolled back.
+    #[error("subagent start on provider {provider:?} was aborted")]
+    Aborted {
+        /// The provider asked.
+        provider: String,
+    },
+    /// The provider could not create the child; everything partial was
+    /// rolled back.
+    #[error("subagent provider {provider:?} failed to start a child ({diagnostic})")]
+    StartupFailed {
+        /// The provider asked.
+        provider: String,
+        /// Safe facts about the failure.
+        diagnostic: Diagnostic,
+    },
+    /// A child could not be released cleanly: it was forced down, and this
+    /// says where.
+    #[error("subagent provider {provider:?} could not dispose a child cleanly ({diagnostic})")]
+    DisposeFailed {
+        /// The provider asked.
+        provider: String,
+        /// Safe facts about the failure.
+        diagnostic: Diagnostic,
+    },
+    /// The runtime is shutting down or gone.
+    #[error("the subagents runtime is stopped")]
+    RuntimeStopped,
+}
+
+impl SubagentError {
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SubagentError::DuplicateProvider(_) => "DUPLICATE_PROVIDER",
+            SubagentError::NoProvider(_) => "NO_PROVIDER",
+            SubagentError::UnsupportedCapability { .. } => "UNSUPPORTED_CAPABILITY",
+            SubagentError::InvalidRequest { .. } => "INVALID_REQUEST",
+            SubagentError::UnsupportedSchema { .. } => "UNSUPPORTED_SCHEMA",
+            SubagentError::Aborted { .. } => "ABORTED",
+            SubagentError::StartupFailed { .. } => "STARTUP_FAILED",
+            SubagentError::DisposeFailed { .. } => "DISPOSE_FAILED",
+            SubagentError::RuntimeStopped => "RUNTIME_STOPPED",
+        }
+    }
+
+    pub(crate) fn unsupported(provider: &str, capability: Capability) -> Self {
+        SubagentError::UnsupportedCapability {
+            provider: provider.to_owned(),
+            capability: capability.name(),
+        }
+    }
+
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        SubagentError::InvalidRequest {
+            field,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! The provider contract: what a transport implements so the run actor can
+//! drive it.
+//!
+//! A [`Provider`] is shared (`Send + Sync`) and lives in a provider actor. For
+//! each start, the run actor calls [`Provider::launch`] on its own arbiter
+//! thread; the returned [`Child`] is owned by that actor alone, so it may
+//! hold `!Send` state. Every future a provider returns runs inside the run
+//! actor's context and is contained: a panic becomes a settled `Error`.
+
+use std::any::Any;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures_util::future::LocalBoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use super::{AgentOptions, Capabilities, Category, ContentBlock, RunResult, Stage, StartRequest, SubagentError};
+use crate::events::ProgressUpdate;
+use crate::live::{LiveCounters, ProcessLease};
+
+/// One transport for running children, registered under a unique name.
+pub trait Provider: Send + Sync + 'static {
+    /// The registry name.
+    fn name(&self) -> &str;
+
+    /// Start-time features this provider enforces.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Whether a child sees the parent's completed turns. Descriptive only.
+    fn inherits_parent_context(&self) -> bool {
+        false
+    }
+
+    /// Route defaults the provider publishes.
+    fn route_defaults(&self) -> AgentOptions {
+        AgentOptions::default()
+    }
+
+    /// Create and publish one child. Until the returned future resolves the
+    /// provider owns every partial resource: on error, and when
+    /// `launch.cancel` trips, it must roll them back before resolving.
+    fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>>;
+
+    /// Called once when the provider actor stops, after its runs are gone.
+    fn shutdown(&self) -> LocalBoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// A live child, owned by its run actor. Every method returns a future that
+/// does not borrow the child, so cancel and dispose never wait behind `run`.
+pub trait Child: 'static {
+    /// The run id callers see (`Run::id()`): the child session id for local
+    /// providers, a provider-scoped lifecycle id otherwise.
+    fn id(&self) -> String;
+
+    /// The in-process agent, when the child is one.
+    fn local_agent(&self) -> Option<LocalAgent> {
+        None
+    }
+
+    /// Drive the child to its terminal outcome. Called once. Child-level
+    /// failures are a result with `StopReason::Error`, never a panic.
+    fn run(&self) -> LocalBoxFuture<'static, RunResult>;
+
+    /// Ask the live child to stop; `run` should then resolve promptly. The
+    /// launch token has already been tripped when this is called.
+    fn cancel(&self) {}
+
+    /// Whether [`Child::send_message`] is supported (steering).
+    fn supports_steering(&self) -> bool {
+        false
+    }
+
+    /// Deliver a message to the running child.
+    fn send_message(&self, message: Vec<ContentBlock>) -> LocalBoxFuture<'static, Result<(), SubagentError>> {
+        let _ = message;
+        Box::pin(async { Err(SubagentError::invalid("message", "this child does not accept messages")) })
+    }
+
+    /// Release everything the child holds: flush its session, reap its
+    /// process. Resolves once the child is quiescent.
+    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), (Stage, Category)>>;
+}
+
+/// Why a launch produced no child. The provider has rolled back already.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LaunchError {
+    /// The launch token tripped.
+    Aborted,
+    /// Creating the child failed.
+    Failed {
+        /// Where it failed.
+        stage: Stage,
+        /// What kind of failure.
+        category: Category,
+    },
+    /// A request value the provider checks itself was wrong.
+    Invalid {
+        /// The offending field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// What a provider gets for one launch.
+pub struct Launch {
+    /// The caller's request. Its `signal` is the caller's token; use
+    /// `cancel` instead, which also trips on `Run::cancel()` and dispose.
+    pub request: StartRequest,
+    /// Trips when the start or the run is cancelled.
+    pub cancel: CancellationToken,
+    /// Runtime services for this run.
+    pub context: ProviderContext,
+}
+
+/// Runtime services for one run: its id, the home directory, progress
+/// reporting and process accounting.
+#[derive(Clone)]
+pub struct ProviderContext {
+    pub(crate) run_id: u64,
+    pub(crate) home: Arc<Path>,
+    pub(crate) live: Arc<LiveCounters>,
+    pub(crate) progress: Arc<dyn Fn(ProgressUpdate) + Send + Sync>,
+}
+
+impl ProviderContext {
+    /// The registry-minted run id (the same as in the run's events).
+    pub fn run_id(&self) -> u64 {
+        self.run_id
+    }
+
+    /// The runtime's home directory.
+    pub fn home(&self) -> PathBuf {
+        self.home.to_path_buf()
+    }
+
+    /// Report live progress to subscribers; it never enters the parent's
+    /// conversation. Cheap when nobody listens.
+    pub fn progress(&self, update: ProgressUpdate) {
+        (self.progress)(update)
+    }
+
+    /// Count a child process as live until the lease is dropped, so
+    /// `Runtime::live()` reports it.
+    pub fn track_process(&self) -> ProcessLease {
+        ProcessLease::new(self.live.clone())
+    }
+}
+
+impl fmt::Debug for ProviderContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderContext")
+            .field("run_id", &self.run_id)
+            .field("home", &self.home)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An in-process child agent, shared with the caller through
+/// `Run::local_agent()`. Providers put their agent handle inside; callers
+/// downcast to the type the provider documents.
+#[derive(Clone)]
+pub struct LocalAgent {
+    session_id: String,
+    agent: Arc<dyn Any + Send + Sync>,
+}
+
+impl LocalAgent {
+    /// Wrap an agent handle whose session is `session_id`.
+    pub fn new<A: Any + Send + Sync>(session_id: impl Into<String>, agent: A) -> Self {
+        LocalAgent {
+            session_id: session_id.into(),
+            agent: Arc::new(agent),
+        }
+    }
+
+    /// The child's session id.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// The agent handle, if it is an `A`.
+    pub fn downcast<A: Any + Send + Sync>(&self) -> Option<&A> {
+        self.agent.downcast_ref()
+    }
+}
+
+impl fmt::Debug for LocalAgent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalAgent")
+            .field("session_id", &self.session_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What `get_provider` reports about a registered provider.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderInfo {
+    /// The registry name.
+    pub name: String,
+    /// Start-time features it enforces.
+    pub capabilities: Capabilities,
+    /// Whether children see completed parent turns.
+    pub inherits_parent_context: bool,
+    /// The route defaults it publishes.
+    pub route_defaults: AgentOptions,
+}

@@ -1,0 +1,330 @@
+//! What a caller asks for: the start request and the start-time features a
+//! provider may advertise.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::ContentBlock;
+
+/// The largest `max_depth` the runtime represents; anything above is
+/// `INVALID_REQUEST` rather than a silently unbounded recursion.
+pub const MAX_DEPTH_CAP: u32 = 1024;
+
+/// Start-time features a provider enforces. A request asking for one the
+/// provider does not advertise is rejected before any child exists.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Enforces `output_schema` (structured output).
+    pub output_schema: bool,
+    /// Enforces `max_depth`.
+    pub depth_limit: bool,
+    /// Enforces `tool_filter`.
+    pub tool_filter: bool,
+    /// Applies `persona`.
+    pub persona: bool,
+    /// Honours `agent_options` (the child's route).
+    pub agent_options: bool,
+}
+
+impl Capabilities {
+    /// Every start-time capability.
+    pub const fn all() -> Self {
+        Capabilities {
+            output_schema: true,
+            depth_limit: true,
+            tool_filter: true,
+            persona: true,
+            agent_options: true,
+        }
+    }
+
+    /// No start-time capability.
+    pub const fn none() -> Self {
+        Capabilities {
+            output_schema: false,
+            depth_limit: false,
+            tool_filter: false,
+            persona: false,
+            agent_options: false,
+        }
+    }
+
+    /// Whether `capability` is advertised.
+    pub fn supports(&self, capability: Capability) -> bool {
+        match capability {
+            Capability::OutputSchema => self.output_schema,
+            Capability::DepthLimit => self.depth_limit,
+            Capability::ToolFilter => self.tool_filter,
+            Capability::Persona => self.persona,
+            Capability::AgentOptions => self.agent_options,
+        }
+    }
+
+    /// This set with `capability` switched on or off.
+    pub fn with(mut self, capability: Capability, on: bool) -> Self {
+        let slot = match capability {
+            Capability::OutputSchema => &mut self.output_schema,
+            Capability::DepthLimit => &mut self.depth_limit,
+            Capability::ToolFilter => &mut self.tool_filter,
+            Capability::Persona => &mut self.persona,
+            Capability::AgentOptions => &mut self.agent_options,
+        };
+        *slot = on;
+        self
+    }
+}
+
+/// One start-time capability, named as in errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Capability {
+    /// `output_schema`
+    OutputSchema,
+    /// `depth_limit`
+    DepthLimit,
+    /// `tool_filter`
+    ToolFilter,
+    /// `persona`
+    Persona,
+    /// `agent_options`
+    AgentOptions,
+}
+
+impl Capability {
+    /// Every capability, in the order `start` checks them.
+    pub const CHECK_ORDER: [Capability; 5] = [
+        Capability::OutputSchema,
+        Capability::DepthLimit,
+        Capability::ToolFilter,
+        Capability::Persona,
+        Capability::AgentOptions,
+    ];
+
+    /// The stable name used in error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Capability::OutputSchema => "output_schema",
+            Capability::DepthLimit => "depth_limit",
+            Capability::ToolFilter => "tool_filter",
+            Capability::Persona => "persona",
+            Capability::AgentOptions => "agent_options",
+        }
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A child's route. Each field overrides the parent's separately.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentOptions {
+    /// Model provider (for example `openai`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Model name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Output token cap per model call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Reasoning effort hint (`low`, `medium`, `high`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+}
+
+impl AgentOptions {
+    /// `self` overridden field by field by `over`.
+    pub fn overridden_by(&self, over: &AgentOptions) -> AgentOptions {
+        AgentOptions {
+            provider: over.provider.clone().or_else(|| self.provider.clone()),
+            model: over.model.clone().or_else(|| self.model.clone()),
+            max_tokens: over.max_tokens.or(self.max_tokens),
+            reasoning_effort: over.reasoning_effort.clone().or_else(|| self.reasoning_effort.clone()),
+        }
+    }
+}
+
+/// Which tools a child may see and call. At least one list must be present.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolFilter {
+    /// Only these tools (when present).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
+    /// Never these tools (when present).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deny: Option<Vec<String>>,
+}
+
+impl ToolFilter {
+    /// Only the named tools.
+    pub fn allow<I: IntoIterator<Item = S>, S: Into<String>>(names: I) -> Self {
+        ToolFilter {
+            allow: Some(names.into_iter().map(Into::into).collect()),
+            deny: None,
+        }
+    }
+
+    /// Every tool but the named ones.
+    pub fn deny<I: IntoIterator<Item = S>, S: Into<String>>(names: I) -> Self {
+        ToolFilter {
+            allow: None,
+            deny: Some(names.into_iter().map(Into::into).collect()),
+        }
+    }
+
+    /// Whether a tool of this name passes the filter.
+    pub fn permits(&self, tool: &str) -> bool {
+        let allowed = self.allow.as_ref().is_none_or(|names| names.iter().any(|n| n == tool));
+        let denied = self.deny.as_ref().is_some_and(|names| names.iter().any(|n| n == tool));
+        allowed && !denied
+    }
+}
+
+/// The delegating side of a start: who asks, from where, at what depth.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parent {
+    /// The delegating agent's session, when there is one. Run events carry it
+    /// so subscribers can filter by parent.
+    pub session_id: Option<String>,
+    /// The delegating agent's delegation depth (0 for a top-level agent).
+    pub depth: u32,
+    /// Working directory a child inherits unless its provider sets one.
+    pub cwd: PathBuf,
+    /// The parent's own route; a child's route is this overridden by the
+    /// request's `agent_options`.
+    pub route: AgentOptions,
+}
+
+impl Parent {
+    /// A top-level parent (depth 0, no session) working in `cwd`.
+    pub fn root(cwd: impl Into<PathBuf>) -> Self {
+        Parent {
+            session_id: None,
+            depth: 0,
+            cwd: cwd.into(),
+            route: AgentOptions::default(),
+        }
+    }
+
+    /// This parent with a session id.
+    pub fn with_session(mut self, session_id: impl Into<String>) -> Self {
+        self.session_id = Some(session_id.into());
+        self
+    }
+
+    /// This parent at another delegation depth.
+    pub fn with_depth(mut self, depth: u32) -> Self {
+        self.depth = depth;
+        self
+    }
+
+    /// This parent with a route.
+    pub fn with_route(mut self, route: AgentOptions) -> Self {
+        self.route = route;
+        self
+    }
+}
+
+/// Everything `start` needs. Build with [`StartRequest::new`] and the
+/// `with_*` methods; fields are public for pattern matching and tests.
+#[derive(Clone, Debug)]
+pub struct StartRequest {
+    /// The task, as content blocks.
+    pub prompt: Vec<ContentBlock>,
+    /// Who delegates.
+    pub parent: Parent,
+    /// The canonical cancellation channel: tripped before publication the
+    /// start rejects after rollback; after, the child is cancelled.
+    pub signal: CancellationToken,
+    /// The child's route overrides.
+    pub agent_options: Option<AgentOptions>,
+    /// A JSON Schema the child's structured result must satisfy.
+    pub output_schema: Option<serde_json::Value>,
+    /// Absolute cap on the child's delegation depth.
+    pub max_depth: Option<u32>,
+    /// Which tools the child may use.
+    pub tool_filter: Option<ToolFilter>,
+    /// The child's persona, replacing its default persona section.
+    pub persona: Option<String>,
+    /// A display label for events and progress.
+    pub label: Option<String>,
+}
+
+impl StartRequest {
+    /// A request with a text prompt and nothing optional.
+    pub fn new(prompt: impl Into<String>, parent: Parent, signal: CancellationToken) -> Self {
+        Self::with_blocks(vec![ContentBlock::text(prompt)], parent, signal)
+    }
+
+    /// A request whose prompt is arbitrary content blocks.
+    pub fn with_blocks(prompt: Vec<ContentBlock>, parent: Parent, signal: CancellationToken) -> Self {
+        StartRequest {
+            prompt,
+            parent,
+            signal,
+            agent_options: None,
+            output_schema: None,
+            max_depth: None,
+            tool_filter: None,
+            persona: None,
+            label: None,
+        }
+    }
+
+    /// Route overrides for the child.
+    pub fn with_agent_options(mut self, options: AgentOptions) -> Self {
+        self.agent_options = Some(options);
+        self
+    }
+
+    /// Require a structured result matching `schema`.
+    pub fn with_output_schema(mut self, schema: serde_json::Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// Cap the child's delegation depth.
+    pub fn with_max_depth(mut self, max_depth: u32) -> Self {
+        self.max_depth = Some(max_depth);
+        self
+    }
+
+    /// Restrict the child's tools.
+    pub fn with_tool_filter(mut self, filter: ToolFilter) -> Self {
+        self.tool_filter = Some(filter);
+        self
+    }
+
+    /// Give the child a persona.
+    pub fn with_persona(mut self, persona: impl Into<String>) -> Self {
+        self.persona = Some(persona.into());
+        self
+    }
+
+    /// Label the run for display.
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// The start-time capabilities this request needs, in check order.
+    pub fn requested_capabilities(&self) -> impl Iterator<Item = Capability> + '_ {
+        Capability::CHECK_ORDER.into_iter().filter(|c| match c {
+            Capability::OutputSchema => self.output_schema.is_some(),
+            Capability::DepthLimit => self.max_depth.is_some(),
+            Capability::ToolFilter => self.tool_filter.is_some(),
+            Capability::Persona => self.persona.is_some(),
+            Capability::AgentOptions => self.agent_options.is_some(),
+        })
+    }
+
+    /// The depth the child would have.
+    pub fn child_depth(&self) -> u32 {
+        self.parent.depth.saturating_add(1)
+    }
+}

@@ -1,0 +1,182 @@
+//! How a run ends: the result, its stop reason and a safe diagnostic.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::ContentBlock;
+
+/// Why a run stopped. Any reason but `Completed` means the output may be
+/// partial.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The child finished its task.
+    Completed,
+    /// The run was cancelled.
+    Aborted,
+    /// The child, its model, a tool or its transport failed.
+    Error,
+    /// The child hit its token limit.
+    MaxTokens,
+    /// The child declined.
+    Refusal,
+}
+
+impl StopReason {
+    /// The serialised name (`max-tokens`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Completed => "completed",
+            StopReason::Aborted => "aborted",
+            StopReason::Error => "error",
+            StopReason::MaxTokens => "max-tokens",
+            StopReason::Refusal => "refusal",
+        }
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where in a run's life a failure happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Stage {
+    /// Creating and publishing the child.
+    Initialize,
+    /// The child's work.
+    SessionRun,
+    /// Releasing the child.
+    Dispose,
+    /// Runtime or provider shutdown.
+    Shutdown,
+}
+
+/// A fixed failure category: safe to log and show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Category {
+    /// The child reported a failure.
+    ChildError,
+    /// The child (or its process) died.
+    ChildCrashed,
+    /// Provider code panicked; the runtime contained it.
+    Panicked,
+    /// A bounded wait ran out.
+    TimedOut,
+    /// The child spoke the protocol wrongly.
+    Protocol,
+    /// The model call failed.
+    Model,
+    /// A tool failed.
+    Tool,
+    /// A structured result was required and never captured.
+    MissingStructuredOutput,
+    /// The child could not be created.
+    StartupFailed,
+}
+
+/// Safe facts about a failure: provider name, stage and a fixed category.
+/// Never stderr, paths, task text, environment values, credentials or
+/// protocol payloads; at most [`Diagnostic::MAX_BYTES`] when serialised.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diagnostic {
+    /// The provider that ran the child.
+    pub provider: String,
+    /// Where it failed.
+    pub stage: Stage,
+    /// What kind of failure.
+    pub category: Category,
+}
+
+impl Diagnostic {
+    /// Upper bound on a diagnostic's serialised size.
+    pub const MAX_BYTES: usize = 4096;
+    const MAX_PROVIDER_BYTES: usize = 256;
+
+    /// A diagnostic; a provider name longer than 256 bytes is cut at a
+    /// character boundary so the whole stays far below the cap.
+    pub fn new(provider: &str, stage: Stage, category: Category) -> Self {
+        let mut end = provider.len().min(Self::MAX_PROVIDER_BYTES);
+        while !provider.is_char_boundary(end) {
+            end -= 1;
+        }
+        Diagnostic {
+            provider: provider[..end].to_owned(),
+            stage,
+            category,
+        }
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let stage = serde_json::to_value(self.stage).unwrap_or_default();
+        let category = serde_json::to_value(self.category).unwrap_or_default();
+        write!(
+            f,
+            "provider {:?}, stage {}, category {}",
+            self.provider,
+            stage.as_str().unwrap_or("?"),
+            category.as_str().unwrap_or("?")
+        )
+    }
+}
+
+/// The terminal outcome of a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// The child's last non-empty assistant message, else its accumulated
+    /// streamed text, else empty.
+    pub output: Vec<ContentBlock>,
+    /// The captured structured value, when one was requested and captured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured: Option<serde_json::Value>,
+    /// Why the run stopped.
+    pub stop_reason: StopReason,
+    /// Safe facts about a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostic: Option<Diagnostic>,
+}
+
+impl RunResult {
+    /// A completed result with text output.
+    pub fn completed(text: impl Into<String>) -> Self {
+        RunResult {
+            output: vec![ContentBlock::text(text)],
+            structured: None,
+            stop_reason: StopReason::Completed,
+            diagnostic: None,
+        }
+    }
+
+    /// A result with no output and the given reason.
+    pub fn empty(stop_reason: StopReason) -> Self {
+        RunResult {
+            output: Vec::new(),
+            structured: None,
+            stop_reason,
+            diagnostic: None,
+        }
+    }
+
+    /// A failed result carrying a diagnostic.
+    pub fn failed(diagnostic: Diagnostic) -> Self {
+        RunResult {
+            diagnostic: Some(diagnostic),
+            ..RunResult::empty(StopReason::Error)
+        }
+    }
+
+    /// The output's text.
+    pub fn text(&self) -> String {
+        super::text_of(&self.output)
+    }
+}
