@@ -1,1 +1,215 @@
-fn main() {}
+//! One run's lifecycle (start → result → dispose) beside two floors measured
+//! in the same run: a tokio task + oneshot reply, and a bare actix actor
+//! start + one request + stop.
+//!
+//! Measured three ways: driven from inside the runtime (`Runtime::block_on`,
+//! the caller on a worker arbiter), from a foreign multi-thread tokio
+//! runtime one at a time, and from that foreign runtime with 1,000 in
+//! flight. Every routine runs inside a spawned task, never on a
+//! `block_on`ed main thread. The closing table divides each mean by the
+//! floors' means from the same process.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use criterion::{criterion_group, Criterion, Throughput};
+use subagents::providers::MockProvider;
+use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
+
+/// Total (runs, time) per bench, over every sample criterion took.
+static TOTALS: Mutex<BTreeMap<&'static str, (u64, Duration)>> = Mutex::new(BTreeMap::new());
+
+fn record(name: &'static str, runs: u64, elapsed: Duration) -> Duration {
+    let mut totals = TOTALS.lock().unwrap();
+    let entry = totals.entry(name).or_default();
+    entry.0 += runs;
+    entry.1 += elapsed;
+    elapsed
+}
+
+struct Echo;
+
+impl Actor for Echo {
+    type Context = Context<Self>;
+}
+
+#[derive(Message)]
+#[rtype(result = "u64")]
+struct Ping(u64);
+
+impl Handler<Ping> for Echo {
+    type Result = u64;
+
+    fn handle(&mut self, msg: Ping, ctx: &mut Context<Self>) -> u64 {
+        ctx.stop();
+        msg.0
+    }
+}
+
+async fn mock_lifecycle(subagents: &Subagents) {
+    let request = StartRequest::new("bench", Parent::root("/tmp"), CancellationToken::new());
+    let run = subagents.start("mock", request).await.unwrap();
+    run.result().await.unwrap();
+    run.dispose().await.unwrap();
+}
+
+fn runtime() -> (Runtime, Subagents) {
+    let runtime = Runtime::builder()
+        .home(std::env::temp_dir().join("subagents-bench"))
+        .build()
+        .unwrap();
+    let subagents = runtime.subagents();
+    subagents.register_provider(MockProvider::new("mock")).unwrap().keep();
+    (runtime, subagents)
+}
+
+fn lifecycle(c: &mut Criterion) {
+    let (runtime, subagents) = runtime();
+    let mut group = c.benchmark_group("lifecycle");
+
+    group.bench_function("floor: tokio task + oneshot", |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async move {
+                let began = Instant::now();
+                for i in 0..iters {
+                    let (reply, answer) = tokio::sync::oneshot::channel();
+                    tokio::spawn(async move {
+                        let _ = reply.send(i);
+                    });
+                    answer.await.unwrap();
+                }
+                record("floor-tokio", iters, began.elapsed())
+            })
+        })
+    });
+
+    group.bench_function("floor: actix actor start + request + stop", |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async move {
+                let began = Instant::now();
+                for i in 0..iters {
+                    let echo = Echo.start();
+                    echo.send(Ping(i)).await.unwrap();
+                }
+                record("floor-actix", iters, began.elapsed())
+            })
+        })
+    });
+
+    group.bench_function("mock, inside the runtime", |b| {
+        b.iter_custom(|iters| {
+            let subagents = subagents.clone();
+            runtime.block_on(async move {
+                let began = Instant::now();
+                for _ in 0..iters {
+                    mock_lifecycle(&subagents).await;
+                }
+                record("mock-inside", iters, began.elapsed())
+            })
+        })
+    });
+
+    let foreign = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+
+    group.bench_function("mock, foreign runtime, sequential", |b| {
+        b.iter_custom(|iters| {
+            let subagents = subagents.clone();
+            let task = foreign.spawn(async move {
+                let began = Instant::now();
+                for _ in 0..iters {
+                    mock_lifecycle(&subagents).await;
+                }
+                record("mock-foreign-sequential", iters, began.elapsed())
+            });
+            foreign.block_on(task).unwrap()
+        })
+    });
+
+    const IN_FLIGHT: u64 = 1000;
+    group.throughput(Throughput::Elements(IN_FLIGHT));
+    group.sample_size(10);
+    group.bench_function("mock, foreign runtime, 1,000 in flight", |b| {
+        b.iter_custom(|iters| {
+            let subagents = subagents.clone();
+            let task = foreign.spawn(async move {
+                let began = Instant::now();
+                for _ in 0..iters {
+                    let runs: Vec<_> = (0..IN_FLIGHT)
+                        .map(|_| {
+                            let subagents = subagents.clone();
+                            tokio::spawn(async move { mock_lifecycle(&subagents).await })
+                        })
+                        .collect();
+                    for run in runs {
+                        run.await.unwrap();
+                    }
+                }
+                record("mock-foreign-1000-in-flight", iters * IN_FLIGHT, began.elapsed())
+            });
+            foreign.block_on(task).unwrap()
+        })
+    });
+    group.finish();
+    let report = runtime.shutdown_blocking();
+    assert!(
+        report.live_after.is_quiescent(),
+        "the bench leaked runs: {:?}",
+        report.live_after
+    );
+}
+
+/// Mean per run for each bench, and its ratio to each floor.
+fn print_ratios() {
+    let totals = TOTALS.lock().unwrap();
+    let mean = |name: &str| {
+        totals
+            .get(name)
+            .filter(|(runs, _)| *runs > 0)
+            .map(|(runs, time)| time.as_secs_f64() / *runs as f64)
+    };
+    let (Some(tokio_floor), Some(actix_floor)) = (mean("floor-tokio"), mean("floor-actix")) else {
+        return;
+    };
+    println!("\nper-run means over every sample, with ratios to the floors measured in this run:");
+    println!("{:<30} {:>12} {:>10} {:>10}", "bench", "mean", "÷ tokio", "÷ actix");
+    for name in totals.keys() {
+        let value = mean(name).unwrap_or(0.0);
+        println!(
+            "{name:<30} {:>10.2}µs {:>9.1}× {:>9.1}×",
+            value * 1e6,
+            value / tokio_floor,
+            value / actix_floor
+        );
+    }
+    if let Some(inside) = mean("mock-inside") {
+        let ratio = inside / actix_floor;
+        let verdict = if ratio <= 5.0 { "met" } else { "MISSED" };
+        println!("goal: mock inside the runtime ≤ 5× the actix floor: {ratio:.1}× ({verdict})");
+    }
+}
+
+fn configured() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(30)
+        .configure_from_args()
+}
+
+criterion_group! {
+    name = benches;
+    config = configured();
+    targets = lifecycle
+}
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    print_ratios();
+}
