@@ -30,6 +30,7 @@ mod provider;
 mod registry;
 mod run;
 mod run_handle;
+mod run_shared;
 mod runtime;
 mod subagents;
 

@@ -25,6 +25,7 @@ mod result;
 
 pub use content::{text_of, ContentBlock};
 pub use error::SubagentError;
+pub(crate) use provider::RunReporter;
 pub use provider::{Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};
 pub use request::{AgentOptions, Capabilities, Capability, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP};
 pub use result::{Category, Diagnostic, RunResult, Stage, StopReason};

@@ -41,7 +41,7 @@ pub(crate) struct RunControl {
     pub addr: Addr<RunActor>,
     pub token: CancellationToken,
     pub depth: u32,
-    pub quiescent: super::run::QuiescentFuture,
+    pub shared: Arc<super::run_shared::RunShared>,
 }
 
 pub(crate) struct Core {

@@ -87,6 +87,12 @@ impl ProviderActor {
     }
 }
 
+impl ProviderActor {
+    pub(crate) fn key(&self) -> u64 {
+        self.entry.key
+    }
+}
+
 impl Actor for ProviderActor {
     type Context = Context<Self>;
 }

@@ -29,7 +29,10 @@ pub(crate) fn register(core: &Arc<Core>, provider: Arc<dyn Provider>) -> Result<
         }
         table.push(entry.clone());
     }
-    core.registry().do_send(AddProvider(entry.clone()));
+    // The actor (and its place in `live()`) exists before `register` returns;
+    // the registry starts it.
+    core.registry()
+        .do_send(AddProvider(ProviderActor::new(entry.clone(), &core.live)));
     core.bus.emit(SubagentEvent::ProviderAdded {
         name: entry.name().to_owned(),
     });
@@ -132,16 +135,14 @@ impl Actor for RegistryActor {
 
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct AddProvider(Arc<ProviderEntry>);
+pub(crate) struct AddProvider(ProviderActor);
 
 impl Handler<AddProvider> for RegistryActor {
     type Result = ();
 
     fn handle(&mut self, msg: AddProvider, _ctx: &mut Context<Self>) {
-        let entry = msg.0;
-        let key = entry.key;
-        let actor = ProviderActor::new(entry, &self.core.live).start();
-        self.providers.insert(key, actor);
+        let key = msg.0.key();
+        self.providers.insert(key, msg.0.start());
     }
 }
 

@@ -19,27 +19,23 @@
 //! quiescence) is paid from `Drop`, so it is paid even if the actor dies.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use actix::prelude::*;
-use futures_util::future::{LocalBoxFuture, Shared};
+use futures_util::future::LocalBoxFuture;
 use futures_util::FutureExt;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::provider::{ProviderEntry, ProviderRunLease};
+use super::provider::ProviderRunLease;
+use super::run_shared::RunShared;
 use super::Core;
-use crate::events::{panic_message, EventBus, RunEndInfo, RunInfo, SubagentEvent};
+use crate::events::panic_message;
 use crate::live::ActorLease;
 use crate::seam::{
     Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, LocalAgent, RunResult, Stage, StopReason,
     SubagentError,
 };
-
-/// Resolves with the run's result; shared by every caller of `result()`.
-pub(crate) type ResultFuture = Shared<oneshot::Receiver<Result<RunResult, SubagentError>>>;
-/// Resolves once the run is quiescent, with how its dispose went.
-pub(crate) type QuiescentFuture = Shared<oneshot::Receiver<Result<(), SubagentError>>>;
 
 /// Run `make` and the future it returns, turning a panic in either into
 /// `Err(message)`.
@@ -66,77 +62,6 @@ pub(crate) struct Published {
     pub steering: bool,
 }
 
-/// Orders a run's events: `Start` first, even for a child that settles (or
-/// reports progress) before `start` returns. Events that come early wait
-/// here until publication. Whether a run is observed is decided once, at
-/// `Start`, so an observer sees either the whole pair or none of it.
-#[derive(Default)]
-pub(crate) struct EventGate(Mutex<GateState>);
-
-enum GateState {
-    Unpublished { early: Vec<SubagentEvent>, ended: bool },
-    Published { observed: bool },
-    Closed,
-}
-
-impl Default for GateState {
-    fn default() -> Self {
-        GateState::Unpublished {
-            early: Vec::new(),
-            ended: false,
-        }
-    }
-}
-
-impl EventGate {
-    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Called by the start path once the run is published.
-    pub(crate) fn publish(&self, bus: &EventBus, info: RunInfo) {
-        let mut state = self.lock();
-        let observed = bus.is_observed();
-        let GateState::Unpublished { early, ended } = std::mem::replace(&mut *state, GateState::Closed) else {
-            return;
-        };
-        if observed {
-            bus.emit(SubagentEvent::Start(Arc::new(info)));
-            early.into_iter().for_each(|event| bus.emit(event));
-        }
-        if !ended {
-            *state = GateState::Published { observed };
-        }
-    }
-
-    /// Progress from the running child.
-    pub(crate) fn progress(&self, bus: &EventBus, event: impl FnOnce() -> SubagentEvent) {
-        match &mut *self.lock() {
-            GateState::Unpublished { early, .. } if bus.is_observed() => early.push(event()),
-            GateState::Published { observed: true } => bus.emit(event()),
-            _ => {}
-        }
-    }
-
-    /// Called by the run actor when the run settles.
-    fn end(&self, bus: &EventBus, end: impl FnOnce() -> RunEndInfo) {
-        let mut state = self.lock();
-        match &mut *state {
-            GateState::Unpublished { early, ended } => {
-                early.push(SubagentEvent::End(Arc::new(end())));
-                *ended = true;
-            }
-            GateState::Published { observed } => {
-                if *observed {
-                    bus.emit(SubagentEvent::End(Arc::new(end())));
-                }
-                *state = GateState::Closed;
-            }
-            GateState::Closed => {}
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RunState {
     /// The provider is creating the child.
@@ -158,31 +83,22 @@ enum RunState {
 /// Everything a run actor is created with.
 pub(crate) struct RunSpawn {
     pub core: Arc<Core>,
-    pub entry: Arc<ProviderEntry>,
-    pub run_id: u64,
+    pub shared: Arc<RunShared>,
     pub launch: Launch,
-    pub gate: Arc<EventGate>,
     pub publish: oneshot::Sender<Result<Published, SubagentError>>,
-    pub result: oneshot::Sender<Result<RunResult, SubagentError>>,
-    pub quiescent: oneshot::Sender<Result<(), SubagentError>>,
 }
 
 pub(crate) struct RunActor {
     state: RunState,
     core: Arc<Core>,
-    entry: Arc<ProviderEntry>,
-    run_id: u64,
+    shared: Arc<RunShared>,
     child_id: String,
-    parent_session: Option<String>,
     token: CancellationToken,
     launch: Option<Launch>,
     child: Option<Box<dyn Child>>,
     run_future: Option<SpawnHandle>,
-    gate: Arc<EventGate>,
     publish: Option<oneshot::Sender<Result<Published, SubagentError>>>,
     start_failure: Option<SubagentError>,
-    result: Option<oneshot::Sender<Result<RunResult, SubagentError>>>,
-    quiescent: Option<oneshot::Sender<Result<(), SubagentError>>>,
     dispose_outcome: Result<(), SubagentError>,
     leases: Option<(ActorLease, ProviderRunLease)>,
 }
@@ -192,31 +108,26 @@ impl RunActor {
         let registry = spawn.core.registry().clone();
         let leases = (
             ActorLease::run(&spawn.core.live),
-            ProviderRunLease::new(spawn.entry.clone(), registry),
+            ProviderRunLease::new(spawn.shared.entry.clone(), registry),
         );
         RunActor {
             state: RunState::Starting,
-            parent_session: spawn.launch.request.parent.session_id.clone(),
             token: spawn.launch.cancel.clone(),
             core: spawn.core,
-            entry: spawn.entry,
-            run_id: spawn.run_id,
+            shared: spawn.shared,
             child_id: String::new(),
             launch: Some(spawn.launch),
             child: None,
             run_future: None,
-            gate: spawn.gate,
             publish: Some(spawn.publish),
             start_failure: None,
-            result: Some(spawn.result),
-            quiescent: Some(spawn.quiescent),
             dispose_outcome: Ok(()),
             leases: Some(leases),
         }
     }
 
     fn provider(&self) -> &str {
-        self.entry.name()
+        self.shared.provider()
     }
 
     fn diagnostic(&self, stage: Stage, category: Category) -> Diagnostic {
@@ -349,21 +260,13 @@ impl RunActor {
 
     /// Deliver the result (once). A cancelled run that did not complete is `Aborted`.
     fn settle(&mut self, mut result: RunResult) {
-        let Some(reply) = self.result.take() else { return };
+        if self.shared.is_settled() {
+            return;
+        }
         if self.token.is_cancelled() && result.stop_reason != StopReason::Completed {
             result.stop_reason = StopReason::Aborted;
         }
-        let last_message = result.output.clone();
-        let stop_reason = result.stop_reason;
-        let _ = reply.send(Ok(result));
-        self.gate.end(&self.core.bus, || RunEndInfo {
-            run_id: self.run_id,
-            id: self.child_id.clone(),
-            provider: self.provider().to_owned(),
-            parent_session: self.parent_session.clone(),
-            stop_reason,
-            last_message: Some(last_message),
-        });
+        self.shared.settle(Ok(result), &self.child_id);
     }
 
     fn begin_dispose(&mut self, ctx: &mut Context<Self>) {
@@ -401,27 +304,43 @@ impl RunActor {
             self.state = RunState::Disposed;
             return ctx.stop();
         };
-        let hook = tokio::time::timeout(self.core.config.dispose_timeout, contained(|| child.dispose()));
-        ctx.spawn(hook.into_actor(self).map(|outcome, actor, ctx| {
-            let failure = match outcome {
-                Ok(Ok(Ok(()))) => None,
-                Ok(Ok(Err((stage, category)))) => Some(actor.diagnostic(stage, category)),
-                Ok(Err(panic)) => {
-                    tracing::error!(provider = actor.provider(), %panic, "child dispose panicked");
-                    Some(actor.diagnostic(Stage::Dispose, Category::Panicked))
-                }
-                Err(_) => Some(actor.diagnostic(Stage::Dispose, Category::TimedOut)),
-            };
-            if let Some(diagnostic) = failure {
-                tracing::warn!(%diagnostic, "child did not dispose cleanly");
-                actor.dispose_outcome = Err(SubagentError::DisposeFailed {
-                    provider: actor.provider().to_owned(),
-                    diagnostic,
-                });
+        let mut hook = contained(|| child.dispose());
+        // A hook that is done at once needs no timer and no spawned future.
+        if let Some(outcome) = (&mut hook).now_or_never() {
+            return self.on_released(Ok(outcome), ctx);
+        }
+        let bounded = tokio::time::timeout(self.core.config.dispose_timeout, hook);
+        ctx.spawn(
+            bounded
+                .into_actor(self)
+                .map(|outcome, actor, ctx| actor.on_released(outcome.map_err(|_| ()), ctx)),
+        );
+    }
+
+    /// The dispose hook finished (`Err(())`: it timed out); stop.
+    fn on_released(
+        &mut self,
+        outcome: Result<Result<Result<(), (Stage, Category)>, String>, ()>,
+        ctx: &mut Context<Self>,
+    ) {
+        let failure = match outcome {
+            Ok(Ok(Ok(()))) => None,
+            Ok(Ok(Err((stage, category)))) => Some(self.diagnostic(stage, category)),
+            Ok(Err(panic)) => {
+                tracing::error!(provider = self.provider(), %panic, "child dispose panicked");
+                Some(self.diagnostic(Stage::Dispose, Category::Panicked))
             }
-            actor.state = RunState::Disposed;
-            ctx.stop();
-        }));
+            Err(()) => Some(self.diagnostic(Stage::Dispose, Category::TimedOut)),
+        };
+        if let Some(diagnostic) = failure {
+            tracing::warn!(%diagnostic, "child did not dispose cleanly");
+            self.dispose_outcome = Err(SubagentError::DisposeFailed {
+                provider: self.provider().to_owned(),
+                diagnostic,
+            });
+        }
+        self.state = RunState::Disposed;
+        ctx.stop();
     }
 }
 
@@ -429,21 +348,30 @@ impl Actor for RunActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let token = self.token.clone();
-        ctx.spawn(
-            token
+        let Some(launch) = self.launch.take() else { return };
+        let provider = self.shared.entry.provider.clone();
+        let mut launching = contained(move || provider.launch(launch));
+        // A provider that publishes at once needs no spawned future.
+        match (&mut launching).now_or_never() {
+            Some(outcome) => self.on_launched(outcome, ctx),
+            None => {
+                let launched = launching
+                    .into_actor(self)
+                    .map(|outcome, actor, ctx| actor.on_launched(outcome, ctx));
+                ctx.spawn(launched);
+            }
+        }
+        // Watch the token only while there is something to cancel: a run
+        // that settled inline is cancelled, if ever, by its dispose.
+        if matches!(self.state, RunState::Starting | RunState::Running) {
+            let watcher = self
+                .token
+                .clone()
                 .cancelled_owned()
                 .into_actor(self)
-                .map(|(), actor, ctx| actor.on_cancelled(ctx)),
-        );
-        let Some(launch) = self.launch.take() else { return };
-        let provider = self.entry.provider.clone();
-        let launching = contained(move || provider.launch(launch));
-        ctx.spawn(
-            launching
-                .into_actor(self)
-                .map(|outcome, actor, ctx| actor.on_launched(outcome, ctx)),
-        );
+                .map(|(), actor, ctx| actor.on_cancelled(ctx));
+            ctx.spawn(watcher);
+        }
     }
 }
 
@@ -451,29 +379,18 @@ impl Drop for RunActor {
     fn drop(&mut self) {
         // Release the counters first: whoever wakes on the signals below must
         // already see this run gone.
-        self.core.runs.remove(&self.run_id);
+        self.core.runs.remove(&self.shared.run_id);
         drop(self.child.take());
         drop(self.leases.take());
         if let Some(publish) = self.publish.take() {
+            // A rejected start settles nothing and emits nothing.
             let error = self.start_failure.take().unwrap_or(SubagentError::RuntimeStopped);
             let _ = publish.send(Err(error));
-            // A rejected start settles nothing and emits nothing.
-            self.result.take();
+        } else {
+            self.shared.settle(Err(SubagentError::RuntimeStopped), &self.child_id);
         }
-        if let Some(reply) = self.result.take() {
-            let _ = reply.send(Err(SubagentError::RuntimeStopped));
-            self.gate.end(&self.core.bus, || RunEndInfo {
-                run_id: self.run_id,
-                id: self.child_id.clone(),
-                provider: self.entry.name().to_owned(),
-                parent_session: self.parent_session.clone(),
-                stop_reason: StopReason::Error,
-                last_message: None,
-            });
-        }
-        if let Some(quiescent) = self.quiescent.take() {
-            let _ = quiescent.send(std::mem::replace(&mut self.dispose_outcome, Ok(())));
-        }
+        self.shared
+            .set_quiescent(std::mem::replace(&mut self.dispose_outcome, Ok(())));
     }
 }
 

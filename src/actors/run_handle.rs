@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use actix::Addr;
 use tokio_util::sync::CancellationToken;
 
-use super::run::{Dispose, QuiescentFuture, ResultFuture, RunActor, SendMessage};
+use std::sync::Arc;
+
+use super::run::{Dispose, RunActor, SendMessage};
+use super::run_shared::RunShared;
 use crate::seam::{ContentBlock, LocalAgent, RunResult, SubagentError};
 
 /// A published run, owned by the caller, who must [`dispose`](Run::dispose)
@@ -14,14 +17,11 @@ use crate::seam::{ContentBlock, LocalAgent, RunResult, SubagentError};
 /// background (without waiting), so nothing leaks.
 pub struct Run {
     pub(crate) id: String,
-    pub(crate) run_id: u64,
-    pub(crate) provider: String,
+    pub(crate) shared: Arc<RunShared>,
     pub(crate) local_agent: Option<LocalAgent>,
     pub(crate) steering: bool,
     pub(crate) token: CancellationToken,
     pub(crate) addr: Addr<RunActor>,
-    pub(crate) result: ResultFuture,
-    pub(crate) quiescent: QuiescentFuture,
     pub(crate) disposed: AtomicBool,
 }
 
@@ -34,12 +34,12 @@ impl Run {
 
     /// The registry-minted id carried by this run's `Start` and `End` events.
     pub fn run_id(&self) -> u64 {
-        self.run_id
+        self.shared.run_id
     }
 
     /// The provider that runs the child.
     pub fn provider(&self) -> &str {
-        &self.provider
+        self.shared.provider()
     }
 
     /// The in-process child agent, when the provider exposes one.
@@ -51,7 +51,7 @@ impl Run {
     /// child-level failure is `Ok` with `StopReason::Error`; `Err` means an
     /// infrastructure fault (the runtime stopped under the run).
     pub async fn result(&self) -> Result<RunResult, SubagentError> {
-        self.result.clone().await.unwrap_or(Err(SubagentError::RuntimeStopped))
+        self.shared.result().await
     }
 
     /// Cancel the child; the result settles `Aborted` unless it already
@@ -77,7 +77,7 @@ impl Run {
             self.token.cancel();
             self.addr.do_send(Dispose);
         }
-        self.quiescent.clone().await.unwrap_or(Ok(()))
+        self.shared.quiescent().await
     }
 
     /// Send-message, when the child supports it.
@@ -101,8 +101,8 @@ impl fmt::Debug for Run {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Run")
             .field("id", &self.id)
-            .field("run_id", &self.run_id)
-            .field("provider", &self.provider)
+            .field("run_id", &self.shared.run_id)
+            .field("provider", &self.shared.provider())
             .finish_non_exhaustive()
     }
 }

@@ -374,7 +374,7 @@ async fn dispose_runs(core: &Core, bound: Duration) -> (usize, usize) {
             .map(|r| {
                 seen.insert(*r.key());
                 Core::dispose_run(&r);
-                r.quiescent.clone()
+                quiescence(&r)
             })
             .collect();
         let _ = tokio::time::timeout_at(deadline, join_all(tier)).await;
@@ -386,11 +386,18 @@ async fn dispose_runs(core: &Core, bound: Duration) -> (usize, usize) {
         .map(|r| {
             seen.insert(*r.key());
             Core::force_stop_run(&r);
-            r.quiescent.clone()
+            quiescence(&r)
         })
         .collect();
     let forced = leftovers.len();
     let escalation = tokio::time::Instant::now() + bound;
     let _ = tokio::time::timeout_at(escalation, join_all(leftovers)).await;
     (seen.len(), forced)
+}
+
+fn quiescence(control: &super::core::RunControl) -> impl Future<Output = ()> {
+    let shared = control.shared.clone();
+    async move {
+        let _ = shared.quiescent().await;
+    }
 }

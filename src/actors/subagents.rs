@@ -6,16 +6,16 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use actix::Actor;
-use futures_util::FutureExt;
 use tokio::sync::oneshot;
 
 use super::core::RunControl;
 use super::provider::ProviderEntry;
 use super::registry::{self, Registration};
-use super::run::{EventGate, RunActor, RunSpawn};
+use super::run::{RunActor, RunSpawn};
 use super::run_handle::Run;
+use super::run_shared::RunShared;
 use super::Core;
-use crate::events::{EventStream, ListenerHandle, ListenerOutcome, RunInfo, RunProgress, SubagentEvent};
+use crate::events::{EventStream, ListenerHandle, ListenerOutcome, RunInfo, SubagentEvent};
 use crate::live::Live;
 use crate::seam::{Launch, Provider, ProviderContext, ProviderInfo, StartRequest, SubagentError, MAX_DEPTH_CAP};
 
@@ -164,93 +164,58 @@ fn check_values(request: &StartRequest) -> Result<(), SubagentError> {
 /// Runs on a worker: create the run actor there, wait for publication, emit
 /// `Start`, hand back the `Run`.
 async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartRequest) -> Result<Run, SubagentError> {
-    let run_id = core.mint_run_id();
     let token = request.signal.child_token();
     let depth = request.child_depth();
-    let parent_session = request.parent.session_id.clone();
     let label = request.label.clone();
+    let shared = Arc::new(RunShared::new(
+        core.mint_run_id(),
+        entry,
+        request.parent.session_id.clone(),
+        core.bus.clone(),
+    ));
     let (publish, published) = oneshot::channel();
-    let (result_tx, result_rx) = oneshot::channel();
-    let (quiescent_tx, quiescent_rx) = oneshot::channel();
-    let quiescent = quiescent_rx.shared();
-    let gate = Arc::new(EventGate::default());
     let context = ProviderContext {
-        run_id,
+        run: shared.clone(),
         home: core.home.clone(),
         live: core.live.clone(),
-        progress: progress_sink(&core, &entry, &gate, run_id, parent_session.clone()),
     };
     let actor = RunActor::new(RunSpawn {
         core: core.clone(),
-        entry: entry.clone(),
-        run_id,
+        shared: shared.clone(),
         launch: Launch {
             request,
             cancel: token.clone(),
             context,
         },
-        gate: gate.clone(),
         publish,
-        result: result_tx,
-        quiescent: quiescent_tx,
     });
     let addr = actor.start();
     core.runs.insert(
-        run_id,
+        shared.run_id,
         RunControl {
             addr: addr.clone(),
             token: token.clone(),
             depth,
-            quiescent: quiescent.clone(),
+            shared: shared.clone(),
         },
     );
     let published = published.await.unwrap_or(Err(SubagentError::RuntimeStopped))?;
-    gate.publish(
-        &core.bus,
-        RunInfo {
-            run_id,
-            id: published.id.clone(),
-            provider: entry.name().to_owned(),
-            parent_session,
-            local: published.local_agent.is_some(),
-            label,
-        },
-    );
+    shared.publish(|| RunInfo {
+        run_id: shared.run_id,
+        id: published.id.clone(),
+        provider: shared.provider().to_owned(),
+        parent_session: shared.parent_session.clone(),
+        local: published.local_agent.is_some(),
+        label,
+    });
     Ok(Run {
         id: published.id,
-        run_id,
-        provider: entry.name().to_owned(),
+        shared,
         local_agent: published.local_agent,
         steering: published.steering,
         token,
         addr,
-        result: result_rx.shared(),
-        quiescent,
         disposed: AtomicBool::new(false),
-    })
-}
-
-type ProgressSink = Arc<dyn Fn(crate::events::ProgressUpdate) + Send + Sync>;
-
-fn progress_sink(
-    core: &Arc<Core>,
-    entry: &ProviderEntry,
-    gate: &Arc<EventGate>,
-    run_id: u64,
-    parent_session: Option<String>,
-) -> ProgressSink {
-    let bus = core.bus.clone();
-    let gate = gate.clone();
-    let provider = entry.name().to_owned();
-    Arc::new(move |update| {
-        gate.progress(&bus, || {
-            SubagentEvent::Progress(Arc::new(RunProgress {
-                run_id,
-                provider: provider.clone(),
-                parent_session: parent_session.clone(),
-                update,
-            }))
-        })
     })
 }
 

@@ -120,16 +120,15 @@ pub struct Launch {
 /// reporting and process accounting.
 #[derive(Clone)]
 pub struct ProviderContext {
-    pub(crate) run_id: u64,
+    pub(crate) run: Arc<dyn RunReporter>,
     pub(crate) home: Arc<Path>,
     pub(crate) live: Arc<LiveCounters>,
-    pub(crate) progress: Arc<dyn Fn(ProgressUpdate) + Send + Sync>,
 }
 
 impl ProviderContext {
     /// The registry-minted run id (the same as in the run's events).
     pub fn run_id(&self) -> u64 {
-        self.run_id
+        self.run.run_id()
     }
 
     /// The runtime's home directory.
@@ -140,7 +139,7 @@ impl ProviderContext {
     /// Report live progress to subscribers; it never enters the parent's
     /// conversation. Cheap when nobody listens.
     pub fn progress(&self, update: ProgressUpdate) {
-        (self.progress)(update)
+        self.run.progress(update)
     }
 
     /// Count a child process as live until the lease is dropped, so
@@ -153,10 +152,16 @@ impl ProviderContext {
 impl fmt::Debug for ProviderContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProviderContext")
-            .field("run_id", &self.run_id)
+            .field("run_id", &self.run.run_id())
             .field("home", &self.home)
             .finish_non_exhaustive()
     }
+}
+
+/// How a run's context reaches the runtime; implemented by the actors.
+pub(crate) trait RunReporter: Send + Sync {
+    fn run_id(&self) -> u64;
+    fn progress(&self, update: ProgressUpdate);
 }
 
 /// An in-process child agent, shared with the caller through

@@ -1,0 +1,169 @@
+//! What a run actor shares with its `Run` handle and the start path: the
+//! result, the quiescence signal, and the event gate — one allocation per
+//! run.
+
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use tokio::sync::Notify;
+
+use super::provider::ProviderEntry;
+use crate::events::{EventBus, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent};
+use crate::seam::{RunReporter, RunResult, StopReason, SubagentError};
+
+pub(crate) struct RunShared {
+    pub run_id: u64,
+    pub entry: Arc<ProviderEntry>,
+    pub parent_session: Option<String>,
+    bus: EventBus,
+    gate: Mutex<GateState>,
+    result: OnceLock<Result<RunResult, SubagentError>>,
+    quiescent: OnceLock<Result<(), SubagentError>>,
+    changed: Notify,
+}
+
+/// Orders a run's events: `Start` first, even for a child that settles (or
+/// reports progress) before `start` returns. Events that come early wait
+/// here until publication. Whether a run is observed is decided once, at
+/// `Start`, so an observer sees either the whole pair or none of it.
+enum GateState {
+    Unpublished { early: Vec<SubagentEvent>, ended: bool },
+    Published { observed: bool },
+    Closed,
+}
+
+impl RunShared {
+    pub(crate) fn new(run_id: u64, entry: Arc<ProviderEntry>, parent_session: Option<String>, bus: EventBus) -> Self {
+        RunShared {
+            run_id,
+            entry,
+            parent_session,
+            bus,
+            gate: Mutex::new(GateState::Unpublished {
+                early: Vec::new(),
+                ended: false,
+            }),
+            result: OnceLock::new(),
+            quiescent: OnceLock::new(),
+            changed: Notify::new(),
+        }
+    }
+
+    pub(crate) fn provider(&self) -> &str {
+        self.entry.name()
+    }
+
+    /// The result, once settled.
+    pub(crate) async fn result(&self) -> Result<RunResult, SubagentError> {
+        self.wait(|shared| shared.result.get().cloned()).await
+    }
+
+    /// How dispose went, once the run is quiescent.
+    pub(crate) async fn quiescent(&self) -> Result<(), SubagentError> {
+        self.wait(|shared| shared.quiescent.get().cloned()).await
+    }
+
+    pub(crate) fn is_settled(&self) -> bool {
+        self.result.get().is_some()
+    }
+
+    async fn wait<T>(&self, read: impl Fn(&Self) -> Option<T>) -> T {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(value) = read(self) {
+                return value;
+            }
+            changed.await;
+        }
+    }
+
+    /// Settle the result (first call wins) and send `End` through the gate.
+    pub(crate) fn settle(&self, result: Result<RunResult, SubagentError>, child_id: &str) {
+        let end = |result: &Result<RunResult, SubagentError>| RunEndInfo {
+            run_id: self.run_id,
+            id: child_id.to_owned(),
+            provider: self.provider().to_owned(),
+            parent_session: self.parent_session.clone(),
+            stop_reason: result.as_ref().map_or(StopReason::Error, |r| r.stop_reason),
+            last_message: result.as_ref().ok().map(|r| r.output.clone()),
+        };
+        if self.result.get().is_some() {
+            return;
+        }
+        self.end(|| end(&result));
+        if self.result.set(result).is_ok() {
+            self.changed.notify_waiters();
+        }
+    }
+
+    pub(crate) fn set_quiescent(&self, outcome: Result<(), SubagentError>) {
+        if self.quiescent.set(outcome).is_ok() {
+            self.changed.notify_waiters();
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        self.gate.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Called by the start path once the run is published.
+    pub(crate) fn publish(&self, info: impl FnOnce() -> RunInfo) {
+        let mut state = self.lock();
+        let observed = self.bus.is_observed();
+        let GateState::Unpublished { early, ended } = std::mem::replace(&mut *state, GateState::Closed) else {
+            return;
+        };
+        if observed {
+            self.bus.emit(SubagentEvent::Start(Arc::new(info())));
+            early.into_iter().for_each(|event| self.bus.emit(event));
+        }
+        if !ended {
+            *state = GateState::Published { observed };
+        }
+    }
+}
+
+impl RunReporter for RunShared {
+    fn run_id(&self) -> u64 {
+        self.run_id
+    }
+
+    /// Progress from the running child.
+    fn progress(&self, update: ProgressUpdate) {
+        let event = || {
+            SubagentEvent::Progress(Arc::new(RunProgress {
+                run_id: self.run_id,
+                provider: self.provider().to_owned(),
+                parent_session: self.parent_session.clone(),
+                update,
+            }))
+        };
+        match &mut *self.lock() {
+            GateState::Unpublished { early, .. } if self.bus.is_observed() => early.push(event()),
+            GateState::Published { observed: true } => self.bus.emit(event()),
+            _ => {}
+        }
+    }
+}
+
+impl RunShared {
+    fn end(&self, end: impl FnOnce() -> RunEndInfo) {
+        let mut state = self.lock();
+        match &mut *state {
+            GateState::Unpublished { early, ended } => {
+                if self.bus.is_observed() {
+                    early.push(SubagentEvent::End(Arc::new(end())));
+                }
+                *ended = true;
+            }
+            GateState::Published { observed } => {
+                if *observed {
+                    self.bus.emit(SubagentEvent::End(Arc::new(end())));
+                }
+                *state = GateState::Closed;
+            }
+            GateState::Closed => {}
+        }
+    }
+}
