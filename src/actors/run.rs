@@ -80,6 +80,9 @@ enum RunState {
     Disposed,
 }
 
+/// A child's dispose hook outcome, `Err` holding a contained panic.
+type HookOutcome = Result<Result<(), (Stage, Category)>, String>;
+
 /// Everything a run actor is created with.
 pub(crate) struct RunSpawn {
     pub core: Arc<Core>,
@@ -307,30 +310,26 @@ impl RunActor {
         let mut hook = contained(|| child.dispose());
         // A hook that is done at once needs no timer and no spawned future.
         if let Some(outcome) = (&mut hook).now_or_never() {
-            return self.on_released(Ok(outcome), ctx);
+            return self.on_released(Some(outcome), ctx);
         }
         let bounded = tokio::time::timeout(self.core.config.dispose_timeout, hook);
         ctx.spawn(
             bounded
                 .into_actor(self)
-                .map(|outcome, actor, ctx| actor.on_released(outcome.map_err(|_| ()), ctx)),
+                .map(|outcome, actor, ctx| actor.on_released(outcome.ok(), ctx)),
         );
     }
 
-    /// The dispose hook finished (`Err(())`: it timed out); stop.
-    fn on_released(
-        &mut self,
-        outcome: Result<Result<Result<(), (Stage, Category)>, String>, ()>,
-        ctx: &mut Context<Self>,
-    ) {
+    /// The dispose hook finished (`None`: it timed out); stop.
+    fn on_released(&mut self, outcome: Option<HookOutcome>, ctx: &mut Context<Self>) {
         let failure = match outcome {
-            Ok(Ok(Ok(()))) => None,
-            Ok(Ok(Err((stage, category)))) => Some(self.diagnostic(stage, category)),
-            Ok(Err(panic)) => {
+            Some(Ok(Ok(()))) => None,
+            Some(Ok(Err((stage, category)))) => Some(self.diagnostic(stage, category)),
+            Some(Err(panic)) => {
                 tracing::error!(provider = self.provider(), %panic, "child dispose panicked");
                 Some(self.diagnostic(Stage::Dispose, Category::Panicked))
             }
-            Err(()) => Some(self.diagnostic(Stage::Dispose, Category::TimedOut)),
+            None => Some(self.diagnostic(Stage::Dispose, Category::TimedOut)),
         };
         if let Some(diagnostic) = failure {
             tracing::warn!(%diagnostic, "child did not dispose cleanly");
