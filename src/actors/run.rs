@@ -18,8 +18,13 @@
 //! diagnostic. What the actor owes its callers (start reply, result,
 //! quiescence) is paid from `Drop`, so it is paid even if the actor dies.
 
+use std::cell::RefCell;
+use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 
 use actix::prelude::*;
 use futures_util::future::LocalBoxFuture;
@@ -54,6 +59,49 @@ pub(crate) fn contained<T: 'static>(
         }
     }
 }
+
+/// A provider future the actor can drop on the spot, wherever it was
+/// spawned: `ctx.cancel_future` and `ctx.stop()` drop spawned futures only
+/// later, after the actor itself, and quiescence must not be announced
+/// while a child's future (and what it holds) still exists.
+struct Slot<T>(Rc<RefCell<Option<LocalBoxFuture<'static, T>>>>);
+
+impl<T> Slot<T> {
+    fn empty() -> Self {
+        Slot(Rc::new(RefCell::new(None)))
+    }
+
+    /// Put `future` in the slot; the returned future polls it from there.
+    fn hold(&self, future: LocalBoxFuture<'static, T>) -> Held<T> {
+        *self.0.borrow_mut() = Some(future);
+        Held(self.0.clone())
+    }
+
+    /// Drop the held future now.
+    fn clear(&self) {
+        let taken = self.0.borrow_mut().take();
+        drop(taken);
+    }
+}
+
+/// Resolves with the held future's output, or `None` once it was cleared.
+struct Held<T>(Rc<RefCell<Option<LocalBoxFuture<'static, T>>>>);
+
+impl<T> Future for Held<T> {
+    type Output = Option<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<T>> {
+        let mut slot = self.0.borrow_mut();
+        let Some(future) = slot.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let outcome = std::task::ready!(future.as_mut().poll(cx));
+        *slot = None;
+        Poll::Ready(Some(outcome))
+    }
+}
+
+type LaunchOutcome = Result<Result<Box<dyn Child>, LaunchError>, String>;
 
 /// What the start path learns when a child is published.
 pub(crate) struct Published {
@@ -99,7 +147,9 @@ pub(crate) struct RunActor {
     token: CancellationToken,
     launch: Option<Launch>,
     child: Option<Box<dyn Child>>,
-    run_future: Option<SpawnHandle>,
+    launching: Slot<LaunchOutcome>,
+    running: Slot<Result<RunResult, String>>,
+    releasing: Slot<HookOutcome>,
     publish: Option<oneshot::Sender<Result<Published, SubagentError>>>,
     start_failure: Option<SubagentError>,
     dispose_outcome: Result<(), SubagentError>,
@@ -121,7 +171,9 @@ impl RunActor {
             child_id: String::new(),
             launch: Some(spawn.launch),
             child: None,
-            run_future: None,
+            launching: Slot::empty(),
+            running: Slot::empty(),
+            releasing: Slot::empty(),
             publish: Some(spawn.publish),
             start_failure: None,
             dispose_outcome: Ok(()),
@@ -137,7 +189,7 @@ impl RunActor {
         Diagnostic::new(self.provider(), stage, category)
     }
 
-    fn on_launched(&mut self, outcome: Result<Result<Box<dyn Child>, LaunchError>, String>, ctx: &mut Context<Self>) {
+    fn on_launched(&mut self, outcome: LaunchOutcome, ctx: &mut Context<Self>) {
         if self.state != RunState::Starting {
             return;
         }
@@ -166,14 +218,23 @@ impl RunActor {
             local_agent: child.local_agent(),
             steering: child.supports_steering(),
         };
-        let run = contained(|| child.run());
+        let mut run = self.running.hold(contained(|| child.run()));
         self.child = Some(child);
         self.state = RunState::Running;
-        let handle = ctx.spawn(
-            run.into_actor(self)
-                .map(|outcome, actor, ctx| actor.on_run_finished(outcome, ctx)),
-        );
-        self.run_future = Some(handle);
+        // A child that is done at once settles without a spawned future.
+        match (&mut run).now_or_never() {
+            Some(outcome) => outcome
+                .into_iter()
+                .for_each(|outcome| self.on_run_finished(outcome, ctx)),
+            None => {
+                let finished = run.into_actor(self).map(|outcome, actor, ctx| {
+                    if let Some(outcome) = outcome {
+                        actor.on_run_finished(outcome, ctx)
+                    }
+                });
+                ctx.spawn(finished);
+            }
+        }
         let delivered = self
             .publish
             .take()
@@ -243,7 +304,6 @@ impl RunActor {
     }
 
     fn on_run_finished(&mut self, outcome: Result<RunResult, String>, ctx: &mut Context<Self>) {
-        self.run_future = None;
         let result = outcome.unwrap_or_else(|panic| {
             tracing::error!(provider = self.provider(), %panic, "child run panicked");
             RunResult::failed(self.diagnostic(Stage::SessionRun, Category::Panicked))
@@ -299,25 +359,23 @@ impl RunActor {
             return;
         }
         self.state = RunState::DisposingRelease;
-        if let Some(handle) = self.run_future.take() {
-            ctx.cancel_future(handle);
-        }
+        self.running.clear();
         self.settle(RunResult::empty(StopReason::Aborted));
         let Some(child) = &self.child else {
             self.state = RunState::Disposed;
             return ctx.stop();
         };
-        let mut hook = contained(|| child.dispose());
+        let mut hook = self.releasing.hold(contained(|| child.dispose()));
         // A hook that is done at once needs no timer and no spawned future.
         if let Some(outcome) = (&mut hook).now_or_never() {
-            return self.on_released(Some(outcome), ctx);
+            return self.on_released(outcome, ctx);
         }
         let bounded = tokio::time::timeout(self.core.config.dispose_timeout, hook);
-        ctx.spawn(
-            bounded
-                .into_actor(self)
-                .map(|outcome, actor, ctx| actor.on_released(outcome.ok(), ctx)),
-        );
+        ctx.spawn(bounded.into_actor(self).map(|outcome, actor, ctx| {
+            // A hook that outlived its bound is dropped before the actor stops.
+            actor.releasing.clear();
+            actor.on_released(outcome.ok().flatten(), ctx)
+        }));
     }
 
     /// The dispose hook finished (`None`: it timed out); stop.
@@ -349,14 +407,16 @@ impl Actor for RunActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         let Some(launch) = self.launch.take() else { return };
         let provider = self.shared.entry.provider.clone();
-        let mut launching = contained(move || provider.launch(launch));
+        let mut launching = self.launching.hold(contained(move || provider.launch(launch)));
         // A provider that publishes at once needs no spawned future.
         match (&mut launching).now_or_never() {
-            Some(outcome) => self.on_launched(outcome, ctx),
+            Some(outcome) => outcome.into_iter().for_each(|outcome| self.on_launched(outcome, ctx)),
             None => {
-                let launched = launching
-                    .into_actor(self)
-                    .map(|outcome, actor, ctx| actor.on_launched(outcome, ctx));
+                let launched = launching.into_actor(self).map(|outcome, actor, ctx| {
+                    if let Some(outcome) = outcome {
+                        actor.on_launched(outcome, ctx)
+                    }
+                });
                 ctx.spawn(launched);
             }
         }
@@ -379,6 +439,9 @@ impl Drop for RunActor {
         // Release the counters first: whoever wakes on the signals below must
         // already see this run gone.
         self.core.runs.remove(&self.shared.run_id);
+        self.launching.clear();
+        self.running.clear();
+        self.releasing.clear();
         drop(self.child.take());
         drop(self.leases.take());
         if let Some(publish) = self.publish.take() {
