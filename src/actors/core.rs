@@ -10,18 +10,17 @@ use std::time::Duration;
 use actix::{Addr, ArbiterHandle};
 use dashmap::DashMap;
 use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
 
 use super::provider::ProviderEntry;
 use super::registry::RegistryActor;
-use super::run::{Dispose, ForceStop, RunActor};
+use super::run::RunControl;
 use crate::events::EventBus;
 use crate::live::LiveCounters;
 use crate::seam::SubagentError;
 
 thread_local! {
-    /// `(runtime id, worker index)` of the runtime whose worker this thread is.
-    static WORKER: Cell<Option<(u64, usize)>> = const { Cell::new(None) };
+    /// The id of the runtime whose worker this thread is.
+    static WORKER: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
 /// Timeouts and sizes fixed at build time.
@@ -34,14 +33,6 @@ pub(crate) struct Config {
     pub dispose_timeout: Duration,
     /// Bound on each shutdown phase.
     pub shutdown_phase_timeout: Duration,
-}
-
-/// What the runtime keeps about one live run, for shutdown.
-pub(crate) struct RunControl {
-    pub addr: Addr<RunActor>,
-    pub token: CancellationToken,
-    pub depth: u32,
-    pub shared: Arc<super::run_shared::RunShared>,
 }
 
 pub(crate) struct Core {
@@ -104,14 +95,14 @@ impl Core {
         self.next_run_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Mark the current thread as worker `index` of this runtime.
-    pub(crate) fn mark_worker(runtime: u64, index: usize) {
-        WORKER.with(|w| w.set(Some((runtime, index))));
+    /// Mark the current thread as a worker of runtime `runtime`.
+    pub(crate) fn mark_worker(runtime: u64) {
+        WORKER.with(|w| w.set(Some(runtime)));
     }
 
     /// Whether the current thread is one of this runtime's workers.
     pub(crate) fn on_worker(&self) -> bool {
-        WORKER.with(|w| w.get()).is_some_and(|(runtime, _)| runtime == self.id)
+        WORKER.with(|w| w.get()) == Some(self.id)
     }
 
     /// Whether the current thread belongs to any runtime's workers.
@@ -119,9 +110,14 @@ impl Core {
         WORKER.with(|w| w.get()).is_some()
     }
 
-    pub(crate) fn pick_worker(&self) -> &ArbiterHandle {
+    /// Run `future` on the next worker in turn and hand its output to
+    /// `reply`; false when the runtime is stopped.
+    pub(crate) fn spawn_on_worker<F>(&self, future: F, reply: impl FnOnce(F::Output) + Send + 'static) -> bool
+    where
+        F: Future + Send + 'static,
+    {
         let n = self.next_worker.fetch_add(1, Ordering::Relaxed);
-        &self.workers[n % self.workers.len()]
+        self.workers[n % self.workers.len()].spawn(async move { reply(future.await) })
     }
 
     /// Run `future` on a worker: inline when the caller already is one
@@ -135,23 +131,12 @@ impl Core {
             return Ok(future.await);
         }
         let (reply, outcome) = oneshot::channel();
-        let spawned = self.pick_worker().spawn(async move {
-            let _ = reply.send(future.await);
+        let spawned = self.spawn_on_worker(future, move |output| {
+            let _ = reply.send(output);
         });
         if !spawned {
             return Err(SubagentError::RuntimeStopped);
         }
         outcome.await.map_err(|_| SubagentError::RuntimeStopped)
-    }
-
-    /// Tell a run to dispose (control message: never waits for mailbox room).
-    pub(crate) fn dispose_run(control: &RunControl) {
-        control.token.cancel();
-        control.addr.do_send(Dispose);
-    }
-
-    /// Escalation: stop a run without waiting for its child.
-    pub(crate) fn force_stop_run(control: &RunControl) {
-        control.addr.do_send(ForceStop);
     }
 }

@@ -85,9 +85,7 @@ impl ProviderActor {
             _lease: ActorLease::actor(live),
         }
     }
-}
 
-impl ProviderActor {
     pub(crate) fn key(&self) -> u64 {
         self.entry.key
     }

@@ -173,16 +173,22 @@ impl Handler<ProviderDrained> for RegistryActor {
     }
 }
 
-/// Shutdown phase: stop every provider actor, each bounded by `timeout`.
-/// Replies with the names that stopped in time.
+/// Shutdown phase: stop every provider actor, each hook bounded by `timeout`.
 #[derive(Message)]
-#[rtype(result = "Vec<String>")]
+#[rtype(result = "ProvidersStopped")]
 pub(crate) struct StopProviders {
     pub timeout: Duration,
 }
 
+/// The providers whose actor stopped, and whether the phase hit its bound.
+#[derive(MessageResponse)]
+pub(crate) struct ProvidersStopped {
+    pub names: Vec<String>,
+    pub timed_out: bool,
+}
+
 impl Handler<StopProviders> for RegistryActor {
-    type Result = ResponseFuture<Vec<String>>;
+    type Result = ResponseFuture<ProvidersStopped>;
 
     fn handle(&mut self, msg: StopProviders, _ctx: &mut Context<Self>) -> Self::Result {
         let stops: Vec<_> = self
@@ -190,13 +196,20 @@ impl Handler<StopProviders> for RegistryActor {
             .drain()
             .map(|(_, addr)| addr.send(StopProvider { timeout: msg.timeout }))
             .collect();
-        // The hook's own bound is `timeout`; allow the reply a moment more.
+        // Each hook is bounded by `timeout` in its actor; allow the replies a
+        // moment more before calling the phase timed out.
         let bound = msg.timeout + Duration::from_millis(100);
         Box::pin(async move {
-            let stopped = tokio::time::timeout(bound, join_all(stops)).await;
-            stopped
-                .map(|replies| replies.into_iter().filter_map(Result::ok).collect())
-                .unwrap_or_default()
+            match tokio::time::timeout(bound, join_all(stops)).await {
+                Ok(replies) => ProvidersStopped {
+                    names: replies.into_iter().filter_map(Result::ok).collect(),
+                    timed_out: false,
+                },
+                Err(_) => ProvidersStopped {
+                    names: Vec::new(),
+                    timed_out: true,
+                },
+            }
         })
     }
 }

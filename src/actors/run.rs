@@ -218,23 +218,14 @@ impl RunActor {
             local_agent: child.local_agent(),
             steering: child.supports_steering(),
         };
-        let mut run = self.running.hold(contained(|| child.run()));
+        let run = self.running.hold(contained(|| child.run()));
         self.child = Some(child);
         self.state = RunState::Running;
-        // A child that is done at once settles without a spawned future.
-        match (&mut run).now_or_never() {
-            Some(outcome) => outcome
-                .into_iter()
-                .for_each(|outcome| self.on_run_finished(outcome, ctx)),
-            None => {
-                let finished = run.into_actor(self).map(|outcome, actor, ctx| {
-                    if let Some(outcome) = outcome {
-                        actor.on_run_finished(outcome, ctx)
-                    }
-                });
-                ctx.spawn(finished);
+        self.drive(run, ctx, |actor, outcome, ctx| {
+            if let Some(outcome) = outcome {
+                actor.on_run_finished(outcome, ctx)
             }
-        }
+        });
         let delivered = self
             .publish
             .take()
@@ -242,6 +233,26 @@ impl RunActor {
         if !delivered {
             // The caller gave up on `start`: nobody owns this run, so release it.
             self.begin_dispose(ctx);
+        }
+    }
+
+    /// Poll `held` once inline — a provider future that is done at once
+    /// needs no spawned future — else spawn it. `done` gets its output, or
+    /// `None` when the slot was cleared first.
+    fn drive<T: 'static>(
+        &mut self,
+        mut held: Held<T>,
+        ctx: &mut Context<Self>,
+        done: fn(&mut Self, Option<T>, &mut Context<Self>),
+    ) {
+        match (&mut held).now_or_never() {
+            Some(outcome) => done(self, outcome, ctx),
+            None => {
+                ctx.spawn(
+                    held.into_actor(self)
+                        .map(move |outcome, actor, ctx| done(actor, outcome, ctx)),
+                );
+            }
         }
     }
 
@@ -321,11 +332,9 @@ impl RunActor {
         }
     }
 
-    /// Deliver the result (once). A cancelled run that did not complete is `Aborted`.
+    /// Deliver the result (only the first call counts). A cancelled run
+    /// that did not complete is `Aborted`.
     fn settle(&mut self, mut result: RunResult) {
-        if self.shared.is_settled() {
-            return;
-        }
         if self.token.is_cancelled() && result.stop_reason != StopReason::Completed {
             result.stop_reason = StopReason::Aborted;
         }
@@ -370,6 +379,7 @@ impl RunActor {
         if let Some(outcome) = (&mut hook).now_or_never() {
             return self.on_released(outcome, ctx);
         }
+        // Unlike launch and run, the hook is bounded: `drive` cannot serve.
         let bounded = tokio::time::timeout(self.core.config.dispose_timeout, hook);
         ctx.spawn(bounded.into_actor(self).map(|outcome, actor, ctx| {
             // A hook that outlived its bound is dropped before the actor stops.
@@ -407,19 +417,12 @@ impl Actor for RunActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         let Some(launch) = self.launch.take() else { return };
         let provider = self.shared.entry.provider.clone();
-        let mut launching = self.launching.hold(contained(move || provider.launch(launch)));
-        // A provider that publishes at once needs no spawned future.
-        match (&mut launching).now_or_never() {
-            Some(outcome) => outcome.into_iter().for_each(|outcome| self.on_launched(outcome, ctx)),
-            None => {
-                let launched = launching.into_actor(self).map(|outcome, actor, ctx| {
-                    if let Some(outcome) = outcome {
-                        actor.on_launched(outcome, ctx)
-                    }
-                });
-                ctx.spawn(launched);
+        let launching = self.launching.hold(contained(move || provider.launch(launch)));
+        self.drive(launching, ctx, |actor, outcome, ctx| {
+            if let Some(outcome) = outcome {
+                actor.on_launched(outcome, ctx)
             }
-        }
+        });
         // Watch the token only while there is something to cancel: a run
         // that settled inline is cancelled, if ever, by its dispose.
         if matches!(self.state, RunState::Starting | RunState::Running) {
@@ -453,6 +456,39 @@ impl Drop for RunActor {
         }
         self.shared
             .set_quiescent(std::mem::replace(&mut self.dispose_outcome, Ok(())));
+    }
+}
+
+/// What the runtime holds of a live run: enough to dispose it, force it
+/// down, and await its quiescence. The caller's `Run` holds one too.
+#[derive(Clone)]
+pub(crate) struct RunControl {
+    pub addr: Addr<RunActor>,
+    pub token: CancellationToken,
+    /// The child's delegation depth: shutdown disposes deepest first.
+    pub depth: u32,
+    pub shared: Arc<RunShared>,
+}
+
+impl RunControl {
+    /// Cancel remaining work and ask the actor to release the child (a
+    /// control message: never waits for mailbox room).
+    pub(crate) fn dispose(&self) {
+        self.token.cancel();
+        self.addr.do_send(Dispose);
+    }
+
+    /// Escalation: stop the actor without waiting for its child.
+    pub(crate) fn force_stop(&self) {
+        self.addr.do_send(ForceStop);
+    }
+
+    /// Resolves once the run is quiescent.
+    pub(crate) fn quiescence(&self) -> impl Future<Output = ()> + 'static {
+        let shared = self.shared.clone();
+        async move {
+            let _ = shared.quiescent().await;
+        }
     }
 }
 

@@ -4,12 +4,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use actix::Addr;
-use tokio_util::sync::CancellationToken;
 
-use std::sync::Arc;
-
-use super::run::{Dispose, RunActor, SendMessage};
-use super::run_shared::RunShared;
+use super::run::{RunActor, RunControl, SendMessage};
 use crate::seam::{ContentBlock, LocalAgent, RunResult, SubagentError};
 
 /// A published run, owned by the caller, who must [`dispose`](Run::dispose)
@@ -17,11 +13,9 @@ use crate::seam::{ContentBlock, LocalAgent, RunResult, SubagentError};
 /// background (without waiting), so nothing leaks.
 pub struct Run {
     pub(crate) id: String,
-    pub(crate) shared: Arc<RunShared>,
+    pub(crate) control: RunControl,
     pub(crate) local_agent: Option<LocalAgent>,
     pub(crate) steering: bool,
-    pub(crate) token: CancellationToken,
-    pub(crate) addr: Addr<RunActor>,
     pub(crate) disposed: AtomicBool,
 }
 
@@ -34,12 +28,12 @@ impl Run {
 
     /// The registry-minted id carried by this run's `Start` and `End` events.
     pub fn run_id(&self) -> u64 {
-        self.shared.run_id
+        self.control.shared.run_id
     }
 
     /// The provider that runs the child.
     pub fn provider(&self) -> &str {
-        self.shared.provider()
+        self.control.shared.provider()
     }
 
     /// The in-process child agent, when the provider exposes one.
@@ -51,20 +45,20 @@ impl Run {
     /// child-level failure is `Ok` with `StopReason::Error`; `Err` means an
     /// infrastructure fault (the runtime stopped under the run).
     pub async fn result(&self) -> Result<RunResult, SubagentError> {
-        self.shared.result().await
+        self.control.shared.result().await
     }
 
     /// Cancel the child; the result settles `Aborted` unless it already
     /// completed. Returns at once.
     pub fn cancel(&self) {
         // The run actor watches this token, so tripping it is the message.
-        self.token.cancel();
+        self.control.token.cancel();
     }
 
     /// Whether cancellation was requested (by `cancel()` or the request's
     /// signal).
     pub fn is_cancelled(&self) -> bool {
-        self.token.is_cancelled()
+        self.control.token.is_cancelled()
     }
 
     /// Cancel remaining work and release the child; returns once it is
@@ -73,27 +67,28 @@ impl Run {
     /// after quiescence. `Err(DISPOSE_FAILED)` says the child had to be
     /// forced down (its dispose hook failed, panicked or timed out).
     pub async fn dispose(&self) -> Result<(), SubagentError> {
-        if !self.disposed.swap(true, Ordering::AcqRel) {
-            self.token.cancel();
-            self.addr.do_send(Dispose);
-        }
-        self.shared.quiescent().await
+        self.request_dispose();
+        self.control.shared.quiescent().await
     }
 
     /// Send-message, when the child supports it.
     pub fn steering(&self) -> Option<Steering> {
         self.steering.then(|| Steering {
-            addr: self.addr.clone(),
+            addr: self.control.addr.clone(),
         })
+    }
+
+    /// Send the dispose request once, whoever asks first.
+    fn request_dispose(&self) {
+        if !self.disposed.swap(true, Ordering::AcqRel) {
+            self.control.dispose();
+        }
     }
 }
 
 impl Drop for Run {
     fn drop(&mut self) {
-        if !self.disposed.swap(true, Ordering::AcqRel) {
-            self.token.cancel();
-            self.addr.do_send(Dispose);
-        }
+        self.request_dispose();
     }
 }
 
@@ -101,8 +96,8 @@ impl fmt::Debug for Run {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Run")
             .field("id", &self.id)
-            .field("run_id", &self.shared.run_id)
-            .field("provider", &self.shared.provider())
+            .field("run_id", &self.run_id())
+            .field("provider", &self.provider())
             .finish_non_exhaustive()
     }
 }

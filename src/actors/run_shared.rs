@@ -62,10 +62,6 @@ impl RunShared {
         self.wait(|shared| shared.quiescent.get().cloned()).await
     }
 
-    pub(crate) fn is_settled(&self) -> bool {
-        self.result.get().is_some()
-    }
-
     async fn wait<T>(&self, read: impl Fn(&Self) -> Option<T>) -> T {
         loop {
             let changed = self.changed.notified();

@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use super::core::Config;
-use super::registry::{RegistryActor, StopProviders, StopRegistry};
+use super::registry::{ProvidersStopped, RegistryActor, StopProviders, StopRegistry};
 use super::subagents::Subagents;
 use super::Core;
 use crate::live::Live;
@@ -111,9 +111,9 @@ impl RuntimeBuilder {
                     events.handle(),
                     event_capacity,
                 ));
-                for (index, arbiter) in arbiters.iter().enumerate() {
+                for arbiter in &arbiters {
                     let runtime = core.id;
-                    arbiter.spawn_fn(move || Core::mark_worker(runtime, index));
+                    arbiter.spawn_fn(move || Core::mark_worker(runtime));
                 }
                 let registry = system.block_on(async { RegistryActor::new(core.clone()).start() });
                 let _ = core.registry.set(registry);
@@ -195,8 +195,8 @@ impl Runtime {
         F::Output: Send + 'static,
     {
         let (reply, outcome) = oneshot::channel();
-        self.core.pick_worker().spawn(async move {
-            let _ = reply.send(future.await);
+        self.core.spawn_on_worker(future, move |output| {
+            let _ = reply.send(output);
         });
         RuntimeTask { outcome }
     }
@@ -214,8 +214,8 @@ impl Runtime {
             "Runtime::block_on called from a runtime worker thread; use Runtime::spawn"
         );
         let (reply, outcome) = std::sync::mpsc::sync_channel(1);
-        self.core.pick_worker().spawn(async move {
-            let _ = reply.send(future.await);
+        self.core.spawn_on_worker(future, move |output| {
+            let _ = reply.send(output);
         });
         outcome.recv().expect("the runtime stopped before the future finished")
     }
@@ -313,49 +313,50 @@ async fn run_phases(core: Arc<Core>) -> ShutdownReport {
     let bound = core.config.shutdown_phase_timeout;
     let mut report = ShutdownReport::default();
 
-    let phase = Instant::now();
-    core.refuse_starts();
-    report.phases.push(PhaseReport {
-        name: "refuse-starts",
-        elapsed: phase.elapsed(),
-        timed_out: false,
-    });
+    phase(&mut report, "refuse-starts", async {
+        core.refuse_starts();
+        ((), false)
+    })
+    .await;
 
-    let phase = Instant::now();
-    let (stopped, forced) = dispose_runs(&core, bound)
-        .instrument(tracing::info_span!("shutdown", phase = "dispose-runs"))
-        .await;
+    let (stopped, forced) = phase(&mut report, "dispose-runs", async {
+        let (stopped, forced) = dispose_runs(&core, bound).await;
+        ((stopped, forced), forced > 0)
+    })
+    .await;
     report.runs_stopped = stopped;
     report.runs_forced = forced;
-    report.phases.push(PhaseReport {
-        name: "dispose-runs",
-        elapsed: phase.elapsed(),
-        timed_out: forced > 0,
-    });
 
-    let phase = Instant::now();
     let registry = core.registry().clone();
-    let providers = registry
-        .send(StopProviders { timeout: bound })
-        .instrument(tracing::info_span!("shutdown", phase = "stop-providers"))
-        .await;
-    report.providers_stopped = providers.unwrap_or_default();
-    report.phases.push(PhaseReport {
-        name: "stop-providers",
-        elapsed: phase.elapsed(),
-        timed_out: phase.elapsed() >= bound,
-    });
+    report.providers_stopped = phase(&mut report, "stop-providers", async {
+        match registry.send(StopProviders { timeout: bound }).await {
+            Ok(ProvidersStopped { names, timed_out }) => (names, timed_out),
+            Err(_) => (Vec::new(), true),
+        }
+    })
+    .await;
 
-    let phase = Instant::now();
-    let stopped = tokio::time::timeout(bound, registry.send(StopRegistry))
-        .instrument(tracing::info_span!("shutdown", phase = "stop-registry"))
-        .await;
-    report.phases.push(PhaseReport {
-        name: "stop-registry",
-        elapsed: phase.elapsed(),
-        timed_out: stopped.is_err(),
-    });
+    phase(&mut report, "stop-registry", async {
+        (
+            (),
+            tokio::time::timeout(bound, registry.send(StopRegistry)).await.is_err(),
+        )
+    })
+    .await;
     report
+}
+
+/// Run one named shutdown phase (`work` yields its value and whether it hit
+/// its bound) inside a tracing span, and record it in the report.
+async fn phase<T>(report: &mut ShutdownReport, name: &'static str, work: impl Future<Output = (T, bool)>) -> T {
+    let began = Instant::now();
+    let (value, timed_out) = work.instrument(tracing::info_span!("shutdown", phase = name)).await;
+    report.phases.push(PhaseReport {
+        name,
+        elapsed: began.elapsed(),
+        timed_out,
+    });
+    value
 }
 
 /// Dispose every live run, deepest first, within `bound`; force down what
@@ -373,8 +374,8 @@ async fn dispose_runs(core: &Core, bound: Duration) -> (usize, usize) {
             .filter(|r| r.depth == depth)
             .map(|r| {
                 seen.insert(*r.key());
-                Core::dispose_run(&r);
-                quiescence(&r)
+                r.dispose();
+                r.quiescence()
             })
             .collect();
         let _ = tokio::time::timeout_at(deadline, join_all(tier)).await;
@@ -385,19 +386,12 @@ async fn dispose_runs(core: &Core, bound: Duration) -> (usize, usize) {
         .iter()
         .map(|r| {
             seen.insert(*r.key());
-            Core::force_stop_run(&r);
-            quiescence(&r)
+            r.force_stop();
+            r.quiescence()
         })
         .collect();
     let forced = leftovers.len();
     let escalation = tokio::time::Instant::now() + bound;
     let _ = tokio::time::timeout_at(escalation, join_all(leftovers)).await;
     (seen.len(), forced)
-}
-
-fn quiescence(control: &super::core::RunControl) -> impl Future<Output = ()> {
-    let shared = control.shared.clone();
-    async move {
-        let _ = shared.quiescent().await;
-    }
 }

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use actix::Actor;
 use tokio::sync::oneshot;
 
-use super::core::RunControl;
 use super::provider::ProviderEntry;
 use super::registry::{self, Registration};
-use super::run::{RunActor, RunSpawn};
+use super::run::{RunActor, RunControl, RunSpawn};
 use super::run_handle::Run;
 use super::run_shared::RunShared;
 use super::Core;
@@ -189,16 +188,13 @@ async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartReques
         },
         publish,
     });
-    let addr = actor.start();
-    core.runs.insert(
-        shared.run_id,
-        RunControl {
-            addr: addr.clone(),
-            token: token.clone(),
-            depth,
-            shared: shared.clone(),
-        },
-    );
+    let control = RunControl {
+        addr: actor.start(),
+        token,
+        depth,
+        shared: shared.clone(),
+    };
+    core.runs.insert(shared.run_id, control.clone());
     let published = published.await.unwrap_or(Err(SubagentError::RuntimeStopped))?;
     shared.publish(|| RunInfo {
         run_id: shared.run_id,
@@ -210,11 +206,9 @@ async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartReques
     });
     Ok(Run {
         id: published.id,
-        shared,
+        control,
         local_agent: published.local_agent,
         steering: published.steering,
-        token,
-        addr,
         disposed: AtomicBool::new(false),
     })
 }
