@@ -3,6 +3,7 @@
 #![deny(unused_must_use)]
 
 pub mod actors;
+pub mod agent;
 pub mod events;
 mod live;
 pub mod providers;

@@ -26,6 +26,58 @@
 
 use serde_json::{Map, Value};
 
+/// A JSON Schema compiled for validating values (tool arguments, structured
+/// results). Violations come back path-qualified, like [`check_subset`]'s.
+///
+/// ```
+/// use serde_json::json;
+/// use subagents::schema::CompiledSchema;
+///
+/// let schema = CompiledSchema::compile(&json!({"type": "object", "required": ["n"]})).unwrap();
+/// assert!(schema.violations(&json!({"n": 1})).is_empty());
+/// assert_eq!(schema.violations(&json!({})).len(), 1);
+/// ```
+pub struct CompiledSchema {
+    validator: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for CompiledSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CompiledSchema")
+    }
+}
+
+impl CompiledSchema {
+    /// Compiles `schema`; `Err` says why it is not a usable JSON Schema.
+    pub fn compile(schema: &Value) -> Result<Self, String> {
+        jsonschema::validator_for(schema).map(|validator| CompiledSchema { validator }).map_err(|e| e.to_string())
+    }
+
+    /// Every violation of `value`, each prefixed by its path (`$`, `$.city`,
+    /// `$.items[2]`); empty when `value` is valid.
+    pub fn violations(&self, value: &Value) -> Vec<String> {
+        self.validator
+            .iter_errors(value)
+            .map(|error| format!("{}: {}", json_path(error.instance_path().as_str()), error.masked()))
+            .collect()
+    }
+}
+
+/// `/items/2/name` → `$.items[2].name`.
+fn json_path(pointer: &str) -> String {
+    let mut path = String::from("$");
+    for segment in pointer.split('/').skip(1) {
+        let segment = segment.replace("~1", "/").replace("~0", "~");
+        if !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) {
+            path.push_str(&format!("[{segment}]"));
+        } else {
+            path.push('.');
+            path.push_str(&segment);
+        }
+    }
+    path
+}
+
 const TYPES: [&str; 7] = ["object", "array", "string", "number", "integer", "boolean", "null"];
 const ANNOTATIONS: [&str; 4] = ["description", "title", "default", "examples"];
 const OBJECT_KEYWORDS: [&str; 3] = ["properties", "required", "additionalProperties"];

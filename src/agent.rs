@@ -1,0 +1,426 @@
+//! The agent core: what an in-process child (and an in-process parent) runs.
+//!
+//! ```text
+//! Agent ── owns ──> Session (header + append-only log, JSON lines on disk)
+//!   │                 ▲ every step appends; every turn end flushes
+//!   ├── Model         scripted | replay | record | openai   (one async trait)
+//!   ├── Toolset       named tools, schemas, gates, filter   (this agent's only)
+//!   └── SystemPrompt  named sections: persona, tools, …
+//! ```
+//!
+//! A turn ([`Agent::prompt`]) is the loop: request → assistant message →
+//! tool calls (concurrently where the tools allow) → results → … until the
+//! model finishes, hits its token limit, refuses, is cancelled, or fails.
+//! Every turn ends with a recorded [`TurnEnd`](SessionEvent::TurnEnd) and its
+//! reason, and the session is flushed. Turns on one agent run one at a time.
+//!
+//! ```
+//! use subagents::agent::{Agent, ScriptedModel};
+//! use subagents::StopReason;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let agent = Agent::builder(ScriptedModel::new()).build().unwrap();
+//! let outcome = agent.prompt("summarise the plan").await;
+//! assert_eq!(outcome.stop_reason, StopReason::Completed);
+//! assert_eq!(outcome.output, "handled: summarise the plan");
+//! # });
+//! ```
+
+mod model;
+mod prompt;
+mod session;
+mod tools;
+mod turn;
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+pub use model::{
+    ChunkSink, Finish, Model, ModelError, ModelReply, ModelRequest, OpenAiConfig, OpenAiModel, RecordingModel,
+    ReplayModel, ScriptMatch, ScriptedModel, Step, Tape, Usage,
+};
+pub use model::{TapeAnswer, TapeSession};
+pub use prompt::SystemPrompt;
+pub use session::{LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, ToolCall};
+pub use tools::{FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset};
+pub use turn::{AgentUpdate, TurnOutcome};
+
+use crate::seam::{AgentOptions, ContentBlock, StopReason};
+
+/// Receives live updates from an agent's turns (text chunks, tool calls).
+pub type UpdateSink = Arc<dyn Fn(&AgentUpdate) + Send + Sync>;
+
+/// A prompt: text or content blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prompt(pub Vec<ContentBlock>);
+
+impl From<&str> for Prompt {
+    fn from(text: &str) -> Self {
+        Prompt(vec![ContentBlock::text(text)])
+    }
+}
+
+impl From<String> for Prompt {
+    fn from(text: String) -> Self {
+        Prompt(vec![ContentBlock::text(text)])
+    }
+}
+
+impl From<Vec<ContentBlock>> for Prompt {
+    fn from(blocks: Vec<ContentBlock>) -> Self {
+        Prompt(blocks)
+    }
+}
+
+/// Why an agent could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// Its session could not be created or loaded.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// A tool could not be added.
+    #[error(transparent)]
+    Tool(#[from] ToolError),
+    /// The working directory is not usable.
+    #[error("working directory {0:?} is not an existing directory")]
+    Cwd(PathBuf),
+}
+
+/// Builds an [`Agent`]: its model, session, tools, persona and route.
+pub struct AgentBuilder {
+    model: Arc<dyn Model>,
+    store: SessionStore,
+    session_id: Option<String>,
+    resume: bool,
+    parent_session: Option<String>,
+    depth: u32,
+    cwd: Option<PathBuf>,
+    persona: Option<String>,
+    prompt: SystemPrompt,
+    toolset: Toolset,
+    pending_tools: Vec<Arc<dyn Tool>>,
+    options: AgentOptions,
+    max_steps: u32,
+    seed: Vec<SessionEvent>,
+    on_update: Option<UpdateSink>,
+    cancel: Option<CancellationToken>,
+}
+
+impl AgentBuilder {
+    /// Where the session is persisted (default: in memory only).
+    pub fn store(mut self, store: SessionStore) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// The session id (default: a fresh UUID).
+    pub fn session_id(mut self, id: impl Into<String>) -> Self {
+        self.session_id = Some(id.into());
+        self
+    }
+
+    /// Continues the stored session `id` instead of creating one. Its depth
+    /// never drops below what the session recorded.
+    pub fn resume(mut self, id: impl Into<String>) -> Self {
+        self.session_id = Some(id.into());
+        self.resume = true;
+        self
+    }
+
+    /// The delegating parent's session and this agent's depth.
+    pub fn parent(mut self, parent_session: Option<String>, depth: u32) -> Self {
+        self.parent_session = parent_session;
+        self.depth = depth;
+        self
+    }
+
+    /// The working directory (default: the process's).
+    pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(cwd.into());
+        self
+    }
+
+    /// Replaces the default persona section.
+    pub fn persona(mut self, persona: impl Into<String>) -> Self {
+        self.persona = Some(persona.into());
+        self
+    }
+
+    /// Sets (or adds) one system-prompt section.
+    pub fn prompt_section(mut self, name: &str, text: impl Into<String>) -> Self {
+        self.prompt.set(name, text);
+        self
+    }
+
+    /// Starts from this tool set (tools, gates, filter).
+    pub fn toolset(mut self, toolset: Toolset) -> Self {
+        self.toolset = toolset;
+        self
+    }
+
+    /// Adds a tool (a duplicate name fails [`AgentBuilder::build`]).
+    pub fn tool(mut self, tool: impl Tool) -> Self {
+        self.pending_tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Adds `read_file` and `list_dir`, confined to the cwd.
+    pub fn builtin_tools(self) -> Self {
+        self.tool(ReadFile).tool(ListDir)
+    }
+
+    /// The route: model, token limit, reasoning effort.
+    pub fn options(mut self, options: AgentOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Most model calls in one turn before it ends `Error` (default 64).
+    pub fn max_steps(mut self, max_steps: u32) -> Self {
+        self.max_steps = max_steps.max(1);
+        self
+    }
+
+    /// Events copied into a new session before its first turn (a fork's
+    /// inherited history).
+    pub fn seed(mut self, events: Vec<SessionEvent>) -> Self {
+        self.seed = events;
+        self
+    }
+
+    /// Receives live updates.
+    pub fn on_update(mut self, sink: UpdateSink) -> Self {
+        self.on_update = Some(sink);
+        self
+    }
+
+    /// Cancelling this token cancels every turn of the agent, now and later.
+    pub fn cancel_token(mut self, token: CancellationToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+
+    /// Creates (or resumes) the session and returns the agent.
+    pub fn build(self) -> Result<Agent, AgentError> {
+        let cwd = match self.cwd {
+            Some(cwd) => cwd,
+            None => std::env::current_dir().map_err(|_| AgentError::Cwd(PathBuf::from(".")))?,
+        };
+        if !cwd.is_dir() {
+            return Err(AgentError::Cwd(cwd));
+        }
+        let mut toolset = self.toolset;
+        for tool in self.pending_tools {
+            toolset.add_shared(tool)?;
+        }
+        let mut prompt = self.prompt;
+        let session = if self.resume {
+            let id = self.session_id.expect("resume sets the id");
+            self.store.resume(&id, self.depth)?
+        } else {
+            let id = self.session_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            let mut header = SessionHeader::new(id, cwd.clone());
+            header.parent_session = self.parent_session;
+            header.depth = self.depth;
+            header.persona = self.persona.clone();
+            let mut session = self.store.create(header)?;
+            for event in self.seed {
+                session.append(event)?;
+            }
+            session.flush()?;
+            session
+        };
+        if let Some(persona) = self.persona.or_else(|| session.header().persona.clone()) {
+            prompt.set(SystemPrompt::PERSONA, persona);
+        }
+        let root = self.cancel.unwrap_or_default();
+        let (busy, _) = watch::channel(0);
+        Ok(Agent {
+            inner: Arc::new(AgentInner {
+                id: session.id().into(),
+                cwd: session.header().cwd.clone().into(),
+                model: self.model,
+                tools: toolset,
+                system: prompt.render().into(),
+                options: self.options,
+                max_steps: self.max_steps,
+                session: Mutex::new(session),
+                turn_lock: tokio::sync::Mutex::new(()),
+                busy,
+                cancel: Mutex::new(root.child_token()),
+                root_cancel: root,
+                steering: Mutex::new(VecDeque::new()),
+                on_update: self.on_update,
+            }),
+        })
+    }
+}
+
+/// A running agent: run prompts, await idle, cancel, read its session.
+/// Cheap to clone; clones share the agent.
+#[derive(Clone)]
+pub struct Agent {
+    inner: Arc<AgentInner>,
+}
+
+pub(crate) struct AgentInner {
+    id: Arc<str>,
+    cwd: Arc<Path>,
+    model: Arc<dyn Model>,
+    tools: Toolset,
+    system: Arc<str>,
+    options: AgentOptions,
+    max_steps: u32,
+    session: Mutex<Session>,
+    turn_lock: tokio::sync::Mutex<()>,
+    /// Turns running or queued.
+    busy: watch::Sender<usize>,
+    /// The current cancellation generation; [`Agent::cancel`] replaces it.
+    cancel: Mutex<CancellationToken>,
+    root_cancel: CancellationToken,
+    steering: Mutex<VecDeque<Vec<ContentBlock>>>,
+    on_update: Option<UpdateSink>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent").field("id", &self.inner.id).field("model", &self.inner.model.name()).finish()
+    }
+}
+
+impl Agent {
+    /// Starts building an agent on `model`.
+    pub fn builder(model: impl Model) -> AgentBuilder {
+        Self::builder_shared(Arc::new(model))
+    }
+
+    /// Starts building an agent on a shared model.
+    pub fn builder_shared(model: Arc<dyn Model>) -> AgentBuilder {
+        AgentBuilder {
+            model,
+            store: SessionStore::in_memory(),
+            session_id: None,
+            resume: false,
+            parent_session: None,
+            depth: 0,
+            cwd: None,
+            persona: None,
+            prompt: SystemPrompt::default(),
+            toolset: Toolset::new(),
+            pending_tools: Vec::new(),
+            options: AgentOptions::default(),
+            max_steps: 64,
+            seed: Vec::new(),
+            on_update: None,
+            cancel: None,
+        }
+    }
+
+    /// The session id.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The session header.
+    pub fn header(&self) -> SessionHeader {
+        self.inner.session().header().clone()
+    }
+
+    /// The working directory its tools are confined to.
+    pub fn cwd(&self) -> &Path {
+        &self.inner.cwd
+    }
+
+    /// The system prompt the model sees.
+    pub fn system_prompt(&self) -> &str {
+        &self.inner.system
+    }
+
+    /// The tools the model sees.
+    pub fn tool_specs(&self) -> Vec<ToolSpec> {
+        self.inner.tools.specs()
+    }
+
+    /// The model's name.
+    pub fn model_name(&self) -> &str {
+        self.inner.model.name()
+    }
+
+    /// Runs one turn. Turns queue behind each other; a cancel trips the
+    /// running turn and every queued one.
+    pub async fn prompt(&self, prompt: impl Into<Prompt>) -> TurnOutcome {
+        let prompt = prompt.into();
+        let cancel = self.inner.lock(&self.inner.cancel).child_token();
+        self.inner.busy.send_modify(|n| *n += 1);
+        let _busy = BusyGuard(&self.inner.busy);
+        let _turn = self.inner.turn_lock.lock().await;
+        turn::run(&self.inner, prompt.0, cancel).await
+    }
+
+    /// Cancels the running turn and the queued ones; later turns run normally.
+    pub fn cancel(&self) {
+        let mut current = self.inner.lock(&self.inner.cancel);
+        current.cancel();
+        *current = self.inner.root_cancel.child_token();
+    }
+
+    /// Waits until no turn is running or queued.
+    pub async fn idle(&self) {
+        let mut busy = self.inner.busy.subscribe();
+        let _ = busy.wait_for(|n| *n == 0).await;
+    }
+
+    /// Queues a message for the running turn: it reaches the model at the
+    /// next model call (or at the start of the next turn).
+    pub fn steer(&self, message: impl Into<Prompt>) {
+        self.inner.lock(&self.inner.steering).push_back(message.into().0);
+    }
+
+    /// Every session event so far.
+    pub fn events(&self) -> Vec<SessionEvent> {
+        self.inner.session().events().to_vec()
+    }
+
+    /// The session through its last turn end (what a fork inherits).
+    pub fn completed_prefix(&self) -> Vec<SessionEvent> {
+        self.inner.session().completed_prefix().to_vec()
+    }
+
+    /// Flushes and closes the session file. Call after [`Agent::idle`]; the
+    /// agent stays readable, and further turns are kept in memory only.
+    pub fn close(&self) -> Result<(), SessionError> {
+        self.inner.session().close()
+    }
+}
+
+impl AgentInner {
+    fn lock<'a, T>(&self, mutex: &'a Mutex<T>) -> MutexGuard<'a, T> {
+        mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn session(&self) -> MutexGuard<'_, Session> {
+        self.lock(&self.session)
+    }
+}
+
+struct BusyGuard<'a>(&'a watch::Sender<usize>);
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+/// Reported through [`AgentBuilder::on_update`] and used by [`turn`].
+pub(crate) fn stop_reason_of(finish: Finish) -> Option<StopReason> {
+    match finish {
+        Finish::MaxTokens => Some(StopReason::MaxTokens),
+        Finish::Refusal => Some(StopReason::Refusal),
+        Finish::Stop | Finish::ToolCalls => None,
+    }
+}

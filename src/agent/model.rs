@@ -1,0 +1,164 @@
+//! Model adapters: one async trait, three implementations.
+//!
+//! | adapter | when to choose it |
+//! |---|---|
+//! | [`ScriptedModel`] | the embedded default: deterministic scripts keyed by session, no key, no network |
+//! | [`ReplayModel`] / [`RecordingModel`] | replay recorded tapes; record them around any adapter |
+//! | [`OpenAiModel`] | any OpenAI-compatible chat-completions endpoint |
+//!
+//! Every call takes a [`CancellationToken`]; an adapter returns
+//! [`ModelError::Cancelled`] promptly once it trips (the OpenAI adapter drops
+//! the in-flight request, which closes its connection).
+
+mod openai;
+mod replay;
+mod scripted;
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+pub use openai::{OpenAiConfig, OpenAiModel};
+pub use replay::{RecordingModel, ReplayModel, Tape, TapeAnswer, TapeSession};
+pub use scripted::{ScriptMatch, ScriptedModel, Step};
+
+use super::session::{SessionEvent, ToolCall};
+use super::tools::ToolSpec;
+use crate::seam::{text_of, AgentOptions};
+
+/// Receives streamed text as it arrives.
+pub type ChunkSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// One model call: everything the model sees.
+#[derive(Clone)]
+pub struct ModelRequest {
+    /// The calling session (adapters key scripts and tapes by it).
+    pub session_id: String,
+    /// The assembled system prompt.
+    pub system: String,
+    /// The conversation so far (turn ends are bookkeeping and carry no text).
+    pub messages: Arc<[SessionEvent]>,
+    /// The tools the model may call.
+    pub tools: Arc<[ToolSpec]>,
+    /// Route: model, token limit, reasoning effort.
+    pub options: AgentOptions,
+    /// Where streamed text goes, if anyone listens.
+    pub chunks: Option<ChunkSink>,
+}
+
+impl ModelRequest {
+    /// The text of the session's first user message (tapes bind by it).
+    pub fn first_user_text(&self) -> Option<String> {
+        self.messages.iter().find_map(|event| match event {
+            SessionEvent::User { content } => Some(text_of(content)),
+            _ => None,
+        })
+    }
+
+    /// The text of the latest user message.
+    pub fn last_user_text(&self) -> Option<String> {
+        self.messages.iter().rev().find_map(|event| match event {
+            SessionEvent::User { content } => Some(text_of(content)),
+            _ => None,
+        })
+    }
+}
+
+impl std::fmt::Debug for ModelRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelRequest")
+            .field("session_id", &self.session_id)
+            .field("messages", &self.messages.len())
+            .field("tools", &self.tools.iter().map(|t| &t.name).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the model stopped answering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Finish {
+    /// It finished its answer.
+    Stop,
+    /// It wants tool results.
+    ToolCalls,
+    /// It hit the token limit.
+    MaxTokens,
+    /// It declined.
+    Refusal,
+}
+
+/// Token counts, where the model reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+}
+
+/// One model answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelReply {
+    /// The answer's text.
+    pub text: String,
+    /// Tool calls, in the order the model wrote them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Why it stopped.
+    pub finish: Finish,
+    /// Token counts, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+impl ModelReply {
+    /// A finished text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        ModelReply { text: text.into(), tool_calls: Vec::new(), finish: Finish::Stop, usage: None }
+    }
+}
+
+/// Why a model call failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// The call was cancelled.
+    #[error("the model call was cancelled")]
+    Cancelled,
+    /// The adapter is misconfigured.
+    #[error("model configuration: {0}")]
+    Config(String),
+    /// The endpoint answered with an error status (after retries).
+    #[error("the model endpoint answered {status}: {message}")]
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// A short excerpt of the body.
+        message: String,
+    },
+    /// The connection failed or broke.
+    #[error("the model endpoint could not be reached: {0}")]
+    Transport(String),
+    /// The request or a streamed chunk timed out.
+    #[error("the model call timed out after {0:?}")]
+    Timeout(std::time::Duration),
+    /// The endpoint answered something that is not a chat completion.
+    #[error("malformed model response: {0}")]
+    Malformed(String),
+    /// A script or tape said to fail, or ran out.
+    #[error("{0}")]
+    Scripted(String),
+}
+
+/// A model: turns a request into one answer. Cancellable.
+pub trait Model: Send + Sync + 'static {
+    /// A short name for logs (`scripted`, `openai:gpt-4o`, …).
+    fn name(&self) -> &str;
+
+    /// Answers one request. Returns [`ModelError::Cancelled`] promptly once
+    /// `cancel` trips.
+    fn complete(&self, request: ModelRequest, cancel: CancellationToken) -> BoxFuture<'_, Result<ModelReply, ModelError>>;
+}

@@ -1,0 +1,528 @@
+//! Any OpenAI-compatible chat-completions endpoint (OpenAI, DeepSeek, vLLM,
+//! Ollama, …), with tool calls and streaming.
+//!
+//! Configure it in code ([`OpenAiConfig::new`]) or from the environment
+//! ([`OpenAiConfig::from_env`]: `SUBAGENTS_BASE_URL`, `SUBAGENTS_MODEL`,
+//! `SUBAGENTS_API_KEY`). A route's `model`, `max_tokens` and
+//! `reasoning_effort` override the configured ones per request.
+//!
+//! How it fails: 429 and 5xx answers, refused connections and timeouts are
+//! retried with exponential backoff (honouring `Retry-After`, capped at 30 s)
+//! up to `max_retries` times; other statuses fail at once with the status and
+//! the endpoint's error message. A body that is not a chat completion is
+//! [`ModelError::Malformed`]. `timeout` bounds the wait for the response
+//! headers, for a whole non-streamed body, and between two streamed chunks.
+//! Cancellation drops the in-flight request, which closes its connection.
+//!
+//! ```no_run
+//! use subagents::agent::{Agent, OpenAiConfig, OpenAiModel};
+//!
+//! let model = OpenAiModel::new(OpenAiConfig::from_env().unwrap()).unwrap();
+//! let agent = Agent::builder(model).build().unwrap();
+//! ```
+
+use std::sync::Once;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use futures_util::StreamExt;
+use serde_json::{json, Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::{ChunkSink, Finish, Model, ModelError, ModelReply, ModelRequest, Usage};
+use crate::agent::session::{SessionEvent, ToolCall};
+use crate::seam::{text_of, ContentBlock};
+
+/// The default endpoint when `SUBAGENTS_BASE_URL` is unset.
+const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// Longest streamed line accepted; a longer one is a malformed stream.
+const MAX_LINE: usize = 4 * 1024 * 1024;
+/// Longest error body excerpt kept in an error message.
+const ERROR_EXCERPT: usize = 300;
+/// The longest backoff between retries.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Where and how to reach the endpoint.
+#[derive(Clone)]
+pub struct OpenAiConfig {
+    /// Base URL up to (not including) `/chat/completions`.
+    pub base_url: String,
+    /// Model name sent when the route names none.
+    pub model: String,
+    /// Bearer key, if the endpoint needs one.
+    pub api_key: Option<String>,
+    /// Bound on the response headers, a whole body, and each streamed chunk.
+    pub timeout: Duration,
+    /// Retries after a 429, a 5xx, a refused connection or a timeout.
+    pub max_retries: u32,
+    /// First backoff; doubled on each retry.
+    pub retry_backoff: Duration,
+    /// Stream answers (text reaches progress listeners as it arrives).
+    pub stream: bool,
+}
+
+impl std::fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiConfig")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .field("stream", &self.stream)
+            .finish()
+    }
+}
+
+impl OpenAiConfig {
+    /// An endpoint and a model; no key, 120 s timeout, 3 retries, streaming.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        OpenAiConfig {
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key: None,
+            timeout: Duration::from_secs(120),
+            max_retries: 3,
+            retry_backoff: Duration::from_millis(500),
+            stream: true,
+        }
+    }
+
+    /// From `SUBAGENTS_BASE_URL` (default the OpenAI API), `SUBAGENTS_MODEL`
+    /// (required) and `SUBAGENTS_API_KEY` (optional).
+    pub fn from_env() -> Result<Self, ModelError> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let model = var("SUBAGENTS_MODEL")
+            .ok_or_else(|| ModelError::Config("set SUBAGENTS_MODEL to the model name".to_owned()))?;
+        let base_url = var("SUBAGENTS_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        Ok(OpenAiConfig { api_key: var("SUBAGENTS_API_KEY"), ..Self::new(base_url, model) })
+    }
+
+    /// Sets the bearer key.
+    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Sets the timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets retries and the first backoff.
+    pub fn with_retries(mut self, max_retries: u32, backoff: Duration) -> Self {
+        self.max_retries = max_retries;
+        self.retry_backoff = backoff;
+        self
+    }
+
+    /// Streams or not.
+    pub fn with_stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+}
+
+/// The OpenAI-compatible adapter.
+pub struct OpenAiModel {
+    config: OpenAiConfig,
+    url: String,
+    name: String,
+    client: reqwest::Client,
+}
+
+impl OpenAiModel {
+    /// An adapter for `config`.
+    pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
+        if !(config.base_url.starts_with("http://") || config.base_url.starts_with("https://")) {
+            return Err(ModelError::Config(format!("base URL {:?} must start with http:// or https://", config.base_url)));
+        }
+        install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.timeout.min(Duration::from_secs(30)))
+            .build()
+            .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))?;
+        let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
+        Ok(OpenAiModel { name: format!("openai:{}", config.model), url, config, client })
+    }
+
+    fn body(&self, request: &ModelRequest) -> Value {
+        let mut messages = Vec::with_capacity(request.messages.len() + 1);
+        if !request.system.is_empty() {
+            messages.push(json!({"role": "system", "content": request.system}));
+        }
+        for event in request.messages.iter() {
+            match event {
+                SessionEvent::User { content } => messages.push(json!({"role": "user", "content": user_content(content)})),
+                SessionEvent::Assistant { text, tool_calls } => {
+                    let mut message = json!({"role": "assistant", "content": text});
+                    if !tool_calls.is_empty() {
+                        let calls: Vec<Value> = tool_calls.iter().map(wire_call).collect();
+                        message["tool_calls"] = Value::Array(calls);
+                    }
+                    messages.push(message);
+                }
+                SessionEvent::ToolResult { call_id, content, .. } => {
+                    messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": content}))
+                }
+                SessionEvent::TurnEnd { .. } => {}
+            }
+        }
+        let options = &request.options;
+        let mut body = json!({
+            "model": options.model.as_deref().unwrap_or(&self.config.model),
+            "messages": messages,
+        });
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters}})
+                })
+                .collect();
+            body["tools"] = Value::Array(tools);
+        }
+        if let Some(max_tokens) = options.max_tokens {
+            body["max_tokens"] = json!(max_tokens);
+        }
+        if let Some(effort) = &options.reasoning_effort {
+            body["reasoning_effort"] = json!(effort);
+        }
+        if self.config.stream {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        body
+    }
+
+    /// Sends the request, retrying what is worth retrying.
+    async fn send(&self, body: &Value) -> Result<reqwest::Response, ModelError> {
+        let mut attempt = 0;
+        loop {
+            let mut request = self.client.post(&self.url).json(body);
+            if let Some(key) = &self.config.api_key {
+                request = request.bearer_auth(key);
+            }
+            let retry_after = match tokio::time::timeout(self.config.timeout, request.send()).await {
+                Err(_) if attempt < self.config.max_retries => None,
+                Err(_) => return Err(ModelError::Timeout(self.config.timeout)),
+                Ok(Ok(response)) if response.status().is_success() => return Ok(response),
+                Ok(Ok(response)) => {
+                    let status = response.status();
+                    let retryable = status.as_u16() == 429 || status.is_server_error();
+                    if !retryable || attempt >= self.config.max_retries {
+                        let excerpt = self.error_excerpt(response).await;
+                        return Err(ModelError::Status { status: status.as_u16(), message: excerpt });
+                    }
+                    retry_after_header(&response)
+                }
+                Ok(Err(error)) if attempt < self.config.max_retries && (error.is_connect() || error.is_timeout()) => None,
+                Ok(Err(error)) => return Err(ModelError::Transport(describe(&error))),
+            };
+            let backoff = self.config.retry_backoff.saturating_mul(1 << attempt.min(16));
+            let delay = retry_after.unwrap_or(backoff).min(MAX_BACKOFF);
+            tracing::debug!(attempt, ?delay, "retrying the model call");
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+        }
+    }
+
+    async fn error_excerpt(&self, response: reqwest::Response) -> String {
+        let body = tokio::time::timeout(self.config.timeout, response.bytes()).await;
+        let body = match body {
+            Ok(Ok(bytes)) => bytes,
+            _ => return "(no readable body)".to_owned(),
+        };
+        let message = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+        excerpt(&message)
+    }
+
+    async fn complete_inner(&self, request: ModelRequest) -> Result<ModelReply, ModelError> {
+        let body = self.body(&request);
+        let response = self.send(&body).await?;
+        let is_event_stream = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if self.config.stream && is_event_stream {
+            return self.read_stream(response, request.chunks.as_ref()).await;
+        }
+        let bytes = match tokio::time::timeout(self.config.timeout, response.bytes()).await {
+            Err(_) => return Err(ModelError::Timeout(self.config.timeout)),
+            Ok(Err(error)) => return Err(ModelError::Transport(describe(&error))),
+            Ok(Ok(bytes)) => bytes,
+        };
+        let reply = parse_completion(&bytes)?;
+        if let (Some(sink), false) = (&request.chunks, reply.text.is_empty()) {
+            sink(&reply.text);
+        }
+        Ok(reply)
+    }
+
+    async fn read_stream(&self, response: reqwest::Response, sink: Option<&ChunkSink>) -> Result<ModelReply, ModelError> {
+        let mut stream = response.bytes_stream();
+        let mut pending: Vec<u8> = Vec::new();
+        let mut answer = StreamedAnswer::default();
+        while !answer.done {
+            let chunk = match tokio::time::timeout(self.config.timeout, stream.next()).await {
+                Err(_) => return Err(ModelError::Timeout(self.config.timeout)),
+                Ok(None) => break,
+                Ok(Some(Err(error))) => return Err(ModelError::Transport(describe(&error))),
+                Ok(Some(Ok(chunk))) => chunk,
+            };
+            pending.extend_from_slice(&chunk);
+            let mut start = 0;
+            while let Some(offset) = pending[start..].iter().position(|&b| b == b'\n') {
+                answer.line(&pending[start..start + offset], sink)?;
+                start += offset + 1;
+                if answer.done {
+                    break;
+                }
+            }
+            pending.drain(..start);
+            if pending.len() > MAX_LINE {
+                return Err(ModelError::Malformed(format!("a streamed line exceeds {MAX_LINE} bytes")));
+            }
+        }
+        if !answer.done && answer.finish_reason.is_none() {
+            return Err(ModelError::Transport("the stream ended before the answer finished".to_owned()));
+        }
+        answer.into_reply()
+    }
+}
+
+impl Model for OpenAiModel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn complete(&self, request: ModelRequest, cancel: CancellationToken) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
+        Box::pin(async move {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Err(ModelError::Cancelled),
+                reply = self.complete_inner(request) => reply,
+            }
+        })
+    }
+}
+
+/// The streamed answer so far.
+#[derive(Default)]
+struct StreamedAnswer {
+    text: String,
+    refusal: String,
+    calls: Vec<(String, String, String)>,
+    finish_reason: Option<String>,
+    usage: Option<Usage>,
+    done: bool,
+}
+
+impl StreamedAnswer {
+    fn line(&mut self, line: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(data) = line.strip_prefix(b"data:") else {
+            return Ok(()); // blank lines, comments, `event:` and `id:` fields
+        };
+        let data = data.trim_ascii();
+        if data == b"[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let chunk: Value = serde_json::from_slice(data)
+            .map_err(|_| ModelError::Malformed("a streamed event is not JSON".to_owned()))?;
+        if let Some(message) = chunk["error"]["message"].as_str() {
+            return Err(ModelError::Transport(format!("the stream reported an error: {}", excerpt(message))));
+        }
+        if let Some(usage) = usage_of(&chunk["usage"]) {
+            self.usage = Some(usage);
+        }
+        let Some(choice) = chunk["choices"].get(0) else { return Ok(()) };
+        let delta = &choice["delta"];
+        if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+            self.text.push_str(text);
+            if let Some(sink) = sink {
+                sink(text);
+            }
+        }
+        if let Some(refusal) = delta["refusal"].as_str() {
+            self.refusal.push_str(refusal);
+        }
+        for call in delta["tool_calls"].as_array().into_iter().flatten() {
+            let index = call["index"].as_u64().unwrap_or(self.calls.len() as u64) as usize;
+            if index > self.calls.len() + 64 {
+                return Err(ModelError::Malformed("a streamed tool call index is out of range".to_owned()));
+            }
+            if self.calls.len() <= index {
+                self.calls.resize(index + 1, Default::default());
+            }
+            let (id, name, arguments) = &mut self.calls[index];
+            if let Some(part) = call["id"].as_str() {
+                id.push_str(part);
+            }
+            if let Some(part) = call["function"]["name"].as_str() {
+                name.push_str(part);
+            }
+            if let Some(part) = call["function"]["arguments"].as_str() {
+                arguments.push_str(part);
+            }
+        }
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.finish_reason = Some(reason.to_owned());
+        }
+        Ok(())
+    }
+
+    fn into_reply(self) -> Result<ModelReply, ModelError> {
+        let tool_calls: Vec<ToolCall> = self
+            .calls
+            .into_iter()
+            .filter(|(_, name, _)| !name.is_empty())
+            .enumerate()
+            .map(|(n, (id, name, arguments))| ToolCall {
+                id: if id.is_empty() { format!("call_{n}") } else { id },
+                name,
+                arguments: parse_arguments(&arguments),
+            })
+            .collect();
+        let refused = !self.refusal.is_empty();
+        let finish = finish_of(self.finish_reason.as_deref(), !tool_calls.is_empty(), refused);
+        let text = if refused && self.text.is_empty() { self.refusal } else { self.text };
+        Ok(ModelReply { text, tool_calls, finish, usage: self.usage })
+    }
+}
+
+/// Parses a whole (non-streamed) chat completion.
+fn parse_completion(body: &[u8]) -> Result<ModelReply, ModelError> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|_| ModelError::Malformed("the body is not JSON".to_owned()))?;
+    let Some(choice) = value["choices"].get(0) else {
+        return Err(ModelError::Malformed("the body has no choices".to_owned()));
+    };
+    let message = choice["message"]
+        .as_object()
+        .ok_or_else(|| ModelError::Malformed("the first choice has no message".to_owned()))?;
+    let text = match message.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        Some(_) => return Err(ModelError::Malformed("the message content is not text".to_owned())),
+    };
+    let mut tool_calls = Vec::new();
+    for (n, call) in message.get("tool_calls").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let name = call["function"]["name"]
+            .as_str()
+            .ok_or_else(|| ModelError::Malformed("a tool call has no function name".to_owned()))?;
+        let id = call["id"].as_str().map_or_else(|| format!("call_{n}"), str::to_owned);
+        let arguments = parse_arguments(call["function"]["arguments"].as_str().unwrap_or_default());
+        tool_calls.push(ToolCall { id, name: name.to_owned(), arguments });
+    }
+    let refusal = message.get("refusal").and_then(Value::as_str).filter(|r| !r.is_empty());
+    let finish = finish_of(choice["finish_reason"].as_str(), !tool_calls.is_empty(), refusal.is_some());
+    let text = match refusal {
+        Some(refusal) if text.is_empty() => refusal.to_owned(),
+        _ => text,
+    };
+    Ok(ModelReply { text, tool_calls, finish, usage: usage_of(&value["usage"]) })
+}
+
+fn finish_of(reason: Option<&str>, has_calls: bool, refused: bool) -> Finish {
+    match reason {
+        _ if refused => Finish::Refusal,
+        Some("length") => Finish::MaxTokens,
+        Some("content_filter") => Finish::Refusal,
+        _ if has_calls => Finish::ToolCalls,
+        _ => Finish::Stop,
+    }
+}
+
+fn usage_of(usage: &Value) -> Option<Usage> {
+    let input_tokens = usage["prompt_tokens"].as_u64()?;
+    Some(Usage { input_tokens, output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0) })
+}
+
+/// Arguments arrive as a JSON string; invalid JSON is kept as a string so
+/// the tool layer can tell the model.
+fn parse_arguments(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return Value::Object(Map::new());
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}
+
+fn wire_call(call: &ToolCall) -> Value {
+    let arguments = match &call.arguments {
+        Value::String(raw) => raw.clone(),
+        other => other.to_string(),
+    };
+    json!({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}})
+}
+
+fn user_content(content: &[ContentBlock]) -> Value {
+    if content.iter().all(|block| block.as_text().is_some()) {
+        return json!(text_of(content));
+    }
+    let parts: Vec<Value> = content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Image { mime_type, data } => {
+                json!({"type": "image_url", "image_url": {"url": format!("data:{mime_type};base64,{data}")}})
+            }
+            other => json!({"type": "text", "text": other.as_text().unwrap_or_default()}),
+        })
+        .collect();
+    Value::Array(parts)
+}
+
+fn retry_after_header(response: &reqwest::Response) -> Option<Duration> {
+    let seconds = response.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse::<u64>().ok()?;
+    Some(Duration::from_secs(seconds))
+}
+
+/// A transport error without the request URL (it may carry credentials).
+fn describe(error: &reqwest::Error) -> String {
+    let kind = if error.is_connect() {
+        "connection failed"
+    } else if error.is_timeout() {
+        "timed out"
+    } else if error.is_body() || error.is_decode() {
+        "the response body broke off"
+    } else {
+        "request failed"
+    };
+    let mut source = std::error::Error::source(error);
+    let mut detail = String::new();
+    while let Some(cause) = source {
+        detail = cause.to_string();
+        source = cause.source();
+    }
+    if detail.is_empty() {
+        kind.to_owned()
+    } else {
+        format!("{kind}: {}", excerpt(&detail))
+    }
+}
+
+fn excerpt(text: &str) -> String {
+    let text = text.trim();
+    match text.char_indices().nth(ERROR_EXCERPT) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+fn install_crypto_provider() {
+    static INSTALL: Once = Once::new();
+    // An embedding application may have installed its own provider already;
+    // either way one is in place afterwards.
+    INSTALL.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}

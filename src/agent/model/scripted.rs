@@ -1,0 +1,236 @@
+//! The scripted model: deterministic answers, no key, no network.
+//!
+//! Scripts are lists of [`Step`]s. A session is bound to the first script
+//! whose [`ScriptMatch`] fits it on its first call (by session id, or by a
+//! phrase in its first user message) and then walks that script one step per
+//! call; each session has its own cursor, so concurrent sessions never
+//! interfere. A session with no script, or past its script's end, gets the
+//! fallback step (by default [`Step::Echo`]).
+//!
+//! ```
+//! use subagents::agent::{ScriptMatch, ScriptedModel, Step};
+//!
+//! let model = ScriptedModel::new()
+//!     .script(ScriptMatch::PromptContains("weather".into()), vec![Step::text("sunny")])
+//!     .fallback(Step::text("I can only talk about the weather"));
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use super::{Finish, Model, ModelError, ModelReply, ModelRequest};
+use crate::agent::session::ToolCall;
+
+/// One scripted answer.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Step {
+    /// Answer with a reply as given.
+    Reply(ModelReply),
+    /// Answer `"handled: " + the latest user text`.
+    Echo,
+    /// Fail the call.
+    Error(String),
+    /// Wait (honouring cancellation), then take the inner step.
+    Delay(Duration, Box<Step>),
+}
+
+impl Step {
+    /// A finished text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        Step::Reply(ModelReply::text(text))
+    }
+
+    /// Tool calls `(name, arguments)`, with ids `call_<n>`.
+    pub fn tool_calls<S: Into<String>>(calls: impl IntoIterator<Item = (S, serde_json::Value)>) -> Self {
+        let tool_calls = calls
+            .into_iter()
+            .enumerate()
+            .map(|(n, (name, arguments))| ToolCall { id: format!("call_{n}"), name: name.into(), arguments })
+            .collect();
+        Step::Reply(ModelReply { text: String::new(), tool_calls, finish: Finish::ToolCalls, usage: None })
+    }
+
+    /// One tool call.
+    pub fn tool_call(name: impl Into<String>, arguments: serde_json::Value) -> Self {
+        Step::tool_calls([(name.into(), arguments)])
+    }
+
+    /// A refusal with its text.
+    pub fn refusal(text: impl Into<String>) -> Self {
+        Step::Reply(ModelReply { finish: Finish::Refusal, ..ModelReply::text(text) })
+    }
+
+    /// A partial answer cut by the token limit.
+    pub fn max_tokens(text: impl Into<String>) -> Self {
+        Step::Reply(ModelReply { finish: Finish::MaxTokens, ..ModelReply::text(text) })
+    }
+
+    /// A failing call.
+    pub fn error(message: impl Into<String>) -> Self {
+        Step::Error(message.into())
+    }
+
+    /// This step, after a delay.
+    pub fn after(self, delay: Duration) -> Self {
+        Step::Delay(delay, Box::new(self))
+    }
+}
+
+/// Which sessions a script is for.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum ScriptMatch {
+    /// Exactly this session id.
+    Session(String),
+    /// Sessions whose first user message contains this text.
+    PromptContains(String),
+    /// Every session.
+    Any,
+}
+
+impl ScriptMatch {
+    fn fits(&self, request: &ModelRequest) -> bool {
+        match self {
+            ScriptMatch::Session(id) => *id == request.session_id,
+            ScriptMatch::PromptContains(phrase) => request.first_user_text().is_some_and(|t| t.contains(phrase)),
+            ScriptMatch::Any => true,
+        }
+    }
+}
+
+struct Binding {
+    steps: Arc<[Step]>,
+    cursor: usize,
+    calls: u64,
+}
+
+/// Deterministic scripts keyed by session. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct ScriptedModel {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    scripts: Vec<(ScriptMatch, Arc<[Step]>)>,
+    fallback: Step,
+    bindings: DashMap<String, Binding>,
+    calls: AtomicU64,
+    requests: Option<Mutex<Vec<ModelRequest>>>,
+}
+
+impl Default for ScriptedModel {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ScriptedModel {
+    /// No scripts: every session gets [`Step::Echo`].
+    pub fn new() -> Self {
+        ScriptedModel {
+            inner: Arc::new(Inner {
+                scripts: Vec::new(),
+                fallback: Step::Echo,
+                bindings: DashMap::new(),
+                calls: AtomicU64::new(0),
+                requests: None,
+            }),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Inner)) -> Self {
+        f(Arc::get_mut(&mut self.inner).expect("configure a ScriptedModel before sharing it"));
+        self
+    }
+
+    /// Adds a script; earlier scripts win when several fit.
+    pub fn script(self, matching: ScriptMatch, steps: Vec<Step>) -> Self {
+        self.edit(|inner| inner.scripts.push((matching, steps.into())))
+    }
+
+    /// The step for sessions without a script or past its end.
+    pub fn fallback(self, step: Step) -> Self {
+        self.edit(|inner| inner.fallback = step)
+    }
+
+    /// Keeps every request for [`ScriptedModel::requests`].
+    pub fn recording(self) -> Self {
+        self.edit(|inner| inner.requests = Some(Mutex::new(Vec::new())))
+    }
+
+    /// Calls answered so far, across sessions.
+    pub fn calls(&self) -> u64 {
+        self.inner.calls.load(Ordering::Relaxed)
+    }
+
+    /// Calls answered so far for one session.
+    pub fn calls_for(&self, session_id: &str) -> u64 {
+        self.inner.bindings.get(session_id).map_or(0, |b| b.calls)
+    }
+
+    /// The requests seen, oldest first (only with [`ScriptedModel::recording`]).
+    pub fn requests(&self) -> Vec<ModelRequest> {
+        self.inner.requests.as_ref().map(|r| r.lock().unwrap_or_else(|e| e.into_inner()).clone()).unwrap_or_default()
+    }
+
+    fn next_step(&self, request: &ModelRequest) -> Step {
+        let inner = &self.inner;
+        let mut binding = inner.bindings.entry(request.session_id.clone()).or_insert_with(|| {
+            let steps = inner.scripts.iter().find(|(m, _)| m.fits(request)).map(|(_, s)| s.clone());
+            Binding { steps: steps.unwrap_or_else(|| Arc::new([])), cursor: 0, calls: 0 }
+        });
+        binding.calls += 1;
+        let step = binding.steps.get(binding.cursor).cloned();
+        binding.cursor += 1;
+        step.unwrap_or_else(|| inner.fallback.clone())
+    }
+}
+
+impl Model for ScriptedModel {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    fn complete(&self, request: ModelRequest, cancel: CancellationToken) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let step = self.next_step(&request);
+        if let Some(requests) = &self.inner.requests {
+            requests.lock().unwrap_or_else(|e| e.into_inner()).push(request.clone());
+        }
+        Box::pin(async move {
+            let mut step = step;
+            loop {
+                if cancel.is_cancelled() {
+                    return Err(ModelError::Cancelled);
+                }
+                match step {
+                    Step::Delay(delay, inner) => {
+                        tokio::select! {
+                            _ = cancel.cancelled() => return Err(ModelError::Cancelled),
+                            _ = tokio::time::sleep(delay) => step = *inner,
+                        }
+                    }
+                    Step::Reply(reply) => {
+                        if let Some(sink) = &request.chunks {
+                            if !reply.text.is_empty() {
+                                sink(&reply.text);
+                            }
+                        }
+                        return Ok(reply);
+                    }
+                    Step::Echo => {
+                        let prompt = request.last_user_text().unwrap_or_default();
+                        return Ok(ModelReply::text(format!("handled: {prompt}")));
+                    }
+                    Step::Error(message) => return Err(ModelError::Scripted(message)),
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,372 @@
+//! Sessions: the append-only log of one agent's conversation.
+//!
+//! A session is a header (id, parent session, delegation depth, cwd, persona,
+//! creation time) and a list of events (user message, assistant message with
+//! its tool calls, tool result, turn end with its reason). A
+//! [`SessionStore`] persists each session as JSON lines in
+//! `<home>/sessions/<id>.jsonl`: the header first, then one line per event.
+//!
+//! Writes are buffered and flushed at every turn end and when the session is
+//! closed, so a run's `dispose` returns only after its log reached the file.
+//! Each line is written whole; a crash mid-write can leave only the *last*
+//! line torn, and [`SessionStore::load`] drops that line with a warning and
+//! keeps every earlier event. Resuming a session never lowers its depth.
+//!
+//! ```
+//! use subagents::agent::{SessionEvent, SessionHeader, SessionStore};
+//! use subagents::ContentBlock;
+//!
+//! let home = tempfile::tempdir().unwrap();
+//! let store = SessionStore::new(home.path());
+//! let mut session = store.create(SessionHeader::new("s1", home.path())).unwrap();
+//! session.append(SessionEvent::User { content: vec![ContentBlock::text("hi")] }).unwrap();
+//! session.close().unwrap();
+//!
+//! let loaded = store.load("s1").unwrap();
+//! assert_eq!(loaded.session.events().len(), 1);
+//! assert!(!loaded.torn);
+//! ```
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::seam::{ContentBlock, StopReason};
+
+/// Who a session is: written as the first line of its file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionHeader {
+    /// The session id (also the file name).
+    pub id: String,
+    /// The delegating parent's session, if any.
+    pub parent_session: Option<String>,
+    /// Delegation depth: 0 for a top-level agent, parent + 1 for a child.
+    pub depth: u32,
+    /// The working directory the session's tools are confined to.
+    pub cwd: PathBuf,
+    /// The persona that replaced the default one, if any.
+    pub persona: Option<String>,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+}
+
+impl SessionHeader {
+    /// A top-level header created now.
+    pub fn new(id: impl Into<String>, cwd: impl Into<PathBuf>) -> Self {
+        let created_at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        SessionHeader { id: id.into(), parent_session: None, depth: 0, cwd: cwd.into(), persona: None, created_at_ms }
+    }
+}
+
+/// A tool call requested by the model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The model's id for the call; results refer to it.
+    pub id: String,
+    /// The tool's name, as the model wrote it (it may not exist).
+    pub name: String,
+    /// The arguments. Arguments that were not valid JSON arrive as a string.
+    pub arguments: serde_json::Value,
+}
+
+/// One entry of a session's log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SessionEvent {
+    /// A user (or parent, or steering) message.
+    User {
+        /// The message.
+        content: Vec<ContentBlock>,
+    },
+    /// What the model answered in one step.
+    Assistant {
+        /// The answer's text (possibly empty).
+        text: String,
+        /// Tool calls requested in the same answer.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The result of one tool call.
+    ToolResult {
+        /// The call this answers.
+        call_id: String,
+        /// The tool's name.
+        name: String,
+        /// What the tool returned, or the error the model should see.
+        content: String,
+        /// Whether `content` is an error.
+        #[serde(default)]
+        is_error: bool,
+    },
+    /// The end of a turn, with its reason.
+    TurnEnd {
+        /// Why the turn ended.
+        reason: StopReason,
+    },
+}
+
+/// A session: header, events, and (when persisted) its open file.
+#[derive(Debug)]
+pub struct Session {
+    header: SessionHeader,
+    events: Vec<SessionEvent>,
+    writer: Option<BufWriter<File>>,
+}
+
+/// Why a session could not be created, loaded or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The id cannot name a file.
+    #[error("invalid session id {0:?}: use letters, digits, '-', '_', '.' or ':'")]
+    InvalidId(String),
+    /// A session with this id already exists.
+    #[error("session {0:?} already exists")]
+    Exists(String),
+    /// No session with this id.
+    #[error("no session {0:?}")]
+    NotFound(String),
+    /// A line before the last one does not parse: this is not a torn write.
+    #[error("session {id:?} is corrupt at line {line}: {reason}")]
+    Corrupt {
+        /// The session.
+        id: String,
+        /// 1-based line number.
+        line: usize,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The file system failed.
+    #[error("session {id:?}: {source}")]
+    Io {
+        /// The session.
+        id: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+/// A session read back from disk.
+#[derive(Debug)]
+pub struct LoadedSession {
+    /// The session, open for appending.
+    pub session: Session,
+    /// Whether a torn last line was found and dropped.
+    pub torn: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Record {
+    Header(SessionHeader),
+    #[serde(untagged)]
+    Event(SessionEvent),
+}
+
+/// Where sessions live: `<home>/sessions/`, or nowhere (in memory).
+#[derive(Clone, Debug)]
+pub struct SessionStore {
+    dir: Option<PathBuf>,
+}
+
+impl SessionStore {
+    /// A store under `<home>/sessions/` (created on first use).
+    pub fn new(home: impl AsRef<Path>) -> Self {
+        SessionStore { dir: Some(home.as_ref().join("sessions")) }
+    }
+
+    /// A store that keeps sessions in memory only.
+    pub fn in_memory() -> Self {
+        SessionStore { dir: None }
+    }
+
+    /// The directory sessions are written to, if persisted.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// The file a session is persisted in, if persisted.
+    pub fn path_of(&self, id: &str) -> Option<PathBuf> {
+        self.dir.as_ref().map(|dir| dir.join(format!("{id}.jsonl")))
+    }
+
+    /// Creates a new session and writes its header.
+    pub fn create(&self, header: SessionHeader) -> Result<Session, SessionError> {
+        check_id(&header.id)?;
+        let id = header.id.clone();
+        let Some(path) = self.path_of(&id) else {
+            return Ok(Session { header, events: Vec::new(), writer: None });
+        };
+        let io_error = |source| SessionError::Io { id: id.clone(), source };
+        fs::create_dir_all(path.parent().expect("a session path has a parent")).map_err(io_error)?;
+        let file = OpenOptions::new().append(true).create_new(true).open(&path).map_err(|source| {
+            if source.kind() == io::ErrorKind::AlreadyExists {
+                SessionError::Exists(id.clone())
+            } else {
+                io_error(source)
+            }
+        })?;
+        let mut session = Session { header, events: Vec::new(), writer: Some(BufWriter::new(file)) };
+        session.write_line(&Record::Header(session.header.clone()))?;
+        session.flush()?;
+        Ok(session)
+    }
+
+    /// Loads a session. A torn last line is dropped (with a warning) and cut
+    /// from the file, so later appends start on a clean line.
+    pub fn load(&self, id: &str) -> Result<LoadedSession, SessionError> {
+        check_id(id)?;
+        let Some(path) = self.path_of(id) else {
+            return Err(SessionError::NotFound(id.to_owned()));
+        };
+        let io_error = |source| SessionError::Io { id: id.to_owned(), source };
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Err(SessionError::NotFound(id.into())),
+            Err(error) => return Err(io_error(error)),
+        };
+        let (header, events, valid_len) = parse(id, &bytes)?;
+        let torn = valid_len < bytes.len();
+        if torn {
+            tracing::warn!(session = id, dropped_bytes = bytes.len() - valid_len, "dropping a torn last session line");
+        }
+        let file = OpenOptions::new().append(true).open(&path).map_err(io_error)?;
+        if torn {
+            file.set_len(valid_len as u64).map_err(io_error)?;
+        }
+        Ok(LoadedSession { session: Session { header, events, writer: Some(BufWriter::new(file)) }, torn })
+    }
+
+    /// Loads a session to continue it at depth `depth` or deeper: a resumed
+    /// session never counts as shallower than it was.
+    pub fn resume(&self, id: &str, depth: u32) -> Result<Session, SessionError> {
+        let mut session = self.load(id)?.session;
+        if depth > session.header.depth {
+            session.header.depth = depth;
+            session.write_line(&Record::Header(session.header.clone()))?;
+            session.flush()?;
+        }
+        Ok(session)
+    }
+}
+
+/// Parses a session file: the header (the last header line wins), the
+/// events, and the length of the valid prefix.
+fn parse(id: &str, bytes: &[u8]) -> Result<(SessionHeader, Vec<SessionEvent>, usize), SessionError> {
+    let mut header = None;
+    let mut events = Vec::new();
+    let mut valid_len = 0;
+    let mut rest = bytes;
+    let mut line_number = 0;
+    while !rest.is_empty() {
+        line_number += 1;
+        let (line, complete) = match rest.iter().position(|&b| b == b'\n') {
+            Some(end) => (&rest[..end], true),
+            None => (rest, false),
+        };
+        let consumed = line.len() + usize::from(complete);
+        let is_last = consumed == rest.len();
+        match serde_json::from_slice::<Record>(line) {
+            Ok(_) if !complete => break,
+            Ok(Record::Header(h)) => header = Some(h),
+            Ok(Record::Event(event)) => events.push(event),
+            Err(_) if is_last => break,
+            Err(error) => {
+                return Err(SessionError::Corrupt { id: id.to_owned(), line: line_number, reason: error.to_string() })
+            }
+        }
+        valid_len += consumed;
+        rest = &rest[consumed..];
+    }
+    let header = header.ok_or_else(|| SessionError::Corrupt {
+        id: id.to_owned(),
+        line: 1,
+        reason: "no header line".to_owned(),
+    })?;
+    Ok((header, events, valid_len))
+}
+
+fn check_id(id: &str) -> Result<(), SessionError> {
+    let safe = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
+    if id.is_empty() || id.len() > 200 || id.starts_with('.') || !id.chars().all(safe) {
+        return Err(SessionError::InvalidId(id.to_owned()));
+    }
+    Ok(())
+}
+
+impl Session {
+    /// A session that is never written anywhere.
+    pub fn in_memory(header: SessionHeader) -> Self {
+        Session { header, events: Vec::new(), writer: None }
+    }
+
+    /// The session id.
+    pub fn id(&self) -> &str {
+        &self.header.id
+    }
+
+    /// The header.
+    pub fn header(&self) -> &SessionHeader {
+        &self.header
+    }
+
+    /// Every event so far, oldest first.
+    pub fn events(&self) -> &[SessionEvent] {
+        &self.events
+    }
+
+    /// Whether the session is written to a file.
+    pub fn is_persisted(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    /// The events up to and including the last turn end: what a fork
+    /// inherits. The open turn, if any, is left out.
+    pub fn completed_prefix(&self) -> &[SessionEvent] {
+        let end = self.events.iter().rposition(|e| matches!(e, SessionEvent::TurnEnd { .. })).map_or(0, |i| i + 1);
+        &self.events[..end]
+    }
+
+    /// Appends an event (buffered; see [`Session::flush`]).
+    pub fn append(&mut self, event: SessionEvent) -> Result<(), SessionError> {
+        self.write_line(&event)?;
+        self.events.push(event);
+        Ok(())
+    }
+
+    /// Pushes buffered lines to the file.
+    pub fn flush(&mut self) -> Result<(), SessionError> {
+        if let Some(writer) = &mut self.writer {
+            writer.flush().map_err(|source| SessionError::Io { id: self.header.id.clone(), source })?;
+        }
+        Ok(())
+    }
+
+    /// Flushes and closes the file; the session stays readable in memory.
+    pub fn close(&mut self) -> Result<(), SessionError> {
+        self.flush()?;
+        self.writer = None;
+        Ok(())
+    }
+
+    /// Writes one whole line: a header record or an event (whose own tag
+    /// makes it a valid record).
+    fn write_line(&mut self, record: &impl Serialize) -> Result<(), SessionError> {
+        let Some(writer) = &mut self.writer else { return Ok(()) };
+        let io_error = |source| SessionError::Io { id: self.header.id.clone(), source };
+        let mut line = serde_json::to_vec(record).map_err(|e| io_error(e.into()))?;
+        line.push(b'\n');
+        writer.write_all(&line).map_err(io_error)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Err(error) = self.flush() {
+            tracing::warn!(%error, "could not flush a session being dropped");
+        }
+    }
+}

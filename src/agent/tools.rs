@@ -1,0 +1,293 @@
+//! Tools: named functions with JSON-Schema parameters that a model may call.
+//!
+//! A [`Toolset`] belongs to one agent: another agent never sees its tools.
+//! Every call goes through the same checks, in order, before the tool runs:
+//!
+//! 1. the pre-execute gates ([`ToolGate`]), which see every call — also calls
+//!    of names the model invented — and may deny it;
+//! 2. the agent's [`ToolFilter`], which hides tools from the list the model
+//!    sees *and* denies them here, since a model can name a hidden tool;
+//! 3. the name must exist;
+//! 4. the arguments must satisfy the tool's schema; otherwise the model gets
+//!    a tool error listing every path-qualified violation and can retry.
+//!
+//! A tool may end the turn ([`ToolOutput::ending_turn`]); later calls in the
+//! same answer are then denied. A panicking tool becomes a tool error.
+//!
+//! ```
+//! use serde_json::json;
+//! use subagents::agent::{FnTool, ToolOutput, Toolset};
+//!
+//! let mut tools = Toolset::new();
+//! tools.add(FnTool::new("add", "Adds two integers.",
+//!     json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+//!            "required": ["a", "b"]}),
+//!     |args| ToolOutput::ok((args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap()).to_string()))).unwrap();
+//! assert_eq!(tools.specs()[0].name, "add");
+//! ```
+
+mod builtin;
+
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+pub use builtin::{ListDir, ReadFile};
+
+use super::session::ToolCall;
+use crate::schema::CompiledSchema;
+use crate::seam::ToolFilter;
+
+/// What the model is told about a tool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The name the model calls it by.
+    pub name: String,
+    /// What it does and when to use it.
+    pub description: String,
+    /// JSON Schema of its arguments.
+    pub parameters: Value,
+}
+
+/// What a running tool knows about its call.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    /// The calling session.
+    pub session_id: Arc<str>,
+    /// The session's working directory.
+    pub cwd: Arc<Path>,
+    /// The model's id for this call.
+    pub call_id: String,
+    /// Trips when the turn is cancelled.
+    pub cancel: CancellationToken,
+}
+
+/// A tool's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// What the model sees.
+    pub content: String,
+    /// Whether it is an error.
+    pub is_error: bool,
+    /// Whether this call ends the turn (later calls in the answer are denied).
+    pub ends_turn: bool,
+}
+
+impl ToolOutput {
+    /// A successful result.
+    pub fn ok(content: impl Into<String>) -> Self {
+        ToolOutput { content: content.into(), is_error: false, ends_turn: false }
+    }
+
+    /// An error the model sees.
+    pub fn error(content: impl Into<String>) -> Self {
+        ToolOutput { content: content.into(), is_error: true, ends_turn: false }
+    }
+
+    /// The same output, ending the turn.
+    pub fn ending_turn(self) -> Self {
+        ToolOutput { ends_turn: true, ..self }
+    }
+}
+
+/// A tool.
+pub trait Tool: Send + Sync + 'static {
+    /// Name, description and parameter schema (read once, when added).
+    fn spec(&self) -> ToolSpec;
+
+    /// Whether calls may run concurrently with other concurrent calls of the
+    /// same answer (read-only tools). Default: no.
+    fn concurrent(&self) -> bool {
+        false
+    }
+
+    /// Runs one call with arguments already validated against the schema.
+    fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput>;
+}
+
+/// A pre-execute hook: `Err(reason)` denies the call; the model sees the reason.
+pub trait ToolGate: Send + Sync + 'static {
+    /// Checks one call before anything else does.
+    fn check(&self, call: &ToolCall) -> Result<(), String>;
+}
+
+impl<F: Fn(&ToolCall) -> Result<(), String> + Send + Sync + 'static> ToolGate for F {
+    fn check(&self, call: &ToolCall) -> Result<(), String> {
+        self(call)
+    }
+}
+
+/// A tool from a synchronous closure.
+pub struct FnTool<F> {
+    spec: ToolSpec,
+    run: F,
+}
+
+impl<F: Fn(Value) -> ToolOutput + Send + Sync + 'static> FnTool<F> {
+    /// A tool named `name` running `run` on its arguments.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value, run: F) -> Self {
+        FnTool { spec: ToolSpec { name: name.into(), description: description.into(), parameters }, run }
+    }
+}
+
+impl<F: Fn(Value) -> ToolOutput + Send + Sync + 'static> Tool for FnTool<F> {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    fn concurrent(&self) -> bool {
+        true
+    }
+
+    fn call(&self, arguments: Value, _context: ToolContext) -> BoxFuture<'_, ToolOutput> {
+        let output = (self.run)(arguments);
+        Box::pin(async move { output })
+    }
+}
+
+/// Why a tool could not be added.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// Two tools with one name.
+    #[error("a tool named {0:?} is already registered")]
+    Duplicate(String),
+    /// The parameter schema does not compile.
+    #[error("tool {name:?} has an invalid parameter schema: {reason}")]
+    InvalidSchema {
+        /// The tool.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+struct Entry {
+    spec: ToolSpec,
+    schema: CompiledSchema,
+    tool: Arc<dyn Tool>,
+}
+
+/// One agent's tools, gates and filter. Cloning shares the tools.
+#[derive(Clone, Default)]
+pub struct Toolset {
+    entries: Vec<Arc<Entry>>,
+    gates: Vec<Arc<dyn ToolGate>>,
+    filter: Option<ToolFilter>,
+}
+
+impl std::fmt::Debug for Toolset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Toolset").field("tools", &self.names()).field("filter", &self.filter).finish_non_exhaustive()
+    }
+}
+
+impl Toolset {
+    /// No tools.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tool; its name must be new and its schema must compile.
+    pub fn add(&mut self, tool: impl Tool) -> Result<(), ToolError> {
+        self.add_shared(Arc::new(tool))
+    }
+
+    /// Adds a shared tool.
+    pub fn add_shared(&mut self, tool: Arc<dyn Tool>) -> Result<(), ToolError> {
+        let spec = tool.spec();
+        if self.entry(&spec.name).is_some() {
+            return Err(ToolError::Duplicate(spec.name));
+        }
+        let schema = CompiledSchema::compile(&spec.parameters)
+            .map_err(|reason| ToolError::InvalidSchema { name: spec.name.clone(), reason })?;
+        self.entries.push(Arc::new(Entry { spec, schema, tool }));
+        Ok(())
+    }
+
+    /// Removes a tool by name; returns whether it was there.
+    pub fn remove(&mut self, name: &str) -> bool {
+        let before = self.entries.len();
+        self.entries.retain(|entry| entry.spec.name != name);
+        before != self.entries.len()
+    }
+
+    /// Adds a pre-execute gate; gates run in the order added.
+    pub fn add_gate(&mut self, gate: impl ToolGate) {
+        self.gates.push(Arc::new(gate));
+    }
+
+    /// Hides and denies tools the filter does not permit.
+    pub fn set_filter(&mut self, filter: ToolFilter) {
+        self.filter = Some(filter);
+    }
+
+    /// Names of every tool, hidden ones included.
+    pub fn names(&self) -> Vec<&str> {
+        self.entries.iter().map(|entry| entry.spec.name.as_str()).collect()
+    }
+
+    /// What the model sees: every tool the filter permits.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.entries.iter().filter(|e| self.permits(&e.spec.name)).map(|e| e.spec.clone()).collect()
+    }
+
+    /// Whether the call may run concurrently with its neighbours.
+    pub(crate) fn concurrent(&self, name: &str) -> bool {
+        self.entry(name).is_some_and(|entry| entry.tool.concurrent())
+    }
+
+    fn permits(&self, name: &str) -> bool {
+        self.filter.as_ref().is_none_or(|filter| filter.permits(name))
+    }
+
+    fn entry(&self, name: &str) -> Option<&Arc<Entry>> {
+        self.entries.iter().find(|entry| entry.spec.name == name)
+    }
+
+    /// Checks and runs one call. Never fails: every problem is a tool error
+    /// the model sees.
+    pub async fn execute(&self, call: &ToolCall, context: ToolContext) -> ToolOutput {
+        for gate in &self.gates {
+            if let Err(reason) = gate.check(call) {
+                return ToolOutput::error(format!("tool call {:?} denied: {reason}", call.name));
+            }
+        }
+        if !self.permits(&call.name) {
+            return ToolOutput::error(format!("tool {:?} is not available to this agent", call.name));
+        }
+        let Some(entry) = self.entry(&call.name) else {
+            let available: Vec<_> = self.specs().into_iter().map(|spec| spec.name).collect();
+            return ToolOutput::error(format!("no tool named {:?}; available: {}", call.name, available.join(", ")));
+        };
+        if let Value::String(raw) = &call.arguments {
+            if serde_json::from_str::<Value>(raw).is_err() {
+                return ToolOutput::error(format!("arguments for {:?} are not valid JSON", call.name));
+            }
+        }
+        let violations = entry.schema.violations(&call.arguments);
+        if !violations.is_empty() {
+            return ToolOutput::error(format!(
+                "invalid arguments for {:?}:\n- {}",
+                call.name,
+                violations.join("\n- ")
+            ));
+        }
+        // Created inside the future so a tool that panics before its first
+        // await is contained too.
+        let run = async { entry.tool.call(call.arguments.clone(), context).await };
+        match AssertUnwindSafe(run).catch_unwind().await {
+            Ok(output) => output,
+            Err(_) => {
+                tracing::warn!(tool = %call.name, "a tool panicked; the model sees a tool error");
+                ToolOutput::error(format!("tool {:?} failed unexpectedly", call.name))
+            }
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! One turn of the agent loop.
+//!
+//! request → assistant message → tool calls → results → … until the model
+//! finishes, hits its token limit, refuses, is cancelled, or fails. Whatever
+//! ends the turn, the log stays well formed: every tool call gets a result
+//! (calls that never ran get an error result saying why), a `TurnEnd` with
+//! the reason closes the turn, and the session is flushed. A turn whose
+//! future is dropped mid-way is closed as `Aborted` the same way.
+
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::join_all;
+use tokio_util::sync::CancellationToken;
+
+use super::model::{ChunkSink, ModelError, ModelRequest};
+use super::session::{SessionEvent, ToolCall};
+use super::tools::{ToolContext, ToolOutput};
+use super::{stop_reason_of, AgentInner};
+use crate::seam::{ContentBlock, StopReason};
+
+/// How a turn ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TurnOutcome {
+    /// Why it ended.
+    pub stop_reason: StopReason,
+    /// The last non-empty assistant text of the turn, else the streamed
+    /// text, else empty.
+    pub output: String,
+    /// What failed, for `Error` turns (a model, tool-loop or session
+    /// failure). Not safe to show as a diagnostic: it may quote a payload.
+    pub error: Option<String>,
+    /// Model calls made in the turn.
+    pub model_calls: u32,
+}
+
+/// A live update from a running turn.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum AgentUpdate {
+    /// Streamed answer text.
+    Text(String),
+    /// A tool call is about to run.
+    ToolCall {
+        /// The call id.
+        id: String,
+        /// The tool's name.
+        name: String,
+    },
+    /// A tool call finished.
+    ToolResult {
+        /// The call id.
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// Whether it failed.
+        is_error: bool,
+    },
+    /// The turn ended.
+    TurnEnd(StopReason),
+}
+
+/// Runs one turn; `cancel` is this turn's token.
+pub(crate) async fn run(inner: &AgentInner, prompt: Vec<ContentBlock>, cancel: CancellationToken) -> TurnOutcome {
+    let mut turn = Turn { inner, open_calls: Vec::new(), output: String::new(), model_calls: 0, ended: false };
+    let (reason, error) = turn.drive(prompt, &cancel).await;
+    turn.end(reason, error)
+}
+
+struct Turn<'a> {
+    inner: &'a AgentInner,
+    /// Calls of the latest assistant message still waiting for a result.
+    open_calls: Vec<ToolCall>,
+    output: String,
+    model_calls: u32,
+    ended: bool,
+}
+
+impl Turn<'_> {
+    async fn drive(&mut self, prompt: Vec<ContentBlock>, cancel: &CancellationToken) -> (StopReason, Option<String>) {
+        let inner = self.inner;
+        if let Err(error) = self.append(SessionEvent::User { content: prompt }) {
+            return (StopReason::Error, Some(error));
+        }
+        let streamed = Arc::new(Mutex::new(String::new()));
+        let chunks = self.chunk_sink(&streamed);
+        loop {
+            if cancel.is_cancelled() {
+                return (StopReason::Aborted, None);
+            }
+            if self.model_calls >= inner.max_steps {
+                return (StopReason::Error, Some(format!("the turn reached its limit of {} model calls", inner.max_steps)));
+            }
+            let steering: Vec<_> = inner.lock(&inner.steering).drain(..).collect();
+            for content in steering {
+                if let Err(error) = self.append(SessionEvent::User { content }) {
+                    return (StopReason::Error, Some(error));
+                }
+            }
+            let request = ModelRequest {
+                session_id: inner.id.to_string(),
+                system: inner.system.to_string(),
+                messages: inner.session().events().into(),
+                tools: inner.tools.specs().into(),
+                options: inner.options.clone(),
+                chunks: chunks.clone(),
+            };
+            self.model_calls += 1;
+            let reply = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Err(ModelError::Cancelled),
+                reply = inner.model.complete(request, cancel.clone()) => reply,
+            };
+            let reply = match reply {
+                Ok(reply) => reply,
+                Err(ModelError::Cancelled) => return (StopReason::Aborted, None),
+                Err(error) => {
+                    let streamed = inner.lock(&streamed).clone();
+                    if self.output.is_empty() {
+                        self.output = streamed;
+                    }
+                    return (StopReason::Error, Some(error.to_string()));
+                }
+            };
+            if !reply.text.is_empty() {
+                self.output.clone_from(&reply.text);
+            }
+            let calls = reply.tool_calls.clone();
+            let assistant = SessionEvent::Assistant { text: reply.text, tool_calls: reply.tool_calls };
+            if let Err(error) = self.append(assistant) {
+                return (StopReason::Error, Some(error));
+            }
+            self.open_calls = calls;
+            if let Some(reason) = stop_reason_of(reply.finish) {
+                return (reason, None);
+            }
+            if self.open_calls.is_empty() {
+                return (StopReason::Completed, None);
+            }
+            match self.run_tools(cancel).await {
+                Ok(true) => return (StopReason::Completed, None),
+                Ok(false) => {}
+                Err(reason) => return reason,
+            }
+        }
+    }
+
+    /// Runs the open calls in order, consecutive concurrent ones together.
+    /// `Ok(true)` when a tool ended the turn.
+    async fn run_tools(&mut self, cancel: &CancellationToken) -> Result<bool, (StopReason, Option<String>)> {
+        let inner = self.inner;
+        let calls = std::mem::take(&mut self.open_calls);
+        let mut ended_by: Option<String> = None;
+        let mut index = 0;
+        while index < calls.len() {
+            if cancel.is_cancelled() {
+                self.open_calls = calls[index..].to_vec();
+                return Err((StopReason::Aborted, None));
+            }
+            if let Some(ender) = &ended_by {
+                let denied = ToolOutput::error(format!("not run: {ender:?} already ended the turn"));
+                self.record_result(&calls[index], denied).map_err(|e| (StopReason::Error, Some(e)))?;
+                index += 1;
+                continue;
+            }
+            let mut batch_end = index + 1;
+            if inner.tools.concurrent(&calls[index].name) {
+                while batch_end < calls.len() && inner.tools.concurrent(&calls[batch_end].name) {
+                    batch_end += 1;
+                }
+            }
+            let batch = &calls[index..batch_end];
+            for call in batch {
+                self.update(AgentUpdate::ToolCall { id: call.id.clone(), name: call.name.clone() });
+            }
+            let runs = batch.iter().map(|call| {
+                let context = ToolContext {
+                    session_id: inner.id.clone(),
+                    cwd: inner.cwd.clone(),
+                    call_id: call.id.clone(),
+                    cancel: cancel.clone(),
+                };
+                inner.tools.execute(call, context)
+            });
+            let outputs = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {
+                    self.open_calls = calls[index..].to_vec();
+                    return Err((StopReason::Aborted, None));
+                }
+                outputs = join_all(runs) => outputs,
+            };
+            for (call, output) in batch.iter().zip(outputs) {
+                if output.ends_turn && ended_by.is_none() {
+                    ended_by = Some(call.name.clone());
+                }
+                self.record_result(call, output).map_err(|e| (StopReason::Error, Some(e)))?;
+            }
+            index = batch_end;
+        }
+        Ok(ended_by.is_some())
+    }
+
+    fn record_result(&mut self, call: &ToolCall, output: ToolOutput) -> Result<(), String> {
+        self.update(AgentUpdate::ToolResult { id: call.id.clone(), name: call.name.clone(), is_error: output.is_error });
+        self.append(SessionEvent::ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: output.content,
+            is_error: output.is_error,
+        })
+    }
+
+    /// Closes the turn: results for calls that never ran, the turn end,
+    /// a flush.
+    fn end(&mut self, reason: StopReason, mut error: Option<String>) -> TurnOutcome {
+        self.ended = true;
+        let inner = self.inner;
+        {
+            let mut session = inner.session();
+            for call in std::mem::take(&mut self.open_calls) {
+                let content = format!("not run: the turn ended ({reason})");
+                let result = SessionEvent::ToolResult { call_id: call.id, name: call.name, content, is_error: true };
+                if let Err(e) = session.append(result) {
+                    error.get_or_insert(e.to_string());
+                }
+            }
+            let closed = session.append(SessionEvent::TurnEnd { reason }).and_then(|()| session.flush());
+            if let Err(e) = closed {
+                tracing::warn!(session = %inner.id, error = %e, "could not persist a turn end");
+                error.get_or_insert(e.to_string());
+            }
+        }
+        self.update(AgentUpdate::TurnEnd(reason));
+        TurnOutcome { stop_reason: reason, output: std::mem::take(&mut self.output), error, model_calls: self.model_calls }
+    }
+
+    fn append(&self, event: SessionEvent) -> Result<(), String> {
+        self.inner.session().append(event).map_err(|e| e.to_string())
+    }
+
+    fn update(&self, update: AgentUpdate) {
+        if let Some(sink) = &self.inner.on_update {
+            sink(&update);
+        }
+    }
+
+    /// Streamed text is kept (the output of a turn that fails mid-stream)
+    /// and forwarded to the update sink.
+    fn chunk_sink(&self, streamed: &Arc<Mutex<String>>) -> Option<ChunkSink> {
+        let streamed = streamed.clone();
+        let updates = self.inner.on_update.clone();
+        Some(Arc::new(move |chunk: &str| {
+            streamed.lock().unwrap_or_else(|e| e.into_inner()).push_str(chunk);
+            if let Some(sink) = &updates {
+                sink(&AgentUpdate::Text(chunk.to_owned()));
+            }
+        }))
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.end(StopReason::Aborted, None);
+        }
+    }
+}
