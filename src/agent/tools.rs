@@ -102,7 +102,8 @@ pub trait Tool: Send + Sync + 'static {
     fn spec(&self) -> ToolSpec;
 
     /// Whether calls may run concurrently with other concurrent calls of the
-    /// same answer (read-only tools). Default: no.
+    /// same answer (read-only tools). Default: no. A tool that may end the
+    /// turn should stay exclusive: calls batched with it run regardless.
     fn concurrent(&self) -> bool {
         false
     }
@@ -126,13 +127,21 @@ impl<F: Fn(&ToolCall) -> Result<(), String> + Send + Sync + 'static> ToolGate fo
 /// A tool from a synchronous closure.
 pub struct FnTool<F> {
     spec: ToolSpec,
+    concurrent: bool,
     run: F,
 }
 
 impl<F: Fn(Value) -> ToolOutput + Send + Sync + 'static> FnTool<F> {
-    /// A tool named `name` running `run` on its arguments.
+    /// A concurrent tool named `name` running `run` on its arguments.
     pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value, run: F) -> Self {
-        FnTool { spec: ToolSpec { name: name.into(), description: description.into(), parameters }, run }
+        let spec = ToolSpec { name: name.into(), description: description.into(), parameters };
+        FnTool { spec, concurrent: true, run }
+    }
+
+    /// Runs alone, in order, never batched with other calls.
+    pub fn exclusive(mut self) -> Self {
+        self.concurrent = false;
+        self
     }
 }
 
@@ -142,7 +151,7 @@ impl<F: Fn(Value) -> ToolOutput + Send + Sync + 'static> Tool for FnTool<F> {
     }
 
     fn concurrent(&self) -> bool {
-        true
+        self.concurrent
     }
 
     fn call(&self, arguments: Value, _context: ToolContext) -> BoxFuture<'_, ToolOutput> {
