@@ -289,7 +289,10 @@ pub(crate) struct AgentInner {
 
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Agent").field("id", &self.inner.id).field("model", &self.inner.model.name()).finish()
+        f.debug_struct("Agent")
+            .field("id", &self.inner.id)
+            .field("model", &self.inner.model.name())
+            .finish()
     }
 }
 

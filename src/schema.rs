@@ -50,7 +50,9 @@ impl std::fmt::Debug for CompiledSchema {
 impl CompiledSchema {
     /// Compiles `schema`; `Err` says why it is not a usable JSON Schema.
     pub fn compile(schema: &Value) -> Result<Self, String> {
-        jsonschema::validator_for(schema).map(|validator| CompiledSchema { validator }).map_err(|e| e.to_string())
+        jsonschema::validator_for(schema)
+            .map(|validator| CompiledSchema { validator })
+            .map_err(|e| e.to_string())
     }
 
     /// Every violation of `value`, each prefixed by its path (`$`, `$.city`,

@@ -117,7 +117,12 @@ pub struct ModelReply {
 impl ModelReply {
     /// A finished text answer.
     pub fn text(text: impl Into<String>) -> Self {
-        ModelReply { text: text.into(), tool_calls: Vec::new(), finish: Finish::Stop, usage: None }
+        ModelReply {
+            text: text.into(),
+            tool_calls: Vec::new(),
+            finish: Finish::Stop,
+            usage: None,
+        }
     }
 }
 
@@ -160,5 +165,9 @@ pub trait Model: Send + Sync + 'static {
 
     /// Answers one request. Returns [`ModelError::Cancelled`] promptly once
     /// `cancel` trips.
-    fn complete(&self, request: ModelRequest, cancel: CancellationToken) -> BoxFuture<'_, Result<ModelReply, ModelError>>;
+    fn complete(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'_, Result<ModelReply, ModelError>>;
 }

@@ -56,8 +56,17 @@ pub struct SessionHeader {
 impl SessionHeader {
     /// A top-level header created now.
     pub fn new(id: impl Into<String>, cwd: impl Into<PathBuf>) -> Self {
-        let created_at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        SessionHeader { id: id.into(), parent_session: None, depth: 0, cwd: cwd.into(), persona: None, created_at_ms }
+        let created_at_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        SessionHeader {
+            id: id.into(),
+            parent_session: None,
+            depth: 0,
+            cwd: cwd.into(),
+            persona: None,
+            created_at_ms,
+        }
     }
 }
 
@@ -175,7 +184,9 @@ pub struct SessionStore {
 impl SessionStore {
     /// A store under `<home>/sessions/` (created on first use).
     pub fn new(home: impl AsRef<Path>) -> Self {
-        SessionStore { dir: Some(home.as_ref().join("sessions")) }
+        SessionStore {
+            dir: Some(home.as_ref().join("sessions")),
+        }
     }
 
     /// A store that keeps sessions in memory only.
@@ -198,18 +209,30 @@ impl SessionStore {
         check_id(&header.id)?;
         let id = header.id.clone();
         let Some(path) = self.path_of(&id) else {
-            return Ok(Session { header, events: Vec::new(), writer: None });
+            return Ok(Session {
+                header,
+                events: Vec::new(),
+                writer: None,
+            });
         };
         let io_error = |source| SessionError::Io { id: id.clone(), source };
         fs::create_dir_all(path.parent().expect("a session path has a parent")).map_err(io_error)?;
-        let file = OpenOptions::new().append(true).create_new(true).open(&path).map_err(|source| {
-            if source.kind() == io::ErrorKind::AlreadyExists {
-                SessionError::Exists(id.clone())
-            } else {
-                io_error(source)
-            }
-        })?;
-        let mut session = Session { header, events: Vec::new(), writer: Some(BufWriter::new(file)) };
+        let file = OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|source| {
+                if source.kind() == io::ErrorKind::AlreadyExists {
+                    SessionError::Exists(id.clone())
+                } else {
+                    io_error(source)
+                }
+            })?;
+        let mut session = Session {
+            header,
+            events: Vec::new(),
+            writer: Some(BufWriter::new(file)),
+        };
         session.write_line(&Record::Header(session.header.clone()))?;
         session.flush()?;
         Ok(session)
@@ -222,7 +245,10 @@ impl SessionStore {
         let Some(path) = self.path_of(id) else {
             return Err(SessionError::NotFound(id.to_owned()));
         };
-        let io_error = |source| SessionError::Io { id: id.to_owned(), source };
+        let io_error = |source| SessionError::Io {
+            id: id.to_owned(),
+            source,
+        };
         let bytes = match fs::read(&path) {
             Ok(bytes) => bytes,
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Err(SessionError::NotFound(id.into())),
@@ -231,13 +257,24 @@ impl SessionStore {
         let (header, events, valid_len) = parse(id, &bytes)?;
         let torn = valid_len < bytes.len();
         if torn {
-            tracing::warn!(session = id, dropped_bytes = bytes.len() - valid_len, "dropping a torn last session line");
+            tracing::warn!(
+                session = id,
+                dropped_bytes = bytes.len() - valid_len,
+                "dropping a torn last session line"
+            );
         }
         let file = OpenOptions::new().append(true).open(&path).map_err(io_error)?;
         if torn {
             file.set_len(valid_len as u64).map_err(io_error)?;
         }
-        Ok(LoadedSession { session: Session { header, events, writer: Some(BufWriter::new(file)) }, torn })
+        Ok(LoadedSession {
+            session: Session {
+                header,
+                events,
+                writer: Some(BufWriter::new(file)),
+            },
+            torn,
+        })
     }
 
     /// Loads a session to continue it at depth `depth` or deeper: a resumed
@@ -275,7 +312,11 @@ fn parse(id: &str, bytes: &[u8]) -> Result<(SessionHeader, Vec<SessionEvent>, us
             Ok(Record::Event(event)) => events.push(event),
             Err(_) if is_last => break,
             Err(error) => {
-                return Err(SessionError::Corrupt { id: id.to_owned(), line: line_number, reason: error.to_string() })
+                return Err(SessionError::Corrupt {
+                    id: id.to_owned(),
+                    line: line_number,
+                    reason: error.to_string(),
+                })
             }
         }
         valid_len += consumed;
@@ -300,7 +341,11 @@ fn check_id(id: &str) -> Result<(), SessionError> {
 impl Session {
     /// A session that is never written anywhere.
     pub fn in_memory(header: SessionHeader) -> Self {
-        Session { header, events: Vec::new(), writer: None }
+        Session {
+            header,
+            events: Vec::new(),
+            writer: None,
+        }
     }
 
     /// The session id.
@@ -326,7 +371,11 @@ impl Session {
     /// The events up to and including the last turn end: what a fork
     /// inherits. The open turn, if any, is left out.
     pub fn completed_prefix(&self) -> &[SessionEvent] {
-        let end = self.events.iter().rposition(|e| matches!(e, SessionEvent::TurnEnd { .. })).map_or(0, |i| i + 1);
+        let end = self
+            .events
+            .iter()
+            .rposition(|e| matches!(e, SessionEvent::TurnEnd { .. }))
+            .map_or(0, |i| i + 1);
         &self.events[..end]
     }
 
@@ -340,7 +389,10 @@ impl Session {
     /// Pushes buffered lines to the file.
     pub fn flush(&mut self) -> Result<(), SessionError> {
         if let Some(writer) = &mut self.writer {
-            writer.flush().map_err(|source| SessionError::Io { id: self.header.id.clone(), source })?;
+            writer.flush().map_err(|source| SessionError::Io {
+                id: self.header.id.clone(),
+                source,
+            })?;
         }
         Ok(())
     }
@@ -356,7 +408,10 @@ impl Session {
     /// makes it a valid record).
     fn write_line(&mut self, record: &impl Serialize) -> Result<(), SessionError> {
         let Some(writer) = &mut self.writer else { return Ok(()) };
-        let io_error = |source| SessionError::Io { id: self.header.id.clone(), source };
+        let io_error = |source| SessionError::Io {
+            id: self.header.id.clone(),
+            source,
+        };
         let mut line = serde_json::to_vec(record).map_err(|e| io_error(e.into()))?;
         line.push(b'\n');
         writer.write_all(&line).map_err(io_error)

@@ -61,7 +61,13 @@ pub enum AgentUpdate {
 
 /// Runs one turn; `cancel` is this turn's token.
 pub(crate) async fn run(inner: &AgentInner, prompt: Vec<ContentBlock>, cancel: CancellationToken) -> TurnOutcome {
-    let mut turn = Turn { inner, open_calls: Vec::new(), output: String::new(), model_calls: 0, ended: false };
+    let mut turn = Turn {
+        inner,
+        open_calls: Vec::new(),
+        output: String::new(),
+        model_calls: 0,
+        ended: false,
+    };
     let (reason, error) = turn.drive(prompt, &cancel).await;
     turn.end(reason, error)
 }
@@ -88,7 +94,10 @@ impl Turn<'_> {
                 return (StopReason::Aborted, None);
             }
             if self.model_calls >= inner.max_steps {
-                return (StopReason::Error, Some(format!("the turn reached its limit of {} model calls", inner.max_steps)));
+                return (
+                    StopReason::Error,
+                    Some(format!("the turn reached its limit of {} model calls", inner.max_steps)),
+                );
             }
             let steering: Vec<_> = inner.lock(&inner.steering).drain(..).collect();
             for content in steering {
@@ -125,7 +134,10 @@ impl Turn<'_> {
                 self.output.clone_from(&reply.text);
             }
             let calls = reply.tool_calls.clone();
-            let assistant = SessionEvent::Assistant { text: reply.text, tool_calls: reply.tool_calls };
+            let assistant = SessionEvent::Assistant {
+                text: reply.text,
+                tool_calls: reply.tool_calls,
+            };
             if let Err(error) = self.append(assistant) {
                 return (StopReason::Error, Some(error));
             }
@@ -158,7 +170,8 @@ impl Turn<'_> {
             }
             if let Some(ender) = &ended_by {
                 let denied = ToolOutput::error(format!("not run: {ender:?} already ended the turn"));
-                self.record_result(&calls[index], denied).map_err(|e| (StopReason::Error, Some(e)))?;
+                self.record_result(&calls[index], denied)
+                    .map_err(|e| (StopReason::Error, Some(e)))?;
                 index += 1;
                 continue;
             }
@@ -170,7 +183,10 @@ impl Turn<'_> {
             }
             let batch = &calls[index..batch_end];
             for call in batch {
-                self.update(AgentUpdate::ToolCall { id: call.id.clone(), name: call.name.clone() });
+                self.update(AgentUpdate::ToolCall {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                });
             }
             let runs = batch.iter().map(|call| {
                 let context = ToolContext {
@@ -193,7 +209,8 @@ impl Turn<'_> {
                 if output.ends_turn && ended_by.is_none() {
                     ended_by = Some(call.name.clone());
                 }
-                self.record_result(call, output).map_err(|e| (StopReason::Error, Some(e)))?;
+                self.record_result(call, output)
+                    .map_err(|e| (StopReason::Error, Some(e)))?;
             }
             index = batch_end;
         }
@@ -201,7 +218,11 @@ impl Turn<'_> {
     }
 
     fn record_result(&mut self, call: &ToolCall, output: ToolOutput) -> Result<(), String> {
-        self.update(AgentUpdate::ToolResult { id: call.id.clone(), name: call.name.clone(), is_error: output.is_error });
+        self.update(AgentUpdate::ToolResult {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            is_error: output.is_error,
+        });
         self.append(SessionEvent::ToolResult {
             call_id: call.id.clone(),
             name: call.name.clone(),
@@ -219,19 +240,31 @@ impl Turn<'_> {
             let mut session = inner.session();
             for call in std::mem::take(&mut self.open_calls) {
                 let content = format!("not run: the turn ended ({reason})");
-                let result = SessionEvent::ToolResult { call_id: call.id, name: call.name, content, is_error: true };
+                let result = SessionEvent::ToolResult {
+                    call_id: call.id,
+                    name: call.name,
+                    content,
+                    is_error: true,
+                };
                 if let Err(e) = session.append(result) {
                     error.get_or_insert(e.to_string());
                 }
             }
-            let closed = session.append(SessionEvent::TurnEnd { reason }).and_then(|()| session.flush());
+            let closed = session
+                .append(SessionEvent::TurnEnd { reason })
+                .and_then(|()| session.flush());
             if let Err(e) = closed {
                 tracing::warn!(session = %inner.id, error = %e, "could not persist a turn end");
                 error.get_or_insert(e.to_string());
             }
         }
         self.update(AgentUpdate::TurnEnd(reason));
-        TurnOutcome { stop_reason: reason, output: std::mem::take(&mut self.output), error, model_calls: self.model_calls }
+        TurnOutcome {
+            stop_reason: reason,
+            output: std::mem::take(&mut self.output),
+            error,
+            model_calls: self.model_calls,
+        }
     }
 
     fn append(&self, event: SessionEvent) -> Result<(), String> {

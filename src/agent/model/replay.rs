@@ -89,7 +89,10 @@ pub struct RecordingModel<M> {
 impl<M: Model> RecordingModel<M> {
     /// Records `inner`.
     pub fn new(inner: M) -> Self {
-        RecordingModel { inner, state: Arc::default() }
+        RecordingModel {
+            inner,
+            state: Arc::default(),
+        }
     }
 
     /// The tape so far.
@@ -103,14 +106,21 @@ impl<M: Model> Model for RecordingModel<M> {
         self.inner.name()
     }
 
-    fn complete(&self, request: ModelRequest, cancel: CancellationToken) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
+    fn complete(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
         let index = {
             let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let (tape, bindings) = &mut *guard;
             match bindings.slot(&request.session_id) {
                 Some((_, index, _)) => *index,
                 None => {
-                    tape.sessions.push(TapeSession { first_prompt: request.first_user_text(), answers: Vec::new() });
+                    tape.sessions.push(TapeSession {
+                        first_prompt: request.first_user_text(),
+                        answers: Vec::new(),
+                    });
                     let index = tape.sessions.len() - 1;
                     bindings.live.push((request.session_id.clone(), index, 0));
                     index
@@ -125,7 +135,9 @@ impl<M: Model> Model for RecordingModel<M> {
                 Err(error) => Some(TapeAnswer::Error(error.to_string())),
             };
             if let Some(recorded) = recorded {
-                self.state.lock().unwrap_or_else(|e| e.into_inner()).0.sessions[index].answers.push(recorded);
+                self.state.lock().unwrap_or_else(|e| e.into_inner()).0.sessions[index]
+                    .answers
+                    .push(recorded);
             }
             answer
         })
@@ -141,7 +153,10 @@ pub struct ReplayModel {
 impl ReplayModel {
     /// Replays `tape`.
     pub fn new(tape: Tape) -> Self {
-        ReplayModel { tape, bindings: Mutex::default() }
+        ReplayModel {
+            tape,
+            bindings: Mutex::default(),
+        }
     }
 
     /// Replays the tape at `path`.
@@ -155,7 +170,9 @@ impl ReplayModel {
             let taken = |index: usize| bindings.live.iter().any(|(_, i, _)| *i == index);
             let first_prompt = request.first_user_text();
             let free = (0..self.tape.sessions.len()).filter(|&i| !taken(i));
-            let by_prompt = free.clone().find(|&i| self.tape.sessions[i].first_prompt == first_prompt);
+            let by_prompt = free
+                .clone()
+                .find(|&i| self.tape.sessions[i].first_prompt == first_prompt);
             let index = by_prompt.or_else(|| free.clone().next()).ok_or_else(|| {
                 ModelError::Scripted(format!(
                     "the tape holds {} sessions and all are bound; session {:?} has none",
@@ -167,7 +184,10 @@ impl ReplayModel {
         }
         let (_, index, next) = bindings.slot(&request.session_id).expect("bound above");
         let answer = self.tape.sessions[*index].answers.get(*next).cloned().ok_or_else(|| {
-            ModelError::Scripted(format!("tape session #{index} has no answer #{} (the tape ran out)", *next + 1))
+            ModelError::Scripted(format!(
+                "tape session #{index} has no answer #{} (the tape ran out)",
+                *next + 1
+            ))
         })?;
         *next += 1;
         Ok(answer)
@@ -179,7 +199,11 @@ impl Model for ReplayModel {
         "replay"
     }
 
-    fn complete(&self, request: ModelRequest, cancel: CancellationToken) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
+    fn complete(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
         let answer = self.next_answer(&request);
         Box::pin(async move {
             if cancel.is_cancelled() {

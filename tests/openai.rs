@@ -1,0 +1,524 @@
+//! SPEC §10 the OpenAI-compatible adapter, against a loopback HTTP server
+//! started inside each test (no network).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use subagents::agent::{
+    Agent, AgentUpdate, FnTool, Model, ModelError, OpenAiConfig, OpenAiModel, SessionEvent, ToolOutput,
+};
+use subagents::{AgentOptions, StopReason};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the loopback server answers to one request.
+enum Reply {
+    /// A whole response.
+    Whole {
+        status: u16,
+        headers: Vec<(&'static str, String)>,
+        body: String,
+    },
+    /// Server-sent events; then hang until the client closes, or close.
+    Stream { events: Vec<Value>, done: bool, hang: bool },
+    /// Accept, read the request, never answer.
+    Silent,
+}
+
+fn ok(body: Value) -> Reply {
+    Reply::Whole {
+        status: 200,
+        headers: Vec::new(),
+        body: body.to_string(),
+    }
+}
+
+fn completion(message: Value, finish_reason: &str) -> Value {
+    json!({
+        "id": "cmpl-1", "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7}
+    })
+}
+
+fn delta(delta: Value, finish_reason: Option<&str>) -> Value {
+    json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
+}
+
+struct Recorded {
+    body: Value,
+    authorization: Option<String>,
+}
+
+struct Loopback {
+    base_url: String,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    client_closed: Arc<AtomicBool>,
+}
+
+impl Loopback {
+    async fn start(replies: Vec<Reply>) -> Loopback {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let client_closed = Arc::new(AtomicBool::new(false));
+        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
+        let (log, closed) = (requests.clone(), client_closed.clone());
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let reply = replies.lock().unwrap().pop_front();
+                let (log, closed) = (log.clone(), closed.clone());
+                tokio::spawn(serve(socket, reply, log, closed));
+            }
+        });
+        Loopback {
+            base_url,
+            requests,
+            client_closed,
+        }
+    }
+
+    fn config(&self) -> OpenAiConfig {
+        OpenAiConfig::new(&self.base_url, "test-model")
+            .with_api_key("sk-test")
+            .with_retries(2, Duration::from_millis(10))
+            .with_timeout(Duration::from_secs(10))
+    }
+
+    fn bodies(&self) -> Vec<Value> {
+        self.requests.lock().unwrap().iter().map(|r| r.body.clone()).collect()
+    }
+}
+
+async fn serve(mut socket: TcpStream, reply: Option<Reply>, log: Arc<Mutex<Vec<Recorded>>>, closed: Arc<AtomicBool>) {
+    let mut buffer = Vec::new();
+    let head_end = loop {
+        let mut chunk = [0u8; 4096];
+        let n = socket.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            return;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]).to_string();
+    let header = |name: &str| {
+        head.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.eq_ignore_ascii_case(name).then(|| value.trim().to_owned())
+        })
+    };
+    let length: usize = header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+    while buffer.len() < head_end + length {
+        let mut chunk = [0u8; 4096];
+        let n = socket.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            return;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+    let body = serde_json::from_slice(&buffer[head_end..head_end + length]).unwrap_or(Value::Null);
+    log.lock().unwrap().push(Recorded {
+        body,
+        authorization: header("authorization"),
+    });
+    match reply {
+        None | Some(Reply::Silent) => {
+            let _ = socket.read(&mut [0u8; 16]).await;
+        }
+        Some(Reply::Whole { status, headers, body }) => {
+            let mut response = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+                body.len()
+            );
+            for (name, value) in headers {
+                response.push_str(&format!("{name}: {value}\r\n"));
+            }
+            response.push_str("\r\n");
+            response.push_str(&body);
+            let _ = socket.write_all(response.as_bytes()).await;
+        }
+        Some(Reply::Stream { events, done, hang }) => {
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+            let _ = socket.write_all(head.as_bytes()).await;
+            for event in events {
+                let _ = socket.write_all(format!("data: {event}\n\n").as_bytes()).await;
+                let _ = socket.flush().await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            if done {
+                let _ = socket.write_all(b"data: [DONE]\n\n").await;
+            }
+            if hang {
+                // Wait for the client to go away: read returns 0 or fails.
+                let mut sink = [0u8; 64];
+                loop {
+                    match socket.read(&mut sink).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+                closed.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+fn agent_on(config: OpenAiConfig) -> Agent {
+    Agent::builder(OpenAiModel::new(config).unwrap()).build().unwrap()
+}
+
+#[tokio::test]
+async fn a_plain_reply_completes_and_the_request_carries_route_and_key() {
+    let server = Loopback::start(vec![ok(completion(
+        json!({"role": "assistant", "content": "four"}),
+        "stop",
+    ))])
+    .await;
+    let model = OpenAiModel::new(server.config().with_stream(false)).unwrap();
+    assert_eq!(model.name(), "openai:test-model");
+    let route = AgentOptions {
+        model: Some("routed-model".into()),
+        max_tokens: Some(64),
+        ..Default::default()
+    };
+    let agent = Agent::builder(model)
+        .options(route)
+        .persona("You count.")
+        .build()
+        .unwrap();
+    let outcome = agent.prompt("two plus two").await;
+    assert_eq!(
+        (outcome.stop_reason, outcome.output.as_str()),
+        (StopReason::Completed, "four")
+    );
+
+    let requests = server.requests.lock().unwrap();
+    assert_eq!(requests[0].authorization.as_deref(), Some("Bearer sk-test"));
+    let body = &requests[0].body;
+    assert_eq!(
+        body["model"], "routed-model",
+        "the route's model overrides the configured one"
+    );
+    assert_eq!(body["max_tokens"], 64);
+    assert_eq!(body["messages"][0]["role"], "system");
+    assert!(body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("You count."));
+    assert_eq!(body["messages"][1], json!({"role": "user", "content": "two plus two"}));
+    assert!(body.get("tools").is_none() && body.get("stream").is_none());
+}
+
+#[tokio::test]
+async fn a_streamed_reply_reaches_listeners_chunk_by_chunk() {
+    let server = Loopback::start(vec![Reply::Stream {
+        events: vec![
+            delta(json!({"role": "assistant", "content": ""}), None),
+            delta(json!({"content": "Hel"}), None),
+            delta(json!({"content": "lo"}), None),
+            delta(json!({}), Some("stop")),
+            json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}),
+        ],
+        done: true,
+        hang: false,
+    }])
+    .await;
+    let chunks = Arc::new(Mutex::new(Vec::new()));
+    let sink = chunks.clone();
+    let agent = Agent::builder(OpenAiModel::new(server.config()).unwrap())
+        .on_update(Arc::new(move |update: &AgentUpdate| {
+            if let AgentUpdate::Text(text) = update {
+                sink.lock().unwrap().push(text.clone());
+            }
+        }))
+        .build()
+        .unwrap();
+    let outcome = agent.prompt("greet").await;
+    assert_eq!(
+        (outcome.stop_reason, outcome.output.as_str()),
+        (StopReason::Completed, "Hello")
+    );
+    assert_eq!(*chunks.lock().unwrap(), ["Hel", "lo"]);
+    assert_eq!(server.bodies()[0]["stream"], true);
+}
+
+#[tokio::test]
+async fn a_streamed_tool_call_round_trips_through_the_agent() {
+    let server = Loopback::start(vec![
+        Reply::Stream {
+            events: vec![
+                delta(
+                    json!({"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
+                    "function": {"name": "add", "arguments": "{\"a\": 2"}}]}),
+                    None,
+                ),
+                delta(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": ", \"b\": 40}"}}]}),
+                    None,
+                ),
+                delta(json!({}), Some("tool_calls")),
+            ],
+            done: true,
+            hang: false,
+        },
+        Reply::Stream {
+            events: vec![delta(json!({"content": "42"}), None), delta(json!({}), Some("stop"))],
+            done: true,
+            hang: false,
+        },
+    ])
+    .await;
+    let add = FnTool::new(
+        "add",
+        "Adds.",
+        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
+        |args| ToolOutput::ok((args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap()).to_string()),
+    );
+    let agent = Agent::builder(OpenAiModel::new(server.config()).unwrap())
+        .tool(add)
+        .build()
+        .unwrap();
+    let outcome = agent.prompt("add 2 and 40").await;
+    assert_eq!(
+        (outcome.stop_reason, outcome.output.as_str()),
+        (StopReason::Completed, "42")
+    );
+
+    let bodies = server.bodies();
+    assert_eq!(bodies[0]["tools"][0]["function"]["name"], "add");
+    assert_eq!(bodies[0]["tools"][0]["type"], "function");
+    let messages = bodies[1]["messages"].as_array().unwrap();
+    let assistant = &messages[messages.len() - 2];
+    assert_eq!(assistant["tool_calls"][0]["id"], "call_a");
+    let arguments: Value =
+        serde_json::from_str(assistant["tool_calls"][0]["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(arguments, json!({"a": 2, "b": 40}));
+    assert_eq!(
+        messages[messages.len() - 1],
+        json!({"role": "tool", "tool_call_id": "call_a", "content": "42"})
+    );
+}
+
+#[tokio::test]
+async fn a_429_is_retried_after_its_retry_after_and_then_succeeds() {
+    let server = Loopback::start(vec![
+        Reply::Whole {
+            status: 429,
+            headers: vec![("retry-after", "0".into())],
+            body: json!({"error": {"message": "slow down"}}).to_string(),
+        },
+        Reply::Whole {
+            status: 503,
+            headers: Vec::new(),
+            body: "busy".into(),
+        },
+        ok(completion(json!({"role": "assistant", "content": "finally"}), "stop")),
+    ])
+    .await;
+    let outcome = agent_on(server.config().with_stream(false)).prompt("hi").await;
+    assert_eq!(
+        (outcome.stop_reason, outcome.output.as_str()),
+        (StopReason::Completed, "finally")
+    );
+    assert_eq!(server.bodies().len(), 3);
+}
+
+#[tokio::test]
+async fn retries_run_out_with_the_status_and_the_endpoints_message() {
+    let busy = || Reply::Whole {
+        status: 500,
+        headers: Vec::new(),
+        body: json!({"error": {"message": "boom"}}).to_string(),
+    };
+    let server = Loopback::start(vec![busy(), busy(), busy()]).await;
+    let outcome = agent_on(server.config()).prompt("hi").await;
+    assert_eq!(outcome.stop_reason, StopReason::Error);
+    assert_eq!(outcome.error.as_deref(), Some("the model endpoint answered 500: boom"));
+    assert_eq!(server.bodies().len(), 3, "one try and two retries");
+
+    let server = Loopback::start(vec![Reply::Whole {
+        status: 401,
+        headers: Vec::new(),
+        body: "{}".into(),
+    }])
+    .await;
+    let outcome = agent_on(server.config()).prompt("hi").await;
+    assert!(outcome.error.unwrap().contains("answered 401"));
+    assert_eq!(server.bodies().len(), 1, "a client error is not retried");
+}
+
+#[tokio::test]
+async fn a_malformed_body_ends_the_turn_error_with_a_clear_message() {
+    for body in [
+        "this is not json",
+        r#"{"choices": []}"#,
+        r#"{"choices": [{"message": 5}]}"#,
+    ] {
+        let server = Loopback::start(vec![Reply::Whole {
+            status: 200,
+            headers: Vec::new(),
+            body: body.into(),
+        }])
+        .await;
+        let agent = agent_on(server.config().with_stream(false));
+        let outcome = agent.prompt("hi").await;
+        assert_eq!(outcome.stop_reason, StopReason::Error, "{body}");
+        assert!(
+            outcome
+                .error
+                .as_deref()
+                .unwrap()
+                .starts_with("malformed model response"),
+            "{outcome:?}"
+        );
+        assert_eq!(
+            agent.events().last(),
+            Some(&SessionEvent::TurnEnd {
+                reason: StopReason::Error
+            })
+        );
+    }
+    let server = Loopback::start(vec![Reply::Stream {
+        events: vec![json!("x")],
+        done: false,
+        hang: false,
+    }])
+    .await;
+    let outcome = agent_on(server.config()).prompt("hi").await;
+    assert_eq!(outcome.stop_reason, StopReason::Error);
+}
+
+#[tokio::test]
+async fn a_stream_that_breaks_off_is_an_error_keeping_the_streamed_text() {
+    let server = Loopback::start(vec![Reply::Stream {
+        events: vec![delta(json!({"content": "partial"}), None)],
+        done: false,
+        hang: false,
+    }])
+    .await;
+    let outcome = agent_on(server.config()).prompt("hi").await;
+    assert_eq!(
+        (outcome.stop_reason, outcome.output.as_str()),
+        (StopReason::Error, "partial")
+    );
+    assert!(outcome.error.unwrap().contains("ended before the answer finished"));
+}
+
+#[tokio::test]
+async fn cancelling_mid_stream_closes_the_connection_and_aborts_the_turn() {
+    let server = Loopback::start(vec![Reply::Stream {
+        events: vec![delta(json!({"content": "thinking"}), None)],
+        done: false,
+        hang: true,
+    }])
+    .await;
+    let (tx, mut first_chunk) = tokio::sync::mpsc::unbounded_channel();
+    let agent = Agent::builder(OpenAiModel::new(server.config()).unwrap())
+        .on_update(Arc::new(move |update: &AgentUpdate| {
+            if matches!(update, AgentUpdate::Text(_)) {
+                let _ = tx.send(());
+            }
+        }))
+        .build()
+        .unwrap();
+    let canceller = agent.clone();
+    tokio::spawn(async move {
+        first_chunk.recv().await;
+        canceller.cancel();
+    });
+    let outcome = tokio::time::timeout(Duration::from_secs(20), agent.prompt("think"))
+        .await
+        .unwrap();
+    assert_eq!(outcome.stop_reason, StopReason::Aborted);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.client_closed.load(Ordering::SeqCst) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        server.client_closed.load(Ordering::SeqCst),
+        "the server saw the connection close"
+    );
+}
+
+#[tokio::test]
+async fn finish_reasons_map_to_max_tokens_and_refusal() {
+    let server = Loopback::start(vec![
+        ok(completion(json!({"role": "assistant", "content": "cut o"}), "length")),
+        ok(completion(
+            json!({"role": "assistant", "content": null, "refusal": "I cannot help"}),
+            "stop",
+        )),
+        ok(completion(
+            json!({"role": "assistant", "content": ""}),
+            "content_filter",
+        )),
+    ])
+    .await;
+    let agent = agent_on(server.config().with_stream(false));
+    let outcome = agent.prompt("a").await;
+    assert_eq!(
+        (outcome.stop_reason, outcome.output.as_str()),
+        (StopReason::MaxTokens, "cut o")
+    );
+    let outcome = agent.prompt("b").await;
+    assert_eq!(
+        (outcome.stop_reason, outcome.output.as_str()),
+        (StopReason::Refusal, "I cannot help")
+    );
+    assert_eq!(agent.prompt("c").await.stop_reason, StopReason::Refusal);
+}
+
+#[tokio::test]
+async fn an_unreachable_endpoint_and_a_silent_one_fail_without_hanging() {
+    let closed_port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let config =
+        OpenAiConfig::new(format!("http://127.0.0.1:{closed_port}/v1"), "m").with_retries(1, Duration::from_millis(5));
+    let outcome = agent_on(config).prompt("hi").await;
+    assert_eq!(outcome.stop_reason, StopReason::Error);
+    assert!(outcome.error.unwrap().contains("could not be reached"));
+
+    let server = Loopback::start(vec![Reply::Silent]).await;
+    let config = server
+        .config()
+        .with_retries(0, Duration::ZERO)
+        .with_timeout(Duration::from_millis(200));
+    let outcome = agent_on(config).prompt("hi").await;
+    assert_eq!(outcome.stop_reason, StopReason::Error);
+    assert!(outcome.error.unwrap().contains("timed out"));
+}
+
+#[test]
+fn configuration_comes_from_the_environment_and_bad_urls_are_refused() {
+    // The only test in this binary that touches these variables.
+    std::env::remove_var("SUBAGENTS_MODEL");
+    assert!(matches!(OpenAiConfig::from_env(), Err(ModelError::Config(_))));
+    std::env::set_var("SUBAGENTS_MODEL", "deepseek-chat");
+    std::env::set_var("SUBAGENTS_BASE_URL", "http://127.0.0.1:9/v1");
+    std::env::set_var("SUBAGENTS_API_KEY", "sk-env");
+    let config = OpenAiConfig::from_env().unwrap();
+    assert_eq!(
+        (config.model.as_str(), config.base_url.as_str()),
+        ("deepseek-chat", "http://127.0.0.1:9/v1")
+    );
+    assert_eq!(config.api_key.as_deref(), Some("sk-env"));
+    assert!(
+        !format!("{config:?}").contains("sk-env"),
+        "the key is redacted from Debug"
+    );
+    for name in ["SUBAGENTS_MODEL", "SUBAGENTS_BASE_URL", "SUBAGENTS_API_KEY"] {
+        std::env::remove_var(name);
+    }
+    assert!(matches!(
+        OpenAiModel::new(OpenAiConfig::new("ftp://x", "m")),
+        Err(ModelError::Config(_))
+    ));
+}
