@@ -65,16 +65,15 @@ async fn run_parent(model: Arc<dyn Model>, prompt: &str) -> (String, Vec<Session
 
 #[tokio::test]
 async fn a_recorded_parent_and_child_replay_from_the_tape_file() {
-    let recorder = Arc::new(RecordingModel::new(live_model()));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("release.tape.json");
+    let recorder = Arc::new(RecordingModel::writing_to(live_model(), &path));
     let (recorded_output, recorded_events) = run_parent(recorder.clone(), "plan the release").await;
-    let tape = recorder.tape();
+    let tape = Tape::load(&path).unwrap();
+    assert_eq!(tape, recorder.tape(), "the file holds every answer");
     assert_eq!(tape.sessions.len(), 2, "parent and child");
     assert_eq!(tape.sessions[0].first_prompt.as_deref(), Some("plan the release"));
     assert_eq!(tape.sessions[1].first_prompt.as_deref(), Some("list the open bugs"));
-
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("release.tape.json");
-    tape.save(&path).unwrap();
 
     let replay: Arc<dyn Model> = Arc::new(ReplayModel::from_file(&path).unwrap());
     let (replayed_output, replayed_events) = run_parent(replay, "plan the release").await;

@@ -18,7 +18,7 @@
 //! let replay = ReplayModel::new(tape);
 //! ```
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
@@ -65,6 +65,13 @@ impl Tape {
     pub fn save(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
         std::fs::write(path, serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?)
     }
+
+    fn save_atomically(&self, path: &Path) -> std::io::Result<()> {
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(".partial");
+        self.save(&partial)?;
+        std::fs::rename(&partial, path)
+    }
 }
 
 /// Live session ids bound to tape entries.
@@ -84,14 +91,27 @@ impl Bindings {
 pub struct RecordingModel<M> {
     inner: M,
     state: Arc<Mutex<(Tape, Bindings)>>,
+    file: Option<PathBuf>,
 }
 
 impl<M: Model> RecordingModel<M> {
-    /// Records `inner`.
+    /// Records `inner` in memory; read it with [`RecordingModel::tape`].
     pub fn new(inner: M) -> Self {
         RecordingModel {
             inner,
             state: Arc::default(),
+            file: None,
+        }
+    }
+
+    /// Records `inner` and rewrites the tape file at `path` after every
+    /// answer (write to a temporary file, then rename), so a crash loses at
+    /// most the answer in flight.
+    pub fn writing_to(inner: M, path: impl Into<PathBuf>) -> Self {
+        RecordingModel {
+            inner,
+            state: Arc::default(),
+            file: Some(path.into()),
         }
     }
 
@@ -135,9 +155,13 @@ impl<M: Model> Model for RecordingModel<M> {
                 Err(error) => Some(TapeAnswer::Error(error.to_string())),
             };
             if let Some(recorded) = recorded {
-                self.state.lock().unwrap_or_else(|e| e.into_inner()).0.sessions[index]
-                    .answers
-                    .push(recorded);
+                let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                state.0.sessions[index].answers.push(recorded);
+                if let Some(path) = &self.file {
+                    if let Err(error) = state.0.save_atomically(path) {
+                        tracing::warn!(%error, path = %path.display(), "could not write the tape");
+                    }
+                }
             }
             answer
         })
