@@ -56,10 +56,7 @@ async fn mock_lifecycle(subagents: &Subagents) {
 }
 
 fn runtime() -> (Runtime, Subagents) {
-    let runtime = Runtime::builder()
-        .home(std::env::temp_dir().join("subagents-bench"))
-        .build()
-        .unwrap();
+    let runtime = Runtime::builder().home(std::env::temp_dir().join("subagents-bench")).build().unwrap();
     let subagents = runtime.subagents();
     subagents.register_provider(MockProvider::new("mock")).unwrap().keep();
     (runtime, subagents)
@@ -111,11 +108,7 @@ fn lifecycle(c: &mut Criterion) {
         })
     });
 
-    let foreign = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let foreign = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
 
     group.bench_function("mock, foreign runtime, sequential", |b| {
         b.iter_custom(|iters| {
@@ -157,21 +150,14 @@ fn lifecycle(c: &mut Criterion) {
     });
     group.finish();
     let report = runtime.shutdown_blocking();
-    assert!(
-        report.live_after.is_quiescent(),
-        "the bench leaked runs: {:?}",
-        report.live_after
-    );
+    assert!(report.live_after.is_quiescent(), "the bench leaked runs: {:?}", report.live_after);
 }
 
 /// Mean per run for each bench, and its ratio to each floor.
 fn print_ratios() {
     let totals = TOTALS.lock().unwrap();
     let mean = |name: &str| {
-        totals
-            .get(name)
-            .filter(|(runs, _)| *runs > 0)
-            .map(|(runs, time)| time.as_secs_f64() / *runs as f64)
+        totals.get(name).filter(|(runs, _)| *runs > 0).map(|(runs, time)| time.as_secs_f64() / *runs as f64)
     };
     let (Some(tokio_floor), Some(actix_floor)) = (mean("floor-tokio"), mean("floor-actix")) else {
         return;
@@ -180,12 +166,7 @@ fn print_ratios() {
     println!("{:<30} {:>12} {:>10} {:>10}", "bench", "mean", "÷ tokio", "÷ actix");
     for name in totals.keys() {
         let value = mean(name).unwrap_or(0.0);
-        println!(
-            "{name:<30} {:>10.2}µs {:>9.1}× {:>9.1}×",
-            value * 1e6,
-            value / tokio_floor,
-            value / actix_floor
-        );
+        println!("{name:<30} {:>10.2}µs {:>9.1}× {:>9.1}×", value * 1e6, value / tokio_floor, value / actix_floor);
     }
     if let Some(inside) = mean("mock-inside") {
         let ratio = inside / actix_floor;

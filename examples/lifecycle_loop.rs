@@ -12,10 +12,7 @@ fn main() {
     let count: u64 = std::env::args().nth(1).and_then(|n| n.parse().ok()).unwrap_or(100_000);
     let runtime = Runtime::builder().workers(1).build().expect("runtime");
     let subagents = runtime.subagents();
-    subagents
-        .register_provider(MockProvider::new("mock"))
-        .expect("register")
-        .keep();
+    subagents.register_provider(MockProvider::new("mock")).expect("register").keep();
     let elapsed = runtime.block_on(async move {
         let began = Instant::now();
         for _ in 0..count {
@@ -26,9 +23,6 @@ fn main() {
         }
         began.elapsed()
     });
-    println!(
-        "{count} lifecycles, {:.2} µs each",
-        elapsed.as_secs_f64() * 1e6 / count as f64
-    );
+    println!("{count} lifecycles, {:.2} µs each", elapsed.as_secs_f64() * 1e6 / count as f64);
     runtime.shutdown_blocking();
 }

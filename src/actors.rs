@@ -36,6 +36,6 @@ mod subagents;
 
 pub(crate) use self::core::Core;
 pub use registry::Registration;
-pub use run_handle::{Run, Steering};
+pub use run_handle::{Continuation, Run, Steering};
 pub use runtime::{PhaseReport, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport};
 pub use subagents::Subagents;

@@ -47,9 +47,9 @@ pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;
 pub use session::{LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, ToolCall};
 pub use tools::{FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset};
-pub use turn::{AgentUpdate, TurnOutcome};
+pub use turn::{AgentUpdate, TurnError, TurnErrorKind, TurnOutcome};
 
-use crate::seam::{AgentOptions, ContentBlock, StopReason};
+use crate::seam::{AgentOptions, ContentBlock, LocalAgent, Parent, StopReason};
 
 /// Receives live updates from an agent's turns (text chunks, tool calls).
 pub type UpdateSink = Arc<dyn Fn(&AgentUpdate) + Send + Sync>;
@@ -289,10 +289,7 @@ pub(crate) struct AgentInner {
 
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Agent")
-            .field("id", &self.inner.id)
-            .field("model", &self.inner.model.name())
-            .finish()
+        f.debug_struct("Agent").field("id", &self.inner.id).field("model", &self.inner.model.name()).finish()
     }
 }
 
@@ -352,6 +349,32 @@ impl Agent {
     /// The model's name.
     pub fn model_name(&self) -> &str {
         self.inner.model.name()
+    }
+
+    /// The model (a continuation keeps talking to the same one).
+    pub fn model(&self) -> Arc<dyn Model> {
+        self.inner.model.clone()
+    }
+
+    /// The route its turns use.
+    pub fn options(&self) -> &AgentOptions {
+        &self.inner.options
+    }
+
+    /// This agent as the delegating parent of a start: its session, depth,
+    /// cwd and route, and itself (so a fork can read its completed turns).
+    pub fn as_parent(&self) -> Parent {
+        let depth = self.inner.session().header().depth;
+        Parent::root(self.inner.cwd.to_path_buf())
+            .with_session(self.id())
+            .with_depth(depth)
+            .with_route(self.inner.options.clone())
+            .with_agent(LocalAgent::new(self.id(), self.clone()))
+    }
+
+    /// Whether no turn is running or queued.
+    pub fn is_idle(&self) -> bool {
+        *self.inner.busy.borrow() == 0
     }
 
     /// Runs one turn. Turns queue behind each other; a cancel trips the

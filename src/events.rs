@@ -72,10 +72,7 @@ impl SubagentEvent {
 
     /// Whether this is a run event (`Start`, `End`, `Progress`).
     pub fn is_run_event(&self) -> bool {
-        matches!(
-            self,
-            SubagentEvent::Start(_) | SubagentEvent::End(_) | SubagentEvent::Progress(_)
-        )
+        matches!(self, SubagentEvent::Start(_) | SubagentEvent::End(_) | SubagentEvent::Progress(_))
     }
 }
 

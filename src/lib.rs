@@ -11,7 +11,8 @@ pub mod schema;
 pub mod seam;
 
 pub use actors::{
-    PhaseReport, Registration, Run, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport, Steering, Subagents,
+    Continuation, PhaseReport, Registration, Run, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport, Steering,
+    Subagents,
 };
 pub use events::{
     EventRecvError, EventStream, ListenerHandle, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent,

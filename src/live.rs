@@ -50,19 +50,13 @@ pub(crate) struct ActorLease {
 impl ActorLease {
     pub(crate) fn actor(live: &Arc<LiveCounters>) -> Self {
         live.actors.fetch_add(1, Ordering::AcqRel);
-        ActorLease {
-            live: live.clone(),
-            is_run: false,
-        }
+        ActorLease { live: live.clone(), is_run: false }
     }
 
     pub(crate) fn run(live: &Arc<LiveCounters>) -> Self {
         live.runs.fetch_add(1, Ordering::AcqRel);
         live.actors.fetch_add(1, Ordering::AcqRel);
-        ActorLease {
-            live: live.clone(),
-            is_run: true,
-        }
+        ActorLease { live: live.clone(), is_run: true }
     }
 }
 

@@ -50,9 +50,7 @@ impl std::fmt::Debug for CompiledSchema {
 impl CompiledSchema {
     /// Compiles `schema`; `Err` says why it is not a usable JSON Schema.
     pub fn compile(schema: &Value) -> Result<Self, String> {
-        jsonschema::validator_for(schema)
-            .map(|validator| CompiledSchema { validator })
-            .map_err(|e| e.to_string())
+        jsonschema::validator_for(schema).map(|validator| CompiledSchema { validator }).map_err(|e| e.to_string())
     }
 
     /// Every violation of `value`, each prefixed by its path (`$`, `$.city`,
@@ -185,9 +183,7 @@ fn check_required(required: &Value, properties: Option<&Map<String, Value>>, pat
     for (index, name) in names.iter().enumerate() {
         match name.as_str() {
             Some(name) if properties.is_some_and(|p| p.contains_key(name)) => {}
-            Some(name) => out.push(format!(
-                "{path}.required[{index}]: \"{name}\" is not declared in properties"
-            )),
+            Some(name) => out.push(format!("{path}.required[{index}]: \"{name}\" is not declared in properties")),
             None => out.push(format!("{path}.required[{index}]: must be a string")),
         }
     }

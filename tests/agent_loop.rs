@@ -32,12 +32,7 @@ fn tool_results(agent: &Agent) -> Vec<(String, String, bool)> {
         .events()
         .into_iter()
         .filter_map(|event| match event {
-            SessionEvent::ToolResult {
-                name,
-                content,
-                is_error,
-                ..
-            } => Some((name, content, is_error)),
+            SessionEvent::ToolResult { name, content, is_error, .. } => Some((name, content, is_error)),
             _ => None,
         })
         .collect()
@@ -61,23 +56,13 @@ struct SlowTool {
 
 impl SlowTool {
     fn new(name: &'static str, concurrent: bool, delay: Duration) -> Self {
-        SlowTool {
-            name,
-            concurrent,
-            delay,
-            running: Arc::default(),
-            peak: Arc::default(),
-        }
+        SlowTool { name, concurrent, delay, running: Arc::default(), peak: Arc::default() }
     }
 }
 
 impl Tool for SlowTool {
     fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: self.name.into(),
-            description: "waits".into(),
-            parameters: json!({"type": "object"}),
-        }
+        ToolSpec { name: self.name.into(), description: "waits".into(), parameters: json!({"type": "object"}) }
     }
 
     fn concurrent(&self) -> bool {
@@ -100,9 +85,7 @@ impl Tool for SlowTool {
 
 #[tokio::test]
 async fn a_plain_answer_completes_with_the_last_text() {
-    let agent = Agent::builder(scripted(vec![Step::text("the answer")]))
-        .build()
-        .unwrap();
+    let agent = Agent::builder(scripted(vec![Step::text("the answer")])).build().unwrap();
     let outcome = agent.prompt("question").await;
     assert_eq!(outcome.stop_reason, StopReason::Completed);
     assert_eq!(outcome.output, "the answer");
@@ -112,10 +95,7 @@ async fn a_plain_answer_completes_with_the_last_text() {
 
 #[tokio::test]
 async fn a_tool_call_round_trips_and_the_model_sees_its_result() {
-    let model = scripted(vec![
-        Step::tool_call("add", json!({"a": 2, "b": 3})),
-        Step::text("it is 5"),
-    ]);
+    let model = scripted(vec![Step::tool_call("add", json!({"a": 2, "b": 3})), Step::text("it is 5")]);
     let agent = Agent::builder(model.clone()).tool(add_tool()).build().unwrap();
     let outcome = agent.prompt("add 2 and 3").await;
     assert_eq!(outcome.stop_reason, StopReason::Completed);
@@ -129,35 +109,23 @@ async fn a_tool_call_round_trips_and_the_model_sees_its_result() {
 
 #[tokio::test]
 async fn max_tokens_and_refusal_end_the_turn_with_their_reason() {
-    let agent = Agent::builder(scripted(vec![Step::max_tokens("partial ans")]))
-        .build()
-        .unwrap();
+    let agent = Agent::builder(scripted(vec![Step::max_tokens("partial ans")])).build().unwrap();
     let outcome = agent.prompt("long task").await;
-    assert_eq!(
-        (outcome.stop_reason, outcome.output.as_str()),
-        (StopReason::MaxTokens, "partial ans")
-    );
+    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::MaxTokens, "partial ans"));
     assert_eq!(last_turn_end(&agent), Some(StopReason::MaxTokens));
 
-    let agent = Agent::builder(scripted(vec![Step::refusal("I will not")]))
-        .build()
-        .unwrap();
+    let agent = Agent::builder(scripted(vec![Step::refusal("I will not")])).build().unwrap();
     let outcome = agent.prompt("bad task").await;
-    assert_eq!(
-        (outcome.stop_reason, outcome.output.as_str()),
-        (StopReason::Refusal, "I will not")
-    );
+    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Refusal, "I will not"));
     assert_eq!(last_turn_end(&agent), Some(StopReason::Refusal));
 }
 
 #[tokio::test]
 async fn a_model_failure_ends_the_turn_error_with_the_reason_recorded() {
-    let agent = Agent::builder(scripted(vec![Step::error("the model fell over")]))
-        .build()
-        .unwrap();
+    let agent = Agent::builder(scripted(vec![Step::error("the model fell over")])).build().unwrap();
     let outcome = agent.prompt("anything").await;
     assert_eq!(outcome.stop_reason, StopReason::Error);
-    assert_eq!(outcome.error.as_deref(), Some("the model fell over"));
+    assert_eq!(outcome.error.as_ref().map(|e| e.message.as_str()), Some("the model fell over"));
     assert_eq!(last_turn_end(&agent), Some(StopReason::Error));
     // The agent stays usable: the next turn runs normally (the script is spent).
     assert_eq!(agent.prompt("again").await.stop_reason, StopReason::Completed);
@@ -170,7 +138,7 @@ async fn a_runaway_tool_loop_stops_at_the_step_limit() {
     let outcome = agent.prompt("loop forever").await;
     assert_eq!(outcome.stop_reason, StopReason::Error);
     assert_eq!(outcome.model_calls, 4);
-    assert!(outcome.error.unwrap().contains("limit of 4 model calls"));
+    assert!(outcome.error.unwrap().message.contains("limit of 4 model calls"));
 }
 
 #[tokio::test]
@@ -193,10 +161,7 @@ async fn cancelling_during_a_model_call_aborts_promptly() {
 
 #[tokio::test]
 async fn cancelling_during_a_tool_leaves_no_call_without_a_result() {
-    let model = scripted(vec![Step::tool_calls([
-        ("slow", json!({})),
-        ("add", json!({"a": 1, "b": 2})),
-    ])]);
+    let model = scripted(vec![Step::tool_calls([("slow", json!({})), ("add", json!({"a": 1, "b": 2}))])]);
     let agent = Agent::builder(model)
         .tool(SlowTool::new("slow", false, Duration::from_secs(30)))
         .tool(add_tool())
@@ -211,9 +176,7 @@ async fn cancelling_during_a_tool_leaves_no_call_without_a_result() {
     assert_eq!(outcome.stop_reason, StopReason::Aborted);
     let results = tool_results(&agent);
     assert_eq!(results.len(), 2, "each call has a result: {results:?}");
-    assert!(results
-        .iter()
-        .all(|(_, content, is_error)| *is_error && content.contains("not run")));
+    assert!(results.iter().all(|(_, content, is_error)| *is_error && content.contains("not run")));
     assert_eq!(last_turn_end(&agent), Some(StopReason::Aborted));
 }
 
@@ -242,23 +205,13 @@ async fn invalid_arguments_reach_the_model_as_a_tool_error_listing_each_violatio
     assert!(is_error);
     assert!(error.contains("$.a"), "{error}");
     assert!(error.contains("\"b\" is a required property"), "{error}");
-    assert!(
-        error.contains("'c' was unexpected"),
-        "additional property listed: {error}"
-    );
-    assert_eq!(
-        results[1],
-        ("add".into(), "4".into(), false),
-        "the model retried in the same turn"
-    );
+    assert!(error.contains("'c' was unexpected"), "additional property listed: {error}");
+    assert_eq!(results[1], ("add".into(), "4".into(), false), "the model retried in the same turn");
 }
 
 #[tokio::test]
 async fn arguments_that_are_not_json_are_a_tool_error() {
-    let model = scripted(vec![
-        Step::tool_call("add", Value::String("{a: 1".into())),
-        Step::text("gave up"),
-    ]);
+    let model = scripted(vec![Step::tool_call("add", Value::String("{a: 1".into())), Step::text("gave up")]);
     let agent = Agent::builder(model).tool(add_tool()).build().unwrap();
     agent.prompt("add").await;
     let (_, error, is_error) = &tool_results(&agent)[0];
@@ -280,27 +233,15 @@ async fn a_gate_sees_and_denies_even_tool_names_the_model_invented() {
         }
     });
     let model = scripted(vec![
-        Step::tool_calls([
-            ("delete_everything", json!({})),
-            ("made_up", json!({})),
-            ("add", json!({"a": 1, "b": 1})),
-        ]),
+        Step::tool_calls([("delete_everything", json!({})), ("made_up", json!({})), ("add", json!({"a": 1, "b": 1}))]),
         Step::text("ok"),
     ]);
     let agent = Agent::builder(model).toolset(tools).build().unwrap();
     agent.prompt("go").await;
     assert_eq!(*seen.lock().unwrap(), ["delete_everything", "made_up", "add"]);
     let results = tool_results(&agent);
-    assert!(
-        results[0].1.contains("denied: destructive tools are not allowed"),
-        "{:?}",
-        results[0]
-    );
-    assert!(
-        results[1].1.contains("no tool named \"made_up\"; available: add"),
-        "{:?}",
-        results[1]
-    );
+    assert!(results[0].1.contains("denied: destructive tools are not allowed"), "{:?}", results[0]);
+    assert!(results[1].1.contains("no tool named \"made_up\"; available: add"), "{:?}", results[1]);
     assert_eq!(results[2], ("add".into(), "2".into(), false));
 }
 
@@ -316,18 +257,12 @@ async fn a_filtered_tool_is_hidden_from_the_model_and_denied_when_called_anyway(
     let names: Vec<_> = model.requests()[0].tools.iter().map(|t| t.name.clone()).collect();
     assert_eq!(names, ["add"]);
     let (_, error, is_error) = &tool_results(&agent)[0];
-    assert!(
-        *is_error && error.contains("\"slow\" is not available to this agent"),
-        "{error}"
-    );
+    assert!(*is_error && error.contains("\"slow\" is not available to this agent"), "{error}");
 }
 
 #[tokio::test]
 async fn one_agents_tools_are_invisible_to_another() {
-    let model = scripted(vec![
-        Step::tool_call("add", json!({"a": 1, "b": 1})),
-        Step::text("done"),
-    ]);
+    let model = scripted(vec![Step::tool_call("add", json!({"a": 1, "b": 1})), Step::text("done")]);
     let with_tool = Agent::builder(model.clone()).tool(add_tool()).build().unwrap();
     let without = Agent::builder(model.clone()).build().unwrap();
     with_tool.prompt("first").await;
@@ -343,20 +278,14 @@ async fn one_agents_tools_are_invisible_to_another() {
 async fn concurrent_tools_overlap_and_exclusive_tools_do_not() {
     let parallel = SlowTool::new("parallel", true, Duration::from_millis(200));
     let peak = parallel.peak.clone();
-    let model = scripted(vec![
-        Step::tool_calls((0..3).map(|_| ("parallel", json!({})))),
-        Step::text("ok"),
-    ]);
+    let model = scripted(vec![Step::tool_calls((0..3).map(|_| ("parallel", json!({})))), Step::text("ok")]);
     let agent = Agent::builder(model).tool(parallel).build().unwrap();
     assert_eq!(agent.prompt("go").await.stop_reason, StopReason::Completed);
     assert_eq!(peak.load(Ordering::SeqCst), 3, "three concurrent calls ran together");
 
     let exclusive = SlowTool::new("exclusive", false, Duration::from_millis(20));
     let peak = exclusive.peak.clone();
-    let model = scripted(vec![
-        Step::tool_calls((0..3).map(|_| ("exclusive", json!({})))),
-        Step::text("ok"),
-    ]);
+    let model = scripted(vec![Step::tool_calls((0..3).map(|_| ("exclusive", json!({})))), Step::text("ok")]);
     let agent = Agent::builder(model).tool(exclusive).build().unwrap();
     agent.prompt("go").await;
     assert_eq!(peak.load(Ordering::SeqCst), 1);
@@ -370,29 +299,17 @@ async fn a_tool_that_ends_the_turn_stops_the_loop_and_later_calls_are_denied() {
     })
     .exclusive();
     let model = scripted(vec![
-        Step::tool_calls([
-            ("add", json!({"a": 1, "b": 1})),
-            ("finish", json!({})),
-            ("add", json!({"a": 2, "b": 2})),
-        ]),
+        Step::tool_calls([("add", json!({"a": 1, "b": 1})), ("finish", json!({})), ("add", json!({"a": 2, "b": 2}))]),
         Step::text("must not be asked"),
     ]);
-    let agent = Agent::builder(model.clone())
-        .tool(add_tool())
-        .tool(finish)
-        .build()
-        .unwrap();
+    let agent = Agent::builder(model.clone()).tool(add_tool()).tool(finish).build().unwrap();
     let outcome = agent.prompt("go").await;
     assert_eq!(outcome.stop_reason, StopReason::Completed);
     assert_eq!(outcome.model_calls, 1, "no model call after the turn ended");
     let results = tool_results(&agent);
     assert_eq!(results[0], ("add".into(), "2".into(), false), "calls before it run");
     assert_eq!(results[1], ("finish".into(), "captured".into(), false));
-    assert!(
-        results[2].2 && results[2].1.contains("already ended the turn"),
-        "{:?}",
-        results[2]
-    );
+    assert!(results[2].2 && results[2].1.contains("already ended the turn"), "{:?}", results[2]);
 }
 
 #[tokio::test]
@@ -401,10 +318,7 @@ async fn a_panicking_tool_is_a_tool_error_and_the_turn_goes_on() {
     let model = scripted(vec![Step::tool_call("boom", json!({})), Step::text("recovered")]);
     let agent = Agent::builder(model).tool(boom).build().unwrap();
     let outcome = agent.prompt("go").await;
-    assert_eq!(
-        (outcome.stop_reason, outcome.output.as_str()),
-        (StopReason::Completed, "recovered")
-    );
+    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "recovered"));
     assert!(tool_results(&agent)[0].1.contains("failed unexpectedly"));
 }
 
@@ -438,32 +352,20 @@ async fn read_file_and_list_dir_stay_inside_the_working_directory() {
     assert_eq!(results[1].1, "inside");
     assert_eq!(results[2].1, "inside", "an absolute path under the cwd is fine");
     for refused in [&results[3], &results[4], &results[5], &results[7]] {
-        assert!(
-            refused.2 && refused.1.contains("outside the session's working directory"),
-            "{refused:?}"
-        );
+        assert!(refused.2 && refused.1.contains("outside the session's working directory"), "{refused:?}");
     }
-    assert_eq!(
-        results[6],
-        ("list_dir".into(), "link.txt\nnotes.txt\nsub/".into(), false)
-    );
+    assert_eq!(results[6], ("list_dir".into(), "link.txt\nnotes.txt\nsub/".into(), false));
 }
 
 #[tokio::test]
 async fn a_persona_replaces_the_default_section_and_is_recorded() {
     let model = scripted(vec![Step::text("ok")]);
-    let agent = Agent::builder(model.clone())
-        .persona("You are a pirate.")
-        .build()
-        .unwrap();
+    let agent = Agent::builder(model.clone()).persona("You are a pirate.").build().unwrap();
     agent.prompt("hi").await;
     let system = &model.requests()[0].system;
     assert!(system.starts_with("You are a pirate."), "{system}");
     assert!(!system.contains(SystemPrompt::default().get(SystemPrompt::PERSONA).unwrap()));
-    assert!(
-        system.contains(SystemPrompt::default().get(SystemPrompt::TOOLS).unwrap()),
-        "other sections stay"
-    );
+    assert!(system.contains(SystemPrompt::default().get(SystemPrompt::TOOLS).unwrap()), "other sections stay");
     assert_eq!(agent.header().persona.as_deref(), Some("You are a pirate."));
 }
 
@@ -496,9 +398,7 @@ async fn idle_waits_for_queued_turns_and_a_dropped_turn_is_closed_aborted() {
     assert_eq!(a.await.unwrap().output, "a");
     assert_eq!(b.await.unwrap().output, "b");
 
-    let slow = Agent::builder(scripted(vec![Step::text("x").after(Duration::from_secs(30))]))
-        .build()
-        .unwrap();
+    let slow = Agent::builder(scripted(vec![Step::text("x").after(Duration::from_secs(30))])).build().unwrap();
     let turn = slow.prompt("never finishes");
     let _ = tokio::time::timeout(Duration::from_millis(20), turn).await;
     assert_eq!(last_turn_end(&slow), Some(StopReason::Aborted));
@@ -519,15 +419,8 @@ async fn updates_report_tool_calls_and_the_turn_end() {
     assert_eq!(
         *updates,
         [
-            AgentUpdate::ToolCall {
-                id: "call_0".into(),
-                name: "add".into()
-            },
-            AgentUpdate::ToolResult {
-                id: "call_0".into(),
-                name: "add".into(),
-                is_error: false
-            },
+            AgentUpdate::ToolCall { id: "call_0".into(), name: "add".into() },
+            AgentUpdate::ToolResult { id: "call_0".into(), name: "add".into(), is_error: false },
             AgentUpdate::Text("3".into()),
             AgentUpdate::TurnEnd(StopReason::Completed),
         ]

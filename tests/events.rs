@@ -16,10 +16,7 @@ use subagents::{CancellationToken, EventRecvError, Parent, ProgressUpdate, Start
 async fn start_precedes_end_even_for_a_child_that_settles_instantly() {
     let runtime = runtime();
     let subagents = runtime.subagents();
-    subagents
-        .register_provider(MockProvider::new("instant").with_reply("at once"))
-        .unwrap()
-        .keep();
+    subagents.register_provider(MockProvider::new("instant").with_reply("at once")).unwrap().keep();
     let mut events = subagents.subscribe();
     let mut run_ids = Vec::new();
     for _ in 0..50 {
@@ -62,11 +59,7 @@ async fn progress_arrives_between_start_and_end() {
     let runtime = runtime();
     let subagents = runtime.subagents();
     subagents
-        .register_provider(
-            MockProvider::new("m")
-                .with_reply("halfway there")
-                .with_delay(Duration::from_millis(20)),
-        )
+        .register_provider(MockProvider::new("m").with_reply("halfway there").with_delay(Duration::from_millis(20)))
         .unwrap()
         .keep();
     let mut events = subagents.subscribe();
@@ -134,11 +127,7 @@ async fn a_panicking_or_failing_listener_does_not_stop_the_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_listener_never_blocks_runs_and_lags_instead() {
-    let runtime = subagents::Runtime::builder()
-        .workers(2)
-        .event_capacity(8)
-        .build()
-        .unwrap();
+    let runtime = subagents::Runtime::builder().workers(2).event_capacity(8).build().unwrap();
     let subagents = runtime.subagents();
     subagents.register_provider(MockProvider::new("m")).unwrap().keep();
     let _slow = subagents.add_listener(|_: &SubagentEvent| std::thread::sleep(Duration::from_millis(200)));
@@ -162,11 +151,7 @@ async fn subscribers_can_filter_run_events_by_parent_session() {
     subagents.register_provider(MockProvider::new("m")).unwrap().keep();
     let mut only_a = subagents.subscribe().for_parent("session-a");
     for parent in ["session-a", "session-b", "session-a"] {
-        let request = StartRequest::new(
-            "hi",
-            Parent::root("/tmp").with_session(parent),
-            CancellationToken::new(),
-        );
+        let request = StartRequest::new("hi", Parent::root("/tmp").with_session(parent), CancellationToken::new());
         let run = subagents.start("m", request).await.unwrap();
         run.result().await.unwrap();
         run.dispose().await.unwrap();

@@ -17,11 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 /// What the loopback server answers to one request.
 enum Reply {
     /// A whole response.
-    Whole {
-        status: u16,
-        headers: Vec<(&'static str, String)>,
-        body: String,
-    },
+    Whole { status: u16, headers: Vec<(&'static str, String)>, body: String },
     /// Server-sent events; then hang until the client closes, or close.
     Stream { events: Vec<Value>, done: bool, hang: bool },
     /// Accept, read the request, never answer.
@@ -29,11 +25,7 @@ enum Reply {
 }
 
 fn ok(body: Value) -> Reply {
-    Reply::Whole {
-        status: 200,
-        headers: Vec::new(),
-        body: body.to_string(),
-    }
+    Reply::Whole { status: 200, headers: Vec::new(), body: body.to_string() }
 }
 
 fn completion(message: Value, finish_reason: &str) -> Value {
@@ -74,11 +66,7 @@ impl Loopback {
                 tokio::spawn(serve(socket, reply, log, closed));
             }
         });
-        Loopback {
-            base_url,
-            requests,
-            client_closed,
-        }
+        Loopback { base_url, requests, client_closed }
     }
 
     fn config(&self) -> OpenAiConfig {
@@ -123,10 +111,7 @@ async fn serve(mut socket: TcpStream, reply: Option<Reply>, log: Arc<Mutex<Vec<R
         buffer.extend_from_slice(&chunk[..n]);
     }
     let body = serde_json::from_slice(&buffer[head_end..head_end + length]).unwrap_or(Value::Null);
-    log.lock().unwrap().push(Recorded {
-        body,
-        authorization: header("authorization"),
-    });
+    log.lock().unwrap().push(Recorded { body, authorization: header("authorization") });
     match reply {
         None | Some(Reply::Silent) => {
             let _ = socket.read(&mut [0u8; 16]).await;
@@ -175,42 +160,21 @@ fn agent_on(config: OpenAiConfig) -> Agent {
 
 #[tokio::test]
 async fn a_plain_reply_completes_and_the_request_carries_route_and_key() {
-    let server = Loopback::start(vec![ok(completion(
-        json!({"role": "assistant", "content": "four"}),
-        "stop",
-    ))])
-    .await;
+    let server = Loopback::start(vec![ok(completion(json!({"role": "assistant", "content": "four"}), "stop"))]).await;
     let model = OpenAiModel::new(server.config().with_stream(false)).unwrap();
     assert_eq!(model.name(), "openai:test-model");
-    let route = AgentOptions {
-        model: Some("routed-model".into()),
-        max_tokens: Some(64),
-        ..Default::default()
-    };
-    let agent = Agent::builder(model)
-        .options(route)
-        .persona("You count.")
-        .build()
-        .unwrap();
+    let route = AgentOptions { model: Some("routed-model".into()), max_tokens: Some(64), ..Default::default() };
+    let agent = Agent::builder(model).options(route).persona("You count.").build().unwrap();
     let outcome = agent.prompt("two plus two").await;
-    assert_eq!(
-        (outcome.stop_reason, outcome.output.as_str()),
-        (StopReason::Completed, "four")
-    );
+    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "four"));
 
     let requests = server.requests.lock().unwrap();
     assert_eq!(requests[0].authorization.as_deref(), Some("Bearer sk-test"));
     let body = &requests[0].body;
-    assert_eq!(
-        body["model"], "routed-model",
-        "the route's model overrides the configured one"
-    );
+    assert_eq!(body["model"], "routed-model", "the route's model overrides the configured one");
     assert_eq!(body["max_tokens"], 64);
     assert_eq!(body["messages"][0]["role"], "system");
-    assert!(body["messages"][0]["content"]
-        .as_str()
-        .unwrap()
-        .starts_with("You count."));
+    assert!(body["messages"][0]["content"].as_str().unwrap().starts_with("You count."));
     assert_eq!(body["messages"][1], json!({"role": "user", "content": "two plus two"}));
     assert!(body.get("tools").is_none() && body.get("stream").is_none());
 }
@@ -240,10 +204,7 @@ async fn a_streamed_reply_reaches_listeners_chunk_by_chunk() {
         .build()
         .unwrap();
     let outcome = agent.prompt("greet").await;
-    assert_eq!(
-        (outcome.stop_reason, outcome.output.as_str()),
-        (StopReason::Completed, "Hello")
-    );
+    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "Hello"));
     assert_eq!(*chunks.lock().unwrap(), ["Hel", "lo"]);
     assert_eq!(server.bodies()[0]["stream"], true);
 }
@@ -258,10 +219,7 @@ async fn a_streamed_tool_call_round_trips_through_the_agent() {
                     "function": {"name": "add", "arguments": "{\"a\": 2"}}]}),
                     None,
                 ),
-                delta(
-                    json!({"tool_calls": [{"index": 0, "function": {"arguments": ", \"b\": 40}"}}]}),
-                    None,
-                ),
+                delta(json!({"tool_calls": [{"index": 0, "function": {"arguments": ", \"b\": 40}"}}]}), None),
                 delta(json!({}), Some("tool_calls")),
             ],
             done: true,
@@ -280,15 +238,9 @@ async fn a_streamed_tool_call_round_trips_through_the_agent() {
         json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
         |args| ToolOutput::ok((args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap()).to_string()),
     );
-    let agent = Agent::builder(OpenAiModel::new(server.config()).unwrap())
-        .tool(add)
-        .build()
-        .unwrap();
+    let agent = Agent::builder(OpenAiModel::new(server.config()).unwrap()).tool(add).build().unwrap();
     let outcome = agent.prompt("add 2 and 40").await;
-    assert_eq!(
-        (outcome.stop_reason, outcome.output.as_str()),
-        (StopReason::Completed, "42")
-    );
+    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "42"));
 
     let bodies = server.bodies();
     assert_eq!(bodies[0]["tools"][0]["function"]["name"], "add");
@@ -299,10 +251,7 @@ async fn a_streamed_tool_call_round_trips_through_the_agent() {
     let arguments: Value =
         serde_json::from_str(assistant["tool_calls"][0]["function"]["arguments"].as_str().unwrap()).unwrap();
     assert_eq!(arguments, json!({"a": 2, "b": 40}));
-    assert_eq!(
-        messages[messages.len() - 1],
-        json!({"role": "tool", "tool_call_id": "call_a", "content": "42"})
-    );
+    assert_eq!(messages[messages.len() - 1], json!({"role": "tool", "tool_call_id": "call_a", "content": "42"}));
 }
 
 #[tokio::test]
@@ -313,83 +262,42 @@ async fn a_429_is_retried_after_its_retry_after_and_then_succeeds() {
             headers: vec![("retry-after", "0".into())],
             body: json!({"error": {"message": "slow down"}}).to_string(),
         },
-        Reply::Whole {
-            status: 503,
-            headers: Vec::new(),
-            body: "busy".into(),
-        },
+        Reply::Whole { status: 503, headers: Vec::new(), body: "busy".into() },
         ok(completion(json!({"role": "assistant", "content": "finally"}), "stop")),
     ])
     .await;
     let outcome = agent_on(server.config().with_stream(false)).prompt("hi").await;
-    assert_eq!(
-        (outcome.stop_reason, outcome.output.as_str()),
-        (StopReason::Completed, "finally")
-    );
+    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "finally"));
     assert_eq!(server.bodies().len(), 3);
 }
 
 #[tokio::test]
 async fn retries_run_out_with_the_status_and_the_endpoints_message() {
-    let busy = || Reply::Whole {
-        status: 500,
-        headers: Vec::new(),
-        body: json!({"error": {"message": "boom"}}).to_string(),
-    };
+    let busy =
+        || Reply::Whole { status: 500, headers: Vec::new(), body: json!({"error": {"message": "boom"}}).to_string() };
     let server = Loopback::start(vec![busy(), busy(), busy()]).await;
     let outcome = agent_on(server.config()).prompt("hi").await;
     assert_eq!(outcome.stop_reason, StopReason::Error);
-    assert_eq!(outcome.error.as_deref(), Some("the model endpoint answered 500: boom"));
+    assert_eq!(outcome.error.as_ref().map(|e| e.message.as_str()), Some("the model endpoint answered 500: boom"));
     assert_eq!(server.bodies().len(), 3, "one try and two retries");
 
-    let server = Loopback::start(vec![Reply::Whole {
-        status: 401,
-        headers: Vec::new(),
-        body: "{}".into(),
-    }])
-    .await;
+    let server = Loopback::start(vec![Reply::Whole { status: 401, headers: Vec::new(), body: "{}".into() }]).await;
     let outcome = agent_on(server.config()).prompt("hi").await;
-    assert!(outcome.error.unwrap().contains("answered 401"));
+    assert!(outcome.error.unwrap().message.contains("answered 401"));
     assert_eq!(server.bodies().len(), 1, "a client error is not retried");
 }
 
 #[tokio::test]
 async fn a_malformed_body_ends_the_turn_error_with_a_clear_message() {
-    for body in [
-        "this is not json",
-        r#"{"choices": []}"#,
-        r#"{"choices": [{"message": 5}]}"#,
-    ] {
-        let server = Loopback::start(vec![Reply::Whole {
-            status: 200,
-            headers: Vec::new(),
-            body: body.into(),
-        }])
-        .await;
+    for body in ["this is not json", r#"{"choices": []}"#, r#"{"choices": [{"message": 5}]}"#] {
+        let server = Loopback::start(vec![Reply::Whole { status: 200, headers: Vec::new(), body: body.into() }]).await;
         let agent = agent_on(server.config().with_stream(false));
         let outcome = agent.prompt("hi").await;
         assert_eq!(outcome.stop_reason, StopReason::Error, "{body}");
-        assert!(
-            outcome
-                .error
-                .as_deref()
-                .unwrap()
-                .starts_with("malformed model response"),
-            "{outcome:?}"
-        );
-        assert_eq!(
-            agent.events().last(),
-            Some(&SessionEvent::TurnEnd {
-                reason: StopReason::Error
-            })
-        );
+        assert!(outcome.error.as_ref().unwrap().message.starts_with("malformed model response"), "{outcome:?}");
+        assert_eq!(agent.events().last(), Some(&SessionEvent::TurnEnd { reason: StopReason::Error }));
     }
-    let server = Loopback::start(vec![Reply::Stream {
-        events: vec![json!("x")],
-        done: false,
-        hang: false,
-    }])
-    .await;
+    let server = Loopback::start(vec![Reply::Stream { events: vec![json!("x")], done: false, hang: false }]).await;
     let outcome = agent_on(server.config()).prompt("hi").await;
     assert_eq!(outcome.stop_reason, StopReason::Error);
 }
@@ -403,11 +311,8 @@ async fn a_stream_that_breaks_off_is_an_error_keeping_the_streamed_text() {
     }])
     .await;
     let outcome = agent_on(server.config()).prompt("hi").await;
-    assert_eq!(
-        (outcome.stop_reason, outcome.output.as_str()),
-        (StopReason::Error, "partial")
-    );
-    assert!(outcome.error.unwrap().contains("ended before the answer finished"));
+    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Error, "partial"));
+    assert!(outcome.error.unwrap().message.contains("ended before the answer finished"));
 }
 
 #[tokio::test]
@@ -432,45 +337,28 @@ async fn cancelling_mid_stream_closes_the_connection_and_aborts_the_turn() {
         first_chunk.recv().await;
         canceller.cancel();
     });
-    let outcome = tokio::time::timeout(Duration::from_secs(20), agent.prompt("think"))
-        .await
-        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(20), agent.prompt("think")).await.unwrap();
     assert_eq!(outcome.stop_reason, StopReason::Aborted);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !server.client_closed.load(Ordering::SeqCst) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(
-        server.client_closed.load(Ordering::SeqCst),
-        "the server saw the connection close"
-    );
+    assert!(server.client_closed.load(Ordering::SeqCst), "the server saw the connection close");
 }
 
 #[tokio::test]
 async fn finish_reasons_map_to_max_tokens_and_refusal() {
     let server = Loopback::start(vec![
         ok(completion(json!({"role": "assistant", "content": "cut o"}), "length")),
-        ok(completion(
-            json!({"role": "assistant", "content": null, "refusal": "I cannot help"}),
-            "stop",
-        )),
-        ok(completion(
-            json!({"role": "assistant", "content": ""}),
-            "content_filter",
-        )),
+        ok(completion(json!({"role": "assistant", "content": null, "refusal": "I cannot help"}), "stop")),
+        ok(completion(json!({"role": "assistant", "content": ""}), "content_filter")),
     ])
     .await;
     let agent = agent_on(server.config().with_stream(false));
     let outcome = agent.prompt("a").await;
-    assert_eq!(
-        (outcome.stop_reason, outcome.output.as_str()),
-        (StopReason::MaxTokens, "cut o")
-    );
+    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::MaxTokens, "cut o"));
     let outcome = agent.prompt("b").await;
-    assert_eq!(
-        (outcome.stop_reason, outcome.output.as_str()),
-        (StopReason::Refusal, "I cannot help")
-    );
+    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Refusal, "I cannot help"));
     assert_eq!(agent.prompt("c").await.stop_reason, StopReason::Refusal);
 }
 
@@ -484,16 +372,13 @@ async fn an_unreachable_endpoint_and_a_silent_one_fail_without_hanging() {
         OpenAiConfig::new(format!("http://127.0.0.1:{closed_port}/v1"), "m").with_retries(1, Duration::from_millis(5));
     let outcome = agent_on(config).prompt("hi").await;
     assert_eq!(outcome.stop_reason, StopReason::Error);
-    assert!(outcome.error.unwrap().contains("could not be reached"));
+    assert!(outcome.error.unwrap().message.contains("could not be reached"));
 
     let server = Loopback::start(vec![Reply::Silent]).await;
-    let config = server
-        .config()
-        .with_retries(0, Duration::ZERO)
-        .with_timeout(Duration::from_millis(200));
+    let config = server.config().with_retries(0, Duration::ZERO).with_timeout(Duration::from_millis(200));
     let outcome = agent_on(config).prompt("hi").await;
     assert_eq!(outcome.stop_reason, StopReason::Error);
-    assert!(outcome.error.unwrap().contains("timed out"));
+    assert!(outcome.error.unwrap().message.contains("timed out"));
 }
 
 #[test]
@@ -505,20 +390,11 @@ fn configuration_comes_from_the_environment_and_bad_urls_are_refused() {
     std::env::set_var("SUBAGENTS_BASE_URL", "http://127.0.0.1:9/v1");
     std::env::set_var("SUBAGENTS_API_KEY", "sk-env");
     let config = OpenAiConfig::from_env().unwrap();
-    assert_eq!(
-        (config.model.as_str(), config.base_url.as_str()),
-        ("deepseek-chat", "http://127.0.0.1:9/v1")
-    );
+    assert_eq!((config.model.as_str(), config.base_url.as_str()), ("deepseek-chat", "http://127.0.0.1:9/v1"));
     assert_eq!(config.api_key.as_deref(), Some("sk-env"));
-    assert!(
-        !format!("{config:?}").contains("sk-env"),
-        "the key is redacted from Debug"
-    );
+    assert!(!format!("{config:?}").contains("sk-env"), "the key is redacted from Debug");
     for name in ["SUBAGENTS_MODEL", "SUBAGENTS_BASE_URL", "SUBAGENTS_API_KEY"] {
         std::env::remove_var(name);
     }
-    assert!(matches!(
-        OpenAiModel::new(OpenAiConfig::new("ftp://x", "m")),
-        Err(ModelError::Config(_))
-    ));
+    assert!(matches!(OpenAiModel::new(OpenAiConfig::new("ftp://x", "m")), Err(ModelError::Config(_))));
 }

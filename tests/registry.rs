@@ -16,10 +16,7 @@ async fn duplicate_name_is_rejected_and_the_first_registration_is_untouched() {
     let _kept = subagents.register_provider(first).unwrap();
     let error = subagents.register_provider(MockProvider::new("x")).unwrap_err();
     assert_eq!(error.code(), "DUPLICATE_PROVIDER");
-    assert_eq!(
-        error.to_string(),
-        r#"a subagent provider named "x" is already registered"#
-    );
+    assert_eq!(error.to_string(), r#"a subagent provider named "x" is already registered"#);
     assert_eq!(subagents.get_provider("x").unwrap().capabilities, Capabilities::none());
     assert_eq!(subagents.list(), vec!["x"]);
     runtime.shutdown().await;
@@ -61,11 +58,7 @@ async fn get_provider_reports_what_the_provider_advertises() {
     let subagents = runtime.subagents();
     let caps = Capabilities::none().with(Capability::Persona, true);
     subagents
-        .register_provider(
-            MockProvider::new("m")
-                .with_capabilities(caps)
-                .with_inherits_parent_context(true),
-        )
+        .register_provider(MockProvider::new("m").with_capabilities(caps).with_inherits_parent_context(true))
         .unwrap()
         .keep();
     let info = subagents.get_provider("m").unwrap();
@@ -85,25 +78,14 @@ async fn start_rejects_unsupported_capability_before_child_exists() {
     let mut events = subagents.subscribe();
 
     // Persona and output_schema both unmet: output_schema comes first in check order.
-    let both = request("hi")
-        .with_persona("terse")
-        .with_output_schema(json!({"type": "object"}));
+    let both = request("hi").with_persona("terse").with_output_schema(json!({"type": "object"}));
     let error = subagents.start("plain", both).await.unwrap_err();
     assert_eq!(error.code(), "UNSUPPORTED_CAPABILITY");
-    assert_eq!(
-        error.to_string(),
-        r#"subagent provider "plain" does not support the "output_schema" capability"#
-    );
+    assert_eq!(error.to_string(), r#"subagent provider "plain" does not support the "output_schema" capability"#);
     for (req, capability) in [
-        (
-            request("hi").with_tool_filter(ToolFilter::deny(["bash"])),
-            "tool_filter",
-        ),
+        (request("hi").with_tool_filter(ToolFilter::deny(["bash"])), "tool_filter"),
         (request("hi").with_persona("terse"), "persona"),
-        (
-            request("hi").with_agent_options(AgentOptions::default()),
-            "agent_options",
-        ),
+        (request("hi").with_agent_options(AgentOptions::default()), "agent_options"),
     ] {
         let error = subagents.start("plain", req).await.unwrap_err();
         assert!(error.to_string().contains(capability), "{error}");
@@ -130,16 +112,10 @@ async fn start_rejects_invalid_values_naming_the_field() {
     subagents.register_provider(mock.clone()).unwrap().keep();
 
     let deep = request("hi").with_max_depth(2);
-    let deep = subagents::StartRequest {
-        parent: deep.parent.clone().with_depth(2),
-        ..deep
-    };
+    let deep = subagents::StartRequest { parent: deep.parent.clone().with_depth(2), ..deep };
     let error = subagents.start("m", deep).await.unwrap_err();
     assert_eq!(error.code(), "INVALID_REQUEST");
-    assert!(
-        error.to_string().contains("depth 3") && error.to_string().contains("max_depth 2"),
-        "{error}"
-    );
+    assert!(error.to_string().contains("depth 3") && error.to_string().contains("max_depth 2"), "{error}");
 
     let cases = [
         (request("hi").with_max_depth(subagents::MAX_DEPTH_CAP + 1), "max_depth"),
@@ -171,25 +147,14 @@ async fn start_rejects_a_schema_outside_the_subset_listing_every_violation() {
         },
         "required": ["a", "missing"]
     });
-    let error = subagents
-        .start("m", request("hi").with_output_schema(schema))
-        .await
-        .unwrap_err();
+    let error = subagents.start("m", request("hi").with_output_schema(schema)).await.unwrap_err();
     let subagents::SubagentError::UnsupportedSchema { violations } = &error else {
         panic!("expected UNSUPPORTED_SCHEMA, got {error:?}");
     };
     assert_eq!(error.code(), "UNSUPPORTED_SCHEMA");
     assert_eq!(violations.len(), 4, "{violations:#?}");
-    for needle in [
-        "$.properties.a",
-        "$.properties.b",
-        "$.properties.c.type",
-        "$.required[1]",
-    ] {
-        assert!(
-            violations.iter().any(|v| v.starts_with(needle)),
-            "no violation at {needle}: {violations:#?}"
-        );
+    for needle in ["$.properties.a", "$.properties.b", "$.properties.c.type", "$.required[1]"] {
+        assert!(violations.iter().any(|v| v.starts_with(needle)), "no violation at {needle}: {violations:#?}");
     }
     assert_eq!(mock.launched(), 0);
     runtime.shutdown().await;
@@ -214,15 +179,10 @@ async fn pre_cancelled_signal_is_rejected_and_nothing_is_created() {
 async fn removing_a_provider_never_revokes_live_runs() {
     let runtime = runtime();
     let subagents = runtime.subagents();
-    let registration = subagents
-        .register_provider(MockProvider::new("m").with_wait_for_message())
-        .unwrap();
+    let registration = subagents.register_provider(MockProvider::new("m").with_wait_for_message()).unwrap();
     let run = subagents.start("m", request("hi")).await.unwrap();
     registration.remove();
-    assert_eq!(
-        subagents.start("m", request("again")).await.unwrap_err().code(),
-        "NO_PROVIDER"
-    );
+    assert_eq!(subagents.start("m", request("again")).await.unwrap_err().code(), "NO_PROVIDER");
 
     run.steering().unwrap().send("still here").await.unwrap();
     let result = run.result().await.unwrap();

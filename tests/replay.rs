@@ -42,22 +42,13 @@ fn live_model() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             ScriptMatch::PromptContains("plan the release".into()),
-            vec![
-                Step::tool_call("delegate", json!({"prompt": "list the open bugs"})),
-                Step::text("release planned"),
-            ],
+            vec![Step::tool_call("delegate", json!({"prompt": "list the open bugs"})), Step::text("release planned")],
         )
-        .script(
-            ScriptMatch::PromptContains("open bugs".into()),
-            vec![Step::text("bug 1, bug 2")],
-        )
+        .script(ScriptMatch::PromptContains("open bugs".into()), vec![Step::text("bug 1, bug 2")])
 }
 
 async fn run_parent(model: Arc<dyn Model>, prompt: &str) -> (String, Vec<SessionEvent>) {
-    let parent = Agent::builder_shared(model.clone())
-        .tool(Delegate { model })
-        .build()
-        .unwrap();
+    let parent = Agent::builder_shared(model.clone()).tool(Delegate { model }).build().unwrap();
     let outcome = parent.prompt(prompt).await;
     assert_eq!(outcome.stop_reason, StopReason::Completed, "{outcome:?}");
     (outcome.output, parent.events())
@@ -78,10 +69,7 @@ async fn a_recorded_parent_and_child_replay_from_the_tape_file() {
     let replay: Arc<dyn Model> = Arc::new(ReplayModel::from_file(&path).unwrap());
     let (replayed_output, replayed_events) = run_parent(replay, "plan the release").await;
     assert_eq!(replayed_output, recorded_output);
-    assert_eq!(
-        replayed_events, recorded_events,
-        "the parent's whole log replays, the child's answer included"
-    );
+    assert_eq!(replayed_events, recorded_events, "the parent's whole log replays, the child's answer included");
     assert!(replayed_events.iter().any(|e| matches!(e,
         SessionEvent::ToolResult { content, .. } if content == "bug 1, bug 2")));
 }
@@ -95,22 +83,16 @@ async fn sessions_bind_in_first_call_order_when_prompts_differ() {
     // still binds to the first recorded session, the child to the second.
     let (output, events) = run_parent(replay, "please plan the release now").await;
     assert_eq!(output, "release planned");
-    assert!(events
-        .iter()
-        .any(|e| matches!(e, SessionEvent::ToolResult { content, .. } if content == "bug 1, bug 2")));
+    assert!(events.iter().any(|e| matches!(e, SessionEvent::ToolResult { content, .. } if content == "bug 1, bug 2")));
 }
 
 #[tokio::test]
 async fn failures_are_recorded_and_a_spent_tape_fails_the_turn_clearly() {
-    let recorder = Arc::new(RecordingModel::new(
-        ScriptedModel::new().script(ScriptMatch::Any, vec![Step::error("overloaded")]),
-    ));
+    let recorder =
+        Arc::new(RecordingModel::new(ScriptedModel::new().script(ScriptMatch::Any, vec![Step::error("overloaded")])));
     let agent = Agent::builder_shared(recorder.clone()).build().unwrap();
     assert_eq!(agent.prompt("try").await.stop_reason, StopReason::Error);
-    assert_eq!(
-        recorder.tape().sessions[0].answers,
-        [TapeAnswer::Error("overloaded".into())]
-    );
+    assert_eq!(recorder.tape().sessions[0].answers, [TapeAnswer::Error("overloaded".into())]);
 
     let tape = Tape {
         sessions: vec![subagents::agent::TapeSession {
@@ -121,13 +103,13 @@ async fn failures_are_recorded_and_a_spent_tape_fails_the_turn_clearly() {
     let agent = Agent::builder(ReplayModel::new(tape)).build().unwrap();
     let outcome = agent.prompt("try").await;
     assert_eq!(
-        (outcome.stop_reason, outcome.error.as_deref()),
+        (outcome.stop_reason, outcome.error.as_ref().map(|e| e.message.as_str())),
         (StopReason::Error, Some("overloaded"))
     );
     let outcome = agent.prompt("again").await;
     assert_eq!(outcome.stop_reason, StopReason::Error);
-    assert!(outcome.error.unwrap().contains("the tape ran out"));
+    assert!(outcome.error.unwrap().message.contains("the tape ran out"));
 
     let stranger = Agent::builder(ReplayModel::new(Tape::default())).build().unwrap();
-    assert!(stranger.prompt("hi").await.error.unwrap().contains("all are bound"));
+    assert!(stranger.prompt("hi").await.error.unwrap().message.contains("all are bound"));
 }

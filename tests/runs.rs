@@ -13,11 +13,7 @@ async fn result_is_shared_by_many_awaiters() {
     let runtime = runtime();
     let subagents = runtime.subagents();
     subagents
-        .register_provider(
-            MockProvider::new("m")
-                .with_reply("same")
-                .with_delay(Duration::from_millis(20)),
-        )
+        .register_provider(MockProvider::new("m").with_reply("same").with_delay(Duration::from_millis(20)))
         .unwrap()
         .keep();
     let run = std::sync::Arc::new(subagents.start("m", request("hi")).await.unwrap());
@@ -30,11 +26,7 @@ async fn result_is_shared_by_many_awaiters() {
     for waiter in waiters {
         assert_eq!(waiter.await.unwrap().text(), "same");
     }
-    assert_eq!(
-        run.result().await.unwrap().text(),
-        "same",
-        "awaitable again after settling"
-    );
+    assert_eq!(run.result().await.unwrap().text(), "same", "awaitable again after settling");
     run.dispose().await.unwrap();
     runtime.shutdown().await;
 }
@@ -68,11 +60,7 @@ async fn the_signal_cancels_a_published_run_which_settles_aborted() {
     let runtime = runtime();
     let subagents = runtime.subagents();
     subagents
-        .register_provider(
-            MockProvider::new("m")
-                .with_reply("long answer")
-                .with_delay(Duration::from_secs(30)),
-        )
+        .register_provider(MockProvider::new("m").with_reply("long answer").with_delay(Duration::from_secs(30)))
         .unwrap()
         .keep();
     let signal = CancellationToken::new();
@@ -89,10 +77,7 @@ async fn the_signal_cancels_a_published_run_which_settles_aborted() {
 async fn run_cancel_settles_aborted_but_a_completed_run_stays_completed() {
     let runtime = runtime();
     let subagents = runtime.subagents();
-    subagents
-        .register_provider(MockProvider::new("slow").with_delay(Duration::from_secs(30)))
-        .unwrap()
-        .keep();
+    subagents.register_provider(MockProvider::new("slow").with_delay(Duration::from_secs(30))).unwrap().keep();
     subagents.register_provider(MockProvider::new("fast")).unwrap().keep();
 
     let slow = subagents.start("slow", request("hi")).await.unwrap();
@@ -132,10 +117,7 @@ async fn cancel_during_a_slow_publication_rejects_only_after_rollback() {
     assert_eq!(mock.live_children(), 0);
     assert_eq!(runtime.live().runs, 0);
     let recorded = mock.recorded();
-    assert!(
-        matches!(recorded.as_slice(), [MockEvent::Created(_), MockEvent::RolledBack(_)]),
-        "{recorded:?}"
-    );
+    assert!(matches!(recorded.as_slice(), [MockEvent::Created(_), MockEvent::RolledBack(_)]), "{recorded:?}");
     canceller.await.unwrap();
     runtime.shutdown().await;
 }
@@ -176,10 +158,7 @@ async fn startup_faults_reject_with_a_safe_diagnostic_and_leave_nothing() {
         };
         assert_eq!(diagnostic.category, category);
         assert_eq!(diagnostic.stage, Stage::Initialize);
-        assert!(
-            !error.to_string().contains("secret"),
-            "diagnostics never carry task text"
-        );
+        assert!(!error.to_string().contains("secret"), "diagnostics never carry task text");
         assert_eq!(mock.live_children(), 0);
         assert_eq!(runtime.live().runs, 0);
     }
@@ -198,9 +177,7 @@ async fn run_faults_settle_error_with_partial_output_and_never_kill_the_actor() 
     ];
     for (index, (stage, fault, category, partial)) in cases.into_iter().enumerate() {
         let name = format!("m{index}");
-        let mock = MockProvider::new(name.clone())
-            .with_reply("abcdef")
-            .with_fault(stage, fault);
+        let mock = MockProvider::new(name.clone()).with_reply("abcdef").with_fault(stage, fault);
         subagents.register_provider(mock.clone()).unwrap().keep();
         let run = subagents.start(&name, request("hi")).await.unwrap();
         let result = run.result().await.unwrap();
@@ -227,10 +204,7 @@ async fn a_hung_child_is_aborted_after_the_cancel_grace_and_released_on_dispose(
     subagents.register_provider(mock.clone()).unwrap().keep();
     let run = subagents.start("m", request("hi")).await.unwrap();
     run.cancel();
-    let result = tokio::time::timeout(Duration::from_secs(10), run.result())
-        .await
-        .unwrap()
-        .unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(10), run.result()).await.unwrap().unwrap();
     assert_eq!(result.stop_reason, StopReason::Aborted);
     run.dispose().await.unwrap();
     assert_eq!(mock.live_children(), 0);
@@ -259,11 +233,7 @@ async fn dispose_faults_are_reported_but_the_run_still_quiesces() {
         };
         assert_eq!(diagnostic.category, category, "{name}");
         assert_eq!(error.code(), "DISPOSE_FAILED");
-        assert_eq!(
-            run.dispose().await.unwrap_err(),
-            error,
-            "a second dispose reports the same"
-        );
+        assert_eq!(run.dispose().await.unwrap_err(), error, "a second dispose reports the same");
         assert_eq!(mock.live_children(), 0);
         assert_eq!(runtime.live().runs, 0);
     }
@@ -276,17 +246,13 @@ async fn configured_stop_reasons_pass_through_and_cancel_turns_them_aborted() {
     let subagents = runtime.subagents();
     for reason in [StopReason::MaxTokens, StopReason::Refusal, StopReason::Error] {
         let name = reason.to_string();
-        subagents
-            .register_provider(MockProvider::new(name.clone()).with_stop_reason(reason))
-            .unwrap()
-            .keep();
+        subagents.register_provider(MockProvider::new(name.clone()).with_stop_reason(reason)).unwrap().keep();
         let run = subagents.start(&name, request("hi")).await.unwrap();
         assert_eq!(run.result().await.unwrap().stop_reason, reason);
         run.dispose().await.unwrap();
     }
-    let slow = MockProvider::new("slow-refusal")
-        .with_stop_reason(StopReason::Refusal)
-        .with_delay(Duration::from_millis(200));
+    let slow =
+        MockProvider::new("slow-refusal").with_stop_reason(StopReason::Refusal).with_delay(Duration::from_millis(200));
     subagents.register_provider(slow).unwrap().keep();
     let run = subagents.start("slow-refusal", request("hi")).await.unwrap();
     run.cancel();
@@ -299,19 +265,10 @@ async fn configured_stop_reasons_pass_through_and_cancel_turns_them_aborted() {
 async fn structured_value_defaults_to_the_reply_when_a_schema_is_requested() {
     let runtime = runtime();
     let subagents = runtime.subagents();
-    subagents
-        .register_provider(MockProvider::new("m").with_reply("ok"))
-        .unwrap()
-        .keep();
+    subagents.register_provider(MockProvider::new("m").with_reply("ok")).unwrap().keep();
     let schema = serde_json::json!({"type": "object", "properties": {"reply": {"type": "string"}}});
-    let run = subagents
-        .start("m", request("hi").with_output_schema(schema))
-        .await
-        .unwrap();
-    assert_eq!(
-        run.result().await.unwrap().structured,
-        Some(serde_json::json!({"reply": "ok"}))
-    );
+    let run = subagents.start("m", request("hi").with_output_schema(schema)).await.unwrap();
+    assert_eq!(run.result().await.unwrap().structured, Some(serde_json::json!({"reply": "ok"})));
     run.dispose().await.unwrap();
     let plain = subagents.start("m", request("hi")).await.unwrap();
     assert_eq!(plain.result().await.unwrap().structured, None);
@@ -335,10 +292,7 @@ async fn steering_reaches_the_running_child_and_is_refused_after_it_settles() {
     assert_eq!(error.code(), "INVALID_REQUEST");
     run.dispose().await.unwrap();
     assert_eq!(steering.send("gone").await.unwrap_err().code(), "INVALID_REQUEST");
-    assert!(mock
-        .recorded()
-        .iter()
-        .any(|e| matches!(e, MockEvent::Steered(_, text) if text == "go ahead")));
+    assert!(mock.recorded().iter().any(|e| matches!(e, MockEvent::Steered(_, text) if text == "go ahead")));
     runtime.shutdown().await;
 }
 

@@ -13,15 +13,8 @@ use subagents::{CancellationToken, Live, Parent, Runtime, StartRequest, StopReas
 fn subagents_works_from_a_plain_tokio_multi_thread_app() {
     let runtime = runtime();
     let subagents = runtime.subagents();
-    subagents
-        .register_provider(MockProvider::new("m").with_reply("hello"))
-        .unwrap()
-        .keep();
-    let app = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    subagents.register_provider(MockProvider::new("m").with_reply("hello")).unwrap().keep();
+    let app = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let text = app.block_on(async move {
         let handles: Vec<_> = (0..16)
             .map(|_| {
@@ -55,10 +48,7 @@ fn subagents_works_from_plain_std_threads() {
         .map(|_| {
             let subagents = subagents.clone();
             std::thread::spawn(move || {
-                let local = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
+                let local = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
                 local.block_on(async {
                     for _ in 0..25 {
                         let run = subagents.start("m", request("hi")).await.unwrap();
@@ -80,10 +70,7 @@ fn subagents_works_from_plain_std_threads() {
 fn caller_code_runs_on_a_runtime_worker() {
     let runtime = runtime();
     let subagents = runtime.subagents();
-    subagents
-        .register_provider(MockProvider::new("m").with_reply("inside"))
-        .unwrap()
-        .keep();
+    subagents.register_provider(MockProvider::new("m").with_reply("inside")).unwrap().keep();
     let on_worker = runtime.block_on(async { std::thread::current().name().map(str::to_owned) });
     assert_ne!(on_worker.as_deref(), Some("main"));
     let task = runtime.spawn(async move {
@@ -116,10 +103,7 @@ async fn a_thousand_concurrent_runs_started_then_disposed_leave_nothing_alive() 
     }
     assert_eq!(runtime.live().runs, 1000);
     assert_eq!(runtime.live().actors, baseline.actors + 1000);
-    let disposals: Vec<_> = runs
-        .into_iter()
-        .map(|run| tokio::spawn(async move { run.dispose().await }))
-        .collect();
+    let disposals: Vec<_> = runs.into_iter().map(|run| tokio::spawn(async move { run.dispose().await })).collect();
     for disposal in disposals {
         disposal.await.unwrap().unwrap();
     }
@@ -144,18 +128,11 @@ async fn shutdown_with_a_hundred_hung_runs_returns_within_its_bounds_and_reports
     let began = Instant::now();
     let report = runtime.shutdown().await;
     // Four phases of 500 ms plus escalation: far below this generous bound.
-    assert!(
-        began.elapsed() < Duration::from_secs(15),
-        "shutdown took {:?}",
-        began.elapsed()
-    );
+    assert!(began.elapsed() < Duration::from_secs(15), "shutdown took {:?}", began.elapsed());
     assert_eq!(report.runs_stopped, 100);
     assert_eq!(report.live_after, Live::default());
     let names: Vec<_> = report.phases.iter().map(|p| p.name).collect();
-    assert_eq!(
-        names,
-        ["refuse-starts", "dispose-runs", "stop-providers", "stop-registry"]
-    );
+    assert_eq!(names, ["refuse-starts", "dispose-runs", "stop-providers", "stop-registry"]);
     assert_eq!(report.providers_stopped, vec!["wedged"]);
     assert_eq!(mock.live_children(), 0);
     for run in &runs {
@@ -168,17 +145,12 @@ async fn shutdown_with_a_hundred_hung_runs_returns_within_its_bounds_and_reports
 async fn shutdown_disposes_children_before_parents() {
     let runtime = runtime();
     let subagents = runtime.subagents();
-    let mock = MockProvider::new("m")
-        .with_delay(Duration::from_secs(30))
-        .with_recording();
+    let mock = MockProvider::new("m").with_delay(Duration::from_secs(30)).with_recording();
     subagents.register_provider(mock.clone()).unwrap().keep();
     let mut runs = Vec::new();
     for depth in [0, 2, 1, 0, 2] {
         let parent = Parent::root("/tmp").with_depth(depth);
-        let run = subagents
-            .start("m", StartRequest::new("hi", parent, CancellationToken::new()))
-            .await
-            .unwrap();
+        let run = subagents.start("m", StartRequest::new("hi", parent, CancellationToken::new())).await.unwrap();
         runs.push((depth, run.id().to_owned(), run));
     }
     let report = runtime.shutdown().await;
@@ -188,10 +160,7 @@ async fn shutdown_disposes_children_before_parents() {
         .recorded()
         .iter()
         .filter_map(|event| match event {
-            MockEvent::Disposed(id) => runs
-                .iter()
-                .find(|(_, run_id, _)| run_id == id)
-                .map(|(depth, _, _)| *depth),
+            MockEvent::Disposed(id) => runs.iter().find(|(_, run_id, _)| run_id == id).map(|(depth, _, _)| *depth),
             _ => None,
         })
         .collect();
@@ -204,10 +173,7 @@ async fn a_stopped_runtime_refuses_starts_and_registrations() {
     let subagents = runtime.subagents();
     subagents.register_provider(MockProvider::new("m")).unwrap().keep();
     runtime.shutdown().await;
-    assert_eq!(
-        subagents.start("m", request("hi")).await.unwrap_err().code(),
-        "RUNTIME_STOPPED"
-    );
+    assert_eq!(subagents.start("m", request("hi")).await.unwrap_err().code(), "RUNTIME_STOPPED");
     let error = subagents.register_provider(MockProvider::new("n")).unwrap_err();
     assert_eq!(error.code(), "RUNTIME_STOPPED");
 }
@@ -218,10 +184,7 @@ fn dropping_a_runtime_without_shutdown_stops_its_threads() {
     let subagents = runtime.subagents();
     subagents.register_provider(MockProvider::new("m")).unwrap().keep();
     drop(runtime);
-    let local = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let local = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let error = local.block_on(subagents.start("m", request("hi"))).unwrap_err();
     assert_eq!(error.code(), "RUNTIME_STOPPED");
 }

@@ -38,45 +38,24 @@ fn every_unsupported_keyword_is_named_with_its_path() {
     for keyword in ["$ref", "anyOf", "allOf", "pattern", "minimum", "format", "not", "if"] {
         let schema = json!({"type": "object", "properties": {"x": {"type": "string", keyword: 1}}});
         let violations = check_subset(&schema).unwrap_err();
-        assert_eq!(
-            violations,
-            vec![format!("$.properties.x: keyword \"{keyword}\" is not supported")]
-        );
+        assert_eq!(violations, vec![format!("$.properties.x: keyword \"{keyword}\" is not supported")]);
     }
 }
 
 #[test]
 fn enum_const_and_one_of_rules_are_enforced() {
     let cases = [
-        (
-            json!({"type": "string", "enum": []}),
-            "$.properties.x.enum: must be a non-empty array",
-        ),
-        (
-            json!({"type": "string", "enum": [1]}),
-            "$.properties.x.enum[0]: 1 is not of type \"string\"",
-        ),
+        (json!({"type": "string", "enum": []}), "$.properties.x.enum: must be a non-empty array"),
+        (json!({"type": "string", "enum": [1]}), "$.properties.x.enum[0]: 1 is not of type \"string\""),
         (json!({"enum": [{"a": 1}]}), "$.properties.x.enum[0]: must be a scalar"),
-        (
-            json!({"type": "integer", "const": 1.5}),
-            "$.properties.x.const: 1.5 is not of type \"integer\"",
-        ),
+        (json!({"type": "integer", "const": 1.5}), "$.properties.x.const: 1.5 is not of type \"integer\""),
         (
             json!({"type": "string", "enum": ["a"], "const": "b"}),
             "$.properties.x.const: must be one of the enum values",
         ),
-        (
-            json!({"oneOf": [{"type": "string"}]}),
-            "$.properties.x.oneOf: needs an array of at least two schemas",
-        ),
-        (
-            json!({"type": "string", "oneOf": [{}, {}]}),
-            "$.properties.x.oneOf: not allowed beside type",
-        ),
-        (
-            json!({"type": "string", "items": {}}),
-            "$.properties.x.items: only allowed with \"type\": \"array\"",
-        ),
+        (json!({"oneOf": [{"type": "string"}]}), "$.properties.x.oneOf: needs an array of at least two schemas"),
+        (json!({"type": "string", "oneOf": [{}, {}]}), "$.properties.x.oneOf: not allowed beside type"),
+        (json!({"type": "string", "items": {}}), "$.properties.x.items: only allowed with \"type\": \"array\""),
         (
             json!({"type": "object", "additionalProperties": {}}),
             "$.properties.x.additionalProperties: must be a boolean",
@@ -85,10 +64,7 @@ fn enum_const_and_one_of_rules_are_enforced() {
     ];
     for (node, expected) in cases {
         let violations = check_subset(&json!({"type": "object", "properties": {"x": node}})).unwrap_err();
-        assert!(
-            violations.iter().any(|v| v.starts_with(expected)),
-            "{expected} not in {violations:?}"
-        );
+        assert!(violations.iter().any(|v| v.starts_with(expected)), "{expected} not in {violations:?}");
     }
 }
 
@@ -103,13 +79,7 @@ fn nested_violations_are_all_listed() {
     });
     let violations = check_subset(&schema).unwrap_err();
     assert_eq!(violations.len(), 3, "{violations:?}");
-    assert!(violations
-        .iter()
-        .any(|v| v.starts_with("$.properties.list.items.properties.a:")));
-    assert!(violations
-        .iter()
-        .any(|v| v.starts_with("$.properties.choice.oneOf[0].type:")));
-    assert!(violations
-        .iter()
-        .any(|v| v.starts_with("$.properties.choice.oneOf[1]:")));
+    assert!(violations.iter().any(|v| v.starts_with("$.properties.list.items.properties.a:")));
+    assert!(violations.iter().any(|v| v.starts_with("$.properties.choice.oneOf[0].type:")));
+    assert!(violations.iter().any(|v| v.starts_with("$.properties.choice.oneOf[1]:")));
 }

@@ -7,9 +7,7 @@ use subagents::agent::{Agent, ScriptedModel, SessionError, SessionEvent, Session
 use subagents::{ContentBlock, StopReason};
 
 fn user(text: &str) -> SessionEvent {
-    SessionEvent::User {
-        content: vec![ContentBlock::text(text)],
-    }
+    SessionEvent::User { content: vec![ContentBlock::text(text)] }
 }
 
 #[test]
@@ -37,9 +35,7 @@ fn a_session_round_trips_through_its_file() {
             content: "x".into(),
             is_error: false,
         },
-        SessionEvent::TurnEnd {
-            reason: StopReason::MaxTokens,
-        },
+        SessionEvent::TurnEnd { reason: StopReason::MaxTokens },
     ];
     for event in &events {
         session.append(event.clone()).unwrap();
@@ -69,8 +65,7 @@ fn a_torn_last_line_is_dropped_and_every_earlier_event_survives() {
     // A crash mid-write: half of a line, no newline.
     let path = store.path_of("torn").unwrap();
     let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
-    file.write_all(br#"{"type":"user","content":[{"type":"text","te"#)
-        .unwrap();
+    file.write_all(br#"{"type":"user","content":[{"type":"text","te"#).unwrap();
     drop(file);
 
     let loaded = store.load("torn").unwrap();
@@ -96,12 +91,7 @@ fn a_complete_but_unparsable_last_line_counts_as_torn() {
     session.append(user("kept")).unwrap();
     session.close().unwrap();
     let path = store.path_of("torn-nl").unwrap();
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .unwrap()
-        .write_all(b"{\"type\":\"us\n")
-        .unwrap();
+    std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"type\":\"us\n").unwrap();
 
     let loaded = store.load("torn-nl").unwrap();
     assert!(loaded.torn);
@@ -117,11 +107,7 @@ fn a_corrupt_line_before_the_last_is_an_error_naming_the_line() {
     session.close().unwrap();
     let path = store.path_of("corrupt").unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
-    std::fs::write(
-        &path,
-        format!("{text}garbage\n{}\n", serde_json::to_string(&user("two")).unwrap()),
-    )
-    .unwrap();
+    std::fs::write(&path, format!("{text}garbage\n{}\n", serde_json::to_string(&user("two")).unwrap())).unwrap();
 
     match store.load("corrupt") {
         Err(SessionError::Corrupt { line, .. }) => assert_eq!(line, 3),
@@ -137,21 +123,9 @@ fn resuming_never_lowers_the_depth() {
     header.depth = 3;
     store.create(header).unwrap().close().unwrap();
 
-    assert_eq!(
-        store.resume("deep", 1).unwrap().header().depth,
-        3,
-        "a shallower resume keeps the recorded depth"
-    );
-    assert_eq!(
-        store.resume("deep", 5).unwrap().header().depth,
-        5,
-        "a deeper resume raises it"
-    );
-    assert_eq!(
-        store.load("deep").unwrap().session.header().depth,
-        5,
-        "and the raise is persisted"
-    );
+    assert_eq!(store.resume("deep", 1).unwrap().header().depth, 3, "a shallower resume keeps the recorded depth");
+    assert_eq!(store.resume("deep", 5).unwrap().header().depth, 5, "a deeper resume raises it");
+    assert_eq!(store.load("deep").unwrap().session.header().depth, 5, "and the raise is persisted");
     assert_eq!(store.resume("deep", 0).unwrap().header().depth, 5);
 }
 
@@ -161,18 +135,12 @@ fn ids_that_cannot_name_a_file_are_refused_and_duplicates_too() {
     let store = SessionStore::new(home.path());
     for bad in ["", "../escape", "a/b", ".hidden", "spaces here"] {
         assert!(
-            matches!(
-                store.create(SessionHeader::new(bad, home.path())),
-                Err(SessionError::InvalidId(_))
-            ),
+            matches!(store.create(SessionHeader::new(bad, home.path())), Err(SessionError::InvalidId(_))),
             "{bad:?}"
         );
     }
     store.create(SessionHeader::new("once", home.path())).unwrap();
-    assert!(matches!(
-        store.create(SessionHeader::new("once", home.path())),
-        Err(SessionError::Exists(_))
-    ));
+    assert!(matches!(store.create(SessionHeader::new("once", home.path())), Err(SessionError::Exists(_))));
     assert!(matches!(store.load("never"), Err(SessionError::NotFound(_))));
 }
 
@@ -181,53 +149,31 @@ async fn an_agent_turn_is_on_disk_when_the_turn_ends() {
     let home = tempfile::tempdir().unwrap();
     let store = SessionStore::new(home.path());
     let model = ScriptedModel::new().script(subagents::agent::ScriptMatch::Any, vec![Step::text("done")]);
-    let agent = Agent::builder(model)
-        .store(store.clone())
-        .cwd(home.path())
-        .build()
-        .unwrap();
+    let agent = Agent::builder(model).store(store.clone()).cwd(home.path()).build().unwrap();
     let outcome = agent.prompt("work").await;
     assert_eq!(outcome.stop_reason, StopReason::Completed);
 
     // Read while the agent is still open: the turn end was flushed.
     let loaded = store.load(agent.id()).unwrap();
     assert_eq!(loaded.session.events(), &agent.events()[..]);
-    assert_eq!(
-        loaded.session.events().last(),
-        Some(&SessionEvent::TurnEnd {
-            reason: StopReason::Completed
-        })
-    );
+    assert_eq!(loaded.session.events().last(), Some(&SessionEvent::TurnEnd { reason: StopReason::Completed }));
 }
 
 #[tokio::test]
 async fn an_agent_resumes_its_session_and_continues_the_conversation() {
     let home = tempfile::tempdir().unwrap();
     let store = SessionStore::new(home.path());
-    let first = Agent::builder(ScriptedModel::new())
-        .store(store.clone())
-        .cwd(home.path())
-        .parent(None, 2)
-        .build()
-        .unwrap();
+    let first =
+        Agent::builder(ScriptedModel::new()).store(store.clone()).cwd(home.path()).parent(None, 2).build().unwrap();
     first.prompt("one").await;
     first.close().unwrap();
     let id = first.id().to_owned();
 
     let model = ScriptedModel::new().recording();
-    let resumed = Agent::builder(model.clone())
-        .store(store)
-        .resume(&id)
-        .parent(None, 1)
-        .build()
-        .unwrap();
+    let resumed = Agent::builder(model.clone()).store(store).resume(&id).parent(None, 1).build().unwrap();
     assert_eq!(resumed.header().depth, 2);
     resumed.prompt("two").await;
     let request = &model.requests()[0];
-    let users: Vec<_> = request
-        .messages
-        .iter()
-        .filter(|e| matches!(e, SessionEvent::User { .. }))
-        .collect();
+    let users: Vec<_> = request.messages.iter().filter(|e| matches!(e, SessionEvent::User { .. })).collect();
     assert_eq!(users.len(), 2, "the resumed turn sees the earlier one");
 }

@@ -78,9 +78,7 @@ impl Core {
     }
 
     pub(crate) fn registry(&self) -> &Addr<RegistryActor> {
-        self.registry
-            .get()
-            .expect("the registry starts before any handle exists")
+        self.registry.get().expect("the registry starts before any handle exists")
     }
 
     pub(crate) fn is_accepting(&self) -> bool {

@@ -30,13 +30,7 @@ impl ProviderEntry {
             inherits_parent_context: provider.inherits_parent_context(),
             route_defaults: provider.route_defaults(),
         };
-        ProviderEntry {
-            key,
-            info,
-            provider,
-            live_runs: AtomicUsize::new(0),
-            retired: AtomicBool::new(false),
-        }
+        ProviderEntry { key, info, provider, live_runs: AtomicUsize::new(0), retired: AtomicBool::new(false) }
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -80,10 +74,7 @@ pub(crate) struct ProviderActor {
 
 impl ProviderActor {
     pub(crate) fn new(entry: Arc<ProviderEntry>, live: &Arc<LiveCounters>) -> Self {
-        ProviderActor {
-            entry,
-            _lease: ActorLease::actor(live),
-        }
+        ProviderActor { entry, _lease: ActorLease::actor(live) }
     }
 
     pub(crate) fn key(&self) -> u64 {

@@ -31,17 +31,9 @@ pub(crate) fn register(core: &Arc<Core>, provider: Arc<dyn Provider>) -> Result<
     }
     // The actor (and its place in `live()`) exists before `register` returns;
     // the registry starts it.
-    core.registry()
-        .do_send(AddProvider(ProviderActor::new(entry.clone(), &core.live)));
-    core.bus.emit(SubagentEvent::ProviderAdded {
-        name: entry.name().to_owned(),
-    });
-    Ok(Registration {
-        core: core.clone(),
-        key: entry.key,
-        name: entry.name().to_owned(),
-        kept: false,
-    })
+    core.registry().do_send(AddProvider(ProviderActor::new(entry.clone(), &core.live)));
+    core.bus.emit(SubagentEvent::ProviderAdded { name: entry.name().to_owned() });
+    Ok(Registration { core: core.clone(), key: entry.key, name: entry.name().to_owned(), kept: false })
 }
 
 /// Remove the entry with `key`, if it is still registered.
@@ -51,9 +43,7 @@ fn unregister(core: &Core, key: u64) {
         table.iter().position(|e| e.key == key).map(|index| table.remove(index))
     };
     if let Some(entry) = removed {
-        core.bus.emit(SubagentEvent::ProviderRemoved {
-            name: entry.name().to_owned(),
-        });
+        core.bus.emit(SubagentEvent::ProviderRemoved { name: entry.name().to_owned() });
         if let Some(registry) = core.registry.get() {
             registry.do_send(RetireProvider(entry));
         }
@@ -113,18 +103,12 @@ pub(crate) struct RegistryActor {
 impl RegistryActor {
     pub(crate) fn new(core: Arc<Core>) -> Self {
         let lease = ActorLease::actor(&core.live);
-        RegistryActor {
-            core,
-            providers: HashMap::new(),
-            _lease: lease,
-        }
+        RegistryActor { core, providers: HashMap::new(), _lease: lease }
     }
 
     fn stop_provider(&mut self, key: u64) {
         if let Some(addr) = self.providers.remove(&key) {
-            addr.do_send(StopProvider {
-                timeout: self.core.config.shutdown_phase_timeout,
-            });
+            addr.do_send(StopProvider { timeout: self.core.config.shutdown_phase_timeout });
         }
     }
 }
@@ -191,24 +175,17 @@ impl Handler<StopProviders> for RegistryActor {
     type Result = ResponseFuture<ProvidersStopped>;
 
     fn handle(&mut self, msg: StopProviders, _ctx: &mut Context<Self>) -> Self::Result {
-        let stops: Vec<_> = self
-            .providers
-            .drain()
-            .map(|(_, addr)| addr.send(StopProvider { timeout: msg.timeout }))
-            .collect();
+        let stops: Vec<_> =
+            self.providers.drain().map(|(_, addr)| addr.send(StopProvider { timeout: msg.timeout })).collect();
         // Each hook is bounded by `timeout` in its actor; allow the replies a
         // moment more before calling the phase timed out.
         let bound = msg.timeout + Duration::from_millis(100);
         Box::pin(async move {
             match tokio::time::timeout(bound, join_all(stops)).await {
-                Ok(replies) => ProvidersStopped {
-                    names: replies.into_iter().filter_map(Result::ok).collect(),
-                    timed_out: false,
-                },
-                Err(_) => ProvidersStopped {
-                    names: Vec::new(),
-                    timed_out: true,
-                },
+                Ok(replies) => {
+                    ProvidersStopped { names: replies.into_iter().filter_map(Result::ok).collect(), timed_out: false }
+                }
+                Err(_) => ProvidersStopped { names: Vec::new(), timed_out: true },
             }
         })
     }

@@ -108,6 +108,7 @@ pub(crate) struct Published {
     pub id: String,
     pub local_agent: Option<LocalAgent>,
     pub steering: bool,
+    pub continuation: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,15 +155,14 @@ pub(crate) struct RunActor {
     start_failure: Option<SubagentError>,
     dispose_outcome: Result<(), SubagentError>,
     leases: Option<(ActorLease, ProviderRunLease)>,
+    /// The structured result the child captured, if any.
+    structured: Option<serde_json::Value>,
 }
 
 impl RunActor {
     pub(crate) fn new(spawn: RunSpawn) -> Self {
         let registry = spawn.core.registry().clone();
-        let leases = (
-            ActorLease::run(&spawn.core.live),
-            ProviderRunLease::new(spawn.shared.entry.clone(), registry),
-        );
+        let leases = (ActorLease::run(&spawn.core.live), ProviderRunLease::new(spawn.shared.entry.clone(), registry));
         RunActor {
             state: RunState::Starting,
             token: spawn.launch.cancel.clone(),
@@ -178,6 +178,7 @@ impl RunActor {
             start_failure: None,
             dispose_outcome: Ok(()),
             leases: Some(leases),
+            structured: None,
         }
     }
 
@@ -205,9 +206,7 @@ impl RunActor {
         };
         if self.token.is_cancelled() {
             // Cancelled between creation and publication: dispose, then reject.
-            self.start_failure = Some(SubagentError::Aborted {
-                provider: self.provider().to_owned(),
-            });
+            self.start_failure = Some(SubagentError::Aborted { provider: self.provider().to_owned() });
             self.child = Some(child);
             self.state = RunState::DisposingAwaitRun;
             return self.release_child(ctx);
@@ -217,6 +216,7 @@ impl RunActor {
             id: self.child_id.clone(),
             local_agent: child.local_agent(),
             steering: child.supports_steering(),
+            continuation: child.supports_continuation(),
         };
         let run = self.running.hold(contained(|| child.run()));
         self.child = Some(child);
@@ -226,10 +226,7 @@ impl RunActor {
                 actor.on_run_finished(outcome, ctx)
             }
         });
-        let delivered = self
-            .publish
-            .take()
-            .is_some_and(|publish| publish.send(Ok(published)).is_ok());
+        let delivered = self.publish.take().is_some_and(|publish| publish.send(Ok(published)).is_ok());
         if !delivered {
             // The caller gave up on `start`: nobody owns this run, so release it.
             self.begin_dispose(ctx);
@@ -248,10 +245,7 @@ impl RunActor {
         match (&mut held).now_or_never() {
             Some(outcome) => done(self, outcome, ctx),
             None => {
-                ctx.spawn(
-                    held.into_actor(self)
-                        .map(move |outcome, actor, ctx| done(actor, outcome, ctx)),
-                );
+                ctx.spawn(held.into_actor(self).map(move |outcome, actor, ctx| done(actor, outcome, ctx)));
             }
         }
     }
@@ -260,10 +254,9 @@ impl RunActor {
         let provider = self.provider().to_owned();
         match error {
             LaunchError::Aborted => SubagentError::Aborted { provider },
-            LaunchError::Failed { stage, category } => SubagentError::StartupFailed {
-                diagnostic: self.diagnostic(stage, category),
-                provider,
-            },
+            LaunchError::Failed { stage, category } => {
+                SubagentError::StartupFailed { diagnostic: self.diagnostic(stage, category), provider }
+            }
             LaunchError::Invalid { field, reason } => SubagentError::InvalidRequest { field, reason },
         }
     }
@@ -305,11 +298,7 @@ impl RunActor {
     fn cancel_child(&self) {
         if let Some(child) = &self.child {
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| child.cancel())) {
-                tracing::error!(
-                    provider = self.provider(),
-                    panic = panic_message(&*panic),
-                    "child cancel panicked"
-                );
+                tracing::error!(provider = self.provider(), panic = panic_message(&*panic), "child cancel panicked");
             }
         }
     }
@@ -337,6 +326,9 @@ impl RunActor {
     fn settle(&mut self, mut result: RunResult) {
         if self.token.is_cancelled() && result.stop_reason != StopReason::Completed {
             result.stop_reason = StopReason::Aborted;
+        }
+        if result.stop_reason == StopReason::Completed && result.structured.is_none() {
+            result.structured = self.structured.take();
         }
         self.shared.settle(Ok(result), &self.child_id);
     }
@@ -401,10 +393,8 @@ impl RunActor {
         };
         if let Some(diagnostic) = failure {
             tracing::warn!(%diagnostic, "child did not dispose cleanly");
-            self.dispose_outcome = Err(SubagentError::DisposeFailed {
-                provider: self.provider().to_owned(),
-                diagnostic,
-            });
+            self.dispose_outcome =
+                Err(SubagentError::DisposeFailed { provider: self.provider().to_owned(), diagnostic });
         }
         self.state = RunState::Disposed;
         ctx.stop();
@@ -416,6 +406,7 @@ impl Actor for RunActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         let Some(launch) = self.launch.take() else { return };
+        self.shared.bind_actor(ctx.address().downgrade());
         let provider = self.shared.entry.provider.clone();
         let launching = self.launching.hold(contained(move || provider.launch(launch)));
         self.drive(launching, ctx, |actor, outcome, ctx| {
@@ -426,12 +417,8 @@ impl Actor for RunActor {
         // Watch the token only while there is something to cancel: a run
         // that settled inline is cancelled, if ever, by its dispose.
         if matches!(self.state, RunState::Starting | RunState::Running) {
-            let watcher = self
-                .token
-                .clone()
-                .cancelled_owned()
-                .into_actor(self)
-                .map(|(), actor, ctx| actor.on_cancelled(ctx));
+            let watcher =
+                self.token.clone().cancelled_owned().into_actor(self).map(|(), actor, ctx| actor.on_cancelled(ctx));
             ctx.spawn(watcher);
         }
     }
@@ -454,8 +441,7 @@ impl Drop for RunActor {
         } else {
             self.shared.settle(Err(SubagentError::RuntimeStopped), &self.child_id);
         }
-        self.shared
-            .set_quiescent(std::mem::replace(&mut self.dispose_outcome, Ok(())));
+        self.shared.set_quiescent(std::mem::replace(&mut self.dispose_outcome, Ok(())));
     }
 }
 
@@ -548,11 +534,29 @@ impl Handler<SendMessage> for RunActor {
         Box::pin(async move {
             delivery.await.unwrap_or_else(|panic| {
                 tracing::error!(%provider, %panic, "child send_message panicked");
-                Err(SubagentError::invalid(
-                    "message",
-                    "the child failed to take the message",
-                ))
+                Err(SubagentError::invalid("message", "the child failed to take the message"))
             })
         })
+    }
+}
+
+/// A child hands its validated structured result to its run (SPEC §8). The
+/// first capture of a running child is kept; anything else is refused.
+#[derive(Message)]
+#[rtype(result = "Result<(), String>")]
+pub(crate) struct CaptureStructured(pub serde_json::Value);
+
+impl Handler<CaptureStructured> for RunActor {
+    type Result = Result<(), String>;
+
+    fn handle(&mut self, msg: CaptureStructured, _ctx: &mut Context<Self>) -> Self::Result {
+        match self.state {
+            RunState::Running if self.structured.is_none() => {
+                self.structured = Some(msg.0);
+                Ok(())
+            }
+            RunState::Running => Err("a structured result was already captured".to_owned()),
+            _ => Err("the run is no longer running".to_owned()),
+        }
     }
 }

@@ -2,11 +2,15 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use actix::Addr;
+use tokio_util::sync::CancellationToken;
 
 use super::run::{RunActor, RunControl, SendMessage};
-use crate::seam::{ContentBlock, LocalAgent, RunResult, SubagentError};
+use super::run_shared::RunShared;
+use super::{Core, Subagents};
+use crate::seam::{ContentBlock, LocalAgent, Parent, RunResult, StartRequest, SubagentError};
 
 /// A published run, owned by the caller, who must [`dispose`](Run::dispose)
 /// it on every path. Dropping an undisposed `Run` disposes it in the
@@ -16,6 +20,8 @@ pub struct Run {
     pub(crate) control: RunControl,
     pub(crate) local_agent: Option<LocalAgent>,
     pub(crate) steering: bool,
+    /// Set when the child can be continued.
+    pub(crate) continuation: Option<Arc<Core>>,
     pub(crate) disposed: AtomicBool,
 }
 
@@ -73,8 +79,18 @@ impl Run {
 
     /// Send-message, when the child supports it.
     pub fn steering(&self) -> Option<Steering> {
-        self.steering.then(|| Steering {
-            addr: self.control.addr.clone(),
+        self.steering.then(|| Steering { addr: self.control.addr.clone() })
+    }
+
+    /// Resume, when the child supports it: a new run continuing this child's
+    /// session (same session id and depth) once this run has settled.
+    pub fn continuation(&self) -> Option<Continuation> {
+        let core = self.continuation.clone()?;
+        Some(Continuation {
+            core,
+            agent: self.local_agent.clone()?,
+            depth: self.control.depth,
+            previous: self.control.shared.clone(),
         })
     }
 
@@ -127,5 +143,41 @@ impl Steering {
 impl fmt::Debug for Steering {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Steering").finish_non_exhaustive()
+    }
+}
+
+/// Continues a settled child's session in a new run on the same provider.
+/// The new run is an ordinary run: its own `Run`, events and dispose.
+#[derive(Clone)]
+pub struct Continuation {
+    core: Arc<Core>,
+    agent: LocalAgent,
+    depth: u32,
+    previous: Arc<RunShared>,
+}
+
+impl Continuation {
+    /// The session it continues.
+    pub fn session_id(&self) -> &str {
+        self.agent.session_id()
+    }
+
+    /// Waits until the previous run has settled, then starts a run that
+    /// continues its session with `prompt`. The provider takes the cwd,
+    /// route and depth from the session itself.
+    pub async fn start(&self, prompt: impl Into<String>, signal: CancellationToken) -> Result<Run, SubagentError> {
+        let _ = self.previous.result().await;
+        let mut parent = Parent::root(std::path::PathBuf::new()).with_depth(self.depth.saturating_sub(1));
+        parent.session_id = self.previous.parent_session.clone();
+        let mut request = StartRequest::new(prompt, parent, signal);
+        request.resume = Some(self.agent.clone());
+        let subagents = Subagents { core: self.core.clone() };
+        subagents.start(self.previous.provider(), request).await
+    }
+}
+
+impl fmt::Debug for Continuation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Continuation").field("session_id", &self.session_id()).finish_non_exhaustive()
     }
 }

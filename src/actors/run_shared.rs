@@ -4,9 +4,12 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use actix::WeakAddr;
+use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 
 use super::provider::ProviderEntry;
+use super::run::{CaptureStructured, RunActor};
 use crate::events::{EventBus, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent};
 use crate::seam::{RunReporter, RunResult, StopReason, SubagentError};
 
@@ -19,6 +22,8 @@ pub(crate) struct RunShared {
     result: OnceLock<Result<RunResult, SubagentError>>,
     quiescent: OnceLock<Result<(), SubagentError>>,
     changed: Notify,
+    /// The run actor, for messages a provider sends it (the capture).
+    actor: OnceLock<WeakAddr<RunActor>>,
 }
 
 /// Orders a run's events: `Start` first, even for a child that settles (or
@@ -38,18 +43,21 @@ impl RunShared {
             entry,
             parent_session,
             bus,
-            gate: Mutex::new(GateState::Unpublished {
-                early: Vec::new(),
-                ended: false,
-            }),
+            gate: Mutex::new(GateState::Unpublished { early: Vec::new(), ended: false }),
             result: OnceLock::new(),
             quiescent: OnceLock::new(),
             changed: Notify::new(),
+            actor: OnceLock::new(),
         }
     }
 
     pub(crate) fn provider(&self) -> &str {
         self.entry.name()
+    }
+
+    /// Called by the run actor when it starts.
+    pub(crate) fn bind_actor(&self, actor: WeakAddr<RunActor>) {
+        let _ = self.actor.set(actor);
     }
 
     /// The result, once settled.
@@ -140,6 +148,20 @@ impl RunReporter for RunShared {
             GateState::Published { observed: true } => self.bus.emit(event()),
             _ => {}
         }
+    }
+
+    /// The capture travels to the run actor as a mailbox message.
+    fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), String>> {
+        let actor = self.actor.get().and_then(WeakAddr::upgrade);
+        Box::pin(async move {
+            let Some(actor) = actor else {
+                return Err("the run is no longer running".to_owned());
+            };
+            actor
+                .send(CaptureStructured(value))
+                .await
+                .unwrap_or_else(|_| Err("the run is no longer running".to_owned()))
+        })
     }
 }
 

@@ -85,59 +85,43 @@ impl RuntimeBuilder {
     pub fn build(self) -> std::io::Result<Runtime> {
         let home = match self.home {
             Some(home) => home,
-            None => std::env::var_os("SUBAGENTS_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(".subagents")),
+            None => {
+                std::env::var_os("SUBAGENTS_HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".subagents"))
+            }
         };
         let home: Arc<std::path::Path> = Arc::from(std::path::absolute(&home)?);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (exited_tx, exited_rx) = oneshot::channel();
-        let RuntimeBuilder {
-            workers,
-            config,
-            event_capacity,
-            ..
-        } = self;
-        let thread = std::thread::Builder::new()
-            .name("subagents-control".into())
-            .spawn(move || {
-                let system = System::new();
-                let arbiters: Vec<Arbiter> = (0..workers).map(|_| Arbiter::new()).collect();
-                let events = Arbiter::new();
-                let core = Arc::new(Core::new(
-                    config,
-                    home,
-                    arbiters.iter().map(Arbiter::handle).collect(),
-                    events.handle(),
-                    event_capacity,
-                ));
-                for arbiter in &arbiters {
-                    let runtime = core.id;
-                    arbiter.spawn_fn(move || Core::mark_worker(runtime));
-                }
-                let registry = system.block_on(async { RegistryActor::new(core.clone()).start() });
-                let _ = core.registry.set(registry);
-                let _ = ready_tx.send((core, System::current()));
-                if let Err(error) = system.run() {
-                    tracing::error!(%error, "the actor system stopped with an error");
-                }
-                for arbiter in arbiters.into_iter().chain([events]) {
-                    arbiter.stop();
-                    let _ = arbiter.join();
-                }
-                let _ = exited_tx.send(());
-            })?;
-        let (core, system) = ready_rx
-            .recv()
-            .map_err(|_| std::io::Error::other("the actor system failed to start"))?;
-        Ok(Runtime {
-            core,
-            threads: Some(Threads {
-                system,
-                thread,
-                exited: exited_rx,
-            }),
-        })
+        let RuntimeBuilder { workers, config, event_capacity, .. } = self;
+        let thread = std::thread::Builder::new().name("subagents-control".into()).spawn(move || {
+            let system = System::new();
+            let arbiters: Vec<Arbiter> = (0..workers).map(|_| Arbiter::new()).collect();
+            let events = Arbiter::new();
+            let core = Arc::new(Core::new(
+                config,
+                home,
+                arbiters.iter().map(Arbiter::handle).collect(),
+                events.handle(),
+                event_capacity,
+            ));
+            for arbiter in &arbiters {
+                let runtime = core.id;
+                arbiter.spawn_fn(move || Core::mark_worker(runtime));
+            }
+            let registry = system.block_on(async { RegistryActor::new(core.clone()).start() });
+            let _ = core.registry.set(registry);
+            let _ = ready_tx.send((core, System::current()));
+            if let Err(error) = system.run() {
+                tracing::error!(%error, "the actor system stopped with an error");
+            }
+            for arbiter in arbiters.into_iter().chain([events]) {
+                arbiter.stop();
+                let _ = arbiter.join();
+            }
+            let _ = exited_tx.send(());
+        })?;
+        let (core, system) = ready_rx.recv().map_err(|_| std::io::Error::other("the actor system failed to start"))?;
+        Ok(Runtime { core, threads: Some(Threads { system, thread, exited: exited_rx }) })
     }
 }
 
@@ -172,9 +156,7 @@ impl Runtime {
 
     /// The registry handle.
     pub fn subagents(&self) -> Subagents {
-        Subagents {
-            core: self.core.clone(),
-        }
+        Subagents { core: self.core.clone() }
     }
 
     /// Live runs, actors and child processes right now.
@@ -209,10 +191,7 @@ impl Runtime {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        assert!(
-            !Core::on_any_worker(),
-            "Runtime::block_on called from a runtime worker thread; use Runtime::spawn"
-        );
+        assert!(!Core::on_any_worker(), "Runtime::block_on called from a runtime worker thread; use Runtime::spawn");
         let (reply, outcome) = std::sync::mpsc::sync_channel(1);
         self.core.spawn_on_worker(future, move |output| {
             let _ = reply.send(output);
@@ -241,10 +220,7 @@ impl Runtime {
 
     /// [`Runtime::shutdown`] for synchronous callers.
     pub fn shutdown_blocking(self) -> ShutdownReport {
-        assert!(
-            !Core::on_any_worker(),
-            "Runtime::shutdown_blocking called from a runtime worker thread"
-        );
+        assert!(!Core::on_any_worker(), "Runtime::shutdown_blocking called from a runtime worker thread");
         let (reply, outcome) = std::sync::mpsc::sync_channel(1);
         std::thread::spawn(move || {
             let driver = tokio::runtime::Builder::new_current_thread().enable_all().build();
@@ -275,9 +251,7 @@ impl<T> Future for RuntimeTask<T> {
     type Output = Result<T, SubagentError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.outcome)
-            .poll(cx)
-            .map(|outcome| outcome.map_err(|_| SubagentError::RuntimeStopped))
+        Pin::new(&mut self.outcome).poll(cx).map(|outcome| outcome.map_err(|_| SubagentError::RuntimeStopped))
     }
 }
 
@@ -337,10 +311,7 @@ async fn run_phases(core: Arc<Core>) -> ShutdownReport {
     .await;
 
     phase(&mut report, "stop-registry", async {
-        (
-            (),
-            tokio::time::timeout(bound, registry.send(StopRegistry)).await.is_err(),
-        )
+        ((), tokio::time::timeout(bound, registry.send(StopRegistry)).await.is_err())
     })
     .await;
     report
@@ -351,11 +322,7 @@ async fn run_phases(core: Arc<Core>) -> ShutdownReport {
 async fn phase<T>(report: &mut ShutdownReport, name: &'static str, work: impl Future<Output = (T, bool)>) -> T {
     let began = Instant::now();
     let (value, timed_out) = work.instrument(tracing::info_span!("shutdown", phase = name)).await;
-    report.phases.push(PhaseReport {
-        name,
-        elapsed: began.elapsed(),
-        timed_out,
-    });
+    report.phases.push(PhaseReport { name, elapsed: began.elapsed(), timed_out });
     value
 }
 

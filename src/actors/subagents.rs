@@ -94,9 +94,7 @@ impl Subagents {
         if !self.core.is_accepting() {
             return Err(SubagentError::RuntimeStopped);
         }
-        let entry = self
-            .entry(name)
-            .ok_or_else(|| SubagentError::NoProvider(name.to_owned()))?;
+        let entry = self.entry(name).ok_or_else(|| SubagentError::NoProvider(name.to_owned()))?;
         let capabilities = entry.info.capabilities;
         if let Some(missing) = request.requested_capabilities().find(|c| !capabilities.supports(*c)) {
             return Err(SubagentError::unsupported(name, missing));
@@ -107,25 +105,15 @@ impl Subagents {
                 .map_err(|violations| SubagentError::UnsupportedSchema { violations })?;
         }
         if request.signal.is_cancelled() {
-            return Err(SubagentError::Aborted {
-                provider: name.to_owned(),
-            });
+            return Err(SubagentError::Aborted { provider: name.to_owned() });
         }
         Ok(entry)
     }
 }
 
 fn check_values(request: &StartRequest) -> Result<(), SubagentError> {
-    if request.prompt.is_empty()
-        || request
-            .prompt
-            .iter()
-            .all(|b| b.as_text().is_some_and(|t| t.trim().is_empty()))
-    {
-        return Err(SubagentError::invalid(
-            "prompt",
-            "must contain at least one non-empty block",
-        ));
+    if request.prompt.is_empty() || request.prompt.iter().all(|b| b.as_text().is_some_and(|t| t.trim().is_empty())) {
+        return Err(SubagentError::invalid("prompt", "must contain at least one non-empty block"));
     }
     if let Some(max_depth) = request.max_depth {
         if max_depth > MAX_DEPTH_CAP {
@@ -166,34 +154,17 @@ async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartReques
     let token = request.signal.child_token();
     let depth = request.child_depth();
     let label = request.label.clone();
-    let shared = Arc::new(RunShared::new(
-        core.mint_run_id(),
-        entry,
-        request.parent.session_id.clone(),
-        core.bus.clone(),
-    ));
+    let shared =
+        Arc::new(RunShared::new(core.mint_run_id(), entry, request.parent.session_id.clone(), core.bus.clone()));
     let (publish, published) = oneshot::channel();
-    let context = ProviderContext {
-        run: shared.clone(),
-        home: core.home.clone(),
-        live: core.live.clone(),
-    };
+    let context = ProviderContext { run: shared.clone(), home: core.home.clone(), live: core.live.clone() };
     let actor = RunActor::new(RunSpawn {
         core: core.clone(),
         shared: shared.clone(),
-        launch: Launch {
-            request,
-            cancel: token.clone(),
-            context,
-        },
+        launch: Launch { request, cancel: token.clone(), context },
         publish,
     });
-    let control = RunControl {
-        addr: actor.start(),
-        token,
-        depth,
-        shared: shared.clone(),
-    };
+    let control = RunControl { addr: actor.start(), token, depth, shared: shared.clone() };
     core.runs.insert(shared.run_id, control.clone());
     let published = published.await.unwrap_or(Err(SubagentError::RuntimeStopped))?;
     shared.publish(|| RunInfo {
@@ -209,6 +180,7 @@ async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartReques
         control,
         local_agent: published.local_agent,
         steering: published.steering,
+        continuation: published.continuation.then_some(core),
         disposed: AtomicBool::new(false),
     })
 }

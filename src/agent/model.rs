@@ -117,12 +117,7 @@ pub struct ModelReply {
 impl ModelReply {
     /// A finished text answer.
     pub fn text(text: impl Into<String>) -> Self {
-        ModelReply {
-            text: text.into(),
-            tool_calls: Vec::new(),
-            finish: Finish::Stop,
-            usage: None,
-        }
+        ModelReply { text: text.into(), tool_calls: Vec::new(), finish: Finish::Stop, usage: None }
     }
 }
 

@@ -63,10 +63,7 @@ impl SystemPrompt {
 
     /// The text of section `name`.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.sections
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, text)| text.as_str())
+        self.sections.iter().find(|(n, _)| n == name).map(|(_, text)| text.as_str())
     }
 
     /// Section names, in order.
@@ -76,12 +73,7 @@ impl SystemPrompt {
 
     /// The prompt the model sees.
     pub fn render(&self) -> String {
-        let texts: Vec<&str> = self
-            .sections
-            .iter()
-            .map(|(_, t)| t.trim())
-            .filter(|t| !t.is_empty())
-            .collect();
+        let texts: Vec<&str> = self.sections.iter().map(|(_, t)| t.trim()).filter(|t| !t.is_empty()).collect();
         texts.join("\n\n")
     }
 }

@@ -30,6 +30,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -56,17 +57,8 @@ pub struct SessionHeader {
 impl SessionHeader {
     /// A top-level header created now.
     pub fn new(id: impl Into<String>, cwd: impl Into<PathBuf>) -> Self {
-        let created_at_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        SessionHeader {
-            id: id.into(),
-            parent_session: None,
-            depth: 0,
-            cwd: cwd.into(),
-            persona: None,
-            created_at_ms,
-        }
+        let created_at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        SessionHeader { id: id.into(), parent_session: None, depth: 0, cwd: cwd.into(), persona: None, created_at_ms }
     }
 }
 
@@ -179,19 +171,19 @@ enum Record {
 #[derive(Clone, Debug)]
 pub struct SessionStore {
     dir: Option<PathBuf>,
+    /// Set once the directory is known to exist (saves a syscall per session).
+    dir_ready: Arc<OnceLock<()>>,
 }
 
 impl SessionStore {
     /// A store under `<home>/sessions/` (created on first use).
     pub fn new(home: impl AsRef<Path>) -> Self {
-        SessionStore {
-            dir: Some(home.as_ref().join("sessions")),
-        }
+        SessionStore { dir: Some(home.as_ref().join("sessions")), dir_ready: Arc::default() }
     }
 
     /// A store that keeps sessions in memory only.
     pub fn in_memory() -> Self {
-        SessionStore { dir: None }
+        SessionStore { dir: None, dir_ready: Arc::default() }
     }
 
     /// The directory sessions are written to, if persisted.
@@ -209,30 +201,21 @@ impl SessionStore {
         check_id(&header.id)?;
         let id = header.id.clone();
         let Some(path) = self.path_of(&id) else {
-            return Ok(Session {
-                header,
-                events: Vec::new(),
-                writer: None,
-            });
+            return Ok(Session { header, events: Vec::new(), writer: None });
         };
         let io_error = |source| SessionError::Io { id: id.clone(), source };
-        fs::create_dir_all(path.parent().expect("a session path has a parent")).map_err(io_error)?;
-        let file = OpenOptions::new()
-            .append(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|source| {
-                if source.kind() == io::ErrorKind::AlreadyExists {
-                    SessionError::Exists(id.clone())
-                } else {
-                    io_error(source)
-                }
-            })?;
-        let mut session = Session {
-            header,
-            events: Vec::new(),
-            writer: Some(BufWriter::new(file)),
-        };
+        if self.dir_ready.get().is_none() {
+            fs::create_dir_all(path.parent().expect("a session path has a parent")).map_err(io_error)?;
+            let _ = self.dir_ready.set(());
+        }
+        let file = OpenOptions::new().append(true).create_new(true).open(&path).map_err(|source| {
+            if source.kind() == io::ErrorKind::AlreadyExists {
+                SessionError::Exists(id.clone())
+            } else {
+                io_error(source)
+            }
+        })?;
+        let mut session = Session { header, events: Vec::new(), writer: Some(BufWriter::new(file)) };
         session.write_line(&Record::Header(session.header.clone()))?;
         session.flush()?;
         Ok(session)
@@ -245,10 +228,7 @@ impl SessionStore {
         let Some(path) = self.path_of(id) else {
             return Err(SessionError::NotFound(id.to_owned()));
         };
-        let io_error = |source| SessionError::Io {
-            id: id.to_owned(),
-            source,
-        };
+        let io_error = |source| SessionError::Io { id: id.to_owned(), source };
         let bytes = match fs::read(&path) {
             Ok(bytes) => bytes,
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Err(SessionError::NotFound(id.into())),
@@ -257,24 +237,38 @@ impl SessionStore {
         let (header, events, valid_len) = parse(id, &bytes)?;
         let torn = valid_len < bytes.len();
         if torn {
-            tracing::warn!(
-                session = id,
-                dropped_bytes = bytes.len() - valid_len,
-                "dropping a torn last session line"
-            );
+            tracing::warn!(session = id, dropped_bytes = bytes.len() - valid_len, "dropping a torn last session line");
         }
         let file = OpenOptions::new().append(true).open(&path).map_err(io_error)?;
         if torn {
             file.set_len(valid_len as u64).map_err(io_error)?;
         }
-        Ok(LoadedSession {
-            session: Session {
-                header,
-                events,
-                writer: Some(BufWriter::new(file)),
-            },
-            torn,
-        })
+        Ok(LoadedSession { session: Session { header, events, writer: Some(BufWriter::new(file)) }, torn })
+    }
+
+    /// Reads a session without opening it for writing and without repairing
+    /// a torn last line (another agent may be writing it right now).
+    pub fn read(&self, id: &str) -> Result<(SessionHeader, Vec<SessionEvent>), SessionError> {
+        check_id(id)?;
+        let path = self.path_of(id).ok_or_else(|| SessionError::NotFound(id.to_owned()))?;
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Err(SessionError::NotFound(id.into())),
+            Err(source) => return Err(SessionError::Io { id: id.to_owned(), source }),
+        };
+        let (header, events, _) = parse(id, &bytes)?;
+        Ok((header, events))
+    }
+
+    /// Deletes a session's file (a rolled-back start leaves nothing behind).
+    pub fn remove(&self, id: &str) -> Result<(), SessionError> {
+        check_id(id)?;
+        let Some(path) = self.path_of(id) else { return Ok(()) };
+        match fs::remove_file(path) {
+            Ok(()) => Ok(()),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(SessionError::Io { id: id.to_owned(), source }),
+        }
     }
 
     /// Loads a session to continue it at depth `depth` or deeper: a resumed
@@ -312,11 +306,7 @@ fn parse(id: &str, bytes: &[u8]) -> Result<(SessionHeader, Vec<SessionEvent>, us
             Ok(Record::Event(event)) => events.push(event),
             Err(_) if is_last => break,
             Err(error) => {
-                return Err(SessionError::Corrupt {
-                    id: id.to_owned(),
-                    line: line_number,
-                    reason: error.to_string(),
-                })
+                return Err(SessionError::Corrupt { id: id.to_owned(), line: line_number, reason: error.to_string() })
             }
         }
         valid_len += consumed;
@@ -341,11 +331,7 @@ fn check_id(id: &str) -> Result<(), SessionError> {
 impl Session {
     /// A session that is never written anywhere.
     pub fn in_memory(header: SessionHeader) -> Self {
-        Session {
-            header,
-            events: Vec::new(),
-            writer: None,
-        }
+        Session { header, events: Vec::new(), writer: None }
     }
 
     /// The session id.
@@ -371,11 +357,7 @@ impl Session {
     /// The events up to and including the last turn end: what a fork
     /// inherits. The open turn, if any, is left out.
     pub fn completed_prefix(&self) -> &[SessionEvent] {
-        let end = self
-            .events
-            .iter()
-            .rposition(|e| matches!(e, SessionEvent::TurnEnd { .. }))
-            .map_or(0, |i| i + 1);
+        let end = self.events.iter().rposition(|e| matches!(e, SessionEvent::TurnEnd { .. })).map_or(0, |i| i + 1);
         &self.events[..end]
     }
 
@@ -389,10 +371,7 @@ impl Session {
     /// Pushes buffered lines to the file.
     pub fn flush(&mut self) -> Result<(), SessionError> {
         if let Some(writer) = &mut self.writer {
-            writer.flush().map_err(|source| SessionError::Io {
-                id: self.header.id.clone(),
-                source,
-            })?;
+            writer.flush().map_err(|source| SessionError::Io { id: self.header.id.clone(), source })?;
         }
         Ok(())
     }
@@ -408,10 +387,7 @@ impl Session {
     /// makes it a valid record).
     fn write_line(&mut self, record: &impl Serialize) -> Result<(), SessionError> {
         let Some(writer) = &mut self.writer else { return Ok(()) };
-        let io_error = |source| SessionError::Io {
-            id: self.header.id.clone(),
-            source,
-        };
+        let io_error = |source| SessionError::Io { id: self.header.id.clone(), source };
         let mut line = serde_json::to_vec(record).map_err(|e| io_error(e.into()))?;
         line.push(b'\n');
         writer.write_all(&line).map_err(io_error)

@@ -58,6 +58,9 @@ pub struct ToolSpec {
 /// What a running tool knows about its call.
 #[derive(Clone, Debug)]
 pub struct ToolContext {
+    /// The calling agent (a delegating tool makes it the parent:
+    /// [`Agent::as_parent`](super::Agent::as_parent)).
+    pub agent: super::Agent,
     /// The calling session.
     pub session_id: Arc<str>,
     /// The session's working directory.
@@ -82,28 +85,17 @@ pub struct ToolOutput {
 impl ToolOutput {
     /// A successful result.
     pub fn ok(content: impl Into<String>) -> Self {
-        ToolOutput {
-            content: content.into(),
-            is_error: false,
-            ends_turn: false,
-        }
+        ToolOutput { content: content.into(), is_error: false, ends_turn: false }
     }
 
     /// An error the model sees.
     pub fn error(content: impl Into<String>) -> Self {
-        ToolOutput {
-            content: content.into(),
-            is_error: true,
-            ends_turn: false,
-        }
+        ToolOutput { content: content.into(), is_error: true, ends_turn: false }
     }
 
     /// The same output, ending the turn.
     pub fn ending_turn(self) -> Self {
-        ToolOutput {
-            ends_turn: true,
-            ..self
-        }
+        ToolOutput { ends_turn: true, ..self }
     }
 }
 
@@ -145,16 +137,8 @@ pub struct FnTool<F> {
 impl<F: Fn(Value) -> ToolOutput + Send + Sync + 'static> FnTool<F> {
     /// A concurrent tool named `name` running `run` on its arguments.
     pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value, run: F) -> Self {
-        let spec = ToolSpec {
-            name: name.into(),
-            description: description.into(),
-            parameters,
-        };
-        FnTool {
-            spec,
-            concurrent: true,
-            run,
-        }
+        let spec = ToolSpec { name: name.into(), description: description.into(), parameters };
+        FnTool { spec, concurrent: true, run }
     }
 
     /// Runs alone, in order, never batched with other calls.
@@ -212,10 +196,7 @@ pub struct Toolset {
 
 impl std::fmt::Debug for Toolset {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Toolset")
-            .field("tools", &self.names())
-            .field("filter", &self.filter)
-            .finish_non_exhaustive()
+        f.debug_struct("Toolset").field("tools", &self.names()).field("filter", &self.filter).finish_non_exhaustive()
     }
 }
 
@@ -236,10 +217,8 @@ impl Toolset {
         if self.entry(&spec.name).is_some() {
             return Err(ToolError::Duplicate(spec.name));
         }
-        let schema = CompiledSchema::compile(&spec.parameters).map_err(|reason| ToolError::InvalidSchema {
-            name: spec.name.clone(),
-            reason,
-        })?;
+        let schema = CompiledSchema::compile(&spec.parameters)
+            .map_err(|reason| ToolError::InvalidSchema { name: spec.name.clone(), reason })?;
         self.entries.push(Arc::new(Entry { spec, schema, tool }));
         Ok(())
     }
@@ -268,11 +247,7 @@ impl Toolset {
 
     /// What the model sees: every tool the filter permits.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.entries
-            .iter()
-            .filter(|e| self.permits(&e.spec.name))
-            .map(|e| e.spec.clone())
-            .collect()
+        self.entries.iter().filter(|e| self.permits(&e.spec.name)).map(|e| e.spec.clone()).collect()
     }
 
     /// Whether the call may run concurrently with its neighbours.
@@ -301,11 +276,7 @@ impl Toolset {
         }
         let Some(entry) = self.entry(&call.name) else {
             let available: Vec<_> = self.specs().into_iter().map(|spec| spec.name).collect();
-            return ToolOutput::error(format!(
-                "no tool named {:?}; available: {}",
-                call.name,
-                available.join(", ")
-            ));
+            return ToolOutput::error(format!("no tool named {:?}; available: {}", call.name, available.join(", ")));
         };
         if let Value::String(raw) = &call.arguments {
             if serde_json::from_str::<Value>(raw).is_err() {
@@ -314,11 +285,7 @@ impl Toolset {
         }
         let violations = entry.schema.violations(&call.arguments);
         if !violations.is_empty() {
-            return ToolOutput::error(format!(
-                "invalid arguments for {:?}:\n- {}",
-                call.name,
-                violations.join("\n- ")
-            ));
+            return ToolOutput::error(format!("invalid arguments for {:?}:\n- {}", call.name, violations.join("\n- ")));
         }
         // Created inside the future so a tool that panics before its first
         // await is contained too.

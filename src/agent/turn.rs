@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::model::{ChunkSink, ModelError, ModelRequest};
 use super::session::{SessionEvent, ToolCall};
 use super::tools::{ToolContext, ToolOutput};
-use super::{stop_reason_of, AgentInner};
+use super::{stop_reason_of, Agent, AgentInner};
 use crate::seam::{ContentBlock, StopReason};
 
 /// How a turn ended.
@@ -28,9 +28,46 @@ pub struct TurnOutcome {
     pub output: String,
     /// What failed, for `Error` turns (a model, tool-loop or session
     /// failure). Not safe to show as a diagnostic: it may quote a payload.
-    pub error: Option<String>,
+    pub error: Option<TurnError>,
     /// Model calls made in the turn.
     pub model_calls: u32,
+}
+
+/// How a turn ended, and what failed if it failed.
+type Ending = (StopReason, Option<TurnError>);
+
+/// Why a turn failed. The message is for logs: it may quote a payload, so
+/// it is not a safe diagnostic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TurnError {
+    /// What failed.
+    pub kind: TurnErrorKind,
+    /// What happened.
+    pub message: String,
+}
+
+/// What failed in a turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TurnErrorKind {
+    /// The model call failed.
+    Model,
+    /// The turn made as many model calls as it may.
+    StepLimit,
+    /// The session could not be written.
+    Session,
+}
+
+impl TurnError {
+    fn session(message: String) -> Self {
+        TurnError { kind: TurnErrorKind::Session, message }
+    }
+}
+
+impl std::fmt::Display for TurnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 /// A live update from a running turn.
@@ -60,20 +97,14 @@ pub enum AgentUpdate {
 }
 
 /// Runs one turn; `cancel` is this turn's token.
-pub(crate) async fn run(inner: &AgentInner, prompt: Vec<ContentBlock>, cancel: CancellationToken) -> TurnOutcome {
-    let mut turn = Turn {
-        inner,
-        open_calls: Vec::new(),
-        output: String::new(),
-        model_calls: 0,
-        ended: false,
-    };
+pub(crate) async fn run(inner: &Arc<AgentInner>, prompt: Vec<ContentBlock>, cancel: CancellationToken) -> TurnOutcome {
+    let mut turn = Turn { inner, open_calls: Vec::new(), output: String::new(), model_calls: 0, ended: false };
     let (reason, error) = turn.drive(prompt, &cancel).await;
     turn.end(reason, error)
 }
 
 struct Turn<'a> {
-    inner: &'a AgentInner,
+    inner: &'a Arc<AgentInner>,
     /// Calls of the latest assistant message still waiting for a result.
     open_calls: Vec<ToolCall>,
     output: String,
@@ -82,10 +113,10 @@ struct Turn<'a> {
 }
 
 impl Turn<'_> {
-    async fn drive(&mut self, prompt: Vec<ContentBlock>, cancel: &CancellationToken) -> (StopReason, Option<String>) {
+    async fn drive(&mut self, prompt: Vec<ContentBlock>, cancel: &CancellationToken) -> Ending {
         let inner = self.inner;
         if let Err(error) = self.append(SessionEvent::User { content: prompt }) {
-            return (StopReason::Error, Some(error));
+            return (StopReason::Error, Some(TurnError::session(error)));
         }
         let streamed = Arc::new(Mutex::new(String::new()));
         let chunks = self.chunk_sink(&streamed);
@@ -96,13 +127,16 @@ impl Turn<'_> {
             if self.model_calls >= inner.max_steps {
                 return (
                     StopReason::Error,
-                    Some(format!("the turn reached its limit of {} model calls", inner.max_steps)),
+                    Some(TurnError {
+                        kind: TurnErrorKind::StepLimit,
+                        message: format!("the turn reached its limit of {} model calls", inner.max_steps),
+                    }),
                 );
             }
             let steering: Vec<_> = inner.lock(&inner.steering).drain(..).collect();
             for content in steering {
                 if let Err(error) = self.append(SessionEvent::User { content }) {
-                    return (StopReason::Error, Some(error));
+                    return (StopReason::Error, Some(TurnError::session(error)));
                 }
             }
             let request = ModelRequest {
@@ -127,19 +161,17 @@ impl Turn<'_> {
                     if self.output.is_empty() {
                         self.output = streamed;
                     }
-                    return (StopReason::Error, Some(error.to_string()));
+                    let error = TurnError { kind: TurnErrorKind::Model, message: error.to_string() };
+                    return (StopReason::Error, Some(error));
                 }
             };
             if !reply.text.is_empty() {
                 self.output.clone_from(&reply.text);
             }
             let calls = reply.tool_calls.clone();
-            let assistant = SessionEvent::Assistant {
-                text: reply.text,
-                tool_calls: reply.tool_calls,
-            };
+            let assistant = SessionEvent::Assistant { text: reply.text, tool_calls: reply.tool_calls };
             if let Err(error) = self.append(assistant) {
-                return (StopReason::Error, Some(error));
+                return (StopReason::Error, Some(TurnError::session(error)));
             }
             self.open_calls = calls;
             if let Some(reason) = stop_reason_of(reply.finish) {
@@ -158,7 +190,7 @@ impl Turn<'_> {
 
     /// Runs the open calls in order, consecutive concurrent ones together.
     /// `Ok(true)` when a tool ended the turn.
-    async fn run_tools(&mut self, cancel: &CancellationToken) -> Result<bool, (StopReason, Option<String>)> {
+    async fn run_tools(&mut self, cancel: &CancellationToken) -> Result<bool, Ending> {
         let inner = self.inner;
         let calls = std::mem::take(&mut self.open_calls);
         let mut ended_by: Option<String> = None;
@@ -171,7 +203,7 @@ impl Turn<'_> {
             if let Some(ender) = &ended_by {
                 let denied = ToolOutput::error(format!("not run: {ender:?} already ended the turn"));
                 self.record_result(&calls[index], denied)
-                    .map_err(|e| (StopReason::Error, Some(e)))?;
+                    .map_err(|e| (StopReason::Error, Some(TurnError::session(e))))?;
                 index += 1;
                 continue;
             }
@@ -183,13 +215,11 @@ impl Turn<'_> {
             }
             let batch = &calls[index..batch_end];
             for call in batch {
-                self.update(AgentUpdate::ToolCall {
-                    id: call.id.clone(),
-                    name: call.name.clone(),
-                });
+                self.update(AgentUpdate::ToolCall { id: call.id.clone(), name: call.name.clone() });
             }
             let runs = batch.iter().map(|call| {
                 let context = ToolContext {
+                    agent: Agent { inner: inner.clone() },
                     session_id: inner.id.clone(),
                     cwd: inner.cwd.clone(),
                     call_id: call.id.clone(),
@@ -209,8 +239,7 @@ impl Turn<'_> {
                 if output.ends_turn && ended_by.is_none() {
                     ended_by = Some(call.name.clone());
                 }
-                self.record_result(call, output)
-                    .map_err(|e| (StopReason::Error, Some(e)))?;
+                self.record_result(call, output).map_err(|e| (StopReason::Error, Some(TurnError::session(e))))?;
             }
             index = batch_end;
         }
@@ -233,29 +262,22 @@ impl Turn<'_> {
 
     /// Closes the turn: results for calls that never ran, the turn end,
     /// a flush.
-    fn end(&mut self, reason: StopReason, mut error: Option<String>) -> TurnOutcome {
+    fn end(&mut self, reason: StopReason, mut error: Option<TurnError>) -> TurnOutcome {
         self.ended = true;
         let inner = self.inner;
         {
             let mut session = inner.session();
             for call in std::mem::take(&mut self.open_calls) {
                 let content = format!("not run: the turn ended ({reason})");
-                let result = SessionEvent::ToolResult {
-                    call_id: call.id,
-                    name: call.name,
-                    content,
-                    is_error: true,
-                };
+                let result = SessionEvent::ToolResult { call_id: call.id, name: call.name, content, is_error: true };
                 if let Err(e) = session.append(result) {
-                    error.get_or_insert(e.to_string());
+                    error.get_or_insert(TurnError::session(e.to_string()));
                 }
             }
-            let closed = session
-                .append(SessionEvent::TurnEnd { reason })
-                .and_then(|()| session.flush());
+            let closed = session.append(SessionEvent::TurnEnd { reason }).and_then(|()| session.flush());
             if let Err(e) = closed {
                 tracing::warn!(session = %inner.id, error = %e, "could not persist a turn end");
-                error.get_or_insert(e.to_string());
+                error.get_or_insert(TurnError::session(e.to_string()));
             }
         }
         self.update(AgentUpdate::TurnEnd(reason));

@@ -53,12 +53,7 @@ struct Task {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Fanout {
-            tasks,
-            concurrency,
-            out,
-            provider,
-        } => match fanout(tasks, concurrency, out, &provider) {
+        Command::Fanout { tasks, concurrency, out, provider } => match fanout(tasks, concurrency, out, &provider) {
             Ok(()) => ExitCode::SUCCESS,
             Err(message) => {
                 eprintln!("subagents: {message}");
@@ -84,21 +79,14 @@ fn fanout(tasks: PathBuf, concurrency: Option<usize>, out: Option<PathBuf>, prov
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let concurrency = concurrency.unwrap_or(4 * cores).max(1);
     let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
-    let runtime = Runtime::builder()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let runtime = Runtime::builder().build().map_err(|e| format!("cannot start the runtime: {e}"))?;
     let subagents = runtime.subagents();
-    let mock = MockProvider::new("mock")
-        .with_reply("handled: ")
-        .with_echo_prompt()
-        .with_delay(Duration::from_millis(20));
+    let mock =
+        MockProvider::new("mock").with_reply("handled: ").with_echo_prompt().with_delay(Duration::from_millis(20));
     subagents.register_provider(mock).map_err(|e| e.to_string())?.keep();
     if subagents.get_provider(provider).is_none() {
         runtime.shutdown_blocking();
-        return Err(format!(
-            "unknown provider {provider:?} (available: {})",
-            subagents.list().join(", ")
-        ));
+        return Err(format!("unknown provider {provider:?} (available: {})", subagents.list().join(", ")));
     }
     let mut sink: Box<dyn Write + Send> = match &out {
         Some(path) => {
@@ -127,21 +115,11 @@ fn fanout(tasks: PathBuf, concurrency: Option<usize>, out: Option<PathBuf>, prov
         latencies[((latencies.len() - 1) as f64 * p).round() as usize]
     };
     let mut summary = std::io::stderr();
-    let _ = writeln!(
-        summary,
-        "{total} tasks in {:.2?} ({:.0} runs/s)",
-        elapsed,
-        total as f64 / elapsed.as_secs_f64()
-    );
+    let _ = writeln!(summary, "{total} tasks in {:.2?} ({:.0} runs/s)", elapsed, total as f64 / elapsed.as_secs_f64());
     for (reason, count) in &per_reason {
         let _ = writeln!(summary, "  {reason:<12} {count}");
     }
-    let _ = writeln!(
-        summary,
-        "  latency p50 {:.2?}  p99 {:.2?}",
-        percentile(0.5),
-        percentile(0.99)
-    );
+    let _ = writeln!(summary, "  latency p50 {:.2?}  p99 {:.2?}", percentile(0.5), percentile(0.99));
     let report = runtime.shutdown_blocking();
     if !report.live_after.is_quiescent() {
         return Err(format!("runs left alive after shutdown: {:?}", report.live_after));
@@ -161,11 +139,7 @@ async fn run_all(
     let total = tasks.len();
     let mut handles = Vec::with_capacity(total);
     for (line, task) in tasks {
-        let permit = permits
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
+        let permit = permits.clone().acquire_owned().await.expect("the semaphore is never closed");
         let subagents = subagents.clone();
         let provider = provider.clone();
         let parent = Parent::root(cwd.clone());

@@ -32,10 +32,7 @@ impl EventBus {
     }
 
     pub(crate) fn subscribe(&self) -> EventStream {
-        EventStream {
-            receiver: self.sender.subscribe(),
-            parent: None,
-        }
+        EventStream { receiver: self.sender.subscribe(), parent: None }
     }
 
     /// Run `listener` for every event on the events thread until the handle

@@ -213,11 +213,7 @@ impl MockProvider {
 
     /// Inject `fault` at `stage` in every run.
     pub fn with_fault(self, stage: FaultStage, fault: Fault) -> Self {
-        self.push_fault(FaultRule {
-            stage,
-            fault,
-            applies: None,
-        })
+        self.push_fault(FaultRule { stage, fault, applies: None })
     }
 
     /// Inject `fault` at `stage` in the runs `applies` picks (by launch
@@ -228,11 +224,7 @@ impl MockProvider {
         fault: Fault,
         applies: impl Fn(u64) -> bool + Send + Sync + 'static,
     ) -> Self {
-        self.push_fault(FaultRule {
-            stage,
-            fault,
-            applies: Some(Arc::new(applies)),
-        })
+        self.push_fault(FaultRule { stage, fault, applies: Some(Arc::new(applies)) })
     }
 
     /// Record every [`MockEvent`] (off by default to keep big fan-outs lean).
@@ -261,11 +253,7 @@ impl MockProvider {
 
     /// What was recorded so far (empty unless recording is on).
     pub fn recorded(&self) -> Vec<MockEvent> {
-        self.shared
-            .recording
-            .as_ref()
-            .map(|r| r.lock().unwrap_or_else(|e| e.into_inner()).clone())
-            .unwrap_or_default()
+        self.shared.recording.as_ref().map(|r| r.lock().unwrap_or_else(|e| e.into_inner()).clone()).unwrap_or_default()
     }
 
     fn fault_at(&self, stage: FaultStage, run: u64) -> Option<Fault> {
@@ -303,11 +291,7 @@ impl Provider for MockProvider {
         let fault = self.fault_at(FaultStage::BeforePublication, number);
         let mock = self.clone();
         Box::pin(async move {
-            let Launch {
-                request,
-                cancel,
-                context,
-            } = launch;
+            let Launch { request, cancel, context } = launch;
             // Released by drop: on rollback, on a panic, or when an abandoned
             // launch is dropped, as well as when the child goes.
             let resource = ChildResource::new(&mock.shared);
@@ -316,10 +300,7 @@ impl Provider for MockProvider {
                 mock.shared.record(|| MockEvent::RolledBack(id.clone()));
                 Err(error)
             };
-            let failed = |category| LaunchError::Failed {
-                stage: Stage::Initialize,
-                category,
-            };
+            let failed = |category| LaunchError::Failed { stage: Stage::Initialize, category };
             match fault {
                 Some(Fault::Error) => return rollback(failed(Category::ChildError)),
                 Some(Fault::Crash) => return rollback(failed(Category::ChildCrashed)),
@@ -333,11 +314,7 @@ impl Provider for MockProvider {
                 return rollback(LaunchError::Aborted);
             }
             let prompt = crate::seam::text_of(&request.prompt);
-            let reply = if mock.echo_prompt {
-                format!("{}{prompt}", mock.reply)
-            } else {
-                mock.reply.to_string()
-            };
+            let reply = if mock.echo_prompt { format!("{}{prompt}", mock.reply) } else { mock.reply.to_string() };
             mock.shared.record(|| MockEvent::Prompted(id.clone(), prompt));
             let structured = request
                 .output_schema
@@ -401,16 +378,10 @@ struct MockChild(Rc<ChildState>);
 
 impl ChildState {
     fn result(&self, text: &str, stop_reason: StopReason) -> RunResult {
-        let output = if text.is_empty() {
-            Vec::new()
-        } else {
-            vec![ContentBlock::text(text)]
-        };
+        let output = if text.is_empty() { Vec::new() } else { vec![ContentBlock::text(text)] };
         RunResult {
             output,
-            structured: (stop_reason == StopReason::Completed)
-                .then(|| self.structured.clone())
-                .flatten(),
+            structured: (stop_reason == StopReason::Completed).then(|| self.structured.clone()).flatten(),
             stop_reason,
             diagnostic: None,
         }
@@ -455,9 +426,7 @@ impl ChildState {
             return self.result("", StopReason::Aborted);
         }
         if !partial.is_empty() {
-            self.context.progress(ProgressUpdate::MessageChunk {
-                text: partial.to_owned(),
-            });
+            self.context.progress(ProgressUpdate::MessageChunk { text: partial.to_owned() });
         }
         if let Some(result) = self.strike(FaultStage::MidRun, partial).await {
             return result;
@@ -491,10 +460,7 @@ impl Child for MockChild {
         let state = self.0.clone();
         Box::pin(async move {
             let result = state.work().await;
-            state
-                .mock
-                .shared
-                .record(|| MockEvent::Finished(state.id.clone(), result.stop_reason));
+            state.mock.shared.record(|| MockEvent::Finished(state.id.clone(), result.stop_reason));
             result
         })
     }
@@ -511,10 +477,7 @@ impl Child for MockChild {
         let state = self.0.clone();
         Box::pin(async move {
             let text = crate::seam::text_of(&message);
-            state
-                .mock
-                .shared
-                .record(|| MockEvent::Steered(state.id.clone(), text.clone()));
+            state.mock.shared.record(|| MockEvent::Steered(state.id.clone(), text.clone()));
             state.inbox.borrow_mut().push_back(text);
             state.arrived.notify_one();
             Ok(())

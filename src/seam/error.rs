@@ -81,16 +81,10 @@ impl SubagentError {
     }
 
     pub(crate) fn unsupported(provider: &str, capability: Capability) -> Self {
-        SubagentError::UnsupportedCapability {
-            provider: provider.to_owned(),
-            capability: capability.name(),
-        }
+        SubagentError::UnsupportedCapability { provider: provider.to_owned(), capability: capability.name() }
     }
 
     pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
-        SubagentError::InvalidRequest {
-            field,
-            reason: reason.into(),
-        }
+        SubagentError::InvalidRequest { field, reason: reason.into() }
     }
 }

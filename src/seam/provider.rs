@@ -12,7 +12,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use futures_util::future::LocalBoxFuture;
+use futures_util::future::{BoxFuture, LocalBoxFuture};
 use tokio_util::sync::CancellationToken;
 
 use super::{AgentOptions, Capabilities, Category, ContentBlock, RunResult, Stage, StartRequest, SubagentError};
@@ -70,6 +70,13 @@ pub trait Child: 'static {
 
     /// Whether [`Child::send_message`] is supported (steering).
     fn supports_steering(&self) -> bool {
+        false
+    }
+
+    /// Whether a settled child can be continued by a new run
+    /// (`Run::continuation`): the provider then honours
+    /// [`StartRequest::resume`] with this child's [`Child::local_agent`].
+    fn supports_continuation(&self) -> bool {
         false
     }
 
@@ -147,6 +154,14 @@ impl ProviderContext {
     pub fn track_process(&self) -> ProcessLease {
         ProcessLease::new(self.live.clone())
     }
+
+    /// Hand a validated structured result to the run actor (a mailbox
+    /// message). `Err` says why it was not taken: a value was captured
+    /// already, or the run is no longer running. The captured value is the
+    /// run's `RunResult::structured` when it completes.
+    pub fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), String>> {
+        self.run.capture_structured(value)
+    }
 }
 
 impl fmt::Debug for ProviderContext {
@@ -162,6 +177,7 @@ impl fmt::Debug for ProviderContext {
 pub(crate) trait RunReporter: Send + Sync {
     fn run_id(&self) -> u64;
     fn progress(&self, update: ProgressUpdate);
+    fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), String>>;
 }
 
 /// An in-process child agent, shared with the caller through
@@ -176,10 +192,7 @@ pub struct LocalAgent {
 impl LocalAgent {
     /// Wrap an agent handle whose session is `session_id`.
     pub fn new<A: Any + Send + Sync>(session_id: impl Into<String>, agent: A) -> Self {
-        LocalAgent {
-            session_id: session_id.into(),
-            agent: Arc::new(agent),
-        }
+        LocalAgent { session_id: session_id.into(), agent: Arc::new(agent) }
     }
 
     /// The child's session id.
@@ -195,9 +208,7 @@ impl LocalAgent {
 
 impl fmt::Debug for LocalAgent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LocalAgent")
-            .field("session_id", &self.session_id)
-            .finish_non_exhaustive()
+        f.debug_struct("LocalAgent").field("session_id", &self.session_id).finish_non_exhaustive()
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::ContentBlock;
+use super::{ContentBlock, LocalAgent};
 
 /// The largest `max_depth` the runtime represents; anything above is
 /// `INVALID_REQUEST` rather than a silently unbounded recursion.
@@ -32,13 +32,7 @@ pub struct Capabilities {
 impl Capabilities {
     /// Every start-time capability.
     pub const fn all() -> Self {
-        Capabilities {
-            output_schema: true,
-            depth_limit: true,
-            tool_filter: true,
-            persona: true,
-            agent_options: true,
-        }
+        Capabilities { output_schema: true, depth_limit: true, tool_filter: true, persona: true, agent_options: true }
     }
 
     /// No start-time capability.
@@ -163,18 +157,12 @@ pub struct ToolFilter {
 impl ToolFilter {
     /// Only the named tools.
     pub fn allow<I: IntoIterator<Item = S>, S: Into<String>>(names: I) -> Self {
-        ToolFilter {
-            allow: Some(names.into_iter().map(Into::into).collect()),
-            deny: None,
-        }
+        ToolFilter { allow: Some(names.into_iter().map(Into::into).collect()), deny: None }
     }
 
     /// Every tool but the named ones.
     pub fn deny<I: IntoIterator<Item = S>, S: Into<String>>(names: I) -> Self {
-        ToolFilter {
-            allow: None,
-            deny: Some(names.into_iter().map(Into::into).collect()),
-        }
+        ToolFilter { allow: None, deny: Some(names.into_iter().map(Into::into).collect()) }
     }
 
     /// Whether a tool of this name passes the filter.
@@ -186,7 +174,7 @@ impl ToolFilter {
 }
 
 /// The delegating side of a start: who asks, from where, at what depth.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Parent {
     /// The delegating agent's session, when there is one. Run events carry it
     /// so subscribers can filter by parent.
@@ -198,17 +186,27 @@ pub struct Parent {
     /// The parent's own route; a child's route is this overridden by the
     /// request's `agent_options`.
     pub route: AgentOptions,
+    /// The delegating in-process agent, when there is one: a fork reads its
+    /// completed turns from it. (`agent::Agent::as_parent` fills it.)
+    pub agent: Option<LocalAgent>,
 }
+
+impl PartialEq for Parent {
+    fn eq(&self, other: &Self) -> bool {
+        self.session_id == other.session_id
+            && self.depth == other.depth
+            && self.cwd == other.cwd
+            && self.route == other.route
+            && self.agent.as_ref().map(LocalAgent::session_id) == other.agent.as_ref().map(LocalAgent::session_id)
+    }
+}
+
+impl Eq for Parent {}
 
 impl Parent {
     /// A top-level parent (depth 0, no session) working in `cwd`.
     pub fn root(cwd: impl Into<PathBuf>) -> Self {
-        Parent {
-            session_id: None,
-            depth: 0,
-            cwd: cwd.into(),
-            route: AgentOptions::default(),
-        }
+        Parent { session_id: None, depth: 0, cwd: cwd.into(), route: AgentOptions::default(), agent: None }
     }
 
     /// This parent with a session id.
@@ -220,6 +218,12 @@ impl Parent {
     /// This parent at another delegation depth.
     pub fn with_depth(mut self, depth: u32) -> Self {
         self.depth = depth;
+        self
+    }
+
+    /// This parent with its in-process agent.
+    pub fn with_agent(mut self, agent: LocalAgent) -> Self {
+        self.agent = Some(agent);
         self
     }
 
@@ -253,6 +257,9 @@ pub struct StartRequest {
     pub persona: Option<String>,
     /// A display label for events and progress.
     pub label: Option<String>,
+    /// The child a continuation resumes (set by `Continuation::start`): the
+    /// provider continues that child's session instead of creating one.
+    pub resume: Option<LocalAgent>,
 }
 
 impl StartRequest {
@@ -273,6 +280,7 @@ impl StartRequest {
             tool_filter: None,
             persona: None,
             label: None,
+            resume: None,
         }
     }
 

@@ -108,11 +108,7 @@ impl Diagnostic {
         while !provider.is_char_boundary(end) {
             end -= 1;
         }
-        Diagnostic {
-            provider: provider[..end].to_owned(),
-            stage,
-            category,
-        }
+        Diagnostic { provider: provider[..end].to_owned(), stage, category }
     }
 }
 
@@ -159,20 +155,12 @@ impl RunResult {
 
     /// A result with no output and the given reason.
     pub fn empty(stop_reason: StopReason) -> Self {
-        RunResult {
-            output: Vec::new(),
-            structured: None,
-            stop_reason,
-            diagnostic: None,
-        }
+        RunResult { output: Vec::new(), structured: None, stop_reason, diagnostic: None }
     }
 
     /// A failed result carrying a diagnostic.
     pub fn failed(diagnostic: Diagnostic) -> Self {
-        RunResult {
-            diagnostic: Some(diagnostic),
-            ..RunResult::empty(StopReason::Error)
-        }
+        RunResult { diagnostic: Some(diagnostic), ..RunResult::empty(StopReason::Error) }
     }
 
     /// The output's text.

@@ -95,10 +95,7 @@ impl OpenAiConfig {
         let model = var("SUBAGENTS_MODEL")
             .ok_or_else(|| ModelError::Config("set SUBAGENTS_MODEL to the model name".to_owned()))?;
         let base_url = var("SUBAGENTS_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
-        Ok(OpenAiConfig {
-            api_key: var("SUBAGENTS_API_KEY"),
-            ..Self::new(base_url, model)
-        })
+        Ok(OpenAiConfig { api_key: var("SUBAGENTS_API_KEY"), ..Self::new(base_url, model) })
     }
 
     /// Sets the bearer key.
@@ -150,12 +147,7 @@ impl OpenAiModel {
             .build()
             .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))?;
         let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
-        Ok(OpenAiModel {
-            name: format!("openai:{}", config.model),
-            url,
-            config,
-            client,
-        })
+        Ok(OpenAiModel { name: format!("openai:{}", config.model), url, config, client })
     }
 
     fn body(&self, request: &ModelRequest) -> Value {
@@ -228,10 +220,7 @@ impl OpenAiModel {
                     let retryable = status.as_u16() == 429 || status.is_server_error();
                     if !retryable || attempt >= self.config.max_retries {
                         let excerpt = self.error_excerpt(response).await;
-                        return Err(ModelError::Status {
-                            status: status.as_u16(),
-                            message: excerpt,
-                        });
+                        return Err(ModelError::Status { status: status.as_u16(), message: excerpt });
                     }
                     retry_after_header(&response)
                 }
@@ -310,15 +299,11 @@ impl OpenAiModel {
             }
             pending.drain(..start);
             if pending.len() > MAX_LINE {
-                return Err(ModelError::Malformed(format!(
-                    "a streamed line exceeds {MAX_LINE} bytes"
-                )));
+                return Err(ModelError::Malformed(format!("a streamed line exceeds {MAX_LINE} bytes")));
             }
         }
         if !answer.done && answer.finish_reason.is_none() {
-            return Err(ModelError::Transport(
-                "the stream ended before the answer finished".to_owned(),
-            ));
+            return Err(ModelError::Transport("the stream ended before the answer finished".to_owned()));
         }
         answer.into_reply()
     }
@@ -369,10 +354,7 @@ impl StreamedAnswer {
         let chunk: Value = serde_json::from_slice(data)
             .map_err(|_| ModelError::Malformed("a streamed event is not JSON".to_owned()))?;
         if let Some(message) = chunk["error"]["message"].as_str() {
-            return Err(ModelError::Transport(format!(
-                "the stream reported an error: {}",
-                excerpt(message)
-            )));
+            return Err(ModelError::Transport(format!("the stream reported an error: {}", excerpt(message))));
         }
         if let Some(usage) = usage_of(&chunk["usage"]) {
             self.usage = Some(usage);
@@ -393,9 +375,7 @@ impl StreamedAnswer {
         for call in delta["tool_calls"].as_array().into_iter().flatten() {
             let index = call["index"].as_u64().unwrap_or(self.calls.len() as u64) as usize;
             if index > self.calls.len() + 64 {
-                return Err(ModelError::Malformed(
-                    "a streamed tool call index is out of range".to_owned(),
-                ));
+                return Err(ModelError::Malformed("a streamed tool call index is out of range".to_owned()));
             }
             if self.calls.len() <= index {
                 self.calls.resize(index + 1, Default::default());
@@ -431,17 +411,8 @@ impl StreamedAnswer {
             .collect();
         let refused = !self.refusal.is_empty();
         let finish = finish_of(self.finish_reason.as_deref(), !tool_calls.is_empty(), refused);
-        let text = if refused && self.text.is_empty() {
-            self.refusal
-        } else {
-            self.text
-        };
-        Ok(ModelReply {
-            text,
-            tool_calls,
-            finish,
-            usage: self.usage,
-        })
+        let text = if refused && self.text.is_empty() { self.refusal } else { self.text };
+        Ok(ModelReply { text, tool_calls, finish, usage: self.usage })
     }
 }
 
@@ -462,40 +433,21 @@ fn parse_completion(body: &[u8]) -> Result<ModelReply, ModelError> {
         Some(_) => return Err(ModelError::Malformed("the message content is not text".to_owned())),
     };
     let mut tool_calls = Vec::new();
-    for (n, call) in message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (n, call) in message.get("tool_calls").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let name = call["function"]["name"]
             .as_str()
             .ok_or_else(|| ModelError::Malformed("a tool call has no function name".to_owned()))?;
         let id = call["id"].as_str().map_or_else(|| format!("call_{n}"), str::to_owned);
         let arguments = parse_arguments(call["function"]["arguments"].as_str().unwrap_or_default());
-        tool_calls.push(ToolCall {
-            id,
-            name: name.to_owned(),
-            arguments,
-        });
+        tool_calls.push(ToolCall { id, name: name.to_owned(), arguments });
     }
     let refusal = message.get("refusal").and_then(Value::as_str).filter(|r| !r.is_empty());
-    let finish = finish_of(
-        choice["finish_reason"].as_str(),
-        !tool_calls.is_empty(),
-        refusal.is_some(),
-    );
+    let finish = finish_of(choice["finish_reason"].as_str(), !tool_calls.is_empty(), refusal.is_some());
     let text = match refusal {
         Some(refusal) if text.is_empty() => refusal.to_owned(),
         _ => text,
     };
-    Ok(ModelReply {
-        text,
-        tool_calls,
-        finish,
-        usage: usage_of(&value["usage"]),
-    })
+    Ok(ModelReply { text, tool_calls, finish, usage: usage_of(&value["usage"]) })
 }
 
 fn finish_of(reason: Option<&str>, has_calls: bool, refused: bool) -> Finish {
@@ -510,10 +462,7 @@ fn finish_of(reason: Option<&str>, has_calls: bool, refused: bool) -> Finish {
 
 fn usage_of(usage: &Value) -> Option<Usage> {
     let input_tokens = usage["prompt_tokens"].as_u64()?;
-    Some(Usage {
-        input_tokens,
-        output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
-    })
+    Some(Usage { input_tokens, output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0) })
 }
 
 /// Arguments arrive as a JSON string; invalid JSON is kept as a string so
@@ -550,14 +499,7 @@ fn user_content(content: &[ContentBlock]) -> Value {
 }
 
 fn retry_after_header(response: &reqwest::Response) -> Option<Duration> {
-    let seconds = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse::<u64>()
-        .ok()?;
+    let seconds = response.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse::<u64>().ok()?;
     Some(Duration::from_secs(seconds))
 }
 

@@ -97,22 +97,14 @@ pub struct RecordingModel<M> {
 impl<M: Model> RecordingModel<M> {
     /// Records `inner` in memory; read it with [`RecordingModel::tape`].
     pub fn new(inner: M) -> Self {
-        RecordingModel {
-            inner,
-            state: Arc::default(),
-            file: None,
-        }
+        RecordingModel { inner, state: Arc::default(), file: None }
     }
 
     /// Records `inner` and rewrites the tape file at `path` after every
     /// answer (write to a temporary file, then rename), so a crash loses at
     /// most the answer in flight.
     pub fn writing_to(inner: M, path: impl Into<PathBuf>) -> Self {
-        RecordingModel {
-            inner,
-            state: Arc::default(),
-            file: Some(path.into()),
-        }
+        RecordingModel { inner, state: Arc::default(), file: Some(path.into()) }
     }
 
     /// The tape so far.
@@ -137,10 +129,7 @@ impl<M: Model> Model for RecordingModel<M> {
             match bindings.slot(&request.session_id) {
                 Some((_, index, _)) => *index,
                 None => {
-                    tape.sessions.push(TapeSession {
-                        first_prompt: request.first_user_text(),
-                        answers: Vec::new(),
-                    });
+                    tape.sessions.push(TapeSession { first_prompt: request.first_user_text(), answers: Vec::new() });
                     let index = tape.sessions.len() - 1;
                     bindings.live.push((request.session_id.clone(), index, 0));
                     index
@@ -177,10 +166,7 @@ pub struct ReplayModel {
 impl ReplayModel {
     /// Replays `tape`.
     pub fn new(tape: Tape) -> Self {
-        ReplayModel {
-            tape,
-            bindings: Mutex::default(),
-        }
+        ReplayModel { tape, bindings: Mutex::default() }
     }
 
     /// Replays the tape at `path`.
@@ -194,9 +180,7 @@ impl ReplayModel {
             let taken = |index: usize| bindings.live.iter().any(|(_, i, _)| *i == index);
             let first_prompt = request.first_user_text();
             let free = (0..self.tape.sessions.len()).filter(|&i| !taken(i));
-            let by_prompt = free
-                .clone()
-                .find(|&i| self.tape.sessions[i].first_prompt == first_prompt);
+            let by_prompt = free.clone().find(|&i| self.tape.sessions[i].first_prompt == first_prompt);
             let index = by_prompt.or_else(|| free.clone().next()).ok_or_else(|| {
                 ModelError::Scripted(format!(
                     "the tape holds {} sessions and all are bound; session {:?} has none",
@@ -208,10 +192,7 @@ impl ReplayModel {
         }
         let (_, index, next) = bindings.slot(&request.session_id).expect("bound above");
         let answer = self.tape.sessions[*index].answers.get(*next).cloned().ok_or_else(|| {
-            ModelError::Scripted(format!(
-                "tape session #{index} has no answer #{} (the tape ran out)",
-                *next + 1
-            ))
+            ModelError::Scripted(format!("tape session #{index} has no answer #{} (the tape ran out)", *next + 1))
         })?;
         *next += 1;
         Ok(answer)

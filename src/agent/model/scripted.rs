@@ -51,18 +51,9 @@ impl Step {
         let tool_calls = calls
             .into_iter()
             .enumerate()
-            .map(|(n, (name, arguments))| ToolCall {
-                id: format!("call_{n}"),
-                name: name.into(),
-                arguments,
-            })
+            .map(|(n, (name, arguments))| ToolCall { id: format!("call_{n}"), name: name.into(), arguments })
             .collect();
-        Step::Reply(ModelReply {
-            text: String::new(),
-            tool_calls,
-            finish: Finish::ToolCalls,
-            usage: None,
-        })
+        Step::Reply(ModelReply { text: String::new(), tool_calls, finish: Finish::ToolCalls, usage: None })
     }
 
     /// One tool call.
@@ -72,18 +63,12 @@ impl Step {
 
     /// A refusal with its text.
     pub fn refusal(text: impl Into<String>) -> Self {
-        Step::Reply(ModelReply {
-            finish: Finish::Refusal,
-            ..ModelReply::text(text)
-        })
+        Step::Reply(ModelReply { finish: Finish::Refusal, ..ModelReply::text(text) })
     }
 
     /// A partial answer cut by the token limit.
     pub fn max_tokens(text: impl Into<String>) -> Self {
-        Step::Reply(ModelReply {
-            finish: Finish::MaxTokens,
-            ..ModelReply::text(text)
-        })
+        Step::Reply(ModelReply { finish: Finish::MaxTokens, ..ModelReply::text(text) })
     }
 
     /// A failing call.
@@ -191,26 +176,14 @@ impl ScriptedModel {
 
     /// The requests seen, oldest first (only with [`ScriptedModel::recording`]).
     pub fn requests(&self) -> Vec<ModelRequest> {
-        self.inner
-            .requests
-            .as_ref()
-            .map(|r| r.lock().unwrap_or_else(|e| e.into_inner()).clone())
-            .unwrap_or_default()
+        self.inner.requests.as_ref().map(|r| r.lock().unwrap_or_else(|e| e.into_inner()).clone()).unwrap_or_default()
     }
 
     fn next_step(&self, request: &ModelRequest) -> Step {
         let inner = &self.inner;
         let mut binding = inner.bindings.entry(request.session_id.clone()).or_insert_with(|| {
-            let steps = inner
-                .scripts
-                .iter()
-                .find(|(m, _)| m.fits(request))
-                .map(|(_, s)| s.clone());
-            Binding {
-                steps: steps.unwrap_or_else(|| Arc::new([])),
-                cursor: 0,
-                calls: 0,
-            }
+            let steps = inner.scripts.iter().find(|(m, _)| m.fits(request)).map(|(_, s)| s.clone());
+            Binding { steps: steps.unwrap_or_else(|| Arc::new([])), cursor: 0, calls: 0 }
         });
         binding.calls += 1;
         let step = binding.steps.get(binding.cursor).cloned();

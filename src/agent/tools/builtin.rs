@@ -130,9 +130,7 @@ async fn confine(cwd: &Path, requested: &str) -> Result<PathBuf, String> {
             Component::RootDir | Component::Prefix(_) => return Err(escapes()),
         }
     }
-    let root = tokio::fs::canonicalize(cwd)
-        .await
-        .map_err(|_| "the session's working directory is unavailable")?;
+    let root = tokio::fs::canonicalize(cwd).await.map_err(|_| "the session's working directory is unavailable")?;
     let resolved = tokio::fs::canonicalize(root.join(&lexical))
         .await
         .map_err(|error| format!("cannot open {requested:?}: {}", error.kind()))?;
