@@ -163,6 +163,12 @@ impl AgentBuilder {
         self
     }
 
+    /// The tool set so far (tools added with [`AgentBuilder::tool`] join it
+    /// at build).
+    pub fn toolset_mut(&mut self) -> &mut Toolset {
+        &mut self.toolset
+    }
+
     /// Adds a tool (a duplicate name fails [`AgentBuilder::build`]).
     pub fn tool(mut self, tool: impl Tool) -> Self {
         self.pending_tools.push(Arc::new(tool));

@@ -4,7 +4,17 @@
 //! | provider | when to choose it |
 //! |---|---|
 //! | [`mock`] | tests, demos and fault injection of your own lifecycles |
+//! | [`spawn`] | a fresh in-process child agent: cheap, isolated subtasks |
+//! | [`fork`] | an in-process child that inherits the parent's completed turns |
+//!
+//! `spawn` and `fork` share one driver, [`in_process`].
 
+pub mod fork;
+pub mod in_process;
 pub mod mock;
+pub mod spawn;
 
+pub use fork::ForkProvider;
+pub use in_process::{ChildInfo, InProcessProvider, ModelRoutes, ToolFactory, STRUCTURED_OUTPUT_TOOL};
 pub use mock::{Fault, FaultStage, MockEvent, MockProvider};
+pub use spawn::SpawnProvider;

@@ -49,15 +49,9 @@ pub struct ModelRequest {
 }
 
 impl ModelRequest {
-    /// The text of the session's first user message (tapes bind by it).
-    pub fn first_user_text(&self) -> Option<String> {
-        self.messages.iter().find_map(|event| match event {
-            SessionEvent::User { content } => Some(text_of(content)),
-            _ => None,
-        })
-    }
-
-    /// The text of the latest user message.
+    /// The text of the latest user message. On a session's first call this
+    /// is the prompt that started it (for a fork, not the seeded history),
+    /// which is what scripts and tapes bind by.
     pub fn last_user_text(&self) -> Option<String> {
         self.messages.iter().rev().find_map(|event| match event {
             SessionEvent::User { content } => Some(text_of(content)),

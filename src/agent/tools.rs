@@ -184,6 +184,8 @@ struct Entry {
     spec: ToolSpec,
     schema: CompiledSchema,
     tool: Arc<dyn Tool>,
+    /// Runtime-owned (the structured-output capture): no filter hides it.
+    exempt: bool,
 }
 
 /// One agent's tools, gates and filter. Cloning shares the tools.
@@ -213,13 +215,23 @@ impl Toolset {
 
     /// Adds a shared tool.
     pub fn add_shared(&mut self, tool: Arc<dyn Tool>) -> Result<(), ToolError> {
+        self.insert(tool, false)
+    }
+
+    /// Adds a runtime-owned tool that the filter never hides or denies (the
+    /// structured-output capture belongs to the run, not to the task).
+    pub fn add_exempt(&mut self, tool: impl Tool) -> Result<(), ToolError> {
+        self.insert(Arc::new(tool), true)
+    }
+
+    fn insert(&mut self, tool: Arc<dyn Tool>, exempt: bool) -> Result<(), ToolError> {
         let spec = tool.spec();
         if self.entry(&spec.name).is_some() {
             return Err(ToolError::Duplicate(spec.name));
         }
         let schema = CompiledSchema::compile(&spec.parameters)
             .map_err(|reason| ToolError::InvalidSchema { name: spec.name.clone(), reason })?;
-        self.entries.push(Arc::new(Entry { spec, schema, tool }));
+        self.entries.push(Arc::new(Entry { spec, schema, tool, exempt }));
         Ok(())
     }
 
@@ -247,7 +259,7 @@ impl Toolset {
 
     /// What the model sees: every tool the filter permits.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.entries.iter().filter(|e| self.permits(&e.spec.name)).map(|e| e.spec.clone()).collect()
+        self.entries.iter().filter(|e| self.permits(e)).map(|e| e.spec.clone()).collect()
     }
 
     /// Whether the call may run concurrently with its neighbours.
@@ -255,8 +267,8 @@ impl Toolset {
         self.entry(name).is_some_and(|entry| entry.tool.concurrent())
     }
 
-    fn permits(&self, name: &str) -> bool {
-        self.filter.as_ref().is_none_or(|filter| filter.permits(name))
+    fn permits(&self, entry: &Entry) -> bool {
+        entry.exempt || self.filter.as_ref().is_none_or(|filter| filter.permits(&entry.spec.name))
     }
 
     fn entry(&self, name: &str) -> Option<&Arc<Entry>> {
@@ -271,10 +283,15 @@ impl Toolset {
                 return ToolOutput::error(format!("tool call {:?} denied: {reason}", call.name));
             }
         }
-        if !self.permits(&call.name) {
+        let entry = self.entry(&call.name);
+        let filtered = match entry {
+            Some(entry) => !self.permits(entry),
+            None => self.filter.as_ref().is_some_and(|filter| !filter.permits(&call.name)),
+        };
+        if filtered {
             return ToolOutput::error(format!("tool {:?} is not available to this agent", call.name));
         }
-        let Some(entry) = self.entry(&call.name) else {
+        let Some(entry) = entry else {
             let available: Vec<_> = self.specs().into_iter().map(|spec| spec.name).collect();
             return ToolOutput::error(format!("no tool named {:?}; available: {}", call.name, available.join(", ")));
         };

@@ -143,6 +143,11 @@ impl ProviderContext {
         self.home.to_path_buf()
     }
 
+    /// The runtime's home directory, borrowed.
+    pub fn home_path(&self) -> &Path {
+        &self.home
+    }
+
     /// Report live progress to subscribers; it never enters the parent's
     /// conversation. Cheap when nobody listens.
     pub fn progress(&self, update: ProgressUpdate) {

@@ -5,7 +5,7 @@
 //! is what lets nested runs replay: a parent's first call comes before the
 //! child it delegates to, so a live parent binds to the recorded parent and a
 //! live child to the recorded child, although their ids are new. When a
-//! recorded session's first user message equals the live one's, that match
+//! recorded session's first prompt equals the live one's, that match
 //! wins over first-call order, so concurrent children whose calls interleave
 //! differently still find their own answers.
 //!
@@ -37,7 +37,8 @@ pub struct Tape {
 /// What one session was answered.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TapeSession {
-    /// The session's first user message, used to bind it on replay.
+    /// The prompt the session's first call answered (its latest user
+    /// message then), used to bind it on replay.
     pub first_prompt: Option<String>,
     /// The answers, in call order.
     pub answers: Vec<TapeAnswer>,
@@ -129,7 +130,7 @@ impl<M: Model> Model for RecordingModel<M> {
             match bindings.slot(&request.session_id) {
                 Some((_, index, _)) => *index,
                 None => {
-                    tape.sessions.push(TapeSession { first_prompt: request.first_user_text(), answers: Vec::new() });
+                    tape.sessions.push(TapeSession { first_prompt: request.last_user_text(), answers: Vec::new() });
                     let index = tape.sessions.len() - 1;
                     bindings.live.push((request.session_id.clone(), index, 0));
                     index
@@ -178,7 +179,7 @@ impl ReplayModel {
         let mut bindings = self.bindings.lock().unwrap_or_else(|e| e.into_inner());
         if bindings.slot(&request.session_id).is_none() {
             let taken = |index: usize| bindings.live.iter().any(|(_, i, _)| *i == index);
-            let first_prompt = request.first_user_text();
+            let first_prompt = request.last_user_text();
             let free = (0..self.tape.sessions.len()).filter(|&i| !taken(i));
             let by_prompt = free.clone().find(|&i| self.tape.sessions[i].first_prompt == first_prompt);
             let index = by_prompt.or_else(|| free.clone().next()).ok_or_else(|| {

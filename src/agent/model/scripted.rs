@@ -2,7 +2,7 @@
 //!
 //! Scripts are lists of [`Step`]s. A session is bound to the first script
 //! whose [`ScriptMatch`] fits it on its first call (by session id, or by a
-//! phrase in its first user message) and then walks that script one step per
+//! phrase in the prompt of that call) and then walks that script one step per
 //! call; each session has its own cursor, so concurrent sessions never
 //! interfere. A session with no script, or past its script's end, gets the
 //! fallback step (by default [`Step::Echo`]).
@@ -88,7 +88,8 @@ impl Step {
 pub enum ScriptMatch {
     /// Exactly this session id.
     Session(String),
-    /// Sessions whose first user message contains this text.
+    /// Sessions whose first prompt (the latest user message at their first
+    /// call) contains this text.
     PromptContains(String),
     /// Every session.
     Any,
@@ -98,7 +99,7 @@ impl ScriptMatch {
     fn fits(&self, request: &ModelRequest) -> bool {
         match self {
             ScriptMatch::Session(id) => *id == request.session_id,
-            ScriptMatch::PromptContains(phrase) => request.first_user_text().is_some_and(|t| t.contains(phrase)),
+            ScriptMatch::PromptContains(phrase) => request.last_user_text().is_some_and(|t| t.contains(phrase)),
             ScriptMatch::Any => true,
         }
     }

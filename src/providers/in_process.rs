@@ -1,0 +1,546 @@
+//! The driver `spawn` and `fork` share: a child [`Agent`] owned by its run
+//! actor.
+//!
+//! A launch creates the child's session (its id is the run id; the header
+//! records the parent session and depth) before `start` returns, so the
+//! child is published only once it really exists. The child's route is the
+//! provider's defaults, overridden by the parent's route, overridden by the
+//! request's `agent_options`, field by field; the route's `provider` picks a
+//! model from [`ModelRoutes`]. The persona replaces the persona section; the
+//! tool filter hides tools from the child's list and denies them at
+//! execution. A structured child gets its own `structured_output` tool
+//! (SPEC §8) whose capture is a message to the run actor.
+//!
+//! Rollback: a child that is disposed without ever having run (a cancel
+//! between creation and publication) has its session file deleted, so a
+//! rejected start leaves nothing behind.
+
+use std::cell::{Cell, RefCell};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::{BoxFuture, LocalBoxFuture};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{
+    Agent, AgentBuilder, AgentUpdate, ListDir, Model, ReadFile, SessionEvent, SessionStore, Tool, ToolContext,
+    ToolOutput, ToolSpec, Toolset, TurnErrorKind, TurnOutcome,
+};
+use crate::events::ProgressUpdate;
+use crate::schema::CompiledSchema;
+use crate::seam::{
+    AgentOptions, Capabilities, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, LocalAgent, Provider,
+    ProviderContext, RunResult, Stage, StartRequest, StopReason, SubagentError,
+};
+
+/// The name of the capture tool a structured child gets.
+pub const STRUCTURED_OUTPUT_TOOL: &str = "structured_output";
+
+const STRUCTURED_SECTION: &str = "structured_output";
+const STRUCTURED_INSTRUCTION: &str = "When your answer is ready, call the `structured_output` tool exactly once \
+     with the answer as its arguments; its parameters are the required shape of the answer. Calling it ends \
+     your turn.";
+const STRUCTURED_NUDGE: &str = "You finished without calling `structured_output`. Call it now with your answer; \
+     its parameters are the required shape.";
+
+/// What a tool factory knows about the child it equips.
+#[derive(Clone, Debug)]
+pub struct ChildInfo {
+    /// The child's session (and run) id.
+    pub session_id: String,
+    /// The delegating parent's session.
+    pub parent_session: Option<String>,
+    /// The child's delegation depth.
+    pub depth: u32,
+    /// The child's working directory.
+    pub cwd: PathBuf,
+}
+
+/// Builds each child's tools (the default: `read_file` and `list_dir`).
+pub type ToolFactory = Arc<dyn Fn(&ChildInfo) -> Toolset + Send + Sync>;
+
+/// Which model a child talks to: the route's `provider` names one; no name
+/// means the default.
+#[derive(Clone)]
+pub struct ModelRoutes {
+    default: Arc<dyn Model>,
+    named: Vec<(String, Arc<dyn Model>)>,
+}
+
+impl ModelRoutes {
+    /// Every child talks to `model`.
+    pub fn new(model: Arc<dyn Model>) -> Self {
+        ModelRoutes { default: model, named: Vec::new() }
+    }
+
+    /// Routes naming `provider` talk to `model`.
+    pub fn with(mut self, provider: impl Into<String>, model: Arc<dyn Model>) -> Self {
+        self.named.push((provider.into(), model));
+        self
+    }
+
+    fn resolve(&self, provider: Option<&str>) -> Option<Arc<dyn Model>> {
+        match provider {
+            None => Some(self.default.clone()),
+            Some(name) => self.named.iter().find(|(n, _)| n == name).map(|(_, model)| model.clone()),
+        }
+    }
+}
+
+/// How an in-process provider builds its children.
+#[derive(Clone)]
+struct InProcessConfig {
+    models: ModelRoutes,
+    persist: bool,
+    tools: ToolFactory,
+    structured_nudge_retries: u32,
+    route_defaults: AgentOptions,
+    max_steps: u32,
+}
+
+/// The provider behind `spawn` and `fork` (build one with
+/// [`SpawnProvider::new`](super::SpawnProvider::new) or
+/// [`ForkProvider::new`](super::ForkProvider::new)); configure it with the
+/// `with_*` methods before registering it.
+pub struct InProcessProvider {
+    name: String,
+    config: InProcessConfig,
+    fork: bool,
+    /// The session store for the runtime home last seen (one per provider
+    /// in practice), so the sessions directory is checked once.
+    store: Mutex<Option<(PathBuf, SessionStore)>>,
+}
+
+impl InProcessProvider {
+    /// Children on `model`, sessions persisted under the runtime's home,
+    /// `read_file` and `list_dir`, one structured nudge, 64 steps a turn.
+    pub(crate) fn new(name: String, model: Arc<dyn Model>, fork: bool) -> Self {
+        let config = InProcessConfig {
+            models: ModelRoutes::new(model),
+            persist: true,
+            tools: Arc::new(|_: &ChildInfo| {
+                let mut tools = Toolset::new();
+                tools.add(ReadFile).expect("a fresh toolset takes read_file");
+                tools.add(ListDir).expect("a fresh toolset takes list_dir");
+                tools
+            }),
+            structured_nudge_retries: 1,
+            route_defaults: AgentOptions::default(),
+            max_steps: 64,
+        };
+        InProcessProvider { name, config, fork, store: Mutex::new(None) }
+    }
+
+    /// Pick models by the route's `provider`.
+    pub fn with_models(mut self, models: ModelRoutes) -> Self {
+        self.config.models = models;
+        self
+    }
+
+    /// Keep sessions in memory only (no files).
+    pub fn in_memory(mut self) -> Self {
+        self.config.persist = false;
+        self
+    }
+
+    /// Build each child's tools.
+    pub fn with_tools(mut self, factory: ToolFactory) -> Self {
+        self.config.tools = factory;
+        self
+    }
+
+    /// Re-prompts after a finish without a structured capture (default 1).
+    pub fn with_structured_nudge_retries(mut self, retries: u32) -> Self {
+        self.config.structured_nudge_retries = retries;
+        self
+    }
+
+    /// Route defaults, under the parent's route and the request's options.
+    pub fn with_route_defaults(mut self, route: AgentOptions) -> Self {
+        self.config.route_defaults = route;
+        self
+    }
+
+    /// Most model calls per child turn (default 64).
+    pub fn with_max_steps(mut self, max_steps: u32) -> Self {
+        self.config.max_steps = max_steps;
+        self
+    }
+
+    fn store(&self, context: &ProviderContext) -> SessionStore {
+        if !self.config.persist {
+            return SessionStore::in_memory();
+        }
+        let mut cached = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        match &*cached {
+            Some((home, store)) if home == context.home_path() => store.clone(),
+            _ => {
+                let store = SessionStore::new(context.home_path());
+                *cached = Some((context.home_path().to_path_buf(), store.clone()));
+                store
+            }
+        }
+    }
+
+    fn create(&self, launch: Launch) -> Result<Box<dyn Child>, LaunchError> {
+        let Launch { request, cancel, context } = launch;
+        if cancel.is_cancelled() {
+            return Err(LaunchError::Aborted);
+        }
+        let store = self.store(&context);
+        let (builder, resumed) = match &request.resume {
+            Some(previous) => (self.resume_builder(previous, &store)?, true),
+            None => (self.new_builder(&request, &store)?, false),
+        };
+        let captured = Arc::new(AtomicBool::new(false));
+        let mut builder = builder.cancel_token(cancel.clone()).on_update(progress_sink(&context));
+        if let Some(schema) = &request.output_schema {
+            let tool = StructuredOutputTool::new(schema, context.clone(), captured.clone())
+                .map_err(|reason| LaunchError::Invalid { field: "output_schema", reason })?;
+            let toolset = builder.toolset_mut();
+            toolset.remove(STRUCTURED_OUTPUT_TOOL);
+            toolset.add_exempt(tool).expect("the capture tool's name is free");
+            builder = builder.prompt_section(STRUCTURED_SECTION, STRUCTURED_INSTRUCTION);
+        }
+        let agent = builder.build().map_err(|error| {
+            tracing::warn!(provider = %self.name, %error, "could not create an in-process child");
+            LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed }
+        })?;
+        Ok(Box::new(InProcessChild {
+            provider: self.name.as_str().into(),
+            prompt: RefCell::new(Some(request.prompt)),
+            structured: request.output_schema.is_some().then_some(captured),
+            nudges: self.config.structured_nudge_retries,
+            started: Cell::new(false),
+            roll_back_unstarted: !resumed,
+            store,
+            cancel,
+            agent,
+        }))
+    }
+
+    fn new_builder(&self, request: &StartRequest, store: &SessionStore) -> Result<AgentBuilder, LaunchError> {
+        let parent = &request.parent;
+        let route = self.config.route_defaults.overridden_by(&parent.route);
+        let route = match &request.agent_options {
+            Some(options) => route.overridden_by(options),
+            None => route,
+        };
+        let model = self.config.models.resolve(route.provider.as_deref()).ok_or_else(|| LaunchError::Invalid {
+            field: "agent_options.provider",
+            reason: format!("provider {:?} routes no model named {:?}", self.name, route.provider.as_deref()),
+        })?;
+        check_cwd(&parent.cwd)?;
+        let info = ChildInfo {
+            session_id: uuid::Uuid::new_v4().to_string(),
+            parent_session: parent.session_id.clone(),
+            depth: request.child_depth(),
+            cwd: parent.cwd.clone(),
+        };
+        let mut toolset = (self.config.tools)(&info);
+        if let Some(filter) = &request.tool_filter {
+            toolset.set_filter(filter.clone());
+        }
+        let seed = if self.fork { parent_prefix(request, store)? } else { Vec::new() };
+        let mut builder = Agent::builder_shared(model)
+            .store(store.clone())
+            .session_id(info.session_id)
+            .parent(info.parent_session, info.depth)
+            .cwd(info.cwd)
+            .toolset(toolset)
+            .options(route)
+            .max_steps(self.config.max_steps)
+            .seed(seed);
+        if let Some(persona) = &request.persona {
+            builder = builder.persona(persona.clone());
+        }
+        Ok(builder)
+    }
+
+    /// A continuation: the same session, model, route and depth as before.
+    fn resume_builder(&self, previous: &LocalAgent, store: &SessionStore) -> Result<AgentBuilder, LaunchError> {
+        let invalid = |reason: &str| LaunchError::Invalid { field: "resume", reason: reason.to_owned() };
+        let previous = previous.downcast::<Agent>().ok_or_else(|| invalid("not an in-process child"))?;
+        if !previous.is_idle() {
+            return Err(invalid("the child is still running"));
+        }
+        let header = previous.header();
+        let info = ChildInfo {
+            session_id: header.id.clone(),
+            parent_session: header.parent_session.clone(),
+            depth: header.depth,
+            cwd: header.cwd.clone(),
+        };
+        let toolset = (self.config.tools)(&info);
+        let builder = Agent::builder_shared(previous.model())
+            .store(store.clone())
+            .cwd(info.cwd)
+            .toolset(toolset)
+            .options(previous.options().clone())
+            .max_steps(self.config.max_steps)
+            .parent(info.parent_session, info.depth);
+        Ok(if self.config.persist {
+            builder.resume(info.session_id)
+        } else {
+            let builder = builder.session_id(info.session_id).seed(previous.events());
+            match header.persona {
+                Some(persona) => builder.persona(persona),
+                None => builder,
+            }
+        })
+    }
+}
+
+impl Provider for InProcessProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all()
+    }
+
+    fn inherits_parent_context(&self) -> bool {
+        self.fork
+    }
+
+    fn route_defaults(&self) -> AgentOptions {
+        self.config.route_defaults.clone()
+    }
+
+    fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
+        // Creating the child is synchronous: its session exists before the
+        // future resolves, and a start costs no extra poll.
+        let created = self.create(launch);
+        Box::pin(async move { created })
+    }
+}
+
+fn check_cwd(cwd: &Path) -> Result<(), LaunchError> {
+    if cwd.is_absolute() && cwd.is_dir() {
+        return Ok(());
+    }
+    Err(LaunchError::Invalid {
+        field: "parent.cwd",
+        reason: "must be an absolute path to an existing directory".to_owned(),
+    })
+}
+
+/// A fork's inherited history: the parent's events through its last turn
+/// end, read from the live parent agent when the request carries it, else
+/// from the parent's stored session.
+fn parent_prefix(request: &StartRequest, store: &SessionStore) -> Result<Vec<SessionEvent>, LaunchError> {
+    let parent = &request.parent;
+    if let Some(agent) = parent.agent.as_ref().and_then(|a| a.downcast::<Agent>()) {
+        return Ok(agent.completed_prefix());
+    }
+    let Some(session_id) = &parent.session_id else { return Ok(Vec::new()) };
+    let (_, events) = store.read(session_id).map_err(|error| LaunchError::Invalid {
+        field: "parent.session_id",
+        reason: format!("fork cannot read the parent session: {error}"),
+    })?;
+    let end = events.iter().rposition(|e| matches!(e, SessionEvent::TurnEnd { .. })).map_or(0, |i| i + 1);
+    Ok(events[..end].to_vec())
+}
+
+/// Child updates become `Progress` events; they never enter the parent's
+/// conversation.
+fn progress_sink(context: &ProviderContext) -> Arc<dyn Fn(&AgentUpdate) + Send + Sync> {
+    let context = context.clone();
+    Arc::new(move |update: &AgentUpdate| {
+        let progress = match update {
+            AgentUpdate::Text(text) => ProgressUpdate::MessageChunk { text: text.clone() },
+            AgentUpdate::ToolCall { name, .. } => {
+                ProgressUpdate::ToolCall { name: name.clone(), status: "pending".into() }
+            }
+            AgentUpdate::ToolResult { name, is_error, .. } => {
+                let status = if *is_error { "failed" } else { "completed" };
+                ProgressUpdate::ToolCall { name: name.clone(), status: status.into() }
+            }
+            _ => return,
+        };
+        context.progress(progress);
+    })
+}
+
+/// One in-process child, owned by its run actor.
+struct InProcessChild {
+    provider: Arc<str>,
+    agent: Agent,
+    prompt: RefCell<Option<Vec<ContentBlock>>>,
+    /// Set (by the capture tool) once the run actor took a structured value.
+    structured: Option<Arc<AtomicBool>>,
+    nudges: u32,
+    started: Cell<bool>,
+    /// A new session that never ran is deleted on dispose (rollback).
+    roll_back_unstarted: bool,
+    store: SessionStore,
+    cancel: CancellationToken,
+}
+
+impl Child for InProcessChild {
+    fn id(&self) -> String {
+        self.agent.id().to_owned()
+    }
+
+    fn local_agent(&self) -> Option<LocalAgent> {
+        Some(LocalAgent::new(self.agent.id(), self.agent.clone()))
+    }
+
+    fn run(&self) -> LocalBoxFuture<'static, RunResult> {
+        self.started.set(true);
+        let prompt = self.prompt.borrow_mut().take().unwrap_or_default();
+        let driver = Driver {
+            agent: self.agent.clone(),
+            provider: self.provider.clone(),
+            structured: self.structured.clone(),
+            nudges: self.nudges,
+            cancel: self.cancel.clone(),
+        };
+        Box::pin(driver.run(prompt))
+    }
+
+    fn cancel(&self) {
+        self.agent.cancel();
+    }
+
+    fn supports_steering(&self) -> bool {
+        true
+    }
+
+    fn send_message(&self, message: Vec<ContentBlock>) -> LocalBoxFuture<'static, Result<(), SubagentError>> {
+        self.agent.steer(message);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn supports_continuation(&self) -> bool {
+        true
+    }
+
+    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), (Stage, Category)>> {
+        let agent = self.agent.clone();
+        let roll_back = self.roll_back_unstarted && !self.started.get();
+        let store = self.store.clone();
+        Box::pin(async move {
+            agent.cancel();
+            agent.idle().await;
+            let closed = agent.close();
+            let released = if roll_back { closed.and_then(|()| store.remove(agent.id())) } else { closed };
+            released.map_err(|error| {
+                tracing::warn!(session = agent.id(), %error, "could not release a child session");
+                (Stage::Dispose, Category::ChildError)
+            })
+        })
+    }
+}
+
+/// Drives one run: the prompt, then the structured nudges.
+struct Driver {
+    agent: Agent,
+    provider: Arc<str>,
+    structured: Option<Arc<AtomicBool>>,
+    nudges: u32,
+    cancel: CancellationToken,
+}
+
+impl Driver {
+    async fn run(self, prompt: Vec<ContentBlock>) -> RunResult {
+        let mut outcome = self.agent.prompt(prompt).await;
+        let mut output = std::mem::take(&mut outcome.output);
+        if let Some(captured) = &self.structured {
+            let missing = |outcome: &TurnOutcome| {
+                outcome.stop_reason == StopReason::Completed && !captured.load(Ordering::Acquire)
+            };
+            let mut nudges = self.nudges;
+            while missing(&outcome) && nudges > 0 && !self.cancel.is_cancelled() {
+                nudges -= 1;
+                outcome = self.agent.prompt(STRUCTURED_NUDGE).await;
+                if !outcome.output.is_empty() {
+                    output = std::mem::take(&mut outcome.output);
+                }
+            }
+            if missing(&outcome) {
+                // A cancel that lands after a capture-less finish is an abort.
+                let (stop_reason, category) = if self.cancel.is_cancelled() {
+                    (StopReason::Aborted, None)
+                } else {
+                    (StopReason::Error, Some(Category::MissingStructuredOutput))
+                };
+                return self.result(output, stop_reason, category);
+            }
+        }
+        let category = outcome.error.as_ref().map(|error| match error.kind {
+            TurnErrorKind::Model => Category::Model,
+            _ => Category::ChildError,
+        });
+        if let Some(error) = &outcome.error {
+            tracing::debug!(provider = %self.provider, session = self.agent.id(), %error, "child turn failed");
+        }
+        self.result(output, outcome.stop_reason, category)
+    }
+
+    fn result(&self, output: String, stop_reason: StopReason, failure: Option<Category>) -> RunResult {
+        RunResult {
+            output: if output.is_empty() { Vec::new() } else { vec![ContentBlock::text(output)] },
+            structured: None, // the run actor attaches the captured value
+            stop_reason,
+            diagnostic: failure
+                .filter(|_| stop_reason == StopReason::Error)
+                .map(|category| Diagnostic::new(&self.provider, Stage::SessionRun, category)),
+        }
+    }
+}
+
+/// The per-child capture tool: the request's schema verbatim as parameters.
+struct StructuredOutputTool {
+    spec: ToolSpec,
+    schema: CompiledSchema,
+    context: ProviderContext,
+    captured: Arc<AtomicBool>,
+}
+
+impl StructuredOutputTool {
+    fn new(schema: &Value, context: ProviderContext, captured: Arc<AtomicBool>) -> Result<Self, String> {
+        let compiled = CompiledSchema::compile(schema)?;
+        let spec = ToolSpec {
+            name: STRUCTURED_OUTPUT_TOOL.to_owned(),
+            description: "Records your final answer as structured data. Call it once, when the answer is ready; \
+                          its parameters are the required shape of the answer."
+                .to_owned(),
+            parameters: schema.clone(),
+        };
+        Ok(StructuredOutputTool { spec, schema: compiled, context, captured })
+    }
+}
+
+impl Tool for StructuredOutputTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    fn call(&self, arguments: Value, _context: ToolContext) -> BoxFuture<'_, ToolOutput> {
+        Box::pin(async move {
+            if self.captured.load(Ordering::Acquire) {
+                return ToolOutput::error("a structured result was already captured");
+            }
+            // The tool layer validated the arguments against the same schema;
+            // checking again keeps the capture safe if that ever changes.
+            let violations = self.schema.violations(&arguments);
+            if !violations.is_empty() {
+                return ToolOutput::error(format!(
+                    "the result does not match the schema:\n- {}",
+                    violations.join("\n- ")
+                ));
+            }
+            match self.context.capture_structured(arguments).await {
+                Ok(()) => {
+                    self.captured.store(true, Ordering::Release);
+                    ToolOutput::ok("Structured result recorded.").ending_turn()
+                }
+                Err(reason) => ToolOutput::error(reason),
+            }
+        })
+    }
+}
