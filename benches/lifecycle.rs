@@ -2,12 +2,15 @@
 //! in the same run: a tokio task + oneshot reply, and a bare actix actor
 //! start + one request + stop.
 //!
-//! Measured three ways: driven from inside the runtime (`Runtime::block_on`,
-//! the caller on a worker arbiter), from a foreign multi-thread tokio
-//! runtime one at a time, and from that foreign runtime with 1,000 in
-//! flight. Every routine runs inside a spawned task, never on a
-//! `block_on`ed main thread. The closing table divides each mean by the
-//! floors' means from the same process.
+//! The mock lifecycle is measured three ways: driven from inside the runtime
+//! (`Runtime::block_on`, the caller on a worker arbiter), from a foreign
+//! multi-thread tokio runtime one at a time, and from that foreign runtime
+//! with 1,000 in flight. The spawn lifecycle (a fresh in-process child
+//! whose scripted model answers at once) is measured inside the runtime
+//! with its session persisted and in memory; the difference is the
+//! per-run cost of persistence. Every routine runs inside a spawned task,
+//! never on a `block_on`ed main thread. The closing table divides each mean
+//! by the floors' means from the same process.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -15,7 +18,11 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use criterion::{criterion_group, Criterion, Throughput};
-use subagents::providers::MockProvider;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use subagents::agent::ScriptedModel;
+use subagents::providers::{MockProvider, SpawnProvider};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
 
 /// Total (runs, time) per bench, over every sample criterion took.
@@ -48,22 +55,42 @@ impl Handler<Ping> for Echo {
     }
 }
 
-async fn mock_lifecycle(subagents: &Subagents) {
+async fn lifecycle_on(subagents: &Subagents, provider: &str) {
     let request = StartRequest::new("bench", Parent::root("/tmp"), CancellationToken::new());
-    let run = subagents.start("mock", request).await.unwrap();
+    let run = subagents.start(provider, request).await.unwrap();
     run.result().await.unwrap();
     run.dispose().await.unwrap();
 }
 
-fn runtime() -> (Runtime, Subagents) {
-    let runtime = Runtime::builder().home(std::env::temp_dir().join("subagents-bench")).build().unwrap();
+async fn mock_lifecycle(subagents: &Subagents) {
+    lifecycle_on(subagents, "mock").await
+}
+
+fn runtime(home: &Path) -> (Runtime, Subagents) {
+    let runtime = Runtime::builder().home(home).build().unwrap();
     let subagents = runtime.subagents();
     subagents.register_provider(MockProvider::new("mock")).unwrap().keep();
+    let model = Arc::new(ScriptedModel::new());
+    subagents.register_provider(SpawnProvider::new("spawn", model.clone())).unwrap().keep();
+    subagents.register_provider(SpawnProvider::new("spawn-in-memory", model).in_memory()).unwrap().keep();
     (runtime, subagents)
 }
 
+/// Empties the sessions directory between samples (outside the timing), so
+/// every sample creates its files in a directory of the same size.
+fn clear_sessions(home: &Path) {
+    if let Ok(entries) = std::fs::read_dir(home.join("sessions")) {
+        for entry in entries.flatten() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 fn lifecycle(c: &mut Criterion) {
-    let (runtime, subagents) = runtime();
+    // Sessions go to the build's scratch directory: on the project's disk,
+    // not a /tmp that may be a different (and differently fast) filesystem.
+    let home: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("bench-home-{}", std::process::id()));
+    let (runtime, subagents) = runtime(&home);
     let mut group = c.benchmark_group("lifecycle");
 
     group.bench_function("floor: tokio task + oneshot", |b| {
@@ -108,6 +135,26 @@ fn lifecycle(c: &mut Criterion) {
         })
     });
 
+    for (bench, provider, name) in [
+        ("spawn, session persisted, inside the runtime", "spawn", "spawn-persisted"),
+        ("spawn, session in memory, inside the runtime", "spawn-in-memory", "spawn-in-memory"),
+    ] {
+        group.bench_function(bench, |b| {
+            b.iter_custom(|iters| {
+                let subagents = subagents.clone();
+                let elapsed = runtime.block_on(async move {
+                    let began = Instant::now();
+                    for _ in 0..iters {
+                        lifecycle_on(&subagents, provider).await;
+                    }
+                    record(name, iters, began.elapsed())
+                });
+                clear_sessions(&home);
+                elapsed
+            })
+        });
+    }
+
     let foreign = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
 
     group.bench_function("mock, foreign runtime, sequential", |b| {
@@ -151,6 +198,7 @@ fn lifecycle(c: &mut Criterion) {
     group.finish();
     let report = runtime.shutdown_blocking();
     assert!(report.live_after.is_quiescent(), "the bench leaked runs: {:?}", report.live_after);
+    let _ = std::fs::remove_dir_all(&home);
 }
 
 /// Mean per run for each bench, and its ratio to each floor.
@@ -168,10 +216,17 @@ fn print_ratios() {
         let value = mean(name).unwrap_or(0.0);
         println!("{name:<30} {:>10.2}µs {:>9.1}× {:>9.1}×", value * 1e6, value / tokio_floor, value / actix_floor);
     }
+    let goal = |what: &str, ratio: f64, bound: f64| {
+        let verdict = if ratio <= bound { "met" } else { "MISSED" };
+        println!("goal: {what} ≤ {bound}×: {ratio:.1}× ({verdict})");
+    };
     if let Some(inside) = mean("mock-inside") {
-        let ratio = inside / actix_floor;
-        let verdict = if ratio <= 5.0 { "met" } else { "MISSED" };
-        println!("goal: mock inside the runtime ≤ 5× the actix floor: {ratio:.1}× ({verdict})");
+        goal("mock inside the runtime ÷ actix floor", inside / actix_floor, 5.0);
+    }
+    if let (Some(persisted), Some(in_memory)) = (mean("spawn-persisted"), mean("spawn-in-memory")) {
+        println!("per-run cost of persisting a spawn session: {:.2}µs", (persisted - in_memory) * 1e6);
+        goal("spawn, persisted ÷ actix floor", persisted / actix_floor, 25.0);
+        goal("spawn, persisted ÷ spawn in memory", persisted / in_memory, 2.0);
     }
 }
 

@@ -45,7 +45,9 @@ pub use model::{
 };
 pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;
-pub use session::{LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, ToolCall};
+pub use session::{
+    new_session_id, LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, ToolCall,
+};
 pub use tools::{FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset};
 pub use turn::{AgentUpdate, TurnError, TurnErrorKind, TurnOutcome};
 
@@ -229,7 +231,7 @@ impl AgentBuilder {
             let id = self.session_id.expect("resume sets the id");
             self.store.resume(&id, self.depth)?
         } else {
-            let id = self.session_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            let id = self.session_id.unwrap_or_else(new_session_id);
             let mut header = SessionHeader::new(id, cwd.clone());
             header.parent_session = self.parent_session;
             header.depth = self.depth;
@@ -251,6 +253,7 @@ impl AgentBuilder {
                 id: session.id().into(),
                 cwd: session.header().cwd.clone().into(),
                 model: self.model,
+                tool_specs: toolset.visible_specs(),
                 tools: toolset,
                 system: prompt.render().into(),
                 options: self.options,
@@ -279,6 +282,8 @@ pub(crate) struct AgentInner {
     cwd: Arc<Path>,
     model: Arc<dyn Model>,
     tools: Toolset,
+    /// What the model sees of `tools` (fixed once built).
+    tool_specs: Arc<[ToolSpec]>,
     system: Arc<str>,
     options: AgentOptions,
     max_steps: u32,
@@ -349,7 +354,7 @@ impl Agent {
 
     /// The tools the model sees.
     pub fn tool_specs(&self) -> Vec<ToolSpec> {
-        self.inner.tools.specs()
+        self.inner.tool_specs.to_vec()
     }
 
     /// The model's name.
@@ -426,6 +431,7 @@ impl Agent {
     /// Flushes and closes the session file. Call after [`Agent::idle`]; the
     /// agent stays readable, and further turns are kept in memory only.
     pub fn close(&self) -> Result<(), SessionError> {
+        self.inner.model.session_closed(&self.inner.id);
         self.inner.session().close()
     }
 }

@@ -37,7 +37,7 @@ pub struct ModelRequest {
     /// The calling session (adapters key scripts and tapes by it).
     pub session_id: String,
     /// The assembled system prompt.
-    pub system: String,
+    pub system: Arc<str>,
     /// The conversation so far (turn ends are bookkeeping and carry no text).
     pub messages: Arc<[SessionEvent]>,
     /// The tools the model may call.
@@ -151,6 +151,12 @@ pub enum ModelError {
 pub trait Model: Send + Sync + 'static {
     /// A short name for logs (`scripted`, `openai:gpt-4o`, …).
     fn name(&self) -> &str;
+
+    /// The agent of `session_id` closed its session: per-session state
+    /// (script cursors, …) may be dropped. Default: nothing to drop.
+    fn session_closed(&self, session_id: &str) {
+        let _ = session_id;
+    }
 
     /// Answers one request. Returns [`ModelError::Cancelled`] promptly once
     /// `cancel` trips.

@@ -54,6 +54,33 @@ pub struct SessionHeader {
     pub created_at_ms: u64,
 }
 
+/// A fresh session id: UUID-shaped, unique without a system call per id
+/// (a per-process random base, advanced by a counter through a bijective
+/// mix, so ids never repeat within a process and collide across processes
+/// only with 2⁻⁶⁴-scale odds).
+pub fn new_session_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static BASE: OnceLock<(u64, u64)> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let (base, salt) = *BASE.get_or_init(|| {
+        let random = || std::collections::hash_map::RandomState::new().build_hasher().finish();
+        (random(), random())
+    });
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let high = mix(base.wrapping_add(n));
+    let low = mix(salt ^ high);
+    uuid::Builder::from_random_bytes(((u128::from(high) << 64) | u128::from(low)).to_be_bytes()).into_uuid().to_string()
+}
+
+/// splitmix64's finaliser: a bijection on u64.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
 impl SessionHeader {
     /// A top-level header created now.
     pub fn new(id: impl Into<String>, cwd: impl Into<PathBuf>) -> Self {

@@ -30,7 +30,7 @@ mod builtin;
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
@@ -194,6 +194,9 @@ pub struct Toolset {
     entries: Vec<Arc<Entry>>,
     gates: Vec<Arc<dyn ToolGate>>,
     filter: Option<ToolFilter>,
+    /// What the model sees, computed once and shared by clones; every
+    /// change replaces it.
+    visible: Arc<OnceLock<Arc<[ToolSpec]>>>,
 }
 
 impl std::fmt::Debug for Toolset {
@@ -232,6 +235,7 @@ impl Toolset {
         let schema = CompiledSchema::compile(&spec.parameters)
             .map_err(|reason| ToolError::InvalidSchema { name: spec.name.clone(), reason })?;
         self.entries.push(Arc::new(Entry { spec, schema, tool, exempt }));
+        self.visible = Arc::default();
         Ok(())
     }
 
@@ -239,6 +243,7 @@ impl Toolset {
     pub fn remove(&mut self, name: &str) -> bool {
         let before = self.entries.len();
         self.entries.retain(|entry| entry.spec.name != name);
+        self.visible = Arc::default();
         before != self.entries.len()
     }
 
@@ -250,6 +255,7 @@ impl Toolset {
     /// Hides and denies tools the filter does not permit.
     pub fn set_filter(&mut self, filter: ToolFilter) {
         self.filter = Some(filter);
+        self.visible = Arc::default();
     }
 
     /// Names of every tool, hidden ones included.
@@ -259,6 +265,15 @@ impl Toolset {
 
     /// What the model sees: every tool the filter permits.
     pub fn specs(&self) -> Vec<ToolSpec> {
+        self.visible_specs().to_vec()
+    }
+
+    /// What the model sees, shared: cheap to call once per model request.
+    pub fn visible_specs(&self) -> Arc<[ToolSpec]> {
+        self.visible.get_or_init(|| self.compute_specs().into()).clone()
+    }
+
+    fn compute_specs(&self) -> Vec<ToolSpec> {
         self.entries.iter().filter(|e| self.permits(e)).map(|e| e.spec.clone()).collect()
     }
 

@@ -141,9 +141,9 @@ impl Turn<'_> {
             }
             let request = ModelRequest {
                 session_id: inner.id.to_string(),
-                system: inner.system.to_string(),
+                system: inner.system.clone(),
                 messages: inner.session().events().into(),
-                tools: inner.tools.specs().into(),
+                tools: inner.tool_specs.clone(),
                 options: inner.options.clone(),
                 chunks: chunks.clone(),
             };

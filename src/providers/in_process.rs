@@ -16,7 +16,7 @@
 //! rejected start leaves nothing behind.
 
 use std::cell::{Cell, RefCell};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -25,11 +25,10 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{
-    Agent, AgentBuilder, AgentUpdate, ListDir, Model, ReadFile, SessionEvent, SessionStore, Tool, ToolContext,
-    ToolOutput, ToolSpec, Toolset, TurnErrorKind, TurnOutcome,
+    new_session_id, Agent, AgentBuilder, AgentError, AgentUpdate, ListDir, Model, ReadFile, SessionEvent, SessionStore,
+    Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnErrorKind, TurnOutcome,
 };
 use crate::events::ProgressUpdate;
-use crate::schema::CompiledSchema;
 use crate::seam::{
     AgentOptions, Capabilities, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, LocalAgent, Provider,
     ProviderContext, RunResult, Stage, StartRequest, StopReason, SubagentError,
@@ -59,6 +58,8 @@ pub struct ChildInfo {
 }
 
 /// Builds each child's tools (the default: `read_file` and `list_dir`).
+/// Build the tool set once and return clones: a clone shares the tools and
+/// their compiled schemas, so a child costs no schema compilation.
 pub type ToolFactory = Arc<dyn Fn(&ChildInfo) -> Toolset + Send + Sync>;
 
 /// Which model a child talks to: the route's `provider` names one; no name
@@ -117,15 +118,14 @@ impl InProcessProvider {
     /// Children on `model`, sessions persisted under the runtime's home,
     /// `read_file` and `list_dir`, one structured nudge, 64 steps a turn.
     pub(crate) fn new(name: String, model: Arc<dyn Model>, fork: bool) -> Self {
+        // Built once: clones share the tools and their compiled schemas.
+        let mut builtins = Toolset::new();
+        builtins.add(ReadFile).expect("a fresh toolset takes read_file");
+        builtins.add(ListDir).expect("a fresh toolset takes list_dir");
         let config = InProcessConfig {
             models: ModelRoutes::new(model),
             persist: true,
-            tools: Arc::new(|_: &ChildInfo| {
-                let mut tools = Toolset::new();
-                tools.add(ReadFile).expect("a fresh toolset takes read_file");
-                tools.add(ListDir).expect("a fresh toolset takes list_dir");
-                tools
-            }),
+            tools: Arc::new(move |_: &ChildInfo| builtins.clone()),
             structured_nudge_retries: 1,
             route_defaults: AgentOptions::default(),
             max_steps: 64,
@@ -197,16 +197,21 @@ impl InProcessProvider {
         let captured = Arc::new(AtomicBool::new(false));
         let mut builder = builder.cancel_token(cancel.clone()).on_update(progress_sink(&context));
         if let Some(schema) = &request.output_schema {
-            let tool = StructuredOutputTool::new(schema, context.clone(), captured.clone())
-                .map_err(|reason| LaunchError::Invalid { field: "output_schema", reason })?;
+            let tool = StructuredOutputTool::new(schema, context.clone(), captured.clone());
             let toolset = builder.toolset_mut();
             toolset.remove(STRUCTURED_OUTPUT_TOOL);
-            toolset.add_exempt(tool).expect("the capture tool's name is free");
+            toolset
+                .add_exempt(tool)
+                .map_err(|error| LaunchError::Invalid { field: "output_schema", reason: error.to_string() })?;
             builder = builder.prompt_section(STRUCTURED_SECTION, STRUCTURED_INSTRUCTION);
         }
-        let agent = builder.build().map_err(|error| {
-            tracing::warn!(provider = %self.name, %error, "could not create an in-process child");
-            LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed }
+        // The builder checks that the cwd is a directory.
+        let agent = builder.build().map_err(|error| match error {
+            AgentError::Cwd(_) => invalid_cwd(),
+            error => {
+                tracing::warn!(provider = %self.name, %error, "could not create an in-process child");
+                LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed }
+            }
         })?;
         Ok(Box::new(InProcessChild {
             provider: self.name.as_str().into(),
@@ -232,9 +237,11 @@ impl InProcessProvider {
             field: "agent_options.provider",
             reason: format!("provider {:?} routes no model named {:?}", self.name, route.provider.as_deref()),
         })?;
-        check_cwd(&parent.cwd)?;
+        if !parent.cwd.is_absolute() {
+            return Err(invalid_cwd());
+        }
         let info = ChildInfo {
-            session_id: uuid::Uuid::new_v4().to_string(),
+            session_id: new_session_id(),
             parent_session: parent.session_id.clone(),
             depth: request.child_depth(),
             cwd: parent.cwd.clone(),
@@ -318,14 +325,8 @@ impl Provider for InProcessProvider {
     }
 }
 
-fn check_cwd(cwd: &Path) -> Result<(), LaunchError> {
-    if cwd.is_absolute() && cwd.is_dir() {
-        return Ok(());
-    }
-    Err(LaunchError::Invalid {
-        field: "parent.cwd",
-        reason: "must be an absolute path to an existing directory".to_owned(),
-    })
+fn invalid_cwd() -> LaunchError {
+    LaunchError::Invalid { field: "parent.cwd", reason: "must be an absolute path to an existing directory".to_owned() }
 }
 
 /// A fork's inherited history: the parent's events through its last turn
@@ -496,14 +497,12 @@ impl Driver {
 /// The per-child capture tool: the request's schema verbatim as parameters.
 struct StructuredOutputTool {
     spec: ToolSpec,
-    schema: CompiledSchema,
     context: ProviderContext,
     captured: Arc<AtomicBool>,
 }
 
 impl StructuredOutputTool {
-    fn new(schema: &Value, context: ProviderContext, captured: Arc<AtomicBool>) -> Result<Self, String> {
-        let compiled = CompiledSchema::compile(schema)?;
+    fn new(schema: &Value, context: ProviderContext, captured: Arc<AtomicBool>) -> Self {
         let spec = ToolSpec {
             name: STRUCTURED_OUTPUT_TOOL.to_owned(),
             description: "Records your final answer as structured data. Call it once, when the answer is ready; \
@@ -511,7 +510,7 @@ impl StructuredOutputTool {
                 .to_owned(),
             parameters: schema.clone(),
         };
-        Ok(StructuredOutputTool { spec, schema: compiled, context, captured })
+        StructuredOutputTool { spec, context, captured }
     }
 }
 
@@ -525,15 +524,8 @@ impl Tool for StructuredOutputTool {
             if self.captured.load(Ordering::Acquire) {
                 return ToolOutput::error("a structured result was already captured");
             }
-            // The tool layer validated the arguments against the same schema;
-            // checking again keeps the capture safe if that ever changes.
-            let violations = self.schema.violations(&arguments);
-            if !violations.is_empty() {
-                return ToolOutput::error(format!(
-                    "the result does not match the schema:\n- {}",
-                    violations.join("\n- ")
-                ));
-            }
+            // The tool layer has validated `arguments` against the schema
+            // (the tool's parameters) before this call.
             match self.context.capture_structured(arguments).await {
                 Ok(()) => {
                     self.captured.store(true, Ordering::Release);

@@ -119,6 +119,10 @@ impl<M: Model> Model for RecordingModel<M> {
         self.inner.name()
     }
 
+    fn session_closed(&self, session_id: &str) {
+        self.inner.session_closed(session_id);
+    }
+
     fn complete(
         &self,
         request: ModelRequest,

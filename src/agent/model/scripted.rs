@@ -170,7 +170,8 @@ impl ScriptedModel {
         self.inner.calls.load(Ordering::Relaxed)
     }
 
-    /// Calls answered so far for one session.
+    /// Calls answered so far for one session (after the session closed,
+    /// only while [`ScriptedModel::recording`]).
     pub fn calls_for(&self, session_id: &str) -> u64 {
         self.inner.bindings.get(session_id).map_or(0, |b| b.calls)
     }
@@ -196,6 +197,14 @@ impl ScriptedModel {
 impl Model for ScriptedModel {
     fn name(&self) -> &str {
         "scripted"
+    }
+
+    /// Drops the session's script cursor, unless the model is recording
+    /// (then per-session counts stay readable).
+    fn session_closed(&self, session_id: &str) {
+        if self.inner.requests.is_none() {
+            self.inner.bindings.remove(session_id);
+        }
     }
 
     fn complete(
