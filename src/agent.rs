@@ -34,14 +34,16 @@ mod turn;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use futures_util::future::BoxFuture;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use model::{
     ChunkSink, Finish, Model, ModelError, ModelReply, ModelRequest, OpenAiConfig, OpenAiModel, RecordingModel,
-    ReplayModel, ScriptMatch, ScriptedModel, Step, Tape, Usage,
+    ReplayModel, Responder, ScriptMatch, ScriptedModel, Step, Tape, Usage,
 };
 pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;
@@ -253,7 +255,6 @@ impl AgentBuilder {
                 id: session.id().into(),
                 cwd: session.header().cwd.clone().into(),
                 model: self.model,
-                tool_specs: toolset.visible_specs(),
                 tools: toolset,
                 system: prompt.render().into(),
                 options: self.options,
@@ -265,6 +266,7 @@ impl AgentBuilder {
                 root_cancel: root,
                 steering: Mutex::new(VecDeque::new()),
                 on_update: self.on_update,
+                teardowns: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -282,8 +284,6 @@ pub(crate) struct AgentInner {
     cwd: Arc<Path>,
     model: Arc<dyn Model>,
     tools: Toolset,
-    /// What the model sees of `tools` (fixed once built).
-    tool_specs: Arc<[ToolSpec]>,
     system: Arc<str>,
     options: AgentOptions,
     max_steps: u32,
@@ -296,6 +296,29 @@ pub(crate) struct AgentInner {
     root_cancel: CancellationToken,
     steering: Mutex<VecDeque<Vec<ContentBlock>>>,
     on_update: Option<UpdateSink>,
+    /// Run by [`Agent::shutdown`], once (tools that own background work).
+    teardowns: Mutex<Vec<Teardown>>,
+}
+
+/// Async cleanup a tool registers on the agent that owns its work.
+type Teardown = Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>;
+
+/// A handle that does not keep the agent alive (for services that would
+/// otherwise form a cycle with the agent's own tools).
+#[derive(Clone)]
+pub struct WeakAgent(Weak<AgentInner>);
+
+impl WeakAgent {
+    /// The agent, if it still exists.
+    pub fn upgrade(&self) -> Option<Agent> {
+        self.0.upgrade().map(|inner| Agent { inner })
+    }
+}
+
+impl std::fmt::Debug for WeakAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WeakAgent")
+    }
 }
 
 impl std::fmt::Debug for Agent {
@@ -354,7 +377,7 @@ impl Agent {
 
     /// The tools the model sees.
     pub fn tool_specs(&self) -> Vec<ToolSpec> {
-        self.inner.tool_specs.to_vec()
+        self.inner.tools.specs()
     }
 
     /// The model's name.
@@ -426,6 +449,29 @@ impl Agent {
     /// The session through its last turn end (what a fork inherits).
     pub fn completed_prefix(&self) -> Vec<SessionEvent> {
         self.inner.session().completed_prefix().to_vec()
+    }
+
+    /// A handle that does not keep the agent alive.
+    pub fn downgrade(&self) -> WeakAgent {
+        WeakAgent(Arc::downgrade(&self.inner))
+    }
+
+    /// Registers cleanup for [`Agent::shutdown`] (a tool's background work).
+    pub fn on_shutdown(&self, teardown: impl FnOnce() -> BoxFuture<'static, ()> + Send + 'static) {
+        self.inner.lock(&self.inner.teardowns).push(Box::new(teardown));
+    }
+
+    /// Ends the agent's life: cancels its turns, waits until idle, runs the
+    /// registered cleanups (its background tasks are cancelled and awaited),
+    /// then flushes and closes the session.
+    pub async fn shutdown(&self) -> Result<(), SessionError> {
+        self.cancel();
+        self.idle().await;
+        let teardowns = std::mem::take(&mut *self.inner.lock(&self.inner.teardowns));
+        for teardown in teardowns {
+            teardown().await;
+        }
+        self.close()
     }
 
     /// Flushes and closes the session file. Call after [`Agent::idle`]; the

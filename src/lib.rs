@@ -9,6 +9,7 @@ mod live;
 pub mod providers;
 pub mod schema;
 pub mod seam;
+pub mod tool;
 
 pub use actors::{
     Continuation, PhaseReport, Registration, Run, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport, Steering,

@@ -42,6 +42,11 @@ impl Subagents {
         self.entry(name).map(|entry| entry.info.clone())
     }
 
+    /// Whether a provider of this name is registered right now.
+    pub fn has_provider(&self, name: &str) -> bool {
+        self.entry(name).is_some()
+    }
+
     /// Registered provider names, in insertion order.
     pub fn list(&self) -> Vec<String> {
         let table = self.core.providers.read().unwrap_or_else(|e| e.into_inner());

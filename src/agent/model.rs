@@ -2,7 +2,7 @@
 //!
 //! | adapter | when to choose it |
 //! |---|---|
-//! | [`ScriptedModel`] | the embedded default: deterministic scripts keyed by session, no key, no network |
+//! | [`ScriptedModel`] | the embedded default: deterministic scripts keyed by session, no key, no network; [`ScriptedModel::demo`] uses its tools |
 //! | [`ReplayModel`] / [`RecordingModel`] | replay recorded tapes; record them around any adapter |
 //! | [`OpenAiModel`] | any OpenAI-compatible chat-completions endpoint |
 //!
@@ -10,6 +10,7 @@
 //! [`ModelError::Cancelled`] promptly once it trips (the OpenAI adapter drops
 //! the in-flight request, which closes its connection).
 
+mod demo;
 mod openai;
 mod replay;
 mod scripted;
@@ -22,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use openai::{OpenAiConfig, OpenAiModel};
 pub use replay::{RecordingModel, ReplayModel, Tape, TapeAnswer, TapeSession};
-pub use scripted::{ScriptMatch, ScriptedModel, Step};
+pub use scripted::{Responder, ScriptMatch, ScriptedModel, Step};
 
 use super::session::{SessionEvent, ToolCall};
 use super::tools::ToolSpec;

@@ -111,6 +111,18 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// Whether the tool's presence or spec may change after it was added
+    /// (a subagent tool follows its provider). Dynamic tools are asked for
+    /// [`Tool::available`] and their spec at every model request. Default: no.
+    fn dynamic(&self) -> bool {
+        false
+    }
+
+    /// Whether a dynamic tool is there right now. Default: yes.
+    fn available(&self) -> bool {
+        true
+    }
+
     /// Runs one call with arguments already validated against the schema.
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput>;
 }
@@ -186,6 +198,8 @@ struct Entry {
     tool: Arc<dyn Tool>,
     /// Runtime-owned (the structured-output capture): no filter hides it.
     exempt: bool,
+    /// Asked for its availability and spec at every request.
+    dynamic: bool,
 }
 
 /// One agent's tools, gates and filter. Cloning shares the tools.
@@ -234,7 +248,8 @@ impl Toolset {
         }
         let schema = CompiledSchema::compile(&spec.parameters)
             .map_err(|reason| ToolError::InvalidSchema { name: spec.name.clone(), reason })?;
-        self.entries.push(Arc::new(Entry { spec, schema, tool, exempt }));
+        let dynamic = tool.dynamic();
+        self.entries.push(Arc::new(Entry { spec, schema, tool, exempt, dynamic }));
         self.visible = Arc::default();
         Ok(())
     }
@@ -270,11 +285,15 @@ impl Toolset {
 
     /// What the model sees, shared: cheap to call once per model request.
     pub fn visible_specs(&self) -> Arc<[ToolSpec]> {
+        if self.entries.iter().any(|e| e.dynamic) {
+            return self.compute_specs().into();
+        }
         self.visible.get_or_init(|| self.compute_specs().into()).clone()
     }
 
     fn compute_specs(&self) -> Vec<ToolSpec> {
-        self.entries.iter().filter(|e| self.permits(e)).map(|e| e.spec.clone()).collect()
+        let present = |e: &&Arc<Entry>| self.permits(e) && (!e.dynamic || e.tool.available());
+        self.entries.iter().filter(present).map(|e| if e.dynamic { e.tool.spec() } else { e.spec.clone() }).collect()
     }
 
     /// Whether the call may run concurrently with its neighbours.
@@ -306,7 +325,7 @@ impl Toolset {
         if filtered {
             return ToolOutput::error(format!("tool {:?} is not available to this agent", call.name));
         }
-        let Some(entry) = entry else {
+        let Some(entry) = entry.filter(|e| !e.dynamic || e.tool.available()) else {
             let available: Vec<_> = self.specs().into_iter().map(|spec| spec.name).collect();
             return ToolOutput::error(format!("no tool named {:?}; available: {}", call.name, available.join(", ")));
         };

@@ -143,7 +143,7 @@ impl Turn<'_> {
                 session_id: inner.id.to_string(),
                 system: inner.system.clone(),
                 messages: inner.session().events().into(),
-                tools: inner.tool_specs.clone(),
+                tools: inner.tools.visible_specs(),
                 options: inner.options.clone(),
                 chunks: chunks.clone(),
             };

@@ -425,9 +425,8 @@ impl Child for InProcessChild {
         let roll_back = self.roll_back_unstarted && !self.started.get();
         let store = self.store.clone();
         Box::pin(async move {
-            agent.cancel();
-            agent.idle().await;
-            let closed = agent.close();
+            // Cancels its turns and background tasks, awaits them, closes.
+            let closed = agent.shutdown().await;
             let released = if roll_back { closed.and_then(|()| store.remove(agent.id())) } else { closed };
             released.map_err(|error| {
                 tracing::warn!(session = agent.id(), %error, "could not release a child session");

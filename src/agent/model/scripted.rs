@@ -27,7 +27,7 @@ use super::{Finish, Model, ModelError, ModelReply, ModelRequest};
 use crate::agent::session::ToolCall;
 
 /// One scripted answer.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub enum Step {
     /// Answer with a reply as given.
@@ -38,7 +38,24 @@ pub enum Step {
     Error(String),
     /// Wait (honouring cancellation), then take the inner step.
     Delay(Duration, Box<Step>),
+    /// Compute the answer from the request (a programmable script).
+    Respond(Responder),
 }
+
+impl std::fmt::Debug for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Reply(reply) => f.debug_tuple("Reply").field(reply).finish(),
+            Step::Echo => f.write_str("Echo"),
+            Step::Error(message) => f.debug_tuple("Error").field(message).finish(),
+            Step::Delay(delay, step) => f.debug_tuple("Delay").field(delay).field(step).finish(),
+            Step::Respond(_) => f.write_str("Respond(..)"),
+        }
+    }
+}
+
+/// Computes a scripted answer from the request.
+pub type Responder = Arc<dyn Fn(&ModelRequest) -> Result<ModelReply, ModelError> + Send + Sync>;
 
 impl Step {
     /// A finished text answer.
@@ -74,6 +91,13 @@ impl Step {
     /// A failing call.
     pub fn error(message: impl Into<String>) -> Self {
         Step::Error(message.into())
+    }
+
+    /// An answer computed from each request.
+    pub fn respond(
+        responder: impl Fn(&ModelRequest) -> Result<ModelReply, ModelError> + Send + Sync + 'static,
+    ) -> Self {
+        Step::Respond(Arc::new(responder))
     }
 
     /// This step, after a delay.
@@ -219,7 +243,7 @@ impl Model for ScriptedModel {
         }
         Box::pin(async move {
             let mut step = step;
-            loop {
+            let reply = loop {
                 if cancel.is_cancelled() {
                     return Err(ModelError::Cancelled);
                 }
@@ -230,21 +254,20 @@ impl Model for ScriptedModel {
                             _ = tokio::time::sleep(delay) => step = *inner,
                         }
                     }
-                    Step::Reply(reply) => {
-                        if let Some(sink) = &request.chunks {
-                            if !reply.text.is_empty() {
-                                sink(&reply.text);
-                            }
-                        }
-                        return Ok(reply);
-                    }
+                    Step::Reply(reply) => break reply,
                     Step::Echo => {
                         let prompt = request.last_user_text().unwrap_or_default();
-                        return Ok(ModelReply::text(format!("handled: {prompt}")));
+                        break ModelReply::text(format!("handled: {prompt}"));
                     }
                     Step::Error(message) => return Err(ModelError::Scripted(message)),
+                    Step::Respond(responder) => break responder(&request)?,
                 }
+            };
+            // A scripted answer "streams" as one chunk.
+            if let (Some(sink), false) = (&request.chunks, reply.text.is_empty()) {
+                sink(&reply.text);
             }
+            Ok(reply)
         })
     }
 }

@@ -1,0 +1,135 @@
+//! The embedded default's behaviour: a deterministic model that uses the
+//! tools it is given, so the CLI shows real delegation without a key.
+//!
+//! For each turn it reads the task (the latest user message) and:
+//! - with a `structured_output` tool, captures a value built from the
+//!   tool's schema;
+//! - with a delegating tool (parameters `description` and `prompt`) and a
+//!   task listing parts separated by `;`, delegates each part, then
+//!   summarises the answers;
+//! - with `list_dir` and a task that mentions files or a directory, lists
+//!   the working directory first, then answers with what it saw;
+//! - honours `[refuse]`, `[max-tokens]` and `[fail]` in the task, so a batch
+//!   can show every stop reason;
+//! - otherwise answers `handled: <task>`.
+
+use serde_json::{json, Map, Value};
+
+use super::scripted::{ScriptedModel, Step};
+use super::{Finish, ModelError, ModelReply, ModelRequest};
+use crate::agent::session::{SessionEvent, ToolCall};
+use crate::agent::tools::ToolSpec;
+
+impl ScriptedModel {
+    /// The embedded default for demos and the CLI: see [the module
+    /// docs](self). Scripts added later take precedence.
+    pub fn demo() -> Self {
+        ScriptedModel::new().fallback(Step::respond(demo_reply))
+    }
+}
+
+fn demo_reply(request: &ModelRequest) -> Result<ModelReply, ModelError> {
+    let task = request.last_user_text().unwrap_or_default();
+    let turn = current_turn(&request.messages);
+    let results: Vec<&str> = turn
+        .iter()
+        .filter_map(|event| match event {
+            SessionEvent::ToolResult { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    if task.contains("[fail]") {
+        return Err(ModelError::Scripted("the demo model was asked to fail".to_owned()));
+    }
+    if task.contains("[refuse]") {
+        return Ok(ModelReply { finish: Finish::Refusal, ..ModelReply::text("I will not do that task.") });
+    }
+    if task.contains("[max-tokens]") {
+        return Ok(ModelReply { finish: Finish::MaxTokens, ..ModelReply::text("This answer was cut off befo") });
+    }
+    if let Some(capture) = request.tools.iter().find(|t| t.name == "structured_output") {
+        if results.is_empty() {
+            let value = example_value(&capture.parameters, &task);
+            return Ok(calls(vec![("structured_output".to_owned(), value)]));
+        }
+    }
+    if results.is_empty() {
+        let parts: Vec<&str> = task.split(';').map(str::trim).filter(|p| !p.is_empty()).collect();
+        if let (Some(delegate), true) = (request.tools.iter().find(|t| is_delegating(t)), parts.len() > 1) {
+            let calls_for_parts = parts
+                .iter()
+                .map(|part| {
+                    let description: String = part.split_whitespace().take(4).collect::<Vec<_>>().join(" ");
+                    (delegate.name.clone(), json!({"description": description, "prompt": part}))
+                })
+                .collect();
+            return Ok(calls(calls_for_parts));
+        }
+        let lower = task.to_lowercase();
+        let mentions_files = ["file", "director", "folder"].iter().any(|w| lower.contains(w));
+        if mentions_files && request.tools.iter().any(|t| t.name == "list_dir") {
+            return Ok(calls(vec![("list_dir".to_owned(), json!({}))]));
+        }
+        return Ok(ModelReply::text(format!("handled: {task}")));
+    }
+    let summary: Vec<String> = results.iter().map(|r| format!("- {}", first_line(r))).collect();
+    Ok(ModelReply::text(format!("Done: {task}\n{}", summary.join("\n"))))
+}
+
+/// The events since the latest user message.
+fn current_turn(messages: &[SessionEvent]) -> &[SessionEvent] {
+    let start = messages.iter().rposition(|e| matches!(e, SessionEvent::User { .. })).map_or(0, |i| i + 1);
+    &messages[start..]
+}
+
+fn is_delegating(tool: &ToolSpec) -> bool {
+    let properties = &tool.parameters["properties"];
+    properties.get("prompt").is_some() && properties.get("description").is_some()
+}
+
+fn calls(calls: Vec<(String, Value)>) -> ModelReply {
+    let tool_calls = calls
+        .into_iter()
+        .enumerate()
+        .map(|(n, (name, arguments))| ToolCall { id: format!("call_{n}"), name, arguments })
+        .collect();
+    ModelReply { text: String::new(), tool_calls, finish: Finish::ToolCalls, usage: None }
+}
+
+fn first_line(text: &str) -> &str {
+    let line = text.lines().next().unwrap_or_default();
+    line.char_indices().nth(160).map_or(line, |(cut, _)| &line[..cut])
+}
+
+/// A value satisfying `schema` (the structured-output subset): required
+/// properties, first enum value, first `oneOf` branch, the task as text.
+fn example_value(schema: &Value, task: &str) -> Value {
+    if let Some(value) = schema.get("const") {
+        return value.clone();
+    }
+    if let Some(first) = schema.get("enum").and_then(Value::as_array).and_then(|values| values.first()) {
+        return first.clone();
+    }
+    if let Some(branch) = schema.get("oneOf").and_then(Value::as_array).and_then(|branches| branches.first()) {
+        return example_value(branch, task);
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("object") => {
+            let mut object = Map::new();
+            let properties = schema.get("properties").and_then(Value::as_object);
+            for name in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+                let Some(name) = name.as_str() else { continue };
+                let property = properties.and_then(|p| p.get(name)).cloned().unwrap_or(Value::Null);
+                object.insert(name.to_owned(), example_value(&property, task));
+            }
+            Value::Object(object)
+        }
+        Some("array") => json!([example_value(schema.get("items").unwrap_or(&Value::Null), task)]),
+        Some("string") => json!(format!("handled: {task}")),
+        Some("integer") => json!(1),
+        Some("number") => json!(1.5),
+        Some("boolean") => json!(true),
+        Some("null") => Value::Null,
+        _ => json!(format!("handled: {task}")),
+    }
+}
