@@ -35,6 +35,23 @@ mod runtime;
 mod subagents;
 
 pub(crate) use self::core::Core;
+
+/// Spawns background work beside the caller: on the caller's worker, as a
+/// task of its runtime (so runs it starts are created in place), when the
+/// caller is a runtime task; else on the caller's tokio runtime.
+pub(crate) fn spawn_beside<F>(future: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    match Core::current_task_runtime() {
+        Some(runtime) => {
+            actix::spawn(self::core::InRuntime::new(runtime, future));
+        }
+        None => {
+            tokio::spawn(future);
+        }
+    }
+}
 pub use registry::Registration;
 pub use run_handle::{Continuation, Run, Steering};
 pub use runtime::{PhaseReport, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport};

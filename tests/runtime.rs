@@ -188,3 +188,23 @@ fn dropping_a_runtime_without_shutdown_stops_its_threads() {
     let error = local.block_on(subagents.start("m", request("hi"))).unwrap_err();
     assert_eq!(error.code(), "RUNTIME_STOPPED");
 }
+
+#[test]
+fn a_plain_tokio_task_on_a_worker_thread_can_start_runs() {
+    // `tokio::spawn` inside `block_on` runs on a worker thread but outside
+    // its local set, where actors cannot be started in place.
+    let runtime = common::runtime();
+    let subagents = runtime.subagents();
+    subagents.register_provider(MockProvider::new("mock").with_reply("from a tokio task")).unwrap().keep();
+    let text = runtime.block_on(async move {
+        let task = tokio::spawn(async move {
+            let run = subagents.start("mock", common::request("x")).await.unwrap();
+            let result = run.result().await.unwrap();
+            run.dispose().await.unwrap();
+            result.text()
+        });
+        task.await.unwrap()
+    });
+    assert_eq!(text, "from a tokio task");
+    assert!(runtime.shutdown_blocking().live_after.is_quiescent());
+}

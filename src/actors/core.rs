@@ -21,6 +21,41 @@ use crate::seam::SubagentError;
 thread_local! {
     /// The id of the runtime whose worker this thread is.
     static WORKER: Cell<Option<u64>> = const { Cell::new(None) };
+    /// The runtime whose task is being polled right now, if any: set only
+    /// while polling futures the runtime spawned on a worker's local set
+    /// (user code it runs, a run's provider futures), where actors can be
+    /// started in place. A plain `tokio::spawn` on a worker thread is not
+    /// inside the local set, and is not marked.
+    static IN_TASK: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// Runs `poll` marked as a task of runtime `runtime`.
+pub(crate) fn poll_in_runtime<T>(runtime: u64, poll: impl FnOnce() -> T) -> T {
+    let outer = IN_TASK.with(|t| t.replace(Some(runtime)));
+    let polled = poll();
+    IN_TASK.with(|t| t.set(outer));
+    polled
+}
+
+/// Polls a future marked as a task of one runtime.
+pub(crate) struct InRuntime<F> {
+    runtime: u64,
+    future: std::pin::Pin<Box<F>>,
+}
+
+impl<F> InRuntime<F> {
+    pub(crate) fn new(runtime: u64, future: F) -> Self {
+        InRuntime { runtime, future: Box::pin(future) }
+    }
+}
+
+impl<F: Future> Future for InRuntime<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        let runtime = self.runtime;
+        poll_in_runtime(runtime, || self.future.as_mut().poll(cx))
+    }
 }
 
 /// Timeouts and sizes fixed at build time.
@@ -98,9 +133,15 @@ impl Core {
         WORKER.with(|w| w.set(Some(runtime)));
     }
 
-    /// Whether the current thread is one of this runtime's workers.
-    pub(crate) fn on_worker(&self) -> bool {
-        WORKER.with(|w| w.get()) == Some(self.id)
+    /// Whether the caller is a task of this runtime on a worker's local
+    /// set, where actors can be started in place.
+    pub(crate) fn in_task(&self) -> bool {
+        IN_TASK.with(|t| t.get()) == Some(self.id)
+    }
+
+    /// The runtime whose task is being polled on this thread, if any.
+    pub(crate) fn current_task_runtime() -> Option<u64> {
+        IN_TASK.with(|t| t.get())
     }
 
     /// Whether the current thread belongs to any runtime's workers.
@@ -115,7 +156,8 @@ impl Core {
         F: Future + Send + 'static,
     {
         let n = self.next_worker.fetch_add(1, Ordering::Relaxed);
-        self.workers[n % self.workers.len()].spawn(async move { reply(future.await) })
+        let task = InRuntime::new(self.id, async move { reply(future.await) });
+        self.workers[n % self.workers.len()].spawn(task)
     }
 
     /// Run `future` on a worker: inline when the caller already is one
@@ -125,7 +167,7 @@ impl Core {
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
-        if self.on_worker() {
+        if self.in_task() {
             return Ok(future.await);
         }
         let (reply, outcome) = oneshot::channel();

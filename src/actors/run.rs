@@ -32,6 +32,7 @@ use futures_util::FutureExt;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use super::core::poll_in_runtime;
 use super::provider::ProviderRunLease;
 use super::run_shared::RunShared;
 use super::Core;
@@ -72,9 +73,9 @@ impl<T> Slot<T> {
     }
 
     /// Put `future` in the slot; the returned future polls it from there.
-    fn hold(&self, future: LocalBoxFuture<'static, T>) -> Held<T> {
+    fn hold(&self, runtime: u64, future: LocalBoxFuture<'static, T>) -> Held<T> {
         *self.0.borrow_mut() = Some(future);
-        Held(self.0.clone())
+        Held(self.0.clone(), runtime)
     }
 
     /// Drop the held future now.
@@ -85,7 +86,9 @@ impl<T> Slot<T> {
 }
 
 /// Resolves with the held future's output, or `None` once it was cleared.
-struct Held<T>(Rc<RefCell<Option<LocalBoxFuture<'static, T>>>>);
+/// The `u64` is the runtime's id: a child's futures are polled as tasks of
+/// the runtime (a child that delegates starts its runs in place).
+struct Held<T>(Rc<RefCell<Option<LocalBoxFuture<'static, T>>>>, u64);
 
 impl<T> Future for Held<T> {
     type Output = Option<T>;
@@ -95,7 +98,7 @@ impl<T> Future for Held<T> {
         let Some(future) = slot.as_mut() else {
             return Poll::Ready(None);
         };
-        let outcome = std::task::ready!(future.as_mut().poll(cx));
+        let outcome = std::task::ready!(poll_in_runtime(self.1, || future.as_mut().poll(cx)));
         *slot = None;
         Poll::Ready(Some(outcome))
     }
@@ -218,7 +221,7 @@ impl RunActor {
             steering: child.supports_steering(),
             continuation: child.supports_continuation(),
         };
-        let run = self.running.hold(contained(|| child.run()));
+        let run = self.running.hold(self.core.id, contained(|| child.run()));
         self.child = Some(child);
         self.state = RunState::Running;
         self.drive(run, ctx, |actor, outcome, ctx| {
@@ -366,7 +369,7 @@ impl RunActor {
             self.state = RunState::Disposed;
             return ctx.stop();
         };
-        let mut hook = self.releasing.hold(contained(|| child.dispose()));
+        let mut hook = self.releasing.hold(self.core.id, contained(|| child.dispose()));
         // A hook that is done at once needs no timer and no spawned future.
         if let Some(outcome) = (&mut hook).now_or_never() {
             return self.on_released(outcome, ctx);
@@ -408,7 +411,7 @@ impl Actor for RunActor {
         let Some(launch) = self.launch.take() else { return };
         self.shared.bind_actor(ctx.address().downgrade());
         let provider = self.shared.entry.provider.clone();
-        let launching = self.launching.hold(contained(move || provider.launch(launch)));
+        let launching = self.launching.hold(self.core.id, contained(move || provider.launch(launch)));
         self.drive(launching, ctx, |actor, outcome, ctx| {
             if let Some(outcome) = outcome {
                 actor.on_launched(outcome, ctx)

@@ -205,7 +205,7 @@ impl TaskService {
     /// Starts `work` in the background for `owner` and returns its task id
     /// at once. `work` gets the task's own cancellation token (tripped by a
     /// kill or the owner's shutdown) and returns the output or an error.
-    /// Must be called inside a tokio runtime.
+    /// Must be called inside a tokio runtime (a runtime task, or any other).
     pub fn spawn<F, Fut>(&self, owner: &Agent, label: impl Into<String>, work: F) -> String
     where
         F: FnOnce(CancellationToken) -> Fut,
@@ -231,7 +231,7 @@ impl TaskService {
         });
         self.tasks().insert(id.clone(), task.clone());
         let work = work(task.cancel.clone());
-        tokio::spawn(async move {
+        crate::actors::spawn_beside(async move {
             let outcome = work.await;
             task.finish(outcome);
         });
