@@ -72,7 +72,7 @@ fn demo_reply(request: &ModelRequest) -> Result<ModelReply, ModelError> {
         }
         return Ok(ModelReply::text(format!("handled: {task}")));
     }
-    let summary: Vec<String> = results.iter().map(|r| format!("- {}", first_line(r))).collect();
+    let summary: Vec<String> = results.iter().map(|r| format!("- {}", first_line(&answer_of(r)))).collect();
     Ok(ModelReply::text(format!("Done: {task}\n{}", summary.join("\n"))))
 }
 
@@ -94,6 +94,17 @@ fn calls(calls: Vec<(String, Value)>) -> ModelReply {
         .map(|(n, (name, arguments))| ToolCall { id: format!("call_{n}"), name, arguments })
         .collect();
     ModelReply { text: String::new(), tool_calls, finish: Finish::ToolCalls, usage: None }
+}
+
+/// A subagent tool's result carries the child's answer in `output`.
+fn answer_of(result: &str) -> String {
+    match serde_json::from_str::<Value>(result) {
+        Ok(value) => match value.get("output").and_then(Value::as_str) {
+            Some(output) => output.to_owned(),
+            None => result.to_owned(),
+        },
+        Err(_) => result.to_owned(),
+    }
 }
 
 fn first_line(text: &str) -> &str {

@@ -91,8 +91,16 @@ impl OpenAiConfig {
     /// From `SUBAGENTS_BASE_URL` (default the OpenAI API), `SUBAGENTS_MODEL`
     /// (required) and `SUBAGENTS_API_KEY` (optional).
     pub fn from_env() -> Result<Self, ModelError> {
+        Self::from_env_for(None)
+    }
+
+    /// As [`OpenAiConfig::from_env`], with the model named here instead of
+    /// by `SUBAGENTS_MODEL` when `model` is given.
+    pub fn from_env_for(model: Option<&str>) -> Result<Self, ModelError> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let model = var("SUBAGENTS_MODEL")
+        let model = model
+            .map(str::to_owned)
+            .or_else(|| var("SUBAGENTS_MODEL"))
             .ok_or_else(|| ModelError::Config("set SUBAGENTS_MODEL to the model name".to_owned()))?;
         let base_url = var("SUBAGENTS_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
         Ok(OpenAiConfig { api_key: var("SUBAGENTS_API_KEY"), ..Self::new(base_url, model) })
@@ -148,6 +156,20 @@ impl OpenAiModel {
             .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))?;
         let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
         Ok(OpenAiModel { name: format!("openai:{}", config.model), url, config, client })
+    }
+
+    /// Whether the endpoint's host accepts a connection (within the
+    /// timeout, at most 5 s): a cheap check before a batch of runs.
+    pub async fn check_reachable(&self) -> Result<(), ModelError> {
+        let url = reqwest::Url::parse(&self.config.base_url).map_err(|e| ModelError::Config(e.to_string()))?;
+        let host = url.host_str().ok_or_else(|| ModelError::Config("the base URL has no host".to_owned()))?;
+        let port = url.port_or_known_default().unwrap_or(443);
+        let bound = self.config.timeout.min(Duration::from_secs(5));
+        match tokio::time::timeout(bound, tokio::net::TcpStream::connect((host, port))).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => Err(ModelError::Transport(format!("{host}:{port}: {error}"))),
+            Err(_) => Err(ModelError::Timeout(bound)),
+        }
     }
 
     fn body(&self, request: &ModelRequest) -> Value {

@@ -1,0 +1,90 @@
+//! The `subagents` command line.
+//!
+//! - `subagents run "PROMPT"`: a parent agent whose subagent tool is bound to
+//!   `--provider` (default `spawn`); prints the answer and the tree of runs
+//!   it delegated.
+//! - `subagents fanout TASKS.jsonl`: every task line becomes a subagent run,
+//!   with bounded concurrency, a progress bar on a terminal, JSON result
+//!   lines, a summary, and optionally a Chrome trace of every run.
+//!
+//! `--model scripted` (the default) needs no key and no network;
+//! `--model openai:NAME` talks to an OpenAI-compatible endpoint configured by
+//! `SUBAGENTS_BASE_URL` and `SUBAGENTS_API_KEY`. Bad input is a one-line
+//! error and exit code 2; Ctrl-C cancels every run, waits for quiescence,
+//! keeps what finished, and exits 130.
+
+mod fanout;
+mod run;
+mod setup;
+mod timeline;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "subagents", version, about = "Delegate work to supervised child agents")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one prompt on a parent agent that can delegate to subagents.
+    Run {
+        /// The task.
+        prompt: String,
+        /// Provider the parent's subagent tool delegates to.
+        #[arg(long, default_value = "spawn")]
+        provider: String,
+        /// `scripted` (no key, no network) or `openai:NAME`.
+        #[arg(long, default_value = "scripted")]
+        model: String,
+        /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
+        #[arg(long)]
+        home: Option<PathBuf>,
+    },
+    /// Run every task line of a JSONL file as a subagent, in parallel.
+    Fanout {
+        /// JSON lines: {"prompt": "...", "label"?, "persona"?, "output_schema"?, "max_depth"?}.
+        tasks: PathBuf,
+        /// Most runs in flight at once (default 4 × cores).
+        #[arg(long)]
+        concurrency: Option<usize>,
+        /// Write result lines here instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Provider to run the tasks on.
+        #[arg(long, default_value = "spawn")]
+        provider: String,
+        /// `scripted` (no key, no network) or `openai:NAME`.
+        #[arg(long, default_value = "scripted")]
+        model: String,
+        /// Write a Chrome trace-event JSON of every run's lifecycle here.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
+        #[arg(long)]
+        home: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let outcome = match Cli::parse().command {
+        Command::Run { prompt, provider, model, home } => run::run(run::RunArgs { prompt, provider, model, home })
+            .map(|completed| if completed { ExitCode::SUCCESS } else { ExitCode::from(1) }),
+        Command::Fanout { tasks, concurrency, out, provider, model, trace, home } => {
+            let args = fanout::FanoutArgs { tasks, concurrency, out, provider, model, trace, home };
+            fanout::fanout(args).map(|ended| match ended {
+                fanout::Ended::Finished => ExitCode::SUCCESS,
+                fanout::Ended::Interrupted => ExitCode::from(130),
+            })
+        }
+    };
+    outcome.unwrap_or_else(|message| {
+        eprintln!("subagents: {message}");
+        ExitCode::from(2)
+    })
+}

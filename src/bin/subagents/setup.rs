@@ -1,0 +1,103 @@
+//! What every command shares: the runtime, the model, the providers.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use subagents::agent::{ListDir, Model, OpenAiConfig, OpenAiModel, ReadFile, ScriptedModel, Toolset};
+use subagents::providers::{ChildInfo, ForkProvider, MockProvider, SpawnProvider};
+use subagents::tool::{MaxDepth, SubagentTool, SubagentToolConfig, TaskService};
+use subagents::{Runtime, Subagents};
+
+/// The delegation depth children may reach.
+pub const MAX_DEPTH: u32 = 3;
+
+pub struct Setup {
+    pub runtime: Runtime,
+    pub subagents: Subagents,
+    pub model: Arc<dyn Model>,
+    pub tasks: TaskService,
+    pub cwd: PathBuf,
+    pub home: PathBuf,
+}
+
+/// `scripted` (the embedded default) or `openai:NAME`.
+fn model(spec: &str) -> Result<Arc<dyn Model>, String> {
+    if spec == "scripted" {
+        return Ok(Arc::new(ScriptedModel::demo()));
+    }
+    let Some(name) = spec.strip_prefix("openai:").filter(|n| !n.is_empty()) else {
+        return Err(format!("unknown model {spec:?}: use \"scripted\" or \"openai:NAME\""));
+    };
+    let config = OpenAiConfig::from_env_for(Some(name)).map_err(|e| e.to_string())?;
+    let base_url = config.base_url.clone();
+    let model = OpenAiModel::new(config).map_err(|e| e.to_string())?;
+    // Fail before any run when the endpoint cannot be reached at all.
+    let probe = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    probe.block_on(model.check_reachable()).map_err(|e| format!("model endpoint {base_url} is unreachable: {e}"))?;
+    Ok(Arc::new(model))
+}
+
+pub fn setup(model_spec: &str, home: Option<PathBuf>) -> Result<Setup, String> {
+    let model = model(model_spec)?;
+    let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
+    // Default: `$SUBAGENTS_HOME`, else `.subagents` in the working directory.
+    let mut builder = Runtime::builder().cancel_grace(Duration::from_millis(500));
+    if let Some(home) = home {
+        builder = builder.home(home);
+    }
+    let runtime = builder.build().map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let home = runtime.home();
+    let subagents = runtime.subagents();
+    let tasks = TaskService::new();
+    let tools = child_tools(&subagents, &tasks);
+    let register = |provider| subagents.register_provider(provider).map(|r| r.keep()).map_err(|e| e.to_string());
+    register(SpawnProvider::new("spawn", model.clone()).with_tools(tools.clone()))?;
+    register(ForkProvider::new("fork", model.clone()).with_tools(tools))?;
+    let mock =
+        MockProvider::new("mock").with_reply("handled: ").with_echo_prompt().with_delay(Duration::from_millis(20));
+    subagents.register_provider(mock).map_err(|e| e.to_string())?.keep();
+    Ok(Setup { runtime, subagents, model, tasks, cwd, home })
+}
+
+/// Children get the built-in tools, a subagent tool on `spawn` (so they
+/// can delegate further, to depth 3) and the task tools. Built once, on
+/// first use (the providers must be registered), then shared.
+fn child_tools(subagents: &Subagents, tasks: &TaskService) -> subagents::providers::ToolFactory {
+    let built: Arc<OnceLock<Toolset>> = Arc::default();
+    let (subagents, tasks) = (subagents.clone(), tasks.clone());
+    Arc::new(move |_: &ChildInfo| built.get_or_init(|| toolset(&subagents, &tasks, "spawn")).clone())
+}
+
+/// Built-in tools, a subagent tool bound to `provider`, the task tools.
+pub fn toolset(subagents: &Subagents, tasks: &TaskService, provider: &str) -> Toolset {
+    let mut tools = Toolset::new();
+    tools.add(ReadFile).expect("fresh tool set");
+    tools.add(ListDir).expect("fresh tool set");
+    let config = SubagentToolConfig::new(provider).with_max_depth(MaxDepth::Limit(MAX_DEPTH));
+    match SubagentTool::mount(subagents, config, Some(tasks.clone())) {
+        Ok(tool) => tools.add(tool).expect("fresh tool set"),
+        Err(error) => eprintln!("subagents: no subagent tool: {error}"),
+    }
+    for tool in tasks.tools() {
+        tools.add_shared(tool).expect("fresh tool set");
+    }
+    tools
+}
+
+/// Trips `token` on the first Ctrl-C; a second one exits at once.
+pub fn cancel_on_ctrl_c(token: subagents::CancellationToken) {
+    std::thread::spawn(move || {
+        let Ok(signals) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        signals.block_on(async {
+            if tokio::signal::ctrl_c().await.is_err() {
+                return;
+            }
+            eprintln!("\nsubagents: interrupted: cancelling every run (Ctrl-C again to quit at once)");
+            token.cancel();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        });
+    });
+}

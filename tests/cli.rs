@@ -1,0 +1,169 @@
+//! The `subagents` binary, run as a user runs it.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The binary, run from the project root, with no inherited home.
+fn subagents() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
+    command.env_remove("SUBAGENTS_HOME").current_dir(env!("CARGO_MANIFEST_DIR"));
+    command
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn run(command: &mut Command) -> Output {
+    command.output().expect("the binary runs")
+}
+
+#[test]
+fn run_prints_the_answer_and_the_tree_of_delegated_runs() {
+    let home = tempfile::tempdir().unwrap();
+    let output = run(subagents().args(["run", "review the parser; check the docs", "--home"]).arg(home.path()));
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", text(&output.stderr));
+    assert!(stdout.contains("- handled: review the parser"), "{stdout}");
+    assert!(stdout.contains("- handled: check the docs"), "{stdout}");
+    let tree: Vec<&str> = stdout.lines().filter(|l| l.contains("─ spawn ")).collect();
+    assert_eq!(tree.len(), 2, "{stdout}");
+    assert!(tree.iter().all(|line| line.contains(": completed")), "{stdout}");
+    let sessions = std::fs::read_dir(home.path().join("sessions")).unwrap().count();
+    assert_eq!(sessions, 3, "the parent and two children were persisted");
+}
+
+#[test]
+fn fanout_runs_every_task_writes_results_a_summary_and_a_trace() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("results.jsonl");
+    let trace = home.path().join("trace.json");
+    let output = run(subagents()
+        .args(["fanout", "examples/tasks.jsonl", "--concurrency", "4", "--home"])
+        .arg(home.path())
+        .arg("--out")
+        .arg(&out)
+        .arg("--trace")
+        .arg(&trace));
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let results: Vec<Value> =
+        std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let tasks = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tasks.jsonl")).unwrap();
+    assert_eq!(results.len(), tasks.lines().count());
+    let reasons: Vec<&str> = results.iter().filter_map(|r| r["stop_reason"].as_str()).collect();
+    for reason in ["completed", "refusal", "max-tokens", "error"] {
+        assert!(reasons.contains(&reason), "{reason} in {reasons:?}");
+    }
+    assert!(results.iter().any(|r| r["structured"]["risk"] == "low"), "structured results are written");
+    assert!(stderr.contains("runs/s") && stderr.contains("p50") && stderr.contains("p99"), "{stderr}");
+    assert!(stderr.contains("completed"), "{stderr}");
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    assert!(events.len() > results.len(), "nested runs are in the trace too: {}", events.len());
+    assert!(events.iter().all(|e| e["ph"] == "X" && e["dur"].as_f64().unwrap() >= 0.0));
+}
+
+#[test]
+fn malformed_lines_are_reported_with_their_number_and_skipped() {
+    let home = tempfile::tempdir().unwrap();
+    let tasks = home.path().join("tasks.jsonl");
+    std::fs::write(&tasks, "{\"prompt\": \"first\"}\nnot json\n\n{\"prompt\": 3}\n{\"prompt\": \"last\"}\n").unwrap();
+    let output = run(subagents().arg("fanout").arg(&tasks).arg("--home").arg(home.path()));
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("tasks.jsonl:2: skipped"), "{stderr}");
+    assert!(stderr.contains("tasks.jsonl:4: skipped"), "{stderr}");
+    let lines: Vec<Value> = text(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut numbers: Vec<u64> = lines.iter().map(|l| l["line"].as_u64().unwrap()).collect();
+    numbers.sort();
+    assert_eq!(numbers, [1, 5]);
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_code_two() {
+    let home = tempfile::tempdir().unwrap();
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // (arguments, environment, what the one line says)
+    type Case = (Vec<String>, Vec<(&'static str, String)>, &'static str);
+    let cases: Vec<Case> = vec![
+        (vec!["fanout".into(), "no/such/tasks.jsonl".into()], vec![], "cannot open"),
+        (
+            vec!["fanout".into(), "examples/tasks.jsonl".into(), "--provider".into(), "nope".into()],
+            vec![],
+            "unknown provider",
+        ),
+        (vec!["run".into(), "hi".into(), "--provider".into(), "nope".into()], vec![], "unknown provider"),
+        (vec!["run".into(), "hi".into(), "--model".into(), "gpt".into()], vec![], "unknown model"),
+        (
+            vec!["run".into(), "hi".into(), "--model".into(), "openai:some-model".into()],
+            vec![("SUBAGENTS_BASE_URL", format!("http://127.0.0.1:{closed_port}/v1"))],
+            "unreachable",
+        ),
+    ];
+    for (args, env, expected) in cases {
+        let mut command = subagents();
+        command.args(&args).arg("--home").arg(home.path());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let output = run(&mut command);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: one line: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn sigint_during_a_fanout_cancels_exits_promptly_and_keeps_what_finished() {
+    let home = tempfile::tempdir().unwrap();
+    let tasks = home.path().join("many.jsonl");
+    let mut file = std::fs::File::create(&tasks).unwrap();
+    for n in 0..2000 {
+        writeln!(file, "{{\"prompt\": \"task {n}\"}}").unwrap();
+    }
+    drop(file);
+    let out = home.path().join("partial.jsonl");
+    // The mock provider answers after 20 ms: 2,000 tasks two at a time take
+    // 20 s, far longer than the test waits.
+    let mut child = subagents()
+        .args(["fanout", "--provider", "mock", "--concurrency", "2"])
+        .arg(&tasks)
+        .arg("--out")
+        .arg(&out)
+        .arg("--home")
+        .arg(home.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(&out).map_or(0, |t| t.lines().count()) < 4 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let interrupted = Instant::now();
+    assert!(Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap().success());
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(interrupted.elapsed() < Duration::from_secs(10), "the fanout did not exit promptly");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+    let written = std::fs::read_to_string(&out).unwrap();
+    let lines: Vec<Value> =
+        written.lines().map(|l| serde_json::from_str(l).expect("every line is whole JSON")).collect();
+    assert!(lines.len() >= 4 && lines.len() < 2000, "{} lines", lines.len());
+    assert!(lines
+        .iter()
+        .all(|l| l["stop_reason"] == "completed" || l["stop_reason"] == "aborted" || l["code"] == "ABORTED"));
+    // No process is left: the pid is gone.
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the process is gone");
+}
