@@ -72,7 +72,7 @@ fn demo_reply(request: &ModelRequest) -> Result<ModelReply, ModelError> {
         }
         return Ok(ModelReply::text(format!("handled: {task}")));
     }
-    let summary: Vec<String> = results.iter().map(|r| format!("- {}", first_line(&answer_of(r)))).collect();
+    let summary: Vec<String> = results.iter().map(|r| format!("- {}", one_line(&answer_of(r)))).collect();
     Ok(ModelReply::text(format!("Done: {task}\n{}", summary.join("\n"))))
 }
 
@@ -107,9 +107,13 @@ fn answer_of(result: &str) -> String {
     }
 }
 
-fn first_line(text: &str) -> &str {
-    let line = text.lines().next().unwrap_or_default();
-    line.char_indices().nth(160).map_or(line, |(cut, _)| &line[..cut])
+/// A result on one line: its lines joined, cut at 160 characters.
+fn one_line(text: &str) -> String {
+    let joined = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(", ");
+    match joined.char_indices().nth(160) {
+        Some((cut, _)) => format!("{}…", &joined[..cut]),
+        None => joined,
+    }
 }
 
 /// A value satisfying `schema` (the structured-output subset): required
