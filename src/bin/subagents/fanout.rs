@@ -93,7 +93,8 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
     let batch = CancellationToken::new();
     cancel_on_ctrl_c(batch.clone());
     let progress = progress_bar(tasks.len());
-    let timeline = Timeline::record(&setup.subagents);
+    // Events are built only when someone listens: record them for a trace.
+    let timeline = args.trace.is_some().then(|| Timeline::record(&setup.subagents));
     let started = Instant::now();
     let batch_run = Batch {
         subagents: setup.subagents.clone(),
@@ -108,9 +109,10 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
     progress.finish_and_clear();
     sink.lock().unwrap().flush().map_err(|e| format!("cannot write results: {e}"))?;
     summary(&settled, elapsed);
-    if let Some(path) = &args.trace {
-        let spans = timeline.settled(Duration::from_secs(2));
-        write_trace(&spans, timeline.elapsed(), path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    if let (Some(path), Some(timeline)) = (&args.trace, timeline) {
+        let end = timeline.elapsed();
+        let spans = timeline.finish();
+        write_trace(&spans, end, path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         eprintln!("trace: {} ({} runs; open it in Perfetto)", path.display(), spans.len());
     }
     let report = setup.runtime.shutdown_blocking();

@@ -1,7 +1,6 @@
 //! `subagents run "PROMPT"`: one parent agent that can delegate.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use subagents::agent::{Agent, SessionStore};
 use subagents::{CancellationToken, StopReason};
@@ -46,7 +45,7 @@ pub fn run(args: RunArgs) -> Result<bool, String> {
             outcome
         }
     });
-    let spans = timeline.settled(Duration::from_secs(2));
+    let spans = timeline.finish();
     println!("{}", outcome.output);
     println!();
     println!("parent {} ({}): {}", parent.id(), parent.model_name(), outcome.stop_reason);

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use subagents::{ListenerHandle, StopReason, SubagentEvent, Subagents};
+use subagents::{EventRecvError, StopReason, SubagentEvent, Subagents};
 
 #[derive(Clone, Debug)]
 pub struct Span {
@@ -21,60 +21,83 @@ pub struct Span {
 }
 
 /// Records Start and End of every run from now on.
+///
+/// A thread of its own drains a subscription as events arrive (so a long
+/// batch never lags the bounded channel); [`Timeline::finish`] then takes
+/// what is left. Events are queued when they are emitted, so once every run
+/// has been disposed, finishing sees all of them.
 pub struct Timeline {
     origin: Instant,
     spans: Arc<Mutex<BTreeMap<u64, Span>>>,
-    _listener: ListenerHandle,
+    finish: Arc<tokio::sync::Notify>,
+    drainer: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Timeline {
     pub fn record(subagents: &Subagents) -> Timeline {
         let origin = Instant::now();
         let spans: Arc<Mutex<BTreeMap<u64, Span>>> = Arc::default();
-        let sink = spans.clone();
-        let listener = subagents.add_listener(move |event: &SubagentEvent| {
-            let now = origin.elapsed();
-            let mut spans = sink.lock().unwrap();
-            match event {
-                SubagentEvent::Start(info) => {
-                    spans.insert(
-                        info.run_id,
-                        Span {
-                            id: info.id.clone(),
-                            provider: info.provider.clone(),
-                            parent_session: info.parent_session.clone(),
-                            label: info.label.clone(),
-                            started: now,
-                            ended: None,
+        let finish = Arc::new(tokio::sync::Notify::new());
+        let mut stream = subagents.subscribe();
+        let (sink, finishing) = (spans.clone(), finish.clone());
+        let drainer = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            runtime.block_on(async move {
+                loop {
+                    tokio::select! {
+                        event = stream.recv() => match event {
+                            Ok(event) => note(&sink, origin, &event),
+                            Err(EventRecvError::Lagged(missed)) => eprintln!("subagents: the timeline missed {missed} events"),
+                            Err(EventRecvError::Closed) => return,
                         },
-                    );
-                }
-                SubagentEvent::End(end) => {
-                    if let Some(span) = spans.get_mut(&end.run_id) {
-                        span.ended = Some((now, end.stop_reason));
+                        _ = finishing.notified() => break,
                     }
                 }
-                _ => {}
-            }
+                while let Some(Ok(event)) = stream.try_recv() {
+                    note(&sink, origin, &event);
+                }
+            });
         });
-        Timeline { origin, spans, _listener: listener }
+        Timeline { origin, spans, finish, drainer: Some(drainer) }
     }
 
-    /// The spans so far, waiting (at most `within`) until every started run
-    /// has ended: events arrive on their own thread.
-    pub fn settled(&self, within: Duration) -> Vec<Span> {
-        let deadline = Instant::now() + within;
-        loop {
-            let spans: Vec<Span> = self.spans.lock().unwrap().values().cloned().collect();
-            if spans.iter().all(|s| s.ended.is_some()) || Instant::now() >= deadline {
-                return spans;
-            }
-            std::thread::sleep(Duration::from_millis(5));
+    /// Every span recorded, once the queued events are drained. Call after
+    /// the runs were disposed.
+    pub fn finish(mut self) -> Vec<Span> {
+        self.finish.notify_one();
+        if let Some(drainer) = self.drainer.take() {
+            let _ = drainer.join();
         }
+        let spans = self.spans.lock().unwrap();
+        spans.values().cloned().collect()
     }
 
     pub fn elapsed(&self) -> Duration {
         self.origin.elapsed()
+    }
+}
+
+fn note(spans: &Mutex<BTreeMap<u64, Span>>, origin: Instant, event: &SubagentEvent) {
+    let now = origin.elapsed();
+    let mut spans = spans.lock().unwrap();
+    match event {
+        SubagentEvent::Start(info) => {
+            let span = Span {
+                id: info.id.clone(),
+                provider: info.provider.clone(),
+                parent_session: info.parent_session.clone(),
+                label: info.label.clone(),
+                started: now,
+                ended: None,
+            };
+            spans.insert(info.run_id, span);
+        }
+        SubagentEvent::End(end) => {
+            if let Some(span) = spans.get_mut(&end.run_id) {
+                span.ended = Some((now, end.stop_reason));
+            }
+        }
+        _ => {}
     }
 }
 
