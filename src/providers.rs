@@ -6,15 +6,19 @@
 //! | [`mock`] | tests, demos and fault injection of your own lifecycles |
 //! | [`spawn`] | a fresh in-process child agent: cheap, isolated subtasks |
 //! | [`fork`] | an in-process child that inherits the parent's completed turns |
+//! | [`process`] | a fresh full `subagents` runtime per run, in its own process |
 //!
 //! `spawn` and `fork` share one driver, [`in_process`].
 
+pub mod child_process;
 pub mod fork;
 pub mod in_process;
 pub mod mock;
+pub mod process;
 pub mod spawn;
 
 pub use fork::ForkProvider;
 pub use in_process::{ChildInfo, InProcessProvider, ModelRoutes, ToolFactory, STRUCTURED_OUTPUT_TOOL};
 pub use mock::{Fault, FaultStage, MockEvent, MockProvider};
+pub use process::{ProcessConfig, ProcessProvider};
 pub use spawn::SpawnProvider;

@@ -46,6 +46,12 @@ enum Command {
         #[arg(long)]
         home: Option<PathBuf>,
     },
+    /// Serve one session of a full runtime over stdio (the `process` provider's child).
+    Serve {
+        /// The child's home directory.
+        #[arg(long)]
+        home: PathBuf,
+    },
     /// Run every task line of a JSONL file as a subagent, in parallel.
     Fanout {
         /// JSON lines: {"prompt": "...", "label"?, "persona"?, "output_schema"?, "max_depth"?}.
@@ -75,6 +81,10 @@ fn main() -> ExitCode {
     let outcome = match Cli::parse().command {
         Command::Run { prompt, provider, model, home } => run::run(run::RunArgs { prompt, provider, model, home })
             .map(|completed| if completed { ExitCode::SUCCESS } else { ExitCode::from(1) }),
+        Command::Serve { home } => {
+            let options = subagents::providers::process::serve::ServeOptions { home };
+            subagents::providers::process::serve::serve_stdio(options).map(|()| ExitCode::SUCCESS)
+        }
         Command::Fanout { tasks, concurrency, out, provider, model, trace, home } => {
             let args = fanout::FanoutArgs { tasks, concurrency, out, provider, model, trace, home };
             fanout::fanout(args).map(|ended| match ended {

@@ -1,0 +1,174 @@
+//! What the out-of-process providers share: spawning a child with a
+//! scrubbed environment in its own process group, reading its output one
+//! bounded line at a time, and the dispose ladder.
+//!
+//! **Environment**: `env_clear()`, then the parent's variables minus
+//! credential-shaped ones (a name containing `KEY`, `PASSWORD`, `SECRET` or
+//! `TOKEN`, in any case), then the provider's explicit `env`.
+//!
+//! **Ladder**: close stdin, wait `eof_grace` for the child to exit; SIGTERM
+//! the process group, wait `grace`; SIGKILL the group. The child is reaped,
+//! and the ladder fails loudly (`Err`) if anything of its process group
+//! still lives afterwards.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use crate::live::ProcessLease;
+use crate::seam::{Category, Stage};
+
+/// The longest line a child may write; a longer one is a protocol error
+/// (memory stays bounded whatever the child sends).
+pub const MAX_LINE: usize = 8 * 1024 * 1024;
+
+/// Whether an environment variable's name looks like it holds a credential.
+pub fn credential_shaped(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    ["KEY", "PASSWORD", "SECRET", "TOKEN"].iter().any(|word| upper.contains(word))
+}
+
+/// A spawned child: its pipes, its process, and the lease that counts it
+/// in `Runtime::live()` until it is reaped.
+pub struct Spawned {
+    /// The process.
+    pub child: Child,
+    /// Its stdin, until taken.
+    pub stdin: Option<ChildStdin>,
+    /// Its stdout, until taken.
+    pub stdout: Option<ChildStdout>,
+    /// Its pid, which is also its process group id.
+    pub pid: u32,
+    lease: Option<ProcessLease>,
+}
+
+/// Spawns `program args…` in `cwd` with the scrubbed environment plus
+/// `env`, stdin and stdout piped, stderr discarded (it may carry secrets,
+/// and diagnostics never include it), in a new process group.
+pub fn spawn(
+    program: &Path,
+    args: &[String],
+    cwd: &Path,
+    env: &[(String, String)],
+    lease: ProcessLease,
+) -> std::io::Result<Spawned> {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(std::env::vars_os().filter(|(name, _)| !credential_shaped(&name.to_string_lossy())))
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = command.spawn()?;
+    let pid = child.id().unwrap_or(0);
+    Ok(Spawned { stdin: child.stdin.take(), stdout: child.stdout.take(), child, pid, lease: Some(lease) })
+}
+
+impl Spawned {
+    /// The dispose ladder; `Ok` once the child and its whole process group
+    /// are gone.
+    pub async fn dispose(mut self, eof_grace: Duration, grace: Duration) -> Result<(), (Stage, Category)> {
+        drop(self.stdin.take()); // EOF
+        let exited = tokio::time::timeout(eof_grace, self.child.wait()).await.is_ok();
+        if !exited {
+            signal_group(self.pid, libc::SIGTERM);
+            if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
+                signal_group(self.pid, libc::SIGKILL);
+                let _ = self.child.wait().await;
+            }
+        }
+        // Whatever the child left in its group goes too.
+        if group_alive(self.pid) {
+            signal_group(self.pid, libc::SIGKILL);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        drop(self.lease.take());
+        if group_alive(self.pid) {
+            tracing::error!(pid = self.pid, "a child's process group survived SIGKILL");
+            return Err((Stage::Dispose, Category::TimedOut));
+        }
+        Ok(())
+    }
+
+    /// Kills the group at once and reaps the child (a failed start).
+    pub async fn kill(mut self) {
+        signal_group(self.pid, libc::SIGKILL);
+        let _ = self.child.wait().await;
+        drop(self.lease.take());
+    }
+}
+
+fn signal_group(pid: u32, signal: i32) {
+    if pid == 0 {
+        return;
+    }
+    // SAFETY: kill(2) with a negative pid signals the process group; it has
+    // no memory effects.
+    unsafe {
+        libc::kill(-(pid as i32), signal);
+    }
+}
+
+fn group_alive(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks whether the group exists.
+    unsafe { libc::kill(-(pid as i32), 0) == 0 }
+}
+
+/// Why a line could not be read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LineError {
+    /// The line exceeded [`MAX_LINE`].
+    TooLong,
+    /// The pipe failed.
+    Io(String),
+}
+
+/// Reads newline-terminated lines of at most [`MAX_LINE`] bytes. A longer
+/// line is an error after reading at most `MAX_LINE` bytes of it.
+pub struct LineReader<R> {
+    reader: BufReader<R>,
+    buffer: Vec<u8>,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    /// Reads lines from `reader`.
+    pub fn new(reader: R) -> Self {
+        LineReader { reader: BufReader::with_capacity(64 * 1024, reader), buffer: Vec::new() }
+    }
+
+    /// The next line without its newline; `Ok(None)` at EOF (a partial last
+    /// line without a newline is returned as a line).
+    pub async fn next_line(&mut self) -> Result<Option<Vec<u8>>, LineError> {
+        self.buffer.clear();
+        loop {
+            let available = self.reader.fill_buf().await.map_err(|e| LineError::Io(e.to_string()))?;
+            if available.is_empty() {
+                return Ok((!self.buffer.is_empty()).then(|| std::mem::take(&mut self.buffer)));
+            }
+            let (chunk, found) = match available.iter().position(|&b| b == b'\n') {
+                Some(end) => (&available[..end], Some(end + 1)),
+                None => (available, None),
+            };
+            if self.buffer.len() + chunk.len() > MAX_LINE {
+                return Err(LineError::TooLong);
+            }
+            self.buffer.extend_from_slice(chunk);
+            let consumed = found.unwrap_or(available.len());
+            self.reader.consume(consumed);
+            if found.is_some() {
+                return Ok(Some(std::mem::take(&mut self.buffer)));
+            }
+        }
+    }
+}

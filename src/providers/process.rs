@@ -1,0 +1,323 @@
+//! `process`: each run is a fresh, full `subagents` runtime in its own
+//! process (`subagents serve` over stdio JSON-RPC).
+//!
+//! **Choose it** when a child must be a complete peer — its own runtime,
+//! home, session, profile and model route — isolated from the parent's
+//! process, and a process start per run is an acceptable price.
+//!
+//! **Advertises** only `agent_options`: the route (provider, model,
+//! max_tokens, reasoning_effort) crosses the wire as an explicit whitelist
+//! and the provider publishes its route defaults. Structured output, depth
+//! caps, tool filters and personas are rejected at `start` (configure the
+//! child's profile and its ordered patches instead).
+//!
+//! **Output** is the child's last non-empty assistant message, else the
+//! streamed text. **Stop map**: `completed` and `max-tokens` pass through,
+//! `blocked` → refusal, `aborted` → aborted, anything else or no turn end →
+//! error.
+//!
+//! **Fails and recovers**: the cwd is resolved and checked before spawning;
+//! every startup failure (spawn, handshake, a cancel) kills and reaps the
+//! child before `start` rejects. Cancel sends `cancel` (the run settles
+//! `Aborted` after the runtime's grace even if the child ignores it).
+//! Dispose sends a bounded `shutdown`, then closes stdin and climbs the
+//! ladder EOF → SIGTERM → SIGKILL, and fails loudly if the child's process
+//! group survives. Diagnostics carry only stage and category.
+//!
+//! **Limits**: a process start per run, no pooling; local children only.
+
+pub mod serve;
+pub mod wire;
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_util::future::LocalBoxFuture;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use self::wire::{ChildEvent, Connection, Initialize, WireError, PROTOCOL_VERSION};
+use super::child_process::{spawn, Spawned};
+use crate::seam::{
+    AgentOptions, Capabilities, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, Provider, RunResult,
+    Stage, StopReason,
+};
+
+/// How long the `initialize` handshake may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Configuration of a [`ProcessProvider`].
+#[derive(Clone, Debug)]
+pub struct ProcessConfig {
+    /// Registry name.
+    pub name: String,
+    /// The `subagents` executable (default: this one).
+    pub bin: PathBuf,
+    /// The child's named profile (default `default`).
+    pub profile: String,
+    /// Ordered profile patch files (JSON objects), checked at construction.
+    pub patches: Vec<PathBuf>,
+    /// The children's home (absolute; required).
+    pub home: PathBuf,
+    /// Working directory; default the parent's.
+    pub cwd: Option<PathBuf>,
+    /// Route defaults, overridden per request by `agent_options`.
+    pub route: AgentOptions,
+    /// Extra environment over the scrubbed parent environment.
+    pub env: Vec<(String, String)>,
+    /// Bound on the `shutdown` exchange (1 s).
+    pub shutdown_timeout: Duration,
+    /// Grace after stdin EOF (6 s).
+    pub dispose_eof_grace: Duration,
+    /// Grace after SIGTERM (3 s).
+    pub dispose_grace: Duration,
+}
+
+impl ProcessConfig {
+    /// Defaults for `name`, with children's home `home`.
+    pub fn new(name: impl Into<String>, home: impl Into<PathBuf>) -> Self {
+        ProcessConfig {
+            name: name.into(),
+            bin: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("subagents")),
+            profile: "default".to_owned(),
+            patches: Vec::new(),
+            home: home.into(),
+            cwd: None,
+            route: AgentOptions::default(),
+            env: Vec::new(),
+            shutdown_timeout: Duration::from_secs(1),
+            dispose_eof_grace: Duration::from_secs(6),
+            dispose_grace: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Why a [`ProcessConfig`] was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("process provider configuration: {0}")]
+pub struct ConfigError(String);
+
+/// The `process` provider.
+pub struct ProcessProvider {
+    config: ProcessConfig,
+    patches: Vec<Value>,
+}
+
+impl ProcessProvider {
+    /// Checks the configuration: the home must be absolute, the binary
+    /// must exist, every patch must load and apply to a profile.
+    pub fn new(config: ProcessConfig) -> Result<Self, ConfigError> {
+        if !config.home.is_absolute() {
+            return Err(ConfigError("home must be an absolute path".to_owned()));
+        }
+        if !config.bin.is_file() {
+            return Err(ConfigError(format!("no executable at {}", config.bin.display())));
+        }
+        let mut patches = Vec::with_capacity(config.patches.len());
+        for path in &config.patches {
+            let text = std::fs::read(path).map_err(|e| ConfigError(format!("patch {}: {e}", path.display())))?;
+            let patch: Value = serde_json::from_slice(&text)
+                .map_err(|e| ConfigError(format!("patch {} is not JSON: {e}", path.display())))?;
+            serve::check_patch(&patch).map_err(|e| ConfigError(format!("patch {}: {e}", path.display())))?;
+            patches.push(patch);
+        }
+        Ok(ProcessProvider { config, patches })
+    }
+}
+
+impl Provider for ProcessProvider {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { agent_options: true, ..Capabilities::none() }
+    }
+
+    fn route_defaults(&self) -> AgentOptions {
+        self.config.route.clone()
+    }
+
+    fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
+        let config = self.config.clone();
+        let patches = self.patches.clone();
+        Box::pin(async move { start(config, patches, launch).await })
+    }
+}
+
+fn failed(stage: Stage, category: Category) -> LaunchError {
+    LaunchError::Failed { stage, category }
+}
+
+async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Result<Box<dyn Child>, LaunchError> {
+    let Launch { request, cancel, context } = launch;
+    if cancel.is_cancelled() {
+        return Err(LaunchError::Aborted);
+    }
+    let cwd = config.cwd.clone().unwrap_or_else(|| request.parent.cwd.clone());
+    if !cwd.is_absolute() || !cwd.is_dir() {
+        return Err(LaunchError::Invalid {
+            field: "cwd",
+            reason: "must be an absolute path to an existing directory".to_owned(),
+        });
+    }
+    let route = match &request.agent_options {
+        Some(options) => config.route.overridden_by(options),
+        None => config.route.clone(),
+    };
+    let args = ["serve".to_owned(), "--home".to_owned(), config.home.display().to_string()];
+    let mut spawned = spawn(&config.bin, &args, &cwd, &config.env, context.track_process()).map_err(|error| {
+        tracing::warn!(provider = %config.name, %error, "could not spawn a process child");
+        failed(Stage::Initialize, Category::StartupFailed)
+    })?;
+    let (events, received) = mpsc::unbounded_channel();
+    let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
+    let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events);
+    let init = Initialize { protocol_version: PROTOCOL_VERSION, route, profile: config.profile.clone(), patches, cwd };
+    let handshake = async {
+        let params = serde_json::to_value(&init).expect("serialisable");
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, connection.request("initialize", params)).await {
+            Ok(Ok(reply)) => reply["session_id"].as_str().map(str::to_owned).ok_or(Category::Protocol),
+            Ok(Err(WireError::Remote(_))) => Err(Category::ChildError),
+            Ok(Err(WireError::Protocol)) => Err(Category::Protocol),
+            Ok(Err(WireError::Closed)) => Err(Category::ChildCrashed),
+            Err(_) => Err(Category::TimedOut),
+        }
+    };
+    let outcome = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => Err(None),
+        outcome = handshake => outcome.map_err(Some),
+    };
+    let session_id = match outcome {
+        Ok(session_id) => session_id,
+        Err(category) => {
+            // Reap before rejecting: nothing outlives a failed start.
+            drop(connection);
+            spawned.kill().await;
+            return Err(category.map_or(LaunchError::Aborted, |c| failed(Stage::Initialize, c)));
+        }
+    };
+    Ok(Box::new(ProcessChild {
+        id: format!("process:{}:{session_id}", config.name),
+        provider: config.name.clone(),
+        prompt: RefCell::new(Some(request.prompt)),
+        shared: Rc::new(Shared { connection, spawned: RefCell::new(Some(spawned)) }),
+        received: RefCell::new(Some(received)),
+        cancel,
+        shutdown_timeout: config.shutdown_timeout,
+        grace: (config.dispose_eof_grace, config.dispose_grace),
+    }))
+}
+
+struct Shared {
+    connection: Connection,
+    spawned: RefCell<Option<Spawned>>,
+}
+
+struct ProcessChild {
+    id: String,
+    provider: String,
+    prompt: RefCell<Option<Vec<ContentBlock>>>,
+    shared: Rc<Shared>,
+    received: RefCell<Option<mpsc::UnboundedReceiver<ChildEvent>>>,
+    cancel: CancellationToken,
+    shutdown_timeout: Duration,
+    grace: (Duration, Duration),
+}
+
+impl Child for ProcessChild {
+    fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    fn run(&self) -> LocalBoxFuture<'static, RunResult> {
+        let shared = self.shared.clone();
+        let prompt = self.prompt.borrow_mut().take().unwrap_or_default();
+        let mut received = self.received.borrow_mut().take().expect("run is called once");
+        let provider = self.provider.clone();
+        let cancel = self.cancel.clone();
+        Box::pin(async move {
+            let answer = shared.connection.request("prompt", json!({"prompt": prompt}));
+            tokio::pin!(answer);
+            let mut transcript = Transcript::default();
+            let replied = loop {
+                tokio::select! {
+                    Some(event) = received.recv() => transcript.note(event),
+                    replied = &mut answer => break replied,
+                }
+            };
+            while let Ok(event) = received.try_recv() {
+                transcript.note(event);
+            }
+            transcript.result(&provider, replied, shared.connection.is_broken(), cancel.is_cancelled())
+        })
+    }
+
+    fn cancel(&self) {
+        self.shared.connection.notify("cancel", json!({}));
+    }
+
+    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), (Stage, Category)>> {
+        let shared = self.shared.clone();
+        let (shutdown_timeout, (eof_grace, grace)) = (self.shutdown_timeout, self.grace);
+        Box::pin(async move {
+            let _ = tokio::time::timeout(shutdown_timeout, shared.connection.request("shutdown", json!({}))).await;
+            shared.connection.close_input().await;
+            let spawned = shared.spawned.borrow_mut().take();
+            match spawned {
+                Some(spawned) => spawned.dispose(eof_grace, grace).await,
+                None => Ok(()),
+            }
+        })
+    }
+}
+
+/// What the child said during one turn.
+#[derive(Default)]
+struct Transcript {
+    last_message: Option<String>,
+    streamed: String,
+    turn_end: Option<String>,
+}
+
+impl Transcript {
+    fn note(&mut self, event: ChildEvent) {
+        match event {
+            ChildEvent::TextDelta { text } => self.streamed.push_str(&text),
+            ChildEvent::AssistantMessage { text } if !text.trim().is_empty() => self.last_message = Some(text),
+            ChildEvent::TurnEnd { reason } => self.turn_end = Some(reason),
+            _ => {}
+        }
+    }
+
+    fn result(self, provider: &str, replied: Result<Value, WireError>, broken: bool, cancelled: bool) -> RunResult {
+        let reason = replied.as_ref().ok().and_then(|r| r["reason"].as_str().map(str::to_owned)).or(self.turn_end);
+        let stop_reason = match reason.as_deref() {
+            Some("completed") => StopReason::Completed,
+            Some("max-tokens") => StopReason::MaxTokens,
+            Some("blocked") => StopReason::Refusal,
+            Some("aborted") => StopReason::Aborted,
+            _ => StopReason::Error,
+        };
+        let text = self.last_message.unwrap_or(self.streamed);
+        let diagnostic = (stop_reason == StopReason::Error && !cancelled).then(|| {
+            let category = match replied {
+                Err(WireError::Closed) => Category::ChildCrashed,
+                _ if broken => Category::Protocol,
+                Err(WireError::Protocol) => Category::Protocol,
+                _ => Category::ChildError,
+            };
+            Diagnostic::new(provider, Stage::SessionRun, category)
+        });
+        RunResult {
+            output: if text.is_empty() { Vec::new() } else { vec![ContentBlock::text(text)] },
+            structured: None,
+            stop_reason,
+            diagnostic,
+        }
+    }
+}

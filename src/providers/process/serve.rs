@@ -1,0 +1,317 @@
+//! The child side of the `serve` protocol: `subagents serve` runs one
+//! session of a full runtime over stdio.
+//!
+//! The child builds its own [`Runtime`] (home from `--home`), a `spawn`
+//! provider of its own (it can delegate further), and one agent from the
+//! `initialize` request: the route picks the model (`scripted`, the
+//! default, or `openai`), the profile and its ordered patches pick the
+//! persona, step limit and tools. Malformed input gets a JSON-RPC error
+//! reply; an oversized line ends the session. EOF or `shutdown` ends it
+//! after the running turn is cancelled and the session is flushed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+use super::wire::{ChildEvent, Initialize, PROTOCOL_VERSION};
+use crate::agent::{
+    Agent, AgentUpdate, ListDir, Model, OpenAiConfig, OpenAiModel, ReadFile, ScriptedModel, SessionEvent, SessionStore,
+    Toolset,
+};
+use crate::providers::child_process::{LineError, LineReader};
+use crate::providers::SpawnProvider;
+use crate::seam::{ContentBlock, StopReason};
+use crate::tool::{MaxDepth, SubagentTool, SubagentToolConfig, TaskService};
+use crate::Runtime;
+
+/// Where the served session keeps its state.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// The child's home directory (sessions).
+    pub home: PathBuf,
+}
+
+/// A child profile after its patches.
+#[derive(Debug, PartialEq)]
+struct Profile {
+    persona: Option<String>,
+    max_steps: u32,
+    tools: Vec<String>,
+}
+
+impl Profile {
+    fn named(name: &str) -> Result<Profile, String> {
+        let all = ["read_file", "list_dir", "subagent"].map(str::to_owned).to_vec();
+        match name {
+            "default" => Ok(Profile { persona: None, max_steps: 64, tools: all }),
+            "minimal" => Ok(Profile { persona: None, max_steps: 16, tools: Vec::new() }),
+            other => Err(format!("unknown profile {other:?} (known: default, minimal)")),
+        }
+    }
+
+    /// Applies one patch: an object of known keys, each replacing its field.
+    fn patch(&mut self, patch: &Value) -> Result<(), String> {
+        let Some(fields) = patch.as_object() else { return Err("a patch must be a JSON object".to_owned()) };
+        for (key, value) in fields {
+            match (key.as_str(), value) {
+                ("persona", Value::String(persona)) => self.persona = Some(persona.clone()),
+                ("persona", Value::Null) => self.persona = None,
+                ("max_steps", value) if value.as_u64().is_some_and(|n| n > 0) => {
+                    self.max_steps = value.as_u64().unwrap_or(64).min(u32::MAX as u64) as u32
+                }
+                ("tools", Value::Array(names)) => {
+                    let names: Option<Vec<String>> = names.iter().map(|n| n.as_str().map(str::to_owned)).collect();
+                    self.tools = names.ok_or("tools must be a list of names")?;
+                }
+                (key, _) => return Err(format!("patch key {key:?} is unknown or has the wrong type")),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks patches as the parent loads them: each must apply to a profile.
+pub fn check_patch(patch: &Value) -> Result<(), String> {
+    Profile::named("default")?.patch(patch)
+}
+
+/// Serves one session over this process's stdin and stdout until EOF or
+/// `shutdown`.
+pub fn serve_stdio(options: ServeOptions) -> Result<(), String> {
+    let runtime = Runtime::builder()
+        .home(&options.home)
+        .workers(1)
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let served = runtime.block_on(Server::new(runtime.subagents(), options).run());
+    runtime.shutdown_blocking();
+    served
+}
+
+struct Server {
+    subagents: crate::Subagents,
+    options: ServeOptions,
+    out: mpsc::UnboundedSender<Value>,
+    outgoing: Option<mpsc::UnboundedReceiver<Value>>,
+    agent: Option<Agent>,
+    turn: Option<tokio::task::JoinHandle<()>>,
+}
+
+fn reply(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+fn error(id: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+fn event(event: &ChildEvent) -> Value {
+    json!({"jsonrpc": "2.0", "method": "event", "params": event})
+}
+
+impl Server {
+    fn new(subagents: crate::Subagents, options: ServeOptions) -> Server {
+        let (out, outgoing) = mpsc::unbounded_channel();
+        Server { subagents, options, out, outgoing: Some(outgoing), agent: None, turn: None }
+    }
+
+    async fn run(mut self) -> Result<(), String> {
+        let mut outgoing = self.outgoing.take().expect("run once");
+        let writer = tokio::spawn(async move {
+            let mut stdout = tokio::io::stdout();
+            while let Some(message) = outgoing.recv().await {
+                let mut line = message.to_string();
+                line.push('\n');
+                if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
+                    break;
+                }
+            }
+        });
+        let mut lines = LineReader::new(tokio::io::stdin());
+        let outcome = loop {
+            let line = match lines.next_line().await {
+                Ok(Some(line)) => line,
+                Ok(None) => break Ok(()),
+                Err(LineError::TooLong) => {
+                    let _ = self.out.send(error(&Value::Null, -32600, "line too long"));
+                    break Err("the parent sent an oversized line".to_owned());
+                }
+                Err(LineError::Io(e)) => break Err(e),
+            };
+            let Ok(message) = serde_json::from_slice::<Value>(&line) else {
+                let _ = self.out.send(error(&Value::Null, -32700, "parse error"));
+                continue;
+            };
+            if self.handle(message).await {
+                break Ok(());
+            }
+        };
+        self.end().await;
+        drop(self.out);
+        let _ = writer.await;
+        outcome
+    }
+
+    /// Handles one message; `true` when the session should end.
+    async fn handle(&mut self, message: Value) -> bool {
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        let params = message.get("params").cloned().unwrap_or(Value::Null);
+        let method = message.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let answer = match method.as_str() {
+            "initialize" => Some(self.initialize(&id, params)),
+            "prompt" => self.prompt(&id, params),
+            "cancel" => {
+                if let Some(agent) = &self.agent {
+                    agent.cancel();
+                }
+                None
+            }
+            "shutdown" => {
+                self.end().await;
+                let _ = self.out.send(reply(&id, json!({})));
+                return true;
+            }
+            _ if id.is_null() => None,
+            _ => Some(error(&id, -32601, "unknown method")),
+        };
+        if let Some(answer) = answer {
+            let _ = self.out.send(answer);
+        }
+        false
+    }
+
+    fn initialize(&mut self, id: &Value, params: Value) -> Value {
+        if self.agent.is_some() {
+            return error(id, -32600, "already initialized");
+        }
+        let init: Initialize = match serde_json::from_value(params) {
+            Ok(init) => init,
+            Err(_) => return error(id, -32602, "invalid initialize parameters"),
+        };
+        if init.protocol_version != PROTOCOL_VERSION {
+            return error(id, -32602, "unsupported protocol version");
+        }
+        match self.build_agent(&init) {
+            Ok(agent) => {
+                let session_id = agent.id().to_owned();
+                self.agent = Some(agent);
+                reply(id, json!({"protocol_version": PROTOCOL_VERSION, "session_id": session_id}))
+            }
+            Err(message) => error(id, -32602, &message),
+        }
+    }
+
+    fn build_agent(&self, init: &Initialize) -> Result<Agent, String> {
+        let mut profile = Profile::named(&init.profile)?;
+        for patch in &init.patches {
+            profile.patch(patch)?;
+        }
+        let model: Arc<dyn Model> = match init.route.provider.as_deref() {
+            None | Some("scripted") => Arc::new(ScriptedModel::demo()),
+            Some("openai") => {
+                let config = OpenAiConfig::from_env_for(init.route.model.as_deref()).map_err(|e| e.to_string())?;
+                Arc::new(OpenAiModel::new(config).map_err(|e| e.to_string())?)
+            }
+            Some(other) => return Err(format!("unknown model provider {other:?}")),
+        };
+        let tasks = TaskService::new();
+        let mut tools = Toolset::new();
+        for name in &profile.tools {
+            let added = match name.as_str() {
+                "read_file" => tools.add(ReadFile),
+                "list_dir" => tools.add(ListDir),
+                "subagent" => {
+                    if !self.subagents.has_provider("spawn") {
+                        let spawn = SpawnProvider::new("spawn", model.clone());
+                        self.subagents.register_provider(spawn).map_err(|e| e.to_string())?.keep();
+                    }
+                    let config = SubagentToolConfig::new("spawn").with_max_depth(MaxDepth::Limit(3));
+                    let tool = SubagentTool::mount(&self.subagents, config, Some(tasks.clone())).map_err(|e| e.to_string())?;
+                    for task_tool in tasks.tools() {
+                        tools.add_shared(task_tool).map_err(|e| e.to_string())?;
+                    }
+                    tools.add(tool)
+                }
+                other => return Err(format!("unknown tool {other:?}")),
+            };
+            added.map_err(|e| e.to_string())?;
+        }
+        let out = self.out.clone();
+        let mut builder = Agent::builder_shared(model)
+            .store(SessionStore::new(&self.options.home))
+            .cwd(&init.cwd)
+            .options(init.route.clone())
+            .max_steps(profile.max_steps)
+            .toolset(tools)
+            .on_update(Arc::new(move |update: &AgentUpdate| {
+                let streamed = match update {
+                    AgentUpdate::Text(text) => ChildEvent::TextDelta { text: text.clone() },
+                    AgentUpdate::ToolCall { name, .. } => ChildEvent::ToolCall { name: name.clone(), status: "pending".into() },
+                    AgentUpdate::ToolResult { name, is_error, .. } => ChildEvent::ToolCall {
+                        name: name.clone(),
+                        status: if *is_error { "failed" } else { "completed" }.into(),
+                    },
+                    _ => return,
+                };
+                let _ = out.send(event(&streamed));
+            }));
+        if let Some(persona) = profile.persona {
+            builder = builder.persona(persona);
+        }
+        builder.build().map_err(|e| e.to_string())
+    }
+
+    fn prompt(&mut self, id: &Value, params: Value) -> Option<Value> {
+        let Some(agent) = self.agent.clone() else { return Some(error(id, -32600, "not initialized")) };
+        if self.turn.as_ref().is_some_and(|turn| !turn.is_finished()) {
+            return Some(error(id, -32600, "a turn is already running"));
+        }
+        let Ok(prompt) = serde_json::from_value::<Vec<ContentBlock>>(params["prompt"].clone()) else {
+            return Some(error(id, -32602, "prompt must be content blocks"));
+        };
+        let (id, out) = (id.clone(), self.out.clone());
+        self.turn = Some(tokio::task::spawn_local(async move {
+            let outcome = agent.prompt(prompt).await;
+            if let Some(text) = last_assistant_text(&agent.events()) {
+                let _ = out.send(event(&ChildEvent::AssistantMessage { text }));
+            }
+            let reason = match outcome.stop_reason {
+                StopReason::Completed => "completed",
+                StopReason::MaxTokens => "max-tokens",
+                StopReason::Refusal => "blocked",
+                StopReason::Aborted => "aborted",
+                _ => "error",
+            };
+            let _ = out.send(event(&ChildEvent::TurnEnd { reason: reason.to_owned() }));
+            let _ = out.send(reply(&id, json!({"reason": reason})));
+        }));
+        None
+    }
+
+    /// Cancels a running turn, waits for it, and closes the session.
+    async fn end(&mut self) {
+        if let Some(agent) = &self.agent {
+            agent.cancel();
+        }
+        if let Some(turn) = self.turn.take() {
+            let _ = turn.await;
+        }
+        if let Some(agent) = self.agent.take() {
+            if let Err(error) = agent.shutdown().await {
+                tracing::warn!(%error, "the served session was not saved");
+            }
+        }
+    }
+}
+
+/// The last non-empty assistant text of the latest turn.
+fn last_assistant_text(events: &[SessionEvent]) -> Option<String> {
+    let start = events.iter().rposition(|e| matches!(e, SessionEvent::User { .. })).unwrap_or(0);
+    events[start..].iter().rev().find_map(|event| match event {
+        SessionEvent::Assistant { text, .. } if !text.trim().is_empty() => Some(text.clone()),
+        _ => None,
+    })
+}

@@ -1,0 +1,225 @@
+//! The `serve` protocol: newline-delimited JSON-RPC 2.0 over a child's
+//! stdio, and the parent's end of a connection.
+//!
+//! Parent → child requests: `initialize {protocol_version, route, profile,
+//! patches, cwd}` → `{protocol_version, session_id}`; `prompt {prompt}` →
+//! `{reason}` once the turn ended; `shutdown` → `{}` (the child then exits).
+//! Parent → child notification: `cancel`. Child → parent notification:
+//! `event {type: text_delta | assistant_message | tool_call | turn_end, …}`.
+//! Turn-end reasons: `completed`, `max-tokens`, `blocked`, `aborted`,
+//! `error`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::process::{ChildStdin, ChildStdout};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::providers::child_process::{LineError, LineReader};
+use crate::seam::AgentOptions;
+
+/// The protocol version both ends speak.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// `initialize` parameters: the route crosses as an explicit whitelist.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Initialize {
+    /// Must equal [`PROTOCOL_VERSION`].
+    pub protocol_version: u32,
+    /// Model route: provider, model, max_tokens, reasoning_effort only.
+    pub route: AgentOptions,
+    /// The child's named profile.
+    pub profile: String,
+    /// Ordered JSON merge patches over the profile.
+    pub patches: Vec<Value>,
+    /// The child's working directory (absolute).
+    pub cwd: std::path::PathBuf,
+}
+
+/// A child event, streamed while a turn runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ChildEvent {
+    /// Streamed answer text.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// A finished assistant message.
+    AssistantMessage {
+        /// Its text.
+        text: String,
+    },
+    /// A tool call changed status.
+    ToolCall {
+        /// The tool.
+        name: String,
+        /// `pending`, `completed` or `failed`.
+        status: String,
+    },
+    /// The turn ended.
+    TurnEnd {
+        /// `completed`, `max-tokens`, `blocked`, `aborted` or `error`.
+        reason: String,
+    },
+}
+
+/// Why a call to the child failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WireError {
+    /// The child answered with a JSON-RPC error.
+    Remote(i64),
+    /// The child broke the protocol (garbage, an oversized line, …).
+    Protocol,
+    /// The connection closed (the child exited).
+    Closed,
+}
+
+type Pending = Rc<RefCell<HashMap<u64, oneshot::Sender<Result<Value, WireError>>>>>;
+
+/// The parent's end: requests with replies, notifications, and the
+/// child's events. Lives on the run actor's thread.
+pub struct Connection {
+    outgoing: RefCell<Option<mpsc::UnboundedSender<String>>>,
+    pending: Pending,
+    next_id: RefCell<u64>,
+    /// Set when the child broke the protocol.
+    broken: Rc<RefCell<bool>>,
+    writer: RefCell<Option<tokio::task::JoinHandle<()>>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Connection {
+    /// Starts the reader and writer tasks on the current local set.
+    pub fn start(stdin: ChildStdin, stdout: ChildStdout, events: mpsc::UnboundedSender<ChildEvent>) -> Connection {
+        let (outgoing, mut lines) = mpsc::unbounded_channel::<String>();
+        let writer = tokio::task::spawn_local(async move {
+            let mut stdin = stdin;
+            while let Some(line) = lines.recv().await {
+                if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+                    break;
+                }
+            }
+            // Dropping stdin here is the child's EOF.
+        });
+        let pending: Pending = Rc::default();
+        let broken = Rc::new(RefCell::new(false));
+        let reader = tokio::task::spawn_local(read_loop(stdout, pending.clone(), broken.clone(), events));
+        Connection {
+            outgoing: RefCell::new(Some(outgoing)),
+            pending,
+            next_id: RefCell::new(1),
+            broken,
+            writer: RefCell::new(Some(writer)),
+            reader,
+        }
+    }
+
+    fn send_line(&self, message: Value) -> bool {
+        let mut line = message.to_string();
+        line.push('\n');
+        self.outgoing.borrow().as_ref().is_some_and(|out| out.send(line).is_ok())
+    }
+
+    /// Sends a request and waits for its reply.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, WireError> {
+        let id = {
+            let mut next = self.next_id.borrow_mut();
+            *next += 1;
+            *next - 1
+        };
+        let (reply, replied) = oneshot::channel();
+        self.pending.borrow_mut().insert(id, reply);
+        if !self.send_line(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})) {
+            self.pending.borrow_mut().remove(&id);
+            return Err(WireError::Closed);
+        }
+        replied.await.unwrap_or(Err(WireError::Closed))
+    }
+
+    /// Sends a notification.
+    pub fn notify(&self, method: &str, params: Value) {
+        self.send_line(json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    /// Whether the child broke the protocol.
+    pub fn is_broken(&self) -> bool {
+        *self.broken.borrow()
+    }
+
+    /// Closes the child's stdin (after queued lines are written).
+    pub async fn close_input(&self) {
+        self.outgoing.borrow_mut().take();
+        let writer = self.writer.borrow_mut().take();
+        if let Some(writer) = writer {
+            let _ = writer.await;
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reader.abort();
+        if let Some(writer) = self.writer.borrow_mut().take() {
+            writer.abort();
+        }
+    }
+}
+
+async fn read_loop(
+    stdout: ChildStdout,
+    pending: Pending,
+    broken: Rc<RefCell<bool>>,
+    events: mpsc::UnboundedSender<ChildEvent>,
+) {
+    let mut lines = LineReader::new(stdout);
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) | Err(LineError::Io(_)) => break,
+            Err(LineError::TooLong) => {
+                tracing::warn!("a child wrote a line longer than the protocol allows");
+                *broken.borrow_mut() = true;
+                break;
+            }
+        };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let Ok(message) = serde_json::from_slice::<Value>(&line) else {
+            tracing::warn!("a child wrote a line that is not JSON");
+            *broken.borrow_mut() = true;
+            break;
+        };
+        if let Some(id) = message.get("id").and_then(Value::as_u64) {
+            let Some(reply) = pending.borrow_mut().remove(&id) else {
+                // A response to a request never made: the child is confused.
+                tracing::warn!(id, "a child answered a request that was never made");
+                *broken.borrow_mut() = true;
+                break;
+            };
+            let outcome = match (message.get("result"), message.get("error")) {
+                (Some(result), None) => Ok(result.clone()),
+                (None, Some(error)) => Err(WireError::Remote(error["code"].as_i64().unwrap_or(0))),
+                _ => Err(WireError::Protocol),
+            };
+            let _ = reply.send(outcome);
+        } else if message.get("method").and_then(Value::as_str) == Some("event") {
+            match serde_json::from_value::<ChildEvent>(message["params"].clone()) {
+                Ok(event) => {
+                    let _ = events.send(event);
+                }
+                Err(_) => tracing::debug!("ignoring an unknown child event"),
+            }
+        }
+    }
+    let failure = if *broken.borrow() { WireError::Protocol } else { WireError::Closed };
+    for (_, reply) in pending.borrow_mut().drain() {
+        let _ = reply.send(Err(failure.clone()));
+    }
+}
