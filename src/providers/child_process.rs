@@ -85,10 +85,14 @@ impl Spawned {
                 let _ = self.child.wait().await;
             }
         }
-        // Whatever the child left in its group goes too.
-        if group_alive(self.pid) {
+        // Whatever the child left in its group goes too; give the kernel a
+        // moment to take what SIGKILL hit.
+        for _ in 0..20 {
+            if !group_alive(self.pid) {
+                break;
+            }
             signal_group(self.pid, libc::SIGKILL);
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         drop(self.lease.take());
         if group_alive(self.pid) {
@@ -117,12 +121,27 @@ fn signal_group(pid: u32, signal: i32) {
     }
 }
 
-fn group_alive(pid: u32) -> bool {
-    if pid == 0 {
+/// Whether a process of group `pgid` still runs. Zombies do not count:
+/// an orphan that died waits for its reaper, which may not be us.
+pub fn group_alive(pgid: u32) -> bool {
+    if pgid == 0 {
         return false;
     }
-    // SAFETY: signal 0 only checks whether the group exists.
-    unsafe { libc::kill(-(pid as i32), 0) == 0 }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        // No procfs: ask the kernel whether the group exists at all.
+        // SAFETY: signal 0 only checks for existence.
+        return unsafe { libc::kill(-(pgid as i32), 0) == 0 };
+    };
+    entries.flatten().any(|entry| {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { return false };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+        // `pid (comm) state ppid pgrp …`; comm may hold spaces and parens.
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
+        let mut fields = after.split_whitespace();
+        let state = fields.next().unwrap_or("Z");
+        let pgrp = fields.nth(1).and_then(|f| f.parse::<u32>().ok());
+        pgrp == Some(pgid) && state != "Z" && state != "X"
+    })
 }
 
 /// Why a line could not be read.

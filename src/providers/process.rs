@@ -101,6 +101,7 @@ impl ProcessConfig {
 pub struct ConfigError(String);
 
 /// The `process` provider.
+#[derive(Debug)]
 pub struct ProcessProvider {
     config: ProcessConfig,
     patches: Vec<Value>,

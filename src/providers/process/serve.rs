@@ -229,7 +229,8 @@ impl Server {
                         self.subagents.register_provider(spawn).map_err(|e| e.to_string())?.keep();
                     }
                     let config = SubagentToolConfig::new("spawn").with_max_depth(MaxDepth::Limit(3));
-                    let tool = SubagentTool::mount(&self.subagents, config, Some(tasks.clone())).map_err(|e| e.to_string())?;
+                    let tool =
+                        SubagentTool::mount(&self.subagents, config, Some(tasks.clone())).map_err(|e| e.to_string())?;
                     for task_tool in tasks.tools() {
                         tools.add_shared(task_tool).map_err(|e| e.to_string())?;
                     }
@@ -249,7 +250,9 @@ impl Server {
             .on_update(Arc::new(move |update: &AgentUpdate| {
                 let streamed = match update {
                     AgentUpdate::Text(text) => ChildEvent::TextDelta { text: text.clone() },
-                    AgentUpdate::ToolCall { name, .. } => ChildEvent::ToolCall { name: name.clone(), status: "pending".into() },
+                    AgentUpdate::ToolCall { name, .. } => {
+                        ChildEvent::ToolCall { name: name.clone(), status: "pending".into() }
+                    }
                     AgentUpdate::ToolResult { name, is_error, .. } => ChildEvent::ToolCall {
                         name: name.clone(),
                         status: if *is_error { "failed" } else { "completed" }.into(),
