@@ -7,9 +7,11 @@
 //! | [`spawn`] | a fresh in-process child agent: cheap, isolated subtasks |
 //! | [`fork`] | an in-process child that inherits the parent's completed turns |
 //! | [`process`] | a fresh full `subagents` runtime per run, in its own process |
+//! | [`acp`] | any agent process speaking the Agent Client Protocol (this crate's `subagents acp` included) |
 //!
 //! `spawn` and `fork` share one driver, [`in_process`].
 
+pub mod acp;
 pub mod child_process;
 pub mod fork;
 pub mod in_process;
@@ -17,6 +19,7 @@ pub mod mock;
 pub mod process;
 pub mod spawn;
 
+pub use acp::{AcpConfig, AcpProvider, Permission};
 pub use fork::ForkProvider;
 pub use in_process::{ChildInfo, InProcessProvider, ModelRoutes, ToolFactory, STRUCTURED_OUTPUT_TOOL};
 pub use mock::{Fault, FaultStage, MockEvent, MockProvider};

@@ -46,6 +46,18 @@ enum Command {
         #[arg(long)]
         home: Option<PathBuf>,
     },
+    /// Serve this crate's agent over the Agent Client Protocol on stdio.
+    Acp {
+        /// Where sessions are kept.
+        #[arg(long, default_value = ".subagents")]
+        home: PathBuf,
+        /// `scripted` (no key, no network) or `openai:NAME`.
+        #[arg(long, default_value = "scripted")]
+        model: String,
+        /// A tool that asks the client for permission before each call (repeatable).
+        #[arg(long)]
+        approve: Vec<String>,
+    },
     /// Serve one session of a full runtime over stdio (the `process` provider's child).
     Serve {
         /// The child's home directory.
@@ -81,6 +93,10 @@ fn main() -> ExitCode {
     let outcome = match Cli::parse().command {
         Command::Run { prompt, provider, model, home } => run::run(run::RunArgs { prompt, provider, model, home })
             .map(|completed| if completed { ExitCode::SUCCESS } else { ExitCode::from(1) }),
+        Command::Acp { home, model, approve } => {
+            let options = subagents::providers::acp::agent::AcpServeOptions { home, model, approve };
+            subagents::providers::acp::agent::serve_acp(options).map(|()| ExitCode::SUCCESS)
+        }
         Command::Serve { home } => {
             let options = subagents::providers::process::serve::ServeOptions { home };
             subagents::providers::process::serve::serve_stdio(options).map(|()| ExitCode::SUCCESS)

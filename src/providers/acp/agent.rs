@@ -1,0 +1,289 @@
+//! `subagents acp`: this crate's agent, served over the Agent Client
+//! Protocol on stdio, so any ACP client (our own `acp` provider included)
+//! can drive it.
+//!
+//! - `initialize` advertises the protocol version, text prompts, and
+//!   `sessionCapabilities.systemPrompt` (append and override).
+//! - `session/new` takes the cwd (absolute) and builds a session of a full
+//!   runtime: the scripted demo model (or `openai:NAME`), `read_file`,
+//!   `list_dir`, a subagent tool on an in-process `spawn` provider (so the
+//!   child can delegate further), the task tools. A system prompt replaces
+//!   the persona section (override) or is appended to the prompt (append).
+//! - `session/prompt` streams `agent_message_chunk`, `tool_call` and
+//!   `tool_call_update` updates and answers with the stop reason
+//!   (`end_turn`, `max_tokens`, `refusal`, `cancelled`); a failed turn is
+//!   a JSON-RPC error.
+//! - `session/cancel` cancels the running turn (it then answers `cancelled`).
+//! - Tools named with `--approve` ask `session/request_permission` first; a
+//!   rejected or cancelled request becomes a tool error the model sees.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::schema::{
+    AgentCapabilities, CancelNotification, ContentBlock as AcpBlock, ContentChunk, Implementation, InitializeRequest,
+    InitializeResponse, NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind,
+    PromptCapabilities, PromptRequest, PromptResponse, RequestPermissionOutcome, RequestPermissionRequest,
+    SessionCapabilities, SessionId, SessionNotification, SessionSystemPromptCapabilities,
+    SessionSystemPromptModeCapabilities, SessionSystemPromptOverrideCapabilities, SessionUpdate, StopReason as AcpStop,
+    SystemPromptMode, ToolCall as AcpToolCall, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
+};
+use agent_client_protocol::{v1, ByteStreams, Client, Error};
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+use crate::agent::{
+    Agent, AgentUpdate, ListDir, Model, OpenAiConfig, OpenAiModel, ReadFile, ScriptedModel, SessionStore, Tool,
+    ToolContext, ToolOutput, ToolSpec, Toolset,
+};
+use crate::providers::SpawnProvider;
+use crate::seam::{ContentBlock, StopReason};
+use crate::tool::{MaxDepth, SubagentTool, SubagentToolConfig, TaskService};
+use crate::{Runtime, Subagents};
+
+/// How `subagents acp` serves.
+#[derive(Clone, Debug)]
+pub struct AcpServeOptions {
+    /// Where sessions are kept.
+    pub home: PathBuf,
+    /// `scripted` or `openai:NAME`.
+    pub model: String,
+    /// Tools that ask the client for permission before each call.
+    pub approve: Vec<String>,
+}
+
+/// Serves ACP on this process's stdin and stdout until EOF.
+pub fn serve_acp(options: AcpServeOptions) -> Result<(), String> {
+    let model: Arc<dyn Model> = match options.model.as_str() {
+        "scripted" => Arc::new(ScriptedModel::demo()),
+        spec => match spec.strip_prefix("openai:") {
+            Some(name) => {
+                let config = OpenAiConfig::from_env_for(Some(name)).map_err(|e| e.to_string())?;
+                Arc::new(OpenAiModel::new(config).map_err(|e| e.to_string())?)
+            }
+            None => return Err(format!("unknown model {spec:?}")),
+        },
+    };
+    let runtime = Runtime::builder().home(&options.home).workers(1).build().map_err(|e| e.to_string())?;
+    let subagents = runtime.subagents();
+    subagents.register_provider(SpawnProvider::new("spawn", model.clone())).map_err(|e| e.to_string())?.keep();
+    let state = Arc::new(State { subagents, model, options, sessions: Mutex::default(), tasks: TaskService::new() });
+    let served = runtime.block_on(serve(state.clone()));
+    // Close every session (flush, cancel its tasks) before the runtime goes.
+    let agents: Vec<Agent> = state.sessions.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, a)| a).collect();
+    runtime.block_on(async move {
+        for agent in agents {
+            let _ = agent.shutdown().await;
+        }
+    });
+    runtime.shutdown_blocking();
+    served.map_err(|e| e.to_string())
+}
+
+struct State {
+    subagents: Subagents,
+    model: Arc<dyn Model>,
+    options: AcpServeOptions,
+    sessions: Mutex<HashMap<SessionId, Agent>>,
+    tasks: TaskService,
+}
+
+impl State {
+    fn session(&self, id: &SessionId) -> Option<Agent> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned()
+    }
+}
+
+async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
+    let transport = ByteStreams::new(tokio::io::stdout().compat_write(), tokio::io::stdin().compat());
+    let (for_new, for_prompt, for_cancel) = (state.clone(), state.clone(), state.clone());
+    agent_client_protocol::Agent
+        .v1()
+        .name("subagents")
+        .on_receive_request(
+            async move |_request: InitializeRequest,
+                        responder: v1::Responder<InitializeResponse>,
+                        _cx: v1::ConnectionTo<Client>| {
+                let system_prompt = SessionSystemPromptCapabilities::new().mode(
+                    SessionSystemPromptModeCapabilities::new()
+                        .override_(SessionSystemPromptOverrideCapabilities::new()),
+                );
+                let capabilities = AgentCapabilities::new()
+                    .load_session(false)
+                    .prompt_capabilities(PromptCapabilities::new().image(false).audio(false).embedded_context(false))
+                    .session_capabilities(SessionCapabilities::new().system_prompt(system_prompt));
+                responder.respond(
+                    InitializeResponse::new(ProtocolVersion::V1)
+                        .agent_capabilities(capabilities)
+                        .agent_info(Implementation::new("subagents", env!("CARGO_PKG_VERSION"))),
+                )
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: NewSessionRequest,
+                        responder: v1::Responder<NewSessionResponse>,
+                        cx: v1::ConnectionTo<Client>| {
+                match for_new.new_session(&request, cx) {
+                    Ok(id) => responder.respond(NewSessionResponse::new(id)),
+                    Err(message) => responder.respond_with_error(Error::invalid_params().data(Value::String(message))),
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: PromptRequest,
+                        responder: v1::Responder<PromptResponse>,
+                        cx: v1::ConnectionTo<Client>| {
+                let Some(agent) = for_prompt.session(&request.session_id) else {
+                    return responder.respond_with_error(Error::invalid_params().data(Value::from("unknown session")));
+                };
+                // The turn runs beside the dispatch loop, so session/cancel
+                // and permission answers get through while it works.
+                cx.spawn(async move {
+                    let outcome = agent.prompt(prompt_blocks(&request.prompt)).await;
+                    let reply = match outcome.stop_reason {
+                        StopReason::Completed => Ok(PromptResponse::new(AcpStop::EndTurn)),
+                        StopReason::MaxTokens => Ok(PromptResponse::new(AcpStop::MaxTokens)),
+                        StopReason::Refusal => Ok(PromptResponse::new(AcpStop::Refusal)),
+                        StopReason::Aborted => Ok(PromptResponse::new(AcpStop::Cancelled)),
+                        _ => Err(Error::internal_error().data(Value::from("the turn failed"))),
+                    };
+                    responder.respond_with_result(reply)
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |notification: CancelNotification, _cx: v1::ConnectionTo<Client>| {
+                if let Some(agent) = for_cancel.session(&notification.session_id) {
+                    agent.cancel();
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_to(transport)
+        .await
+}
+
+fn prompt_blocks(blocks: &[AcpBlock]) -> Vec<ContentBlock> {
+    let text: String = blocks
+        .iter()
+        .filter_map(|block| match block {
+            AcpBlock::Text(text) => Some(text.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    vec![ContentBlock::text(text)]
+}
+
+impl State {
+    fn new_session(&self, request: &NewSessionRequest, cx: v1::ConnectionTo<Client>) -> Result<SessionId, String> {
+        if !request.cwd.is_absolute() {
+            return Err("cwd must be absolute".to_owned());
+        }
+        let session_id = SessionId::new(crate::agent::new_session_id());
+        let mut tools = Toolset::new();
+        let approve = |tool: Arc<dyn Tool>| -> Arc<dyn Tool> {
+            if self.options.approve.iter().any(|name| *name == tool.spec().name) {
+                Arc::new(Approved { tool, cx: cx.clone(), session_id: session_id.clone() })
+            } else {
+                tool
+            }
+        };
+        let config = SubagentToolConfig::new("spawn").with_max_depth(MaxDepth::Limit(3));
+        let subagent =
+            SubagentTool::mount(&self.subagents, config, Some(self.tasks.clone())).map_err(|e| e.to_string())?;
+        let mut all: Vec<Arc<dyn Tool>> = vec![Arc::new(ReadFile), Arc::new(ListDir), Arc::new(subagent)];
+        all.extend(self.tasks.tools());
+        for tool in all {
+            tools.add_shared(approve(tool)).map_err(|e| e.to_string())?;
+        }
+        let updates = cx.clone();
+        let update_session = session_id.clone();
+        let mut builder = Agent::builder_shared(self.model.clone())
+            .store(SessionStore::new(&self.options.home))
+            .session_id(session_id.to_string())
+            .cwd(&request.cwd)
+            .toolset(tools)
+            .on_update(Arc::new(move |update: &AgentUpdate| {
+                let update = match update {
+                    AgentUpdate::Text(text) => {
+                        SessionUpdate::AgentMessageChunk(ContentChunk::new(AcpBlock::from(text.clone())))
+                    }
+                    AgentUpdate::ToolCall { id, name } => SessionUpdate::ToolCall(
+                        AcpToolCall::new(id.clone(), name.clone()).status(ToolCallStatus::InProgress),
+                    ),
+                    AgentUpdate::ToolResult { id, is_error, .. } => {
+                        let status = if *is_error { ToolCallStatus::Failed } else { ToolCallStatus::Completed };
+                        SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                            id.clone(),
+                            ToolCallUpdateFields::new().status(status),
+                        ))
+                    }
+                    _ => return,
+                };
+                let _ = updates.send_notification(SessionNotification::new(update_session.clone(), update));
+            }));
+        if let Some(system_prompt) = &request.system_prompt {
+            let text: String = system_prompt
+                .content
+                .iter()
+                .filter_map(|b| match b {
+                    AcpBlock::Text(t) => Some(t.text.as_str()),
+                    _ => None,
+                })
+                .collect();
+            builder = match system_prompt.mode {
+                SystemPromptMode::Override => builder.persona(text),
+                SystemPromptMode::Append => builder.prompt_section("client", text),
+                _ => return Err("unsupported system prompt mode".to_owned()),
+            };
+        }
+        let agent = builder.build().map_err(|e| e.to_string())?;
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(session_id.clone(), agent);
+        Ok(session_id)
+    }
+}
+
+/// A tool that asks the client before each call.
+struct Approved {
+    tool: Arc<dyn Tool>,
+    cx: v1::ConnectionTo<Client>,
+    session_id: SessionId,
+}
+
+impl Tool for Approved {
+    fn spec(&self) -> ToolSpec {
+        self.tool.spec()
+    }
+
+    fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
+        Box::pin(async move {
+            let name = self.tool.spec().name;
+            let options = vec![
+                PermissionOption::new("allow-once", "Allow", PermissionOptionKind::AllowOnce),
+                PermissionOption::new("allow-always", "Always allow", PermissionOptionKind::AllowAlways),
+                PermissionOption::new("reject-once", "Reject", PermissionOptionKind::RejectOnce),
+            ];
+            let call = ToolCallUpdate::new(context.call_id.clone(), ToolCallUpdateFields::new().title(name.clone()));
+            let asked = self.cx.send_request(RequestPermissionRequest::new(self.session_id.clone(), call, options));
+            let allowed = match asked.block_task().await {
+                Ok(response) => match response.outcome {
+                    RequestPermissionOutcome::Selected(selected) => selected.option_id.0.starts_with("allow"),
+                    _ => false,
+                },
+                Err(_) => false,
+            };
+            if allowed {
+                self.tool.call(arguments, context).await
+            } else {
+                ToolOutput::error(format!("the client did not allow {name:?}"))
+            }
+        })
+    }
+}

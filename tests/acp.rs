@@ -1,0 +1,215 @@
+//! SPEC §7 `acp`: an ACP client over real child processes — our own binary
+//! as the agent (`subagents acp`) and small shell agents for cancellation,
+//! the ladder and hostile output. After every test no child is left.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use subagents::providers::{AcpConfig, AcpProvider, Permission};
+use subagents::{CancellationToken, Category, Parent, RunResult, Runtime, StartRequest, StopReason, Subagents};
+
+fn runtime(home: &Path) -> Runtime {
+    Runtime::builder()
+        .workers(2)
+        .home(home)
+        .cancel_grace(Duration::from_millis(300))
+        .dispose_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// Our own binary as the ACP agent, with its home under `home`.
+fn own_agent(name: &str, home: &Path, extra: &[&str]) -> AcpConfig {
+    let mut args = vec!["acp".to_owned(), "--home".to_owned(), home.join("agent-home").display().to_string()];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let mut config = AcpConfig::new(name, env!("CARGO_BIN_EXE_subagents"), args);
+    config.dispose_eof_grace = Duration::from_secs(5);
+    config
+}
+
+/// A shell agent: answers `initialize` and `session/new`, then runs `then`.
+fn shell_agent(dir: &Path, name: &str, then: &str) -> AcpConfig {
+    let script = format!(
+        r#"#!/bin/sh
+reply() {{
+  read -r line || exit 0
+  id=$(printf '%s' "$line" | sed -E 's/.*"id":("[^"]*"|[0-9]+).*/\1/')
+  printf '{{"jsonrpc":"2.0","id":%s,"result":%s}}\n' "$id" "$1"
+}}
+reply '{{"protocolVersion":1,"agentCapabilities":{{}}}}'
+reply '{{"sessionId":"s1"}}'
+{then}
+"#
+    );
+    let path = dir.join(name);
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut config = AcpConfig::new(name, path, Vec::new());
+    config.dispose_eof_grace = Duration::from_millis(300);
+    config.dispose_grace = Duration::from_millis(300);
+    config
+}
+
+fn register(runtime: &Runtime, config: AcpConfig) -> Subagents {
+    let subagents = runtime.subagents();
+    let provider = runtime.block_on(async move { AcpProvider::new(config).await.unwrap() });
+    subagents.register_provider(provider).unwrap().keep();
+    subagents
+}
+
+fn request(prompt: &str, cwd: &Path) -> StartRequest {
+    StartRequest::new(prompt, Parent::root(cwd), CancellationToken::new())
+}
+
+fn lifecycle(runtime: &Runtime, subagents: &Subagents, provider: &str, request: StartRequest) -> RunResult {
+    let (subagents, provider) = (subagents.clone(), provider.to_owned());
+    runtime.block_on(async move {
+        let run = subagents.start(&provider, request).await.unwrap();
+        let result = run.result().await.unwrap();
+        run.dispose().await.unwrap();
+        result
+    })
+}
+
+fn no_children_left(runtime: &Runtime) {
+    let live = runtime.live();
+    assert_eq!(live.processes, 0, "{live:?}");
+    assert!(live.is_quiescent(), "{live:?}");
+}
+
+#[test]
+fn our_own_binary_answers_over_acp_and_delegates_in_its_own_process() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let subagents = register(&runtime, own_agent("acp", home.path(), &[]));
+    let info = subagents.get_provider("acp").unwrap();
+    assert!(info.capabilities.persona, "persona comes from the advertised systemPrompt");
+    assert!(!info.capabilities.output_schema && !info.capabilities.depth_limit && !info.capabilities.tool_filter);
+
+    let plain = lifecycle(&runtime, &subagents, "acp", request("summarise the log", home.path()));
+    assert_eq!((plain.stop_reason, plain.text()), (StopReason::Completed, "handled: summarise the log".to_owned()));
+    // parent → ACP child → that child's own in-process grandchildren.
+    let nested = lifecycle(&runtime, &subagents, "acp", request("check a; check b", home.path()));
+    assert!(
+        nested.text().contains("- handled: check a") && nested.text().contains("- handled: check b"),
+        "{}",
+        nested.text()
+    );
+    let refused = runtime.block_on({
+        let (subagents, cwd) = (subagents.clone(), home.path().to_path_buf());
+        async move { subagents.start("acp", request("x", &cwd).with_output_schema(json!({"type": "object"}))).await }
+    });
+    assert_eq!(refused.unwrap_err().code(), "UNSUPPORTED_CAPABILITY");
+    no_children_left(&runtime);
+}
+
+#[test]
+fn a_persona_travels_as_the_sessions_system_prompt() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let subagents = register(&runtime, own_agent("acp", home.path(), &[]));
+    let result = lifecycle(&runtime, &subagents, "acp", request("review", home.path()).with_persona("You are terse."));
+    assert_eq!(result.stop_reason, StopReason::Completed);
+    let sessions = home.path().join("agent-home/sessions");
+    let header = std::fs::read_dir(&sessions)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .find(|text| text.contains("You are terse."));
+    assert!(header.is_some(), "the child's session header records the persona");
+    no_children_left(&runtime);
+}
+
+#[test]
+fn permission_requests_are_answered_by_policy_and_kind() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("visible.txt"), "x").unwrap();
+    let runtime = runtime(home.path());
+    let mut allow = own_agent("allow", home.path(), &["--approve", "list_dir"]);
+    allow.permission = Permission::Allow;
+    let reject = own_agent("reject", home.path(), &["--approve", "list_dir"]);
+    let subagents = register(&runtime, allow);
+    register(&runtime, reject);
+    let allowed = lifecycle(&runtime, &subagents, "allow", request("list the files", home.path()));
+    let rejected = lifecycle(&runtime, &subagents, "reject", request("list the files", home.path()));
+    assert!(allowed.text().contains("visible.txt"), "{}", allowed.text());
+    assert!(rejected.text().contains("did not allow"), "{}", rejected.text());
+    no_children_left(&runtime);
+}
+
+#[test]
+fn cancel_settles_aborted_even_when_the_child_ignores_it_and_the_ladder_reaps_it() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    // Reads the prompt, never answers, ignores session/cancel and EOF.
+    let config = shell_agent(home.path(), "stubborn", "cat > /dev/null\nsleep 1000");
+    let subagents = register(&runtime, config);
+    let cwd = home.path().to_path_buf();
+    let (result, disposed, took) = runtime.block_on(async move {
+        let run = subagents.start("stubborn", request("work", &cwd)).await.unwrap();
+        let began = Instant::now();
+        run.cancel();
+        let result = run.result().await.unwrap();
+        let disposed = run.dispose().await;
+        (result, disposed, began.elapsed())
+    });
+    assert_eq!(result.stop_reason, StopReason::Aborted);
+    assert!(disposed.is_ok(), "{disposed:?}");
+    assert!(took >= Duration::from_millis(300), "EOF alone did not stop it: {took:?}");
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    no_children_left(&runtime);
+}
+
+#[test]
+fn a_child_that_fails_the_handshake_is_reaped_before_start_rejects() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    // Passes the probe (one initialize), then dies at the next start.
+    let marker = home.path().join("probed");
+    let script = format!(
+        "if [ -e '{marker}' ]; then exit 4; fi\ntouch '{marker}'\nread -r line\nid=$(printf '%s' \"$line\" | sed -E 's/.*\"id\":(\"[^\"]*\"|[0-9]+).*/\\1/')\nprintf '{{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{{\"protocolVersion\":1,\"agentCapabilities\":{{}}}}}}\\n' \"$id\"\ncat > /dev/null",
+        marker = marker.display()
+    );
+    let path = home.path().join("dies-later");
+    std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let subagents = register(&runtime, AcpConfig::new("dies-later", path, Vec::new()));
+    let cwd = home.path().to_path_buf();
+    let error = runtime.block_on(async move { subagents.start("dies-later", request("x", &cwd)).await.unwrap_err() });
+    assert_eq!(error.code(), "STARTUP_FAILED");
+    no_children_left(&runtime);
+}
+
+#[test]
+fn hostile_output_ends_the_run_with_a_clear_error_and_bounded_memory() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let children = [
+        ("garbage", "read -r line\necho 'this is not json'\ncat > /dev/null"),
+        ("truncated", "read -r line\nprintf '%s' '{\"jsonrpc\":\"2.0\",\"id\":'"),
+        ("huge-line", "read -r line\nhead -c 100000000 /dev/zero | tr '\\0' 'a'\ncat > /dev/null"),
+    ];
+    for (name, then) in children {
+        let subagents = register(&runtime, shell_agent(home.path(), name, then));
+        let began = Instant::now();
+        let result = lifecycle(&runtime, &subagents, name, request("go", home.path()));
+        assert!(began.elapsed() < Duration::from_secs(20), "{name} hung");
+        assert_eq!(result.stop_reason, StopReason::Error, "{name}");
+        let category = result.diagnostic.unwrap().category;
+        assert!(matches!(category, Category::Protocol | Category::ChildCrashed), "{name}: {category:?}");
+        no_children_left(&runtime);
+    }
+}
+
+#[test]
+fn a_bad_cwd_is_refused_before_anything_is_spawned() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let subagents = register(&runtime, own_agent("acp", home.path(), &[]));
+    let error = runtime.block_on(async move {
+        subagents.start("acp", request("x", &PathBuf::from("/no/such/dir"))).await.unwrap_err()
+    });
+    assert_eq!(error.code(), "INVALID_REQUEST");
+    no_children_left(&runtime);
+}
