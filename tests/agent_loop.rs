@@ -426,3 +426,20 @@ async fn updates_report_tool_calls_and_the_turn_end() {
         ]
     );
 }
+
+#[test]
+fn tool_schemas_are_checked_when_added_compiled_on_demand_and_reported_to_the_model() {
+    let not_an_object = FnTool::new("bad", "Bad.", json!("a string"), |_| ToolOutput::ok(""));
+    assert!(matches!(Toolset::new().add(not_an_object), Err(subagents::agent::ToolError::InvalidSchema { .. })));
+    let mut tools = Toolset::new();
+    tools.add(FnTool::new("broken", "Broken.", json!({"type": 5}), |_| ToolOutput::ok("ran"))).unwrap();
+    assert!(
+        matches!(tools.compile_all(), Err(subagents::agent::ToolError::InvalidSchema { name, .. }) if name == "broken")
+    );
+    let model = scripted(vec![Step::tool_call("broken", json!({})), Step::text("ok")]);
+    let agent = Agent::builder(model).toolset(tools).build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(agent.prompt("go"));
+    let (_, error, is_error) = &tool_results(&agent)[0];
+    assert!(*is_error && error.contains("invalid parameter schema"), "{error}");
+}

@@ -182,7 +182,7 @@ pub enum ToolError {
     /// Two tools with one name.
     #[error("a tool named {0:?} is already registered")]
     Duplicate(String),
-    /// The parameter schema does not compile.
+    /// The parameter schema is not a JSON object or does not compile.
     #[error("tool {name:?} has an invalid parameter schema: {reason}")]
     InvalidSchema {
         /// The tool.
@@ -194,12 +194,20 @@ pub enum ToolError {
 
 struct Entry {
     spec: ToolSpec,
-    schema: CompiledSchema,
+    /// Compiled on first use: most tools of most agents are never called,
+    /// and a first compile in a process costs milliseconds.
+    schema: OnceLock<Result<CompiledSchema, String>>,
     tool: Arc<dyn Tool>,
     /// Runtime-owned (the structured-output capture): no filter hides it.
     exempt: bool,
     /// Asked for its availability and spec at every request.
     dynamic: bool,
+}
+
+impl Entry {
+    fn compiled(&self) -> Result<&CompiledSchema, &str> {
+        self.schema.get_or_init(|| CompiledSchema::compile(&self.spec.parameters)).as_ref().map_err(String::as_str)
+    }
 }
 
 /// One agent's tools, gates and filter. Cloning shares the tools.
@@ -225,7 +233,9 @@ impl Toolset {
         Self::default()
     }
 
-    /// Adds a tool; its name must be new and its schema must compile.
+    /// Adds a tool; its name must be new and its schema a JSON object. The
+    /// schema is compiled at the tool's first call (see
+    /// [`Toolset::compile_all`] to check every schema now).
     pub fn add(&mut self, tool: impl Tool) -> Result<(), ToolError> {
         self.add_shared(Arc::new(tool))
     }
@@ -246,11 +256,24 @@ impl Toolset {
         if self.entry(&spec.name).is_some() {
             return Err(ToolError::Duplicate(spec.name));
         }
-        let schema = CompiledSchema::compile(&spec.parameters)
-            .map_err(|reason| ToolError::InvalidSchema { name: spec.name.clone(), reason })?;
+        if !spec.parameters.is_object() {
+            let reason = "the parameters must be a JSON Schema object".to_owned();
+            return Err(ToolError::InvalidSchema { name: spec.name, reason });
+        }
         let dynamic = tool.dynamic();
-        self.entries.push(Arc::new(Entry { spec, schema, tool, exempt, dynamic }));
+        self.entries.push(Arc::new(Entry { spec, schema: OnceLock::new(), tool, exempt, dynamic }));
         self.visible = Arc::default();
+        Ok(())
+    }
+
+    /// Compiles every tool's schema now; the first failure is the error.
+    pub fn compile_all(&self) -> Result<(), ToolError> {
+        for entry in &self.entries {
+            entry.compiled().map_err(|reason| ToolError::InvalidSchema {
+                name: entry.spec.name.clone(),
+                reason: reason.to_owned(),
+            })?;
+        }
         Ok(())
     }
 
@@ -334,7 +357,12 @@ impl Toolset {
                 return ToolOutput::error(format!("arguments for {:?} are not valid JSON", call.name));
             }
         }
-        let violations = entry.schema.violations(&call.arguments);
+        let violations = match entry.compiled() {
+            Ok(schema) => schema.violations(&call.arguments),
+            Err(reason) => {
+                return ToolOutput::error(format!("tool {:?} has an invalid parameter schema: {reason}", call.name))
+            }
+        };
         if !violations.is_empty() {
             return ToolOutput::error(format!("invalid arguments for {:?}:\n- {}", call.name, violations.join("\n- ")));
         }
