@@ -73,6 +73,25 @@ fn lifecycle(runtime: &Runtime, subagents: &Subagents, provider: &str, request: 
     })
 }
 
+/// No live process (zombies aside) has `marker` on its command line: the
+/// children of a test all carry its unique temporary directory.
+fn no_process_mentions(marker: &Path) {
+    let marker = marker.display().to_string();
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next().map(str::to_owned))?;
+            (cmdline.contains(&marker) && state != "Z").then(|| format!("{pid}: {cmdline}"))
+        })
+        .collect();
+    assert!(survivors.is_empty(), "child processes survived: {survivors:?}");
+}
+
 fn no_children_left(runtime: &Runtime) {
     let live = runtime.live();
     assert_eq!(live.processes, 0, "{live:?}");
@@ -88,7 +107,17 @@ fn our_own_binary_answers_over_acp_and_delegates_in_its_own_process() {
     assert!(info.capabilities.persona, "persona comes from the advertised systemPrompt");
     assert!(!info.capabilities.output_schema && !info.capabilities.depth_limit && !info.capabilities.tool_filter);
 
+    let mut events = subagents.subscribe();
     let plain = lifecycle(&runtime, &subagents, "acp", request("summarise the log", home.path()));
+    let mut chunks = String::new();
+    while let Some(Ok(event)) = events.try_recv() {
+        if let subagents::SubagentEvent::Progress(progress) = event {
+            if let subagents::ProgressUpdate::MessageChunk { text } = &progress.update {
+                chunks.push_str(text);
+            }
+        }
+    }
+    assert_eq!(chunks, "handled: summarise the log", "the child's updates are Progress events");
     assert_eq!((plain.stop_reason, plain.text()), (StopReason::Completed, "handled: summarise the log".to_owned()));
     // parent → ACP child → that child's own in-process grandchildren.
     let nested = lifecycle(&runtime, &subagents, "acp", request("check a; check b", home.path()));
@@ -103,6 +132,7 @@ fn our_own_binary_answers_over_acp_and_delegates_in_its_own_process() {
     });
     assert_eq!(refused.unwrap_err().code(), "UNSUPPORTED_CAPABILITY");
     no_children_left(&runtime);
+    no_process_mentions(home.path());
 }
 
 #[test]
@@ -119,6 +149,7 @@ fn a_persona_travels_as_the_sessions_system_prompt() {
         .find(|text| text.contains("You are terse."));
     assert!(header.is_some(), "the child's session header records the persona");
     no_children_left(&runtime);
+    no_process_mentions(home.path());
 }
 
 #[test]
@@ -136,6 +167,7 @@ fn permission_requests_are_answered_by_policy_and_kind() {
     assert!(allowed.text().contains("visible.txt"), "{}", allowed.text());
     assert!(rejected.text().contains("did not allow"), "{}", rejected.text());
     no_children_left(&runtime);
+    no_process_mentions(home.path());
 }
 
 #[test]
@@ -159,6 +191,7 @@ fn cancel_settles_aborted_even_when_the_child_ignores_it_and_the_ladder_reaps_it
     assert!(took >= Duration::from_millis(300), "EOF alone did not stop it: {took:?}");
     assert!(took < Duration::from_secs(8), "{took:?}");
     no_children_left(&runtime);
+    no_process_mentions(home.path());
 }
 
 #[test]
@@ -179,6 +212,7 @@ fn a_child_that_fails_the_handshake_is_reaped_before_start_rejects() {
     let error = runtime.block_on(async move { subagents.start("dies-later", request("x", &cwd)).await.unwrap_err() });
     assert_eq!(error.code(), "STARTUP_FAILED");
     no_children_left(&runtime);
+    no_process_mentions(home.path());
 }
 
 #[test]
@@ -199,6 +233,7 @@ fn hostile_output_ends_the_run_with_a_clear_error_and_bounded_memory() {
         let category = result.diagnostic.unwrap().category;
         assert!(matches!(category, Category::Protocol | Category::ChildCrashed), "{name}: {category:?}");
         no_children_left(&runtime);
+        no_process_mentions(home.path());
     }
 }
 
@@ -212,4 +247,5 @@ fn a_bad_cwd_is_refused_before_anything_is_spawned() {
     });
     assert_eq!(error.code(), "INVALID_REQUEST");
     no_children_left(&runtime);
+    no_process_mentions(home.path());
 }

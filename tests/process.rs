@@ -59,6 +59,25 @@ fn lifecycle(runtime: &Runtime, subagents: &Subagents, provider: &str, request: 
     })
 }
 
+/// No live process (zombies aside) has `marker` on its command line: the
+/// children of a test all carry its unique temporary directory.
+fn no_process_mentions(marker: &Path) {
+    let marker = marker.display().to_string();
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next().map(str::to_owned))?;
+            (cmdline.contains(&marker) && state != "Z").then(|| format!("{pid}: {cmdline}"))
+        })
+        .collect();
+    assert!(survivors.is_empty(), "child processes survived: {survivors:?}");
+}
+
 fn no_children_left(runtime: &Runtime) {
     let live = runtime.live();
     assert_eq!(live.processes, 0, "{live:?}");
@@ -87,6 +106,7 @@ fn our_own_binary_serves_a_run_and_its_in_process_grandchildren() {
     let sessions = std::fs::read_dir(home.path().join("children/sessions")).unwrap().count();
     assert_eq!(sessions, 4);
     no_children_left(&runtime);
+    no_process_mentions(home.path());
 }
 
 #[test]
@@ -116,6 +136,7 @@ fn start_time_features_other_than_the_route_are_refused_and_a_bad_route_is_reape
     assert_eq!(bad_cwd.code(), "INVALID_REQUEST");
     assert_eq!(cancelled.code(), "ABORTED");
     no_children_left(&runtime);
+    no_process_mentions(home.path());
 }
 
 #[test]
@@ -144,6 +165,7 @@ fn patches_are_checked_at_construction_and_applied_in_order() {
     assert_eq!(patched.text(), format!("handled: {prompt}"), "no list_dir after the second patch");
     assert!(plain.text().starts_with("Done:"), "the default profile lists the directory: {}", plain.text());
     no_children_left(&runtime);
+    no_process_mentions(home.path());
 }
 
 /// The dispose ladder, one tier per child: EOF, SIGTERM, SIGKILL.
@@ -185,6 +207,7 @@ fn the_dispose_ladder_stops_each_kind_of_child_at_its_tier() {
         assert!(took >= at_least, "{name} stopped at an earlier tier: {took:?}");
         assert!(took < at_least + Duration::from_secs(5), "{name} took {took:?}");
         no_children_left(&runtime);
+        no_process_mentions(home.path());
     }
 }
 
@@ -201,6 +224,7 @@ fn a_child_that_dies_before_the_handshake_is_a_startup_failure() {
     assert_eq!(error.code(), "STARTUP_FAILED");
     assert!(error.to_string().contains("child-crashed"), "{error}");
     no_children_left(&runtime);
+    no_process_mentions(home.path());
 }
 
 fn resident_kib() -> u64 {
@@ -248,6 +272,7 @@ fn hostile_output_is_a_clear_error_with_bounded_memory() {
         assert_eq!(result.stop_reason, StopReason::Error, "{name}");
         assert_eq!(result.diagnostic.unwrap().category, category, "{name}");
         no_children_left(&runtime);
+        no_process_mentions(home.path());
     }
     let grown = resident_kib().saturating_sub(before);
     assert!(grown < 64 * 1024, "a 100 MB line must not be buffered whole: grew {grown} KiB");
@@ -281,4 +306,5 @@ fn credential_shaped_variables_never_reach_the_child() {
     assert!(env.contains("EXPLICIT_TOKEN=given"), "explicit entries are the child's to have");
     assert!(env.contains("PATH="));
     no_children_left(&runtime);
+    no_process_mentions(home.path());
 }
