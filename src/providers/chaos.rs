@@ -214,11 +214,7 @@ impl Provider for ChaosProvider {
                 }
                 Some(ChaosFault::Panic) => panic!("chaos: injected panic at launch"),
                 Some(ChaosFault::Hang) => std::future::pending::<()>().await,
-                Some(ChaosFault::Delay(delay)) => {
-                    if !wait(delay, &cancel).await {
-                        return Err(LaunchError::Aborted);
-                    }
-                }
+                Some(ChaosFault::Delay(delay)) if !wait(delay, &cancel).await => return Err(LaunchError::Aborted),
                 _ => {}
             }
             let child = inner.launch(launch).await?;
