@@ -6,11 +6,13 @@
 //! [`SessionStore`] persists each session as JSON lines in
 //! `<home>/sessions/<id>.jsonl`: the header first, then one line per event.
 //!
-//! Writes are buffered and flushed at every turn end and when the session is
-//! closed, so a run's `dispose` returns only after its log reached the file.
-//! Each line is written whole; a crash mid-write can leave only the *last*
-//! line torn, and [`SessionStore::load`] drops that line with a warning and
-//! keeps every earlier event. Resuming a session never lowers its depth.
+//! Every event is handed to the operating system as one whole line when it
+//! is appended (one `write` per event; no `fsync`), so a process killed
+//! mid-turn leaves every complete event on disk, and a run's `dispose`
+//! returns only after its log reached the file. A crash mid-write can leave
+//! only the *last* line torn, and [`SessionStore::load`] drops that line
+//! with a warning and keeps every earlier event. Resuming a session never
+//! lowers its depth.
 //!
 //! ```
 //! use subagents::agent::{SessionEvent, SessionHeader, SessionStore};
@@ -388,9 +390,11 @@ impl Session {
         &self.events[..end]
     }
 
-    /// Appends an event (buffered; see [`Session::flush`]).
+    /// Appends an event and writes it through to the file.
     pub fn append(&mut self, event: SessionEvent) -> Result<(), SessionError> {
         self.write_line(&event)?;
+        // Write-through: a kill between two events loses neither.
+        self.flush()?;
         self.events.push(event);
         Ok(())
     }

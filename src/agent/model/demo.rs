@@ -10,7 +10,8 @@
 //! - with `list_dir` and a task that mentions files or a directory, lists
 //!   the working directory first, then answers with what it saw;
 //! - honours `[refuse]`, `[max-tokens]` and `[fail]` in the task, so a batch
-//!   can show every stop reason;
+//!   can show every stop reason, and `[slow]` (a minute-long, cancellable
+//!   answer) for cancellation and crash drills;
 //! - otherwise answers `handled: <task>`.
 
 use serde_json::{json, Map, Value};
@@ -24,7 +25,12 @@ impl ScriptedModel {
     /// The embedded default for demos and the CLI: see [the module
     /// docs](self). Scripts added later take precedence.
     pub fn demo() -> Self {
-        ScriptedModel::new().fallback(Step::respond(demo_reply))
+        // `[slow]` holds a turn open for a minute (cancellable): for tests
+        // and demos of cancellation and crashes mid-turn.
+        let slow = Step::text("finally done").after(std::time::Duration::from_secs(60));
+        ScriptedModel::new()
+            .script(super::scripted::ScriptMatch::PromptContains("[slow]".to_owned()), vec![slow])
+            .fallback(Step::respond(demo_reply))
     }
 }
 

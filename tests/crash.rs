@@ -1,0 +1,347 @@
+//! Crash consistency and hostile input at process boundaries.
+//!
+//! - `kill -9` of a `serve` child mid-turn: the run settles `Error`, and the
+//!   child's session reloads with every complete event and no torn one.
+//! - `kill -9` of a parent process mid-run: its sessions reload the same way.
+//! - A runtime shutdown with a child process mid-turn leaves no process; a
+//!   `serve` child whose parent vanishes (stdin EOF) exits on its own.
+//! - Random and mutated JSON-RPC lines fed to `subagents serve` each get a
+//!   reply (a result or a JSON-RPC error) and never hang it; random lines
+//!   from a `process` or an ACP child end the parent's run cleanly.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use subagents::agent::{SessionEvent, SessionStore};
+use subagents::providers::{AcpConfig, AcpProvider, ProcessConfig, ProcessProvider};
+use subagents::{CancellationToken, Category, Parent, Runtime, StartRequest, StopReason};
+
+fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_subagents"))
+}
+
+fn runtime(home: &Path) -> Runtime {
+    Runtime::builder().workers(2).home(home).cancel_grace(Duration::from_millis(300)).build().unwrap()
+}
+
+fn process_provider(name: &str, home: &Path) -> ProcessProvider {
+    let mut config = ProcessConfig::new(name, home.join("children"));
+    config.bin = binary();
+    config.dispose_eof_grace = Duration::from_secs(2);
+    ProcessProvider::new(config).unwrap()
+}
+
+/// Pids of live processes whose command line mentions `marker`.
+fn pids_mentioning(marker: &Path) -> Vec<u32> {
+    let marker = marker.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let zombie = stat.rfind(')').is_some_and(|i| stat[i + 1..].trim_start().starts_with('Z'));
+            (String::from_utf8_lossy(&cmdline).replace('\0', " ").contains(&marker) && !zombie).then_some(pid)
+        })
+        .collect()
+}
+
+fn wait_until(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    condition()
+}
+
+/// Every session under `home` loads; none holds a torn event beyond a
+/// dropped last line, and each has its first user message.
+fn sessions_reload(home: &Path) -> usize {
+    let store = SessionStore::new(home);
+    let Ok(entries) = std::fs::read_dir(home.join("sessions")) else { return 0 };
+    let mut count = 0;
+    for entry in entries.flatten() {
+        let id = entry.path().file_stem().unwrap().to_str().unwrap().to_owned();
+        let loaded = store.load(&id).unwrap_or_else(|e| panic!("session {id} does not reload: {e}"));
+        assert!(
+            loaded.session.events().iter().any(|e| matches!(e, SessionEvent::User { .. })),
+            "session {id} lost its prompt"
+        );
+        count += 1;
+    }
+    count
+}
+
+#[test]
+fn kill_9_of_a_serve_child_mid_turn_settles_error_and_its_session_reloads() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let subagents = runtime.subagents();
+    subagents.register_provider(process_provider("process", home.path())).unwrap().keep();
+    let children = home.path().join("children");
+    let (cwd, watch) = (home.path().to_path_buf(), children.clone());
+    let result = runtime.block_on(async move {
+        let run = subagents.start("process", StartRequest::new("[slow] think", Parent::root(&cwd), Default::default()));
+        let run = run.await.unwrap();
+        // Mid-turn: the child has written its prompt and waits on its model.
+        let sessions = watch.join("sessions");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_dir(&sessions).map_or(0, |d| d.count()) == 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for pid in pids_mentioning(&watch) {
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        let result = run.result().await.unwrap();
+        run.dispose().await.unwrap();
+        result
+    });
+    assert_eq!(result.stop_reason, StopReason::Error);
+    assert_eq!(result.diagnostic.unwrap().category, Category::ChildCrashed);
+    assert_eq!(sessions_reload(&children), 1);
+    assert!(pids_mentioning(&children).is_empty());
+    assert_eq!(runtime.live().processes, 0);
+}
+
+#[test]
+fn runtime_shutdown_reaps_a_child_process_mid_turn() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let subagents = runtime.subagents();
+    subagents.register_provider(process_provider("process", home.path())).unwrap().keep();
+    let cwd = home.path().to_path_buf();
+    let run = runtime.block_on(async move {
+        subagents.start("process", StartRequest::new("[slow] think", Parent::root(&cwd), Default::default())).await
+    });
+    let run = run.unwrap();
+    let children = home.path().join("children");
+    assert_eq!(pids_mentioning(&children).len(), 1, "the child is running");
+    let report = runtime.shutdown_blocking();
+    assert!(report.live_after.is_quiescent(), "{:?}", report.live_after);
+    assert!(pids_mentioning(&children).is_empty(), "no child survives its parent's runtime");
+    drop(run);
+    assert_eq!(sessions_reload(&children), 1);
+}
+
+#[test]
+fn a_serve_child_whose_parent_vanishes_exits_on_its_own() {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new(binary())
+        .args(["serve", "--home"])
+        .arg(home.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocol_version": 1, "route": {}, "profile": "default", "patches": [], "cwd": home.path()}});
+    let prompt = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "prompt",
+        "params": {"prompt": [{"type": "text", "text": "[slow] think"}]}});
+    writeln!(stdin, "{init}\n{prompt}").unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("\"session_id\""), "{line}");
+    std::thread::sleep(Duration::from_millis(100));
+    drop(stdin); // the parent is gone
+    assert!(wait_until(Duration::from_secs(10), || child.try_wait().unwrap().is_some()), "the orphan kept running");
+    assert_eq!(sessions_reload(home.path()), 1);
+    let (_, events) = SessionStore::new(home.path()).read(&first_session(home.path())).unwrap();
+    assert_eq!(events.last(), Some(&SessionEvent::TurnEnd { reason: StopReason::Aborted }), "flushed on the way out");
+}
+
+fn first_session(home: &Path) -> String {
+    let entry = std::fs::read_dir(home.join("sessions")).unwrap().next().unwrap().unwrap();
+    entry.path().file_stem().unwrap().to_str().unwrap().to_owned()
+}
+
+#[test]
+fn kill_9_of_a_parent_process_mid_run_leaves_sessions_that_reload() {
+    let home = tempfile::tempdir().unwrap();
+    let tasks = home.path().join("tasks.jsonl");
+    let mut file = std::fs::File::create(&tasks).unwrap();
+    for n in 0..20 {
+        writeln!(file, "{{\"prompt\": \"[slow] task {n}\"}}").unwrap();
+        writeln!(file, "{{\"prompt\": \"quick task {n}\"}}").unwrap();
+    }
+    drop(file);
+    let mut parent = Command::new(binary())
+        .args(["fanout", "--concurrency", "8", "--home"])
+        .arg(home.path())
+        .arg(&tasks)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let sessions = home.path().join("sessions");
+    assert!(wait_until(Duration::from_secs(20), || std::fs::read_dir(&sessions).map_or(0, |d| d.count()) >= 8));
+    parent.kill().unwrap(); // SIGKILL
+    parent.wait().unwrap();
+    assert!(sessions_reload(home.path()) >= 8);
+}
+
+/// Sends `lines` to a fresh `subagents serve`, then EOF; every reply must
+/// be a JSON-RPC result or error, and the process must exit in time.
+fn serve_survives(lines: &[String]) -> Result<(), TestCaseError> {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new(binary())
+        .args(["serve", "--home"])
+        .arg(home.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for line in lines {
+            // A child may stop reading (an oversized line ends the session).
+            if writeln!(stdin, "{line}").is_err() {
+                break;
+            }
+        }
+    }
+    let exited = wait_until(Duration::from_secs(20), || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+    }
+    prop_assert!(exited, "serve hung on {lines:?}");
+    let mut output = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut output).unwrap();
+    for reply in output.lines() {
+        let value: serde_json::Value = serde_json::from_str(reply).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let is_event = value["method"] == "event";
+        prop_assert!(is_event || value.get("result").is_some() || value["error"]["code"].is_i64(), "{reply}");
+    }
+    Ok(())
+}
+
+fn hostile_line() -> impl Strategy<Value = String> {
+    let valid = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol_version":1,"route":{},"profile":"default","patches":[],"cwd":"/tmp"}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"prompt","params":{"prompt":[{"type":"text","text":"hi"}]}}"#,
+        r#"{"jsonrpc":"2.0","method":"cancel"}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"shutdown"}"#,
+    ];
+    prop_oneof![
+        // Random printable garbage.
+        "[ -~]{0,80}",
+        // Valid messages with a byte cut off or replaced.
+        (0..valid.len(), any::<prop::sample::Index>(), any::<char>()).prop_map(move |(n, at, c)| {
+            let mut line: Vec<char> = valid[n].chars().collect();
+            let i = at.index(line.len());
+            line[i] = c;
+            line.into_iter().filter(|c| *c != '\n').collect()
+        }),
+        (0..valid.len(), any::<prop::sample::Index>()).prop_map(move |(n, at)| {
+            let line = valid[n];
+            line[..at.index(line.len())].to_owned()
+        }),
+        // Well-formed JSON of the wrong shape.
+        Just(r#"{"jsonrpc":"2.0","id":9,"method":"prompt","params":{"prompt":7}}"#.to_owned()),
+        Just(r#"[1,2,3]"#.to_owned()),
+        Just(r#"{"jsonrpc":"2.0","id":{"nested":true},"method":"initialize","params":null}"#.to_owned()),
+        // Valid messages as they are.
+        (0..valid.len()).prop_map(move |n| valid[n].to_owned()),
+    ]
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(16)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn serve_answers_or_rejects_every_hostile_line(lines in prop::collection::vec(hostile_line(), 1..12)) {
+        serve_survives(&lines)?;
+    }
+
+    #[test]
+    fn random_child_output_ends_a_process_run_cleanly(lines in prop::collection::vec("[ -~]{0,60}", 1..6)) {
+        let home = tempfile::tempdir().unwrap();
+        let output = home.path().join("output.txt");
+        std::fs::write(&output, lines.join("\n")).unwrap();
+        let script = home.path().join("child");
+        std::fs::write(&script, format!(
+            "#!/bin/sh\nread line\nprintf '%s\\n' '{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{{\"protocol_version\":1,\"session_id\":\"r\"}}}}'\nread line\ncat '{}'\n",
+            output.display()
+        )).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut config = ProcessConfig::new("random", home.path().join("children"));
+        config.bin = script;
+        config.shutdown_timeout = Duration::from_millis(50);
+        config.dispose_eof_grace = Duration::from_millis(200);
+        config.dispose_grace = Duration::from_millis(200);
+        let runtime = runtime(home.path());
+        let subagents = runtime.subagents();
+        subagents.register_provider(ProcessProvider::new(config).unwrap()).unwrap().keep();
+        let cwd = home.path().to_path_buf();
+        let began = Instant::now();
+        let result = runtime.block_on(async move {
+            let run = subagents.start("random", StartRequest::new("go", Parent::root(&cwd), CancellationToken::new())).await.unwrap();
+            let result = run.result().await.unwrap();
+            run.dispose().await.unwrap();
+            result
+        });
+        prop_assert!(began.elapsed() < Duration::from_secs(20));
+        prop_assert_eq!(result.stop_reason, StopReason::Error);
+        prop_assert_eq!(runtime.live().processes, 0);
+    }
+
+    #[test]
+    fn random_acp_agent_output_ends_the_run_cleanly(lines in prop::collection::vec("[ -~]{0,60}", 1..6)) {
+        let home = tempfile::tempdir().unwrap();
+        let output = home.path().join("output.txt");
+        std::fs::write(&output, lines.join("\n")).unwrap();
+        let script = home.path().join("agent");
+        std::fs::write(&script, format!(
+            r#"#!/bin/sh
+reply() {{
+  read -r line || exit 0
+  id=$(printf '%s' "$line" | sed -E 's/.*"id":("[^"]*"|[0-9]+).*/\1/')
+  printf '{{"jsonrpc":"2.0","id":%s,"result":%s}}\n' "$id" "$1"
+}}
+reply '{{"protocolVersion":1,"agentCapabilities":{{}}}}'
+reply '{{"sessionId":"s1"}}'
+read -r line
+cat '{}'
+"#,
+            output.display()
+        )).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // The provider's probe runs the script once (initialize only); the
+        // run gets a fresh process.
+        let runtime = runtime(home.path());
+        let subagents = runtime.subagents();
+        let mut config = AcpConfig::new("random", &script, Vec::new());
+        config.dispose_eof_grace = Duration::from_millis(200);
+        config.dispose_grace = Duration::from_millis(200);
+        let provider = runtime.block_on(async move { AcpProvider::new(config).await.unwrap() });
+        subagents.register_provider(provider).unwrap().keep();
+        let cwd = home.path().to_path_buf();
+        let began = Instant::now();
+        let result = runtime.block_on(async move {
+            let request = StartRequest::new("go", Parent::root(&cwd), CancellationToken::new());
+            let run = subagents.start("random", request).await.unwrap();
+            let result = run.result().await.unwrap();
+            run.dispose().await.unwrap();
+            result
+        });
+        prop_assert!(began.elapsed() < Duration::from_secs(20));
+        prop_assert_eq!(result.stop_reason, StopReason::Error);
+        prop_assert_eq!(runtime.live().processes, 0);
+    }
+}
