@@ -1,0 +1,277 @@
+//! The quick performance report: every figure beside its floor, measured in
+//! one process, printed as one JSON object (keys documented in the README).
+//!
+//! `cargo build --release --bin subagents && cargo run --release --example perf`
+//!
+//! Each figure is the best of a few rounds (a shared machine only ever adds
+//! time). Memory per live run comes from a counting global allocator. The
+//! out-of-process figures need the `subagents` binary next to this example's
+//! directory (`target/release/subagents`); without it they are `null`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures_util::future::join_all;
+use serde_json::{json, Value};
+use subagents::agent::{ScriptMatch, ScriptedModel, Step};
+use subagents::providers::{AcpConfig, AcpProvider, MockProvider, ProcessConfig, ProcessProvider, SpawnProvider};
+use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
+
+/// Counts the bytes currently allocated.
+struct Counting;
+
+static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE_BYTES.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const ROUNDS: usize = 5;
+
+struct Echo;
+
+impl Actor for Echo {
+    type Context = Context<Self>;
+}
+
+#[derive(Message)]
+#[rtype(result = "u64")]
+struct Ping(u64);
+
+impl Handler<Ping> for Echo {
+    type Result = u64;
+
+    fn handle(&mut self, msg: Ping, ctx: &mut Context<Self>) -> u64 {
+        ctx.stop();
+        msg.0
+    }
+}
+
+/// Best per-iteration time in microseconds over `ROUNDS` rounds of `iters`.
+fn best_us<F, Fut>(runtime: &Runtime, iters: u64, make: F) -> f64
+where
+    F: Fn() -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    (0..ROUNDS)
+        .map(|_| {
+            let make = make.clone();
+            runtime.block_on(async move {
+                let began = Instant::now();
+                for _ in 0..iters {
+                    make().await;
+                }
+                began.elapsed().as_secs_f64() * 1e6 / iters as f64
+            })
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn request() -> StartRequest {
+    StartRequest::new("perf", Parent::root(std::env::temp_dir()), CancellationToken::new())
+}
+
+async fn lifecycle(subagents: &Subagents, provider: &str) {
+    let run = subagents.start(provider, request()).await.unwrap();
+    run.result().await.unwrap();
+    run.dispose().await.unwrap();
+}
+
+/// Starts `n` runs at once, collects and disposes them: microseconds per run.
+fn fan_out(runtime: &Runtime, subagents: &Subagents, provider: &'static str, n: usize) -> f64 {
+    let rounds = if n <= 100 { 50 } else { ROUNDS };
+    (0..rounds)
+        .map(|_| {
+            let subagents = subagents.clone();
+            runtime.block_on(async move {
+                let began = Instant::now();
+                let runs = join_all((0..n).map(|_| subagents.start(provider, request()))).await;
+                let runs: Vec<_> = runs.into_iter().map(Result::unwrap).collect();
+                join_all(runs.iter().map(|run| run.result())).await;
+                join_all(runs.iter().map(|run| run.dispose())).await;
+                began.elapsed().as_secs_f64() * 1e6 / n as f64
+            })
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// `n` live runs on a provider that holds them open: bytes per live run,
+/// then microseconds per run from cancelling every token to quiescence.
+fn live_runs(runtime: &Runtime, subagents: &Subagents, provider: &'static str, n: usize) -> (f64, f64) {
+    let subagents = subagents.clone();
+    runtime.block_on(async move {
+        let before = LIVE_BYTES.load(Ordering::Relaxed);
+        let tokens: Vec<CancellationToken> = (0..n).map(|_| CancellationToken::new()).collect();
+        let starts = tokens.iter().map(|token| {
+            subagents.start(provider, StartRequest::new("hold", Parent::root(std::env::temp_dir()), token.clone()))
+        });
+        let runs: Vec<_> = join_all(starts).await.into_iter().map(Result::unwrap).collect();
+        let bytes = (LIVE_BYTES.load(Ordering::Relaxed) - before) as f64 / n as f64;
+        let began = Instant::now();
+        tokens.iter().for_each(CancellationToken::cancel);
+        join_all(runs.iter().map(|run| run.result())).await;
+        join_all(runs.iter().map(|run| run.dispose())).await;
+        while !subagents.live().is_quiescent() {
+            tokio::time::sleep(Duration::from_micros(100)).await;
+        }
+        (bytes, began.elapsed().as_secs_f64() * 1e6 / n as f64)
+    })
+}
+
+fn binary() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let candidate = exe.parent()?.parent()?.join("subagents");
+    candidate.is_file().then_some(candidate)
+}
+
+fn out_of_process(runtime: &Runtime, subagents: &Subagents, home: &Path) -> Value {
+    let Some(bin) = binary() else {
+        eprintln!("perf: no subagents binary beside the example; run `cargo build --release --bin subagents` first");
+        return Value::Null;
+    };
+    let floor_bin = bin.clone();
+    let floor = (0..ROUNDS)
+        .map(|_| {
+            let began = Instant::now();
+            for _ in 0..10 {
+                assert!(std::process::Command::new(&floor_bin).arg("--version").output().unwrap().status.success());
+            }
+            began.elapsed().as_secs_f64() * 1e3 / 10.0
+        })
+        .fold(f64::INFINITY, f64::min);
+    let args = vec!["acp".to_owned(), "--home".to_owned(), home.join("acp").display().to_string()];
+    let acp = runtime.block_on(async move { AcpProvider::new(AcpConfig::new("acp", bin.clone(), args)).await });
+    subagents.register_provider(acp.unwrap()).unwrap().keep();
+    let mut process = ProcessConfig::new("process", home.join("process"));
+    process.bin = binary().unwrap();
+    subagents.register_provider(ProcessProvider::new(process).unwrap()).unwrap().keep();
+    let per = |provider: &'static str| {
+        let subagents = subagents.clone();
+        best_us(runtime, 10, move || {
+            let subagents = subagents.clone();
+            async move { lifecycle(&subagents, provider).await }
+        }) / 1e3
+    };
+    let (acp, process) = (per("acp"), per("process"));
+    json!({"spawn_floor_ms": floor, "acp_ms": acp, "process_ms": process,
+           "acp_ratio": acp / floor, "process_ratio": process / floor})
+}
+
+fn goal(ratio: f64, bound: f64) -> Value {
+    json!({"ratio": (ratio * 100.0).round() / 100.0, "bound": bound, "met": ratio <= bound})
+}
+
+fn main() {
+    let started = Instant::now();
+    let home = std::path::absolute("target/perf-home").unwrap();
+    let _ = std::fs::remove_dir_all(&home);
+    std::fs::create_dir_all(&home).unwrap();
+    let runtime = Runtime::builder().home(&home).cancel_grace(Duration::from_secs(5)).build().unwrap();
+    let subagents = runtime.subagents();
+    subagents.register_provider(MockProvider::new("mock")).unwrap().keep();
+    let instant = Arc::new(ScriptedModel::new());
+    subagents.register_provider(SpawnProvider::new("spawn", instant.clone())).unwrap().keep();
+    subagents.register_provider(SpawnProvider::new("spawn-in-memory", instant).in_memory()).unwrap().keep();
+    subagents.register_provider(MockProvider::new("held").with_delay(Duration::from_secs(600))).unwrap().keep();
+    let held = ScriptedModel::new().script(ScriptMatch::Any, vec![Step::text("late").after(Duration::from_secs(600))]);
+    subagents.register_provider(SpawnProvider::new("spawn-held", Arc::new(held)).in_memory()).unwrap().keep();
+
+    let tokio_floor = best_us(&runtime, 20_000, || async {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let _ = reply.send(1u64);
+        });
+        answer.await.unwrap();
+    });
+    let actix_floor = best_us(&runtime, 20_000, || async {
+        Echo.start().send(Ping(1)).await.unwrap();
+    });
+    let lifecycle_of = |provider: &'static str, iters: u64| {
+        let subagents = subagents.clone();
+        best_us(&runtime, iters, move || {
+            let subagents = subagents.clone();
+            async move { lifecycle(&subagents, provider).await }
+        })
+    };
+    let mock = lifecycle_of("mock", 20_000);
+    let spawn_memory = lifecycle_of("spawn-in-memory", 5_000);
+    let spawn_persisted = lifecycle_of("spawn", 500);
+
+    let mut fanout_mock = Vec::new();
+    for n in [10, 100, 1_000, 10_000] {
+        let per_run = fan_out(&runtime, &subagents, "mock", n);
+        fanout_mock.push(json!({"n": n, "per_run_us": per_run, "runs_per_s": 1e6 / per_run}));
+    }
+    let mut fanout_spawn = Vec::new();
+    for n in [10, 100, 1_000] {
+        let per_run = fan_out(&runtime, &subagents, "spawn-in-memory", n);
+        fanout_spawn.push(json!({"n": n, "per_run_us": per_run, "runs_per_s": 1e6 / per_run}));
+    }
+    let flatness = fanout_mock[3]["per_run_us"].as_f64().unwrap() / fanout_mock[0]["per_run_us"].as_f64().unwrap();
+
+    let mut events = serde_json::Map::new();
+    for listeners in [0usize, 1, 100] {
+        let handles: Vec<_> =
+            (0..listeners).map(|_| subagents.add_listener(|_: &subagents::SubagentEvent| {})).collect();
+        events.insert(format!("listeners_{listeners}"), json!(lifecycle_of("mock", 5_000)));
+        drop(handles);
+    }
+
+    let (mock_bytes, cancel_mock) = live_runs(&runtime, &subagents, "held", 10_000);
+    let (spawn_bytes, cancel_spawn) = live_runs(&runtime, &subagents, "spawn-held", 10_000);
+    let out_of_process = out_of_process(&runtime, &subagents, &home);
+
+    let mut goals = serde_json::Map::new();
+    goals.insert("mock_lifecycle_le_3x_actix".into(), goal(mock / actix_floor, 3.0));
+    goals.insert("spawn_persisted_le_25x_actix".into(), goal(spawn_persisted / actix_floor, 25.0));
+    goals.insert("spawn_persisted_le_2x_in_memory".into(), goal(spawn_persisted / spawn_memory, 2.0));
+    goals.insert("fanout_10000_le_1_5x_fanout_10".into(), goal(flatness, 1.5));
+    let memory_goal = json!({"bytes": mock_bytes.round(), "bound": 16384, "met": mock_bytes <= 16384.0});
+    goals.insert("idle_mock_run_le_16kib".into(), memory_goal);
+    goals.insert("cancel_10000_le_3x_actix".into(), goal(cancel_mock / actix_floor, 3.0));
+    if let Some(ratio) = out_of_process["acp_ratio"].as_f64() {
+        goals.insert("acp_lifecycle_le_3x_spawn_floor".into(), goal(ratio, 3.0));
+    }
+
+    let report = json!({
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "floors_us": {"tokio_task_oneshot": tokio_floor, "actix_start_request_stop": actix_floor},
+        "lifecycle_us": {"mock": mock, "spawn_in_memory": spawn_memory, "spawn_persisted": spawn_persisted},
+        "lifecycle_ratio_to_actix": {
+            "mock": mock / actix_floor,
+            "spawn_in_memory": spawn_memory / actix_floor,
+            "spawn_persisted": spawn_persisted / actix_floor,
+        },
+        "fanout": {"mock": fanout_mock, "spawn_in_memory": fanout_spawn, "mock_10000_over_10": flatness},
+        "cancel_to_quiescence_us_per_run": {"mock_10000": cancel_mock, "spawn_10000": cancel_spawn,
+                                            "mock_ratio_to_actix": cancel_mock / actix_floor},
+        "events_lifecycle_us": Value::Object(events),
+        "memory_bytes_per_live_run": {"mock_idle_10000": mock_bytes, "spawn_10000": spawn_bytes},
+        "out_of_process": out_of_process,
+        "goals": Value::Object(goals),
+        "elapsed_s": started.elapsed().as_secs_f64(),
+    });
+    println!("{}", serde_json::to_string_pretty(&report).unwrap());
+    runtime.shutdown_blocking();
+    let _ = std::fs::remove_dir_all(&home);
+}
