@@ -413,13 +413,20 @@ impl Agent {
 
     /// Runs one turn. Turns queue behind each other; a cancel trips the
     /// running turn and every queued one.
-    pub async fn prompt(&self, prompt: impl Into<Prompt>) -> TurnOutcome {
+    ///
+    /// The turn joins the queue (and takes its cancellation) when `prompt`
+    /// is called, not when the returned future is first polled: a cancel
+    /// issued right after reaches it even if it has not started yet.
+    pub fn prompt(&self, prompt: impl Into<Prompt>) -> impl std::future::Future<Output = TurnOutcome> + Send + '_ {
         let prompt = prompt.into();
         let cancel = self.inner.lock(&self.inner.cancel).child_token();
         self.inner.busy.send_modify(|n| *n += 1);
-        let _busy = BusyGuard(&self.inner.busy);
-        let _turn = self.inner.turn_lock.lock().await;
-        turn::run(&self.inner, prompt.0, cancel).await
+        let busy = BusyGuard(&self.inner.busy);
+        async move {
+            let _busy = busy;
+            let _turn = self.inner.turn_lock.lock().await;
+            turn::run(&self.inner, prompt.0, cancel).await
+        }
     }
 
     /// Cancels the running turn and the queued ones; later turns run normally.

@@ -177,3 +177,17 @@ async fn an_agent_resumes_its_session_and_continues_the_conversation() {
     let users: Vec<_> = request.messages.iter().filter(|e| matches!(e, SessionEvent::User { .. })).collect();
     assert_eq!(users.len(), 2, "the resumed turn sees the earlier one");
 }
+
+#[test]
+fn a_file_killed_before_its_header_was_written_is_no_session() {
+    let home = tempfile::tempdir().unwrap();
+    let store = SessionStore::new(home.path());
+    store.create(SessionHeader::new("real", home.path())).unwrap().close().unwrap();
+    let empty = store.path_of("empty").unwrap();
+    std::fs::write(&empty, b"").unwrap();
+    assert!(matches!(store.load("empty"), Err(SessionError::NotFound(_))));
+    assert!(!empty.exists(), "the empty file is cleaned up");
+    std::fs::write(&empty, b"{\"type\":\"head").unwrap();
+    assert!(matches!(store.load("empty"), Err(SessionError::NotFound(_))), "a torn header is no session either");
+    assert!(store.load("real").is_ok());
+}

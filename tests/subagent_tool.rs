@@ -372,11 +372,16 @@ fn a_background_run_outlives_the_calling_turn_and_posts_one_notice() {
                 canceller.cancel();
             });
             assert_eq!(agent.prompt("go").await.stop_reason, StopReason::Aborted);
-            let snapshot = tasks.output(&owner, "task-1", true, Duration::from_secs(10)).await.unwrap();
+            // Watch without collecting (a waiting task_output collects, and
+            // then no notice is needed).
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while tasks.list(&owner)[0].status == TaskStatus::Running && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
             // Two more turns: the notice arrives once.
             agent.prompt("next").await;
             agent.prompt("and next").await;
-            snapshot.status
+            tasks.output(&owner, "task-1", false, Duration::ZERO).await.unwrap().status
         }
     });
     assert_eq!(status, TaskStatus::Completed, "the tool call's cancellation did not reach the background run");

@@ -31,10 +31,15 @@ thread_local! {
 
 /// Runs `poll` marked as a task of runtime `runtime`.
 pub(crate) fn poll_in_runtime<T>(runtime: u64, poll: impl FnOnce() -> T) -> T {
-    let outer = IN_TASK.with(|t| t.replace(Some(runtime)));
-    let polled = poll();
-    IN_TASK.with(|t| t.set(outer));
-    polled
+    /// Restores the outer mark even when `poll` panics.
+    struct Restore(Option<u64>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            IN_TASK.with(|t| t.set(self.0));
+        }
+    }
+    let _restore = Restore(IN_TASK.with(|t| t.replace(Some(runtime))));
+    poll()
 }
 
 /// Polls a future marked as a task of one runtime.

@@ -11,7 +11,9 @@
 //! mid-turn leaves every complete event on disk, and a run's `dispose`
 //! returns only after its log reached the file. A crash mid-write can leave
 //! only the *last* line torn, and [`SessionStore::load`] drops that line
-//! with a warning and keeps every earlier event. Resuming a session never
+//! with a warning and keeps every earlier event; a file killed before its
+//! header was written never held a session, and loading it removes it and
+//! reports `NotFound`. Resuming a session never
 //! lowers its depth.
 //!
 //! ```
@@ -263,7 +265,14 @@ impl SessionStore {
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Err(SessionError::NotFound(id.into())),
             Err(error) => return Err(io_error(error)),
         };
-        let (header, events, valid_len) = parse(id, &bytes)?;
+        let (header, events, valid_len) = match parse(id, &bytes) {
+            Err(SessionError::NotFound(_)) => {
+                tracing::warn!(session = id, "removing a session file that never got its header");
+                let _ = fs::remove_file(&path);
+                return Err(SessionError::NotFound(id.to_owned()));
+            }
+            parsed => parsed?,
+        };
         let torn = valid_len < bytes.len();
         if torn {
             tracing::warn!(session = id, dropped_bytes = bytes.len() - valid_len, "dropping a torn last session line");
@@ -341,10 +350,11 @@ fn parse(id: &str, bytes: &[u8]) -> Result<(SessionHeader, Vec<SessionEvent>, us
         valid_len += consumed;
         rest = &rest[consumed..];
     }
-    let header = header.ok_or_else(|| SessionError::Corrupt {
-        id: id.to_owned(),
-        line: 1,
-        reason: "no header line".to_owned(),
+    // A process killed between creating the file and writing the header
+    // leaves it empty (or with a torn header): that session never existed.
+    let header = header.ok_or_else(|| match valid_len {
+        0 => SessionError::NotFound(id.to_owned()),
+        _ => SessionError::Corrupt { id: id.to_owned(), line: 1, reason: "no header line".to_owned() },
     })?;
     Ok((header, events, valid_len))
 }

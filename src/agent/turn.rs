@@ -178,7 +178,12 @@ impl Turn<'_> {
                 return (reason, None);
             }
             if self.open_calls.is_empty() {
-                return (StopReason::Completed, None);
+                // A message steered in during this last model call still
+                // gets an answer in this turn.
+                if inner.lock(&inner.steering).is_empty() {
+                    return (StopReason::Completed, None);
+                }
+                continue;
             }
             match self.run_tools(cancel).await {
                 Ok(true) => return (StopReason::Completed, None),
@@ -265,9 +270,13 @@ impl Turn<'_> {
     fn end(&mut self, reason: StopReason, mut error: Option<TurnError>) -> TurnOutcome {
         self.ended = true;
         let inner = self.inner;
+        let unanswered = std::mem::take(&mut self.open_calls);
+        for call in &unanswered {
+            self.update(AgentUpdate::ToolResult { id: call.id.clone(), name: call.name.clone(), is_error: true });
+        }
         {
             let mut session = inner.session();
-            for call in std::mem::take(&mut self.open_calls) {
+            for call in unanswered {
                 let content = format!("not run: the turn ended ({reason})");
                 let result = SessionEvent::ToolResult { call_id: call.id, name: call.name, content, is_error: true };
                 if let Err(e) = session.append(result) {

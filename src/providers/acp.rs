@@ -482,8 +482,10 @@ impl Child for AcpChild {
         let (eof_grace, grace) = self.grace;
         Box::pin(async move {
             // The connection closes its writer on the way out: stdin EOF.
-            if let Some(task) = task {
-                let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
+            if let Some(mut task) = task {
+                if tokio::time::timeout(Duration::from_secs(1), &mut task).await.is_err() {
+                    task.abort(); // dropping the connection closes the child's stdin
+                }
             }
             let spawned = spawned.lock().await.take();
             match spawned {

@@ -320,6 +320,10 @@ impl Child for ChaosChild {
         self.inner.send_message(message)
     }
 
+    fn supports_continuation(&self) -> bool {
+        self.inner.supports_continuation()
+    }
+
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), (Stage, Category)>> {
         // The inner child is always released first.
         let release = self.inner.dispose();

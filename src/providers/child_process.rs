@@ -3,8 +3,9 @@
 //! bounded line at a time, and the dispose ladder.
 //!
 //! **Environment**: `env_clear()`, then the parent's variables minus
-//! credential-shaped ones (a name containing `KEY`, `PASSWORD`, `SECRET` or
-//! `TOKEN`, in any case), then the provider's explicit `env`.
+//! credential-shaped ones (a name containing `KEY`, `PASSWORD`, `SECRET`,
+//! `TOKEN`, `CREDENTIAL`, `AUTH` or `PASSWD`, in any case), then the
+//! provider's explicit `env`.
 //!
 //! **Ladder**: close stdin, wait `eof_grace` for the child to exit; SIGTERM
 //! the process group, wait `grace`; SIGKILL the group. The child is reaped,
@@ -28,8 +29,13 @@ pub const MAX_LINE: usize = 8 * 1024 * 1024;
 /// Whether an environment variable's name looks like it holds a credential.
 pub fn credential_shaped(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    ["KEY", "PASSWORD", "SECRET", "TOKEN"].iter().any(|word| upper.contains(word))
+    CREDENTIAL_WORDS.iter().any(|word| upper.contains(word))
 }
+
+/// SPEC §7 names KEY, PASSWORD, SECRET and TOKEN; the rest catch common
+/// credential carriers that those miss (`*_CREDENTIALS`, `SSH_AUTH_SOCK`,
+/// `*_PASSWD`).
+const CREDENTIAL_WORDS: [&str; 7] = ["KEY", "PASSWORD", "SECRET", "TOKEN", "CREDENTIAL", "AUTH", "PASSWD"];
 
 /// A spawned child: its pipes, its process, and the lease that counts it
 /// in `Runtime::live()` until it is reaped.
@@ -107,6 +113,16 @@ impl Spawned {
         signal_group(self.pid, libc::SIGKILL);
         let _ = self.child.wait().await;
         drop(self.lease.take());
+    }
+}
+
+impl Drop for Spawned {
+    /// A child dropped without its ladder (a dispose that ran out of time,
+    /// a forced shutdown) takes its whole process group down with it.
+    fn drop(&mut self) {
+        if self.lease.is_some() {
+            signal_group(self.pid, libc::SIGKILL);
+        }
     }
 }
 

@@ -99,6 +99,9 @@ struct TaskState {
     error: Option<String>,
     kill_reason: Option<String>,
     collected: bool,
+    /// `task_output` calls waiting for the end right now: they collect it,
+    /// so no notice is posted.
+    waiters: usize,
 }
 
 struct Task {
@@ -148,7 +151,7 @@ impl Task {
                     state.error = Some(error);
                 }
             }
-            (!state.collected).then(|| state.status_word())
+            (!state.collected && state.waiters == 0).then(|| state.status_word())
         };
         self.finished.send_replace(true);
         if let (Some(status), Some(owner)) = (notice, self.owner_agent.upgrade()) {
@@ -225,6 +228,7 @@ impl TaskService {
                 error: None,
                 kill_reason: None,
                 collected: false,
+                waiters: 0,
             }),
             finished,
             owner_agent: owner.downgrade(),
@@ -268,6 +272,15 @@ impl TaskService {
     ) -> Result<TaskSnapshot, UnknownTask> {
         let task = self.owned(requester, task_id)?;
         if wait {
+            /// Counts this wait, also when the waiting future is dropped.
+            struct Waiting<'a>(&'a Task);
+            impl Drop for Waiting<'_> {
+                fn drop(&mut self) {
+                    self.0.state().waiters -= 1;
+                }
+            }
+            task.state().waiters += 1;
+            let _waiting = Waiting(&task);
             let mut finished = task.finished.subscribe();
             let _ = tokio::time::timeout(timeout.min(MAX_WAIT), finished.wait_for(|done| *done)).await;
         }

@@ -133,6 +133,11 @@ impl Connection {
             *next += 1;
             *next - 1
         };
+        if self.reader.is_finished() {
+            // The reader drained every pending request when it stopped;
+            // nothing would ever answer this one.
+            return Err(if self.is_broken() { WireError::Protocol } else { WireError::Closed });
+        }
         let (reply, replied) = oneshot::channel();
         self.pending.borrow_mut().insert(id, reply);
         if !self.send_line(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})) {
