@@ -2,7 +2,6 @@
 //! as the agent (`subagents acp`) and small shell agents for cancellation,
 //! the ladder and hostile output. After every test no child is left.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -45,8 +44,8 @@ reply '{{"sessionId":"s1"}}'
     );
     let path = dir.join(name);
     std::fs::write(&path, script).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut config = AcpConfig::new(name, path, Vec::new());
+    // Run by the shell, not exec'd: a freshly written script can be busy.
+    let mut config = AcpConfig::new(name, "/bin/sh", vec![path.display().to_string()]);
     config.dispose_eof_grace = Duration::from_millis(300);
     config.dispose_grace = Duration::from_millis(300);
     config
@@ -205,9 +204,9 @@ fn a_child_that_fails_the_handshake_is_reaped_before_start_rejects() {
         marker = marker.display()
     );
     let path = home.path().join("dies-later");
-    std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let subagents = register(&runtime, AcpConfig::new("dies-later", path, Vec::new()));
+    std::fs::write(&path, format!("{script}\n")).unwrap();
+    let config = AcpConfig::new("dies-later", "/bin/sh", vec![path.display().to_string()]);
+    let subagents = register(&runtime, config);
     let cwd = home.path().to_path_buf();
     let error = runtime.block_on(async move { subagents.start("dies-later", request("x", &cwd)).await.unwrap_err() });
     assert_eq!(error.code(), "STARTUP_FAILED");

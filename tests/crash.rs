@@ -10,7 +10,6 @@
 //!   from a `process` or an ACP child end the parent's run cleanly.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -285,14 +284,16 @@ proptest! {
         let home = tempfile::tempdir().unwrap();
         let output = home.path().join("output.txt");
         std::fs::write(&output, lines.join("\n")).unwrap();
-        let script = home.path().join("child");
+        // Run by the shell as `sh serve --home …` from `home`: a freshly
+        // written script exec'd directly can fail with ETXTBSY.
+        let script = home.path().join("serve");
         std::fs::write(&script, format!(
             "#!/bin/sh\nread line\nprintf '%s\\n' '{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{{\"protocol_version\":1,\"session_id\":\"r\"}}}}'\nread line\ncat '{}'\n",
             output.display()
         )).unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         let mut config = ProcessConfig::new("random", home.path().join("children"));
-        config.bin = script;
+        config.bin = PathBuf::from("/bin/sh");
+        config.cwd = Some(home.path().to_path_buf());
         config.shutdown_timeout = Duration::from_millis(50);
         config.dispose_eof_grace = Duration::from_millis(200);
         config.dispose_grace = Duration::from_millis(200);
@@ -332,12 +333,11 @@ cat '{}'
 "#,
             output.display()
         )).unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         // The provider's probe runs the script once (initialize only); the
         // run gets a fresh process.
         let runtime = runtime(home.path());
         let subagents = runtime.subagents();
-        let mut config = AcpConfig::new("random", &script, Vec::new());
+        let mut config = AcpConfig::new("random", "/bin/sh", vec![script.display().to_string()]);
         config.dispose_eof_grace = Duration::from_millis(200);
         config.dispose_grace = Duration::from_millis(200);
         let provider = runtime.block_on(async move { AcpProvider::new(config).await.unwrap() });

@@ -2,7 +2,6 @@
 //! serve`) and small shell children for the dispose ladder and hostile
 //! output. After every test no child process is left.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -27,12 +26,16 @@ fn config(name: &str, home: &Path) -> ProcessConfig {
     config
 }
 
-/// A shell child: `script` runs with the protocol's stdin and stdout.
-fn shell_child(dir: &Path, name: &str, script: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
+/// Makes `config` run a shell child: `script` becomes `<dir>/<name>/serve`,
+/// run as `/bin/sh serve --home …` from that directory. (Running the shell
+/// rather than exec'ing a freshly written script avoids ETXTBSY when another
+/// test forks while the file is open.)
+fn shell_child(config: &mut ProcessConfig, dir: &Path, name: &str, script: &str) {
+    let cwd = dir.join(name);
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::write(cwd.join("serve"), format!("{script}\n")).unwrap();
+    config.bin = PathBuf::from("/bin/sh");
+    config.cwd = Some(cwd);
 }
 
 /// Answers `initialize` (always request id 1), then runs `then`.
@@ -185,7 +188,7 @@ fn the_dispose_ladder_stops_each_kind_of_child_at_its_tier() {
     ];
     for (name, script, at_least) in tiers {
         let mut config = config(name, home.path());
-        config.bin = shell_child(home.path(), name, &script);
+        shell_child(&mut config, home.path(), name, &script);
         config.shutdown_timeout = Duration::from_millis(50);
         config.dispose_eof_grace = Duration::from_millis(300);
         config.dispose_grace = Duration::from_millis(300);
@@ -217,7 +220,7 @@ fn a_child_that_dies_before_the_handshake_is_a_startup_failure() {
     let runtime = runtime(home.path());
     let subagents = runtime.subagents();
     let mut config = config("dies", home.path());
-    config.bin = shell_child(home.path(), "dies", "exit 3");
+    shell_child(&mut config, home.path(), "dies", "exit 3");
     subagents.register_provider(ProcessProvider::new(config).unwrap()).unwrap().keep();
     let cwd = home.path().to_path_buf();
     let error = runtime.block_on(async move { subagents.start("dies", request("x", &cwd)).await.unwrap_err() });
@@ -261,7 +264,7 @@ fn hostile_output_is_a_clear_error_with_bounded_memory() {
     let before = resident_kib();
     for (name, script, category) in children {
         let mut config = config(name, home.path());
-        config.bin = shell_child(home.path(), name, &script);
+        shell_child(&mut config, home.path(), name, &script);
         config.shutdown_timeout = Duration::from_millis(50);
         config.dispose_eof_grace = Duration::from_millis(200);
         config.dispose_grace = Duration::from_millis(200);
@@ -287,7 +290,7 @@ fn credential_shaped_variables_never_reach_the_child() {
     std::env::set_var("Db_Password", "do-not-leak");
     std::env::set_var("SUBAGENTS_TEST_PLAIN", "fine");
     let mut config = config("env", home.path());
-    config.bin = shell_child(home.path(), "env", &handshake_then("env > \"$REPORT\"\ncat > /dev/null"));
+    shell_child(&mut config, home.path(), "env", &handshake_then("env > \"$REPORT\"\ncat > /dev/null"));
     config.env = vec![("REPORT".into(), report.display().to_string()), ("EXPLICIT_TOKEN".into(), "given".into())];
     config.shutdown_timeout = Duration::from_millis(50);
     config.dispose_eof_grace = Duration::from_millis(200);
