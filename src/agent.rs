@@ -390,6 +390,11 @@ impl Agent {
         self.inner.model.clone()
     }
 
+    /// Its tool set (tools, gates, filter); clones share the tools.
+    pub fn toolset(&self) -> Toolset {
+        self.inner.tools.clone()
+    }
+
     /// The route its turns use.
     pub fn options(&self) -> &AgentOptions {
         &self.inner.options

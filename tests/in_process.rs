@@ -703,3 +703,28 @@ fn a_cancelled_child_settles_aborted_and_dispose_leaves_nothing_running() {
     assert!(fixture.session_files().is_empty(), "in-memory sessions write no files");
     assert!(fixture.runtime.live().is_quiescent());
 }
+
+#[test]
+fn a_continuation_keeps_the_tool_filter_and_disposes_the_previous_run() {
+    let fixture = Fixture::new();
+    let model = scripted(ScriptedModel::new());
+    fixture.register(SpawnProvider::new("spawn", model.clone()));
+    let subagents = fixture.runtime.subagents();
+    let request = fixture.request("first").with_tool_filter(ToolFilter::deny(["read_file"]));
+    let live_between = fixture.runtime.block_on(async move {
+        let run = subagents.start("spawn", request).await.unwrap();
+        run.result().await.unwrap();
+        let continuation = run.continuation().unwrap();
+        let next = continuation.start("second", CancellationToken::new()).await.unwrap();
+        let live_between = subagents.live().runs;
+        next.result().await.unwrap();
+        next.dispose().await.unwrap();
+        run.dispose().await.unwrap(); // already disposed by the continuation: idempotent
+        live_between
+    });
+    assert_eq!(live_between, 1, "the previous run was disposed before the continuation started");
+    let requests = model.requests();
+    let tools = |n: usize| requests[n].tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+    assert_eq!(tools(0), ["list_dir"]);
+    assert_eq!(tools(1), ["list_dir"], "the continuation keeps the filter");
+}

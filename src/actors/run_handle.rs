@@ -162,11 +162,19 @@ impl Continuation {
         self.agent.session_id()
     }
 
-    /// Waits until the previous run has settled, then starts a run that
-    /// continues its session with `prompt`. The provider takes the cwd,
-    /// route and depth from the session itself.
+    /// Waits until the previous run has settled, disposes it (the session
+    /// gets one owner at a time: its background tasks and per-session
+    /// state end with the old run, not with the new one), then starts a run
+    /// that continues the session with `prompt`. The provider takes the cwd,
+    /// route, depth and tool filter from the previous child.
     pub async fn start(&self, prompt: impl Into<String>, signal: CancellationToken) -> Result<Run, SubagentError> {
         let _ = self.previous.result().await;
+        let control = self.core.runs.get(&self.previous.run_id).map(|entry| entry.value().clone());
+        if let Some(control) = control {
+            control.dispose();
+        }
+        // Err(DISPOSE_FAILED) still means quiescent; the session is on disk.
+        let _ = self.previous.quiescent().await;
         let mut parent = Parent::root(std::path::PathBuf::new()).with_depth(self.depth.saturating_sub(1));
         parent.session_id = self.previous.parent_session.clone();
         let mut request = StartRequest::new(prompt, parent, signal);

@@ -280,7 +280,10 @@ impl InProcessProvider {
             depth: header.depth,
             cwd: header.cwd.clone(),
         };
-        let toolset = (self.config.tools)(&info);
+        // The previous child's tools and filter, without its run-bound
+        // capture tool.
+        let mut toolset = previous.toolset();
+        toolset.remove(STRUCTURED_OUTPUT_TOOL);
         let builder = Agent::builder_shared(previous.model())
             .store(store.clone())
             .cwd(info.cwd)
