@@ -254,6 +254,14 @@ fn hostile_output_is_a_clear_error_with_bounded_memory() {
             Category::Protocol,
         ),
         (
+            "endless-stream",
+            handshake_then(&format!(
+                "read line\nwhile true; do printf '%s\\n' '{{\"jsonrpc\":\"2.0\",\"method\":\"event\",\"params\":{{\"type\":\"text_delta\",\"text\":\"{}\"}}}}'; done",
+                "x".repeat(4096)
+            )),
+            Category::Protocol,
+        ),
+        (
             "stray-reply",
             handshake_then(
                 "read line\nprintf '%s\\n' '{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}'\ncat > /dev/null",

@@ -55,7 +55,7 @@ use tokio::sync::oneshot;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use tokio_util::sync::CancellationToken;
 
-use super::child_process::{spawn, LineError, LineReader, Spawned};
+use super::child_process::{spawn, LineError, LineReader, Spawned, MAX_OUTPUT};
 use crate::events::ProgressUpdate;
 use crate::live::LiveCounters;
 use crate::seam::{
@@ -381,7 +381,12 @@ fn connection(
 fn note_update(text: &Mutex<String>, progress: &ProviderContext, update: SessionUpdate) {
     let update = match update {
         SessionUpdate::AgentMessageChunk(ContentChunk { content: AcpBlock::Text(chunk), .. }) => {
-            text.lock().unwrap_or_else(|e| e.into_inner()).push_str(&chunk.text);
+            let mut kept = text.lock().unwrap_or_else(|e| e.into_inner());
+            // Text past the cap is dropped: memory stays bounded.
+            if kept.len() + chunk.text.len() <= MAX_OUTPUT {
+                kept.push_str(&chunk.text);
+            }
+            drop(kept);
             ProgressUpdate::MessageChunk { text: chunk.text }
         }
         SessionUpdate::ToolCall(call) => {

@@ -26,6 +26,10 @@ use crate::seam::{Category, Stage};
 /// (memory stays bounded whatever the child sends).
 pub const MAX_LINE: usize = 8 * 1024 * 1024;
 
+/// The most answer text kept from one child run; more is a protocol error
+/// (a child streaming forever cannot grow the parent's memory).
+pub const MAX_OUTPUT: usize = 16 * 1024 * 1024;
+
 /// Whether an environment variable's name looks like it holds a credential.
 pub fn credential_shaped(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();

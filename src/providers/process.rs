@@ -40,7 +40,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::wire::{ChildEvent, Connection, Initialize, WireError, PROTOCOL_VERSION};
-use super::child_process::{spawn, Spawned};
+use super::child_process::{spawn, Spawned, MAX_OUTPUT};
 use crate::seam::{
     AgentOptions, Capabilities, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, Provider, RunResult,
     Stage, StopReason,
@@ -247,7 +247,12 @@ impl Child for ProcessChild {
             let mut transcript = Transcript::default();
             let replied = loop {
                 tokio::select! {
-                    Some(event) = received.recv() => transcript.note(event),
+                    Some(event) = received.recv() => {
+                        transcript.note(event);
+                        if transcript.overflowed {
+                            break Err(WireError::Protocol);
+                        }
+                    }
                     replied = &mut answer => break replied,
                 }
             };
@@ -283,12 +288,20 @@ struct Transcript {
     last_message: Option<String>,
     streamed: String,
     turn_end: Option<String>,
+    /// The child streamed more than [`MAX_OUTPUT`].
+    overflowed: bool,
 }
 
 impl Transcript {
     fn note(&mut self, event: ChildEvent) {
         match event {
-            ChildEvent::TextDelta { text } => self.streamed.push_str(&text),
+            ChildEvent::TextDelta { text } => {
+                if self.streamed.len() + text.len() > MAX_OUTPUT {
+                    self.overflowed = true;
+                } else {
+                    self.streamed.push_str(&text);
+                }
+            }
             ChildEvent::AssistantMessage { text } if !text.trim().is_empty() => self.last_message = Some(text),
             ChildEvent::TurnEnd { reason } => self.turn_end = Some(reason),
             _ => {}
@@ -296,6 +309,7 @@ impl Transcript {
     }
 
     fn result(self, provider: &str, replied: Result<Value, WireError>, broken: bool, cancelled: bool) -> RunResult {
+        let self_overflowed = self.overflowed;
         let reason = replied.as_ref().ok().and_then(|r| r["reason"].as_str().map(str::to_owned)).or(self.turn_end);
         let stop_reason = match reason.as_deref() {
             Some("completed") => StopReason::Completed,
@@ -308,7 +322,7 @@ impl Transcript {
         let diagnostic = (stop_reason == StopReason::Error && !cancelled).then(|| {
             let category = match replied {
                 Err(WireError::Closed) => Category::ChildCrashed,
-                _ if broken => Category::Protocol,
+                _ if broken || self_overflowed => Category::Protocol,
                 Err(WireError::Protocol) => Category::Protocol,
                 _ => Category::ChildError,
             };
