@@ -2,9 +2,12 @@
 //! as the agent (`subagents acp`) and small shell agents for cancellation,
 //! the ladder and hostile output. After every test no child is left.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::{no_children_left, no_process_mentions};
 use serde_json::json;
 use subagents::providers::{AcpConfig, AcpProvider, Permission};
 use subagents::{CancellationToken, Category, Parent, RunResult, Runtime, StartRequest, StopReason, Subagents};
@@ -70,31 +73,6 @@ fn lifecycle(runtime: &Runtime, subagents: &Subagents, provider: &str, request: 
         run.dispose().await.unwrap();
         result
     })
-}
-
-/// No live process (zombies aside) has `marker` on its command line: the
-/// children of a test all carry its unique temporary directory.
-fn no_process_mentions(marker: &Path) {
-    let marker = marker.display().to_string();
-    let survivors: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next().map(str::to_owned))?;
-            (cmdline.contains(&marker) && state != "Z").then(|| format!("{pid}: {cmdline}"))
-        })
-        .collect();
-    assert!(survivors.is_empty(), "child processes survived: {survivors:?}");
-}
-
-fn no_children_left(runtime: &Runtime) {
-    let live = runtime.live();
-    assert_eq!(live.processes, 0, "{live:?}");
-    assert!(live.is_quiescent(), "{live:?}");
 }
 
 #[test]

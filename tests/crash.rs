@@ -9,6 +9,8 @@
 //!   reply (a result or a JSON-RPC error) and never hang it; random lines
 //!   from a `process` or an ACP child end the parent's run cleanly.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -34,20 +36,8 @@ fn process_provider(name: &str, home: &Path) -> ProcessProvider {
     ProcessProvider::new(config).unwrap()
 }
 
-/// Pids of live processes whose command line mentions `marker`.
 fn pids_mentioning(marker: &Path) -> Vec<u32> {
-    let marker = marker.display().to_string();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let zombie = stat.rfind(')').is_some_and(|i| stat[i + 1..].trim_start().starts_with('Z'));
-            (String::from_utf8_lossy(&cmdline).replace('\0', " ").contains(&marker) && !zombie).then_some(pid)
-        })
-        .collect()
+    common::processes_mentioning(marker).into_iter().map(|(pid, _)| pid).collect()
 }
 
 fn wait_until(within: Duration, mut condition: impl FnMut() -> bool) -> bool {

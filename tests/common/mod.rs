@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use std::path::Path;
 use std::time::Duration;
 
 use subagents::{CancellationToken, Parent, Runtime, StartRequest};
@@ -35,4 +36,35 @@ pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     condition()
+}
+
+/// Live (non-zombie) processes whose command line mentions `marker`, as
+/// `(pid, command line)`: a test's children all carry its temporary dir.
+pub fn processes_mentioning(marker: &Path) -> Vec<(u32, String)> {
+    let marker = marker.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let zombie = stat.rfind(')').is_some_and(|i| stat[i + 1..].trim_start().starts_with('Z'));
+            (cmdline.contains(&marker) && !zombie).then_some((pid, cmdline))
+        })
+        .collect()
+}
+
+/// No live process mentions `marker`.
+pub fn no_process_mentions(marker: &Path) {
+    let survivors = processes_mentioning(marker);
+    assert!(survivors.is_empty(), "child processes survived: {survivors:?}");
+}
+
+/// `runtime.live()` counts no run, actor or process.
+pub fn no_children_left(runtime: &Runtime) {
+    let live = runtime.live();
+    assert_eq!(live.processes, 0, "{live:?}");
+    assert!(live.is_quiescent(), "{live:?}");
 }
