@@ -6,6 +6,7 @@ pub mod actors;
 pub mod agent;
 pub mod events;
 mod live;
+mod mix;
 pub mod providers;
 pub mod schema;
 pub mod seam;

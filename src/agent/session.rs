@@ -39,6 +39,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::mix::splitmix64;
 use crate::seam::{ContentBlock, StopReason};
 
 /// Who a session is: written as the first line of its file.
@@ -72,17 +73,9 @@ pub fn new_session_id() -> String {
         (random(), random())
     });
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let high = mix(base.wrapping_add(n));
-    let low = mix(salt ^ high);
+    let high = splitmix64(base.wrapping_add(n));
+    let low = splitmix64(salt ^ high);
     uuid::Builder::from_random_bytes(((u128::from(high) << 64) | u128::from(low)).to_be_bytes()).into_uuid().to_string()
-}
-
-/// splitmix64's finaliser: a bijection on u64.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 impl SessionHeader {

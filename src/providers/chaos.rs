@@ -35,6 +35,7 @@ use futures_util::future::{BoxFuture, LocalBoxFuture};
 use tokio_util::sync::CancellationToken;
 
 use crate::events::ProgressUpdate;
+use crate::mix::splitmix64;
 use crate::seam::{
     AgentOptions, Capabilities, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, LocalAgent, Provider,
     ProviderContext, RunReporter, RunResult, Stage, SubagentError,
@@ -152,20 +153,14 @@ struct Plan {
     progress: Arc<AtomicU64>,
 }
 
-/// splitmix64: a well-mixed 64-bit function of its input.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
 impl Plan {
     /// The first rule of `stage` that fires for draw number `draw`.
     fn fault(&self, stage: ChaosStage, draw: u64) -> Option<ChaosFault> {
         let fired = self.rules.iter().enumerate().find(|(index, (rule_stage, _, probability))| {
-            let roll =
-                mix(self.seed ^ mix(self.launch.wrapping_mul(0x1000_0000_01b3) ^ mix(*index as u64 ^ (draw << 16))));
+            let roll = splitmix64(
+                self.seed
+                    ^ splitmix64(self.launch.wrapping_mul(0x1000_0000_01b3) ^ splitmix64(*index as u64 ^ (draw << 16))),
+            );
             *rule_stage == stage && (roll as f64 / u64::MAX as f64) < *probability
         });
         let fault = fired.map(|(_, (_, fault, _))| *fault)?;
