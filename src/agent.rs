@@ -42,8 +42,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use model::{
-    ChunkSink, Finish, Model, ModelError, ModelReply, ModelRequest, OpenAiConfig, OpenAiModel, RecordingModel,
-    ReplayModel, Responder, ScriptMatch, ScriptedModel, Step, Tape, Usage,
+    ChunkSink, Finish, Model, ModelError, ModelReply, ModelRequest, ModelSpec, OpenAiConfig, OpenAiModel,
+    RecordingModel, ReplayModel, Responder, ScriptMatch, ScriptedModel, Step, Tape, Usage,
 };
 pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;

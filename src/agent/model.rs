@@ -29,6 +29,36 @@ use super::session::{SessionEvent, ToolCall};
 use super::tools::ToolSpec;
 use crate::seam::{text_of, AgentOptions};
 
+/// A model named on a command line or in a route: `scripted` (the
+/// embedded default, [`ScriptedModel::demo`]) or `openai:NAME` (an
+/// OpenAI-compatible endpoint configured by the environment).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelSpec {
+    /// The scripted demo model.
+    Scripted,
+    /// [`OpenAiModel`]; `None` takes the model name from `SUBAGENTS_MODEL`.
+    OpenAi(Option<String>),
+}
+
+impl ModelSpec {
+    /// Parses `scripted` or `openai:NAME`.
+    pub fn parse(spec: &str) -> Result<ModelSpec, ModelError> {
+        match spec.strip_prefix("openai:") {
+            _ if spec == "scripted" => Ok(ModelSpec::Scripted),
+            Some(name) if !name.is_empty() => Ok(ModelSpec::OpenAi(Some(name.to_owned()))),
+            _ => Err(ModelError::Config(format!("unknown model {spec:?}: use \"scripted\" or \"openai:NAME\""))),
+        }
+    }
+
+    /// Builds the model.
+    pub fn build(&self) -> Result<Arc<dyn Model>, ModelError> {
+        Ok(match self {
+            ModelSpec::Scripted => Arc::new(ScriptedModel::demo()),
+            ModelSpec::OpenAi(name) => Arc::new(OpenAiModel::new(OpenAiConfig::from_env_for(name.as_deref())?)?),
+        })
+    }
+}
+
 /// Receives streamed text as it arrives.
 pub type ChunkSink = Arc<dyn Fn(&str) + Send + Sync>;
 

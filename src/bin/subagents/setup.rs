@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use subagents::agent::{ListDir, Model, OpenAiConfig, OpenAiModel, ReadFile, ScriptedModel, Toolset};
+use subagents::agent::{ListDir, Model, ModelSpec, OpenAiConfig, OpenAiModel, ReadFile, Toolset};
 use subagents::providers::{ChildInfo, ForkProvider, MockProvider, SpawnProvider};
 use subagents::tool::{MaxDepth, SubagentTool, SubagentToolConfig, TaskService};
 use subagents::{Runtime, Subagents};
@@ -23,19 +23,19 @@ pub struct Setup {
 
 /// `scripted` (the embedded default) or `openai:NAME`.
 fn model(spec: &str) -> Result<Arc<dyn Model>, String> {
-    if spec == "scripted" {
-        return Ok(Arc::new(ScriptedModel::demo()));
+    let spec = ModelSpec::parse(spec).map_err(|e| e.to_string())?;
+    if let ModelSpec::OpenAi(name) = &spec {
+        // Fail before any run when the endpoint cannot be reached at all.
+        let config = OpenAiConfig::from_env_for(name.as_deref()).map_err(|e| e.to_string())?;
+        let base_url = config.base_url.clone();
+        let model = OpenAiModel::new(config).map_err(|e| e.to_string())?;
+        let probe = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        probe
+            .block_on(model.check_reachable())
+            .map_err(|e| format!("model endpoint {base_url} is unreachable: {e}"))?;
+        return Ok(Arc::new(model));
     }
-    let Some(name) = spec.strip_prefix("openai:").filter(|n| !n.is_empty()) else {
-        return Err(format!("unknown model {spec:?}: use \"scripted\" or \"openai:NAME\""));
-    };
-    let config = OpenAiConfig::from_env_for(Some(name)).map_err(|e| e.to_string())?;
-    let base_url = config.base_url.clone();
-    let model = OpenAiModel::new(config).map_err(|e| e.to_string())?;
-    // Fail before any run when the endpoint cannot be reached at all.
-    let probe = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-    probe.block_on(model.check_reachable()).map_err(|e| format!("model endpoint {base_url} is unreachable: {e}"))?;
-    Ok(Arc::new(model))
+    spec.build().map_err(|e| e.to_string())
 }
 
 pub fn setup(model_spec: &str, home: Option<PathBuf>) -> Result<Setup, String> {

@@ -36,8 +36,8 @@ use serde_json::Value;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 use crate::agent::{
-    Agent, AgentUpdate, ListDir, Model, OpenAiConfig, OpenAiModel, ReadFile, ScriptedModel, SessionStore, Tool,
-    ToolContext, ToolOutput, ToolSpec, Toolset,
+    Agent, AgentUpdate, ListDir, Model, ModelSpec, ReadFile, SessionStore, Tool, ToolContext, ToolOutput, ToolSpec,
+    Toolset,
 };
 use crate::providers::SpawnProvider;
 use crate::seam::{ContentBlock, StopReason};
@@ -57,16 +57,7 @@ pub struct AcpServeOptions {
 
 /// Serves ACP on this process's stdin and stdout until EOF.
 pub fn serve_acp(options: AcpServeOptions) -> Result<(), String> {
-    let model: Arc<dyn Model> = match options.model.as_str() {
-        "scripted" => Arc::new(ScriptedModel::demo()),
-        spec => match spec.strip_prefix("openai:") {
-            Some(name) => {
-                let config = OpenAiConfig::from_env_for(Some(name)).map_err(|e| e.to_string())?;
-                Arc::new(OpenAiModel::new(config).map_err(|e| e.to_string())?)
-            }
-            None => return Err(format!("unknown model {spec:?}")),
-        },
-    };
+    let model = ModelSpec::parse(&options.model).and_then(|spec| spec.build()).map_err(|e| e.to_string())?;
     let runtime = Runtime::builder().home(&options.home).workers(1).build().map_err(|e| e.to_string())?;
     let subagents = runtime.subagents();
     subagents.register_provider(SpawnProvider::new("spawn", model.clone())).map_err(|e| e.to_string())?.keep();

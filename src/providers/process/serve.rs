@@ -17,10 +17,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use super::wire::{ChildEvent, Initialize, PROTOCOL_VERSION};
-use crate::agent::{
-    Agent, AgentUpdate, ListDir, Model, OpenAiConfig, OpenAiModel, ReadFile, ScriptedModel, SessionEvent, SessionStore,
-    Toolset,
-};
+use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Toolset};
 use crate::providers::child_process::{LineError, LineReader};
 use crate::providers::SpawnProvider;
 use crate::seam::{ContentBlock, StopReason};
@@ -209,14 +206,12 @@ impl Server {
         for patch in &init.patches {
             profile.patch(patch)?;
         }
-        let model: Arc<dyn Model> = match init.route.provider.as_deref() {
-            None | Some("scripted") => Arc::new(ScriptedModel::demo()),
-            Some("openai") => {
-                let config = OpenAiConfig::from_env_for(init.route.model.as_deref()).map_err(|e| e.to_string())?;
-                Arc::new(OpenAiModel::new(config).map_err(|e| e.to_string())?)
-            }
+        let spec = match init.route.provider.as_deref() {
+            None | Some("scripted") => ModelSpec::Scripted,
+            Some("openai") => ModelSpec::OpenAi(init.route.model.clone()),
             Some(other) => return Err(format!("unknown model provider {other:?}")),
         };
+        let model = spec.build().map_err(|e| e.to_string())?;
         let tasks = TaskService::new();
         let mut tools = Toolset::new();
         for name in &profile.tools {
