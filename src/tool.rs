@@ -32,5 +32,27 @@
 mod subagent;
 mod tasks;
 
+use std::sync::Arc;
+
 pub use subagent::{stop_message, MaxDepth, SubagentTool, SubagentToolConfig};
 pub use tasks::{KillOutcome, TaskService, TaskSnapshot, TaskStatus, UnknownTask, DEFAULT_WAIT, MAX_WAIT};
+
+use crate::actors::Subagents;
+use crate::agent::{ListDir, ReadFile, Tool};
+use crate::seam::SubagentError;
+
+/// The kit of an agent that may delegate: `read_file`, `list_dir`, a
+/// `subagent` tool bound to `provider` (children at most `max_depth`
+/// deep, background runs on `tasks`) and the task tools.
+pub fn delegating_tools(
+    subagents: &Subagents,
+    tasks: &TaskService,
+    provider: &str,
+    max_depth: u32,
+) -> Result<Vec<Arc<dyn Tool>>, SubagentError> {
+    let config = SubagentToolConfig::new(provider).with_max_depth(MaxDepth::Limit(max_depth));
+    let subagent = SubagentTool::mount(subagents, config, Some(tasks.clone()))?;
+    let mut tools: Vec<Arc<dyn Tool>> = vec![Arc::new(ReadFile), Arc::new(ListDir), Arc::new(subagent)];
+    tools.extend(tasks.tools());
+    Ok(tools)
+}

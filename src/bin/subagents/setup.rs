@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use subagents::agent::{ListDir, Model, ModelSpec, OpenAiConfig, OpenAiModel, ReadFile, Toolset};
 use subagents::providers::{ChildInfo, ForkProvider, MockProvider, SpawnProvider};
-use subagents::tool::{MaxDepth, SubagentTool, SubagentToolConfig, TaskService};
+use subagents::tool::{delegating_tools, TaskService};
 use subagents::{Runtime, Subagents};
 
 /// The delegation depth children may reach.
@@ -72,15 +72,13 @@ fn child_tools(subagents: &Subagents, tasks: &TaskService) -> subagents::provide
 /// Built-in tools, a subagent tool bound to `provider`, the task tools.
 pub fn toolset(subagents: &Subagents, tasks: &TaskService, provider: &str) -> Toolset {
     let mut tools = Toolset::new();
-    tools.add(ReadFile).expect("fresh tool set");
-    tools.add(ListDir).expect("fresh tool set");
-    let config = SubagentToolConfig::new(provider).with_max_depth(MaxDepth::Limit(MAX_DEPTH));
-    match SubagentTool::mount(subagents, config, Some(tasks.clone())) {
-        Ok(tool) => tools.add(tool).expect("fresh tool set"),
-        Err(error) => eprintln!("subagents: no subagent tool: {error}"),
-    }
-    for tool in tasks.tools() {
-        tools.add_shared(tool).expect("fresh tool set");
+    match delegating_tools(subagents, tasks, provider, MAX_DEPTH) {
+        Ok(kit) => kit.into_iter().for_each(|tool| tools.add_shared(tool).expect("fresh tool set")),
+        Err(error) => {
+            eprintln!("subagents: no subagent tool: {error}");
+            tools.add(ReadFile).expect("fresh tool set");
+            tools.add(ListDir).expect("fresh tool set");
+        }
     }
     tools
 }

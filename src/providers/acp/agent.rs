@@ -36,12 +36,11 @@ use serde_json::Value;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 use crate::agent::{
-    Agent, AgentUpdate, ListDir, Model, ModelSpec, ReadFile, SessionStore, Tool, ToolContext, ToolOutput, ToolSpec,
-    Toolset,
+    Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset,
 };
 use crate::providers::SpawnProvider;
 use crate::seam::{ContentBlock, StopReason};
-use crate::tool::{MaxDepth, SubagentTool, SubagentToolConfig, TaskService};
+use crate::tool::{delegating_tools, TaskService};
 use crate::{Runtime, Subagents};
 
 /// How `subagents acp` serves.
@@ -186,12 +185,8 @@ impl State {
                 tool
             }
         };
-        let config = SubagentToolConfig::new("spawn").with_max_depth(MaxDepth::Limit(3));
-        let subagent =
-            SubagentTool::mount(&self.subagents, config, Some(self.tasks.clone())).map_err(|e| e.to_string())?;
-        let mut all: Vec<Arc<dyn Tool>> = vec![Arc::new(ReadFile), Arc::new(ListDir), Arc::new(subagent)];
-        all.extend(self.tasks.tools());
-        for tool in all {
+        let kit = delegating_tools(&self.subagents, &self.tasks, "spawn", 3).map_err(|e| e.to_string())?;
+        for tool in kit {
             tools.add_shared(approve(tool)).map_err(|e| e.to_string())?;
         }
         let updates = cx.clone();

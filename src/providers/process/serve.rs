@@ -17,11 +17,11 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use super::wire::{ChildEvent, Initialize, PROTOCOL_VERSION};
-use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Toolset};
+use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Tool, Toolset};
 use crate::providers::child_process::{LineError, LineReader};
 use crate::providers::SpawnProvider;
 use crate::seam::{ContentBlock, StopReason};
-use crate::tool::{MaxDepth, SubagentTool, SubagentToolConfig, TaskService};
+use crate::tool::{delegating_tools, TaskService};
 use crate::Runtime;
 
 /// Where the served session keeps its state.
@@ -212,28 +212,28 @@ impl Server {
             Some(other) => return Err(format!("unknown model provider {other:?}")),
         };
         let model = spec.build().map_err(|e| e.to_string())?;
-        let tasks = TaskService::new();
+        if let Some(unknown) =
+            profile.tools.iter().find(|n| !["read_file", "list_dir", "subagent"].contains(&n.as_str()))
+        {
+            return Err(format!("unknown tool {unknown:?}"));
+        }
+        let delegates = profile.tools.iter().any(|n| n == "subagent");
+        let kit = if delegates {
+            if !self.subagents.has_provider("spawn") {
+                let spawn = SpawnProvider::new("spawn", model.clone());
+                self.subagents.register_provider(spawn).map_err(|e| e.to_string())?.keep();
+            }
+            delegating_tools(&self.subagents, &TaskService::new(), "spawn", 3).map_err(|e| e.to_string())?
+        } else {
+            vec![Arc::new(ReadFile) as Arc<dyn Tool>, Arc::new(ListDir)]
+        };
+        // The profile names the tools; the task tools come with `subagent`.
         let mut tools = Toolset::new();
-        for name in &profile.tools {
-            let added = match name.as_str() {
-                "read_file" => tools.add(ReadFile),
-                "list_dir" => tools.add(ListDir),
-                "subagent" => {
-                    if !self.subagents.has_provider("spawn") {
-                        let spawn = SpawnProvider::new("spawn", model.clone());
-                        self.subagents.register_provider(spawn).map_err(|e| e.to_string())?.keep();
-                    }
-                    let config = SubagentToolConfig::new("spawn").with_max_depth(MaxDepth::Limit(3));
-                    let tool =
-                        SubagentTool::mount(&self.subagents, config, Some(tasks.clone())).map_err(|e| e.to_string())?;
-                    for task_tool in tasks.tools() {
-                        tools.add_shared(task_tool).map_err(|e| e.to_string())?;
-                    }
-                    tools.add(tool)
-                }
-                other => return Err(format!("unknown tool {other:?}")),
-            };
-            added.map_err(|e| e.to_string())?;
+        for tool in kit {
+            let name = tool.spec().name;
+            if profile.tools.contains(&name) || (delegates && name.starts_with("task_")) {
+                tools.add_shared(tool).map_err(|e| e.to_string())?;
+            }
         }
         let out = self.out.clone();
         let mut builder = Agent::builder_shared(model)
