@@ -12,11 +12,10 @@
 //! never on a `block_on`ed main thread. The closing table divides each mean
 //! by the floors' means from the same process.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use actix::prelude::*;
+mod support;
+
 use criterion::{criterion_group, Criterion, Throughput};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,36 +23,6 @@ use std::sync::Arc;
 use subagents::agent::ScriptedModel;
 use subagents::providers::{MockProvider, SpawnProvider};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
-
-/// Total (runs, time) per bench, over every sample criterion took.
-static TOTALS: Mutex<BTreeMap<&'static str, (u64, Duration)>> = Mutex::new(BTreeMap::new());
-
-fn record(name: &'static str, runs: u64, elapsed: Duration) -> Duration {
-    let mut totals = TOTALS.lock().unwrap();
-    let entry = totals.entry(name).or_default();
-    entry.0 += runs;
-    entry.1 += elapsed;
-    elapsed
-}
-
-struct Echo;
-
-impl Actor for Echo {
-    type Context = Context<Self>;
-}
-
-#[derive(Message)]
-#[rtype(result = "u64")]
-struct Ping(u64);
-
-impl Handler<Ping> for Echo {
-    type Result = u64;
-
-    fn handle(&mut self, msg: Ping, ctx: &mut Context<Self>) -> u64 {
-        ctx.stop();
-        msg.0
-    }
-}
 
 async fn lifecycle_on(subagents: &Subagents, provider: &str) {
     let request = StartRequest::new("bench", Parent::root("/tmp"), CancellationToken::new());
@@ -104,7 +73,7 @@ fn lifecycle(c: &mut Criterion) {
                     });
                     answer.await.unwrap();
                 }
-                record("floor-tokio", iters, began.elapsed())
+                support::record("floor-tokio", iters, began.elapsed())
             })
         })
     });
@@ -113,11 +82,10 @@ fn lifecycle(c: &mut Criterion) {
         b.iter_custom(|iters| {
             runtime.block_on(async move {
                 let began = Instant::now();
-                for i in 0..iters {
-                    let echo = Echo.start();
-                    echo.send(Ping(i)).await.unwrap();
+                for _ in 0..iters {
+                    support::actix_floor().await;
                 }
-                record("floor-actix", iters, began.elapsed())
+                support::record("floor-actix", iters, began.elapsed())
             })
         })
     });
@@ -130,7 +98,7 @@ fn lifecycle(c: &mut Criterion) {
                 for _ in 0..iters {
                     mock_lifecycle(&subagents).await;
                 }
-                record("mock-inside", iters, began.elapsed())
+                support::record("mock-inside", iters, began.elapsed())
             })
         })
     });
@@ -147,7 +115,7 @@ fn lifecycle(c: &mut Criterion) {
                     for _ in 0..iters {
                         lifecycle_on(&subagents, provider).await;
                     }
-                    record(name, iters, began.elapsed())
+                    support::record(name, iters, began.elapsed())
                 });
                 clear_sessions(&home);
                 elapsed
@@ -165,7 +133,7 @@ fn lifecycle(c: &mut Criterion) {
                 for _ in 0..iters {
                     mock_lifecycle(&subagents).await;
                 }
-                record("mock-foreign-sequential", iters, began.elapsed())
+                support::record("mock-foreign-sequential", iters, began.elapsed())
             });
             foreign.block_on(task).unwrap()
         })
@@ -190,7 +158,7 @@ fn lifecycle(c: &mut Criterion) {
                         run.await.unwrap();
                     }
                 }
-                record("mock-foreign-1000-in-flight", iters * IN_FLIGHT, began.elapsed())
+                support::record("mock-foreign-1000-in-flight", iters * IN_FLIGHT, began.elapsed())
             });
             foreign.block_on(task).unwrap()
         })
@@ -203,17 +171,14 @@ fn lifecycle(c: &mut Criterion) {
 
 /// Mean per run for each bench, and its ratio to each floor.
 fn print_ratios() {
-    let totals = TOTALS.lock().unwrap();
-    let mean = |name: &str| {
-        totals.get(name).filter(|(runs, _)| *runs > 0).map(|(runs, time)| time.as_secs_f64() / *runs as f64)
-    };
+    let means = support::means();
+    let mean = |name: &str| means.get(name).copied();
     let (Some(tokio_floor), Some(actix_floor)) = (mean("floor-tokio"), mean("floor-actix")) else {
         return;
     };
     println!("\nper-run means over every sample, with ratios to the floors measured in this run:");
     println!("{:<30} {:>12} {:>10} {:>10}", "bench", "mean", "÷ tokio", "÷ actix");
-    for name in totals.keys() {
-        let value = mean(name).unwrap_or(0.0);
+    for (name, &value) in &means {
         println!("{name:<30} {:>10.2}µs {:>9.1}× {:>9.1}×", value * 1e6, value / tokio_floor, value / actix_floor);
     }
     let goal = |what: &str, ratio: f64, bound: f64| {
@@ -231,11 +196,7 @@ fn print_ratios() {
 }
 
 fn configured() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .sample_size(30)
-        .configure_from_args()
+    support::configured(Duration::from_secs(1), Duration::from_secs(3)).sample_size(30)
 }
 
 criterion_group! {

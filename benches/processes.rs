@@ -3,24 +3,14 @@
 //! `--version` and waiting for it, all in one run. The closing lines print
 //! each mean and its ratio to that floor.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+mod support;
 
 use criterion::{criterion_group, Criterion};
 use subagents::providers::{AcpConfig, AcpProvider, ProcessConfig, ProcessProvider};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
-
-static TOTALS: Mutex<BTreeMap<&'static str, (u64, Duration)>> = Mutex::new(BTreeMap::new());
-
-fn record(name: &'static str, runs: u64, elapsed: Duration) -> Duration {
-    let mut totals = TOTALS.lock().unwrap();
-    let entry = totals.entry(name).or_default();
-    entry.0 += runs;
-    entry.1 += elapsed;
-    elapsed
-}
 
 fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_subagents"))
@@ -55,7 +45,7 @@ fn processes(c: &mut Criterion) {
                     let status = tokio::process::Command::new(binary()).arg("--version").output().await.unwrap();
                     assert!(status.status.success());
                 }
-                record("floor-spawn", iters, began.elapsed())
+                support::record("floor-spawn", iters, began.elapsed())
             })
         })
     });
@@ -71,7 +61,7 @@ fn processes(c: &mut Criterion) {
                     for _ in 0..iters {
                         lifecycle(&subagents, provider, &home).await;
                     }
-                    record(name, iters, began.elapsed())
+                    support::record(name, iters, began.elapsed())
                 })
             })
         });
@@ -83,12 +73,11 @@ fn processes(c: &mut Criterion) {
 }
 
 fn print_ratios() {
-    let totals = TOTALS.lock().unwrap();
-    let mean = |name: &str| totals.get(name).filter(|(n, _)| *n > 0).map(|(n, t)| t.as_secs_f64() / *n as f64);
+    let means = support::means();
+    let mean = |name: &str| means.get(name).copied();
     let Some(floor) = mean("floor-spawn") else { return };
     println!("\nper-run means, with ratios to spawning the binary with --version in this run:");
-    for name in totals.keys() {
-        let value = mean(name).unwrap_or(0.0);
+    for (name, &value) in &means {
         println!("{name:<14} {:>10.2} ms {:>7.1}×", value * 1e3, value / floor);
     }
     if let Some(acp) = mean("acp") {
@@ -99,10 +88,7 @@ fn print_ratios() {
 }
 
 fn configured() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4))
-        .configure_from_args()
+    support::configured(Duration::from_secs(1), Duration::from_secs(4))
 }
 
 criterion_group! {

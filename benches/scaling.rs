@@ -4,44 +4,16 @@
 //! with 0, 1 and 100 event listeners. The closing table prints per-run cost
 //! and runs/s for each N and each ratio to the floor.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::prelude::*;
+mod support;
+
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use futures_util::future::join_all;
 use subagents::agent::ScriptedModel;
 use subagents::providers::{MockProvider, SpawnProvider};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
-
-static TOTALS: Mutex<BTreeMap<String, (u64, Duration)>> = Mutex::new(BTreeMap::new());
-
-fn record(name: String, runs: u64, elapsed: Duration) -> Duration {
-    let mut totals = TOTALS.lock().unwrap();
-    let entry = totals.entry(name).or_default();
-    entry.0 += runs;
-    entry.1 += elapsed;
-    elapsed
-}
-
-struct Echo;
-
-impl Actor for Echo {
-    type Context = Context<Self>;
-}
-
-#[derive(Message)]
-#[rtype(result = "()")]
-struct Ping;
-
-impl Handler<Ping> for Echo {
-    type Result = ();
-
-    fn handle(&mut self, _: Ping, ctx: &mut Context<Self>) {
-        ctx.stop();
-    }
-}
 
 fn request(signal: CancellationToken) -> StartRequest {
     StartRequest::new("bench", Parent::root(std::env::temp_dir()), signal)
@@ -71,9 +43,9 @@ fn scaling(c: &mut Criterion) {
             runtime.block_on(async move {
                 let began = Instant::now();
                 for _ in 0..iters {
-                    Echo.start().send(Ping).await.unwrap();
+                    support::actix_floor().await;
                 }
-                record("floor-actix".into(), iters, began.elapsed())
+                support::record("floor-actix", iters, began.elapsed())
             })
         })
     });
@@ -88,7 +60,7 @@ fn scaling(c: &mut Criterion) {
                         for _ in 0..iters {
                             fan_out(&subagents, provider, n).await;
                         }
-                        record(format!("fan-out {provider} {n:>5}"), iters * n as u64, began.elapsed())
+                        support::record(format!("fan-out {provider} {n:>5}"), iters * n as u64, began.elapsed())
                     })
                 })
             });
@@ -111,7 +83,7 @@ fn scaling(c: &mut Criterion) {
                         join_all(runs.iter().map(|run| run.dispose())).await;
                         total += began.elapsed();
                     }
-                    record(format!("cancel {n:>5}"), iters * n as u64, total)
+                    support::record(format!("cancel {n:>5}"), iters * n as u64, total)
                 })
             })
         });
@@ -128,7 +100,7 @@ fn scaling(c: &mut Criterion) {
                     for _ in 0..iters {
                         fan_out(&subagents, "mock", 1).await;
                     }
-                    record(format!("listeners {listeners:>3}"), iters, began.elapsed())
+                    support::record(format!("listeners {listeners:>3}"), iters, began.elapsed())
                 })
             })
         });
@@ -139,12 +111,11 @@ fn scaling(c: &mut Criterion) {
 }
 
 fn print_table() {
-    let totals = TOTALS.lock().unwrap();
-    let mean = |name: &str| totals.get(name).filter(|(n, _)| *n > 0).map(|(n, t)| t.as_secs_f64() / *n as f64);
+    let means = support::means();
+    let mean = |name: &str| means.get(name).copied();
     let Some(floor) = mean("floor-actix") else { return };
     println!("\nper-run cost with ratios to the actix floor ({:.2} µs) measured in this run:", floor * 1e6);
-    for name in totals.keys() {
-        let value = mean(name).unwrap_or(0.0);
+    for (name, &value) in &means {
         println!("{name:<22} {:>9.2} µs {:>7.1}× {:>10.0} runs/s", value * 1e6, value / floor, 1.0 / value);
     }
     if let (Some(small), Some(large)) = (mean("fan-out mock    10"), mean("fan-out mock 10000")) {
@@ -153,10 +124,7 @@ fn print_table() {
 }
 
 fn configured() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .configure_from_args()
+    support::configured(Duration::from_millis(500), Duration::from_secs(2))
 }
 
 criterion_group! {

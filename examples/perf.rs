@@ -8,13 +8,15 @@
 //! out-of-process figures need the `subagents` binary next to this example's
 //! directory (`target/release/subagents`); without it they are `null`.
 
+#[path = "../benches/support/mod.rs"]
+mod support;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::prelude::*;
 use futures_util::future::join_all;
 use serde_json::{json, Value};
 use subagents::agent::{ScriptMatch, ScriptedModel, Step};
@@ -47,25 +49,6 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 const ROUNDS: usize = 5;
-
-struct Echo;
-
-impl Actor for Echo {
-    type Context = Context<Self>;
-}
-
-#[derive(Message)]
-#[rtype(result = "u64")]
-struct Ping(u64);
-
-impl Handler<Ping> for Echo {
-    type Result = u64;
-
-    fn handle(&mut self, msg: Ping, ctx: &mut Context<Self>) -> u64 {
-        ctx.stop();
-        msg.0
-    }
-}
 
 /// Best per-iteration time in microseconds over `ROUNDS` rounds of `iters`.
 fn best_us<F, Fut>(runtime: &Runtime, iters: u64, make: F) -> f64
@@ -203,9 +186,7 @@ fn main() {
         });
         answer.await.unwrap();
     });
-    let actix_floor = best_us(&runtime, 20_000, || async {
-        Echo.start().send(Ping(1)).await.unwrap();
-    });
+    let actix_floor = best_us(&runtime, 20_000, support::actix_floor);
     let lifecycle_of = |provider: &'static str, iters: u64| {
         let subagents = subagents.clone();
         best_us(&runtime, iters, move || {
