@@ -7,20 +7,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{no_children_left, no_process_mentions};
+use common::{lifecycle, no_children_left, no_process_mentions, runtime_at as runtime};
 use serde_json::json;
 use subagents::providers::{AcpConfig, AcpProvider, Permission};
-use subagents::{CancellationToken, Category, Parent, RunResult, Runtime, StartRequest, StopReason, Subagents};
-
-fn runtime(home: &Path) -> Runtime {
-    Runtime::builder()
-        .workers(2)
-        .home(home)
-        .cancel_grace(Duration::from_millis(300))
-        .dispose_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
+use subagents::{CancellationToken, Category, Parent, Runtime, StartRequest, StopReason, Subagents};
 
 /// Our own binary as the ACP agent, with its home under `home`.
 fn own_agent(name: &str, home: &Path, extra: &[&str]) -> AcpConfig {
@@ -63,16 +53,6 @@ fn register(runtime: &Runtime, config: AcpConfig) -> Subagents {
 
 fn request(prompt: &str, cwd: &Path) -> StartRequest {
     StartRequest::new(prompt, Parent::root(cwd), CancellationToken::new())
-}
-
-fn lifecycle(runtime: &Runtime, subagents: &Subagents, provider: &str, request: StartRequest) -> RunResult {
-    let (subagents, provider) = (subagents.clone(), provider.to_owned());
-    runtime.block_on(async move {
-        let run = subagents.start(&provider, request).await.unwrap();
-        let result = run.result().await.unwrap();
-        run.dispose().await.unwrap();
-        result
-    })
 }
 
 #[test]

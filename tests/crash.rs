@@ -16,17 +16,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::runtime_at as runtime;
 use proptest::prelude::*;
 use subagents::agent::{SessionEvent, SessionStore};
 use subagents::providers::{AcpConfig, AcpProvider, ProcessConfig, ProcessProvider};
-use subagents::{CancellationToken, Category, Parent, Runtime, StartRequest, StopReason};
+use subagents::{CancellationToken, Category, Parent, StartRequest, StopReason};
 
 fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_subagents"))
-}
-
-fn runtime(home: &Path) -> Runtime {
-    Runtime::builder().workers(2).home(home).cancel_grace(Duration::from_millis(300)).build().unwrap()
 }
 
 fn process_provider(name: &str, home: &Path) -> ProcessProvider {
@@ -38,6 +35,18 @@ fn process_provider(name: &str, home: &Path) -> ProcessProvider {
 
 fn pids_mentioning(marker: &Path) -> Vec<u32> {
     common::processes_mentioning(marker).into_iter().map(|(pid, _)| pid).collect()
+}
+
+/// `subagents serve --home HOME` with piped stdin and stdout.
+fn serve(home: &Path) -> std::process::Child {
+    Command::new(binary())
+        .args(["serve", "--home"])
+        .arg(home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 fn wait_until(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
@@ -131,14 +140,7 @@ fn runtime_shutdown_reaps_a_child_process_mid_turn() {
 #[test]
 fn a_serve_child_whose_parent_vanishes_exits_on_its_own() {
     let home = tempfile::tempdir().unwrap();
-    let mut child = Command::new(binary())
-        .args(["serve", "--home"])
-        .arg(home.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = serve(home.path());
     let mut stdin = child.stdin.take().unwrap();
     let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocol_version": 1, "route": {}, "profile": "default", "patches": [], "cwd": home.path()}});
@@ -195,14 +197,7 @@ fn kill_9_of_a_parent_process_mid_run_leaves_sessions_that_reload() {
 /// be a JSON-RPC result or error, and the process must exit in time.
 fn serve_survives(lines: &[String]) -> Result<(), TestCaseError> {
     let home = tempfile::tempdir().unwrap();
-    let mut child = Command::new(binary())
-        .args(["serve", "--home"])
-        .arg(home.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = serve(home.path());
     {
         let mut stdin = child.stdin.take().unwrap();
         for line in lines {

@@ -7,21 +7,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{no_children_left, no_process_mentions};
+use common::{lifecycle, no_children_left, no_process_mentions, runtime_at as runtime};
 use subagents::providers::{ProcessConfig, ProcessProvider};
-use subagents::{
-    AgentOptions, CancellationToken, Category, Parent, RunResult, Runtime, StartRequest, StopReason, Subagents,
-};
-
-fn runtime(home: &Path) -> Runtime {
-    Runtime::builder()
-        .workers(2)
-        .home(home)
-        .cancel_grace(Duration::from_millis(300))
-        .dispose_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
+use subagents::{AgentOptions, CancellationToken, Category, Parent, StartRequest, StopReason};
 
 fn config(name: &str, home: &Path) -> ProcessConfig {
     let mut config = ProcessConfig::new(name, home.join("children"));
@@ -52,19 +40,6 @@ fn request(prompt: &str, cwd: &Path) -> StartRequest {
     StartRequest::new(prompt, Parent::root(cwd), CancellationToken::new())
 }
 
-/// Start, collect, dispose; the run's pid is gone afterwards.
-fn lifecycle(runtime: &Runtime, subagents: &Subagents, provider: &str, request: StartRequest) -> (RunResult, Duration) {
-    let subagents = subagents.clone();
-    let provider = provider.to_owned();
-    runtime.block_on(async move {
-        let run = subagents.start(&provider, request).await.unwrap();
-        let result = run.result().await.unwrap();
-        let began = Instant::now();
-        run.dispose().await.unwrap();
-        (result, began.elapsed())
-    })
-}
-
 #[test]
 fn our_own_binary_serves_a_run_and_its_in_process_grandchildren() {
     let home = tempfile::tempdir().unwrap();
@@ -73,9 +48,9 @@ fn our_own_binary_serves_a_run_and_its_in_process_grandchildren() {
     subagents.register_provider(ProcessProvider::new(config("process", home.path())).unwrap()).unwrap().keep();
     let info = subagents.get_provider("process").unwrap();
     assert!(info.capabilities.agent_options && !info.capabilities.persona && !info.capabilities.output_schema);
-    let (plain, _) = lifecycle(&runtime, &subagents, "process", request("summarise the log", home.path()));
+    let plain = lifecycle(&runtime, &subagents, "process", request("summarise the log", home.path()));
     assert_eq!((plain.stop_reason, plain.text()), (StopReason::Completed, "handled: summarise the log".to_owned()));
-    let (nested, _) = lifecycle(&runtime, &subagents, "process", request("check a; check b", home.path()));
+    let nested = lifecycle(&runtime, &subagents, "process", request("check a; check b", home.path()));
     assert_eq!(nested.stop_reason, StopReason::Completed);
     assert!(
         nested.text().contains("- handled: check a") && nested.text().contains("- handled: check b"),
@@ -141,8 +116,8 @@ fn patches_are_checked_at_construction_and_applied_in_order() {
     subagents.register_provider(ProcessProvider::new(patched).unwrap()).unwrap().keep();
     subagents.register_provider(ProcessProvider::new(config("plain", home.path())).unwrap()).unwrap().keep();
     let prompt = "list the files here";
-    let (patched, _) = lifecycle(&runtime, &subagents, "patched", request(prompt, home.path()));
-    let (plain, _) = lifecycle(&runtime, &subagents, "plain", request(prompt, home.path()));
+    let patched = lifecycle(&runtime, &subagents, "patched", request(prompt, home.path()));
+    let plain = lifecycle(&runtime, &subagents, "plain", request(prompt, home.path()));
     assert_eq!(patched.text(), format!("handled: {prompt}"), "no list_dir after the second patch");
     assert!(plain.text().starts_with("Done:"), "the default profile lists the directory: {}", plain.text());
     no_children_left(&runtime);
@@ -256,7 +231,7 @@ fn hostile_output_is_a_clear_error_with_bounded_memory() {
         config.dispose_grace = Duration::from_millis(200);
         subagents.register_provider(ProcessProvider::new(config).unwrap()).unwrap().keep();
         let began = Instant::now();
-        let (result, _) = lifecycle(&runtime, &subagents, name, request("go", home.path()));
+        let result = lifecycle(&runtime, &subagents, name, request("go", home.path()));
         assert!(began.elapsed() < Duration::from_secs(20), "{name} hung");
         assert_eq!(result.stop_reason, StopReason::Error, "{name}");
         assert_eq!(result.diagnostic.unwrap().category, category, "{name}");

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use subagents::{CancellationToken, Parent, Runtime, StartRequest};
+use subagents::{CancellationToken, Parent, RunResult, Runtime, StartRequest, Subagents};
 
 /// A small runtime with short graces so fault tests stay fast.
 pub fn runtime() -> Runtime {
@@ -67,4 +67,26 @@ pub fn no_children_left(runtime: &Runtime) {
     let live = runtime.live();
     assert_eq!(live.processes, 0, "{live:?}");
     assert!(live.is_quiescent(), "{live:?}");
+}
+
+/// A runtime at `home` with graces suited to real child processes.
+pub fn runtime_at(home: &Path) -> Runtime {
+    Runtime::builder()
+        .workers(2)
+        .home(home)
+        .cancel_grace(Duration::from_millis(300))
+        .dispose_timeout(Duration::from_secs(10))
+        .build()
+        .expect("runtime builds")
+}
+
+/// Start on `provider`, collect the result, dispose.
+pub fn lifecycle(runtime: &Runtime, subagents: &Subagents, provider: &str, request: StartRequest) -> RunResult {
+    let (subagents, provider) = (subagents.clone(), provider.to_owned());
+    runtime.block_on(async move {
+        let run = subagents.start(&provider, request).await.unwrap();
+        let result = run.result().await.unwrap();
+        run.dispose().await.unwrap();
+        result
+    })
 }
