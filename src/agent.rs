@@ -12,7 +12,8 @@
 //! tool calls (concurrently where the tools allow) → results → … until the
 //! model finishes, hits its token limit, refuses, is cancelled, or fails.
 //! Every turn ends with a recorded [`TurnEnd`](SessionEvent::TurnEnd) and its
-//! reason, and the session is flushed. Turns on one agent run one at a time.
+//! reason (each event reaches the session file as it is appended). Turns on
+//! one agent run one at a time.
 //!
 //! ```
 //! use subagents::agent::{Agent, ScriptedModel};
@@ -242,7 +243,6 @@ impl AgentBuilder {
             for event in self.seed {
                 session.append(event)?;
             }
-            session.flush()?;
             session
         };
         if let Some(persona) = self.persona.or_else(|| session.header().persona.clone()) {

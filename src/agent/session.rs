@@ -32,7 +32,7 @@
 //! ```
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -138,7 +138,8 @@ pub enum SessionEvent {
 pub struct Session {
     header: SessionHeader,
     events: Vec<SessionEvent>,
-    writer: Option<BufWriter<File>>,
+    /// Unbuffered: each record reaches the file as one `write`.
+    writer: Option<File>,
 }
 
 /// Why a session could not be created, loaded or written.
@@ -239,9 +240,8 @@ impl SessionStore {
                 io_error(source)
             }
         })?;
-        let mut session = Session { header, events: Vec::new(), writer: Some(BufWriter::new(file)) };
+        let mut session = Session { header, events: Vec::new(), writer: Some(file) };
         session.write_line(&Record::Header(session.header.clone()))?;
-        session.flush()?;
         Ok(session)
     }
 
@@ -274,7 +274,7 @@ impl SessionStore {
         if torn {
             file.set_len(valid_len as u64).map_err(io_error)?;
         }
-        Ok(LoadedSession { session: Session { header, events, writer: Some(BufWriter::new(file)) }, torn })
+        Ok(LoadedSession { session: Session { header, events, writer: Some(file) }, torn })
     }
 
     /// Reads a session without opening it for writing and without repairing
@@ -309,7 +309,6 @@ impl SessionStore {
         if depth > session.header.depth {
             session.header.depth = depth;
             session.write_line(&Record::Header(session.header.clone()))?;
-            session.flush()?;
         }
         Ok(session)
     }
@@ -393,26 +392,23 @@ impl Session {
         &self.events[..end]
     }
 
-    /// Appends an event and writes it through to the file.
+    /// Appends an event; it reaches the file (one whole line, one
+    /// `write`) before this returns, so a kill between two events loses
+    /// neither.
     pub fn append(&mut self, event: SessionEvent) -> Result<(), SessionError> {
         self.write_line(&event)?;
-        // Write-through: a kill between two events loses neither.
-        self.flush()?;
         self.events.push(event);
         Ok(())
     }
 
-    /// Pushes buffered lines to the file.
+    /// Everything appended is already in the file (writes are not
+    /// buffered); kept so callers can mark the points where they rely on it.
     pub fn flush(&mut self) -> Result<(), SessionError> {
-        if let Some(writer) = &mut self.writer {
-            writer.flush().map_err(|source| SessionError::Io { id: self.header.id.clone(), source })?;
-        }
         Ok(())
     }
 
-    /// Flushes and closes the file; the session stays readable in memory.
+    /// Closes the file; the session stays readable in memory.
     pub fn close(&mut self) -> Result<(), SessionError> {
-        self.flush()?;
         self.writer = None;
         Ok(())
     }
@@ -425,13 +421,5 @@ impl Session {
         let mut line = serde_json::to_vec(record).map_err(|e| io_error(e.into()))?;
         line.push(b'\n');
         writer.write_all(&line).map_err(io_error)
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        if let Err(error) = self.flush() {
-            tracing::warn!(%error, "could not flush a session being dropped");
-        }
     }
 }

@@ -4,7 +4,7 @@
 //! finishes, hits its token limit, refuses, is cancelled, or fails. Whatever
 //! ends the turn, the log stays well formed: every tool call gets a result
 //! (calls that never ran get an error result saying why), a `TurnEnd` with
-//! the reason closes the turn, and the session is flushed. A turn whose
+//! the reason closes the turn (every event is already on disk). A turn whose
 //! future is dropped mid-way is closed as `Aborted` the same way.
 
 use std::sync::{Arc, Mutex};
@@ -265,8 +265,7 @@ impl Turn<'_> {
         })
     }
 
-    /// Closes the turn: results for calls that never ran, the turn end,
-    /// a flush.
+    /// Closes the turn: results for calls that never ran, then the turn end.
     fn end(&mut self, reason: StopReason, mut error: Option<TurnError>) -> TurnOutcome {
         self.ended = true;
         let inner = self.inner;
@@ -283,7 +282,7 @@ impl Turn<'_> {
                     error.get_or_insert(TurnError::session(e.to_string()));
                 }
             }
-            let closed = session.append(SessionEvent::TurnEnd { reason }).and_then(|()| session.flush());
+            let closed = session.append(SessionEvent::TurnEnd { reason });
             if let Err(e) = closed {
                 tracing::warn!(session = %inner.id, error = %e, "could not persist a turn end");
                 error.get_or_insert(TurnError::session(e.to_string()));
