@@ -54,7 +54,7 @@ pub use session::{
 pub use tools::{FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset};
 pub use turn::{AgentUpdate, TurnError, TurnErrorKind, TurnOutcome};
 
-use crate::seam::{AgentOptions, ContentBlock, LocalAgent, Parent, StopReason};
+use crate::seam::{AgentOptions, ContentBlock, LocalAgent, Parent};
 
 /// Receives live updates from an agent's turns (text chunks, tool calls).
 pub type UpdateSink = Arc<dyn Fn(&AgentUpdate) + Send + Sync>;
@@ -509,14 +509,5 @@ struct BusyGuard<'a>(&'a watch::Sender<usize>);
 impl Drop for BusyGuard<'_> {
     fn drop(&mut self) {
         self.0.send_modify(|n| *n -= 1);
-    }
-}
-
-/// Reported through [`AgentBuilder::on_update`] and used by [`turn`].
-pub(crate) fn stop_reason_of(finish: Finish) -> Option<StopReason> {
-    match finish {
-        Finish::MaxTokens => Some(StopReason::MaxTokens),
-        Finish::Refusal => Some(StopReason::Refusal),
-        Finish::Stop | Finish::ToolCalls => None,
     }
 }

@@ -12,10 +12,11 @@ use std::sync::{Arc, Mutex};
 use futures_util::future::join_all;
 use tokio_util::sync::CancellationToken;
 
+use super::model::Finish;
 use super::model::{ChunkSink, ModelError, ModelRequest};
 use super::session::{SessionEvent, ToolCall};
 use super::tools::{ToolContext, ToolOutput};
-use super::{stop_reason_of, Agent, AgentInner};
+use super::{Agent, AgentInner};
 use crate::seam::{ContentBlock, StopReason};
 
 /// How a turn ended.
@@ -326,5 +327,14 @@ impl Drop for Turn<'_> {
         if !self.ended {
             self.end(StopReason::Aborted, None);
         }
+    }
+}
+
+/// The turn's end when the model itself stopped short.
+fn stop_reason_of(finish: Finish) -> Option<StopReason> {
+    match finish {
+        Finish::MaxTokens => Some(StopReason::MaxTokens),
+        Finish::Refusal => Some(StopReason::Refusal),
+        Finish::Stop | Finish::ToolCalls => None,
     }
 }
