@@ -178,6 +178,22 @@ pub enum ModelError {
     Scripted(String),
 }
 
+impl ModelError {
+    /// The failure in fixed wording, safe for a diagnostic: no body, URL,
+    /// payload or configuration value, only the kind and a status or time.
+    pub fn safe_reason(&self) -> String {
+        match self {
+            ModelError::Cancelled => "the model call was cancelled".to_owned(),
+            ModelError::Config(_) => "the model is misconfigured".to_owned(),
+            ModelError::Status { status, .. } => format!("the model endpoint answered {status}"),
+            ModelError::Transport(_) => "the model endpoint could not be reached".to_owned(),
+            ModelError::Timeout(after) => format!("the model call timed out after {} s", after.as_secs_f64()),
+            ModelError::Malformed(_) => "the model endpoint answered something that is not a chat completion".to_owned(),
+            ModelError::Scripted(_) => "the scripted model failed".to_owned(),
+        }
+    }
+}
+
 /// A model: turns a request into one answer. Cancellable.
 pub trait Model: Send + Sync + 'static {
     /// A short name for logs (`scripted`, `openai:gpt-4o`, …).

@@ -38,13 +38,16 @@ pub struct TurnOutcome {
 type Ending = (StopReason, Option<TurnError>);
 
 /// Why a turn failed. The message is for logs: it may quote a payload, so
-/// it is not a safe diagnostic.
+/// it is not a safe diagnostic; `reason` is (fixed wording, see
+/// [`Diagnostic`](crate::Diagnostic)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TurnError {
     /// What failed.
     pub kind: TurnErrorKind,
     /// What happened.
     pub message: String,
+    /// The same in fixed wording, safe to show ("the model endpoint answered 404").
+    pub reason: String,
 }
 
 /// What failed in a turn.
@@ -61,7 +64,7 @@ pub enum TurnErrorKind {
 
 impl TurnError {
     fn session(message: String) -> Self {
-        TurnError { kind: TurnErrorKind::Session, message }
+        TurnError { kind: TurnErrorKind::Session, message, reason: "the session could not be written".to_owned() }
     }
 }
 
@@ -131,6 +134,7 @@ impl Turn<'_> {
                     Some(TurnError {
                         kind: TurnErrorKind::StepLimit,
                         message: format!("the turn reached its limit of {} model calls", inner.max_steps),
+                        reason: format!("the turn reached its limit of {} model calls", inner.max_steps),
                     }),
                 );
             }
@@ -162,7 +166,8 @@ impl Turn<'_> {
                     if self.output.is_empty() {
                         self.output = streamed;
                     }
-                    let error = TurnError { kind: TurnErrorKind::Model, message: error.to_string() };
+                    let error =
+                        TurnError { kind: TurnErrorKind::Model, message: error.to_string(), reason: error.safe_reason() };
                     return (StopReason::Error, Some(error));
                 }
             };

@@ -474,24 +474,30 @@ impl Driver {
                 return self.result(output, stop_reason, category);
             }
         }
-        let category = outcome.error.as_ref().map(|error| match error.kind {
-            TurnErrorKind::Model => Category::Model,
-            _ => Category::ChildError,
+        let failure = outcome.error.as_ref().map(|error| {
+            let category = match error.kind {
+                TurnErrorKind::Model => Category::Model,
+                _ => Category::ChildError,
+            };
+            Diagnostic::new(&self.provider, Stage::SessionRun, category).with_reason(error.reason.clone())
         });
         if let Some(error) = &outcome.error {
             tracing::debug!(provider = %self.provider, session = self.agent.id(), %error, "child turn failed");
         }
-        self.result(output, outcome.stop_reason, category)
+        self.result_with(output, outcome.stop_reason, failure)
     }
 
     fn result(&self, output: String, stop_reason: StopReason, failure: Option<Category>) -> RunResult {
+        let failure = failure.map(|category| Diagnostic::new(&self.provider, Stage::SessionRun, category));
+        self.result_with(output, stop_reason, failure)
+    }
+
+    fn result_with(&self, output: String, stop_reason: StopReason, failure: Option<Diagnostic>) -> RunResult {
         RunResult {
             output: if output.is_empty() { Vec::new() } else { vec![ContentBlock::text(output)] },
             structured: None, // the run actor attaches the captured value
             stop_reason,
-            diagnostic: failure
-                .filter(|_| stop_reason == StopReason::Error)
-                .map(|category| Diagnostic::new(&self.provider, Stage::SessionRun, category)),
+            diagnostic: failure.filter(|_| stop_reason == StopReason::Error),
         }
     }
 }

@@ -83,9 +83,10 @@ pub enum Category {
     StartupFailed,
 }
 
-/// Safe facts about a failure: provider name, stage and a fixed category.
-/// Never stderr, paths, task text, environment values, credentials or
-/// protocol payloads; at most [`Diagnostic::MAX_BYTES`] when serialised.
+/// Safe facts about a failure: provider name, stage, a fixed category and,
+/// where one is known, a fixed-wording reason ("the model endpoint answered
+/// 404"). Never stderr, paths, task text, environment values, credentials
+/// or protocol payloads; at most [`Diagnostic::MAX_BYTES`] when serialised.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diagnostic {
     /// The provider that ran the child.
@@ -94,35 +95,58 @@ pub struct Diagnostic {
     pub stage: Stage,
     /// What kind of failure.
     pub category: Category,
+    /// A fixed-wording reason built by this crate (never a payload).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl Diagnostic {
     /// Upper bound on a diagnostic's serialised size.
     pub const MAX_BYTES: usize = 4096;
     const MAX_PROVIDER_BYTES: usize = 256;
+    const MAX_REASON_BYTES: usize = 256;
 
     /// A diagnostic; a provider name longer than 256 bytes is cut at a
     /// character boundary so the whole stays far below the cap.
     pub fn new(provider: &str, stage: Stage, category: Category) -> Self {
-        let mut end = provider.len().min(Self::MAX_PROVIDER_BYTES);
-        while !provider.is_char_boundary(end) {
-            end -= 1;
-        }
-        Diagnostic { provider: provider[..end].to_owned(), stage, category }
+        Diagnostic { provider: cut(provider, Self::MAX_PROVIDER_BYTES).to_owned(), stage, category, reason: None }
     }
+
+    /// The same diagnostic with a fixed-wording reason (cut at 256 bytes).
+    /// Only text this crate composed belongs here: see [`Diagnostic`].
+    pub fn with_reason(mut self, reason: impl Into<String>) -> Self {
+        let reason = reason.into();
+        self.reason = Some(cut(&reason, Self::MAX_REASON_BYTES).to_owned());
+        self
+    }
+
+    /// The stage's serialised name (`session-run`, …).
+    pub fn stage_name(&self) -> String {
+        serde_json::to_value(self.stage).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+    }
+
+    /// The category's serialised name (`model`, …).
+    pub fn category_name(&self) -> String {
+        serde_json::to_value(self.category).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+    }
+}
+
+/// `text` cut at a character boundary to at most `max` bytes.
+fn cut(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let stage = serde_json::to_value(self.stage).unwrap_or_default();
-        let category = serde_json::to_value(self.category).unwrap_or_default();
-        write!(
-            f,
-            "provider {:?}, stage {}, category {}",
-            self.provider,
-            stage.as_str().unwrap_or("?"),
-            category.as_str().unwrap_or("?")
-        )
+        write!(f, "provider {:?}, stage {}, category {}", self.provider, self.stage_name(), self.category_name())?;
+        match &self.reason {
+            Some(reason) => write!(f, ": {reason}"),
+            None => Ok(()),
+        }
     }
 }
 
