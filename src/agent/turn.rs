@@ -166,8 +166,11 @@ impl Turn<'_> {
                     if self.output.is_empty() {
                         self.output = streamed;
                     }
-                    let error =
-                        TurnError { kind: TurnErrorKind::Model, message: error.to_string(), reason: error.safe_reason() };
+                    let error = TurnError {
+                        kind: TurnErrorKind::Model,
+                        message: error.to_string(),
+                        reason: error.safe_reason(),
+                    };
                     return (StopReason::Error, Some(error));
                 }
             };

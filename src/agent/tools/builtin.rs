@@ -1,10 +1,17 @@
 //! Built-in tools confined to the session's working directory.
 //!
 //! A path is resolved against the cwd and refused when it escapes it: first
-//! lexically (so nothing outside is even looked at), then after resolving
-//! symbolic links.
+//! lexically (so nothing outside is even looked at), then by opening it
+//! beneath a handle on the cwd in one step (cap-std: `openat2` with
+//! `RESOLVE_BENEATH` on Linux). There is no check-then-open: a directory
+//! swapped for a symbolic link between two calls cannot lead a read out.
+//! Symbolic links that stay inside the cwd are followed. File I/O runs on
+//! the blocking pool, never on an actor thread.
 
+use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
+
+use cap_std::fs::Dir;
 
 use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
@@ -45,20 +52,22 @@ impl Tool for ReadFile {
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
         Box::pin(async move {
             let requested = arguments["path"].as_str().unwrap_or_default().to_owned();
-            let path = match confine(&context.cwd, &requested).await {
-                Ok(path) => path,
+            let relative = match lexical(&context.cwd, &requested) {
+                Ok(relative) => relative,
                 Err(message) => return ToolOutput::error(message),
             };
-            match tokio::fs::read(&path).await {
-                Ok(bytes) => {
-                    let cut = bytes.len() > READ_LIMIT;
-                    let mut text = String::from_utf8_lossy(&bytes[..bytes.len().min(READ_LIMIT)]).into_owned();
-                    if cut {
-                        text.push_str(&format!("\n[truncated: the file has {} bytes]", bytes.len()));
+            let cwd = context.cwd.clone();
+            let read = tokio::task::spawn_blocking(move || read_beneath(&cwd, &relative)).await;
+            match read {
+                Ok(Ok((bytes, total))) => {
+                    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+                    if total > bytes.len() as u64 {
+                        text.push_str(&format!("\n[truncated: the file has {total} bytes]"));
                     }
                     ToolOutput::ok(text)
                 }
-                Err(error) => ToolOutput::error(format!("cannot read {requested:?}: {}", error.kind())),
+                Ok(Err(error)) => ToolOutput::error(refusal(&requested, "read", &error)),
+                Err(_) => ToolOutput::error(format!("cannot read {requested:?}: the read failed")),
             }
         })
     }
@@ -84,22 +93,17 @@ impl Tool for ListDir {
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
         Box::pin(async move {
             let requested = arguments["path"].as_str().unwrap_or(".").to_owned();
-            let path = match confine(&context.cwd, &requested).await {
-                Ok(path) => path,
+            let relative = match lexical(&context.cwd, &requested) {
+                Ok(relative) => relative,
                 Err(message) => return ToolOutput::error(message),
             };
-            let mut entries = match tokio::fs::read_dir(&path).await {
-                Ok(entries) => entries,
-                Err(error) => return ToolOutput::error(format!("cannot list {requested:?}: {}", error.kind())),
+            let cwd = context.cwd.clone();
+            let listed = tokio::task::spawn_blocking(move || list_beneath(&cwd, &relative)).await;
+            let mut names = match listed {
+                Ok(Ok(names)) => names,
+                Ok(Err(error)) => return ToolOutput::error(refusal(&requested, "list", &error)),
+                Err(_) => return ToolOutput::error(format!("cannot list {requested:?}: the listing failed")),
             };
-            let mut names = Vec::new();
-            while let Ok(Some(entry)) = entries.next_entry().await {
-                let mut name = entry.file_name().to_string_lossy().into_owned();
-                if entry.file_type().await.is_ok_and(|t| t.is_dir()) {
-                    name.push('/');
-                }
-                names.push(name);
-            }
             names.sort();
             let total = names.len();
             names.truncate(LIST_LIMIT);
@@ -112,9 +116,58 @@ impl Tool for ListDir {
     }
 }
 
-/// Resolves `requested` under `cwd`, refusing any path that leaves it.
-async fn confine(cwd: &Path, requested: &str) -> Result<PathBuf, String> {
-    let escapes = || format!("path {requested:?} is outside the session's working directory");
+/// The cwd as a directory handle: everything below is opened relative to
+/// it, and the kernel (`openat2` with `RESOLVE_BENEATH` where available,
+/// else one component at a time without following symbolic links out)
+/// refuses any step that leaves it, so a rename or symlink swapped in
+/// between two calls cannot redirect an open.
+fn root(cwd: &Path) -> io::Result<Dir> {
+    Dir::open_ambient_dir(cwd, cap_std::ambient_authority())
+}
+
+/// Reads at most [`READ_LIMIT`] bytes of the file; also returns its size.
+fn read_beneath(cwd: &Path, relative: &Path) -> io::Result<(Vec<u8>, u64)> {
+    let file = root(cwd)?.open(relative)?;
+    let total = file.metadata()?.len();
+    let mut bytes = Vec::with_capacity(total.min(READ_LIMIT as u64) as usize);
+    file.take(READ_LIMIT as u64).read_to_end(&mut bytes)?;
+    let total = total.max(bytes.len() as u64);
+    Ok((bytes, total))
+}
+
+/// The entry names of a directory, directories with a trailing `/`.
+fn list_beneath(cwd: &Path, relative: &Path) -> io::Result<Vec<String>> {
+    let root = root(cwd)?;
+    let directory = if relative.as_os_str().is_empty() { root } else { root.open_dir(relative)? };
+    let mut names = Vec::new();
+    for entry in directory.entries()? {
+        let entry = entry?;
+        let mut name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+            name.push('/');
+        }
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// The message for a failed open: an escape (cap-std's own error, not an
+/// OS one) reads like the lexical refusal; anything else names its kind.
+fn refusal(requested: &str, verb: &str, error: &io::Error) -> String {
+    if error.kind() == io::ErrorKind::PermissionDenied && error.raw_os_error().is_none() {
+        return outside(requested);
+    }
+    format!("cannot {verb} {requested:?}: {}", error.kind())
+}
+
+fn outside(requested: &str) -> String {
+    format!("path {requested:?} is outside the session's working directory")
+}
+
+/// `requested` made relative to the cwd without touching the file system;
+/// a path that climbs above it or names another root is refused here,
+/// before anything outside is even looked at.
+fn lexical(cwd: &Path, requested: &str) -> Result<PathBuf, String> {
     // An absolute path is accepted when it names something under the cwd.
     let relative = Path::new(requested).strip_prefix(cwd).unwrap_or(Path::new(requested));
     let mut lexical = PathBuf::new();
@@ -124,18 +177,11 @@ async fn confine(cwd: &Path, requested: &str) -> Result<PathBuf, String> {
             Component::CurDir => {}
             Component::ParentDir => {
                 if !lexical.pop() {
-                    return Err(escapes());
+                    return Err(outside(requested));
                 }
             }
-            Component::RootDir | Component::Prefix(_) => return Err(escapes()),
+            Component::RootDir | Component::Prefix(_) => return Err(outside(requested)),
         }
     }
-    let root = tokio::fs::canonicalize(cwd).await.map_err(|_| "the session's working directory is unavailable")?;
-    let resolved = tokio::fs::canonicalize(root.join(&lexical))
-        .await
-        .map_err(|error| format!("cannot open {requested:?}: {}", error.kind()))?;
-    if !resolved.starts_with(&root) {
-        return Err(escapes());
-    }
-    Ok(resolved)
+    Ok(lexical)
 }
