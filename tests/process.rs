@@ -243,16 +243,32 @@ fn hostile_output_is_a_clear_error_with_bounded_memory() {
 }
 
 #[test]
-fn credential_shaped_variables_never_reach_the_child() {
+fn a_child_gets_the_allowlist_inherit_env_and_explicit_env_and_no_credential() {
     let home = tempfile::tempdir().unwrap();
     let report = home.path().join("env.txt");
-    // Only this test in this binary sets these variables.
-    std::env::set_var("SUBAGENTS_TEST_API_KEY", "do-not-leak");
-    std::env::set_var("Db_Password", "do-not-leak");
+    // Only this test in this binary sets these variables: credentials whose
+    // names a word scrub misses, and ones it catches.
+    for name in [
+        "SUBAGENTS_TEST_API_KEY",
+        "Db_Password",
+        "DATABASE_URL",
+        "PGPASS",
+        "DB_PASS",
+        "MYSQL_PWD",
+        "GH_PAT",
+        "SENTRY_DSN",
+        "SLACK_WEBHOOK_URL",
+        "SUBAGENTS_TEST_SECRET_LISTED",
+    ] {
+        std::env::set_var(name, "do-not-leak");
+    }
     std::env::set_var("SUBAGENTS_TEST_PLAIN", "fine");
+    std::env::set_var("SUBAGENTS_TEST_NOT_LISTED", "do-not-leak");
+    std::env::set_var("LC_SUBAGENTS_TEST", "locale");
     let mut config = config("env", home.path());
     shell_child(&mut config, home.path(), "env", &handshake_then("env > \"$REPORT\"\ncat > /dev/null"));
     config.env = vec![("REPORT".into(), report.display().to_string()), ("EXPLICIT_TOKEN".into(), "given".into())];
+    config.inherit_env = vec!["SUBAGENTS_TEST_PLAIN".into(), "SUBAGENTS_TEST_SECRET*".into()];
     config.shutdown_timeout = Duration::from_millis(50);
     config.dispose_eof_grace = Duration::from_millis(200);
     let runtime = runtime(home.path());
@@ -266,7 +282,8 @@ fn credential_shaped_variables_never_reach_the_child() {
     });
     let env = std::fs::read_to_string(&report).unwrap();
     assert!(!env.contains("do-not-leak"), "{env}");
-    assert!(env.contains("SUBAGENTS_TEST_PLAIN=fine"));
+    assert!(env.contains("SUBAGENTS_TEST_PLAIN=fine"), "inherit_env names are inherited");
+    assert!(env.contains("LC_SUBAGENTS_TEST=locale"), "LC_* is on the allowlist");
     assert!(env.contains("EXPLICIT_TOKEN=given"), "explicit entries are the child's to have");
     assert!(env.contains("PATH="));
     no_children_left(&runtime);

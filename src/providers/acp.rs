@@ -12,7 +12,7 @@
 //!
 //! **Start**: the cwd (configured, else the parent's) must be an absolute,
 //! enterable directory, checked before spawning; the child is spawned with
-//! the scrubbed environment (see [`child_process`](super::child_process))
+//! an allowlisted environment plus `inherit_env` and `env` (see [`child_process`](super::child_process))
 //! in its own process group; `initialize`, then `session/new {cwd,
 //! mcpServers: []}`. Any failure kills and reaps the child before `start`
 //! rejects.
@@ -55,7 +55,7 @@ use tokio::sync::oneshot;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use tokio_util::sync::CancellationToken;
 
-use super::child_process::{spawn, LineError, LineReader, Spawned, MAX_OUTPUT};
+use super::child_process::{spawn, ChildEnv, LineError, LineReader, Spawned, MAX_OUTPUT};
 use crate::events::ProgressUpdate;
 use crate::live::LiveCounters;
 use crate::seam::{
@@ -89,8 +89,12 @@ pub struct AcpConfig {
     pub cwd: Option<PathBuf>,
     /// Permission policy.
     pub permission: Permission,
-    /// Extra environment over the scrubbed parent environment.
+    /// Variables set in the child as given (the only way to hand it a key).
     pub env: Vec<(String, String)>,
+    /// Parent variables the child inherits beyond the allowlist: `NAME` or
+    /// `PREFIX*`; credential-shaped names are never passed (see
+    /// [`child_process`](super::child_process)).
+    pub inherit_env: Vec<String>,
     /// Grace after stdin EOF (6 s).
     pub dispose_eof_grace: Duration,
     /// Grace after SIGTERM (3 s).
@@ -107,9 +111,15 @@ impl AcpConfig {
             cwd: None,
             permission: Permission::Reject,
             env: Vec::new(),
+            inherit_env: Vec::new(),
             dispose_eof_grace: Duration::from_secs(6),
             dispose_grace: Duration::from_secs(3),
         }
+    }
+
+    /// The child's environment: the allowlist, `inherit_env`, then `env`.
+    pub(crate) fn child_env(&self) -> ChildEnv<'_> {
+        ChildEnv { inherit: &self.inherit_env, explicit: &self.env }
     }
 }
 
@@ -143,7 +153,7 @@ impl AcpProvider {
         let failed = |reason: String| ProbeError { name: config.name.clone(), reason };
         let cwd = config.cwd.clone().or_else(|| std::env::current_dir().ok()).ok_or_else(|| failed("no cwd".into()))?;
         let lease = crate::live::ProcessLease::new(Arc::new(LiveCounters::default()));
-        let mut spawned = spawn(&config.command, &config.args, &cwd, &config.env, lease)
+        let mut spawned = spawn(&config.command, &config.args, &cwd, config.child_env(), lease)
             .map_err(|e| failed(format!("spawn: {e}")))?;
         let transport = transport(&mut spawned, Arc::default());
         let probe = Client
@@ -255,7 +265,7 @@ async fn start(config: AcpConfig, features: AgentFeatures, launch: Launch) -> Re
         return Err(LaunchError::Invalid { field: "prompt", reason: "the acp provider sends text only".to_owned() });
     }
     let mut spawned =
-        spawn(&config.command, &config.args, &cwd, &config.env, context.track_process()).map_err(|error| {
+        spawn(&config.command, &config.args, &cwd, config.child_env(), context.track_process()).map_err(|error| {
             tracing::warn!(provider = %config.name, %error, "could not spawn an ACP child");
             LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed }
         })?;

@@ -2,10 +2,21 @@
 //! scrubbed environment in its own process group, reading its output one
 //! bounded line at a time, and the dispose ladder.
 //!
-//! **Environment**: `env_clear()`, then the parent's variables minus
-//! credential-shaped ones (a name containing `KEY`, `PASSWORD`, `SECRET`,
-//! `TOKEN`, `CREDENTIAL`, `AUTH` or `PASSWD`, in any case), then the
-//! provider's explicit `env`.
+//! **Environment**: an allowlist, never the parent's whole environment.
+//! A child starts from `env_clear()` and gets
+//! 1. the parent's values of [`ALLOWED_ENV`] (`PATH`, `HOME`, `USER`,
+//!    `LANG`, `LC_*`, `TERM`, `TZ`, `TMPDIR`, …): what a program needs to
+//!    run, nothing that carries a credential;
+//! 2. the parent's values of the names the provider config lists in
+//!    `inherit_env` (`NAME`, or `PREFIX*`), except credential-shaped ones
+//!    (a name containing `KEY`, `PASSWORD`, `PASS`, `PWD`, `SECRET`,
+//!    `TOKEN`, `DSN`, `AUTH`, `CREDENTIAL` or `COOKIE`, or with a `PAT`
+//!    part, in any case), which are dropped with a warning naming them;
+//! 3. the provider config's explicit `env` entries, as given: the only way
+//!    to hand a child a key.
+//!
+//! So `DATABASE_URL`, `PGPASS`, `MYSQL_PWD`, `GH_PAT`, `SENTRY_DSN` or a
+//! webhook URL in the parent never reach a child by accident.
 //!
 //! **Ladder**: close stdin, wait `eof_grace` for the child to exit; SIGTERM
 //! the process group, wait `grace`; SIGKILL the group. The child is reaped,
@@ -30,16 +41,66 @@ pub const MAX_LINE: usize = 8 * 1024 * 1024;
 /// (a child streaming forever cannot grow the parent's memory).
 pub const MAX_OUTPUT: usize = 16 * 1024 * 1024;
 
+/// The variables every child inherits from the parent (plus any `LC_*`).
+pub const ALLOWED_ENV: [&str; 15] = [
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "TZ",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+    "RUST_BACKTRACE",
+];
+
 /// Whether an environment variable's name looks like it holds a credential.
 pub fn credential_shaped(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     CREDENTIAL_WORDS.iter().any(|word| upper.contains(word))
+        || upper.split(|c: char| !c.is_ascii_alphanumeric()).any(|part| CREDENTIAL_PARTS.contains(&part))
 }
 
-/// SPEC §7 names KEY, PASSWORD, SECRET and TOKEN; the rest catch common
-/// credential carriers that those miss (`*_CREDENTIALS`, `SSH_AUTH_SOCK`,
-/// `*_PASSWD`).
-const CREDENTIAL_WORDS: [&str; 7] = ["KEY", "PASSWORD", "SECRET", "TOKEN", "CREDENTIAL", "AUTH", "PASSWD"];
+/// Words that mark a credential anywhere in a name (SPEC §7), plus
+/// `COOKIE`.
+const CREDENTIAL_WORDS: [&str; 10] =
+    ["KEY", "PASSWORD", "PASS", "PWD", "SECRET", "TOKEN", "DSN", "AUTH", "CREDENTIAL", "COOKIE"];
+
+/// Words that mark a credential only as a whole `_`-separated part (`GH_PAT`,
+/// not `PATH`).
+const CREDENTIAL_PARTS: [&str; 2] = ["PAT", "PW"];
+
+/// Whether the parent's variable `name` goes to a child whose config lists
+/// `inherit` (see the module doc).
+pub fn inherited(name: &str, inherit: &[String]) -> bool {
+    if ALLOWED_ENV.contains(&name) || name.starts_with("LC_") {
+        return true;
+    }
+    let listed = inherit.iter().any(|pattern| match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
+    });
+    if listed && credential_shaped(name) {
+        tracing::warn!(variable = name, "inherit_env names a credential-shaped variable; it is not passed on");
+        return false;
+    }
+    listed
+}
+
+/// The environment a child gets: see the module doc.
+#[derive(Clone, Copy, Debug)]
+pub struct ChildEnv<'a> {
+    /// Names (or `PREFIX*` patterns) inherited beyond the allowlist.
+    pub inherit: &'a [String],
+    /// Entries set as given.
+    pub explicit: &'a [(String, String)],
+}
 
 /// A spawned child: its pipes, its process, and the lease that counts it
 /// in `Runtime::live()` until it is reaped.
@@ -55,14 +116,14 @@ pub struct Spawned {
     lease: Option<ProcessLease>,
 }
 
-/// Spawns `program args…` in `cwd` with the scrubbed environment plus
-/// `env`, stdin and stdout piped, stderr discarded (it may carry secrets,
-/// and diagnostics never include it), in a new process group.
+/// Spawns `program args…` in `cwd` with the environment `env` builds,
+/// stdin and stdout piped, stderr discarded (it may carry secrets, and
+/// diagnostics never include it), in a new process group.
 pub fn spawn(
     program: &Path,
     args: &[String],
     cwd: &Path,
-    env: &[(String, String)],
+    env: ChildEnv<'_>,
     lease: ProcessLease,
 ) -> std::io::Result<Spawned> {
     let mut command = Command::new(program);
@@ -70,8 +131,8 @@ pub fn spawn(
         .args(args)
         .current_dir(cwd)
         .env_clear()
-        .envs(std::env::vars_os().filter(|(name, _)| !credential_shaped(&name.to_string_lossy())))
-        .envs(env.iter().map(|(k, v)| (k, v)))
+        .envs(std::env::vars_os().filter(|(name, _)| name.to_str().is_some_and(|name| inherited(name, env.inherit))))
+        .envs(env.explicit.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -209,5 +270,32 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 return Ok(Some(std::mem::take(&mut self.buffer)));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_that_a_word_scrub_misses_are_not_on_the_allowlist() {
+        for name in ["DATABASE_URL", "PGPASS", "DB_PASS", "MYSQL_PWD", "GH_PAT", "SENTRY_DSN", "SLACK_WEBHOOK_URL"] {
+            assert!(!inherited(name, &[]), "{name}");
+        }
+        for name in ["PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "TMPDIR"] {
+            assert!(inherited(name, &[]), "{name}");
+        }
+    }
+
+    #[test]
+    fn inherit_env_passes_listed_names_but_never_a_credential_shaped_one() {
+        let inherit = ["DATABASE_URL".to_owned(), "APP_*".to_owned(), "GH_PAT".to_owned(), "MYSQL_PWD".to_owned()];
+        assert!(inherited("DATABASE_URL", &inherit), "listed by name: the user's explicit choice");
+        assert!(inherited("APP_MODE", &inherit));
+        assert!(!inherited("APP_API_KEY", &inherit), "a pattern never lets a key through");
+        assert!(!inherited("GH_PAT", &inherit));
+        assert!(!inherited("MYSQL_PWD", &inherit));
+        assert!(!inherited("OTHER", &inherit));
+        assert!(!credential_shaped("PATH") && credential_shaped("gh_pat") && credential_shaped("Sentry_Dsn"));
     }
 }

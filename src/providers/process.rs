@@ -24,7 +24,15 @@
 //! ladder EOF → SIGTERM → SIGKILL, and fails loudly if the child's process
 //! group survives. Diagnostics carry only stage and category.
 //!
+//! **Environment**: the allowlist of [`child_process`](super::child_process)
+//! (`PATH`, `HOME`, `LANG`, …), the names listed in `inherit_env`, and the
+//! explicit `env` entries; nothing else of the parent's. A child on the
+//! `openai` route needs `SUBAGENTS_BASE_URL` (`inherit_env`) and its key
+//! (`env`: credential-shaped names are never inherited).
+//!
 //! **Limits**: a process start per run, no pooling; local children only.
+//! Tool filters cannot be checked against the child's tools from here
+//! (they are advertised off).
 
 pub mod serve;
 pub mod wire;
@@ -40,7 +48,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::wire::{ChildEvent, Connection, Initialize, WireError, PROTOCOL_VERSION};
-use super::child_process::{spawn, Spawned, MAX_OUTPUT};
+use super::child_process::{spawn, ChildEnv, Spawned, MAX_OUTPUT};
 use crate::seam::{
     AgentOptions, Capabilities, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, Provider, RunResult,
     Stage, StopReason,
@@ -66,8 +74,12 @@ pub struct ProcessConfig {
     pub cwd: Option<PathBuf>,
     /// Route defaults, overridden per request by `agent_options`.
     pub route: AgentOptions,
-    /// Extra environment over the scrubbed parent environment.
+    /// Variables set in the child as given (the only way to hand it a key).
     pub env: Vec<(String, String)>,
+    /// Parent variables the child inherits beyond the allowlist: `NAME` or
+    /// `PREFIX*`; credential-shaped names are never passed (see
+    /// [`child_process`](super::child_process)).
+    pub inherit_env: Vec<String>,
     /// Bound on the `shutdown` exchange (1 s).
     pub shutdown_timeout: Duration,
     /// Grace after stdin EOF (6 s).
@@ -88,10 +100,16 @@ impl ProcessConfig {
             cwd: None,
             route: AgentOptions::default(),
             env: Vec::new(),
+            inherit_env: Vec::new(),
             shutdown_timeout: Duration::from_secs(1),
             dispose_eof_grace: Duration::from_secs(6),
             dispose_grace: Duration::from_secs(3),
         }
+    }
+
+    /// The child's environment: the allowlist, `inherit_env`, then `env`.
+    pub(crate) fn child_env(&self) -> ChildEnv<'_> {
+        ChildEnv { inherit: &self.inherit_env, explicit: &self.env }
     }
 }
 
@@ -170,10 +188,11 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
         None => config.route.clone(),
     };
     let args = ["serve".to_owned(), "--home".to_owned(), config.home.display().to_string()];
-    let mut spawned = spawn(&config.bin, &args, &cwd, &config.env, context.track_process()).map_err(|error| {
-        tracing::warn!(provider = %config.name, %error, "could not spawn a process child");
-        failed(Stage::Initialize, Category::StartupFailed)
-    })?;
+    let mut spawned =
+        spawn(&config.bin, &args, &cwd, config.child_env(), context.track_process()).map_err(|error| {
+            tracing::warn!(provider = %config.name, %error, "could not spawn a process child");
+            failed(Stage::Initialize, Category::StartupFailed)
+        })?;
     let (events, received) = mpsc::unbounded_channel();
     let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
     let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events);
