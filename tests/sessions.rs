@@ -191,3 +191,30 @@ fn a_file_killed_before_its_header_was_written_is_no_session() {
     assert!(matches!(store.load("empty"), Err(SessionError::NotFound(_))), "a torn header is no session either");
     assert!(store.load("real").is_ok());
 }
+
+#[test]
+fn session_directories_are_0700_and_files_0600_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let base = tempfile::tempdir().unwrap();
+    let home = base.path().join("new-home/nested");
+    // SAFETY: umask(2) only swaps the process's file-creation mask.
+    let previous = unsafe { libc::umask(0) };
+    let store = SessionStore::new(&home);
+    let created = store.create(SessionHeader::new("private", base.path()));
+    // A sessions directory an older version left world-readable is tightened.
+    let old_home = base.path().join("old-home");
+    std::fs::create_dir_all(old_home.join("sessions")).unwrap();
+    std::fs::set_permissions(old_home.join("sessions"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let reopened = SessionStore::new(&old_home).create(SessionHeader::new("tightened", base.path()));
+    // SAFETY: as above, restoring the mask.
+    unsafe { libc::umask(previous) };
+    created.unwrap().close().unwrap();
+    reopened.unwrap().close().unwrap();
+    assert_eq!(mode(&home.join("sessions")), 0o700);
+    assert_eq!(mode(&home), 0o700, "a home the store creates is private too");
+    assert_eq!(mode(&base.path().join("new-home")), 0o700);
+    assert_eq!(mode(&home.join("sessions/private.jsonl")), 0o600);
+    assert_eq!(mode(&old_home.join("sessions")), 0o700);
+    assert_eq!(mode(&old_home.join("sessions/tightened.jsonl")), 0o600);
+}

@@ -16,6 +16,10 @@
 //! reports `NotFound`. Resuming a session never
 //! lowers its depth.
 //!
+//! Transcripts hold prompts and file contents, so they are private: the
+//! `sessions` directory (and any missing home above it that the store
+//! creates) is 0700 and every session file 0600, whatever the umask.
+//!
 //! ```
 //! use subagents::agent::{SessionEvent, SessionHeader, SessionStore};
 //! use subagents::ContentBlock;
@@ -33,6 +37,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -184,6 +189,36 @@ pub struct LoadedSession {
     pub torn: bool,
 }
 
+/// Creates `dir` and its missing parents as 0700 whatever the umask
+/// (transcripts hold prompts and file contents), and makes `dir` itself
+/// 0700 if it already existed: it is ours. Existing parents (a home the
+/// user made) are left as they are.
+pub(crate) fn create_private_dir(dir: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut cursor = Some(dir);
+    while let Some(path) = cursor {
+        if path.as_os_str().is_empty() || path.exists() {
+            break;
+        }
+        missing.push(path);
+        cursor = path.parent();
+    }
+    for path in missing.iter().rev() {
+        match fs::DirBuilder::new().mode(0o700).create(path) {
+            Ok(()) => fs::set_permissions(path, fs::Permissions::from_mode(0o700))?,
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(error),
+        }
+    }
+    if !dir.is_dir() {
+        return Err(io::Error::new(io::ErrorKind::NotADirectory, "not a directory"));
+    }
+    if fs::metadata(dir)?.permissions().mode() & 0o777 != 0o700 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Record {
@@ -211,6 +246,19 @@ impl SessionStore {
         SessionStore { dir: None, dir_ready: Arc::default() }
     }
 
+    /// Creates the sessions directory now (0700, see the module doc), so a
+    /// home that cannot hold sessions is reported before any run starts.
+    pub fn prepare(&self) -> io::Result<()> {
+        match &self.dir {
+            Some(dir) => {
+                create_private_dir(dir)?;
+                let _ = self.dir_ready.set(());
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
     /// The directory sessions are written to, if persisted.
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()
@@ -230,16 +278,18 @@ impl SessionStore {
         };
         let io_error = |source| SessionError::Io { id: id.clone(), source };
         if self.dir_ready.get().is_none() {
-            fs::create_dir_all(path.parent().expect("a session path has a parent")).map_err(io_error)?;
+            create_private_dir(path.parent().expect("a session path has a parent")).map_err(io_error)?;
             let _ = self.dir_ready.set(());
         }
-        let file = OpenOptions::new().append(true).create_new(true).open(&path).map_err(|source| {
+        let file = OpenOptions::new().append(true).create_new(true).mode(0o600).open(&path).map_err(|source| {
             if source.kind() == io::ErrorKind::AlreadyExists {
                 SessionError::Exists(id.clone())
             } else {
                 io_error(source)
             }
         })?;
+        // The mode above is cut by the umask, never widened; set it exactly.
+        file.set_permissions(fs::Permissions::from_mode(0o600)).map_err(io_error)?;
         let mut session = Session { header, events: Vec::new(), writer: Some(file) };
         session.write_line(&Record::Header(session.header.clone()))?;
         Ok(session)
