@@ -341,3 +341,48 @@ cat '{}'
         prop_assert_eq!(runtime.live().processes, 0);
     }
 }
+
+/// Sends `lines` to a fresh `subagents serve`, closes stdin, and returns
+/// every reply line once the process exited.
+fn serve_replies(lines: &[&str]) -> Vec<String> {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = serve(home.path());
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for line in lines {
+            writeln!(stdin, "{line}").unwrap();
+        }
+    }
+    assert!(wait_until(Duration::from_secs(20), || child.try_wait().unwrap().is_some()), "serve hung");
+    let mut output = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut output).unwrap();
+    output.lines().map(str::to_owned).filter(|line| !line.contains(r#""method":"event""#)).collect()
+}
+
+#[test]
+fn serve_answers_every_non_request_with_invalid_request_and_echoes_ids_exactly() {
+    let replies = serve_replies(&[
+        "42",
+        "[]",
+        r#"[{"jsonrpc":"2.0","id":1,"method":"shutdown"}]"#,
+        r#"{"jsonrpc":"2.0","id":{"a":1},"method":"prompt"}"#,
+        r#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"prompt"}"#,
+        r#"{"jsonrpc":"2.0","id":1.5,"method":"prompt"}"#,
+        r#"{"jsonrpc":"2.0","id":true,"method":"prompt"}"#,
+        r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"nope"}"#,
+        r#"{"jsonrpc":"2.0","id":-9223372036854775808,"method":"nope"}"#,
+        r#"{"jsonrpc":"2.0","id":"relative","method":"initialize","params":{"protocol_version":1,"route":{},"profile":"default","patches":[],"cwd":"some/dir"}}"#,
+        r#"{"jsonrpc":"2.0","id":"shut","method":"shutdown"}"#,
+    ]);
+    assert_eq!(replies.len(), 11, "{replies:#?}");
+    for reply in &replies[..7] {
+        let reply: serde_json::Value = serde_json::from_str(reply).unwrap();
+        assert_eq!((&reply["id"], &reply["error"]["code"]), (&serde_json::Value::Null, &serde_json::json!(-32600)));
+    }
+    // Ids are echoed as written, never turned into floats.
+    assert!(replies[7].contains(r#""id":18446744073709551615"#) && replies[7].contains("-32601"), "{}", replies[7]);
+    assert!(replies[8].contains(r#""id":-9223372036854775808"#) && replies[8].contains("-32601"), "{}", replies[8]);
+    assert!(replies[9].contains(r#""id":"relative""#) && replies[9].contains("-32602"), "{}", replies[9]);
+    assert!(replies[9].contains("absolute"), "{}", replies[9]);
+    assert!(replies[10].contains(r#""id":"shut""#) && replies[10].contains(r#""result":{}"#), "{}", replies[10]);
+}

@@ -6,7 +6,11 @@
 //! `initialize` request: the route picks the model (`scripted`, the
 //! default, or `openai`), the profile and its ordered patches pick the
 //! persona, step limit and tools. Malformed input gets a JSON-RPC error
-//! reply; an oversized line ends the session. EOF or `shutdown` ends it
+//! reply: unparsable JSON -32700, anything that is not a request object
+//! with a string, integer or null id and a method name (a batch, a bare
+//! value, an object id, an id beyond 64 bits) -32600 with id null, bad
+//! parameters (a relative cwd, an unknown profile) -32602. An oversized
+//! line ends the session. EOF or `shutdown` ends it
 //! after the running turn is cancelled and the session is flushed.
 
 use std::path::PathBuf;
@@ -154,9 +158,22 @@ impl Server {
 
     /// Handles one message; `true` when the session should end.
     async fn handle(&mut self, message: Value) -> bool {
+        // Only an object with a usable id and a method name is a request; the
+        // rest is answered "invalid request" with id null (JSON-RPC 2.0 §5),
+        // so a batch, a bare number or an id that would not round-trip
+        // (an object, a fraction, beyond 64 bits) never goes unanswered.
         let id = message.get("id").cloned().unwrap_or(Value::Null);
+        let usable_id = match &id {
+            Value::Null | Value::String(_) => true,
+            Value::Number(number) => number.is_i64() || number.is_u64(),
+            _ => false,
+        };
+        let Some(method) = message.get("method").and_then(Value::as_str).filter(|_| usable_id) else {
+            let _ = self.out.send(error(&Value::Null, -32600, "invalid request"));
+            return false;
+        };
+        let method = method.to_owned();
         let params = message.get("params").cloned().unwrap_or(Value::Null);
-        let method = message.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
         let answer = match method.as_str() {
             "initialize" => Some(self.initialize(&id, params)),
             "prompt" => self.prompt(&id, params),
@@ -190,6 +207,9 @@ impl Server {
         };
         if init.protocol_version != PROTOCOL_VERSION {
             return error(id, -32602, "unsupported protocol version");
+        }
+        if !init.cwd.is_absolute() {
+            return error(id, -32602, "cwd must be an absolute path");
         }
         match self.build_agent(&init) {
             Ok(agent) => {
