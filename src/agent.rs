@@ -248,6 +248,7 @@ impl AgentBuilder {
         if let Some(persona) = self.persona.or_else(|| session.header().persona.clone()) {
             prompt.set(SystemPrompt::PERSONA, persona);
         }
+        toolset.set_depth(session.header().depth);
         let root = self.cancel.unwrap_or_default();
         let (busy, _) = watch::channel(0);
         Ok(Agent {

@@ -6,7 +6,7 @@
 //!   collect and control background tasks.
 //!
 //! ```
-//! use std::sync::Arc;
+//! use std::sync::{Arc, OnceLock};
 //! use subagents::agent::{Agent, ScriptedModel};
 //! use subagents::providers::SpawnProvider;
 //! use subagents::tool::{SubagentTool, SubagentToolConfig, TaskService};
@@ -32,13 +32,13 @@
 mod subagent;
 mod tasks;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub use subagent::{stop_message, MaxDepth, SubagentTool, SubagentToolConfig};
 pub use tasks::{KillOutcome, TaskService, TaskSnapshot, TaskStatus, UnknownTask, DEFAULT_WAIT, MAX_WAIT};
 
 use crate::actors::Subagents;
-use crate::agent::{ListDir, ReadFile, Tool};
+use crate::agent::{ListDir, ReadFile, Tool, Toolset};
 use crate::seam::SubagentError;
 
 /// The kit of an agent that may delegate: `read_file`, `list_dir`, a
@@ -55,4 +55,38 @@ pub fn delegating_tools(
     let mut tools: Vec<Arc<dyn Tool>> = vec![Arc::new(ReadFile), Arc::new(ListDir), Arc::new(subagent)];
     tools.extend(tasks.tools());
     Ok(tools)
+}
+
+/// The delegating kit as one shared [`Toolset`], built on the first call
+/// (the provider must be registered by then) and cloned after: every child
+/// of the CLI, `subagents acp` and `subagents serve` gets the same tools,
+/// and a child at its depth cap is not offered `subagent`
+/// ([`Tool::offered_at_depth`]). When the kit cannot be mounted the
+/// children get the file tools and a warning is logged.
+///
+/// An in-process provider takes it as its tool factory:
+/// `.with_tools(Arc::new(move |_: &ChildInfo| kit()))`.
+pub fn shared_delegating_toolset(
+    subagents: &Subagents,
+    tasks: &TaskService,
+    provider: &str,
+    max_depth: u32,
+) -> impl Fn() -> Toolset + Send + Sync + 'static {
+    let built: Arc<OnceLock<Toolset>> = Arc::default();
+    let (subagents, tasks, provider) = (subagents.clone(), tasks.clone(), provider.to_owned());
+    move || {
+        built
+            .get_or_init(|| {
+                let mut tools = Toolset::new();
+                let kit = delegating_tools(&subagents, &tasks, &provider, max_depth).unwrap_or_else(|error| {
+                    tracing::warn!(%provider, %error, "children get no subagent tool");
+                    vec![Arc::new(ReadFile), Arc::new(ListDir)]
+                });
+                for tool in kit {
+                    tools.add_shared(tool).expect("the kit's names are distinct");
+                }
+                tools
+            })
+            .clone()
+    }
 }

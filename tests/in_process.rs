@@ -728,3 +728,27 @@ fn a_continuation_keeps_the_tool_filter_and_disposes_the_previous_run() {
     assert_eq!(tools(0), ["list_dir"]);
     assert_eq!(tools(1), ["list_dir"], "the continuation keeps the filter");
 }
+
+#[test]
+fn a_tool_filter_naming_a_tool_the_child_lacks_is_invalid_before_the_child_exists() {
+    let fixture = Fixture::new();
+    let model = scripted(ScriptedModel::new());
+    fixture.register(SpawnProvider::new("spawn", model.clone()));
+    let subagents = fixture.runtime.subagents();
+    let (allow, deny) = (
+        fixture.request("look").with_tool_filter(ToolFilter::allow(["write_file"])),
+        fixture.request("look").with_tool_filter(ToolFilter::deny(["read_file", "shell"])),
+    );
+    let errors = fixture.runtime.block_on(async move {
+        let allow = subagents.start("spawn", allow).await.expect_err("refused");
+        let deny = subagents.start("spawn", deny).await.expect_err("refused");
+        (allow, deny)
+    });
+    for (error, name) in [(&errors.0, "write_file"), (&errors.1, "shell")] {
+        assert_eq!(error.code(), "INVALID_REQUEST", "{error}");
+        assert!(error.to_string().contains(name) && error.to_string().contains("read_file"), "{error}");
+    }
+    assert!(fixture.session_files().is_empty(), "no child session was created");
+    assert_eq!(model.calls(), 0);
+    assert!(fixture.runtime.live().is_quiescent());
+}

@@ -432,3 +432,22 @@ fn shutting_the_owner_down_cancels_and_awaits_its_tasks() {
     });
     assert!(runtime.live().is_quiescent(), "{:?}", runtime.live());
 }
+
+#[test]
+fn an_agent_at_its_depth_cap_is_not_offered_the_subagent_tool() {
+    let (runtime, _home) = runtime();
+    let subagents = runtime.subagents();
+    subagents.register_provider(MockProvider::new("mock")).unwrap().keep();
+    let offered_at = |depth: u32, max_depth: MaxDepth| {
+        let config = SubagentToolConfig::new("mock").with_max_depth(max_depth).with_background(false);
+        let mut builder = Agent::builder(ScriptedModel::new()).cwd(std::env::temp_dir()).parent(None, depth);
+        builder.toolset_mut().add_shared(mount(&subagents, config, None)).unwrap();
+        let agent = builder.build().unwrap();
+        agent.tool_specs().iter().any(|spec| spec.name == "subagent")
+    };
+    assert!(offered_at(0, MaxDepth::Limit(3)));
+    assert!(offered_at(2, MaxDepth::Limit(3)), "a child at depth 3 is still allowed");
+    assert!(!offered_at(3, MaxDepth::Limit(3)), "at the cap a child would have depth 4");
+    assert!(!offered_at(0, MaxDepth::Limit(0)), "max_depth 0 forbids delegation");
+    assert!(offered_at(7, MaxDepth::ProviderManaged), "no cap is sent, so none is known here");
+}

@@ -123,6 +123,14 @@ pub trait Tool: Send + Sync + 'static {
         true
     }
 
+    /// Whether an agent at delegation depth `depth` is offered the tool. A
+    /// subagent tool is not offered at its depth cap, where every call
+    /// could only fail. Default: yes.
+    fn offered_at_depth(&self, depth: u32) -> bool {
+        let _ = depth;
+        true
+    }
+
     /// Runs one call with arguments already validated against the schema.
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput>;
 }
@@ -216,6 +224,8 @@ pub struct Toolset {
     entries: Vec<Arc<Entry>>,
     gates: Vec<Arc<dyn ToolGate>>,
     filter: Option<ToolFilter>,
+    /// The owning agent's delegation depth ([`Tool::offered_at_depth`]).
+    depth: u32,
     /// What the model sees, computed once and shared by clones; every
     /// change replaces it.
     visible: Arc<OnceLock<Arc<[ToolSpec]>>>,
@@ -296,6 +306,13 @@ impl Toolset {
         self.visible = Arc::default();
     }
 
+    /// Sets the owning agent's delegation depth (the agent does this when
+    /// it is built): tools not offered at that depth are hidden.
+    pub fn set_depth(&mut self, depth: u32) {
+        self.depth = depth;
+        self.visible = Arc::default();
+    }
+
     /// Names of every tool, hidden ones included.
     pub fn names(&self) -> Vec<&str> {
         self.entries.iter().map(|entry| entry.spec.name.as_str()).collect()
@@ -315,7 +332,9 @@ impl Toolset {
     }
 
     fn compute_specs(&self) -> Vec<ToolSpec> {
-        let present = |e: &&Arc<Entry>| self.permits(e) && (!e.dynamic || e.tool.available());
+        let present = |e: &&Arc<Entry>| {
+            self.permits(e) && (!e.dynamic || e.tool.available()) && e.tool.offered_at_depth(self.depth)
+        };
         self.entries.iter().filter(present).map(|e| if e.dynamic { e.tool.spec() } else { e.spec.clone() }).collect()
     }
 

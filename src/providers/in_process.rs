@@ -248,6 +248,19 @@ impl InProcessProvider {
         };
         let mut toolset = (self.config.tools)(&info);
         if let Some(filter) = &request.tool_filter {
+            // A filter naming a tool the child does not have is a mistake
+            // the caller must hear of, not a child quietly left without tools.
+            let names = toolset.names();
+            let known = |name: &String| {
+                names.contains(&name.as_str()) || (name == STRUCTURED_OUTPUT_TOOL && request.output_schema.is_some())
+            };
+            let mut listed = filter.allow.iter().chain(filter.deny.iter()).flatten();
+            if let Some(unknown) = listed.find(|name| !known(name)) {
+                return Err(LaunchError::Invalid {
+                    field: "tool_filter",
+                    reason: format!("the child has no tool named {unknown:?} (its tools: {})", names.join(", ")),
+                });
+            }
             toolset.set_filter(filter.clone());
         }
         let seed = if self.fork { parent_prefix(request, store)? } else { Vec::new() };

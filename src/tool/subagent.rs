@@ -253,6 +253,14 @@ impl Tool for SubagentTool {
         self.subagents.has_provider(&self.config.provider)
     }
 
+    fn offered_at_depth(&self, depth: u32) -> bool {
+        // A child would have depth + 1; at the cap there is no room for one.
+        match self.config.max_depth {
+            MaxDepth::Limit(max) => depth < max,
+            MaxDepth::ProviderManaged => true,
+        }
+    }
+
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
         Box::pin(async move {
             let prompt = arguments["prompt"].as_str().unwrap_or_default();

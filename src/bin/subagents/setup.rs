@@ -1,12 +1,12 @@
 //! What every command shares: the runtime, the model, the providers.
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use subagents::agent::{ListDir, Model, ModelSpec, OpenAiConfig, OpenAiModel, ReadFile, Toolset};
 use subagents::providers::{ChildInfo, ForkProvider, MockProvider, SpawnProvider};
-use subagents::tool::{delegating_tools, TaskService};
+use subagents::tool::{delegating_tools, shared_delegating_toolset, TaskService};
 use subagents::{Runtime, Subagents};
 
 /// The delegation depth children may reach.
@@ -61,12 +61,11 @@ pub fn setup(model_spec: &str, home: Option<PathBuf>) -> Result<Setup, String> {
 }
 
 /// Children get the built-in tools, a subagent tool on `spawn` (so they
-/// can delegate further, to depth 3) and the task tools. Built once, on
-/// first use (the providers must be registered), then shared.
+/// can delegate further, to depth 3; not offered at the cap) and the task
+/// tools: the same kit as `subagents acp` and `serve` children.
 fn child_tools(subagents: &Subagents, tasks: &TaskService) -> subagents::providers::ToolFactory {
-    let built: Arc<OnceLock<Toolset>> = Arc::default();
-    let (subagents, tasks) = (subagents.clone(), tasks.clone());
-    Arc::new(move |_: &ChildInfo| built.get_or_init(|| toolset(&subagents, &tasks, "spawn")).clone())
+    let kit = shared_delegating_toolset(subagents, tasks, "spawn", MAX_DEPTH);
+    Arc::new(move |_: &ChildInfo| kit())
 }
 
 /// Built-in tools, a subagent tool bound to `provider`, the task tools.

@@ -23,10 +23,14 @@ use tokio::sync::mpsc;
 use super::wire::{ChildEvent, Initialize, PROTOCOL_VERSION};
 use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Tool, Toolset};
 use crate::providers::child_process::{LineError, LineReader};
-use crate::providers::SpawnProvider;
+use crate::providers::{ChildInfo, SpawnProvider};
 use crate::seam::{ContentBlock, StopReason};
-use crate::tool::{delegating_tools, TaskService};
+use crate::tool::{delegating_tools, shared_delegating_toolset, TaskService};
 use crate::Runtime;
+
+/// How deep the served session's delegation tree may go, counted in its
+/// own runtime (the parent owns the budget above it: provider-managed).
+const MAX_DEPTH: u32 = 3;
 
 /// Where the served session keeps its state.
 #[derive(Clone, Debug)]
@@ -239,11 +243,14 @@ impl Server {
         }
         let delegates = profile.tools.iter().any(|n| n == "subagent");
         let kit = if delegates {
+            let tasks = TaskService::new();
             if !self.subagents.has_provider("spawn") {
-                let spawn = SpawnProvider::new("spawn", model.clone());
+                // Its children get the same kit as the CLI's and `acp`'s.
+                let kit = shared_delegating_toolset(&self.subagents, &tasks, "spawn", MAX_DEPTH);
+                let spawn = SpawnProvider::new("spawn", model.clone()).with_tools(Arc::new(move |_: &ChildInfo| kit()));
                 self.subagents.register_provider(spawn).map_err(|e| e.to_string())?.keep();
             }
-            delegating_tools(&self.subagents, &TaskService::new(), "spawn", 3).map_err(|e| e.to_string())?
+            delegating_tools(&self.subagents, &tasks, "spawn", MAX_DEPTH).map_err(|e| e.to_string())?
         } else {
             vec![Arc::new(ReadFile) as Arc<dyn Tool>, Arc::new(ListDir)]
         };
