@@ -398,3 +398,28 @@ fn configuration_comes_from_the_environment_and_bad_urls_are_refused() {
     }
     assert!(matches!(OpenAiModel::new(OpenAiConfig::new("ftp://x", "m")), Err(ModelError::Config(_))));
 }
+
+#[tokio::test]
+async fn a_non_transient_server_status_is_not_retried_and_an_html_page_becomes_one_short_line() {
+    let page = format!(
+        "<!DOCTYPE html>\n<html><head><title>501 Not Implemented</title><style>body {{ color: red }}</style>\
+         <script>var secret = 1;</script></head>\n<body>\n<h1>Not&nbsp;Implemented</h1>\n<p>{}</p></body></html>",
+        "padding ".repeat(100)
+    );
+    for status in [501, 505] {
+        let server = Loopback::start(vec![
+            Reply::Whole { status, headers: Vec::new(), body: page.clone() },
+            ok(completion(json!({"role": "assistant", "content": "never"}), "stop")),
+        ])
+        .await;
+        let outcome = agent_on(server.config()).prompt("hi").await;
+        assert_eq!(outcome.stop_reason, StopReason::Error);
+        assert_eq!(server.bodies().len(), 1, "{status} is not transient: no retry");
+        let error = outcome.error.unwrap();
+        let line = error.message.strip_prefix(&format!("the model endpoint answered {status}: ")).unwrap();
+        assert!(line.starts_with("501 Not Implemented Not Implemented padding"), "{line}");
+        assert!(!line.contains('<') && !line.contains('\n') && !line.contains("secret") && !line.contains("color"));
+        assert!(line.chars().count() <= 201, "{} chars", line.chars().count());
+        assert_eq!(error.reason, format!("the model endpoint answered {status}"), "the safe reason names the status");
+    }
+}

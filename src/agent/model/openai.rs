@@ -6,10 +6,12 @@
 //! `SUBAGENTS_API_KEY`). A route's `model`, `max_tokens` and
 //! `reasoning_effort` override the configured ones per request.
 //!
-//! How it fails: 429 and 5xx answers, refused connections and timeouts are
-//! retried with exponential backoff (honouring `Retry-After`, capped at 30 s)
-//! up to `max_retries` times; other statuses fail at once with the status and
-//! the endpoint's error message. A body that is not a chat completion is
+//! How it fails: transient answers (408, 425, 429, 500, 502, 503, 504),
+//! refused connections and timeouts are retried with exponential backoff
+//! (honouring `Retry-After`, capped at 30 s) up to `max_retries` times;
+//! other statuses (400, 404, 501, 505, …) fail at once with the status and
+//! the endpoint's error message, reduced to one line of at most 200
+//! characters (an HTML error page becomes its text). A body that is not a chat completion is
 //! [`ModelError::Malformed`]. `timeout` bounds the wait for the response
 //! headers, for a whole non-streamed body, and between two streamed chunks.
 //! Cancellation drops the in-flight request, which closes its connection.
@@ -39,6 +41,8 @@ const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 const MAX_LINE: usize = 4 * 1024 * 1024;
 /// Longest error body excerpt kept in an error message.
 const ERROR_EXCERPT: usize = 300;
+/// Longest error line kept from an endpoint's error body.
+const ERROR_LINE: usize = 200;
 /// The longest backoff between retries.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -239,7 +243,7 @@ impl OpenAiModel {
                 Ok(Ok(response)) if response.status().is_success() => return Ok(response),
                 Ok(Ok(response)) => {
                     let status = response.status();
-                    let retryable = status.as_u16() == 429 || status.is_server_error();
+                    let retryable = transient(status.as_u16());
                     if !retryable || attempt >= self.config.max_retries {
                         let excerpt = self.error_excerpt(response).await;
                         return Err(ModelError::Status { status: status.as_u16(), message: excerpt });
@@ -269,7 +273,7 @@ impl OpenAiModel {
             .ok()
             .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
             .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-        excerpt(&message)
+        one_line(&message)
     }
 
     async fn complete_inner(&self, request: ModelRequest) -> Result<ModelReply, ModelError> {
@@ -518,6 +522,64 @@ fn user_content(content: &[ContentBlock]) -> Value {
         })
         .collect();
     Value::Array(parts)
+}
+
+/// Statuses worth another try: the endpoint may answer differently soon.
+fn transient(status: u16) -> bool {
+    matches!(status, 408 | 425 | 429 | 500 | 502 | 503 | 504)
+}
+
+/// An error body as one line of at most [`ERROR_LINE`] characters: markup
+/// (an HTML error page) dropped, entities of the common kind decoded,
+/// whitespace and control characters collapsed.
+fn one_line(body: &str) -> String {
+    let mut text = String::with_capacity(body.len().min(4 * ERROR_LINE));
+    let mut in_tag = false;
+    let mut skipping = None::<&str>; // inside <script> or <style>
+    let lower = body.to_ascii_lowercase();
+    let mut index = 0;
+    for (at, c) in body.char_indices() {
+        if at < index {
+            continue;
+        }
+        if let Some(end) = skipping {
+            if lower[at..].starts_with(end) {
+                skipping = None;
+                index = at + end.len();
+            }
+            continue;
+        }
+        match c {
+            '<' => {
+                in_tag = true;
+                if lower[at..].starts_with("<script") {
+                    skipping = Some("</script>");
+                } else if lower[at..].starts_with("<style") {
+                    skipping = Some("</style>");
+                }
+                text.push(' ');
+            }
+            '>' if in_tag => in_tag = false,
+            _ if in_tag => {}
+            c if c.is_control() || c.is_whitespace() => text.push(' '),
+            c => text.push(c),
+        }
+        if text.len() > 8 * ERROR_LINE {
+            break;
+        }
+    }
+    let text = text
+        .replace("&nbsp;", " ")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&");
+    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match collapsed.char_indices().nth(ERROR_LINE) {
+        Some((cut, _)) => format!("{}…", &collapsed[..cut]),
+        None => collapsed,
+    }
 }
 
 fn retry_after_header(response: &reqwest::Response) -> Option<Duration> {
