@@ -1,7 +1,7 @@
 //! The provider actor: hosts one registered provider for as long as it is
 //! registered or still has live runs, then runs its shutdown hook.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,8 +18,7 @@ pub(crate) struct ProviderEntry {
     pub key: u64,
     pub info: ProviderInfo,
     pub provider: Arc<dyn Provider>,
-    live_runs: AtomicUsize,
-    retired: AtomicBool,
+    runs: RunCount,
 }
 
 impl ProviderEntry {
@@ -30,7 +29,7 @@ impl ProviderEntry {
             inherits_parent_context: provider.inherits_parent_context(),
             route_defaults: provider.route_defaults(),
         };
-        ProviderEntry { key, info, provider, live_runs: AtomicUsize::new(0), retired: AtomicBool::new(false) }
+        ProviderEntry { key, info, provider, runs: RunCount::default() }
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -39,8 +38,36 @@ impl ProviderEntry {
 
     /// Mark retired; true when no run is live, so the actor may stop now.
     pub(crate) fn retire(&self) -> bool {
-        self.retired.store(true, Ordering::Release);
-        self.live_runs.load(Ordering::Acquire) == 0
+        self.runs.retire()
+    }
+}
+
+/// A provider's live-run count and its retired flag in one atomic word
+/// (the flag in bit 0, the count above it), so that retiring and the last
+/// run ending are decided by read-modify-writes of the same word: exactly
+/// one side sees the other and the drained notice is never lost. (Two
+/// separate atomics, each stored then the other loaded, is the
+/// store-buffering pattern: both sides can read the old value.)
+#[derive(Debug, Default)]
+pub(crate) struct RunCount(AtomicUsize);
+
+const RETIRED: usize = 1;
+const ONE_RUN: usize = 2;
+
+impl RunCount {
+    /// One more live run.
+    pub(crate) fn acquire(&self) {
+        self.0.fetch_add(ONE_RUN, Ordering::AcqRel);
+    }
+
+    /// One run fewer; true when it was the last run of a retired provider.
+    pub(crate) fn release(&self) -> bool {
+        self.0.fetch_sub(ONE_RUN, Ordering::AcqRel) == ONE_RUN | RETIRED
+    }
+
+    /// Marks retired; true when no run was live at that moment.
+    pub(crate) fn retire(&self) -> bool {
+        self.0.fetch_or(RETIRED, Ordering::AcqRel) & !RETIRED == 0
     }
 }
 
@@ -53,15 +80,14 @@ pub(crate) struct ProviderRunLease {
 
 impl ProviderRunLease {
     pub(crate) fn new(entry: Arc<ProviderEntry>, registry: Addr<RegistryActor>) -> Self {
-        entry.live_runs.fetch_add(1, Ordering::AcqRel);
+        entry.runs.acquire();
         ProviderRunLease { entry, registry }
     }
 }
 
 impl Drop for ProviderRunLease {
     fn drop(&mut self) {
-        let last = self.entry.live_runs.fetch_sub(1, Ordering::AcqRel) == 1;
-        if last && self.entry.retired.load(Ordering::Acquire) {
+        if self.entry.runs.release() {
             self.registry.do_send(ProviderDrained(self.entry.key));
         }
     }
@@ -110,5 +136,39 @@ impl Handler<StopProvider> for ProviderActor {
             ctx.stop();
             name
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunCount;
+
+    #[test]
+    fn exactly_one_side_learns_that_a_retired_provider_drained() {
+        // Retired while a run is live: the run's end reports the drain.
+        let count = RunCount::default();
+        count.acquire();
+        assert!(!count.retire());
+        assert!(count.release());
+        // Retired with no run: retiring reports it; nothing later does.
+        let count = RunCount::default();
+        count.acquire();
+        assert!(!count.release());
+        assert!(count.retire());
+    }
+
+    #[test]
+    fn racing_retire_and_last_release_never_lose_the_drain() {
+        for _ in 0..2_000 {
+            let count = std::sync::Arc::new(RunCount::default());
+            count.acquire();
+            let releaser = {
+                let count = count.clone();
+                std::thread::spawn(move || count.release())
+            };
+            let retired_idle = count.retire();
+            let released_last = releaser.join().unwrap();
+            assert!(retired_idle ^ released_last, "exactly one side reports: {retired_idle} {released_last}");
+        }
     }
 }
