@@ -451,3 +451,36 @@ fn an_agent_at_its_depth_cap_is_not_offered_the_subagent_tool() {
     assert!(!offered_at(0, MaxDepth::Limit(0)), "max_depth 0 forbids delegation");
     assert!(offered_at(7, MaxDepth::ProviderManaged), "no cap is sent, so none is known here");
 }
+
+#[test]
+fn children_share_one_delegating_kit_without_the_subagent_tool_at_the_cap() {
+    use subagents::providers::ChildInfo;
+    use subagents::tool::shared_delegating_toolset;
+    use subagents::{CancellationToken, Parent, StartRequest};
+    let (runtime, home) = runtime();
+    let subagents = runtime.subagents();
+    let tasks = TaskService::new();
+    let kit = shared_delegating_toolset(&subagents, &tasks, "spawn", 3);
+    let spawn =
+        SpawnProvider::new("spawn", Arc::new(ScriptedModel::new())).with_tools(Arc::new(move |_: &ChildInfo| kit()));
+    subagents.register_provider(spawn).unwrap().keep();
+    let cwd = home.path().to_path_buf();
+    let tools_at = move |parent_depth: u32| {
+        let (subagents, cwd) = (subagents.clone(), cwd.clone());
+        runtime.block_on(async move {
+            let parent = Parent::root(&cwd).with_depth(parent_depth);
+            let run =
+                subagents.start("spawn", StartRequest::new("hi", parent, CancellationToken::new())).await.unwrap();
+            let agent = run.local_agent().unwrap().downcast::<Agent>().unwrap().clone();
+            let names: Vec<String> = agent.tool_specs().into_iter().map(|spec| spec.name).collect();
+            run.dispose().await.unwrap();
+            names
+        })
+    };
+    let full = ["read_file", "list_dir", "subagent", "task_output", "task_list", "task_kill"];
+    assert_eq!(tools_at(0), full, "a child at depth 1 can delegate");
+    assert_eq!(tools_at(1), full, "at depth 2 too");
+    let at_cap = tools_at(2);
+    assert!(!at_cap.contains(&"subagent".to_owned()), "a child at depth 3 is at the cap: {at_cap:?}");
+    assert!(at_cap.contains(&"read_file".to_owned()));
+}
