@@ -188,7 +188,9 @@ impl ModelError {
             ModelError::Status { status, .. } => format!("the model endpoint answered {status}"),
             ModelError::Transport(_) => "the model endpoint could not be reached".to_owned(),
             ModelError::Timeout(after) => format!("the model call timed out after {} s", after.as_secs_f64()),
-            ModelError::Malformed(_) => "the model endpoint answered something that is not a chat completion".to_owned(),
+            ModelError::Malformed(_) => {
+                "the model endpoint answered something that is not a chat completion".to_owned()
+            }
             ModelError::Scripted(_) => "the scripted model failed".to_owned(),
         }
     }
