@@ -11,8 +11,11 @@
 //!   the persona section (override) or is appended to the prompt (append).
 //! - `session/prompt` streams `agent_message_chunk`, `tool_call` and
 //!   `tool_call_update` updates and answers with the stop reason
-//!   (`end_turn`, `max_tokens`, `refusal`, `cancelled`); a failed turn is
-//!   a JSON-RPC error.
+//!   (`end_turn`, `max_tokens`, `refusal`, `cancelled`). A failed turn is a
+//!   JSON-RPC error `-32603` whose `data` is the safe diagnostic, e.g.
+//!   `{"stage": "session-run", "category": "model", "reason": "the model
+//!   endpoint answered 404"}` (fixed wording: never the prompt, a payload,
+//!   a path or an environment value); it is also logged on stderr.
 //! - `session/cancel` cancels the running turn (it then answers `cancelled`).
 //! - Tools named with `--approve` ask `session/request_permission` first; a
 //!   rejected or cancelled request becomes a tool error the model sees.
@@ -32,14 +35,14 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::{v1, ByteStreams, Client, Error};
 use futures_util::future::BoxFuture;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 use crate::agent::{
-    Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset,
+    Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
 };
 use crate::providers::SpawnProvider;
-use crate::seam::{ContentBlock, StopReason};
+use crate::seam::{Category, ContentBlock, Diagnostic, Stage, StopReason};
 use crate::tool::{delegating_tools, TaskService};
 use crate::{Runtime, Subagents};
 
@@ -135,14 +138,7 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
                 // and permission answers get through while it works.
                 cx.spawn(async move {
                     let outcome = agent.prompt(prompt_blocks(&request.prompt)).await;
-                    let reply = match outcome.stop_reason {
-                        StopReason::Completed => Ok(PromptResponse::new(AcpStop::EndTurn)),
-                        StopReason::MaxTokens => Ok(PromptResponse::new(AcpStop::MaxTokens)),
-                        StopReason::Refusal => Ok(PromptResponse::new(AcpStop::Refusal)),
-                        StopReason::Aborted => Ok(PromptResponse::new(AcpStop::Cancelled)),
-                        _ => Err(Error::internal_error().data(Value::from("the turn failed"))),
-                    };
-                    responder.respond_with_result(reply)
+                    responder.respond_with_result(prompt_reply(agent.id(), outcome))
                 })
             },
             agent_client_protocol::on_receive_request!(),
@@ -158,6 +154,28 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
         )
         .connect_to(transport)
         .await
+}
+
+/// The answer to a prompt: its stop reason, or for a failed turn an error
+/// carrying the safe diagnostic (logged too).
+fn prompt_reply(session: &str, outcome: TurnOutcome) -> Result<PromptResponse, Error> {
+    match outcome.stop_reason {
+        StopReason::Completed => Ok(PromptResponse::new(AcpStop::EndTurn)),
+        StopReason::MaxTokens => Ok(PromptResponse::new(AcpStop::MaxTokens)),
+        StopReason::Refusal => Ok(PromptResponse::new(AcpStop::Refusal)),
+        StopReason::Aborted => Ok(PromptResponse::new(AcpStop::Cancelled)),
+        _ => {
+            let (category, reason) = match &outcome.error {
+                Some(error) => (error.category(), error.reason.clone()),
+                None => (Category::ChildError, "the turn failed".to_owned()),
+            };
+            let diagnostic = Diagnostic::new("acp", Stage::SessionRun, category).with_reason(reason);
+            let reason = diagnostic.reason.unwrap_or_default();
+            tracing::warn!(session, stage = "session-run", category = ?diagnostic.category, reason, "a turn failed");
+            let data = json!({ "stage": diagnostic.stage, "category": diagnostic.category, "reason": reason });
+            Err(Error::internal_error().data(data))
+        }
+    }
 }
 
 fn prompt_blocks(blocks: &[AcpBlock]) -> Vec<ContentBlock> {
