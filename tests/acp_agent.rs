@@ -1,6 +1,7 @@
 //! SPEC §7, "As an ACP agent": `subagents acp` driven over raw
 //! newline-delimited JSON-RPC on its stdin and stdout, the way any ACP
-//! client would — the safe diagnostic of a failed turn.
+//! client would — permission by offered option and kind, session-unique
+//! tool call ids, the safe diagnostic of a failed turn.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -144,6 +145,85 @@ impl Drop for Peer {
 
 fn no_permission(params: &Value) -> String {
     panic!("no permission request expected: {params}")
+}
+
+/// The text the agent streamed.
+fn text_of(updates: &[Value]) -> String {
+    updates
+        .iter()
+        .filter(|u| u["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|u| u["update"]["content"]["text"].as_str())
+        .collect()
+}
+
+/// Every tool call id in `updates`, as (kind, id).
+fn tool_call_ids(updates: &[Value]) -> Vec<(String, String)> {
+    updates
+        .iter()
+        .filter_map(|u| {
+            let kind = u["update"]["sessionUpdate"].as_str()?;
+            let id = u["update"]["toolCallId"].as_str()?;
+            Some((kind.to_owned(), id.to_owned()))
+        })
+        .collect()
+}
+
+#[test]
+fn an_option_id_never_offered_does_not_run_the_tool() {
+    let mut peer = Peer::start(&["--approve", "list_dir"]);
+    let session = peer.handshake();
+    let mut offered = Vec::new();
+    peer.prompt(3, &session, "list the files");
+    let (answer, updates) = peer.answer_to(3, |params| {
+        offered = params["options"].as_array().unwrap().iter().map(|o| o["optionId"].clone()).collect();
+        "allowXYZ-not-offered".to_owned()
+    });
+    assert!(!offered.is_empty() && !offered.contains(&json!("allowXYZ-not-offered")), "{offered:?}");
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let text = text_of(&updates);
+    assert!(text.contains("did not allow") && !text.contains("visible.txt"), "the tool ran: {text}");
+    let failed =
+        updates.iter().any(|u| u["update"]["sessionUpdate"] == "tool_call_update" && u["update"]["status"] == "failed");
+    assert!(failed, "{updates:?}");
+}
+
+#[test]
+fn allow_always_is_remembered_for_that_tool_for_the_rest_of_the_session() {
+    let mut peer = Peer::start(&["--approve", "list_dir"]);
+    let session = peer.handshake();
+    let mut asked = 0;
+    for (id, choice) in [(3, "allow-once"), (4, "allow-always"), (5, "none: it must not ask")] {
+        peer.prompt(id, &session, "list the files");
+        let (answer, updates) = peer.answer_to(id, |_| {
+            asked += 1;
+            choice.to_owned()
+        });
+        assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+        assert!(text_of(&updates).contains("visible.txt"), "prompt {id}: {}", text_of(&updates));
+    }
+    assert_eq!(asked, 2, "allow-once asks again next time; allow-always does not");
+}
+
+#[test]
+fn tool_call_ids_are_unique_across_a_sessions_prompts_and_match_the_permission_request() {
+    let mut peer = Peer::start(&["--approve", "list_dir"]);
+    let session = peer.handshake();
+    let mut per_prompt = Vec::new();
+    for id in [3, 4] {
+        let mut asked_for = Vec::new();
+        peer.prompt(id, &session, "list the files");
+        let (_, updates) = peer.answer_to(id, |params| {
+            asked_for.push(params["toolCall"]["toolCallId"].as_str().unwrap().to_owned());
+            "allow-once".to_owned()
+        });
+        let calls = tool_call_ids(&updates);
+        let started: Vec<&String> = calls.iter().filter(|(kind, _)| kind == "tool_call").map(|(_, id)| id).collect();
+        assert_eq!(started.len(), 1, "{calls:?}");
+        assert!(calls.iter().all(|(_, id)| id == started[0]), "tool_call and its updates share the id: {calls:?}");
+        assert_eq!(asked_for, vec![started[0].clone()], "the permission request names the same call");
+        per_prompt.push(started[0].clone());
+    }
+    assert_ne!(per_prompt[0], per_prompt[1], "a toolCallId repeated within the session");
 }
 
 #[test]

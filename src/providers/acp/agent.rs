@@ -17,8 +17,13 @@
 //!   endpoint answered 404"}` (fixed wording: never the prompt, a payload,
 //!   a path or an environment value); it is also logged on stderr.
 //! - `session/cancel` cancels the running turn (it then answers `cancelled`).
-//! - Tools named with `--approve` ask `session/request_permission` first; a
-//!   rejected or cancelled request becomes a tool error the model sees.
+//! - Tools named with `--approve` ask `session/request_permission` first;
+//!   only an option we offered whose kind is allow runs the tool, and
+//!   `allow_always` holds for that tool for the rest of the session; any
+//!   other answer becomes a tool error the model sees. `toolCallId`s are
+//!   unique within a session (see `agent/tool_calls.rs`).
+
+mod tool_calls;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -26,21 +31,18 @@ use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, ContentBlock as AcpBlock, ContentChunk, Implementation, InitializeRequest,
-    InitializeResponse, NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind,
-    PromptCapabilities, PromptRequest, PromptResponse, RequestPermissionOutcome, RequestPermissionRequest,
+    AgentCapabilities, CancelNotification, ContentBlock as AcpBlock, Implementation, InitializeRequest,
+    InitializeResponse, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
     SessionCapabilities, SessionId, SessionNotification, SessionSystemPromptCapabilities,
-    SessionSystemPromptModeCapabilities, SessionSystemPromptOverrideCapabilities, SessionUpdate, StopReason as AcpStop,
-    SystemPromptMode, ToolCall as AcpToolCall, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
+    SessionSystemPromptModeCapabilities, SessionSystemPromptOverrideCapabilities, StopReason as AcpStop,
+    SystemPromptMode,
 };
 use agent_client_protocol::{v1, ByteStreams, Client, Error};
-use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
-use crate::agent::{
-    Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
-};
+use self::tool_calls::{Approved, ToolCallIds};
+use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};
 use crate::providers::SpawnProvider;
 use crate::seam::{Category, ContentBlock, Diagnostic, Stage, StopReason};
 use crate::tool::{delegating_tools, TaskService};
@@ -195,10 +197,11 @@ impl State {
             return Err("cwd must be absolute".to_owned());
         }
         let session_id = SessionId::new(crate::agent::new_session_id());
+        let ids = Arc::new(ToolCallIds::default());
         let mut tools = Toolset::new();
         let approve = |tool: Arc<dyn Tool>| -> Arc<dyn Tool> {
             if self.options.approve.iter().any(|name| *name == tool.spec().name) {
-                Arc::new(Approved { tool, cx: cx.clone(), session_id: session_id.clone() })
+                Arc::new(Approved::new(tool, cx.clone(), session_id.clone(), ids.clone()))
             } else {
                 tool
             }
@@ -207,7 +210,6 @@ impl State {
         for tool in kit {
             tools.add_shared(approve(tool)).map_err(|e| e.to_string())?;
         }
-        let updates = cx.clone();
         let update_session = session_id.clone();
         let mut builder = Agent::builder_shared(self.model.clone())
             .store(SessionStore::new(&self.options.home))
@@ -215,23 +217,9 @@ impl State {
             .cwd(&request.cwd)
             .toolset(tools)
             .on_update(Arc::new(move |update: &AgentUpdate| {
-                let update = match update {
-                    AgentUpdate::Text(text) => {
-                        SessionUpdate::AgentMessageChunk(ContentChunk::new(AcpBlock::from(text.clone())))
-                    }
-                    AgentUpdate::ToolCall { id, name } => SessionUpdate::ToolCall(
-                        AcpToolCall::new(id.clone(), name.clone()).status(ToolCallStatus::InProgress),
-                    ),
-                    AgentUpdate::ToolResult { id, is_error, .. } => {
-                        let status = if *is_error { ToolCallStatus::Failed } else { ToolCallStatus::Completed };
-                        SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-                            id.clone(),
-                            ToolCallUpdateFields::new().status(status),
-                        ))
-                    }
-                    _ => return,
-                };
-                let _ = updates.send_notification(SessionNotification::new(update_session.clone(), update));
+                if let Some(update) = ids.session_update(update) {
+                    let _ = cx.send_notification(SessionNotification::new(update_session.clone(), update));
+                }
             }));
         if let Some(system_prompt) = &request.system_prompt {
             let text: String = system_prompt
@@ -251,43 +239,5 @@ impl State {
         let agent = builder.build().map_err(|e| e.to_string())?;
         self.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(session_id.clone(), agent);
         Ok(session_id)
-    }
-}
-
-/// A tool that asks the client before each call.
-struct Approved {
-    tool: Arc<dyn Tool>,
-    cx: v1::ConnectionTo<Client>,
-    session_id: SessionId,
-}
-
-impl Tool for Approved {
-    fn spec(&self) -> ToolSpec {
-        self.tool.spec()
-    }
-
-    fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
-        Box::pin(async move {
-            let name = self.tool.spec().name;
-            let options = vec![
-                PermissionOption::new("allow-once", "Allow", PermissionOptionKind::AllowOnce),
-                PermissionOption::new("allow-always", "Always allow", PermissionOptionKind::AllowAlways),
-                PermissionOption::new("reject-once", "Reject", PermissionOptionKind::RejectOnce),
-            ];
-            let call = ToolCallUpdate::new(context.call_id.clone(), ToolCallUpdateFields::new().title(name.clone()));
-            let asked = self.cx.send_request(RequestPermissionRequest::new(self.session_id.clone(), call, options));
-            let allowed = match asked.block_task().await {
-                Ok(response) => match response.outcome {
-                    RequestPermissionOutcome::Selected(selected) => selected.option_id.0.starts_with("allow"),
-                    _ => false,
-                },
-                Err(_) => false,
-            };
-            if allowed {
-                self.tool.call(arguments, context).await
-            } else {
-                ToolOutput::error(format!("the client did not allow {name:?}"))
-            }
-        })
     }
 }
