@@ -1,8 +1,11 @@
 //! SPEC §7, "As an ACP agent": `subagents acp` driven over raw
 //! newline-delimited JSON-RPC on its stdin and stdout, the way any ACP
 //! client would — permission by offered option and kind, session-unique
-//! tool call ids, the safe diagnostic of a failed turn.
+//! tool call ids, the safe diagnostic of a failed turn, bounded lines, a bad
+//! line costing one error reply, every request answered at EOF, and the
+//! handshake's rules.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -119,6 +122,20 @@ impl Peer {
         self.request(id, "session/prompt", json!({"sessionId": session, "prompt": prompt}));
     }
 
+    /// Closes stdin and collects every line until stdout ends.
+    fn close_and_read_rest(&mut self, within: Duration) -> Vec<Value> {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + within;
+        let mut rest = Vec::new();
+        loop {
+            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) => rest.push(serde_json::from_str(&line).unwrap()),
+                Err(RecvTimeoutError::Disconnected) => return rest,
+                Err(RecvTimeoutError::Timeout) => panic!("stdout still open after {within:?}"),
+            }
+        }
+    }
+
     fn exit_status(&mut self, within: Duration) -> ExitStatus {
         drop(self.stdin.take());
         let deadline = Instant::now() + within;
@@ -133,6 +150,14 @@ impl Peer {
 
     fn stderr(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap()
+    }
+
+    /// The agent's peak resident memory so far, in bytes.
+    fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
+        let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kib * 1024
     }
 }
 
@@ -227,6 +252,71 @@ fn tool_call_ids_are_unique_across_a_sessions_prompts_and_match_the_permission_r
 }
 
 #[test]
+fn an_over_long_line_costs_one_short_parse_error_and_bounded_memory() {
+    let mut peer = Peer::start(&[]);
+    let line = vec![b'a'; 40 << 20];
+    peer.send_raw(&line);
+    peer.send_raw(b"\n");
+    drop(line);
+    peer.request(1, "initialize", json!({"protocolVersion": 1}));
+    let refused = peer.next_line();
+    assert!(refused.len() < 400, "the reply echoes the line: {} bytes", refused.len());
+    let refused: Value = serde_json::from_str(&refused).unwrap();
+    assert_eq!((refused["id"].clone(), refused["error"]["code"].clone()), (Value::Null, json!(-32700)), "{refused}");
+    let (initialized, _) = peer.answer_to(1, no_permission);
+    assert!(initialized.get("result").is_some(), "the agent serves on: {initialized}");
+    let peak = peer.peak_rss();
+    assert!(peak < 100 << 20, "peak RSS {} MiB for a 40 MiB line", peak >> 20);
+    assert!(peer.exit_status(ANSWER_WITHIN).success());
+}
+
+#[test]
+fn invalid_utf8_costs_one_parse_error_and_the_agent_keeps_serving() {
+    let mut peer = Peer::start(&[]);
+    peer.send_raw(
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1,\"x\":\"\xff\"}}\n",
+    );
+    peer.request(2, "initialize", json!({"protocolVersion": 1}));
+    let refused = peer.next();
+    assert_eq!((refused["id"].clone(), refused["error"]["code"].clone()), (Value::Null, json!(-32700)), "{refused}");
+    let (initialized, _) = peer.answer_to(2, no_permission);
+    assert!(initialized.get("result").is_some(), "{initialized}");
+    assert!(peer.exit_status(ANSWER_WITHIN).success());
+}
+
+#[test]
+fn at_eof_every_request_in_flight_is_answered_exactly_once_then_the_agent_exits_0() {
+    let mut peer = Peer::start(&[]);
+    let session = peer.handshake();
+    // A slow turn first (the scripted model binds `[slow]` on a session's
+    // first prompt), so every other prompt is queued behind it at EOF.
+    let ids: Vec<u64> = (100..400).collect();
+    let mut burst = String::new();
+    for &id in &ids {
+        let text = if id == 100 { "[slow] hold the line".to_owned() } else { format!("task {id}") };
+        let prompt = json!([{"type": "text", "text": text}]);
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+                             "params": {"sessionId": session, "prompt": prompt}});
+        burst.push_str(&format!("{request}\n"));
+    }
+    peer.send_raw(burst.as_bytes());
+    let began = Instant::now();
+    let rest = peer.close_and_read_rest(Duration::from_secs(60));
+    let mut answers: HashMap<u64, Vec<Value>> = HashMap::new();
+    for message in rest.into_iter().filter(|m| m.get("method").is_none()) {
+        answers.entry(message["id"].as_u64().expect("a numeric id")).or_default().push(message);
+    }
+    for id in &ids {
+        let answered = answers.remove(id).unwrap_or_default();
+        assert_eq!(answered.len(), 1, "request {id} answered {} times", answered.len());
+        assert_eq!(answered[0]["result"]["stopReason"], "cancelled", "{id} was cut off by EOF: {}", answered[0]);
+    }
+    assert!(answers.is_empty(), "answers to ids never sent: {:?}", answers.keys());
+    assert!(peer.exit_status(Duration::from_secs(30)).success());
+    assert!(began.elapsed() < Duration::from_secs(60), "{:?}", began.elapsed());
+}
+
+#[test]
 fn a_failed_turn_answers_with_the_safe_diagnostic_and_logs_it() {
     let mut peer = Peer::start(&[]);
     let session = peer.handshake();
@@ -244,4 +334,43 @@ fn a_failed_turn_answers_with_the_safe_diagnostic_and_logs_it() {
     let stderr = peer.stderr();
     assert!(stderr.contains("WARN") && stderr.contains("the scripted model failed"), "{stderr}");
     assert!(!stderr.contains("private-words-7781"), "{stderr}");
+}
+
+#[test]
+fn a_second_initialize_is_refused_with_its_id() {
+    let mut peer = Peer::start(&[]);
+    peer.request(1, "initialize", json!({"protocolVersion": 1}));
+    let (first, _) = peer.answer_to(1, no_permission);
+    assert!(first.get("result").is_some(), "{first}");
+    peer.request(2, "initialize", json!({"protocolVersion": 1}));
+    let (second, _) = peer.answer_to(2, no_permission);
+    assert_eq!(second["error"]["code"], -32600, "{second}");
+    assert_eq!(second["error"]["data"]["reason"], "already initialized", "{second}");
+}
+
+#[test]
+fn initialize_with_non_object_params_is_invalid_params_with_its_id_and_may_be_retried() {
+    let mut peer = Peer::start(&[]);
+    for (id, params) in [(7, json!(5)), (8, json!([1])), (9, json!("x"))] {
+        peer.request(id, "initialize", params);
+        let (refused, _) = peer.answer_to(id, no_permission);
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    }
+    peer.request(10, "initialize", json!({"protocolVersion": 1}));
+    let (initialized, _) = peer.answer_to(10, no_permission);
+    assert!(initialized.get("result").is_some(), "{initialized}");
+}
+
+#[test]
+fn initialize_and_session_new_may_be_written_back_to_back() {
+    let mut peer = Peer::start(&[]);
+    let cwd = peer.cwd().display().to_string();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}});
+    let new_session = json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+                             "params": {"cwd": cwd, "mcpServers": []}});
+    peer.send_raw(format!("{initialize}\n{new_session}\n").as_bytes());
+    let (initialized, _) = peer.answer_to(1, no_permission);
+    assert!(initialized.get("result").is_some(), "{initialized}");
+    let (session, _) = peer.answer_to(2, no_permission);
+    assert!(session["result"]["sessionId"].is_string(), "{session}");
 }

@@ -3,7 +3,10 @@
 //! can drive it.
 //!
 //! - `initialize` advertises the protocol version, text prompts, and
-//!   `sessionCapabilities.systemPrompt` (append and override).
+//!   `sessionCapabilities.systemPrompt` (append and override). It is
+//!   answered once: a second one, after one succeeded, is refused
+//!   (`-32600`, `data.reason` "already initialized"). A failed one may be
+//!   retried. Requests may be written right behind it.
 //! - `session/new` takes the cwd (absolute) and builds a session of a full
 //!   runtime: the scripted demo model (or `openai:NAME`), `read_file`,
 //!   `list_dir`, a subagent tool on an in-process `spawn` provider (so the
@@ -22,7 +25,36 @@
 //!   `allow_always` holds for that tool for the rest of the session; any
 //!   other answer becomes a tool error the model sees. `toolCallId`s are
 //!   unique within a session (see `agent/tool_calls.rs`).
+//!
+//! **Input** is capped at 8 MiB a line; an over-long line, invalid UTF-8
+//! or invalid JSON costs one `-32700` reply with id `null` quoting at most
+//! a short excerpt, and the agent keeps serving. **EOF** on stdin cancels
+//! every turn (running and queued prompts answer `cancelled`), waits up to
+//! 30 s until every request has had its one answer, then exits 0. Answers
+//! may come in any order. The table of every error we answer ourselves is
+//! in `agent/framing.rs`.
+//!
+//! **What the `agent-client-protocol` crate decides** (we relay it): a
+//! request before `initialize` is answered `-32600` ("ACP initialization
+//! must complete before …"); an unknown method `-32601`; params of the
+//! wrong shape inside the object `-32602`, whose `data` is the crate's own
+//! (it quotes the params back, so at most one line's worth); a JSON batch
+//! `-32600`. A notification it cannot handle is dropped, as JSON-RPC
+//! requires.
+//!
+//! ```no_run
+//! use subagents::providers::acp::agent::{serve_acp, AcpServeOptions};
+//!
+//! // What `subagents acp --home .subagents --approve list_dir` runs.
+//! let options = AcpServeOptions {
+//!     home: ".subagents".into(),
+//!     model: "scripted".into(),
+//!     approve: vec!["list_dir".into()],
+//! };
+//! serve_acp(options).expect("served until EOF");
+//! ```
 
+mod framing;
 mod tool_calls;
 
 use std::collections::HashMap;
@@ -37,9 +69,9 @@ use agent_client_protocol::v1::schema::{
     SessionSystemPromptModeCapabilities, SessionSystemPromptOverrideCapabilities, StopReason as AcpStop,
     SystemPromptMode,
 };
-use agent_client_protocol::{v1, ByteStreams, Client, Error};
+use agent_client_protocol::{v1, Client, Error};
 use serde_json::{json, Value};
-use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+use tokio_util::sync::CancellationToken;
 
 use self::tool_calls::{Approved, ToolCallIds};
 use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};
@@ -65,7 +97,14 @@ pub fn serve_acp(options: AcpServeOptions) -> Result<(), String> {
     let runtime = Runtime::builder().home(&options.home).workers(1).build().map_err(|e| e.to_string())?;
     let subagents = runtime.subagents();
     subagents.register_provider(SpawnProvider::new("spawn", model.clone())).map_err(|e| e.to_string())?.keep();
-    let state = Arc::new(State { subagents, model, options, sessions: Mutex::default(), tasks: TaskService::new() });
+    let state = Arc::new(State {
+        subagents,
+        model,
+        options,
+        sessions: Mutex::default(),
+        tasks: TaskService::new(),
+        closing: CancellationToken::new(),
+    });
     let served = runtime.block_on(serve(state.clone()));
     // Close every session (flush, cancel its tasks) before the runtime goes.
     let agents: Vec<Agent> = state.sessions.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, a)| a).collect();
@@ -84,6 +123,8 @@ struct State {
     options: AcpServeOptions,
     sessions: Mutex<HashMap<SessionId, Agent>>,
     tasks: TaskService,
+    /// Cancelled at stdin EOF: every session's turns end, now and later.
+    closing: CancellationToken,
 }
 
 impl State {
@@ -93,9 +134,10 @@ impl State {
 }
 
 async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
-    let transport = ByteStreams::new(tokio::io::stdout().compat_write(), tokio::io::stdin().compat());
+    let (transport, input) = framing::stdio(state.closing.clone());
+    let input = tokio::spawn(input);
     let (for_new, for_prompt, for_cancel) = (state.clone(), state.clone(), state.clone());
-    agent_client_protocol::Agent
+    let served = agent_client_protocol::Agent
         .v1()
         .name("subagents")
         .on_receive_request(
@@ -155,7 +197,11 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
             agent_client_protocol::on_receive_notification!(),
         )
         .connect_to(transport)
-        .await
+        .await;
+    // The input task has drained and ended unless the connection failed.
+    state.closing.cancel();
+    input.abort();
+    served
 }
 
 /// The answer to a prompt: its stop reason, or for a failed turn an error
@@ -216,6 +262,7 @@ impl State {
             .session_id(session_id.to_string())
             .cwd(&request.cwd)
             .toolset(tools)
+            .cancel_token(self.closing.child_token())
             .on_update(Arc::new(move |update: &AgentUpdate| {
                 if let Some(update) = ids.session_update(update) {
                     let _ = cx.send_notification(SessionNotification::new(update_session.clone(), update));
