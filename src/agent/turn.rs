@@ -17,7 +17,7 @@ use super::model::{ChunkSink, ModelError, ModelRequest};
 use super::session::{SessionEvent, ToolCall};
 use super::tools::{ToolContext, ToolOutput};
 use super::{Agent, AgentInner};
-use crate::seam::{ContentBlock, StopReason};
+use crate::seam::{Category, ContentBlock, StopReason};
 
 /// How a turn ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +65,15 @@ pub enum TurnErrorKind {
 impl TurnError {
     fn session(message: String) -> Self {
         TurnError { kind: TurnErrorKind::Session, message, reason: "the session could not be written".to_owned() }
+    }
+
+    /// The diagnostic category of this failure: a failed model call is
+    /// `model`, anything else the child's own failure.
+    pub fn category(&self) -> Category {
+        match self.kind {
+            TurnErrorKind::Model => Category::Model,
+            _ => Category::ChildError,
+        }
     }
 }
 

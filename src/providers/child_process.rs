@@ -271,6 +271,48 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             }
         }
     }
+
+    /// After [`LineError::TooLong`]: skips the rest of that line, through
+    /// its newline (or to EOF), without keeping it, so reading can go on
+    /// with the next line. Returns the line's first `keep` bytes (for an
+    /// excerpt in an error reply).
+    pub async fn discard_rest(&mut self, keep: usize) -> Result<Vec<u8>, LineError> {
+        let mut head = std::mem::take(&mut self.buffer);
+        head.truncate(keep);
+        head.shrink_to_fit();
+        loop {
+            let available = self.reader.fill_buf().await.map_err(|e| LineError::Io(e.to_string()))?;
+            if available.is_empty() {
+                return Ok(head);
+            }
+            match available.iter().position(|&b| b == b'\n') {
+                Some(end) => {
+                    self.reader.consume(end + 1);
+                    return Ok(head);
+                }
+                None => {
+                    let skipped = available.len();
+                    self.reader.consume(skipped);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_over_long_line_is_skipped_whole_and_reading_goes_on() {
+        let mut input = vec![b'a'; MAX_LINE + 10];
+        input.extend_from_slice(b"\nnext\n");
+        let mut lines = LineReader::new(input.as_slice());
+        assert_eq!(lines.next_line().await, Err(LineError::TooLong));
+        assert_eq!(lines.discard_rest(4).await, Ok(b"aaaa".to_vec()));
+        assert_eq!(lines.next_line().await, Ok(Some(b"next".to_vec())));
+        assert_eq!(lines.next_line().await, Ok(None));
+    }
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{
     new_session_id, Agent, AgentBuilder, AgentError, AgentUpdate, ListDir, Model, ReadFile, SessionEvent, SessionStore,
-    Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnErrorKind, TurnOutcome,
+    Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
 };
 use crate::events::ProgressUpdate;
 use crate::seam::{
@@ -488,11 +488,7 @@ impl Driver {
             }
         }
         let failure = outcome.error.as_ref().map(|error| {
-            let category = match error.kind {
-                TurnErrorKind::Model => Category::Model,
-                _ => Category::ChildError,
-            };
-            Diagnostic::new(&self.provider, Stage::SessionRun, category).with_reason(error.reason.clone())
+            Diagnostic::new(&self.provider, Stage::SessionRun, error.category()).with_reason(error.reason.clone())
         });
         if let Some(error) = &outcome.error {
             tracing::debug!(provider = %self.provider, session = self.agent.id(), %error, "child turn failed");

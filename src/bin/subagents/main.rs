@@ -94,6 +94,7 @@ fn main() -> ExitCode {
         Command::Run { prompt, provider, model, home } => run::run(run::RunArgs { prompt, provider, model, home })
             .map(|completed| if completed { ExitCode::SUCCESS } else { ExitCode::from(1) }),
         Command::Acp { home, model, approve } => {
+            acp_logs_to_stderr();
             let options = subagents::providers::acp::agent::AcpServeOptions { home, model, approve };
             subagents::providers::acp::agent::serve_acp(options).map(|()| ExitCode::SUCCESS)
         }
@@ -113,4 +114,17 @@ fn main() -> ExitCode {
         eprintln!("subagents: {message}");
         ExitCode::from(2)
     })
+}
+
+/// stdout carries the protocol, so `subagents acp` logs to stderr: our
+/// warnings (a failed turn's diagnostic, unanswered requests at exit) and
+/// only errors of the ACP crate, which warns about every error it answers.
+fn acp_logs_to_stderr() {
+    use tracing::Level;
+    use tracing_subscriber::filter::Targets;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    let targets = Targets::new().with_target("subagents", Level::WARN).with_default(Level::ERROR);
+    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).finish().with(targets).try_init();
 }

@@ -3,7 +3,10 @@
 //! can drive it.
 //!
 //! - `initialize` advertises the protocol version, text prompts, and
-//!   `sessionCapabilities.systemPrompt` (append and override).
+//!   `sessionCapabilities.systemPrompt` (append and override). It is
+//!   answered once: a second one, after one succeeded, is refused
+//!   (`-32600`, `data.reason` "already initialized"). A failed one may be
+//!   retried. Requests may be written right behind it.
 //! - `session/new` takes the cwd (absolute) and builds a session of a full
 //!   runtime: the scripted demo model (or `openai:NAME`), `read_file`,
 //!   `list_dir`, a subagent tool on an in-process `spawn` provider (so the
@@ -11,11 +14,48 @@
 //!   the persona section (override) or is appended to the prompt (append).
 //! - `session/prompt` streams `agent_message_chunk`, `tool_call` and
 //!   `tool_call_update` updates and answers with the stop reason
-//!   (`end_turn`, `max_tokens`, `refusal`, `cancelled`); a failed turn is
-//!   a JSON-RPC error.
+//!   (`end_turn`, `max_tokens`, `refusal`, `cancelled`). A failed turn is a
+//!   JSON-RPC error `-32603` whose `data` is the safe diagnostic, e.g.
+//!   `{"stage": "session-run", "category": "model", "reason": "the model
+//!   endpoint answered 404"}` (fixed wording: never the prompt, a payload,
+//!   a path or an environment value); it is also logged on stderr.
 //! - `session/cancel` cancels the running turn (it then answers `cancelled`).
-//! - Tools named with `--approve` ask `session/request_permission` first; a
-//!   rejected or cancelled request becomes a tool error the model sees.
+//! - Tools named with `--approve` ask `session/request_permission` first;
+//!   only an option we offered whose kind is allow runs the tool, and
+//!   `allow_always` holds for that tool for the rest of the session; any
+//!   other answer becomes a tool error the model sees. `toolCallId`s are
+//!   unique within a session (see `agent/tool_calls.rs`).
+//!
+//! **Input** is capped at 8 MiB a line; an over-long line, invalid UTF-8
+//! or invalid JSON costs one `-32700` reply with id `null` quoting at most
+//! a short excerpt, and the agent keeps serving. **EOF** on stdin cancels
+//! every turn (running and queued prompts answer `cancelled`), waits up to
+//! 30 s until every request has had its one answer, then exits 0. Answers
+//! may come in any order. The table of every error we answer ourselves is
+//! in `agent/framing.rs`.
+//!
+//! **What the `agent-client-protocol` crate decides** (we relay it): a
+//! request before `initialize` is answered `-32600` ("ACP initialization
+//! must complete before …"); an unknown method `-32601`; params of the
+//! wrong shape inside the object `-32602`, whose `data` is the crate's own
+//! (it quotes the params back, so at most one line's worth); a JSON batch
+//! `-32600`. A notification it cannot handle is dropped, as JSON-RPC
+//! requires.
+//!
+//! ```no_run
+//! use subagents::providers::acp::agent::{serve_acp, AcpServeOptions};
+//!
+//! // What `subagents acp --home .subagents --approve list_dir` runs.
+//! let options = AcpServeOptions {
+//!     home: ".subagents".into(),
+//!     model: "scripted".into(),
+//!     approve: vec!["list_dir".into()],
+//! };
+//! serve_acp(options).expect("served until EOF");
+//! ```
+
+mod framing;
+mod tool_calls;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,23 +63,20 @@ use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, ContentBlock as AcpBlock, ContentChunk, Implementation, InitializeRequest,
-    InitializeResponse, NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind,
-    PromptCapabilities, PromptRequest, PromptResponse, RequestPermissionOutcome, RequestPermissionRequest,
+    AgentCapabilities, CancelNotification, ContentBlock as AcpBlock, Implementation, InitializeRequest,
+    InitializeResponse, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
     SessionCapabilities, SessionId, SessionNotification, SessionSystemPromptCapabilities,
-    SessionSystemPromptModeCapabilities, SessionSystemPromptOverrideCapabilities, SessionUpdate, StopReason as AcpStop,
-    SystemPromptMode, ToolCall as AcpToolCall, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
+    SessionSystemPromptModeCapabilities, SessionSystemPromptOverrideCapabilities, StopReason as AcpStop,
+    SystemPromptMode,
 };
-use agent_client_protocol::{v1, ByteStreams, Client, Error};
-use futures_util::future::BoxFuture;
-use serde_json::Value;
-use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+use agent_client_protocol::{v1, Client, Error};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
-use crate::agent::{
-    Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset,
-};
+use self::tool_calls::{Approved, ToolCallIds};
+use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};
 use crate::providers::SpawnProvider;
-use crate::seam::{ContentBlock, StopReason};
+use crate::seam::{Category, ContentBlock, Diagnostic, Stage, StopReason};
 use crate::tool::{delegating_tools, TaskService};
 use crate::{Runtime, Subagents};
 
@@ -60,7 +97,14 @@ pub fn serve_acp(options: AcpServeOptions) -> Result<(), String> {
     let runtime = Runtime::builder().home(&options.home).workers(1).build().map_err(|e| e.to_string())?;
     let subagents = runtime.subagents();
     subagents.register_provider(SpawnProvider::new("spawn", model.clone())).map_err(|e| e.to_string())?.keep();
-    let state = Arc::new(State { subagents, model, options, sessions: Mutex::default(), tasks: TaskService::new() });
+    let state = Arc::new(State {
+        subagents,
+        model,
+        options,
+        sessions: Mutex::default(),
+        tasks: TaskService::new(),
+        closing: CancellationToken::new(),
+    });
     let served = runtime.block_on(serve(state.clone()));
     // Close every session (flush, cancel its tasks) before the runtime goes.
     let agents: Vec<Agent> = state.sessions.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, a)| a).collect();
@@ -79,6 +123,8 @@ struct State {
     options: AcpServeOptions,
     sessions: Mutex<HashMap<SessionId, Agent>>,
     tasks: TaskService,
+    /// Cancelled at stdin EOF: every session's turns end, now and later.
+    closing: CancellationToken,
 }
 
 impl State {
@@ -88,9 +134,10 @@ impl State {
 }
 
 async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
-    let transport = ByteStreams::new(tokio::io::stdout().compat_write(), tokio::io::stdin().compat());
+    let (transport, input) = framing::stdio(state.closing.clone());
+    let input = tokio::spawn(input);
     let (for_new, for_prompt, for_cancel) = (state.clone(), state.clone(), state.clone());
-    agent_client_protocol::Agent
+    let served = agent_client_protocol::Agent
         .v1()
         .name("subagents")
         .on_receive_request(
@@ -135,14 +182,7 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
                 // and permission answers get through while it works.
                 cx.spawn(async move {
                     let outcome = agent.prompt(prompt_blocks(&request.prompt)).await;
-                    let reply = match outcome.stop_reason {
-                        StopReason::Completed => Ok(PromptResponse::new(AcpStop::EndTurn)),
-                        StopReason::MaxTokens => Ok(PromptResponse::new(AcpStop::MaxTokens)),
-                        StopReason::Refusal => Ok(PromptResponse::new(AcpStop::Refusal)),
-                        StopReason::Aborted => Ok(PromptResponse::new(AcpStop::Cancelled)),
-                        _ => Err(Error::internal_error().data(Value::from("the turn failed"))),
-                    };
-                    responder.respond_with_result(reply)
+                    responder.respond_with_result(prompt_reply(agent.id(), outcome))
                 })
             },
             agent_client_protocol::on_receive_request!(),
@@ -157,7 +197,33 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
             agent_client_protocol::on_receive_notification!(),
         )
         .connect_to(transport)
-        .await
+        .await;
+    // The input task has drained and ended unless the connection failed.
+    state.closing.cancel();
+    input.abort();
+    served
+}
+
+/// The answer to a prompt: its stop reason, or for a failed turn an error
+/// carrying the safe diagnostic (logged too).
+fn prompt_reply(session: &str, outcome: TurnOutcome) -> Result<PromptResponse, Error> {
+    match outcome.stop_reason {
+        StopReason::Completed => Ok(PromptResponse::new(AcpStop::EndTurn)),
+        StopReason::MaxTokens => Ok(PromptResponse::new(AcpStop::MaxTokens)),
+        StopReason::Refusal => Ok(PromptResponse::new(AcpStop::Refusal)),
+        StopReason::Aborted => Ok(PromptResponse::new(AcpStop::Cancelled)),
+        _ => {
+            let (category, reason) = match &outcome.error {
+                Some(error) => (error.category(), error.reason.clone()),
+                None => (Category::ChildError, "the turn failed".to_owned()),
+            };
+            let diagnostic = Diagnostic::new("acp", Stage::SessionRun, category).with_reason(reason);
+            let reason = diagnostic.reason.unwrap_or_default();
+            tracing::warn!(session, stage = "session-run", category = ?diagnostic.category, reason, "a turn failed");
+            let data = json!({ "stage": diagnostic.stage, "category": diagnostic.category, "reason": reason });
+            Err(Error::internal_error().data(data))
+        }
+    }
 }
 
 fn prompt_blocks(blocks: &[AcpBlock]) -> Vec<ContentBlock> {
@@ -177,10 +243,11 @@ impl State {
             return Err("cwd must be absolute".to_owned());
         }
         let session_id = SessionId::new(crate::agent::new_session_id());
+        let ids = Arc::new(ToolCallIds::default());
         let mut tools = Toolset::new();
         let approve = |tool: Arc<dyn Tool>| -> Arc<dyn Tool> {
             if self.options.approve.iter().any(|name| *name == tool.spec().name) {
-                Arc::new(Approved { tool, cx: cx.clone(), session_id: session_id.clone() })
+                Arc::new(Approved::new(tool, cx.clone(), session_id.clone(), ids.clone()))
             } else {
                 tool
             }
@@ -189,31 +256,17 @@ impl State {
         for tool in kit {
             tools.add_shared(approve(tool)).map_err(|e| e.to_string())?;
         }
-        let updates = cx.clone();
         let update_session = session_id.clone();
         let mut builder = Agent::builder_shared(self.model.clone())
             .store(SessionStore::new(&self.options.home))
             .session_id(session_id.to_string())
             .cwd(&request.cwd)
             .toolset(tools)
+            .cancel_token(self.closing.child_token())
             .on_update(Arc::new(move |update: &AgentUpdate| {
-                let update = match update {
-                    AgentUpdate::Text(text) => {
-                        SessionUpdate::AgentMessageChunk(ContentChunk::new(AcpBlock::from(text.clone())))
-                    }
-                    AgentUpdate::ToolCall { id, name } => SessionUpdate::ToolCall(
-                        AcpToolCall::new(id.clone(), name.clone()).status(ToolCallStatus::InProgress),
-                    ),
-                    AgentUpdate::ToolResult { id, is_error, .. } => {
-                        let status = if *is_error { ToolCallStatus::Failed } else { ToolCallStatus::Completed };
-                        SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-                            id.clone(),
-                            ToolCallUpdateFields::new().status(status),
-                        ))
-                    }
-                    _ => return,
-                };
-                let _ = updates.send_notification(SessionNotification::new(update_session.clone(), update));
+                if let Some(update) = ids.session_update(update) {
+                    let _ = cx.send_notification(SessionNotification::new(update_session.clone(), update));
+                }
             }));
         if let Some(system_prompt) = &request.system_prompt {
             let text: String = system_prompt
@@ -233,43 +286,5 @@ impl State {
         let agent = builder.build().map_err(|e| e.to_string())?;
         self.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(session_id.clone(), agent);
         Ok(session_id)
-    }
-}
-
-/// A tool that asks the client before each call.
-struct Approved {
-    tool: Arc<dyn Tool>,
-    cx: v1::ConnectionTo<Client>,
-    session_id: SessionId,
-}
-
-impl Tool for Approved {
-    fn spec(&self) -> ToolSpec {
-        self.tool.spec()
-    }
-
-    fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
-        Box::pin(async move {
-            let name = self.tool.spec().name;
-            let options = vec![
-                PermissionOption::new("allow-once", "Allow", PermissionOptionKind::AllowOnce),
-                PermissionOption::new("allow-always", "Always allow", PermissionOptionKind::AllowAlways),
-                PermissionOption::new("reject-once", "Reject", PermissionOptionKind::RejectOnce),
-            ];
-            let call = ToolCallUpdate::new(context.call_id.clone(), ToolCallUpdateFields::new().title(name.clone()));
-            let asked = self.cx.send_request(RequestPermissionRequest::new(self.session_id.clone(), call, options));
-            let allowed = match asked.block_task().await {
-                Ok(response) => match response.outcome {
-                    RequestPermissionOutcome::Selected(selected) => selected.option_id.0.starts_with("allow"),
-                    _ => false,
-                },
-                Err(_) => false,
-            };
-            if allowed {
-                self.tool.call(arguments, context).await
-            } else {
-                ToolOutput::error(format!("the client did not allow {name:?}"))
-            }
-        })
     }
 }

@@ -1,0 +1,376 @@
+//! SPEC §7, "As an ACP agent": `subagents acp` driven over raw
+//! newline-delimited JSON-RPC on its stdin and stdout, the way any ACP
+//! client would — permission by offered option and kind, session-unique
+//! tool call ids, the safe diagnostic of a failed turn, bounded lines, a bad
+//! line costing one error reply, every request answered at EOF, and the
+//! handshake's rules.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+/// How long any single answer may take.
+const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+
+/// A raw ACP client talking to `subagents acp --home <tempdir>/home`, with
+/// the tempdir as its cwd and stderr kept in `<tempdir>/stderr.log`.
+struct Peer {
+    dir: TempDir,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl Peer {
+    fn start(extra: &[&str]) -> Peer {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("visible.txt"), "x").unwrap();
+        let stderr = File::create(dir.path().join("stderr.log")).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_subagents"))
+            .arg("acp")
+            .arg("--home")
+            .arg(dir.path().join("home"))
+            .args(extra)
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Peer { stdin: child.stdin.take(), dir, child, lines }
+    }
+
+    fn cwd(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) {
+        self.stdin.as_mut().expect("stdin is open").write_all(bytes).unwrap();
+    }
+
+    fn send(&mut self, message: Value) {
+        self.send_raw(format!("{message}\n").as_bytes());
+    }
+
+    fn request(&mut self, id: u64, method: &str, params: Value) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+    }
+
+    fn next_line(&self) -> String {
+        match self.lines.recv_timeout(ANSWER_WITHIN) {
+            Ok(line) => line,
+            Err(RecvTimeoutError::Timeout) => panic!("no line within {ANSWER_WITHIN:?}"),
+            Err(RecvTimeoutError::Disconnected) => panic!("stdout ended (the agent exited)"),
+        }
+    }
+
+    fn next(&self) -> Value {
+        serde_json::from_str(&self.next_line()).unwrap()
+    }
+
+    /// Reads up to the answer to `id`, answering permission requests with
+    /// `permit` (it gets the request's params and returns the chosen option
+    /// id). Returns the answer and the `session/update` params before it.
+    fn answer_to(&mut self, id: u64, mut permit: impl FnMut(&Value) -> String) -> (Value, Vec<Value>) {
+        let mut updates = Vec::new();
+        loop {
+            let message = self.next();
+            match message["method"].as_str() {
+                Some("session/update") => updates.push(message["params"].clone()),
+                Some("session/request_permission") => {
+                    let option = permit(&message["params"]);
+                    let outcome = json!({"outcome": {"outcome": "selected", "optionId": option}});
+                    self.send(json!({"jsonrpc": "2.0", "id": message["id"], "result": outcome}));
+                }
+                Some(other) => panic!("unexpected request {other}"),
+                None if message["id"] == json!(id) => return (message, updates),
+                None => panic!("an answer to another request: {message}"),
+            }
+        }
+    }
+
+    /// `initialize` (id 1) and `session/new` (id 2); the session id.
+    fn handshake(&mut self) -> String {
+        self.request(1, "initialize", json!({"protocolVersion": 1}));
+        let (initialized, _) = self.answer_to(1, no_permission);
+        assert!(initialized.get("result").is_some(), "{initialized}");
+        let cwd = self.cwd().display().to_string();
+        self.request(2, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+        let (session, _) = self.answer_to(2, no_permission);
+        session["result"]["sessionId"].as_str().expect("a session id").to_owned()
+    }
+
+    fn prompt(&mut self, id: u64, session: &str, text: &str) {
+        let prompt = json!([{"type": "text", "text": text}]);
+        self.request(id, "session/prompt", json!({"sessionId": session, "prompt": prompt}));
+    }
+
+    /// Closes stdin and collects every line until stdout ends.
+    fn close_and_read_rest(&mut self, within: Duration) -> Vec<Value> {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + within;
+        let mut rest = Vec::new();
+        loop {
+            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) => rest.push(serde_json::from_str(&line).unwrap()),
+                Err(RecvTimeoutError::Disconnected) => return rest,
+                Err(RecvTimeoutError::Timeout) => panic!("stdout still open after {within:?}"),
+            }
+        }
+    }
+
+    fn exit_status(&mut self, within: Duration) -> ExitStatus {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "still running after {within:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap()
+    }
+
+    /// The agent's peak resident memory so far, in bytes.
+    fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
+        let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kib * 1024
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn no_permission(params: &Value) -> String {
+    panic!("no permission request expected: {params}")
+}
+
+/// The text the agent streamed.
+fn text_of(updates: &[Value]) -> String {
+    updates
+        .iter()
+        .filter(|u| u["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|u| u["update"]["content"]["text"].as_str())
+        .collect()
+}
+
+/// Every tool call id in `updates`, as (kind, id).
+fn tool_call_ids(updates: &[Value]) -> Vec<(String, String)> {
+    updates
+        .iter()
+        .filter_map(|u| {
+            let kind = u["update"]["sessionUpdate"].as_str()?;
+            let id = u["update"]["toolCallId"].as_str()?;
+            Some((kind.to_owned(), id.to_owned()))
+        })
+        .collect()
+}
+
+#[test]
+fn an_option_id_never_offered_does_not_run_the_tool() {
+    let mut peer = Peer::start(&["--approve", "list_dir"]);
+    let session = peer.handshake();
+    let mut offered = Vec::new();
+    peer.prompt(3, &session, "list the files");
+    let (answer, updates) = peer.answer_to(3, |params| {
+        offered = params["options"].as_array().unwrap().iter().map(|o| o["optionId"].clone()).collect();
+        "allowXYZ-not-offered".to_owned()
+    });
+    assert!(!offered.is_empty() && !offered.contains(&json!("allowXYZ-not-offered")), "{offered:?}");
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let text = text_of(&updates);
+    assert!(text.contains("did not allow") && !text.contains("visible.txt"), "the tool ran: {text}");
+    let failed =
+        updates.iter().any(|u| u["update"]["sessionUpdate"] == "tool_call_update" && u["update"]["status"] == "failed");
+    assert!(failed, "{updates:?}");
+}
+
+#[test]
+fn allow_always_is_remembered_for_that_tool_for_the_rest_of_the_session() {
+    let mut peer = Peer::start(&["--approve", "list_dir"]);
+    let session = peer.handshake();
+    let mut asked = 0;
+    for (id, choice) in [(3, "allow-once"), (4, "allow-always"), (5, "none: it must not ask")] {
+        peer.prompt(id, &session, "list the files");
+        let (answer, updates) = peer.answer_to(id, |_| {
+            asked += 1;
+            choice.to_owned()
+        });
+        assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+        assert!(text_of(&updates).contains("visible.txt"), "prompt {id}: {}", text_of(&updates));
+    }
+    assert_eq!(asked, 2, "allow-once asks again next time; allow-always does not");
+}
+
+#[test]
+fn tool_call_ids_are_unique_across_a_sessions_prompts_and_match_the_permission_request() {
+    let mut peer = Peer::start(&["--approve", "list_dir"]);
+    let session = peer.handshake();
+    let mut per_prompt = Vec::new();
+    for id in [3, 4] {
+        let mut asked_for = Vec::new();
+        peer.prompt(id, &session, "list the files");
+        let (_, updates) = peer.answer_to(id, |params| {
+            asked_for.push(params["toolCall"]["toolCallId"].as_str().unwrap().to_owned());
+            "allow-once".to_owned()
+        });
+        let calls = tool_call_ids(&updates);
+        let started: Vec<&String> = calls.iter().filter(|(kind, _)| kind == "tool_call").map(|(_, id)| id).collect();
+        assert_eq!(started.len(), 1, "{calls:?}");
+        assert!(calls.iter().all(|(_, id)| id == started[0]), "tool_call and its updates share the id: {calls:?}");
+        assert_eq!(asked_for, vec![started[0].clone()], "the permission request names the same call");
+        per_prompt.push(started[0].clone());
+    }
+    assert_ne!(per_prompt[0], per_prompt[1], "a toolCallId repeated within the session");
+}
+
+#[test]
+fn an_over_long_line_costs_one_short_parse_error_and_bounded_memory() {
+    let mut peer = Peer::start(&[]);
+    let line = vec![b'a'; 40 << 20];
+    peer.send_raw(&line);
+    peer.send_raw(b"\n");
+    drop(line);
+    peer.request(1, "initialize", json!({"protocolVersion": 1}));
+    let refused = peer.next_line();
+    assert!(refused.len() < 400, "the reply echoes the line: {} bytes", refused.len());
+    let refused: Value = serde_json::from_str(&refused).unwrap();
+    assert_eq!((refused["id"].clone(), refused["error"]["code"].clone()), (Value::Null, json!(-32700)), "{refused}");
+    let (initialized, _) = peer.answer_to(1, no_permission);
+    assert!(initialized.get("result").is_some(), "the agent serves on: {initialized}");
+    let peak = peer.peak_rss();
+    assert!(peak < 100 << 20, "peak RSS {} MiB for a 40 MiB line", peak >> 20);
+    assert!(peer.exit_status(ANSWER_WITHIN).success());
+}
+
+#[test]
+fn invalid_utf8_costs_one_parse_error_and_the_agent_keeps_serving() {
+    let mut peer = Peer::start(&[]);
+    peer.send_raw(
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1,\"x\":\"\xff\"}}\n",
+    );
+    peer.request(2, "initialize", json!({"protocolVersion": 1}));
+    let refused = peer.next();
+    assert_eq!((refused["id"].clone(), refused["error"]["code"].clone()), (Value::Null, json!(-32700)), "{refused}");
+    let (initialized, _) = peer.answer_to(2, no_permission);
+    assert!(initialized.get("result").is_some(), "{initialized}");
+    assert!(peer.exit_status(ANSWER_WITHIN).success());
+}
+
+#[test]
+fn at_eof_every_request_in_flight_is_answered_exactly_once_then_the_agent_exits_0() {
+    let mut peer = Peer::start(&[]);
+    let session = peer.handshake();
+    // A slow turn first (the scripted model binds `[slow]` on a session's
+    // first prompt), so every other prompt is queued behind it at EOF.
+    let ids: Vec<u64> = (100..400).collect();
+    let mut burst = String::new();
+    for &id in &ids {
+        let text = if id == 100 { "[slow] hold the line".to_owned() } else { format!("task {id}") };
+        let prompt = json!([{"type": "text", "text": text}]);
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+                             "params": {"sessionId": session, "prompt": prompt}});
+        burst.push_str(&format!("{request}\n"));
+    }
+    peer.send_raw(burst.as_bytes());
+    let began = Instant::now();
+    let rest = peer.close_and_read_rest(Duration::from_secs(60));
+    let mut answers: HashMap<u64, Vec<Value>> = HashMap::new();
+    for message in rest.into_iter().filter(|m| m.get("method").is_none()) {
+        answers.entry(message["id"].as_u64().expect("a numeric id")).or_default().push(message);
+    }
+    for id in &ids {
+        let answered = answers.remove(id).unwrap_or_default();
+        assert_eq!(answered.len(), 1, "request {id} answered {} times", answered.len());
+        assert_eq!(answered[0]["result"]["stopReason"], "cancelled", "{id} was cut off by EOF: {}", answered[0]);
+    }
+    assert!(answers.is_empty(), "answers to ids never sent: {:?}", answers.keys());
+    assert!(peer.exit_status(Duration::from_secs(30)).success());
+    assert!(began.elapsed() < Duration::from_secs(60), "{:?}", began.elapsed());
+}
+
+#[test]
+fn a_failed_turn_answers_with_the_safe_diagnostic_and_logs_it() {
+    let mut peer = Peer::start(&[]);
+    let session = peer.handshake();
+    peer.prompt(3, &session, "[fail] summarise private-words-7781");
+    let (answer, _) = peer.answer_to(3, no_permission);
+    let error = &answer["error"];
+    assert_eq!(error["code"], -32603, "{answer}");
+    assert_eq!(
+        error["data"],
+        json!({"stage": "session-run", "category": "model", "reason": "the scripted model failed"}),
+        "{answer}"
+    );
+    assert!(!answer.to_string().contains("private-words-7781"), "the prompt leaked: {answer}");
+    assert!(peer.exit_status(ANSWER_WITHIN).success());
+    let stderr = peer.stderr();
+    assert!(stderr.contains("WARN") && stderr.contains("the scripted model failed"), "{stderr}");
+    assert!(!stderr.contains("private-words-7781"), "{stderr}");
+}
+
+#[test]
+fn a_second_initialize_is_refused_with_its_id() {
+    let mut peer = Peer::start(&[]);
+    peer.request(1, "initialize", json!({"protocolVersion": 1}));
+    let (first, _) = peer.answer_to(1, no_permission);
+    assert!(first.get("result").is_some(), "{first}");
+    peer.request(2, "initialize", json!({"protocolVersion": 1}));
+    let (second, _) = peer.answer_to(2, no_permission);
+    assert_eq!(second["error"]["code"], -32600, "{second}");
+    assert_eq!(second["error"]["data"]["reason"], "already initialized", "{second}");
+}
+
+#[test]
+fn initialize_with_non_object_params_is_invalid_params_with_its_id_and_may_be_retried() {
+    let mut peer = Peer::start(&[]);
+    for (id, params) in [(7, json!(5)), (8, json!([1])), (9, json!("x"))] {
+        peer.request(id, "initialize", params);
+        let (refused, _) = peer.answer_to(id, no_permission);
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    }
+    peer.request(10, "initialize", json!({"protocolVersion": 1}));
+    let (initialized, _) = peer.answer_to(10, no_permission);
+    assert!(initialized.get("result").is_some(), "{initialized}");
+}
+
+#[test]
+fn initialize_and_session_new_may_be_written_back_to_back() {
+    let mut peer = Peer::start(&[]);
+    let cwd = peer.cwd().display().to_string();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}});
+    let new_session = json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+                             "params": {"cwd": cwd, "mcpServers": []}});
+    peer.send_raw(format!("{initialize}\n{new_session}\n").as_bytes());
+    let (initialized, _) = peer.answer_to(1, no_permission);
+    assert!(initialized.get("result").is_some(), "{initialized}");
+    let (session, _) = peer.answer_to(2, no_permission);
+    assert!(session["result"]["sessionId"].is_string(), "{session}");
+}
