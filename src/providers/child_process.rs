@@ -313,11 +313,6 @@ mod tests {
         assert_eq!(lines.next_line().await, Ok(Some(b"next".to_vec())));
         assert_eq!(lines.next_line().await, Ok(None));
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
 
     #[test]
     fn credentials_that_a_word_scrub_misses_are_not_on_the_allowlist() {

@@ -9,8 +9,10 @@
 //!   retried. Requests may be written right behind it.
 //! - `session/new` takes the cwd (absolute) and builds a session of a full
 //!   runtime: the scripted demo model (or `openai:NAME`), `read_file`,
-//!   `list_dir`, a subagent tool on an in-process `spawn` provider (so the
-//!   child can delegate further), the task tools. A system prompt replaces
+//!   `list_dir`, a subagent tool on an in-process `spawn` provider, the task
+//!   tools; its children get the same kit (the CLI's children too), so they
+//!   delegate further until the depth cap (3), where `subagent` is not
+//!   offered. A system prompt replaces
 //!   the persona section (override) or is appended to the prompt (append).
 //! - `session/prompt` streams `agent_message_chunk`, `tool_call` and
 //!   `tool_call_update` updates and answers with the stop reason
@@ -75,9 +77,9 @@ use tokio_util::sync::CancellationToken;
 
 use self::tool_calls::{Approved, ToolCallIds};
 use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};
-use crate::providers::SpawnProvider;
+use crate::providers::{ChildInfo, SpawnProvider};
 use crate::seam::{Category, ContentBlock, Diagnostic, Stage, StopReason};
-use crate::tool::{delegating_tools, TaskService};
+use crate::tool::{delegating_tools, shared_delegating_toolset, TaskService};
 use crate::{Runtime, Subagents};
 
 /// How `subagents acp` serves.
@@ -91,18 +93,26 @@ pub struct AcpServeOptions {
     pub approve: Vec<String>,
 }
 
+/// How deep a session's delegation tree may go.
+const MAX_DEPTH: u32 = 3;
+
 /// Serves ACP on this process's stdin and stdout until EOF.
 pub fn serve_acp(options: AcpServeOptions) -> Result<(), String> {
     let model = ModelSpec::parse(&options.model).and_then(|spec| spec.build()).map_err(|e| e.to_string())?;
     let runtime = Runtime::builder().home(&options.home).workers(1).build().map_err(|e| e.to_string())?;
     let subagents = runtime.subagents();
-    subagents.register_provider(SpawnProvider::new("spawn", model.clone())).map_err(|e| e.to_string())?.keep();
+    let tasks = TaskService::new();
+    // Children get the same kit as the sessions' own agents (and as the
+    // CLI's children): they can delegate further, to the depth cap.
+    let kit = shared_delegating_toolset(&subagents, &tasks, "spawn", MAX_DEPTH);
+    let spawn = SpawnProvider::new("spawn", model.clone()).with_tools(Arc::new(move |_: &ChildInfo| kit()));
+    subagents.register_provider(spawn).map_err(|e| e.to_string())?.keep();
     let state = Arc::new(State {
         subagents,
         model,
         options,
         sessions: Mutex::default(),
-        tasks: TaskService::new(),
+        tasks,
         closing: CancellationToken::new(),
     });
     let served = runtime.block_on(serve(state.clone()));
@@ -252,7 +262,7 @@ impl State {
                 tool
             }
         };
-        let kit = delegating_tools(&self.subagents, &self.tasks, "spawn", 3).map_err(|e| e.to_string())?;
+        let kit = delegating_tools(&self.subagents, &self.tasks, "spawn", MAX_DEPTH).map_err(|e| e.to_string())?;
         for tool in kit {
             tools.add_shared(approve(tool)).map_err(|e| e.to_string())?;
         }
