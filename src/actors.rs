@@ -45,7 +45,7 @@ where
 {
     match Core::current_task_runtime() {
         Some(runtime) => {
-            actix::spawn(self::core::InRuntime::new(runtime, future));
+            actix::spawn(self::core::in_runtime(runtime, future));
         }
         None => {
             tokio::spawn(future);

@@ -33,7 +33,7 @@ use serde::Serialize;
 
 use crate::seam::{ContentBlock, StopReason};
 
-pub(crate) use bus::{panic_message, EventBus};
+pub(crate) use bus::EventBus;
 pub use bus::{EventRecvError, EventStream, ListenerHandle, ListenerOutcome};
 
 /// A lifecycle event.

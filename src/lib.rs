@@ -4,6 +4,7 @@
 
 pub mod actors;
 pub mod agent;
+mod contain;
 pub mod events;
 mod live;
 mod mix;

@@ -21,46 +21,25 @@ use crate::seam::SubagentError;
 thread_local! {
     /// The id of the runtime whose worker this thread is.
     static WORKER: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+tokio::task_local! {
     /// The runtime whose task is being polled right now, if any: set only
     /// while polling futures the runtime spawned on a worker's local set
     /// (user code it runs, a run's provider futures), where actors can be
     /// started in place. A plain `tokio::spawn` on a worker thread is not
     /// inside the local set, and is not marked.
-    static IN_TASK: Cell<Option<u64>> = const { Cell::new(None) };
+    static IN_TASK: u64;
 }
 
 /// Runs `poll` marked as a task of runtime `runtime`.
 pub(crate) fn poll_in_runtime<T>(runtime: u64, poll: impl FnOnce() -> T) -> T {
-    /// Restores the outer mark even when `poll` panics.
-    struct Restore(Option<u64>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            IN_TASK.with(|t| t.set(self.0));
-        }
-    }
-    let _restore = Restore(IN_TASK.with(|t| t.replace(Some(runtime))));
-    poll()
+    IN_TASK.sync_scope(runtime, poll)
 }
 
-/// Polls a future marked as a task of one runtime.
-pub(crate) struct InRuntime<F> {
-    runtime: u64,
-    future: std::pin::Pin<Box<F>>,
-}
-
-impl<F> InRuntime<F> {
-    pub(crate) fn new(runtime: u64, future: F) -> Self {
-        InRuntime { runtime, future: Box::pin(future) }
-    }
-}
-
-impl<F: Future> Future for InRuntime<F> {
-    type Output = F::Output;
-
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
-        let runtime = self.runtime;
-        poll_in_runtime(runtime, || self.future.as_mut().poll(cx))
-    }
+/// `future`, polled as a task of runtime `runtime`.
+pub(crate) fn in_runtime<F: Future>(runtime: u64, future: F) -> impl Future<Output = F::Output> {
+    IN_TASK.scope(runtime, future)
 }
 
 /// Timeouts and sizes fixed at build time.
@@ -141,12 +120,12 @@ impl Core {
     /// Whether the caller is a task of this runtime on a worker's local
     /// set, where actors can be started in place.
     pub(crate) fn in_task(&self) -> bool {
-        IN_TASK.with(|t| t.get()) == Some(self.id)
+        Self::current_task_runtime() == Some(self.id)
     }
 
     /// The runtime whose task is being polled on this thread, if any.
     pub(crate) fn current_task_runtime() -> Option<u64> {
-        IN_TASK.with(|t| t.get())
+        IN_TASK.try_with(|runtime| *runtime).ok()
     }
 
     /// Whether the current thread belongs to any runtime's workers.
@@ -161,7 +140,7 @@ impl Core {
         F: Future + Send + 'static,
     {
         let n = self.next_worker.fetch_add(1, Ordering::Relaxed);
-        let task = InRuntime::new(self.id, async move { reply(future.await) });
+        let task = in_runtime(self.id, async move { reply(future.await) });
         self.workers[n % self.workers.len()].spawn(task)
     }
 

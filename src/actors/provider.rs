@@ -125,7 +125,7 @@ impl Handler<StopProvider> for ProviderActor {
 
     fn handle(&mut self, msg: StopProvider, _ctx: &mut Context<Self>) -> Self::Result {
         let name = self.entry.name().to_owned();
-        let hook = super::run::contained(|| self.entry.provider.shutdown());
+        let hook = crate::contain::contained(|| self.entry.provider.shutdown());
         let bounded = tokio::time::timeout(msg.timeout, hook);
         Box::pin(bounded.into_actor(self).map(move |outcome, _actor, ctx| {
             match outcome {

@@ -20,7 +20,6 @@
 
 use std::cell::RefCell;
 use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -36,30 +35,12 @@ use super::core::poll_in_runtime;
 use super::provider::ProviderRunLease;
 use super::run_shared::RunShared;
 use super::Core;
-use crate::events::panic_message;
+use crate::contain::{contained, contained_call};
 use crate::live::ActorLease;
 use crate::seam::{
     Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, LocalAgent, RunResult, Stage, StopReason,
     SubagentError,
 };
-
-/// Run `make` and the future it returns, turning a panic in either into
-/// `Err(message)`.
-pub(crate) fn contained<T: 'static>(
-    make: impl FnOnce() -> LocalBoxFuture<'static, T>,
-) -> LocalBoxFuture<'static, Result<T, String>> {
-    match catch_unwind(AssertUnwindSafe(make)) {
-        Ok(future) => Box::pin(
-            AssertUnwindSafe(future)
-                .catch_unwind()
-                .map(|outcome| outcome.map_err(|panic| panic_message(&*panic).to_owned())),
-        ),
-        Err(panic) => {
-            let message = panic_message(&*panic).to_owned();
-            Box::pin(async move { Err(message) })
-        }
-    }
-}
 
 /// A provider future the actor can drop on the spot, wherever it was
 /// spawned: `ctx.cancel_future` and `ctx.stop()` drop spawned futures only
@@ -300,8 +281,8 @@ impl RunActor {
 
     fn cancel_child(&self) {
         if let Some(child) = &self.child {
-            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| child.cancel())) {
-                tracing::error!(provider = self.provider(), panic = panic_message(&*panic), "child cancel panicked");
+            if let Err(panic) = contained_call(|| child.cancel()) {
+                tracing::error!(provider = self.provider(), %panic, "child cancel panicked");
             }
         }
     }

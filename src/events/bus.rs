@@ -2,13 +2,13 @@
 //! callback listeners.
 
 use std::fmt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use actix::ArbiterHandle;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::SubagentEvent;
+use crate::contain::contained_call;
 
 #[derive(Clone, Debug)]
 pub(crate) struct EventBus {
@@ -77,22 +77,11 @@ where
     F: Fn(&SubagentEvent) -> R,
     R: ListenerOutcome,
 {
-    match catch_unwind(AssertUnwindSafe(|| listener(event).into_result())) {
+    match contained_call(|| listener(event).into_result()) {
         Ok(Ok(())) => {}
         Ok(Err(error)) => tracing::error!(listener = id, %error, "event listener failed"),
-        Err(panic) => {
-            tracing::error!(listener = id, panic = panic_message(&*panic), "event listener panicked")
-        }
+        Err(panic) => tracing::error!(listener = id, %panic, "event listener panicked"),
     }
-}
-
-/// The text of a panic payload, when it is a string.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("non-string panic payload")
 }
 
 /// What a listener may return: nothing, or a `Result` whose error is logged.
