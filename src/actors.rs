@@ -24,14 +24,41 @@
 //!   effects). Everything it must report — its result, its quiescence, the
 //!   live counters — is released from its `Drop`, so even a panicking
 //!   handler cannot leave a caller hanging.
+//!
+//! The files read top-down, and none imports one above it:
+//!
+//! ```text
+//! runtime.rs        Runtime: threads, the registry's address, phased shutdown
+//! subagents.rs      Subagents: register, start, observe
+//! continuation.rs   Continuation (and Run::continuation): resume a session
+//! start.rs          the start path: checks in contract order, publication
+//! run.rs            RunActor: owns one child; its lifecycle is one enum
+//! run_handle.rs     Run, Steering: the caller's handles
+//! registry.rs       RegistryActor, Registration: supervises provider actors
+//! core.rs           Core: config, workers, bus, counters, provider and run tables
+//! control.rs        RunControl: a run held by token, state and Recipient<Control>
+//! provider.rs       ProviderActor: hosts one provider until retired and drained
+//! run_shared.rs     RunShared: result, quiescence, the Start-before-End gate
+//! entry.rs          ProviderEntry, the run lease, RunCount (one atomic word)
+//! ```
+//!
+//! A lower file reaches a higher one only through an [`actix::Recipient`]
+//! for the one message it sends: a run's structured capture
+//! (`Recipient<CaptureStructured>`), a run's control messages
+//! (`Recipient<Control>`), a retired provider's drain
+//! (`Recipient<ProviderDrained>`).
 
+mod continuation;
+mod control;
 mod core;
+mod entry;
 mod provider;
 mod registry;
 mod run;
 mod run_handle;
 mod run_shared;
 mod runtime;
+mod start;
 mod subagents;
 
 pub(crate) use self::core::Core;
@@ -52,7 +79,8 @@ where
         }
     }
 }
+pub use continuation::Continuation;
 pub use registry::Registration;
-pub use run_handle::{Continuation, Run, Steering};
+pub use run_handle::{Run, Steering};
 pub use runtime::{PhaseReport, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport};
 pub use subagents::Subagents;

@@ -31,6 +31,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+pub use crate::seam::ProgressUpdate;
 use crate::seam::{ContentBlock, StopReason};
 
 pub(crate) use bus::EventBus;
@@ -122,28 +123,4 @@ pub struct RunProgress {
     pub parent_session: Option<String>,
     /// What happened.
     pub update: ProgressUpdate,
-}
-
-/// One piece of live progress.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum ProgressUpdate {
-    /// A chunk of the child's message text.
-    MessageChunk {
-        /// The text.
-        text: String,
-    },
-    /// A tool call started or changed status.
-    ToolCall {
-        /// Tool name.
-        name: String,
-        /// Status such as `pending`, `completed`, `failed`.
-        status: String,
-    },
-    /// The child's current plan.
-    Plan {
-        /// Plan entries in order.
-        entries: Vec<String>,
-    },
 }

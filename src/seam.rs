@@ -19,12 +19,14 @@
 
 mod content;
 mod error;
+mod progress;
 mod provider;
 mod request;
 mod result;
 
 pub use content::{text_of, ContentBlock};
 pub use error::SubagentError;
+pub use progress::ProgressUpdate;
 pub(crate) use provider::RunReporter;
 pub use provider::{Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};
 pub use request::{AgentOptions, Capabilities, Capability, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP};

@@ -1,19 +1,22 @@
-//! State shared by every actor of one runtime and by its handles.
+//! State shared by every actor of one runtime and by its handles: the
+//! configuration, the worker threads, the event bus, the live counters, the
+//! provider table and the run table. The floor under the actors: it names
+//! no actor type (a run is held as its [`RunControl`], a provider as its
+//! [`ProviderEntry`]), and every field is reached through a method.
 
 use std::cell::Cell;
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use actix::{Addr, ArbiterHandle};
+use actix::ArbiterHandle;
 use dashmap::DashMap;
 use tokio::sync::oneshot;
 
-use super::provider::ProviderEntry;
-use super::registry::RegistryActor;
-use super::run::RunControl;
+use super::control::RunControl;
+use super::entry::ProviderEntry;
 use crate::events::EventBus;
 use crate::live::LiveCounters;
 use crate::seam::SubagentError;
@@ -55,17 +58,20 @@ pub(crate) struct Config {
 }
 
 pub(crate) struct Core {
-    pub id: u64,
-    pub config: Config,
-    pub home: Arc<Path>,
-    pub workers: Vec<ArbiterHandle>,
+    id: u64,
+    config: Config,
+    home: Arc<Path>,
+    workers: Vec<ArbiterHandle>,
     next_worker: AtomicUsize,
-    pub events_thread: ArbiterHandle,
-    pub registry: OnceLock<Addr<RegistryActor>>,
-    pub bus: EventBus,
-    pub live: Arc<LiveCounters>,
-    pub runs: DashMap<u64, RunControl>,
-    pub providers: RwLock<Vec<Arc<ProviderEntry>>>,
+    events_thread: ArbiterHandle,
+    bus: EventBus,
+    live: Arc<LiveCounters>,
+    /// Live runs by run id (the runtime's one run table).
+    runs: DashMap<u64, RunControl>,
+    /// Registered providers in insertion order (the one provider table;
+    /// the registry actor keeps only the addresses of the actors it
+    /// supervises, retired ones included).
+    providers: RwLock<Vec<Arc<ProviderEntry>>>,
     accepting: AtomicBool,
     next_run_id: AtomicU64,
 }
@@ -86,7 +92,6 @@ impl Core {
             workers,
             next_worker: AtomicUsize::new(0),
             events_thread,
-            registry: OnceLock::new(),
             bus: EventBus::new(event_capacity),
             live: Arc::new(LiveCounters::default()),
             runs: DashMap::new(),
@@ -96,8 +101,78 @@ impl Core {
         }
     }
 
-    pub(crate) fn registry(&self) -> &Addr<RegistryActor> {
-        self.registry.get().expect("the registry starts before any handle exists")
+    /// This runtime's id (tells its tasks from another runtime's).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn home(&self) -> &Arc<Path> {
+        &self.home
+    }
+
+    pub(crate) fn bus(&self) -> &EventBus {
+        &self.bus
+    }
+
+    /// The thread callback listeners run on.
+    pub(crate) fn events_thread(&self) -> &ArbiterHandle {
+        &self.events_thread
+    }
+
+    pub(crate) fn live(&self) -> &Arc<LiveCounters> {
+        &self.live
+    }
+
+    /// The registered provider named `name`.
+    pub(crate) fn provider(&self, name: &str) -> Option<Arc<ProviderEntry>> {
+        self.read_providers().iter().find(|entry| entry.name() == name).cloned()
+    }
+
+    /// Registered provider names, in insertion order.
+    pub(crate) fn provider_names(&self) -> Vec<String> {
+        self.read_providers().iter().map(|entry| entry.name().to_owned()).collect()
+    }
+
+    /// Adds `entry`; `false` when its name is taken.
+    pub(crate) fn insert_provider(&self, entry: Arc<ProviderEntry>) -> bool {
+        let mut table = self.providers.write().unwrap_or_else(|e| e.into_inner());
+        if table.iter().any(|e| e.name() == entry.name()) {
+            return false;
+        }
+        table.push(entry);
+        true
+    }
+
+    /// Removes the entry with `key`, if it is still registered.
+    pub(crate) fn remove_provider(&self, key: u64) -> Option<Arc<ProviderEntry>> {
+        let mut table = self.providers.write().unwrap_or_else(|e| e.into_inner());
+        table.iter().position(|e| e.key == key).map(|index| table.remove(index))
+    }
+
+    fn read_providers(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<ProviderEntry>>> {
+        self.providers.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn insert_run(&self, run_id: u64, control: RunControl) {
+        self.runs.insert(run_id, control);
+    }
+
+    pub(crate) fn remove_run(&self, run_id: u64) {
+        self.runs.remove(&run_id);
+    }
+
+    /// The live run `run_id`, if it is still in the table.
+    pub(crate) fn run_control(&self, run_id: u64) -> Option<RunControl> {
+        self.runs.get(&run_id).map(|entry| entry.value().clone())
+    }
+
+    /// Every live run, for shutdown.
+    pub(crate) fn live_runs(&self) -> Vec<RunControl> {
+        self.runs.iter().map(|entry| entry.value().clone()).collect()
     }
 
     pub(crate) fn is_accepting(&self) -> bool {

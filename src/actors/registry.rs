@@ -1,5 +1,7 @@
-//! The registry: the provider table, registrations, and the registry actor
-//! that supervises provider actors.
+//! The registry: registrations, and the registry actor that supervises
+//! provider actors. The provider table itself lives in the runtime's core
+//! (starts read it without a hop); the actor keeps only the addresses of
+//! the provider actors it supervises, retired ones included until drained.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,44 +11,40 @@ use std::time::Duration;
 use actix::prelude::*;
 use futures_util::future::join_all;
 
-use super::provider::{ProviderActor, ProviderEntry, StopProvider};
-use super::Core;
+use super::core::Core;
+use super::entry::{ProviderDrained, ProviderEntry};
+use super::provider::{ProviderActor, StopProvider};
 use crate::events::SubagentEvent;
 use crate::live::ActorLease;
 use crate::seam::{Provider, SubagentError};
 
 /// Add `provider` to the table; fails if the name is taken.
-pub(crate) fn register(core: &Arc<Core>, provider: Arc<dyn Provider>) -> Result<Registration, SubagentError> {
+pub(crate) fn register(
+    core: &Arc<Core>,
+    registry: &Addr<RegistryActor>,
+    provider: Arc<dyn Provider>,
+) -> Result<Registration, SubagentError> {
     static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
     if !core.is_accepting() {
         return Err(SubagentError::RuntimeStopped);
     }
-    let entry = Arc::new(ProviderEntry::new(NEXT_KEY.fetch_add(1, Ordering::Relaxed), provider));
-    {
-        let mut table = core.providers.write().unwrap_or_else(|e| e.into_inner());
-        if table.iter().any(|e| e.name() == entry.name()) {
-            return Err(SubagentError::DuplicateProvider(entry.name().to_owned()));
-        }
-        table.push(entry.clone());
+    let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
+    let entry = Arc::new(ProviderEntry::new(key, provider, registry.clone().recipient()));
+    if !core.insert_provider(entry.clone()) {
+        return Err(SubagentError::DuplicateProvider(entry.name().to_owned()));
     }
     // The actor (and its place in `live()`) exists before `register` returns;
     // the registry starts it.
-    core.registry().do_send(AddProvider(ProviderActor::new(entry.clone(), &core.live)));
-    core.bus.emit(SubagentEvent::ProviderAdded { name: entry.name().to_owned() });
-    Ok(Registration { core: core.clone(), key: entry.key, name: entry.name().to_owned(), kept: false })
+    registry.do_send(AddProvider(ProviderActor::new(entry.clone(), core.live())));
+    core.bus().emit(SubagentEvent::ProviderAdded { name: entry.name().to_owned() });
+    Ok(Registration { core: core.clone(), registry: registry.clone(), key, name: entry.name().to_owned(), kept: false })
 }
 
 /// Remove the entry with `key`, if it is still registered.
-fn unregister(core: &Core, key: u64) {
-    let removed = {
-        let mut table = core.providers.write().unwrap_or_else(|e| e.into_inner());
-        table.iter().position(|e| e.key == key).map(|index| table.remove(index))
-    };
-    if let Some(entry) = removed {
-        core.bus.emit(SubagentEvent::ProviderRemoved { name: entry.name().to_owned() });
-        if let Some(registry) = core.registry.get() {
-            registry.do_send(RetireProvider(entry));
-        }
+fn unregister(core: &Core, registry: &Addr<RegistryActor>, key: u64) {
+    if let Some(entry) = core.remove_provider(key) {
+        core.bus().emit(SubagentEvent::ProviderRemoved { name: entry.name().to_owned() });
+        registry.do_send(RetireProvider(entry));
     }
 }
 
@@ -56,6 +54,7 @@ fn unregister(core: &Core, key: u64) {
 #[must_use = "dropping a Registration unregisters the provider; call keep() to keep it"]
 pub struct Registration {
     core: Arc<Core>,
+    registry: Addr<RegistryActor>,
     key: u64,
     name: String,
     kept: bool,
@@ -81,7 +80,7 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         if !self.kept {
-            unregister(&self.core, self.key);
+            unregister(&self.core, &self.registry, self.key);
         }
     }
 }
@@ -102,13 +101,13 @@ pub(crate) struct RegistryActor {
 
 impl RegistryActor {
     pub(crate) fn new(core: Arc<Core>) -> Self {
-        let lease = ActorLease::actor(&core.live);
+        let lease = ActorLease::actor(core.live());
         RegistryActor { core, providers: HashMap::new(), _lease: lease }
     }
 
     fn stop_provider(&mut self, key: u64) {
         if let Some(addr) = self.providers.remove(&key) {
-            addr.do_send(StopProvider { timeout: self.core.config.shutdown_phase_timeout });
+            addr.do_send(StopProvider { timeout: self.core.config().shutdown_phase_timeout });
         }
     }
 }
@@ -143,11 +142,6 @@ impl Handler<RetireProvider> for RegistryActor {
         }
     }
 }
-
-/// A retired provider's last run has ended.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct ProviderDrained(pub u64);
 
 impl Handler<ProviderDrained> for RegistryActor {
     type Result = ();

@@ -31,15 +31,15 @@ use futures_util::FutureExt;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use super::control::{Control, SendMessage};
 use super::core::poll_in_runtime;
-use super::provider::ProviderRunLease;
-use super::run_shared::RunShared;
-use super::Core;
+use super::core::Core;
+use super::entry::ProviderRunLease;
+use super::run_shared::{CaptureStructured, RunShared};
 use crate::contain::{contained, contained_call};
 use crate::live::ActorLease;
 use crate::seam::{
-    Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, LocalAgent, RunResult, Stage, StopReason,
-    SubagentError,
+    Category, Child, Diagnostic, Launch, LaunchError, LocalAgent, RunResult, Stage, StopReason, SubagentError,
 };
 
 /// A provider future the actor can drop on the spot, wherever it was
@@ -145,8 +145,7 @@ pub(crate) struct RunActor {
 
 impl RunActor {
     pub(crate) fn new(spawn: RunSpawn) -> Self {
-        let registry = spawn.core.registry().clone();
-        let leases = (ActorLease::run(&spawn.core.live), ProviderRunLease::new(spawn.shared.entry.clone(), registry));
+        let leases = (ActorLease::run(spawn.core.live()), ProviderRunLease::new(spawn.shared.entry.clone()));
         RunActor {
             state: RunState::Starting,
             token: spawn.launch.cancel.clone(),
@@ -202,7 +201,7 @@ impl RunActor {
             steering: child.supports_steering(),
             continuation: child.supports_continuation(),
         };
-        let run = self.running.hold(self.core.id, contained(|| child.run()));
+        let run = self.running.hold(self.core.id(), contained(|| child.run()));
         self.child = Some(child);
         self.state = RunState::Running;
         self.drive(run, ctx, |actor, outcome, ctx| {
@@ -253,7 +252,7 @@ impl RunActor {
     }
 
     fn on_cancelled(&mut self, ctx: &mut Context<Self>) {
-        let grace = self.core.config.cancel_grace;
+        let grace = self.core.config().cancel_grace;
         match self.state {
             RunState::Starting => {
                 // A provider that ignores its token is abandoned after the grace.
@@ -327,7 +326,7 @@ impl RunActor {
                 if was_running {
                     self.cancel_child();
                 }
-                ctx.run_later(self.core.config.cancel_grace, |actor, ctx| actor.release_child(ctx));
+                ctx.run_later(self.core.config().cancel_grace, |actor, ctx| actor.release_child(ctx));
             }
             RunState::Settled => {
                 self.state = RunState::DisposingAwaitRun;
@@ -350,13 +349,13 @@ impl RunActor {
             self.state = RunState::Disposed;
             return ctx.stop();
         };
-        let mut hook = self.releasing.hold(self.core.id, contained(|| child.dispose()));
+        let mut hook = self.releasing.hold(self.core.id(), contained(|| child.dispose()));
         // A hook that is done at once needs no timer and no spawned future.
         if let Some(outcome) = (&mut hook).now_or_never() {
             return self.on_released(outcome, ctx);
         }
         // Unlike launch and run, the hook is bounded: `drive` cannot serve.
-        let bounded = tokio::time::timeout(self.core.config.dispose_timeout, hook);
+        let bounded = tokio::time::timeout(self.core.config().dispose_timeout, hook);
         ctx.spawn(bounded.into_actor(self).map(|outcome, actor, ctx| {
             // A hook that outlived its bound is dropped before the actor stops.
             actor.releasing.clear();
@@ -390,9 +389,9 @@ impl Actor for RunActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         let Some(launch) = self.launch.take() else { return };
-        self.shared.bind_actor(ctx.address().downgrade());
+        self.shared.bind_capture(ctx.address().downgrade().recipient());
         let provider = self.shared.entry.provider.clone();
-        let launching = self.launching.hold(self.core.id, contained(move || provider.launch(launch)));
+        let launching = self.launching.hold(self.core.id(), contained(move || provider.launch(launch)));
         self.drive(launching, ctx, |actor, outcome, ctx| {
             if let Some(outcome) = outcome {
                 actor.on_launched(outcome, ctx)
@@ -412,7 +411,7 @@ impl Drop for RunActor {
     fn drop(&mut self) {
         // Release the counters first: whoever wakes on the signals below must
         // already see this run gone.
-        self.core.runs.remove(&self.shared.run_id);
+        self.core.remove_run(self.shared.run_id);
         self.launching.clear();
         self.running.clear();
         self.releasing.clear();
@@ -429,81 +428,29 @@ impl Drop for RunActor {
     }
 }
 
-/// What the runtime holds of a live run: enough to dispose it, force it
-/// down, and await its quiescence. The caller's `Run` holds one too.
-#[derive(Clone)]
-pub(crate) struct RunControl {
-    pub addr: Addr<RunActor>,
-    pub token: CancellationToken,
-    /// The child's delegation depth: shutdown disposes deepest first.
-    pub depth: u32,
-    pub shared: Arc<RunShared>,
-}
-
-impl RunControl {
-    /// Cancel remaining work and ask the actor to release the child (a
-    /// control message: never waits for mailbox room).
-    pub(crate) fn dispose(&self) {
-        self.token.cancel();
-        self.addr.do_send(Dispose);
-    }
-
-    /// Escalation: stop the actor without waiting for its child.
-    pub(crate) fn force_stop(&self) {
-        self.addr.do_send(ForceStop);
-    }
-
-    /// Resolves once the run is quiescent.
-    pub(crate) fn quiescence(&self) -> impl Future<Output = ()> + 'static {
-        let shared = self.shared.clone();
-        async move {
-            let _ = shared.quiescent().await;
-        }
-    }
-}
-
-/// Cancel remaining work and release the child; the actor stops when done.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Dispose;
-
-impl Handler<Dispose> for RunActor {
+impl Handler<Control> for RunActor {
     type Result = ();
 
-    fn handle(&mut self, _msg: Dispose, ctx: &mut Context<Self>) {
-        self.begin_dispose(ctx);
+    fn handle(&mut self, msg: Control, ctx: &mut Context<Self>) {
+        match msg {
+            Control::Dispose => self.begin_dispose(ctx),
+            Control::ForceStop => {
+                self.token.cancel();
+                if self.state != RunState::Starting {
+                    self.settle(RunResult::empty(StopReason::Aborted));
+                }
+                if self.state != RunState::Disposed {
+                    self.dispose_outcome = Err(SubagentError::DisposeFailed {
+                        provider: self.provider().to_owned(),
+                        diagnostic: self.diagnostic(Stage::Shutdown, Category::TimedOut),
+                    });
+                }
+                self.state = RunState::Disposed;
+                ctx.stop();
+            }
+        }
     }
 }
-
-/// Escalation at shutdown: stop without waiting for the child.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct ForceStop;
-
-impl Handler<ForceStop> for RunActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: ForceStop, ctx: &mut Context<Self>) {
-        self.token.cancel();
-        if self.state != RunState::Starting {
-            self.settle(RunResult::empty(StopReason::Aborted));
-        }
-        if self.state != RunState::Disposed {
-            self.dispose_outcome = Err(SubagentError::DisposeFailed {
-                provider: self.provider().to_owned(),
-                diagnostic: self.diagnostic(Stage::Shutdown, Category::TimedOut),
-            });
-        }
-        self.state = RunState::Disposed;
-        ctx.stop();
-    }
-}
-
-/// Steer the running child (data message: sent with `send`, so the mailbox
-/// stays bounded).
-#[derive(Message)]
-#[rtype(result = "Result<(), SubagentError>")]
-pub(crate) struct SendMessage(pub Vec<ContentBlock>);
 
 impl Handler<SendMessage> for RunActor {
     type Result = ResponseFuture<Result<(), SubagentError>>;
@@ -523,12 +470,6 @@ impl Handler<SendMessage> for RunActor {
         })
     }
 }
-
-/// A child hands its validated structured result to its run (SPEC §8). The
-/// first capture of a running child is kept; anything else is refused.
-#[derive(Message)]
-#[rtype(result = "Result<(), String>")]
-pub(crate) struct CaptureStructured(pub serde_json::Value);
 
 impl Handler<CaptureStructured> for RunActor {
     type Result = Result<(), String>;

@@ -4,13 +4,11 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use actix::Addr;
-use tokio_util::sync::CancellationToken;
+use actix::Recipient;
 
-use super::run::{RunActor, RunControl, SendMessage};
-use super::run_shared::RunShared;
-use super::{Core, Subagents};
-use crate::seam::{ContentBlock, LocalAgent, Parent, RunResult, StartRequest, SubagentError};
+use super::control::{RunControl, SendMessage};
+use super::core::Core;
+use crate::seam::{ContentBlock, LocalAgent, RunResult, SubagentError};
 
 /// A published run, owned by the caller, who must [`dispose`](Run::dispose)
 /// it on every path. Dropping an undisposed `Run` disposes it in the
@@ -19,7 +17,8 @@ pub struct Run {
     pub(crate) id: String,
     pub(crate) control: RunControl,
     pub(crate) local_agent: Option<LocalAgent>,
-    pub(crate) steering: bool,
+    /// The actor's mailbox for send-message, when the child supports it.
+    pub(crate) steering: Option<Recipient<SendMessage>>,
     /// Set when the child can be continued.
     pub(crate) continuation: Option<Arc<Core>>,
     pub(crate) disposed: AtomicBool,
@@ -79,19 +78,7 @@ impl Run {
 
     /// Send-message, when the child supports it.
     pub fn steering(&self) -> Option<Steering> {
-        self.steering.then(|| Steering { addr: self.control.addr.clone() })
-    }
-
-    /// Resume, when the child supports it: a new run continuing this child's
-    /// session (same session id and depth) once this run has settled.
-    pub fn continuation(&self) -> Option<Continuation> {
-        let core = self.continuation.clone()?;
-        Some(Continuation {
-            core,
-            agent: self.local_agent.clone()?,
-            depth: self.control.depth,
-            previous: self.control.shared.clone(),
-        })
+        self.steering.clone().map(|mailbox| Steering { mailbox })
     }
 
     /// Send the dispose request once, whoever asks first.
@@ -121,7 +108,7 @@ impl fmt::Debug for Run {
 /// Steers a running child: each message reaches it as a mailbox message.
 #[derive(Clone)]
 pub struct Steering {
-    addr: Addr<RunActor>,
+    mailbox: Recipient<SendMessage>,
 }
 
 impl Steering {
@@ -133,7 +120,7 @@ impl Steering {
     /// Deliver content blocks to the running child. Waits for mailbox room
     /// rather than growing the mailbox without bound.
     pub async fn send_blocks(&self, message: Vec<ContentBlock>) -> Result<(), SubagentError> {
-        self.addr
+        self.mailbox
             .send(SendMessage(message))
             .await
             .unwrap_or_else(|_| Err(SubagentError::invalid("message", "the run is disposed")))
@@ -143,49 +130,5 @@ impl Steering {
 impl fmt::Debug for Steering {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Steering").finish_non_exhaustive()
-    }
-}
-
-/// Continues a settled child's session in a new run on the same provider.
-/// The new run is an ordinary run: its own `Run`, events and dispose.
-#[derive(Clone)]
-pub struct Continuation {
-    core: Arc<Core>,
-    agent: LocalAgent,
-    depth: u32,
-    previous: Arc<RunShared>,
-}
-
-impl Continuation {
-    /// The session it continues.
-    pub fn session_id(&self) -> &str {
-        self.agent.session_id()
-    }
-
-    /// Waits until the previous run has settled, disposes it (the session
-    /// gets one owner at a time: its background tasks and per-session
-    /// state end with the old run, not with the new one), then starts a run
-    /// that continues the session with `prompt`. The provider takes the cwd,
-    /// route, depth and tool filter from the previous child.
-    pub async fn start(&self, prompt: impl Into<String>, signal: CancellationToken) -> Result<Run, SubagentError> {
-        let _ = self.previous.result().await;
-        let control = self.core.runs.get(&self.previous.run_id).map(|entry| entry.value().clone());
-        if let Some(control) = control {
-            control.dispose();
-        }
-        // Err(DISPOSE_FAILED) still means quiescent; the session is on disk.
-        let _ = self.previous.quiescent().await;
-        let mut parent = Parent::root(std::path::PathBuf::new()).with_depth(self.depth.saturating_sub(1));
-        parent.session_id = self.previous.parent_session.clone();
-        let mut request = StartRequest::new(prompt, parent, signal);
-        request.resume = Some(self.agent.clone());
-        let subagents = Subagents { core: self.core.clone() };
-        subagents.start(self.previous.provider(), request).await
-    }
-}
-
-impl fmt::Debug for Continuation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Continuation").field("session_id", &self.session_id()).finish_non_exhaustive()
     }
 }

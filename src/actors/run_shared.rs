@@ -4,12 +4,11 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use actix::WeakAddr;
+use actix::{Message, WeakRecipient};
 use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 
-use super::provider::ProviderEntry;
-use super::run::{CaptureStructured, RunActor};
+use super::entry::ProviderEntry;
 use crate::events::{EventBus, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent};
 use crate::seam::{RunReporter, RunResult, StopReason, SubagentError};
 
@@ -22,9 +21,15 @@ pub(crate) struct RunShared {
     result: OnceLock<Result<RunResult, SubagentError>>,
     quiescent: OnceLock<Result<(), SubagentError>>,
     changed: Notify,
-    /// The run actor, for messages a provider sends it (the capture).
-    actor: OnceLock<WeakAddr<RunActor>>,
+    /// The run actor's mailbox for the one message a provider sends it.
+    capture: OnceLock<WeakRecipient<CaptureStructured>>,
 }
+
+/// A child hands its validated structured result to its run (SPEC §8). The
+/// first capture of a running child is kept; anything else is refused.
+#[derive(Message)]
+#[rtype(result = "Result<(), String>")]
+pub(crate) struct CaptureStructured(pub serde_json::Value);
 
 /// Orders a run's events: `Start` first, even for a child that settles (or
 /// reports progress) before `start` returns. Events that come early wait
@@ -47,7 +52,7 @@ impl RunShared {
             result: OnceLock::new(),
             quiescent: OnceLock::new(),
             changed: Notify::new(),
-            actor: OnceLock::new(),
+            capture: OnceLock::new(),
         }
     }
 
@@ -56,8 +61,8 @@ impl RunShared {
     }
 
     /// Called by the run actor when it starts.
-    pub(crate) fn bind_actor(&self, actor: WeakAddr<RunActor>) {
-        let _ = self.actor.set(actor);
+    pub(crate) fn bind_capture(&self, capture: WeakRecipient<CaptureStructured>) {
+        let _ = self.capture.set(capture);
     }
 
     /// The result, once settled.
@@ -152,7 +157,7 @@ impl RunReporter for RunShared {
 
     /// The capture travels to the run actor as a mailbox message.
     fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), String>> {
-        let actor = self.actor.get().and_then(WeakAddr::upgrade);
+        let actor = self.capture.get().and_then(WeakRecipient::upgrade);
         Box::pin(async move {
             let Some(actor) = actor else {
                 return Err("the run is no longer running".to_owned());

@@ -20,15 +20,15 @@ use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, Arbiter, System};
+use actix::{Actor, Addr, Arbiter, System};
 use futures_util::future::join_all;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use super::core::Config;
+use super::core::Core;
 use super::registry::{ProvidersStopped, RegistryActor, StopProviders, StopRegistry};
 use super::subagents::Subagents;
-use super::Core;
 use crate::live::Live;
 use crate::seam::SubagentError;
 
@@ -105,12 +105,11 @@ impl RuntimeBuilder {
                 event_capacity,
             ));
             for arbiter in &arbiters {
-                let runtime = core.id;
+                let runtime = core.id();
                 arbiter.spawn_fn(move || Core::mark_worker(runtime));
             }
             let registry = system.block_on(async { RegistryActor::new(core.clone()).start() });
-            let _ = core.registry.set(registry);
-            let _ = ready_tx.send((core, System::current()));
+            let _ = ready_tx.send((core, registry, System::current()));
             if let Err(error) = system.run() {
                 tracing::error!(%error, "the actor system stopped with an error");
             }
@@ -120,8 +119,9 @@ impl RuntimeBuilder {
             }
             let _ = exited_tx.send(());
         })?;
-        let (core, system) = ready_rx.recv().map_err(|_| std::io::Error::other("the actor system failed to start"))?;
-        Ok(Runtime { core, threads: Some(Threads { system, thread, exited: exited_rx }) })
+        let (core, registry, system) =
+            ready_rx.recv().map_err(|_| std::io::Error::other("the actor system failed to start"))?;
+        Ok(Runtime { core, registry, threads: Some(Threads { system, thread, exited: exited_rx }) })
     }
 }
 
@@ -136,6 +136,7 @@ struct Threads {
 /// graceful phases).
 pub struct Runtime {
     core: Arc<Core>,
+    registry: Addr<RegistryActor>,
     threads: Option<Threads>,
 }
 
@@ -156,17 +157,17 @@ impl Runtime {
 
     /// The registry handle.
     pub fn subagents(&self) -> Subagents {
-        Subagents { core: self.core.clone() }
+        Subagents::new(self.core.clone(), self.registry.clone())
     }
 
     /// Live runs, actors and child processes right now.
     pub fn live(&self) -> Live {
-        self.core.live.snapshot()
+        self.core.live().snapshot()
     }
 
     /// The home directory.
     pub fn home(&self) -> PathBuf {
-        self.core.home.to_path_buf()
+        self.core.home().to_path_buf()
     }
 
     /// Run `future` on one of the runtime's workers, so a parent living
@@ -203,18 +204,18 @@ impl Runtime {
     /// it from outside the runtime (any async context or thread).
     pub async fn shutdown(mut self) -> ShutdownReport {
         let started = Instant::now();
-        let core = self.core.clone();
+        let (core, registry) = (self.core.clone(), self.registry.clone());
         let (reply, outcome) = oneshot::channel();
         let threads = self.threads.take().expect("threads are present until shutdown");
         threads.system.arbiter().spawn(async move {
-            let _ = reply.send(run_phases(core).await);
+            let _ = reply.send(run_phases(core, registry).await);
         });
         let mut report = outcome.await.unwrap_or_default();
         threads.system.stop();
         let _ = threads.exited.await;
         let _ = threads.thread.join();
         report.elapsed = started.elapsed();
-        report.live_after = self.core.live.snapshot();
+        report.live_after = self.core.live().snapshot();
         report
     }
 
@@ -283,8 +284,8 @@ pub struct PhaseReport {
     pub timed_out: bool,
 }
 
-async fn run_phases(core: Arc<Core>) -> ShutdownReport {
-    let bound = core.config.shutdown_phase_timeout;
+async fn run_phases(core: Arc<Core>, registry: Addr<RegistryActor>) -> ShutdownReport {
+    let bound = core.config().shutdown_phase_timeout;
     let mut report = ShutdownReport::default();
 
     phase(&mut report, "refuse-starts", async {
@@ -301,7 +302,6 @@ async fn run_phases(core: Arc<Core>) -> ShutdownReport {
     report.runs_stopped = stopped;
     report.runs_forced = forced;
 
-    let registry = core.registry().clone();
     report.providers_stopped = phase(&mut report, "stop-providers", async {
         match registry.send(StopProviders { timeout: bound }).await {
             Ok(ProvidersStopped { names, timed_out }) => (names, timed_out),
@@ -330,17 +330,17 @@ async fn phase<T>(report: &mut ShutdownReport, name: &'static str, work: impl Fu
 /// is left. Returns (runs stopped, runs forced).
 async fn dispose_runs(core: &Core, bound: Duration) -> (usize, usize) {
     let deadline = tokio::time::Instant::now() + bound;
-    let mut depths: Vec<u32> = core.runs.iter().map(|r| r.depth).collect();
+    let mut depths: Vec<u32> = core.live_runs().iter().map(|r| r.depth).collect();
     depths.sort_unstable_by(|a, b| b.cmp(a));
     depths.dedup();
     let mut seen = HashSet::new();
     for depth in depths {
         let tier: Vec<_> = core
-            .runs
-            .iter()
+            .live_runs()
+            .into_iter()
             .filter(|r| r.depth == depth)
             .map(|r| {
-                seen.insert(*r.key());
+                seen.insert(r.shared.run_id);
                 r.dispose();
                 r.quiescence()
             })
@@ -349,10 +349,10 @@ async fn dispose_runs(core: &Core, bound: Duration) -> (usize, usize) {
     }
     // Runs that did not quiesce in time (or appeared meanwhile) are forced.
     let leftovers: Vec<_> = core
-        .runs
-        .iter()
+        .live_runs()
+        .into_iter()
         .map(|r| {
-            seen.insert(*r.key());
+            seen.insert(r.shared.run_id);
             r.force_stop();
             r.quiescence()
         })

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use futures_util::future::{BoxFuture, LocalBoxFuture};
 use tokio_util::sync::CancellationToken;
 
+use super::ProgressUpdate;
 use super::{AgentOptions, Capabilities, Category, ContentBlock, RunResult, Stage, StartRequest, SubagentError};
-use crate::events::ProgressUpdate;
 use crate::live::{LiveCounters, ProcessLease};
 
 /// One transport for running children, registered under a unique name.

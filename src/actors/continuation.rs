@@ -1,0 +1,70 @@
+//! Resuming a settled child's session in a new run: [`Continuation`], and
+//! [`Run::continuation`] that hands one out. It sits above the start path
+//! (a continuation is an ordinary start) and the run handle.
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::core::Core;
+use super::run_handle::Run;
+use super::run_shared::RunShared;
+use super::start::start;
+use crate::seam::{LocalAgent, Parent, StartRequest, SubagentError};
+
+impl Run {
+    /// Resume, when the child supports it: a new run continuing this child's
+    /// session (same session id and depth) once this run has settled.
+    pub fn continuation(&self) -> Option<Continuation> {
+        let core = self.continuation.clone()?;
+        Some(Continuation {
+            core,
+            agent: self.local_agent.clone()?,
+            depth: self.control.depth,
+            previous: self.control.shared.clone(),
+        })
+    }
+}
+
+/// Continues a settled child's session in a new run on the same provider.
+/// The new run is an ordinary run: its own `Run`, events and dispose.
+#[derive(Clone)]
+pub struct Continuation {
+    core: Arc<Core>,
+    agent: LocalAgent,
+    depth: u32,
+    previous: Arc<RunShared>,
+}
+
+impl Continuation {
+    /// The session it continues.
+    pub fn session_id(&self) -> &str {
+        self.agent.session_id()
+    }
+
+    /// Waits until the previous run has settled, disposes it (the session
+    /// gets one owner at a time: its background tasks and per-session
+    /// state end with the old run, not with the new one), then starts a run
+    /// that continues the session with `prompt`. The provider takes the cwd,
+    /// route, depth and tool filter from the previous child.
+    pub async fn start(&self, prompt: impl Into<String>, signal: CancellationToken) -> Result<Run, SubagentError> {
+        let _ = self.previous.result().await;
+        if let Some(control) = self.core.run_control(self.previous.run_id) {
+            control.dispose();
+        }
+        // Err(DISPOSE_FAILED) still means quiescent; the session is on disk.
+        let _ = self.previous.quiescent().await;
+        let mut parent = Parent::root(std::path::PathBuf::new()).with_depth(self.depth.saturating_sub(1));
+        parent.session_id = self.previous.parent_session.clone();
+        let mut request = StartRequest::new(prompt, parent, signal);
+        request.resume = Some(self.agent.clone());
+        start(&self.core, self.previous.provider(), request).await
+    }
+}
+
+impl fmt::Debug for Continuation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Continuation").field("session_id", &self.session_id()).finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,119 @@
+//! The start path, in contract order (SPEC §3): the synchronous checks,
+//! then the run actor on a worker, publication, `Start`, and the caller's
+//! [`Run`]. `Subagents::start` and a continuation both come through here.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use actix::Actor;
+use tokio::sync::oneshot;
+
+use super::control::RunControl;
+use super::core::Core;
+use super::entry::ProviderEntry;
+use super::run::{RunActor, RunSpawn};
+use super::run_handle::Run;
+use super::run_shared::RunShared;
+use crate::events::RunInfo;
+use crate::seam::{Launch, ProviderContext, StartRequest, SubagentError, MAX_DEPTH_CAP};
+
+/// Checks `request` against provider `name`, then starts it on a worker.
+pub(crate) async fn start(core: &Arc<Core>, name: &str, request: StartRequest) -> Result<Run, SubagentError> {
+    let entry = admit(core, name, &request)?;
+    core.on_runtime(launch(core.clone(), entry, request)).await?
+}
+
+/// The synchronous checks, in contract order.
+fn admit(core: &Core, name: &str, request: &StartRequest) -> Result<Arc<ProviderEntry>, SubagentError> {
+    if !core.is_accepting() {
+        return Err(SubagentError::RuntimeStopped);
+    }
+    let entry = core.provider(name).ok_or_else(|| SubagentError::NoProvider(name.to_owned()))?;
+    let capabilities = entry.info.capabilities;
+    if let Some(missing) = request.requested_capabilities().find(|c| !capabilities.supports(*c)) {
+        return Err(SubagentError::unsupported(name, missing));
+    }
+    check_values(request)?;
+    if let Some(schema) = &request.output_schema {
+        crate::schema::check_subset(schema).map_err(|violations| SubagentError::UnsupportedSchema { violations })?;
+    }
+    if request.signal.is_cancelled() {
+        return Err(SubagentError::Aborted { provider: name.to_owned() });
+    }
+    Ok(entry)
+}
+
+fn check_values(request: &StartRequest) -> Result<(), SubagentError> {
+    if request.prompt.is_empty() || request.prompt.iter().all(|b| b.as_text().is_some_and(|t| t.trim().is_empty())) {
+        return Err(SubagentError::invalid("prompt", "must contain at least one non-empty block"));
+    }
+    if let Some(max_depth) = request.max_depth {
+        if max_depth > MAX_DEPTH_CAP {
+            return Err(SubagentError::invalid(
+                "max_depth",
+                format!("{max_depth} is above the largest representable cap {MAX_DEPTH_CAP}"),
+            ));
+        }
+        let child_depth = request.child_depth();
+        if child_depth > max_depth {
+            return Err(SubagentError::invalid(
+                "max_depth",
+                format!("the child would have depth {child_depth}, deeper than max_depth {max_depth}"),
+            ));
+        }
+    }
+    if let Some(filter) = &request.tool_filter {
+        if filter.allow.is_none() && filter.deny.is_none() {
+            return Err(SubagentError::invalid("tool_filter", "needs an allow or a deny list"));
+        }
+        let names = filter.allow.iter().chain(filter.deny.iter()).flatten();
+        if names.into_iter().any(|n| n.trim().is_empty()) {
+            return Err(SubagentError::invalid("tool_filter", "tool names must not be empty"));
+        }
+    }
+    if request.persona.as_deref().is_some_and(|p| p.trim().is_empty()) {
+        return Err(SubagentError::invalid("persona", "must not be empty"));
+    }
+    if request.agent_options.as_ref().is_some_and(|o| o.max_tokens == Some(0)) {
+        return Err(SubagentError::invalid("agent_options.max_tokens", "must be positive"));
+    }
+    Ok(())
+}
+
+/// Runs on a worker: create the run actor there, wait for publication, emit
+/// `Start`, hand back the `Run`.
+async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartRequest) -> Result<Run, SubagentError> {
+    let token = request.signal.child_token();
+    let depth = request.child_depth();
+    let label = request.label.clone();
+    let shared =
+        Arc::new(RunShared::new(core.mint_run_id(), entry, request.parent.session_id.clone(), core.bus().clone()));
+    let (publish, published) = oneshot::channel();
+    let context = ProviderContext { run: shared.clone(), home: core.home().clone(), live: core.live().clone() };
+    let actor = RunActor::new(RunSpawn {
+        core: core.clone(),
+        shared: shared.clone(),
+        launch: Launch { request, cancel: token.clone(), context },
+        publish,
+    });
+    let addr = actor.start();
+    let control = RunControl { control: addr.clone().recipient(), token, depth, shared: shared.clone() };
+    core.insert_run(shared.run_id, control.clone());
+    let published = published.await.unwrap_or(Err(SubagentError::RuntimeStopped))?;
+    shared.publish(|| RunInfo {
+        run_id: shared.run_id,
+        id: published.id.clone(),
+        provider: shared.provider().to_owned(),
+        parent_session: shared.parent_session.clone(),
+        local: published.local_agent.is_some(),
+        label,
+    });
+    Ok(Run {
+        id: published.id,
+        control,
+        local_agent: published.local_agent,
+        steering: published.steering.then(|| addr.recipient()),
+        continuation: published.continuation.then_some(core),
+        disposed: AtomicBool::new(false),
+    })
+}
