@@ -22,8 +22,12 @@ use crate::agent::session::{SessionEvent, ToolCall};
 use crate::agent::tools::ToolSpec;
 
 impl ScriptedModel {
-    /// The embedded default for demos and the CLI: see [the module
-    /// docs](self). Scripts added later take precedence.
+    /// The embedded default for demos and the CLI: a deterministic model
+    /// that uses the tools it is given. It captures a value for a
+    /// `structured_output` tool, delegates each part of a task listing parts
+    /// separated by `;`, lists the directory for a task about files, honours
+    /// `[refuse]`, `[max-tokens]`, `[fail]` and `[slow]`, and otherwise
+    /// answers `handled: <task>`. Scripts added later take precedence.
     pub fn demo() -> Self {
         // `[slow]` holds a turn open for a minute (cancellable): for tests
         // and demos of cancellation and crashes mid-turn.
