@@ -16,7 +16,7 @@
 //!
 //! let runtime = Runtime::builder().workers(1).build().unwrap();
 //! let subagents = runtime.subagents();
-//! let _listener = subagents.add_listener(|event: &SubagentEvent| {
+//! let _listener = subagents.add_listener(|event| {
 //!     if let SubagentEvent::End(end) = event {
 //!         println!("run {} ended: {}", end.run_id, end.stop_reason);
 //!     }

@@ -165,3 +165,25 @@ async fn subscribers_can_filter_run_events_by_parent_session() {
     assert_eq!(starts, 2);
     runtime.shutdown().await;
 }
+
+#[test]
+fn add_listener_takes_closures_without_annotations() {
+    let runtime = runtime();
+    let subagents = runtime.subagents();
+    subagents.register_provider(MockProvider::new("plain").with_reply("ok")).unwrap().keep();
+    let ends = Arc::new(AtomicUsize::new(0));
+    let counted = ends.clone();
+    let _returns_unit = subagents.add_listener(move |event| {
+        if let SubagentEvent::End(_) = event {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let _returns_result = subagents.add_listener(|_| Ok::<(), String>(()));
+    let run_subagents = subagents.clone();
+    runtime.block_on(async move {
+        let run = run_subagents.start("plain", request("hi")).await.unwrap();
+        run.result().await.unwrap();
+        run.dispose().await.unwrap();
+        assert!(eventually(Duration::from_secs(5), || ends.load(Ordering::SeqCst) == 1).await);
+    });
+}
