@@ -87,7 +87,7 @@ fn tool_results(events: &[SessionEvent]) -> Vec<(String, String, bool)> {
 }
 
 fn child_agent(run: &subagents::Run) -> Agent {
-    run.local_agent().expect("in-process children are local").downcast::<Agent>().expect("an Agent").clone()
+    run.agent().expect("in-process children are local agents")
 }
 
 #[test]

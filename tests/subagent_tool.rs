@@ -471,7 +471,7 @@ fn children_share_one_delegating_kit_without_the_subagent_tool_at_the_cap() {
             let parent = Parent::root(&cwd).with_depth(parent_depth);
             let run =
                 subagents.start("spawn", StartRequest::new("hi", parent, CancellationToken::new())).await.unwrap();
-            let agent = run.local_agent().unwrap().downcast::<Agent>().unwrap().clone();
+            let agent = run.agent().unwrap();
             let names: Vec<String> = agent.tool_specs().into_iter().map(|spec| spec.name).collect();
             run.dispose().await.unwrap();
             names

@@ -8,6 +8,7 @@ use actix::Recipient;
 
 use super::control::{RunControl, SendMessage};
 use super::core::Core;
+use crate::agent::Agent;
 use crate::seam::{ContentBlock, LocalAgent, RunResult, SubagentError};
 
 /// A published run, owned by the caller, who must [`dispose`](Run::dispose)
@@ -41,9 +42,16 @@ impl Run {
         self.control.shared.provider()
     }
 
-    /// The in-process child agent, when the provider exposes one.
+    /// The in-process child agent, when the provider exposes one
+    /// (type-erased: a provider of your own may expose any handle).
     pub fn local_agent(&self) -> Option<&LocalAgent> {
         self.local_agent.as_ref()
+    }
+
+    /// The child [`Agent`] of an in-process run (`spawn`, `fork`): its
+    /// session, events and tools. `None` for other providers.
+    pub fn agent(&self) -> Option<Agent> {
+        self.local_agent.as_ref()?.downcast::<Agent>().cloned()
     }
 
     /// The terminal outcome. Awaitable by many, any number of times. A
