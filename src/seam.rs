@@ -25,6 +25,9 @@ mod request;
 mod result;
 
 pub use content::{text_of, ContentBlock};
+/// The boxed, `!Send` future a [`Provider`] and a [`Child`] return (they
+/// run on their run actor's thread).
+pub use futures_util::future::LocalBoxFuture;
 pub use error::SubagentError;
 pub use progress::ProgressUpdate;
 pub(crate) use provider::RunReporter;

@@ -6,6 +6,10 @@
 //! thread; the returned [`Child`] is owned by that actor alone, so it may
 //! hold `!Send` state. Every future a provider returns runs inside the run
 //! actor's context and is contained: a panic becomes a settled `Error`.
+//!
+//! A provider author needs only this module's types (re-exported from
+//! [`crate::seam`], with [`LocalBoxFuture`] for the futures a [`Child`]
+//! returns).
 
 use std::any::Any;
 use std::fmt;
@@ -64,8 +68,17 @@ pub trait Child: 'static {
     /// failures are a result with `StopReason::Error`, never a panic.
     fn run(&self) -> LocalBoxFuture<'static, RunResult>;
 
-    /// Ask the live child to stop; `run` should then resolve promptly. The
-    /// launch token has already been tripped when this is called.
+    /// Ask the live child to stop; `run` should then resolve promptly.
+    ///
+    /// Called at most once, and only while `run` is still going: when the
+    /// run is cancelled (the request's signal, `Run::cancel`) or disposed
+    /// before it settled. The launch token has already been tripped by
+    /// then, so a child that watches the token may leave this empty. Not
+    /// called during `launch` (the launch watches its token and rolls back),
+    /// nor after the run settled (dispose then goes straight to
+    /// [`Child::dispose`]), nor when the runtime forces a run down at
+    /// shutdown. If `run` does not resolve within the runtime's cancel
+    /// grace the result settles `Aborted` without it.
     fn cancel(&self) {}
 
     /// Whether [`Child::send_message`] is supported (steering).
