@@ -25,10 +25,10 @@ mod request;
 mod result;
 
 pub use content::{text_of, ContentBlock};
+pub use error::SubagentError;
 /// The boxed, `!Send` future a [`Provider`] and a [`Child`] return (they
 /// run on their run actor's thread).
 pub use futures_util::future::LocalBoxFuture;
-pub use error::SubagentError;
 pub use progress::ProgressUpdate;
 pub(crate) use provider::RunReporter;
 pub use provider::{Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};

@@ -30,6 +30,7 @@ use futures_util::future::LocalBoxFuture;
 use futures_util::FutureExt;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span};
 
 use super::control::{Control, SendMessage};
 use super::core::poll_in_runtime;
@@ -53,10 +54,11 @@ impl<T> Slot<T> {
         Slot(Rc::new(RefCell::new(None)))
     }
 
-    /// Put `future` in the slot; the returned future polls it from there.
-    fn hold(&self, runtime: u64, future: LocalBoxFuture<'static, T>) -> Held<T> {
+    /// Put `future` in the slot; the returned future polls it from there,
+    /// inside the run's span.
+    fn hold(&self, runtime: u64, span: &Span, future: LocalBoxFuture<'static, T>) -> Held<T> {
         *self.0.borrow_mut() = Some(future);
-        Held(self.0.clone(), runtime)
+        Held { slot: self.0.clone(), runtime, span: span.clone() }
     }
 
     /// Drop the held future now.
@@ -67,19 +69,26 @@ impl<T> Slot<T> {
 }
 
 /// Resolves with the held future's output, or `None` once it was cleared.
-/// The `u64` is the runtime's id: a child's futures are polled as tasks of
-/// the runtime (a child that delegates starts its runs in place).
-struct Held<T>(Rc<RefCell<Option<LocalBoxFuture<'static, T>>>>, u64);
+/// A child's futures are polled as tasks of the runtime `runtime` (a child
+/// that delegates starts its runs in place) and inside the run's `span`, so
+/// whatever the provider logs (a model call, a tool call, a bad protocol
+/// line) says which run it belongs to.
+struct Held<T> {
+    slot: Rc<RefCell<Option<LocalBoxFuture<'static, T>>>>,
+    runtime: u64,
+    span: Span,
+}
 
 impl<T> Future for Held<T> {
     type Output = Option<T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<T>> {
-        let mut slot = self.0.borrow_mut();
+        let _entered = self.span.enter();
+        let mut slot = self.slot.borrow_mut();
         let Some(future) = slot.as_mut() else {
             return Poll::Ready(None);
         };
-        let outcome = std::task::ready!(poll_in_runtime(self.1, || future.as_mut().poll(cx)));
+        let outcome = std::task::ready!(poll_in_runtime(self.runtime, || future.as_mut().poll(cx)));
         *slot = None;
         Poll::Ready(Some(outcome))
     }
@@ -126,6 +135,9 @@ pub(crate) struct RunSpawn {
 
 pub(crate) struct RunActor {
     state: RunState,
+    /// `run{run_id, provider, parent, depth}`: entered while the child's
+    /// futures are polled, and the parent of what the actor itself logs.
+    span: Span,
     core: Arc<Core>,
     shared: Arc<RunShared>,
     child_id: String,
@@ -146,8 +158,18 @@ pub(crate) struct RunActor {
 impl RunActor {
     pub(crate) fn new(spawn: RunSpawn) -> Self {
         let leases = (ActorLease::run(spawn.core.live()), ProviderRunLease::new(spawn.shared.entry.clone()));
+        // At WARN, so it is enabled whenever warnings are: a warning from
+        // inside a run always says which run wrote it.
+        let span = tracing::warn_span!(
+            "run",
+            run_id = spawn.shared.run_id,
+            provider = spawn.shared.provider(),
+            parent = spawn.shared.parent_session.as_deref(),
+            depth = spawn.launch.request.child_depth(),
+        );
         RunActor {
             state: RunState::Starting,
+            span,
             token: spawn.launch.cancel.clone(),
             core: spawn.core,
             shared: spawn.shared,
@@ -181,7 +203,7 @@ impl RunActor {
             Ok(Ok(child)) => child,
             Ok(Err(error)) => return self.reject(self.launch_error(error), ctx),
             Err(panic) => {
-                tracing::error!(provider = self.provider(), %panic, "provider launch panicked");
+                tracing::error!(parent: &self.span, %panic, "provider launch panicked");
                 let diagnostic = self.diagnostic(Stage::Initialize, Category::Panicked);
                 let provider = self.provider().to_owned();
                 return self.reject(SubagentError::StartupFailed { provider, diagnostic }, ctx);
@@ -201,7 +223,7 @@ impl RunActor {
             steering: child.supports_steering(),
             continuation: child.supports_continuation(),
         };
-        let run = self.running.hold(self.core.id(), contained(|| child.run()));
+        let run = self.running.hold(self.core.id(), &self.span, contained(|| child.run()));
         self.child = Some(child);
         self.state = RunState::Running;
         self.drive(run, ctx, |actor, outcome, ctx| {
@@ -258,7 +280,7 @@ impl RunActor {
                 // A provider that ignores its token is abandoned after the grace.
                 ctx.run_later(grace, |actor, ctx| {
                     if actor.state == RunState::Starting {
-                        tracing::warn!(provider = actor.provider(), "launch ignored cancellation; abandoned");
+                        tracing::warn!(parent: &actor.span, "launch ignored cancellation; abandoned");
                         let provider = actor.provider().to_owned();
                         actor.reject(SubagentError::Aborted { provider }, ctx);
                     }
@@ -281,14 +303,14 @@ impl RunActor {
     fn cancel_child(&self) {
         if let Some(child) = &self.child {
             if let Err(panic) = contained_call(|| child.cancel()) {
-                tracing::error!(provider = self.provider(), %panic, "child cancel panicked");
+                tracing::error!(parent: &self.span, %panic, "child cancel panicked");
             }
         }
     }
 
     fn on_run_finished(&mut self, outcome: Result<RunResult, String>, ctx: &mut Context<Self>) {
         let result = outcome.unwrap_or_else(|panic| {
-            tracing::error!(provider = self.provider(), %panic, "child run panicked");
+            tracing::error!(parent: &self.span, %panic, "child run panicked");
             RunResult::failed(self.diagnostic(Stage::SessionRun, Category::Panicked))
         });
         match self.state {
@@ -349,7 +371,7 @@ impl RunActor {
             self.state = RunState::Disposed;
             return ctx.stop();
         };
-        let mut hook = self.releasing.hold(self.core.id(), contained(|| child.dispose()));
+        let mut hook = self.releasing.hold(self.core.id(), &self.span, contained(|| child.dispose()));
         // A hook that is done at once needs no timer and no spawned future.
         if let Some(outcome) = (&mut hook).now_or_never() {
             return self.on_released(outcome, ctx);
@@ -369,13 +391,13 @@ impl RunActor {
             Some(Ok(Ok(()))) => None,
             Some(Ok(Err((stage, category)))) => Some(self.diagnostic(stage, category)),
             Some(Err(panic)) => {
-                tracing::error!(provider = self.provider(), %panic, "child dispose panicked");
+                tracing::error!(parent: &self.span, %panic, "child dispose panicked");
                 Some(self.diagnostic(Stage::Dispose, Category::Panicked))
             }
             None => Some(self.diagnostic(Stage::Dispose, Category::TimedOut)),
         };
         if let Some(diagnostic) = failure {
-            tracing::warn!(%diagnostic, "child did not dispose cleanly");
+            tracing::warn!(parent: &self.span, %diagnostic, "child did not dispose cleanly");
             self.dispose_outcome =
                 Err(SubagentError::DisposeFailed { provider: self.provider().to_owned(), diagnostic });
         }
@@ -391,7 +413,7 @@ impl Actor for RunActor {
         let Some(launch) = self.launch.take() else { return };
         self.shared.bind_capture(ctx.address().downgrade().recipient());
         let provider = self.shared.entry.provider.clone();
-        let launching = self.launching.hold(self.core.id(), contained(move || provider.launch(launch)));
+        let launching = self.launching.hold(self.core.id(), &self.span, contained(move || provider.launch(launch)));
         self.drive(launching, ctx, |actor, outcome, ctx| {
             if let Some(outcome) = outcome {
                 actor.on_launched(outcome, ctx)
@@ -461,10 +483,10 @@ impl Handler<SendMessage> for RunActor {
             _ => return Box::pin(async { Err(SubagentError::invalid("message", "the run is no longer running")) }),
         };
         let provider = self.provider().to_owned();
-        let delivery = contained(|| child.send_message(msg.0));
+        let delivery = contained(|| child.send_message(msg.0)).instrument(self.span.clone());
         Box::pin(async move {
             delivery.await.unwrap_or_else(|panic| {
-                tracing::error!(%provider, %panic, "child send_message panicked");
+                tracing::error!(%provider, %panic, "child send_message panicked"); // inside the run's span
                 Err(SubagentError::invalid("message", "the child failed to take the message"))
             })
         })

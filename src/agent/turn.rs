@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::future::join_all;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::model::Finish;
 use super::model::{ChunkSink, ModelError, ModelRequest};
@@ -165,7 +166,10 @@ impl Turn<'_> {
             let reply = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Err(ModelError::Cancelled),
-                reply = inner.model.complete(request, cancel.clone()) => reply,
+                reply = inner
+                    .model
+                    .complete(request, cancel.clone())
+                    .instrument(tracing::debug_span!("model_call", model = inner.model.name(), step = self.model_calls)) => reply,
             };
             let reply = match reply {
                 Ok(reply) => reply,
@@ -248,7 +252,8 @@ impl Turn<'_> {
                     call_id: call.id.clone(),
                     cancel: cancel.clone(),
                 };
-                inner.tools.execute(call, context)
+                let span = tracing::debug_span!("tool_call", tool = %call.name, call_id = %call.id);
+                inner.tools.execute(call, context).instrument(span)
             });
             let outputs = tokio::select! {
                 biased;
