@@ -13,6 +13,7 @@ use subagents::{CancellationToken, Parent, StartRequest, Subagents};
 use tokio::sync::Semaphore;
 
 use crate::setup::{cancel_on_ctrl_c, setup};
+use crate::terminal::{self, say};
 use crate::timeline::{write_trace, Timeline};
 
 pub struct FanoutArgs {
@@ -56,7 +57,7 @@ fn read_tasks(path: &PathBuf) -> Result<Vec<(usize, Task)>, String> {
         }
         match serde_json::from_str::<Task>(&line) {
             Ok(task) => tasks.push((index + 1, task)),
-            Err(error) => eprintln!("subagents: {}:{}: skipped: {error}", path.display(), index + 1),
+            Err(error) => say!("subagents: {}:{}: skipped: {error}", path.display(), index + 1),
         }
     }
     Ok(tasks)
@@ -113,7 +114,7 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
         let end = timeline.elapsed();
         let spans = timeline.finish();
         write_trace(&spans, end, path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        eprintln!("trace: {} ({} runs; open it in Perfetto)", path.display(), spans.len());
+        say!("trace: {} ({} runs; open it in Perfetto)", path.display(), spans.len());
     }
     let report = setup.runtime.shutdown_blocking();
     if !report.live_after.is_quiescent() {
@@ -217,7 +218,7 @@ impl Batch {
         }
         if self.progress.is_hidden() {
             let label = task.label.as_deref().unwrap_or("task");
-            eprintln!("line {line}: {label}: {reason} ({:.1} ms)", latency.as_secs_f64() * 1e3);
+            say!("line {line}: {label}: {reason} ({:.1} ms)", latency.as_secs_f64() * 1e3);
         } else {
             self.progress.inc(1);
         }
@@ -243,7 +244,7 @@ fn summary(settled: &[Settled], elapsed: Duration) {
     let _ = writeln!(out, "\n{} runs in {:.2?} ({rate:.0} runs/s)", settled.len(), elapsed);
     let _ = writeln!(out, "  {:<24} {:>6}", "stop reason", "runs");
     for (reason, count) in &per_reason {
-        let _ = writeln!(out, "  {reason:<24} {count:>6}");
+        let _ = writeln!(out, "  {:<24} {count:>6}", terminal::line(reason));
     }
     let _ = writeln!(out, "  latency p50 {:.1?}, p99 {:.1?}", percentile(0.5), percentile(0.99));
 }

@@ -16,6 +16,7 @@
 mod fanout;
 mod run;
 mod setup;
+mod terminal;
 mod timeline;
 
 use std::path::PathBuf;
@@ -110,7 +111,7 @@ fn main() -> ExitCode {
         }
     };
     outcome.unwrap_or_else(|message| {
-        eprintln!("subagents: {message}");
+        terminal::say!("subagents: {message}");
         ExitCode::from(2)
     })
 }

@@ -6,6 +6,7 @@ use subagents::agent::{Agent, SessionStore};
 use subagents::{CancellationToken, StopReason};
 
 use crate::setup::{cancel_on_ctrl_c, setup, toolset};
+use crate::terminal::{self, say};
 use crate::timeline::{tree, Timeline};
 
 pub struct RunArgs {
@@ -40,19 +41,21 @@ pub fn run(args: RunArgs) -> Result<bool, String> {
             let outcome = parent.prompt(args.prompt).await;
             // Cancels and awaits any background task it left behind.
             if let Err(error) = parent.shutdown().await {
-                eprintln!("subagents: the parent session was not saved: {error}");
+                say!("subagents: the parent session was not saved: {error}");
             }
             outcome
         }
     });
     let spans = timeline.finish();
-    println!("{}", outcome.output);
+    println!("{}", terminal::text(&outcome.output));
     println!();
-    println!("parent {} ({}): {}", parent.id(), parent.model_name(), outcome.stop_reason);
+    let parent_line = format!("parent {} ({}): {}", parent.id(), parent.model_name(), outcome.stop_reason);
+    println!("{}", terminal::line(&parent_line));
     print!("{}", tree(&spans, parent.id()));
-    println!("sessions: {}", setup.home.join("sessions").display());
+    println!("{}", terminal::line(&format!("sessions: {}", setup.home.join("sessions").display())));
     if let Some(error) = &outcome.error {
-        eprintln!("subagents: the parent's turn failed: {error}");
+        // The error may quote the model endpoint's own words.
+        say!("subagents: the parent's turn failed: {error}");
     }
     let report = setup.runtime.shutdown_blocking();
     if !report.live_after.is_quiescent() {

@@ -9,6 +9,8 @@ use subagents::providers::{ChildInfo, ForkProvider, MockProvider, SpawnProvider}
 use subagents::tool::{delegating_tools, TaskService};
 use subagents::{Runtime, Subagents};
 
+use crate::terminal::say;
+
 /// The delegation depth children may reach.
 pub const MAX_DEPTH: u32 = 3;
 
@@ -75,7 +77,7 @@ pub fn toolset(subagents: &Subagents, tasks: &TaskService, provider: &str) -> To
     match delegating_tools(subagents, tasks, provider, MAX_DEPTH) {
         Ok(kit) => kit.into_iter().for_each(|tool| tools.add_shared(tool).expect("fresh tool set")),
         Err(error) => {
-            eprintln!("subagents: no subagent tool: {error}");
+            say!("subagents: no subagent tool: {error}");
             tools.add(ReadFile).expect("fresh tool set");
             tools.add(ListDir).expect("fresh tool set");
         }

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use subagents::{EventRecvError, StopReason, SubagentEvent, Subagents};
 
+use crate::terminal;
+
 #[derive(Clone, Debug)]
 pub struct Span {
     pub id: String,
@@ -101,7 +103,7 @@ fn note(spans: &Mutex<BTreeMap<u64, Span>>, origin: Instant, event: &SubagentEve
     }
 }
 
-/// The runs below `root` as an indented tree.
+/// The runs below `root` as an indented tree, ready for a terminal.
 pub fn tree(spans: &[Span], root: &str) -> String {
     let mut out = String::new();
     write_children(spans, Some(root), "", &mut out);
@@ -120,8 +122,10 @@ fn write_children(spans: &[Span], parent: Option<&str>, indent: &str, out: &mut 
             Some((ended, reason)) => format!("{reason}, {:.1} ms", (ended - span.started).as_secs_f64() * 1e3),
             None => "still running".to_owned(),
         };
-        let label = span.label.as_deref().map(|l| format!(" \"{l}\"")).unwrap_or_default();
-        out.push_str(&format!("{indent}{branch}{} {}{label}: {outcome}\n", span.provider, span.id));
+        // The label is often the model's own description of the task.
+        let label = span.label.as_deref().map(|l| format!(" \"{}\"", terminal::line(l))).unwrap_or_default();
+        let (provider, id) = (terminal::line(&span.provider), terminal::line(&span.id));
+        out.push_str(&format!("{indent}{branch}{provider} {id}{label}: {outcome}\n"));
         write_children(spans, Some(&span.id), &format!("{indent}{next}"), out);
     }
 }

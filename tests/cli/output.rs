@@ -1,0 +1,50 @@
+//! What the binary prints: no terminal controls from tasks, models or
+//! children; a failed run's safe reason; the library's warnings.
+
+use super::{json_lines, run, subagents, text, write_file};
+
+/// Labels that would retitle the window, clear the screen, or open a CSI
+/// through its one-byte C1 form, plus a DEL.
+const HOSTILE_LABELS: [&str; 3] = ["a\u{1b}]0;pwned\u{7}b", "c\u{1b}[2Jd", "e\u{9b}31mf\u{7f}g"];
+
+/// No control character but the line breaks (and tabs) text needs.
+fn assert_printable(what: &str, text: &str) {
+    let found: Vec<char> = text.chars().filter(|c| c.is_control() && !matches!(c, '\n' | '\t')).collect();
+    assert!(found.is_empty(), "{what} carries control characters {found:?}: {text:?}");
+}
+
+#[test]
+fn fanout_prints_labels_without_terminal_controls_and_keeps_them_in_json() {
+    let home = tempfile::tempdir().unwrap();
+    let lines: String = HOSTILE_LABELS
+        .iter()
+        .map(|label| format!("{}\n", serde_json::json!({"prompt": format!("do {label}"), "label": label})))
+        .collect();
+    // One that fails, so a reason is printed too.
+    let lines = format!("{lines}{}\n", serde_json::json!({"prompt": "x [fail]", "label": HOSTILE_LABELS[0]}));
+    let tasks = write_file(home.path(), "tasks.jsonl", lines);
+    let output = run(subagents().arg("fanout").arg(&tasks).arg("--home").arg(home.path()));
+    let stderr = text(&output.stderr);
+    assert_printable("stderr", &stderr);
+    assert!(stderr.contains("]0;pwnedb") && stderr.contains("c[2Jd"), "the visible text stays: {stderr}");
+    let mut labels: Vec<String> =
+        json_lines(&output.stdout).iter().map(|r| r["label"].as_str().unwrap().to_owned()).collect();
+    labels.sort();
+    labels.dedup();
+    assert_eq!(labels, HOSTILE_LABELS, "JSON lines keep the label as written (JSON-escaped)");
+}
+
+#[test]
+fn run_prints_answers_descriptions_and_the_tree_without_terminal_controls() {
+    let home = tempfile::tempdir().unwrap();
+    // The demo model delegates each `;` part with its first words as the
+    // description: the model-written labels carry the escapes too.
+    let prompt = "\u{1b}[2J wipe the screen; \u{1b}c\u{7} reset the terminal; \u{9b}31m paint it red";
+    let output = run(subagents().args(["run", prompt, "--home"]).arg(home.path()));
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{stderr}");
+    assert_printable("stdout", &stdout);
+    assert_printable("stderr", &stderr);
+    assert!(stdout.contains("wipe the screen") && stdout.contains("reset the terminal"), "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.contains("─ spawn ")).count(), 3, "{stdout}");
+}
