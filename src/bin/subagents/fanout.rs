@@ -16,9 +16,13 @@ use crate::setup::{cancel_on_ctrl_c, setup};
 use crate::terminal::{self, say};
 use crate::timeline::{write_trace, Timeline};
 
+/// The most runs a batch keeps in flight: far above what one machine
+/// serves, far below what the semaphore and the tables sized by it bear.
+pub const MAX_CONCURRENCY: i64 = 100_000;
+
 pub struct FanoutArgs {
     pub tasks: PathBuf,
-    pub concurrency: Option<usize>,
+    pub concurrency: Option<u32>,
     pub out: Option<PathBuf>,
     pub provider: String,
     pub model: String,
@@ -90,7 +94,8 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
     let _ = sink.flush();
     let sink: Sink = Arc::new(Mutex::new(sink));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let concurrency = args.concurrency.unwrap_or(4 * cores).max(1);
+    // clap keeps an explicit value in 1..=MAX_CONCURRENCY.
+    let concurrency = args.concurrency.map_or(4 * cores, |n| n as usize);
     let batch = CancellationToken::new();
     cancel_on_ctrl_c(batch.clone());
     let progress = progress_bar(tasks.len());

@@ -69,9 +69,9 @@ enum Command {
     Fanout {
         /// JSON lines: {"prompt": "...", "label"?, "persona"?, "output_schema"?, "max_depth"?}.
         tasks: PathBuf,
-        /// Most runs in flight at once (default 4 × cores).
-        #[arg(long)]
-        concurrency: Option<usize>,
+        /// Most runs in flight at once, 1 to 100000 (default 4 × cores).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=fanout::MAX_CONCURRENCY))]
+        concurrency: Option<u32>,
         /// Write result lines here instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
