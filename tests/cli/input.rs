@@ -1,7 +1,7 @@
 //! What the binary accepts: flags in range, task lines it can run, a home
 //! it can write, output files that cannot clobber each other or the tasks.
 
-use super::{run, subagents, text, write_file};
+use super::{json_lines, line_numbers, run, subagents, text, write_file};
 
 /// Exit code 2, nothing on stdout, and what stderr says.
 fn refused(command: &mut std::process::Command) -> String {
@@ -34,4 +34,40 @@ fn concurrency_outside_one_to_100000_is_a_usage_error() {
         .arg("--home")
         .arg(home.path()));
     assert!(output.status.success(), "the upper bound itself is fine: {}", text(&output.stderr));
+}
+
+#[test]
+fn bad_utf8_non_object_json_and_overlong_lines_are_skipped_and_the_rest_runs() {
+    let home = tempfile::tempdir().unwrap();
+    let mut file = Vec::new();
+    file.extend_from_slice(b"{\"prompt\": \"first\"}\n");
+    file.extend_from_slice(b"{\"prompt\": \"bad \xff\xfe bytes\"}\n");
+    file.extend_from_slice(b"[\"prompt\"]\n");
+    file.extend_from_slice(b"\"just a string\"\n");
+    file.extend_from_slice(format!("{{\"prompt\": \"{}\"}}\n", "x".repeat(300)).as_bytes());
+    file.extend_from_slice(b"{\"prompt\": \"last\"}\n");
+    let tasks = write_file(home.path(), "tasks.jsonl", file);
+    let output = run(subagents()
+        .args(["fanout", "--provider", "mock", "--max-line-bytes", "200"])
+        .arg(&tasks)
+        .arg("--home")
+        .arg(home.path()));
+    let stderr = text(&output.stderr);
+    for line in 2..=5 {
+        assert!(stderr.contains(&format!("tasks.jsonl:{line}: skipped")), "line {line}: {stderr}");
+    }
+    assert!(stderr.contains("UTF-8"), "{stderr}");
+    assert!(stderr.contains("200 bytes"), "the cap is named: {stderr}");
+    assert_eq!(line_numbers(&json_lines(&output.stdout)), [1, 6]);
+}
+
+#[test]
+fn a_line_over_the_default_one_mebibyte_cap_is_skipped() {
+    let home = tempfile::tempdir().unwrap();
+    let long = format!("{{\"prompt\": \"{}\"}}\n", "x".repeat(1024 * 1024));
+    let tasks = write_file(home.path(), "tasks.jsonl", format!("{long}{{\"prompt\": \"short\"}}\n"));
+    let output = run(subagents().args(["fanout", "--provider", "mock"]).arg(&tasks).arg("--home").arg(home.path()));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("tasks.jsonl:1: skipped"), "{stderr}");
+    assert_eq!(line_numbers(&json_lines(&output.stdout)), [2]);
 }

@@ -1,18 +1,18 @@
 //! `subagents fanout TASKS.jsonl`: every task line becomes a subagent run.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::io::{BufReader, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use subagents::{CancellationToken, Parent, StartRequest, Subagents};
 use tokio::sync::Semaphore;
 
 use crate::setup::{cancel_on_ctrl_c, setup};
+use crate::tasks::{Line, Task, TaskLines};
 use crate::terminal::{self, say};
 use crate::timeline::{write_trace, Timeline};
 
@@ -23,26 +23,12 @@ pub const MAX_CONCURRENCY: i64 = 100_000;
 pub struct FanoutArgs {
     pub tasks: PathBuf,
     pub concurrency: Option<u32>,
+    pub max_line_bytes: u64,
     pub out: Option<PathBuf>,
     pub provider: String,
     pub model: String,
     pub trace: Option<PathBuf>,
     pub home: Option<PathBuf>,
-}
-
-/// One task line.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Task {
-    prompt: String,
-    #[serde(default)]
-    label: Option<String>,
-    #[serde(default)]
-    persona: Option<String>,
-    #[serde(default)]
-    output_schema: Option<Value>,
-    #[serde(default)]
-    max_depth: Option<u32>,
 }
 
 /// How a batch ended.
@@ -51,17 +37,14 @@ pub enum Ended {
     Interrupted,
 }
 
-fn read_tasks(path: &PathBuf) -> Result<Vec<(usize, Task)>, String> {
+/// Every task of the file; a line that cannot be one is reported and skipped.
+fn read_tasks(path: &PathBuf, max_line_bytes: u64) -> Result<Vec<(usize, Task)>, String> {
     let file = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     let mut tasks = Vec::new();
-    for (index, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Task>(&line) {
-            Ok(task) => tasks.push((index + 1, task)),
-            Err(error) => say!("subagents: {}:{}: skipped: {error}", path.display(), index + 1),
+    for line in TaskLines::new(BufReader::new(file), max_line_bytes) {
+        match line.map_err(|e| format!("cannot read {}: {e}", path.display()))? {
+            Line::Task { number, task } => tasks.push((number, task)),
+            Line::Skipped { number, why } => say!("subagents: {}:{number}: skipped: {why}", path.display()),
         }
     }
     Ok(tasks)
@@ -78,7 +61,7 @@ struct Settled {
 type Sink = Arc<Mutex<Box<dyn Write + Send>>>;
 
 pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
-    let tasks = read_tasks(&args.tasks)?;
+    let tasks = read_tasks(&args.tasks, args.max_line_bytes)?;
     let mut sink: Box<dyn Write + Send> = match &args.out {
         Some(path) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?,

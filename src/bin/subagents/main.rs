@@ -16,6 +16,7 @@
 mod fanout;
 mod run;
 mod setup;
+mod tasks;
 mod terminal;
 mod timeline;
 
@@ -72,6 +73,9 @@ enum Command {
         /// Most runs in flight at once, 1 to 100000 (default 4 × cores).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=fanout::MAX_CONCURRENCY))]
         concurrency: Option<u32>,
+        /// Longest task line read, in bytes; a longer one is reported and skipped.
+        #[arg(long, default_value_t = tasks::DEFAULT_MAX_LINE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+        max_line_bytes: u64,
         /// Write result lines here instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -102,8 +106,8 @@ fn main() -> ExitCode {
             let options = subagents::providers::process::serve::ServeOptions { home };
             subagents::providers::process::serve::serve_stdio(options).map(|()| ExitCode::SUCCESS)
         }
-        Command::Fanout { tasks, concurrency, out, provider, model, trace, home } => {
-            let args = fanout::FanoutArgs { tasks, concurrency, out, provider, model, trace, home };
+        Command::Fanout { tasks, concurrency, max_line_bytes, out, provider, model, trace, home } => {
+            let args = fanout::FanoutArgs { tasks, concurrency, max_line_bytes, out, provider, model, trace, home };
             fanout::fanout(args).map(|ended| match ended {
                 fanout::Ended::Finished => ExitCode::SUCCESS,
                 fanout::Ended::Interrupted => ExitCode::from(130),
