@@ -4,6 +4,8 @@
 //! concern: what the binary accepts (`input`), what it prints (`output`) and
 //! how a batch ends and what it costs (`batch`).
 
+#[path = "cli/batch.rs"]
+mod batch;
 #[path = "cli/input.rs"]
 mod input;
 #[path = "cli/output.rs"]

@@ -1,23 +1,31 @@
 //! `subagents fanout TASKS.jsonl`: every task line becomes a subagent run.
+//!
+//! The file is streamed: a reader thread parses lines a few dozen ahead
+//! ([`crate::tasks`]), the batch keeps at most `--concurrency` runs in
+//! flight, and each finished run leaves only its result line (written at
+//! once) and its counts in the [`Tally`]. Memory follows the concurrency,
+//! not the length of the file.
 
-use std::collections::BTreeMap;
+use std::fs::File;
 use std::io::{BufReader, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use subagents::{CancellationToken, Parent, StartRequest, Subagents};
-use tokio::sync::Semaphore;
+use tokio::sync::mpsc;
 
 use crate::setup::{cancel_on_ctrl_c, setup};
+use crate::summary::{Settled, Tally};
 use crate::tasks::{Line, Task, TaskLines};
-use crate::terminal::{self, say};
+use crate::terminal::say;
 use crate::timeline::{write_trace, Timeline};
 
-/// The most runs a batch keeps in flight: far above what one machine
-/// serves, far below what the semaphore and the tables sized by it bear.
+/// The most runs a batch keeps in flight: more than one machine serves,
+/// and a bound, so that a slip of the keyboard is a usage error.
 pub const MAX_CONCURRENCY: i64 = 100_000;
 
 pub struct FanoutArgs {
@@ -37,31 +45,16 @@ pub enum Ended {
     Interrupted,
 }
 
-/// Every task of the file; a line that cannot be one is reported and skipped.
-fn read_tasks(path: &PathBuf, max_line_bytes: u64) -> Result<Vec<(usize, Task)>, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let mut tasks = Vec::new();
-    for line in TaskLines::new(BufReader::new(file), max_line_bytes) {
-        match line.map_err(|e| format!("cannot read {}: {e}", path.display()))? {
-            Line::Task { number, task } => tasks.push((number, task)),
-            Line::Skipped { number, why } => say!("subagents: {}:{number}: skipped: {why}", path.display()),
-        }
-    }
-    Ok(tasks)
-}
-
-/// What the batch reports per run.
-struct Settled {
-    latency: Duration,
-    reason: String,
-}
+/// Task lines read ahead of the runs: enough that a run never waits for
+/// the file, few enough that a file of long lines costs little.
+const READ_AHEAD_LINES: usize = 64;
 
 /// Results go out as they settle, so an interrupted batch still leaves a
 /// valid file of what finished.
 type Sink = Arc<Mutex<Box<dyn Write + Send>>>;
 
 pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
-    let tasks = read_tasks(&args.tasks, args.max_line_bytes)?;
+    let tasks_file = open_tasks(&args.tasks)?;
     let mut sink: Box<dyn Write + Send> = match &args.out {
         Some(path) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?,
@@ -81,23 +74,25 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
     let concurrency = args.concurrency.map_or(4 * cores, |n| n as usize);
     let batch = CancellationToken::new();
     cancel_on_ctrl_c(batch.clone());
-    let progress = progress_bar(tasks.len());
+    let progress = progress_bar(&args.tasks);
     // Events are built only when someone listens: record them for a trace.
     let timeline = args.trace.is_some().then(|| Timeline::record(&setup.subagents));
     let started = Instant::now();
+    let lines = read_ahead(TaskLines::new(BufReader::new(tasks_file), args.max_line_bytes));
     let batch_run = Batch {
         subagents: setup.subagents.clone(),
         provider: args.provider.clone(),
         cwd: setup.cwd.clone(),
+        tasks_path: args.tasks.clone(),
         batch: batch.clone(),
         sink: sink.clone(),
         progress: progress.clone(),
     };
-    let settled = setup.runtime.block_on(batch_run.run_all(tasks, concurrency));
+    let tally = setup.runtime.block_on(batch_run.run_all(lines, concurrency));
     let elapsed = started.elapsed();
     progress.finish_and_clear();
     sink.lock().unwrap().flush().map_err(|e| format!("cannot write results: {e}"))?;
-    summary(&settled, elapsed);
+    tally.print(elapsed);
     if let (Some(path), Some(timeline)) = (&args.trace, timeline) {
         let end = timeline.elapsed();
         let spans = timeline.finish();
@@ -111,51 +106,112 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
     Ok(if batch.is_cancelled() { Ended::Interrupted } else { Ended::Finished })
 }
 
-fn progress_bar(total: usize) -> ProgressBar {
+/// The tasks file, open for reading; a directory is refused here rather
+/// than at its first read, after runs began.
+fn open_tasks(path: &Path) -> Result<File, String> {
+    let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    match file.metadata() {
+        Ok(metadata) if metadata.is_dir() => Err(format!("cannot read {}: it is a directory", path.display())),
+        Ok(_) => Ok(file),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// Reads `lines` on a thread of its own, at most [`READ_AHEAD_LINES`]
+/// ahead: a slow pipe never stalls the runtime, and the file is never held
+/// whole. The thread ends at the end of the file or when the batch stops
+/// listening.
+fn read_ahead(lines: TaskLines<BufReader<File>>) -> mpsc::Receiver<std::io::Result<Line>> {
+    let (sender, receiver) = mpsc::channel(READ_AHEAD_LINES);
+    std::thread::spawn(move || {
+        for line in lines {
+            if sender.blocking_send(line).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// A bar on a terminal, sized by the file's line count when the file can
+/// be read twice; hidden otherwise (plain lines are printed instead).
+fn progress_bar(tasks: &Path) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
-    let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
-    if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} runs settled, {per_sec} {msg}") {
+    let bar = ProgressBar::with_draw_target(count_lines(tasks), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} tasks done, {per_sec} {msg}") {
         bar.set_style(style);
     }
     bar
+}
+
+/// The lines in a regular file (a pipe cannot be read twice), counted in
+/// constant memory.
+fn count_lines(path: &Path) -> Option<u64> {
+    let mut file = File::open(path).ok().filter(|f| f.metadata().is_ok_and(|m| m.is_file()))?;
+    let (mut buffer, mut lines, mut last) = (vec![0u8; 64 * 1024], 0u64, b'\n');
+    loop {
+        match std::io::Read::read(&mut file, &mut buffer) {
+            Ok(0) => return Some(lines + u64::from(last != b'\n')),
+            Ok(read) => {
+                lines += buffer[..read].iter().filter(|&&b| b == b'\n').count() as u64;
+                last = buffer[read - 1];
+            }
+            Err(_) => return None,
+        }
+    }
 }
 
 struct Batch {
     subagents: Subagents,
     provider: String,
     cwd: PathBuf,
+    tasks_path: PathBuf,
     batch: CancellationToken,
     sink: Sink,
     progress: ProgressBar,
 }
 
 impl Batch {
-    async fn run_all(self, tasks: Vec<(usize, Task)>, concurrency: usize) -> Vec<Settled> {
-        let this = Arc::new(self);
-        let permits = Arc::new(Semaphore::new(concurrency));
-        let mut handles = Vec::with_capacity(tasks.len());
-        for (line, task) in tasks {
-            let permit = tokio::select! {
-                permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-                _ = this.batch.cancelled() => break,
-            };
-            let this = this.clone();
-            handles.push(actix::spawn(async move {
-                let _permit = permit;
-                this.run_one(line, task).await
-            }));
-        }
-        let mut settled = Vec::with_capacity(handles.len());
-        for handle in handles {
-            if let Ok(Some(one)) = handle.await {
-                settled.push(one);
+    /// Runs every task `lines` yields, at most `concurrency` at once. Only
+    /// the runs in flight are held; a finished run leaves its counts in the
+    /// tally and nothing else.
+    async fn run_all(self, mut lines: mpsc::Receiver<std::io::Result<Line>>, concurrency: usize) -> Tally {
+        let mut tally = Tally::default();
+        let mut in_flight = FuturesUnordered::new();
+        let mut reading = true;
+        loop {
+            tokio::select! {
+                // Finished runs first: they make room for the next line.
+                biased;
+                Some(settled) = in_flight.next(), if !in_flight.is_empty() => {
+                    if let Some(settled) = settled {
+                        tally.add(settled);
+                    }
+                }
+                () = self.batch.cancelled(), if reading => reading = false,
+                line = lines.recv(), if reading && in_flight.len() < concurrency => match line {
+                    Some(Ok(Line::Task { number, task })) => in_flight.push(self.run_one(number, task)),
+                    Some(Ok(Line::Skipped { number, why })) => {
+                        say!("subagents: {}:{number}: skipped: {why}", self.tasks_path.display());
+                        tally.skipped += 1;
+                        self.progress.inc(1);
+                    }
+                    Some(Err(error)) => {
+                        say!("subagents: cannot read {}: {error}", self.tasks_path.display());
+                        reading = false;
+                    }
+                    None => reading = false,
+                },
+                else => break,
             }
         }
-        settled
+        tally
     }
 
+    /// Runs one task and writes its result line; `None` when the batch was
+    /// cancelled before it started.
     async fn run_one(&self, line: usize, task: Task) -> Option<Settled> {
         if self.batch.is_cancelled() {
             return None;
@@ -210,29 +266,6 @@ impl Batch {
         } else {
             self.progress.inc(1);
         }
-        Some(Settled { latency, reason })
+        Some(Settled { latency, outcome: reason })
     }
-}
-
-fn summary(settled: &[Settled], elapsed: Duration) {
-    let mut latencies: Vec<Duration> = settled.iter().map(|s| s.latency).collect();
-    latencies.sort_unstable();
-    let percentile = |p: f64| -> Duration {
-        if latencies.is_empty() {
-            return Duration::ZERO;
-        }
-        latencies[((latencies.len() - 1) as f64 * p).round() as usize]
-    };
-    let mut per_reason = BTreeMap::<&str, usize>::new();
-    for one in settled {
-        *per_reason.entry(one.reason.as_str()).or_default() += 1;
-    }
-    let rate = settled.len() as f64 / elapsed.as_secs_f64().max(1e-9);
-    let mut out = std::io::stderr();
-    let _ = writeln!(out, "\n{} runs in {:.2?} ({rate:.0} runs/s)", settled.len(), elapsed);
-    let _ = writeln!(out, "  {:<24} {:>6}", "stop reason", "runs");
-    for (reason, count) in &per_reason {
-        let _ = writeln!(out, "  {:<24} {count:>6}", terminal::line(reason));
-    }
-    let _ = writeln!(out, "  latency p50 {:.1?}, p99 {:.1?}", percentile(0.5), percentile(0.99));
 }

@@ -16,6 +16,7 @@
 mod fanout;
 mod run;
 mod setup;
+mod summary;
 mod tasks;
 mod terminal;
 mod timeline;
