@@ -1,6 +1,8 @@
 //! What the binary accepts: flags in range, task lines it can run, a home
 //! it can write, output files that cannot clobber each other or the tasks.
 
+use std::os::unix::fs::PermissionsExt;
+
 use super::{json_lines, line_numbers, run, subagents, text, write_file};
 
 /// Exit code 2, nothing on stdout, and what stderr says.
@@ -70,4 +72,27 @@ fn a_line_over_the_default_one_mebibyte_cap_is_skipped() {
     let stderr = text(&output.stderr);
     assert!(stderr.contains("tasks.jsonl:1: skipped"), "{stderr}");
     assert_eq!(line_numbers(&json_lines(&output.stdout)), [2]);
+}
+
+#[test]
+fn a_home_that_is_not_a_writable_directory_is_refused_before_any_run() {
+    let scratch = tempfile::tempdir().unwrap();
+    let tasks = write_file(scratch.path(), "tasks.jsonl", "{\"prompt\": \"one\"}\n");
+    let regular_file = write_file(scratch.path(), "a-file", "");
+    let mut homes = vec![(regular_file.clone(), "a-file"), (regular_file.join("below"), "a-file/below")];
+    // Root writes anywhere: a read-only directory only refuses other users.
+    if unsafe { libc::geteuid() } != 0 {
+        let read_only = scratch.path().join("read-only");
+        std::fs::create_dir(&read_only).unwrap();
+        std::fs::set_permissions(&read_only, std::fs::Permissions::from_mode(0o500)).unwrap();
+        homes.push((read_only, "read-only"));
+    }
+    for (home, what) in homes {
+        let stderr = refused(subagents().arg("fanout").arg(&tasks).arg("--home").arg(&home));
+        assert_eq!(stderr.trim().lines().count(), 1, "{what}: one line: {stderr}");
+        assert!(stderr.contains("home"), "{what}: {stderr}");
+        assert!(stderr.contains("os error"), "{what}: the OS error is named: {stderr}");
+        let stderr = refused(subagents().args(["run", "hi", "--home"]).arg(&home));
+        assert!(stderr.contains("os error"), "{what}: {stderr}");
+    }
 }

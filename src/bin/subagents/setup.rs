@@ -1,6 +1,7 @@
 //! What every command shares: the runtime, the model, the providers.
 
-use std::path::PathBuf;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -50,6 +51,10 @@ pub fn setup(model_spec: &str, home: Option<PathBuf>) -> Result<Setup, String> {
     }
     let runtime = builder.build().map_err(|e| format!("cannot start the runtime: {e}"))?;
     let home = runtime.home();
+    if let Err(error) = check_home(&home) {
+        runtime.shutdown_blocking();
+        return Err(error);
+    }
     let subagents = runtime.subagents();
     let tasks = TaskService::new();
     let tools = child_tools(&subagents, &tasks);
@@ -60,6 +65,23 @@ pub fn setup(model_spec: &str, home: Option<PathBuf>) -> Result<Setup, String> {
         MockProvider::new("mock").with_reply("handled: ").with_echo_prompt().with_delay(Duration::from_millis(20));
     subagents.register_provider(mock).map_err(|e| e.to_string())?.keep();
     Ok(Setup { runtime, subagents, model, tasks, cwd, home })
+}
+
+/// Creates `home` if it is missing and proves it a directory this process
+/// can write, by creating and removing a file in it. Every run writes its
+/// session there: a home that cannot take one would otherwise fail each run
+/// on its own, late, as a bare `STARTUP_FAILED`.
+fn check_home(home: &Path) -> Result<(), String> {
+    let unusable = |error: std::io::Error| format!("the home {} is not a writable directory: {error}", home.display());
+    match std::fs::create_dir_all(home) {
+        // A regular file in the way is named by the probe below (ENOTDIR).
+        Err(error) if error.kind() != ErrorKind::AlreadyExists => return Err(unusable(error)),
+        _ => {}
+    }
+    let probe = home.join(format!(".subagents-probe-{}", std::process::id()));
+    std::fs::OpenOptions::new().write(true).create_new(true).open(&probe).map_err(unusable)?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 /// Children get the built-in tools, a subagent tool on `spawn` (so they
