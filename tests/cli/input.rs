@@ -2,6 +2,7 @@
 //! it can write, output files that cannot clobber each other or the tasks.
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use super::{json_lines, line_numbers, run, subagents, text, write_file};
 
@@ -94,5 +95,59 @@ fn a_home_that_is_not_a_writable_directory_is_refused_before_any_run() {
         assert!(stderr.contains("os error"), "{what}: the OS error is named: {stderr}");
         let stderr = refused(subagents().args(["run", "hi", "--home"]).arg(&home));
         assert!(stderr.contains("os error"), "{what}: {stderr}");
+    }
+}
+
+#[test]
+fn out_and_trace_naming_one_file_or_the_tasks_file_are_refused_up_front() {
+    let scratch = tempfile::tempdir().unwrap();
+    let home = scratch.path().join("home");
+    let tasks_text = "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n";
+    let tasks = write_file(scratch.path(), "tasks.jsonl", tasks_text);
+    let hard_link = scratch.path().join("same-tasks.jsonl");
+    std::fs::hard_link(&tasks, &hard_link).unwrap();
+    let results = scratch.path().join("results.jsonl");
+    let dotted = scratch.path().join(".").join("results.jsonl");
+    let cases: Vec<(&str, &Path, &Path)> = vec![
+        ("--out and --trace", &results, &dotted),
+        ("--out is the tasks file", &tasks, &results),
+        ("--out is a hard link of the tasks file", &hard_link, &results),
+        ("--trace is the tasks file", &results, &tasks),
+    ];
+    for (what, out, trace) in cases {
+        let _ = std::fs::remove_file(&results);
+        let stderr = refused(
+            subagents()
+                .args(["fanout", "--provider", "mock"])
+                .arg(&tasks)
+                .arg("--out")
+                .arg(out)
+                .arg("--trace")
+                .arg(trace)
+                .arg("--home")
+                .arg(&home),
+        );
+        assert!(stderr.contains("same file"), "{what}: {stderr}");
+        assert_eq!(std::fs::read_to_string(&tasks).unwrap(), tasks_text, "{what}: the tasks file is untouched");
+        assert!(!results.exists() || std::fs::read(&results).unwrap().is_empty(), "{what}: nothing was written");
+    }
+}
+
+#[test]
+fn an_unwritable_trace_is_refused_before_any_run() {
+    let scratch = tempfile::tempdir().unwrap();
+    let tasks = write_file(scratch.path(), "tasks.jsonl", "{\"prompt\": \"one\"}\n");
+    for trace in [scratch.path().to_path_buf(), scratch.path().join("no/such/dir/trace.json")] {
+        let stderr = refused(
+            subagents()
+                .args(["fanout", "--provider", "mock"])
+                .arg(&tasks)
+                .arg("--trace")
+                .arg(&trace)
+                .arg("--home")
+                .arg(scratch.path().join("home")),
+        );
+        assert!(stderr.contains("cannot create") && stderr.contains("os error"), "{trace:?}: {stderr}");
+        assert!(!stderr.contains("runs/s"), "{trace:?}: no batch ran: {stderr}");
     }
 }

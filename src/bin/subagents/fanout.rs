@@ -18,6 +18,7 @@ use serde_json::json;
 use subagents::{CancellationToken, Parent, StartRequest, Subagents};
 use tokio::sync::mpsc;
 
+use crate::outputs::{self, Outputs};
 use crate::setup::{cancel_on_ctrl_c, setup};
 use crate::summary::{Settled, Tally};
 use crate::tasks::{Line, Task, TaskLines};
@@ -54,21 +55,21 @@ const READ_AHEAD_LINES: usize = 64;
 type Sink = Arc<Mutex<Box<dyn Write + Send>>>;
 
 pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
+    outputs::refuse_shared(&args.tasks, args.out.as_deref(), args.trace.as_deref())?;
     let tasks_file = open_tasks(&args.tasks)?;
-    let mut sink: Box<dyn Write + Send> = match &args.out {
-        Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?,
-        )),
-        None => Box::new(std::io::stdout()),
-    };
     let setup = setup(&args.model, args.home)?;
-    if !setup.subagents.has_provider(&args.provider) {
-        let available = setup.subagents.list().join(", ");
-        setup.runtime.shutdown_blocking();
-        return Err(format!("unknown provider {:?} (available: {available})", args.provider));
-    }
-    let _ = sink.flush();
-    let sink: Sink = Arc::new(Mutex::new(sink));
+    // Refusals from here on stop the runtime first; files are created last
+    // so that a refused batch truncates nothing.
+    let opened = check_provider(&setup.subagents, &args.provider)
+        .and_then(|()| Outputs::open(args.out.as_deref(), args.trace.as_deref()));
+    let Outputs { results, trace: trace_file } = match opened {
+        Ok(outputs) => outputs,
+        Err(error) => {
+            setup.runtime.shutdown_blocking();
+            return Err(error);
+        }
+    };
+    let sink: Sink = Arc::new(Mutex::new(results));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     // clap keeps an explicit value in 1..=MAX_CONCURRENCY.
     let concurrency = args.concurrency.map_or(4 * cores, |n| n as usize);
@@ -93,10 +94,10 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
     progress.finish_and_clear();
     sink.lock().unwrap().flush().map_err(|e| format!("cannot write results: {e}"))?;
     tally.print(elapsed);
-    if let (Some(path), Some(timeline)) = (&args.trace, timeline) {
+    if let (Some(path), Some(file), Some(timeline)) = (&args.trace, trace_file, timeline) {
         let end = timeline.elapsed();
         let spans = timeline.finish();
-        write_trace(&spans, end, path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        write_trace(&spans, end, file).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         say!("trace: {} ({} runs; open it in Perfetto)", path.display(), spans.len());
     }
     let report = setup.runtime.shutdown_blocking();
@@ -104,6 +105,13 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
         return Err(format!("runs left alive after shutdown: {:?}", report.live_after));
     }
     Ok(if batch.is_cancelled() { Ended::Interrupted } else { Ended::Finished })
+}
+
+fn check_provider(subagents: &Subagents, provider: &str) -> Result<(), String> {
+    if subagents.has_provider(provider) {
+        return Ok(());
+    }
+    Err(format!("unknown provider {provider:?} (available: {})", subagents.list().join(", ")))
 }
 
 /// The tasks file, open for reading; a directory is refused here rather

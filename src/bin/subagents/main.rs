@@ -14,6 +14,7 @@
 //! keeps what finished, and exits 130.
 
 mod fanout;
+mod outputs;
 mod run;
 mod setup;
 mod summary;

@@ -2,8 +2,8 @@
 //! `fanout` trace.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -132,8 +132,10 @@ fn write_children(spans: &[Span], parent: Option<&str>, indent: &str, out: &mut 
 
 /// Writes a Chrome trace-event file (Perfetto and chrome://tracing open
 /// it): one complete event per run, on lanes so overlapping runs do not
-/// stack, with the run's provider, ids and stop reason as arguments.
-pub fn write_trace(spans: &[Span], end: Duration, path: &Path) -> std::io::Result<()> {
+/// stack, with the run's provider, ids and stop reason as arguments. The
+/// file was created before the batch, so a path that cannot be written was
+/// refused before any run.
+pub fn write_trace(spans: &[Span], end: Duration, file: File) -> std::io::Result<()> {
     let mut ordered: Vec<&Span> = spans.iter().collect();
     ordered.sort_by_key(|s| s.started);
     let mut lanes: Vec<Duration> = Vec::new();
@@ -165,7 +167,7 @@ pub fn write_trace(spans: &[Span], end: Duration, path: &Path) -> std::io::Resul
         }));
     }
     let trace = json!({"traceEvents": events, "displayTimeUnit": "ms"});
-    let mut file = std::fs::File::create(path)?;
-    file.write_all(serde_json::to_string(&trace)?.as_bytes())?;
+    let mut file = BufWriter::new(file);
+    serde_json::to_writer(&mut file, &trace)?;
     file.flush()
 }
