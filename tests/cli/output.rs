@@ -48,3 +48,20 @@ fn run_prints_answers_descriptions_and_the_tree_without_terminal_controls() {
     assert!(stdout.contains("wipe the screen") && stdout.contains("reset the terminal"), "{stdout}");
     assert_eq!(stdout.lines().filter(|l| l.contains("─ spawn ")).count(), 3, "{stdout}");
 }
+
+#[test]
+fn a_failed_runs_json_and_progress_lines_carry_the_safe_reason() {
+    let home = tempfile::tempdir().unwrap();
+    let tasks = write_file(
+        home.path(),
+        "tasks.jsonl",
+        "{\"prompt\": \"call upstream [fail]\", \"label\": \"flaky\"}\n{\"prompt\": \"fine\"}\n",
+    );
+    let output = run(subagents().arg("fanout").arg(&tasks).arg("--home").arg(home.path()));
+    let stderr = text(&output.stderr);
+    let failed = json_lines(&output.stdout).into_iter().find(|r| r["line"] == 1).expect("line 1 ran");
+    assert_eq!(failed["stop_reason"], "error");
+    assert_eq!(failed["diagnostic"]["reason"], "the scripted model failed", "{failed}");
+    let progress = stderr.lines().find(|l| l.starts_with("line 1:")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(progress.contains("error") && progress.contains("the scripted model failed"), "{progress}");
+}

@@ -15,7 +15,7 @@ use std::time::Instant;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
-use subagents::{CancellationToken, Parent, StartRequest, Subagents};
+use subagents::{CancellationToken, Parent, StartRequest, SubagentError, Subagents};
 use tokio::sync::mpsc;
 
 use crate::outputs::{self, Outputs};
@@ -230,7 +230,8 @@ impl Batch {
         request.persona = task.persona;
         request.output_schema = task.output_schema;
         request.max_depth = task.max_depth;
-        let (record, reason) = match self.subagents.start(&self.provider, request).await {
+        // `detail` says why a run failed, in the library's fixed wording.
+        let (record, outcome, detail) = match self.subagents.start(&self.provider, request).await {
             Ok(run) => {
                 let result = run.result().await;
                 let disposed = run.dispose().await;
@@ -250,17 +251,23 @@ impl Batch {
                         if let Err(error) = disposed {
                             record["dispose_error"] = json!(error.to_string());
                         }
-                        (record, result.stop_reason.to_string())
+                        let detail = result.diagnostic.and_then(|d| d.reason);
+                        (record, result.stop_reason.to_string(), detail)
                     }
                     Err(error) => {
-                        (json!({"line": line, "label": task.label, "error": error.to_string()}), "error".into())
+                        let record = json!({"line": line, "label": task.label, "error": error.to_string()});
+                        (record, "error".to_owned(), Some(error.to_string()))
                     }
                 }
             }
-            Err(error) => (
-                json!({"line": line, "label": task.label, "error": error.to_string(), "code": error.code()}),
-                format!("rejected ({})", error.code()),
-            ),
+            Err(error) => {
+                let mut record =
+                    json!({"line": line, "label": task.label, "error": error.to_string(), "code": error.code()});
+                if let SubagentError::StartupFailed { diagnostic, .. } = &error {
+                    record["diagnostic"] = json!(diagnostic);
+                }
+                (record, format!("rejected ({})", error.code()), Some(error.to_string()))
+            }
         };
         let latency = began.elapsed();
         {
@@ -270,10 +277,11 @@ impl Batch {
         }
         if self.progress.is_hidden() {
             let label = task.label.as_deref().unwrap_or("task");
-            say!("line {line}: {label}: {reason} ({:.1} ms)", latency.as_secs_f64() * 1e3);
+            let detail = detail.map(|d| format!(": {d}")).unwrap_or_default();
+            say!("line {line}: {label}: {outcome}{detail} ({:.1} ms)", latency.as_secs_f64() * 1e3);
         } else {
             self.progress.inc(1);
         }
-        Some(Settled { latency, outcome: reason })
+        Some(Settled { latency, outcome })
     }
 }
