@@ -4,9 +4,9 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::subagents;
+use super::{run, subagents, text, write_file};
 
 /// `n` mock-sized task lines.
 fn many_tasks(dir: &Path, name: &str, n: usize) -> std::path::PathBuf {
@@ -59,4 +59,62 @@ fn fanout_memory_follows_the_concurrency_not_the_number_of_tasks() {
     // allocator noise, nothing like the 5 KB per run a kept record costs.
     let grown = many.saturating_sub(few);
     assert!(grown < 12 * 1024, "peak RSS grew {grown} KiB from 5,000 to 50,000 tasks ({few} → {many} KiB)");
+}
+
+#[test]
+fn ctrl_c_during_run_exits_130_and_leaves_a_whole_session() {
+    let home = tempfile::tempdir().unwrap();
+    // `[slow]` holds the parent's turn open for a minute, cancellably.
+    let mut child = subagents()
+        .args(["run", "think it over [slow]", "--home"])
+        .arg(home.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sessions = home.path().join("sessions");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let has_a_turn = || {
+        let Ok(entries) = std::fs::read_dir(&sessions) else { return false };
+        entries.flatten().any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.lines().count() >= 2))
+    };
+    while !has_a_turn() {
+        assert!(Instant::now() < deadline, "the parent never started its turn");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let interrupted = Instant::now();
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let output = loop {
+        if child.try_wait().unwrap().is_some() {
+            break child.wait_with_output().unwrap();
+        }
+        assert!(interrupted.elapsed() < Duration::from_secs(10), "run did not exit promptly");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(output.status.code(), Some(130), "{}", text(&output.stderr));
+    let files: Vec<_> = std::fs::read_dir(&sessions).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let store = subagents::agent::SessionStore::new(home.path());
+    let id = files[0].file_stem().unwrap().to_str().unwrap();
+    let loaded = store.load(id).expect("the session loads");
+    assert!(!loaded.torn, "no torn line");
+    let written = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(written.ends_with('\n') && written.contains("turn_end"), "the turn's end was kept: {written}");
+}
+
+#[test]
+fn exit_codes_say_whether_every_task_completed() {
+    let home = tempfile::tempdir().unwrap();
+    let code = |command: &mut Command| {
+        let output = run(command.arg("--home").arg(home.path()));
+        output.status.code()
+    };
+    let all_complete = write_file(home.path(), "fine.jsonl", "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n");
+    let one_fails = write_file(home.path(), "fails.jsonl", "{\"prompt\": \"one\"}\n{\"prompt\": \"two [fail]\"}\n");
+    let one_refused = write_file(home.path(), "refused.jsonl", "{\"prompt\": \"no [refuse]\"}\n");
+    assert_eq!(code(subagents().arg("fanout").arg(&all_complete)), Some(0));
+    assert_eq!(code(subagents().arg("fanout").arg(&one_fails)), Some(1));
+    assert_eq!(code(subagents().arg("fanout").arg(&one_refused)), Some(1));
+    assert_eq!(code(subagents().args(["run", "hello"])), Some(0));
+    assert_eq!(code(subagents().args(["run", "hello [fail]"])), Some(1));
 }

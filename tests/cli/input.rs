@@ -56,6 +56,7 @@ fn bad_utf8_non_object_json_and_overlong_lines_are_skipped_and_the_rest_runs() {
         .arg("--home")
         .arg(home.path()));
     let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "a skipped task is a task not done: {stderr}");
     for line in 2..=5 {
         assert!(stderr.contains(&format!("tasks.jsonl:{line}: skipped")), "line {line}: {stderr}");
     }

@@ -1,6 +1,9 @@
 //! What the binary prints: no terminal controls from tasks, models or
 //! children; a failed run's safe reason; the library's warnings.
 
+use std::io::{Read, Write};
+use std::net::TcpListener;
+
 use super::{json_lines, run, subagents, text, write_file};
 
 /// Labels that would retitle the window, clear the screen, or open a CSI
@@ -11,6 +14,43 @@ const HOSTILE_LABELS: [&str; 3] = ["a\u{1b}]0;pwned\u{7}b", "c\u{1b}[2Jd", "e\u{
 fn assert_printable(what: &str, text: &str) {
     let found: Vec<char> = text.chars().filter(|c| c.is_control() && !matches!(c, '\n' | '\t')).collect();
     assert!(found.is_empty(), "{what} carries control characters {found:?}: {text:?}");
+}
+
+/// A loopback OpenAI-compatible endpoint answering every request with
+/// `status` and `body`; its base URL.
+fn endpoint_answering(status: &'static str, body: &'static str) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut socket in listener.incoming().flatten() {
+            // Headers, then the body its length announces; the reachability
+            // probe connects and sends nothing.
+            let mut request = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let complete = loop {
+                let Ok(read @ 1..) = socket.read(&mut chunk) else { break false };
+                request.extend_from_slice(&chunk[..read]);
+                let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
+                let head = String::from_utf8_lossy(&request[..end]).to_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if request.len() >= end + 4 + length {
+                    break true;
+                }
+            };
+            if complete {
+                let reply = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(reply.as_bytes());
+            }
+        }
+    });
+    base_url
 }
 
 #[test]
@@ -64,4 +104,33 @@ fn a_failed_runs_json_and_progress_lines_carry_the_safe_reason() {
     assert_eq!(failed["diagnostic"]["reason"], "the scripted model failed", "{failed}");
     let progress = stderr.lines().find(|l| l.starts_with("line 1:")).unwrap_or_else(|| panic!("{stderr}"));
     assert!(progress.contains("error") && progress.contains("the scripted model failed"), "{progress}");
+}
+
+#[test]
+fn an_endpoint_answering_404_is_the_reason_and_its_body_prints_without_controls() {
+    let home = tempfile::tempdir().unwrap();
+    let base_url = endpoint_answering("404 Not Found", "{\"error\": \"\u{1b}]0;pwned\u{7} no such model\"}");
+    let tasks = write_file(home.path(), "tasks.jsonl", "{\"prompt\": \"hello\"}\n");
+    let output = run(subagents()
+        .args(["fanout", "--model", "openai:nope"])
+        .arg(&tasks)
+        .arg("--home")
+        .arg(home.path())
+        .env("SUBAGENTS_BASE_URL", &base_url));
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let results = json_lines(&output.stdout);
+    assert_eq!(results[0]["diagnostic"]["reason"], "the model endpoint answered 404", "{results:?}");
+    assert!(stderr.contains("the model endpoint answered 404"), "{stderr}");
+
+    // `run` prints the turn's whole error, the endpoint's words included.
+    let output = run(subagents()
+        .args(["run", "hello", "--model", "openai:nope", "--home"])
+        .arg(home.path())
+        .env("SUBAGENTS_BASE_URL", &base_url));
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("404") && stderr.contains("no such model"), "{stderr}");
+    assert_printable("stderr", &stderr);
+    assert_printable("stdout", &text(&output.stdout));
 }

@@ -15,7 +15,7 @@ use std::time::Instant;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
-use subagents::{CancellationToken, Parent, StartRequest, SubagentError, Subagents};
+use subagents::{CancellationToken, Parent, StartRequest, StopReason, SubagentError, Subagents};
 use tokio::sync::mpsc;
 
 use crate::outputs::{self, Outputs};
@@ -24,6 +24,7 @@ use crate::summary::{Settled, Tally};
 use crate::tasks::{Line, Task, TaskLines};
 use crate::terminal::say;
 use crate::timeline::{write_trace, Timeline};
+use crate::Ended;
 
 /// The most runs a batch keeps in flight: more than one machine serves,
 /// and a bound, so that a slip of the keyboard is a usage error.
@@ -38,12 +39,6 @@ pub struct FanoutArgs {
     pub model: String,
     pub trace: Option<PathBuf>,
     pub home: Option<PathBuf>,
-}
-
-/// How a batch ended.
-pub enum Ended {
-    Finished,
-    Interrupted,
 }
 
 /// Task lines read ahead of the runs: enough that a run never waits for
@@ -92,19 +87,35 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
     let tally = setup.runtime.block_on(batch_run.run_all(lines, concurrency));
     let elapsed = started.elapsed();
     progress.finish_and_clear();
-    sink.lock().unwrap().flush().map_err(|e| format!("cannot write results: {e}"))?;
+    // Runs have started: a failure from here on is reported and makes the
+    // batch incomplete (exit 1), never a usage error.
+    let mut all_done = tally.all_done();
+    if let Err(error) = sink.lock().unwrap().flush() {
+        say!("subagents: cannot write results: {error}");
+        all_done = false;
+    }
     tally.print(elapsed);
     if let (Some(path), Some(file), Some(timeline)) = (&args.trace, trace_file, timeline) {
         let end = timeline.elapsed();
         let spans = timeline.finish();
-        write_trace(&spans, end, file).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        say!("trace: {} ({} runs; open it in Perfetto)", path.display(), spans.len());
+        match write_trace(&spans, end, file) {
+            Ok(()) => say!("trace: {} ({} runs; open it in Perfetto)", path.display(), spans.len()),
+            Err(error) => {
+                say!("subagents: cannot write {}: {error}", path.display());
+                all_done = false;
+            }
+        }
     }
     let report = setup.runtime.shutdown_blocking();
     if !report.live_after.is_quiescent() {
-        return Err(format!("runs left alive after shutdown: {:?}", report.live_after));
+        say!("subagents: runs left alive after shutdown: {:?}", report.live_after);
+        all_done = false;
     }
-    Ok(if batch.is_cancelled() { Ended::Interrupted } else { Ended::Finished })
+    Ok(match (batch.is_cancelled(), all_done) {
+        (true, _) => Ended::Interrupted,
+        (false, true) => Ended::Completed,
+        (false, false) => Ended::Incomplete,
+    })
 }
 
 fn check_provider(subagents: &Subagents, provider: &str) -> Result<(), String> {
@@ -208,6 +219,7 @@ impl Batch {
                     }
                     Some(Err(error)) => {
                         say!("subagents: cannot read {}: {error}", self.tasks_path.display());
+                        tally.unread = true;
                         reading = false;
                     }
                     None => reading = false,
@@ -231,6 +243,7 @@ impl Batch {
         request.output_schema = task.output_schema;
         request.max_depth = task.max_depth;
         // `detail` says why a run failed, in the library's fixed wording.
+        let mut completed = false;
         let (record, outcome, detail) = match self.subagents.start(&self.provider, request).await {
             Ok(run) => {
                 let result = run.result().await;
@@ -251,6 +264,7 @@ impl Batch {
                         if let Err(error) = disposed {
                             record["dispose_error"] = json!(error.to_string());
                         }
+                        completed = result.stop_reason == StopReason::Completed;
                         let detail = result.diagnostic.and_then(|d| d.reason);
                         (record, result.stop_reason.to_string(), detail)
                     }
@@ -282,6 +296,6 @@ impl Batch {
         } else {
             self.progress.inc(1);
         }
-        Some(Settled { latency, outcome })
+        Some(Settled { latency, completed, outcome })
     }
 }

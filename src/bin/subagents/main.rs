@@ -9,9 +9,24 @@
 //!
 //! `--model scripted` (the default) needs no key and no network;
 //! `--model openai:NAME` talks to an OpenAI-compatible endpoint configured by
-//! `SUBAGENTS_BASE_URL` and `SUBAGENTS_API_KEY`. Bad input is a one-line
-//! error and exit code 2; Ctrl-C cancels every run, waits for quiescence,
-//! keeps what finished, and exits 130.
+//! `SUBAGENTS_BASE_URL` and `SUBAGENTS_API_KEY`.
+//!
+//! # Exit codes
+//!
+//! `run` and `fanout` answer the same question, "did all the work get
+//! done?", the same way ([`Ended`]):
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | every run completed (stop reason `completed`) |
+//! | 1 | some work did not complete: a run stopped otherwise (error, refusal, max-tokens, a rejected start), a task line was skipped or the tasks file could not be read to its end, or results, the trace or shutdown failed after runs began |
+//! | 2 | usage or bad input found before any run started: a flag out of range, a missing tasks file, an unknown provider or model, an unreachable endpoint, a home that is not a writable directory, `--out`/`--trace` naming one file or the tasks file or not creatable; one line on stderr |
+//! | 130 | interrupted: the first Ctrl-C cancels every run, waits for quiescence, keeps what finished (result lines, sessions) and exits 130; a second Ctrl-C exits 130 at once |
+//!
+//! # Output
+//!
+//! JSON result lines go to stdout (or `--out`) as written. Everything meant
+//! for a person goes through [`terminal`], which strips control characters.
 
 mod fanout;
 mod outputs;
@@ -96,10 +111,33 @@ enum Command {
     },
 }
 
+/// How a command that started work ended. A refusal before any work is an
+/// `Err(message)` instead: exit 2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Every run completed.
+    Completed,
+    /// Some work did not complete.
+    Incomplete,
+    /// Ctrl-C cancelled the work.
+    Interrupted,
+}
+
+impl Ended {
+    fn exit_code(self) -> ExitCode {
+        match self {
+            Ended::Completed => ExitCode::SUCCESS,
+            Ended::Incomplete => ExitCode::from(1),
+            Ended::Interrupted => ExitCode::from(130),
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let outcome = match Cli::parse().command {
-        Command::Run { prompt, provider, model, home } => run::run(run::RunArgs { prompt, provider, model, home })
-            .map(|completed| if completed { ExitCode::SUCCESS } else { ExitCode::from(1) }),
+        Command::Run { prompt, provider, model, home } => {
+            run::run(run::RunArgs { prompt, provider, model, home }).map(Ended::exit_code)
+        }
         Command::Acp { home, model, approve } => {
             let options = subagents::providers::acp::agent::AcpServeOptions { home, model, approve };
             subagents::providers::acp::agent::serve_acp(options).map(|()| ExitCode::SUCCESS)
@@ -110,10 +148,7 @@ fn main() -> ExitCode {
         }
         Command::Fanout { tasks, concurrency, max_line_bytes, out, provider, model, trace, home } => {
             let args = fanout::FanoutArgs { tasks, concurrency, max_line_bytes, out, provider, model, trace, home };
-            fanout::fanout(args).map(|ended| match ended {
-                fanout::Ended::Finished => ExitCode::SUCCESS,
-                fanout::Ended::Interrupted => ExitCode::from(130),
-            })
+            fanout::fanout(args).map(Ended::exit_code)
         }
     };
     outcome.unwrap_or_else(|message| {

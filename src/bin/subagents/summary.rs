@@ -22,6 +22,8 @@ use crate::terminal;
 /// One finished run, as the batch counts it.
 pub struct Settled {
     pub latency: Duration,
+    /// Whether it stopped `completed`.
+    pub completed: bool,
     /// The stop reason, `error`, or `rejected (CODE)`: the summary's rows.
     pub outcome: String,
 }
@@ -33,14 +35,24 @@ pub struct Tally {
     per_outcome: BTreeMap<String, usize>,
     latencies: Latencies,
     runs: usize,
+    incomplete: usize,
+    /// Task lines skipped as malformed.
     pub skipped: usize,
+    /// The tasks file failed before its end.
+    pub unread: bool,
 }
 
 impl Tally {
     pub fn add(&mut self, settled: Settled) {
         self.runs += 1;
+        self.incomplete += usize::from(!settled.completed);
         self.latencies.record(settled.latency);
         *self.per_outcome.entry(settled.outcome).or_default() += 1;
+    }
+
+    /// Every task of the file ran and completed.
+    pub fn all_done(&self) -> bool {
+        self.incomplete == 0 && self.skipped == 0 && !self.unread
     }
 
     /// Prints the summary on stderr.
