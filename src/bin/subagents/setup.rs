@@ -107,17 +107,26 @@ pub fn toolset(subagents: &Subagents, tasks: &TaskService, provider: &str) -> To
     tools
 }
 
-/// Trips `token` on the first Ctrl-C; a second one exits at once.
+/// Trips `token` on the first Ctrl-C; a second one exits 130 at once.
+///
+/// The handler is registered before this returns, so a Ctrl-C that lands
+/// while the work is being set up cancels it rather than killing the
+/// process mid-write.
 pub fn cancel_on_ctrl_c(token: subagents::CancellationToken) {
+    let Ok(signals) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+    let interrupts = {
+        let _context = signals.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+    };
+    let Ok(mut interrupts) = interrupts else { return };
     std::thread::spawn(move || {
-        let Ok(signals) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
         signals.block_on(async {
-            if tokio::signal::ctrl_c().await.is_err() {
+            if interrupts.recv().await.is_none() {
                 return;
             }
             eprintln!("\nsubagents: interrupted: cancelling every run (Ctrl-C again to quit at once)");
             token.cancel();
-            if tokio::signal::ctrl_c().await.is_ok() {
+            if interrupts.recv().await.is_some() {
                 std::process::exit(130);
             }
         });
