@@ -134,3 +134,31 @@ fn an_endpoint_answering_404_is_the_reason_and_its_body_prints_without_controls(
     assert_printable("stderr", &stderr);
     assert_printable("stdout", &text(&output.stdout));
 }
+
+#[test]
+fn library_warnings_reach_stderr_and_rust_log_off_silences_them() {
+    let home = tempfile::tempdir().unwrap();
+    // The home passes its check, but the session store inside it cannot
+    // make its directory: each child start fails with a warning.
+    write_file(home.path(), "sessions", "not a directory");
+    let tasks = write_file(home.path(), "tasks.jsonl", "{\"prompt\": \"one\"}\n");
+    let fanout = |rust_log: Option<&str>| {
+        let mut command = subagents();
+        command.arg("fanout").arg(&tasks).arg("--home").arg(home.path());
+        if let Some(filter) = rust_log {
+            command.env("RUST_LOG", filter);
+        }
+        let output = run(&mut command);
+        assert_eq!(output.status.code(), Some(1), "the run did not complete");
+        text(&output.stderr)
+    };
+    let stderr = fanout(None);
+    let warning = stderr.lines().find(|l| l.contains("could not create an in-process child"));
+    let warning = warning.unwrap_or_else(|| panic!("the warning is printed: {stderr}"));
+    assert!(warning.contains("WARN") && warning.contains("os error"), "{warning}");
+    let stderr = fanout(Some("off"));
+    assert!(!stderr.contains("could not create"), "RUST_LOG=off silences it: {stderr}");
+    assert!(stderr.contains("line 1:"), "the CLI's own lines stay: {stderr}");
+    let stderr = fanout(Some("error"));
+    assert!(!stderr.contains("could not create"), "a warning is below `error`: {stderr}");
+}

@@ -26,9 +26,11 @@
 //! # Output
 //!
 //! JSON result lines go to stdout (or `--out`) as written. Everything meant
-//! for a person goes through [`terminal`], which strips control characters.
+//! for a person goes through [`terminal`], which strips control characters,
+//! and the library's warnings are logged to stderr ([`logging`], `RUST_LOG`).
 
 mod fanout;
+mod logging;
 mod outputs;
 mod run;
 mod setup;
@@ -134,7 +136,9 @@ impl Ended {
 }
 
 fn main() -> ExitCode {
-    let outcome = match Cli::parse().command {
+    let command = Cli::parse().command;
+    logging::install();
+    let outcome = match command {
         Command::Run { prompt, provider, model, home } => {
             run::run(run::RunArgs { prompt, provider, model, home }).map(Ended::exit_code)
         }
