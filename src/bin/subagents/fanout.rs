@@ -1,172 +1,241 @@
 //! `subagents fanout TASKS.jsonl`: every task line becomes a subagent run.
+//!
+//! The file is streamed: a reader thread parses lines a few dozen ahead
+//! ([`crate::tasks`]), the batch keeps at most `--concurrency` runs in
+//! flight, and each finished run leaves only its result line (written at
+//! once) and its counts in the [`Tally`]. Memory follows the concurrency,
+//! not the length of the file.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, IsTerminal, Write};
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::{BufReader, IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde::Deserialize;
-use serde_json::{json, Value};
-use subagents::{CancellationToken, Parent, StartRequest, Subagents};
-use tokio::sync::Semaphore;
+use serde_json::json;
+use subagents::{CancellationToken, Parent, StartRequest, StopReason, SubagentError, Subagents};
+use tokio::sync::mpsc;
 
+use crate::outputs::{self, Outputs};
 use crate::setup::{cancel_on_ctrl_c, setup};
+use crate::summary::{Settled, Tally};
+use crate::tasks::{Line, Task, TaskLines};
+use crate::terminal::say;
 use crate::timeline::{write_trace, Timeline};
+use crate::Ended;
+
+/// The most runs a batch keeps in flight: more than one machine serves,
+/// and a bound, so that a slip of the keyboard is a usage error.
+pub const MAX_CONCURRENCY: i64 = 100_000;
 
 pub struct FanoutArgs {
     pub tasks: PathBuf,
-    pub concurrency: Option<usize>,
+    pub concurrency: Option<u32>,
+    pub max_line_bytes: u64,
     pub out: Option<PathBuf>,
     pub provider: String,
     pub model: String,
     pub trace: Option<PathBuf>,
     pub home: Option<PathBuf>,
+    /// Exit 1 when any run did not complete, not only when a line was lost.
+    pub strict: bool,
 }
 
-/// One task line.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Task {
-    prompt: String,
-    #[serde(default)]
-    label: Option<String>,
-    #[serde(default)]
-    persona: Option<String>,
-    #[serde(default)]
-    output_schema: Option<Value>,
-    #[serde(default)]
-    max_depth: Option<u32>,
-}
-
-/// How a batch ended.
-pub enum Ended {
-    Finished,
-    Interrupted,
-}
-
-fn read_tasks(path: &PathBuf) -> Result<Vec<(usize, Task)>, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let mut tasks = Vec::new();
-    for (index, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Task>(&line) {
-            Ok(task) => tasks.push((index + 1, task)),
-            Err(error) => eprintln!("subagents: {}:{}: skipped: {error}", path.display(), index + 1),
-        }
-    }
-    Ok(tasks)
-}
-
-/// What the batch reports per run.
-struct Settled {
-    latency: Duration,
-    reason: String,
-}
+/// Task lines read ahead of the runs: enough that a run never waits for
+/// the file, few enough that a file of long lines costs little.
+const READ_AHEAD_LINES: usize = 64;
 
 /// Results go out as they settle, so an interrupted batch still leaves a
 /// valid file of what finished.
 type Sink = Arc<Mutex<Box<dyn Write + Send>>>;
 
 pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
-    let tasks = read_tasks(&args.tasks)?;
-    let mut sink: Box<dyn Write + Send> = match &args.out {
-        Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?,
-        )),
-        None => Box::new(std::io::stdout()),
-    };
+    outputs::refuse_shared(&args.tasks, args.out.as_deref(), args.trace.as_deref())?;
+    let tasks_file = open_tasks(&args.tasks)?;
     let setup = setup(&args.model, args.home)?;
-    if !setup.subagents.has_provider(&args.provider) {
-        let available = setup.subagents.list().join(", ");
-        setup.runtime.shutdown_blocking();
-        return Err(format!("unknown provider {:?} (available: {available})", args.provider));
-    }
-    let _ = sink.flush();
-    let sink: Sink = Arc::new(Mutex::new(sink));
+    // Refusals from here on stop the runtime first; files are created last
+    // so that a refused batch truncates nothing.
+    let opened = check_provider(&setup.subagents, &args.provider)
+        .and_then(|()| Outputs::open(args.out.as_deref(), args.trace.as_deref()));
+    let Outputs { results, trace: trace_file } = match opened {
+        Ok(outputs) => outputs,
+        Err(error) => {
+            setup.runtime.shutdown_blocking();
+            return Err(error);
+        }
+    };
+    let sink: Sink = Arc::new(Mutex::new(results));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let concurrency = args.concurrency.unwrap_or(4 * cores).max(1);
+    // clap keeps an explicit value in 1..=MAX_CONCURRENCY.
+    let concurrency = args.concurrency.map_or(4 * cores, |n| n as usize);
     let batch = CancellationToken::new();
     cancel_on_ctrl_c(batch.clone());
-    let progress = progress_bar(tasks.len());
+    let progress = progress_bar(&args.tasks);
     // Events are built only when someone listens: record them for a trace.
     let timeline = args.trace.is_some().then(|| Timeline::record(&setup.subagents));
     let started = Instant::now();
+    let lines = read_ahead(TaskLines::new(BufReader::new(tasks_file), args.max_line_bytes));
     let batch_run = Batch {
         subagents: setup.subagents.clone(),
         provider: args.provider.clone(),
         cwd: setup.cwd.clone(),
+        tasks_path: args.tasks.clone(),
         batch: batch.clone(),
         sink: sink.clone(),
         progress: progress.clone(),
     };
-    let settled = setup.runtime.block_on(batch_run.run_all(tasks, concurrency));
+    let tally = setup.runtime.block_on(batch_run.run_all(lines, concurrency));
     let elapsed = started.elapsed();
     progress.finish_and_clear();
-    sink.lock().unwrap().flush().map_err(|e| format!("cannot write results: {e}"))?;
-    summary(&settled, elapsed);
-    if let (Some(path), Some(timeline)) = (&args.trace, timeline) {
+    // Runs have started: a failure from here on is reported and makes the
+    // batch incomplete (exit 1), never a usage error.
+    // A run's stop reason is data (its result line, the summary); only
+    // `--strict` makes a run that did not complete fail the batch.
+    let mut all_done = tally.all_ran() && (!args.strict || tally.all_completed());
+    if let Err(error) = sink.lock().unwrap().flush() {
+        say!("subagents: cannot write results: {error}");
+        all_done = false;
+    }
+    tally.print(elapsed);
+    if let (Some(path), Some(file), Some(timeline)) = (&args.trace, trace_file, timeline) {
         let end = timeline.elapsed();
         let spans = timeline.finish();
-        write_trace(&spans, end, path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        eprintln!("trace: {} ({} runs; open it in Perfetto)", path.display(), spans.len());
+        match write_trace(&spans, end, file) {
+            Ok(()) => say!("trace: {} ({} runs; open it in Perfetto)", path.display(), spans.len()),
+            Err(error) => {
+                say!("subagents: cannot write {}: {error}", path.display());
+                all_done = false;
+            }
+        }
     }
     let report = setup.runtime.shutdown_blocking();
     if !report.live_after.is_quiescent() {
-        return Err(format!("runs left alive after shutdown: {:?}", report.live_after));
+        say!("subagents: runs left alive after shutdown: {:?}", report.live_after);
+        all_done = false;
     }
-    Ok(if batch.is_cancelled() { Ended::Interrupted } else { Ended::Finished })
+    Ok(match (batch.is_cancelled(), all_done) {
+        (true, _) => Ended::Interrupted,
+        (false, true) => Ended::Completed,
+        (false, false) => Ended::Incomplete,
+    })
 }
 
-fn progress_bar(total: usize) -> ProgressBar {
+fn check_provider(subagents: &Subagents, provider: &str) -> Result<(), String> {
+    if subagents.has_provider(provider) {
+        return Ok(());
+    }
+    Err(format!("unknown provider {provider:?} (available: {})", subagents.list().join(", ")))
+}
+
+/// The tasks file, open for reading; a directory is refused here rather
+/// than at its first read, after runs began.
+fn open_tasks(path: &Path) -> Result<File, String> {
+    let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    match file.metadata() {
+        Ok(metadata) if metadata.is_dir() => Err(format!("cannot read {}: it is a directory", path.display())),
+        Ok(_) => Ok(file),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// Reads `lines` on a thread of its own, at most [`READ_AHEAD_LINES`]
+/// ahead: a slow pipe never stalls the runtime, and the file is never held
+/// whole. The thread ends at the end of the file or when the batch stops
+/// listening.
+fn read_ahead(lines: TaskLines<BufReader<File>>) -> mpsc::Receiver<std::io::Result<Line>> {
+    let (sender, receiver) = mpsc::channel(READ_AHEAD_LINES);
+    std::thread::spawn(move || {
+        for line in lines {
+            if sender.blocking_send(line).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// A bar on a terminal, sized by the file's line count when the file can
+/// be read twice; hidden otherwise (plain lines are printed instead).
+fn progress_bar(tasks: &Path) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
-    let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
-    if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} runs settled, {per_sec} {msg}") {
+    let bar = ProgressBar::with_draw_target(count_lines(tasks), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} tasks done, {per_sec} {msg}") {
         bar.set_style(style);
     }
     bar
+}
+
+/// The lines in a regular file (a pipe cannot be read twice), counted in
+/// constant memory.
+fn count_lines(path: &Path) -> Option<u64> {
+    let mut file = File::open(path).ok().filter(|f| f.metadata().is_ok_and(|m| m.is_file()))?;
+    let (mut buffer, mut lines, mut last) = (vec![0u8; 64 * 1024], 0u64, b'\n');
+    loop {
+        match std::io::Read::read(&mut file, &mut buffer) {
+            Ok(0) => return Some(lines + u64::from(last != b'\n')),
+            Ok(read) => {
+                lines += buffer[..read].iter().filter(|&&b| b == b'\n').count() as u64;
+                last = buffer[read - 1];
+            }
+            Err(_) => return None,
+        }
+    }
 }
 
 struct Batch {
     subagents: Subagents,
     provider: String,
     cwd: PathBuf,
+    tasks_path: PathBuf,
     batch: CancellationToken,
     sink: Sink,
     progress: ProgressBar,
 }
 
 impl Batch {
-    async fn run_all(self, tasks: Vec<(usize, Task)>, concurrency: usize) -> Vec<Settled> {
-        let this = Arc::new(self);
-        let permits = Arc::new(Semaphore::new(concurrency));
-        let mut handles = Vec::with_capacity(tasks.len());
-        for (line, task) in tasks {
-            let permit = tokio::select! {
-                permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-                _ = this.batch.cancelled() => break,
-            };
-            let this = this.clone();
-            handles.push(actix::spawn(async move {
-                let _permit = permit;
-                this.run_one(line, task).await
-            }));
-        }
-        let mut settled = Vec::with_capacity(handles.len());
-        for handle in handles {
-            if let Ok(Some(one)) = handle.await {
-                settled.push(one);
+    /// Runs every task `lines` yields, at most `concurrency` at once. Only
+    /// the runs in flight are held; a finished run leaves its counts in the
+    /// tally and nothing else.
+    async fn run_all(self, mut lines: mpsc::Receiver<std::io::Result<Line>>, concurrency: usize) -> Tally {
+        let mut tally = Tally::default();
+        let mut in_flight = FuturesUnordered::new();
+        let mut reading = true;
+        loop {
+            tokio::select! {
+                // Finished runs first: they make room for the next line.
+                biased;
+                Some(settled) = in_flight.next(), if !in_flight.is_empty() => {
+                    if let Some(settled) = settled {
+                        tally.add(settled);
+                    }
+                }
+                () = self.batch.cancelled(), if reading => reading = false,
+                line = lines.recv(), if reading && in_flight.len() < concurrency => match line {
+                    Some(Ok(Line::Task { number, task })) => in_flight.push(self.run_one(number, task)),
+                    Some(Ok(Line::Skipped { number, why })) => {
+                        say!("subagents: {}:{number}: skipped: {why}", self.tasks_path.display());
+                        tally.skipped += 1;
+                        self.progress.inc(1);
+                    }
+                    Some(Err(error)) => {
+                        say!("subagents: cannot read {}: {error}", self.tasks_path.display());
+                        tally.unread = true;
+                        reading = false;
+                    }
+                    None => reading = false,
+                },
+                else => break,
             }
         }
-        settled
+        tally
     }
 
+    /// Runs one task and writes its result line; `None` when the batch was
+    /// cancelled before it started.
     async fn run_one(&self, line: usize, task: Task) -> Option<Settled> {
         if self.batch.is_cancelled() {
             return None;
@@ -177,7 +246,9 @@ impl Batch {
         request.persona = task.persona;
         request.output_schema = task.output_schema;
         request.max_depth = task.max_depth;
-        let (record, reason) = match self.subagents.start(&self.provider, request).await {
+        // `detail` says why a run failed, in the library's fixed wording.
+        let mut completed = false;
+        let (record, outcome, detail) = match self.subagents.start(&self.provider, request).await {
             Ok(run) => {
                 let result = run.result().await;
                 let disposed = run.dispose().await;
@@ -197,17 +268,24 @@ impl Batch {
                         if let Err(error) = disposed {
                             record["dispose_error"] = json!(error.to_string());
                         }
-                        (record, result.stop_reason.to_string())
+                        completed = result.stop_reason == StopReason::Completed;
+                        let detail = result.diagnostic.and_then(|d| d.reason);
+                        (record, result.stop_reason.to_string(), detail)
                     }
                     Err(error) => {
-                        (json!({"line": line, "label": task.label, "error": error.to_string()}), "error".into())
+                        let record = json!({"line": line, "label": task.label, "error": error.to_string()});
+                        (record, "error".to_owned(), Some(error.to_string()))
                     }
                 }
             }
-            Err(error) => (
-                json!({"line": line, "label": task.label, "error": error.to_string(), "code": error.code()}),
-                format!("rejected ({})", error.code()),
-            ),
+            Err(error) => {
+                let mut record =
+                    json!({"line": line, "label": task.label, "error": error.to_string(), "code": error.code()});
+                if let SubagentError::StartupFailed { diagnostic, .. } = &error {
+                    record["diagnostic"] = json!(diagnostic);
+                }
+                (record, format!("rejected ({})", error.code()), Some(error.to_string()))
+            }
         };
         let latency = began.elapsed();
         {
@@ -217,33 +295,11 @@ impl Batch {
         }
         if self.progress.is_hidden() {
             let label = task.label.as_deref().unwrap_or("task");
-            eprintln!("line {line}: {label}: {reason} ({:.1} ms)", latency.as_secs_f64() * 1e3);
+            let detail = detail.map(|d| format!(": {d}")).unwrap_or_default();
+            say!("line {line}: {label}: {outcome}{detail} ({:.1} ms)", latency.as_secs_f64() * 1e3);
         } else {
             self.progress.inc(1);
         }
-        Some(Settled { latency, reason })
+        Some(Settled { latency, completed, outcome })
     }
-}
-
-fn summary(settled: &[Settled], elapsed: Duration) {
-    let mut latencies: Vec<Duration> = settled.iter().map(|s| s.latency).collect();
-    latencies.sort_unstable();
-    let percentile = |p: f64| -> Duration {
-        if latencies.is_empty() {
-            return Duration::ZERO;
-        }
-        latencies[((latencies.len() - 1) as f64 * p).round() as usize]
-    };
-    let mut per_reason = BTreeMap::<&str, usize>::new();
-    for one in settled {
-        *per_reason.entry(one.reason.as_str()).or_default() += 1;
-    }
-    let rate = settled.len() as f64 / elapsed.as_secs_f64().max(1e-9);
-    let mut out = std::io::stderr();
-    let _ = writeln!(out, "\n{} runs in {:.2?} ({rate:.0} runs/s)", settled.len(), elapsed);
-    let _ = writeln!(out, "  {:<24} {:>6}", "stop reason", "runs");
-    for (reason, count) in &per_reason {
-        let _ = writeln!(out, "  {reason:<24} {count:>6}");
-    }
-    let _ = writeln!(out, "  latency p50 {:.1?}, p99 {:.1?}", percentile(0.5), percentile(0.99));
 }

@@ -9,13 +9,38 @@
 //!
 //! `--model scripted` (the default) needs no key and no network;
 //! `--model openai:NAME` talks to an OpenAI-compatible endpoint configured by
-//! `SUBAGENTS_BASE_URL` and `SUBAGENTS_API_KEY`. Bad input is a one-line
-//! error and exit code 2; Ctrl-C cancels every run, waits for quiescence,
-//! keeps what finished, and exits 130.
+//! `SUBAGENTS_BASE_URL` and `SUBAGENTS_API_KEY`.
+//!
+//! # Exit codes
+//!
+//! `run` and `fanout` answer the same question, "was the work carried
+//! out?", the same way ([`Ended`]). For `run` the work is its one task, so
+//! a parent that did not complete is exit 1. For `fanout` the work is the
+//! batch: every task line run and its result line written; each run's
+//! stop reason is data (its result line, the summary), and `--strict` makes
+//! a run that did not complete fail the batch too.
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | the work was carried out: `run`'s parent completed; every `fanout` task ran and its result was written (with `--strict`: and completed) |
+//! | 1 | some work was not carried out: `run`'s parent stopped otherwise (error, refusal, max-tokens); a `fanout` task line was skipped or the tasks file could not be read to its end, or results, the trace or shutdown failed after runs began (with `--strict`: or a run did not complete) |
+//! | 2 | usage or bad input found before any run started: a flag out of range, a missing tasks file, an unknown provider or model, an unreachable endpoint, a home that is not a writable directory, `--out`/`--trace` naming one file or the tasks file or not creatable; one line on stderr |
+//! | 130 | interrupted: the first Ctrl-C cancels every run, waits for quiescence, keeps what finished (result lines, sessions) and exits 130; a second Ctrl-C exits 130 at once |
+//!
+//! # Output
+//!
+//! JSON result lines go to stdout (or `--out`) as written. Everything meant
+//! for a person goes through [`terminal`], which strips control characters,
+//! and the library's warnings are logged to stderr ([`logging`], `RUST_LOG`).
 
 mod fanout;
+mod logging;
+mod outputs;
 mod run;
 mod setup;
+mod summary;
+mod tasks;
+mod terminal;
 mod timeline;
 
 use std::path::PathBuf;
@@ -68,9 +93,12 @@ enum Command {
     Fanout {
         /// JSON lines: {"prompt": "...", "label"?, "persona"?, "output_schema"?, "max_depth"?}.
         tasks: PathBuf,
-        /// Most runs in flight at once (default 4 × cores).
-        #[arg(long)]
-        concurrency: Option<usize>,
+        /// Most runs in flight at once, 1 to 100000 (default 4 × cores).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=fanout::MAX_CONCURRENCY))]
+        concurrency: Option<u32>,
+        /// Longest task line read, in bytes; a longer one is reported and skipped.
+        #[arg(long, default_value_t = tasks::DEFAULT_MAX_LINE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+        max_line_bytes: u64,
         /// Write result lines here instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -86,15 +114,46 @@ enum Command {
         /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
         #[arg(long)]
         home: Option<PathBuf>,
+        /// Exit 1 when any run did not complete (default: only when a task
+        /// line could not be run or results could not be written).
+        #[arg(long)]
+        strict: bool,
     },
 }
 
+/// How a command that started work ended. A refusal before any work is an
+/// `Err(message)` instead: exit 2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Every run completed.
+    Completed,
+    /// Some work did not complete.
+    Incomplete,
+    /// Ctrl-C cancelled the work.
+    Interrupted,
+}
+
+impl Ended {
+    fn exit_code(self) -> ExitCode {
+        match self {
+            Ended::Completed => ExitCode::SUCCESS,
+            Ended::Incomplete => ExitCode::from(1),
+            Ended::Interrupted => ExitCode::from(130),
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let outcome = match Cli::parse().command {
-        Command::Run { prompt, provider, model, home } => run::run(run::RunArgs { prompt, provider, model, home })
-            .map(|completed| if completed { ExitCode::SUCCESS } else { ExitCode::from(1) }),
+    let command = Cli::parse().command;
+    logging::install(match command {
+        Command::Acp { .. } => logging::our_warnings(),
+        _ => logging::warnings(),
+    });
+    let outcome = match command {
+        Command::Run { prompt, provider, model, home } => {
+            run::run(run::RunArgs { prompt, provider, model, home }).map(Ended::exit_code)
+        }
         Command::Acp { home, model, approve } => {
-            acp_logs_to_stderr();
             let options = subagents::providers::acp::agent::AcpServeOptions { home, model, approve };
             subagents::providers::acp::agent::serve_acp(options).map(|()| ExitCode::SUCCESS)
         }
@@ -102,29 +161,14 @@ fn main() -> ExitCode {
             let options = subagents::providers::process::serve::ServeOptions { home };
             subagents::providers::process::serve::serve_stdio(options).map(|()| ExitCode::SUCCESS)
         }
-        Command::Fanout { tasks, concurrency, out, provider, model, trace, home } => {
-            let args = fanout::FanoutArgs { tasks, concurrency, out, provider, model, trace, home };
-            fanout::fanout(args).map(|ended| match ended {
-                fanout::Ended::Finished => ExitCode::SUCCESS,
-                fanout::Ended::Interrupted => ExitCode::from(130),
-            })
+        Command::Fanout { tasks, concurrency, max_line_bytes, out, provider, model, trace, home, strict } => {
+            let args =
+                fanout::FanoutArgs { tasks, concurrency, max_line_bytes, out, provider, model, trace, home, strict };
+            fanout::fanout(args).map(Ended::exit_code)
         }
     };
     outcome.unwrap_or_else(|message| {
-        eprintln!("subagents: {message}");
+        terminal::say!("subagents: {message}");
         ExitCode::from(2)
     })
-}
-
-/// stdout carries the protocol, so `subagents acp` logs to stderr: our
-/// warnings (a failed turn's diagnostic, unanswered requests at exit) and
-/// only errors of the ACP crate, which warns about every error it answers.
-fn acp_logs_to_stderr() {
-    use tracing::Level;
-    use tracing_subscriber::filter::Targets;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-
-    let targets = Targets::new().with_target("subagents", Level::WARN).with_default(Level::ERROR);
-    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).finish().with(targets).try_init();
 }

@@ -6,7 +6,9 @@ use subagents::agent::{Agent, SessionStore};
 use subagents::{CancellationToken, StopReason};
 
 use crate::setup::{cancel_on_ctrl_c, setup, toolset};
+use crate::terminal::{self, say};
 use crate::timeline::{tree, Timeline};
+use crate::Ended;
 
 pub struct RunArgs {
     pub prompt: String,
@@ -15,9 +17,10 @@ pub struct RunArgs {
     pub home: Option<PathBuf>,
 }
 
-/// Prints the answer and the tree of delegated runs; `Ok(false)` when the
-/// parent's turn did not complete.
-pub fn run(args: RunArgs) -> Result<bool, String> {
+/// Prints the answer and the tree of delegated runs. The parent's turn
+/// decides how it ended: completed, interrupted by Ctrl-C (its session is
+/// still closed whole), or anything else, which is incomplete.
+pub fn run(args: RunArgs) -> Result<Ended, String> {
     let setup = setup(&args.model, args.home)?;
     if !setup.subagents.has_provider(&args.provider) {
         let available = setup.subagents.list().join(", ");
@@ -26,37 +29,54 @@ pub fn run(args: RunArgs) -> Result<bool, String> {
     }
     let cancel = CancellationToken::new();
     cancel_on_ctrl_c(cancel.clone());
-    let parent = Agent::builder_shared(setup.model.clone())
+    let built = Agent::builder_shared(setup.model.clone())
         .store(SessionStore::new(&setup.home))
         .cwd(&setup.cwd)
         .toolset(toolset(&setup.subagents, &setup.tasks, &args.provider))
-        .cancel_token(cancel)
-        .build()
-        .map_err(|e| format!("cannot create the parent agent: {e}"))?;
+        .cancel_token(cancel.clone())
+        .build();
+    let parent = match built {
+        Ok(parent) => parent,
+        Err(error) => {
+            setup.runtime.shutdown_blocking();
+            return Err(format!("cannot create the parent agent: {error}"));
+        }
+    };
     let timeline = Timeline::record(&setup.subagents);
-    let outcome = setup.runtime.block_on({
+    let (outcome, saved) = setup.runtime.block_on({
         let parent = parent.clone();
         async move {
             let outcome = parent.prompt(args.prompt).await;
-            // Cancels and awaits any background task it left behind.
-            if let Err(error) = parent.shutdown().await {
-                eprintln!("subagents: the parent session was not saved: {error}");
-            }
-            outcome
+            // Cancels and awaits any background task it left behind, then
+            // closes the session after its last whole line.
+            let saved = parent.shutdown().await;
+            (outcome, saved)
         }
     });
     let spans = timeline.finish();
-    println!("{}", outcome.output);
+    println!("{}", terminal::text(&outcome.output));
     println!();
-    println!("parent {} ({}): {}", parent.id(), parent.model_name(), outcome.stop_reason);
+    let parent_line = format!("parent {} ({}): {}", parent.id(), parent.model_name(), outcome.stop_reason);
+    println!("{}", terminal::line(&parent_line));
     print!("{}", tree(&spans, parent.id()));
-    println!("sessions: {}", setup.home.join("sessions").display());
+    println!("{}", terminal::line(&format!("sessions: {}", setup.home.join("sessions").display())));
+    let mut all_done = outcome.stop_reason == StopReason::Completed;
     if let Some(error) = &outcome.error {
-        eprintln!("subagents: the parent's turn failed: {error}");
+        // The error may quote the model endpoint's own words.
+        say!("subagents: the parent's turn failed: {error}");
+    }
+    if let Err(error) = saved {
+        say!("subagents: the parent session was not saved: {error}");
+        all_done = false;
     }
     let report = setup.runtime.shutdown_blocking();
     if !report.live_after.is_quiescent() {
-        return Err(format!("runs left alive after shutdown: {:?}", report.live_after));
+        say!("subagents: runs left alive after shutdown: {:?}", report.live_after);
+        all_done = false;
     }
-    Ok(outcome.stop_reason == StopReason::Completed)
+    Ok(match (cancel.is_cancelled(), all_done) {
+        (true, _) => Ended::Interrupted,
+        (false, true) => Ended::Completed,
+        (false, false) => Ended::Incomplete,
+    })
 }

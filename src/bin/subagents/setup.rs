@@ -1,13 +1,15 @@
 //! What every command shares: the runtime, the model, the providers.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use subagents::agent::{ListDir, Model, ModelSpec, OpenAiConfig, OpenAiModel, ReadFile, Toolset};
+use subagents::agent::{ListDir, Model, ModelSpec, OpenAiConfig, OpenAiModel, ReadFile, SessionStore, Toolset};
 use subagents::providers::{ChildInfo, ForkProvider, MockProvider, SpawnProvider};
 use subagents::tool::{delegating_tools, shared_delegating_toolset, TaskService};
 use subagents::{Runtime, Subagents};
+
+use crate::terminal::say;
 
 /// The delegation depth children may reach.
 pub const MAX_DEPTH: u32 = 3;
@@ -48,6 +50,10 @@ pub fn setup(model_spec: &str, home: Option<PathBuf>) -> Result<Setup, String> {
     }
     let runtime = builder.build().map_err(|e| format!("cannot start the runtime: {e}"))?;
     let home = runtime.home();
+    if let Err(error) = check_home(&home) {
+        runtime.shutdown_blocking();
+        return Err(error);
+    }
     let subagents = runtime.subagents();
     let tasks = TaskService::new();
     let tools = child_tools(&subagents, &tasks);
@@ -58,6 +64,22 @@ pub fn setup(model_spec: &str, home: Option<PathBuf>) -> Result<Setup, String> {
         MockProvider::new("mock").with_reply("handled: ").with_echo_prompt().with_delay(Duration::from_millis(20));
     subagents.register_provider(mock).map_err(|e| e.to_string())?.keep();
     Ok(Setup { runtime, subagents, model, tasks, cwd, home })
+}
+
+/// Creates the home and its sessions directory if missing (private, 0700:
+/// see `SessionStore`) and proves the sessions directory writable by
+/// creating and removing a file in it. Every run writes its session there:
+/// a home that cannot take one would otherwise fail each run on its own,
+/// late, as a bare `STARTUP_FAILED`.
+fn check_home(home: &Path) -> Result<(), String> {
+    let unusable = |error: std::io::Error| format!("the home {} is not a writable directory: {error}", home.display());
+    let store = SessionStore::new(home);
+    store.prepare().map_err(unusable)?;
+    let sessions = store.dir().expect("a store under a home has a directory");
+    let probe = sessions.join(format!(".subagents-probe-{}", std::process::id()));
+    std::fs::OpenOptions::new().write(true).create_new(true).open(&probe).map_err(unusable)?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 /// Children get the built-in tools, a subagent tool on `spawn` (so they
@@ -74,7 +96,7 @@ pub fn toolset(subagents: &Subagents, tasks: &TaskService, provider: &str) -> To
     match delegating_tools(subagents, tasks, provider, MAX_DEPTH) {
         Ok(kit) => kit.into_iter().for_each(|tool| tools.add_shared(tool).expect("fresh tool set")),
         Err(error) => {
-            eprintln!("subagents: no subagent tool: {error}");
+            say!("subagents: no subagent tool: {error}");
             tools.add(ReadFile).expect("fresh tool set");
             tools.add(ListDir).expect("fresh tool set");
         }
@@ -82,17 +104,26 @@ pub fn toolset(subagents: &Subagents, tasks: &TaskService, provider: &str) -> To
     tools
 }
 
-/// Trips `token` on the first Ctrl-C; a second one exits at once.
+/// Trips `token` on the first Ctrl-C; a second one exits 130 at once.
+///
+/// The handler is registered before this returns, so a Ctrl-C that lands
+/// while the work is being set up cancels it rather than killing the
+/// process mid-write.
 pub fn cancel_on_ctrl_c(token: subagents::CancellationToken) {
+    let Ok(signals) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+    let interrupts = {
+        let _context = signals.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+    };
+    let Ok(mut interrupts) = interrupts else { return };
     std::thread::spawn(move || {
-        let Ok(signals) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
         signals.block_on(async {
-            if tokio::signal::ctrl_c().await.is_err() {
+            if interrupts.recv().await.is_none() {
                 return;
             }
             eprintln!("\nsubagents: interrupted: cancelling every run (Ctrl-C again to quit at once)");
             token.cancel();
-            if tokio::signal::ctrl_c().await.is_ok() {
+            if interrupts.recv().await.is_some() {
                 std::process::exit(130);
             }
         });

@@ -2,13 +2,15 @@
 //! `fanout` trace.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use subagents::{EventRecvError, StopReason, SubagentEvent, Subagents};
+
+use crate::terminal;
 
 #[derive(Clone, Debug)]
 pub struct Span {
@@ -101,7 +103,7 @@ fn note(spans: &Mutex<BTreeMap<u64, Span>>, origin: Instant, event: &SubagentEve
     }
 }
 
-/// The runs below `root` as an indented tree.
+/// The runs below `root` as an indented tree, ready for a terminal.
 pub fn tree(spans: &[Span], root: &str) -> String {
     let mut out = String::new();
     write_children(spans, Some(root), "", &mut out);
@@ -120,16 +122,20 @@ fn write_children(spans: &[Span], parent: Option<&str>, indent: &str, out: &mut 
             Some((ended, reason)) => format!("{reason}, {:.1} ms", (ended - span.started).as_secs_f64() * 1e3),
             None => "still running".to_owned(),
         };
-        let label = span.label.as_deref().map(|l| format!(" \"{l}\"")).unwrap_or_default();
-        out.push_str(&format!("{indent}{branch}{} {}{label}: {outcome}\n", span.provider, span.id));
+        // The label is often the model's own description of the task.
+        let label = span.label.as_deref().map(|l| format!(" \"{}\"", terminal::line(l))).unwrap_or_default();
+        let (provider, id) = (terminal::line(&span.provider), terminal::line(&span.id));
+        out.push_str(&format!("{indent}{branch}{provider} {id}{label}: {outcome}\n"));
         write_children(spans, Some(&span.id), &format!("{indent}{next}"), out);
     }
 }
 
 /// Writes a Chrome trace-event file (Perfetto and chrome://tracing open
 /// it): one complete event per run, on lanes so overlapping runs do not
-/// stack, with the run's provider, ids and stop reason as arguments.
-pub fn write_trace(spans: &[Span], end: Duration, path: &Path) -> std::io::Result<()> {
+/// stack, with the run's provider, ids and stop reason as arguments. The
+/// file was created before the batch, so a path that cannot be written was
+/// refused before any run.
+pub fn write_trace(spans: &[Span], end: Duration, file: File) -> std::io::Result<()> {
     let mut ordered: Vec<&Span> = spans.iter().collect();
     ordered.sort_by_key(|s| s.started);
     let mut lanes: Vec<Duration> = Vec::new();
@@ -161,7 +167,7 @@ pub fn write_trace(spans: &[Span], end: Duration, path: &Path) -> std::io::Resul
         }));
     }
     let trace = json!({"traceEvents": events, "displayTimeUnit": "ms"});
-    let mut file = std::fs::File::create(path)?;
-    file.write_all(serde_json::to_string(&trace)?.as_bytes())?;
+    let mut file = BufWriter::new(file);
+    serde_json::to_writer(&mut file, &trace)?;
     file.flush()
 }

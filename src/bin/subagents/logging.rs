@@ -1,0 +1,77 @@
+//! The binary's log: the library's `tracing` warnings and errors, on stderr.
+//!
+//! The library reports what it cannot return (a child that could not be
+//! created, a session line that could not be written, a listener that
+//! panicked) through `tracing`. Without a subscriber all of it was dropped;
+//! [`install`] sends it to stderr at `warn` and above.
+//!
+//! `RUST_LOG` picks the level, as a list of `target=level` directives with
+//! an optional bare default level (`tracing_subscriber`'s `Targets` syntax,
+//! chosen over `EnvFilter` so the binary carries no regex engine):
+//!
+//! ```text
+//! RUST_LOG=off                       nothing
+//! RUST_LOG=debug                     everything from debug up
+//! RUST_LOG=warn,subagents::agent=debug
+//! ```
+//!
+//! A value it cannot parse is reported once and the default kept. Lines go
+//! through [`crate::terminal`]: a logged error may quote a child or a model.
+
+use std::io::{self, Write};
+use std::str::FromStr;
+
+use tracing::Level;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+use crate::terminal;
+
+/// Warnings and errors from everywhere: the default of `run` and `fanout`.
+pub fn warnings() -> Targets {
+    Targets::new().with_default(Level::WARN)
+}
+
+/// Our warnings, and only errors from other crates: the default of
+/// `subagents acp`, whose protocol crate warns about every error reply it
+/// sends (a client's bad request is not our warning).
+pub fn our_warnings() -> Targets {
+    Targets::new().with_target("subagents", Level::WARN).with_default(Level::ERROR)
+}
+
+/// Installs the stderr log with the level `RUST_LOG` asks for, else
+/// `default`.
+pub fn install(default: Targets) {
+    let default = || default.clone();
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.trim().is_empty() => Targets::from_str(&directives).unwrap_or_else(|error| {
+            terminal::say!("subagents: RUST_LOG {directives:?} ignored ({error}); logging warnings");
+            default()
+        }),
+        _ => default(),
+    };
+    let layer = tracing_subscriber::fmt::layer().with_writer(|| TerminalStderr);
+    // Fails only when a subscriber is already set, which nothing here does.
+    let _ = tracing_subscriber::registry().with(layer).with(filter).try_init();
+}
+
+/// Stderr, each event's line with its control characters removed.
+struct TerminalStderr;
+
+impl Write for TerminalStderr {
+    /// The fmt layer writes each event as one whole line.
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let text = String::from_utf8_lossy(bytes);
+        let (body, end) = match text.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (&*text, ""),
+        };
+        write!(io::stderr().lock(), "{}{end}", terminal::line(body))?;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        io::stderr().flush()
+    }
+}

@@ -1,0 +1,209 @@
+//! The tasks file of `fanout`: one JSON object per line, read lazily.
+//!
+//! [`TaskLines`] turns any buffered reader into a stream of [`Line`]s, one
+//! per non-blank line: a [`Task`] to run, or the reason the line is skipped.
+//! A line is skipped, never fatal, when it is not UTF-8, not JSON, not a JSON
+//! object (serde would read `["prompt"]` as a struct), has unknown or
+//! mistyped fields, or is longer than the cap. An overlong line is never
+//! held: past the cap its bytes are read and dropped until its newline, so
+//! memory stays at one cap per line however the file was written.
+//!
+//! ```text
+//! {"prompt": "review the parser", "label": "parser"}   → Line::Task
+//! ["prompt"]                                            → Line::Skipped (not a JSON object)
+//! ```
+
+use std::io::{self, BufRead};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The longest line read by default (`--max-line-bytes`).
+pub const DEFAULT_MAX_LINE_BYTES: u64 = 1024 * 1024;
+
+/// One task line.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Task {
+    pub prompt: String,
+    #[serde(default)]
+    pub label: Option<String>,
+    #[serde(default)]
+    pub persona: Option<String>,
+    #[serde(default)]
+    pub output_schema: Option<Value>,
+    #[serde(default)]
+    pub max_depth: Option<u32>,
+}
+
+/// What one non-blank line of the file holds; `number` counts from 1.
+#[derive(Debug)]
+pub enum Line {
+    Task { number: usize, task: Task },
+    Skipped { number: usize, why: String },
+}
+
+/// The lines of a tasks file, each at most `max_bytes` long (newline not
+/// counted). Yields an `Err` when reading fails, and nothing after it.
+pub struct TaskLines<R> {
+    reader: R,
+    max_bytes: usize,
+    number: usize,
+    buffer: Vec<u8>,
+    failed: bool,
+}
+
+/// How a raw line ended up.
+enum Raw {
+    /// The line is in the buffer.
+    Whole,
+    /// The line was longer than the cap; its bytes were dropped.
+    Overlong,
+}
+
+impl<R: BufRead> TaskLines<R> {
+    pub fn new(reader: R, max_bytes: u64) -> Self {
+        let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        TaskLines { reader, max_bytes, number: 0, buffer: Vec::new(), failed: false }
+    }
+
+    /// Reads the next line into `self.buffer`, keeping at most `max_bytes`
+    /// of it; `None` at the end of the file.
+    fn read_raw(&mut self) -> io::Result<Option<Raw>> {
+        self.buffer.clear();
+        let (mut overlong, mut any) = (false, false);
+        loop {
+            let available = match self.reader.fill_buf() {
+                Ok(available) => available,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(error),
+            };
+            if available.is_empty() {
+                // A last line without its newline still counts.
+                return Ok(any.then_some(if overlong { Raw::Overlong } else { Raw::Whole }));
+            }
+            any = true;
+            let newline = available.iter().position(|&b| b == b'\n');
+            let chunk = &available[..newline.unwrap_or(available.len())];
+            if !overlong && self.buffer.len() + chunk.len() > self.max_bytes {
+                overlong = true;
+                self.buffer = Vec::new();
+            }
+            if !overlong {
+                self.buffer.extend_from_slice(chunk);
+            }
+            let consumed = newline.map_or(available.len(), |at| at + 1);
+            self.reader.consume(consumed);
+            if newline.is_some() {
+                return Ok(Some(if overlong { Raw::Overlong } else { Raw::Whole }));
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for TaskLines<R> {
+    type Item = io::Result<Line>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.failed {
+            let raw = match self.read_raw() {
+                Ok(raw) => raw?,
+                Err(error) => {
+                    self.failed = true;
+                    return Some(Err(error));
+                }
+            };
+            self.number += 1;
+            let number = self.number;
+            let parsed = match raw {
+                Raw::Overlong => Err(format!("longer than the {} bytes --max-line-bytes allows", self.max_bytes)),
+                Raw::Whole => parse(&self.buffer),
+            };
+            match parsed {
+                Ok(Some(task)) => return Some(Ok(Line::Task { number, task })),
+                Ok(None) => {} // a blank line
+                Err(why) => return Some(Ok(Line::Skipped { number, why })),
+            }
+        }
+        None
+    }
+}
+
+/// A task, `None` for a blank line, or why the line cannot be one.
+fn parse(bytes: &[u8]) -> Result<Option<Task>, String> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|error| format!("not UTF-8 (an invalid byte at column {})", error.valid_up_to() + 1))?;
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let value: Value = serde_json::from_str(text).map_err(|error| error.to_string())?;
+    let kind = match &value {
+        Value::Object(_) => None,
+        Value::Array(_) => Some("an array"),
+        Value::String(_) => Some("a string"),
+        Value::Number(_) => Some("a number"),
+        Value::Bool(_) => Some("a boolean"),
+        Value::Null => Some("null"),
+    };
+    if let Some(kind) = kind {
+        return Err(format!("not a JSON object but {kind}"));
+    }
+    Task::deserialize(value).map(Some).map_err(|error| error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(bytes: &[u8], max: u64) -> Vec<String> {
+        // A tiny buffer, so lines straddle refills.
+        let reader = io::BufReader::with_capacity(4, bytes);
+        TaskLines::new(reader, max)
+            .map(|line| match line.unwrap() {
+                Line::Task { number, task } => format!("{number}: {}", task.prompt),
+                Line::Skipped { number, why } => format!("{number}: skipped: {why}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tasks_come_numbered_and_blank_lines_are_passed_over() {
+        let read = lines(b"{\"prompt\": \"a\"}\n\n  \n{\"prompt\": \"b\"}", 100);
+        assert_eq!(read, ["1: a", "4: b"]);
+    }
+
+    #[test]
+    fn bad_utf8_non_objects_unknown_fields_and_long_lines_are_skipped_with_their_reason() {
+        let read = lines(
+            b"{\"prompt\": \"\xff\"}\n[\"prompt\"]\n3\n{\"prompt\": \"x\", \"extra\": 1}\n{\"prompt\": \"0123456789abcdefghij\"}\n{\"prompt\": \"ok\"}\n",
+            30,
+        );
+        assert_eq!(read.len(), 6, "{read:?}");
+        assert!(read[0].starts_with("1: skipped: not UTF-8"), "{read:?}");
+        assert_eq!(read[1], "2: skipped: not a JSON object but an array");
+        assert_eq!(read[2], "3: skipped: not a JSON object but a number");
+        assert!(read[3].starts_with("4: skipped: unknown field `extra`"), "{read:?}");
+        assert_eq!(read[4], "5: skipped: longer than the 30 bytes --max-line-bytes allows");
+        assert_eq!(read[5], "6: ok");
+    }
+
+    #[test]
+    fn a_line_exactly_at_the_cap_is_read_and_one_byte_more_is_not() {
+        let at_cap = b"{\"prompt\": \"abc\"}"; // 17 bytes
+        let read = lines(&[&at_cap[..], b"\n", &at_cap[..], b" \n"].concat(), 17);
+        assert_eq!(read, ["1: abc", "2: skipped: longer than the 17 bytes --max-line-bytes allows"]);
+    }
+
+    #[test]
+    fn a_read_error_ends_the_lines() {
+        struct Broken;
+        impl io::Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(io::Error::other("disk on fire"))
+            }
+        }
+        let mut read = TaskLines::new(io::BufReader::new(Broken), 10);
+        assert!(read.next().unwrap().is_err());
+        assert!(read.next().is_none());
+    }
+}
