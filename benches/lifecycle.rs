@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use subagents::agent::ScriptedModel;
-use subagents::providers::{MockProvider, SpawnProvider};
+use subagents::providers::{InProcessProvider, MockProvider};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
 
 async fn lifecycle_on(subagents: &Subagents, provider: &str) {
@@ -40,8 +40,8 @@ fn runtime(home: &Path) -> (Runtime, Subagents) {
     let subagents = runtime.subagents();
     subagents.register_provider(MockProvider::new("mock")).unwrap().keep();
     let model = Arc::new(ScriptedModel::new());
-    subagents.register_provider(SpawnProvider::new("spawn", model.clone())).unwrap().keep();
-    subagents.register_provider(SpawnProvider::new("spawn-in-memory", model).in_memory()).unwrap().keep();
+    subagents.register_provider(InProcessProvider::spawn("spawn", model.clone())).unwrap().keep();
+    subagents.register_provider(InProcessProvider::spawn("spawn-in-memory", model).in_memory()).unwrap().keep();
     (runtime, subagents)
 }
 

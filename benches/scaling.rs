@@ -12,7 +12,7 @@ mod support;
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use futures_util::future::join_all;
 use subagents::agent::ScriptedModel;
-use subagents::providers::{MockProvider, SpawnProvider};
+use subagents::providers::{InProcessProvider, MockProvider};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
 
 fn request(signal: CancellationToken) -> StartRequest {
@@ -34,7 +34,7 @@ fn scaling(c: &mut Criterion) {
     subagents.register_provider(MockProvider::new("mock")).unwrap().keep();
     subagents.register_provider(MockProvider::new("held").with_delay(Duration::from_secs(600))).unwrap().keep();
     let instant = Arc::new(ScriptedModel::new());
-    subagents.register_provider(SpawnProvider::new("spawn", instant).in_memory()).unwrap().keep();
+    subagents.register_provider(InProcessProvider::spawn("spawn", instant).in_memory()).unwrap().keep();
 
     let mut group = c.benchmark_group("scaling");
     group.sample_size(10);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagents::agent::ScriptedModel;
-use subagents::providers::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, SpawnProvider};
+use subagents::providers::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, InProcessProvider};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest};
 
 fn batch(seed: u64, runs: usize) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
@@ -29,7 +29,7 @@ fn batch(seed: u64, runs: usize) -> (BTreeMap<String, usize>, BTreeMap<String, u
         .rule(ChaosStage::Run, ChaosFault::Panic, 0.02)
         .rule(ChaosStage::Dispose, ChaosFault::Error, 0.05)
         .rule(ChaosStage::Progress, ChaosFault::DropProgress, 0.20);
-    let spawn = SpawnProvider::new("spawn", Arc::new(ScriptedModel::demo())).in_memory();
+    let spawn = InProcessProvider::spawn("spawn", Arc::new(ScriptedModel::demo())).in_memory();
     let chaos = ChaosProvider::new("chaos", spawn, schedule, seed);
     let log = chaos.injected_log();
     let subagents = runtime.subagents();

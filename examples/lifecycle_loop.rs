@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use subagents::agent::ScriptedModel;
-use subagents::providers::{MockProvider, SpawnProvider};
+use subagents::providers::{InProcessProvider, MockProvider};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest};
 
 fn main() {
@@ -19,8 +19,11 @@ fn main() {
     let subagents = runtime.subagents();
     let model = Arc::new(ScriptedModel::new());
     subagents.register_provider(MockProvider::new("mock")).expect("register").keep();
-    subagents.register_provider(SpawnProvider::new("spawn", model.clone())).expect("register").keep();
-    subagents.register_provider(SpawnProvider::new("spawn-in-memory", model).in_memory()).expect("register").keep();
+    subagents.register_provider(InProcessProvider::spawn("spawn", model.clone())).expect("register").keep();
+    subagents
+        .register_provider(InProcessProvider::spawn("spawn-in-memory", model).in_memory())
+        .expect("register")
+        .keep();
     let elapsed = runtime.block_on(async move {
         let began = Instant::now();
         for _ in 0..count {

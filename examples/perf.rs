@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use serde_json::{json, Value};
 use subagents::agent::{ScriptMatch, ScriptedModel, Step};
-use subagents::providers::{AcpConfig, AcpProvider, MockProvider, ProcessConfig, ProcessProvider, SpawnProvider};
+use subagents::providers::{AcpConfig, AcpProvider, InProcessProvider, MockProvider, ProcessConfig, ProcessProvider};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
 
 /// Counts the bytes currently allocated.
@@ -173,11 +173,11 @@ fn main() {
     let subagents = runtime.subagents();
     subagents.register_provider(MockProvider::new("mock")).unwrap().keep();
     let instant = Arc::new(ScriptedModel::new());
-    subagents.register_provider(SpawnProvider::new("spawn", instant.clone())).unwrap().keep();
-    subagents.register_provider(SpawnProvider::new("spawn-in-memory", instant).in_memory()).unwrap().keep();
+    subagents.register_provider(InProcessProvider::spawn("spawn", instant.clone())).unwrap().keep();
+    subagents.register_provider(InProcessProvider::spawn("spawn-in-memory", instant).in_memory()).unwrap().keep();
     subagents.register_provider(MockProvider::new("held").with_delay(Duration::from_secs(600))).unwrap().keep();
     let held = ScriptedModel::new().script(ScriptMatch::Any, vec![Step::text("late").after(Duration::from_secs(600))]);
-    subagents.register_provider(SpawnProvider::new("spawn-held", Arc::new(held)).in_memory()).unwrap().keep();
+    subagents.register_provider(InProcessProvider::spawn("spawn-held", Arc::new(held)).in_memory()).unwrap().keep();
 
     let tokio_floor = best_us(&runtime, 20_000, || async {
         let (reply, answer) = tokio::sync::oneshot::channel();

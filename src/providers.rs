@@ -24,8 +24,6 @@ pub mod spawn;
 
 pub use acp::{AcpConfig, AcpProvider, Permission};
 pub use chaos::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, Injected};
-pub use fork::ForkProvider;
 pub use in_process::{ChildInfo, InProcessProvider, ModelRoutes, ToolFactory, STRUCTURED_OUTPUT_TOOL};
 pub use mock::{Fault, FaultStage, MockEvent, MockProvider};
 pub use process::{ProcessConfig, ProcessProvider};
-pub use spawn::SpawnProvider;

@@ -8,14 +8,14 @@
 //! ```
 //! use std::sync::{Arc, OnceLock};
 //! use subagents::agent::{Agent, ScriptedModel};
-//! use subagents::providers::SpawnProvider;
+//! use subagents::providers::InProcessProvider;
 //! use subagents::tool::{SubagentTool, SubagentToolConfig, TaskService};
 //! use subagents::{Runtime, StopReason};
 //!
 //! let home = tempfile::tempdir().unwrap();
 //! let runtime = Runtime::builder().workers(1).home(home.path()).build().unwrap();
 //! let subagents = runtime.subagents();
-//! subagents.register_provider(SpawnProvider::new("spawn", Arc::new(ScriptedModel::demo()))).unwrap().keep();
+//! subagents.register_provider(InProcessProvider::spawn("spawn", Arc::new(ScriptedModel::demo()))).unwrap().keep();
 //! let tasks = TaskService::new();
 //! let tool = SubagentTool::mount(&subagents, SubagentToolConfig::new("spawn"), Some(tasks.clone())).unwrap();
 //! let mut parent = Agent::builder(ScriptedModel::demo()).cwd(home.path()).tool(tool);

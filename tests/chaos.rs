@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagents::agent::ScriptedModel;
-use subagents::providers::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, MockProvider, SpawnProvider};
+use subagents::providers::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, InProcessProvider, MockProvider};
 use subagents::{Category, ProgressUpdate, Runtime, StopReason, SubagentEvent};
 
 /// Runs `runs` lifecycles one after another; what each did.
@@ -115,7 +115,7 @@ fn progress_updates_can_be_dropped_or_duplicated() {
             Some(fault) => ChaosSchedule::new().rule(ChaosStage::Progress, fault, 1.0),
             None => ChaosSchedule::new(),
         };
-        let spawn = SpawnProvider::new("spawn", Arc::new(ScriptedModel::new())).in_memory();
+        let spawn = InProcessProvider::spawn("spawn", Arc::new(ScriptedModel::new())).in_memory();
         subagents.register_provider(ChaosProvider::new("chaos", spawn, schedule, 3)).unwrap().keep();
         let mut events = subagents.subscribe();
         let cwd = home.path().to_path_buf();

@@ -13,7 +13,7 @@ use subagents::agent::{
     Agent, FnTool, ScriptMatch, ScriptedModel, SessionEvent, SessionStore, Step, SystemPrompt, Tool, ToolContext,
     ToolOutput, ToolSpec, Toolset,
 };
-use subagents::providers::{ChildInfo, ForkProvider, InProcessProvider, ModelRoutes, SpawnProvider};
+use subagents::providers::{ChildInfo, InProcessProvider, ModelRoutes};
 use subagents::{
     AgentOptions, CancellationToken, Category, Parent, Runtime, StartRequest, StopReason, Subagents, ToolFilter,
 };
@@ -93,7 +93,7 @@ fn child_agent(run: &subagents::Run) -> Agent {
 #[test]
 fn spawn_publishes_the_session_before_start_returns() {
     let fixture = Fixture::new();
-    fixture.register(SpawnProvider::new("spawn", scripted(ScriptedModel::new())));
+    fixture.register(InProcessProvider::spawn("spawn", scripted(ScriptedModel::new())));
     let subagents = fixture.runtime.subagents();
     let parent = fixture.parent().with_session("parent-session").with_depth(2);
     let store = fixture.store();
@@ -122,7 +122,7 @@ fn the_route_is_the_parents_overridden_field_by_field_and_picks_the_model() {
     let default = scripted(ScriptedModel::new());
     let special = scripted(ScriptedModel::new().fallback(Step::text("from the special model")));
     let routes = ModelRoutes::new(default.clone()).with("special", special.clone());
-    fixture.register(SpawnProvider::new("spawn", default.clone()).with_models(routes));
+    fixture.register(InProcessProvider::spawn("spawn", default.clone()).with_models(routes));
     let subagents = fixture.runtime.subagents();
     let parent_route = AgentOptions {
         model: Some("parent-model".into()),
@@ -163,7 +163,7 @@ fn the_route_is_the_parents_overridden_field_by_field_and_picks_the_model() {
 fn a_persona_replaces_the_default_persona_section() {
     let fixture = Fixture::new();
     let model = scripted(ScriptedModel::new());
-    fixture.register(SpawnProvider::new("spawn", model.clone()));
+    fixture.register(InProcessProvider::spawn("spawn", model.clone()));
     let subagents = fixture.runtime.subagents();
     let request = fixture.request("review").with_persona("You are a meticulous security reviewer.");
     let header = fixture.runtime.block_on(async move {
@@ -190,7 +190,7 @@ fn a_filtered_tool_is_hidden_and_denied_even_when_the_model_calls_it() {
             Step::text("done"),
         ],
     ));
-    fixture.register(SpawnProvider::new("spawn", model.clone()));
+    fixture.register(InProcessProvider::spawn("spawn", model.clone()));
     let subagents = fixture.runtime.subagents();
     let request = fixture.request("look").with_tool_filter(ToolFilter::deny(["read_file"]));
     let events = fixture.runtime.block_on(async move {
@@ -266,7 +266,7 @@ fn a_depth_chain_is_refused_one_level_past_the_cap_before_the_child_exists() {
         tools.add(delegate).unwrap();
         tools
     });
-    fixture.register(SpawnProvider::new("spawn", model.clone()).with_tools(factory.clone()));
+    fixture.register(InProcessProvider::spawn("spawn", model.clone()).with_tools(factory.clone()));
     let root = Agent::builder_shared(model.clone())
         .cwd(fixture.cwd.path())
         .toolset(factory(&ChildInfo {
@@ -307,7 +307,7 @@ fn a_cancel_between_creation_and_publication_disposes_the_child_and_rejects() {
         trip.cancel();
         Toolset::new()
     });
-    fixture.register(SpawnProvider::new("spawn", scripted(ScriptedModel::new())).with_tools(factory));
+    fixture.register(InProcessProvider::spawn("spawn", scripted(ScriptedModel::new())).with_tools(factory));
     let subagents = fixture.runtime.subagents();
     let request = StartRequest::new("never runs", fixture.parent(), signal);
     let error = fixture.runtime.block_on(async move { subagents.start("spawn", request).await.unwrap_err() });
@@ -339,7 +339,7 @@ fn a_fork_taken_mid_turn_inherits_completed_turns_only_and_never_echoes_them() {
     let model = fork_parent_model();
     let refusals = Arc::new(Mutex::new(Vec::new()));
     let subagents = fixture.runtime.subagents();
-    fixture.register(ForkProvider::new("fork", model.clone()));
+    fixture.register(InProcessProvider::fork("fork", model.clone()));
     let delegate = Delegate { subagents: subagents.clone(), provider: "fork", max_depth: 3, refusals };
     let parent = Agent::builder_shared(model.clone()).cwd(fixture.cwd.path()).tool(delegate).build().unwrap();
     let parent_id = parent.id().to_owned();
@@ -381,8 +381,8 @@ fn a_fork_taken_mid_turn_inherits_completed_turns_only_and_never_echoes_them() {
 fn a_fork_of_a_parent_without_a_completed_turn_is_like_spawn_and_a_stored_parent_works_too() {
     let fixture = Fixture::new();
     let model = scripted(ScriptedModel::new());
-    fixture.register(ForkProvider::new("fork", model.clone()));
-    fixture.register(SpawnProvider::new("spawn", model.clone()));
+    fixture.register(InProcessProvider::fork("fork", model.clone()));
+    fixture.register(InProcessProvider::spawn("spawn", model.clone()));
     let subagents = fixture.runtime.subagents();
     assert!(subagents.get_provider("fork").unwrap().inherits_parent_context);
     assert!(!subagents.get_provider("spawn").unwrap().inherits_parent_context);
@@ -441,7 +441,7 @@ fn a_valid_capture_ends_the_turn_without_another_model_call() {
         ScriptMatch::Any,
         vec![Step::tool_call("structured_output", value.clone()), Step::text("must not be asked")],
     ));
-    fixture.register(SpawnProvider::new("spawn", model.clone()));
+    fixture.register(InProcessProvider::spawn("spawn", model.clone()));
     let subagents = fixture.runtime.subagents();
     let request = fixture.request("capital of Portugal").with_output_schema(city_schema());
     let (result, _, id) = fixture.runtime.block_on(async move { structured_run(&subagents, request).await });
@@ -464,7 +464,7 @@ fn invalid_arguments_are_a_tool_error_and_the_model_retries_in_turn() {
             Step::tool_call("structured_output", json!({"city": "Oslo", "population": 700000})),
         ],
     ));
-    fixture.register(SpawnProvider::new("spawn", model.clone()));
+    fixture.register(InProcessProvider::spawn("spawn", model.clone()));
     let subagents = fixture.runtime.subagents();
     let request = fixture.request("capital of Norway").with_output_schema(city_schema());
     let (result, events, id) = fixture.runtime.block_on(async move { structured_run(&subagents, request).await });
@@ -490,7 +490,7 @@ fn calls_before_the_capture_run_and_calls_after_it_are_denied() {
             ("structured_output", json!({"city": "Milan", "population": 1400000})),
         ])],
     ));
-    fixture.register(SpawnProvider::new("spawn", model.clone()));
+    fixture.register(InProcessProvider::spawn("spawn", model.clone()));
     let subagents = fixture.runtime.subagents();
     let request = fixture.request("capital of Italy").with_output_schema(city_schema());
     let (result, events, _) = fixture.runtime.block_on(async move { structured_run(&subagents, request).await });
@@ -510,8 +510,8 @@ fn a_finish_without_a_capture_is_nudged_then_settles_error() {
         vec![Step::text("here you go"), Step::tool_call("structured_output", json!({"city": "Bern", "population": 1}))],
     ));
     let never = scripted(ScriptedModel::new().fallback(Step::text("I refuse to use tools")));
-    fixture.register(SpawnProvider::new("spawn", nudged.clone()));
-    fixture.register(SpawnProvider::new("never", never.clone()).with_structured_nudge_retries(2));
+    fixture.register(InProcessProvider::spawn("spawn", nudged.clone()));
+    fixture.register(InProcessProvider::spawn("never", never.clone()).with_structured_nudge_retries(2));
     let subagents = fixture.runtime.subagents();
     let (first, second) = (
         fixture.request("nudge works").with_output_schema(city_schema()),
@@ -540,7 +540,7 @@ fn a_cancel_after_a_capture_less_finish_settles_aborted() {
         ScriptMatch::Any,
         vec![Step::text("done, no capture"), Step::text("late").after(Duration::from_secs(30))],
     ));
-    fixture.register(SpawnProvider::new("spawn", model.clone()));
+    fixture.register(InProcessProvider::spawn("spawn", model.clone()));
     let subagents = fixture.runtime.subagents();
     let request = fixture.request("work").with_output_schema(city_schema());
     let result = fixture.runtime.block_on(async move {
@@ -573,7 +573,7 @@ fn concurrent_structured_children_each_see_their_own_schema_and_plain_ones_none(
                 vec![Step::tool_call("structured_output", json!({"b": 2})).after(Duration::from_millis(30))],
             ),
     );
-    fixture.register(SpawnProvider::new("spawn", model.clone()));
+    fixture.register(InProcessProvider::spawn("spawn", model.clone()));
     let subagents = fixture.runtime.subagents();
     let a = fixture.request("child A").with_output_schema(schema_a.clone());
     let b = fixture.request("child B").with_output_schema(schema_b.clone());
@@ -616,7 +616,7 @@ fn steering_reaches_a_running_child_at_its_next_model_call() {
         ScriptedModel::new()
             .script(ScriptMatch::Any, vec![Step::tool_call("wait", json!({})).after(Duration::from_millis(50))]),
     );
-    fixture.register(SpawnProvider::new("spawn", model.clone()).with_tools(factory));
+    fixture.register(InProcessProvider::spawn("spawn", model.clone()).with_tools(factory));
     let subagents = fixture.runtime.subagents();
     let request = fixture.request("long job");
     fixture.runtime.block_on(async move {
@@ -634,7 +634,7 @@ fn steering_reaches_a_running_child_at_its_next_model_call() {
 fn a_continuation_resumes_the_same_session_at_the_same_depth() {
     let fixture = Fixture::new();
     let model = scripted(ScriptedModel::new());
-    fixture.register(SpawnProvider::new("spawn", model.clone()));
+    fixture.register(InProcessProvider::spawn("spawn", model.clone()));
     let subagents = fixture.runtime.subagents();
     let parent = fixture.parent().with_session("root").with_depth(1);
     let (first_id, second_id, second_text, depth) = fixture.runtime.block_on(async move {
@@ -664,8 +664,8 @@ fn a_continuation_resumes_the_same_session_at_the_same_depth() {
 fn spawn_and_fork_coexist_and_model_failures_settle_error_with_a_safe_diagnostic() {
     let fixture = Fixture::new();
     let failing = scripted(ScriptedModel::new().fallback(Step::error("upstream exploded with secret details")));
-    fixture.register(SpawnProvider::new("spawn", scripted(ScriptedModel::new())));
-    fixture.register(ForkProvider::new("fork", failing));
+    fixture.register(InProcessProvider::spawn("spawn", scripted(ScriptedModel::new())));
+    fixture.register(InProcessProvider::fork("fork", failing));
     let subagents = fixture.runtime.subagents();
     assert_eq!(subagents.list(), ["spawn", "fork"]);
     let (a, b) = (fixture.request("a"), fixture.request("b"));
@@ -688,7 +688,7 @@ fn spawn_and_fork_coexist_and_model_failures_settle_error_with_a_safe_diagnostic
 fn a_cancelled_child_settles_aborted_and_dispose_leaves_nothing_running() {
     let fixture = Fixture::new();
     let model = scripted(ScriptedModel::new().fallback(Step::text("late").after(Duration::from_secs(30))));
-    fixture.register(SpawnProvider::new("spawn", model).in_memory());
+    fixture.register(InProcessProvider::spawn("spawn", model).in_memory());
     let subagents = fixture.runtime.subagents();
     let signal = CancellationToken::new();
     let request = StartRequest::new("slow", fixture.parent(), signal.clone());
@@ -708,7 +708,7 @@ fn a_cancelled_child_settles_aborted_and_dispose_leaves_nothing_running() {
 fn a_continuation_keeps_the_tool_filter_and_disposes_the_previous_run() {
     let fixture = Fixture::new();
     let model = scripted(ScriptedModel::new());
-    fixture.register(SpawnProvider::new("spawn", model.clone()));
+    fixture.register(InProcessProvider::spawn("spawn", model.clone()));
     let subagents = fixture.runtime.subagents();
     let request = fixture.request("first").with_tool_filter(ToolFilter::deny(["read_file"]));
     let live_between = fixture.runtime.block_on(async move {
@@ -733,7 +733,7 @@ fn a_continuation_keeps_the_tool_filter_and_disposes_the_previous_run() {
 fn a_tool_filter_naming_a_tool_the_child_lacks_is_invalid_before_the_child_exists() {
     let fixture = Fixture::new();
     let model = scripted(ScriptedModel::new());
-    fixture.register(SpawnProvider::new("spawn", model.clone()));
+    fixture.register(InProcessProvider::spawn("spawn", model.clone()));
     let subagents = fixture.runtime.subagents();
     let (allow, deny) = (
         fixture.request("look").with_tool_filter(ToolFilter::allow(["write_file"])),

@@ -20,7 +20,7 @@ use proptest::prelude::*;
 use proptest_state_machine::{prop_state_machine, ReferenceStateMachine, StateMachineTest};
 use subagents::agent::{ScriptMatch, ScriptedModel, Step};
 use subagents::providers::{
-    ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, Fault, FaultStage, MockProvider, SpawnProvider,
+    ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, Fault, FaultStage, InProcessProvider, MockProvider,
 };
 use subagents::{
     CancellationToken, EventStream, ListenerHandle, Parent, Registration, Run, RunResult, Runtime, StartRequest,
@@ -138,7 +138,7 @@ fn build() -> Sut {
         }),
         Box::new({
             let s = subagents.clone();
-            move || s.register_provider(SpawnProvider::new("spawn", Arc::new(slow)).in_memory()).unwrap()
+            move || s.register_provider(InProcessProvider::spawn("spawn", Arc::new(slow)).in_memory()).unwrap()
         }),
         Box::new({
             let s = subagents.clone();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use subagents::agent::{ScriptMatch, ScriptedModel, Step};
-use subagents::providers::{MockProvider, SpawnProvider};
+use subagents::providers::{InProcessProvider, MockProvider};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, StopReason, Subagents};
 
 fn resident_mib() -> f64 {
@@ -69,7 +69,7 @@ fn ten_thousand_mock_runs_and_a_thousand_spawn_runs_cancel_at_once() {
     let subagents = runtime.subagents();
     subagents.register_provider(MockProvider::new("mock").with_delay(Duration::from_secs(600))).unwrap().keep();
     let slow = ScriptedModel::new().script(ScriptMatch::Any, vec![Step::text("late").after(Duration::from_secs(600))]);
-    subagents.register_provider(SpawnProvider::new("spawn", Arc::new(slow)).in_memory()).unwrap().keep();
+    subagents.register_provider(InProcessProvider::spawn("spawn", Arc::new(slow)).in_memory()).unwrap().keep();
     // Warm up allocator pools and lazily built state, then measure.
     cancel_all_at_once(&runtime, &subagents, "mock", 100);
     give_memory_back();

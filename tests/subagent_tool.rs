@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use subagents::agent::{Agent, ScriptMatch, ScriptedModel, SessionEvent, Step, ToolError, Toolset};
-use subagents::providers::{ForkProvider, MockProvider, SpawnProvider};
+use subagents::providers::{InProcessProvider, MockProvider};
 use subagents::tool::{KillOutcome, MaxDepth, SubagentTool, SubagentToolConfig, TaskService, TaskStatus};
 use subagents::{Capabilities, Capability, Runtime, StopReason, Subagents};
 
@@ -134,8 +134,8 @@ fn the_prompt_wording_follows_whether_the_child_inherits_the_conversation() {
     let (runtime, _home) = runtime();
     let subagents = runtime.subagents();
     let model: Arc<ScriptedModel> = Arc::new(ScriptedModel::new());
-    subagents.register_provider(SpawnProvider::new("spawn", model.clone())).unwrap().keep();
-    subagents.register_provider(ForkProvider::new("fork", model)).unwrap().keep();
+    subagents.register_provider(InProcessProvider::spawn("spawn", model.clone())).unwrap().keep();
+    subagents.register_provider(InProcessProvider::fork("fork", model)).unwrap().keep();
     let wording = |provider: &str| {
         let tool = SubagentTool::mount(&subagents, SubagentToolConfig::new(provider).with_background(false), None);
         let spec = subagents::agent::Tool::spec(&tool.unwrap());
@@ -461,8 +461,8 @@ fn children_share_one_delegating_kit_without_the_subagent_tool_at_the_cap() {
     let subagents = runtime.subagents();
     let tasks = TaskService::new();
     let kit = shared_delegating_toolset(&subagents, &tasks, "spawn", 3);
-    let spawn =
-        SpawnProvider::new("spawn", Arc::new(ScriptedModel::new())).with_tools(Arc::new(move |_: &ChildInfo| kit()));
+    let spawn = InProcessProvider::spawn("spawn", Arc::new(ScriptedModel::new()))
+        .with_tools(Arc::new(move |_: &ChildInfo| kit()));
     subagents.register_provider(spawn).unwrap().keep();
     let cwd = home.path().to_path_buf();
     let tools_at = move |parent_depth: u32| {

@@ -25,14 +25,10 @@ use std::sync::Arc;
 use super::in_process::InProcessProvider;
 use crate::agent::Model;
 
-/// Builds `fork` providers.
-pub struct ForkProvider;
-
-impl ForkProvider {
+impl InProcessProvider {
     /// A `fork` provider named `name` whose children talk to `model`;
-    /// configure it with [`InProcessProvider`]'s `with_*` methods.
-    #[allow(clippy::new_ret_no_self)]
-    pub fn new(name: impl Into<String>, model: Arc<dyn Model>) -> InProcessProvider {
+    /// configure it with the `with_*` methods.
+    pub fn fork(name: impl Into<String>, model: Arc<dyn Model>) -> InProcessProvider {
         InProcessProvider::new(name.into(), model, true)
     }
 }

@@ -102,9 +102,8 @@ struct InProcessConfig {
 }
 
 /// The provider behind `spawn` and `fork` (build one with
-/// [`SpawnProvider::new`](super::SpawnProvider::new) or
-/// [`ForkProvider::new`](super::ForkProvider::new)); configure it with the
-/// `with_*` methods before registering it.
+/// [`InProcessProvider::spawn`] or [`InProcessProvider::fork`]); configure
+/// it with the `with_*` methods before registering it.
 pub struct InProcessProvider {
     name: String,
     config: InProcessConfig,

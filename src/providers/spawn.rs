@@ -23,13 +23,13 @@
 //! ```
 //! use std::sync::Arc;
 //! use subagents::agent::ScriptedModel;
-//! use subagents::providers::SpawnProvider;
+//! use subagents::providers::InProcessProvider;
 //! use subagents::{CancellationToken, Parent, Runtime, StartRequest, StopReason};
 //!
 //! let home = tempfile::tempdir().unwrap();
 //! let runtime = Runtime::builder().workers(1).home(home.path()).build().unwrap();
 //! let subagents = runtime.subagents();
-//! subagents.register_provider(SpawnProvider::new("spawn", Arc::new(ScriptedModel::new()))).unwrap().keep();
+//! subagents.register_provider(InProcessProvider::spawn("spawn", Arc::new(ScriptedModel::new()))).unwrap().keep();
 //! let text = runtime.block_on(async move {
 //!     let request = StartRequest::new("list the risks", Parent::root(std::env::temp_dir()), CancellationToken::new());
 //!     let run = subagents.start("spawn", request).await.unwrap();
@@ -47,14 +47,10 @@ use std::sync::Arc;
 use super::in_process::InProcessProvider;
 use crate::agent::Model;
 
-/// Builds `spawn` providers.
-pub struct SpawnProvider;
-
-impl SpawnProvider {
+impl InProcessProvider {
     /// A `spawn` provider named `name` whose children talk to `model`;
-    /// configure it with [`InProcessProvider`]'s `with_*` methods.
-    #[allow(clippy::new_ret_no_self)]
-    pub fn new(name: impl Into<String>, model: Arc<dyn Model>) -> InProcessProvider {
+    /// configure it with the `with_*` methods.
+    pub fn spawn(name: impl Into<String>, model: Arc<dyn Model>) -> InProcessProvider {
         InProcessProvider::new(name.into(), model, false)
     }
 }

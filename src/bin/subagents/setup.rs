@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagents::agent::{ListDir, Model, ModelSpec, OpenAiConfig, OpenAiModel, ReadFile, SessionStore, Toolset};
-use subagents::providers::{ChildInfo, ForkProvider, MockProvider, SpawnProvider};
+use subagents::providers::{ChildInfo, InProcessProvider, MockProvider};
 use subagents::tool::{delegating_tools, shared_delegating_toolset, TaskService};
 use subagents::{Runtime, Subagents};
 
@@ -58,8 +58,8 @@ pub fn setup(model_spec: &str, home: Option<PathBuf>) -> Result<Setup, String> {
     let tasks = TaskService::new();
     let tools = child_tools(&subagents, &tasks);
     let register = |provider| subagents.register_provider(provider).map(|r| r.keep()).map_err(|e| e.to_string());
-    register(SpawnProvider::new("spawn", model.clone()).with_tools(tools.clone()))?;
-    register(ForkProvider::new("fork", model.clone()).with_tools(tools))?;
+    register(InProcessProvider::spawn("spawn", model.clone()).with_tools(tools.clone()))?;
+    register(InProcessProvider::fork("fork", model.clone()).with_tools(tools))?;
     let mock =
         MockProvider::new("mock").with_reply("handled: ").with_echo_prompt().with_delay(Duration::from_millis(20));
     subagents.register_provider(mock).map_err(|e| e.to_string())?.keep();

@@ -77,7 +77,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::tool_calls::{Approved, ToolCallIds};
 use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};
-use crate::providers::{ChildInfo, SpawnProvider};
+use crate::providers::{ChildInfo, InProcessProvider};
 use crate::seam::{Category, ContentBlock, Diagnostic, Stage, StopReason};
 use crate::tool::{delegating_tools, shared_delegating_toolset, TaskService};
 use crate::{Runtime, Subagents};
@@ -105,7 +105,7 @@ pub fn serve_acp(options: AcpServeOptions) -> Result<(), String> {
     // Children get the same kit as the sessions' own agents (and as the
     // CLI's children): they can delegate further, to the depth cap.
     let kit = shared_delegating_toolset(&subagents, &tasks, "spawn", MAX_DEPTH);
-    let spawn = SpawnProvider::new("spawn", model.clone()).with_tools(Arc::new(move |_: &ChildInfo| kit()));
+    let spawn = InProcessProvider::spawn("spawn", model.clone()).with_tools(Arc::new(move |_: &ChildInfo| kit()));
     subagents.register_provider(spawn).map_err(|e| e.to_string())?.keep();
     let state = Arc::new(State {
         subagents,

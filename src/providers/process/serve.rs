@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use super::wire::{ChildEvent, Initialize, PROTOCOL_VERSION};
 use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Tool, Toolset};
 use crate::providers::child_process::{LineError, LineReader};
-use crate::providers::{ChildInfo, SpawnProvider};
+use crate::providers::{ChildInfo, InProcessProvider};
 use crate::seam::{ContentBlock, StopReason};
 use crate::tool::{delegating_tools, shared_delegating_toolset, TaskService};
 use crate::Runtime;
@@ -247,7 +247,8 @@ impl Server {
             if !self.subagents.has_provider("spawn") {
                 // Its children get the same kit as the CLI's and `acp`'s.
                 let kit = shared_delegating_toolset(&self.subagents, &tasks, "spawn", MAX_DEPTH);
-                let spawn = SpawnProvider::new("spawn", model.clone()).with_tools(Arc::new(move |_: &ChildInfo| kit()));
+                let spawn =
+                    InProcessProvider::spawn("spawn", model.clone()).with_tools(Arc::new(move |_: &ChildInfo| kit()));
                 self.subagents.register_provider(spawn).map_err(|e| e.to_string())?.keep();
             }
             delegating_tools(&self.subagents, &tasks, "spawn", MAX_DEPTH).map_err(|e| e.to_string())?
