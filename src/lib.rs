@@ -11,6 +11,7 @@ mod mix;
 pub mod providers;
 pub mod schema;
 pub mod seam;
+pub mod serve;
 pub mod tool;
 
 pub use actors::{

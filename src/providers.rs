@@ -11,13 +11,32 @@
 //!
 //! | [`chaos`] | wraps any provider with seeded fault injection, to test your own lifecycles |
 //!
-//! `spawn` and `fork` share one driver, [`in_process`].
+//! `spawn` and `fork` are one type, [`InProcessProvider`] (built with
+//! [`InProcessProvider::spawn`] or [`InProcessProvider::fork`]).
+//!
+//! # Child environment
+//!
+//! `acp` and `process` children never get the parent's whole environment.
+//! A child starts empty and gets
+//! 1. the parent's `PATH`, `HOME`, `USER`, `LOGNAME`, `SHELL`, `LANG`,
+//!    `LANGUAGE`, `LC_*`, `TERM`, `COLORTERM`, `NO_COLOR`, `TZ`, `TMPDIR`,
+//!    `TMP`, `TEMP` and `RUST_BACKTRACE`: what a program needs to run;
+//! 2. the parent's values of the names its config lists in `inherit_env`
+//!    (`NAME` or `PREFIX*`), except credential-shaped ones (a name
+//!    containing `KEY`, `PASSWORD`, `PASS`, `PWD`, `SECRET`, `TOKEN`, `DSN`,
+//!    `AUTH`, `CREDENTIAL` or `COOKIE`, or with a `PAT` part, in any case),
+//!    which are dropped with a warning naming them;
+//! 3. the config's explicit `env` entries, as given: the only way to hand
+//!    a child a key.
+//!
+//! So `DATABASE_URL`, `PGPASS`, `MYSQL_PWD`, `GH_PAT`, `SENTRY_DSN` or a
+//! webhook URL in the parent never reach a child by accident.
 
 pub mod acp;
 pub mod chaos;
-pub mod child_process;
+pub(crate) mod child_process;
 pub mod fork;
-pub mod in_process;
+pub(crate) mod in_process;
 pub mod mock;
 pub mod process;
 pub mod spawn;

@@ -12,7 +12,7 @@
 //!
 //! **Start**: the cwd (configured, else the parent's) must be an absolute,
 //! enterable directory, checked before spawning; the child is spawned with
-//! an allowlisted environment plus `inherit_env` and `env` (see [`child_process`](super::child_process))
+//! an allowlisted environment plus `inherit_env` and `env` (see [the child environment](super#child-environment))
 //! in its own process group; `initialize`, then `session/new {cwd,
 //! mcpServers: []}`. Any failure kills and reaps the child before `start`
 //! rejects.
@@ -32,8 +32,6 @@
 //! of the group survives. Child output lines are capped, so a child that
 //! floods stdout cannot grow memory without bound. Diagnostics carry only
 //! stage and category, never stderr (discarded) or payloads.
-
-pub mod agent;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -93,7 +91,7 @@ pub struct AcpConfig {
     pub env: Vec<(String, String)>,
     /// Parent variables the child inherits beyond the allowlist: `NAME` or
     /// `PREFIX*`; credential-shaped names are never passed (see
-    /// [`child_process`](super::child_process)).
+    /// [the child environment](super#child-environment)).
     pub inherit_env: Vec<String>,
     /// Grace after stdin EOF (6 s).
     pub dispose_eof_grace: Duration,

@@ -2,21 +2,9 @@
 //! scrubbed environment in its own process group, reading its output one
 //! bounded line at a time, and the dispose ladder.
 //!
-//! **Environment**: an allowlist, never the parent's whole environment.
-//! A child starts from `env_clear()` and gets
-//! 1. the parent's values of [`ALLOWED_ENV`] (`PATH`, `HOME`, `USER`,
-//!    `LANG`, `LC_*`, `TERM`, `TZ`, `TMPDIR`, …): what a program needs to
-//!    run, nothing that carries a credential;
-//! 2. the parent's values of the names the provider config lists in
-//!    `inherit_env` (`NAME`, or `PREFIX*`), except credential-shaped ones
-//!    (a name containing `KEY`, `PASSWORD`, `PASS`, `PWD`, `SECRET`,
-//!    `TOKEN`, `DSN`, `AUTH`, `CREDENTIAL` or `COOKIE`, or with a `PAT`
-//!    part, in any case), which are dropped with a warning naming them;
-//! 3. the provider config's explicit `env` entries, as given: the only way
-//!    to hand a child a key.
-//!
-//! So `DATABASE_URL`, `PGPASS`, `MYSQL_PWD`, `GH_PAT`, `SENTRY_DSN` or a
-//! webhook URL in the parent never reach a child by accident.
+//! **Environment**: an allowlist plus `inherit_env` plus explicit `env`
+//! ([`inherited`] decides a name; the policy is documented in the
+//! `providers` module doc, "Child environment").
 //!
 //! **Ladder**: close stdin, wait `eof_grace` for the child to exit; SIGTERM
 //! the process group, wait `grace`; SIGKILL the group. The child is reaped,

@@ -24,7 +24,7 @@
 //! ladder EOF → SIGTERM → SIGKILL, and fails loudly if the child's process
 //! group survives. Diagnostics carry only stage and category.
 //!
-//! **Environment**: the allowlist of [`child_process`](super::child_process)
+//! **Environment**: the allowlist of [the child environment](super#child-environment)
 //! (`PATH`, `HOME`, `LANG`, …), the names listed in `inherit_env`, and the
 //! explicit `env` entries; nothing else of the parent's. A child on the
 //! `openai` route needs `SUBAGENTS_BASE_URL` (`inherit_env`) and its key
@@ -34,8 +34,8 @@
 //! Tool filters cannot be checked against the child's tools from here
 //! (they are advertised off).
 
-pub mod serve;
-pub mod wire;
+pub(crate) mod profile;
+pub(crate) mod wire;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -78,7 +78,7 @@ pub struct ProcessConfig {
     pub env: Vec<(String, String)>,
     /// Parent variables the child inherits beyond the allowlist: `NAME` or
     /// `PREFIX*`; credential-shaped names are never passed (see
-    /// [`child_process`](super::child_process)).
+    /// [the child environment](super#child-environment)).
     pub inherit_env: Vec<String>,
     /// Bound on the `shutdown` exchange (1 s).
     pub shutdown_timeout: Duration,
@@ -140,7 +140,7 @@ impl ProcessProvider {
             let text = std::fs::read(path).map_err(|e| ConfigError(format!("patch {}: {e}", path.display())))?;
             let patch: Value = serde_json::from_slice(&text)
                 .map_err(|e| ConfigError(format!("patch {} is not JSON: {e}", path.display())))?;
-            serve::check_patch(&patch).map_err(|e| ConfigError(format!("patch {}: {e}", path.display())))?;
+            profile::check_patch(&patch).map_err(|e| ConfigError(format!("patch {}: {e}", path.display())))?;
             patches.push(patch);
         }
         Ok(ProcessProvider { config, patches })

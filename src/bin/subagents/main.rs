@@ -154,12 +154,12 @@ fn main() -> ExitCode {
             run::run(run::RunArgs { prompt, provider, model, home }).map(Ended::exit_code)
         }
         Command::Acp { home, model, approve } => {
-            let options = subagents::providers::acp::agent::AcpServeOptions { home, model, approve };
-            subagents::providers::acp::agent::serve_acp(options).map(|()| ExitCode::SUCCESS)
+            let options = subagents::serve::acp::AcpServeOptions { home, model, approve };
+            subagents::serve::acp::serve_acp(options).map(|()| ExitCode::SUCCESS)
         }
         Command::Serve { home } => {
-            let options = subagents::providers::process::serve::ServeOptions { home };
-            subagents::providers::process::serve::serve_stdio(options).map(|()| ExitCode::SUCCESS)
+            let options = subagents::serve::stdio::ServeOptions { home };
+            subagents::serve::stdio::serve_stdio(options).map(|()| ExitCode::SUCCESS)
         }
         Command::Fanout { tasks, concurrency, max_line_bytes, out, provider, model, trace, home, strict } => {
             let args =

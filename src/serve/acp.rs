@@ -45,7 +45,7 @@
 //! requires.
 //!
 //! ```no_run
-//! use subagents::providers::acp::agent::{serve_acp, AcpServeOptions};
+//! use subagents::serve::acp::{serve_acp, AcpServeOptions};
 //!
 //! // What `subagents acp --home .subagents --approve list_dir` runs.
 //! let options = AcpServeOptions {

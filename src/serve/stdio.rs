@@ -20,9 +20,10 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use super::wire::{ChildEvent, Initialize, PROTOCOL_VERSION};
 use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Tool, Toolset};
 use crate::providers::child_process::{LineError, LineReader};
+use crate::providers::process::profile::Profile;
+use crate::providers::process::wire::{ChildEvent, Initialize, PROTOCOL_VERSION};
 use crate::providers::{ChildInfo, InProcessProvider};
 use crate::seam::{ContentBlock, StopReason};
 use crate::tool::{delegating_tools, shared_delegating_toolset, TaskService};
@@ -37,50 +38,6 @@ const MAX_DEPTH: u32 = 3;
 pub struct ServeOptions {
     /// The child's home directory (sessions).
     pub home: PathBuf,
-}
-
-/// A child profile after its patches.
-#[derive(Debug, PartialEq)]
-struct Profile {
-    persona: Option<String>,
-    max_steps: u32,
-    tools: Vec<String>,
-}
-
-impl Profile {
-    fn named(name: &str) -> Result<Profile, String> {
-        let all = ["read_file", "list_dir", "subagent"].map(str::to_owned).to_vec();
-        match name {
-            "default" => Ok(Profile { persona: None, max_steps: 64, tools: all }),
-            "minimal" => Ok(Profile { persona: None, max_steps: 16, tools: Vec::new() }),
-            other => Err(format!("unknown profile {other:?} (known: default, minimal)")),
-        }
-    }
-
-    /// Applies one patch: an object of known keys, each replacing its field.
-    fn patch(&mut self, patch: &Value) -> Result<(), String> {
-        let Some(fields) = patch.as_object() else { return Err("a patch must be a JSON object".to_owned()) };
-        for (key, value) in fields {
-            match (key.as_str(), value) {
-                ("persona", Value::String(persona)) => self.persona = Some(persona.clone()),
-                ("persona", Value::Null) => self.persona = None,
-                ("max_steps", value) if value.as_u64().is_some_and(|n| n > 0) => {
-                    self.max_steps = value.as_u64().unwrap_or(64).min(u32::MAX as u64) as u32
-                }
-                ("tools", Value::Array(names)) => {
-                    let names: Option<Vec<String>> = names.iter().map(|n| n.as_str().map(str::to_owned)).collect();
-                    self.tools = names.ok_or("tools must be a list of names")?;
-                }
-                (key, _) => return Err(format!("patch key {key:?} is unknown or has the wrong type")),
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Checks patches as the parent loads them: each must apply to a profile.
-pub fn check_patch(patch: &Value) -> Result<(), String> {
-    Profile::named("default")?.patch(patch)
 }
 
 /// Serves one session over this process's stdin and stdout until EOF or
