@@ -116,6 +116,17 @@ pub struct AgentBuilder {
     cancel: Option<CancellationToken>,
 }
 
+impl std::fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("model", &self.model.name())
+            .field("session_id", &self.session_id)
+            .field("depth", &self.depth)
+            .field("cwd", &self.cwd)
+            .finish_non_exhaustive()
+    }
+}
+
 impl AgentBuilder {
     /// Where the session is persisted (default: in memory only).
     pub fn store(mut self, store: SessionStore) -> Self {

@@ -1,5 +1,5 @@
 #![doc = include_str!("../README.md")]
-#![warn(missing_docs)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unused_must_use)]
 
 pub mod actors;
@@ -8,6 +8,7 @@ mod contain;
 pub mod events;
 mod live;
 mod mix;
+pub mod prelude;
 pub mod providers;
 pub mod schema;
 pub mod seam;

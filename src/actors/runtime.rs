@@ -140,6 +140,12 @@ pub struct Runtime {
     threads: Option<Threads>,
 }
 
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("home", &self.core.home()).field("live", &self.live()).finish_non_exhaustive()
+    }
+}
+
 impl Runtime {
     /// A builder with defaults.
     pub fn builder() -> RuntimeBuilder {

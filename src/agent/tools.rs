@@ -154,6 +154,12 @@ pub struct FnTool<F> {
     run: F,
 }
 
+impl<F> std::fmt::Debug for FnTool<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FnTool").field("name", &self.spec.name).field("concurrent", &self.concurrent).finish()
+    }
+}
+
 impl<F: Fn(Value) -> ToolOutput + Send + Sync + 'static> FnTool<F> {
     /// A concurrent tool named `name` running `run` on its arguments.
     pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value, run: F) -> Self {

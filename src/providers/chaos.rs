@@ -113,6 +113,16 @@ pub struct ChaosProvider {
     injected: Arc<Mutex<Vec<Injected>>>,
 }
 
+impl std::fmt::Debug for ChaosProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChaosProvider")
+            .field("name", &self.name)
+            .field("inner", &self.inner.name())
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ChaosProvider {
     /// Wraps `inner` under `name`.
     pub fn new(name: impl Into<String>, inner: impl Provider, schedule: ChaosSchedule, seed: u64) -> Self {

@@ -23,14 +23,14 @@ use crate::seam::{Category, Stage};
 
 /// The longest line a child may write; a longer one is a protocol error
 /// (memory stays bounded whatever the child sends).
-pub const MAX_LINE: usize = 8 * 1024 * 1024;
+pub(crate) const MAX_LINE: usize = 8 * 1024 * 1024;
 
 /// The most answer text kept from one child run; more is a protocol error
 /// (a child streaming forever cannot grow the parent's memory).
-pub const MAX_OUTPUT: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_OUTPUT: usize = 16 * 1024 * 1024;
 
 /// The variables every child inherits from the parent (plus any `LC_*`).
-pub const ALLOWED_ENV: [&str; 15] = [
+pub(crate) const ALLOWED_ENV: [&str; 15] = [
     "PATH",
     "HOME",
     "USER",
@@ -49,7 +49,7 @@ pub const ALLOWED_ENV: [&str; 15] = [
 ];
 
 /// Whether an environment variable's name looks like it holds a credential.
-pub fn credential_shaped(name: &str) -> bool {
+pub(crate) fn credential_shaped(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     CREDENTIAL_WORDS.iter().any(|word| upper.contains(word))
         || upper.split(|c: char| !c.is_ascii_alphanumeric()).any(|part| CREDENTIAL_PARTS.contains(&part))
@@ -66,7 +66,7 @@ const CREDENTIAL_PARTS: [&str; 2] = ["PAT", "PW"];
 
 /// Whether the parent's variable `name` goes to a child whose config lists
 /// `inherit` (see the module doc).
-pub fn inherited(name: &str, inherit: &[String]) -> bool {
+pub(crate) fn inherited(name: &str, inherit: &[String]) -> bool {
     if ALLOWED_ENV.contains(&name) || name.starts_with("LC_") {
         return true;
     }
@@ -83,7 +83,7 @@ pub fn inherited(name: &str, inherit: &[String]) -> bool {
 
 /// The environment a child gets: see the module doc.
 #[derive(Clone, Copy, Debug)]
-pub struct ChildEnv<'a> {
+pub(crate) struct ChildEnv<'a> {
     /// Names (or `PREFIX*` patterns) inherited beyond the allowlist.
     pub inherit: &'a [String],
     /// Entries set as given.
@@ -92,7 +92,7 @@ pub struct ChildEnv<'a> {
 
 /// A spawned child: its pipes, its process, and the lease that counts it
 /// in `Runtime::live()` until it is reaped.
-pub struct Spawned {
+pub(crate) struct Spawned {
     /// The process.
     pub child: Child,
     /// Its stdin, until taken.
@@ -107,7 +107,7 @@ pub struct Spawned {
 /// Spawns `program args…` in `cwd` with the environment `env` builds,
 /// stdin and stdout piped, stderr discarded (it may carry secrets, and
 /// diagnostics never include it), in a new process group.
-pub fn spawn(
+pub(crate) fn spawn(
     program: &Path,
     args: &[String],
     cwd: &Path,
@@ -134,7 +134,7 @@ pub fn spawn(
 impl Spawned {
     /// The dispose ladder; `Ok` once the child and its whole process group
     /// are gone.
-    pub async fn dispose(mut self, eof_grace: Duration, grace: Duration) -> Result<(), (Stage, Category)> {
+    pub(crate) async fn dispose(mut self, eof_grace: Duration, grace: Duration) -> Result<(), (Stage, Category)> {
         drop(self.stdin.take()); // EOF
         let exited = tokio::time::timeout(eof_grace, self.child.wait()).await.is_ok();
         if !exited {
@@ -162,7 +162,7 @@ impl Spawned {
     }
 
     /// Kills the group at once and reaps the child (a failed start).
-    pub async fn kill(mut self) {
+    pub(crate) async fn kill(mut self) {
         signal_group(self.pid, libc::SIGKILL);
         let _ = self.child.wait().await;
         drop(self.lease.take());
@@ -192,7 +192,7 @@ fn signal_group(pid: u32, signal: i32) {
 
 /// Whether a process of group `pgid` still runs. Zombies do not count:
 /// an orphan that died waits for its reaper, which may not be us.
-pub fn group_alive(pgid: u32) -> bool {
+pub(crate) fn group_alive(pgid: u32) -> bool {
     if pgid == 0 {
         return false;
     }
@@ -215,7 +215,7 @@ pub fn group_alive(pgid: u32) -> bool {
 
 /// Why a line could not be read.
 #[derive(Debug, PartialEq, Eq)]
-pub enum LineError {
+pub(crate) enum LineError {
     /// The line exceeded [`MAX_LINE`].
     TooLong,
     /// The pipe failed.
@@ -224,20 +224,20 @@ pub enum LineError {
 
 /// Reads newline-terminated lines of at most [`MAX_LINE`] bytes. A longer
 /// line is an error after reading at most `MAX_LINE` bytes of it.
-pub struct LineReader<R> {
+pub(crate) struct LineReader<R> {
     reader: BufReader<R>,
     buffer: Vec<u8>,
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
     /// Reads lines from `reader`.
-    pub fn new(reader: R) -> Self {
+    pub(crate) fn new(reader: R) -> Self {
         LineReader { reader: BufReader::with_capacity(64 * 1024, reader), buffer: Vec::new() }
     }
 
     /// The next line without its newline; `Ok(None)` at EOF (a partial last
     /// line without a newline is returned as a line).
-    pub async fn next_line(&mut self) -> Result<Option<Vec<u8>>, LineError> {
+    pub(crate) async fn next_line(&mut self) -> Result<Option<Vec<u8>>, LineError> {
         self.buffer.clear();
         loop {
             let available = self.reader.fill_buf().await.map_err(|e| LineError::Io(e.to_string()))?;
@@ -264,7 +264,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     /// its newline (or to EOF), without keeping it, so reading can go on
     /// with the next line. Returns the line's first `keep` bytes (for an
     /// excerpt in an error reply).
-    pub async fn discard_rest(&mut self, keep: usize) -> Result<Vec<u8>, LineError> {
+    pub(crate) async fn discard_rest(&mut self, keep: usize) -> Result<Vec<u8>, LineError> {
         let mut head = std::mem::take(&mut self.buffer);
         head.truncate(keep);
         head.shrink_to_fit();

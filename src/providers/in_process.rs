@@ -70,6 +70,13 @@ pub struct ModelRoutes {
     named: Vec<(String, Arc<dyn Model>)>,
 }
 
+impl std::fmt::Debug for ModelRoutes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let named: Vec<(&str, &str)> = self.named.iter().map(|(route, model)| (route.as_str(), model.name())).collect();
+        f.debug_struct("ModelRoutes").field("default", &self.default.name()).field("named", &named).finish()
+    }
+}
+
 impl ModelRoutes {
     /// Every child talks to `model`.
     pub fn new(model: Arc<dyn Model>) -> Self {
@@ -111,6 +118,12 @@ pub struct InProcessProvider {
     /// The session store for the runtime home last seen (one per provider
     /// in practice), so the sessions directory is checked once.
     store: Mutex<Option<(PathBuf, SessionStore)>>,
+}
+
+impl std::fmt::Debug for InProcessProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcessProvider").field("name", &self.name).field("fork", &self.fork).finish_non_exhaustive()
+    }
 }
 
 impl InProcessProvider {

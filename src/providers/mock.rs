@@ -138,6 +138,12 @@ pub struct MockProvider {
     shared: Arc<MockShared>,
 }
 
+impl std::fmt::Debug for MockProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockProvider").field("name", &self.name).field("reply", &self.reply).finish_non_exhaustive()
+    }
+}
+
 #[derive(Default)]
 struct MockShared {
     launched: AtomicU64,

@@ -136,6 +136,12 @@ pub struct Launch {
     pub context: ProviderContext,
 }
 
+impl fmt::Debug for Launch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Launch").field("cancelled", &self.cancel.is_cancelled()).finish_non_exhaustive()
+    }
+}
+
 /// Runtime services for one run: its id, the home directory, progress
 /// reporting and process accounting.
 #[derive(Clone)]

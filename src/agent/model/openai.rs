@@ -144,6 +144,13 @@ pub struct OpenAiModel {
     client: reqwest::Client,
 }
 
+impl std::fmt::Debug for OpenAiModel {
+    /// The name only: the configuration holds the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiModel").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
 impl OpenAiModel {
     /// An adapter for `config`.
     pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {

@@ -95,6 +95,15 @@ pub struct RecordingModel<M> {
     file: Option<PathBuf>,
 }
 
+impl<M: Model> std::fmt::Debug for RecordingModel<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordingModel")
+            .field("inner", &self.inner.name())
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<M: Model> RecordingModel<M> {
     /// Records `inner` in memory; read it with [`RecordingModel::tape`].
     pub fn new(inner: M) -> Self {
@@ -166,6 +175,12 @@ impl<M: Model> Model for RecordingModel<M> {
 pub struct ReplayModel {
     tape: Tape,
     bindings: Mutex<Bindings>,
+}
+
+impl std::fmt::Debug for ReplayModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayModel").finish_non_exhaustive()
+    }
 }
 
 impl ReplayModel {

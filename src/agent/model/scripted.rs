@@ -141,6 +141,15 @@ pub struct ScriptedModel {
     inner: Arc<Inner>,
 }
 
+impl std::fmt::Debug for ScriptedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptedModel")
+            .field("scripts", &self.inner.scripts.len())
+            .field("calls", &self.calls())
+            .finish()
+    }
+}
+
 struct Inner {
     scripts: Vec<(ScriptMatch, Arc<[Step]>)>,
     fallback: Step,

@@ -23,12 +23,12 @@ use crate::providers::child_process::{LineError, LineReader};
 use crate::seam::AgentOptions;
 
 /// The protocol version both ends speak.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub(crate) const PROTOCOL_VERSION: u32 = 1;
 
 /// `initialize` parameters: the route crosses as an explicit whitelist.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Initialize {
+pub(crate) struct Initialize {
     /// Must equal [`PROTOCOL_VERSION`].
     pub protocol_version: u32,
     /// Model route: provider, model, max_tokens, reasoning_effort only.
@@ -44,7 +44,7 @@ pub struct Initialize {
 /// A child event, streamed while a turn runs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum ChildEvent {
+pub(crate) enum ChildEvent {
     /// Streamed answer text.
     TextDelta {
         /// The text.
@@ -71,7 +71,7 @@ pub enum ChildEvent {
 
 /// Why a call to the child failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WireError {
+pub(crate) enum WireError {
     /// The child answered with a JSON-RPC error.
     Remote(i64),
     /// The child broke the protocol (garbage, an oversized line, …).
@@ -84,7 +84,7 @@ type Pending = Rc<RefCell<HashMap<u64, oneshot::Sender<Result<Value, WireError>>
 
 /// The parent's end: requests with replies, notifications, and the
 /// child's events. Lives on the run actor's thread.
-pub struct Connection {
+pub(crate) struct Connection {
     outgoing: RefCell<Option<mpsc::UnboundedSender<String>>>,
     pending: Pending,
     next_id: RefCell<u64>,
@@ -96,7 +96,11 @@ pub struct Connection {
 
 impl Connection {
     /// Starts the reader and writer tasks on the current local set.
-    pub fn start(stdin: ChildStdin, stdout: ChildStdout, events: mpsc::UnboundedSender<ChildEvent>) -> Connection {
+    pub(crate) fn start(
+        stdin: ChildStdin,
+        stdout: ChildStdout,
+        events: mpsc::UnboundedSender<ChildEvent>,
+    ) -> Connection {
         let (outgoing, mut lines) = mpsc::unbounded_channel::<String>();
         let writer = tokio::task::spawn_local(async move {
             let mut stdin = stdin;
@@ -127,7 +131,7 @@ impl Connection {
     }
 
     /// Sends a request and waits for its reply.
-    pub async fn request(&self, method: &str, params: Value) -> Result<Value, WireError> {
+    pub(crate) async fn request(&self, method: &str, params: Value) -> Result<Value, WireError> {
         let id = {
             let mut next = self.next_id.borrow_mut();
             *next += 1;
@@ -148,17 +152,17 @@ impl Connection {
     }
 
     /// Sends a notification.
-    pub fn notify(&self, method: &str, params: Value) {
+    pub(crate) fn notify(&self, method: &str, params: Value) {
         self.send_line(json!({"jsonrpc": "2.0", "method": method, "params": params}));
     }
 
     /// Whether the child broke the protocol.
-    pub fn is_broken(&self) -> bool {
+    pub(crate) fn is_broken(&self) -> bool {
         *self.broken.borrow()
     }
 
     /// Closes the child's stdin (after queued lines are written).
-    pub async fn close_input(&self) {
+    pub(crate) async fn close_input(&self) {
         self.outgoing.borrow_mut().take();
         let writer = self.writer.borrow_mut().take();
         if let Some(writer) = writer {

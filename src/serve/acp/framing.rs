@@ -57,10 +57,10 @@ use crate::providers::child_process::{LineError, LineReader, MAX_LINE};
 
 /// The most requests unanswered at once: it bounds what the crate queues
 /// and what EOF waits for. Past it a request is refused at once.
-pub const MAX_IN_FLIGHT: usize = 1024;
+pub(super) const MAX_IN_FLIGHT: usize = 1024;
 
 /// How long EOF waits for the requests in flight to be answered.
-pub const EOF_ANSWER_BOUND: Duration = Duration::from_secs(30);
+pub(super) const EOF_ANSWER_BOUND: Duration = Duration::from_secs(30);
 
 /// How much of a bad line an error reply quotes, in characters.
 const EXCERPT_CHARS: usize = 64;
@@ -115,7 +115,7 @@ enum Verdict {
 
 /// The transport for the crate's connection, and the input task that feeds
 /// it (run it beside the connection; it ends after EOF and draining).
-pub fn stdio(
+pub(super) fn stdio(
     closing: CancellationToken,
 ) -> (
     Lines<

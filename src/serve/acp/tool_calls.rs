@@ -32,7 +32,7 @@ use crate::agent::{AgentUpdate, Tool, ToolContext, ToolOutput, ToolSpec};
 
 /// Mints a session's client-facing tool call ids.
 #[derive(Debug, Default)]
-pub struct ToolCallIds {
+pub(super) struct ToolCallIds {
     finished_turns: AtomicU64,
 }
 
@@ -43,7 +43,7 @@ impl ToolCallIds {
     }
 
     /// The `session/update` for `update`, if the client is told about it.
-    pub fn session_update(&self, update: &AgentUpdate) -> Option<SessionUpdate> {
+    pub(super) fn session_update(&self, update: &AgentUpdate) -> Option<SessionUpdate> {
         match update {
             AgentUpdate::Text(text) => {
                 Some(SessionUpdate::AgentMessageChunk(ContentChunk::new(AcpBlock::from(text.clone()))))
@@ -71,7 +71,7 @@ const ALLOW_ALWAYS: &str = "allow-always";
 const REJECT_ONCE: &str = "reject-once";
 
 /// A tool that asks the client before each call, until it is always allowed.
-pub struct Approved {
+pub(super) struct Approved {
     tool: Arc<dyn Tool>,
     cx: v1::ConnectionTo<Client>,
     session_id: SessionId,
@@ -81,7 +81,7 @@ pub struct Approved {
 
 impl Approved {
     /// Wraps `tool` for the session `session_id`.
-    pub fn new(
+    pub(super) fn new(
         tool: Arc<dyn Tool>,
         cx: v1::ConnectionTo<Client>,
         session_id: SessionId,

@@ -1,0 +1,25 @@
+//! What most programs that embed the runtime use, in one import:
+//!
+//! ```
+//! use subagents::prelude::*;
+//!
+//! let runtime = Runtime::builder().workers(1).build().unwrap();
+//! let subagents = runtime.subagents();
+//! subagents.register_provider(MockProvider::new("mock").with_reply("42")).unwrap().keep();
+//! let result = runtime.block_on(async move {
+//!     let request = StartRequest::new("six times seven?", Parent::root("/tmp"), CancellationToken::new());
+//!     let run = subagents.start("mock", request).await?;
+//!     let result = run.result().await;
+//!     run.dispose().await?;
+//!     result
+//! });
+//! assert_eq!(result.unwrap().stop_reason, StopReason::Completed);
+//! runtime.shutdown_blocking();
+//! ```
+
+pub use crate::agent::{Agent, ScriptedModel};
+pub use crate::providers::{InProcessProvider, MockProvider};
+pub use crate::{
+    CancellationToken, ContentBlock, Parent, Run, RunResult, Runtime, StartRequest, StopReason, SubagentError,
+    SubagentEvent, Subagents,
+};
