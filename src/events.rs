@@ -80,10 +80,10 @@ impl SubagentEvent {
 /// A published run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RunInfo {
-    /// Registry-minted id shared by the run's `Start` and `End`.
+    /// The runtime-minted number shared by the run's events (`Run::run_id`).
     pub run_id: u64,
-    /// The id `Run::id()` returns.
-    pub id: String,
+    /// The child's own name (`Run::child_id`).
+    pub child_id: String,
     /// The provider that runs it.
     pub provider: String,
     /// The delegating parent's session.
@@ -97,10 +97,10 @@ pub struct RunInfo {
 /// A settled run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RunEndInfo {
-    /// Registry-minted id shared with `Start`.
+    /// The runtime-minted number shared with `Start` (`Run::run_id`).
     pub run_id: u64,
-    /// The id `Run::id()` returns.
-    pub id: String,
+    /// The child's own name (`Run::child_id`).
+    pub child_id: String,
     /// The provider that ran it.
     pub provider: String,
     /// The delegating parent's session.

@@ -31,11 +31,11 @@ async fn start_precedes_end_even_for_a_child_that_settles_instantly() {
         match event.unwrap() {
             SubagentEvent::Start(info) => {
                 assert!(!info.local);
-                assert!(info.id.starts_with("mock:instant:"));
-                started.insert(info.run_id, info.id.clone());
+                assert!(info.child_id.starts_with("mock:instant:"));
+                started.insert(info.run_id, info.child_id.clone());
             }
             SubagentEvent::End(end) => {
-                assert_eq!(started.get(&end.run_id), Some(&end.id), "End without an earlier Start");
+                assert_eq!(started.get(&end.run_id), Some(&end.child_id), "End without an earlier Start");
                 assert_eq!(end.stop_reason, StopReason::Completed);
                 let last = end.last_message.as_ref().expect("an owned copy of the last message");
                 assert_eq!(subagents::text_of(last), "at once");

@@ -100,8 +100,8 @@ fn spawn_publishes_the_session_before_start_returns() {
     let (header, result) = fixture.runtime.block_on(async move {
         let run = subagents.start("spawn", StartRequest::new("work", parent, CancellationToken::new())).await.unwrap();
         // Published: the session file and its header exist right now.
-        let (header, _) = store.read(run.id()).unwrap();
-        assert_eq!(child_agent(&run).id(), run.id(), "the run id is the child session id");
+        let (header, _) = store.read(run.child_id()).unwrap();
+        assert_eq!(child_agent(&run).id(), run.child_id(), "the run id is the child session id");
         let result = run.result().await.unwrap();
         run.dispose().await.unwrap();
         (header, result)
@@ -428,7 +428,7 @@ async fn structured_run(
     let run = subagents.start("spawn", request).await.unwrap();
     let result = run.result().await.unwrap();
     let events = child_agent(&run).events();
-    let id = run.id().to_owned();
+    let id = run.child_id().to_owned();
     run.dispose().await.unwrap();
     (result, events, id)
 }
@@ -521,7 +521,7 @@ fn a_finish_without_a_capture_is_nudged_then_settles_error() {
         let (nudged_result, _, _) = structured_run(&subagents, first).await;
         let run = subagents.start("never", second).await.unwrap();
         let result = run.result().await.unwrap();
-        let id = run.id().to_owned();
+        let id = run.child_id().to_owned();
         run.dispose().await.unwrap();
         (nudged_result, result, id)
     });
@@ -645,7 +645,7 @@ fn a_continuation_resumes_the_same_session_at_the_same_depth() {
         let next = continuation.start("second", CancellationToken::new()).await.unwrap();
         let result = next.result().await.unwrap();
         let depth = child_agent(&next).header().depth;
-        let ids = (run.id().to_owned(), next.id().to_owned());
+        let ids = (run.child_id().to_owned(), next.child_id().to_owned());
         next.dispose().await.unwrap();
         (ids.0, ids.1, result.text(), depth)
     });

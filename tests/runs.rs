@@ -285,7 +285,7 @@ async fn steering_reaches_the_running_child_and_is_refused_after_it_settles() {
     let run = subagents.start("m", request("wait for me")).await.unwrap();
     assert!(run.local_agent().is_none());
     assert!(run.agent().is_none(), "a mock run has no in-process agent");
-    assert!(run.id().starts_with("mock:m:"));
+    assert!(run.child_id().starts_with("mock:m:"));
     let steering = run.steering().expect("the mock supports steering");
     steering.send("go ahead").await.unwrap();
     assert_eq!(run.result().await.unwrap().text(), "go ahead");

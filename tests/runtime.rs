@@ -151,7 +151,7 @@ async fn shutdown_disposes_children_before_parents() {
     for depth in [0, 2, 1, 0, 2] {
         let parent = Parent::root("/tmp").with_depth(depth);
         let run = subagents.start("m", StartRequest::new("hi", parent, CancellationToken::new())).await.unwrap();
-        runs.push((depth, run.id().to_owned(), run));
+        runs.push((depth, run.child_id().to_owned(), run));
     }
     let report = runtime.shutdown().await;
     assert_eq!(report.runs_stopped, 5);

@@ -14,8 +14,18 @@ use crate::seam::{ContentBlock, LocalAgent, RunResult, SubagentError};
 /// A published run, owned by the caller, who must [`dispose`](Run::dispose)
 /// it on every path. Dropping an undisposed `Run` disposes it in the
 /// background (without waiting), so nothing leaks.
+///
+/// A run has two names, and they answer different questions:
+/// - [`Run::run_id`], a number the runtime mints, unique within it: the
+///   run's `Start`, `Progress` and `End` events carry it, so it ties what
+///   an observer sees to this handle;
+/// - [`Run::child_id`], the child's own name, minted by its provider: the
+///   session id of an in-process child (its file under
+///   `<home>/sessions/`, what a continuation resumes), a provider-scoped
+///   id otherwise (`mock:<name>:<n>`, `acp:<name>:<session>`, …). Events
+///   carry it too, once the child exists.
 pub struct Run {
-    pub(crate) id: String,
+    pub(crate) child_id: String,
     pub(crate) control: RunControl,
     pub(crate) local_agent: Option<LocalAgent>,
     /// The actor's mailbox for send-message, when the child supports it.
@@ -26,13 +36,13 @@ pub struct Run {
 }
 
 impl Run {
-    /// The run id: the child session id for local providers, a
-    /// provider-scoped lifecycle id (`mock:<name>:<n>`, …) otherwise.
-    pub fn id(&self) -> &str {
-        &self.id
+    /// The child's own name (see [`Run`]): its session id for in-process
+    /// providers, a provider-scoped id otherwise.
+    pub fn child_id(&self) -> &str {
+        &self.child_id
     }
 
-    /// The registry-minted id carried by this run's `Start` and `End` events.
+    /// The runtime-minted number this run's events carry (see [`Run`]).
     pub fn run_id(&self) -> u64 {
         self.control.shared.run_id
     }
@@ -106,7 +116,7 @@ impl Drop for Run {
 impl fmt::Debug for Run {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Run")
-            .field("id", &self.id)
+            .field("child_id", &self.child_id)
             .field("run_id", &self.run_id())
             .field("provider", &self.provider())
             .finish_non_exhaustive()

@@ -91,7 +91,7 @@ impl RunShared {
     pub(crate) fn settle(&self, result: Result<RunResult, SubagentError>, child_id: &str) {
         let end = |result: &Result<RunResult, SubagentError>| RunEndInfo {
             run_id: self.run_id,
-            id: child_id.to_owned(),
+            child_id: child_id.to_owned(),
             provider: self.provider().to_owned(),
             parent_session: self.parent_session.clone(),
             stop_reason: result.as_ref().map_or(StopReason::Error, |r| r.stop_reason),

@@ -102,14 +102,14 @@ async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartReques
     let published = published.await.unwrap_or(Err(SubagentError::RuntimeStopped))?;
     shared.publish(|| RunInfo {
         run_id: shared.run_id,
-        id: published.id.clone(),
+        child_id: published.id.clone(),
         provider: shared.provider().to_owned(),
         parent_session: shared.parent_session.clone(),
         local: published.local_agent.is_some(),
         label,
     });
     Ok(Run {
-        id: published.id,
+        child_id: published.id,
         control,
         local_agent: published.local_agent,
         steering: published.steering.then(|| addr.recipient()),

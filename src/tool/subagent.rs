@@ -195,10 +195,10 @@ async fn collect(subagents: &Subagents, provider: &str, request: StartRequest) -
     let disposed = run.dispose().await;
     let result = result.map_err(|e| format!("subagent run failed: {e}"))?;
     if let Err(error) = disposed {
-        tracing::warn!(run = run.id(), %error, "a subagent did not dispose cleanly");
+        tracing::warn!(run = run.child_id(), %error, "a subagent did not dispose cleanly");
     }
     match result.stop_reason {
-        StopReason::Completed => Ok((run.id().to_owned(), result.text())),
+        StopReason::Completed => Ok((run.child_id().to_owned(), result.text())),
         other => Err(stop_message(other).to_owned()),
     }
 }

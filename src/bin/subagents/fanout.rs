@@ -256,7 +256,7 @@ impl Batch {
                 match result {
                     Ok(result) => {
                         let mut record = json!({
-                            "line": line, "label": task.label, "run": run.id(), "stop_reason": result.stop_reason,
+                            "line": line, "label": task.label, "run_id": run.run_id(), "child_id": run.child_id(), "stop_reason": result.stop_reason,
                             "output": result.text(), "latency_ms": latency_ms,
                         });
                         if let Some(structured) = &result.structured {

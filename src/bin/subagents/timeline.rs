@@ -85,7 +85,7 @@ fn note(spans: &Mutex<BTreeMap<u64, Span>>, origin: Instant, event: &SubagentEve
     match event {
         SubagentEvent::Start(info) => {
             let span = Span {
-                id: info.id.clone(),
+                id: info.child_id.clone(),
                 provider: info.provider.clone(),
                 parent_session: info.parent_session.clone(),
                 label: info.label.clone(),
@@ -159,7 +159,7 @@ pub fn write_trace(spans: &[Span], end: Duration, file: File) -> std::io::Result
             "pid": 1,
             "tid": lane + 1,
             "args": {
-                "run": span.id,
+                "child_id": span.id,
                 "provider": span.provider,
                 "parent_session": span.parent_session,
                 "stop_reason": reason.map_or("unfinished".to_owned(), |r| r.to_string()),
