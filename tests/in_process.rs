@@ -752,3 +752,45 @@ fn a_tool_filter_naming_a_tool_the_child_lacks_is_invalid_before_the_child_exist
     assert_eq!(model.calls(), 0);
     assert!(fixture.runtime.live().is_quiescent());
 }
+
+#[test]
+fn a_continuation_takes_the_options_of_a_start_and_keeps_the_parent() {
+    let fixture = Fixture::new();
+    // The demo model fills a structured-output schema when it sees one.
+    let model = scripted(ScriptedModel::demo());
+    fixture.register(InProcessProvider::spawn("spawn", model.clone()));
+    let subagents = fixture.runtime.subagents();
+    let parent = fixture.parent().with_session("root").with_depth(1);
+    let mut events = subagents.subscribe();
+    let (result, header_cwd) = fixture.runtime.block_on(async move {
+        let run = subagents.start("spawn", StartRequest::new("first", parent, CancellationToken::new())).await.unwrap();
+        run.result().await.unwrap();
+        let continuation = run.continuation().unwrap();
+        let request = StartRequest::new("second", Parent::root("/ignored"), CancellationToken::new())
+            .with_label("the second turn")
+            .with_persona("You are terse.")
+            .with_output_schema(
+                json!({"type": "object", "properties": {"verdict": {"type": "string"}}, "required": ["verdict"]}),
+            );
+        let next = continuation.start_with(request).await.unwrap();
+        let result = next.result().await.unwrap();
+        let header_cwd = child_agent(&next).header().cwd;
+        next.dispose().await.unwrap();
+        (result, header_cwd)
+    });
+    assert_eq!(result.stop_reason, StopReason::Completed);
+    assert!(result.structured.as_ref().is_some_and(|v| v["verdict"].is_string()), "{result:?}");
+    assert_eq!(header_cwd, fixture.cwd.path(), "the session keeps its cwd");
+    let last = model.requests().pop().unwrap();
+    assert!(last.system.starts_with("You are terse."), "the persona applies: {}", last.system);
+    let mut second_start = None;
+    while let Some(Ok(event)) = events.try_recv() {
+        if let subagents::SubagentEvent::Start(info) = event {
+            if info.label.as_deref() == Some("the second turn") {
+                second_start = Some(info);
+            }
+        }
+    }
+    let info = second_start.expect("the continuation's Start carries its label");
+    assert_eq!(info.parent_session.as_deref(), Some("root"), "the parent is the previous run's");
+}

@@ -111,8 +111,8 @@ async fn start_rejects_invalid_values_naming_the_field() {
     let mock = MockProvider::new("m");
     subagents.register_provider(mock.clone()).unwrap().keep();
 
-    let deep = request("hi").with_max_depth(2);
-    let deep = subagents::StartRequest { parent: deep.parent.clone().with_depth(2), ..deep };
+    let mut deep = request("hi").with_max_depth(2);
+    deep.parent = deep.parent.clone().with_depth(2);
     let error = subagents.start("m", deep).await.unwrap_err();
     assert_eq!(error.code(), "INVALID_REQUEST");
     assert!(error.to_string().contains("depth 3") && error.to_string().contains("max_depth 2"), "{error}");

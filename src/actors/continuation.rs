@@ -17,13 +17,8 @@ impl Run {
     /// Resume, when the child supports it: a new run continuing this child's
     /// session (same session id and depth) once this run has settled.
     pub fn continuation(&self) -> Option<Continuation> {
-        let core = self.continuation.clone()?;
-        Some(Continuation {
-            core,
-            agent: self.local_agent.clone()?,
-            depth: self.control.depth,
-            previous: self.control.shared.clone(),
-        })
+        let (core, parent) = self.continuation.clone()?;
+        Some(Continuation { core, parent, agent: self.local_agent.clone()?, previous: self.control.shared.clone() })
     }
 }
 
@@ -32,8 +27,9 @@ impl Run {
 #[derive(Clone)]
 pub struct Continuation {
     core: Arc<Core>,
+    /// The parent the previous run was started from.
+    parent: Parent,
     agent: LocalAgent,
-    depth: u32,
     previous: Arc<RunShared>,
 }
 
@@ -43,21 +39,27 @@ impl Continuation {
         self.agent.session_id()
     }
 
+    /// [`Continuation::start_with`] a plain request: `prompt`, `signal`,
+    /// no options.
+    pub async fn start(&self, prompt: impl Into<String>, signal: CancellationToken) -> Result<Run, SubagentError> {
+        self.start_with(StartRequest::new(prompt, self.parent.clone(), signal)).await
+    }
+
     /// Waits until the previous run has settled, disposes it (the session
     /// gets one owner at a time: its background tasks and per-session
     /// state end with the old run, not with the new one), then starts a run
-    /// that continues the session with `prompt`. The provider takes the cwd,
-    /// route, depth and tool filter from the previous child.
-    pub async fn start(&self, prompt: impl Into<String>, signal: CancellationToken) -> Result<Run, SubagentError> {
+    /// that continues the session with `request`: its prompt, signal and
+    /// options (label, persona, output schema, tool filter, route, depth
+    /// cap) as for any start, and the same checks; its parent is replaced
+    /// by the previous run's. The session keeps its id, depth and cwd.
+    pub async fn start_with(&self, mut request: StartRequest) -> Result<Run, SubagentError> {
         let _ = self.previous.result().await;
         if let Some(control) = self.core.run_control(self.previous.run_id) {
             control.dispose();
         }
         // Err(DISPOSE_FAILED) still means quiescent; the session is on disk.
         let _ = self.previous.quiescent().await;
-        let mut parent = Parent::root(std::path::PathBuf::new()).with_depth(self.depth.saturating_sub(1));
-        parent.session_id = self.previous.parent_session.clone();
-        let mut request = StartRequest::new(prompt, parent, signal);
+        request.parent = self.parent.clone();
         request.resume = Some(self.agent.clone());
         start(&self.core, self.previous.provider(), request).await
     }

@@ -9,7 +9,7 @@ use actix::Recipient;
 use super::control::{RunControl, SendMessage};
 use super::core::Core;
 use crate::agent::Agent;
-use crate::seam::{ContentBlock, LocalAgent, RunResult, SubagentError};
+use crate::seam::{ContentBlock, LocalAgent, Parent, RunResult, SubagentError};
 
 /// A published run, owned by the caller, who must [`dispose`](Run::dispose)
 /// it on every path. Dropping an undisposed `Run` disposes it in the
@@ -30,8 +30,9 @@ pub struct Run {
     pub(crate) local_agent: Option<LocalAgent>,
     /// The actor's mailbox for send-message, when the child supports it.
     pub(crate) steering: Option<Recipient<SendMessage>>,
-    /// Set when the child can be continued.
-    pub(crate) continuation: Option<Arc<Core>>,
+    /// Set when the child can be continued: the runtime and the parent it
+    /// was started from.
+    pub(crate) continuation: Option<(Arc<Core>, Parent)>,
     pub(crate) disposed: AtomicBool,
 }
 

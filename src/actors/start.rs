@@ -86,6 +86,8 @@ async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartReques
     let token = request.signal.child_token();
     let depth = request.child_depth();
     let label = request.label.clone();
+    // Kept for a continuation, which starts from the same parent.
+    let parent = request.parent.clone();
     let shared =
         Arc::new(RunShared::new(core.mint_run_id(), entry, request.parent.session_id.clone(), core.bus().clone()));
     let (publish, published) = oneshot::channel();
@@ -113,7 +115,7 @@ async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartReques
         control,
         local_agent: published.local_agent,
         steering: published.steering.then(|| addr.recipient()),
-        continuation: published.continuation.then_some(core),
+        continuation: published.continuation.then_some((core, parent)),
         disposed: AtomicBool::new(false),
     })
 }

@@ -202,8 +202,8 @@ impl InProcessProvider {
             return Err(LaunchError::Aborted);
         }
         let store = self.store(&context);
-        let (builder, resumed) = match &request.resume {
-            Some(previous) => (self.resume_builder(previous, &store)?, true),
+        let (builder, resumed) = match request.resumes() {
+            Some(previous) => (self.resume_builder(previous, &request, &store)?, true),
             None => (self.new_builder(&request, &store)?, false),
         };
         let captured = Arc::new(AtomicBool::new(false));
@@ -259,22 +259,7 @@ impl InProcessProvider {
             cwd: parent.cwd.clone(),
         };
         let mut toolset = (self.config.tools)(&info);
-        if let Some(filter) = &request.tool_filter {
-            // A filter naming a tool the child does not have is a mistake
-            // the caller must hear of, not a child quietly left without tools.
-            let names = toolset.names();
-            let known = |name: &String| {
-                names.contains(&name.as_str()) || (name == STRUCTURED_OUTPUT_TOOL && request.output_schema.is_some())
-            };
-            let mut listed = filter.allow.iter().chain(filter.deny.iter()).flatten();
-            if let Some(unknown) = listed.find(|name| !known(name)) {
-                return Err(LaunchError::Invalid {
-                    field: "tool_filter",
-                    reason: format!("the child has no tool named {unknown:?} (its tools: {})", names.join(", ")),
-                });
-            }
-            toolset.set_filter(filter.clone());
-        }
+        apply_filter(&mut toolset, request)?;
         let seed = if self.fork { parent_prefix(request, store)? } else { Vec::new() };
         let mut builder = Agent::builder_shared(model)
             .store(store.clone())
@@ -291,8 +276,14 @@ impl InProcessProvider {
         Ok(builder)
     }
 
-    /// A continuation: the same session, model, route and depth as before.
-    fn resume_builder(&self, previous: &LocalAgent, store: &SessionStore) -> Result<AgentBuilder, LaunchError> {
+    /// A continuation: the same session, depth and cwd as before; the same
+    /// model, route, tools and persona unless the request overrides them.
+    fn resume_builder(
+        &self,
+        previous: &LocalAgent,
+        request: &StartRequest,
+        store: &SessionStore,
+    ) -> Result<AgentBuilder, LaunchError> {
         let invalid = |reason: &str| LaunchError::Invalid { field: "resume", reason: reason.to_owned() };
         let previous = previous.downcast::<Agent>().ok_or_else(|| invalid("not an in-process child"))?;
         if !previous.is_idle() {
@@ -306,24 +297,41 @@ impl InProcessProvider {
             cwd: header.cwd.clone(),
         };
         // The previous child's tools and filter, without its run-bound
-        // capture tool.
+        // capture tool; the request's filter, if any, replaces the filter.
         let mut toolset = previous.toolset();
         toolset.remove(STRUCTURED_OUTPUT_TOOL);
-        let builder = Agent::builder_shared(previous.model())
+        apply_filter(&mut toolset, request)?;
+        let (model, route) = match &request.agent_options {
+            Some(options) => {
+                let route = previous.options().overridden_by(options);
+                let model = match &options.provider {
+                    Some(_) => {
+                        self.config.models.resolve(route.provider.as_deref()).ok_or_else(|| LaunchError::Invalid {
+                            field: "agent_options.provider",
+                            reason: format!("provider {:?} routes no model named {:?}", self.name, route.provider),
+                        })?
+                    }
+                    None => previous.model(),
+                };
+                (model, route)
+            }
+            None => (previous.model(), previous.options().clone()),
+        };
+        let builder = Agent::builder_shared(model)
             .store(store.clone())
             .cwd(info.cwd)
             .toolset(toolset)
-            .options(previous.options().clone())
+            .options(route)
             .max_steps(self.config.max_steps)
             .parent(info.parent_session, info.depth);
-        Ok(if self.config.persist {
+        let builder = if self.config.persist {
             builder.resume(info.session_id)
         } else {
-            let builder = builder.session_id(info.session_id).seed(previous.events());
-            match header.persona {
-                Some(persona) => builder.persona(persona),
-                None => builder,
-            }
+            builder.session_id(info.session_id).seed(previous.events())
+        };
+        Ok(match request.persona.clone().or(header.persona) {
+            Some(persona) => builder.persona(persona),
+            None => builder,
         })
     }
 }
@@ -521,6 +529,26 @@ impl Driver {
             diagnostic: failure.filter(|_| stop_reason == StopReason::Error),
         }
     }
+}
+
+/// Applies the request's tool filter. A filter naming a tool the child does
+/// not have is a mistake the caller must hear of, not a child quietly left
+/// without tools.
+fn apply_filter(toolset: &mut Toolset, request: &StartRequest) -> Result<(), LaunchError> {
+    let Some(filter) = &request.tool_filter else { return Ok(()) };
+    let names = toolset.names();
+    let known = |name: &String| {
+        names.contains(&name.as_str()) || (name == STRUCTURED_OUTPUT_TOOL && request.output_schema.is_some())
+    };
+    let mut listed = filter.allow.iter().chain(filter.deny.iter()).flatten();
+    if let Some(unknown) = listed.find(|name| !known(name)) {
+        return Err(LaunchError::Invalid {
+            field: "tool_filter",
+            reason: format!("the child has no tool named {unknown:?} (its tools: {})", names.join(", ")),
+        });
+    }
+    toolset.set_filter(filter.clone());
+    Ok(())
 }
 
 /// The per-child capture tool: the request's schema verbatim as parameters.

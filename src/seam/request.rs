@@ -257,12 +257,18 @@ pub struct StartRequest {
     pub persona: Option<String>,
     /// A display label for events and progress.
     pub label: Option<String>,
-    /// The child a continuation resumes (set by `Continuation::start`): the
-    /// provider continues that child's session instead of creating one.
-    pub resume: Option<LocalAgent>,
+    /// The child a continuation resumes (set by `Continuation::start`).
+    pub(crate) resume: Option<LocalAgent>,
 }
 
 impl StartRequest {
+    /// The child this request continues, when it comes from a
+    /// `Continuation`: a provider that supports continuation resumes that
+    /// child's session instead of creating one.
+    pub fn resumes(&self) -> Option<&LocalAgent> {
+        self.resume.as_ref()
+    }
+
     /// A request with a text prompt and nothing optional.
     pub fn new(prompt: impl Into<String>, parent: Parent, signal: CancellationToken) -> Self {
         Self::with_blocks(vec![ContentBlock::text(prompt)], parent, signal)
