@@ -88,7 +88,7 @@ pub trait Child: 'static {
 
     /// Whether a settled child can be continued by a new run
     /// (`Run::continuation`): the provider then honours
-    /// [`StartRequest::resume`] with this child's [`Child::local_agent`].
+    /// [`StartRequest::resumes`] with this child's [`Child::local_agent`].
     fn supports_continuation(&self) -> bool {
         false
     }
