@@ -38,7 +38,8 @@
 //! core.rs           Core: config, workers, bus, counters, provider and run tables
 //! control.rs        RunControl: a run held by token, state and Recipient<Control>
 //! provider.rs       ProviderActor: hosts one provider until retired and drained
-//! run_shared.rs     RunShared: result, quiescence, the Start-before-End gate
+//! run_shared.rs     RunShared: result, quiescence, events through the gate
+//! gate.rs           Gate: Start before End, End once (loom-checked)
 //! entry.rs          ProviderEntry, the run lease, RunCount (one atomic word)
 //! ```
 //!
@@ -52,6 +53,7 @@ mod continuation;
 mod control;
 mod core;
 mod entry;
+mod gate;
 mod provider;
 mod registry;
 mod run;

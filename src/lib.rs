@@ -13,6 +13,7 @@ pub mod providers;
 pub mod schema;
 pub mod seam;
 pub mod serve;
+mod sync;
 pub mod tool;
 
 pub use actors::{

@@ -4,12 +4,12 @@
 //! actor; a retired provider's drain is announced through a
 //! [`Recipient`](actix::Recipient) of [`ProviderDrained`].
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use actix::{Message, Recipient};
 
 use crate::seam::{Provider, ProviderInfo};
+use crate::sync::{AtomicUsize, Ordering};
 
 /// A retired provider's last run has ended.
 #[derive(Message)]
@@ -55,8 +55,14 @@ impl ProviderEntry {
 /// one side sees the other and the drained notice is never lost. (Two
 /// separate atomics, each stored then the other loaded, is the
 /// store-buffering pattern: both sides can read the old value.)
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct RunCount(AtomicUsize);
+
+impl Default for RunCount {
+    fn default() -> Self {
+        RunCount(AtomicUsize::new(0))
+    }
+}
 
 const RETIRED: usize = 1;
 const ONE_RUN: usize = 2;
@@ -99,7 +105,7 @@ impl Drop for ProviderRunLease {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(subagents_loom)))]
 mod tests {
     use super::RunCount;
 
@@ -130,5 +136,50 @@ mod tests {
             let released_last = releaser.join().unwrap();
             assert!(retired_idle ^ released_last, "exactly one side reports: {retired_idle} {released_last}");
         }
+    }
+}
+
+#[cfg(all(test, subagents_loom))]
+mod loom_tests {
+    use loom::sync::Arc;
+
+    use super::RunCount;
+
+    /// Retiring and the last run ending, in every interleaving: exactly one
+    /// side reports the drain (the notice is neither lost nor doubled).
+    #[test]
+    fn loom_retire_and_last_release_report_the_drain_exactly_once() {
+        loom::model(|| {
+            let count = Arc::new(RunCount::default());
+            count.acquire();
+            let releaser = {
+                let count = count.clone();
+                loom::thread::spawn(move || count.release())
+            };
+            let retired_idle = count.retire();
+            let released_last = releaser.join().unwrap();
+            assert!(retired_idle ^ released_last, "{retired_idle} {released_last}");
+        });
+    }
+
+    /// Two runs ending while the provider retires.
+    #[test]
+    fn loom_two_runs_and_a_retire_report_the_drain_once() {
+        loom::model(|| {
+            let count = Arc::new(RunCount::default());
+            count.acquire();
+            count.acquire();
+            let ends: Vec<_> = (0..2)
+                .map(|_| {
+                    let count = count.clone();
+                    loom::thread::spawn(move || count.release())
+                })
+                .collect();
+            let mut reports = usize::from(count.retire());
+            for end in ends {
+                reports += usize::from(end.join().unwrap());
+            }
+            assert_eq!(reports, 1);
+        });
     }
 }

@@ -2,13 +2,14 @@
 //! result, the quiescence signal, and the event gate — one allocation per
 //! run.
 
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use actix::{Message, WeakRecipient};
 use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 
 use super::entry::ProviderEntry;
+use super::gate::Gate;
 use crate::events::{EventBus, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent};
 use crate::seam::{RunReporter, RunResult, StopReason, SubagentError};
 
@@ -17,7 +18,7 @@ pub(crate) struct RunShared {
     pub entry: Arc<ProviderEntry>,
     pub parent_session: Option<String>,
     bus: EventBus,
-    gate: Mutex<GateState>,
+    gate: Gate<SubagentEvent>,
     result: OnceLock<Result<RunResult, SubagentError>>,
     quiescent: OnceLock<Result<(), SubagentError>>,
     changed: Notify,
@@ -31,16 +32,6 @@ pub(crate) struct RunShared {
 #[rtype(result = "Result<(), String>")]
 pub(crate) struct CaptureStructured(pub serde_json::Value);
 
-/// Orders a run's events: `Start` first, even for a child that settles (or
-/// reports progress) before `start` returns. Events that come early wait
-/// here until publication. Whether a run is observed is decided once, at
-/// `Start`, so an observer sees either the whole pair or none of it.
-enum GateState {
-    Unpublished { early: Vec<SubagentEvent>, ended: bool },
-    Published { observed: bool },
-    Closed,
-}
-
 impl RunShared {
     pub(crate) fn new(run_id: u64, entry: Arc<ProviderEntry>, parent_session: Option<String>, bus: EventBus) -> Self {
         RunShared {
@@ -48,7 +39,7 @@ impl RunShared {
             entry,
             parent_session,
             bus,
-            gate: Mutex::new(GateState::Unpublished { early: Vec::new(), ended: false }),
+            gate: Gate::new(),
             result: OnceLock::new(),
             quiescent: OnceLock::new(),
             changed: Notify::new(),
@@ -112,24 +103,10 @@ impl RunShared {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, GateState> {
-        self.gate.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Called by the start path once the run is published.
     pub(crate) fn publish(&self, info: impl FnOnce() -> RunInfo) {
-        let mut state = self.lock();
-        let observed = self.bus.is_observed();
-        let GateState::Unpublished { early, ended } = std::mem::replace(&mut *state, GateState::Closed) else {
-            return;
-        };
-        if observed {
-            self.bus.emit(SubagentEvent::Start(Arc::new(info())));
-            early.into_iter().for_each(|event| self.bus.emit(event));
-        }
-        if !ended {
-            *state = GateState::Published { observed };
-        }
+        let start = || SubagentEvent::Start(Arc::new(info()));
+        self.gate.publish(self.bus.is_observed(), start, |event| self.bus.emit(event));
     }
 }
 
@@ -148,11 +125,7 @@ impl RunReporter for RunShared {
                 update,
             }))
         };
-        match &mut *self.lock() {
-            GateState::Unpublished { early, .. } if self.bus.is_observed() => early.push(event()),
-            GateState::Published { observed: true } => self.bus.emit(event()),
-            _ => {}
-        }
+        self.gate.progress(self.bus.is_observed(), event, |event| self.bus.emit(event));
     }
 
     /// The capture travels to the run actor as a mailbox message.
@@ -172,21 +145,7 @@ impl RunReporter for RunShared {
 
 impl RunShared {
     fn end(&self, end: impl FnOnce() -> RunEndInfo) {
-        let mut state = self.lock();
-        match &mut *state {
-            GateState::Unpublished { early, ended } => {
-                if self.bus.is_observed() {
-                    early.push(SubagentEvent::End(Arc::new(end())));
-                }
-                *ended = true;
-            }
-            GateState::Published { observed } => {
-                if *observed {
-                    self.bus.emit(SubagentEvent::End(Arc::new(end())));
-                }
-                *state = GateState::Closed;
-            }
-            GateState::Closed => {}
-        }
+        let end = || SubagentEvent::End(Arc::new(end()));
+        self.gate.end(self.bus.is_observed(), end, |event| self.bus.emit(event));
     }
 }
