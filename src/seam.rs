@@ -31,6 +31,6 @@ pub use error::SubagentError;
 pub use futures_util::future::LocalBoxFuture;
 pub use progress::ProgressUpdate;
 pub(crate) use provider::RunReporter;
-pub use provider::{Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};
+pub use provider::{CaptureError, Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};
 pub use request::{AgentOptions, Capabilities, Capability, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP};
-pub use result::{Category, Diagnostic, RunResult, Stage, StopReason};
+pub use result::{Category, Diagnostic, Failure, RunResult, Stage, StopReason};

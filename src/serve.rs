@@ -10,3 +10,27 @@
 
 pub mod acp;
 pub mod stdio;
+
+use crate::agent::ModelError;
+use crate::seam::SubagentError;
+
+/// Why serving ended in failure (a clean EOF or `shutdown` is `Ok`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The model spec is invalid or its adapter cannot be built.
+    #[error("model: {0}")]
+    Model(#[from] ModelError),
+    /// The runtime's threads could not start.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The runtime refused a provider the server needs.
+    #[error("cannot register a provider: {0}")]
+    Provider(#[from] SubagentError),
+    /// The other side sent a line longer than the protocol allows.
+    #[error("the other side sent an oversized line")]
+    OversizedLine,
+    /// Reading or writing stdio failed, or the protocol layer gave up.
+    #[error("the connection failed: {0}")]
+    Connection(String),
+}

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use subagents::seam::{Capabilities, Category, Child, Launch, LaunchError, LocalBoxFuture, Provider, RunResult, Stage};
+use subagents::seam::{Capabilities, Child, Failure, Launch, LaunchError, LocalBoxFuture, Provider, RunResult};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest};
 
 /// A provider whose child warns once while it runs.
@@ -40,7 +40,7 @@ impl Child for ChattyChild {
         })
     }
 
-    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), (Stage, Category)>> {
+    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
         Box::pin(async { Ok(()) })
     }
 }

@@ -40,7 +40,8 @@ use super::run_shared::{CaptureStructured, RunShared};
 use crate::contain::{contained, contained_call};
 use crate::live::ActorLease;
 use crate::seam::{
-    Category, Child, Diagnostic, Launch, LaunchError, LocalAgent, RunResult, Stage, StopReason, SubagentError,
+    CaptureError, Category, Child, Diagnostic, Failure, Launch, LaunchError, LocalAgent, RunResult, Stage, StopReason,
+    SubagentError,
 };
 
 /// A provider future the actor can drop on the spot, wherever it was
@@ -123,7 +124,7 @@ enum RunState {
 }
 
 /// A child's dispose hook outcome, `Err` holding a contained panic.
-type HookOutcome = Result<Result<(), (Stage, Category)>, String>;
+type HookOutcome = Result<Result<(), Failure>, String>;
 
 /// Everything a run actor is created with.
 pub(crate) struct RunSpawn {
@@ -389,7 +390,7 @@ impl RunActor {
     fn on_released(&mut self, outcome: Option<HookOutcome>, ctx: &mut Context<Self>) {
         let failure = match outcome {
             Some(Ok(Ok(()))) => None,
-            Some(Ok(Err((stage, category)))) => Some(self.diagnostic(stage, category)),
+            Some(Ok(Err(failure))) => Some(self.diagnostic(failure.stage, failure.category)),
             Some(Err(panic)) => {
                 tracing::error!(parent: &self.span, %panic, "child dispose panicked");
                 Some(self.diagnostic(Stage::Dispose, Category::Panicked))
@@ -494,7 +495,7 @@ impl Handler<SendMessage> for RunActor {
 }
 
 impl Handler<CaptureStructured> for RunActor {
-    type Result = Result<(), String>;
+    type Result = Result<(), CaptureError>;
 
     fn handle(&mut self, msg: CaptureStructured, _ctx: &mut Context<Self>) -> Self::Result {
         match self.state {
@@ -502,8 +503,8 @@ impl Handler<CaptureStructured> for RunActor {
                 self.structured = Some(msg.0);
                 Ok(())
             }
-            RunState::Running => Err("a structured result was already captured".to_owned()),
-            _ => Err("the run is no longer running".to_owned()),
+            RunState::Running => Err(CaptureError::AlreadyCaptured),
+            _ => Err(CaptureError::NotRunning),
         }
     }
 }

@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use super::entry::ProviderEntry;
 use super::gate::Gate;
 use crate::events::{EventBus, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent};
-use crate::seam::{RunReporter, RunResult, StopReason, SubagentError};
+use crate::seam::{CaptureError, RunReporter, RunResult, StopReason, SubagentError};
 
 pub(crate) struct RunShared {
     pub run_id: u64,
@@ -29,7 +29,7 @@ pub(crate) struct RunShared {
 /// A child hands its validated structured result to its run (SPEC §8). The
 /// first capture of a running child is kept; anything else is refused.
 #[derive(Message)]
-#[rtype(result = "Result<(), String>")]
+#[rtype(result = "Result<(), CaptureError>")]
 pub(crate) struct CaptureStructured(pub serde_json::Value);
 
 impl RunShared {
@@ -129,16 +129,13 @@ impl RunReporter for RunShared {
     }
 
     /// The capture travels to the run actor as a mailbox message.
-    fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), String>> {
+    fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), CaptureError>> {
         let actor = self.capture.get().and_then(WeakRecipient::upgrade);
         Box::pin(async move {
             let Some(actor) = actor else {
-                return Err("the run is no longer running".to_owned());
+                return Err(CaptureError::NotRunning);
             };
-            actor
-                .send(CaptureStructured(value))
-                .await
-                .unwrap_or_else(|_| Err("the run is no longer running".to_owned()))
+            actor.send(CaptureStructured(value)).await.unwrap_or(Err(CaptureError::NotRunning))
         })
     }
 }

@@ -57,8 +57,8 @@ use super::child_process::{spawn, ChildEnv, LineError, LineReader, Spawned, MAX_
 use crate::events::ProgressUpdate;
 use crate::live::LiveCounters;
 use crate::seam::{
-    text_of, Capabilities, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, Provider, ProviderContext,
-    RunResult, Stage, StopReason,
+    text_of, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider,
+    ProviderContext, RunResult, Stage, StopReason,
 };
 
 /// How long `initialize` + `session/new` may take.
@@ -486,7 +486,7 @@ impl Child for AcpChild {
         let _ = self.session.cx.send_notification(CancelNotification::new(self.session.session_id.clone()));
     }
 
-    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), (Stage, Category)>> {
+    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
         if let Some(close) = self.close.borrow_mut().take() {
             let _ = close.send(());
         }

@@ -37,8 +37,8 @@ use tokio_util::sync::CancellationToken;
 use crate::events::ProgressUpdate;
 use crate::mix::splitmix64;
 use crate::seam::{
-    AgentOptions, Capabilities, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, LocalAgent, Provider,
-    ProviderContext, RunReporter, RunResult, Stage, SubagentError,
+    AgentOptions, Capabilities, CaptureError, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError,
+    LocalAgent, Provider, ProviderContext, RunReporter, RunResult, Stage, SubagentError,
 };
 
 /// Where a fault strikes.
@@ -268,7 +268,7 @@ impl RunReporter for ChaosReporter {
         }
     }
 
-    fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), String>> {
+    fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), CaptureError>> {
         self.inner.capture_structured(value)
     }
 }
@@ -329,15 +329,15 @@ impl Child for ChaosChild {
         self.inner.supports_continuation()
     }
 
-    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), (Stage, Category)>> {
+    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
         // The inner child is always released first.
         let release = self.inner.dispose();
         let fault = self.plan.fault(ChaosStage::Dispose, 0);
         Box::pin(async move {
             let released = release.await;
             match fault {
-                Some(ChaosFault::Error) => Err((Stage::Dispose, Category::ChildError)),
-                Some(ChaosFault::Crash) => Err((Stage::Dispose, Category::ChildCrashed)),
+                Some(ChaosFault::Error) => Err(Failure::new(Stage::Dispose, Category::ChildError)),
+                Some(ChaosFault::Crash) => Err(Failure::new(Stage::Dispose, Category::ChildCrashed)),
                 Some(ChaosFault::Panic) => panic!("chaos: injected panic on dispose"),
                 Some(ChaosFault::Hang) => std::future::pending().await,
                 Some(ChaosFault::Delay(delay)) => {

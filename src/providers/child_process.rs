@@ -19,7 +19,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::live::ProcessLease;
-use crate::seam::{Category, Stage};
+use crate::seam::{Category, Failure, Stage};
 
 /// The longest line a child may write; a longer one is a protocol error
 /// (memory stays bounded whatever the child sends).
@@ -134,7 +134,7 @@ pub(crate) fn spawn(
 impl Spawned {
     /// The dispose ladder; `Ok` once the child and its whole process group
     /// are gone.
-    pub(crate) async fn dispose(mut self, eof_grace: Duration, grace: Duration) -> Result<(), (Stage, Category)> {
+    pub(crate) async fn dispose(mut self, eof_grace: Duration, grace: Duration) -> Result<(), Failure> {
         drop(self.stdin.take()); // EOF
         let exited = tokio::time::timeout(eof_grace, self.child.wait()).await.is_ok();
         if !exited {
@@ -156,7 +156,7 @@ impl Spawned {
         drop(self.lease.take());
         if group_alive(self.pid) {
             tracing::error!(pid = self.pid, "a child's process group survived SIGKILL");
-            return Err((Stage::Dispose, Category::TimedOut));
+            return Err(Failure::new(Stage::Dispose, Category::TimedOut));
         }
         Ok(())
     }

@@ -30,8 +30,8 @@ use crate::agent::{
 };
 use crate::events::ProgressUpdate;
 use crate::seam::{
-    AgentOptions, Capabilities, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, LocalAgent, Provider,
-    ProviderContext, RunResult, Stage, StartRequest, StopReason, SubagentError,
+    AgentOptions, Capabilities, CaptureError, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError,
+    LocalAgent, Provider, ProviderContext, RunResult, Stage, StartRequest, StopReason, SubagentError,
 };
 
 /// The name of the capture tool a structured child gets.
@@ -456,7 +456,7 @@ impl Child for InProcessChild {
         true
     }
 
-    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), (Stage, Category)>> {
+    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
         let agent = self.agent.clone();
         let roll_back = self.roll_back_unstarted && !self.started.get();
         let store = self.store.clone();
@@ -466,7 +466,7 @@ impl Child for InProcessChild {
             let released = if roll_back { closed.and_then(|()| store.remove(agent.id())) } else { closed };
             released.map_err(|error| {
                 tracing::warn!(session = agent.id(), %error, "could not release a child session");
-                (Stage::Dispose, Category::ChildError)
+                Failure::new(Stage::Dispose, Category::ChildError)
             })
         })
     }
@@ -579,7 +579,7 @@ impl Tool for StructuredOutputTool {
     fn call(&self, arguments: Value, _context: ToolContext) -> BoxFuture<'_, ToolOutput> {
         Box::pin(async move {
             if self.captured.load(Ordering::Acquire) {
-                return ToolOutput::error("a structured result was already captured");
+                return ToolOutput::error(CaptureError::AlreadyCaptured.to_string());
             }
             // The tool layer has validated `arguments` against the schema
             // (the tool's parameters) before this call.
@@ -588,7 +588,7 @@ impl Tool for StructuredOutputTool {
                     self.captured.store(true, Ordering::Release);
                     ToolOutput::ok("Structured result recorded.").ending_turn()
                 }
-                Err(reason) => ToolOutput::error(reason),
+                Err(refused) => ToolOutput::error(refused.to_string()),
             }
         })
     }

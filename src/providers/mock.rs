@@ -60,8 +60,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::ProgressUpdate;
 use crate::seam::{
-    Capabilities, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, Provider, ProviderContext, RunResult,
-    Stage, StopReason, SubagentError,
+    Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider, ProviderContext,
+    RunResult, Stage, StopReason, SubagentError,
 };
 
 /// Where in a run's life a fault strikes.
@@ -490,15 +490,15 @@ impl Child for MockChild {
         })
     }
 
-    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), (Stage, Category)>> {
+    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
         let state = self.0.clone();
         Box::pin(async move {
             let fault = state.mock.fault_at(FaultStage::OnDispose, state.number);
             state.mock.shared.record(|| MockEvent::Disposed(state.id.clone()));
             match fault {
                 None => Ok(()),
-                Some(Fault::Error) => Err((Stage::Dispose, Category::ChildError)),
-                Some(Fault::Crash) => Err((Stage::Dispose, Category::ChildCrashed)),
+                Some(Fault::Error) => Err(Failure::new(Stage::Dispose, Category::ChildError)),
+                Some(Fault::Crash) => Err(Failure::new(Stage::Dispose, Category::ChildCrashed)),
                 Some(Fault::Panic) => panic!("mock fault: panic on dispose"),
                 Some(Fault::Hang) => std::future::pending().await,
                 Some(Fault::Delay(delay)) => {

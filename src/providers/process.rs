@@ -50,8 +50,8 @@ use tokio_util::sync::CancellationToken;
 use self::wire::{ChildEvent, Connection, Initialize, WireError, PROTOCOL_VERSION};
 use super::child_process::{spawn, ChildEnv, Spawned, MAX_OUTPUT};
 use crate::seam::{
-    AgentOptions, Capabilities, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, Provider, RunResult,
-    Stage, StopReason,
+    AgentOptions, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider,
+    RunResult, Stage, StopReason,
 };
 
 /// How long the `initialize` handshake may take.
@@ -286,7 +286,7 @@ impl Child for ProcessChild {
         self.shared.connection.notify("cancel", json!({}));
     }
 
-    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), (Stage, Category)>> {
+    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
         let shared = self.shared.clone();
         let (shutdown_timeout, (eof_grace, grace)) = (self.shutdown_timeout, self.grace);
         Box::pin(async move {

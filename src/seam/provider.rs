@@ -20,7 +20,9 @@ use futures_util::future::{BoxFuture, LocalBoxFuture};
 use tokio_util::sync::CancellationToken;
 
 use super::ProgressUpdate;
-use super::{AgentOptions, Capabilities, Category, ContentBlock, RunResult, Stage, StartRequest, SubagentError};
+use super::{
+    AgentOptions, Capabilities, Category, ContentBlock, Failure, RunResult, Stage, StartRequest, SubagentError,
+};
 use crate::live::{LiveCounters, ProcessLease};
 
 /// One transport for running children, registered under a unique name.
@@ -101,7 +103,7 @@ pub trait Child: 'static {
 
     /// Release everything the child holds: flush its session, reap its
     /// process. Resolves once the child is quiescent.
-    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), (Stage, Category)>>;
+    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>>;
 }
 
 /// Why a launch produced no child. The provider has rolled back already.
@@ -123,6 +125,18 @@ pub enum LaunchError {
         /// What is wrong with it.
         reason: String,
     },
+}
+
+/// Why a structured capture was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CaptureError {
+    /// The run kept an earlier capture.
+    #[error("a structured result was already captured")]
+    AlreadyCaptured,
+    /// The run has settled or is gone.
+    #[error("the run is no longer running")]
+    NotRunning,
 }
 
 /// What a provider gets for one launch.
@@ -183,7 +197,7 @@ impl ProviderContext {
     /// message). `Err` says why it was not taken: a value was captured
     /// already, or the run is no longer running. The captured value is the
     /// run's `RunResult::structured` when it completes.
-    pub fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), String>> {
+    pub fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), CaptureError>> {
         self.run.capture_structured(value)
     }
 }
@@ -201,7 +215,7 @@ impl fmt::Debug for ProviderContext {
 pub(crate) trait RunReporter: Send + Sync {
     fn run_id(&self) -> u64;
     fn progress(&self, update: ProgressUpdate);
-    fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), String>>;
+    fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), CaptureError>>;
 }
 
 /// An in-process child agent, shared with the caller through

@@ -83,6 +83,26 @@ pub enum Category {
     StartupFailed,
 }
 
+/// Where and how a child's hook failed: the error of [`Child::dispose`]
+/// (and of a process child's dispose ladder).
+///
+/// [`Child::dispose`]: crate::seam::Child::dispose
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+#[error("failed at stage {stage:?} ({category:?})")]
+pub struct Failure {
+    /// Where it failed.
+    pub stage: Stage,
+    /// What kind of failure.
+    pub category: Category,
+}
+
+impl Failure {
+    /// A failure at `stage` of kind `category`.
+    pub fn new(stage: Stage, category: Category) -> Self {
+        Failure { stage, category }
+    }
+}
+
 /// Safe facts about a failure: provider name, stage, a fixed category and,
 /// where one is known, a fixed-wording reason ("the model endpoint answered
 /// 404"). Never stderr, paths, task text, environment values, credentials

@@ -76,6 +76,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use self::tool_calls::{Approved, ToolCallIds};
+use super::ServeError;
 use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};
 use crate::providers::{ChildInfo, InProcessProvider};
 use crate::seam::{Category, ContentBlock, Diagnostic, Stage, StopReason};
@@ -97,16 +98,16 @@ pub struct AcpServeOptions {
 const MAX_DEPTH: u32 = 3;
 
 /// Serves ACP on this process's stdin and stdout until EOF.
-pub fn serve_acp(options: AcpServeOptions) -> Result<(), String> {
-    let model = ModelSpec::parse(&options.model).and_then(|spec| spec.build()).map_err(|e| e.to_string())?;
-    let runtime = Runtime::builder().home(&options.home).workers(1).build().map_err(|e| e.to_string())?;
+pub fn serve_acp(options: AcpServeOptions) -> Result<(), ServeError> {
+    let model = ModelSpec::parse(&options.model).and_then(|spec| spec.build())?;
+    let runtime = Runtime::builder().home(&options.home).workers(1).build().map_err(ServeError::Runtime)?;
     let subagents = runtime.subagents();
     let tasks = TaskService::new();
     // Children get the same kit as the sessions' own agents (and as the
     // CLI's children): they can delegate further, to the depth cap.
     let kit = shared_delegating_toolset(&subagents, &tasks, "spawn", MAX_DEPTH);
     let spawn = InProcessProvider::spawn("spawn", model.clone()).with_tools(Arc::new(move |_: &ChildInfo| kit()));
-    subagents.register_provider(spawn).map_err(|e| e.to_string())?.keep();
+    subagents.register_provider(spawn)?.keep();
     let state = Arc::new(State {
         subagents,
         model,
@@ -124,7 +125,7 @@ pub fn serve_acp(options: AcpServeOptions) -> Result<(), String> {
         }
     });
     runtime.shutdown_blocking();
-    served.map_err(|e| e.to_string())
+    served.map_err(|e| ServeError::Connection(e.to_string()))
 }
 
 struct State {

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
+use super::ServeError;
 use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Tool, Toolset};
 use crate::providers::child_process::{LineError, LineReader};
 use crate::providers::process::profile::Profile;
@@ -42,12 +43,8 @@ pub struct ServeOptions {
 
 /// Serves one session over this process's stdin and stdout until EOF or
 /// `shutdown`.
-pub fn serve_stdio(options: ServeOptions) -> Result<(), String> {
-    let runtime = Runtime::builder()
-        .home(&options.home)
-        .workers(1)
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+pub fn serve_stdio(options: ServeOptions) -> Result<(), ServeError> {
+    let runtime = Runtime::builder().home(&options.home).workers(1).build().map_err(ServeError::Runtime)?;
     let served = runtime.block_on(Server::new(runtime.subagents(), options).run());
     runtime.shutdown_blocking();
     served
@@ -80,7 +77,7 @@ impl Server {
         Server { subagents, options, out, outgoing: Some(outgoing), agent: None, turn: None }
     }
 
-    async fn run(mut self) -> Result<(), String> {
+    async fn run(mut self) -> Result<(), ServeError> {
         let mut outgoing = self.outgoing.take().expect("run once");
         let writer = tokio::spawn(async move {
             let mut stdout = tokio::io::stdout();
@@ -99,9 +96,9 @@ impl Server {
                 Ok(None) => break Ok(()),
                 Err(LineError::TooLong) => {
                     let _ = self.out.send(error(&Value::Null, -32600, "line too long"));
-                    break Err("the parent sent an oversized line".to_owned());
+                    break Err(ServeError::OversizedLine);
                 }
-                Err(LineError::Io(e)) => break Err(e),
+                Err(LineError::Io(e)) => break Err(ServeError::Connection(e)),
             };
             let Ok(message) = serde_json::from_slice::<Value>(&line) else {
                 let _ = self.out.send(error(&Value::Null, -32700, "parse error"));

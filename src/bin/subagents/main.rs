@@ -155,11 +155,11 @@ fn main() -> ExitCode {
         }
         Command::Acp { home, model, approve } => {
             let options = subagents::serve::acp::AcpServeOptions { home, model, approve };
-            subagents::serve::acp::serve_acp(options).map(|()| ExitCode::SUCCESS)
+            subagents::serve::acp::serve_acp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
         }
         Command::Serve { home } => {
             let options = subagents::serve::stdio::ServeOptions { home };
-            subagents::serve::stdio::serve_stdio(options).map(|()| ExitCode::SUCCESS)
+            subagents::serve::stdio::serve_stdio(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
         }
         Command::Fanout { tasks, concurrency, max_line_bytes, out, provider, model, trace, home, strict } => {
             let args =

@@ -70,13 +70,16 @@ pub(crate) enum ChildEvent {
 }
 
 /// Why a call to the child failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum WireError {
     /// The child answered with a JSON-RPC error.
+    #[error("the child answered with JSON-RPC error {0}")]
     Remote(i64),
     /// The child broke the protocol (garbage, an oversized line, …).
+    #[error("the child broke the protocol")]
     Protocol,
     /// The connection closed (the child exited).
+    #[error("the connection to the child closed")]
     Closed,
 }
 
