@@ -136,7 +136,7 @@ pub(crate) struct RunSpawn {
 
 pub(crate) struct RunActor {
     state: RunState,
-    /// `run{run_id, provider, parent, depth}`: entered while the child's
+    /// `run{run_id, provider, parent, depth, label}`: entered while the child's
     /// futures are polled, and the parent of what the actor itself logs.
     span: Span,
     core: Arc<Core>,
@@ -167,6 +167,7 @@ impl RunActor {
             provider = spawn.shared.provider(),
             parent = spawn.shared.parent_session.as_deref(),
             depth = spawn.launch.request.child_depth(),
+            label = spawn.launch.request.label.as_deref(),
         );
         RunActor {
             state: RunState::Starting,

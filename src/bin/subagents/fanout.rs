@@ -18,12 +18,12 @@ use serde_json::json;
 use subagents::{CancellationToken, Parent, StartRequest, StopReason, SubagentError, Subagents};
 use tokio::sync::mpsc;
 
+use crate::logging;
 use crate::outputs::{self, Outputs};
 use crate::setup::{cancel_on_ctrl_c, setup};
 use crate::summary::{Settled, Tally};
 use crate::tasks::{Line, Task, TaskLines};
 use crate::terminal::say;
-use crate::timeline::{write_trace, Timeline};
 use crate::Ended;
 
 /// The most runs a batch keeps in flight: more than one machine serves,
@@ -66,15 +66,15 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
             return Err(error);
         }
     };
+    // The trace is the runtime's own spans: nothing else to record.
+    let trace = logging::install(logging::warnings(), trace_file);
     let sink: Sink = Arc::new(Mutex::new(results));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     // clap keeps an explicit value in 1..=MAX_CONCURRENCY.
     let concurrency = args.concurrency.map_or(4 * cores, |n| n as usize);
     let batch = CancellationToken::new();
-    cancel_on_ctrl_c(batch.clone());
+    cancel_on_ctrl_c(&setup.runtime, batch.clone());
     let progress = progress_bar(&args.tasks);
-    // Events are built only when someone listens: record them for a trace.
-    let timeline = args.trace.is_some().then(|| Timeline::record(&setup.subagents));
     let started = Instant::now();
     let lines = read_ahead(TaskLines::new(BufReader::new(tasks_file), args.max_line_bytes));
     let batch_run = Batch {
@@ -99,21 +99,15 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
         all_done = false;
     }
     tally.print(elapsed);
-    if let (Some(path), Some(file), Some(timeline)) = (&args.trace, trace_file, timeline) {
-        let end = timeline.elapsed();
-        let spans = timeline.finish();
-        match write_trace(&spans, end, file) {
-            Ok(()) => say!("trace: {} ({} runs; open it in Perfetto)", path.display(), spans.len()),
-            Err(error) => {
-                say!("subagents: cannot write {}: {error}", path.display());
-                all_done = false;
-            }
-        }
-    }
     let report = setup.runtime.shutdown_blocking();
     if !report.live_after.is_quiescent() {
         say!("subagents: runs left alive after shutdown: {:?}", report.live_after);
         all_done = false;
+    }
+    if let (Some(path), Some(trace)) = (&args.trace, trace) {
+        // Every run's span closed with the runtime; this finishes the file.
+        drop(trace);
+        say!("trace: {} (open it in Perfetto)", path.display());
     }
     Ok(match (batch.is_cancelled(), all_done) {
         (true, _) => Ended::Interrupted,

@@ -18,13 +18,16 @@
 //! A value it cannot parse is reported once and the default kept. Lines go
 //! through [`crate::terminal`]: a logged error may quote a child or a model.
 
-use std::io::{self, Write};
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
 use std::str::FromStr;
 
 use tracing::Level;
+use tracing_chrome::{ChromeLayerBuilder, FlushGuard, TraceStyle};
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
 
 use crate::terminal;
 
@@ -41,8 +44,11 @@ pub fn our_warnings() -> Targets {
 }
 
 /// Installs the stderr log with the level `RUST_LOG` asks for, else
-/// `default`.
-pub fn install(default: Targets) {
+/// `default`; and, given a trace file, a Chrome trace of the runtime's
+/// spans (each run, its model calls and tool calls, nested runs inside
+/// their parent's tool call) whatever the stderr level. Keep the returned
+/// guard until the work is done: dropping it finishes the file.
+pub fn install(default: Targets, trace: Option<File>) -> Option<FlushGuard> {
     let default = || default.clone();
     let filter = match std::env::var("RUST_LOG") {
         Ok(directives) if !directives.trim().is_empty() => Targets::from_str(&directives).unwrap_or_else(|error| {
@@ -51,9 +57,23 @@ pub fn install(default: Targets) {
         }),
         _ => default(),
     };
-    let layer = tracing_subscriber::fmt::layer().with_writer(|| TerminalStderr);
+    let stderr = tracing_subscriber::fmt::layer().with_ansi(false).with_writer(|| TerminalStderr).with_filter(filter);
+    let (chrome, guard) = match trace {
+        Some(file) => {
+            let (layer, guard) = ChromeLayerBuilder::new()
+                .writer(BufWriter::new(file))
+                .trace_style(TraceStyle::Async)
+                .include_args(true)
+                .include_locations(false)
+                .build();
+            let spans = Targets::new().with_target("subagents", Level::DEBUG);
+            (Some(layer.with_filter(spans)), Some(guard))
+        }
+        None => (None, None),
+    };
     // Fails only when a subscriber is already set, which nothing here does.
-    let _ = tracing_subscriber::registry().with(layer).with(filter).try_init();
+    let _ = tracing_subscriber::registry().with(stderr).with(chrome).try_init();
+    guard
 }
 
 /// Stderr, each event's line with its control characters removed.

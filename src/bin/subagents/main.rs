@@ -145,10 +145,12 @@ impl Ended {
 
 fn main() -> ExitCode {
     let command = Cli::parse().command;
-    logging::install(match command {
-        Command::Acp { .. } => logging::our_warnings(),
-        _ => logging::warnings(),
-    });
+    // `fanout` installs its log itself, once its trace file is open.
+    match command {
+        Command::Acp { .. } => drop(logging::install(logging::our_warnings(), None)),
+        Command::Fanout { .. } => {}
+        _ => drop(logging::install(logging::warnings(), None)),
+    }
     let outcome = match command {
         Command::Run { prompt, provider, model, home } => {
             run::run(run::RunArgs { prompt, provider, model, home }).map(Ended::exit_code)

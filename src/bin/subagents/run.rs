@@ -28,7 +28,7 @@ pub fn run(args: RunArgs) -> Result<Ended, String> {
         return Err(format!("unknown provider {:?} (available: {available})", args.provider));
     }
     let cancel = CancellationToken::new();
-    cancel_on_ctrl_c(cancel.clone());
+    cancel_on_ctrl_c(&setup.runtime, cancel.clone());
     let built = Agent::builder_shared(setup.model.clone())
         .store(SessionStore::new(&setup.home))
         .cwd(&setup.cwd)
@@ -42,7 +42,7 @@ pub fn run(args: RunArgs) -> Result<Ended, String> {
             return Err(format!("cannot create the parent agent: {error}"));
         }
     };
-    let timeline = Timeline::record(&setup.subagents);
+    let timeline = Timeline::record(&setup.runtime);
     let (outcome, saved) = setup.runtime.block_on({
         let parent = parent.clone();
         async move {
@@ -53,7 +53,7 @@ pub fn run(args: RunArgs) -> Result<Ended, String> {
             (outcome, saved)
         }
     });
-    let spans = timeline.finish();
+    let spans = timeline.finish(&setup.runtime);
     println!("{}", terminal::text(&outcome.output));
     println!();
     let parent_line = format!("parent {} ({}): {}", parent.id(), parent.model_name(), outcome.stop_reason);

@@ -23,25 +23,25 @@ pub struct Setup {
     pub home: PathBuf,
 }
 
-/// `scripted` (the embedded default) or `openai:NAME`.
-fn model(spec: &str) -> Result<Arc<dyn Model>, String> {
+/// `scripted` (the embedded default) or `openai:NAME`; an OpenAI endpoint
+/// is probed on the runtime, so a batch fails before any run when it
+/// cannot be reached at all.
+fn model(spec: &str, runtime: &Runtime) -> Result<Arc<dyn Model>, String> {
     let spec = ModelSpec::parse(spec).map_err(|e| e.to_string())?;
     if let ModelSpec::OpenAi(name) = &spec {
-        // Fail before any run when the endpoint cannot be reached at all.
         let config = OpenAiConfig::from_env_for(name.as_deref()).map_err(|e| e.to_string())?;
         let base_url = config.base_url.clone();
-        let model = OpenAiModel::new(config).map_err(|e| e.to_string())?;
-        let probe = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-        probe
-            .block_on(model.check_reachable())
+        let model = Arc::new(OpenAiModel::new(config).map_err(|e| e.to_string())?);
+        let probe = model.clone();
+        runtime
+            .block_on(async move { probe.check_reachable().await })
             .map_err(|e| format!("model endpoint {base_url} is unreachable: {e}"))?;
-        return Ok(Arc::new(model));
+        return Ok(model);
     }
     spec.build().map_err(|e| e.to_string())
 }
 
 pub fn setup(model_spec: &str, home: Option<PathBuf>) -> Result<Setup, String> {
-    let model = model(model_spec)?;
     let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
     // Default: `$SUBAGENTS_HOME`, else `.subagents` in the working directory.
     let mut builder = Runtime::builder().cancel_grace(Duration::from_millis(500));
@@ -50,10 +50,14 @@ pub fn setup(model_spec: &str, home: Option<PathBuf>) -> Result<Setup, String> {
     }
     let runtime = builder.build().map_err(|e| format!("cannot start the runtime: {e}"))?;
     let home = runtime.home();
-    if let Err(error) = check_home(&home) {
-        runtime.shutdown_blocking();
-        return Err(error);
-    }
+    let checked = model(model_spec, &runtime).and_then(|model| check_home(&home).map(|()| model));
+    let model = match checked {
+        Ok(model) => model,
+        Err(error) => {
+            runtime.shutdown_blocking();
+            return Err(error);
+        }
+    };
     let subagents = runtime.subagents();
     let tasks = TaskService::new();
     let tools = child_tools(&subagents, &tasks);
@@ -104,28 +108,28 @@ pub fn toolset(subagents: &Subagents, tasks: &TaskService, provider: &str) -> To
     tools
 }
 
-/// Trips `token` on the first Ctrl-C; a second one exits 130 at once.
+/// Trips `token` on the first Ctrl-C; a second one exits 130 at once. The
+/// watch is a task on the runtime.
 ///
 /// The handler is registered before this returns, so a Ctrl-C that lands
 /// while the work is being set up cancels it rather than killing the
 /// process mid-write.
-pub fn cancel_on_ctrl_c(token: subagents::CancellationToken) {
-    let Ok(signals) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-    let interrupts = {
-        let _context = signals.enter();
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-    };
-    let Ok(mut interrupts) = interrupts else { return };
-    std::thread::spawn(move || {
-        signals.block_on(async {
-            if interrupts.recv().await.is_none() {
-                return;
-            }
-            eprintln!("\nsubagents: interrupted: cancelling every run (Ctrl-C again to quit at once)");
-            token.cancel();
-            if interrupts.recv().await.is_some() {
-                std::process::exit(130);
-            }
-        });
-    });
+pub fn cancel_on_ctrl_c(runtime: &Runtime, token: subagents::CancellationToken) {
+    let (registered, ready) = std::sync::mpsc::sync_channel(1);
+    drop(runtime.spawn(async move {
+        let interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
+        let _ = registered.send(interrupts.is_ok());
+        let Ok(mut interrupts) = interrupts else { return };
+        if interrupts.recv().await.is_none() {
+            return;
+        }
+        eprintln!("\nsubagents: interrupted: cancelling every run (Ctrl-C again to quit at once)");
+        token.cancel();
+        if interrupts.recv().await.is_some() {
+            std::process::exit(130);
+        }
+    }));
+    if !ready.recv().unwrap_or(false) {
+        say!("subagents: cannot watch for Ctrl-C; an interrupt ends the process at once");
+    }
 }
