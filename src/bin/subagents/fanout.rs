@@ -57,8 +57,8 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
     let setup = setup(&args.model, args.home)?;
     // Refusals from here on stop the runtime first; files are created last
     // so that a refused batch truncates nothing.
-    let opened = check_provider(&setup.subagents, &args.provider)
-        .and_then(|()| Outputs::open(args.out.as_deref(), args.trace.as_deref()));
+    let opened =
+        setup.check_provider(&args.provider).and_then(|()| Outputs::open(args.out.as_deref(), args.trace.as_deref()));
     let Outputs { results, trace: trace_file } = match opened {
         Ok(outputs) => outputs,
         Err(error) => {
@@ -109,18 +109,7 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
         drop(trace);
         say!("trace: {} (open it in Perfetto)", path.display());
     }
-    Ok(match (batch.is_cancelled(), all_done) {
-        (true, _) => Ended::Interrupted,
-        (false, true) => Ended::Completed,
-        (false, false) => Ended::Incomplete,
-    })
-}
-
-fn check_provider(subagents: &Subagents, provider: &str) -> Result<(), String> {
-    if subagents.has_provider(provider) {
-        return Ok(());
-    }
-    Err(format!("unknown provider {provider:?} (available: {})", subagents.list().join(", ")))
+    Ok(Ended::new(batch.is_cancelled(), all_done))
 }
 
 /// The tasks file, open for reading; a directory is refused here rather

@@ -134,6 +134,15 @@ pub enum Ended {
 }
 
 impl Ended {
+    /// Interrupted wins; else whether all the work was carried out.
+    pub fn new(interrupted: bool, all_done: bool) -> Ended {
+        match (interrupted, all_done) {
+            (true, _) => Ended::Interrupted,
+            (false, true) => Ended::Completed,
+            (false, false) => Ended::Incomplete,
+        }
+    }
+
     fn exit_code(self) -> ExitCode {
         match self {
             Ended::Completed => ExitCode::SUCCESS,

@@ -22,10 +22,9 @@ pub struct RunArgs {
 /// still closed whole), or anything else, which is incomplete.
 pub fn run(args: RunArgs) -> Result<Ended, String> {
     let setup = setup(&args.model, args.home)?;
-    if !setup.subagents.has_provider(&args.provider) {
-        let available = setup.subagents.list().join(", ");
+    if let Err(error) = setup.check_provider(&args.provider) {
         setup.runtime.shutdown_blocking();
-        return Err(format!("unknown provider {:?} (available: {available})", args.provider));
+        return Err(error);
     }
     let cancel = CancellationToken::new();
     cancel_on_ctrl_c(&setup.runtime, cancel.clone());
@@ -74,9 +73,5 @@ pub fn run(args: RunArgs) -> Result<Ended, String> {
         say!("subagents: runs left alive after shutdown: {:?}", report.live_after);
         all_done = false;
     }
-    Ok(match (cancel.is_cancelled(), all_done) {
-        (true, _) => Ended::Interrupted,
-        (false, true) => Ended::Completed,
-        (false, false) => Ended::Incomplete,
-    })
+    Ok(Ended::new(cancel.is_cancelled(), all_done))
 }

@@ -70,6 +70,16 @@ pub fn setup(model_spec: &str, home: Option<PathBuf>) -> Result<Setup, String> {
     Ok(Setup { runtime, subagents, model, tasks, cwd, home })
 }
 
+impl Setup {
+    /// `Err` naming the registered providers when `provider` is not one.
+    pub fn check_provider(&self, provider: &str) -> Result<(), String> {
+        if self.subagents.has_provider(provider) {
+            return Ok(());
+        }
+        Err(format!("unknown provider {provider:?} (available: {})", self.subagents.list().join(", ")))
+    }
+}
+
 /// Creates the home and its sessions directory if missing (private, 0700:
 /// see `SessionStore`) and proves the sessions directory writable by
 /// creating and removing a file in it. Every run writes its session there:
