@@ -49,7 +49,8 @@ pub use model::{
 pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;
 pub use session::{
-    new_session_id, LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, ToolCall,
+    new_session_id, LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, StoredSession,
+    ToolCall,
 };
 pub use tools::{FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset};
 pub use turn::{AgentUpdate, TurnError, TurnErrorKind, TurnOutcome};

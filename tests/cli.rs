@@ -10,6 +10,8 @@ mod batch;
 mod input;
 #[path = "cli/output.rs"]
 mod output;
+#[path = "cli/sessions.rs"]
+mod sessions;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

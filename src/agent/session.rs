@@ -227,6 +227,29 @@ enum Record {
     Event(SessionEvent),
 }
 
+/// A stored session as read back, for tools that show sessions.
+#[derive(Clone, Debug)]
+pub struct StoredSession {
+    /// Its header.
+    pub header: SessionHeader,
+    /// Every whole event.
+    pub events: Vec<SessionEvent>,
+    /// Whether a torn last line (a write cut off by a crash) was left out.
+    pub torn: bool,
+    /// The file's size in bytes.
+    pub bytes: u64,
+}
+
+impl StoredSession {
+    /// How the last turn ended, if one did.
+    pub fn last_stop_reason(&self) -> Option<StopReason> {
+        self.events.iter().rev().find_map(|event| match event {
+            SessionEvent::TurnEnd { reason } => Some(*reason),
+            _ => None,
+        })
+    }
+}
+
 /// Where sessions live: `<home>/sessions/`, or nowhere (in memory).
 #[derive(Clone, Debug)]
 pub struct SessionStore {
@@ -330,6 +353,12 @@ impl SessionStore {
     /// Reads a session without opening it for writing and without repairing
     /// a torn last line (another agent may be writing it right now).
     pub fn read(&self, id: &str) -> Result<(SessionHeader, Vec<SessionEvent>), SessionError> {
+        self.inspect(id).map(|stored| (stored.header, stored.events))
+    }
+
+    /// Like [`SessionStore::read`], and says whether a torn last line was
+    /// left out and how large the file is.
+    pub fn inspect(&self, id: &str) -> Result<StoredSession, SessionError> {
         check_id(id)?;
         let path = self.path_of(id).ok_or_else(|| SessionError::NotFound(id.to_owned()))?;
         let bytes = match fs::read(&path) {
@@ -337,8 +366,27 @@ impl SessionStore {
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Err(SessionError::NotFound(id.into())),
             Err(source) => return Err(SessionError::Io { id: id.to_owned(), source }),
         };
-        let (header, events, _) = parse(id, &bytes)?;
-        Ok((header, events))
+        let (header, events, valid_len) = parse(id, &bytes)?;
+        Ok(StoredSession { header, events, torn: valid_len < bytes.len(), bytes: bytes.len() as u64 })
+    }
+
+    /// The ids of every stored session (the `*.jsonl` files), unsorted;
+    /// none for an in-memory store or a home that has no sessions yet.
+    pub fn ids(&self) -> io::Result<Vec<String>> {
+        let Some(dir) = &self.dir else { return Ok(Vec::new()) };
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => return Err(error),
+        };
+        let mut ids = Vec::new();
+        for entry in entries {
+            let name = entry?.file_name();
+            if let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) {
+                ids.push(id.to_owned());
+            }
+        }
+        Ok(ids)
     }
 
     /// Deletes a session's file (a rolled-back start leaves nothing behind).

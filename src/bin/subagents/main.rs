@@ -37,6 +37,7 @@ mod fanout;
 mod logging;
 mod outputs;
 mod run;
+mod sessions;
 mod setup;
 mod summary;
 mod tasks;
@@ -89,6 +90,17 @@ enum Command {
         #[arg(long)]
         home: PathBuf,
     },
+    /// Read stored sessions: list them, show one, or the delegation tree under one.
+    Sessions {
+        #[command(subcommand)]
+        query: SessionsQuery,
+        /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
+        #[arg(long, global = true)]
+        home: Option<PathBuf>,
+        /// Print one JSON document instead of text.
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// Run every task line of a JSONL file as a subagent, in parallel.
     Fanout {
         /// JSON lines: {"prompt": "...", "label"?, "persona"?, "output_schema"?, "max_depth"?}.
@@ -118,6 +130,22 @@ enum Command {
         /// line could not be run or results could not be written).
         #[arg(long)]
         strict: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum SessionsQuery {
+    /// Every session: id, parent, depth, created, last stop reason, size.
+    List,
+    /// One session's transcript.
+    Show {
+        /// The session id.
+        id: String,
+    },
+    /// The delegation tree under a session.
+    Tree {
+        /// The session id.
+        id: String,
     },
 }
 
@@ -171,6 +199,14 @@ fn main() -> ExitCode {
         Command::Serve { home } => {
             let options = subagents::serve::stdio::ServeOptions { home };
             subagents::serve::stdio::serve_stdio(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
+        }
+        Command::Sessions { query, home, json } => {
+            let query = match query {
+                SessionsQuery::List => sessions::Query::List,
+                SessionsQuery::Show { id } => sessions::Query::Show(id),
+                SessionsQuery::Tree { id } => sessions::Query::Tree(id),
+            };
+            sessions::sessions(sessions::SessionsArgs { query, home, json }).map(Ended::exit_code)
         }
         Command::Fanout { tasks, concurrency, max_line_bytes, out, provider, model, trace, home, strict } => {
             let args =
