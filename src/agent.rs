@@ -424,6 +424,13 @@ impl Agent {
             .with_agent(LocalAgent::new(self.id(), self.clone()))
     }
 
+    /// Hands `update` to the agent's update sink, if it has one.
+    pub(crate) fn report(&self, update: AgentUpdate) {
+        if let Some(sink) = &self.inner.on_update {
+            sink(&update);
+        }
+    }
+
     /// Whether no turn is running or queued.
     pub fn is_idle(&self) -> bool {
         *self.inner.busy.borrow() == 0

@@ -29,7 +29,7 @@ pub use error::SubagentError;
 /// The boxed, `!Send` future a [`Provider`] and a [`Child`] return (they
 /// run on their run actor's thread).
 pub use futures_util::future::LocalBoxFuture;
-pub use progress::ProgressUpdate;
+pub use progress::{ProgressSink, ProgressUpdate};
 pub(crate) use provider::RunReporter;
 pub use provider::{CaptureError, Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};
 pub use request::{AgentOptions, Capabilities, Capability, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP};

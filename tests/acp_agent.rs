@@ -374,3 +374,34 @@ fn initialize_and_session_new_may_be_written_back_to_back() {
     let (session, _) = peer.answer_to(2, no_permission);
     assert!(session["result"]["sessionId"].is_string(), "{session}");
 }
+
+/// The text content of every `tool_call_update` of `call_id`, in order.
+fn progress_of(updates: &[Value], call_id: &str) -> Vec<String> {
+    updates
+        .iter()
+        .filter(|u| u["update"]["sessionUpdate"] == "tool_call_update" && u["update"]["toolCallId"] == call_id)
+        .filter_map(|u| u["update"]["content"].as_array())
+        .flat_map(|content| content.iter().filter_map(|c| c["content"]["text"].as_str().map(str::to_owned)))
+        .collect()
+}
+
+#[test]
+fn a_subagent_call_shows_what_the_child_was_asked_and_streams_what_it_does() {
+    let mut peer = Peer::start(&[]);
+    let session = peer.handshake();
+    // The demo model delegates each `;`-separated part; its children list
+    // the directory when a task mentions files.
+    peer.prompt(3, &session, "list the files here; summarise the changelog");
+    let (answer, updates) = peer.answer_to(3, no_permission);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let calls: Vec<&Value> = updates.iter().filter(|u| u["update"]["sessionUpdate"] == "tool_call").collect();
+    assert_eq!(calls.len(), 2, "{updates:?}");
+    let asked = calls.iter().find(|c| c["update"]["title"] == "subagent: list the files here").expect("a titled call");
+    assert_eq!(asked["update"]["kind"], "think");
+    assert_eq!(asked["update"]["rawInput"]["prompt"], "list the files here");
+    let call_id = asked["update"]["toolCallId"].as_str().unwrap();
+    let progress = progress_of(&updates, call_id);
+    let last = progress.last().unwrap_or_else(|| panic!("the child's activity is streamed: {updates:?}"));
+    assert!(last.contains("[list_dir: "), "the child's own tool call shows: {last}");
+    assert!(last.contains("visible.txt"), "the child's text shows: {last}");
+}

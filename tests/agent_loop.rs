@@ -419,7 +419,7 @@ async fn updates_report_tool_calls_and_the_turn_end() {
     assert_eq!(
         *updates,
         [
-            AgentUpdate::ToolCall { id: "call_0".into(), name: "add".into() },
+            AgentUpdate::ToolCall { id: "call_0".into(), name: "add".into(), arguments: json!({"a": 1, "b": 2}) },
             AgentUpdate::ToolResult { id: "call_0".into(), name: "add".into(), is_error: false },
             AgentUpdate::Text("3".into()),
             AgentUpdate::TurnEnd(StopReason::Completed),

@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use super::entry::ProviderEntry;
 use super::gate::Gate;
 use crate::events::{EventBus, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent};
-use crate::seam::{CaptureError, RunReporter, RunResult, StopReason, SubagentError};
+use crate::seam::{CaptureError, ProgressSink, RunReporter, RunResult, StopReason, SubagentError};
 
 pub(crate) struct RunShared {
     pub run_id: u64,
@@ -24,6 +24,8 @@ pub(crate) struct RunShared {
     changed: Notify,
     /// The run actor's mailbox for the one message a provider sends it.
     capture: OnceLock<WeakRecipient<CaptureStructured>>,
+    /// The caller's own receiver of this run's progress.
+    progress: Option<ProgressSink>,
 }
 
 /// A child hands its validated structured result to its run (SPEC §8). The
@@ -33,7 +35,13 @@ pub(crate) struct RunShared {
 pub(crate) struct CaptureStructured(pub serde_json::Value);
 
 impl RunShared {
-    pub(crate) fn new(run_id: u64, entry: Arc<ProviderEntry>, parent_session: Option<String>, bus: EventBus) -> Self {
+    pub(crate) fn new(
+        run_id: u64,
+        entry: Arc<ProviderEntry>,
+        parent_session: Option<String>,
+        bus: EventBus,
+        progress: Option<ProgressSink>,
+    ) -> Self {
         RunShared {
             run_id,
             entry,
@@ -44,6 +52,7 @@ impl RunShared {
             quiescent: OnceLock::new(),
             changed: Notify::new(),
             capture: OnceLock::new(),
+            progress,
         }
     }
 
@@ -117,6 +126,9 @@ impl RunReporter for RunShared {
 
     /// Progress from the running child.
     fn progress(&self, update: ProgressUpdate) {
+        if let Some(sink) = &self.progress {
+            sink.send(&update);
+        }
         let event = || {
             SubagentEvent::Progress(Arc::new(RunProgress {
                 run_id: self.run_id,

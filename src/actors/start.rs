@@ -88,8 +88,9 @@ async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartReques
     let label = request.label.clone();
     // Kept for a continuation, which starts from the same parent.
     let parent = request.parent.clone();
-    let shared =
-        Arc::new(RunShared::new(core.mint_run_id(), entry, request.parent.session_id.clone(), core.bus().clone()));
+    let parent_session = request.parent.session_id.clone();
+    let progress = request.progress.clone();
+    let shared = Arc::new(RunShared::new(core.mint_run_id(), entry, parent_session, core.bus().clone(), progress));
     let (publish, published) = oneshot::channel();
     let context = ProviderContext { run: shared.clone(), home: core.home().clone(), live: core.live().clone() };
     let actor = RunActor::new(RunSpawn {

@@ -42,7 +42,7 @@ pub use builtin::{ListDir, ReadFile};
 
 use super::session::ToolCall;
 use crate::schema::CompiledSchema;
-use crate::seam::ToolFilter;
+use crate::seam::{ProgressUpdate, ToolFilter};
 
 /// What the model is told about a tool.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -69,6 +69,14 @@ pub struct ToolContext {
     pub call_id: String,
     /// Trips when the turn is cancelled.
     pub cancel: CancellationToken,
+}
+
+impl ToolContext {
+    /// Reports progress of this call to the agent's update sink (as
+    /// `AgentUpdate::ToolProgress`), e.g. what a delegated child does.
+    pub fn progress(&self, update: ProgressUpdate) {
+        self.agent.report(super::AgentUpdate::ToolProgress { id: self.call_id.clone(), update });
+    }
 }
 
 /// A tool's answer.

@@ -18,7 +18,7 @@ use super::model::{ChunkSink, ModelError, ModelRequest};
 use super::session::{SessionEvent, ToolCall};
 use super::tools::{ToolContext, ToolOutput};
 use super::{Agent, AgentInner};
-use crate::seam::{Category, ContentBlock, StopReason};
+use crate::seam::{Category, ContentBlock, ProgressUpdate, StopReason};
 
 /// How a turn ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,6 +96,8 @@ pub enum AgentUpdate {
         id: String,
         /// The tool's name.
         name: String,
+        /// Its arguments, as the model wrote them.
+        arguments: serde_json::Value,
     },
     /// A tool call finished.
     ToolResult {
@@ -105,6 +107,14 @@ pub enum AgentUpdate {
         name: String,
         /// Whether it failed.
         is_error: bool,
+    },
+    /// A running tool reported progress ([`ToolContext::progress`]): a
+    /// subagent tool passes on what its child does.
+    ToolProgress {
+        /// The call id.
+        id: String,
+        /// What happened.
+        update: ProgressUpdate,
     },
     /// The turn ended.
     TurnEnd(StopReason),
@@ -242,7 +252,11 @@ impl Turn<'_> {
             }
             let batch = &calls[index..batch_end];
             for call in batch {
-                self.update(AgentUpdate::ToolCall { id: call.id.clone(), name: call.name.clone() });
+                self.update(AgentUpdate::ToolCall {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                });
             }
             let runs = batch.iter().map(|call| {
                 let context = ToolContext {

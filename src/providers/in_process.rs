@@ -396,6 +396,8 @@ fn progress_sink(context: &ProviderContext) -> Arc<dyn Fn(&AgentUpdate) + Send +
                 let status = if *is_error { "failed" } else { "completed" };
                 ProgressUpdate::ToolCall { name: name.clone(), status: status.into() }
             }
+            // A run this child delegated to: one level down.
+            AgentUpdate::ToolProgress { update, .. } => ProgressUpdate::Delegated { update: Box::new(update.clone()) },
             _ => return,
         };
         context.progress(progress);

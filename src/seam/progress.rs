@@ -2,6 +2,9 @@
 //! payload of the `Progress` event. It lives in the seam because providers
 //! produce it; the events module wraps it with the run's identity.
 
+use std::fmt;
+use std::sync::Arc;
+
 use serde::Serialize;
 
 /// One piece of live progress.
@@ -21,9 +24,59 @@ pub enum ProgressUpdate {
         /// Status such as `pending`, `completed`, `failed`.
         status: String,
     },
+    /// Progress of a run this child delegated to (one level down per
+    /// `Delegated`): how a grandchild's activity reaches the top.
+    Delegated {
+        /// What the delegated run reported.
+        update: Box<ProgressUpdate>,
+    },
     /// The child's current plan.
     Plan {
         /// Plan entries in order.
         entries: Vec<String>,
     },
+}
+
+impl ProgressUpdate {
+    /// How many delegations below the reporting run this happened (0: the
+    /// run itself).
+    pub fn depth(&self) -> usize {
+        match self {
+            ProgressUpdate::Delegated { update } => 1 + update.depth(),
+            _ => 0,
+        }
+    }
+
+    /// The update this one wraps, past every `Delegated` level.
+    pub fn innermost(&self) -> &ProgressUpdate {
+        match self {
+            ProgressUpdate::Delegated { update } => update.innermost(),
+            other => other,
+        }
+    }
+}
+
+/// Receives the progress of one run as it happens, besides the runtime's
+/// `Progress` events: set with [`StartRequest::with_progress`](crate::StartRequest::with_progress). The model-facing subagent tool
+/// uses it to pass a child's activity to its own caller. Called on the
+/// run's thread: keep it short.
+#[derive(Clone)]
+pub struct ProgressSink(Arc<dyn Fn(&ProgressUpdate) + Send + Sync>);
+
+impl ProgressSink {
+    /// A sink calling `receive` for each update.
+    pub fn new(receive: impl Fn(&ProgressUpdate) + Send + Sync + 'static) -> Self {
+        ProgressSink(Arc::new(receive))
+    }
+
+    /// Hands `update` to the sink.
+    pub fn send(&self, update: &ProgressUpdate) {
+        (self.0)(update)
+    }
+}
+
+impl fmt::Debug for ProgressSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ProgressSink")
+    }
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::{ContentBlock, LocalAgent};
+use super::{ContentBlock, LocalAgent, ProgressSink};
 
 /// The largest `max_depth` the runtime represents; anything above is
 /// `INVALID_REQUEST` rather than a silently unbounded recursion.
@@ -257,6 +257,8 @@ pub struct StartRequest {
     pub persona: Option<String>,
     /// A display label for events and progress.
     pub label: Option<String>,
+    /// Receives this run's progress as it happens (see [`ProgressSink`]).
+    pub progress: Option<ProgressSink>,
     /// The child a continuation resumes (set by `Continuation::start`).
     pub(crate) resume: Option<LocalAgent>,
 }
@@ -286,6 +288,7 @@ impl StartRequest {
             tool_filter: None,
             persona: None,
             label: None,
+            progress: None,
             resume: None,
         }
     }
@@ -317,6 +320,13 @@ impl StartRequest {
     /// Give the child a persona.
     pub fn with_persona(mut self, persona: impl Into<String>) -> Self {
         self.persona = Some(persona.into());
+        self
+    }
+
+    /// Receives this run's progress as it happens (a provider reports it
+    /// through its context; nested runs arrive as `Delegated`).
+    pub fn with_progress(mut self, sink: ProgressSink) -> Self {
+        self.progress = Some(sink);
         self
     }
 

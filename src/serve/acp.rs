@@ -275,7 +275,7 @@ impl State {
             .toolset(tools)
             .cancel_token(self.closing.child_token())
             .on_update(Arc::new(move |update: &AgentUpdate| {
-                if let Some(update) = ids.session_update(update) {
+                for update in ids.session_updates(update) {
                     let _ = cx.send_notification(SessionNotification::new(update_session.clone(), update));
                 }
             }));

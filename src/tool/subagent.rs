@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::tasks::TaskService;
 use crate::actors::Subagents;
 use crate::agent::{Tool, ToolContext, ToolOutput, ToolSpec};
-use crate::seam::{AgentOptions, Capability, StartRequest, StopReason, SubagentError, ToolFilter};
+use crate::seam::{AgentOptions, Capability, ProgressSink, StartRequest, StopReason, SubagentError, ToolFilter};
 
 /// The delegation depth cap the tool sends with each start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -279,7 +279,12 @@ impl Tool for SubagentTool {
             }
             // The run's token is a child of the tool call's: cancelling the
             // call cancels the run.
-            let request = self.request(prompt, label, &context, context.cancel.child_token());
+            // A foreground child's activity is passed on as this call's
+            // progress (its caller may show it, or pass it further up).
+            let reporter = context.clone();
+            let request = self
+                .request(prompt, label, &context, context.cancel.child_token())
+                .with_progress(ProgressSink::new(move |update| reporter.progress(update.clone())));
             match collect(&self.subagents, &self.config.provider, request).await {
                 Ok((run_id, output)) => {
                     ToolOutput::ok(json!({"kind": "foreground", "run_id": run_id, "output": output}).to_string())
