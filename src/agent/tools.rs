@@ -240,6 +240,9 @@ pub struct Toolset {
     filter: Option<ToolFilter>,
     /// The owning agent's delegation depth ([`Tool::offered_at_depth`]).
     depth: u32,
+    /// Whether some tool is not offered at `depth`, so the shared list
+    /// below is this depth's own (not the one every clone can share).
+    hidden_by_depth: bool,
     /// What the model sees, computed once and shared by clones; every
     /// change replaces it.
     visible: Arc<OnceLock<Arc<[ToolSpec]>>>,
@@ -323,8 +326,14 @@ impl Toolset {
     /// Sets the owning agent's delegation depth (the agent does this when
     /// it is built): tools not offered at that depth are hidden.
     pub fn set_depth(&mut self, depth: u32) {
+        let hides = self.entries.iter().any(|entry| !entry.tool.offered_at_depth(depth));
+        // Clones share one computed list; only a depth that hides a tool
+        // (or leaves one that did) needs a list of its own.
+        if hides || self.hidden_by_depth {
+            self.visible = Arc::default();
+        }
         self.depth = depth;
-        self.visible = Arc::default();
+        self.hidden_by_depth = hides;
     }
 
     /// Names of every tool, hidden ones included.
