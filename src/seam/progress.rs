@@ -2,10 +2,10 @@
 //! payload of the `Progress` event. It lives in the seam because providers
 //! produce it; the events module wraps it with the run's identity.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One piece of live progress.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ProgressUpdate {
