@@ -8,6 +8,8 @@
 //! run one at a time (`support::one_at_a_time`).
 
 mod common;
+#[path = "remote/faults.rs"]
+mod faults;
 #[path = "remote/support.rs"]
 mod support;
 

@@ -49,9 +49,11 @@
 //!   settles on the first result it sees; there is only one to see.
 //! - **Killed workers**: no in-progress ack, so after the ack wait the run
 //!   is redelivered to another worker. After `max_deliver` deliveries the
-//!   broker gives up; the caller hears JetStream's advisory and settles the
-//!   run `Error` with category `worker-lost` (written the same
-//!   compare-and-set way, so a worker that wakes later is still fenced).
+//!   broker gives up (it notices when a worker of the pool next asks for
+//!   work); the caller hears JetStream's advisory and settles the run
+//!   `Error` with category `worker-lost` (written the same compare-and-set
+//!   way, so a worker that wakes later is still fenced), and removes the
+//!   request.
 //! - **Cancel**: a tombstone (`cancel.<run>`, durable) plus a core-NATS
 //!   notice to the worker. A run cancelled before pickup never runs: the
 //!   worker that picks it up claims it, sees the tombstone and settles it
