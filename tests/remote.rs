@@ -7,6 +7,8 @@
 //! starts its own server on a free loopback port and stops it; the tests
 //! run one at a time (`support::one_at_a_time`).
 
+#[path = "remote/cancel.rs"]
+mod cancel;
 mod common;
 #[path = "remote/faults.rs"]
 mod faults;

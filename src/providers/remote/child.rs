@@ -176,35 +176,47 @@ impl Child for RemoteChild {
         let cancelling = if settled.borrow().is_none() { self.send_cancel() } else { None };
         let (caller, io, run, wait) = (self.caller.clone(), self.io.clone(), self.run.clone(), self.dispose_wait);
         Box::pin(async move {
-            if let Some(cancelling) = cancelling {
-                let _ = cancelling.await;
-            }
-            // The worker writes the result only after it released its
-            // child, so the result is the dispose receipt.
-            let report = tokio::time::timeout(wait, settled.wait_for(Option::is_some)).await;
-            let outcome = match report.ok().and_then(|r| r.ok()).and_then(|s| s.clone()) {
-                Some(settled) if settled.disposed => Ok(()),
-                Some(_) => Err((Stage::Dispose, Category::ChildError)),
+            let known = settled.borrow().clone();
+            let outcome = match known {
+                Some(settled) => receipt(&settled),
                 None => {
-                    let (caller, asked) = (caller.clone(), run.clone());
-                    let state = io.spawn(async move { (caller.state(&asked).await, caller) }).await;
+                    if let Some(cancelling) = cancelling {
+                        let _ = cancelling.await;
+                    }
+                    // With the tombstone written, a run nobody claimed yet
+                    // will never run: nothing to wait for.
+                    let (asked, run_id) = (caller.clone(), run.clone());
+                    let state = io.spawn(async move { asked.state(&run_id).await }).await;
                     match state {
-                        // Never claimed: the tombstone keeps it from ever running.
-                        Ok((Ok(None), caller)) => {
-                            let run = run.clone();
+                        Ok(Ok(None)) => {
+                            let (caller, run) = (caller.clone(), run.clone());
                             let _ = io.spawn(async move { caller.delete_request(&run).await }).await;
                             Ok(())
                         }
-                        Ok((Ok(Some(RunRecord::Settled(settled))), _)) if settled.disposed => Ok(()),
-                        _ => {
-                            tracing::warn!(run = %run, "the worker holding a remote run did not report its child disposed");
-                            Err((Stage::Dispose, Category::WorkerLost))
-                        }
+                        Ok(Ok(Some(RunRecord::Settled(settled)))) => receipt(&settled),
+                        // Claimed: the worker writes its result only after
+                        // it released its child, so the result is the receipt.
+                        _ => match tokio::time::timeout(wait, settled.wait_for(Option::is_some)).await {
+                            Ok(Ok(report)) => report.as_deref().map_or(Ok(()), receipt),
+                            _ => {
+                                tracing::warn!(run = %run, "the worker holding a remote run did not report its child disposed");
+                                Err((Stage::Dispose, Category::WorkerLost))
+                            }
+                        },
                     }
                 }
             };
             caller.forget(&run);
             outcome
         })
+    }
+}
+
+/// A settled run's dispose receipt: whether the worker released its child.
+fn receipt(settled: &Settled) -> Result<(), (Stage, Category)> {
+    if settled.disposed {
+        Ok(())
+    } else {
+        Err((Stage::Dispose, Category::ChildError))
     }
 }
