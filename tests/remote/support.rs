@@ -269,6 +269,23 @@ impl Look {
         })
     }
 
+    /// Every run state record in the runs bucket.
+    pub fn states(&self) -> Vec<Value> {
+        self.runtime.block_on(async {
+            use futures_util::StreamExt;
+            let jetstream = async_nats::jetstream::new(self.client.clone());
+            let Ok(runs) = jetstream.get_key_value("subagents-runs").await else { return Vec::new() };
+            let keys: Vec<String> = runs.keys().await.unwrap().filter_map(|k| async { k.ok() }).collect().await;
+            let mut states = Vec::new();
+            for key in keys.iter().filter(|k| k.starts_with("state.")) {
+                if let Ok(Some(value)) = runs.get(key).await {
+                    states.push(serde_json::from_slice(&value).unwrap());
+                }
+            }
+            states
+        })
+    }
+
     /// Publishes raw bytes on a subject (a hostile or broken peer).
     pub fn publish(&self, subject: &str, payload: Vec<u8>) {
         self.runtime.block_on(async {
