@@ -147,3 +147,185 @@ fn a_start_while_the_broker_is_down_fails_startup_with_a_safe_diagnostic() {
     assert!(started.elapsed() < Duration::from_secs(15), "bounded by the publish timeout");
     runtime.shutdown_blocking();
 }
+
+#[test]
+fn start_time_features_cross_the_wire_and_the_worker_enforces_them() {
+    use subagents::agent::SessionStore;
+    use subagents::{Capabilities, ToolFilter};
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider(&server.url())).unwrap().keep();
+    // A provider that says its workers enforce only the route refuses the rest.
+    let mut narrow = support::config(&server.url());
+    narrow.name = "narrow".to_owned();
+    narrow.capabilities = Capabilities { agent_options: true, ..Capabilities::none() };
+    subagents.register_provider(subagents::providers::RemoteProvider::connect(narrow).unwrap()).unwrap().keep();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"verdict": {"type": "string", "enum": ["ok", "bad"]}},
+        "required": ["verdict"]
+    });
+    // A child at depth 3 is at the workers' delegation cap (3): the depth
+    // crossed the wire if it does not delegate.
+    let deep = Parent::root("/tmp").with_session("parent-7").with_depth(2);
+    let requests = vec![
+        request("judge it").with_output_schema(schema),
+        request("say hi").with_persona("You are terse."),
+        request("list the files here").with_tool_filter(ToolFilter::deny(["list_dir"])),
+        request("list the files here"),
+        StartRequest::new("check a; check b", deep, CancellationToken::new()).with_max_depth(3),
+        request("check a; check b"),
+    ];
+    let (results, refused, too_deep) = runtime.block_on({
+        let subagents = subagents.clone();
+        async move {
+            let mut results = Vec::new();
+            for request in requests {
+                let run = subagents.start("remote", request).await.unwrap();
+                results.push(run.result().await.unwrap());
+                run.dispose().await.unwrap();
+            }
+            let refused = subagents.start("narrow", request("x").with_persona("terse")).await.unwrap_err();
+            let beyond = StartRequest::new("x", Parent::root("/tmp").with_depth(3), CancellationToken::new());
+            let too_deep = subagents.start("remote", beyond.with_max_depth(2)).await.unwrap_err();
+            (results, refused, too_deep)
+        }
+    });
+    assert!(results.iter().all(|r| r.stop_reason == StopReason::Completed), "{results:?}");
+    let store = SessionStore::new(&worker.home);
+    let header = |n: usize| store.read(results[n].child_session.as_ref().unwrap()).unwrap().0;
+    assert_eq!(results[0].structured, Some(serde_json::json!({"verdict": "ok"})));
+    assert_eq!(header(1).persona.as_deref(), Some("You are terse."));
+    assert_eq!(results[2].text(), "handled: list the files here", "list_dir was filtered out");
+    assert_ne!(results[3].text(), results[2].text(), "without the filter the child lists the directory");
+    let capped = header(4);
+    assert_eq!((capped.depth, capped.parent_session.as_deref()), (3, Some("parent-7")));
+    assert_eq!(results[4].text(), "handled: check a; check b", "at its depth cap the child cannot delegate");
+    assert!(results[5].text().contains("- handled: check a"), "uncapped it delegates: {}", results[5].text());
+    assert_eq!(refused.code(), "UNSUPPORTED_CAPABILITY");
+    assert!(refused.to_string().contains("persona"), "{refused}");
+    assert_eq!(too_deep.code(), "INVALID_REQUEST");
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn a_process_worker_isolates_each_run_and_refuses_loudly_what_it_cannot_enforce() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let _worker = Worker::start(dir.path(), &server.url(), "iso", &["--provider", "process", "--pool", "isolated"]);
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    // Misconfigured on purpose: it claims every capability for this pool.
+    let config = support::config(&server.url()).with_pool("isolated");
+    subagents.register_provider(subagents::providers::RemoteProvider::connect(config).unwrap()).unwrap().keep();
+    let (plain, persona) = runtime.block_on({
+        let subagents = subagents.clone();
+        async move {
+            let mut results = Vec::new();
+            for request in [request("summarise the log"), request("say hi").with_persona("terse")] {
+                let run = subagents.start("remote", request).await.unwrap();
+                results.push(run.result().await.unwrap());
+                run.dispose().await.unwrap();
+            }
+            (results.remove(0), results.remove(0))
+        }
+    });
+    assert_eq!((plain.stop_reason, plain.text()), (StopReason::Completed, "handled: summarise the log".to_owned()));
+    assert!(plain.child_session.is_some());
+    assert_eq!(persona.stop_reason, StopReason::Error);
+    let diagnostic = persona.diagnostic.unwrap();
+    assert_eq!(diagnostic.stage_name(), "initialize");
+    assert!(diagnostic.reason.unwrap().contains("does not support the \"persona\" capability"));
+    common::no_process_mentions(&dir.path().join("iso/children"));
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn malformed_and_oversized_messages_are_dropped_and_nothing_crashes() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    let remote = provider(&server.url());
+    let caller = remote.caller_id().to_owned();
+    subagents.register_provider(remote).unwrap().keep();
+    let look = Look::new(&server.url());
+    let garbage: Vec<Vec<u8>> = vec![
+        b"not json".to_vec(),
+        b"{\"v\": 99, \"run\": \"x\"}".to_vec(),
+        b"{\"v\": 1}".to_vec(),
+        b"{\"v\": 1, \"run\": \"bad.id\", \"caller\": \"c\", \"prompt\": [], \"parent\": {\"depth\": 0}}".to_vec(),
+        vec![b'x'; 900 * 1024],
+    ];
+    for bytes in &garbage {
+        look.publish_durable("subagents.run.default", bytes.clone());
+        for subject in
+            ["subagents.cancel.x", &format!("subagents.result.{caller}"), &format!("subagents.progress.{caller}")]
+        {
+            look.publish(subject, bytes.clone());
+        }
+    }
+    let result = runtime.block_on({
+        let subagents = subagents.clone();
+        async move {
+            let run = subagents.start("remote", request("still standing")).await.unwrap();
+            let result = run.result().await.unwrap();
+            run.dispose().await.unwrap();
+            result
+        }
+    });
+    assert_eq!(result.text(), "handled: still standing");
+    let log = worker.log();
+    assert!(log.contains("dropped a malformed run request"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    let status = look.status("default");
+    assert_eq!(status.len(), 1, "the worker still answers: {status:?}");
+    assert_eq!(status[0]["live"], 0, "and holds nothing");
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn sigterm_drains_a_worker_its_live_run_finishes_and_it_exits_zero() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let look = Look::new(&server.url());
+    let mut worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider(&server.url())).unwrap().keep();
+    let (quick, slow) = runtime.block_on({
+        let subagents = subagents.clone();
+        async move {
+            let quick = subagents.start("remote", request("finish [delay:500]")).await.unwrap();
+            let slow = subagents.start("remote", request("too long [delay:60000]")).await.unwrap();
+            (quick, slow)
+        }
+    });
+    assert!(support::wait_until(Duration::from_secs(5), || look.live("default") == 2));
+    // The drain grace (2 s) lets the quick run finish and hands the slow one back.
+    let status = worker.terminate(Duration::from_secs(10)).expect("the worker exits after draining");
+    assert!(status.success(), "{status:?}: {}", worker.log());
+    assert!(worker.log().contains("1 results written, 1 handed back"), "{}", worker.log());
+    let replacement = Worker::start(dir.path(), &server.url(), "w2", &[]);
+    assert!(support::wait_until(Duration::from_secs(5), || look.live("default") == 1), "the slow run was handed on");
+    let (quick_result, slow_result) = runtime.block_on(async move {
+        let quick_result = quick.result().await.unwrap();
+        slow.cancel();
+        let slow_result = slow.result().await.unwrap();
+        quick.dispose().await.unwrap();
+        slow.dispose().await.unwrap();
+        (quick_result, slow_result)
+    });
+    assert_eq!(quick_result.stop_reason, StopReason::Completed);
+    assert_eq!(slow_result.stop_reason, StopReason::Aborted);
+    assert_eq!(replacement.sessions(), 1);
+    runtime.shutdown_blocking();
+}

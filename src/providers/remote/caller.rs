@@ -331,9 +331,11 @@ impl Caller {
         }
     }
 
-    /// Deletes the lease so workers stop this caller's runs at once.
+    /// Deletes the lease so workers stop this caller's runs at once. Bounded
+    /// tightly: at shutdown an unreachable broker must not hold the runtime
+    /// (the lease then simply expires).
     pub(crate) async fn release_lease(&self) {
-        let _ = tokio::time::timeout(OPERATION_TIMEOUT, self.broker.callers.delete(&self.id)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.broker.callers.delete(&self.id)).await;
     }
 }
 
