@@ -101,11 +101,15 @@
 //! # More than one host
 //!
 //! Nothing here assumes one machine: point every worker and caller at the
-//! same NATS URL (a cluster's, with `num_replicas` raised on the stream and
-//! buckets for a broker that survives a node), and keep clocks roughly in
-//! sync (lease TTLs are measured by the broker, not the hosts). Give each
-//! class of worker its own pool. A worker's home and working directory are
-//! its own; results carry its session id, not its files.
+//! same NATS URL (a cluster's, with [`BrokerSettings::replicas`] raised so
+//! the stream, consumers and buckets survive the loss of a node). Lease
+//! TTLs and ack waits are measured by the broker, not by the hosts' clocks.
+//! Give each class of worker (model, provider, hardware) its own pool. A
+//! worker's home and working directory are its own; results carry its
+//! session id, not its files. Anyone who can publish on `p.run.*` can run
+//! work on your workers and anyone who can read `p.result.*` sees results:
+//! off a trusted loopback, give the broker accounts and TLS (a `tls://`
+//! URL, credentials in it) and let only callers and workers in.
 //!
 //! ```no_run
 //! use subagents::providers::{RemoteConfig, RemoteProvider};

@@ -318,7 +318,8 @@ async fn work(
         };
         let mut first = Some(first);
         while let Some(message) = batch.next().await {
-            let Ok(message) = message else { continue };
+            // A broken pull (the connection dropped) ends this batch.
+            let Ok(message) = message else { break };
             if shared.drain.is_cancelled() {
                 // Delivered after SIGTERM: straight back to the pool.
                 let _ = message.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;

@@ -49,6 +49,9 @@ pub struct BrokerSettings {
     /// The window in which a re-published run id is dropped as a duplicate
     /// (default 2 min).
     pub duplicate_window: Duration,
+    /// Copies of the stream, consumers and buckets in a clustered broker
+    /// (default 1; 3 survives the loss of a broker node).
+    pub replicas: usize,
 }
 
 impl Default for BrokerSettings {
@@ -60,6 +63,7 @@ impl Default for BrokerSettings {
             lease_ttl: Duration::from_secs(30),
             retention: Duration::from_secs(24 * 3600),
             duplicate_window: Duration::from_secs(120),
+            replicas: 1,
         }
     }
 }
@@ -185,8 +189,8 @@ pub(crate) async fn connect(
         let jetstream = jetstream::ContextBuilder::new().timeout(OPERATION_TIMEOUT).build(client.clone());
         let names = Names::new(&settings.prefix);
         let stream = ensure_stream(&jetstream, &names, settings).await?;
-        let runs = ensure_bucket(&jetstream, &names.runs_bucket(), settings.retention).await?;
-        let callers = ensure_bucket(&jetstream, &names.callers_bucket(), settings.lease_ttl).await?;
+        let runs = ensure_bucket(&jetstream, &names.runs_bucket(), settings.retention, settings.replicas).await?;
+        let callers = ensure_bucket(&jetstream, &names.callers_bucket(), settings.lease_ttl, settings.replicas).await?;
         let lease_ttl = callers.status().await.map(|s| s.max_age()).unwrap_or(settings.lease_ttl);
         Ok(Broker { client, jetstream, stream, runs, callers, names, lease_ttl })
     };
@@ -208,6 +212,7 @@ async fn ensure_stream(
         storage: stream::StorageType::File,
         duplicate_window: settings.duplicate_window,
         max_message_size: MAX_MESSAGE_BYTES as i32,
+        num_replicas: settings.replicas.max(1),
         ..Default::default()
     };
     jetstream
@@ -216,7 +221,12 @@ async fn ensure_stream(
         .map_err(|e| format!("cannot create or bind the stream {}: {e} (is JetStream enabled? -js)", names.stream()))
 }
 
-async fn ensure_bucket(jetstream: &jetstream::Context, bucket: &str, max_age: Duration) -> Result<kv::Store, String> {
+async fn ensure_bucket(
+    jetstream: &jetstream::Context,
+    bucket: &str,
+    max_age: Duration,
+    replicas: usize,
+) -> Result<kv::Store, String> {
     if let Ok(store) = jetstream.get_key_value(bucket).await {
         return Ok(store);
     }
@@ -226,6 +236,7 @@ async fn ensure_bucket(jetstream: &jetstream::Context, bucket: &str, max_age: Du
         max_age,
         max_value_size: MAX_MESSAGE_BYTES as i32,
         storage: stream::StorageType::File,
+        num_replicas: replicas.max(1),
         ..Default::default()
     };
     match jetstream.create_key_value(config).await {
@@ -254,6 +265,7 @@ pub(crate) async fn ensure_consumer(
         max_deliver: i64::from(settings.max_deliver.max(1)),
         // Workers bound their own concurrency; the broker need not.
         max_ack_pending: -1,
+        num_replicas: settings.replicas.max(1),
         ..Default::default()
     };
     broker

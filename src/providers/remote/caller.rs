@@ -11,7 +11,10 @@
 //! - `upkeep`: refreshes the lease three times per TTL (and at once after a
 //!   reconnect), and sweeps the runs bucket for results of runs still
 //!   unsettled, so a result announced while this side was disconnected is
-//!   still collected.
+//!   still collected. Each run is looked up after one sweep interval, then
+//!   at doubling intervals up to [`MAX_SWEEP_INTERVAL`] (the announcement
+//!   is the normal path; the sweep only catches what a disconnect lost),
+//!   and every run at once after a reconnect.
 //!
 //! A result settles a slot once: later ones for the same run are ignored.
 
@@ -34,6 +37,10 @@ use crate::seam::{Category, Diagnostic, ProgressUpdate, RunResult, Stage};
 /// Progress updates buffered per run before new ones are dropped.
 const PROGRESS_BUFFER: usize = 64;
 
+/// The longest a run waits between two lookups by the sweep, so a thousand
+/// long runs cost the broker a few dozen reads a second, not a thousand.
+const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+
 /// Where one run's outcome lands.
 #[derive(Debug)]
 pub(crate) struct Slot {
@@ -41,7 +48,8 @@ pub(crate) struct Slot {
     progress: mpsc::Sender<ProgressUpdate>,
     /// The request's stream sequence (0 until the broker acknowledged it).
     stream_seq: AtomicU64,
-    published_at: Instant,
+    /// When the sweep looks this run up next, and the interval after that.
+    next_sweep: Mutex<(Instant, Duration)>,
 }
 
 /// What a run's child holds of its slot.
@@ -58,8 +66,9 @@ pub(crate) struct Caller {
     pub pool: String,
     pub provider: String,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
-    /// Wakes `upkeep` to refresh the lease now (after a reconnect).
-    refresh_lease: Notify,
+    /// Wakes `upkeep` to refresh the lease and sweep every run now (after
+    /// a reconnect).
+    reconnected: Notify,
     /// How often unsettled runs are looked up in the runs bucket.
     sweep_interval: Duration,
     pub stop: CancellationToken,
@@ -73,7 +82,7 @@ impl Caller {
             pool,
             provider,
             slots: Mutex::default(),
-            refresh_lease: Notify::new(),
+            reconnected: Notify::new(),
             sweep_interval,
             stop: CancellationToken::new(),
         }
@@ -88,7 +97,9 @@ impl Caller {
     pub(crate) fn register(&self, run: &str) -> (Arc<Slot>, SlotReceivers) {
         let (settled, settled_rx) = watch::channel(None);
         let (progress, progress_rx) = mpsc::channel(PROGRESS_BUFFER);
-        let slot = Arc::new(Slot { settled, progress, stream_seq: AtomicU64::new(0), published_at: Instant::now() });
+        let first_sweep = (Instant::now() + self.sweep_interval, self.sweep_interval);
+        let slot =
+            Arc::new(Slot { settled, progress, stream_seq: AtomicU64::new(0), next_sweep: Mutex::new(first_sweep) });
         self.slots().insert(run.to_owned(), slot.clone());
         (slot, SlotReceivers { settled: settled_rx, progress: progress_rx })
     }
@@ -288,9 +299,9 @@ impl Caller {
         }
     }
 
-    /// Wakes the lease refresh (after a reconnect).
+    /// Wakes the lease refresh and a full sweep (after a reconnect).
     pub(crate) fn reconnected(&self) {
-        self.refresh_lease.notify_one();
+        self.reconnected.notify_one();
     }
 
     async fn upkeep(self: Arc<Self>) {
@@ -300,7 +311,10 @@ impl Caller {
             let wake = tokio::time::sleep(self.sweep_interval.min(lease_every));
             tokio::select! {
                 _ = self.stop.cancelled() => return,
-                _ = self.refresh_lease.notified() => lease_at = Instant::now(),
+                _ = self.reconnected.notified() => {
+                    lease_at = Instant::now();
+                    self.sweep_all_now();
+                }
                 _ = wake => {}
             }
             if Instant::now() >= lease_at {
@@ -313,13 +327,27 @@ impl Caller {
         }
     }
 
-    /// Looks up every unsettled run published at least one sweep interval
-    /// ago, a few at a time.
+    fn sweep_all_now(&self) {
+        for slot in self.slots().values() {
+            *slot.next_sweep.lock().unwrap_or_else(|e| e.into_inner()) = (Instant::now(), self.sweep_interval);
+        }
+    }
+
+    /// Looks up every unsettled run that is due, a few at a time, and
+    /// doubles each one's interval.
     async fn sweep(&self) {
+        let now = Instant::now();
         let due: Vec<String> = self
             .slots()
             .iter()
-            .filter(|(_, slot)| slot.settled.borrow().is_none() && slot.published_at.elapsed() >= self.sweep_interval)
+            .filter(|(_, slot)| {
+                let mut next = slot.next_sweep.lock().unwrap_or_else(|e| e.into_inner());
+                let due = slot.settled.borrow().is_none() && next.0 <= now;
+                if due {
+                    *next = (now + next.1, (next.1 * 2).min(MAX_SWEEP_INTERVAL));
+                }
+                due
+            })
             .map(|(run, _)| run.clone())
             .collect();
         let lookups = futures_util::stream::iter(due).map(|run| async move { (self.state(&run).await, run) });
