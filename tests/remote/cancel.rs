@@ -92,3 +92,35 @@ fn a_cancel_storm_of_100_remote_runs_aborts_them_all_and_leaves_no_child() {
     assert_eq!(ran, 32, "the queued runs never started");
     runtime.shutdown_blocking();
 }
+
+#[test]
+fn dispose_reports_a_vanished_worker_instead_of_waiting_for_it() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let look = Look::new(&server.url());
+    let mut worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider(&server.url())).unwrap().keep();
+    let run = runtime
+        .block_on({
+            let subagents = subagents.clone();
+            async move { subagents.start("remote", request("hold [delay:60000]")).await }
+        })
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(5), || look.live("default") == 1));
+    worker.kill();
+    let began = Instant::now();
+    let (result, disposed) = runtime.block_on(async move {
+        run.cancel();
+        let result = run.result().await.unwrap();
+        (result, run.dispose().await)
+    });
+    assert_eq!(result.stop_reason, StopReason::Aborted);
+    let error = disposed.unwrap_err();
+    assert_eq!(error.code(), "DISPOSE_FAILED");
+    assert!(error.to_string().contains("worker-lost"), "{error}");
+    assert!(began.elapsed() < Duration::from_secs(6), "bounded by dispose_wait: {:?}", began.elapsed());
+    runtime.shutdown_blocking();
+}
