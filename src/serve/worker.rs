@@ -57,6 +57,9 @@ const MAX_DEPTH: u32 = 3;
 /// How long one pull waits for runs before asking again.
 const PULL_EXPIRY: Duration = Duration::from_secs(1);
 
+/// Callers whose lease verdicts are cached before old ones are dropped.
+const MAX_CACHED_LEASES: usize = 1024;
+
 /// Progress messages forwarded per run per second, at most.
 const PROGRESS_PER_SECOND: u32 = 20;
 
@@ -251,7 +254,12 @@ impl Shared {
         }
         let looked = tokio::time::timeout(broker::OPERATION_TIMEOUT, self.broker.callers.get(caller)).await;
         let alive = !matches!(looked, Ok(Ok(None)));
-        lock(&self.leases).insert(caller.to_owned(), (Instant::now(), alive));
+        let mut leases = lock(&self.leases);
+        if leases.len() >= MAX_CACHED_LEASES {
+            // Callers come and go over a worker's life: keep only recent ones.
+            leases.retain(|_, (checked, _)| checked.elapsed() < ttl);
+        }
+        leases.insert(caller.to_owned(), (Instant::now(), alive));
         alive
     }
 }

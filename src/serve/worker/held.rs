@@ -163,7 +163,7 @@ impl Held {
             return Exit::Finished(Box::new(RunResult::empty(StopReason::Aborted)), None, true);
         }
         let signal = CancellationToken::new();
-        let run = match self.shared.subagents.start(self.shared.provider, self.start_request(signal.clone())).await {
+        let run = match self.start(signal.clone()).await {
             Ok(run) => run,
             Err(error) => {
                 let diagnostic = Diagnostic::new(self.shared.provider, Stage::Initialize, Category::StartupFailed)
@@ -189,6 +189,23 @@ impl Held {
                 Exit::Finished(Box::new(result), Some(session), disposed)
             }
             Err(exit) => exit,
+        }
+    }
+
+    /// Starts the local child, acking progress while it starts (a
+    /// `process` child takes a process start and a handshake).
+    async fn start(&self, signal: CancellationToken) -> Result<crate::Run, crate::SubagentError> {
+        let start = self.shared.subagents.start(self.shared.provider, self.start_request(signal));
+        tokio::pin!(start);
+        let mut tick = tokio::time::interval(self.shared.tick);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                started = &mut start => return started,
+                _ = tick.tick() => {
+                    let _ = self.message.ack_with(AckKind::Progress).await;
+                }
+            }
         }
     }
 
