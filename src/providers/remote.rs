@@ -70,6 +70,20 @@
 //!   both sides reconnect, retry their writes, and the caller sweeps the
 //!   runs bucket for results announced while it was away.
 //!
+//! # Where this departs from the architecture sketch, and why
+//!
+//! - Results are announced on core NATS and, as a fallback, looked up in
+//!   the runs bucket by a backing-off sweep, rather than watched: a KV
+//!   watch is an ephemeral ordered consumer, lost with a broker restart
+//!   and rebuilt only after missed heartbeats, while a lookup just works
+//!   once the broker is back.
+//! - Dispose needs no request/reply: the worker writes a run's result only
+//!   after it released the child, so the stored result is the receipt,
+//!   durable and readable by a caller that reconnected.
+//! - Fencing is a compare-and-set on the worker's own claim, not a
+//!   comparison of attempts at the caller: a fenced result is never
+//!   written, so no caller can see it, not even after a restart.
+//!
 //! # Wire format
 //!
 //! Versioned JSON (`"v": 1`), at most 1 MiB per message; a malformed,
