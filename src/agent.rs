@@ -43,7 +43,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use model::{
-    ChunkSink, Finish, Model, ModelError, ModelReply, ModelRequest, ModelSpec, OpenAiConfig, OpenAiModel,
+    ChunkSink, DelayRule, Finish, Model, ModelError, ModelReply, ModelRequest, ModelSpec, OpenAiConfig, OpenAiModel,
     RecordingModel, ReplayModel, Responder, ScriptMatch, ScriptedModel, Step, Tape, Usage,
 };
 pub use model::{TapeAnswer, TapeSession};

@@ -8,7 +8,7 @@
 //! | [`fork`] | an in-process child that inherits the parent's completed turns |
 //! | [`process`] | a fresh full `subagents` runtime per run, in its own process |
 //! | [`acp`] | any agent process speaking the Agent Client Protocol (this crate's `subagents acp` included) |
-//!
+//! | [`remote`] | runs on `subagents worker` processes, on other machines too, through NATS JetStream |
 //! | [`chaos`] | wraps any provider with seeded fault injection, to test your own lifecycles |
 //!
 //! `spawn` and `fork` are one type, [`InProcessProvider`] (built with
@@ -39,6 +39,7 @@ pub mod fork;
 pub(crate) mod in_process;
 pub mod mock;
 pub mod process;
+pub mod remote;
 pub mod spawn;
 
 pub use acp::{AcpConfig, AcpProvider, Permission};
@@ -46,3 +47,4 @@ pub use chaos::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, Injected};
 pub use in_process::{ChildInfo, InProcessProvider, ModelRoutes, ToolFactory, STRUCTURED_OUTPUT_TOOL};
 pub use mock::{Fault, FaultStage, MockEvent, MockProvider};
 pub use process::{ProcessConfig, ProcessProvider};
+pub use remote::{BrokerSettings, RemoteConfig, RemoteError, RemoteProvider};

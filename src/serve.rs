@@ -7,9 +7,12 @@
 //!   Protocol on stdio (the counterpart of the `acp` provider).
 //! - [`stdio`]: `subagents serve`, one session of a full runtime over
 //!   stdio JSON-RPC (the child of the `process` provider).
+//! - [`worker`]: `subagents worker`, a runtime that runs the `remote`
+//!   provider's runs pulled from a NATS JetStream broker.
 
 pub mod acp;
 pub mod stdio;
+pub mod worker;
 
 use crate::agent::ModelError;
 use crate::seam::SubagentError;

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use openai::{OpenAiConfig, OpenAiModel};
 pub use replay::{RecordingModel, ReplayModel, Tape, TapeAnswer, TapeSession};
-pub use scripted::{Responder, ScriptMatch, ScriptedModel, Step};
+pub use scripted::{DelayRule, Responder, ScriptMatch, ScriptedModel, Step};
 
 use super::session::{SessionEvent, ToolCall};
 use super::tools::ToolSpec;

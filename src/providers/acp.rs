@@ -478,6 +478,7 @@ impl Child for AcpChild {
                 structured: None,
                 stop_reason,
                 diagnostic,
+                child_session: None,
             }
         })
     }

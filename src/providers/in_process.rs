@@ -529,6 +529,7 @@ impl Driver {
             structured: None, // the run actor attaches the captured value
             stop_reason,
             diagnostic: failure.filter(|_| stop_reason == StopReason::Error),
+            child_session: None,
         }
     }
 }

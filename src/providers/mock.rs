@@ -390,6 +390,7 @@ impl ChildState {
             structured: (stop_reason == StopReason::Completed).then(|| self.structured.clone()).flatten(),
             stop_reason,
             diagnostic: None,
+            child_session: None,
         }
     }
 

@@ -352,6 +352,7 @@ impl Transcript {
             structured: None,
             stop_reason,
             diagnostic,
+            child_session: None,
         }
     }
 }

@@ -81,6 +81,9 @@ pub enum Category {
     MissingStructuredOutput,
     /// The child could not be created.
     StartupFailed,
+    /// Every worker that took a remote run vanished (killed, frozen past its
+    /// ack deadline) until the broker stopped redelivering it.
+    WorkerLost,
 }
 
 /// Where and how a child's hook failed: the error of [`Child::dispose`]
@@ -184,6 +187,11 @@ pub struct RunResult {
     /// Safe facts about a failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnostic: Option<Diagnostic>,
+    /// The child's own session id, where the provider knows one the run id
+    /// does not already say (`remote`: the session on the worker that ran
+    /// it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_session: Option<String>,
 }
 
 impl RunResult {
@@ -194,12 +202,13 @@ impl RunResult {
             structured: None,
             stop_reason: StopReason::Completed,
             diagnostic: None,
+            child_session: None,
         }
     }
 
     /// A result with no output and the given reason.
     pub fn empty(stop_reason: StopReason) -> Self {
-        RunResult { output: Vec::new(), structured: None, stop_reason, diagnostic: None }
+        RunResult { output: Vec::new(), structured: None, stop_reason, diagnostic: None, child_session: None }
     }
 
     /// A failed result carrying a diagnostic.

@@ -10,9 +10,13 @@
 //! - with `list_dir` and a task that mentions files or a directory, lists
 //!   the working directory first, then answers with what it saw;
 //! - honours `[refuse]`, `[max-tokens]` and `[fail]` in the task, so a batch
-//!   can show every stop reason, and `[slow]` (a minute-long, cancellable
-//!   answer) for cancellation and crash drills;
+//!   can show every stop reason, `[slow]` (a minute-long, cancellable
+//!   answer) and `[delay:MS]` (the turn's first answer comes after MS
+//!   milliseconds, cancellably; at most ten minutes) for cancellation,
+//!   crash and fault drills;
 //! - otherwise answers `handled: <task>`.
+
+use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
@@ -26,16 +30,33 @@ impl ScriptedModel {
     /// that uses the tools it is given. It captures a value for a
     /// `structured_output` tool, delegates each part of a task listing parts
     /// separated by `;`, lists the directory for a task about files, honours
-    /// `[refuse]`, `[max-tokens]`, `[fail]` and `[slow]`, and otherwise
-    /// answers `handled: <task>`. Scripts added later take precedence.
+    /// `[refuse]`, `[max-tokens]`, `[fail]`, `[slow]` and `[delay:MS]`, and
+    /// otherwise answers `handled: <task>`. Scripts added later take
+    /// precedence.
     pub fn demo() -> Self {
         // `[slow]` holds a turn open for a minute (cancellable): for tests
         // and demos of cancellation and crashes mid-turn.
         let slow = Step::text("finally done").after(std::time::Duration::from_secs(60));
         ScriptedModel::new()
             .script(super::scripted::ScriptMatch::PromptContains("[slow]".to_owned()), vec![slow])
-            .fallback(Step::respond(demo_reply))
+            .fallback(Step::respond(demo_reply).after_requested(requested_delay))
     }
+}
+
+/// The longest `[delay:MS]` honoured: a typo must not hold a run for days.
+const MAX_REQUESTED_DELAY: Duration = Duration::from_secs(600);
+
+/// `[delay:MS]` in the task delays the turn's first answer (later calls of
+/// the same turn, after tool results, answer at once).
+fn requested_delay(request: &ModelRequest) -> Option<Duration> {
+    if !current_turn(&request.messages).is_empty() {
+        return None;
+    }
+    let task = request.last_user_text()?;
+    let (_, rest) = task.split_once("[delay:")?;
+    let (millis, _) = rest.split_once(']')?;
+    let millis: u64 = millis.trim().parse().ok()?;
+    Some(Duration::from_millis(millis).min(MAX_REQUESTED_DELAY))
 }
 
 fn demo_reply(request: &ModelRequest) -> Result<ModelReply, ModelError> {
@@ -156,5 +177,54 @@ fn example_value(schema: &Value, task: &str) -> Value {
         Some("boolean") => json!(true),
         Some("null") => Value::Null,
         _ => json!(format!("handled: {task}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::agent::Model;
+    use crate::seam::ContentBlock;
+
+    fn first_call(task: &str) -> ModelRequest {
+        ModelRequest {
+            session_id: "s".into(),
+            system: Arc::from(""),
+            messages: Arc::from(vec![SessionEvent::User { content: vec![ContentBlock::text(task)] }]),
+            tools: Arc::from(Vec::new()),
+            options: Default::default(),
+            chunks: None,
+        }
+    }
+
+    #[test]
+    fn delay_is_read_from_the_task_and_capped() {
+        assert_eq!(requested_delay(&first_call("work [delay:250] now")), Some(Duration::from_millis(250)));
+        assert_eq!(requested_delay(&first_call("[delay:99999999]")), Some(MAX_REQUESTED_DELAY));
+        assert_eq!(requested_delay(&first_call("[delay:soon]")), None);
+        assert_eq!(requested_delay(&first_call("no delay")), None);
+    }
+
+    #[tokio::test]
+    async fn a_delayed_turn_takes_that_long_and_a_cancel_cuts_it_short() {
+        let model = ScriptedModel::demo();
+        let began = Instant::now();
+        let reply = model.complete(first_call("task [delay:150]"), CancellationToken::new()).await.unwrap();
+        assert!(began.elapsed() >= Duration::from_millis(150));
+        assert_eq!(reply.text, "handled: task [delay:150]");
+        let cancel = CancellationToken::new();
+        let cancelled = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            cancelled.cancel();
+        });
+        let began = Instant::now();
+        assert!(model.complete(first_call("task [delay:60000]"), cancel).await.is_err());
+        assert!(began.elapsed() < Duration::from_secs(5));
     }
 }

@@ -38,6 +38,10 @@ pub enum Step {
     Error(String),
     /// Wait (honouring cancellation), then take the inner step.
     Delay(Duration, Box<Step>),
+    /// Wait as long as the rule reads from the request (honouring
+    /// cancellation; no wait when it answers `None`), then take the inner
+    /// step.
+    DelayBy(DelayRule, Box<Step>),
     /// Compute the answer from the request (a programmable script).
     Respond(Responder),
 }
@@ -49,6 +53,7 @@ impl std::fmt::Debug for Step {
             Step::Echo => f.write_str("Echo"),
             Step::Error(message) => f.debug_tuple("Error").field(message).finish(),
             Step::Delay(delay, step) => f.debug_tuple("Delay").field(delay).field(step).finish(),
+            Step::DelayBy(_, step) => f.debug_tuple("DelayBy").field(&"..").field(step).finish(),
             Step::Respond(_) => f.write_str("Respond(..)"),
         }
     }
@@ -56,6 +61,9 @@ impl std::fmt::Debug for Step {
 
 /// Computes a scripted answer from the request.
 pub type Responder = Arc<dyn Fn(&ModelRequest) -> Result<ModelReply, ModelError> + Send + Sync>;
+
+/// Reads from a request how long to wait before answering it.
+pub type DelayRule = Arc<dyn Fn(&ModelRequest) -> Option<Duration> + Send + Sync>;
 
 impl Step {
     /// A finished text answer.
@@ -103,6 +111,11 @@ impl Step {
     /// This step, after a delay.
     pub fn after(self, delay: Duration) -> Self {
         Step::Delay(delay, Box::new(self))
+    }
+
+    /// This step, after as long as `rule` reads from each request.
+    pub fn after_requested(self, rule: impl Fn(&ModelRequest) -> Option<Duration> + Send + Sync + 'static) -> Self {
+        Step::DelayBy(Arc::new(rule), Box::new(self))
     }
 }
 
@@ -263,6 +276,10 @@ impl Model for ScriptedModel {
                             _ = tokio::time::sleep(delay) => step = *inner,
                         }
                     }
+                    Step::DelayBy(rule, inner) => match rule(&request) {
+                        Some(delay) => step = Step::Delay(delay, inner),
+                        None => step = *inner,
+                    },
                     Step::Reply(reply) => break reply,
                     Step::Echo => {
                         let prompt = request.last_user_text().unwrap_or_default();

@@ -41,6 +41,7 @@ pub struct FanoutArgs {
     pub home: Option<PathBuf>,
     /// Exit 1 when any run did not complete, not only when a line was lost.
     pub strict: bool,
+    pub remote: crate::setup::RemoteArgs,
 }
 
 /// Task lines read ahead of the runs: enough that a run never waits for
@@ -54,7 +55,7 @@ type Sink = Arc<Mutex<Box<dyn Write + Send>>>;
 pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
     outputs::refuse_shared(&args.tasks, args.out.as_deref(), args.trace.as_deref())?;
     let tasks_file = open_tasks(&args.tasks)?;
-    let setup = setup(&args.model, args.home)?;
+    let setup = setup(&args.model, args.home, &args.provider, &args.remote)?;
     // Refusals from here on stop the runtime first; files are created last
     // so that a refused batch truncates nothing.
     let opened =
@@ -247,6 +248,9 @@ impl Batch {
                         }
                         if let Some(diagnostic) = &result.diagnostic {
                             record["diagnostic"] = json!(diagnostic);
+                        }
+                        if let Some(session) = &result.child_session {
+                            record["child_session"] = json!(session);
                         }
                         if let Err(error) = disposed {
                             record["dispose_error"] = json!(error.to_string());

@@ -43,6 +43,13 @@ pub fn our_warnings() -> Targets {
     Targets::new().with_target("subagents", Level::WARN).with_default(Level::ERROR)
 }
 
+/// Our lifecycle lines (info) and everyone's warnings: the default of
+/// `subagents worker`, a long-lived service whose operator wants to see it
+/// start, drain and stop.
+pub fn our_lifecycle() -> Targets {
+    Targets::new().with_target("subagents", Level::INFO).with_default(Level::WARN)
+}
+
 /// Installs the stderr log with the level `RUST_LOG` asks for, else
 /// `default`; and, given a trace file, a Chrome trace of the runtime's
 /// spans (each run, its model calls and tool calls, nested runs inside

@@ -6,6 +6,9 @@
 //! - `subagents fanout TASKS.jsonl`: every task line becomes a subagent run,
 //!   with bounded concurrency, a progress bar on a terminal, JSON result
 //!   lines, a summary, and optionally a Chrome trace of every run.
+//! - `subagents worker --nats URL`: runs the `remote` provider's runs for a
+//!   pool, pulled from a NATS JetStream broker ([`worker`]); `run` and
+//!   `fanout` reach such workers with `--provider remote --nats URL`.
 //!
 //! `--model scripted` (the default) needs no key and no network;
 //! `--model openai:NAME` talks to an OpenAI-compatible endpoint configured by
@@ -24,7 +27,7 @@
 //! |---|---|
 //! | 0 | the work was carried out: `run`'s parent completed; every `fanout` task ran and its result was written (with `--strict`: and completed) |
 //! | 1 | some work was not carried out: `run`'s parent stopped otherwise (error, refusal, max-tokens); a `fanout` task line was skipped or the tasks file could not be read to its end, or results, the trace or shutdown failed after runs began (with `--strict`: or a run did not complete) |
-//! | 2 | usage or bad input found before any run started: a flag out of range, a missing tasks file, an unknown provider or model, an unreachable endpoint, a home that is not a writable directory, `--out`/`--trace` naming one file or the tasks file or not creatable; one line on stderr |
+//! | 2 | usage or bad input found before any run started: a flag out of range, a missing tasks file, an unknown provider or model, an unreachable endpoint or NATS server, a home that is not a writable directory, `--out`/`--trace` naming one file or the tasks file or not creatable; one line on stderr |
 //! | 130 | interrupted: the first Ctrl-C cancels every run, waits for quiescence, keeps what finished (result lines, sessions) and exits 130; a second Ctrl-C exits 130 at once |
 //!
 //! # Output
@@ -43,6 +46,7 @@ mod summary;
 mod tasks;
 mod terminal;
 mod timeline;
+mod worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -71,6 +75,8 @@ enum Command {
         /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
         #[arg(long)]
         home: Option<PathBuf>,
+        #[command(flatten)]
+        remote: setup::RemoteArgs,
     },
     /// Serve this crate's agent over the Agent Client Protocol on stdio.
     Acp {
@@ -130,7 +136,11 @@ enum Command {
         /// line could not be run or results could not be written).
         #[arg(long)]
         strict: bool,
+        #[command(flatten)]
+        remote: setup::RemoteArgs,
     },
+    /// Run the `remote` provider's runs for a pool, pulled from NATS JetStream.
+    Worker(worker::WorkerArgs),
 }
 
 #[derive(Subcommand)]
@@ -185,12 +195,13 @@ fn main() -> ExitCode {
     // `fanout` installs its log itself, once its trace file is open.
     match command {
         Command::Acp { .. } => drop(logging::install(logging::our_warnings(), None)),
+        Command::Worker(_) => drop(logging::install(logging::our_lifecycle(), None)),
         Command::Fanout { .. } => {}
         _ => drop(logging::install(logging::warnings(), None)),
     }
     let outcome = match command {
-        Command::Run { prompt, provider, model, home } => {
-            run::run(run::RunArgs { prompt, provider, model, home }).map(Ended::exit_code)
+        Command::Run { prompt, provider, model, home, remote } => {
+            run::run(run::RunArgs { prompt, provider, model, home, remote }).map(Ended::exit_code)
         }
         Command::Acp { home, model, approve } => {
             let options = subagents::serve::acp::AcpServeOptions { home, model, approve };
@@ -208,11 +219,22 @@ fn main() -> ExitCode {
             };
             sessions::sessions(sessions::SessionsArgs { query, home, json }).map(Ended::exit_code)
         }
-        Command::Fanout { tasks, concurrency, max_line_bytes, out, provider, model, trace, home, strict } => {
-            let args =
-                fanout::FanoutArgs { tasks, concurrency, max_line_bytes, out, provider, model, trace, home, strict };
+        Command::Fanout { tasks, concurrency, max_line_bytes, out, provider, model, trace, home, strict, remote } => {
+            let args = fanout::FanoutArgs {
+                tasks,
+                concurrency,
+                max_line_bytes,
+                out,
+                provider,
+                model,
+                trace,
+                home,
+                strict,
+                remote,
+            };
             fanout::fanout(args).map(Ended::exit_code)
         }
+        Command::Worker(args) => worker::worker(args),
     };
     outcome.unwrap_or_else(|message| {
         terminal::say!("subagents: {message}");

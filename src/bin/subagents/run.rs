@@ -15,13 +15,14 @@ pub struct RunArgs {
     pub provider: String,
     pub model: String,
     pub home: Option<PathBuf>,
+    pub remote: crate::setup::RemoteArgs,
 }
 
 /// Prints the answer and the tree of delegated runs. The parent's turn
 /// decides how it ended: completed, interrupted by Ctrl-C (its session is
 /// still closed whole), or anything else, which is incomplete.
 pub fn run(args: RunArgs) -> Result<Ended, String> {
-    let setup = setup(&args.model, args.home)?;
+    let setup = setup(&args.model, args.home, &args.provider, &args.remote)?;
     if let Err(error) = setup.check_provider(&args.provider) {
         setup.runtime.shutdown_blocking();
         return Err(error);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagents::agent::{ListDir, Model, ModelSpec, OpenAiConfig, OpenAiModel, ReadFile, SessionStore, Toolset};
-use subagents::providers::{ChildInfo, InProcessProvider, MockProvider};
+use subagents::providers::{ChildInfo, InProcessProvider, MockProvider, RemoteConfig, RemoteProvider};
 use subagents::tool::{delegating_tools, shared_delegating_toolset, TaskService};
 use subagents::{Runtime, Subagents};
 
@@ -41,7 +41,44 @@ fn model(spec: &str, runtime: &Runtime) -> Result<Arc<dyn Model>, String> {
     spec.build().map_err(|e| e.to_string())
 }
 
-pub fn setup(model_spec: &str, home: Option<PathBuf>) -> Result<Setup, String> {
+/// `--nats` and `--pool` of `run` and `fanout`: where `--provider remote`
+/// sends its runs.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct RemoteArgs {
+    /// NATS server of the `remote` provider (default `$SUBAGENTS_NATS_URL`).
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
+    /// Worker pool of the `remote` provider.
+    #[arg(long, value_name = "NAME", default_value = "default")]
+    pub pool: String,
+}
+
+impl RemoteArgs {
+    /// The NATS URL: `--nats`, else `$SUBAGENTS_NATS_URL`.
+    pub fn url(&self) -> Option<String> {
+        self.nats.clone().or_else(|| std::env::var("SUBAGENTS_NATS_URL").ok().filter(|url| !url.is_empty()))
+    }
+}
+
+/// The `remote` provider, connected, when `provider` is `remote`: before
+/// the runtime exists, so an unreachable server is a usage error (exit 2)
+/// with nothing to stop.
+fn remote(provider: &str, args: &RemoteArgs) -> Result<Option<RemoteProvider>, String> {
+    if provider != "remote" {
+        return Ok(None);
+    }
+    let url = args.url().ok_or("--provider remote needs --nats URL (or SUBAGENTS_NATS_URL)")?;
+    let config = RemoteConfig::new("remote", url).with_pool(args.pool.clone());
+    RemoteProvider::connect(config).map(Some).map_err(|e| e.to_string())
+}
+
+pub fn setup(
+    model_spec: &str,
+    home: Option<PathBuf>,
+    provider: &str,
+    remote_args: &RemoteArgs,
+) -> Result<Setup, String> {
+    let remote = remote(provider, remote_args)?;
     let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
     // Default: `$SUBAGENTS_HOME`, else `.subagents` in the working directory.
     let mut builder = Runtime::builder().cancel_grace(Duration::from_millis(500));
@@ -67,6 +104,9 @@ pub fn setup(model_spec: &str, home: Option<PathBuf>) -> Result<Setup, String> {
     let mock =
         MockProvider::new("mock").with_reply("handled: ").with_echo_prompt().with_delay(Duration::from_millis(20));
     subagents.register_provider(mock).map_err(|e| e.to_string())?.keep();
+    if let Some(remote) = remote {
+        subagents.register_provider(remote).map_err(|e| e.to_string())?.keep();
+    }
     Ok(Setup { runtime, subagents, model, tasks, cwd, home })
 }
 

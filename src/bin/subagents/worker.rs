@@ -1,0 +1,88 @@
+//! `subagents worker --nats URL`: a full runtime that runs the `remote`
+//! provider's runs for one pool (see `subagents::serve::worker`).
+//!
+//! It prints one line on stderr when it is pulling, logs its lifecycle, and
+//! exits 0 after SIGTERM or Ctrl-C once drained; 2 when it cannot start
+//! (bad flags, an unreachable server, an unusable home).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use subagents::providers::BrokerSettings;
+use subagents::serve::worker::{serve_worker, WorkerOptions, WorkerProvider};
+
+use crate::terminal::say;
+
+#[derive(clap::Args)]
+pub struct WorkerArgs {
+    /// NATS server (default `$SUBAGENTS_NATS_URL`).
+    #[arg(long, value_name = "URL")]
+    nats: Option<String>,
+    /// The pool whose runs this worker takes.
+    #[arg(long, value_name = "NAME", default_value = "default")]
+    pool: String,
+    /// Most runs held at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    concurrency: u32,
+    /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
+    #[arg(long)]
+    home: Option<PathBuf>,
+    /// `scripted` (no key, no network) or `openai:NAME`.
+    #[arg(long, default_value = "scripted")]
+    model: String,
+    /// `spawn` (in-process children) or `process` (each run in its own process).
+    #[arg(long, default_value = "spawn", value_parser = ["spawn", "process"])]
+    provider: String,
+    /// Redelivery deadline of an unacked run, in ms (used if this worker creates the pool's consumer; default 30000).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..))]
+    ack_wait_ms: Option<u64>,
+    /// Deliveries before a run settles `worker-lost` (used if this worker creates the pool's consumer; default 5).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    max_deliver: Option<u32>,
+    /// Caller lease TTL in ms (used if this worker creates the callers bucket; default 30000).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..))]
+    lease_ttl_ms: Option<u64>,
+    /// How long live runs may finish after SIGTERM before they are handed back, in ms.
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    drain_grace_ms: u64,
+}
+
+pub fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
+    let url = args
+        .nats
+        .or_else(|| std::env::var("SUBAGENTS_NATS_URL").ok().filter(|url| !url.is_empty()))
+        .ok_or("worker needs --nats URL (or SUBAGENTS_NATS_URL)")?;
+    let home = args
+        .home
+        .or_else(|| std::env::var_os("SUBAGENTS_HOME").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(".subagents"));
+    let home = std::path::absolute(&home).map_err(|e| format!("unusable home {}: {e}", home.display()))?;
+    let mut broker = BrokerSettings::default();
+    if let Some(ms) = args.ack_wait_ms {
+        broker.ack_wait = Duration::from_millis(ms);
+    }
+    if let Some(max_deliver) = args.max_deliver {
+        broker.max_deliver = max_deliver;
+    }
+    if let Some(ms) = args.lease_ttl_ms {
+        broker.lease_ttl = Duration::from_millis(ms);
+    }
+    let mut options = WorkerOptions::new(url.clone(), home);
+    options.pool = args.pool;
+    options.concurrency = args.concurrency as usize;
+    options.model = args.model;
+    options.provider = if args.provider == "process" { WorkerProvider::Process } else { WorkerProvider::Spawn };
+    options.broker = broker;
+    options.drain_grace = Duration::from_millis(args.drain_grace_ms);
+    let pool = options.pool.clone();
+    let report = serve_worker(options, |worker| say!("subagents worker {worker}: ready on pool {pool} at {url}"))?;
+    say!(
+        "subagents worker {}: drained ({} results written, {} handed back, {} fenced out)",
+        report.worker,
+        report.settled,
+        report.handed_back,
+        report.fenced
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,357 @@
+//! `remote`: runs execute on `subagents worker` processes, on this machine
+//! or others, through a NATS JetStream broker.
+//!
+//! **Choose it** to fan a batch out over more machines than one, or to
+//! keep runs alive across the loss of a machine: a run exists durably on
+//! the broker before `start` returns, and a worker that dies or freezes
+//! loses nothing (its runs go to another worker).
+//!
+//! **Advertises** what the workers' provider enforces, as configured in
+//! [`RemoteConfig::capabilities`] (default: every start-time capability,
+//! which is what a `spawn` worker enforces; a `--provider process` worker
+//! enforces only `agent_options`). The request carries the prompt, route
+//! (`agent_options`), persona, tool filter, output schema, `max_depth`,
+//! the parent's session and depth (the worker's child gets depth + 1 and
+//! that lineage in its session header) and the label. A capability the
+//! config does not advertise is rejected at `start`; one the worker's
+//! provider turns out not to enforce settles the run `Error` (stage
+//! `initialize`, the worker's refusal as the reason), never silently.
+//! The worker's child session id comes back as
+//! [`RunResult::child_session`](crate::RunResult::child_session).
+//! The child's working directory is the worker's (a caller's path means
+//! nothing on another host).
+//!
+//! # How a run travels
+//!
+//! ```text
+//! caller                         broker (JetStream)                        worker
+//! start ── publish, msg id = run ─▶ stream p-runs, subject p.run.<pool> ── pull ──▶ claim state.<run>
+//!   ◀── stored (PubAck): start returns                                       run the child locally
+//!                                                  ◀── in-progress acks, progress on p.progress.<caller>
+//!   ◀── p.result.<caller> ◀── state.<run> = settled (compare-and-set on the claim) ◀── child disposed
+//!                                                  ◀── ack (the request leaves the work queue)
+//! ```
+//!
+//! See [`BrokerSettings`] for every name on the broker.
+//!
+//! # Guarantees and how they are kept
+//!
+//! - **Durable before `start` returns**: `start` waits for JetStream's
+//!   acknowledgement; the run id is the message id, so a retried publish is
+//!   deduplicated. No acknowledgement within `publish_timeout`:
+//!   `STARTUP_FAILED`, after a tombstone makes sure a request stored
+//!   without its ack never runs.
+//! - **Exactly one result per run**: a worker claims the run's state key
+//!   with the delivery attempt JetStream gave it, and writes the result by
+//!   compare-and-set on its own claim. A worker frozen past the ack wait
+//!   finds its claim superseded by the redelivery: its late result cannot
+//!   be written (it is *fenced*), and it cancels its child. The caller
+//!   settles on the first result it sees; there is only one to see.
+//! - **Killed workers**: no in-progress ack, so after the ack wait the run
+//!   is redelivered to another worker. After `max_deliver` deliveries the
+//!   broker gives up (it notices when a worker of the pool next asks for
+//!   work); the caller hears JetStream's advisory and settles the run
+//!   `Error` with category `worker-lost` (written the same compare-and-set
+//!   way, so a worker that wakes later is still fenced), and removes the
+//!   request.
+//! - **Cancel**: a tombstone (`cancel.<run>`, durable) plus a core-NATS
+//!   notice to the worker. A run cancelled before pickup never runs: the
+//!   worker that picks it up claims it, sees the tombstone and settles it
+//!   `aborted`. Mid-run the worker cancels its child and reports it
+//!   aborted. `dispose` waits, bounded by `dispose_wait`, for the worker's
+//!   result, which it writes only after its child is disposed; a run never
+//!   claimed disposes at once; a claimed run whose worker vanished is
+//!   reported (`DISPOSE_FAILED`, category `worker-lost`), not waited on.
+//! - **Dead callers**: the caller refreshes its lease (a key with a TTL)
+//!   three times per TTL; a worker cancels runs whose caller's lease
+//!   expired, judged only after it has itself been connected for a whole
+//!   TTL, so a broker outage does not look like a dead caller.
+//! - **Broker restarts**: stream, consumer and buckets are file-backed;
+//!   both sides reconnect, retry their writes, and the caller sweeps the
+//!   runs bucket for results announced while it was away.
+//!
+//! # Where this departs from the architecture sketch, and why
+//!
+//! - Results are announced on core NATS and, as a fallback, looked up in
+//!   the runs bucket by a backing-off sweep, rather than watched: a KV
+//!   watch is an ephemeral ordered consumer, lost with a broker restart
+//!   and rebuilt only after missed heartbeats, while a lookup just works
+//!   once the broker is back.
+//! - Dispose needs no request/reply: the worker writes a run's result only
+//!   after it released the child, so the stored result is the receipt,
+//!   durable and readable by a caller that reconnected.
+//! - Fencing is a compare-and-set on the worker's own claim, not a
+//!   comparison of attempts at the caller: a fenced result is never
+//!   written, so no caller can see it, not even after a restart.
+//!
+//! # Wire format
+//!
+//! Versioned JSON (`"v": 1`), at most 1 MiB per message; a malformed,
+//! oversized or foreign-version message is dropped with a warning, on
+//! either side, and never crashes anything.
+//!
+//! | where | message |
+//! |---|---|
+//! | stream, `p.run.<pool>` | `{v, run, caller, prompt: [content blocks], parent: {session?, depth}, label?, persona?, tool_filter?, output_schema?, max_depth?, agent_options?}` |
+//! | KV `state.<run>` | `{state: "claimed", v, attempt, worker}` or `{state: "settled", v, run, attempt, worker?, result: RunResult, disposed}` |
+//! | KV `cancel.<run>` | `{v, run}` |
+//! | KV `<caller>` in `p-callers` | `{v, caller}` (its age is the lease) |
+//! | `p.cancel.<run>` | `{v, run}` |
+//! | `p.result.<caller>` | the settled record, as stored |
+//! | `p.progress.<caller>` | `{v, run, attempt, update: {type: message_chunk \| tool_call \| plan, …}}`, each at most 16 KiB |
+//! | `p.status.<pool>` (request) | reply `{v, worker, pool, live, draining}` from every worker |
+//!
+//! # Limits
+//!
+//! - Progress is best effort (core NATS): lost while disconnected, and
+//!   dropped when a run's buffer is full.
+//! - Steering and continuation are not offered across the wire.
+//! - A max-deliveries advisory missed while the caller was disconnected
+//!   leaves that run unsettled until the caller's own deadline (the request
+//!   stays in the stream, inert).
+//! - Settings are the broker's: the first party to create the stream, a
+//!   consumer or a bucket sets them (see [`BrokerSettings`]).
+//!
+//! # More than one host
+//!
+//! Nothing here assumes one machine: point every worker and caller at the
+//! same NATS URL (a cluster's, with [`BrokerSettings::replicas`] raised so
+//! the stream, consumers and buckets survive the loss of a node). Lease
+//! TTLs and ack waits are measured by the broker, not by the hosts' clocks.
+//! Give each class of worker (model, provider, hardware) its own pool. A
+//! worker's home and working directory are its own; results carry its
+//! session id, not its files. Anyone who can publish on `p.run.*` can run
+//! work on your workers and anyone who can read `p.result.*` sees results:
+//! off a trusted loopback, give the broker accounts and TLS (a `tls://`
+//! URL, credentials in it) and let only callers and workers in.
+//!
+//! ```no_run
+//! use subagents::providers::{RemoteConfig, RemoteProvider};
+//! use subagents::{CancellationToken, Parent, Runtime, StartRequest};
+//!
+//! // `nats-server -js` runs, and `subagents worker --nats nats://127.0.0.1:4222` too.
+//! let provider = RemoteProvider::connect(RemoteConfig::new("remote", "nats://127.0.0.1:4222")).unwrap();
+//! let runtime = Runtime::builder().build().unwrap();
+//! let subagents = runtime.subagents();
+//! subagents.register_provider(provider).unwrap().keep();
+//! let text = runtime.block_on(async move {
+//!     let request = StartRequest::new("summarise the log", Parent::root("/tmp"), CancellationToken::new());
+//!     let run = subagents.start("remote", request).await.unwrap();
+//!     let result = run.result().await.unwrap();
+//!     run.dispose().await.unwrap();
+//!     result.text()
+//! });
+//! runtime.shutdown_blocking();
+//! ```
+
+pub(crate) mod broker;
+pub(crate) mod caller;
+mod child;
+pub(crate) mod wire;
+
+use std::fmt;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use futures_util::future::LocalBoxFuture;
+
+pub use self::broker::BrokerSettings;
+use self::caller::Caller;
+use self::child::Timing;
+use crate::agent::new_session_id;
+use crate::seam::{Capabilities, Child, Launch, LaunchError, Provider};
+
+/// Configuration of a [`RemoteProvider`].
+#[derive(Clone, Debug)]
+pub struct RemoteConfig {
+    /// Registry name (default `remote`).
+    pub name: String,
+    /// The NATS server, e.g. `nats://127.0.0.1:4222`.
+    pub url: String,
+    /// The pool of workers that runs this provider's runs (default `default`).
+    pub pool: String,
+    /// What the pool's workers enforce (default: everything, as a `spawn`
+    /// worker does).
+    pub capabilities: Capabilities,
+    /// Broker layout and timing (used if this side creates them).
+    pub broker: BrokerSettings,
+    /// Bound on connecting and binding the broker at [`RemoteProvider::connect`] (5 s).
+    pub connect_timeout: Duration,
+    /// How long `start` keeps trying to get a run stored (10 s).
+    pub publish_timeout: Duration,
+    /// How long `dispose` waits for a live run's worker to report its
+    /// child disposed (5 s; keep it under the runtime's dispose timeout).
+    pub dispose_wait: Duration,
+    /// How often unsettled runs are looked up on the broker, in case their
+    /// result was announced while this side was away (1 s).
+    pub result_sweep: Duration,
+}
+
+impl RemoteConfig {
+    /// Defaults for provider `name` on the broker at `url`.
+    pub fn new(name: impl Into<String>, url: impl Into<String>) -> Self {
+        RemoteConfig {
+            name: name.into(),
+            url: url.into(),
+            pool: "default".to_owned(),
+            capabilities: Capabilities::all(),
+            broker: BrokerSettings::default(),
+            connect_timeout: Duration::from_secs(5),
+            publish_timeout: Duration::from_secs(10),
+            dispose_wait: Duration::from_secs(5),
+            result_sweep: Duration::from_secs(1),
+        }
+    }
+
+    /// The same, for another pool.
+    pub fn with_pool(mut self, pool: impl Into<String>) -> Self {
+        self.pool = pool.into();
+        self
+    }
+}
+
+/// Why a [`RemoteProvider`] could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[error("remote provider: {0}")]
+pub struct RemoteError(String);
+
+/// The `remote` provider: the caller's side of distributed fan-out.
+///
+/// It owns a small I/O runtime (one thread) for its broker connection and
+/// background tasks, so nothing of NATS runs on the actor threads.
+pub struct RemoteProvider {
+    config: RemoteConfig,
+    caller: Arc<Caller>,
+    io: IoRuntime,
+}
+
+impl RemoteProvider {
+    /// Connects to the broker, creates or binds the stream, the pool's
+    /// consumer settings and the buckets, takes a lease and starts
+    /// listening. Blocks the calling thread up to `connect_timeout` (call it
+    /// before entering async code, or from `spawn_blocking`).
+    pub fn connect(config: RemoteConfig) -> Result<RemoteProvider, RemoteError> {
+        broker::check_name("pool", &config.pool).map_err(RemoteError)?;
+        let io = IoRuntime::new().map_err(|e| RemoteError(format!("cannot start its I/O thread: {e}")))?;
+        let caller_id = format!("caller-{}", new_session_id());
+        // The connection's event callback exists before the caller does.
+        let caller_cell: Arc<OnceLock<Weak<Caller>>> = Arc::default();
+        let (sender, received) = std::sync::mpsc::channel();
+        let setup = {
+            let (config, caller_cell, caller_id) = (config.clone(), caller_cell.clone(), caller_id.clone());
+            async move {
+                let on_event = move |event: async_nats::Event| {
+                    if let (async_nats::Event::Connected, Some(caller)) =
+                        (&event, caller_cell.get().and_then(Weak::upgrade))
+                    {
+                        caller.reconnected();
+                    }
+                };
+                let broker =
+                    broker::connect(&config.url, &caller_id, &config.broker, config.connect_timeout, on_event).await?;
+                let caller = Arc::new(Caller::new(
+                    broker,
+                    caller_id,
+                    config.pool.clone(),
+                    config.name.clone(),
+                    config.result_sweep,
+                ));
+                caller.start_tasks().await?;
+                Ok::<_, String>(caller)
+            }
+        };
+        io.handle().spawn(async move {
+            let _ = sender.send(setup.await);
+        });
+        let caller = received
+            .recv()
+            .map_err(|_| RemoteError("its I/O thread stopped during setup".to_owned()))?
+            .map_err(RemoteError)?;
+        let _ = caller_cell.set(Arc::downgrade(&caller));
+        Ok(RemoteProvider { config, caller, io })
+    }
+
+    /// This caller's id: its lease key, and the token of its result and
+    /// progress subjects.
+    pub fn caller_id(&self) -> &str {
+        &self.caller.id
+    }
+
+    /// The lease TTL in force (the callers bucket's max age).
+    pub fn lease_ttl(&self) -> Duration {
+        self.caller.broker.lease_ttl
+    }
+}
+
+impl fmt::Debug for RemoteProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteProvider")
+            .field("name", &self.config.name)
+            .field("url", &self.config.url)
+            .field("pool", &self.config.pool)
+            .field("caller", &self.caller.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Provider for RemoteProvider {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.config.capabilities
+    }
+
+    fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
+        let timing = Timing { publish_timeout: self.config.publish_timeout, dispose_wait: self.config.dispose_wait };
+        Box::pin(child::launch(self.caller.clone(), self.io.handle(), timing, launch))
+    }
+
+    /// Stops listening and deletes the lease (every run was disposed by
+    /// now, so there is nothing left for workers to keep).
+    fn shutdown(&self) -> LocalBoxFuture<'static, ()> {
+        let caller = self.caller.clone();
+        let done = self.io.handle().spawn(async move {
+            caller.stop.cancel();
+            caller.release_lease().await;
+        });
+        Box::pin(async move {
+            let _ = done.await;
+        })
+    }
+}
+
+impl Drop for RemoteProvider {
+    fn drop(&mut self) {
+        self.caller.stop.cancel();
+    }
+}
+
+/// The provider's own tokio runtime: one thread for the NATS connection
+/// and background tasks. Shut down in the background when dropped, so a
+/// drop inside async code never blocks or panics.
+struct IoRuntime(Option<tokio::runtime::Runtime>);
+
+impl IoRuntime {
+    fn new() -> std::io::Result<IoRuntime> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("subagents-remote")
+            .enable_all()
+            .build()?;
+        Ok(IoRuntime(Some(runtime)))
+    }
+
+    fn handle(&self) -> tokio::runtime::Handle {
+        self.0.as_ref().expect("present until dropped").handle().clone()
+    }
+}
+
+impl Drop for IoRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! One remote run on the caller's side: the launch (publish durably, roll
+//! back on failure or cancel) and the [`Child`] the run actor drives.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::LocalBoxFuture;
+use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
+
+use super::caller::{Caller, SlotReceivers};
+use super::wire::{self, Lineage, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
+use crate::agent::new_session_id;
+use crate::seam::{Category, Child, Diagnostic, Failure, Launch, LaunchError, ProviderContext, RunResult, Stage};
+
+/// The launch-time knobs a child needs from the provider's config.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timing {
+    pub publish_timeout: Duration,
+    pub dispose_wait: Duration,
+}
+
+/// Publishes the run and returns once JetStream has stored it. Every
+/// failure and a cancel roll back (tombstone, delete, forget) before this
+/// resolves; the rollback runs on the I/O runtime, so it completes even if
+/// the run actor stops waiting for this launch.
+pub(crate) async fn launch(
+    caller: Arc<Caller>,
+    io: Handle,
+    timing: Timing,
+    launch: Launch,
+) -> Result<Box<dyn Child>, LaunchError> {
+    let Launch { request, cancel, context } = launch;
+    if cancel.is_cancelled() {
+        return Err(LaunchError::Aborted);
+    }
+    let run = new_session_id();
+    let wire_request = RunRequest {
+        v: VERSION,
+        run: run.clone(),
+        caller: caller.id.clone(),
+        prompt: request.prompt,
+        parent: Lineage { session: request.parent.session_id.clone(), depth: request.parent.depth },
+        label: request.label,
+        persona: request.persona,
+        tool_filter: request.tool_filter,
+        output_schema: request.output_schema,
+        max_depth: request.max_depth,
+        agent_options: request.agent_options,
+    };
+    let bytes = wire::encode(&wire_request, MAX_MESSAGE_BYTES).map_err(|size| LaunchError::Invalid {
+        field: "prompt",
+        reason: format!("the run request is {size} bytes; the remote wire carries at most {MAX_MESSAGE_BYTES}"),
+    })?;
+    let (_slot, receivers) = caller.register(&run);
+    let published = io.spawn({
+        let (caller, run, cancel) = (caller.clone(), run.clone(), cancel.clone());
+        async move {
+            let published = caller.publish(&run, bytes, timing.publish_timeout).await;
+            if let Err(error) = &published {
+                tracing::warn!(provider = %caller.provider, %error, "the broker did not acknowledge a remote run");
+            }
+            if published.is_err() || cancel.is_cancelled() {
+                // The request may be stored even if its ack was lost: the
+                // tombstone makes sure no worker ever runs it.
+                caller.cancel(&run, 1).await;
+                caller.delete_request(&run).await;
+                caller.forget(&run);
+            }
+            published
+        }
+    });
+    let published = tokio::select! {
+        biased;
+        published = published => published,
+        // The rollback above still runs: it watches the same token.
+        _ = cancel.cancelled() => return Err(LaunchError::Aborted),
+    };
+    match published {
+        Ok(Ok(_)) if !cancel.is_cancelled() => {}
+        Ok(Ok(_)) => return Err(LaunchError::Aborted),
+        _ => return Err(LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed }),
+    }
+    Ok(Box::new(RemoteChild {
+        id: format!("remote:{}:{run}", caller.provider),
+        settled: receivers.settled.clone(),
+        receivers: RefCell::new(Some(receivers)),
+        run,
+        caller,
+        io,
+        cancel,
+        context,
+        cancel_sent: Rc::new(Cell::new(false)),
+        dispose_wait: timing.dispose_wait,
+    }))
+}
+
+struct RemoteChild {
+    id: String,
+    run: String,
+    caller: Arc<Caller>,
+    io: Handle,
+    receivers: RefCell<Option<SlotReceivers>>,
+    settled: tokio::sync::watch::Receiver<Option<Arc<Settled>>>,
+    cancel: CancellationToken,
+    context: ProviderContext,
+    cancel_sent: Rc<Cell<bool>>,
+    dispose_wait: Duration,
+}
+
+impl RemoteChild {
+    /// Sends the cancel once; the returned handle resolves when the
+    /// tombstone is written (or given up on).
+    fn send_cancel(&self) -> Option<tokio::task::JoinHandle<bool>> {
+        send_cancel(&self.cancel_sent, &self.caller, &self.io, &self.run)
+    }
+}
+
+fn send_cancel(
+    sent: &Cell<bool>,
+    caller: &Arc<Caller>,
+    io: &Handle,
+    run: &str,
+) -> Option<tokio::task::JoinHandle<bool>> {
+    if sent.replace(true) {
+        return None;
+    }
+    let (caller, run) = (caller.clone(), run.to_owned());
+    Some(io.spawn(async move { caller.cancel(&run, 10).await }))
+}
+
+impl Child for RemoteChild {
+    fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    fn run(&self) -> LocalBoxFuture<'static, RunResult> {
+        let SlotReceivers { mut settled, mut progress } =
+            self.receivers.borrow_mut().take().expect("run is called once");
+        let (cancel, sent, caller, io, run) =
+            (self.cancel.clone(), self.cancel_sent.clone(), self.caller.clone(), self.io.clone(), self.run.clone());
+        let context = self.context.clone();
+        Box::pin(async move {
+            let mut progressing = true;
+            loop {
+                if let Some(settled) = settled.borrow_and_update().clone() {
+                    return settled.result.clone();
+                }
+                tokio::select! {
+                    changed = settled.changed() => {
+                        if changed.is_err() {
+                            // The slot is gone: only a provider shutdown does that.
+                            let diagnostic = Diagnostic::new(&caller.provider, Stage::SessionRun, Category::Protocol)
+                                .with_reason("the remote provider stopped before the run settled");
+                            return RunResult::failed(diagnostic);
+                        }
+                    }
+                    update = progress.recv(), if progressing => match update {
+                        Some(update) => context.progress(update),
+                        None => progressing = false,
+                    },
+                    _ = cancel.cancelled(), if !sent.get() => {
+                        // Keep waiting: the worker reports the aborted run
+                        // (or the runtime's cancel grace settles it).
+                        send_cancel(&sent, &caller, &io, &run);
+                    }
+                }
+            }
+        })
+    }
+
+    fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
+        let mut settled = self.settled.clone();
+        let cancelling = if settled.borrow().is_none() { self.send_cancel() } else { None };
+        let (caller, io, run, wait) = (self.caller.clone(), self.io.clone(), self.run.clone(), self.dispose_wait);
+        Box::pin(async move {
+            let known = settled.borrow().clone();
+            let outcome = match known {
+                Some(settled) => receipt(&settled),
+                None => {
+                    if let Some(cancelling) = cancelling {
+                        let _ = cancelling.await;
+                    }
+                    // With the tombstone written, a run nobody claimed yet
+                    // will never run: nothing to wait for.
+                    let (asked, run_id) = (caller.clone(), run.clone());
+                    let state = io.spawn(async move { asked.state(&run_id).await }).await;
+                    match state {
+                        Ok(Ok(None)) => {
+                            let (caller, run) = (caller.clone(), run.clone());
+                            let _ = io.spawn(async move { caller.delete_request(&run).await }).await;
+                            Ok(())
+                        }
+                        Ok(Ok(Some(RunRecord::Settled(settled)))) => receipt(&settled),
+                        // Claimed: the worker writes its result only after
+                        // it released its child, so the result is the receipt.
+                        _ => match tokio::time::timeout(wait, settled.wait_for(Option::is_some)).await {
+                            Ok(Ok(report)) => report.as_deref().map_or(Ok(()), receipt),
+                            _ => {
+                                tracing::warn!(run = %run, "the worker holding a remote run did not report its child disposed");
+                                Err(Failure::new(Stage::Dispose, Category::WorkerLost))
+                            }
+                        },
+                    }
+                }
+            };
+            caller.forget(&run);
+            outcome
+        })
+    }
+}
+
+/// A settled run's dispose receipt: whether the worker released its child.
+fn receipt(settled: &Settled) -> Result<(), Failure> {
+    if settled.disposed {
+        Ok(())
+    } else {
+        Err(Failure::new(Stage::Dispose, Category::ChildError))
+    }
+}

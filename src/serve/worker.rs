@@ -1,0 +1,448 @@
+//! `subagents worker`: the server side of the [`remote`] provider.
+//!
+//! A worker is a full runtime of its own (home, model, a local `spawn`
+//! provider, or `process` to isolate each run in its own process) that
+//! pulls run requests for its pool from the broker and runs each as a local
+//! child. All workers of a pool share one durable pull consumer, so the
+//! broker spreads runs over them and hands a dead worker's runs to the
+//! others.
+//!
+//! For each delivery it: claims the run (`state.<run>`, with the delivery
+//! attempt); skips it if it is settled already (acks it) or if a newer
+//! delivery claimed it (leaves it); settles it `aborted` without running
+//! it if a tombstone is there or the caller's lease expired; else starts
+//! the child (module `held`). While the child runs it sends in-progress acks
+//! three times per ack wait, forwards progress, and checks that its claim
+//! still stands, that no tombstone appeared and that the caller lives. When
+//! the child ends it disposes it, writes the result by compare-and-set on
+//! its claim, announces it to the caller, and only then acks.
+//!
+//! Pulling is bounded by `--concurrency`: the worker asks the broker for
+//! exactly as many runs as it has free slots, so it never holds a run it
+//! has not started (whose ack wait would run out unattended).
+//!
+//! SIGTERM (or Ctrl-C) drains: the worker stops pulling and hands back any
+//! run delivered after that (a nak: redelivered at once); live runs get
+//! `drain_grace` to finish, then their children are cancelled and their
+//! runs handed back the same way. Then it exits 0.
+//!
+//! A worker holds no state of its own beyond its home's sessions: kill it
+//! and its runs go to another worker after the ack wait.
+//!
+//! [`remote`]: crate::providers::remote
+
+mod held;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{new_session_id, ModelSpec, SessionStore};
+use crate::events::SubagentEvent;
+use crate::providers::remote::broker::{self, Broker, BrokerSettings};
+use crate::providers::remote::wire::{self, CancelNotice, ProgressNotice, StatusReply, MAX_PROGRESS_BYTES, VERSION};
+use crate::providers::{ChildInfo, InProcessProvider, ProcessConfig, ProcessProvider};
+use crate::tool::{shared_delegating_toolset, TaskService};
+use crate::{Runtime, Subagents};
+
+/// How deep a worker's children may delegate within the worker.
+const MAX_DEPTH: u32 = 3;
+
+/// How long one pull waits for runs before asking again.
+const PULL_EXPIRY: Duration = Duration::from_secs(1);
+
+/// Callers whose lease verdicts are cached before old ones are dropped.
+const MAX_CACHED_LEASES: usize = 1024;
+
+/// Progress messages forwarded per run per second, at most.
+const PROGRESS_PER_SECOND: u32 = 20;
+
+/// Which local provider runs a worker's children.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerProvider {
+    /// In-process children (`spawn`): cheap; every capability enforced.
+    Spawn,
+    /// Each run in its own `subagents serve` process: isolated; only
+    /// `agent_options` enforced.
+    Process,
+}
+
+/// What `subagents worker` is told.
+#[derive(Clone, Debug)]
+pub struct WorkerOptions {
+    /// The NATS server.
+    pub nats_url: String,
+    /// The pool whose runs this worker takes (default `default`).
+    pub pool: String,
+    /// Most runs held at once.
+    pub concurrency: usize,
+    /// The worker's home (sessions; `process` children's homes under it).
+    pub home: PathBuf,
+    /// `scripted` or `openai:NAME`.
+    pub model: String,
+    /// The local provider.
+    pub provider: WorkerProvider,
+    /// Broker settings, used if this worker creates the stream, the
+    /// pool's consumer or a bucket.
+    pub broker: BrokerSettings,
+    /// How long live runs may finish after SIGTERM before they are handed
+    /// back (default 30 s).
+    pub drain_grace: Duration,
+    /// Bound on connecting to the broker (default 5 s).
+    pub connect_timeout: Duration,
+}
+
+impl WorkerOptions {
+    /// Defaults for a worker of pool `default` on `nats_url`, at `home`.
+    pub fn new(nats_url: impl Into<String>, home: impl Into<PathBuf>) -> Self {
+        WorkerOptions {
+            nats_url: nats_url.into(),
+            pool: "default".to_owned(),
+            concurrency: 16,
+            home: home.into(),
+            model: "scripted".to_owned(),
+            provider: WorkerProvider::Spawn,
+            broker: BrokerSettings::default(),
+            drain_grace: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What a worker did before it exited.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// Its id (in claims, results and status replies).
+    pub worker: String,
+    /// Results it wrote.
+    pub settled: u64,
+    /// Runs it handed back when draining.
+    pub handed_back: u64,
+    /// Runs it lost to a newer delivery (it was frozen or cut off).
+    pub fenced: u64,
+}
+
+/// Runs a worker until SIGTERM or Ctrl-C, then drains. `ready` is called
+/// with the worker's id once it is pulling.
+pub fn serve_worker(options: WorkerOptions, ready: impl FnOnce(&str)) -> Result<WorkerReport, String> {
+    broker::check_name("pool", &options.pool)?;
+    let model = ModelSpec::parse(&options.model).and_then(|spec| spec.build()).map_err(|e| e.to_string())?;
+    SessionStore::new(&options.home)
+        .prepare()
+        .map_err(|e| format!("the home {} is not a writable directory: {e}", options.home.display()))?;
+    let runtime = Runtime::builder()
+        .home(&options.home)
+        .cancel_grace(Duration::from_millis(500))
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let subagents = runtime.subagents();
+    let provider = match register_provider(&subagents, &options, model) {
+        Ok(provider) => provider,
+        Err(error) => {
+            runtime.shutdown_blocking();
+            return Err(error);
+        }
+    };
+    let io = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let outcome = io.block_on(work(subagents, options, provider, ready));
+    runtime.shutdown_blocking();
+    outcome
+}
+
+fn register_provider(
+    subagents: &Subagents,
+    options: &WorkerOptions,
+    model: Arc<dyn crate::agent::Model>,
+) -> Result<&'static str, String> {
+    let registered = match options.provider {
+        WorkerProvider::Spawn => {
+            // Children can delegate further, in this worker, like the CLI's.
+            let kit = shared_delegating_toolset(subagents, &TaskService::new(), "spawn", MAX_DEPTH);
+            let spawn = InProcessProvider::spawn("spawn", model).with_tools(Arc::new(move |_: &ChildInfo| kit()));
+            subagents.register_provider(spawn).map(|registration| {
+                registration.keep();
+                "spawn"
+            })
+        }
+        WorkerProvider::Process => {
+            let mut config = ProcessConfig::new("process", options.home.join("children"));
+            if let Some(name) = options.model.strip_prefix("openai:") {
+                config.route.provider = Some("openai".to_owned());
+                config.route.model = Some(name.to_owned());
+                config.inherit_env = vec!["SUBAGENTS_BASE_URL".to_owned()];
+                // A key is handed over explicitly, never inherited.
+                if let Ok(key) = std::env::var("SUBAGENTS_API_KEY") {
+                    config.env.push(("SUBAGENTS_API_KEY".to_owned(), key));
+                }
+            }
+            let provider = ProcessProvider::new(config).map_err(|e| e.to_string())?;
+            subagents.register_provider(provider).map(|registration| {
+                registration.keep();
+                "process"
+            })
+        }
+    };
+    let name = registered.map_err(|e| e.to_string())?;
+    Ok(name)
+}
+
+/// What every held run of this worker shares.
+pub(crate) struct Shared {
+    broker: Broker,
+    worker: String,
+    pool: String,
+    subagents: Subagents,
+    provider: &'static str,
+    cwd: PathBuf,
+    /// A third of the consumer's ack wait: the in-progress ack and check pace.
+    tick: Duration,
+    /// Runs held now: run id → remote cancel.
+    live: Mutex<HashMap<String, CancellationToken>>,
+    /// Registry run id → where its progress goes.
+    routes: Mutex<HashMap<u64, Route>>,
+    /// Caller → (when checked, alive).
+    leases: Mutex<HashMap<String, (Instant, bool)>>,
+    /// Since when the broker connection has been up, if it is (written by
+    /// the connection's event callback).
+    connected_since: Arc<Mutex<Option<Instant>>>,
+    /// Tripped by SIGTERM: stop pulling.
+    drain: CancellationToken,
+    /// Tripped when the drain grace ran out: hand back live runs.
+    hand_back: CancellationToken,
+    report: Mutex<WorkerReport>,
+}
+
+struct Route {
+    run: String,
+    caller: String,
+    attempt: u64,
+    window: (Instant, u32),
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn live_count(&self) -> usize {
+        lock(&self.live).len()
+    }
+
+    fn count(&self, what: impl FnOnce(&mut WorkerReport)) {
+        what(&mut lock(&self.report));
+    }
+
+    /// Whether `caller`'s lease stands. An unanswered lookup, or a
+    /// connection up for less than a lease TTL (the caller may not have
+    /// had the chance to refresh), counts as alive.
+    async fn caller_alive(&self, caller: &str) -> bool {
+        let ttl = self.broker.lease_ttl;
+        let settled_in = lock(&self.connected_since).is_some_and(|since| since.elapsed() >= ttl);
+        if !settled_in {
+            return true;
+        }
+        if let Some((checked, alive)) = lock(&self.leases).get(caller) {
+            if checked.elapsed() < self.tick {
+                return *alive;
+            }
+        }
+        let looked = tokio::time::timeout(broker::OPERATION_TIMEOUT, self.broker.callers.get(caller)).await;
+        let alive = !matches!(looked, Ok(Ok(None)));
+        let mut leases = lock(&self.leases);
+        if leases.len() >= MAX_CACHED_LEASES {
+            // Callers come and go over a worker's life: keep only recent ones.
+            leases.retain(|_, (checked, _)| checked.elapsed() < ttl);
+        }
+        leases.insert(caller.to_owned(), (Instant::now(), alive));
+        alive
+    }
+}
+
+async fn work(
+    subagents: Subagents,
+    options: WorkerOptions,
+    provider: &'static str,
+    ready: impl FnOnce(&str),
+) -> Result<WorkerReport, String> {
+    let worker = format!("worker-{}-{}", std::process::id(), &new_session_id()[..8]);
+    let connected_since: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let on_event = {
+        let connected_since = connected_since.clone();
+        move |event: async_nats::Event| match event {
+            async_nats::Event::Connected => *lock(&connected_since) = Some(Instant::now()),
+            async_nats::Event::Disconnected => *lock(&connected_since) = None,
+            _ => {}
+        }
+    };
+    let broker =
+        broker::connect(&options.nats_url, &worker, &options.broker, options.connect_timeout, on_event).await?;
+    lock(&connected_since).get_or_insert_with(Instant::now);
+    let consumer = broker::ensure_consumer(&broker, &options.pool, &options.broker).await?;
+    let ack_wait = consumer.cached_info().config.ack_wait;
+    let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
+    let shared = Arc::new(Shared {
+        tick: (ack_wait / 3).max(Duration::from_millis(50)),
+        broker,
+        worker: worker.clone(),
+        pool: options.pool.clone(),
+        subagents,
+        provider,
+        cwd,
+        live: Mutex::default(),
+        routes: Mutex::default(),
+        leases: Mutex::default(),
+        connected_since,
+        drain: CancellationToken::new(),
+        hand_back: CancellationToken::new(),
+        report: Mutex::new(WorkerReport { worker: worker.clone(), ..WorkerReport::default() }),
+    });
+    listen(&shared).await?;
+    watch_signals(shared.drain.clone())?;
+    ready(&worker);
+    tracing::debug!(worker = %worker, pool = %options.pool, "worker ready");
+    let semaphore = Arc::new(Semaphore::new(options.concurrency.max(1)));
+    let mut held = JoinSet::new();
+    while !shared.drain.is_cancelled() {
+        while held.try_join_next().is_some() {}
+        let first = tokio::select! {
+            biased;
+            _ = shared.drain.cancelled() => break,
+            permit = semaphore.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+        };
+        let wanted = (1 + semaphore.available_permits()).min(256);
+        let mut batch = match consumer.batch().max_messages(wanted).expires(PULL_EXPIRY).messages().await {
+            Ok(batch) => batch,
+            Err(error) => {
+                tracing::debug!(%error, "pull failed; retrying");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+        };
+        let mut first = Some(first);
+        while let Some(message) = batch.next().await {
+            // A broken pull (the connection dropped) ends this batch.
+            let Ok(message) = message else { break };
+            if shared.drain.is_cancelled() {
+                // Delivered after SIGTERM: straight back to the pool.
+                let _ = message.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;
+                continue;
+            }
+            match first.take().or_else(|| semaphore.clone().try_acquire_owned().ok()) {
+                Some(permit) => {
+                    held.spawn(held::hold(shared.clone(), message, permit));
+                }
+                None => {
+                    let _ = message.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;
+                }
+            }
+        }
+    }
+    tracing::info!(worker = %worker, live = shared.live_count(), "worker draining");
+    let grace = tokio::time::sleep(options.drain_grace);
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            joined = held.join_next() => if joined.is_none() { break },
+            _ = &mut grace, if !shared.hand_back.is_cancelled() => shared.hand_back.cancel(),
+        }
+    }
+    let _ = shared.broker.client.flush().await;
+    let report = lock(&shared.report).clone();
+    tracing::info!(worker = %worker, ?report, "worker drained");
+    Ok(report)
+}
+
+fn watch_signals(drain: CancellationToken) -> Result<(), String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        drain.cancel();
+    });
+    Ok(())
+}
+
+/// Cancel notices, status requests and progress forwarding.
+async fn listen(shared: &Arc<Shared>) -> Result<(), String> {
+    let client = &shared.broker.client;
+    let names = &shared.broker.names;
+    let subscribe = |subject: String| async move {
+        client.subscribe(subject.clone()).await.map_err(|e| format!("cannot subscribe to {subject}: {e}"))
+    };
+    let mut cancels = subscribe(names.cancel_subjects()).await?;
+    let mut status = subscribe(names.status_subject(&shared.pool)).await?;
+    let listening = shared.clone();
+    tokio::spawn(async move {
+        while let Some(message) = cancels.next().await {
+            match wire::decode::<CancelNotice>(&message.payload) {
+                Ok(notice) => {
+                    if let Some(cancel) = lock(&listening.live).get(&notice.run) {
+                        cancel.cancel();
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "dropped a malformed cancel notice"),
+            }
+        }
+    });
+    let answering = shared.clone();
+    tokio::spawn(async move {
+        while let Some(message) = status.next().await {
+            let Some(reply) = message.reply else { continue };
+            let status = StatusReply {
+                v: VERSION,
+                worker: answering.worker.clone(),
+                pool: answering.pool.clone(),
+                live: answering.live_count(),
+                draining: answering.drain.is_cancelled(),
+            };
+            if let Ok(bytes) = wire::encode(&status, wire::MAX_MESSAGE_BYTES) {
+                let _ = answering.broker.client.publish(reply, bytes.into()).await;
+            }
+        }
+    });
+    let mut events = shared.subagents.subscribe();
+    let forwarding = shared.clone();
+    tokio::spawn(async move {
+        loop {
+            let progress = match events.recv().await {
+                Ok(SubagentEvent::Progress(progress)) => progress,
+                Ok(_) | Err(crate::events::EventRecvError::Lagged(_)) => continue,
+                Err(crate::events::EventRecvError::Closed) => return,
+            };
+            let notice = {
+                let mut routes = lock(&forwarding.routes);
+                let Some(route) = routes.get_mut(&progress.run_id) else { continue };
+                // A fixed window per second bounds each run's progress rate.
+                if route.window.0.elapsed() >= Duration::from_secs(1) {
+                    route.window = (Instant::now(), 0);
+                }
+                route.window.1 += 1;
+                if route.window.1 > PROGRESS_PER_SECOND {
+                    continue;
+                }
+                let notice = ProgressNotice {
+                    v: VERSION,
+                    run: route.run.clone(),
+                    attempt: route.attempt,
+                    update: progress.update.clone(),
+                };
+                (route.caller.clone(), wire::encode(&notice, MAX_PROGRESS_BYTES))
+            };
+            if let (caller, Ok(bytes)) = notice {
+                let subject = forwarding.broker.names.progress_subject(&caller);
+                let _ = forwarding.broker.client.publish(subject, bytes.into()).await;
+            }
+        }
+    });
+    Ok(())
+}

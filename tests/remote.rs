@@ -1,0 +1,331 @@
+//! SPEC §11 distributed fan-out: the `remote` provider and `subagents
+//! worker`, against a real `nats-server -js` and real worker processes.
+//!
+//! This file holds the everyday path and what crosses the wire; `remote/`
+//! holds the fault drills (`faults`: killed, frozen and lost workers, a
+//! broker restart, a dead caller) and cancellation (`cancel`). Each test
+//! starts its own server on a free loopback port and stops it; the tests
+//! run one at a time (`support::one_at_a_time`).
+
+#[path = "remote/cancel.rs"]
+mod cancel;
+mod common;
+#[path = "remote/faults.rs"]
+mod faults;
+#[path = "remote/support.rs"]
+mod support;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::runtime_at;
+use subagents::{CancellationToken, Parent, ProgressUpdate, StartRequest, StopReason, SubagentEvent};
+use support::{one_at_a_time, provider, wire_id, Look, Server, Worker};
+
+fn request(prompt: &str) -> StartRequest {
+    StartRequest::new(prompt, Parent::root("/tmp"), CancellationToken::new())
+}
+
+#[test]
+fn two_workers_share_fifty_runs_and_each_settles_once_with_its_worker_session() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let workers =
+        [Worker::start(dir.path(), &server.url(), "w1", &[]), Worker::start(dir.path(), &server.url(), "w2", &[])];
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider(&server.url())).unwrap().keep();
+    let progress: Arc<Mutex<Vec<ProgressUpdate>>> = Arc::default();
+    let _listener = subagents.add_listener({
+        let progress = progress.clone();
+        move |event| {
+            if let SubagentEvent::Progress(update) = event {
+                progress.lock().unwrap().push(update.update.clone());
+            }
+        }
+    });
+    let results = runtime.block_on({
+        let subagents = subagents.clone();
+        async move {
+            let runs = (0..50).map(|n| {
+                let subagents = subagents.clone();
+                async move {
+                    // One nested task holds its children a while, so its
+                    // tool-call progress arrives long before its result.
+                    let prompt = if n == 0 { "check a [delay:300]; check b".to_owned() } else { format!("task {n}") };
+                    let run = subagents.start("remote", request(&prompt)).await.unwrap();
+                    let result = run.result().await.unwrap();
+                    run.dispose().await.unwrap();
+                    (n, run.child_id().to_owned(), result)
+                }
+            });
+            futures_util::future::join_all(runs).await
+        }
+    });
+    let mut sessions = HashSet::new();
+    for (n, id, result) in &results {
+        assert_eq!(result.stop_reason, StopReason::Completed, "{id}: {result:?}");
+        if *n > 0 {
+            assert_eq!(result.text(), format!("handled: task {n}"));
+        }
+        assert!(id.starts_with("remote:remote:"), "{id}");
+        let session = result.child_session.clone().expect("the worker's child session comes back");
+        assert!(sessions.insert(session), "each run ran once, in a session of its own");
+    }
+    assert!(results[0].2.text().contains("- handled: check a"), "{}", results[0].2.text());
+    // Each worker took a share; every session file is one of the results'.
+    let [w1, w2] = &workers;
+    assert!(w1.sessions() > 0 && w2.sessions() > 0, "w1 {} w2 {}", w1.sessions(), w2.sessions());
+    let on_disk: usize = workers.iter().map(Worker::sessions).sum();
+    assert_eq!(on_disk, 50 + 2, "50 runs and the nested task's two children");
+    let progress = progress.lock().unwrap();
+    assert!(
+        progress.iter().any(|update| matches!(update, ProgressUpdate::ToolCall { .. })),
+        "tool-call progress crossed the wire: {progress:?}"
+    );
+    let look = Look::new(&server.url());
+    assert_eq!(look.live("default"), 0);
+    let state = look.state(wire_id(&results[1].1)).expect("the result is stored durably");
+    assert_eq!(state["state"], "settled");
+    assert_eq!(state["result"]["stop_reason"], "completed");
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn fanout_runs_a_tasks_file_on_workers_and_refuses_an_unreachable_broker() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, "{\"prompt\": \"one\"}\n{\"prompt\": \"two\", \"label\": \"second\"}\n").unwrap();
+    let fanout = |url: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_subagents"))
+            .arg("fanout")
+            .arg(&tasks)
+            .args(["--provider", "remote", "--nats", url, "--home"])
+            .arg(dir.path().join("caller"))
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let output = fanout(&server.url());
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines.iter().all(|l| l["stop_reason"] == "completed" && l["child_session"].is_string()), "{lines:?}");
+    let unreachable = format!("nats://127.0.0.1:{}", support::free_port_for_tests());
+    let refused = fanout(&unreachable);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("cannot reach the NATS server"), "{stderr}");
+    assert!(refused.stdout.is_empty());
+}
+
+#[test]
+fn a_start_while_the_broker_is_down_fails_startup_with_a_safe_diagnostic() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider(&server.url())).unwrap().keep();
+    server.kill();
+    let started = std::time::Instant::now();
+    let error = runtime
+        .block_on({
+            let subagents = subagents.clone();
+            async move { subagents.start("remote", request("secret task text")).await }
+        })
+        .unwrap_err();
+    assert_eq!(error.code(), "STARTUP_FAILED");
+    assert!(!error.to_string().contains("secret"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(15), "bounded by the publish timeout");
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn start_time_features_cross_the_wire_and_the_worker_enforces_them() {
+    use subagents::agent::SessionStore;
+    use subagents::{Capabilities, ToolFilter};
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider(&server.url())).unwrap().keep();
+    // A provider that says its workers enforce only the route refuses the rest.
+    let mut narrow = support::config(&server.url());
+    narrow.name = "narrow".to_owned();
+    narrow.capabilities = Capabilities { agent_options: true, ..Capabilities::none() };
+    subagents.register_provider(subagents::providers::RemoteProvider::connect(narrow).unwrap()).unwrap().keep();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"verdict": {"type": "string", "enum": ["ok", "bad"]}},
+        "required": ["verdict"]
+    });
+    // A child at depth 3 is at the workers' delegation cap (3): the depth
+    // crossed the wire if it does not delegate.
+    let deep = Parent::root("/tmp").with_session("parent-7").with_depth(2);
+    let requests = vec![
+        request("judge it").with_output_schema(schema),
+        request("say hi").with_persona("You are terse."),
+        request("list the files here").with_tool_filter(ToolFilter::deny(["list_dir"])),
+        request("list the files here"),
+        StartRequest::new("check a; check b", deep, CancellationToken::new()).with_max_depth(3),
+        request("check a; check b"),
+    ];
+    let (results, refused, too_deep) = runtime.block_on({
+        let subagents = subagents.clone();
+        async move {
+            let mut results = Vec::new();
+            for request in requests {
+                let run = subagents.start("remote", request).await.unwrap();
+                results.push(run.result().await.unwrap());
+                run.dispose().await.unwrap();
+            }
+            let refused = subagents.start("narrow", request("x").with_persona("terse")).await.unwrap_err();
+            let beyond = StartRequest::new("x", Parent::root("/tmp").with_depth(3), CancellationToken::new());
+            let too_deep = subagents.start("remote", beyond.with_max_depth(2)).await.unwrap_err();
+            (results, refused, too_deep)
+        }
+    });
+    assert!(results.iter().all(|r| r.stop_reason == StopReason::Completed), "{results:?}");
+    let store = SessionStore::new(&worker.home);
+    let header = |n: usize| store.read(results[n].child_session.as_ref().unwrap()).unwrap().0;
+    assert_eq!(results[0].structured, Some(serde_json::json!({"verdict": "ok"})));
+    assert_eq!(header(1).persona.as_deref(), Some("You are terse."));
+    assert_eq!(results[2].text(), "handled: list the files here", "list_dir was filtered out");
+    assert_ne!(results[3].text(), results[2].text(), "without the filter the child lists the directory");
+    let capped = header(4);
+    assert_eq!((capped.depth, capped.parent_session.as_deref()), (3, Some("parent-7")));
+    assert_eq!(results[4].text(), "handled: check a; check b", "at its depth cap the child cannot delegate");
+    assert!(results[5].text().contains("- handled: check a"), "uncapped it delegates: {}", results[5].text());
+    assert_eq!(refused.code(), "UNSUPPORTED_CAPABILITY");
+    assert!(refused.to_string().contains("persona"), "{refused}");
+    assert_eq!(too_deep.code(), "INVALID_REQUEST");
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn a_process_worker_isolates_each_run_and_refuses_loudly_what_it_cannot_enforce() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let _worker = Worker::start(dir.path(), &server.url(), "iso", &["--provider", "process", "--pool", "isolated"]);
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    // Misconfigured on purpose: it claims every capability for this pool.
+    let config = support::config(&server.url()).with_pool("isolated");
+    subagents.register_provider(subagents::providers::RemoteProvider::connect(config).unwrap()).unwrap().keep();
+    let (plain, persona) = runtime.block_on({
+        let subagents = subagents.clone();
+        async move {
+            let mut results = Vec::new();
+            for request in [request("summarise the log"), request("say hi").with_persona("terse")] {
+                let run = subagents.start("remote", request).await.unwrap();
+                results.push(run.result().await.unwrap());
+                run.dispose().await.unwrap();
+            }
+            (results.remove(0), results.remove(0))
+        }
+    });
+    assert_eq!((plain.stop_reason, plain.text()), (StopReason::Completed, "handled: summarise the log".to_owned()));
+    assert!(plain.child_session.is_some());
+    assert_eq!(persona.stop_reason, StopReason::Error);
+    let diagnostic = persona.diagnostic.unwrap();
+    assert_eq!(diagnostic.stage_name(), "initialize");
+    assert!(diagnostic.reason.unwrap().contains("does not support the \"persona\" capability"));
+    common::no_process_mentions(&dir.path().join("iso/children"));
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn malformed_and_oversized_messages_are_dropped_and_nothing_crashes() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    let remote = provider(&server.url());
+    let caller = remote.caller_id().to_owned();
+    subagents.register_provider(remote).unwrap().keep();
+    let look = Look::new(&server.url());
+    let garbage: Vec<Vec<u8>> = vec![
+        b"not json".to_vec(),
+        b"{\"v\": 99, \"run\": \"x\"}".to_vec(),
+        b"{\"v\": 1}".to_vec(),
+        b"{\"v\": 1, \"run\": \"bad.id\", \"caller\": \"c\", \"prompt\": [], \"parent\": {\"depth\": 0}}".to_vec(),
+        vec![b'x'; 900 * 1024],
+    ];
+    for bytes in &garbage {
+        look.publish_durable("subagents.run.default", bytes.clone());
+        for subject in
+            ["subagents.cancel.x", &format!("subagents.result.{caller}"), &format!("subagents.progress.{caller}")]
+        {
+            look.publish(subject, bytes.clone());
+        }
+    }
+    let result = runtime.block_on({
+        let subagents = subagents.clone();
+        async move {
+            let run = subagents.start("remote", request("still standing")).await.unwrap();
+            let result = run.result().await.unwrap();
+            run.dispose().await.unwrap();
+            result
+        }
+    });
+    assert_eq!(result.text(), "handled: still standing");
+    let log = worker.log();
+    assert!(log.contains("dropped a malformed run request"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    let status = look.status("default");
+    assert_eq!(status.len(), 1, "the worker still answers: {status:?}");
+    assert_eq!(status[0]["live"], 0, "and holds nothing");
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn sigterm_drains_a_worker_its_live_run_finishes_and_it_exits_zero() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let look = Look::new(&server.url());
+    let mut worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider(&server.url())).unwrap().keep();
+    let (quick, slow) = runtime.block_on({
+        let subagents = subagents.clone();
+        async move {
+            let quick = subagents.start("remote", request("finish [delay:500]")).await.unwrap();
+            let slow = subagents.start("remote", request("too long [delay:60000]")).await.unwrap();
+            (quick, slow)
+        }
+    });
+    assert!(support::wait_until(Duration::from_secs(5), || look.live("default") == 2));
+    // The drain grace (2 s) lets the quick run finish and hands the slow one back.
+    let status = worker.terminate(Duration::from_secs(10)).expect("the worker exits after draining");
+    assert!(status.success(), "{status:?}: {}", worker.log());
+    assert!(worker.log().contains("1 results written, 1 handed back"), "{}", worker.log());
+    let replacement = Worker::start(dir.path(), &server.url(), "w2", &[]);
+    assert!(support::wait_until(Duration::from_secs(5), || look.live("default") == 1), "the slow run was handed on");
+    let (quick_result, slow_result) = runtime.block_on(async move {
+        let quick_result = quick.result().await.unwrap();
+        slow.cancel();
+        let slow_result = slow.result().await.unwrap();
+        quick.dispose().await.unwrap();
+        slow.dispose().await.unwrap();
+        (quick_result, slow_result)
+    });
+    assert_eq!(quick_result.stop_reason, StopReason::Completed);
+    assert_eq!(slow_result.stop_reason, StopReason::Aborted);
+    assert_eq!(replacement.sessions(), 1);
+    runtime.shutdown_blocking();
+}

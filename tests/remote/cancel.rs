@@ -1,0 +1,126 @@
+//! Cancellation across the wire: before pickup (the tombstone) and mid-run
+//! (the notice), one run or a hundred at once.
+
+use std::time::{Duration, Instant};
+
+use subagents::StopReason;
+
+use crate::common::runtime_at;
+use crate::request;
+use crate::support::{one_at_a_time, provider, wait_until, wire_id, Look, Server, Worker};
+
+#[test]
+fn a_run_cancelled_before_any_worker_picked_it_up_never_runs() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let look = Look::new(&server.url());
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider(&server.url())).unwrap().keep();
+    // No worker yet: both runs wait in the queue. One is cancelled and kept,
+    // the other cancelled and disposed.
+    let (kept, kept_result, dropped_id, dispose_took) = runtime.block_on({
+        let subagents = subagents.clone();
+        async move {
+            let kept = subagents.start("remote", request("never [delay:100]")).await.unwrap();
+            let dropped = subagents.start("remote", request("never either")).await.unwrap();
+            kept.cancel();
+            dropped.cancel();
+            let kept_result = kept.result().await.unwrap();
+            let began = Instant::now();
+            dropped.dispose().await.unwrap();
+            (kept, kept_result, dropped.child_id().to_owned(), began.elapsed())
+        }
+    });
+    assert_eq!(kept_result.stop_reason, StopReason::Aborted);
+    assert!(dispose_took < Duration::from_secs(2), "a run never claimed disposes at once: {dispose_took:?}");
+    let worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let kept_id = wire_id(kept.child_id()).to_owned();
+    assert!(
+        wait_until(Duration::from_secs(5), || look.state(&kept_id).is_some_and(|s| s["state"] == "settled")),
+        "the worker settles the tombstoned run"
+    );
+    let state = look.state(&kept_id).unwrap();
+    assert_eq!(state["result"]["stop_reason"], "aborted");
+    runtime.block_on(async move { kept.dispose().await }).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(worker.sessions(), 0, "no child ever existed");
+    assert!(look.state(wire_id(&dropped_id)).is_none(), "the disposed run was removed from the queue");
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn a_cancel_storm_of_100_remote_runs_aborts_them_all_and_leaves_no_child() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let look = Look::new(&server.url());
+    let workers = [
+        Worker::start(dir.path(), &server.url(), "w1", &["--concurrency", "16"]),
+        Worker::start(dir.path(), &server.url(), "w2", &["--concurrency", "16"]),
+    ];
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider(&server.url())).unwrap().keep();
+    let runs = runtime.block_on({
+        let subagents = subagents.clone();
+        async move {
+            let starts = (0..100).map(|n| subagents.start("remote", request(&format!("wait {n} [delay:60000]"))));
+            futures_util::future::join_all(starts).await.into_iter().map(Result::unwrap).collect::<Vec<_>>()
+        }
+    });
+    // Both workers full (32 live), 68 still queued.
+    assert!(wait_until(Duration::from_secs(10), || look.live("default") == 32), "live: {}", look.live("default"));
+    let began = Instant::now();
+    let outcomes = runtime.block_on(async move {
+        runs.iter().for_each(subagents::Run::cancel);
+        let settle = runs.iter().map(|run| async move {
+            let result = run.result().await.unwrap();
+            (result, run.dispose().await)
+        });
+        futures_util::future::join_all(settle).await
+    });
+    let took = began.elapsed();
+    for (result, disposed) in &outcomes {
+        assert_eq!(result.stop_reason, StopReason::Aborted);
+        assert!(disposed.is_ok(), "{disposed:?}");
+    }
+    assert!(took < Duration::from_secs(10), "the storm settled and disposed in {took:?}");
+    assert_eq!(look.live("default"), 0, "no worker holds a child");
+    let ran: usize = workers.iter().map(Worker::sessions).sum();
+    assert_eq!(ran, 32, "the queued runs never started");
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn dispose_reports_a_vanished_worker_instead_of_waiting_for_it() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let look = Look::new(&server.url());
+    let mut worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider(&server.url())).unwrap().keep();
+    let run = runtime
+        .block_on({
+            let subagents = subagents.clone();
+            async move { subagents.start("remote", request("hold [delay:60000]")).await }
+        })
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(5), || look.live("default") == 1));
+    worker.kill();
+    let began = Instant::now();
+    let (result, disposed) = runtime.block_on(async move {
+        run.cancel();
+        let result = run.result().await.unwrap();
+        (result, run.dispose().await)
+    });
+    assert_eq!(result.stop_reason, StopReason::Aborted);
+    let error = disposed.unwrap_err();
+    assert_eq!(error.code(), "DISPOSE_FAILED");
+    assert!(error.to_string().contains("worker-lost"), "{error}");
+    assert!(began.elapsed() < Duration::from_secs(6), "bounded by dispose_wait: {:?}", began.elapsed());
+    runtime.shutdown_blocking();
+}

