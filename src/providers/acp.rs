@@ -50,12 +50,14 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::{v1, ByteStreams, Client};
 use futures_util::future::LocalBoxFuture;
+use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::oneshot;
+use tokio_util::codec::AnyDelimiterCodecError;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use tokio_util::sync::CancellationToken;
 
-use super::child_process::{spawn, ChildEnv, LineError, LineReader, Spawned, MAX_OUTPUT};
+use super::child_process::{lines, spawn, ChildEnv, Spawned, MAX_OUTPUT};
 use crate::events::ProgressUpdate;
 use crate::live::LiveCounters;
 use crate::seam::{
@@ -198,23 +200,24 @@ fn transport(
     let stdout = spawned.stdout.take().expect("piped");
     let (mut into_crate, from_pump) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
-        let mut lines = LineReader::new(stdout);
+        let mut lines = lines(stdout);
         loop {
-            match lines.next_line().await {
-                Ok(Some(mut line)) => {
+            match lines.next().await {
+                Some(Ok(line)) => {
                     let blank = line.iter().all(u8::is_ascii_whitespace);
                     if !blank && serde_json::from_slice::<serde::de::IgnoredAny>(&line).is_err() {
                         tracing::warn!("an ACP child wrote a line that is not JSON");
                         broken.store(true, Ordering::Release);
                         break;
                     }
+                    let mut line = Vec::from(line);
                     line.push(b'\n');
                     if into_crate.write_all(&line).await.is_err() {
                         break;
                     }
                 }
-                Ok(None) | Err(LineError::Io(_)) => break,
-                Err(LineError::TooLong) => {
+                None | Some(Err(AnyDelimiterCodecError::Io(_))) => break,
+                Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
                     tracing::warn!("an ACP child wrote a line longer than allowed");
                     broken.store(true, Ordering::Release);
                     break;

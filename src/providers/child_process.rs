@@ -1,6 +1,6 @@
 //! What the out-of-process providers share: spawning a child with a
 //! scrubbed environment in its own process group, reading its output one
-//! bounded line at a time, and the dispose ladder.
+//! bounded line at a time ([`lines`]), and the dispose ladder.
 //!
 //! **Environment**: an allowlist, never the parent's whole environment.
 //! A child starts from `env_clear()` and gets
@@ -27,8 +27,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::AsyncRead;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio_util::codec::{AnyDelimiterCodec, FramedRead};
 
 use crate::live::ProcessLease;
 use crate::seam::{Category, Stage};
@@ -36,6 +37,28 @@ use crate::seam::{Category, Stage};
 /// The longest line a child may write; a longer one is a protocol error
 /// (memory stays bounded whatever the child sends).
 pub const MAX_LINE: usize = 8 * 1024 * 1024;
+
+/// How much a line reader asks its pipe for at a time.
+pub(crate) const READ_CAPACITY: usize = 64 * 1024;
+
+/// The newline-delimited lines of `reader`, each without its newline and
+/// at most [`MAX_LINE`] bytes long; a partial last line at EOF is a line.
+///
+/// A longer line is an `Err(MaxChunkLengthExceeded)` once `MAX_LINE` bytes
+/// of it are buffered, never more. After any error `FramedRead` ends the
+/// stream, so a reader that must go on past an over-long line wraps
+/// [`line_codec`] instead (the codec itself skips the rest of that line on
+/// its next `decode`).
+pub(crate) fn lines<R: AsyncRead>(reader: R) -> FramedRead<R, AnyDelimiterCodec> {
+    FramedRead::with_capacity(reader, line_codec(), READ_CAPACITY)
+}
+
+/// The codec behind [`lines`]: bytes up to each `\n`, at most [`MAX_LINE`]
+/// of them. Bytes, not `String`: a reader decides for itself what invalid
+/// UTF-8 costs.
+pub(crate) fn line_codec() -> AnyDelimiterCodec {
+    AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), MAX_LINE)
+}
 
 /// The most answer text kept from one child run; more is a protocol error
 /// (a child streaming forever cannot grow the parent's memory).
@@ -225,93 +248,32 @@ pub fn group_alive(pgid: u32) -> bool {
     })
 }
 
-/// Why a line could not be read.
-#[derive(Debug, PartialEq, Eq)]
-pub enum LineError {
-    /// The line exceeded [`MAX_LINE`].
-    TooLong,
-    /// The pipe failed.
-    Io(String),
-}
-
-/// Reads newline-terminated lines of at most [`MAX_LINE`] bytes. A longer
-/// line is an error after reading at most `MAX_LINE` bytes of it.
-pub struct LineReader<R> {
-    reader: BufReader<R>,
-    buffer: Vec<u8>,
-}
-
-impl<R: AsyncRead + Unpin> LineReader<R> {
-    /// Reads lines from `reader`.
-    pub fn new(reader: R) -> Self {
-        LineReader { reader: BufReader::with_capacity(64 * 1024, reader), buffer: Vec::new() }
-    }
-
-    /// The next line without its newline; `Ok(None)` at EOF (a partial last
-    /// line without a newline is returned as a line).
-    pub async fn next_line(&mut self) -> Result<Option<Vec<u8>>, LineError> {
-        self.buffer.clear();
-        loop {
-            let available = self.reader.fill_buf().await.map_err(|e| LineError::Io(e.to_string()))?;
-            if available.is_empty() {
-                return Ok((!self.buffer.is_empty()).then(|| std::mem::take(&mut self.buffer)));
-            }
-            let (chunk, found) = match available.iter().position(|&b| b == b'\n') {
-                Some(end) => (&available[..end], Some(end + 1)),
-                None => (available, None),
-            };
-            if self.buffer.len() + chunk.len() > MAX_LINE {
-                return Err(LineError::TooLong);
-            }
-            self.buffer.extend_from_slice(chunk);
-            let consumed = found.unwrap_or(available.len());
-            self.reader.consume(consumed);
-            if found.is_some() {
-                return Ok(Some(std::mem::take(&mut self.buffer)));
-            }
-        }
-    }
-
-    /// After [`LineError::TooLong`]: skips the rest of that line, through
-    /// its newline (or to EOF), without keeping it, so reading can go on
-    /// with the next line. Returns the line's first `keep` bytes (for an
-    /// excerpt in an error reply).
-    pub async fn discard_rest(&mut self, keep: usize) -> Result<Vec<u8>, LineError> {
-        let mut head = std::mem::take(&mut self.buffer);
-        head.truncate(keep);
-        head.shrink_to_fit();
-        loop {
-            let available = self.reader.fill_buf().await.map_err(|e| LineError::Io(e.to_string()))?;
-            if available.is_empty() {
-                return Ok(head);
-            }
-            match available.iter().position(|&b| b == b'\n') {
-                Some(end) => {
-                    self.reader.consume(end + 1);
-                    return Ok(head);
-                }
-                None => {
-                    let skipped = available.len();
-                    self.reader.consume(skipped);
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use futures_util::StreamExt;
+    use tokio_util::codec::AnyDelimiterCodecError;
+
     use super::*;
 
     #[tokio::test]
-    async fn an_over_long_line_is_skipped_whole_and_reading_goes_on() {
-        let mut input = vec![b'a'; MAX_LINE + 10];
-        input.extend_from_slice(b"\nnext\n");
-        let mut lines = LineReader::new(input.as_slice());
-        assert_eq!(lines.next_line().await, Err(LineError::TooLong));
-        assert_eq!(lines.discard_rest(4).await, Ok(b"aaaa".to_vec()));
-        assert_eq!(lines.next_line().await, Ok(Some(b"next".to_vec())));
-        assert_eq!(lines.next_line().await, Ok(None));
+    async fn an_over_long_line_is_an_error_after_at_most_the_cap_is_buffered() {
+        let mut input = b"first\n".to_vec();
+        input.extend(std::iter::repeat_n(b'a', MAX_LINE + 10));
+        input.extend_from_slice(b"\nnext");
+        let mut lines = lines(input.as_slice());
+        assert_eq!(lines.next().await.unwrap().unwrap(), &b"first"[..]);
+        assert!(matches!(lines.next().await, Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded))));
+        assert!(lines.read_buffer().len() <= MAX_LINE + 64 * 1024, "bounded: {}", lines.read_buffer().len());
+    }
+
+    #[tokio::test]
+    async fn a_last_line_without_a_newline_is_a_line() {
+        let mut lines = lines(&b"one\n\ntwo"[..]);
+        let mut read = Vec::new();
+        while let Some(line) = lines.next().await {
+            read.push(line.unwrap());
+        }
+        assert_eq!(read, [&b"one"[..], b"", b"two"]);
     }
 
     #[test]

@@ -16,13 +16,15 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
+use tokio_util::codec::AnyDelimiterCodecError;
 
 use super::wire::{ChildEvent, Initialize, PROTOCOL_VERSION};
 use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Tool, Toolset};
-use crate::providers::child_process::{LineError, LineReader};
+use crate::providers::child_process::lines;
 use crate::providers::{ChildInfo, SpawnProvider};
 use crate::seam::{ContentBlock, StopReason};
 use crate::tool::{delegating_tools, shared_delegating_toolset, TaskService};
@@ -135,16 +137,16 @@ impl Server {
                 }
             }
         });
-        let mut lines = LineReader::new(tokio::io::stdin());
+        let mut lines = lines(tokio::io::stdin());
         let outcome = loop {
-            let line = match lines.next_line().await {
-                Ok(Some(line)) => line,
-                Ok(None) => break Ok(()),
-                Err(LineError::TooLong) => {
+            let line = match lines.next().await {
+                Some(Ok(line)) => line,
+                None => break Ok(()),
+                Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
                     let _ = self.out.send(error(&Value::Null, -32600, "line too long"));
                     break Err("the parent sent an oversized line".to_owned());
                 }
-                Err(LineError::Io(e)) => break Err(e),
+                Some(Err(AnyDelimiterCodecError::Io(e))) => break Err(e.to_string()),
             };
             let Ok(message) = serde_json::from_slice::<Value>(&line) else {
                 let _ = self.out.send(error(&Value::Null, -32700, "parse error"));

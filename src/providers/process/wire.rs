@@ -13,13 +13,15 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::AnyDelimiterCodecError;
 
-use crate::providers::child_process::{LineError, LineReader};
+use crate::providers::child_process::lines;
 use crate::seam::AgentOptions;
 
 /// The protocol version both ends speak.
@@ -182,12 +184,12 @@ async fn read_loop(
     broken: Rc<RefCell<bool>>,
     events: mpsc::UnboundedSender<ChildEvent>,
 ) {
-    let mut lines = LineReader::new(stdout);
+    let mut lines = lines(stdout);
     loop {
-        let line = match lines.next_line().await {
-            Ok(Some(line)) => line,
-            Ok(None) | Err(LineError::Io(_)) => break,
-            Err(LineError::TooLong) => {
+        let line = match lines.next().await {
+            Some(Ok(line)) => line,
+            None | Some(Err(AnyDelimiterCodecError::Io(_))) => break,
+            Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
                 tracing::warn!("a child wrote a line longer than the protocol allows");
                 *broken.borrow_mut() = true;
                 break;
