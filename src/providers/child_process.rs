@@ -22,11 +22,16 @@
 //! the process group, wait `grace`; SIGKILL the group. The child is reaped,
 //! and the ladder fails loudly (`Err`) if anything of its process group
 //! still lives afterwards.
+//! Signals go through `nix` (no `unsafe`); the survivor check scans
+//! `/proc`, so it runs on a blocking thread, never on the actor thread that
+//! climbs the ladder.
 
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
 use tokio::io::AsyncRead;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio_util::codec::{AnyDelimiterCodec, FramedRead};
@@ -173,23 +178,23 @@ impl Spawned {
         drop(self.stdin.take()); // EOF
         let exited = tokio::time::timeout(eof_grace, self.child.wait()).await.is_ok();
         if !exited {
-            signal_group(self.pid, libc::SIGTERM);
+            signal_group(self.pid, Signal::SIGTERM);
             if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
-                signal_group(self.pid, libc::SIGKILL);
+                signal_group(self.pid, Signal::SIGKILL);
                 let _ = self.child.wait().await;
             }
         }
         // Whatever the child left in its group goes too; give the kernel a
         // moment to take what SIGKILL hit.
         for _ in 0..20 {
-            if !group_alive(self.pid) {
+            if !group_survives(self.pid).await {
                 break;
             }
-            signal_group(self.pid, libc::SIGKILL);
+            signal_group(self.pid, Signal::SIGKILL);
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         drop(self.lease.take());
-        if group_alive(self.pid) {
+        if group_survives(self.pid).await {
             tracing::error!(pid = self.pid, "a child's process group survived SIGKILL");
             return Err((Stage::Dispose, Category::TimedOut));
         }
@@ -198,7 +203,7 @@ impl Spawned {
 
     /// Kills the group at once and reaps the child (a failed start).
     pub async fn kill(mut self) {
-        signal_group(self.pid, libc::SIGKILL);
+        signal_group(self.pid, Signal::SIGKILL);
         let _ = self.child.wait().await;
         drop(self.lease.take());
     }
@@ -209,32 +214,40 @@ impl Drop for Spawned {
     /// a forced shutdown) takes its whole process group down with it.
     fn drop(&mut self) {
         if self.lease.is_some() {
-            signal_group(self.pid, libc::SIGKILL);
+            signal_group(self.pid, Signal::SIGKILL);
         }
     }
 }
 
-fn signal_group(pid: u32, signal: i32) {
-    if pid == 0 {
-        return;
-    }
-    // SAFETY: kill(2) with a negative pid signals the process group; it has
-    // no memory effects.
-    unsafe {
-        libc::kill(-(pid as i32), signal);
+/// The process group `pgid` names; `None` for 0 (no child), which `killpg`
+/// would take for our own group.
+fn process_group(pgid: u32) -> Option<Pid> {
+    i32::try_from(pgid).ok().filter(|&pgid| pgid > 0).map(Pid::from_raw)
+}
+
+fn signal_group(pgid: u32, signal: Signal) {
+    if let Some(group) = process_group(pgid) {
+        // A group already gone (ESRCH) is what we wanted.
+        let _ = killpg(group, signal);
     }
 }
 
+/// [`group_alive`] on a blocking thread: its `/proc` scan is file I/O, which
+/// must not stall the actor thread a dispose runs on.
+async fn group_survives(pgid: u32) -> bool {
+    // A scan that could not finish proves nothing gone: count it as a survivor.
+    tokio::task::spawn_blocking(move || group_alive(pgid)).await.unwrap_or(true)
+}
+
 /// Whether a process of group `pgid` still runs. Zombies do not count:
-/// an orphan that died waits for its reaper, which may not be us.
-pub fn group_alive(pgid: u32) -> bool {
-    if pgid == 0 {
-        return false;
-    }
+/// an orphan that died waits for its reaper, which may not be us. Blocking:
+/// from async code call [`group_survives`].
+fn group_alive(pgid: u32) -> bool {
+    let Some(group) = process_group(pgid) else { return false };
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        // No procfs: ask the kernel whether the group exists at all.
-        // SAFETY: signal 0 only checks for existence.
-        return unsafe { libc::kill(-(pgid as i32), 0) == 0 };
+        // No procfs: ask the kernel whether the group exists at all
+        // (zombies included, so this errs towards "alive").
+        return killpg(group, None).is_ok();
     };
     entries.flatten().any(|entry| {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { return false };
@@ -274,6 +287,18 @@ mod tests {
             read.push(line.unwrap());
         }
         assert_eq!(read, [&b"one"[..], b"", b"two"]);
+    }
+
+    #[tokio::test]
+    async fn a_killed_group_does_not_survive_and_pid_0_is_never_our_own_group() {
+        let lease = ProcessLease::new(std::sync::Arc::default());
+        let env = ChildEnv { inherit: &[], explicit: &[] };
+        let spawned = spawn(Path::new("sleep"), &["30".to_owned()], Path::new("/"), env, lease).unwrap();
+        let pid = spawned.pid;
+        assert!(group_survives(pid).await, "a sleeping child is alive");
+        spawned.kill().await;
+        assert!(!group_survives(pid).await, "killed and reaped");
+        assert!(!group_survives(0).await);
     }
 
     #[test]
