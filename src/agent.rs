@@ -52,7 +52,7 @@ pub use session::{
     new_session_id, LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, ToolCall,
 };
 pub use tools::{FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset};
-pub use turn::{AgentUpdate, TurnError, TurnErrorKind, TurnOutcome};
+pub use turn::{AgentUpdate, ToolCallStatus, TurnError, TurnErrorKind, TurnOutcome};
 
 use crate::seam::{AgentOptions, ContentBlock, LocalAgent, Parent};
 

@@ -369,14 +369,12 @@ fn progress_sink(context: &ProviderContext) -> Arc<dyn Fn(&AgentUpdate) + Send +
     Arc::new(move |update: &AgentUpdate| {
         let progress = match update {
             AgentUpdate::Text(text) => ProgressUpdate::MessageChunk { text: text.clone() },
-            AgentUpdate::ToolCall { name, .. } => {
-                ProgressUpdate::ToolCall { name: name.clone(), status: "pending".into() }
-            }
-            AgentUpdate::ToolResult { name, is_error, .. } => {
-                let status = if *is_error { "failed" } else { "completed" };
-                ProgressUpdate::ToolCall { name: name.clone(), status: status.into() }
-            }
-            _ => return,
+            update => match update.tool_call() {
+                Some((name, status)) => {
+                    ProgressUpdate::ToolCall { name: name.to_owned(), status: status.as_str().into() }
+                }
+                None => return,
+            },
         };
         context.progress(progress);
     })

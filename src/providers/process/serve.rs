@@ -22,17 +22,21 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_util::codec::AnyDelimiterCodecError;
 
-use super::wire::{ChildEvent, Initialize, PROTOCOL_VERSION};
+use super::wire::{ChildEvent, Initialize, TurnEndReason, PROTOCOL_VERSION};
 use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Tool, Toolset};
 use crate::providers::child_process::lines;
 use crate::providers::{ChildInfo, SpawnProvider};
-use crate::seam::{ContentBlock, StopReason};
+use crate::seam::ContentBlock;
 use crate::tool::{delegating_tools, shared_delegating_toolset, TaskService};
 use crate::Runtime;
 
 /// How deep the served session's delegation tree may go, counted in its
 /// own runtime (the parent owns the budget above it: provider-managed).
 const MAX_DEPTH: u32 = 3;
+
+/// The tools a profile may name (`default` has them all); `subagent`
+/// brings the task tools with it.
+const PROFILE_TOOLS: [&str; 3] = ["read_file", "list_dir", "subagent"];
 
 /// Where the served session keeps its state.
 #[derive(Clone, Debug)]
@@ -51,9 +55,8 @@ struct Profile {
 
 impl Profile {
     fn named(name: &str) -> Result<Profile, String> {
-        let all = ["read_file", "list_dir", "subagent"].map(str::to_owned).to_vec();
         match name {
-            "default" => Ok(Profile { persona: None, max_steps: 64, tools: all }),
+            "default" => Ok(Profile { persona: None, max_steps: 64, tools: PROFILE_TOOLS.map(str::to_owned).to_vec() }),
             "minimal" => Ok(Profile { persona: None, max_steps: 16, tools: Vec::new() }),
             other => Err(format!("unknown profile {other:?} (known: default, minimal)")),
         }
@@ -117,6 +120,15 @@ fn error(id: &Value, code: i64, message: &str) -> Value {
 
 fn event(event: &ChildEvent) -> Value {
     json!({"jsonrpc": "2.0", "method": "event", "params": event})
+}
+
+/// What the parent is streamed of an update: text and tool calls (the turn
+/// end goes out once the turn's outcome is known).
+fn streamed(update: &AgentUpdate) -> Option<ChildEvent> {
+    match update {
+        AgentUpdate::Text(text) => Some(ChildEvent::TextDelta { text: text.clone() }),
+        update => update.tool_call().map(|(name, status)| ChildEvent::ToolCall { name: name.to_owned(), status }),
+    }
 }
 
 impl Server {
@@ -238,9 +250,7 @@ impl Server {
             Some(other) => return Err(format!("unknown model provider {other:?}")),
         };
         let model = spec.build().map_err(|e| e.to_string())?;
-        if let Some(unknown) =
-            profile.tools.iter().find(|n| !["read_file", "list_dir", "subagent"].contains(&n.as_str()))
-        {
+        if let Some(unknown) = profile.tools.iter().find(|n| !PROFILE_TOOLS.contains(&n.as_str())) {
             return Err(format!("unknown tool {unknown:?}"));
         }
         let delegates = profile.tools.iter().any(|n| n == "subagent");
@@ -272,18 +282,9 @@ impl Server {
             .max_steps(profile.max_steps)
             .toolset(tools)
             .on_update(Arc::new(move |update: &AgentUpdate| {
-                let streamed = match update {
-                    AgentUpdate::Text(text) => ChildEvent::TextDelta { text: text.clone() },
-                    AgentUpdate::ToolCall { name, .. } => {
-                        ChildEvent::ToolCall { name: name.clone(), status: "pending".into() }
-                    }
-                    AgentUpdate::ToolResult { name, is_error, .. } => ChildEvent::ToolCall {
-                        name: name.clone(),
-                        status: if *is_error { "failed" } else { "completed" }.into(),
-                    },
-                    _ => return,
-                };
-                let _ = out.send(event(&streamed));
+                if let Some(streamed) = streamed(update) {
+                    let _ = out.send(event(&streamed));
+                }
             }));
         if let Some(persona) = profile.persona {
             builder = builder.persona(persona);
@@ -305,14 +306,8 @@ impl Server {
             if let Some(text) = last_assistant_text(&agent.events()) {
                 let _ = out.send(event(&ChildEvent::AssistantMessage { text }));
             }
-            let reason = match outcome.stop_reason {
-                StopReason::Completed => "completed",
-                StopReason::MaxTokens => "max-tokens",
-                StopReason::Refusal => "blocked",
-                StopReason::Aborted => "aborted",
-                _ => "error",
-            };
-            let _ = out.send(event(&ChildEvent::TurnEnd { reason: reason.to_owned() }));
+            let reason = TurnEndReason::from(outcome.stop_reason);
+            let _ = out.send(event(&ChildEvent::TurnEnd { reason }));
             let _ = out.send(reply(&id, json!({"reason": reason})));
         }));
         None
