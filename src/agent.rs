@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! Agent ── owns ──> Session (header + append-only log, JSON lines on disk)
-//!   │                 ▲ every step appends; every turn end flushes
+//!   │                 ▲ every event is written as it is appended
 //!   ├── Model         scripted | replay | record | openai   (one async trait)
 //!   ├── Toolset       named tools, schemas, gates, filter   (this agent's only)
 //!   └── SystemPrompt  named sections: persona, tools, …
@@ -48,6 +48,7 @@ pub use model::{
 };
 pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;
+pub(crate) use session::completed_prefix;
 pub use session::{
     new_session_id, LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, ToolCall,
 };
@@ -476,7 +477,7 @@ impl Agent {
 
     /// Ends the agent's life: cancels its turns, waits until idle, runs the
     /// registered cleanups (its background tasks are cancelled and awaited),
-    /// then flushes and closes the session.
+    /// then closes the session (every event is already in its file).
     pub async fn shutdown(&self) -> Result<(), SessionError> {
         self.cancel();
         self.idle().await;

@@ -25,8 +25,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{
-    new_session_id, Agent, AgentBuilder, AgentError, AgentUpdate, ListDir, Model, ReadFile, SessionEvent, SessionStore,
-    Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
+    completed_prefix, new_session_id, Agent, AgentBuilder, AgentError, AgentUpdate, ListDir, Model, ReadFile,
+    SessionEvent, SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
 };
 use crate::events::ProgressUpdate;
 use crate::seam::{
@@ -354,12 +354,12 @@ fn parent_prefix(request: &StartRequest, store: &SessionStore) -> Result<Vec<Ses
         return Ok(agent.completed_prefix());
     }
     let Some(session_id) = &parent.session_id else { return Ok(Vec::new()) };
-    let (_, events) = store.read(session_id).map_err(|error| LaunchError::Invalid {
+    let (_, mut events) = store.read(session_id).map_err(|error| LaunchError::Invalid {
         field: "parent.session_id",
         reason: format!("fork cannot read the parent session: {error}"),
     })?;
-    let end = events.iter().rposition(|e| matches!(e, SessionEvent::TurnEnd { .. })).map_or(0, |i| i + 1);
-    Ok(events[..end].to_vec())
+    events.truncate(completed_prefix(&events).len());
+    Ok(events)
 }
 
 /// Child updates become `Progress` events; they never enter the parent's

@@ -9,7 +9,7 @@
 
 use std::any::Any;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use futures_util::future::{BoxFuture, LocalBoxFuture};
@@ -86,7 +86,7 @@ pub trait Child: 'static {
         Box::pin(async { Err(SubagentError::invalid("message", "this child does not accept messages")) })
     }
 
-    /// Release everything the child holds: flush its session, reap its
+    /// Release everything the child holds: close its session, reap its
     /// process. Resolves once the child is quiescent.
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), (Stage, Category)>>;
 }
@@ -139,11 +139,6 @@ impl ProviderContext {
     }
 
     /// The runtime's home directory.
-    pub fn home(&self) -> PathBuf {
-        self.home.to_path_buf()
-    }
-
-    /// The runtime's home directory, borrowed.
     pub fn home_path(&self) -> &Path {
         &self.home
     }

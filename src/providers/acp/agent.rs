@@ -116,7 +116,7 @@ pub fn serve_acp(options: AcpServeOptions) -> Result<(), String> {
         closing: CancellationToken::new(),
     });
     let served = runtime.block_on(serve(state.clone()));
-    // Close every session (flush, cancel its tasks) before the runtime goes.
+    // Close every session (cancel its turns and tasks) before the runtime goes.
     let agents: Vec<Agent> = state.sessions.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, a)| a).collect();
     runtime.block_on(async move {
         for agent in agents {

@@ -11,7 +11,7 @@
 //! value, an object id, an id beyond 64 bits) -32600 with id null, bad
 //! parameters (a relative cwd, an unknown profile) -32602. An oversized
 //! line ends the session. EOF or `shutdown` ends it
-//! after the running turn is cancelled and the session is flushed.
+//! after the running turn is cancelled and the session is closed.
 
 use std::path::PathBuf;
 use std::sync::Arc;
