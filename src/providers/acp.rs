@@ -65,6 +65,24 @@ use crate::seam::{
     RunResult, Stage, StopReason,
 };
 
+/// Our stop reasons and ACP's, for both ends: this client and the agent in
+/// [`agent`]. `Error` has none: a failed turn is an error answer, and an
+/// ACP reason not listed (`max_turn_requests`, …) is an error to us.
+const STOP_REASONS: [(StopReason, AcpStop); 4] = [
+    (StopReason::Completed, AcpStop::EndTurn),
+    (StopReason::MaxTokens, AcpStop::MaxTokens),
+    (StopReason::Refusal, AcpStop::Refusal),
+    (StopReason::Aborted, AcpStop::Cancelled),
+];
+
+fn stop_reason_of(acp: AcpStop) -> StopReason {
+    STOP_REASONS.iter().find(|(_, theirs)| *theirs == acp).map_or(StopReason::Error, |(ours, _)| *ours)
+}
+
+fn acp_stop_of(stop: StopReason) -> Option<AcpStop> {
+    STOP_REASONS.iter().find(|(ours, _)| *ours == stop).map(|(_, theirs)| *theirs)
+}
+
 /// How long `initialize` + `session/new` may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -458,16 +476,8 @@ impl Child for AcpChild {
         let broken = self.broken.clone();
         Box::pin(async move {
             let answered = sent.block_task().await;
-            let stop_reason = match &answered {
-                Ok(response) => match response.stop_reason {
-                    AcpStop::EndTurn => StopReason::Completed,
-                    AcpStop::MaxTokens => StopReason::MaxTokens,
-                    AcpStop::Refusal => StopReason::Refusal,
-                    AcpStop::Cancelled => StopReason::Aborted,
-                    _ => StopReason::Error,
-                },
-                Err(_) => StopReason::Error,
-            };
+            let stop_reason =
+                answered.as_ref().map_or(StopReason::Error, |response| stop_reason_of(response.stop_reason));
             let diagnostic = (stop_reason == StopReason::Error && !cancel.is_cancelled()).then(|| {
                 let category = match &answered {
                     _ if broken.load(Ordering::Acquire) => Category::Protocol,
@@ -511,5 +521,20 @@ impl Child for AcpChild {
                 None => Ok(()),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_reasons_map_both_ways_and_error_is_an_error_answer_not_a_reason() {
+        for stop in [StopReason::Completed, StopReason::MaxTokens, StopReason::Refusal, StopReason::Aborted] {
+            let acp = acp_stop_of(stop).expect("every outcome but Error has an ACP reason");
+            assert_eq!(stop_reason_of(acp), stop);
+        }
+        assert_eq!(acp_stop_of(StopReason::Error), None);
+        assert_eq!(stop_reason_of(AcpStop::MaxTurnRequests), StopReason::Error);
     }
 }
