@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! Agent ── owns ──> Session (header + append-only log, JSON lines on disk)
-//!   │                 ▲ every step appends; every turn end flushes
+//!   │                 ▲ every event is written as it is appended
 //!   ├── Model         scripted | replay | record | openai   (one async trait)
 //!   ├── Toolset       named tools, schemas, gates, filter   (this agent's only)
 //!   └── SystemPrompt  named sections: persona, tools, …
@@ -48,12 +48,13 @@ pub use model::{
 };
 pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;
+pub(crate) use session::completed_prefix;
 pub use session::{
     new_session_id, LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, StoredSession,
     ToolCall,
 };
 pub use tools::{FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset};
-pub use turn::{AgentUpdate, TurnError, TurnErrorKind, TurnOutcome};
+pub use turn::{AgentUpdate, ToolCallStatus, TurnError, TurnErrorKind, TurnOutcome};
 
 use crate::seam::{AgentOptions, ContentBlock, LocalAgent, Parent};
 
@@ -495,7 +496,7 @@ impl Agent {
 
     /// Ends the agent's life: cancels its turns, waits until idle, runs the
     /// registered cleanups (its background tasks are cancelled and awaited),
-    /// then flushes and closes the session.
+    /// then closes the session (every event is already in its file).
     pub async fn shutdown(&self) -> Result<(), SessionError> {
         self.cancel();
         self.idle().await;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{eventually, request, runtime};
+use futures_util::StreamExt;
 use subagents::providers::{Fault, FaultStage, MockProvider};
 use subagents::{CancellationToken, EventRecvError, Parent, ProgressUpdate, StartRequest, StopReason, SubagentEvent};
 
@@ -141,6 +142,25 @@ async fn a_slow_listener_never_blocks_runs_and_lags_instead() {
     // 100 runs × 3 events at 200 ms each would be a minute if the listener blocked runs.
     assert!(began.elapsed() < Duration::from_secs(20), "runs waited for a listener");
     assert!(matches!(lagging.recv().await, Err(EventRecvError::Lagged(_))));
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_reports_a_lag_as_one_item_then_yields_the_events_still_held() {
+    let runtime = subagents::Runtime::builder().workers(2).event_capacity(8).build().unwrap();
+    let subagents = runtime.subagents();
+    subagents.register_provider(MockProvider::new("m")).unwrap().keep();
+    let mut events = subagents.subscribe();
+    for _ in 0..10 {
+        let run = subagents.start("m", request("hi")).await.unwrap();
+        run.result().await.unwrap();
+        run.dispose().await.unwrap();
+    }
+    let Some(Err(EventRecvError::Lagged(missed))) = events.next().await else { panic!("10 runs overflow 8 slots") };
+    assert!(missed >= 12, "at least 20 events, 8 held: missed {missed}");
+    let held: Vec<SubagentEvent> = (&mut events).take(8).map(Result::unwrap).collect().await;
+    assert!(matches!(held.last(), Some(SubagentEvent::End(_))), "the newest event is the last run's End");
+    assert!(events.try_recv().is_none(), "nothing more is queued");
     runtime.shutdown().await;
 }
 

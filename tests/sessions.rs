@@ -1,4 +1,4 @@
-//! SPEC §10 sessions: append-only JSON lines, flushed at turn end and close,
+//! SPEC §10 sessions: append-only JSON lines, each event written as appended,
 //! torn last lines dropped, depth never lowered on resume.
 
 use std::io::Write;
@@ -153,7 +153,7 @@ async fn an_agent_turn_is_on_disk_when_the_turn_ends() {
     let outcome = agent.prompt("work").await;
     assert_eq!(outcome.stop_reason, StopReason::Completed);
 
-    // Read while the agent is still open: the turn end was flushed.
+    // Read while the agent is still open: every event is already on disk.
     let loaded = store.load(agent.id()).unwrap();
     assert_eq!(loaded.session.events(), &agent.events()[..]);
     assert_eq!(loaded.session.events().last(), Some(&SessionEvent::TurnEnd { reason: StopReason::Completed }));

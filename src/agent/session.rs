@@ -449,6 +449,14 @@ fn parse(id: &str, bytes: &[u8]) -> Result<(SessionHeader, Vec<SessionEvent>, us
     Ok((header, events, valid_len))
 }
 
+/// `events` up to and including the last turn end (see
+/// [`Session::completed_prefix`]), for a log read from a file as well as a
+/// live one.
+pub(crate) fn completed_prefix(events: &[SessionEvent]) -> &[SessionEvent] {
+    let end = events.iter().rposition(|e| matches!(e, SessionEvent::TurnEnd { .. })).map_or(0, |i| i + 1);
+    &events[..end]
+}
+
 fn check_id(id: &str) -> Result<(), SessionError> {
     let safe = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
     if id.is_empty() || id.len() > 200 || id.starts_with('.') || !id.chars().all(safe) {
@@ -486,8 +494,7 @@ impl Session {
     /// The events up to and including the last turn end: what a fork
     /// inherits. The open turn, if any, is left out.
     pub fn completed_prefix(&self) -> &[SessionEvent] {
-        let end = self.events.iter().rposition(|e| matches!(e, SessionEvent::TurnEnd { .. })).map_or(0, |i| i + 1);
-        &self.events[..end]
+        completed_prefix(&self.events)
     }
 
     /// Appends an event; it reaches the file (one whole line, one
@@ -496,12 +503,6 @@ impl Session {
     pub fn append(&mut self, event: SessionEvent) -> Result<(), SessionError> {
         self.write_line(&event)?;
         self.events.push(event);
-        Ok(())
-    }
-
-    /// Everything appended is already in the file (writes are not
-    /// buffered); kept so callers can mark the points where they rely on it.
-    pub fn flush(&mut self) -> Result<(), SessionError> {
         Ok(())
     }
 

@@ -10,6 +10,7 @@
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::join_all;
+use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -118,6 +119,43 @@ pub enum AgentUpdate {
     },
     /// The turn ended.
     TurnEnd(StopReason),
+}
+
+impl AgentUpdate {
+    /// The tool call this update reports on, as its name and new status;
+    /// `None` for text, a tool's own progress and turn ends.
+    pub fn tool_call(&self) -> Option<(&str, ToolCallStatus)> {
+        match self {
+            AgentUpdate::ToolCall { name, .. } => Some((name, ToolCallStatus::Pending)),
+            AgentUpdate::ToolResult { name, is_error: false, .. } => Some((name, ToolCallStatus::Completed)),
+            AgentUpdate::ToolResult { name, is_error: true, .. } => Some((name, ToolCallStatus::Failed)),
+            AgentUpdate::Text(_) | AgentUpdate::ToolProgress { .. } | AgentUpdate::TurnEnd(_) => None,
+        }
+    }
+}
+
+/// Where a tool call stands, as [`AgentUpdate::tool_call`] reports it. The
+/// serde names are the ones progress events and the `serve` wire carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolCallStatus {
+    /// About to run.
+    Pending,
+    /// Finished.
+    Completed,
+    /// Finished with an error.
+    Failed,
+}
+
+impl ToolCallStatus {
+    /// The status's name (`pending`, `completed`, `failed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolCallStatus::Pending => "pending",
+            ToolCallStatus::Completed => "completed",
+            ToolCallStatus::Failed => "failed",
+        }
+    }
 }
 
 /// Runs one turn; `cancel` is this turn's token.

@@ -1,10 +1,19 @@
 //! The event bus: one bounded broadcast channel, streams and contained
 //! callback listeners.
+//!
+//! A subscriber's [`EventStream`] is `tokio-stream`'s `BroadcastStream`
+//! with the per-parent filter on top; a listener is a task on the events
+//! thread that reads one such stream.
 
 use std::fmt;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 
 use actix::ArbiterHandle;
+use futures_util::{FutureExt, Stream, StreamExt};
 use tokio::sync::broadcast;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+use tokio_stream::wrappers::BroadcastStream;
 use tokio_util::sync::CancellationToken;
 
 use super::SubagentEvent;
@@ -32,7 +41,7 @@ impl EventBus {
     }
 
     pub(crate) fn subscribe(&self) -> EventStream {
-        EventStream { receiver: self.sender.subscribe(), parent: None }
+        EventStream { events: BroadcastStream::new(self.sender.subscribe()), parent: None }
     }
 
     /// Run `listener` for every event on the events thread until the handle
@@ -134,9 +143,29 @@ pub enum EventRecvError {
 }
 
 /// A subscription to every event, optionally narrowed to one parent's runs.
+///
+/// It is a [`Stream`] of `Result<SubagentEvent, EventRecvError>`: a
+/// subscriber that fell behind gets one `Err(Lagged(missed))` item and reads
+/// on from the oldest event still held; the stream ends when the runtime is
+/// gone. [`recv`](Self::recv) and [`try_recv`](Self::try_recv) read the same
+/// stream and report the end as `Err(Closed)`.
+///
+/// ```
+/// use futures_util::StreamExt;
+/// use subagents::providers::MockProvider;
+/// use subagents::{Runtime, SubagentEvent};
+///
+/// let runtime = Runtime::builder().workers(1).build().unwrap();
+/// let subagents = runtime.subagents();
+/// let mut events = subagents.subscribe();
+/// subagents.register_provider(MockProvider::new("mock")).unwrap().keep();
+/// let first = runtime.block_on(async move { events.next().await });
+/// assert!(matches!(first, Some(Ok(SubagentEvent::ProviderAdded { name })) if name == "mock"));
+/// runtime.shutdown_blocking();
+/// ```
 #[derive(Debug)]
 pub struct EventStream {
-    receiver: broadcast::Receiver<SubagentEvent>,
+    events: BroadcastStream<SubagentEvent>,
     parent: Option<String>,
 }
 
@@ -150,29 +179,17 @@ impl EventStream {
 
     /// The next event that passes the filter.
     pub async fn recv(&mut self) -> Result<SubagentEvent, EventRecvError> {
-        loop {
-            let event = self.receiver.recv().await.map_err(|e| match e {
-                broadcast::error::RecvError::Lagged(n) => EventRecvError::Lagged(n),
-                broadcast::error::RecvError::Closed => EventRecvError::Closed,
-            })?;
-            if self.passes(&event) {
-                return Ok(event);
-            }
-        }
+        self.next().await.unwrap_or(Err(EventRecvError::Closed))
     }
 
     /// The next event already queued, without waiting.
     pub fn try_recv(&mut self) -> Option<Result<SubagentEvent, EventRecvError>> {
-        loop {
-            let event = match self.receiver.try_recv() {
-                Ok(event) => event,
-                Err(broadcast::error::TryRecvError::Empty) => return None,
-                Err(broadcast::error::TryRecvError::Lagged(n)) => return Some(Err(EventRecvError::Lagged(n))),
-                Err(broadcast::error::TryRecvError::Closed) => return Some(Err(EventRecvError::Closed)),
-            };
-            if self.passes(&event) {
-                return Some(Ok(event));
-            }
+        // One poll that cannot wait, outside tokio's cooperative budget
+        // (which would otherwise turn a queued event into "pending" after
+        // a burst): pending means nothing is queued.
+        match tokio::task::unconstrained(self.next()).now_or_never()? {
+            Some(event) => Some(event),
+            None => Some(Err(EventRecvError::Closed)),
         }
     }
 
@@ -180,6 +197,25 @@ impl EventStream {
         match &self.parent {
             Some(parent) if event.is_run_event() => event.parent_session() == Some(parent.as_str()),
             _ => true,
+        }
+    }
+}
+
+impl Stream for EventStream {
+    type Item = Result<SubagentEvent, EventRecvError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            let event = match ready!(self.events.poll_next_unpin(cx)) {
+                Some(Ok(event)) => event,
+                Some(Err(BroadcastStreamRecvError::Lagged(missed))) => {
+                    return Poll::Ready(Some(Err(EventRecvError::Lagged(missed))))
+                }
+                None => return Poll::Ready(None),
+            };
+            if self.passes(&event) {
+                return Poll::Ready(Some(Ok(event)));
+            }
         }
     }
 }

@@ -48,18 +48,38 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::{v1, ByteStreams, Client};
 use futures_util::future::LocalBoxFuture;
+use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::oneshot;
+use tokio_util::codec::AnyDelimiterCodecError;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use tokio_util::sync::CancellationToken;
 
-use super::child_process::{spawn, ChildEnv, LineError, LineReader, Spawned, MAX_OUTPUT};
+use super::child_process::{lines, spawn, ChildEnv, Spawned, MAX_OUTPUT};
 use crate::events::ProgressUpdate;
 use crate::live::LiveCounters;
 use crate::seam::{
     text_of, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider,
     ProviderContext, RunResult, Stage, StopReason,
 };
+
+/// Our stop reasons and ACP's, for both ends: this client and the agent in
+/// [`agent`]. `Error` has none: a failed turn is an error answer, and an
+/// ACP reason not listed (`max_turn_requests`, …) is an error to us.
+const STOP_REASONS: [(StopReason, AcpStop); 4] = [
+    (StopReason::Completed, AcpStop::EndTurn),
+    (StopReason::MaxTokens, AcpStop::MaxTokens),
+    (StopReason::Refusal, AcpStop::Refusal),
+    (StopReason::Aborted, AcpStop::Cancelled),
+];
+
+fn stop_reason_of(acp: AcpStop) -> StopReason {
+    STOP_REASONS.iter().find(|(_, theirs)| *theirs == acp).map_or(StopReason::Error, |(ours, _)| *ours)
+}
+
+pub(crate) fn acp_stop_of(stop: StopReason) -> Option<AcpStop> {
+    STOP_REASONS.iter().find(|(ours, _)| *ours == stop).map(|(_, theirs)| *theirs)
+}
 
 /// How long `initialize` + `session/new` may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -196,23 +216,24 @@ fn transport(
     let stdout = spawned.stdout.take().expect("piped");
     let (mut into_crate, from_pump) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
-        let mut lines = LineReader::new(stdout);
+        let mut lines = lines(stdout);
         loop {
-            match lines.next_line().await {
-                Ok(Some(mut line)) => {
+            match lines.next().await {
+                Some(Ok(line)) => {
                     let blank = line.iter().all(u8::is_ascii_whitespace);
                     if !blank && serde_json::from_slice::<serde::de::IgnoredAny>(&line).is_err() {
                         tracing::warn!("an ACP child wrote a line that is not JSON");
                         broken.store(true, Ordering::Release);
                         break;
                     }
+                    let mut line = Vec::from(line);
                     line.push(b'\n');
                     if into_crate.write_all(&line).await.is_err() {
                         break;
                     }
                 }
-                Ok(None) | Err(LineError::Io(_)) => break,
-                Err(LineError::TooLong) => {
+                None | Some(Err(AnyDelimiterCodecError::Io(_))) => break,
+                Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
                     tracing::warn!("an ACP child wrote a line longer than allowed");
                     broken.store(true, Ordering::Release);
                     break;
@@ -453,16 +474,8 @@ impl Child for AcpChild {
         let broken = self.broken.clone();
         Box::pin(async move {
             let answered = sent.block_task().await;
-            let stop_reason = match &answered {
-                Ok(response) => match response.stop_reason {
-                    AcpStop::EndTurn => StopReason::Completed,
-                    AcpStop::MaxTokens => StopReason::MaxTokens,
-                    AcpStop::Refusal => StopReason::Refusal,
-                    AcpStop::Cancelled => StopReason::Aborted,
-                    _ => StopReason::Error,
-                },
-                Err(_) => StopReason::Error,
-            };
+            let stop_reason =
+                answered.as_ref().map_or(StopReason::Error, |response| stop_reason_of(response.stop_reason));
             let diagnostic = (stop_reason == StopReason::Error && !cancel.is_cancelled()).then(|| {
                 let category = match &answered {
                     _ if broken.load(Ordering::Acquire) => Category::Protocol,
@@ -507,5 +520,20 @@ impl Child for AcpChild {
                 None => Ok(()),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_reasons_map_both_ways_and_error_is_an_error_answer_not_a_reason() {
+        for stop in [StopReason::Completed, StopReason::MaxTokens, StopReason::Refusal, StopReason::Aborted] {
+            let acp = acp_stop_of(stop).expect("every outcome but Error has an ACP reason");
+            assert_eq!(stop_reason_of(acp), stop);
+        }
+        assert_eq!(acp_stop_of(StopReason::Error), None);
+        assert_eq!(stop_reason_of(AcpStop::MaxTurnRequests), StopReason::Error);
     }
 }

@@ -1,6 +1,6 @@
 //! What the out-of-process providers share: spawning a child with a
 //! scrubbed environment in its own process group, reading its output one
-//! bounded line at a time, and the dispose ladder.
+//! bounded line at a time ([`lines`]), and the dispose ladder.
 //!
 //! **Environment**: an allowlist plus `inherit_env` plus explicit `env`
 //! ([`inherited`] decides a name; the policy is documented in the
@@ -10,13 +10,19 @@
 //! the process group, wait `grace`; SIGKILL the group. The child is reaped,
 //! and the ladder fails loudly (`Err`) if anything of its process group
 //! still lives afterwards.
+//! Signals go through `nix` (no `unsafe`); the survivor check scans
+//! `/proc`, so it runs on a blocking thread, never on the actor thread that
+//! climbs the ladder.
 
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::AsyncRead;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio_util::codec::{AnyDelimiterCodec, FramedRead};
 
 use crate::live::ProcessLease;
 use crate::seam::{Category, Failure, Stage};
@@ -24,6 +30,28 @@ use crate::seam::{Category, Failure, Stage};
 /// The longest line a child may write; a longer one is a protocol error
 /// (memory stays bounded whatever the child sends).
 pub(crate) const MAX_LINE: usize = 8 * 1024 * 1024;
+
+/// How much a line reader asks its pipe for at a time.
+pub(crate) const READ_CAPACITY: usize = 64 * 1024;
+
+/// The newline-delimited lines of `reader`, each without its newline and
+/// at most [`MAX_LINE`] bytes long; a partial last line at EOF is a line.
+///
+/// A longer line is an `Err(MaxChunkLengthExceeded)` once `MAX_LINE` bytes
+/// of it are buffered, never more. After any error `FramedRead` ends the
+/// stream, so a reader that must go on past an over-long line wraps
+/// [`line_codec`] instead (the codec itself skips the rest of that line on
+/// its next `decode`).
+pub(crate) fn lines<R: AsyncRead>(reader: R) -> FramedRead<R, AnyDelimiterCodec> {
+    FramedRead::with_capacity(reader, line_codec(), READ_CAPACITY)
+}
+
+/// The codec behind [`lines`]: bytes up to each `\n`, at most [`MAX_LINE`]
+/// of them. Bytes, not `String`: a reader decides for itself what invalid
+/// UTF-8 costs.
+pub(crate) fn line_codec() -> AnyDelimiterCodec {
+    AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), MAX_LINE)
+}
 
 /// The most answer text kept from one child run; more is a protocol error
 /// (a child streaming forever cannot grow the parent's memory).
@@ -138,23 +166,23 @@ impl Spawned {
         drop(self.stdin.take()); // EOF
         let exited = tokio::time::timeout(eof_grace, self.child.wait()).await.is_ok();
         if !exited {
-            signal_group(self.pid, libc::SIGTERM);
+            signal_group(self.pid, Signal::SIGTERM);
             if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
-                signal_group(self.pid, libc::SIGKILL);
+                signal_group(self.pid, Signal::SIGKILL);
                 let _ = self.child.wait().await;
             }
         }
         // Whatever the child left in its group goes too; give the kernel a
         // moment to take what SIGKILL hit.
         for _ in 0..20 {
-            if !group_alive(self.pid) {
+            if !group_survives(self.pid).await {
                 break;
             }
-            signal_group(self.pid, libc::SIGKILL);
+            signal_group(self.pid, Signal::SIGKILL);
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         drop(self.lease.take());
-        if group_alive(self.pid) {
+        if group_survives(self.pid).await {
             tracing::error!(pid = self.pid, "a child's process group survived SIGKILL");
             return Err(Failure::new(Stage::Dispose, Category::TimedOut));
         }
@@ -163,7 +191,7 @@ impl Spawned {
 
     /// Kills the group at once and reaps the child (a failed start).
     pub(crate) async fn kill(mut self) {
-        signal_group(self.pid, libc::SIGKILL);
+        signal_group(self.pid, Signal::SIGKILL);
         let _ = self.child.wait().await;
         drop(self.lease.take());
     }
@@ -174,32 +202,40 @@ impl Drop for Spawned {
     /// a forced shutdown) takes its whole process group down with it.
     fn drop(&mut self) {
         if self.lease.is_some() {
-            signal_group(self.pid, libc::SIGKILL);
+            signal_group(self.pid, Signal::SIGKILL);
         }
     }
 }
 
-fn signal_group(pid: u32, signal: i32) {
-    if pid == 0 {
-        return;
-    }
-    // SAFETY: kill(2) with a negative pid signals the process group; it has
-    // no memory effects.
-    unsafe {
-        libc::kill(-(pid as i32), signal);
+/// The process group `pgid` names; `None` for 0 (no child), which `killpg`
+/// would take for our own group.
+fn process_group(pgid: u32) -> Option<Pid> {
+    i32::try_from(pgid).ok().filter(|&pgid| pgid > 0).map(Pid::from_raw)
+}
+
+fn signal_group(pgid: u32, signal: Signal) {
+    if let Some(group) = process_group(pgid) {
+        // A group already gone (ESRCH) is what we wanted.
+        let _ = killpg(group, signal);
     }
 }
 
+/// [`group_alive`] on a blocking thread: its `/proc` scan is file I/O, which
+/// must not stall the actor thread a dispose runs on.
+async fn group_survives(pgid: u32) -> bool {
+    // A scan that could not finish proves nothing gone: count it as a survivor.
+    tokio::task::spawn_blocking(move || group_alive(pgid)).await.unwrap_or(true)
+}
+
 /// Whether a process of group `pgid` still runs. Zombies do not count:
-/// an orphan that died waits for its reaper, which may not be us.
-pub(crate) fn group_alive(pgid: u32) -> bool {
-    if pgid == 0 {
-        return false;
-    }
+/// an orphan that died waits for its reaper, which may not be us. Blocking:
+/// from async code call [`group_survives`].
+fn group_alive(pgid: u32) -> bool {
+    let Some(group) = process_group(pgid) else { return false };
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        // No procfs: ask the kernel whether the group exists at all.
-        // SAFETY: signal 0 only checks for existence.
-        return unsafe { libc::kill(-(pgid as i32), 0) == 0 };
+        // No procfs: ask the kernel whether the group exists at all
+        // (zombies included, so this errs towards "alive").
+        return killpg(group, None).is_ok();
     };
     entries.flatten().any(|entry| {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { return false };
@@ -213,93 +249,44 @@ pub(crate) fn group_alive(pgid: u32) -> bool {
     })
 }
 
-/// Why a line could not be read.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum LineError {
-    /// The line exceeded [`MAX_LINE`].
-    TooLong,
-    /// The pipe failed.
-    Io(String),
-}
-
-/// Reads newline-terminated lines of at most [`MAX_LINE`] bytes. A longer
-/// line is an error after reading at most `MAX_LINE` bytes of it.
-pub(crate) struct LineReader<R> {
-    reader: BufReader<R>,
-    buffer: Vec<u8>,
-}
-
-impl<R: AsyncRead + Unpin> LineReader<R> {
-    /// Reads lines from `reader`.
-    pub(crate) fn new(reader: R) -> Self {
-        LineReader { reader: BufReader::with_capacity(64 * 1024, reader), buffer: Vec::new() }
-    }
-
-    /// The next line without its newline; `Ok(None)` at EOF (a partial last
-    /// line without a newline is returned as a line).
-    pub(crate) async fn next_line(&mut self) -> Result<Option<Vec<u8>>, LineError> {
-        self.buffer.clear();
-        loop {
-            let available = self.reader.fill_buf().await.map_err(|e| LineError::Io(e.to_string()))?;
-            if available.is_empty() {
-                return Ok((!self.buffer.is_empty()).then(|| std::mem::take(&mut self.buffer)));
-            }
-            let (chunk, found) = match available.iter().position(|&b| b == b'\n') {
-                Some(end) => (&available[..end], Some(end + 1)),
-                None => (available, None),
-            };
-            if self.buffer.len() + chunk.len() > MAX_LINE {
-                return Err(LineError::TooLong);
-            }
-            self.buffer.extend_from_slice(chunk);
-            let consumed = found.unwrap_or(available.len());
-            self.reader.consume(consumed);
-            if found.is_some() {
-                return Ok(Some(std::mem::take(&mut self.buffer)));
-            }
-        }
-    }
-
-    /// After [`LineError::TooLong`]: skips the rest of that line, through
-    /// its newline (or to EOF), without keeping it, so reading can go on
-    /// with the next line. Returns the line's first `keep` bytes (for an
-    /// excerpt in an error reply).
-    pub(crate) async fn discard_rest(&mut self, keep: usize) -> Result<Vec<u8>, LineError> {
-        let mut head = std::mem::take(&mut self.buffer);
-        head.truncate(keep);
-        head.shrink_to_fit();
-        loop {
-            let available = self.reader.fill_buf().await.map_err(|e| LineError::Io(e.to_string()))?;
-            if available.is_empty() {
-                return Ok(head);
-            }
-            match available.iter().position(|&b| b == b'\n') {
-                Some(end) => {
-                    self.reader.consume(end + 1);
-                    return Ok(head);
-                }
-                None => {
-                    let skipped = available.len();
-                    self.reader.consume(skipped);
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use futures_util::StreamExt;
+    use tokio_util::codec::AnyDelimiterCodecError;
+
     use super::*;
 
     #[tokio::test]
-    async fn an_over_long_line_is_skipped_whole_and_reading_goes_on() {
-        let mut input = vec![b'a'; MAX_LINE + 10];
-        input.extend_from_slice(b"\nnext\n");
-        let mut lines = LineReader::new(input.as_slice());
-        assert_eq!(lines.next_line().await, Err(LineError::TooLong));
-        assert_eq!(lines.discard_rest(4).await, Ok(b"aaaa".to_vec()));
-        assert_eq!(lines.next_line().await, Ok(Some(b"next".to_vec())));
-        assert_eq!(lines.next_line().await, Ok(None));
+    async fn an_over_long_line_is_an_error_after_at_most_the_cap_is_buffered() {
+        let mut input = b"first\n".to_vec();
+        input.extend(std::iter::repeat_n(b'a', MAX_LINE + 10));
+        input.extend_from_slice(b"\nnext");
+        let mut lines = lines(input.as_slice());
+        assert_eq!(lines.next().await.unwrap().unwrap(), &b"first"[..]);
+        assert!(matches!(lines.next().await, Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded))));
+        assert!(lines.read_buffer().len() <= MAX_LINE + 64 * 1024, "bounded: {}", lines.read_buffer().len());
+    }
+
+    #[tokio::test]
+    async fn a_last_line_without_a_newline_is_a_line() {
+        let mut lines = lines(&b"one\n\ntwo"[..]);
+        let mut read = Vec::new();
+        while let Some(line) = lines.next().await {
+            read.push(line.unwrap());
+        }
+        assert_eq!(read, [&b"one"[..], b"", b"two"]);
+    }
+
+    #[tokio::test]
+    async fn a_killed_group_does_not_survive_and_pid_0_is_never_our_own_group() {
+        let lease = ProcessLease::new(std::sync::Arc::default());
+        let env = ChildEnv { inherit: &[], explicit: &[] };
+        let spawned = spawn(Path::new("sleep"), &["30".to_owned()], Path::new("/"), env, lease).unwrap();
+        let pid = spawned.pid;
+        assert!(group_survives(pid).await, "a sleeping child is alive");
+        spawned.kill().await;
+        assert!(!group_survives(pid).await, "killed and reaped");
+        assert!(!group_survives(0).await);
     }
 
     #[test]

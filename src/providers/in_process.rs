@@ -25,8 +25,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{
-    new_session_id, Agent, AgentBuilder, AgentError, AgentUpdate, ListDir, Model, ReadFile, SessionEvent, SessionStore,
-    Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
+    completed_prefix, new_session_id, Agent, AgentBuilder, AgentError, AgentUpdate, ListDir, Model, ReadFile,
+    SessionEvent, SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
 };
 use crate::events::ProgressUpdate;
 use crate::seam::{
@@ -374,12 +374,12 @@ fn parent_prefix(request: &StartRequest, store: &SessionStore) -> Result<Vec<Ses
         return Ok(agent.completed_prefix());
     }
     let Some(session_id) = &parent.session_id else { return Ok(Vec::new()) };
-    let (_, events) = store.read(session_id).map_err(|error| LaunchError::Invalid {
+    let (_, mut events) = store.read(session_id).map_err(|error| LaunchError::Invalid {
         field: "parent.session_id",
         reason: format!("fork cannot read the parent session: {error}"),
     })?;
-    let end = events.iter().rposition(|e| matches!(e, SessionEvent::TurnEnd { .. })).map_or(0, |i| i + 1);
-    Ok(events[..end].to_vec())
+    events.truncate(completed_prefix(&events).len());
+    Ok(events)
 }
 
 /// Child updates become `Progress` events; they never enter the parent's
@@ -389,16 +389,14 @@ fn progress_sink(context: &ProviderContext) -> Arc<dyn Fn(&AgentUpdate) + Send +
     Arc::new(move |update: &AgentUpdate| {
         let progress = match update {
             AgentUpdate::Text(text) => ProgressUpdate::MessageChunk { text: text.clone() },
-            AgentUpdate::ToolCall { name, .. } => {
-                ProgressUpdate::ToolCall { name: name.clone(), status: "pending".into() }
-            }
-            AgentUpdate::ToolResult { name, is_error, .. } => {
-                let status = if *is_error { "failed" } else { "completed" };
-                ProgressUpdate::ToolCall { name: name.clone(), status: status.into() }
-            }
             // A run this child delegated to: one level down.
             AgentUpdate::ToolProgress { update, .. } => ProgressUpdate::Delegated { update: Box::new(update.clone()) },
-            _ => return,
+            update => match update.tool_call() {
+                Some((name, status)) => {
+                    ProgressUpdate::ToolCall { name: name.to_owned(), status: status.as_str().into() }
+                }
+                None => return,
+            },
         };
         context.progress(progress);
     })

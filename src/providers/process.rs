@@ -43,11 +43,12 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use futures_util::future::LocalBoxFuture;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use self::wire::{ChildEvent, Connection, Initialize, WireError, PROTOCOL_VERSION};
+use self::wire::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
 use super::child_process::{spawn, ChildEnv, Spawned, MAX_OUTPUT};
 use crate::seam::{
     AgentOptions, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider,
@@ -306,7 +307,7 @@ impl Child for ProcessChild {
 struct Transcript {
     last_message: Option<String>,
     streamed: String,
-    turn_end: Option<String>,
+    turn_end: Option<TurnEndReason>,
     /// The child streamed more than [`MAX_OUTPUT`].
     overflowed: bool,
 }
@@ -329,14 +330,8 @@ impl Transcript {
 
     fn result(self, provider: &str, replied: Result<Value, WireError>, broken: bool, cancelled: bool) -> RunResult {
         let self_overflowed = self.overflowed;
-        let reason = replied.as_ref().ok().and_then(|r| r["reason"].as_str().map(str::to_owned)).or(self.turn_end);
-        let stop_reason = match reason.as_deref() {
-            Some("completed") => StopReason::Completed,
-            Some("max-tokens") => StopReason::MaxTokens,
-            Some("blocked") => StopReason::Refusal,
-            Some("aborted") => StopReason::Aborted,
-            _ => StopReason::Error,
-        };
+        let answered = replied.as_ref().ok().and_then(|r| TurnEndReason::deserialize(&r["reason"]).ok());
+        let stop_reason = answered.or(self.turn_end).map_or(StopReason::Error, StopReason::from);
         let text = self.last_message.unwrap_or(self.streamed);
         let diagnostic = (stop_reason == StopReason::Error && !cancelled).then(|| {
             let category = match replied {

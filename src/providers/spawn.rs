@@ -14,7 +14,7 @@
 //! **Fails and recovers**: a model or tool failure settles `Error` with a
 //! safe diagnostic; a missing structured result after the nudges settles
 //! `Error` (`missing-structured-output`); cancel settles `Aborted`; dispose
-//! waits for the child to go idle and flushes and closes its session. A
+//! waits for the child to go idle and closes its session. A
 //! start cancelled before publication deletes the session it created.
 //!
 //! **Limits**: the child shares this process (a runaway tool affects the

@@ -13,7 +13,7 @@
 
 use std::any::Any;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use futures_util::future::{BoxFuture, LocalBoxFuture};
@@ -101,7 +101,7 @@ pub trait Child: 'static {
         Box::pin(async { Err(SubagentError::invalid("message", "this child does not accept messages")) })
     }
 
-    /// Release everything the child holds: flush its session, reap its
+    /// Release everything the child holds: close its session, reap its
     /// process. Resolves once the child is quiescent.
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>>;
 }
@@ -172,11 +172,6 @@ impl ProviderContext {
     }
 
     /// The runtime's home directory.
-    pub fn home(&self) -> PathBuf {
-        self.home.to_path_buf()
-    }
-
-    /// The runtime's home directory, borrowed.
     pub fn home_path(&self) -> &Path {
         &self.home
     }

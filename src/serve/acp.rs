@@ -68,8 +68,7 @@ use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, ContentBlock as AcpBlock, Implementation, InitializeRequest,
     InitializeResponse, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
     SessionCapabilities, SessionId, SessionNotification, SessionSystemPromptCapabilities,
-    SessionSystemPromptModeCapabilities, SessionSystemPromptOverrideCapabilities, StopReason as AcpStop,
-    SystemPromptMode,
+    SessionSystemPromptModeCapabilities, SessionSystemPromptOverrideCapabilities, SystemPromptMode,
 };
 use agent_client_protocol::{v1, Client, Error};
 use serde_json::{json, Value};
@@ -78,8 +77,9 @@ use tokio_util::sync::CancellationToken;
 use self::tool_calls::{Approved, ToolCallIds};
 use super::ServeError;
 use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};
+use crate::providers::acp::acp_stop_of;
 use crate::providers::{ChildInfo, InProcessProvider};
-use crate::seam::{Category, ContentBlock, Diagnostic, Stage, StopReason};
+use crate::seam::{Category, ContentBlock, Diagnostic, Stage};
 use crate::tool::{delegating_tools, shared_delegating_toolset, TaskService};
 use crate::{Runtime, Subagents};
 
@@ -117,7 +117,7 @@ pub fn serve_acp(options: AcpServeOptions) -> Result<(), ServeError> {
         closing: CancellationToken::new(),
     });
     let served = runtime.block_on(serve(state.clone()));
-    // Close every session (flush, cancel its tasks) before the runtime goes.
+    // Close every session (cancel its turns and tasks) before the runtime goes.
     let agents: Vec<Agent> = state.sessions.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, a)| a).collect();
     runtime.block_on(async move {
         for agent in agents {
@@ -218,34 +218,33 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
 /// The answer to a prompt: its stop reason, or for a failed turn an error
 /// carrying the safe diagnostic (logged too).
 fn prompt_reply(session: &str, outcome: TurnOutcome) -> Result<PromptResponse, Error> {
-    match outcome.stop_reason {
-        StopReason::Completed => Ok(PromptResponse::new(AcpStop::EndTurn)),
-        StopReason::MaxTokens => Ok(PromptResponse::new(AcpStop::MaxTokens)),
-        StopReason::Refusal => Ok(PromptResponse::new(AcpStop::Refusal)),
-        StopReason::Aborted => Ok(PromptResponse::new(AcpStop::Cancelled)),
-        _ => {
-            let (category, reason) = match &outcome.error {
-                Some(error) => (error.category(), error.reason.clone()),
-                None => (Category::ChildError, "the turn failed".to_owned()),
-            };
-            let diagnostic = Diagnostic::new("acp", Stage::SessionRun, category).with_reason(reason);
-            let reason = diagnostic.reason.unwrap_or_default();
-            tracing::warn!(session, stage = "session-run", category = ?diagnostic.category, reason, "a turn failed");
-            let data = json!({ "stage": diagnostic.stage, "category": diagnostic.category, "reason": reason });
-            Err(Error::internal_error().data(data))
-        }
+    if let Some(stop) = acp_stop_of(outcome.stop_reason) {
+        return Ok(PromptResponse::new(stop));
     }
+    let (category, reason) = match &outcome.error {
+        Some(error) => (error.category(), error.reason.clone()),
+        None => (Category::ChildError, "the turn failed".to_owned()),
+    };
+    let diagnostic = Diagnostic::new("acp", Stage::SessionRun, category).with_reason(reason);
+    let reason = diagnostic.reason.unwrap_or_default();
+    tracing::warn!(session, stage = "session-run", category = ?diagnostic.category, reason, "a turn failed");
+    let data = json!({ "stage": diagnostic.stage, "category": diagnostic.category, "reason": reason });
+    Err(Error::internal_error().data(data))
 }
 
 fn prompt_blocks(blocks: &[AcpBlock]) -> Vec<ContentBlock> {
-    let text: String = blocks
+    vec![ContentBlock::text(acp_text(blocks))]
+}
+
+/// The text of `blocks`, concatenated; other kinds of block are dropped.
+fn acp_text(blocks: &[AcpBlock]) -> String {
+    blocks
         .iter()
         .filter_map(|block| match block {
             AcpBlock::Text(text) => Some(text.text.as_str()),
             _ => None,
         })
-        .collect();
-    vec![ContentBlock::text(text)]
+        .collect()
 }
 
 impl State {
@@ -280,14 +279,7 @@ impl State {
                 }
             }));
         if let Some(system_prompt) = &request.system_prompt {
-            let text: String = system_prompt
-                .content
-                .iter()
-                .filter_map(|b| match b {
-                    AcpBlock::Text(t) => Some(t.text.as_str()),
-                    _ => None,
-                })
-                .collect();
+            let text = acp_text(&system_prompt.content);
             builder = match system_prompt.mode {
                 SystemPromptMode::Override => builder.persona(text),
                 SystemPromptMode::Append => builder.prompt_section("client", text),

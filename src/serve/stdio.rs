@@ -11,22 +11,24 @@
 //! value, an object id, an id beyond 64 bits) -32600 with id null, bad
 //! parameters (a relative cwd, an unknown profile) -32602. An oversized
 //! line ends the session. EOF or `shutdown` ends it
-//! after the running turn is cancelled and the session is flushed.
+//! after the running turn is cancelled and the session is closed.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
+use tokio_util::codec::AnyDelimiterCodecError;
 
 use super::ServeError;
 use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Tool, Toolset};
-use crate::providers::child_process::{LineError, LineReader};
-use crate::providers::process::profile::Profile;
-use crate::providers::process::wire::{ChildEvent, Initialize, PROTOCOL_VERSION};
+use crate::providers::child_process::lines;
+use crate::providers::process::profile::{Profile, PROFILE_TOOLS};
+use crate::providers::process::wire::{ChildEvent, Initialize, TurnEndReason, PROTOCOL_VERSION};
 use crate::providers::{ChildInfo, InProcessProvider};
-use crate::seam::{ContentBlock, StopReason};
+use crate::seam::ContentBlock;
 use crate::tool::{delegating_tools, shared_delegating_toolset, TaskService};
 use crate::Runtime;
 
@@ -71,6 +73,15 @@ fn event(event: &ChildEvent) -> Value {
     json!({"jsonrpc": "2.0", "method": "event", "params": event})
 }
 
+/// What the parent is streamed of an update: text and tool calls (the turn
+/// end goes out once the turn's outcome is known).
+fn streamed(update: &AgentUpdate) -> Option<ChildEvent> {
+    match update {
+        AgentUpdate::Text(text) => Some(ChildEvent::TextDelta { text: text.clone() }),
+        update => update.tool_call().map(|(name, status)| ChildEvent::ToolCall { name: name.to_owned(), status }),
+    }
+}
+
 impl Server {
     fn new(subagents: crate::Subagents, options: ServeOptions) -> Server {
         let (out, outgoing) = mpsc::unbounded_channel();
@@ -89,16 +100,16 @@ impl Server {
                 }
             }
         });
-        let mut lines = LineReader::new(tokio::io::stdin());
+        let mut lines = lines(tokio::io::stdin());
         let outcome = loop {
-            let line = match lines.next_line().await {
-                Ok(Some(line)) => line,
-                Ok(None) => break Ok(()),
-                Err(LineError::TooLong) => {
+            let line = match lines.next().await {
+                Some(Ok(line)) => line,
+                None => break Ok(()),
+                Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
                     let _ = self.out.send(error(&Value::Null, -32600, "line too long"));
                     break Err(ServeError::OversizedLine);
                 }
-                Err(LineError::Io(e)) => break Err(ServeError::Connection(e)),
+                Some(Err(AnyDelimiterCodecError::Io(e))) => break Err(ServeError::Connection(e.to_string())),
             };
             let Ok(message) = serde_json::from_slice::<Value>(&line) else {
                 let _ = self.out.send(error(&Value::Null, -32700, "parse error"));
@@ -190,9 +201,7 @@ impl Server {
             Some(other) => return Err(format!("unknown model provider {other:?}")),
         };
         let model = spec.build().map_err(|e| e.to_string())?;
-        if let Some(unknown) =
-            profile.tools.iter().find(|n| !["read_file", "list_dir", "subagent"].contains(&n.as_str()))
-        {
+        if let Some(unknown) = profile.tools.iter().find(|n| !PROFILE_TOOLS.contains(&n.as_str())) {
             return Err(format!("unknown tool {unknown:?}"));
         }
         let delegates = profile.tools.iter().any(|n| n == "subagent");
@@ -225,18 +234,9 @@ impl Server {
             .max_steps(profile.max_steps)
             .toolset(tools)
             .on_update(Arc::new(move |update: &AgentUpdate| {
-                let streamed = match update {
-                    AgentUpdate::Text(text) => ChildEvent::TextDelta { text: text.clone() },
-                    AgentUpdate::ToolCall { name, .. } => {
-                        ChildEvent::ToolCall { name: name.clone(), status: "pending".into() }
-                    }
-                    AgentUpdate::ToolResult { name, is_error, .. } => ChildEvent::ToolCall {
-                        name: name.clone(),
-                        status: if *is_error { "failed" } else { "completed" }.into(),
-                    },
-                    _ => return,
-                };
-                let _ = out.send(event(&streamed));
+                if let Some(streamed) = streamed(update) {
+                    let _ = out.send(event(&streamed));
+                }
             }));
         if let Some(persona) = profile.persona {
             builder = builder.persona(persona);
@@ -258,14 +258,8 @@ impl Server {
             if let Some(text) = last_assistant_text(&agent.events()) {
                 let _ = out.send(event(&ChildEvent::AssistantMessage { text }));
             }
-            let reason = match outcome.stop_reason {
-                StopReason::Completed => "completed",
-                StopReason::MaxTokens => "max-tokens",
-                StopReason::Refusal => "blocked",
-                StopReason::Aborted => "aborted",
-                _ => "error",
-            };
-            let _ = out.send(event(&ChildEvent::TurnEnd { reason: reason.to_owned() }));
+            let reason = TurnEndReason::from(outcome.stop_reason);
+            let _ = out.send(event(&ChildEvent::TurnEnd { reason }));
             let _ = out.send(reply(&id, json!({"reason": reason})));
         }));
         None

@@ -5,6 +5,9 @@
 
 use serde_json::Value;
 
+/// The tools a profile may name.
+pub(crate) const PROFILE_TOOLS: [&str; 3] = ["read_file", "list_dir", "subagent"];
+
 /// A child profile after its patches.
 #[derive(Debug, PartialEq)]
 pub(crate) struct Profile {
@@ -15,7 +18,7 @@ pub(crate) struct Profile {
 
 impl Profile {
     pub(crate) fn named(name: &str) -> Result<Profile, String> {
-        let all = ["read_file", "list_dir", "subagent"].map(str::to_owned).to_vec();
+        let all = PROFILE_TOOLS.map(str::to_owned).to_vec();
         match name {
             "default" => Ok(Profile { persona: None, max_steps: 64, tools: all }),
             "minimal" => Ok(Profile { persona: None, max_steps: 16, tools: Vec::new() }),

@@ -6,21 +6,25 @@
 //! `{reason}` once the turn ended; `shutdown` → `{}` (the child then exits).
 //! Parent → child notification: `cancel`. Child → parent notification:
 //! `event {type: text_delta | assistant_message | tool_call | turn_end, …}`.
-//! Turn-end reasons: `completed`, `max-tokens`, `blocked`, `aborted`,
-//! `error`.
+//! Turn-end reasons ([`TurnEndReason`]): `completed`, `max-tokens`,
+//! `blocked`, `aborted`, `error`; tool call statuses ([`ToolCallStatus`]):
+//! `pending`, `completed`, `failed`.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::AnyDelimiterCodecError;
 
-use crate::providers::child_process::{LineError, LineReader};
-use crate::seam::AgentOptions;
+pub(crate) use crate::agent::ToolCallStatus;
+use crate::providers::child_process::lines;
+use crate::seam::{AgentOptions, StopReason};
 
 /// The protocol version both ends speak.
 pub(crate) const PROTOCOL_VERSION: u32 = 1;
@@ -60,13 +64,55 @@ pub(crate) enum ChildEvent {
         /// The tool.
         name: String,
         /// `pending`, `completed` or `failed`.
-        status: String,
+        status: ToolCallStatus,
     },
     /// The turn ended.
     TurnEnd {
-        /// `completed`, `max-tokens`, `blocked`, `aborted` or `error`.
-        reason: String,
+        /// Why.
+        reason: TurnEndReason,
     },
+}
+
+/// Why a served turn ended, spelled as the wire spells it; both ends map
+/// it to and from [`StopReason`] here, and nowhere else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TurnEndReason {
+    /// `completed`.
+    Completed,
+    /// `max-tokens`.
+    MaxTokens,
+    /// `blocked`: the child refused.
+    Blocked,
+    /// `aborted`: cancelled.
+    Aborted,
+    /// `error`, and any reason this end does not know.
+    #[serde(other)]
+    Error,
+}
+
+impl From<StopReason> for TurnEndReason {
+    fn from(stop: StopReason) -> Self {
+        match stop {
+            StopReason::Completed => TurnEndReason::Completed,
+            StopReason::MaxTokens => TurnEndReason::MaxTokens,
+            StopReason::Refusal => TurnEndReason::Blocked,
+            StopReason::Aborted => TurnEndReason::Aborted,
+            StopReason::Error => TurnEndReason::Error,
+        }
+    }
+}
+
+impl From<TurnEndReason> for StopReason {
+    fn from(reason: TurnEndReason) -> Self {
+        match reason {
+            TurnEndReason::Completed => StopReason::Completed,
+            TurnEndReason::MaxTokens => StopReason::MaxTokens,
+            TurnEndReason::Blocked => StopReason::Refusal,
+            TurnEndReason::Aborted => StopReason::Aborted,
+            TurnEndReason::Error => StopReason::Error,
+        }
+    }
 }
 
 /// Why a call to the child failed.
@@ -189,12 +235,12 @@ async fn read_loop(
     broken: Rc<RefCell<bool>>,
     events: mpsc::UnboundedSender<ChildEvent>,
 ) {
-    let mut lines = LineReader::new(stdout);
+    let mut lines = lines(stdout);
     loop {
-        let line = match lines.next_line().await {
-            Ok(Some(line)) => line,
-            Ok(None) | Err(LineError::Io(_)) => break,
-            Err(LineError::TooLong) => {
+        let line = match lines.next().await {
+            Some(Ok(line)) => line,
+            None | Some(Err(AnyDelimiterCodecError::Io(_))) => break,
+            Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
                 tracing::warn!("a child wrote a line longer than the protocol allows");
                 *broken.borrow_mut() = true;
                 break;
@@ -233,5 +279,35 @@ async fn read_loop(
     let failure = if *broken.borrow() { WireError::Protocol } else { WireError::Closed };
     for (_, reply) in pending.borrow_mut().drain() {
         let _ = reply.send(Err(failure.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_and_statuses_keep_their_wire_spelling_and_an_unknown_reason_is_an_error() {
+        let reasons = [
+            (StopReason::Completed, "completed"),
+            (StopReason::MaxTokens, "max-tokens"),
+            (StopReason::Refusal, "blocked"),
+            (StopReason::Aborted, "aborted"),
+            (StopReason::Error, "error"),
+        ];
+        for (stop, spelled) in reasons {
+            let reason = TurnEndReason::from(stop);
+            assert_eq!(serde_json::to_value(reason).unwrap(), json!(spelled));
+            assert_eq!(StopReason::from(serde_json::from_value::<TurnEndReason>(json!(spelled)).unwrap()), stop);
+        }
+        assert_eq!(serde_json::from_value::<TurnEndReason>(json!("exploded")).unwrap(), TurnEndReason::Error);
+        for status in [ToolCallStatus::Pending, ToolCallStatus::Completed, ToolCallStatus::Failed] {
+            assert_eq!(serde_json::to_value(status).unwrap(), json!(status.as_str()));
+        }
+        let event = ChildEvent::ToolCall { name: "read_file".into(), status: ToolCallStatus::Failed };
+        assert_eq!(
+            serde_json::to_value(event).unwrap(),
+            json!({"type": "tool_call", "name": "read_file", "status": "failed"})
+        );
     }
 }

@@ -45,15 +45,17 @@ use std::time::Duration;
 
 use agent_client_protocol::{Error, ErrorCode, Lines, RawJsonRpcId, RawJsonRpcMessage, RawJsonRpcParams};
 use agent_client_protocol::{RawJsonRpcRequest, TransportFrame};
-use futures_util::{Sink, Stream};
+use futures_util::{Sink, Stream, StreamExt};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
+use tokio_util::bytes::{Bytes, BytesMut};
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
-use crate::providers::child_process::{LineError, LineReader, MAX_LINE};
+use crate::providers::child_process::{line_codec, MAX_LINE, READ_CAPACITY};
 
 /// The most requests unanswered at once: it bounds what the crate queues
 /// and what EOF waits for. Past it a request is refused at once.
@@ -64,6 +66,10 @@ pub(super) const EOF_ANSWER_BOUND: Duration = Duration::from_secs(30);
 
 /// How much of a bad line an error reply quotes, in characters.
 const EXCERPT_CHARS: usize = 64;
+
+/// How much of an over-long line is kept for its excerpt: enough bytes for
+/// [`EXCERPT_CHARS`] characters of UTF-8.
+const EXCERPT_BYTES: usize = EXCERPT_CHARS * 4;
 
 /// Lines queued for the crate before reading stdin waits for it.
 const FORWARD_QUEUE: usize = 64;
@@ -139,23 +145,19 @@ pub(super) fn stdio(
 /// Reads stdin until EOF, answering bad lines and forwarding the rest; then
 /// closes and drains (see the module docs).
 async fn read_input(output: Arc<Output>, forward: mpsc::Sender<String>, closing: CancellationToken) {
-    let mut lines = LineReader::new(tokio::io::stdin());
+    let mut lines = FramedRead::with_capacity(tokio::io::stdin(), InputCodec(line_codec()), READ_CAPACITY);
     loop {
-        let line = match lines.next_line().await {
-            Ok(Some(line)) => line,
-            Ok(None) => break,
-            Err(LineError::TooLong) => match lines.discard_rest(EXCERPT_CHARS * 4).await {
-                Ok(head) => {
-                    let reason = format!("the line is longer than the {} MiB cap", MAX_LINE >> 20);
-                    let reply = parse_error(&reason, &head);
-                    if output.write(reply).await.is_err() {
-                        break;
-                    }
-                    continue;
+        let line = match lines.next().await {
+            Some(Ok(Input::Line(line))) => Vec::from(line),
+            Some(Ok(Input::TooLong { head })) => {
+                let reason = format!("the line is longer than the {} MiB cap", MAX_LINE >> 20);
+                if output.write(parse_error(&reason, &head)).await.is_err() {
+                    break;
                 }
-                Err(LineError::TooLong | LineError::Io(_)) => break,
-            },
-            Err(LineError::Io(error)) => {
+                continue;
+            }
+            None => break,
+            Some(Err(error)) => {
                 tracing::warn!(%error, "reading stdin failed; closing as at EOF");
                 break;
             }
@@ -185,6 +187,53 @@ async fn read_input(output: Arc<Output>, forward: mpsc::Sender<String>, closing:
         tracing::warn!(in_flight, bound_s = EOF_ANSWER_BOUND.as_secs(), "requests still unanswered at exit");
     }
     // Dropping `forward` ends the crate's input: the connection returns.
+}
+
+/// One line of input as [`read_input`] sees it.
+#[derive(Debug, PartialEq)]
+enum Input {
+    /// A whole line, without its newline.
+    Line(Bytes),
+    /// A line past [`MAX_LINE`]: its first [`EXCERPT_BYTES`], for the
+    /// reply's excerpt. The codec skips the rest of it.
+    TooLong {
+        /// The line's first bytes.
+        head: Bytes,
+    },
+}
+
+/// The shared line codec, with an over-long line made an item instead of an
+/// error: `FramedRead` ends its stream after a decoder error, but one bad
+/// line must cost one reply, not the session. The inner codec, called
+/// again, discards the rest of that line and reads on.
+struct InputCodec(AnyDelimiterCodec);
+
+impl InputCodec {
+    fn judged(decoded: Result<Option<Bytes>, AnyDelimiterCodecError>, buffer: &BytesMut) -> io::Result<Option<Input>> {
+        match decoded {
+            Ok(line) => Ok(line.map(Input::Line)),
+            // The codec leaves the over-long line at the buffer's start.
+            Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
+                Ok(Some(Input::TooLong { head: Bytes::copy_from_slice(&buffer[..buffer.len().min(EXCERPT_BYTES)]) }))
+            }
+            Err(AnyDelimiterCodecError::Io(error)) => Err(error),
+        }
+    }
+}
+
+impl Decoder for InputCodec {
+    type Item = Input;
+    type Error = io::Error;
+
+    fn decode(&mut self, buffer: &mut BytesMut) -> io::Result<Option<Input>> {
+        let decoded = self.0.decode(buffer);
+        Self::judged(decoded, buffer)
+    }
+
+    fn decode_eof(&mut self, buffer: &mut BytesMut) -> io::Result<Option<Input>> {
+        let decoded = self.0.decode_eof(buffer);
+        Self::judged(decoded, buffer)
+    }
 }
 
 impl Output {
@@ -323,7 +372,7 @@ fn reply(id: RawJsonRpcId, error: Error, reason: &str) -> Verdict {
 /// A `-32700` reply (id `null`) quoting at most the line's first
 /// [`EXCERPT_CHARS`] characters.
 fn parse_error(reason: &str, line: &[u8]) -> String {
-    let head = String::from_utf8_lossy(&line[..line.len().min(EXCERPT_CHARS * 4)]);
+    let head = String::from_utf8_lossy(&line[..line.len().min(EXCERPT_BYTES)]);
     let excerpt: String = head.chars().take(EXCERPT_CHARS).collect();
     error_line(RawJsonRpcId::Null, Error::parse_error().data(json!({ "reason": reason, "excerpt": excerpt })))
 }
@@ -362,6 +411,24 @@ mod tests {
             Verdict::Reply(line) => serde_json::from_str(&line).unwrap(),
             other => panic!("expected a reply, got {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn an_over_long_line_costs_its_head_and_reading_goes_on() {
+        let mut input = b"\xff\xfe\n".to_vec();
+        input.extend(std::iter::repeat_n(b'a', MAX_LINE + 10));
+        input.extend_from_slice(b"\nnext\n");
+        let mut lines = FramedRead::new(input.as_slice(), InputCodec(line_codec()));
+        let mut read = Vec::new();
+        while let Some(line) = lines.next().await {
+            read.push(line.unwrap());
+        }
+        let expected = [
+            Input::Line(Bytes::from_static(b"\xff\xfe")),
+            Input::TooLong { head: Bytes::from(vec![b'a'; EXCERPT_BYTES]) },
+            Input::Line(Bytes::from_static(b"next")),
+        ];
+        assert_eq!(read, expected, "invalid UTF-8 is a line for `judge`; an over-long one costs its head");
     }
 
     #[test]
