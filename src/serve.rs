@@ -5,12 +5,15 @@
 //!
 //! - [`acp`]: `subagents acp`, this crate's agent over the Agent Client
 //!   Protocol on stdio (the counterpart of the `acp` provider).
+//! - [`mcp`]: `subagents mcp`, this runtime's delegation as Model Context
+//!   Protocol tools on stdio, for any MCP client to use as the root parent.
 //! - [`stdio`]: `subagents serve`, one session of a full runtime over
 //!   stdio JSON-RPC (the child of the `process` provider).
 //! - [`worker`]: `subagents worker`, a runtime that runs the `remote`
 //!   provider's runs pulled from a NATS JetStream broker.
 
 pub mod acp;
+pub mod mcp;
 pub mod stdio;
 pub mod worker;
 
@@ -30,6 +33,11 @@ pub enum ServeError {
     /// The runtime refused a provider the server needs.
     #[error("cannot register a provider: {0}")]
     Provider(#[from] SubagentError),
+    /// The options cannot be honoured together (an unknown provider, a
+    /// depth cap the provider does not enforce, a provider that cannot be
+    /// configured).
+    #[error("{0}")]
+    Options(String),
     /// The other side sent a line longer than the protocol allows.
     #[error("the other side sent an oversized line")]
     OversizedLine,

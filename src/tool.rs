@@ -34,7 +34,9 @@ mod tasks;
 
 use std::sync::{Arc, OnceLock};
 
-pub use subagent::{stop_message, MaxDepth, SubagentTool, SubagentToolConfig};
+pub use subagent::{
+    stop_message, Begun, Delegated, Delegation, ForegroundRun, MaxDepth, SubagentTool, SubagentToolConfig,
+};
 pub use tasks::{KillOutcome, TaskService, TaskSnapshot, TaskStatus, UnknownTask, DEFAULT_WAIT, MAX_WAIT};
 
 use crate::actors::Subagents;

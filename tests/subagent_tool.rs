@@ -484,3 +484,98 @@ fn children_share_one_delegating_kit_without_the_subagent_tool_at_the_cap() {
     assert!(!at_cap.contains(&"subagent".to_owned()), "a child at depth 3 is at the cap: {at_cap:?}");
     assert!(at_cap.contains(&"read_file".to_owned()));
 }
+
+/// A tool context for `agent` as a root caller, with its own cancellation.
+fn root_context(agent: &Agent, cancel: subagents::CancellationToken) -> subagents::agent::ToolContext {
+    subagents::agent::ToolContext {
+        agent: agent.clone(),
+        session_id: agent.id().into(),
+        cwd: agent.cwd().into(),
+        call_id: "call".to_owned(),
+        cancel,
+    }
+}
+
+#[test]
+fn a_run_limit_queues_the_calls_beyond_it_and_a_queued_call_can_be_cancelled() {
+    use subagents::tool::{Delegated, Delegation};
+    let (runtime, _home) = runtime();
+    let subagents = runtime.subagents();
+    let mock = MockProvider::new("mock").with_reply("done").with_delay(Duration::from_millis(300));
+    subagents.register_provider(mock).unwrap().keep();
+    let tool = SubagentTool::mount(&subagents, SubagentToolConfig::new("mock").with_background(false), None)
+        .unwrap()
+        .with_run_limit(Arc::new(tokio::sync::Semaphore::new(2)));
+    let agent = parent(ScriptedModel::new(), vec![]);
+    let (elapsed, answers, queued) =
+        runtime.block_on(async move {
+            let began = std::time::Instant::now();
+            let calls = (0..4).map(|n| {
+                let (tool, context) = (tool.clone(), root_context(&agent, subagents::CancellationToken::new()));
+                async move {
+                    tool.delegate(Delegation { prompt: format!("task {n}"), ..Delegation::default() }, &context).await
+                }
+            });
+            let answers = futures_util::future::join_all(calls).await;
+            let elapsed = began.elapsed();
+            // Both places taken by slow runs: a third call queues, and its
+            // cancellation ends it without a run.
+            let hold = |n: u32| {
+                let (tool, context) = (tool.clone(), root_context(&agent, subagents::CancellationToken::new()));
+                async move {
+                    tool.delegate(Delegation { prompt: format!("hold {n}"), ..Delegation::default() }, &context).await
+                }
+            };
+            let cancel = subagents::CancellationToken::new();
+            let queued_context = root_context(&agent, cancel.clone());
+            let queued = async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                cancel.cancel();
+                tool.delegate(Delegation { prompt: "queued".into(), ..Delegation::default() }, &queued_context).await
+            };
+            let (_, _, queued) = tokio::join!(hold(1), hold(2), queued);
+            (elapsed, answers, queued)
+        });
+    assert!(answers.iter().all(|a| matches!(a, Ok(Delegated::Foreground { output, .. }) if output == "done")));
+    assert!(elapsed >= Duration::from_millis(600), "two at a time, so two rounds of 300 ms: {elapsed:?}");
+    assert_eq!(queued, Err("subagent run was cancelled".to_owned()));
+    assert!(runtime.live().is_quiescent());
+}
+
+#[test]
+fn a_delegation_may_ask_for_a_structured_result_where_the_provider_supports_it() {
+    use subagents::tool::{Delegated, Delegation};
+    let (runtime, home) = runtime();
+    let subagents = runtime.subagents();
+    subagents.register_provider(InProcessProvider::spawn("spawn", Arc::new(ScriptedModel::demo()))).unwrap().keep();
+    subagents.register_provider(MockProvider::new("plain").with_capabilities(Capabilities::none())).unwrap().keep();
+    let tool = SubagentTool::mount(&subagents, SubagentToolConfig::new("spawn").with_background(false), None).unwrap();
+    let plain = SubagentTool::mount(
+        &subagents,
+        SubagentToolConfig::new("plain").with_max_depth(MaxDepth::ProviderManaged).with_background(false),
+        None,
+    )
+    .unwrap();
+    let agent = Agent::builder(ScriptedModel::new()).cwd(home.path()).build().unwrap();
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
+    let delegation = Delegation {
+        description: "find a city".into(),
+        prompt: "name a city".into(),
+        output_schema: Some(schema),
+        ..Delegation::default()
+    };
+    let (structured, refused) = runtime.block_on({
+        let delegation = delegation.clone();
+        async move {
+            let context = root_context(&agent, subagents::CancellationToken::new());
+            (tool.delegate(delegation.clone(), &context).await, plain.delegate(delegation, &context).await)
+        }
+    });
+    let structured = structured.unwrap();
+    let Delegated::Foreground { structured: Some(value), .. } = &structured else { panic!("{structured:?}") };
+    assert!(value["city"].is_string(), "{value}");
+    assert_eq!(structured.to_json()["structured"], *value);
+    let refused = refused.unwrap_err();
+    assert!(refused.starts_with("could not start the subagent") && refused.contains("output_schema"), "{refused}");
+    assert!(runtime.live().is_quiescent());
+}

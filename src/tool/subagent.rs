@@ -17,6 +17,13 @@
 //! run gets its own cancellation, independent of the calling tool call, and
 //! is collected with the task tools ([`TaskService`]).
 //!
+//! **Per call** ([`Delegation`]): besides the model's arguments, a caller
+//! that drives the tool directly (the MCP server does) may ask for a
+//! structured result (`output_schema`) or a persona, where the provider
+//! advertises them ([`SubagentTool::begin`], [`ForegroundRun::finish`]).
+//! A tool given a run limit ([`SubagentTool::with_run_limit`]) runs at most
+//! that many of its runs at once; the others queue, cancellably.
+//!
 //! The tool is present while its provider is registered: it follows
 //! provider removal and re-registration. Several instances with distinct
 //! names expose several providers to one agent (a duplicate name is
@@ -24,12 +31,15 @@
 //! provider when the tool is mounted: a numeric `max_depth` needs a provider
 //! with `depth_limit`, a persona needs `persona`, and so on.
 
+use std::sync::Arc;
+
 use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::tasks::TaskService;
-use crate::actors::Subagents;
+use crate::actors::{Run, Subagents};
 use crate::agent::{Tool, ToolContext, ToolOutput, ToolSpec};
 use crate::seam::{AgentOptions, Capability, ProgressSink, StartRequest, StopReason, SubagentError, ToolFilter};
 
@@ -112,17 +122,133 @@ impl SubagentToolConfig {
     }
 }
 
+/// One call of the subagent tool: the model's arguments, and what a caller
+/// driving the tool directly may add.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Delegation {
+    /// A short description of the task, for display (the run's label).
+    pub description: String,
+    /// The task.
+    pub prompt: String,
+    /// Return a task id at once (needs background runs enabled).
+    pub run_in_background: bool,
+    /// A JSON Schema the child's structured result must satisfy (needs a
+    /// provider with `output_schema`).
+    pub output_schema: Option<Value>,
+    /// The child's persona, over the tool's (needs `persona`).
+    pub persona: Option<String>,
+}
+
+impl Delegation {
+    /// Reads the tool's arguments (`description`, `prompt`,
+    /// `run_in_background`, `output_schema`, `persona`); the caller checks
+    /// them against the tool's schema first.
+    pub fn from_arguments(arguments: &Value) -> Self {
+        Delegation {
+            description: arguments["description"].as_str().unwrap_or_default().to_owned(),
+            prompt: arguments["prompt"].as_str().unwrap_or_default().to_owned(),
+            run_in_background: arguments["run_in_background"] == json!(true),
+            output_schema: arguments.get("output_schema").filter(|schema| !schema.is_null()).cloned(),
+            persona: arguments["persona"].as_str().map(str::to_owned),
+        }
+    }
+}
+
+/// What a delegation produced.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Delegated {
+    /// A foreground run completed.
+    Foreground {
+        /// The child's id ([`Run::child_id`]), as the tool's answer names it.
+        run_id: String,
+        /// The child's answer.
+        output: String,
+        /// The captured structured value, when one was asked for.
+        structured: Option<Value>,
+    },
+    /// A background task was started.
+    Background {
+        /// Collect it with `task_output`.
+        task_id: String,
+    },
+}
+
+impl Delegated {
+    /// The tool's answer: `{"kind": "foreground", "run_id", "output"}`
+    /// (with `structured` when captured) or `{"kind": "background",
+    /// "task_id"}`.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Delegated::Foreground { run_id, output, structured } => {
+                let mut answer = json!({"kind": "foreground", "run_id": run_id, "output": output});
+                if let Some(structured) = structured {
+                    answer["structured"] = structured.clone();
+                }
+                answer
+            }
+            Delegated::Background { task_id } => json!({"kind": "background", "task_id": task_id}),
+        }
+    }
+}
+
+/// A started delegation ([`SubagentTool::begin`]).
+#[derive(Debug)]
+pub enum Begun {
+    /// A foreground run, started: collect it with [`ForegroundRun::finish`].
+    Foreground(Box<ForegroundRun>),
+    /// A background task, running on its own (its run may still be queued).
+    Background {
+        /// Collect it with `task_output`.
+        task_id: String,
+    },
+}
+
+/// A foreground run that has started and is not yet collected. Dropping
+/// it disposes the run in the background, as dropping a [`Run`] does.
+#[derive(Debug)]
+pub struct ForegroundRun {
+    run: Run,
+    /// Its place under the tool's run limit, held until it is disposed.
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+impl ForegroundRun {
+    /// The runtime-minted number the run's events carry ([`Run::run_id`]).
+    pub fn run_id(&self) -> u64 {
+        self.run.run_id()
+    }
+
+    /// The child's own name ([`Run::child_id`]): its session id in process,
+    /// which its own children's events name as their parent.
+    pub fn child_id(&self) -> &str {
+        self.run.child_id()
+    }
+
+    /// Awaits the result and disposes the run; a stop other than completed
+    /// is the tool error of [`stop_message`].
+    pub async fn finish(self) -> Result<Delegated, String> {
+        let ForegroundRun { run, _slot } = self;
+        let (output, structured) = settle(&run).await?;
+        Ok(Delegated::Foreground { run_id: run.child_id().to_owned(), output, structured })
+    }
+}
+
 /// The model-facing subagent tool. Add it to an agent's tool set.
 #[derive(Clone)]
 pub struct SubagentTool {
     config: SubagentToolConfig,
     subagents: Subagents,
     tasks: Option<TaskService>,
+    /// At most this many runs of this tool at once; the rest queue.
+    run_limit: Option<Arc<Semaphore>>,
 }
 
 impl std::fmt::Debug for SubagentTool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SubagentTool").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("SubagentTool")
+            .field("config", &self.config)
+            .field("run_limit_free", &self.run_limit.as_ref().map(|limit| limit.available_permits()))
+            .finish_non_exhaustive()
     }
 }
 
@@ -156,7 +282,16 @@ impl SubagentTool {
                 reason: "background runs need a task service".to_owned(),
             });
         }
-        Ok(SubagentTool { config, subagents: subagents.clone(), tasks })
+        Ok(SubagentTool { config, subagents: subagents.clone(), tasks, run_limit: None })
+    }
+
+    /// Runs at most as many runs of this tool at once as `limit` has
+    /// permits (foreground and background alike, shared with every clone);
+    /// a further call queues until one ends. A queued call that is
+    /// cancelled ends `subagent run was cancelled` without starting.
+    pub fn with_run_limit(mut self, limit: Arc<Semaphore>) -> Self {
+        self.run_limit = Some(limit);
+        self
     }
 
     /// The name the model calls it by.
@@ -164,48 +299,72 @@ impl SubagentTool {
         &self.config.tool_name
     }
 
-    fn request(&self, prompt: &str, label: &str, context: &ToolContext, signal: CancellationToken) -> StartRequest {
-        let mut request = StartRequest::new(prompt, context.agent.as_parent(), signal).with_label(label);
+    /// The provider it delegates to.
+    pub fn provider(&self) -> &str {
+        &self.config.provider
+    }
+
+    fn request(&self, delegation: &Delegation, context: &ToolContext, signal: CancellationToken) -> StartRequest {
+        let mut request = StartRequest::new(&delegation.prompt, context.agent.as_parent(), signal)
+            .with_label(&delegation.description);
         if let MaxDepth::Limit(max) = self.config.max_depth {
             request = request.with_max_depth(max);
         }
         request.agent_options = self.config.agent_options.clone();
-        request.persona = self.config.persona.clone();
+        request.persona = delegation.persona.clone().or_else(|| self.config.persona.clone());
         request.tool_filter = self.config.tool_filter.clone();
+        request.output_schema = delegation.output_schema.clone();
         request
     }
-}
 
-/// The tool error for a run that did not complete.
-pub fn stop_message(stop_reason: StopReason) -> &'static str {
-    match stop_reason {
-        StopReason::Aborted => "subagent run was cancelled",
-        StopReason::MaxTokens => "subagent run hit its token limit before finishing",
-        StopReason::Refusal => "subagent declined the task",
-        _ => "subagent run failed",
+    /// Starts a delegation: a foreground run once it has started (after
+    /// its turn under the run limit), or a background task at once. The
+    /// foreground run's cancellation is a child of `context.cancel`; a
+    /// background run has its own, tripped by `task_kill` or the owner's
+    /// shutdown. `Err` is the tool error (`could not start the subagent:
+    /// …`, `subagent run was cancelled`).
+    pub async fn begin(&self, delegation: Delegation, context: &ToolContext) -> Result<Begun, String> {
+        if self.config.enable_run_in_background && delegation.run_in_background {
+            let tasks = self.tasks.as_ref().expect("mount checks background runs have a task service");
+            let task_id = tasks.spawn(&context.agent, &delegation.description, |cancel| {
+                let request = self.request(&delegation, context, cancel.clone());
+                let (subagents, provider, limit) =
+                    (self.subagents.clone(), self.config.provider.clone(), self.run_limit.clone());
+                async move {
+                    let _slot = queue(limit, &cancel).await?;
+                    let run = start(&subagents, &provider, request).await?;
+                    let (output, structured) = settle(&run).await?;
+                    // A structured answer is collected as its JSON text.
+                    Ok(structured.map_or(output, |value| value.to_string()))
+                }
+            });
+            return Ok(Begun::Background { task_id });
+        }
+        let signal = context.cancel.child_token();
+        let slot = queue(self.run_limit.clone(), &signal).await?;
+        // A foreground child's activity is passed on as this call's
+        // progress (its caller may show it, or pass it further up).
+        let reporter = context.clone();
+        let request = self
+            .request(&delegation, context, signal)
+            .with_progress(ProgressSink::new(move |update| reporter.progress(update.clone())));
+        let run = start(&self.subagents, &self.config.provider, request).await?;
+        Ok(Begun::Foreground(Box::new(ForegroundRun { run, _slot: slot })))
     }
-}
 
-/// Starts, awaits and disposes one run; `Ok((run id, output))` when it
-/// completed.
-async fn collect(subagents: &Subagents, provider: &str, request: StartRequest) -> Result<(String, String), String> {
-    let run = subagents.start(provider, request).await.map_err(|e| format!("could not start the subagent: {e}"))?;
-    let result = run.result().await;
-    // Dispose on every path; dropping `run` would also dispose it.
-    let disposed = run.dispose().await;
-    let result = result.map_err(|e| format!("subagent run failed: {e}"))?;
-    if let Err(error) = disposed {
-        tracing::warn!(run = run.child_id(), %error, "a subagent did not dispose cleanly");
+    /// [`begin`](Self::begin), then for a foreground run
+    /// [`finish`](ForegroundRun::finish).
+    pub async fn delegate(&self, delegation: Delegation, context: &ToolContext) -> Result<Delegated, String> {
+        match self.begin(delegation, context).await? {
+            Begun::Foreground(run) => run.finish().await,
+            Begun::Background { task_id } => Ok(Delegated::Background { task_id }),
+        }
     }
-    match result.stop_reason {
-        StopReason::Completed => Ok((run.child_id().to_owned(), result.text())),
-        other => Err(stop_message(other).to_owned()),
-    }
-}
 
-impl Tool for SubagentTool {
-    fn spec(&self) -> ToolSpec {
-        let inherits = self.subagents.get_provider(&self.config.provider).is_some_and(|p| p.inherits_parent_context);
+    /// The spec as a caller sees it whose children do (`true`) or do not
+    /// inherit its conversation. A root caller without a conversation (the
+    /// MCP client) gets the standalone wording whatever the provider.
+    pub(crate) fn spec_for(&self, inherits: bool) -> ToolSpec {
         let prompt = if inherits {
             "The task. The subagent inherits this conversation; state only what is new."
         } else {
@@ -240,6 +399,58 @@ impl Tool for SubagentTool {
             }),
         }
     }
+}
+
+/// The tool error for a run that did not complete.
+pub fn stop_message(stop_reason: StopReason) -> &'static str {
+    match stop_reason {
+        StopReason::Aborted => "subagent run was cancelled",
+        StopReason::MaxTokens => "subagent run hit its token limit before finishing",
+        StopReason::Refusal => "subagent declined the task",
+        _ => "subagent run failed",
+    }
+}
+
+/// Waits for a place under `limit` (none: at once); cancelled while
+/// waiting, the run never starts.
+async fn queue(
+    limit: Option<Arc<Semaphore>>,
+    signal: &CancellationToken,
+) -> Result<Option<OwnedSemaphorePermit>, String> {
+    let Some(limit) = limit else { return Ok(None) };
+    tokio::select! {
+        biased;
+        _ = signal.cancelled() => Err(stop_message(StopReason::Aborted).to_owned()),
+        // The semaphore is never closed; a closed one would only lift the limit.
+        permit = limit.acquire_owned() => Ok(permit.ok()),
+    }
+}
+
+async fn start(subagents: &Subagents, provider: &str, request: StartRequest) -> Result<Run, String> {
+    subagents.start(provider, request).await.map_err(|e| format!("could not start the subagent: {e}"))
+}
+
+/// Awaits and disposes one run; `Ok((output, structured))` when it
+/// completed.
+async fn settle(run: &Run) -> Result<(String, Option<Value>), String> {
+    let result = run.result().await;
+    // Dispose on every path; dropping `run` would also dispose it.
+    let disposed = run.dispose().await;
+    let result = result.map_err(|e| format!("subagent run failed: {e}"))?;
+    if let Err(error) = disposed {
+        tracing::warn!(run = run.child_id(), %error, "a subagent did not dispose cleanly");
+    }
+    match result.stop_reason {
+        StopReason::Completed => Ok((result.text(), result.structured)),
+        other => Err(stop_message(other).to_owned()),
+    }
+}
+
+impl Tool for SubagentTool {
+    fn spec(&self) -> ToolSpec {
+        let inherits = self.subagents.get_provider(&self.config.provider).is_some_and(|p| p.inherits_parent_context);
+        self.spec_for(inherits)
+    }
 
     fn concurrent(&self) -> bool {
         true
@@ -263,32 +474,8 @@ impl Tool for SubagentTool {
 
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
         Box::pin(async move {
-            let prompt = arguments["prompt"].as_str().unwrap_or_default();
-            let label = arguments["description"].as_str().unwrap_or_default();
-            let background = self.config.enable_run_in_background && arguments["run_in_background"] == json!(true);
-            if background {
-                let tasks = self.tasks.as_ref().expect("mount checks background runs have a task service");
-                // The run's token is the task's: independent of this tool
-                // call, tripped by task_kill or the owner's shutdown.
-                let task_id = tasks.spawn(&context.agent, label, |cancel| {
-                    let request = self.request(prompt, label, &context, cancel);
-                    let (subagents, provider) = (self.subagents.clone(), self.config.provider.clone());
-                    async move { collect(&subagents, &provider, request).await.map(|(_, output)| output) }
-                });
-                return ToolOutput::ok(json!({"kind": "background", "task_id": task_id}).to_string());
-            }
-            // The run's token is a child of the tool call's: cancelling the
-            // call cancels the run.
-            // A foreground child's activity is passed on as this call's
-            // progress (its caller may show it, or pass it further up).
-            let reporter = context.clone();
-            let request = self
-                .request(prompt, label, &context, context.cancel.child_token())
-                .with_progress(ProgressSink::new(move |update| reporter.progress(update.clone())));
-            match collect(&self.subagents, &self.config.provider, request).await {
-                Ok((run_id, output)) => {
-                    ToolOutput::ok(json!({"kind": "foreground", "run_id": run_id, "output": output}).to_string())
-                }
+            match self.delegate(Delegation::from_arguments(&arguments), &context).await {
+                Ok(delegated) => ToolOutput::ok(delegated.to_json().to_string()),
                 Err(message) => ToolOutput::error(message),
             }
         })

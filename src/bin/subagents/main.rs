@@ -9,6 +9,8 @@
 //! - `subagents worker --nats URL`: runs the `remote` provider's runs for a
 //!   pool, pulled from a NATS JetStream broker ([`worker`]); `run` and
 //!   `fanout` reach such workers with `--provider remote --nats URL`.
+//! - `subagents mcp`: the runtime's delegation as MCP tools on stdio, for
+//!   an MCP client (see `subagents::serve::mcp`).
 //!
 //! `--model scripted` (the default) needs no key and no network;
 //! `--model openai:NAME` talks to an OpenAI-compatible endpoint configured by
@@ -89,6 +91,24 @@ enum Command {
         /// A tool that asks the client for permission before each call (repeatable).
         #[arg(long)]
         approve: Vec<String>,
+    },
+    /// Serve this runtime's delegation as MCP tools on stdio (for an MCP client).
+    Mcp {
+        /// Provider the client's calls start children on.
+        #[arg(long, default_value = "spawn", value_parser = ["spawn", "fork", "process"])]
+        provider: String,
+        /// The children's model: `scripted` (no key, no network) or `openai:NAME`.
+        #[arg(long, default_value = "scripted")]
+        model: String,
+        /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
+        #[arg(long)]
+        home: Option<PathBuf>,
+        /// How deep children may delegate (spawn and fork; default 3).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(subagents::MAX_DEPTH_CAP)))]
+        max_depth: Option<u32>,
+        /// Most runs of the client's calls at once, 1 to 100000 (default 4 × cores); the rest queue.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=fanout::MAX_CONCURRENCY))]
+        concurrency: Option<u32>,
     },
     /// Serve one session of a full runtime over stdio (the `process` provider's child).
     Serve {
@@ -190,11 +210,27 @@ impl Ended {
     }
 }
 
+/// `subagents mcp`: exit 0 at the client's EOF; a refusal before serving
+/// is exit 2.
+fn mcp(
+    provider: String,
+    model: String,
+    home: Option<PathBuf>,
+    max_depth: Option<u32>,
+    concurrency: Option<u32>,
+) -> Result<ExitCode, String> {
+    use subagents::serve::mcp::{serve_mcp, McpServeOptions};
+    let provider = provider.parse().map_err(|e: subagents::serve::ServeError| e.to_string())?;
+    let concurrency = concurrency.map(|n| n as usize);
+    let options = McpServeOptions { provider, model, home, max_depth, concurrency };
+    serve_mcp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
+}
+
 fn main() -> ExitCode {
     let command = Cli::parse().command;
     // `fanout` installs its log itself, once its trace file is open.
     match command {
-        Command::Acp { .. } => drop(logging::install(logging::our_warnings(), None)),
+        Command::Acp { .. } | Command::Mcp { .. } => drop(logging::install(logging::our_warnings(), None)),
         Command::Worker(_) => drop(logging::install(logging::our_lifecycle(), None)),
         Command::Fanout { .. } => {}
         _ => drop(logging::install(logging::warnings(), None)),
@@ -206,6 +242,9 @@ fn main() -> ExitCode {
         Command::Acp { home, model, approve } => {
             let options = subagents::serve::acp::AcpServeOptions { home, model, approve };
             subagents::serve::acp::serve_acp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
+        }
+        Command::Mcp { provider, model, home, max_depth, concurrency } => {
+            mcp(provider, model, home, max_depth, concurrency)
         }
         Command::Serve { home } => {
             let options = subagents::serve::stdio::ServeOptions { home };

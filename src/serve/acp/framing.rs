@@ -51,11 +51,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
-use tokio_util::bytes::{Bytes, BytesMut};
-use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
-use crate::providers::child_process::{line_codec, MAX_LINE, READ_CAPACITY};
+use crate::providers::child_process::{continuing_lines, Input, MAX_LINE};
 
 /// The most requests unanswered at once: it bounds what the crate queues
 /// and what EOF waits for. Past it a request is refused at once.
@@ -145,7 +143,7 @@ pub(super) fn stdio(
 /// Reads stdin until EOF, answering bad lines and forwarding the rest; then
 /// closes and drains (see the module docs).
 async fn read_input(output: Arc<Output>, forward: mpsc::Sender<String>, closing: CancellationToken) {
-    let mut lines = FramedRead::with_capacity(tokio::io::stdin(), InputCodec(line_codec()), READ_CAPACITY);
+    let mut lines = continuing_lines(tokio::io::stdin(), EXCERPT_BYTES);
     loop {
         let line = match lines.next().await {
             Some(Ok(Input::Line(line))) => Vec::from(line),
@@ -187,53 +185,6 @@ async fn read_input(output: Arc<Output>, forward: mpsc::Sender<String>, closing:
         tracing::warn!(in_flight, bound_s = EOF_ANSWER_BOUND.as_secs(), "requests still unanswered at exit");
     }
     // Dropping `forward` ends the crate's input: the connection returns.
-}
-
-/// One line of input as [`read_input`] sees it.
-#[derive(Debug, PartialEq)]
-enum Input {
-    /// A whole line, without its newline.
-    Line(Bytes),
-    /// A line past [`MAX_LINE`]: its first [`EXCERPT_BYTES`], for the
-    /// reply's excerpt. The codec skips the rest of it.
-    TooLong {
-        /// The line's first bytes.
-        head: Bytes,
-    },
-}
-
-/// The shared line codec, with an over-long line made an item instead of an
-/// error: `FramedRead` ends its stream after a decoder error, but one bad
-/// line must cost one reply, not the session. The inner codec, called
-/// again, discards the rest of that line and reads on.
-struct InputCodec(AnyDelimiterCodec);
-
-impl InputCodec {
-    fn judged(decoded: Result<Option<Bytes>, AnyDelimiterCodecError>, buffer: &BytesMut) -> io::Result<Option<Input>> {
-        match decoded {
-            Ok(line) => Ok(line.map(Input::Line)),
-            // The codec leaves the over-long line at the buffer's start.
-            Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
-                Ok(Some(Input::TooLong { head: Bytes::copy_from_slice(&buffer[..buffer.len().min(EXCERPT_BYTES)]) }))
-            }
-            Err(AnyDelimiterCodecError::Io(error)) => Err(error),
-        }
-    }
-}
-
-impl Decoder for InputCodec {
-    type Item = Input;
-    type Error = io::Error;
-
-    fn decode(&mut self, buffer: &mut BytesMut) -> io::Result<Option<Input>> {
-        let decoded = self.0.decode(buffer);
-        Self::judged(decoded, buffer)
-    }
-
-    fn decode_eof(&mut self, buffer: &mut BytesMut) -> io::Result<Option<Input>> {
-        let decoded = self.0.decode_eof(buffer);
-        Self::judged(decoded, buffer)
-    }
 }
 
 impl Output {
@@ -411,24 +362,6 @@ mod tests {
             Verdict::Reply(line) => serde_json::from_str(&line).unwrap(),
             other => panic!("expected a reply, got {other:?}"),
         }
-    }
-
-    #[tokio::test]
-    async fn an_over_long_line_costs_its_head_and_reading_goes_on() {
-        let mut input = b"\xff\xfe\n".to_vec();
-        input.extend(std::iter::repeat_n(b'a', MAX_LINE + 10));
-        input.extend_from_slice(b"\nnext\n");
-        let mut lines = FramedRead::new(input.as_slice(), InputCodec(line_codec()));
-        let mut read = Vec::new();
-        while let Some(line) = lines.next().await {
-            read.push(line.unwrap());
-        }
-        let expected = [
-            Input::Line(Bytes::from_static(b"\xff\xfe")),
-            Input::TooLong { head: Bytes::from(vec![b'a'; EXCERPT_BYTES]) },
-            Input::Line(Bytes::from_static(b"next")),
-        ];
-        assert_eq!(read, expected, "invalid UTF-8 is a line for `judge`; an over-long one costs its head");
     }
 
     #[test]

@@ -1,0 +1,421 @@
+//! `subagents mcp`: this runtime's delegation, served as Model Context
+//! Protocol tools on stdio, so that any MCP client (an editor, a coding
+//! agent, a desktop assistant) can hand work to supervised children.
+//!
+//! The client is the root parent. Its calls start children on one
+//! provider (`spawn`, the default; `fork`; or `process`, each child a
+//! `subagents serve` process), on the scripted demo model unless
+//! `--model openai:NAME`; every child runs under this runtime's supervision
+//! tree with its limits, and in-process children get the same kit as the
+//! CLI's (files, `subagent`, the task tools) so they delegate further, to
+//! the depth cap. Children see only the prompt they are given, never the
+//! client's conversation.
+//!
+//! - `initialize` advertises tools (protocol versions up to 2025-11-25,
+//!   each with the handshake; the SDK negotiates). A second one is refused
+//!   (`-32600`, `data.reason` "already initialized").
+//! - `tools/list`: `subagent` (`description`, `prompt`,
+//!   `run_in_background`, and where the provider supports them
+//!   `output_schema` and `persona`), `task_output`, `task_list`,
+//!   `task_kill`: the model-facing tools' semantics and wording (SPEC §9),
+//!   driven with a root agent that stands for this client session
+//!   (`mcp/tools.rs` has the schemas and the argument checks).
+//! - `tools/call` `subagent` answers `{"kind": "foreground", "run_id",
+//!   "output"}` as text, and for a structured run (`output_schema`) also
+//!   `structuredContent`, the captured value (in the text as
+//!   `structured`); with `run_in_background` it answers `{"kind":
+//!   "background", "task_id"}` at once. A run that does not complete is a
+//!   tool error (`isError`) with the tool's wording (`subagent run was
+//!   cancelled`, `subagent run failed`, …), as are the task tools' own
+//!   errors (`no task "task-9" for this session`: another session's tasks
+//!   do not exist here). An unknown tool or arguments that break its schema
+//!   are `-32602` listing the violations.
+//! - **Progress**: a foreground call with a `progressToken` gets
+//!   `notifications/progress` whose messages are its run's text, tool
+//!   calls and nested children (`mcp/progress.rs`), at most one every 200 ms.
+//! - **Fan-out**: calls run concurrently, their runs at most
+//!   `--concurrency` at once (the default four per core); the others queue
+//!   (a queued call is told so through its progress) and reading goes on.
+//! - **Cancellation**: `notifications/cancelled` for a call cancels its run
+//!   and the run's subtree; the run is disposed and its place freed, and,
+//!   as MCP asks, no answer is sent (the SDK's client resolves the call as
+//!   cancelled itself).
+//!
+//! **Input** is capped at 8 MiB a line; an over-long line, invalid UTF-8
+//! or invalid JSON costs one `-32700` reply with id `null`, and the server
+//! keeps serving (the table of every error we answer ourselves is in
+//! `mcp/framing.rs`). **EOF** on stdin cancels every call and every run
+//! (a call cut off answers `subagent run was cancelled`), waits up to 30 s
+//! until every request has had its one answer, cancels and awaits the
+//! background tasks, shuts the runtime down (no child process survives)
+//! and exits 0.
+//!
+//! Built on the official Rust SDK (`rmcp`), server side only.
+//!
+//! ```no_run
+//! use subagents::serve::mcp::{serve_mcp, ChildProvider, McpServeOptions};
+//!
+//! // What `subagents mcp --provider fork --concurrency 2` runs.
+//! let options = McpServeOptions { provider: ChildProvider::Fork, concurrency: Some(2), ..McpServeOptions::default() };
+//! serve_mcp(options).expect("served until EOF");
+//! ```
+
+mod framing;
+mod progress;
+mod tools;
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, InitializeResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool as McpTool,
+};
+use rmcp::service::{RequestContext, RoleServer, ServerInitializeError};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use self::progress::Progress;
+use self::tools::{Catalog, Limits, Target};
+use super::ServeError;
+use crate::agent::{Agent, ModelSpec, ScriptedModel, ToolContext, ToolOutput};
+use crate::providers::{ChildInfo, InProcessProvider, ProcessConfig, ProcessProvider};
+use crate::seam::AgentOptions;
+use crate::tool::{
+    shared_delegating_toolset, Begun, Delegated, Delegation, MaxDepth, SubagentTool, SubagentToolConfig, TaskService,
+};
+use crate::{Runtime, Subagents};
+
+/// How deep in-process children may delegate unless `--max-depth` says.
+pub const DEFAULT_MAX_DEPTH: u32 = 3;
+
+/// The newest protocol version served: the last with the `initialize`
+/// handshake.
+const NEWEST_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// What the server tells a client about itself at `initialize`.
+const INSTRUCTIONS: &str = "Delegate work to supervised subagents. `subagent` runs a task on a fresh child that \
+    sees only the prompt you give it (never this conversation), so write a complete, standalone prompt. Independent \
+    tasks may be called at once; they run in parallel up to this server's limit. With run_in_background, collect the \
+    result later with task_output; task_list and task_kill manage those tasks.";
+
+/// The provider a client's calls start children on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ChildProvider {
+    /// A fresh in-process child per call.
+    #[default]
+    Spawn,
+    /// An in-process child that would inherit its parent's conversation
+    /// (the client's has none here; its own children inherit theirs).
+    Fork,
+    /// A `subagents serve` process per call, with its own runtime.
+    Process,
+}
+
+impl ChildProvider {
+    /// The provider's registry name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChildProvider::Spawn => "spawn",
+            ChildProvider::Fork => "fork",
+            ChildProvider::Process => "process",
+        }
+    }
+}
+
+impl FromStr for ChildProvider {
+    type Err = ServeError;
+
+    fn from_str(name: &str) -> Result<Self, ServeError> {
+        match name {
+            "spawn" => Ok(ChildProvider::Spawn),
+            "fork" => Ok(ChildProvider::Fork),
+            "process" => Ok(ChildProvider::Process),
+            other => Err(ServeError::Options(format!("unknown provider {other:?}: spawn, fork or process"))),
+        }
+    }
+}
+
+/// How `subagents mcp` serves.
+#[derive(Clone, Debug)]
+pub struct McpServeOptions {
+    /// Where the children run.
+    pub provider: ChildProvider,
+    /// `scripted` or `openai:NAME`: the children's model.
+    pub model: String,
+    /// Where sessions are kept (default: `$SUBAGENTS_HOME`, else
+    /// `.subagents`).
+    pub home: Option<PathBuf>,
+    /// How deep in-process children may delegate (default
+    /// [`DEFAULT_MAX_DEPTH`]); a `process` child caps its own, so this is
+    /// refused with it.
+    pub max_depth: Option<u32>,
+    /// How many runs of the client's calls at once (default four per core).
+    pub concurrency: Option<usize>,
+}
+
+impl Default for McpServeOptions {
+    fn default() -> Self {
+        McpServeOptions {
+            provider: ChildProvider::Spawn,
+            model: "scripted".to_owned(),
+            home: None,
+            max_depth: None,
+            concurrency: None,
+        }
+    }
+}
+
+/// Serves MCP on this process's stdin and stdout until EOF.
+pub fn serve_mcp(options: McpServeOptions) -> Result<(), ServeError> {
+    let cwd = std::env::current_dir().map_err(|e| ServeError::Options(format!("no working directory: {e}")))?;
+    let mut builder = Runtime::builder();
+    if let Some(home) = &options.home {
+        builder = builder.home(home);
+    }
+    let runtime = builder.build().map_err(ServeError::Runtime)?;
+    let session = match Session::build(&runtime, &options, &cwd) {
+        Ok(session) => Arc::new(session),
+        Err(error) => {
+            runtime.shutdown_blocking();
+            return Err(error);
+        }
+    };
+    let served = runtime.block_on(serve(session.clone()));
+    // The client's background tasks end with its session.
+    let root = session.root.clone();
+    runtime.block_on(async move {
+        if let Err(error) = root.shutdown().await {
+            tracing::warn!(%error, "the client's session did not close cleanly");
+        }
+    });
+    runtime.shutdown_blocking();
+    served
+}
+
+/// One client session: the root agent that stands for the client, its
+/// tools, and the token EOF trips.
+struct Session {
+    subagents: Subagents,
+    root: Agent,
+    subagent: SubagentTool,
+    catalog: Catalog,
+    /// The run limit `subagent` queues under.
+    slots: Arc<Semaphore>,
+    concurrency: usize,
+    /// Cancelled at stdin EOF: every call and its runs end.
+    closing: CancellationToken,
+}
+
+impl Session {
+    fn build(runtime: &Runtime, options: &McpServeOptions, cwd: &Path) -> Result<Session, ServeError> {
+        let subagents = runtime.subagents();
+        let tasks = TaskService::new();
+        let name = options.provider.name();
+        let spec = ModelSpec::parse(&options.model)?;
+        let max_depth = match options.provider {
+            ChildProvider::Process => {
+                if options.max_depth.is_some() {
+                    let reason = "a process child caps its own delegation depth: --max-depth is for spawn and fork";
+                    return Err(ServeError::Options(reason.to_owned()));
+                }
+                let provider = ProcessProvider::new(process_config(name, runtime.home(), &spec))
+                    .map_err(|e| ServeError::Options(e.to_string()))?;
+                subagents.register_provider(provider)?.keep();
+                MaxDepth::ProviderManaged
+            }
+            in_process => {
+                let depth = options.max_depth.unwrap_or(DEFAULT_MAX_DEPTH);
+                let model = spec.build()?;
+                // Children get the same kit as the CLI's: they delegate
+                // further, on this provider, to the depth cap.
+                let kit = shared_delegating_toolset(&subagents, &tasks, name, depth);
+                let provider = match in_process {
+                    ChildProvider::Fork => InProcessProvider::fork(name, model),
+                    _ => InProcessProvider::spawn(name, model),
+                };
+                subagents.register_provider(provider.with_tools(Arc::new(move |_: &ChildInfo| kit())))?.keep();
+                MaxDepth::Limit(depth)
+            }
+        };
+        let concurrency = options.concurrency.unwrap_or_else(default_concurrency).max(1);
+        let slots = Arc::new(Semaphore::new(concurrency));
+        let config = SubagentToolConfig::new(name).with_max_depth(max_depth);
+        let subagent = SubagentTool::mount(&subagents, config, Some(tasks.clone()))?.with_run_limit(slots.clone());
+        let info = subagents.get_provider(name).ok_or_else(|| ServeError::Options(format!("no provider {name:?}")))?;
+        let catalog = Catalog::new(&subagent, &info, tasks.tools(), Limits { concurrency, max_depth })
+            .map_err(ServeError::Options)?;
+        // The root never prompts a model: it is the client's identity (its
+        // session owns the background tasks) and the children's parent.
+        let root =
+            Agent::builder(ScriptedModel::new()).cwd(cwd).build().map_err(|e| ServeError::Options(e.to_string()))?;
+        Ok(Session { subagents, root, subagent, catalog, slots, concurrency, closing: CancellationToken::new() })
+    }
+
+    /// The context the client's call `call_id` runs with, as the root.
+    fn tool_context(&self, call_id: String, cancel: CancellationToken) -> ToolContext {
+        ToolContext {
+            agent: self.root.clone(),
+            session_id: self.root.id().into(),
+            cwd: self.root.cwd().into(),
+            call_id,
+            cancel,
+        }
+    }
+
+    /// Runs `subagent`; progress goes to the call's token when it has one.
+    async fn delegate(
+        &self,
+        arguments: &Value,
+        context: &ToolContext,
+        request: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let delegation = Delegation::from_arguments(arguments);
+        let label = delegation.description.clone();
+        let mut progress = match request.meta.get_progress_token() {
+            Some(token) if !delegation.run_in_background => {
+                Some(Progress::new(token, request.peer.clone(), self.subagents.subscribe()))
+            }
+            _ => None,
+        };
+        if let Some(progress) = &mut progress {
+            if self.slots.available_permits() == 0 {
+                progress
+                    .say(format!("[{label}] queued until a run slot frees up (at most {} at once)", self.concurrency))
+                    .await;
+            }
+        }
+        let outcome = match self.subagent.begin(delegation, context).await {
+            Err(message) => Err(message),
+            Ok(Begun::Background { task_id }) => Ok(Delegated::Background { task_id }),
+            Ok(Begun::Foreground(run)) => {
+                let following = progress.map(|progress| progress.follow(&run, &label));
+                let outcome = run.finish().await;
+                if let Some(following) = following {
+                    following.finish().await;
+                }
+                outcome
+            }
+        };
+        match outcome {
+            Ok(delegated) => {
+                let mut result = CallToolResult::success(vec![ContentBlock::text(delegated.to_json().to_string())]);
+                if let Delegated::Foreground { structured: Some(value), .. } = delegated {
+                    result.structured_content = Some(value);
+                }
+                result
+            }
+            Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
+        }
+    }
+}
+
+fn default_concurrency() -> usize {
+    4 * std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// A `process` provider whose children run `spec`: the scripted model by
+/// default; for `openai:NAME` the route, the endpoint and model variables,
+/// and the key handed over explicitly (credential-shaped names are never
+/// inherited).
+fn process_config(name: &str, home: PathBuf, spec: &ModelSpec) -> ProcessConfig {
+    let mut config = ProcessConfig::new(name, home);
+    if let ModelSpec::OpenAi(model) = spec {
+        config.route =
+            AgentOptions { provider: Some("openai".to_owned()), model: model.clone(), ..AgentOptions::default() };
+        config.inherit_env = vec!["SUBAGENTS_BASE_URL".to_owned(), "SUBAGENTS_MODEL".to_owned()];
+        if let Ok(key) = std::env::var("SUBAGENTS_API_KEY") {
+            config.env.push(("SUBAGENTS_API_KEY".to_owned(), key));
+        }
+    }
+    config
+}
+
+/// Serves until the client is gone.
+async fn serve(session: Arc<Session>) -> Result<(), ServeError> {
+    let (transport, input) = framing::stdio(session.closing.clone());
+    let input = tokio::spawn(input);
+    let served = match Server(session.clone()).serve(transport).await {
+        Ok(running) => running.waiting().await.map(drop).map_err(|e| ServeError::Connection(e.to_string())),
+        // Stdin ended before any initialize: nothing was asked.
+        Err(ServerInitializeError::ConnectionClosed(_)) => Ok(()),
+        Err(error) => Err(ServeError::Connection(error.to_string())),
+    };
+    session.closing.cancel();
+    input.abort();
+    served
+}
+
+/// The SDK's handler: the session's tools.
+#[derive(Clone)]
+struct Server(Arc<Session>);
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_protocol_version(NEWEST_PROTOCOL)
+            .with_server_info(Implementation::new("subagents", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&NEWEST_PROTOCOL))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.0.catalog.tools()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<McpTool> {
+        self.0.catalog.get(name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let session = &self.0;
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let target = session.catalog.check(&request.name, &arguments)?;
+        let cancel = session.closing.child_token();
+        let tool_context = session.tool_context(context.id.to_string(), cancel.clone());
+        let result = cancelled_by(&context.ct, &cancel, async {
+            match target {
+                Target::Subagent => session.delegate(&arguments, &tool_context, &context).await,
+                Target::Task(tool) => tool_result(tool.call(arguments.clone(), tool_context.clone()).await),
+            }
+        })
+        .await;
+        Ok(result.into())
+    }
+}
+
+/// Runs `work` to its end, cancelling `cancel` when the client cancels the
+/// call (`call`): the work then ends as cancelled, its run disposed.
+async fn cancelled_by<T>(call: &CancellationToken, cancel: &CancellationToken, work: impl Future<Output = T>) -> T {
+    tokio::pin!(work);
+    tokio::select! {
+        done = &mut work => return done,
+        _ = call.cancelled() => cancel.cancel(),
+    }
+    work.await
+}
+
+fn tool_result(output: ToolOutput) -> CallToolResult {
+    let content = vec![ContentBlock::text(output.content)];
+    if output.is_error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    }
+}
