@@ -427,7 +427,11 @@ async fn queue(
 }
 
 async fn start(subagents: &Subagents, provider: &str, request: StartRequest) -> Result<Run, String> {
-    subagents.start(provider, request).await.map_err(|e| format!("could not start the subagent: {e}"))
+    subagents.start(provider, request).await.map_err(|error| match error {
+        // Cancelled before the child was published: still a cancelled run.
+        SubagentError::Aborted { .. } => stop_message(StopReason::Aborted).to_owned(),
+        error => format!("could not start the subagent: {error}"),
+    })
 }
 
 /// Awaits and disposes one run; `Ok((output, structured))` when it
