@@ -130,7 +130,7 @@ type HookOutcome = Result<Result<(), Failure>, String>;
 pub(crate) struct RunSpawn {
     pub core: Arc<Core>,
     pub shared: Arc<RunShared>,
-    pub launch: Launch,
+    pub launch: Box<Launch>,
     pub publish: oneshot::Sender<Result<Published, SubagentError>>,
 }
 
@@ -143,7 +143,8 @@ pub(crate) struct RunActor {
     shared: Arc<RunShared>,
     child_id: String,
     token: CancellationToken,
-    launch: Option<Launch>,
+    /// Boxed: the actor lives inline in its task, and a launch is large.
+    launch: Option<Box<Launch>>,
     child: Option<Box<dyn Child>>,
     launching: Slot<LaunchOutcome>,
     running: Slot<Result<RunResult, String>>,
@@ -415,7 +416,7 @@ impl Actor for RunActor {
         let Some(launch) = self.launch.take() else { return };
         self.shared.bind_capture(ctx.address().downgrade().recipient());
         let provider = self.shared.entry.provider.clone();
-        let launching = self.launching.hold(self.core.id(), &self.span, contained(move || provider.launch(launch)));
+        let launching = self.launching.hold(self.core.id(), &self.span, contained(move || provider.launch(*launch)));
         self.drive(launching, ctx, |actor, outcome, ctx| {
             if let Some(outcome) = outcome {
                 actor.on_launched(outcome, ctx)

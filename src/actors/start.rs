@@ -20,7 +20,8 @@ use crate::seam::{Launch, ProviderContext, StartRequest, SubagentError, MAX_DEPT
 /// Checks `request` against provider `name`, then starts it on a worker.
 pub(crate) async fn start(core: &Arc<Core>, name: &str, request: StartRequest) -> Result<Run, SubagentError> {
     let entry = admit(core, name, &request)?;
-    core.on_runtime(launch(core.clone(), entry, request)).await?
+    // Boxed once here: the request is large, and the futures below move.
+    core.on_runtime(launch(core.clone(), entry, Box::new(request))).await?
 }
 
 /// The synchronous checks, in contract order.
@@ -82,12 +83,13 @@ fn check_values(request: &StartRequest) -> Result<(), SubagentError> {
 
 /// Runs on a worker: create the run actor there, wait for publication, emit
 /// `Start`, hand back the `Run`.
-async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartRequest) -> Result<Run, SubagentError> {
+async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: Box<StartRequest>) -> Result<Run, SubagentError> {
     let token = request.signal.child_token();
     let depth = request.child_depth();
     let label = request.label.clone();
-    // Kept for a continuation, which starts from the same parent.
-    let parent = request.parent.clone();
+    // Kept for a continuation, which starts from the same parent; only a
+    // provider that may offer one pays for the copy.
+    let parent = entry.provider.offers_continuation().then(|| request.parent.clone());
     let parent_session = request.parent.session_id.clone();
     let progress = request.progress.clone();
     let shared = Arc::new(RunShared::new(core.mint_run_id(), entry, parent_session, core.bus().clone(), progress));
@@ -96,7 +98,7 @@ async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartReques
     let actor = RunActor::new(RunSpawn {
         core: core.clone(),
         shared: shared.clone(),
-        launch: Launch { request, cancel: token.clone(), context },
+        launch: Box::new(Launch { request: *request, cancel: token.clone(), context }),
         publish,
     });
     let addr = actor.start();
@@ -116,7 +118,7 @@ async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartReques
         control,
         local_agent: published.local_agent,
         steering: published.steering.then(|| addr.recipient()),
-        continuation: published.continuation.then_some((core, parent)),
+        continuation: parent.filter(|_| published.continuation).map(|parent| (core, parent)),
         disposed: AtomicBool::new(false),
     })
 }
