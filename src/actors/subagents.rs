@@ -73,6 +73,9 @@ impl Subagents {
 
     /// Call `listener` for every event, on the runtime's events thread, until
     /// the handle is dropped. A panic or an `Err` is logged and contained.
+    /// Events arrive in order and in batches: a listener hears of an event
+    /// at most about a millisecond after it happened, which keeps a busy
+    /// runtime from waking the events thread once per event.
     pub fn add_listener<F, R>(&self, listener: F) -> ListenerHandle
     where
         F: Fn(&SubagentEvent) -> R + Send + 'static,
