@@ -87,4 +87,5 @@ pub use continuation::Continuation;
 pub use registry::Registration;
 pub use run_handle::{Run, Steering};
 pub use runtime::{PhaseReport, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport};
+pub(crate) use subagents::LineageScope;
 pub use subagents::Subagents;
