@@ -258,11 +258,14 @@ const NOT_DISPOSED: &str = "the serve child was not disposed: its runs are not k
 fn reported_runs(reply: Option<Result<Value, WireError>>) -> Vec<Branch> {
     match reply {
         Some(Ok(reply)) => match reply.get("runs") {
-            Some(runs) => serde_json::from_value(runs.clone())
-                .unwrap_or_else(|_| vec![Branch::unknown("the serve child reported its runs in a form we cannot read")]),
+            Some(runs) => serde_json::from_value(runs.clone()).unwrap_or_else(|_| {
+                vec![Branch::unknown("the serve child reported its runs in a form we cannot read")]
+            }),
             None => vec![Branch::unknown("the serve child did not report its runs (a peer without receipts)")],
         },
-        Some(Err(WireError::Remote(_))) => vec![Branch::unknown("the serve child refused shutdown: its runs are not known")],
+        Some(Err(WireError::Remote(_))) => {
+            vec![Branch::unknown("the serve child refused shutdown: its runs are not known")]
+        }
         Some(Err(_)) => vec![Branch::unknown("the serve child ended before it reported its runs")],
         None => vec![Branch::unknown("the serve child did not answer shutdown in time: its runs are not known")],
     }

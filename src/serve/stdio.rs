@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio_util::codec::AnyDelimiterCodecError;
 
 use super::ServeError;
+use crate::actors::LineageScope;
 use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Tool, Toolset};
 use crate::providers::child_process::lines;
 use crate::providers::process::profile::{Profile, PROFILE_TOOLS};
@@ -32,7 +33,6 @@ use crate::providers::process::wire::{ChildEvent, Initialize, TurnEndReason, PRO
 use crate::providers::{ChildInfo, InProcessProvider};
 use crate::seam::ContentBlock;
 use crate::tool::{delegating_tools, shared_delegating_toolset, TaskService};
-use crate::actors::LineageScope;
 use crate::Runtime;
 
 /// How deep the served session's delegation tree may go, counted in its
