@@ -1,50 +1,51 @@
-//! Cancellation receipts: what cancelling or disposing a run stopped.
-//!
-//! A [`Receipt`] is a tree. Its root is the run itself (ids, provider, final
-//! stop reason, the processes reaped for it); its [`Branch`]es are the runs
-//! started under it, each a receipt of its own, or an explicit
-//! [`Branch::Unknown`] where the runtime cannot know what was there (an ACP
-//! agent's own runs, a `serve` child that died before it reported, a remote
-//! worker's runs). A receipt never pretends: when a branch is unknown it
-//! says so and why.
-//!
-//! Where the branches come from:
-//! - in-process descendants (`spawn`, `fork`, and any provider whose child
-//!   exposes a local agent) through session lineage: every run whose
-//!   parent session is a run's session is that run's child. Each one is
-//!   listed once it is quiescent, with its settled stop reason;
-//! - a provider's own report ([`StopReport`], from `Child::stop_report`):
-//!   the processes it reaped and the runs its child reported over its wire
-//!   (the `process` provider's `serve` children report theirs in their
-//!   `shutdown` reply).
-//!
-//! Run ids in a branch reported over a wire were minted by the runtime that
-//! ran them (the child process's), not by this one.
-//!
-//! ```
-//! use subagents::{Branch, Receipt, StopReason};
-//!
-//! let grandchild = Receipt::new(3, "s-3", "spawn", StopReason::Aborted);
-//! let child = Receipt::new(2, "process:p:s-1", "process", StopReason::Aborted)
-//!     .with_processes_reaped(vec![4242])
-//!     .with_children(vec![Branch::Run(grandchild), Branch::unknown("not reported")]);
-//! let top = Receipt::new(1, "s-0", "spawn", StopReason::Aborted).with_children(vec![Branch::Run(child)]);
-//! assert_eq!(top.descendants().count(), 2);
-//! assert_eq!(top.stopped_descendants(), 2);
-//! assert_eq!(top.processes_reaped_in_tree(), vec![4242]);
-//! assert_eq!(top.unknown_branches(), vec!["not reported"]);
-//! assert!(!top.is_complete());
-//! let json = serde_json::to_value(&top).unwrap();
-//! assert_eq!(json["children"][0]["kind"], "run");
-//! assert_eq!(serde_json::from_value::<Receipt>(json).unwrap(), top);
-//! ```
+//! Cancellation receipts: what cancelling or disposing a run stopped
+//! ([`Receipt`], [`Branch`]) and what a provider's child reports of it
+//! ([`StopReport`]).
 
 use serde::{Deserialize, Serialize};
 
 use super::StopReason;
 
-/// One run that was stopped (or had ended) under a cancel or dispose, and
-/// what was under it. See the [module docs](self).
+/// What cancelling or disposing a run stopped (`Run::cancel_and_wait`).
+///
+/// A [`Receipt`] is a tree. Its root is the run itself (ids, provider, final
+/// stop reason, the processes reaped for it); its [`Branch`]es are the runs
+/// started under it, each a receipt of its own, or an explicit
+/// [`Branch::Unknown`] where the runtime cannot know what was there (an ACP
+/// agent's own runs, a `serve` child that died before it reported, a remote
+/// worker's runs). A receipt never pretends: when a branch is unknown it
+/// says so and why.
+///
+/// Where the branches come from:
+/// - in-process descendants (`spawn`, `fork`, and any provider whose child
+///   exposes a local agent) through session lineage: every run whose
+///   parent session is a run's session is that run's child. Each one is
+///   listed once it is quiescent, with its settled stop reason;
+/// - a provider's own report ([`StopReport`], from `Child::stop_report`):
+///   the processes it reaped and the runs its child reported over its wire
+///   (the `process` provider's `serve` children report theirs in their
+///   `shutdown` reply).
+///
+/// Run ids in a branch reported over a wire were minted by the runtime that
+/// ran them (the child process's), not by this one.
+///
+/// ```
+/// use subagents::{Branch, Receipt, StopReason};
+///
+/// let grandchild = Receipt::new(3, "s-3", "spawn", StopReason::Aborted);
+/// let child = Receipt::new(2, "process:p:s-1", "process", StopReason::Aborted)
+///     .with_processes_reaped(vec![4242])
+///     .with_children(vec![Branch::Run(grandchild), Branch::unknown("not reported")]);
+/// let top = Receipt::new(1, "s-0", "spawn", StopReason::Aborted).with_children(vec![Branch::Run(child)]);
+/// assert_eq!(top.descendants().count(), 2);
+/// assert_eq!(top.stopped_descendants(), 2);
+/// assert_eq!(top.processes_reaped_in_tree(), vec![4242]);
+/// assert_eq!(top.unknown_branches(), vec!["not reported"]);
+/// assert!(!top.is_complete());
+/// let json = serde_json::to_value(&top).unwrap();
+/// assert_eq!(json["children"][0]["kind"], "run");
+/// assert_eq!(serde_json::from_value::<Receipt>(json).unwrap(), top);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Receipt {
     /// The run id its runtime minted (for a branch reported over a wire,
