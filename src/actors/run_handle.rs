@@ -99,10 +99,10 @@ impl Run {
     /// Cancel the run, wait until it is quiescent, dispose it, and say
     /// what was stopped: the run's [`Receipt`], with every run started
     /// under it (in-process descendants found through session lineage,
-    /// the runs a `process` child reported over its wire), each with its
-    /// final stop reason, the processes reaped, and an unknown branch
-    /// wherever the tree cannot be known (an ACP agent's own runs, a
-    /// child that died before it reported, a remote worker's runs).
+    /// the runs a `process` child or a `remote` worker reported over its
+    /// wire), each with its final stop reason, the processes reaped, and
+    /// an unknown branch wherever the tree cannot be known (an ACP agent's
+    /// own runs, a child that died before it reported, a lost worker).
     ///
     /// `dispose()` keeps its signature; this is the dispose that reports.
     /// Like `dispose()` it is idempotent and returns after quiescence;

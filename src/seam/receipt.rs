@@ -12,8 +12,8 @@ use super::StopReason;
 /// stop reason, the processes reaped for it); its [`Branch`]es are the runs
 /// started under it, each a receipt of its own, or an explicit
 /// [`Branch::Unknown`] where the runtime cannot know what was there (an ACP
-/// agent's own runs, a `serve` child that died before it reported, a remote
-/// worker's runs). A receipt never pretends: when a branch is unknown it
+/// agent's own runs, a `serve` child that died before it reported, a lost
+/// remote worker's runs). A receipt never pretends: when a branch is unknown it
 /// says so and why.
 ///
 /// Where the branches come from:
@@ -24,7 +24,8 @@ use super::StopReason;
 /// - a provider's own report ([`StopReport`], from `Child::stop_report`):
 ///   the processes it reaped and the runs its child reported over its wire
 ///   (the `process` provider's `serve` children report theirs in their
-///   `shutdown` reply).
+///   `shutdown` reply, a `remote` worker its local run's tree with the
+///   result).
 ///
 /// Run ids in a branch reported over a wire were minted by the runtime that
 /// ran them (the child process's), not by this one.

@@ -177,12 +177,12 @@ impl Child for RemoteChild {
     }
 
     fn stop_report(&self) -> StopReport {
-        // The worker's receipt says whether it released its child, not what
-        // that child started.
+        // The worker reports its local run's receipt with the result.
         if self.never_ran.get() {
             return StopReport::new();
         }
-        StopReport::new().with_children([Branch::unknown(WORKER_RUNS_UNKNOWN)])
+        let runs = self.settled.borrow().as_ref().and_then(|settled| settled.runs.clone());
+        StopReport::new().with_children(runs.unwrap_or_else(|| vec![Branch::unknown(WORKER_RUNS_UNKNOWN)]))
     }
 
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
@@ -229,7 +229,8 @@ impl Child for RemoteChild {
 }
 
 /// Why a remote run's own runs are an unknown branch of its receipt.
-const WORKER_RUNS_UNKNOWN: &str = "a remote worker does not report the runs under its run yet";
+const WORKER_RUNS_UNKNOWN: &str =
+    "no worker reported what ran under the remote run (it was lost, it is an older worker, or the run had not settled)";
 
 /// A settled run's dispose receipt: whether the worker released its child.
 fn receipt(settled: &Settled) -> Result<(), Failure> {
