@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use common::{no_children_left, no_process_mentions, runtime_at};
 use serde_json::json;
 use subagents::agent::{ScriptMatch, ScriptedModel, Step, Toolset};
-use subagents::providers::{ChildInfo, InProcessProvider, ProcessConfig, ProcessProvider};
-use subagents::tool::{MaxDepth, SubagentTool, SubagentToolConfig};
+use subagents::providers::{AcpConfig, AcpProvider, ChildInfo, InProcessProvider, ProcessConfig, ProcessProvider};
+use subagents::tool::{shared_delegating_toolset, MaxDepth, SubagentTool, SubagentToolConfig, TaskService};
 use subagents::{Branch, CancellationToken, Parent, Receipt, StartRequest, StopReason, Subagents};
 
 /// Generous bounds: a tree of real processes on a busy 2-core machine.
@@ -250,4 +250,67 @@ fn fanout_says_how_many_descendants_ctrl_c_stopped() {
     assert!(stderr.contains("interrupted: 1 runs did not complete; 2 descendants stopped under them"), "{stderr}");
     let line: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!((line["stop_reason"].as_str(), line["stopped_descendants"].as_u64()), (Some("aborted"), Some(2)));
+}
+
+#[test]
+fn an_acp_run_lists_its_reaped_agent_and_says_its_agents_own_runs_are_unknown() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime_at(home.path());
+    let subagents = runtime.subagents();
+    let args = vec!["acp".to_owned(), "--home".to_owned(), home.path().join("agent-home").display().to_string()];
+    let config = AcpConfig::new("acp", env!("CARGO_BIN_EXE_subagents"), args);
+    let provider = runtime.block_on(async move { AcpProvider::new(config).await.unwrap() });
+    subagents.register_provider(provider).unwrap().keep();
+    let (starting, cwd) = (subagents.clone(), home.path().to_path_buf());
+    let receipt = runtime.block_on(async move {
+        let request = StartRequest::new("hold on [slow]", Parent::root(cwd), CancellationToken::new());
+        let run = starting.start("acp", request).await.unwrap();
+        run.cancel_and_wait().await.unwrap()
+    });
+    assert_eq!((receipt.provider.as_str(), receipt.stop_reason), ("acp", StopReason::Aborted));
+    assert_eq!(receipt.processes_reaped.len(), 1, "{receipt:#?}");
+    assert!(!pid_alive(receipt.processes_reaped[0]));
+    assert_eq!(receipt.unknown_branches(), ["an ACP agent does not report the runs it started"]);
+    no_children_left(&runtime);
+    no_process_mentions(home.path());
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn a_disposed_runs_receipt_keeps_each_descendants_own_stop_reason() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime_at(home.path());
+    let subagents = runtime.subagents();
+    let kit = shared_delegating_toolset(&subagents, &TaskService::new(), "spawn", 3);
+    let model = ScriptedModel::new()
+        .script(
+            ScriptMatch::PromptContains("TOP".into()),
+            vec![
+                Step::tool_calls([
+                    ("subagent", json!({"description": "says yes", "prompt": "say yes"})),
+                    ("subagent", json!({"description": "says no", "prompt": "say no"})),
+                ]),
+                Step::text("top done"),
+            ],
+        )
+        .script(ScriptMatch::PromptContains("say no".into()), vec![Step::refusal("no")]);
+    let spawn = InProcessProvider::spawn("spawn", Arc::new(model)).with_tools(Arc::new(move |_: &ChildInfo| kit()));
+    subagents.register_provider(spawn).unwrap().keep();
+    let (starting, cwd) = (subagents.clone(), home.path().to_path_buf());
+    let receipt = runtime.block_on(async move {
+        // Nothing is cancelled: one child completes, one refuses.
+        let request = StartRequest::new("TOP", Parent::root(cwd), CancellationToken::new());
+        let run = starting.start("spawn", request).await.unwrap();
+        assert_eq!(run.result().await.unwrap().stop_reason, StopReason::Completed);
+        run.dispose().await.unwrap();
+        run.receipt().await
+    });
+    assert_eq!(receipt.stop_reason, StopReason::Completed);
+    let mut reasons: Vec<StopReason> = receipt.descendants().map(|r| r.stop_reason).collect();
+    reasons.sort_by_key(|r| r.to_string());
+    assert_eq!(reasons, [StopReason::Completed, StopReason::Refusal], "{receipt:#?}");
+    assert_eq!(receipt.stopped_descendants(), 0, "nothing was stopped");
+    assert!(receipt.is_complete());
+    no_children_left(&runtime);
+    runtime.shutdown_blocking();
 }
