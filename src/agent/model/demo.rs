@@ -225,6 +225,29 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_slow_task_listing_parts_delegates_them_at_once_and_one_without_parts_is_slow() {
+        let model = ScriptedModel::demo();
+        let mut request = first_call("check a [slow]; check b [slow]");
+        let subagent = ToolSpec {
+            name: "subagent".into(),
+            description: "delegate".into(),
+            parameters: json!({"properties": {"description": {}, "prompt": {}}}),
+        };
+        request.tools = Arc::from(vec![subagent]);
+        let began = Instant::now();
+        let reply = model.complete(request, CancellationToken::new()).await.unwrap();
+        assert!(began.elapsed() < Duration::from_secs(30), "delegating is not slow");
+        let prompts: Vec<&Value> = reply.tool_calls.iter().map(|call| &call.arguments["prompt"]).collect();
+        assert_eq!(prompts, [&json!("check a [slow]"), &json!("check b [slow]")]);
+        // Without a delegating tool the same task is slow: no answer soon.
+        let mut alone = first_call("check a [slow]; check b [slow]");
+        alone.session_id = "alone".into();
+        let answered =
+            tokio::time::timeout(Duration::from_millis(100), model.complete(alone, CancellationToken::new()));
+        assert!(answered.await.is_err(), "a slow task without parts to delegate answers in a minute");
+    }
+
     #[test]
     fn delay_is_read_from_the_task_and_capped() {
         assert_eq!(requested_delay(&first_call("work [delay:250] now")), Some(Duration::from_millis(250)));
