@@ -220,13 +220,14 @@ impl RunActor {
             return self.release_child(ctx);
         }
         self.child_id = child.id();
-        if let Some(agent) = child.local_agent() {
+        let local_agent = child.local_agent();
+        if let Some(agent) = &local_agent {
             // Before the child runs: it may delegate at once.
             self.shared.set_family(self.core.open_family(agent.session_id()));
         }
         let published = Published {
             id: self.child_id.clone(),
-            local_agent: child.local_agent(),
+            local_agent,
             steering: child.supports_steering(),
             continuation: child.supports_continuation(),
         };
