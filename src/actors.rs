@@ -35,7 +35,8 @@
 //! run.rs            RunActor: owns one child; its lifecycle is one enum
 //! run_handle.rs     Run, Steering: the caller's handles
 //! registry.rs       RegistryActor, Registration: supervises provider actors
-//! core.rs           Core: config, workers, bus, counters, provider and run tables
+//! core.rs           Core: config, workers, bus, counters, provider, run and family tables
+//! lineage.rs        Family: the runs started under a session; a quiescent run's receipt
 //! control.rs        RunControl: a run held by token, state and Recipient<Control>
 //! provider.rs       ProviderActor: hosts one provider until retired and drained
 //! run_shared.rs     RunShared: result, quiescence, events through the gate
@@ -54,6 +55,7 @@ mod control;
 mod core;
 mod entry;
 mod gate;
+mod lineage;
 mod provider;
 mod registry;
 mod run;
@@ -85,4 +87,5 @@ pub use continuation::Continuation;
 pub use registry::Registration;
 pub use run_handle::{Run, Steering};
 pub use runtime::{PhaseReport, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport};
+pub(crate) use subagents::LineageScope;
 pub use subagents::Subagents;

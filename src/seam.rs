@@ -21,6 +21,7 @@ mod content;
 mod error;
 mod progress;
 mod provider;
+mod receipt;
 mod request;
 mod result;
 
@@ -32,5 +33,6 @@ pub use futures_util::future::LocalBoxFuture;
 pub use progress::{ProgressSink, ProgressUpdate};
 pub(crate) use provider::RunReporter;
 pub use provider::{CaptureError, Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};
+pub use receipt::{Branch, Receipt, StopReport};
 pub use request::{AgentOptions, Capabilities, Capability, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP};
 pub use result::{Category, Diagnostic, Failure, RunResult, Stage, StopReason};

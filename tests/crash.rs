@@ -384,5 +384,10 @@ fn serve_answers_every_non_request_with_invalid_request_and_echoes_ids_exactly()
     assert!(replies[8].contains(r#""id":-9223372036854775808"#) && replies[8].contains("-32601"), "{}", replies[8]);
     assert!(replies[9].contains(r#""id":"relative""#) && replies[9].contains("-32602"), "{}", replies[9]);
     assert!(replies[9].contains("absolute"), "{}", replies[9]);
-    assert!(replies[10].contains(r#""id":"shut""#) && replies[10].contains(r#""result":{}"#), "{}", replies[10]);
+    // The receipt of a session that ran nothing: no runs, and it says so.
+    assert!(
+        replies[10].contains(r#""id":"shut""#) && replies[10].contains(r#""result":{"runs":[]}"#),
+        "{}",
+        replies[10]
+    );
 }

@@ -17,6 +17,8 @@ use tokio::sync::oneshot;
 
 use super::control::RunControl;
 use super::entry::ProviderEntry;
+use super::lineage::Family;
+use super::run_shared::RunShared;
 use crate::events::EventBus;
 use crate::live::LiveCounters;
 use crate::seam::SubagentError;
@@ -68,6 +70,9 @@ pub(crate) struct Core {
     live: Arc<LiveCounters>,
     /// Live runs by run id (the runtime's one run table).
     runs: DashMap<u64, RunControl>,
+    /// Open families by session id: the runs started under a live run's
+    /// session (or a serve scope's), for receipts.
+    families: DashMap<String, Arc<Family>>,
     /// Registered providers in insertion order (the one provider table;
     /// the registry actor keeps only the addresses of the actors it
     /// supervises, retired ones included).
@@ -95,6 +100,7 @@ impl Core {
             bus: EventBus::new(event_capacity),
             live: Arc::new(LiveCounters::default()),
             runs: DashMap::new(),
+            families: DashMap::new(),
             providers: RwLock::new(Vec::new()),
             accepting: AtomicBool::new(true),
             next_run_id: AtomicU64::new(1),
@@ -168,6 +174,28 @@ impl Core {
     /// The live run `run_id`, if it is still in the table.
     pub(crate) fn run_control(&self, run_id: u64) -> Option<RunControl> {
         self.runs.get(&run_id).map(|entry| entry.value().clone())
+    }
+
+    /// Opens the family of `session`: runs published with it as their
+    /// parent session are adopted into it until it is closed. A session
+    /// continued by a new run opens a new family; the old one stays with
+    /// the old run.
+    pub(crate) fn open_family(&self, session: &str) -> Arc<Family> {
+        let family = Arc::new(Family::new(session));
+        self.families.insert(session.to_owned(), family.clone());
+        family
+    }
+
+    /// Stops adopting into `family` (if it is still the open one).
+    pub(crate) fn close_family(&self, family: &Arc<Family>) {
+        self.families.remove_if(family.session(), |_, open| Arc::ptr_eq(open, family));
+    }
+
+    /// Records a published run under its parent session's open family, if any.
+    pub(crate) fn adopt(&self, parent_session: &str, child_id: &str, shared: &Arc<RunShared>) {
+        if let Some(family) = self.families.get(parent_session) {
+            family.adopt(child_id, shared.clone());
+        }
     }
 
     /// Every live run, for shutdown.

@@ -220,9 +220,14 @@ impl RunActor {
             return self.release_child(ctx);
         }
         self.child_id = child.id();
+        let local_agent = child.local_agent();
+        if let Some(agent) = &local_agent {
+            // Before the child runs: it may delegate at once.
+            self.shared.set_family(self.core.open_family(agent.session_id()));
+        }
         let published = Published {
             id: self.child_id.clone(),
-            local_agent: child.local_agent(),
+            local_agent,
             steering: child.supports_steering(),
             continuation: child.supports_continuation(),
         };
@@ -440,7 +445,15 @@ impl Drop for RunActor {
         self.launching.clear();
         self.running.clear();
         self.releasing.clear();
-        drop(self.child.take());
+        if let Some(child) = self.child.take() {
+            match contained_call(|| child.stop_report()) {
+                Ok(report) => self.shared.set_stop_report(report),
+                Err(panic) => tracing::error!(parent: &self.span, %panic, "child stop report panicked"),
+            }
+        }
+        if let Some(family) = self.shared.family() {
+            self.core.close_family(family);
+        }
         drop(self.leases.take());
         if let Some(publish) = self.publish.take() {
             // A rejected start settles nothing and emits nothing.

@@ -8,8 +8,9 @@ use actix::Recipient;
 
 use super::control::{RunControl, SendMessage};
 use super::core::Core;
+use super::lineage;
 use crate::agent::Agent;
-use crate::seam::{ContentBlock, LocalAgent, Parent, RunResult, SubagentError};
+use crate::seam::{ContentBlock, LocalAgent, Parent, Receipt, RunResult, SubagentError};
 
 /// A published run, owned by the caller, who must [`dispose`](Run::dispose)
 /// it on every path. Dropping an undisposed `Run` disposes it in the
@@ -93,6 +94,54 @@ impl Run {
     pub async fn dispose(&self) -> Result<(), SubagentError> {
         self.request_dispose();
         self.control.shared.quiescent().await
+    }
+
+    /// Cancel the run, wait until it is quiescent, dispose it, and say
+    /// what was stopped: the run's [`Receipt`], with every run started
+    /// under it (in-process descendants found through session lineage,
+    /// the runs a `process` child or a `remote` worker reported over its
+    /// wire), each with its final stop reason, the processes reaped, and
+    /// an unknown branch wherever the tree cannot be known (an ACP agent's
+    /// own runs, a child that died before it reported, a lost worker).
+    ///
+    /// `dispose()` keeps its signature; this is the dispose that reports.
+    /// Like `dispose()` it is idempotent and returns after quiescence;
+    /// `Err(DISPOSE_FAILED)` says the run had to be forced down (its
+    /// receipt is still available from [`Run::receipt`]).
+    ///
+    /// ```
+    /// use subagents::providers::MockProvider;
+    /// use subagents::{CancellationToken, Parent, Runtime, StartRequest, StopReason};
+    ///
+    /// let runtime = Runtime::builder().workers(1).build().unwrap();
+    /// let subagents = runtime.subagents();
+    /// subagents.register_provider(MockProvider::new("mock").with_delay(std::time::Duration::from_secs(600))).unwrap().keep();
+    /// let receipt = runtime.block_on(async move {
+    ///     let request = StartRequest::new("wait for ever", Parent::root("/tmp"), CancellationToken::new());
+    ///     let run = subagents.start("mock", request).await.unwrap();
+    ///     run.cancel_and_wait().await.unwrap()
+    /// });
+    /// assert_eq!(receipt.stop_reason, StopReason::Aborted);
+    /// assert_eq!(receipt.provider, "mock");
+    /// assert!(receipt.children.is_empty() && receipt.is_complete());
+    /// assert!(runtime.shutdown_blocking().live_after.is_quiescent());
+    /// ```
+    pub async fn cancel_and_wait(&self) -> Result<Receipt, SubagentError> {
+        self.cancel();
+        let disposed = self.dispose().await;
+        let receipt = self.receipt().await;
+        disposed.map(|()| receipt)
+    }
+
+    /// The run's [`Receipt`] (see [`Run::cancel_and_wait`]), once it is
+    /// quiescent: waits for quiescence without cancelling or disposing, so
+    /// call it after `dispose()` (or when the run is being disposed).
+    /// Descendants that are not quiescent within 30 s of the run are
+    /// listed as unknown branches.
+    pub async fn receipt(&self) -> Receipt {
+        let shared = &self.control.shared;
+        let _ = shared.quiescent().await;
+        lineage::receipt_of(shared, &self.child_id, lineage::deadline()).await
     }
 
     /// Send-message, when the child supports it.

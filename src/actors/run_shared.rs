@@ -10,8 +10,9 @@ use tokio::sync::Notify;
 
 use super::entry::ProviderEntry;
 use super::gate::Gate;
+use super::lineage::Family;
 use crate::events::{EventBus, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent};
-use crate::seam::{CaptureError, ProgressSink, RunReporter, RunResult, StopReason, SubagentError};
+use crate::seam::{CaptureError, ProgressSink, RunReporter, RunResult, StopReason, StopReport, SubagentError};
 
 pub(crate) struct RunShared {
     pub run_id: u64,
@@ -26,6 +27,10 @@ pub(crate) struct RunShared {
     capture: OnceLock<WeakRecipient<CaptureStructured>>,
     /// The caller's own receiver of this run's progress.
     progress: Option<ProgressSink>,
+    /// The runs started under this run's session, when its child has one.
+    family: OnceLock<Arc<Family>>,
+    /// What the child reported when it was released, when not empty.
+    stop_report: OnceLock<Box<StopReport>>,
 }
 
 /// A child hands its validated structured result to its run (SPEC §8). The
@@ -53,6 +58,8 @@ impl RunShared {
             changed: Notify::new(),
             capture: OnceLock::new(),
             progress,
+            family: OnceLock::new(),
+            stop_report: OnceLock::new(),
         }
     }
 
@@ -68,6 +75,31 @@ impl RunShared {
     /// The result, once settled.
     pub(crate) async fn result(&self) -> Result<RunResult, SubagentError> {
         self.wait(|shared| shared.result.get().cloned()).await
+    }
+
+    /// The result, if settled.
+    pub(crate) fn settled(&self) -> Option<&Result<RunResult, SubagentError>> {
+        self.result.get()
+    }
+
+    /// Called by the run actor when its child, which has a session, is launched.
+    pub(crate) fn set_family(&self, family: Arc<Family>) {
+        let _ = self.family.set(family);
+    }
+
+    pub(crate) fn family(&self) -> Option<&Arc<Family>> {
+        self.family.get()
+    }
+
+    /// Called by the run actor as it stops, before quiescence is announced.
+    pub(crate) fn set_stop_report(&self, report: StopReport) {
+        if !report.is_empty() {
+            let _ = self.stop_report.set(Box::new(report));
+        }
+    }
+
+    pub(crate) fn stop_report(&self) -> Option<&StopReport> {
+        self.stop_report.get().map(|report| &**report)
     }
 
     /// How dispose went, once the run is quiescent.

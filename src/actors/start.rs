@@ -105,6 +105,9 @@ async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: Box<StartRe
     let control = RunControl { control: addr.clone().recipient(), token, depth, shared: shared.clone() };
     core.insert_run(shared.run_id, control.clone());
     let published = published.await.unwrap_or(Err(SubagentError::RuntimeStopped))?;
+    if let Some(parent_session) = &shared.parent_session {
+        core.adopt(parent_session, &published.id, &shared);
+    }
     shared.publish(|| RunInfo {
         run_id: shared.run_id,
         child_id: published.id.clone(),

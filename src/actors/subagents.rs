@@ -7,11 +7,12 @@ use std::sync::Arc;
 use actix::Addr;
 
 use super::core::Core;
+use super::lineage::{self, Family};
 use super::registry::{self, Registration, RegistryActor};
 use super::run_handle::Run;
 use crate::events::{EventStream, ListenerHandle, ListenerOutcome, SubagentEvent};
 use crate::live::Live;
-use crate::seam::{Provider, ProviderInfo, StartRequest, SubagentError};
+use crate::seam::{Branch, Provider, ProviderInfo, StartRequest, SubagentError};
 
 /// A `Clone + Send + Sync` handle on a runtime's registry, usable from any
 /// thread or async runtime.
@@ -50,6 +51,13 @@ impl Subagents {
     /// Registered provider names, in insertion order.
     pub fn list(&self) -> Vec<String> {
         self.core.provider_names()
+    }
+
+    /// Tracks the runs started under `session`, a session that is not a
+    /// run of this runtime (the served session of `subagents serve`), for
+    /// its receipt. Stops tracking when dropped.
+    pub(crate) fn lineage_scope(&self, session: &str) -> LineageScope {
+        LineageScope { core: self.core.clone(), family: self.core.open_family(session) }
     }
 
     /// Start a child on provider `name`.
@@ -93,5 +101,26 @@ impl Subagents {
 impl fmt::Debug for Subagents {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Subagents").field("providers", &self.list()).finish()
+    }
+}
+
+/// The runs started under a session that is not itself a run: a family of
+/// its own, closed on drop.
+pub(crate) struct LineageScope {
+    core: Arc<Core>,
+    family: Arc<Family>,
+}
+
+impl LineageScope {
+    /// The branches of every run started under the session so far, each
+    /// once it is quiescent.
+    pub(crate) async fn branches(&self) -> Vec<Branch> {
+        self.family.branches(lineage::deadline()).await
+    }
+}
+
+impl Drop for LineageScope {
+    fn drop(&mut self) {
+        self.core.close_family(&self.family);
     }
 }

@@ -32,9 +32,14 @@
 //! of the group survives. Child output lines are capped, so a child that
 //! floods stdout cannot grow memory without bound. Diagnostics carry only
 //! stage and category, never stderr (discarded) or payloads.
+//!
+//! **Receipts** list the agent process reaped by dispose (its pid) and an
+//! unknown branch for whatever the agent itself started: ACP does not tell
+//! a client about an agent's own subagents.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -59,8 +64,8 @@ use super::child_process::{lines, spawn, ChildEnv, Spawned, MAX_OUTPUT};
 use crate::events::ProgressUpdate;
 use crate::live::LiveCounters;
 use crate::seam::{
-    text_of, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider,
-    ProviderContext, RunResult, Stage, StopReason,
+    text_of, Branch, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider,
+    ProviderContext, RunResult, Stage, StopReason, StopReport,
 };
 
 /// Our stop reasons and ACP's, for both ends: this client and the agent in
@@ -331,6 +336,7 @@ async fn start(config: AcpConfig, features: AgentFeatures, launch: Launch) -> Re
         spawned: Arc::new(tokio::sync::Mutex::new(Some(spawned))),
         grace: (config.dispose_eof_grace, config.dispose_grace),
         cancel,
+        reaped: Rc::new(Cell::new(None)),
     }))
 }
 
@@ -459,7 +465,12 @@ struct AcpChild {
     spawned: Arc<tokio::sync::Mutex<Option<Spawned>>>,
     grace: (Duration, Duration),
     cancel: CancellationToken,
+    /// The agent's pid, once dispose reaped it.
+    reaped: Rc<Cell<Option<u32>>>,
 }
+
+/// Why an ACP run's own runs are an unknown branch of its receipt.
+const AGENT_RUNS_UNKNOWN: &str = "an ACP agent does not report the runs it started";
 
 impl Child for AcpChild {
     fn id(&self) -> String {
@@ -505,7 +516,7 @@ impl Child for AcpChild {
             let _ = close.send(());
         }
         let task = self.task.borrow_mut().take();
-        let spawned = self.spawned.clone();
+        let (spawned, reaped) = (self.spawned.clone(), self.reaped.clone());
         let (eof_grace, grace) = self.grace;
         Box::pin(async move {
             // The connection closes its writer on the way out: stdin EOF.
@@ -516,10 +527,24 @@ impl Child for AcpChild {
             }
             let spawned = spawned.lock().await.take();
             match spawned {
-                Some(spawned) => spawned.dispose(eof_grace, grace).await,
+                Some(spawned) => {
+                    let pid = spawned.pid;
+                    let released = spawned.dispose(eof_grace, grace).await;
+                    // The ladder reaps the agent whether or not its group went quietly.
+                    reaped.set(Some(pid));
+                    released
+                }
                 None => Ok(()),
             }
         })
+    }
+
+    fn stop_report(&self) -> StopReport {
+        let report = StopReport::new().with_children([Branch::unknown(AGENT_RUNS_UNKNOWN)]);
+        match self.reaped.get() {
+            Some(pid) => report.with_process(pid),
+            None => report,
+        }
     }
 }
 

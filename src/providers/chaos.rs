@@ -38,7 +38,7 @@ use crate::events::ProgressUpdate;
 use crate::mix::splitmix64;
 use crate::seam::{
     AgentOptions, Capabilities, CaptureError, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError,
-    LocalAgent, Provider, ProviderContext, RunReporter, RunResult, Stage, SubagentError,
+    LocalAgent, Provider, ProviderContext, RunReporter, RunResult, Stage, StopReport, SubagentError,
 };
 
 /// Where a fault strikes.
@@ -331,6 +331,10 @@ impl Child for ChaosChild {
 
     fn supports_continuation(&self) -> bool {
         self.inner.supports_continuation()
+    }
+
+    fn stop_report(&self) -> StopReport {
+        self.inner.stop_report()
     }
 
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {

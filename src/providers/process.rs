@@ -24,6 +24,12 @@
 //! ladder EOF → SIGTERM → SIGKILL, and fails loudly if the child's process
 //! group survives. Diagnostics carry only stage and category.
 //!
+//! **Receipts**: the `shutdown` reply carries the receipts of the runs the
+//! child's session started (`runs`); the run's receipt lists them under it
+//! with the child's pid as reaped. A child that dies, does not answer
+//! within `shutdown_timeout`, or is an older peer without the field leaves
+//! an unknown branch saying which.
+//!
 //! **Environment**: the allowlist of [the child environment](super#child-environment)
 //! (`PATH`, `HOME`, `LANG`, …), the names listed in `inherit_env`, and the
 //! explicit `env` entries; nothing else of the parent's. A child on the
@@ -51,8 +57,8 @@ use tokio_util::sync::CancellationToken;
 use self::wire::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
 use super::child_process::{spawn, ChildEnv, Spawned, MAX_OUTPUT};
 use crate::seam::{
-    AgentOptions, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider,
-    RunResult, Stage, StopReason,
+    AgentOptions, Branch, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError,
+    Provider, RunResult, Stage, StopReason, StopReport,
 };
 
 /// How long the `initialize` handshake may take.
@@ -226,7 +232,11 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
         id: format!("process:{}:{session_id}", config.name),
         provider: config.name.clone(),
         prompt: RefCell::new(Some(request.prompt)),
-        shared: Rc::new(Shared { connection, spawned: RefCell::new(Some(spawned)) }),
+        shared: Rc::new(Shared {
+            connection,
+            spawned: RefCell::new(Some(spawned)),
+            report: RefCell::new(StopReport::new().with_children([Branch::unknown(NOT_DISPOSED)])),
+        }),
         received: RefCell::new(Some(received)),
         cancel,
         shutdown_timeout: config.shutdown_timeout,
@@ -237,6 +247,28 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
 struct Shared {
     connection: Connection,
     spawned: RefCell<Option<Spawned>>,
+    /// What dispose learned: the runs the child reported, the pid reaped.
+    report: RefCell<StopReport>,
+}
+
+/// A child's runs before its dispose finished (a forced shutdown).
+const NOT_DISPOSED: &str = "the serve child was not disposed: its runs are not known";
+
+/// The runs a `shutdown` reply reports (`runs`), or why they are unknown.
+fn reported_runs(reply: Option<Result<Value, WireError>>) -> Vec<Branch> {
+    match reply {
+        Some(Ok(reply)) => match reply.get("runs") {
+            Some(runs) => serde_json::from_value(runs.clone()).unwrap_or_else(|_| {
+                vec![Branch::unknown("the serve child reported its runs in a form we cannot read")]
+            }),
+            None => vec![Branch::unknown("the serve child did not report its runs (a peer without receipts)")],
+        },
+        Some(Err(WireError::Remote(_))) => {
+            vec![Branch::unknown("the serve child refused shutdown: its runs are not known")]
+        }
+        Some(Err(_)) => vec![Branch::unknown("the serve child ended before it reported its runs")],
+        None => vec![Branch::unknown("the serve child did not answer shutdown in time: its runs are not known")],
+    }
 }
 
 struct ProcessChild {
@@ -291,14 +323,24 @@ impl Child for ProcessChild {
         let shared = self.shared.clone();
         let (shutdown_timeout, (eof_grace, grace)) = (self.shutdown_timeout, self.grace);
         Box::pin(async move {
-            let _ = tokio::time::timeout(shutdown_timeout, shared.connection.request("shutdown", json!({}))).await;
+            let reply = tokio::time::timeout(shutdown_timeout, shared.connection.request("shutdown", json!({}))).await;
+            let runs = reported_runs(reply.ok());
             shared.connection.close_input().await;
             let spawned = shared.spawned.borrow_mut().take();
-            match spawned {
-                Some(spawned) => spawned.dispose(eof_grace, grace).await,
-                None => Ok(()),
-            }
+            let Some(spawned) = spawned else {
+                *shared.report.borrow_mut() = StopReport::new().with_children(runs);
+                return Ok(());
+            };
+            let pid = spawned.pid;
+            let released = spawned.dispose(eof_grace, grace).await;
+            // The ladder reaps the child whether or not its group went quietly.
+            *shared.report.borrow_mut() = StopReport::new().with_process(pid).with_children(runs);
+            released
         })
+    }
+
+    fn stop_report(&self) -> StopReport {
+        self.shared.report.take()
     }
 }
 

@@ -79,7 +79,11 @@
 //!   once the broker is back.
 //! - Dispose needs no request/reply: the worker writes a run's result only
 //!   after it released the child, so the stored result is the receipt,
-//!   durable and readable by a caller that reconnected.
+//!   durable and readable by a caller that reconnected. It carries the
+//!   worker's local run and that run's tree (`runs`), which the run's
+//!   cancellation receipt lists under it; a result without it (an older
+//!   worker, or the caller's own `worker-lost` result) leaves that branch
+//!   unknown.
 //! - Fencing is a compare-and-set on the worker's own claim, not a
 //!   comparison of attempts at the caller: a fenced result is never
 //!   written, so no caller can see it, not even after a restart.
@@ -93,7 +97,7 @@
 //! | where | message |
 //! |---|---|
 //! | stream, `p.run.<pool>` | `{v, run, caller, prompt: [content blocks], parent: {session?, depth}, label?, persona?, tool_filter?, output_schema?, max_depth?, agent_options?}` |
-//! | KV `state.<run>` | `{state: "claimed", v, attempt, worker}` or `{state: "settled", v, run, attempt, worker?, result: RunResult, disposed}` |
+//! | KV `state.<run>` | `{state: "claimed", v, attempt, worker}` or `{state: "settled", v, run, attempt, worker?, result: RunResult, disposed, runs?: [Branch]}` |
 //! | KV `cancel.<run>` | `{v, run}` |
 //! | KV `<caller>` in `p-callers` | `{v, caller}` (its age is the lease) |
 //! | `p.cancel.<run>` | `{v, run}` |

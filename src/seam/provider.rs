@@ -21,7 +21,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::ProgressUpdate;
 use super::{
-    AgentOptions, Capabilities, Category, ContentBlock, Failure, RunResult, Stage, StartRequest, SubagentError,
+    AgentOptions, Capabilities, Category, ContentBlock, Failure, RunResult, Stage, StartRequest, StopReport,
+    SubagentError,
 };
 use crate::live::{LiveCounters, ProcessLease};
 
@@ -111,6 +112,19 @@ pub trait Child: 'static {
     /// Release everything the child holds: close its session, reap its
     /// process. Resolves once the child is quiescent.
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>>;
+
+    /// What releasing the child stopped beyond the runtime's sight, for
+    /// the run's [`Receipt`](super::Receipt): the processes [`Child::dispose`]
+    /// reaped, and the runs the child started that the runtime cannot find
+    /// by session lineage (reported over a wire), or an unknown branch
+    /// saying why they cannot be known. Called once, when the run actor
+    /// stops (after the dispose hook, or when the run was forced down),
+    /// before the child is dropped. The default reports nothing: right for
+    /// a child without processes whose descendants, if any, are in-process
+    /// runs the runtime tracks itself.
+    fn stop_report(&self) -> StopReport {
+        StopReport::new()
+    }
 }
 
 /// Why a launch produced no child. The provider has rolled back already.

@@ -11,7 +11,9 @@
 //! value, an object id, an id beyond 64 bits) -32600 with id null, bad
 //! parameters (a relative cwd, an unknown profile) -32602. An oversized
 //! line ends the session. EOF or `shutdown` ends it
-//! after the running turn is cancelled and the session is closed.
+//! after the running turn is cancelled and the session is closed; the
+//! `shutdown` reply carries the receipts of the runs the session started
+//! (`runs`, each gathered once it is quiescent).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio_util::codec::AnyDelimiterCodecError;
 
 use super::ServeError;
+use crate::actors::LineageScope;
 use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Tool, Toolset};
 use crate::providers::child_process::lines;
 use crate::providers::process::profile::{Profile, PROFILE_TOOLS};
@@ -59,6 +62,8 @@ struct Server {
     outgoing: Option<mpsc::UnboundedReceiver<Value>>,
     agent: Option<Agent>,
     turn: Option<tokio::task::JoinHandle<()>>,
+    /// The runs the served session starts, for the `shutdown` receipt.
+    lineage: Option<LineageScope>,
 }
 
 fn reply(id: &Value, result: Value) -> Value {
@@ -85,7 +90,7 @@ fn streamed(update: &AgentUpdate) -> Option<ChildEvent> {
 impl Server {
     fn new(subagents: crate::Subagents, options: ServeOptions) -> Server {
         let (out, outgoing) = mpsc::unbounded_channel();
-        Server { subagents, options, out, outgoing: Some(outgoing), agent: None, turn: None }
+        Server { subagents, options, out, outgoing: Some(outgoing), agent: None, turn: None, lineage: None }
     }
 
     async fn run(mut self) -> Result<(), ServeError> {
@@ -154,7 +159,13 @@ impl Server {
             }
             "shutdown" => {
                 self.end().await;
-                let _ = self.out.send(reply(&id, json!({})));
+                // Every run of the session is disposed by now (the agent's
+                // shutdown awaits its tasks): report each once quiescent.
+                let runs = match &self.lineage {
+                    Some(lineage) => lineage.branches().await,
+                    None => Vec::new(),
+                };
+                let _ = self.out.send(reply(&id, json!({"runs": runs})));
                 return true;
             }
             _ if id.is_null() => None,
@@ -183,6 +194,7 @@ impl Server {
         match self.build_agent(&init) {
             Ok(agent) => {
                 let session_id = agent.id().to_owned();
+                self.lineage = Some(self.subagents.lineage_scope(&session_id));
                 self.agent = Some(agent);
                 reply(id, json!({"protocol_version": PROTOCOL_VERSION, "session_id": session_id}))
             }

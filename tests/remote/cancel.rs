@@ -124,3 +124,33 @@ fn dispose_reports_a_vanished_worker_instead_of_waiting_for_it() {
     assert!(began.elapsed() < Duration::from_secs(6), "bounded by dispose_wait: {:?}", began.elapsed());
     runtime.shutdown_blocking();
 }
+
+#[test]
+fn a_cancelled_remote_runs_receipt_lists_what_ran_under_it_on_the_worker() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider(&server.url())).unwrap().keep();
+    let run = runtime
+        .block_on({
+            let subagents = subagents.clone();
+            async move { subagents.start("remote", request("check a [slow]; check b [slow]")).await }
+        })
+        .unwrap();
+    // The worker's run and its two slow children have sessions.
+    assert!(wait_until(Duration::from_secs(30), || worker.sessions() == 3), "the tree never ran");
+    let receipt = runtime.block_on(async move { run.cancel_and_wait().await }).unwrap();
+    assert_eq!((receipt.provider.as_str(), receipt.stop_reason), ("remote", StopReason::Aborted));
+    assert!(receipt.is_complete(), "{receipt:#?}");
+    // Under the remote run: the worker's local run, and its two children.
+    let local = receipt.children[0].as_run().expect("the worker's run");
+    assert_eq!(receipt.children.len(), 1, "{receipt:#?}");
+    assert_eq!(local.stop_reason, StopReason::Aborted);
+    assert_eq!(local.children.len(), 2, "{receipt:#?}");
+    assert_eq!(receipt.stopped_descendants(), 3);
+    assert!(runtime.live().is_quiescent());
+    runtime.shutdown_blocking();
+}

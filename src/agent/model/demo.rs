@@ -11,7 +11,8 @@
 //!   the working directory first, then answers with what it saw;
 //! - honours `[refuse]`, `[max-tokens]` and `[fail]` in the task, so a batch
 //!   can show every stop reason, `[slow]` (a minute-long, cancellable
-//!   answer) and `[delay:MS]` (the turn's first answer comes after MS
+//!   answer; a task listing parts delegates them first, so its children
+//!   are the slow ones) and `[delay:MS]` (the turn's first answer comes after MS
 //!   milliseconds, cancellably; at most ten minutes) for cancellation,
 //!   crash and fault drills;
 //! - otherwise answers `handled: <task>`.
@@ -35,12 +36,42 @@ impl ScriptedModel {
     /// precedence.
     pub fn demo() -> Self {
         // `[slow]` holds a turn open for a minute (cancellable): for tests
-        // and demos of cancellation and crashes mid-turn.
-        let slow = Step::text("finally done").after(std::time::Duration::from_secs(60));
+        // and demos of cancellation and crashes mid-turn. A task that lists
+        // parts delegates them at once instead, so `a [slow]; b [slow]`
+        // holds its two children (a tree to cancel).
+        let slow = Step::respond(|request| match delegation(request) {
+            Some(reply) => Ok(reply),
+            None => Ok(ModelReply::text("finally done")),
+        })
+        .after_requested(|request| delegation(request).is_none().then_some(SLOW));
         ScriptedModel::new()
             .script(super::scripted::ScriptMatch::PromptContains("[slow]".to_owned()), vec![slow])
             .fallback(Step::respond(demo_reply).after_requested(requested_delay))
     }
+}
+
+/// How long a `[slow]` turn takes to answer.
+const SLOW: Duration = Duration::from_secs(60);
+
+/// The calls that delegate each part of a task listing parts, on the
+/// turn's first call (no tool result yet), when the agent has a
+/// delegating tool.
+fn delegation(request: &ModelRequest) -> Option<ModelReply> {
+    let turn = current_turn(&request.messages);
+    if turn.iter().any(|event| matches!(event, SessionEvent::ToolResult { .. })) {
+        return None;
+    }
+    let task = request.last_user_text().unwrap_or_default();
+    let parts: Vec<&str> = task.split(';').map(str::trim).filter(|p| !p.is_empty()).collect();
+    let delegate = request.tools.iter().find(|t| is_delegating(t)).filter(|_| parts.len() > 1)?;
+    let calls_for_parts = parts
+        .iter()
+        .map(|part| {
+            let description: String = part.split_whitespace().take(4).collect::<Vec<_>>().join(" ");
+            (delegate.name.clone(), json!({"description": description, "prompt": part}))
+        })
+        .collect();
+    Some(calls(calls_for_parts))
 }
 
 /// The longest `[delay:MS]` honoured: a typo must not hold a run for days.
@@ -85,16 +116,8 @@ fn demo_reply(request: &ModelRequest) -> Result<ModelReply, ModelError> {
         }
     }
     if results.is_empty() {
-        let parts: Vec<&str> = task.split(';').map(str::trim).filter(|p| !p.is_empty()).collect();
-        if let (Some(delegate), true) = (request.tools.iter().find(|t| is_delegating(t)), parts.len() > 1) {
-            let calls_for_parts = parts
-                .iter()
-                .map(|part| {
-                    let description: String = part.split_whitespace().take(4).collect::<Vec<_>>().join(" ");
-                    (delegate.name.clone(), json!({"description": description, "prompt": part}))
-                })
-                .collect();
-            return Ok(calls(calls_for_parts));
+        if let Some(delegating) = delegation(request) {
+            return Ok(delegating);
         }
         let lower = task.to_lowercase();
         let mentions_files = ["file", "director", "folder"].iter().any(|w| lower.contains(w));
@@ -200,6 +223,29 @@ mod tests {
             options: Default::default(),
             chunks: None,
         }
+    }
+
+    #[tokio::test]
+    async fn a_slow_task_listing_parts_delegates_them_at_once_and_one_without_parts_is_slow() {
+        let model = ScriptedModel::demo();
+        let mut request = first_call("check a [slow]; check b [slow]");
+        let subagent = ToolSpec {
+            name: "subagent".into(),
+            description: "delegate".into(),
+            parameters: json!({"properties": {"description": {}, "prompt": {}}}),
+        };
+        request.tools = Arc::from(vec![subagent]);
+        let began = Instant::now();
+        let reply = model.complete(request, CancellationToken::new()).await.unwrap();
+        assert!(began.elapsed() < Duration::from_secs(30), "delegating is not slow");
+        let prompts: Vec<&Value> = reply.tool_calls.iter().map(|call| &call.arguments["prompt"]).collect();
+        assert_eq!(prompts, [&json!("check a [slow]"), &json!("check b [slow]")]);
+        // Without a delegating tool the same task is slow: no answer soon.
+        let mut alone = first_call("check a [slow]; check b [slow]");
+        alone.session_id = "alone".into();
+        let answered =
+            tokio::time::timeout(Duration::from_millis(100), model.complete(alone, CancellationToken::new()));
+        assert!(answered.await.is_err(), "a slow task without parts to delegate answers in a minute");
     }
 
     #[test]

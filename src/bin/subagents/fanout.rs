@@ -100,6 +100,18 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
         all_done = false;
     }
     tally.print(elapsed);
+    if batch.is_cancelled() {
+        // What the interruption stopped, from the runs' receipts.
+        let unknown = match tally.unknown_branches {
+            0 => String::new(),
+            n => format!(" ({n} branches of the tree could not be known)"),
+        };
+        say!(
+            "subagents: interrupted: {} runs did not complete; {} descendants stopped under them{unknown}",
+            tally.incomplete(),
+            tally.stopped_descendants
+        );
+    }
     let report = setup.runtime.shutdown_blocking();
     if !report.live_after.is_quiescent() {
         say!("subagents: runs left alive after shutdown: {:?}", report.live_after);
@@ -232,10 +244,15 @@ impl Batch {
         request.max_depth = task.max_depth;
         // `detail` says why a run failed, in the library's fixed wording.
         let mut completed = false;
+        let mut stopped = (0, 0);
         let (record, outcome, detail) = match self.subagents.start(&self.provider, request).await {
             Ok(run) => {
                 let result = run.result().await;
                 let disposed = run.dispose().await;
+                if self.batch.is_cancelled() {
+                    let receipt = run.receipt().await;
+                    stopped = (receipt.stopped_descendants(), receipt.unknown_branches().len());
+                }
                 let latency_ms = began.elapsed().as_secs_f64() * 1e3;
                 match result {
                     Ok(result) => {
@@ -254,6 +271,9 @@ impl Batch {
                         }
                         if let Err(error) = disposed {
                             record["dispose_error"] = json!(error.to_string());
+                        }
+                        if stopped.0 > 0 {
+                            record["stopped_descendants"] = json!(stopped.0);
                         }
                         completed = result.stop_reason == StopReason::Completed;
                         let detail = result.diagnostic.and_then(|d| d.reason);
@@ -287,6 +307,7 @@ impl Batch {
         } else {
             self.progress.inc(1);
         }
-        Some(Settled { latency, completed, outcome })
+        let (stopped_descendants, unknown_branches) = stopped;
+        Some(Settled { latency, completed, outcome, stopped_descendants, unknown_branches })
     }
 }

@@ -26,6 +26,10 @@ pub struct Settled {
     pub completed: bool,
     /// The stop reason, `error`, or `rejected (CODE)`: the summary's rows.
     pub outcome: String,
+    /// Runs under it that an interruption stopped (from its receipt).
+    pub stopped_descendants: usize,
+    /// Branches of its receipt that could not be known.
+    pub unknown_branches: usize,
 }
 
 /// Counts per outcome and a latency histogram of every finished run, plus
@@ -40,6 +44,10 @@ pub struct Tally {
     pub skipped: usize,
     /// The tasks file failed before its end.
     pub unread: bool,
+    /// Runs under the batch's runs that an interruption stopped.
+    pub stopped_descendants: usize,
+    /// Receipt branches that could not be known.
+    pub unknown_branches: usize,
 }
 
 impl Tally {
@@ -48,6 +56,13 @@ impl Tally {
         self.incomplete += usize::from(!settled.completed);
         self.latencies.record(settled.latency);
         *self.per_outcome.entry(settled.outcome).or_default() += 1;
+        self.stopped_descendants += settled.stopped_descendants;
+        self.unknown_branches += settled.unknown_branches;
+    }
+
+    /// Runs that did not complete.
+    pub fn incomplete(&self) -> usize {
+        self.incomplete
     }
 
     /// Every task line of the file was read and became a run.

@@ -3,7 +3,10 @@
 //!
 //! Parent → child requests: `initialize {protocol_version, route, profile,
 //! patches, cwd}` → `{protocol_version, session_id}`; `prompt {prompt}` →
-//! `{reason}` once the turn ended; `shutdown` → `{}` (the child then exits).
+//! `{reason}` once the turn ended; `shutdown` → `{runs?}` (the child then
+//! exits): `runs` is added by peers that report receipts, the
+//! [`Branch`](crate::Branch)es of every run the session started, gathered
+//! once each is quiescent (an older peer's `{}` leaves that branch unknown).
 //! Parent → child notification: `cancel`. Child → parent notification:
 //! `event {type: text_delta | assistant_message | tool_call | turn_end, …}`.
 //! Turn-end reasons ([`TurnEndReason`]): `completed`, `max-tokens`,

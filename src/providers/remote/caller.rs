@@ -215,6 +215,7 @@ impl Caller {
                 worker: None,
                 result: RunResult::failed(diagnostic),
                 disposed: true,
+                runs: None,
             };
             let bytes = wire::encode(&RunRecord::Settled(Box::new(settled.clone())), MAX_MESSAGE_BYTES).expect("small");
             let written = match &entry {

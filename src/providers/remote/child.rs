@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use super::caller::{Caller, SlotReceivers};
 use super::wire::{self, Lineage, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
 use crate::agent::new_session_id;
-use crate::seam::{Category, Child, Diagnostic, Failure, Launch, LaunchError, ProviderContext, RunResult, Stage};
+use crate::seam::{
+    Branch, Category, Child, Diagnostic, Failure, Launch, LaunchError, ProviderContext, RunResult, Stage, StopReport,
+};
 
 /// The launch-time knobs a child needs from the provider's config.
 #[derive(Clone, Copy, Debug)]
@@ -94,6 +96,7 @@ pub(crate) async fn launch(
         context,
         cancel_sent: Rc::new(Cell::new(false)),
         dispose_wait: timing.dispose_wait,
+        never_ran: Rc::new(Cell::new(false)),
     }))
 }
 
@@ -108,6 +111,8 @@ struct RemoteChild {
     context: ProviderContext,
     cancel_sent: Rc<Cell<bool>>,
     dispose_wait: Duration,
+    /// Set when dispose found the run never claimed: nothing ran under it.
+    never_ran: Rc<Cell<bool>>,
 }
 
 impl RemoteChild {
@@ -171,10 +176,20 @@ impl Child for RemoteChild {
         })
     }
 
+    fn stop_report(&self) -> StopReport {
+        // The worker reports its local run's receipt with the result.
+        if self.never_ran.get() {
+            return StopReport::new();
+        }
+        let runs = self.settled.borrow().as_ref().and_then(|settled| settled.runs.clone());
+        StopReport::new().with_children(runs.unwrap_or_else(|| vec![Branch::unknown(WORKER_RUNS_UNKNOWN)]))
+    }
+
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
         let mut settled = self.settled.clone();
         let cancelling = if settled.borrow().is_none() { self.send_cancel() } else { None };
         let (caller, io, run, wait) = (self.caller.clone(), self.io.clone(), self.run.clone(), self.dispose_wait);
+        let never_ran = self.never_ran.clone();
         Box::pin(async move {
             let known = settled.borrow().clone();
             let outcome = match known {
@@ -189,6 +204,7 @@ impl Child for RemoteChild {
                     let state = io.spawn(async move { asked.state(&run_id).await }).await;
                     match state {
                         Ok(Ok(None)) => {
+                            never_ran.set(true);
                             let (caller, run) = (caller.clone(), run.clone());
                             let _ = io.spawn(async move { caller.delete_request(&run).await }).await;
                             Ok(())
@@ -211,6 +227,10 @@ impl Child for RemoteChild {
         })
     }
 }
+
+/// Why a remote run's own runs are an unknown branch of its receipt.
+const WORKER_RUNS_UNKNOWN: &str =
+    "no worker reported what ran under the remote run (it was lost, it is an older worker, or the run had not settled)";
 
 /// A settled run's dispose receipt: whether the worker released its child.
 fn receipt(settled: &Settled) -> Result<(), Failure> {

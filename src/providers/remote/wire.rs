@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::seam::{AgentOptions, ContentBlock, ProgressUpdate, RunResult, ToolFilter};
+use crate::seam::{AgentOptions, Branch, ContentBlock, ProgressUpdate, RunResult, ToolFilter};
 
 /// The version every message carries in `v`.
 pub(crate) const VERSION: u32 = 1;
@@ -185,6 +185,11 @@ pub(crate) struct Settled {
     pub result: RunResult,
     /// The worker released its child before writing this.
     pub disposed: bool,
+    /// What ran under the run on the worker (its local run and that run's
+    /// tree), once released; absent from older workers and from a result
+    /// the caller wrote for a lost run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<Vec<Branch>>,
 }
 
 /// The durable cancel (`cancel.<run>` in the runs bucket): a worker that
@@ -260,6 +265,7 @@ mod tests {
             worker: Some("w".into()),
             result: RunResult::empty(StopReason::Aborted),
             disposed: true,
+            runs: None,
         }));
         let bytes = encode(&settled, MAX_MESSAGE_BYTES).unwrap();
         assert!(String::from_utf8_lossy(&bytes).contains(r#""state":"settled""#));

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::{lock, Route, Shared};
 use crate::providers::remote::broker::{cancel_key, check_name, state_key, OPERATION_TIMEOUT};
 use crate::providers::remote::wire::{self, Claim, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
-use crate::seam::{Category, Diagnostic, Parent, RunResult, Stage, StartRequest, StopReason};
+use crate::seam::{Branch, Category, Diagnostic, Parent, RunResult, Stage, StartRequest, StopReason};
 
 /// How long a finished run keeps trying to write its result through a
 /// broker outage before leaving the delivery to be redelivered.
@@ -62,7 +62,9 @@ enum Claimed {
 }
 
 enum Exit {
-    Finished(Box<RunResult>, Option<String>, bool),
+    /// The result, the child's session, whether it was released, and the
+    /// receipt's branches of what ran under the run here.
+    Finished(Box<RunResult>, Option<String>, bool, Vec<Branch>),
     Superseded,
     HandBack,
 }
@@ -102,7 +104,7 @@ impl Held {
         let exit = self.live(remote_cancel).await;
         lock(&self.shared.live).remove(&self.request.run);
         match exit {
-            Exit::Finished(result, session, disposed) => self.settle(*result, session, disposed).await,
+            Exit::Finished(result, session, disposed, runs) => self.settle(*result, session, disposed, runs).await,
             Exit::Superseded => {
                 self.shared.count(|r| r.fenced += 1);
                 tracing::warn!(run = %self.request.run, attempt = self.attempt, "run superseded by a newer delivery; its child was cancelled and its result fenced out");
@@ -160,7 +162,7 @@ impl Held {
     async fn live(&self, remote_cancel: CancellationToken) -> Exit {
         if let Check::Cancel(why) = self.check(false).await {
             tracing::debug!(run = %self.request.run, why, "settling a run without running it");
-            return Exit::Finished(Box::new(RunResult::empty(StopReason::Aborted)), None, true);
+            return Exit::Finished(Box::new(RunResult::empty(StopReason::Aborted)), None, true, Vec::new());
         }
         let signal = CancellationToken::new();
         let run = match self.start(signal.clone()).await {
@@ -168,7 +170,7 @@ impl Held {
             Err(error) => {
                 let diagnostic = Diagnostic::new(self.shared.provider, Stage::Initialize, Category::StartupFailed)
                     .with_reason(format!("the worker refused the run: {error}"));
-                return Exit::Finished(Box::new(RunResult::failed(diagnostic)), None, true);
+                return Exit::Finished(Box::new(RunResult::failed(diagnostic)), None, true, Vec::new());
             }
         };
         lock(&self.shared.routes).insert(
@@ -186,7 +188,9 @@ impl Held {
         match exit {
             Ok(result) => {
                 let session = session_of(run.child_id());
-                Exit::Finished(Box::new(result), Some(session), disposed)
+                // The local run and everything under it, for the caller's receipt.
+                let runs = vec![Branch::Run(run.receipt().await)];
+                Exit::Finished(Box::new(result), Some(session), disposed, runs)
             }
             Err(exit) => exit,
         }
@@ -289,7 +293,7 @@ impl Held {
 
     /// Writes the result by compare-and-set on this delivery's claim,
     /// announces it, then acks. Retries through a broker outage.
-    async fn settle(&self, mut result: RunResult, session: Option<String>, disposed: bool) {
+    async fn settle(&self, mut result: RunResult, session: Option<String>, disposed: bool, runs: Vec<Branch>) {
         result.child_session = session;
         let mut settled = Settled {
             v: VERSION,
@@ -298,6 +302,7 @@ impl Held {
             worker: Some(self.shared.worker.clone()),
             result,
             disposed,
+            runs: Some(runs),
         };
         let bytes = match wire::encode(&RunRecord::Settled(Box::new(settled.clone())), MAX_MESSAGE_BYTES) {
             Ok(bytes) => bytes,
