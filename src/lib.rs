@@ -25,7 +25,7 @@ pub use events::{
 };
 pub use live::{Live, ProcessLease};
 pub use seam::{
-    text_of, AgentOptions, Capabilities, Capability, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError,
+    text_of, AgentOptions, Budget, BudgetExhausted, BudgetLease, BudgetLimit, Capabilities, Capability, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError,
     LocalAgent, Parent, Provider, ProviderContext, ProviderInfo, RunResult, Stage, StartRequest, StopReason,
     SubagentError, ToolFilter, MAX_DEPTH_CAP,
 };

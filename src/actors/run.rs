@@ -40,6 +40,7 @@ use super::run_shared::{CaptureStructured, RunShared};
 use crate::contain::{contained, contained_call};
 use crate::live::ActorLease;
 use crate::seam::{
+    Admission,
     CaptureError, Category, Child, Diagnostic, Failure, Launch, LaunchError, LocalAgent, RunResult, Stage, StopReason,
     SubagentError,
 };
@@ -132,6 +133,8 @@ pub(crate) struct RunSpawn {
     pub shared: Arc<RunShared>,
     pub launch: Launch,
     pub publish: oneshot::Sender<Result<Published, SubagentError>>,
+    /// The child's place in its delegation budget, held until quiescence.
+    pub admission: Option<Admission>,
 }
 
 pub(crate) struct RunActor {
@@ -152,6 +155,9 @@ pub(crate) struct RunActor {
     start_failure: Option<SubagentError>,
     dispose_outcome: Result<(), SubagentError>,
     leases: Option<(ActorLease, ProviderRunLease)>,
+    /// The child's place in its delegation budget (width until quiescence;
+    /// the run itself is given back if the start is refused).
+    admission: Option<Admission>,
     /// The structured result the child captured, if any.
     structured: Option<serde_json::Value>,
 }
@@ -185,6 +191,7 @@ impl RunActor {
             start_failure: None,
             dispose_outcome: Ok(()),
             leases: Some(leases),
+            admission: spawn.admission,
             structured: None,
         }
     }
@@ -441,6 +448,12 @@ impl Drop for RunActor {
         self.releasing.clear();
         drop(self.child.take());
         drop(self.leases.take());
+        let mut admission = self.admission.take();
+        if self.publish.is_some() {
+            // A refused start never had a child: its run goes back to the budget.
+            admission.as_mut().map(Admission::refund_run);
+        }
+        drop(admission);
         if let Some(publish) = self.publish.take() {
             // A rejected start settles nothing and emits nothing.
             let error = self.start_failure.take().unwrap_or(SubagentError::RuntimeStopped);

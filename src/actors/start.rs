@@ -15,12 +15,21 @@ use super::run::{RunActor, RunSpawn};
 use super::run_handle::Run;
 use super::run_shared::RunShared;
 use crate::events::RunInfo;
-use crate::seam::{Launch, ProviderContext, StartRequest, SubagentError, MAX_DEPTH_CAP};
+use crate::seam::{Admission, BudgetLease, Launch, ProviderContext, StartRequest, SubagentError, MAX_DEPTH_CAP};
 
 /// Checks `request` against provider `name`, then starts it on a worker.
 pub(crate) async fn start(core: &Arc<Core>, name: &str, request: StartRequest) -> Result<Run, SubagentError> {
     let entry = admit(core, name, &request)?;
-    core.on_runtime(launch(core.clone(), entry, request)).await?
+    let budget = admit_budget(&request)?;
+    core.on_runtime(launch(core.clone(), entry, request, budget)).await?
+}
+
+/// The last check, because it reserves: the child's place in the budgets
+/// its start answers to (the parent's lease and the request's), and the
+/// lease the child will hold. A start refused later gives its run back.
+fn admit_budget(request: &StartRequest) -> Result<Option<(Admission, BudgetLease)>, SubagentError> {
+    let holders: Vec<&BudgetLease> = request.parent.budget.iter().chain(request.budget.iter()).collect();
+    crate::seam::budget_admit(&holders).map_err(SubagentError::BudgetExhausted)
 }
 
 /// The synchronous checks, in contract order.
@@ -82,7 +91,12 @@ fn check_values(request: &StartRequest) -> Result<(), SubagentError> {
 
 /// Runs on a worker: create the run actor there, wait for publication, emit
 /// `Start`, hand back the `Run`.
-async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartRequest) -> Result<Run, SubagentError> {
+async fn launch(
+    core: Arc<Core>,
+    entry: Arc<ProviderEntry>,
+    request: StartRequest,
+    budget: Option<(Admission, BudgetLease)>,
+) -> Result<Run, SubagentError> {
     let token = request.signal.child_token();
     let depth = request.child_depth();
     let label = request.label.clone();
@@ -92,12 +106,15 @@ async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: StartReques
     let progress = request.progress.clone();
     let shared = Arc::new(RunShared::new(core.mint_run_id(), entry, parent_session, core.bus().clone(), progress));
     let (publish, published) = oneshot::channel();
-    let context = ProviderContext { run: shared.clone(), home: core.home().clone(), live: core.live().clone() };
+    let (admission, lease) = budget.unzip();
+    let context =
+        ProviderContext { run: shared.clone(), home: core.home().clone(), live: core.live().clone(), budget: lease };
     let actor = RunActor::new(RunSpawn {
         core: core.clone(),
         shared: shared.clone(),
         launch: Launch { request, cancel: token.clone(), context },
         publish,
+        admission,
     });
     let addr = actor.start();
     let control = RunControl { control: addr.clone().recipient(), token, depth, shared: shared.clone() };

@@ -208,6 +208,11 @@ impl InProcessProvider {
         };
         let captured = Arc::new(AtomicBool::new(false));
         let mut builder = builder.cancel_token(cancel.clone()).on_update(progress_sink(&context));
+        if let Some(lease) = context.budget() {
+            // The child spends its tokens and time on this lease and its
+            // own children answer to it.
+            builder = builder.budget(lease.clone());
+        }
         if let Some(schema) = &request.output_schema {
             let tool = StructuredOutputTool::new(schema, context.clone(), captured.clone());
             let toolset = builder.toolset_mut();
