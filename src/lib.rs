@@ -25,8 +25,8 @@ pub use events::{
 };
 pub use live::{Live, ProcessLease};
 pub use seam::{
-    text_of, AgentOptions, Budget, BudgetExhausted, BudgetLease, BudgetLimit, Capabilities, Capability, Category, Child, ContentBlock, Diagnostic, Launch, LaunchError,
-    LocalAgent, Parent, Provider, ProviderContext, ProviderInfo, RunResult, Stage, StartRequest, StopReason,
-    SubagentError, ToolFilter, MAX_DEPTH_CAP,
+    text_of, AgentOptions, Budget, BudgetExhausted, BudgetLease, BudgetLimit, Capabilities, Capability, Category,
+    Child, ContentBlock, Diagnostic, Launch, LaunchError, LocalAgent, Parent, Provider, ProviderContext, ProviderInfo,
+    RunResult, Stage, StartRequest, StopReason, SubagentError, ToolFilter, MAX_DEPTH_CAP,
 };
 pub use tokio_util::sync::CancellationToken;

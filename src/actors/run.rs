@@ -40,9 +40,8 @@ use super::run_shared::{CaptureStructured, RunShared};
 use crate::contain::{contained, contained_call};
 use crate::live::ActorLease;
 use crate::seam::{
-    Admission,
-    CaptureError, Category, Child, Diagnostic, Failure, Launch, LaunchError, LocalAgent, RunResult, Stage, StopReason,
-    SubagentError,
+    Admission, CaptureError, Category, Child, Diagnostic, Failure, Launch, LaunchError, LocalAgent, RunResult, Stage,
+    StopReason, SubagentError,
 };
 
 /// A provider future the actor can drop on the spot, wherever it was

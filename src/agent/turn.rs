@@ -256,7 +256,9 @@ impl Turn<'_> {
                 return (reason, None);
             }
             let spent = match (inner.budget.get(), reply.usage) {
-                (Some(lease), Some(usage)) => lease.charge_tokens(usage.input_tokens.saturating_add(usage.output_tokens)),
+                (Some(lease), Some(usage)) => {
+                    lease.charge_tokens(usage.input_tokens.saturating_add(usage.output_tokens))
+                }
                 _ => false,
             };
             if spent {
@@ -282,7 +284,11 @@ impl Turn<'_> {
     /// Runs the open calls in order, consecutive concurrent ones together.
     /// `Ok(true)` when a tool ended the turn.
     /// The budget's `deadline` ends the turn `Aborted` like a cancel.
-    async fn run_tools(&mut self, cancel: &CancellationToken, deadline: Option<std::time::Instant>) -> Result<bool, Ending> {
+    async fn run_tools(
+        &mut self,
+        cancel: &CancellationToken,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<bool, Ending> {
         let inner = self.inner;
         let calls = std::mem::take(&mut self.open_calls);
         let mut ended_by: Option<String> = None;

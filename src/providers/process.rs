@@ -51,8 +51,8 @@ use tokio_util::sync::CancellationToken;
 use self::wire::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
 use super::child_process::{spawn, ChildEnv, Spawned, MAX_OUTPUT};
 use crate::seam::{
-    AgentOptions, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider,
-    RunResult, Stage, StopReason,
+    AgentOptions, BudgetLease, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError,
+    Provider, RunResult, Stage, StopReason,
 };
 
 /// How long the `initialize` handshake may take.
@@ -197,7 +197,9 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
     let (events, received) = mpsc::unbounded_channel();
     let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
     let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events);
-    let init = Initialize { protocol_version: PROTOCOL_VERSION, route, profile: config.profile.clone(), patches, cwd };
+    let budget = context.budget().map(BudgetLease::remaining);
+    let init =
+        Initialize { protocol_version: PROTOCOL_VERSION, route, profile: config.profile.clone(), patches, cwd, budget };
     let handshake = async {
         let params = serde_json::to_value(&init).expect("serialisable");
         match tokio::time::timeout(HANDSHAKE_TIMEOUT, connection.request("initialize", params)).await {

@@ -92,7 +92,7 @@
 //!
 //! | where | message |
 //! |---|---|
-//! | stream, `p.run.<pool>` | `{v, run, caller, prompt: [content blocks], parent: {session?, depth}, label?, persona?, tool_filter?, output_schema?, max_depth?, agent_options?}` |
+//! | stream, `p.run.<pool>` | `{v, run, caller, prompt: [content blocks], parent: {session?, depth}, label?, persona?, tool_filter?, output_schema?, max_depth?, agent_options?, budget?}` |
 //! | KV `state.<run>` | `{state: "claimed", v, attempt, worker}` or `{state: "settled", v, run, attempt, worker?, result: RunResult, disposed}` |
 //! | KV `cancel.<run>` | `{v, run}` |
 //! | KV `<caller>` in `p-callers` | `{v, caller}` (its age is the lease) |

@@ -52,6 +52,7 @@ use serde::{Deserialize, Serialize};
 /// The limits of a delegation budget; `None` is unlimited. Serialised (for
 /// the process and remote wires) with the deadline in milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Budget {
     /// Levels below the lease's root a child may be (1: children, no
     /// grandchildren).
@@ -128,11 +129,7 @@ impl Budget {
     /// takes one more level and one more run of the lease, which the caller
     /// already counted.
     pub(crate) fn relayed(self) -> Budget {
-        Budget {
-            depth: self.depth.map(|d| d.saturating_add(1)),
-            runs: self.runs.map(|r| r.saturating_add(1)),
-            ..self
-        }
+        Budget { depth: self.depth.map(|d| d.saturating_add(1)), runs: self.runs.map(|r| r.saturating_add(1)), ..self }
     }
 }
 
@@ -350,9 +347,7 @@ fn reserve_u32(counter: &AtomicU32, max: Option<u32>) -> Result<(), u32> {
         counter.fetch_add(1, Ordering::AcqRel);
         return Ok(());
     };
-    counter
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
-        .map(drop)
+    counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).map(drop)
 }
 
 fn reserve_u64(counter: &AtomicU64, max: Option<u64>) -> Result<(), u64> {
@@ -360,9 +355,7 @@ fn reserve_u64(counter: &AtomicU64, max: Option<u64>) -> Result<(), u64> {
         counter.fetch_add(1, Ordering::AcqRel);
         return Ok(());
     };
-    counter
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
-        .map(drop)
+    counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).map(drop)
 }
 
 /// An admitted child's place in its holders' budgets: it frees the width

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use futures_util::future::{BoxFuture, LocalBoxFuture};
 use tokio_util::sync::CancellationToken;
 
-use super::{BudgetLease, ProgressUpdate};
 use super::{
     AgentOptions, Capabilities, Category, ContentBlock, Failure, RunResult, Stage, StartRequest, SubagentError,
 };
+use super::{BudgetLease, ProgressUpdate};
 use crate::live::{LiveCounters, ProcessLease};
 
 /// One transport for running children, registered under a unique name.

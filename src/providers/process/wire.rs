@@ -2,7 +2,7 @@
 //! stdio, and the parent's end of a connection.
 //!
 //! Parent → child requests: `initialize {protocol_version, route, profile,
-//! patches, cwd}` → `{protocol_version, session_id}`; `prompt {prompt}` →
+//! patches, cwd, budget?}` → `{protocol_version, session_id}`; `prompt {prompt}` →
 //! `{reason}` once the turn ended; `shutdown` → `{}` (the child then exits).
 //! Parent → child notification: `cancel`. Child → parent notification:
 //! `event {type: text_delta | assistant_message | tool_call | turn_end, …}`.
@@ -24,7 +24,7 @@ use tokio_util::codec::AnyDelimiterCodecError;
 
 pub(crate) use crate::agent::ToolCallStatus;
 use crate::providers::child_process::lines;
-use crate::seam::{AgentOptions, StopReason};
+use crate::seam::{AgentOptions, Budget, StopReason};
 
 /// The protocol version both ends speak.
 pub(crate) const PROTOCOL_VERSION: u32 = 1;
@@ -43,6 +43,10 @@ pub(crate) struct Initialize {
     pub patches: Vec<Value>,
     /// The child's working directory (absolute).
     pub cwd: std::path::PathBuf,
+    /// What is left of the delegation budget the child holds: the child
+    /// runtime opens it for its own subtree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
 }
 
 /// A child event, streamed while a turn runs.

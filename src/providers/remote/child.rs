@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use super::caller::{Caller, SlotReceivers};
 use super::wire::{self, Lineage, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
 use crate::agent::new_session_id;
-use crate::seam::{Category, Child, Diagnostic, Failure, Launch, LaunchError, ProviderContext, RunResult, Stage};
+use crate::seam::{
+    BudgetLease, Category, Child, Diagnostic, Failure, Launch, LaunchError, ProviderContext, RunResult, Stage,
+};
 
 /// The launch-time knobs a child needs from the provider's config.
 #[derive(Clone, Copy, Debug)]
@@ -49,6 +51,7 @@ pub(crate) async fn launch(
         output_schema: request.output_schema,
         max_depth: request.max_depth,
         agent_options: request.agent_options,
+        budget: context.budget().map(BudgetLease::remaining),
     };
     let bytes = wire::encode(&wire_request, MAX_MESSAGE_BYTES).map_err(|size| LaunchError::Invalid {
         field: "prompt",
