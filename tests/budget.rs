@@ -372,3 +372,32 @@ fn a_budget_and_max_depth_both_bind() {
     assert_eq!(error.code(), "INVALID_REQUEST");
     assert_eq!(lease.runs_used(), 0);
 }
+
+#[test]
+fn a_process_child_inherits_what_is_left_and_enforces_it_for_its_subtree() {
+    use subagents::providers::{ProcessConfig, ProcessProvider};
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let subagents = runtime.subagents();
+    let mut config = ProcessConfig::new("process", home.path().join("children"));
+    config.bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_subagents"));
+    subagents.register_provider(ProcessProvider::new(config).unwrap()).unwrap().keep();
+    // The child process takes one of the three runs and is one level down;
+    // it may start two more below it, and no grandchild may delegate.
+    let run_with = |budget: Budget| {
+        let request =
+            StartRequest::new("check a; check b; check c", Parent::root(home.path()), CancellationToken::new())
+                .with_budget(budget);
+        common::lifecycle(&runtime, &subagents, "process", request)
+    };
+    let result = run_with(Budget::new().with_runs(3).with_depth(2));
+    assert_eq!(result.stop_reason, StopReason::Completed);
+    let text = result.text();
+    assert_eq!(text.matches("- handled: check").count(), 2, "two of three parts ran: {text}");
+    assert_eq!(text.matches("budget exhausted: total runs 2 of 2 used").count(), 1, "the third was refused: {text}");
+    // Depth: the process child is the only level the budget allows.
+    let result = run_with(Budget::new().with_depth(1));
+    let text = result.text();
+    assert_eq!(text.matches("budget exhausted: depth").count(), 3, "no part may be delegated: {text}");
+    common::no_children_left(&runtime);
+}
