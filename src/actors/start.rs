@@ -1,5 +1,5 @@
-//! The start path, in contract order (SPEC §3): the synchronous checks,
-//! then the run actor on a worker, publication, `Start`, and the caller's
+//! The start path, in contract order (SPEC §3): the synchronous checks
+//! (the delegation budget last, because it reserves), then the run actor on a worker, publication, `Start`, and the caller's
 //! [`Run`]. `Subagents::start` and a continuation both come through here.
 
 use std::sync::atomic::AtomicBool;

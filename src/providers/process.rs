@@ -9,7 +9,11 @@
 //! max_tokens, reasoning_effort) crosses the wire as an explicit whitelist
 //! and the provider publishes its route defaults. Structured output, depth
 //! caps, tool filters and personas are rejected at `start` (configure the
-//! child's profile and its ordered patches instead).
+//! child's profile and its ordered patches instead). A delegation budget
+//! is not a capability: the start path enforces it here like everywhere,
+//! and the child runtime gets what is left of it
+//! ([`BudgetLease::remaining`](crate::BudgetLease::remaining)) and enforces
+//! that for its own subtree; what it spends is not charged back.
 //!
 //! **Output** is the child's last non-empty assistant message, else the
 //! streamed text. **Stop map**: `completed` and `max-tokens` pass through,
