@@ -401,3 +401,52 @@ fn a_process_child_inherits_what_is_left_and_enforces_it_for_its_subtree() {
     assert_eq!(text.matches("budget exhausted: depth").count(), 3, "no part may be delegated: {text}");
     common::no_children_left(&runtime);
 }
+
+/// A reply with some text and a `list_dir` call, reporting `tokens`.
+fn working(text: &str, tokens: u64) -> Step {
+    Step::Reply(ModelReply {
+        text: text.to_owned(),
+        tool_calls: vec![subagents::agent::ToolCall {
+            id: "call_0".to_owned(),
+            name: "list_dir".to_owned(),
+            arguments: json!({}),
+        }],
+        finish: subagents::agent::Finish::ToolCalls,
+        usage: Some(subagents::agent::Usage { input_tokens: tokens, output_tokens: 0 }),
+    })
+}
+
+#[test]
+fn an_agent_that_spends_the_tokens_mid_turn_stops_max_tokens_with_its_partial_output() {
+    let home = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::new().script(
+        subagents::agent::ScriptMatch::Any,
+        vec![working("first part", 60), working("second part", 60), Step::text("never reached")],
+    );
+    let lease = Budget::new().with_tokens(100).lease();
+    let agent = Agent::builder(model).cwd(home.path()).builtin_tools().budget(lease.clone()).build().unwrap();
+    let outcome = tokio::runtime::Runtime::new().unwrap().block_on(agent.prompt("do the work"));
+    assert_eq!(outcome.stop_reason, StopReason::MaxTokens);
+    assert_eq!(outcome.output, "second part", "the partial output is kept");
+    assert_eq!(outcome.model_calls, 2);
+    assert_eq!(lease.tokens_used(), 120);
+    let results = tool_results(&agent);
+    assert_eq!(results.len(), 2, "the first call ran, the second got its result without running: {results:?}");
+    assert!(results[1].starts_with("not run: the turn ended (max-tokens)"), "{results:?}");
+}
+
+#[test]
+fn an_agent_working_at_its_deadline_stops_aborted_with_its_partial_output() {
+    let home = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::new().script(
+        subagents::agent::ScriptMatch::Any,
+        vec![working("first part", 1), Step::text("too late").after(Duration::from_secs(600))],
+    );
+    let lease = Budget::new().with_deadline(Duration::from_millis(200)).lease();
+    let agent = Agent::builder(model).cwd(home.path()).builtin_tools().budget(lease).build().unwrap();
+    let began = Instant::now();
+    let outcome = tokio::runtime::Runtime::new().unwrap().block_on(agent.prompt("do the work"));
+    assert_eq!(outcome.stop_reason, StopReason::Aborted);
+    assert_eq!(outcome.output, "first part");
+    assert!(began.elapsed() < Duration::from_secs(60), "the deadline, not the model, ended it");
+}

@@ -447,12 +447,12 @@ impl Drop for RunActor {
         self.releasing.clear();
         drop(self.child.take());
         drop(self.leases.take());
-        let mut admission = self.admission.take();
-        if self.publish.is_some() {
-            // A refused start never had a child: its run goes back to the budget.
-            admission.as_mut().map(Admission::refund_run);
+        if let Some(mut admission) = self.admission.take() {
+            if self.publish.is_some() {
+                // A refused start never had a child: its run goes back to the budget.
+                admission.refund_run();
+            }
         }
-        drop(admission);
         if let Some(publish) = self.publish.take() {
             // A rejected start settles nothing and emits nothing.
             let error = self.start_failure.take().unwrap_or(SubagentError::RuntimeStopped);

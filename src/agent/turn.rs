@@ -8,9 +8,11 @@
 //! future is dropped mid-way is closed as `Aborted` the same way.
 //!
 //! An agent holding a delegation budget ([`AgentBuilder::budget`](super::AgentBuilder::budget))
-//! charges each model usage report to it: once the budget's tokens are
-//! spent the turn ends `MaxTokens`, and at the budget's deadline it ends
-//! `Aborted`, each with the output it has so far.
+//! charges each model usage report to it. Once the budget's tokens are
+//! spent (here or elsewhere in the tree) the turn makes no more model calls
+//! and runs no more tool calls: it ends `MaxTokens` (an answer that spent
+//! them but asked for no tools still completes). At the budget's deadline
+//! it ends `Aborted`. Either way it keeps the output it has so far.
 
 use std::sync::{Arc, Mutex};
 
@@ -24,7 +26,7 @@ use super::model::{ChunkSink, ModelError, ModelRequest};
 use super::session::{SessionEvent, ToolCall};
 use super::tools::{ToolContext, ToolOutput};
 use super::{Agent, AgentInner};
-use crate::seam::{Category, ContentBlock, ProgressUpdate, StopReason};
+use crate::seam::{BudgetLease, Category, ContentBlock, ProgressUpdate, StopReason};
 
 /// How a turn ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -187,10 +189,16 @@ impl Turn<'_> {
         }
         let streamed = Arc::new(Mutex::new(String::new()));
         let chunks = self.chunk_sink(&streamed);
-        let deadline = inner.budget.get().and_then(|lease| lease.deadline());
         loop {
+            // Read each step: a tool may open the agent's budget mid-turn.
+            let budget = inner.budget.get();
+            let deadline = budget.and_then(BudgetLease::deadline);
             if cancel.is_cancelled() || deadline.is_some_and(|d| d <= std::time::Instant::now()) {
                 return (StopReason::Aborted, None);
+            }
+            if budget.is_some_and(BudgetLease::tokens_spent) {
+                // Spent by this agent or elsewhere in its tree: no more calls.
+                return (StopReason::MaxTokens, None);
             }
             if self.model_calls >= inner.max_steps {
                 return (

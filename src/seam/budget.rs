@@ -22,9 +22,11 @@
 //! that would exceed it fails with `BUDGET_EXHAUSTED`
 //! ([`SubagentError::BudgetExhausted`](super::SubagentError::BudgetExhausted)),
 //! naming the limit and the numbers. Reservation is a compare-exchange loop
-//! per counter, so concurrent starts never over-admit. A child that runs out
-//! of tokens mid-run ends its turn `MaxTokens`, one past its deadline ends it
-//! `Aborted`, each with its partial output.
+//! per counter, so concurrent starts never over-admit. An in-process agent
+//! holding the lease makes no model call once its tokens are spent, and runs
+//! no tool call of the answer that spent them: its turn ends `MaxTokens`
+//! (a final answer that spends them still completes). At the deadline its
+//! turn ends `Aborted`. Either way it keeps its partial output.
 //!
 //! Out of process (`process`, `remote`), the child gets what is left when it
 //! starts ([`BudgetLease::remaining`]) and enforces that for its subtree;
@@ -306,6 +308,13 @@ impl BudgetLease {
             spent |= ledger.limits.tokens.is_some_and(|max| used >= max);
         }
         spent
+    }
+
+    /// Whether a ledger this holder answers to has no tokens left.
+    pub fn tokens_spent(&self) -> bool {
+        self.holder.rungs.iter().any(|Rung { ledger, .. }| {
+            ledger.limits.tokens.is_some_and(|max| ledger.tokens.load(Ordering::Acquire) >= max)
+        })
     }
 
     /// Children of this holder admitted and not yet disposed.
