@@ -438,7 +438,7 @@ impl Agent {
             .with_route(self.inner.options.clone())
             .with_agent(LocalAgent::new(self.id(), self.clone()));
         match self.budget() {
-            Some(lease) => parent.with_budget(lease),
+            Some(lease) => parent.with_budget_lease(lease),
             None => parent,
         }
     }

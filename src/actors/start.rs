@@ -28,8 +28,12 @@ pub(crate) async fn start(core: &Arc<Core>, name: &str, request: StartRequest) -
 /// its start answers to (the parent's lease and the request's), and the
 /// lease the child will hold. A start refused later gives its run back.
 fn admit_budget(request: &StartRequest) -> Result<Option<(Admission, BudgetLease)>, SubagentError> {
-    let holders: Vec<&BudgetLease> = request.parent.budget.iter().chain(request.budget.iter()).collect();
-    crate::seam::budget_admit(&holders).map_err(SubagentError::BudgetExhausted)
+    let admitted = match (request.parent.budget.as_ref(), request.budget.as_ref()) {
+        (None, None) => return Ok(None),
+        (Some(one), None) | (None, Some(one)) => crate::seam::budget_admit(&[one]),
+        (Some(parent), Some(own)) => crate::seam::budget_admit(&[parent, own]),
+    };
+    admitted.map_err(SubagentError::BudgetExhausted)
 }
 
 /// The synchronous checks, in contract order.

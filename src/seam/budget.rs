@@ -45,11 +45,12 @@
 //! ```
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// The limits of a delegation budget; `None` is unlimited. Serialised (for
 /// the process and remote wires) with the deadline in milliseconds.
@@ -444,7 +445,7 @@ pub(crate) fn admit(holders: &[&BudgetLease]) -> Result<Option<(Admission, Budge
     Ok(Some((admission, BudgetLease::holding(rungs))))
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(subagents_loom)))]
 mod tests {
     use super::*;
 
@@ -512,5 +513,53 @@ mod tests {
         assert_eq!(wire, serde_json::json!({"runs": 3, "deadline_ms": 1500}));
         assert_eq!(serde_json::from_value::<Budget>(wire).unwrap(), budget);
         assert_eq!(serde_json::from_value::<Budget>(serde_json::json!({})).unwrap(), Budget::new());
+    }
+}
+
+#[cfg(all(test, subagents_loom))]
+mod loom_tests {
+    use super::*;
+
+    /// Two starts race for the last run: exactly one is admitted, in every
+    /// interleaving, and the ledger counts exactly it.
+    #[test]
+    fn loom_two_starts_for_the_last_run_admit_exactly_one() {
+        loom::model(|| {
+            let root = Budget::new().with_runs(1).with_width(2).lease();
+            let racer = {
+                let root = root.clone();
+                loom::thread::spawn(move || admit(&[&root]).map(|admitted| admitted.map(|(a, _)| a)).ok())
+            };
+            let mine = admit(&[&root]).map(|admitted| admitted.map(|(a, _)| a)).ok();
+            let theirs = racer.join().unwrap();
+            assert_eq!(usize::from(mine.is_some()) + usize::from(theirs.is_some()), 1);
+            assert_eq!(root.runs_used(), 1);
+        });
+    }
+
+    /// A child leaving while another is admitted on a width of one: the
+    /// newcomer is admitted only once the place is free, and the count of
+    /// live children matches the admissions held.
+    #[test]
+    fn loom_a_freed_place_is_taken_at_most_once() {
+        loom::model(|| {
+            let root = Budget::new().with_width(1).with_runs(2).lease();
+            let held = admit(&[&root]).unwrap().unwrap();
+            let leaver = loom::thread::spawn(move || drop(held));
+            let newcomer = admit(&[&root]);
+            leaver.join().unwrap();
+            match newcomer {
+                Ok(Some(admitted)) => {
+                    assert_eq!((root.live_children(), root.runs_used()), (1, 2));
+                    drop(admitted);
+                }
+                Ok(None) => unreachable!("a lease applies"),
+                Err(refused) => {
+                    assert_eq!(refused.limit, BudgetLimit::Width);
+                    assert_eq!((root.live_children(), root.runs_used()), (0, 1), "the refusal took nothing");
+                }
+            }
+            assert_eq!(root.live_children(), 0);
+        });
     }
 }

@@ -248,8 +248,9 @@ impl Parent {
         self
     }
 
-    /// This parent holding a delegation budget lease.
-    pub fn with_budget(mut self, lease: BudgetLease) -> Self {
+    /// This parent holding a delegation budget lease: every child it
+    /// starts answers to it.
+    pub fn with_budget_lease(mut self, lease: BudgetLease) -> Self {
         self.budget = Some(lease);
         self
     }

@@ -282,7 +282,7 @@ impl Batch {
         }
         let began = Instant::now();
         let parent = match &self.budget {
-            Some(lease) => Parent::root(&self.cwd).with_budget(lease.clone()),
+            Some(lease) => Parent::root(&self.cwd).with_budget_lease(lease.clone()),
             None => Parent::root(&self.cwd),
         };
         let mut request = StartRequest::new(task.prompt, parent, self.batch.child_token());
