@@ -20,6 +20,6 @@
 pub use crate::agent::{Agent, ScriptedModel};
 pub use crate::providers::{InProcessProvider, MockProvider};
 pub use crate::{
-    CancellationToken, ContentBlock, Parent, Run, RunResult, Runtime, StartRequest, StopReason, SubagentError,
+    Budget, CancellationToken, ContentBlock, Parent, Run, RunResult, Runtime, StartRequest, StopReason, SubagentError,
     SubagentEvent, Subagents,
 };

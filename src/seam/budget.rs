@@ -52,8 +52,40 @@ use serde::{Deserialize, Serialize};
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
-/// The limits of a delegation budget; `None` is unlimited. Serialised (for
-/// the process and remote wires) with the deadline in milliseconds.
+/// The limits of a delegation budget, shared down a delegation tree;
+/// `None` is unlimited. Serialised (for the process and remote wires and a
+/// `fanout` task line) as `{"depth"?, "width"?, "runs"?, "tokens"?,
+/// "deadline_ms"?}`.
+///
+/// Set it on a root ([`StartRequest::with_budget`](super::StartRequest::with_budget),
+/// `SubagentToolConfig::with_budget`, `fanout --budget-*`); every
+/// descendant inherits it. The next start that would exceed it fails with
+/// `BUDGET_EXHAUSTED` before any child exists, naming the limit and the
+/// numbers; an in-process child out of tokens stops `MaxTokens`, one at the
+/// deadline `Aborted`, each with its partial output.
+///
+/// ```
+/// use subagents::providers::MockProvider;
+/// use subagents::{Budget, CancellationToken, Parent, Runtime, StartRequest};
+///
+/// let runtime = Runtime::builder().workers(1).build().unwrap();
+/// let subagents = runtime.subagents();
+/// subagents.register_provider(MockProvider::new("mock")).unwrap().keep();
+/// // One lease for both starts: one run in all.
+/// let lease = Budget::new().with_runs(1).lease();
+/// let error = runtime.block_on(async move {
+///     let request = || {
+///         StartRequest::new("task", Parent::root("/tmp"), CancellationToken::new()).with_budget_lease(lease.clone())
+///     };
+///     let run = subagents.start("mock", request()).await.unwrap();
+///     let refused = subagents.start("mock", request()).await.unwrap_err();
+///     run.dispose().await.unwrap();
+///     refused
+/// });
+/// assert_eq!(error.code(), "BUDGET_EXHAUSTED");
+/// assert_eq!(error.to_string(), "budget exhausted: total runs 1 of 1 used");
+/// runtime.shutdown_blocking();
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
