@@ -384,12 +384,12 @@ fn a_process_child_inherits_what_is_left_and_enforces_it_for_its_subtree() {
     subagents.register_provider(ProcessProvider::new(config).unwrap()).unwrap().keep();
     // The child process takes one of the three runs and is one level down;
     // it may start two more below it, and no grandchild may delegate.
-    let run_with = |budget: Budget| {
+    let run = |prompt: &str, budget: Budget| {
         let request =
-            StartRequest::new("check a; check b; check c", Parent::root(home.path()), CancellationToken::new())
-                .with_budget(budget);
+            StartRequest::new(prompt, Parent::root(home.path()), CancellationToken::new()).with_budget(budget);
         common::lifecycle(&runtime, &subagents, "process", request)
     };
+    let run_with = |budget: Budget| run("check a; check b; check c", budget);
     let result = run_with(Budget::new().with_runs(3).with_depth(2));
     assert_eq!(result.stop_reason, StopReason::Completed);
     let text = result.text();
@@ -399,6 +399,13 @@ fn a_process_child_inherits_what_is_left_and_enforces_it_for_its_subtree() {
     let result = run_with(Budget::new().with_depth(1));
     let text = result.text();
     assert_eq!(text.matches("budget exhausted: depth").count(), 3, "no part may be delegated: {text}");
+    // Tokens and time cross too: the child stops on them mid-run.
+    let spent = run_with(Budget::new().with_tokens(1));
+    assert_eq!(spent.stop_reason, StopReason::MaxTokens, "{spent:?}");
+    let began = Instant::now();
+    let late = run("[delay:600000] wait for it", Budget::new().with_deadline(Duration::from_millis(300)));
+    assert_eq!(late.stop_reason, StopReason::Aborted, "{late:?}");
+    assert!(began.elapsed() < Duration::from_secs(60), "the deadline ended it: {:?}", began.elapsed());
     common::no_children_left(&runtime);
 }
 
