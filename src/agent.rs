@@ -238,8 +238,31 @@ impl AgentBuilder {
         self
     }
 
-    /// Creates (or resumes) the session and returns the agent.
+    /// Creates (or resumes) the session and returns the agent, blocking the
+    /// calling thread while the session's file is created. In async code
+    /// use [`AgentBuilder::build_async`].
     pub fn build(self) -> Result<Agent, AgentError> {
+        let (parts, opening) = self.prepare()?;
+        let session = match opening {
+            Opening::Resume { store, id, depth } => store.resume(&id, depth)?,
+            Opening::Create { store, header, seed } => store.create_seeded(header, seed)?,
+        };
+        Ok(parts.finish(session))
+    }
+
+    /// [`AgentBuilder::build`] without blocking: the session's file is
+    /// created (or loaded) off this thread, and exists when this resolves.
+    pub async fn build_async(self) -> Result<Agent, AgentError> {
+        let (parts, opening) = self.prepare()?;
+        let session = match opening {
+            Opening::Resume { store, id, depth } => store.resume_async(&id, depth).await?,
+            Opening::Create { store, header, seed } => store.create_async(header, seed).await?,
+        };
+        Ok(parts.finish(session))
+    }
+
+    /// Everything but the session's file.
+    fn prepare(self) -> Result<(AgentParts, Opening), AgentError> {
         let cwd = match self.cwd {
             Some(cwd) => cwd,
             None => std::env::current_dir().map_err(|_| AgentError::Cwd(PathBuf::from(".")))?,
@@ -251,48 +274,81 @@ impl AgentBuilder {
         for tool in self.pending_tools {
             toolset.add_shared(tool)?;
         }
-        let mut prompt = self.prompt;
-        let session = if self.resume {
+        let opening = if self.resume {
             let id = self.session_id.expect("resume sets the id");
-            self.store.resume(&id, self.depth)?
+            Opening::Resume { store: self.store, id, depth: self.depth }
         } else {
             let id = self.session_id.unwrap_or_else(new_session_id);
-            let mut header = SessionHeader::new(id, cwd.clone());
+            let mut header = SessionHeader::new(id, cwd);
             header.parent_session = self.parent_session;
             header.depth = self.depth;
             header.persona = self.persona.clone();
-            let mut session = self.store.create(header)?;
-            for event in self.seed {
-                session.append(event)?;
-            }
-            session
+            Opening::Create { store: self.store, header, seed: self.seed }
         };
-        if let Some(persona) = self.persona.or_else(|| session.header().persona.clone()) {
+        let parts = AgentParts {
+            model: self.model,
+            toolset,
+            prompt: self.prompt,
+            persona: self.persona,
+            options: self.options,
+            max_steps: self.max_steps,
+            on_update: self.on_update,
+            cancel: self.cancel,
+            budget: self.budget,
+        };
+        Ok((parts, opening))
+    }
+}
+
+/// How a built agent gets its session.
+enum Opening {
+    Resume { store: SessionStore, id: String, depth: u32 },
+    Create { store: SessionStore, header: SessionHeader, seed: Vec<SessionEvent> },
+}
+
+/// What an agent is made of besides its session.
+struct AgentParts {
+    model: Arc<dyn Model>,
+    toolset: Toolset,
+    prompt: SystemPrompt,
+    persona: Option<String>,
+    options: AgentOptions,
+    max_steps: u32,
+    on_update: Option<UpdateSink>,
+    cancel: Option<CancellationToken>,
+    budget: Option<BudgetLease>,
+}
+
+impl AgentParts {
+    fn finish(self, session: Session) -> Agent {
+        let AgentParts { model, mut toolset, mut prompt, persona, options, max_steps, on_update, cancel, budget } =
+            self;
+        if let Some(persona) = persona.or_else(|| session.header().persona.clone()) {
             prompt.set(SystemPrompt::PERSONA, persona);
         }
         toolset.set_depth(session.header().depth);
-        let root = self.cancel.unwrap_or_default();
+        let root = cancel.unwrap_or_default();
         let (busy, _) = watch::channel(0);
-        Ok(Agent {
+        Agent {
             inner: Arc::new(AgentInner {
                 id: session.id().into(),
                 cwd: session.header().cwd.clone().into(),
-                model: self.model,
+                model,
                 tools: toolset,
                 system: prompt.render().into(),
-                options: self.options,
-                max_steps: self.max_steps,
+                options,
+                max_steps,
                 session: Mutex::new(session),
                 turn_lock: tokio::sync::Mutex::new(()),
                 busy,
                 cancel: Mutex::new(root.child_token()),
                 root_cancel: root,
                 steering: Mutex::new(VecDeque::new()),
-                on_update: self.on_update,
+                on_update,
                 teardowns: Mutex::new(Vec::new()),
-                budget: self.budget.map(OnceLock::from).unwrap_or_default(),
+                budget: budget.map(OnceLock::from).unwrap_or_default(),
             }),
-        })
+        }
     }
 }
 
@@ -525,7 +581,7 @@ impl Agent {
 
     /// Ends the agent's life: cancels its turns, waits until idle, runs the
     /// registered cleanups (its background tasks are cancelled and awaited),
-    /// then closes the session (every event is already in its file).
+    /// then closes the session once every event reached its file.
     pub async fn shutdown(&self) -> Result<(), SessionError> {
         self.cancel();
         self.idle().await;
@@ -533,11 +589,16 @@ impl Agent {
         for teardown in teardowns {
             teardown().await;
         }
-        self.close()
+        self.inner.model.session_closed(&self.inner.id);
+        let closing = self.inner.session().closing();
+        closing.await
     }
 
-    /// Flushes and closes the session file. Call after [`Agent::idle`]; the
-    /// agent stays readable, and further turns are kept in memory only.
+    /// Flushes and closes the session file, blocking the calling thread
+    /// until everything appended reached it (in async code,
+    /// [`Agent::shutdown`] closes without blocking). Call after
+    /// [`Agent::idle`]; the agent stays readable, and further turns are
+    /// kept in memory only.
     pub fn close(&self) -> Result<(), SessionError> {
         self.inner.model.session_closed(&self.inner.id);
         self.inner.session().close()

@@ -130,10 +130,11 @@ type HookOutcome = Result<Result<(), Failure>, String>;
 pub(crate) struct RunSpawn {
     pub core: Arc<Core>,
     pub shared: Arc<RunShared>,
-    pub launch: Launch,
+    pub launch: Box<Launch>,
     pub publish: oneshot::Sender<Result<Published, SubagentError>>,
-    /// The child's place in its delegation budget, held until quiescence.
-    pub admission: Option<Admission>,
+    /// The child's place in its delegation budget, held until quiescence
+    /// (boxed: the actor lives inline in its task, and most runs have none).
+    pub admission: Option<Box<Admission>>,
 }
 
 pub(crate) struct RunActor {
@@ -145,7 +146,8 @@ pub(crate) struct RunActor {
     shared: Arc<RunShared>,
     child_id: String,
     token: CancellationToken,
-    launch: Option<Launch>,
+    /// Boxed: the actor lives inline in its task, and a launch is large.
+    launch: Option<Box<Launch>>,
     child: Option<Box<dyn Child>>,
     launching: Slot<LaunchOutcome>,
     running: Slot<Result<RunResult, String>>,
@@ -156,7 +158,7 @@ pub(crate) struct RunActor {
     leases: Option<(ActorLease, ProviderRunLease)>,
     /// The child's place in its delegation budget (width until quiescence;
     /// the run itself is given back if the start is refused).
-    admission: Option<Admission>,
+    admission: Option<Box<Admission>>,
     /// The structured result the child captured, if any.
     structured: Option<serde_json::Value>,
 }
@@ -421,7 +423,7 @@ impl Actor for RunActor {
         let Some(launch) = self.launch.take() else { return };
         self.shared.bind_capture(ctx.address().downgrade().recipient());
         let provider = self.shared.entry.provider.clone();
-        let launching = self.launching.hold(self.core.id(), &self.span, contained(move || provider.launch(launch)));
+        let launching = self.launching.hold(self.core.id(), &self.span, contained(move || provider.launch(*launch)));
         self.drive(launching, ctx, |actor, outcome, ctx| {
             if let Some(outcome) = outcome {
                 actor.on_launched(outcome, ctx)

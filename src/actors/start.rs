@@ -21,7 +21,8 @@ use crate::seam::{Admission, BudgetLease, Launch, ProviderContext, StartRequest,
 pub(crate) async fn start(core: &Arc<Core>, name: &str, request: StartRequest) -> Result<Run, SubagentError> {
     let entry = admit(core, name, &request)?;
     let budget = admit_budget(&request)?;
-    core.on_runtime(launch(core.clone(), entry, request, budget)).await?
+    // Boxed once here: the request is large, and the futures below move.
+    core.on_runtime(launch(core.clone(), entry, Box::new(request), budget)).await?
 }
 
 /// The last check, because it reserves: the child's place in the budgets
@@ -98,14 +99,15 @@ fn check_values(request: &StartRequest) -> Result<(), SubagentError> {
 async fn launch(
     core: Arc<Core>,
     entry: Arc<ProviderEntry>,
-    request: StartRequest,
+    request: Box<StartRequest>,
     budget: Option<(Admission, BudgetLease)>,
 ) -> Result<Run, SubagentError> {
     let token = request.signal.child_token();
     let depth = request.child_depth();
     let label = request.label.clone();
-    // Kept for a continuation, which starts from the same parent.
-    let parent = request.parent.clone();
+    // Kept for a continuation, which starts from the same parent; only a
+    // provider that may offer one pays for the copy.
+    let parent = entry.provider.offers_continuation().then(|| request.parent.clone());
     let parent_session = request.parent.session_id.clone();
     let progress = request.progress.clone();
     let shared = Arc::new(RunShared::new(core.mint_run_id(), entry, parent_session, core.bus().clone(), progress));
@@ -116,9 +118,9 @@ async fn launch(
     let actor = RunActor::new(RunSpawn {
         core: core.clone(),
         shared: shared.clone(),
-        launch: Launch { request, cancel: token.clone(), context },
+        launch: Box::new(Launch { request: *request, cancel: token.clone(), context }),
         publish,
-        admission,
+        admission: admission.map(Box::new),
     });
     let addr = actor.start();
     let control = RunControl { control: addr.clone().recipient(), token, depth, shared: shared.clone() };
@@ -137,7 +139,7 @@ async fn launch(
         control,
         local_agent: published.local_agent,
         steering: published.steering.then(|| addr.recipient()),
-        continuation: published.continuation.then_some((core, parent)),
+        continuation: parent.filter(|_| published.continuation).map(|parent| (core, parent)),
         disposed: AtomicBool::new(false),
     })
 }

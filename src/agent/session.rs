@@ -6,15 +6,21 @@
 //! [`SessionStore`] persists each session as JSON lines in
 //! `<home>/sessions/<id>.jsonl`: the header first, then one line per event.
 //!
-//! Every event is handed to the operating system as one whole line when it
-//! is appended (one `write` per event; no `fsync`), so a process killed
-//! mid-turn leaves every complete event on disk, and a run's `dispose`
-//! returns only after its log reached the file. A crash mid-write can leave
-//! only the *last* line torn, and [`SessionStore::load`] drops that line
-//! with a warning and keeps every earlier event; a file killed before its
-//! header was written never held a session, and loading it removes it and
-//! reports `NotFound`. Resuming a session never
-//! lowers its depth.
+//! No session file is touched on the caller's thread: every file operation
+//! of the process runs, in the order it was asked for, on one thread of its
+//! own (the session lane), so an actor thread never waits for the disk.
+//! [`Session::append`] queues one whole line and returns (one `write` per
+//! event on the lane; no `fsync`); creating, loading, reading and closing
+//! wait for the lane's answer — the synchronous methods by blocking, the
+//! runtime's own paths by awaiting it. So a session's file and header exist
+//! when it is created, a read sees every append queued before it, and a
+//! run's `dispose` returns only after its log reached the file. A process
+//! killed mid-turn leaves a prefix of its events on disk (the newest may
+//! still have been queued), and a crash mid-write can leave only the
+//! *last* line torn: [`SessionStore::load`] drops that line with a warning
+//! and keeps every earlier event; a file killed before its header was
+//! written never held a session, and loading it removes it and reports
+//! `NotFound`. Resuming a session never lowers its depth.
 //!
 //! Transcripts hold prompts and file contents, so they are private: the
 //! `sessions` directory (and any missing home above it that the store
@@ -43,6 +49,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+
+mod lane;
 
 use crate::mix::splitmix64;
 use crate::seam::{ContentBlock, StopReason};
@@ -143,8 +151,38 @@ pub enum SessionEvent {
 pub struct Session {
     header: SessionHeader,
     events: Vec<SessionEvent>,
-    /// Unbuffered: each record reaches the file as one `write`.
-    writer: Option<File>,
+    /// Written on the session lane: each record as one `write`.
+    writer: Option<SessionFile>,
+}
+
+/// A persisted session's open file, written only on the session lane, and
+/// the first write error (appends do not wait, so an error is reported by
+/// the next append or by the close).
+#[derive(Debug)]
+struct SessionFile {
+    file: Arc<File>,
+    failed: Arc<OnceLock<(io::ErrorKind, String)>>,
+}
+
+impl SessionFile {
+    fn new(file: File) -> Self {
+        SessionFile { file: Arc::new(file), failed: Arc::default() }
+    }
+
+    /// The first write that failed, if any.
+    fn check(&self, id: &str) -> Result<(), SessionError> {
+        match self.failed.get() {
+            Some((kind, message)) => {
+                Err(SessionError::Io { id: id.to_owned(), source: io::Error::new(*kind, message.clone()) })
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// The lane failed to answer (its job panicked): an I/O error for `id`.
+fn lane_failed(id: &str) -> SessionError {
+    SessionError::Io { id: id.to_owned(), source: io::Error::other("the session file operation failed") }
 }
 
 /// Why a session could not be created, loaded or written.
@@ -272,14 +310,14 @@ impl SessionStore {
     /// Creates the sessions directory now (0700, see the module doc), so a
     /// home that cannot hold sessions is reported before any run starts.
     pub fn prepare(&self) -> io::Result<()> {
-        match &self.dir {
-            Some(dir) => {
-                create_private_dir(dir)?;
-                let _ = self.dir_ready.set(());
-                Ok(())
-            }
-            None => Ok(()),
-        }
+        let Some(dir) = self.dir.clone() else { return Ok(()) };
+        let ready = self.dir_ready.clone();
+        lane::call_blocking(move || {
+            create_private_dir(&dir)?;
+            let _ = ready.set(());
+            Ok(())
+        })
+        .unwrap_or_else(|| Err(io::Error::other("the session directory check failed")))
     }
 
     /// The directory sessions are written to, if persisted.
@@ -292,12 +330,75 @@ impl SessionStore {
         self.dir.as_ref().map(|dir| dir.join(format!("{id}.jsonl")))
     }
 
+    /// Runs `op` with this store on the session lane, blocking for its answer.
+    fn blocking<T: Send + 'static>(
+        &self,
+        id: &str,
+        op: impl FnOnce(&SessionStore) -> Result<T, SessionError> + Send + 'static,
+    ) -> Result<T, SessionError> {
+        let store = self.clone();
+        lane::call_blocking(move || op(&store)).unwrap_or_else(|| Err(lane_failed(id)))
+    }
+
+    /// Runs `op` with this store on the session lane, awaiting its answer.
+    async fn on_lane<T: Send + 'static>(
+        &self,
+        id: &str,
+        op: impl FnOnce(&SessionStore) -> Result<T, SessionError> + Send + 'static,
+    ) -> Result<T, SessionError> {
+        let store = self.clone();
+        lane::call(move || op(&store), drop).await.unwrap_or_else(|| Err(lane_failed(id)))
+    }
+
     /// Creates a new session and writes its header.
     pub fn create(&self, header: SessionHeader) -> Result<Session, SessionError> {
+        self.create_seeded(header, Vec::new())
+    }
+
+    /// Creates a new session, writes its header, then `seed` (a fork's
+    /// inherited history), blocking for the file.
+    pub(crate) fn create_seeded(
+        &self,
+        header: SessionHeader,
+        seed: Vec<SessionEvent>,
+    ) -> Result<Session, SessionError> {
         check_id(&header.id)?;
+        if self.dir.is_none() {
+            return Ok(Session::in_memory_seeded(header, seed));
+        }
+        let id = header.id.clone();
+        self.blocking(&id, move |store| store.create_now(header, seed))
+    }
+
+    /// [`SessionStore::create_seeded`] without blocking: the file and its
+    /// header exist when this resolves. A creation whose caller stopped
+    /// waiting is removed again.
+    pub(crate) async fn create_async(
+        &self,
+        header: SessionHeader,
+        seed: Vec<SessionEvent>,
+    ) -> Result<Session, SessionError> {
+        check_id(&header.id)?;
+        if self.dir.is_none() {
+            return Ok(Session::in_memory_seeded(header, seed));
+        }
+        let id = header.id.clone();
+        let store = self.clone();
+        let undo_store = self.clone();
+        let undo = move |created: Result<Session, SessionError>| {
+            if let Ok(mut session) = created {
+                session.writer = None;
+                let _ = undo_store.remove_now(session.id());
+            }
+        };
+        lane::call(move || store.create_now(header, seed), undo).await.unwrap_or_else(|| Err(lane_failed(&id)))
+    }
+
+    /// On the lane: create the file, write the header and the seed.
+    fn create_now(&self, header: SessionHeader, seed: Vec<SessionEvent>) -> Result<Session, SessionError> {
         let id = header.id.clone();
         let Some(path) = self.path_of(&id) else {
-            return Ok(Session { header, events: Vec::new(), writer: None });
+            return Ok(Session::in_memory_seeded(header, seed));
         };
         let io_error = |source| SessionError::Io { id: id.clone(), source };
         if self.dir_ready.get().is_none() {
@@ -313,15 +414,23 @@ impl SessionStore {
         })?;
         // The mode above is cut by the umask, never widened; set it exactly.
         file.set_permissions(fs::Permissions::from_mode(0o600)).map_err(io_error)?;
-        let mut session = Session { header, events: Vec::new(), writer: Some(file) };
-        session.write_line(&Record::Header(session.header.clone()))?;
-        Ok(session)
+        write_record(&file, &Record::Header(header.clone())).map_err(io_error)?;
+        for event in &seed {
+            write_record(&file, event).map_err(io_error)?;
+        }
+        Ok(Session { header, events: seed, writer: Some(SessionFile::new(file)) })
     }
 
     /// Loads a session. A torn last line is dropped (with a warning) and cut
     /// from the file, so later appends start on a clean line.
     pub fn load(&self, id: &str) -> Result<LoadedSession, SessionError> {
         check_id(id)?;
+        let owned = id.to_owned();
+        self.blocking(id, move |store| store.load_now(&owned))
+    }
+
+    /// On the lane: [`SessionStore::load`].
+    fn load_now(&self, id: &str) -> Result<LoadedSession, SessionError> {
         let Some(path) = self.path_of(id) else {
             return Err(SessionError::NotFound(id.to_owned()));
         };
@@ -347,7 +456,7 @@ impl SessionStore {
         if torn {
             file.set_len(valid_len as u64).map_err(io_error)?;
         }
-        Ok(LoadedSession { session: Session { header, events, writer: Some(file) }, torn })
+        Ok(LoadedSession { session: Session { header, events, writer: Some(SessionFile::new(file)) }, torn })
     }
 
     /// Reads a session without opening it for writing and without repairing
@@ -356,10 +465,25 @@ impl SessionStore {
         self.inspect(id).map(|stored| (stored.header, stored.events))
     }
 
+    /// [`SessionStore::read`] without blocking; it sees every append queued
+    /// before it.
+    pub(crate) async fn read_async(&self, id: &str) -> Result<(SessionHeader, Vec<SessionEvent>), SessionError> {
+        check_id(id)?;
+        let owned = id.to_owned();
+        let stored = self.on_lane(id, move |store| store.inspect_now(&owned)).await?;
+        Ok((stored.header, stored.events))
+    }
+
     /// Like [`SessionStore::read`], and says whether a torn last line was
     /// left out and how large the file is.
     pub fn inspect(&self, id: &str) -> Result<StoredSession, SessionError> {
         check_id(id)?;
+        let owned = id.to_owned();
+        self.blocking(id, move |store| store.inspect_now(&owned))
+    }
+
+    /// On the lane: [`SessionStore::inspect`].
+    fn inspect_now(&self, id: &str) -> Result<StoredSession, SessionError> {
         let path = self.path_of(id).ok_or_else(|| SessionError::NotFound(id.to_owned()))?;
         let bytes = match fs::read(&path) {
             Ok(bytes) => bytes,
@@ -373,25 +497,33 @@ impl SessionStore {
     /// The ids of every stored session (the `*.jsonl` files), unsorted;
     /// none for an in-memory store or a home that has no sessions yet.
     pub fn ids(&self) -> io::Result<Vec<String>> {
-        let Some(dir) = &self.dir else { return Ok(Vec::new()) };
-        let entries = match fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(error) => return Err(error),
-        };
-        let mut ids = Vec::new();
-        for entry in entries {
-            let name = entry?.file_name();
-            if let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) {
-                ids.push(id.to_owned());
-            }
-        }
-        Ok(ids)
+        let Some(dir) = self.dir.clone() else { return Ok(Vec::new()) };
+        lane::call_blocking(move || list_ids(&dir))
+            .unwrap_or_else(|| Err(io::Error::other("listing the sessions failed")))
     }
 
     /// Deletes a session's file (a rolled-back start leaves nothing behind).
     pub fn remove(&self, id: &str) -> Result<(), SessionError> {
         check_id(id)?;
+        if self.dir.is_none() {
+            return Ok(());
+        }
+        let owned = id.to_owned();
+        self.blocking(id, move |store| store.remove_now(&owned))
+    }
+
+    /// [`SessionStore::remove`] without blocking.
+    pub(crate) async fn remove_async(&self, id: &str) -> Result<(), SessionError> {
+        check_id(id)?;
+        if self.dir.is_none() {
+            return Ok(());
+        }
+        let owned = id.to_owned();
+        self.on_lane(id, move |store| store.remove_now(&owned)).await
+    }
+
+    /// On the lane: [`SessionStore::remove`].
+    fn remove_now(&self, id: &str) -> Result<(), SessionError> {
         let Some(path) = self.path_of(id) else { return Ok(()) };
         match fs::remove_file(path) {
             Ok(()) => Ok(()),
@@ -403,13 +535,53 @@ impl SessionStore {
     /// Loads a session to continue it at depth `depth` or deeper: a resumed
     /// session never counts as shallower than it was.
     pub fn resume(&self, id: &str, depth: u32) -> Result<Session, SessionError> {
-        let mut session = self.load(id)?.session;
+        check_id(id)?;
+        let owned = id.to_owned();
+        self.blocking(id, move |store| store.resume_now(&owned, depth))
+    }
+
+    /// [`SessionStore::resume`] without blocking.
+    pub(crate) async fn resume_async(&self, id: &str, depth: u32) -> Result<Session, SessionError> {
+        check_id(id)?;
+        let owned = id.to_owned();
+        self.on_lane(id, move |store| store.resume_now(&owned, depth)).await
+    }
+
+    /// On the lane: [`SessionStore::resume`].
+    fn resume_now(&self, id: &str, depth: u32) -> Result<Session, SessionError> {
+        let mut session = self.load_now(id)?.session;
         if depth > session.header.depth {
             session.header.depth = depth;
-            session.write_line(&Record::Header(session.header.clone()))?;
+            let writer = session.writer.as_ref().expect("a loaded session has its file");
+            write_record(&writer.file, &Record::Header(session.header.clone()))
+                .map_err(|source| SessionError::Io { id: id.to_owned(), source })?;
         }
         Ok(session)
     }
+}
+
+/// The `*.jsonl` names in `dir`, without the suffix.
+fn list_ids(dir: &Path) -> io::Result<Vec<String>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error),
+    };
+    let mut ids = Vec::new();
+    for entry in entries {
+        let name = entry?.file_name();
+        if let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) {
+            ids.push(id.to_owned());
+        }
+    }
+    Ok(ids)
+}
+
+/// One record as one whole line, in one `write`.
+fn write_record(mut file: &File, record: &impl Serialize) -> io::Result<()> {
+    let mut line = serde_json::to_vec(record)?;
+    line.push(b'\n');
+    file.write_all(&line)
 }
 
 /// Parses a session file: the header (the last header line wins), the
@@ -497,28 +669,73 @@ impl Session {
         completed_prefix(&self.events)
     }
 
-    /// Appends an event; it reaches the file (one whole line, one
-    /// `write`) before this returns, so a kill between two events loses
-    /// neither.
+    /// Appends an event: kept in memory at once, and queued for the file
+    /// as one whole line (one `write`, in order, on the session lane). An
+    /// earlier write that failed is reported here (or by the close).
     pub fn append(&mut self, event: SessionEvent) -> Result<(), SessionError> {
         self.write_line(&event)?;
         self.events.push(event);
         Ok(())
     }
 
-    /// Closes the file; the session stays readable in memory.
+    /// Closes the file once everything appended reached it, blocking the
+    /// calling thread until then; the session stays readable in memory. In
+    /// async code, [`Agent::shutdown`](super::Agent::shutdown) closes
+    /// without blocking.
     pub fn close(&mut self) -> Result<(), SessionError> {
-        self.writer = None;
-        Ok(())
+        let Some(writer) = self.writer.take() else { return Ok(()) };
+        let id = self.header.id.clone();
+        lane::call_blocking(move || finish(writer, &id)).unwrap_or_else(|| Err(lane_failed(&self.header.id)))
     }
 
-    /// Writes one whole line: a header record or an event (whose own tag
+    /// [`Session::close`] without blocking: the file is taken now, and the
+    /// returned future resolves once everything appended reached it.
+    pub(crate) fn closing(&mut self) -> impl std::future::Future<Output = Result<(), SessionError>> + Send + 'static {
+        let id = self.header.id.clone();
+        let writer = self.writer.take();
+        async move {
+            let Some(writer) = writer else { return Ok(()) };
+            let closing = id.clone();
+            lane::call(move || finish(writer, &closing), drop).await.unwrap_or_else(|| Err(lane_failed(&id)))
+        }
+    }
+
+    /// Queues one whole line: a header record or an event (whose own tag
     /// makes it a valid record).
     fn write_line(&mut self, record: &impl Serialize) -> Result<(), SessionError> {
-        let Some(writer) = &mut self.writer else { return Ok(()) };
+        let Some(writer) = &self.writer else { return Ok(()) };
+        writer.check(&self.header.id)?;
         let io_error = |source| SessionError::Io { id: self.header.id.clone(), source };
         let mut line = serde_json::to_vec(record).map_err(|e| io_error(e.into()))?;
         line.push(b'\n');
-        writer.write_all(&line).map_err(io_error)
+        let (file, failed) = (writer.file.clone(), writer.failed.clone());
+        lane::submit(move || {
+            if let Err(error) = (&*file).write_all(&line) {
+                let _ = failed.set((error.kind(), error.to_string()));
+            }
+        });
+        Ok(())
+    }
+
+    fn in_memory_seeded(header: SessionHeader, seed: Vec<SessionEvent>) -> Self {
+        Session { header, events: seed, writer: None }
+    }
+}
+
+/// On the lane, after every queued write: close the file and report the
+/// first write that failed.
+fn finish(writer: SessionFile, id: &str) -> Result<(), SessionError> {
+    let outcome = writer.check(id);
+    drop(writer);
+    outcome
+}
+
+impl Drop for Session {
+    /// A session dropped without a close still has its file closed on the
+    /// lane, after its queued writes.
+    fn drop(&mut self) {
+        if let Some(writer) = self.writer.take() {
+            lane::submit(move || drop(writer));
+        }
     }
 }

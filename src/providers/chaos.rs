@@ -192,6 +192,10 @@ impl Provider for ChaosProvider {
         self.inner.inherits_parent_context()
     }
 
+    fn offers_continuation(&self) -> bool {
+        self.inner.offers_continuation()
+    }
+
     fn route_defaults(&self) -> AgentOptions {
         self.inner.route_defaults()
     }

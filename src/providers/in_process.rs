@@ -199,15 +199,20 @@ impl InProcessProvider {
         }
     }
 
-    fn create(&self, launch: Launch) -> Result<Box<dyn Child>, LaunchError> {
+    /// Everything a launch does before the child's session file: checks,
+    /// route, tools, capture tool. The file is created by [`Prepared::open`].
+    fn prepare(&self, launch: Launch) -> Result<Prepared, LaunchError> {
         let Launch { request, cancel, context } = launch;
         if cancel.is_cancelled() {
             return Err(LaunchError::Aborted);
         }
         let store = self.store(&context);
-        let (builder, resumed) = match request.resumes() {
-            Some(previous) => (self.resume_builder(previous, &request, &store)?, true),
-            None => (self.new_builder(&request, &store)?, false),
+        let (builder, seed, resumed) = match request.resumes() {
+            Some(previous) => (self.resume_builder(previous, &request, &store)?, Seed::Ready, true),
+            None => {
+                let (builder, seed) = self.new_builder(&request, &store)?;
+                (builder, seed, false)
+            }
         };
         let captured = Arc::new(AtomicBool::new(false));
         let mut builder = builder.cancel_token(cancel.clone()).on_update(progress_sink(&context));
@@ -225,28 +230,20 @@ impl InProcessProvider {
                 .map_err(|error| LaunchError::Invalid { field: "output_schema", reason: error.to_string() })?;
             builder = builder.prompt_section(STRUCTURED_SECTION, STRUCTURED_INSTRUCTION);
         }
-        // The builder checks that the cwd is a directory.
-        let agent = builder.build().map_err(|error| match error {
-            AgentError::Cwd(_) => invalid_cwd(),
-            error => {
-                tracing::warn!(provider = %self.name, %error, "could not create an in-process child");
-                LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed }
-            }
-        })?;
-        Ok(Box::new(InProcessChild {
+        Ok(Prepared {
             provider: self.name.as_str().into(),
-            prompt: RefCell::new(Some(request.prompt)),
+            builder,
+            seed,
+            prompt: request.prompt,
             structured: request.output_schema.is_some().then_some(captured),
             nudges: self.config.structured_nudge_retries,
-            started: Cell::new(false),
             roll_back_unstarted: !resumed,
             store,
             cancel,
-            agent,
-        }))
+        })
     }
 
-    fn new_builder(&self, request: &StartRequest, store: &SessionStore) -> Result<AgentBuilder, LaunchError> {
+    fn new_builder(&self, request: &StartRequest, store: &SessionStore) -> Result<(AgentBuilder, Seed), LaunchError> {
         let parent = &request.parent;
         let route = self.config.route_defaults.overridden_by(&parent.route);
         let route = match &request.agent_options {
@@ -268,7 +265,7 @@ impl InProcessProvider {
         };
         let mut toolset = (self.config.tools)(&info);
         apply_filter(&mut toolset, request)?;
-        let seed = if self.fork { parent_prefix(request, store)? } else { Vec::new() };
+        let seed = if self.fork { parent_prefix(request) } else { Seed::Ready };
         let mut builder = Agent::builder_shared(model)
             .store(store.clone())
             .session_id(info.session_id)
@@ -276,12 +273,19 @@ impl InProcessProvider {
             .cwd(info.cwd)
             .toolset(toolset)
             .options(route)
-            .max_steps(self.config.max_steps)
-            .seed(seed);
-        if let Some(persona) = &request.persona {
-            builder = builder.persona(persona.clone());
+            .max_steps(self.config.max_steps);
+        if let Seed::Live(events) = seed {
+            builder = builder.seed(events);
+            return Ok((Self::with_persona(builder, request), Seed::Ready));
         }
-        Ok(builder)
+        Ok((Self::with_persona(builder, request), seed))
+    }
+
+    fn with_persona(builder: AgentBuilder, request: &StartRequest) -> AgentBuilder {
+        match &request.persona {
+            Some(persona) => builder.persona(persona.clone()),
+            None => builder,
+        }
     }
 
     /// A continuation: the same session, depth and cwd as before; the same
@@ -357,15 +361,19 @@ impl Provider for InProcessProvider {
         self.fork
     }
 
+    fn offers_continuation(&self) -> bool {
+        true
+    }
+
     fn route_defaults(&self) -> AgentOptions {
         self.config.route_defaults.clone()
     }
 
     fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
-        // Creating the child is synchronous: its session exists before the
-        // future resolves, and a start costs no extra poll.
-        let created = self.create(launch);
-        Box::pin(async move { created })
+        // The checks run now; the session file is created on the session
+        // lane, and exists before the future resolves.
+        let prepared = self.prepare(launch);
+        Box::pin(async move { prepared?.open().await })
     }
 }
 
@@ -373,21 +381,76 @@ fn invalid_cwd() -> LaunchError {
     LaunchError::Invalid { field: "parent.cwd", reason: "must be an absolute path to an existing directory".to_owned() }
 }
 
+/// Where a fork's inherited history comes from.
+enum Seed {
+    /// Nothing more to read (a spawn, a continuation, a root parent).
+    Ready,
+    /// The live parent agent's completed turns.
+    Live(Vec<SessionEvent>),
+    /// The parent's stored session, read on the session lane.
+    Stored(String),
+}
+
 /// A fork's inherited history: the parent's events through its last turn
-/// end, read from the live parent agent when the request carries it, else
-/// from the parent's stored session.
-fn parent_prefix(request: &StartRequest, store: &SessionStore) -> Result<Vec<SessionEvent>, LaunchError> {
+/// end, from the live parent agent when the request carries it, else from
+/// the parent's stored session.
+fn parent_prefix(request: &StartRequest) -> Seed {
     let parent = &request.parent;
     if let Some(agent) = parent.agent.as_ref().and_then(|a| a.downcast::<Agent>()) {
-        return Ok(agent.completed_prefix());
+        return Seed::Live(agent.completed_prefix());
     }
-    let Some(session_id) = &parent.session_id else { return Ok(Vec::new()) };
-    let (_, mut events) = store.read(session_id).map_err(|error| LaunchError::Invalid {
-        field: "parent.session_id",
-        reason: format!("fork cannot read the parent session: {error}"),
-    })?;
-    events.truncate(completed_prefix(&events).len());
-    Ok(events)
+    match &parent.session_id {
+        Some(session_id) => Seed::Stored(session_id.clone()),
+        None => Seed::Ready,
+    }
+}
+
+/// A launch checked and assembled, waiting for its session file.
+struct Prepared {
+    provider: Arc<str>,
+    builder: AgentBuilder,
+    seed: Seed,
+    prompt: Vec<ContentBlock>,
+    structured: Option<Arc<AtomicBool>>,
+    nudges: u32,
+    roll_back_unstarted: bool,
+    store: SessionStore,
+    cancel: CancellationToken,
+}
+
+impl Prepared {
+    /// Reads a fork's stored history and creates the child's session, both
+    /// on the session lane; the child.
+    async fn open(self) -> Result<Box<dyn Child>, LaunchError> {
+        let mut builder = self.builder;
+        if let Seed::Stored(session_id) = &self.seed {
+            let (_, mut events) = self.store.read_async(session_id).await.map_err(|error| LaunchError::Invalid {
+                field: "parent.session_id",
+                reason: format!("fork cannot read the parent session: {error}"),
+            })?;
+            events.truncate(completed_prefix(&events).len());
+            builder = builder.seed(events);
+        }
+        // The builder checks that the cwd is a directory.
+        let agent = builder.build_async().await.map_err(|error| match error {
+            AgentError::Cwd(_) => invalid_cwd(),
+            error => {
+                tracing::warn!(provider = %self.provider, %error, "could not create an in-process child");
+                LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed }
+            }
+        })?;
+        Ok(Box::new(InProcessChild {
+            provider: self.provider,
+            prompt: RefCell::new(Some(self.prompt)),
+            structured: self.structured,
+            nudges: self.nudges,
+            started: Cell::new(false),
+            roll_back_unstarted: self.roll_back_unstarted,
+            store: self.store,
+            cancel: self.cancel,
+            agent,
+        }))
+    }
 }
 
 /// Child updates become `Progress` events; they never enter the parent's
@@ -470,8 +533,10 @@ impl Child for InProcessChild {
         let store = self.store.clone();
         Box::pin(async move {
             // Cancels its turns and background tasks, awaits them, closes.
-            let closed = agent.shutdown().await;
-            let released = if roll_back { closed.and_then(|()| store.remove(agent.id())) } else { closed };
+            let mut released = agent.shutdown().await;
+            if roll_back && released.is_ok() {
+                released = store.remove_async(agent.id()).await;
+            }
             released.map_err(|error| {
                 tracing::warn!(session = agent.id(), %error, "could not release a child session");
                 Failure::new(Stage::Dispose, Category::ChildError)

@@ -38,6 +38,13 @@ pub trait Provider: Send + Sync + 'static {
         false
     }
 
+    /// Whether this provider's children may hand out a continuation
+    /// ([`Child::supports_continuation`]). When false (the default) the
+    /// runtime keeps nothing of a start request for one.
+    fn offers_continuation(&self) -> bool {
+        false
+    }
+
     /// Route defaults the provider publishes.
     fn route_defaults(&self) -> AgentOptions {
         AgentOptions::default()
