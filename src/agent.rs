@@ -35,7 +35,7 @@ mod turn;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use futures_util::future::BoxFuture;
 
@@ -56,7 +56,7 @@ pub use session::{
 pub use tools::{FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset};
 pub use turn::{AgentUpdate, ToolCallStatus, TurnError, TurnErrorKind, TurnOutcome};
 
-use crate::seam::{AgentOptions, ContentBlock, LocalAgent, Parent};
+use crate::seam::{AgentOptions, Budget, BudgetLease, ContentBlock, LocalAgent, Parent};
 
 /// Receives live updates from an agent's turns (text chunks, tool calls).
 pub type UpdateSink = Arc<dyn Fn(&AgentUpdate) + Send + Sync>;
@@ -116,6 +116,7 @@ pub struct AgentBuilder {
     seed: Vec<SessionEvent>,
     on_update: Option<UpdateSink>,
     cancel: Option<CancellationToken>,
+    budget: Option<BudgetLease>,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -229,6 +230,14 @@ impl AgentBuilder {
         self
     }
 
+    /// The delegation budget the agent holds: its turns stop when the
+    /// budget's tokens or time run out, and every child it starts answers
+    /// to it.
+    pub fn budget(mut self, lease: BudgetLease) -> Self {
+        self.budget = Some(lease);
+        self
+    }
+
     /// Creates (or resumes) the session and returns the agent, blocking the
     /// calling thread while the session's file is created. In async code
     /// use [`AgentBuilder::build_async`].
@@ -285,6 +294,7 @@ impl AgentBuilder {
             max_steps: self.max_steps,
             on_update: self.on_update,
             cancel: self.cancel,
+            budget: self.budget,
         };
         Ok((parts, opening))
     }
@@ -306,11 +316,13 @@ struct AgentParts {
     max_steps: u32,
     on_update: Option<UpdateSink>,
     cancel: Option<CancellationToken>,
+    budget: Option<BudgetLease>,
 }
 
 impl AgentParts {
     fn finish(self, session: Session) -> Agent {
-        let AgentParts { model, mut toolset, mut prompt, persona, options, max_steps, on_update, cancel } = self;
+        let AgentParts { model, mut toolset, mut prompt, persona, options, max_steps, on_update, cancel, budget } =
+            self;
         if let Some(persona) = persona.or_else(|| session.header().persona.clone()) {
             prompt.set(SystemPrompt::PERSONA, persona);
         }
@@ -334,6 +346,7 @@ impl AgentParts {
                 steering: Mutex::new(VecDeque::new()),
                 on_update,
                 teardowns: Mutex::new(Vec::new()),
+                budget: budget.map(OnceLock::from).unwrap_or_default(),
             }),
         }
     }
@@ -365,6 +378,9 @@ pub(crate) struct AgentInner {
     on_update: Option<UpdateSink>,
     /// Run by [`Agent::shutdown`], once (tools that own background work).
     teardowns: Mutex<Vec<Teardown>>,
+    /// The delegation budget it holds: set at build, or opened on its first
+    /// delegation by a tool configured with one ([`Agent::budget_or_open`]).
+    budget: OnceLock<BudgetLease>,
 }
 
 /// Async cleanup a tool registers on the agent that owns its work.
@@ -419,6 +435,7 @@ impl Agent {
             seed: Vec::new(),
             on_update: None,
             cancel: None,
+            budget: None,
         }
     }
 
@@ -471,11 +488,26 @@ impl Agent {
     /// cwd and route, and itself (so a fork can read its completed turns).
     pub fn as_parent(&self) -> Parent {
         let depth = self.inner.session().header().depth;
-        Parent::root(self.inner.cwd.to_path_buf())
+        let parent = Parent::root(self.inner.cwd.to_path_buf())
             .with_session(self.id())
             .with_depth(depth)
             .with_route(self.inner.options.clone())
-            .with_agent(LocalAgent::new(self.id(), self.clone()))
+            .with_agent(LocalAgent::new(self.id(), self.clone()));
+        match self.budget() {
+            Some(lease) => parent.with_budget_lease(lease),
+            None => parent,
+        }
+    }
+
+    /// The delegation budget this agent holds, if any.
+    pub fn budget(&self) -> Option<BudgetLease> {
+        self.inner.budget.get().cloned()
+    }
+
+    /// The lease this agent holds, opening `budget` on it first when it
+    /// holds none (it becomes the root of that budget's tree).
+    pub fn budget_or_open(&self, budget: Budget) -> BudgetLease {
+        self.inner.budget.get_or_init(|| budget.lease()).clone()
     }
 
     /// Hands `update` to the agent's update sink, if it has one.

@@ -20,6 +20,7 @@
 pub use crate::agent::{Agent, ScriptedModel};
 pub use crate::providers::{InProcessProvider, MockProvider};
 pub use crate::{
-    CancellationToken, ContentBlock, Parent, Receipt, Run, RunResult, Runtime, StartRequest, StopReason, SubagentError,
+    Budget, CancellationToken, ContentBlock, Parent, Receipt, Run, RunResult, Runtime, StartRequest, StopReason,
+    SubagentError,
     SubagentEvent, Subagents,
 };

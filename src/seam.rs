@@ -17,6 +17,7 @@
 //! assert_eq!(serde_json::to_string(&StopReason::MaxTokens).unwrap(), "\"max-tokens\"");
 //! ```
 
+mod budget;
 mod content;
 mod error;
 mod progress;
@@ -25,6 +26,8 @@ mod receipt;
 mod request;
 mod result;
 
+pub(crate) use budget::{admit as budget_admit, Admission};
+pub use budget::{Budget, BudgetExhausted, BudgetLease, BudgetLimit};
 pub use content::{text_of, ContentBlock};
 pub use error::SubagentError;
 /// The boxed, `!Send` future a [`Provider`] and a [`Child`] return (they

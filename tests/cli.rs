@@ -205,3 +205,35 @@ fn sigint_during_a_fanout_cancels_exits_promptly_and_keeps_what_finished() {
     // No process is left: the pid is gone.
     assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the process is gone");
 }
+
+#[test]
+fn fanout_budgets_the_batch_with_flags_and_a_task_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    // Task 1 splits into three parts but its own budget allows it two more
+    // runs; the batch allows four runs in all, so of the three plain tasks
+    // after it (at concurrency 1, in order) only one starts.
+    let tasks = write_file(
+        dir.path(),
+        "tasks.jsonl",
+        "{\"prompt\": \"check a; check b; check c\", \"budget\": {\"runs\": 3}}\n\
+         {\"prompt\": \"task 2\"}\n{\"prompt\": \"task 3\"}\n{\"prompt\": \"task 4\"}\n",
+    );
+    let home = dir.path().join("home");
+    let out = run(subagents()
+        .args(["fanout", "--concurrency", "1", "--budget-runs", "4", "--budget-deadline", "10m", "--home"])
+        .arg(&home)
+        .arg(&tasks));
+    assert_eq!(out.status.code(), Some(0), "every line ran and has its result: {}", text(&out.stderr));
+    let mut results = json_lines(&out.stdout);
+    results.sort_by_key(|r| r["line"].as_u64());
+    let first = results[0]["output"].as_str().unwrap();
+    assert_eq!(first.matches("- handled: check").count(), 2, "{first}");
+    assert!(first.contains("budget exhausted: total runs 3 of 3 used"), "the task's own budget: {first}");
+    assert_eq!(results[1]["output"], "handled: task 2");
+    for refused in &results[2..] {
+        assert_eq!(refused["code"], "BUDGET_EXHAUSTED", "{refused}");
+        assert_eq!(refused["error"], "budget exhausted: total runs 4 of 4 used");
+    }
+    let bad = run(subagents().args(["fanout", "--budget-deadline", "ten"]).arg(&tasks));
+    assert_eq!(bad.status.code(), Some(2), "a duration without a unit is a usage error");
+}

@@ -329,3 +329,23 @@ fn sigterm_drains_a_worker_its_live_run_finishes_and_it_exits_zero() {
     assert_eq!(replacement.sessions(), 1);
     runtime.shutdown_blocking();
 }
+
+#[test]
+fn a_remote_child_inherits_what_is_left_of_its_budget() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider(&server.url())).unwrap().keep();
+    // The remote child takes one of the three runs; the worker lets it
+    // start two more below it, and refuses the third part.
+    let budget = subagents::Budget::new().with_runs(3).with_depth(2);
+    let request = request("check a; check b; check c").with_budget(budget);
+    let result = common::lifecycle(&runtime, &subagents, "remote", request);
+    assert_eq!(result.stop_reason, StopReason::Completed, "{result:?}");
+    let text = result.text();
+    assert_eq!(text.matches("- handled: check").count(), 2, "two of three parts ran: {text}");
+    assert_eq!(text.matches("BUDGET_EXHAUSTED").count(), 1, "the third was refused: {text}");
+}

@@ -40,8 +40,8 @@ use super::run_shared::{CaptureStructured, RunShared};
 use crate::contain::{contained, contained_call};
 use crate::live::ActorLease;
 use crate::seam::{
-    CaptureError, Category, Child, Diagnostic, Failure, Launch, LaunchError, LocalAgent, RunResult, Stage, StopReason,
-    SubagentError,
+    Admission, CaptureError, Category, Child, Diagnostic, Failure, Launch, LaunchError, LocalAgent, RunResult, Stage,
+    StopReason, SubagentError,
 };
 
 /// A provider future the actor can drop on the spot, wherever it was
@@ -132,6 +132,9 @@ pub(crate) struct RunSpawn {
     pub shared: Arc<RunShared>,
     pub launch: Box<Launch>,
     pub publish: oneshot::Sender<Result<Published, SubagentError>>,
+    /// The child's place in its delegation budget, held until quiescence
+    /// (boxed: the actor lives inline in its task, and most runs have none).
+    pub admission: Option<Box<Admission>>,
 }
 
 pub(crate) struct RunActor {
@@ -153,6 +156,9 @@ pub(crate) struct RunActor {
     start_failure: Option<SubagentError>,
     dispose_outcome: Result<(), SubagentError>,
     leases: Option<(ActorLease, ProviderRunLease)>,
+    /// The child's place in its delegation budget (width until quiescence;
+    /// the run itself is given back if the start is refused).
+    admission: Option<Box<Admission>>,
     /// The structured result the child captured, if any.
     structured: Option<serde_json::Value>,
 }
@@ -186,6 +192,7 @@ impl RunActor {
             start_failure: None,
             dispose_outcome: Ok(()),
             leases: Some(leases),
+            admission: spawn.admission,
             structured: None,
         }
     }
@@ -455,6 +462,12 @@ impl Drop for RunActor {
             self.core.close_family(family);
         }
         drop(self.leases.take());
+        if let Some(mut admission) = self.admission.take() {
+            if self.publish.is_some() {
+                // A refused start never had a child: its run goes back to the budget.
+                admission.refund_run();
+            }
+        }
         if let Some(publish) = self.publish.take() {
             // A rejected start settles nothing and emits nothing.
             let error = self.start_failure.take().unwrap_or(SubagentError::RuntimeStopped);

@@ -1,5 +1,5 @@
-//! The start path, in contract order (SPEC §3): the synchronous checks,
-//! then the run actor on a worker, publication, `Start`, and the caller's
+//! The start path, in contract order (SPEC §3): the synchronous checks
+//! (the delegation budget last, because it reserves), then the run actor on a worker, publication, `Start`, and the caller's
 //! [`Run`]. `Subagents::start` and a continuation both come through here.
 
 use std::sync::atomic::AtomicBool;
@@ -15,13 +15,26 @@ use super::run::{RunActor, RunSpawn};
 use super::run_handle::Run;
 use super::run_shared::RunShared;
 use crate::events::RunInfo;
-use crate::seam::{Launch, ProviderContext, StartRequest, SubagentError, MAX_DEPTH_CAP};
+use crate::seam::{Admission, BudgetLease, Launch, ProviderContext, StartRequest, SubagentError, MAX_DEPTH_CAP};
 
 /// Checks `request` against provider `name`, then starts it on a worker.
 pub(crate) async fn start(core: &Arc<Core>, name: &str, request: StartRequest) -> Result<Run, SubagentError> {
     let entry = admit(core, name, &request)?;
+    let budget = admit_budget(&request)?;
     // Boxed once here: the request is large, and the futures below move.
-    core.on_runtime(launch(core.clone(), entry, Box::new(request))).await?
+    core.on_runtime(launch(core.clone(), entry, Box::new(request), budget)).await?
+}
+
+/// The last check, because it reserves: the child's place in the budgets
+/// its start answers to (the parent's lease and the request's), and the
+/// lease the child will hold. A start refused later gives its run back.
+fn admit_budget(request: &StartRequest) -> Result<Option<(Admission, BudgetLease)>, SubagentError> {
+    let admitted = match (request.parent.budget.as_ref(), request.budget.as_ref()) {
+        (None, None) => return Ok(None),
+        (Some(one), None) | (None, Some(one)) => crate::seam::budget_admit(&[one]),
+        (Some(parent), Some(own)) => crate::seam::budget_admit(&[parent, own]),
+    };
+    admitted.map_err(SubagentError::BudgetExhausted)
 }
 
 /// The synchronous checks, in contract order.
@@ -83,7 +96,12 @@ fn check_values(request: &StartRequest) -> Result<(), SubagentError> {
 
 /// Runs on a worker: create the run actor there, wait for publication, emit
 /// `Start`, hand back the `Run`.
-async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: Box<StartRequest>) -> Result<Run, SubagentError> {
+async fn launch(
+    core: Arc<Core>,
+    entry: Arc<ProviderEntry>,
+    request: Box<StartRequest>,
+    budget: Option<(Admission, BudgetLease)>,
+) -> Result<Run, SubagentError> {
     let token = request.signal.child_token();
     let depth = request.child_depth();
     let label = request.label.clone();
@@ -94,12 +112,15 @@ async fn launch(core: Arc<Core>, entry: Arc<ProviderEntry>, request: Box<StartRe
     let progress = request.progress.clone();
     let shared = Arc::new(RunShared::new(core.mint_run_id(), entry, parent_session, core.bus().clone(), progress));
     let (publish, published) = oneshot::channel();
-    let context = ProviderContext { run: shared.clone(), home: core.home().clone(), live: core.live().clone() };
+    let (admission, lease) = budget.unzip();
+    let context =
+        ProviderContext { run: shared.clone(), home: core.home().clone(), live: core.live().clone(), budget: lease };
     let actor = RunActor::new(RunSpawn {
         core: core.clone(),
         shared: shared.clone(),
         launch: Box::new(Launch { request: *request, cancel: token.clone(), context }),
         publish,
+        admission: admission.map(Box::new),
     });
     let addr = actor.start();
     let control = RunControl { control: addr.clone().recipient(), token, depth, shared: shared.clone() };

@@ -67,8 +67,9 @@ impl Subagents {
     /// (`UNSUPPORTED_CAPABILITY`, first unmet in the order output_schema,
     /// depth_limit, tool_filter, persona, agent_options); request values are
     /// sane (`INVALID_REQUEST`); the output schema is inside the subset
-    /// (`UNSUPPORTED_SCHEMA`); the signal is not cancelled (`ABORTED`). Then
-    /// it waits until the provider has published a real child, emits
+    /// (`UNSUPPORTED_SCHEMA`); the signal is not cancelled (`ABORTED`); the
+    /// delegation budgets of the parent and the request have room
+    /// (`BUDGET_EXHAUSTED`, see [`Budget`](crate::Budget)). Then it waits until the provider has published a real child, emits
     /// `Start`, and hands the caller the [`Run`].
     pub async fn start(&self, name: &str, request: StartRequest) -> Result<Run, SubagentError> {
         super::start::start(&self.core, name, request).await

@@ -6,6 +6,13 @@
 //! (calls that never ran get an error result saying why), a `TurnEnd` with
 //! the reason closes the turn (every event is already on disk). A turn whose
 //! future is dropped mid-way is closed as `Aborted` the same way.
+//!
+//! An agent holding a delegation budget ([`AgentBuilder::budget`](super::AgentBuilder::budget))
+//! charges each model usage report to it. Once the budget's tokens are
+//! spent (here or elsewhere in the tree) the turn makes no more model calls
+//! and runs no more tool calls: it ends `MaxTokens` (an answer that spent
+//! them but asked for no tools still completes). At the budget's deadline
+//! it ends `Aborted`. Either way it keeps the output it has so far.
 
 use std::sync::{Arc, Mutex};
 
@@ -19,7 +26,7 @@ use super::model::{ChunkSink, ModelError, ModelRequest};
 use super::session::{SessionEvent, ToolCall};
 use super::tools::{ToolContext, ToolOutput};
 use super::{Agent, AgentInner};
-use crate::seam::{Category, ContentBlock, ProgressUpdate, StopReason};
+use crate::seam::{BudgetLease, Category, ContentBlock, ProgressUpdate, StopReason};
 
 /// How a turn ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -183,8 +190,15 @@ impl Turn<'_> {
         let streamed = Arc::new(Mutex::new(String::new()));
         let chunks = self.chunk_sink(&streamed);
         loop {
-            if cancel.is_cancelled() {
+            // Read each step: a tool may open the agent's budget mid-turn.
+            let budget = inner.budget.get();
+            let deadline = budget.and_then(BudgetLease::deadline);
+            if cancel.is_cancelled() || deadline.is_some_and(|d| d <= std::time::Instant::now()) {
                 return (StopReason::Aborted, None);
+            }
+            if budget.is_some_and(BudgetLease::tokens_spent) {
+                // Spent by this agent or elsewhere in its tree: no more calls.
+                return (StopReason::MaxTokens, None);
             }
             if self.model_calls >= inner.max_steps {
                 return (
@@ -214,6 +228,8 @@ impl Turn<'_> {
             let reply = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Err(ModelError::Cancelled),
+                // The budget's time is up: stop with what the turn has.
+                () = until(deadline) => Err(ModelError::Cancelled),
                 reply = inner
                     .model
                     .complete(request, cancel.clone())
@@ -247,6 +263,16 @@ impl Turn<'_> {
             if let Some(reason) = stop_reason_of(reply.finish) {
                 return (reason, None);
             }
+            let spent = match (inner.budget.get(), reply.usage) {
+                (Some(lease), Some(usage)) => {
+                    lease.charge_tokens(usage.input_tokens.saturating_add(usage.output_tokens))
+                }
+                _ => false,
+            };
+            if spent {
+                // The budget's tokens are spent: stop with what the turn has.
+                return (StopReason::MaxTokens, None);
+            }
             if self.open_calls.is_empty() {
                 // A message steered in during this last model call still
                 // gets an answer in this turn.
@@ -255,7 +281,7 @@ impl Turn<'_> {
                 }
                 continue;
             }
-            match self.run_tools(cancel).await {
+            match self.run_tools(cancel, deadline).await {
                 Ok(true) => return (StopReason::Completed, None),
                 Ok(false) => {}
                 Err(reason) => return reason,
@@ -265,7 +291,12 @@ impl Turn<'_> {
 
     /// Runs the open calls in order, consecutive concurrent ones together.
     /// `Ok(true)` when a tool ended the turn.
-    async fn run_tools(&mut self, cancel: &CancellationToken) -> Result<bool, Ending> {
+    /// The budget's `deadline` ends the turn `Aborted` like a cancel.
+    async fn run_tools(
+        &mut self,
+        cancel: &CancellationToken,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<bool, Ending> {
         let inner = self.inner;
         let calls = std::mem::take(&mut self.open_calls);
         let mut ended_by: Option<String> = None;
@@ -310,6 +341,10 @@ impl Turn<'_> {
             let outputs = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => {
+                    self.open_calls = calls[index..].to_vec();
+                    return Err((StopReason::Aborted, None));
+                }
+                () = until(deadline) => {
                     self.open_calls = calls[index..].to_vec();
                     return Err((StopReason::Aborted, None));
                 }
@@ -401,6 +436,14 @@ impl Drop for Turn<'_> {
         if !self.ended {
             self.end(StopReason::Aborted, None);
         }
+    }
+}
+
+/// Resolves at `deadline`, never without one.
+async fn until(deadline: Option<std::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -9,7 +9,10 @@
 //! model from [`ModelRoutes`]. The persona replaces the persona section; the
 //! tool filter hides tools from the child's list and denies them at
 //! execution. A structured child gets its own `structured_output` tool
-//! (SPEC §8) whose capture is a message to the run actor.
+//! (SPEC §8) whose capture is a message to the run actor. A child whose
+//! start answered to a delegation budget holds its lease
+//! ([`ProviderContext::budget`]): its turns spend the budget's tokens and
+//! time, and its own children answer to it.
 //!
 //! Rollback: a child that is disposed without ever having run (a cancel
 //! between creation and publication) has its session file deleted, so a
@@ -213,6 +216,11 @@ impl InProcessProvider {
         };
         let captured = Arc::new(AtomicBool::new(false));
         let mut builder = builder.cancel_token(cancel.clone()).on_update(progress_sink(&context));
+        if let Some(lease) = context.budget() {
+            // The child spends its tokens and time on this lease and its
+            // own children answer to it.
+            builder = builder.budget(lease.clone());
+        }
         if let Some(schema) = &request.output_schema {
             let tool = StructuredOutputTool::new(schema, context.clone(), captured.clone());
             let toolset = builder.toolset_mut();

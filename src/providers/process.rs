@@ -9,7 +9,11 @@
 //! max_tokens, reasoning_effort) crosses the wire as an explicit whitelist
 //! and the provider publishes its route defaults. Structured output, depth
 //! caps, tool filters and personas are rejected at `start` (configure the
-//! child's profile and its ordered patches instead).
+//! child's profile and its ordered patches instead). A delegation budget
+//! is not a capability: the start path enforces it here like everywhere,
+//! and the child runtime gets what is left of it
+//! ([`BudgetLease::remaining`](crate::BudgetLease::remaining)) and enforces
+//! that for its own subtree; what it spends is not charged back.
 //!
 //! **Output** is the child's last non-empty assistant message, else the
 //! streamed text. **Stop map**: `completed` and `max-tokens` pass through,
@@ -57,8 +61,8 @@ use tokio_util::sync::CancellationToken;
 use self::wire::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
 use super::child_process::{spawn, ChildEnv, Spawned, MAX_OUTPUT};
 use crate::seam::{
-    AgentOptions, Branch, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError,
-    Provider, RunResult, Stage, StopReason, StopReport,
+    AgentOptions, Branch, BudgetLease, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch,
+    LaunchError, Provider, RunResult, Stage, StopReason, StopReport,
 };
 
 /// How long the `initialize` handshake may take.
@@ -203,7 +207,9 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
     let (events, received) = mpsc::unbounded_channel();
     let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
     let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events);
-    let init = Initialize { protocol_version: PROTOCOL_VERSION, route, profile: config.profile.clone(), patches, cwd };
+    let budget = context.budget().map(BudgetLease::remaining);
+    let init =
+        Initialize { protocol_version: PROTOCOL_VERSION, route, profile: config.profile.clone(), patches, cwd, budget };
     let handshake = async {
         let params = serde_json::to_value(&init).expect("serialisable");
         match tokio::time::timeout(HANDSHAKE_TIMEOUT, connection.request("initialize", params)).await {

@@ -12,7 +12,9 @@
 //! enforces only `agent_options`). The request carries the prompt, route
 //! (`agent_options`), persona, tool filter, output schema, `max_depth`,
 //! the parent's session and depth (the worker's child gets depth + 1 and
-//! that lineage in its session header) and the label. A capability the
+//! that lineage in its session header), the label, and what is left of the
+//! run's delegation budget (the worker opens it for the run's subtree; its
+//! deadline counts from when a worker starts the run). A capability the
 //! config does not advertise is rejected at `start`; one the worker's
 //! provider turns out not to enforce settles the run `Error` (stage
 //! `initialize`, the worker's refusal as the reason), never silently.
@@ -96,7 +98,7 @@
 //!
 //! | where | message |
 //! |---|---|
-//! | stream, `p.run.<pool>` | `{v, run, caller, prompt: [content blocks], parent: {session?, depth}, label?, persona?, tool_filter?, output_schema?, max_depth?, agent_options?}` |
+//! | stream, `p.run.<pool>` | `{v, run, caller, prompt: [content blocks], parent: {session?, depth}, label?, persona?, tool_filter?, output_schema?, max_depth?, agent_options?, budget?}` |
 //! | KV `state.<run>` | `{state: "claimed", v, attempt, worker}` or `{state: "settled", v, run, attempt, worker?, result: RunResult, disposed, runs?: [Branch]}` |
 //! | KV `cancel.<run>` | `{v, run}` |
 //! | KV `<caller>` in `p-callers` | `{v, caller}` (its age is the lease) |

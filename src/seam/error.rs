@@ -1,6 +1,6 @@
 //! The typed errors `start`, `dispose` and registration return.
 
-use super::{Capability, Diagnostic};
+use super::{BudgetExhausted, Capability, Diagnostic};
 
 /// Everything the seam can refuse or fail with. `code()` is stable; the
 /// message names the offending provider, capability or field.
@@ -62,6 +62,10 @@ pub enum SubagentError {
     /// The runtime is shutting down or gone.
     #[error("the subagents runtime is stopped")]
     RuntimeStopped,
+    /// The start would exceed the delegation budget it answers to; no child
+    /// was created. The message names the limit and the numbers.
+    #[error("{0}")]
+    BudgetExhausted(BudgetExhausted),
 }
 
 impl SubagentError {
@@ -77,6 +81,7 @@ impl SubagentError {
             SubagentError::StartupFailed { .. } => "STARTUP_FAILED",
             SubagentError::DisposeFailed { .. } => "DISPOSE_FAILED",
             SubagentError::RuntimeStopped => "RUNTIME_STOPPED",
+            SubagentError::BudgetExhausted(_) => "BUDGET_EXHAUSTED",
         }
     }
 

@@ -19,11 +19,11 @@ use std::sync::Arc;
 use futures_util::future::{BoxFuture, LocalBoxFuture};
 use tokio_util::sync::CancellationToken;
 
-use super::ProgressUpdate;
 use super::{
     AgentOptions, Capabilities, Category, ContentBlock, Failure, RunResult, Stage, StartRequest, StopReport,
     SubagentError,
 };
+use super::{BudgetLease, ProgressUpdate};
 use crate::live::{LiveCounters, ProcessLease};
 
 /// One transport for running children, registered under a unique name.
@@ -184,6 +184,7 @@ pub struct ProviderContext {
     pub(crate) run: Arc<dyn RunReporter>,
     pub(crate) home: Arc<Path>,
     pub(crate) live: Arc<LiveCounters>,
+    pub(crate) budget: Option<BudgetLease>,
 }
 
 impl ProviderContext {
@@ -207,6 +208,13 @@ impl ProviderContext {
     /// `Runtime::live()` reports it.
     pub fn track_process(&self) -> ProcessLease {
         ProcessLease::new(self.live.clone())
+    }
+
+    /// The delegation budget this run's child holds, when its start
+    /// answered to one: an in-process child delegates through it, an
+    /// out-of-process one gets its [`remaining`](BudgetLease::remaining).
+    pub fn budget(&self) -> Option<&BudgetLease> {
+        self.budget.as_ref()
     }
 
     /// Hand a validated structured result to the run actor (a mailbox

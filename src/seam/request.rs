@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::{ContentBlock, LocalAgent, ProgressSink};
+use super::{Budget, BudgetLease, ContentBlock, LocalAgent, ProgressSink};
 
 /// The largest `max_depth` the runtime represents; anything above is
 /// `INVALID_REQUEST` rather than a silently unbounded recursion.
@@ -189,6 +189,10 @@ pub struct Parent {
     /// The delegating in-process agent, when there is one: a fork reads its
     /// completed turns from it. (`agent::Agent::as_parent` fills it.)
     pub agent: Option<LocalAgent>,
+    /// The delegation budget the parent holds (inherited from its own
+    /// start, or opened on it): every child it starts answers to it.
+    /// (`agent::Agent::as_parent` fills it.)
+    pub budget: Option<BudgetLease>,
 }
 
 impl PartialEq for Parent {
@@ -198,6 +202,10 @@ impl PartialEq for Parent {
             && self.cwd == other.cwd
             && self.route == other.route
             && self.agent.as_ref().map(LocalAgent::session_id) == other.agent.as_ref().map(LocalAgent::session_id)
+            && match (&self.budget, &other.budget) {
+                (Some(a), Some(b)) => a.same_holder(b),
+                (a, b) => a.is_none() && b.is_none(),
+            }
     }
 }
 
@@ -206,7 +214,14 @@ impl Eq for Parent {}
 impl Parent {
     /// A top-level parent (depth 0, no session) working in `cwd`.
     pub fn root(cwd: impl Into<PathBuf>) -> Self {
-        Parent { session_id: None, depth: 0, cwd: cwd.into(), route: AgentOptions::default(), agent: None }
+        Parent {
+            session_id: None,
+            depth: 0,
+            cwd: cwd.into(),
+            route: AgentOptions::default(),
+            agent: None,
+            budget: None,
+        }
     }
 
     /// This parent with a session id.
@@ -230,6 +245,13 @@ impl Parent {
     /// This parent with a route.
     pub fn with_route(mut self, route: AgentOptions) -> Self {
         self.route = route;
+        self
+    }
+
+    /// This parent holding a delegation budget lease: every child it
+    /// starts answers to it.
+    pub fn with_budget_lease(mut self, lease: BudgetLease) -> Self {
+        self.budget = Some(lease);
         self
     }
 }
@@ -259,6 +281,10 @@ pub struct StartRequest {
     pub label: Option<String>,
     /// Receives this run's progress as it happens (see [`ProgressSink`]).
     pub progress: Option<ProgressSink>,
+    /// A delegation budget for this run and its descendants, on top of any
+    /// the parent holds (both bind). Share one lease across several starts
+    /// to budget them together.
+    pub budget: Option<BudgetLease>,
     /// The child a continuation resumes (set by `Continuation::start`).
     pub(crate) resume: Option<LocalAgent>,
 }
@@ -289,6 +315,7 @@ impl StartRequest {
             persona: None,
             label: None,
             progress: None,
+            budget: None,
             resume: None,
         }
     }
@@ -327,6 +354,19 @@ impl StartRequest {
     /// through its context; nested runs arrive as `Delegated`).
     pub fn with_progress(mut self, sink: ProgressSink) -> Self {
         self.progress = Some(sink);
+        self
+    }
+
+    /// Opens `budget` now (its deadline starts counting) for this run and
+    /// its descendants. See [`Budget`].
+    pub fn with_budget(self, budget: Budget) -> Self {
+        self.with_budget_lease(budget.lease())
+    }
+
+    /// Runs this start on an open lease, shared with every other start
+    /// given the same lease (their width and total runs count together).
+    pub fn with_budget_lease(mut self, lease: BudgetLease) -> Self {
+        self.budget = Some(lease);
         self
     }
 

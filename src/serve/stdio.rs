@@ -253,6 +253,10 @@ impl Server {
         if let Some(persona) = profile.persona {
             builder = builder.persona(persona);
         }
+        if let Some(budget) = init.budget {
+            // What the parent had left: this agent is the root of it here.
+            builder = builder.budget(budget.lease());
+        }
         builder.build().map_err(|e| e.to_string())
     }
 

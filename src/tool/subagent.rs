@@ -24,6 +24,12 @@
 //! A tool given a run limit ([`SubagentTool::with_run_limit`]) runs at most
 //! that many of its runs at once; the others queue, cancellably.
 //!
+//! **Budget**: a tool configured with a [`Budget`]
+//! ([`SubagentToolConfig::with_budget`]) opens it on a calling agent that
+//! holds none, at its first delegation; children inherit it. A start the
+//! budget refuses is a tool error the model reads: `delegation refused
+//! (BUDGET_EXHAUSTED): budget exhausted: total runs 5 of 5 used; …`.
+//!
 //! The tool is present while its provider is registered: it follows
 //! provider removal and re-registration. Several instances with distinct
 //! names expose several providers to one agent (a duplicate name is
@@ -41,7 +47,9 @@ use tokio_util::sync::CancellationToken;
 use super::tasks::TaskService;
 use crate::actors::{Run, Subagents};
 use crate::agent::{Tool, ToolContext, ToolOutput, ToolSpec};
-use crate::seam::{AgentOptions, Capability, ProgressSink, StartRequest, StopReason, SubagentError, ToolFilter};
+use crate::seam::{
+    AgentOptions, Budget, Capability, ProgressSink, StartRequest, StopReason, SubagentError, ToolFilter,
+};
 
 /// The delegation depth cap the tool sends with each start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +77,10 @@ pub struct SubagentToolConfig {
     pub tool_filter: Option<ToolFilter>,
     /// Offer `run_in_background` (default true; needs a [`TaskService`]).
     pub enable_run_in_background: bool,
+    /// A delegation budget opened on the calling agent at its first
+    /// delegation when it holds none (a root agent); an agent that already
+    /// holds one (a child, which inherited its root's) delegates on that.
+    pub budget: Option<Budget>,
 }
 
 impl SubagentToolConfig {
@@ -82,6 +94,7 @@ impl SubagentToolConfig {
             persona: None,
             tool_filter: None,
             enable_run_in_background: true,
+            budget: None,
         }
     }
 
@@ -112,6 +125,12 @@ impl SubagentToolConfig {
     /// Sets the children's tool filter.
     pub fn with_tool_filter(mut self, filter: ToolFilter) -> Self {
         self.tool_filter = Some(filter);
+        self
+    }
+
+    /// Sets the delegation budget a root caller opens ([`Budget`]).
+    pub fn with_budget(mut self, budget: Budget) -> Self {
+        self.budget = Some(budget);
         self
     }
 
@@ -305,6 +324,9 @@ impl SubagentTool {
     }
 
     fn request(&self, delegation: &Delegation, context: &ToolContext, signal: CancellationToken) -> StartRequest {
+        if let Some(budget) = self.config.budget {
+            context.agent.budget_or_open(budget);
+        }
         let mut request = StartRequest::new(&delegation.prompt, context.agent.as_parent(), signal)
             .with_label(&delegation.description);
         if let MaxDepth::Limit(max) = self.config.max_depth {
@@ -430,6 +452,11 @@ async fn start(subagents: &Subagents, provider: &str, request: StartRequest) -> 
     subagents.start(provider, request).await.map_err(|error| match error {
         // Cancelled before the child was published: still a cancelled run.
         SubagentError::Aborted { .. } => stop_message(StopReason::Aborted).to_owned(),
+        // Said so that the model stops delegating and finishes by itself.
+        SubagentError::BudgetExhausted(exhausted) => format!(
+            "delegation refused ({}): {exhausted}; no subagent was started, finish the task without delegating",
+            error.code()
+        ),
         error => format!("could not start the subagent: {error}"),
     })
 }

@@ -5,7 +5,9 @@
 //! phrase in the prompt of that call) and then walks that script one step per
 //! call; each session has its own cursor, so concurrent sessions never
 //! interfere. A session with no script, or past its script's end, gets the
-//! fallback step (by default [`Step::Echo`]).
+//! fallback step (by default [`Step::Echo`]). A reply that carries no
+//! [`Usage`] reports a rough one (four bytes a token), so token budgets
+//! can be tested without a real model.
 //!
 //! ```
 //! use subagents::agent::{ScriptMatch, ScriptedModel, Step};
@@ -23,7 +25,7 @@ use dashmap::DashMap;
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use super::{Finish, Model, ModelError, ModelReply, ModelRequest};
+use super::{Finish, Model, ModelError, ModelReply, ModelRequest, Usage};
 use crate::agent::session::ToolCall;
 
 /// One scripted answer.
@@ -117,6 +119,19 @@ impl Step {
     pub fn after_requested(self, rule: impl Fn(&ModelRequest) -> Option<Duration> + Send + Sync + 'static) -> Self {
         Step::DelayBy(Arc::new(rule), Box::new(self))
     }
+}
+
+/// A reply that reports no usage gets a rough one, four bytes a token (at
+/// least one each way): the latest user text in, the answer and its tool
+/// calls out. Enough for a delegation budget's token limit to bite in tests.
+fn with_estimated_usage(mut reply: ModelReply, request: &ModelRequest) -> ModelReply {
+    if reply.usage.is_none() {
+        let tokens = |bytes: usize| u64::try_from(bytes / 4 + 1).unwrap_or(u64::MAX);
+        let prompt = request.last_user_text().map_or(0, |text| text.len());
+        let calls: usize = reply.tool_calls.iter().map(|c| c.name.len() + c.arguments.to_string().len()).sum();
+        reply.usage = Some(Usage { input_tokens: tokens(prompt), output_tokens: tokens(reply.text.len() + calls) });
+    }
+    reply
 }
 
 /// Which sessions a script is for.
@@ -293,7 +308,7 @@ impl Model for ScriptedModel {
             if let (Some(sink), false) = (&request.chunks, reply.text.is_empty()) {
                 sink(&reply.text);
             }
-            Ok(reply)
+            Ok(with_estimated_usage(reply, &request))
         })
     }
 }

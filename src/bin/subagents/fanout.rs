@@ -10,12 +10,12 @@ use std::fs::File;
 use std::io::{BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
-use subagents::{CancellationToken, Parent, StartRequest, StopReason, SubagentError, Subagents};
+use subagents::{Budget, BudgetLease, CancellationToken, Parent, StartRequest, StopReason, SubagentError, Subagents};
 use tokio::sync::mpsc;
 
 use crate::logging;
@@ -42,6 +42,58 @@ pub struct FanoutArgs {
     /// Exit 1 when any run did not complete, not only when a line was lost.
     pub strict: bool,
     pub remote: crate::setup::RemoteArgs,
+    pub budget: BudgetArgs,
+}
+
+/// `--budget-*`: one delegation budget for the whole batch. Every task run
+/// is a child of the batch (width: task runs at once; depth: levels below
+/// the batch), and the runs, tokens and time of every task's tree count
+/// together. A task line's own `budget` binds its tree as well.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct BudgetArgs {
+    /// Levels of delegation below the batch (1: the task runs only).
+    #[arg(long, value_name = "LEVELS")]
+    pub budget_depth: Option<u32>,
+    /// Task runs at once, and children at once of any one agent in the batch;
+    /// past it a start is refused (BUDGET_EXHAUSTED), not queued.
+    #[arg(long, value_name = "RUNS")]
+    pub budget_width: Option<u32>,
+    /// Runs in the whole batch, task runs and their descendants.
+    #[arg(long, value_name = "RUNS")]
+    pub budget_runs: Option<u64>,
+    /// Model tokens (as the models report them) in the whole batch.
+    #[arg(long, value_name = "TOKENS")]
+    pub budget_tokens: Option<u64>,
+    /// Wall-clock time for the whole batch: `500ms`, `30s`, `10m` or `1h`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub budget_deadline: Option<Duration>,
+}
+
+impl BudgetArgs {
+    fn budget(&self) -> Budget {
+        Budget {
+            depth: self.budget_depth,
+            width: self.budget_width,
+            runs: self.budget_runs,
+            tokens: self.budget_tokens,
+            deadline: self.budget_deadline,
+        }
+    }
+}
+
+/// `500ms`, `30s`, `10m`, `1h`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration such as 30s"))?;
+    let millis = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("{text:?} needs a unit: ms, s, m or h")),
+    };
+    Ok(Duration::from_millis(number.saturating_mul(millis)))
 }
 
 /// Task lines read ahead of the runs: enough that a run never waits for
@@ -86,6 +138,7 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
         batch: batch.clone(),
         sink: sink.clone(),
         progress: progress.clone(),
+        budget: Some(args.budget.budget()).filter(|b| !b.is_unlimited()).map(Budget::lease),
     };
     let tally = setup.runtime.block_on(batch_run.run_all(lines, concurrency));
     let elapsed = started.elapsed();
@@ -190,6 +243,9 @@ struct Batch {
     batch: CancellationToken,
     sink: Sink,
     progress: ProgressBar,
+    /// The batch's budget (`--budget-*`): the batch holds it, every task
+    /// run is its child.
+    budget: Option<BudgetLease>,
 }
 
 impl Batch {
@@ -237,7 +293,14 @@ impl Batch {
             return None;
         }
         let began = Instant::now();
-        let mut request = StartRequest::new(task.prompt, Parent::root(&self.cwd), self.batch.child_token());
+        let parent = match &self.budget {
+            Some(lease) => Parent::root(&self.cwd).with_budget_lease(lease.clone()),
+            None => Parent::root(&self.cwd),
+        };
+        let mut request = StartRequest::new(task.prompt, parent, self.batch.child_token());
+        if let Some(budget) = task.budget {
+            request = request.with_budget(budget);
+        }
         request.label = task.label.clone();
         request.persona = task.persona;
         request.output_schema = task.output_schema;

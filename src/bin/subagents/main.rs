@@ -129,7 +129,7 @@ enum Command {
     },
     /// Run every task line of a JSONL file as a subagent, in parallel.
     Fanout {
-        /// JSON lines: {"prompt": "...", "label"?, "persona"?, "output_schema"?, "max_depth"?}.
+        /// JSON lines: {"prompt": "...", "label"?, "persona"?, "output_schema"?, "max_depth"?, "budget"?}.
         tasks: PathBuf,
         /// Most runs in flight at once, 1 to 100000 (default 4 × cores).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=fanout::MAX_CONCURRENCY))]
@@ -158,6 +158,8 @@ enum Command {
         strict: bool,
         #[command(flatten)]
         remote: setup::RemoteArgs,
+        #[command(flatten)]
+        budget: fanout::BudgetArgs,
     },
     /// Run the `remote` provider's runs for a pool, pulled from NATS JetStream.
     Worker(worker::WorkerArgs),
@@ -258,7 +260,19 @@ fn main() -> ExitCode {
             };
             sessions::sessions(sessions::SessionsArgs { query, home, json }).map(Ended::exit_code)
         }
-        Command::Fanout { tasks, concurrency, max_line_bytes, out, provider, model, trace, home, strict, remote } => {
+        Command::Fanout {
+            tasks,
+            concurrency,
+            max_line_bytes,
+            out,
+            provider,
+            model,
+            trace,
+            home,
+            strict,
+            remote,
+            budget,
+        } => {
             let args = fanout::FanoutArgs {
                 tasks,
                 concurrency,
@@ -270,6 +284,7 @@ fn main() -> ExitCode {
                 home,
                 strict,
                 remote,
+                budget,
             };
             fanout::fanout(args).map(Ended::exit_code)
         }

@@ -34,6 +34,10 @@ pub struct Task {
     pub output_schema: Option<Value>,
     #[serde(default)]
     pub max_depth: Option<u32>,
+    /// This task's own delegation budget (`{"depth"?, "width"?, "runs"?,
+    /// "tokens"?, "deadline_ms"?}`), on top of the batch's.
+    #[serde(default)]
+    pub budget: Option<subagents::Budget>,
 }
 
 /// What one non-blank line of the file holds; `number` counts from 1.

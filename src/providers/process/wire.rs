@@ -2,7 +2,7 @@
 //! stdio, and the parent's end of a connection.
 //!
 //! Parent → child requests: `initialize {protocol_version, route, profile,
-//! patches, cwd}` → `{protocol_version, session_id}`; `prompt {prompt}` →
+//! patches, cwd, budget?}` → `{protocol_version, session_id}`; `prompt {prompt}` →
 //! `{reason}` once the turn ended; `shutdown` → `{runs?}` (the child then
 //! exits): `runs` is added by peers that report receipts, the
 //! [`Branch`](crate::Branch)es of every run the session started, gathered
@@ -27,7 +27,7 @@ use tokio_util::codec::AnyDelimiterCodecError;
 
 pub(crate) use crate::agent::ToolCallStatus;
 use crate::providers::child_process::lines;
-use crate::seam::{AgentOptions, StopReason};
+use crate::seam::{AgentOptions, Budget, StopReason};
 
 /// The protocol version both ends speak.
 pub(crate) const PROTOCOL_VERSION: u32 = 1;
@@ -46,6 +46,10 @@ pub(crate) struct Initialize {
     pub patches: Vec<Value>,
     /// The child's working directory (absolute).
     pub cwd: std::path::PathBuf,
+    /// What is left of the delegation budget the child holds: the child
+    /// runtime opens it for its own subtree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
 }
 
 /// A child event, streamed while a turn runs.

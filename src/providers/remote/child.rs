@@ -14,7 +14,8 @@ use super::caller::{Caller, SlotReceivers};
 use super::wire::{self, Lineage, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
 use crate::agent::new_session_id;
 use crate::seam::{
-    Branch, Category, Child, Diagnostic, Failure, Launch, LaunchError, ProviderContext, RunResult, Stage, StopReport,
+    Branch, BudgetLease, Category, Child, Diagnostic, Failure, Launch, LaunchError, ProviderContext, RunResult, Stage,
+    StopReport,
 };
 
 /// The launch-time knobs a child needs from the provider's config.
@@ -51,6 +52,7 @@ pub(crate) async fn launch(
         output_schema: request.output_schema,
         max_depth: request.max_depth,
         agent_options: request.agent_options,
+        budget: context.budget().map(BudgetLease::remaining),
     };
     let bytes = wire::encode(&wire_request, MAX_MESSAGE_BYTES).map_err(|size| LaunchError::Invalid {
         field: "prompt",

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::seam::{AgentOptions, Branch, ContentBlock, ProgressUpdate, RunResult, ToolFilter};
+use crate::seam::{AgentOptions, Branch, Budget, ContentBlock, ProgressUpdate, RunResult, ToolFilter};
 
 /// The version every message carries in `v`.
 pub(crate) const VERSION: u32 = 1;
@@ -130,6 +130,10 @@ pub(crate) struct RunRequest {
     pub max_depth: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_options: Option<AgentOptions>,
+    /// What is left of the delegation budget the run's child holds; the
+    /// worker opens it when it starts the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
 }
 
 /// The run's state key (`state.<run>` in the runs bucket): a claim while a

@@ -288,6 +288,11 @@ impl Held {
         start.output_schema = request.output_schema.clone();
         start.max_depth = request.max_depth;
         start.agent_options = request.agent_options.clone();
+        if let Some(budget) = request.budget {
+            // What the caller had left, opened here: its clock starts when
+            // this delivery starts the run.
+            start = start.with_budget(budget.relayed());
+        }
         start
     }
 
