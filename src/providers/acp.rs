@@ -33,6 +33,9 @@
 //! floods stdout cannot grow memory without bound. Diagnostics carry only
 //! stage and category, never stderr (discarded) or payloads.
 
+mod pool;
+mod process;
+
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,20 +44,22 @@ use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ContentBlock as AcpBlock, ContentChunk, Implementation, InitializeRequest, InitializeResponse,
-    NewSessionRequest, PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SelectedPermissionOutcome, SessionId, SessionNotification, SessionUpdate,
-    StopReason as AcpStop, SystemPrompt, SystemPromptMode,
+    ContentBlock as AcpBlock, ContentChunk, Implementation, InitializeRequest, InitializeResponse,
+    PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest, SelectedPermissionOutcome, SessionId,
+    SessionUpdate, StopReason as AcpStop, SystemPrompt, SystemPromptMode,
 };
 use agent_client_protocol::{v1, ByteStreams, Client};
 use futures_util::future::LocalBoxFuture;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 use tokio_util::codec::AnyDelimiterCodecError;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use tokio_util::sync::CancellationToken;
 
+use self::pool::Pool;
+pub use self::pool::PoolConfig;
+use self::process::{AgentProcess, Answer, Route};
 use super::child_process::{lines, spawn, ChildEnv, Spawned, MAX_OUTPUT};
 use crate::events::ProgressUpdate;
 use crate::live::LiveCounters;
@@ -117,6 +122,28 @@ pub struct AcpConfig {
     pub dispose_eof_grace: Duration,
     /// Grace after SIGTERM (3 s).
     pub dispose_grace: Duration,
+    /// One process per run (the default) or a warm pool of them.
+    pub reuse: Reuse,
+}
+
+/// Whether each run gets its own agent process.
+///
+/// **Trade-off**: `PerRun` isolates every run in a fresh process and pays a
+/// spawn and an `initialize` each time; `Pooled` pays that once per process,
+/// so a run costs one `session/new`, but a pooled process serves more than
+/// one task over its life: whatever the agent keeps in the process (memory,
+/// caches, files it opened, its cwd) may be seen by a later run's session.
+/// Choose `Pooled` only for an agent whose sessions are independent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Reuse {
+    /// Spawn and `initialize` a process for each run; dispose climbs the
+    /// ladder. Today's behaviour.
+    #[default]
+    PerRun,
+    /// Keep initialized processes in a [`PoolConfig`] pool; each run opens
+    /// a fresh session on one of them, and its dispose ends that session
+    /// and returns the process.
+    Pooled(PoolConfig),
 }
 
 impl AcpConfig {
@@ -132,6 +159,7 @@ impl AcpConfig {
             inherit_env: Vec::new(),
             dispose_eof_grace: Duration::from_secs(6),
             dispose_grace: Duration::from_secs(3),
+            reuse: Reuse::PerRun,
         }
     }
 
@@ -153,6 +181,8 @@ struct AgentFeatures {
 pub struct AcpProvider {
     config: AcpConfig,
     features: AgentFeatures,
+    /// The warm pool, under `Reuse::Pooled`.
+    pool: Option<Arc<Pool>>,
 }
 
 /// Why an ACP agent could not be probed.
@@ -187,7 +217,11 @@ impl AcpProvider {
             Ok(Err(error)) => return Err(failed(format!("initialize failed: {}", error.message))),
             Err(_) => return Err(failed("initialize timed out".into())),
         };
-        Ok(AcpProvider { features: features(&response), config })
+        let pool = match &config.reuse {
+            Reuse::PerRun => None,
+            Reuse::Pooled(pool) => Some(Pool::new(config.clone(), pool.clone())),
+        };
+        Ok(AcpProvider { features: features(&response), config, pool })
     }
 }
 
@@ -255,20 +289,30 @@ impl Provider for AcpProvider {
     }
 
     fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
-        let (config, features) = (self.config.clone(), self.features);
-        Box::pin(async move { start(config, features, launch).await })
+        let (config, features, pool) = (self.config.clone(), self.features, self.pool.clone());
+        Box::pin(async move { start(config, features, pool, launch).await })
+    }
+
+    /// Drains the pool (pooled mode): every process climbs the dispose
+    /// ladder. Runs at provider removal and at runtime shutdown.
+    fn shutdown(&self) -> LocalBoxFuture<'static, ()> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            if let Some(pool) = pool {
+                pool.drain().await;
+            }
+        })
     }
 }
 
 type Connection = v1::ConnectionTo<agent_client_protocol::Agent>;
 
-/// What the connection task hands the child once the session exists.
-struct Session {
-    cx: Connection,
-    session_id: SessionId,
-}
-
-async fn start(config: AcpConfig, features: AgentFeatures, launch: Launch) -> Result<Box<dyn Child>, LaunchError> {
+async fn start(
+    config: AcpConfig,
+    features: AgentFeatures,
+    pool: Option<Arc<Pool>>,
+    launch: Launch,
+) -> Result<Box<dyn Child>, LaunchError> {
     let Launch { request, cancel, context } = launch;
     if cancel.is_cancelled() {
         return Err(LaunchError::Aborted);
@@ -283,128 +327,49 @@ async fn start(config: AcpConfig, features: AgentFeatures, launch: Launch) -> Re
     if request.prompt.iter().any(|block| block.as_text().is_none()) {
         return Err(LaunchError::Invalid { field: "prompt", reason: "the acp provider sends text only".to_owned() });
     }
-    let mut spawned =
-        spawn(&config.command, &config.args, &cwd, config.child_env(), context.track_process()).map_err(|error| {
-            tracing::warn!(provider = %config.name, %error, "could not spawn an ACP child");
-            LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed }
-        })?;
-    let text = Arc::new(Mutex::new(String::new()));
-    let (ready, session) = oneshot::channel::<Result<Session, Category>>();
-    let (close, closed) = oneshot::channel::<()>();
+    let failed = |category: Option<Category>| {
+        category.map_or(LaunchError::Aborted, |category| LaunchError::Failed { stage: Stage::Initialize, category })
+    };
+    let process = match &pool {
+        None => Arc::new(AgentProcess::start(&config, &cwd, context.track_process(), &cancel).await.map_err(failed)?),
+        Some(pool) => pool.checkout(&cwd, &cancel, &context).await.map_err(failed)?,
+    };
     let system_prompt = request.persona.clone().filter(|_| features.system_prompt).map(|persona| {
         let mode = if features.override_prompt { SystemPromptMode::Override } else { SystemPromptMode::Append };
         SystemPrompt::new(vec![AcpBlock::from(persona)]).mode(mode)
     });
-    let broken = Arc::new(AtomicBool::new(false));
-    let connection =
-        connection(&mut spawned, &config, &context, text.clone(), cwd, system_prompt, ready, closed, broken.clone());
-    let task = tokio::spawn(connection);
-    let outcome = tokio::select! {
+    let text = Arc::new(Mutex::new(String::new()));
+    let route = Route { text: text.clone(), progress: context.clone() };
+    let opened = tokio::select! {
         biased;
         _ = cancel.cancelled() => Err(None),
-        outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, session) => match outcome {
-            Ok(Ok(Ok(session))) => Ok(session),
-            Ok(Ok(Err(category))) => Err(Some(category)),
-            Ok(Err(_)) => Err(Some(Category::ChildCrashed)),
-            Err(_) => Err(Some(Category::TimedOut)),
-        },
+        opened = process.open_session(cwd, system_prompt, route) => opened.map_err(Some),
     };
-    let session = match outcome {
-        Ok(session) => session,
+    let session_id = match opened {
+        Ok(session_id) => session_id,
         Err(category) => {
-            // Reap before rejecting: nothing outlives a failed start.
-            task.abort();
-            spawned.kill().await;
-            return Err(category
-                .map_or(LaunchError::Aborted, |c| LaunchError::Failed { stage: Stage::Initialize, category: c }));
+            // Nothing outlives a failed start: a per-run process is killed,
+            // a pooled one retired (its state after a failed session/new is
+            // unknown).
+            match &pool {
+                None => process.kill().await,
+                Some(pool) => pool.give_back(process, false).await,
+            }
+            return Err(failed(category));
         }
     };
     Ok(Box::new(AcpChild {
-        id: format!("acp:{}:{}", config.name, session.session_id),
+        id: format!("acp:{}:{}", config.name, session_id),
         provider: config.name.clone(),
         prompt: RefCell::new(Some(text_of(&request.prompt))),
-        session,
+        process,
+        session_id,
         text,
-        broken,
-        close: RefCell::new(Some(close)),
-        task: RefCell::new(Some(task)),
-        spawned: Arc::new(tokio::sync::Mutex::new(Some(spawned))),
+        answer: RefCell::new(None),
+        pool,
         grace: (config.dispose_eof_grace, config.dispose_grace),
         cancel,
     }))
-}
-
-/// The connection task: handshake, then serve the child's notifications
-/// and permission requests until `closed` fires.
-#[allow(clippy::too_many_arguments)]
-fn connection(
-    spawned: &mut Spawned,
-    config: &AcpConfig,
-    context: &ProviderContext,
-    text: Arc<Mutex<String>>,
-    cwd: PathBuf,
-    system_prompt: Option<SystemPrompt>,
-    ready: oneshot::Sender<Result<Session, Category>>,
-    closed: oneshot::Receiver<()>,
-    broken: Arc<AtomicBool>,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let transport = transport(spawned, broken);
-    let permission = config.permission;
-    let progress = context.clone();
-    async move {
-        let ran = Client
-            .v1()
-            .name("subagents")
-            .on_receive_notification(
-                async move |notification: SessionNotification, _cx: Connection| {
-                    note_update(&text, &progress, notification.update);
-                    Ok(())
-                },
-                agent_client_protocol::on_receive_notification!(),
-            )
-            .on_receive_request(
-                async move |request: RequestPermissionRequest,
-                            responder: v1::Responder<RequestPermissionResponse>,
-                            _cx: Connection| {
-                    responder.respond(RequestPermissionResponse::new(choose(permission, &request)))
-                },
-                agent_client_protocol::on_receive_request!(),
-            )
-            .connect_with(transport, async |cx: Connection| {
-                let handshake = async {
-                    cx.send_request(initialize()).block_task().await?;
-                    let mut new_session = NewSessionRequest::new(cwd).mcp_servers(vec![]);
-                    if let Some(system_prompt) = system_prompt {
-                        new_session = new_session.system_prompt(system_prompt);
-                    }
-                    cx.send_request(new_session).block_task().await
-                };
-                match handshake.await {
-                    Ok(session) => {
-                        let _ = ready.send(Ok(Session { cx: cx.clone(), session_id: session.session_id }));
-                    }
-                    Err(error) => {
-                        let category = if agent_client_protocol::is_incoming_transport_closed(&error) {
-                            Category::ChildCrashed
-                        } else {
-                            Category::ChildError
-                        };
-                        let _ = ready.send(Err(category));
-                        return Ok(());
-                    }
-                }
-                // Serve until the child is disposed (or the peer goes away).
-                tokio::select! {
-                    _ = closed => {}
-                    _ = cx.incoming_closed() => {}
-                }
-                Ok(())
-            })
-            .await;
-        if let Err(error) = ran {
-            tracing::debug!(code = error.code.value(), "an ACP connection ended with an error");
-        }
-    }
 }
 
 fn note_update(text: &Mutex<String>, progress: &ProviderContext, update: SessionUpdate) {
@@ -450,13 +415,13 @@ struct AcpChild {
     id: String,
     provider: String,
     prompt: RefCell<Option<String>>,
-    session: Session,
+    process: Arc<AgentProcess>,
+    session_id: SessionId,
     text: Arc<Mutex<String>>,
-    /// Set when the child broke the protocol.
-    broken: Arc<AtomicBool>,
-    close: RefCell<Option<oneshot::Sender<()>>>,
-    task: RefCell<Option<tokio::task::JoinHandle<()>>>,
-    spawned: Arc<tokio::sync::Mutex<Option<Spawned>>>,
+    /// The prompt's answer, once `run` sent it.
+    answer: RefCell<Option<watch::Receiver<Option<Answer>>>>,
+    /// Where the process goes back to at dispose (pooled mode).
+    pool: Option<Arc<Pool>>,
     grace: (Duration, Duration),
     cancel: CancellationToken,
 }
@@ -468,23 +433,21 @@ impl Child for AcpChild {
 
     fn run(&self) -> LocalBoxFuture<'static, RunResult> {
         let prompt = self.prompt.borrow_mut().take().unwrap_or_default();
-        let request = PromptRequest::new(self.session.session_id.clone(), vec![AcpBlock::from(prompt)]);
-        let sent = self.session.cx.send_request(request);
+        let mut answer = self.process.prompt(&self.session_id, prompt);
+        *self.answer.borrow_mut() = Some(answer.clone());
         let (text, provider, cancel) = (self.text.clone(), self.provider.clone(), self.cancel.clone());
-        let broken = self.broken.clone();
         Box::pin(async move {
-            let answered = sent.block_task().await;
-            let stop_reason =
-                answered.as_ref().map_or(StopReason::Error, |response| stop_reason_of(response.stop_reason));
-            let diagnostic = (stop_reason == StopReason::Error && !cancel.is_cancelled()).then(|| {
-                let category = match &answered {
-                    _ if broken.load(Ordering::Acquire) => Category::Protocol,
-                    Err(error) if agent_client_protocol::is_incoming_transport_closed(error) => Category::ChildCrashed,
-                    Err(error) if agent_client_protocol::is_connection_terminated(error) => Category::ChildCrashed,
-                    _ => Category::ChildError,
-                };
-                Diagnostic::new(&provider, Stage::SessionRun, category)
-            });
+            // A sender gone without an answer: the connection went with it.
+            let answered =
+                answer.wait_for(Option::is_some).await.map_or(Answer::Failed(Category::ChildCrashed), |answer| {
+                    answer.unwrap_or(Answer::Failed(Category::ChildCrashed))
+                });
+            let (stop_reason, category) = match answered {
+                Answer::Stopped(stop) => (stop, Category::ChildError),
+                Answer::Failed(category) => (StopReason::Error, category),
+            };
+            let diagnostic = (stop_reason == StopReason::Error && !cancel.is_cancelled())
+                .then(|| Diagnostic::new(&provider, Stage::SessionRun, category));
             let output = std::mem::take(&mut *text.lock().unwrap_or_else(|e| e.into_inner()));
             RunResult {
                 output: if output.is_empty() { Vec::new() } else { vec![ContentBlock::text(output)] },
@@ -497,28 +460,33 @@ impl Child for AcpChild {
     }
 
     fn cancel(&self) {
-        let _ = self.session.cx.send_notification(CancelNotification::new(self.session.session_id.clone()));
+        self.process.cancel(&self.session_id);
     }
 
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
-        if let Some(close) = self.close.borrow_mut().take() {
-            let _ = close.send(());
-        }
-        let task = self.task.borrow_mut().take();
-        let spawned = self.spawned.clone();
+        let (process, session_id, pool) = (self.process.clone(), self.session_id.clone(), self.pool.clone());
+        let answer = self.answer.borrow().clone();
         let (eof_grace, grace) = self.grace;
         Box::pin(async move {
-            // The connection closes its writer on the way out: stdin EOF.
-            if let Some(mut task) = task {
-                if tokio::time::timeout(Duration::from_secs(1), &mut task).await.is_err() {
-                    task.abort(); // dropping the connection closes the child's stdin
+            let Some(pool) = pool else {
+                return process.dispose(eof_grace, grace).await;
+            };
+            // The session ends here; the process goes back only once the
+            // agent has answered its prompt (cancelled now if still running),
+            // so the next run never finds it busy with a stale one.
+            let settled = match answer {
+                None => true,
+                Some(mut answer) => {
+                    if answer.borrow().is_none() {
+                        process.cancel(&session_id);
+                    }
+                    let waited = tokio::time::timeout(pool.cancel_grace(), answer.wait_for(Option::is_some)).await;
+                    matches!(waited, Ok(Ok(answered)) if answered.is_some_and(Answer::leaves_process_sound))
                 }
-            }
-            let spawned = spawned.lock().await.take();
-            match spawned {
-                Some(spawned) => spawned.dispose(eof_grace, grace).await,
-                None => Ok(()),
-            }
+            };
+            process.forget(&session_id);
+            pool.give_back(process, settled).await;
+            Ok(())
         })
     }
 }
