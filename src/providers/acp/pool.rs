@@ -140,29 +140,31 @@ impl Pool {
         if first {
             tokio::spawn(reap(Arc::downgrade(self)));
         }
-        loop {
-            let (taken, dead) = self.take_free();
-            for process in dead {
-                self.retire(process);
-            }
-            if let Some(process) = taken {
-                self.refill();
-                return Ok(process);
-            }
-            if self.lock().closed {
-                return Err(Some(Category::StartupFailed));
-            }
-            let process = AgentProcess::start(&self.acp, cwd, context.track_process(), cancel).await?;
-            let process = Arc::new(process);
-            let mut state = self.lock();
-            if state.closed {
-                drop(state);
-                process.kill().await;
-                return Err(Some(Category::StartupFailed));
-            }
-            state.slots.push(Slot { process: process.clone(), sessions: 1, runs: 1, idle_since: None });
+        let (taken, dead) = self.take_free();
+        for process in dead {
+            self.retire(process);
+        }
+        if let Some(process) = taken {
+            self.refill();
             return Ok(process);
         }
+        if self.lock().closed {
+            return Err(Some(Category::StartupFailed));
+        }
+        let process = Arc::new(AgentProcess::start(&self.acp, cwd, context.track_process(), cancel).await?);
+        let admitted = {
+            let mut state = self.lock();
+            if !state.closed {
+                state.slots.push(Slot { process: process.clone(), sessions: 1, runs: 1, idle_since: None });
+            }
+            !state.closed
+        };
+        if !admitted {
+            process.kill().await;
+            return Err(Some(Category::StartupFailed));
+        }
+        self.refill();
+        Ok(process)
     }
 
     /// Takes a session slot on a healthy process; removes the dead ones it
