@@ -32,6 +32,17 @@
 //! of the group survives. Child output lines are capped, so a child that
 //! floods stdout cannot grow memory without bound. Diagnostics carry only
 //! stage and category, never stderr (discarded) or payloads.
+//!
+//! **Reuse** ([`AcpConfig::reuse`]): `PerRun` (the default) is all of the
+//! above, one process per run. `Pooled` keeps initialized processes in a
+//! warm pool ([`PoolConfig`], see `pool.rs`): `start` takes one and opens a
+//! fresh `session/new` on it; dispose ends the session (`session/cancel`
+//! first if the prompt is still running, its answer awaited within
+//! `cancel_grace`) and returns the process, or retires it down the ladder
+//! when it died, broke the protocol or did not answer. The pool drains in
+//! [`Provider::shutdown`] (provider removal, runtime shutdown). Limit: a
+//! pooled process serves many tasks over its life, so what the agent keeps
+//! in its process is shared between runs (see [`Reuse`]).
 
 mod pool;
 mod process;
