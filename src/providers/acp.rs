@@ -19,7 +19,12 @@
 //!
 //! **Run**: the prompt goes out as `session/prompt`; `agent_message_chunk`
 //! text is the output; tool calls, their updates and plans become
-//! `Progress` events. Stop map: `end_turn` → completed, `max_tokens` →
+//! `Progress` events. Text content of a `tool_call_update` (what a
+//! delegating agent such as `subagents acp` streams of the child behind a
+//! subagent call, its grandchildren indented within) goes on as
+//! `Delegated` message chunks, only what is new since that call's last
+//! update: a grandchild's progress reaches the top caller one level down.
+//! It stays text: which call and how deep inside it is not parsed back. Stop map: `end_turn` → completed, `max_tokens` →
 //! max-tokens, `refusal` → refusal, `cancelled` → aborted, anything else (or
 //! an error answer) → error. Permission requests are answered by policy:
 //! `reject` (default) picks a reject option, `allow` an `allow_once` or
@@ -55,9 +60,9 @@ use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    ContentBlock as AcpBlock, ContentChunk, Implementation, InitializeRequest, InitializeResponse,
+    Content, ContentBlock as AcpBlock, ContentChunk, Implementation, InitializeRequest, InitializeResponse,
     PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest, SelectedPermissionOutcome, SessionId,
-    SessionUpdate, StopReason as AcpStop, SystemPrompt, SystemPromptMode,
+    SessionUpdate, StopReason as AcpStop, SystemPrompt, SystemPromptMode, ToolCallContent, ToolCallStatus,
 };
 use agent_client_protocol::{v1, ByteStreams, Client};
 use futures_util::future::LocalBoxFuture;
@@ -76,7 +81,7 @@ use crate::events::ProgressUpdate;
 use crate::live::LiveCounters;
 use crate::seam::{
     text_of, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider,
-    ProviderContext, RunResult, Stage, StopReason,
+    RunResult, Stage, StopReason,
 };
 
 /// Our stop reasons and ACP's, for both ends: this client and the agent in
@@ -350,7 +355,7 @@ async fn start(
         SystemPrompt::new(vec![AcpBlock::from(persona)]).mode(mode)
     });
     let text = Arc::new(Mutex::new(String::new()));
-    let route = Route { text: text.clone(), progress: context.clone() };
+    let route = Route { text: text.clone(), progress: context.clone(), delegated: DelegatedText::default() };
     let opened = tokio::select! {
         biased;
         _ = cancel.cancelled() => Err(None),
@@ -383,10 +388,19 @@ async fn start(
     }))
 }
 
-fn note_update(text: &Mutex<String>, progress: &ProviderContext, update: SessionUpdate) {
+/// One session update as the run's progress (and answer text).
+///
+/// A `tool_call_update` carrying text content is what a delegating agent
+/// (our own `subagents acp` among them) streams of the child behind that
+/// tool call: its text, its tool calls, its own children's. That content
+/// grows (and may be cut to its tail), so only what is new since the call's
+/// last update goes on, as a [`ProgressUpdate::Delegated`] message chunk:
+/// a grandchild's activity reaches the top caller one level down.
+fn note_update(route: &Route, update: SessionUpdate) {
+    let progress = &route.progress;
     let update = match update {
         SessionUpdate::AgentMessageChunk(ContentChunk { content: AcpBlock::Text(chunk), .. }) => {
-            let mut kept = text.lock().unwrap_or_else(|e| e.into_inner());
+            let mut kept = route.text.lock().unwrap_or_else(|e| e.into_inner());
             // Text past the cap is dropped: memory stays bounded.
             if kept.len() + chunk.text.len() <= MAX_OUTPUT {
                 kept.push_str(&chunk.text);
@@ -397,16 +411,79 @@ fn note_update(text: &Mutex<String>, progress: &ProviderContext, update: Session
         SessionUpdate::ToolCall(call) => {
             ProgressUpdate::ToolCall { name: call.title, status: format!("{:?}", call.status).to_lowercase() }
         }
-        SessionUpdate::ToolCallUpdate(update) => ProgressUpdate::ToolCall {
-            name: update.fields.title.unwrap_or_else(|| update.tool_call_id.to_string()),
-            status: update.fields.status.map_or("updated".to_owned(), |s| format!("{s:?}").to_lowercase()),
-        },
+        SessionUpdate::ToolCallUpdate(update) => {
+            let id = update.tool_call_id.to_string();
+            let content: String = update
+                .fields
+                .content
+                .iter()
+                .flatten()
+                .filter_map(|content| match content {
+                    ToolCallContent::Content(Content { content: AcpBlock::Text(text), .. }) => Some(text.text.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let finished =
+                update.fields.status.is_some_and(|s| matches!(s, ToolCallStatus::Completed | ToolCallStatus::Failed));
+            let new = route.delegated.advance(&id, content, finished);
+            if !new.is_empty() {
+                progress.progress(ProgressUpdate::Delegated {
+                    update: Box::new(ProgressUpdate::MessageChunk { text: new }),
+                });
+            }
+            if update.fields.status.is_none() && update.fields.title.is_none() {
+                return; // a content-only update: its news went on above
+            }
+            ProgressUpdate::ToolCall {
+                name: update.fields.title.unwrap_or(id),
+                status: update.fields.status.map_or("updated".to_owned(), |s| format!("{s:?}").to_lowercase()),
+            }
+        }
         SessionUpdate::Plan(plan) => {
             ProgressUpdate::Plan { entries: plan.entries.into_iter().map(|entry| entry.content).collect() }
         }
         _ => return,
     };
     progress.progress(update);
+}
+
+/// The text content each running tool call of a session showed last, to
+/// tell what a new `tool_call_update` adds.
+#[derive(Debug, Default)]
+pub(super) struct DelegatedText(Mutex<std::collections::HashMap<String, String>>);
+
+impl DelegatedText {
+    /// The part of `content` not shown before for call `id`; forgets the
+    /// call once it `finished`.
+    fn advance(&self, id: &str, content: String, finished: bool) -> String {
+        let mut calls = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let before = calls.get(id).map_or("", String::as_str);
+        let new = added_text(before, &content).to_owned();
+        if finished {
+            calls.remove(id);
+        } else if !content.is_empty() {
+            calls.insert(id.to_owned(), content);
+        }
+        new
+    }
+}
+
+/// What `now` adds to `before`: the rest when it extends it; when the
+/// sender cut its head off (a tail marked `…`), what follows the last
+/// stretch of `before` found in it; else all of it.
+fn added_text<'a>(before: &str, now: &'a str) -> &'a str {
+    if let Some(rest) = now.strip_prefix(before) {
+        return rest;
+    }
+    let mut anchor_start = before.len().saturating_sub(64);
+    while !before.is_char_boundary(anchor_start) {
+        anchor_start += 1;
+    }
+    let anchor = &before[anchor_start..];
+    match now.rfind(anchor) {
+        Some(at) if !anchor.is_empty() => &now[at + anchor.len()..],
+        _ => now,
+    }
 }
 
 /// Picks an option by kind, never by position.
@@ -514,5 +591,15 @@ mod tests {
         }
         assert_eq!(acp_stop_of(StopReason::Error), None);
         assert_eq!(stop_reason_of(AcpStop::MaxTurnRequests), StopReason::Error);
+    }
+
+    #[test]
+    fn a_tool_calls_growing_content_yields_only_what_is_new_even_when_its_head_was_cut() {
+        assert_eq!(added_text("", "hello"), "hello");
+        assert_eq!(added_text("hello", "hello world"), " world");
+        let before = "the head, cut later; ".repeat(10) + "the tail of what was shown";
+        let now = format!("…{} and more", &before[before.len() - 80..]);
+        assert_eq!(added_text(&before, &now), " and more");
+        assert_eq!(added_text("unrelated", "fresh"), "fresh");
     }
 }

@@ -25,7 +25,7 @@ use agent_client_protocol::{v1, Client};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::{choose, initialize, note_update, stop_reason_of, transport, AcpConfig};
+use super::{choose, initialize, note_update, stop_reason_of, transport, AcpConfig, DelegatedText};
 use super::{Connection, HANDSHAKE_TIMEOUT};
 use crate::live::ProcessLease;
 use crate::providers::child_process::{spawn, Spawned};
@@ -35,6 +35,8 @@ use crate::seam::{Category, Failure, ProviderContext, StopReason};
 pub(super) struct Route {
     pub text: Arc<Mutex<String>>,
     pub progress: ProviderContext,
+    /// What each delegating tool call showed last.
+    pub delegated: DelegatedText,
 }
 
 type Routes = Arc<Mutex<HashMap<SessionId, Route>>>;
@@ -264,7 +266,7 @@ fn connection(
                 async move |notification: SessionNotification, _cx: Connection| {
                     let routes = lock(&routes);
                     if let Some(route) = routes.get(&notification.session_id) {
-                        note_update(&route.text, &route.progress, notification.update);
+                        note_update(route, notification.update);
                     }
                     Ok(())
                 },
