@@ -21,8 +21,8 @@ use futures_util::future::join_all;
 use serde_json::{json, Value};
 use subagents::agent::{ScriptMatch, ScriptedModel, Step};
 use subagents::providers::{
-    AcpConfig, AcpProvider, InProcessProvider, MockProvider, ProcessConfig, ProcessProvider, RemoteConfig,
-    RemoteProvider,
+    AcpConfig, AcpProvider, InProcessProvider, MockProvider, PoolConfig, ProcessConfig, ProcessProvider, RemoteConfig,
+    RemoteProvider, Reuse,
 };
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
 
@@ -206,7 +206,7 @@ fn binary() -> Option<PathBuf> {
     candidate.is_file().then_some(candidate)
 }
 
-fn out_of_process(runtime: &Runtime, subagents: &Subagents, home: &Path) -> Value {
+fn out_of_process(runtime: &Runtime, subagents: &Subagents, home: &Path, spawn_us: f64) -> Value {
     let Some(bin) = binary() else {
         eprintln!("perf: no subagents binary beside the example; run `cargo build --release --bin subagents` first");
         return Value::Null;
@@ -222,8 +222,15 @@ fn out_of_process(runtime: &Runtime, subagents: &Subagents, home: &Path) -> Valu
         })
         .fold(f64::INFINITY, f64::min);
     let args = vec!["acp".to_owned(), "--home".to_owned(), home.join("acp").display().to_string()];
-    let acp = runtime.block_on(async move { AcpProvider::new(AcpConfig::new("acp", bin.clone(), args)).await });
+    let cold = AcpConfig::new("acp", bin.clone(), args.clone());
+    let acp = runtime.block_on(async move { AcpProvider::new(cold).await });
     subagents.register_provider(acp.unwrap()).unwrap().keep();
+    // The same agent from a warm pool: a run costs a session/new, not a
+    // spawn and an initialize.
+    let mut pooled = AcpConfig::new("acp-pooled", bin.clone(), args);
+    pooled.reuse = Reuse::Pooled(PoolConfig::default());
+    let pooled = runtime.block_on(async move { AcpProvider::new(pooled).await });
+    subagents.register_provider(pooled.unwrap()).unwrap().keep();
     let mut process = ProcessConfig::new("process", home.join("process"));
     process.bin = binary().unwrap();
     subagents.register_provider(ProcessProvider::new(process).unwrap()).unwrap().keep();
@@ -235,9 +242,14 @@ fn out_of_process(runtime: &Runtime, subagents: &Subagents, home: &Path) -> Valu
         }) / 1e3
     };
     let (acp, process) = (per("acp"), per("process"));
+    let warm_up = subagents.clone();
+    runtime.block_on(async move { lifecycle(&warm_up, "acp-pooled").await });
+    let acp_pooled = per("acp-pooled");
     let remote = remote_ms(runtime, subagents, home);
     json!({"spawn_floor_ms": floor, "acp_ms": acp, "process_ms": process,
            "acp_ratio": acp / floor, "process_ratio": process / floor,
+           "acp_pooled_ms": acp_pooled, "acp_pooled_over_cold": acp_pooled / acp,
+           "acp_pooled_over_spawn": acp_pooled * 1e3 / spawn_us,
            "remote_ms": remote, "remote_ratio_to_process": remote.map(|remote| remote / process)})
 }
 
@@ -366,7 +378,7 @@ fn main() {
     let (mock_bytes_100k, _) = live_runs(&runtime, &subagents, "held", 100_000);
     // What 100,000 live idle runs hold together (handles included).
     let peak_100k_mb = mock_bytes_100k * 100_000.0 / 1e6;
-    let out_of_process = out_of_process(&runtime, &subagents, &home);
+    let out_of_process = out_of_process(&runtime, &subagents, &home, spawn_persisted);
 
     // The goals of the second performance pass, each judged in this run.
     let listener_ratio = events["listeners_1"].as_f64().unwrap() / events["listeners_0"].as_f64().unwrap();
@@ -386,6 +398,9 @@ fn main() {
     goals.insert("6_idle_mock_run_le_4_kib".into(), bytes_goal(mock_bytes, 4_096.0));
     if let Some(ratio) = out_of_process["acp_ratio"].as_f64() {
         goals.insert("acp_lifecycle_le_3x_spawn_floor".into(), goal(ratio, 3.0));
+    }
+    if let Some(ratio) = out_of_process["acp_pooled_over_cold"].as_f64() {
+        goals.insert("acp_pooled_le_cold_over_10".into(), goal(ratio, 0.1));
     }
 
     let report = json!({

@@ -42,7 +42,7 @@ pub mod process;
 pub mod remote;
 pub mod spawn;
 
-pub use acp::{AcpConfig, AcpProvider, Permission};
+pub use acp::{AcpConfig, AcpProvider, Permission, PoolConfig, Reuse};
 pub use chaos::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, Injected};
 pub use in_process::{ChildInfo, InProcessProvider, ModelRoutes, ToolFactory, STRUCTURED_OUTPUT_TOOL};
 pub use mock::{Fault, FaultStage, MockEvent, MockProvider};

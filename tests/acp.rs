@@ -93,6 +93,37 @@ fn our_own_binary_answers_over_acp_and_delegates_in_its_own_process() {
 }
 
 #[test]
+fn a_grandchilds_progress_reaches_the_top_caller_as_delegated_updates() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let subagents = register(&runtime, own_agent("acp", home.path(), &[]));
+    let mut events = subagents.subscribe();
+    // parent → acp provider → `subagents acp` child → its in-process
+    // grandchildren, whose text the child streams into its subagent tool
+    // calls' content.
+    let nested = lifecycle(&runtime, &subagents, "acp", request("check a; check b", home.path()));
+    assert_eq!(nested.stop_reason, StopReason::Completed);
+    let (mut delegated, mut own) = (String::new(), String::new());
+    while let Some(Ok(event)) = events.try_recv() {
+        let subagents::SubagentEvent::Progress(progress) = event else { continue };
+        match (&progress.update, progress.update.innermost()) {
+            (subagents::ProgressUpdate::Delegated { .. }, subagents::ProgressUpdate::MessageChunk { text }) => {
+                assert_eq!(progress.update.depth(), 1, "one level below the acp child");
+                delegated.push_str(text);
+            }
+            (subagents::ProgressUpdate::MessageChunk { text }, _) => own.push_str(text),
+            _ => {}
+        }
+    }
+    for grandchild in ["handled: check a", "handled: check b"] {
+        assert!(delegated.contains(grandchild), "each grandchild's answer arrives as Delegated: {delegated:?}");
+        assert_eq!(delegated.matches(grandchild).count(), 1, "growing content is passed on once: {delegated:?}");
+    }
+    assert!(!own.is_empty() && !own.starts_with("handled: check"), "the child's own text stays undelegated: {own:?}");
+    no_children_left(&runtime);
+}
+
+#[test]
 fn a_persona_travels_as_the_sessions_system_prompt() {
     let home = tempfile::tempdir().unwrap();
     let runtime = runtime(home.path());

@@ -19,7 +19,12 @@
 //!
 //! **Run**: the prompt goes out as `session/prompt`; `agent_message_chunk`
 //! text is the output; tool calls, their updates and plans become
-//! `Progress` events. Stop map: `end_turn` → completed, `max_tokens` →
+//! `Progress` events. Text content of a `tool_call_update` (what a
+//! delegating agent such as `subagents acp` streams of the child behind a
+//! subagent call, its grandchildren indented within) goes on as
+//! `Delegated` message chunks, only what is new since that call's last
+//! update: a grandchild's progress reaches the top caller one level down.
+//! It stays text: which call and how deep inside it is not parsed back. Stop map: `end_turn` → completed, `max_tokens` →
 //! max-tokens, `refusal` → refusal, `cancelled` → aborted, anything else (or
 //! an error answer) → error. Permission requests are answered by policy:
 //! `reject` (default) picks a reject option, `allow` an `allow_once` or
@@ -33,9 +38,24 @@
 //! floods stdout cannot grow memory without bound. Diagnostics carry only
 //! stage and category, never stderr (discarded) or payloads.
 //!
-//! **Receipts** list the agent process reaped by dispose (its pid) and an
-//! unknown branch for whatever the agent itself started: ACP does not tell
-//! a client about an agent's own subagents.
+//! **Reuse** ([`AcpConfig::reuse`]): `PerRun` (the default) is all of the
+//! above, one process per run. `Pooled` keeps initialized processes in a
+//! warm pool ([`PoolConfig`], see `pool.rs`): `start` takes one and opens a
+//! fresh `session/new` on it; dispose ends the session (`session/cancel`
+//! first if the prompt is still running, its answer awaited within
+//! `cancel_grace`) and returns the process, or retires it down the ladder
+//! when it died, broke the protocol or did not answer. The pool drains in
+//! [`Provider::shutdown`] (provider removal, runtime shutdown). Limit: a
+//! pooled process serves many tasks over its life, so what the agent keeps
+//! in its process is shared between runs (see [`Reuse`]).
+//!
+//! **Receipts** list the agent process reaped by dispose (its pid; a pooled
+//! run's process goes back to the pool, so it lists none) and an unknown
+//! branch for whatever the agent itself started: ACP does not tell a client
+//! about an agent's own subagents.
+
+mod pool;
+mod process;
 
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
@@ -46,26 +66,28 @@ use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ContentBlock as AcpBlock, ContentChunk, Implementation, InitializeRequest, InitializeResponse,
-    NewSessionRequest, PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SelectedPermissionOutcome, SessionId, SessionNotification, SessionUpdate,
-    StopReason as AcpStop, SystemPrompt, SystemPromptMode,
+    Content, ContentBlock as AcpBlock, ContentChunk, Implementation, InitializeRequest, InitializeResponse,
+    PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest, SelectedPermissionOutcome, SessionId,
+    SessionUpdate, StopReason as AcpStop, SystemPrompt, SystemPromptMode, ToolCallContent, ToolCallStatus,
 };
 use agent_client_protocol::{v1, ByteStreams, Client};
 use futures_util::future::LocalBoxFuture;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 use tokio_util::codec::AnyDelimiterCodecError;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use tokio_util::sync::CancellationToken;
 
+use self::pool::Pool;
+pub use self::pool::PoolConfig;
+use self::process::{AgentProcess, Answer, Route};
 use super::child_process::{lines, spawn, ChildEnv, Spawned, MAX_OUTPUT};
 use crate::events::ProgressUpdate;
 use crate::live::LiveCounters;
 use crate::seam::{
     text_of, Branch, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider,
-    ProviderContext, RunResult, Stage, StopReason, StopReport,
+    RunResult, Stage, StopReason, StopReport,
 };
 
 /// Our stop reasons and ACP's, for both ends: this client and the agent in
@@ -122,6 +144,28 @@ pub struct AcpConfig {
     pub dispose_eof_grace: Duration,
     /// Grace after SIGTERM (3 s).
     pub dispose_grace: Duration,
+    /// One process per run (the default) or a warm pool of them.
+    pub reuse: Reuse,
+}
+
+/// Whether each run gets its own agent process.
+///
+/// **Trade-off**: `PerRun` isolates every run in a fresh process and pays a
+/// spawn and an `initialize` each time; `Pooled` pays that once per process,
+/// so a run costs one `session/new`, but a pooled process serves more than
+/// one task over its life: whatever the agent keeps in the process (memory,
+/// caches, files it opened, its cwd) may be seen by a later run's session.
+/// Choose `Pooled` only for an agent whose sessions are independent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Reuse {
+    /// Spawn and `initialize` a process for each run; dispose climbs the
+    /// ladder. Today's behaviour.
+    #[default]
+    PerRun,
+    /// Keep initialized processes in a [`PoolConfig`] pool; each run opens
+    /// a fresh session on one of them, and its dispose ends that session
+    /// and returns the process.
+    Pooled(PoolConfig),
 }
 
 impl AcpConfig {
@@ -137,6 +181,7 @@ impl AcpConfig {
             inherit_env: Vec::new(),
             dispose_eof_grace: Duration::from_secs(6),
             dispose_grace: Duration::from_secs(3),
+            reuse: Reuse::PerRun,
         }
     }
 
@@ -158,6 +203,8 @@ struct AgentFeatures {
 pub struct AcpProvider {
     config: AcpConfig,
     features: AgentFeatures,
+    /// The warm pool, under `Reuse::Pooled`.
+    pool: Option<Arc<Pool>>,
 }
 
 /// Why an ACP agent could not be probed.
@@ -192,7 +239,11 @@ impl AcpProvider {
             Ok(Err(error)) => return Err(failed(format!("initialize failed: {}", error.message))),
             Err(_) => return Err(failed("initialize timed out".into())),
         };
-        Ok(AcpProvider { features: features(&response), config })
+        let pool = match &config.reuse {
+            Reuse::PerRun => None,
+            Reuse::Pooled(pool) => Some(Pool::new(config.clone(), pool.clone())),
+        };
+        Ok(AcpProvider { features: features(&response), config, pool })
     }
 }
 
@@ -260,20 +311,30 @@ impl Provider for AcpProvider {
     }
 
     fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
-        let (config, features) = (self.config.clone(), self.features);
-        Box::pin(async move { start(config, features, launch).await })
+        let (config, features, pool) = (self.config.clone(), self.features, self.pool.clone());
+        Box::pin(async move { start(config, features, pool, launch).await })
+    }
+
+    /// Drains the pool (pooled mode): every process climbs the dispose
+    /// ladder. Runs at provider removal and at runtime shutdown.
+    fn shutdown(&self) -> LocalBoxFuture<'static, ()> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            if let Some(pool) = pool {
+                pool.drain().await;
+            }
+        })
     }
 }
 
 type Connection = v1::ConnectionTo<agent_client_protocol::Agent>;
 
-/// What the connection task hands the child once the session exists.
-struct Session {
-    cx: Connection,
-    session_id: SessionId,
-}
-
-async fn start(config: AcpConfig, features: AgentFeatures, launch: Launch) -> Result<Box<dyn Child>, LaunchError> {
+async fn start(
+    config: AcpConfig,
+    features: AgentFeatures,
+    pool: Option<Arc<Pool>>,
+    launch: Launch,
+) -> Result<Box<dyn Child>, LaunchError> {
     let Launch { request, cancel, context } = launch;
     if cancel.is_cancelled() {
         return Err(LaunchError::Aborted);
@@ -288,135 +349,65 @@ async fn start(config: AcpConfig, features: AgentFeatures, launch: Launch) -> Re
     if request.prompt.iter().any(|block| block.as_text().is_none()) {
         return Err(LaunchError::Invalid { field: "prompt", reason: "the acp provider sends text only".to_owned() });
     }
-    let mut spawned =
-        spawn(&config.command, &config.args, &cwd, config.child_env(), context.track_process()).map_err(|error| {
-            tracing::warn!(provider = %config.name, %error, "could not spawn an ACP child");
-            LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed }
-        })?;
-    let text = Arc::new(Mutex::new(String::new()));
-    let (ready, session) = oneshot::channel::<Result<Session, Category>>();
-    let (close, closed) = oneshot::channel::<()>();
+    let failed = |category: Option<Category>| {
+        category.map_or(LaunchError::Aborted, |category| LaunchError::Failed { stage: Stage::Initialize, category })
+    };
+    let process = match &pool {
+        None => Arc::new(AgentProcess::start(&config, &cwd, context.track_process(), &cancel).await.map_err(failed)?),
+        Some(pool) => pool.checkout(&cwd, &cancel, &context).await.map_err(failed)?,
+    };
     let system_prompt = request.persona.clone().filter(|_| features.system_prompt).map(|persona| {
         let mode = if features.override_prompt { SystemPromptMode::Override } else { SystemPromptMode::Append };
         SystemPrompt::new(vec![AcpBlock::from(persona)]).mode(mode)
     });
-    let broken = Arc::new(AtomicBool::new(false));
-    let connection =
-        connection(&mut spawned, &config, &context, text.clone(), cwd, system_prompt, ready, closed, broken.clone());
-    let task = tokio::spawn(connection);
-    let outcome = tokio::select! {
+    let text = Arc::new(Mutex::new(String::new()));
+    let route = Route { text: text.clone(), progress: context.clone(), delegated: DelegatedText::default() };
+    let opened = tokio::select! {
         biased;
         _ = cancel.cancelled() => Err(None),
-        outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, session) => match outcome {
-            Ok(Ok(Ok(session))) => Ok(session),
-            Ok(Ok(Err(category))) => Err(Some(category)),
-            Ok(Err(_)) => Err(Some(Category::ChildCrashed)),
-            Err(_) => Err(Some(Category::TimedOut)),
-        },
+        opened = process.open_session(cwd, system_prompt, route) => opened.map_err(Some),
     };
-    let session = match outcome {
-        Ok(session) => session,
+    let session_id = match opened {
+        Ok(session_id) => session_id,
         Err(category) => {
-            // Reap before rejecting: nothing outlives a failed start.
-            task.abort();
-            spawned.kill().await;
-            return Err(category
-                .map_or(LaunchError::Aborted, |c| LaunchError::Failed { stage: Stage::Initialize, category: c }));
+            // Nothing outlives a failed start: a per-run process is killed,
+            // a pooled one retired (its state after a failed session/new is
+            // unknown).
+            match &pool {
+                None => process.kill().await,
+                Some(pool) => pool.give_back(process, false).await,
+            }
+            return Err(failed(category));
         }
     };
     Ok(Box::new(AcpChild {
-        id: format!("acp:{}:{}", config.name, session.session_id),
+        id: format!("acp:{}:{}", config.name, session_id),
         provider: config.name.clone(),
         prompt: RefCell::new(Some(text_of(&request.prompt))),
-        session,
+        process,
+        session_id,
         text,
-        broken,
-        close: RefCell::new(Some(close)),
-        task: RefCell::new(Some(task)),
-        spawned: Arc::new(tokio::sync::Mutex::new(Some(spawned))),
+        answer: RefCell::new(None),
+        pool,
         grace: (config.dispose_eof_grace, config.dispose_grace),
         cancel,
         reaped: Rc::new(Cell::new(None)),
     }))
 }
 
-/// The connection task: handshake, then serve the child's notifications
-/// and permission requests until `closed` fires.
-#[allow(clippy::too_many_arguments)]
-fn connection(
-    spawned: &mut Spawned,
-    config: &AcpConfig,
-    context: &ProviderContext,
-    text: Arc<Mutex<String>>,
-    cwd: PathBuf,
-    system_prompt: Option<SystemPrompt>,
-    ready: oneshot::Sender<Result<Session, Category>>,
-    closed: oneshot::Receiver<()>,
-    broken: Arc<AtomicBool>,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let transport = transport(spawned, broken);
-    let permission = config.permission;
-    let progress = context.clone();
-    async move {
-        let ran = Client
-            .v1()
-            .name("subagents")
-            .on_receive_notification(
-                async move |notification: SessionNotification, _cx: Connection| {
-                    note_update(&text, &progress, notification.update);
-                    Ok(())
-                },
-                agent_client_protocol::on_receive_notification!(),
-            )
-            .on_receive_request(
-                async move |request: RequestPermissionRequest,
-                            responder: v1::Responder<RequestPermissionResponse>,
-                            _cx: Connection| {
-                    responder.respond(RequestPermissionResponse::new(choose(permission, &request)))
-                },
-                agent_client_protocol::on_receive_request!(),
-            )
-            .connect_with(transport, async |cx: Connection| {
-                let handshake = async {
-                    cx.send_request(initialize()).block_task().await?;
-                    let mut new_session = NewSessionRequest::new(cwd).mcp_servers(vec![]);
-                    if let Some(system_prompt) = system_prompt {
-                        new_session = new_session.system_prompt(system_prompt);
-                    }
-                    cx.send_request(new_session).block_task().await
-                };
-                match handshake.await {
-                    Ok(session) => {
-                        let _ = ready.send(Ok(Session { cx: cx.clone(), session_id: session.session_id }));
-                    }
-                    Err(error) => {
-                        let category = if agent_client_protocol::is_incoming_transport_closed(&error) {
-                            Category::ChildCrashed
-                        } else {
-                            Category::ChildError
-                        };
-                        let _ = ready.send(Err(category));
-                        return Ok(());
-                    }
-                }
-                // Serve until the child is disposed (or the peer goes away).
-                tokio::select! {
-                    _ = closed => {}
-                    _ = cx.incoming_closed() => {}
-                }
-                Ok(())
-            })
-            .await;
-        if let Err(error) = ran {
-            tracing::debug!(code = error.code.value(), "an ACP connection ended with an error");
-        }
-    }
-}
-
-fn note_update(text: &Mutex<String>, progress: &ProviderContext, update: SessionUpdate) {
+/// One session update as the run's progress (and answer text).
+///
+/// A `tool_call_update` carrying text content is what a delegating agent
+/// (our own `subagents acp` among them) streams of the child behind that
+/// tool call: its text, its tool calls, its own children's. That content
+/// grows (and may be cut to its tail), so only what is new since the call's
+/// last update goes on, as a [`ProgressUpdate::Delegated`] message chunk:
+/// a grandchild's activity reaches the top caller one level down.
+fn note_update(route: &Route, update: SessionUpdate) {
+    let progress = &route.progress;
     let update = match update {
         SessionUpdate::AgentMessageChunk(ContentChunk { content: AcpBlock::Text(chunk), .. }) => {
-            let mut kept = text.lock().unwrap_or_else(|e| e.into_inner());
+            let mut kept = route.text.lock().unwrap_or_else(|e| e.into_inner());
             // Text past the cap is dropped: memory stays bounded.
             if kept.len() + chunk.text.len() <= MAX_OUTPUT {
                 kept.push_str(&chunk.text);
@@ -427,16 +418,79 @@ fn note_update(text: &Mutex<String>, progress: &ProviderContext, update: Session
         SessionUpdate::ToolCall(call) => {
             ProgressUpdate::ToolCall { name: call.title, status: format!("{:?}", call.status).to_lowercase() }
         }
-        SessionUpdate::ToolCallUpdate(update) => ProgressUpdate::ToolCall {
-            name: update.fields.title.unwrap_or_else(|| update.tool_call_id.to_string()),
-            status: update.fields.status.map_or("updated".to_owned(), |s| format!("{s:?}").to_lowercase()),
-        },
+        SessionUpdate::ToolCallUpdate(update) => {
+            let id = update.tool_call_id.to_string();
+            let content: String = update
+                .fields
+                .content
+                .iter()
+                .flatten()
+                .filter_map(|content| match content {
+                    ToolCallContent::Content(Content { content: AcpBlock::Text(text), .. }) => Some(text.text.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let finished =
+                update.fields.status.is_some_and(|s| matches!(s, ToolCallStatus::Completed | ToolCallStatus::Failed));
+            let new = route.delegated.advance(&id, content, finished);
+            if !new.is_empty() {
+                progress.progress(ProgressUpdate::Delegated {
+                    update: Box::new(ProgressUpdate::MessageChunk { text: new }),
+                });
+            }
+            if update.fields.status.is_none() && update.fields.title.is_none() {
+                return; // a content-only update: its news went on above
+            }
+            ProgressUpdate::ToolCall {
+                name: update.fields.title.unwrap_or(id),
+                status: update.fields.status.map_or("updated".to_owned(), |s| format!("{s:?}").to_lowercase()),
+            }
+        }
         SessionUpdate::Plan(plan) => {
             ProgressUpdate::Plan { entries: plan.entries.into_iter().map(|entry| entry.content).collect() }
         }
         _ => return,
     };
     progress.progress(update);
+}
+
+/// The text content each running tool call of a session showed last, to
+/// tell what a new `tool_call_update` adds.
+#[derive(Debug, Default)]
+pub(super) struct DelegatedText(Mutex<std::collections::HashMap<String, String>>);
+
+impl DelegatedText {
+    /// The part of `content` not shown before for call `id`; forgets the
+    /// call once it `finished`.
+    fn advance(&self, id: &str, content: String, finished: bool) -> String {
+        let mut calls = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let before = calls.get(id).map_or("", String::as_str);
+        let new = added_text(before, &content).to_owned();
+        if finished {
+            calls.remove(id);
+        } else if !content.is_empty() {
+            calls.insert(id.to_owned(), content);
+        }
+        new
+    }
+}
+
+/// What `now` adds to `before`: the rest when it extends it; when the
+/// sender cut its head off (a tail marked `…`), what follows the last
+/// stretch of `before` found in it; else all of it.
+fn added_text<'a>(before: &str, now: &'a str) -> &'a str {
+    if let Some(rest) = now.strip_prefix(before) {
+        return rest;
+    }
+    let mut anchor_start = before.len().saturating_sub(64);
+    while !before.is_char_boundary(anchor_start) {
+        anchor_start += 1;
+    }
+    let anchor = &before[anchor_start..];
+    match now.rfind(anchor) {
+        Some(at) if !anchor.is_empty() => &now[at + anchor.len()..],
+        _ => now,
+    }
 }
 
 /// Picks an option by kind, never by position.
@@ -456,13 +510,13 @@ struct AcpChild {
     id: String,
     provider: String,
     prompt: RefCell<Option<String>>,
-    session: Session,
+    process: Arc<AgentProcess>,
+    session_id: SessionId,
     text: Arc<Mutex<String>>,
-    /// Set when the child broke the protocol.
-    broken: Arc<AtomicBool>,
-    close: RefCell<Option<oneshot::Sender<()>>>,
-    task: RefCell<Option<tokio::task::JoinHandle<()>>>,
-    spawned: Arc<tokio::sync::Mutex<Option<Spawned>>>,
+    /// The prompt's answer, once `run` sent it.
+    answer: RefCell<Option<watch::Receiver<Option<Answer>>>>,
+    /// Where the process goes back to at dispose (pooled mode).
+    pool: Option<Arc<Pool>>,
     grace: (Duration, Duration),
     cancel: CancellationToken,
     /// The agent's pid, once dispose reaped it.
@@ -479,23 +533,21 @@ impl Child for AcpChild {
 
     fn run(&self) -> LocalBoxFuture<'static, RunResult> {
         let prompt = self.prompt.borrow_mut().take().unwrap_or_default();
-        let request = PromptRequest::new(self.session.session_id.clone(), vec![AcpBlock::from(prompt)]);
-        let sent = self.session.cx.send_request(request);
+        let mut answer = self.process.prompt(&self.session_id, prompt);
+        *self.answer.borrow_mut() = Some(answer.clone());
         let (text, provider, cancel) = (self.text.clone(), self.provider.clone(), self.cancel.clone());
-        let broken = self.broken.clone();
         Box::pin(async move {
-            let answered = sent.block_task().await;
-            let stop_reason =
-                answered.as_ref().map_or(StopReason::Error, |response| stop_reason_of(response.stop_reason));
-            let diagnostic = (stop_reason == StopReason::Error && !cancel.is_cancelled()).then(|| {
-                let category = match &answered {
-                    _ if broken.load(Ordering::Acquire) => Category::Protocol,
-                    Err(error) if agent_client_protocol::is_incoming_transport_closed(error) => Category::ChildCrashed,
-                    Err(error) if agent_client_protocol::is_connection_terminated(error) => Category::ChildCrashed,
-                    _ => Category::ChildError,
-                };
-                Diagnostic::new(&provider, Stage::SessionRun, category)
-            });
+            // A sender gone without an answer: the connection went with it.
+            let answered =
+                answer.wait_for(Option::is_some).await.map_or(Answer::Failed(Category::ChildCrashed), |answer| {
+                    answer.unwrap_or(Answer::Failed(Category::ChildCrashed))
+                });
+            let (stop_reason, category) = match answered {
+                Answer::Stopped(stop) => (stop, Category::ChildError),
+                Answer::Failed(category) => (StopReason::Error, category),
+            };
+            let diagnostic = (stop_reason == StopReason::Error && !cancel.is_cancelled())
+                .then(|| Diagnostic::new(&provider, Stage::SessionRun, category));
             let output = std::mem::take(&mut *text.lock().unwrap_or_else(|e| e.into_inner()));
             RunResult {
                 output: if output.is_empty() { Vec::new() } else { vec![ContentBlock::text(output)] },
@@ -508,34 +560,37 @@ impl Child for AcpChild {
     }
 
     fn cancel(&self) {
-        let _ = self.session.cx.send_notification(CancelNotification::new(self.session.session_id.clone()));
+        self.process.cancel(&self.session_id);
     }
 
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
-        if let Some(close) = self.close.borrow_mut().take() {
-            let _ = close.send(());
-        }
-        let task = self.task.borrow_mut().take();
-        let (spawned, reaped) = (self.spawned.clone(), self.reaped.clone());
+        let (process, session_id, pool) = (self.process.clone(), self.session_id.clone(), self.pool.clone());
+        let answer = self.answer.borrow().clone();
+        let reaped = self.reaped.clone();
         let (eof_grace, grace) = self.grace;
         Box::pin(async move {
-            // The connection closes its writer on the way out: stdin EOF.
-            if let Some(mut task) = task {
-                if tokio::time::timeout(Duration::from_secs(1), &mut task).await.is_err() {
-                    task.abort(); // dropping the connection closes the child's stdin
+            let Some(pool) = pool else {
+                let released = process.dispose(eof_grace, grace).await;
+                // The ladder reaps the agent whether or not its group went quietly.
+                reaped.set(Some(process.pid));
+                return released;
+            };
+            // The session ends here; the process goes back only once the
+            // agent has answered its prompt (cancelled now if still running),
+            // so the next run never finds it busy with a stale one.
+            let settled = match answer {
+                None => true,
+                Some(mut answer) => {
+                    if answer.borrow().is_none() {
+                        process.cancel(&session_id);
+                    }
+                    let waited = tokio::time::timeout(pool.cancel_grace(), answer.wait_for(Option::is_some)).await;
+                    matches!(waited, Ok(Ok(answered)) if answered.is_some_and(Answer::leaves_process_sound))
                 }
-            }
-            let spawned = spawned.lock().await.take();
-            match spawned {
-                Some(spawned) => {
-                    let pid = spawned.pid;
-                    let released = spawned.dispose(eof_grace, grace).await;
-                    // The ladder reaps the agent whether or not its group went quietly.
-                    reaped.set(Some(pid));
-                    released
-                }
-                None => Ok(()),
-            }
+            };
+            process.forget(&session_id);
+            pool.give_back(process, settled).await;
+            Ok(())
         })
     }
 
@@ -560,5 +615,15 @@ mod tests {
         }
         assert_eq!(acp_stop_of(StopReason::Error), None);
         assert_eq!(stop_reason_of(AcpStop::MaxTurnRequests), StopReason::Error);
+    }
+
+    #[test]
+    fn a_tool_calls_growing_content_yields_only_what_is_new_even_when_its_head_was_cut() {
+        assert_eq!(added_text("", "hello"), "hello");
+        assert_eq!(added_text("hello", "hello world"), " world");
+        let before = "the head, cut later; ".repeat(10) + "the tail of what was shown";
+        let now = format!("…{} and more", &before[before.len() - 80..]);
+        assert_eq!(added_text(&before, &now), " and more");
+        assert_eq!(added_text("unrelated", "fresh"), "fresh");
     }
 }
