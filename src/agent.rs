@@ -35,11 +35,11 @@ mod turn;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use futures_util::future::BoxFuture;
 
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use model::{
@@ -328,19 +328,18 @@ impl AgentParts {
         }
         toolset.set_depth(session.header().depth);
         let root = cancel.unwrap_or_default();
-        let (busy, _) = watch::channel(0);
         Agent {
             inner: Arc::new(AgentInner {
                 id: session.id().into(),
                 cwd: session.header().cwd.clone().into(),
                 model,
                 tools: toolset,
-                system: prompt.render().into(),
+                system: prompt.rendered(),
                 options,
                 max_steps,
                 session: Mutex::new(session),
                 turn_lock: tokio::sync::Mutex::new(()),
-                busy,
+                busy: Busy::default(),
                 cancel: Mutex::new(root.child_token()),
                 root_cancel: root,
                 steering: Mutex::new(VecDeque::new()),
@@ -370,7 +369,7 @@ pub(crate) struct AgentInner {
     session: Mutex<Session>,
     turn_lock: tokio::sync::Mutex<()>,
     /// Turns running or queued.
-    busy: watch::Sender<usize>,
+    busy: Busy,
     /// The current cancellation generation; [`Agent::cancel`] replaces it.
     cancel: Mutex<CancellationToken>,
     root_cancel: CancellationToken,
@@ -519,7 +518,7 @@ impl Agent {
 
     /// Whether no turn is running or queued.
     pub fn is_idle(&self) -> bool {
-        *self.inner.busy.borrow() == 0
+        self.inner.busy.count.load(Ordering::Acquire) == 0
     }
 
     /// Runs one turn. Turns queue behind each other; a cancel trips the
@@ -531,7 +530,7 @@ impl Agent {
     pub fn prompt(&self, prompt: impl Into<Prompt>) -> impl std::future::Future<Output = TurnOutcome> + Send + '_ {
         let prompt = prompt.into();
         let cancel = self.inner.lock(&self.inner.cancel).child_token();
-        self.inner.busy.send_modify(|n| *n += 1);
+        self.inner.busy.count.fetch_add(1, Ordering::AcqRel);
         let busy = BusyGuard(&self.inner.busy);
         async move {
             let _busy = busy;
@@ -549,8 +548,16 @@ impl Agent {
 
     /// Waits until no turn is running or queued.
     pub async fn idle(&self) {
-        let mut busy = self.inner.busy.subscribe();
-        let _ = busy.wait_for(|n| *n == 0).await;
+        let busy = &self.inner.busy;
+        loop {
+            let idle = busy.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if busy.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
+        }
     }
 
     /// Queues a message for the running turn: it reaches the model at the
@@ -615,10 +622,20 @@ impl AgentInner {
     }
 }
 
-struct BusyGuard<'a>(&'a watch::Sender<usize>);
+/// Turns running or queued, and who waits for none (inline: a watch
+/// channel would cost a few hundred bytes per agent).
+#[derive(Default)]
+struct Busy {
+    count: AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+struct BusyGuard<'a>(&'a Busy);
 
 impl Drop for BusyGuard<'_> {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n -= 1);
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
     }
 }

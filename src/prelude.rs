@@ -21,6 +21,5 @@ pub use crate::agent::{Agent, ScriptedModel};
 pub use crate::providers::{InProcessProvider, MockProvider};
 pub use crate::{
     Budget, CancellationToken, ContentBlock, Parent, Receipt, Run, RunResult, Runtime, StartRequest, StopReason,
-    SubagentError,
-    SubagentEvent, Subagents,
+    SubagentError, SubagentEvent, Subagents,
 };

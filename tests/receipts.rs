@@ -314,3 +314,51 @@ fn a_disposed_runs_receipt_keeps_each_descendants_own_stop_reason() {
     no_children_left(&runtime);
     runtime.shutdown_blocking();
 }
+
+/// A served session that delegated exits by itself once it answered
+/// `shutdown`: the receipts it keeps must not hold its own output open (its
+/// children's progress went to that output).
+#[test]
+fn a_serve_child_that_delegated_exits_by_itself_after_its_shutdown_reply() {
+    use std::io::{BufRead, BufReader, Write};
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .args(["serve", "--home"])
+        .arg(home.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let cwd = home.path().display().to_string();
+    let lines = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocol_version": 1, "route": {}, "profile": "default", "patches": [], "cwd": cwd}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "prompt",
+               "params": {"prompt": [{"type": "text", "text": "check a; check b"}]}}),
+    ];
+    for line in &lines {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    let mut replies = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut wait_for = |id: u64| loop {
+        let line = replies.next().expect("the child answers").unwrap();
+        let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == id {
+            break message;
+        }
+    };
+    assert_eq!(wait_for(2)["result"]["reason"], "completed");
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": 3, "method": "shutdown"})).unwrap();
+    let reply = wait_for(3);
+    assert_eq!(reply["result"]["runs"].as_array().map(Vec::len), Some(2), "{reply}");
+    // Stdin stays open: the shutdown alone ends the process.
+    let began = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(began.elapsed() < Duration::from_secs(30), "the served session did not exit after shutdown");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(child.wait().unwrap().success());
+    drop(stdin);
+}

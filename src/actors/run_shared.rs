@@ -2,7 +2,7 @@
 //! result, the quiescence signal, and the event gate — one allocation per
 //! run.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use actix::{Message, WeakRecipient};
 use futures_util::future::BoxFuture;
@@ -25,8 +25,11 @@ pub(crate) struct RunShared {
     changed: Notify,
     /// The run actor's mailbox for the one message a provider sends it.
     capture: OnceLock<WeakRecipient<CaptureStructured>>,
-    /// The caller's own receiver of this run's progress.
-    progress: Option<ProgressSink>,
+    /// The caller's own receiver of this run's progress, dropped once the
+    /// run is quiescent: a run's shared state may outlive it (a receipt's
+    /// lineage keeps it), and the sink holds its caller's resources (an
+    /// agent's update stream, a served session's output).
+    progress: RwLock<Option<ProgressSink>>,
     /// The runs started under this run's session, when its child has one.
     family: OnceLock<Arc<Family>>,
     /// What the child reported when it was released, when not empty.
@@ -57,7 +60,7 @@ impl RunShared {
             quiescent: OnceLock::new(),
             changed: Notify::new(),
             capture: OnceLock::new(),
-            progress,
+            progress: RwLock::new(progress),
             family: OnceLock::new(),
             stop_report: OnceLock::new(),
         }
@@ -139,6 +142,8 @@ impl RunShared {
     }
 
     pub(crate) fn set_quiescent(&self, outcome: Result<(), SubagentError>) {
+        let sink = self.progress.write().unwrap_or_else(|e| e.into_inner()).take();
+        drop(sink);
         if self.quiescent.set(outcome).is_ok() {
             self.changed.notify_waiters();
         }
@@ -158,7 +163,7 @@ impl RunReporter for RunShared {
 
     /// Progress from the running child.
     fn progress(&self, update: ProgressUpdate) {
-        if let Some(sink) = &self.progress {
+        if let Some(sink) = &*self.progress.read().unwrap_or_else(|e| e.into_inner()) {
             sink.send(&update);
         }
         let event = || {

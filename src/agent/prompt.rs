@@ -76,4 +76,25 @@ impl SystemPrompt {
         let texts: Vec<&str> = self.sections.iter().map(|(_, t)| t.trim()).filter(|t| !t.is_empty()).collect();
         texts.join("\n\n")
     }
+
+    /// [`SystemPrompt::render`] as a shared string: agents whose prompts
+    /// read the same (children of one provider, most often) share one copy.
+    pub(crate) fn rendered(&self) -> std::sync::Arc<str> {
+        use std::collections::HashSet;
+        use std::sync::{Arc, Mutex};
+        /// A few distinct prompts are kept; past that, each agent has its own.
+        const KEPT: usize = 64;
+        static SHARED: Mutex<Option<HashSet<Arc<str>>>> = Mutex::new(None);
+        let text = self.render();
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        let shared = shared.get_or_insert_with(HashSet::new);
+        if let Some(kept) = shared.get(text.as_str()) {
+            return kept.clone();
+        }
+        let text: Arc<str> = text.into();
+        if shared.len() < KEPT {
+            shared.insert(text.clone());
+        }
+        text
+    }
 }

@@ -674,6 +674,11 @@ impl Session {
     /// earlier write that failed is reported here (or by the close).
     pub fn append(&mut self, event: SessionEvent) -> Result<(), SessionError> {
         self.write_line(&event)?;
+        // The first event gets room for one, not four: a child waiting on
+        // its first answer holds only its prompt (later growth doubles).
+        if self.events.capacity() == 0 {
+            self.events.reserve_exact(1);
+        }
         self.events.push(event);
         Ok(())
     }
