@@ -61,7 +61,7 @@ impl Continuation {
         let _ = self.previous.quiescent().await;
         request.parent = self.parent.clone();
         request.resume = Some(self.agent.clone());
-        start(&self.core, self.previous.provider(), request).await
+        start(&self.core, self.previous.provider(), Box::new(request)).await
     }
 }
 

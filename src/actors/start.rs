@@ -18,11 +18,12 @@ use crate::events::RunInfo;
 use crate::seam::{Admission, BudgetLease, Launch, ProviderContext, StartRequest, SubagentError, MAX_DEPTH_CAP};
 
 /// Checks `request` against provider `name`, then starts it on a worker.
-pub(crate) async fn start(core: &Arc<Core>, name: &str, request: StartRequest) -> Result<Run, SubagentError> {
+pub(crate) async fn start(core: &Arc<Core>, name: &str, request: Box<StartRequest>) -> Result<Run, SubagentError> {
     let entry = admit(core, name, &request)?;
     let budget = admit_budget(&request)?;
-    // Boxed once here: the request is large, and the futures below move.
-    core.on_runtime(launch(core.clone(), entry, Box::new(request), budget)).await?
+    // Boxed once here: the request and the launch are large, and a start's
+    // future is moved and held by callers (a fan-out holds thousands).
+    core.on_runtime(Box::pin(launch(core.clone(), entry, request, budget))).await?
 }
 
 /// The last check, because it reserves: the child's place in the budgets
@@ -125,7 +126,11 @@ async fn launch(
     let addr = actor.start();
     let control = RunControl { control: addr.clone().recipient(), token, depth, shared: shared.clone() };
     core.insert_run(shared.run_id, control.clone());
-    let published = published.await.unwrap_or(Err(SubagentError::RuntimeStopped))?;
+    // Outside tokio's cooperative budget: a caller that starts thousands of
+    // runs in one task (a `join_all` fan-out) spends its budget on the first
+    // 128, after which every other publication would answer "pending, poll
+    // me again" — each start was polled hundreds of times at N = 100,000.
+    let published = tokio::task::unconstrained(published).await.unwrap_or(Err(SubagentError::RuntimeStopped))?;
     if let Some(parent_session) = &shared.parent_session {
         core.adopt(parent_session, &published.id, &shared);
     }

@@ -2,6 +2,7 @@
 //! and observe events.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 
 use actix::Addr;
@@ -69,10 +70,18 @@ impl Subagents {
     /// sane (`INVALID_REQUEST`); the output schema is inside the subset
     /// (`UNSUPPORTED_SCHEMA`); the signal is not cancelled (`ABORTED`); the
     /// delegation budgets of the parent and the request have room
-    /// (`BUDGET_EXHAUSTED`, see [`Budget`](crate::Budget)). Then it waits until the provider has published a real child, emits
-    /// `Start`, and hands the caller the [`Run`].
-    pub async fn start(&self, name: &str, request: StartRequest) -> Result<Run, SubagentError> {
-        super::start::start(&self.core, name, request).await
+    /// (`BUDGET_EXHAUSTED`, see [`Budget`](crate::Budget)). Then it waits
+    /// until the provider has published a real child, emits `Start`, and
+    /// hands the caller the [`Run`].
+    pub fn start<'a>(
+        &'a self,
+        name: &'a str,
+        request: StartRequest,
+    ) -> impl Future<Output = Result<Run, SubagentError>> + Send + 'a {
+        // The request is boxed before the future exists: a fan-out holds
+        // thousands of these futures, and each would carry the request.
+        let request = Box::new(request);
+        async move { super::start::start(&self.core, name, request).await }
     }
 
     /// Every event from now on.
