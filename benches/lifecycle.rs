@@ -45,16 +45,6 @@ fn runtime(home: &Path) -> (Runtime, Subagents) {
     (runtime, subagents)
 }
 
-/// Empties the sessions directory between samples (outside the timing), so
-/// every sample creates its files in a directory of the same size.
-fn clear_sessions(home: &Path) {
-    if let Ok(entries) = std::fs::read_dir(home.join("sessions")) {
-        for entry in entries.flatten() {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
-}
-
 fn lifecycle(c: &mut Criterion) {
     // Sessions go to the build's scratch directory: on the project's disk,
     // not a /tmp that may be a different (and differently fast) filesystem.
@@ -117,7 +107,7 @@ fn lifecycle(c: &mut Criterion) {
                     }
                     support::record(name, iters, began.elapsed())
                 });
-                clear_sessions(&home);
+                support::clear_sessions(&home);
                 elapsed
             })
         });

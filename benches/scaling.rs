@@ -111,7 +111,7 @@ fn scaling(c: &mut Criterion) {
                     }
                 });
                 let elapsed = began.elapsed();
-                clear_sessions(&persisted_home);
+                support::clear_sessions(&persisted_home);
                 support::record(format!("spawn 1000 {name}"), iters * 1_000, elapsed)
             })
         });
@@ -144,7 +144,7 @@ fn scaling(c: &mut Criterion) {
         if let Some(loader) = loader {
             loader.join().unwrap();
         }
-        clear_sessions(&persisted_home);
+        support::clear_sessions(&persisted_home);
     }
     for listeners in [0usize, 1, 100] {
         let handles: Vec<_> =
@@ -166,14 +166,6 @@ fn scaling(c: &mut Criterion) {
     group.finish();
     assert!(runtime.shutdown_blocking().live_after.is_quiescent());
     assert!(persisted.shutdown_blocking().live_after.is_quiescent());
-}
-
-fn clear_sessions(home: &std::path::Path) {
-    if let Ok(entries) = std::fs::read_dir(home.join("sessions")) {
-        for entry in entries.flatten() {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
 }
 
 fn print_table() {

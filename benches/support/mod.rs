@@ -61,3 +61,13 @@ pub async fn actix_floor() {
 pub fn configured(warm_up: Duration, measurement: Duration) -> Criterion {
     Criterion::default().warm_up_time(warm_up).measurement_time(measurement).configure_from_args()
 }
+
+/// Empties the sessions directory between samples (outside the timing), so
+/// every sample creates its files in a directory of the same size.
+pub fn clear_sessions(home: &std::path::Path) {
+    if let Ok(entries) = std::fs::read_dir(home.join("sessions")) {
+        for entry in entries.flatten() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
