@@ -1,6 +1,7 @@
 //! The start path, in contract order (SPEC §3): the synchronous checks
-//! (the delegation budget last, because it reserves), then the run actor on a worker, publication, `Start`, and the caller's
-//! [`Run`]. `Subagents::start` and a continuation both come through here.
+//! (the delegation budget last, because it reserves), then the run actor
+//! on a worker, publication, `Start`, and the caller's [`Run`].
+//! `Subagents::start` and a continuation both come through here.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
