@@ -218,3 +218,25 @@ fn session_directories_are_0700_and_files_0600_whatever_the_umask() {
     assert_eq!(mode(&old_home.join("sessions")), 0o700);
     assert_eq!(mode(&old_home.join("sessions/tightened.jsonl")), 0o600);
 }
+
+/// Appends are queued for the session lane; a session dropped without a
+/// close outside an async runtime (a program about to exit) still has every
+/// event in its file when the drop returns, and a read sees every append
+/// queued before it.
+#[test]
+fn every_queued_append_is_on_disk_when_a_session_is_read_or_dropped() {
+    let home = tempfile::tempdir().unwrap();
+    let store = SessionStore::new(home.path());
+    let mut session = store.create(SessionHeader::new("queued", home.path())).unwrap();
+    for n in 0..500 {
+        session.append(user(&format!("message {n}"))).unwrap();
+    }
+    assert_eq!(store.read("queued").unwrap().1.len(), 500, "a read sees every queued append");
+    for n in 500..1_000 {
+        session.append(user(&format!("message {n}"))).unwrap();
+    }
+    drop(session);
+    let path = store.path_of("queued").unwrap();
+    let lines = std::fs::read_to_string(path).unwrap().lines().count();
+    assert_eq!(lines, 1_001, "the header and every event");
+}

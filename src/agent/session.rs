@@ -737,10 +737,15 @@ fn finish(writer: SessionFile, id: &str) -> Result<(), SessionError> {
 
 impl Drop for Session {
     /// A session dropped without a close still has its file closed on the
-    /// lane, after its queued writes.
+    /// lane, after its queued writes: waited for outside an async runtime
+    /// (a program about to exit loses nothing), queued inside one.
     fn drop(&mut self) {
         if let Some(writer) = self.writer.take() {
-            lane::submit(move || drop(writer));
+            if tokio::runtime::Handle::try_current().is_ok() {
+                lane::submit(move || drop(writer));
+            } else {
+                let _ = lane::call_blocking(move || drop(writer));
+            }
         }
     }
 }
