@@ -13,6 +13,7 @@
 //!   provider's runs pulled from a NATS JetStream broker.
 
 pub mod acp;
+mod framing;
 pub mod mcp;
 pub mod stdio;
 pub mod worker;

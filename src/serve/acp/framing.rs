@@ -34,40 +34,28 @@
 //! `closing` token is cancelled, which cancels every turn of every session
 //! now and later (a prompt cut off this way answers `cancelled`) and turns
 //! a pending permission request into "not allowed". *Draining*: wait up to
-//! [`EOF_ANSWER_BOUND`] until no request is in flight, then end the crate's
+//! `EOF_ANSWER_BOUND` (30 s) until no request is in flight, then end the crate's
 //! input, so that the connection returns.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use agent_client_protocol::{Error, ErrorCode, Lines, RawJsonRpcId, RawJsonRpcMessage, RawJsonRpcParams};
 use agent_client_protocol::{RawJsonRpcRequest, TransportFrame};
-use futures_util::{Sink, Stream, StreamExt};
+use futures_util::{Sink, Stream};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::providers::child_process::{continuing_lines, Input, MAX_LINE};
+use crate::serve::framing::{drain_at_eof, excerpt, StdinLines, StdoutLines};
 
 /// The most requests unanswered at once: it bounds what the crate queues
 /// and what EOF waits for. Past it a request is refused at once.
 pub(super) const MAX_IN_FLIGHT: usize = 1024;
-
-/// How long EOF waits for the requests in flight to be answered.
-pub(super) const EOF_ANSWER_BOUND: Duration = Duration::from_secs(30);
-
-/// How much of a bad line an error reply quotes, in characters.
-const EXCERPT_CHARS: usize = 64;
-
-/// How much of an over-long line is kept for its excerpt: enough bytes for
-/// [`EXCERPT_CHARS`] characters of UTF-8.
-const EXCERPT_BYTES: usize = EXCERPT_CHARS * 4;
 
 /// Lines queued for the crate before reading stdin waits for it.
 const FORWARD_QUEUE: usize = 64;
@@ -98,7 +86,7 @@ struct Book {
 /// Stdout, shared by the crate's lines and our own replies, and the book of
 /// requests in flight.
 struct Output {
-    stdout: tokio::sync::Mutex<tokio::io::Stdout>,
+    stdout: StdoutLines,
     book: Mutex<Book>,
     /// Bumped after every answer, to wake waits on the book.
     answered: watch::Sender<u64>,
@@ -143,23 +131,8 @@ pub(super) fn stdio(
 /// Reads stdin until EOF, answering bad lines and forwarding the rest; then
 /// closes and drains (see the module docs).
 async fn read_input(output: Arc<Output>, forward: mpsc::Sender<String>, closing: CancellationToken) {
-    let mut lines = continuing_lines(tokio::io::stdin(), EXCERPT_BYTES);
-    loop {
-        let line = match lines.next().await {
-            Some(Ok(Input::Line(line))) => Vec::from(line),
-            Some(Ok(Input::TooLong { head })) => {
-                let reason = format!("the line is longer than the {} MiB cap", MAX_LINE >> 20);
-                if output.write(parse_error(&reason, &head)).await.is_err() {
-                    break;
-                }
-                continue;
-            }
-            None => break,
-            Some(Err(error)) => {
-                tracing::warn!(%error, "reading stdin failed; closing as at EOF");
-                break;
-            }
-        };
+    let mut lines = StdinLines::new();
+    while let Some(line) = lines.next(&output.stdout, parse_error).await {
         let delivered = match output.judge(line) {
             Verdict::Skip => true,
             Verdict::Reply(reply) => output.write(reply).await.is_ok(),
@@ -176,24 +149,14 @@ async fn read_input(output: Arc<Output>, forward: mpsc::Sender<String>, closing:
             break;
         }
     }
-    tracing::debug!(phase = "closing", "stdin ended: cancelling every turn");
-    closing.cancel();
-    tracing::debug!(phase = "draining", in_flight = output.book().in_flight, "answering what is in flight");
-    let drained = tokio::time::timeout(EOF_ANSWER_BOUND, output.wait_until(|book| book.in_flight == 0)).await;
-    if drained.is_err() {
-        let in_flight = output.book().in_flight;
-        tracing::warn!(in_flight, bound_s = EOF_ANSWER_BOUND.as_secs(), "requests still unanswered at exit");
-    }
+    let settled = output.wait_until(|book| book.in_flight == 0);
+    drain_at_eof(&closing, "turn", || output.book().in_flight, settled).await;
     // Dropping `forward` ends the crate's input: the connection returns.
 }
 
 impl Output {
     fn new() -> Self {
-        Output {
-            stdout: tokio::sync::Mutex::new(tokio::io::stdout()),
-            book: Mutex::default(),
-            answered: watch::Sender::new(0),
-        }
+        Output { stdout: StdoutLines::new(), book: Mutex::default(), answered: watch::Sender::new(0) }
     }
 
     fn book(&self) -> MutexGuard<'_, Book> {
@@ -202,11 +165,7 @@ impl Output {
 
     /// Writes one whole line.
     async fn write(&self, line: String) -> io::Result<()> {
-        let mut bytes = line.into_bytes();
-        bytes.push(b'\n');
-        let mut stdout = self.stdout.lock().await;
-        stdout.write_all(&bytes).await?;
-        stdout.flush().await
+        self.stdout.write(line).await
     }
 
     /// A line from the crate: written, then, if it answers a request, that
@@ -321,10 +280,9 @@ fn reply(id: RawJsonRpcId, error: Error, reason: &str) -> Verdict {
 }
 
 /// A `-32700` reply (id `null`) quoting at most the line's first
-/// [`EXCERPT_CHARS`] characters.
+/// `EXCERPT_CHARS` (64) characters.
 fn parse_error(reason: &str, line: &[u8]) -> String {
-    let head = String::from_utf8_lossy(&line[..line.len().min(EXCERPT_BYTES)]);
-    let excerpt: String = head.chars().take(EXCERPT_CHARS).collect();
+    let excerpt = excerpt(line);
     error_line(RawJsonRpcId::Null, Error::parse_error().data(json!({ "reason": reason, "excerpt": excerpt })))
 }
 
