@@ -6,6 +6,7 @@
 
 #[path = "cli/batch.rs"]
 mod batch;
+mod common;
 #[path = "cli/input.rs"]
 mod input;
 #[path = "cli/output.rs"]
@@ -32,8 +33,9 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The binary's output, bounded: a hung command fails the test.
 fn run(command: &mut Command) -> Output {
-    command.output().expect("the binary runs")
+    common::output_within(command, common::WAIT_LIMIT, "the subagents binary")
 }
 
 /// `bytes` written as `name` in `dir`.

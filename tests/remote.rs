@@ -19,7 +19,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::runtime_at;
+use common::{runtime_at, Within, WAIT_LIMIT};
 use subagents::{CancellationToken, Parent, ProgressUpdate, StartRequest, StopReason, SubagentEvent};
 use support::{one_at_a_time, provider, wire_id, Look, Server, Worker};
 
@@ -46,7 +46,7 @@ fn two_workers_share_fifty_runs_and_each_settles_once_with_its_worker_session() 
             }
         }
     });
-    let results = runtime.block_on({
+    let results = runtime.within(WAIT_LIMIT, "50 remote runs on two workers to settle", {
         let subagents = subagents.clone();
         async move {
             let runs = (0..50).map(|n| {
@@ -102,14 +102,10 @@ fn fanout_runs_a_tasks_file_on_workers_and_refuses_an_unreachable_broker() {
     let tasks = dir.path().join("tasks.jsonl");
     std::fs::write(&tasks, "{\"prompt\": \"one\"}\n{\"prompt\": \"two\", \"label\": \"second\"}\n").unwrap();
     let fanout = |url: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_subagents"))
-            .arg("fanout")
-            .arg(&tasks)
-            .args(["--provider", "remote", "--nats", url, "--home"])
-            .arg(dir.path().join("caller"))
-            .env_remove("RUST_LOG")
-            .output()
-            .unwrap()
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_subagents"));
+        command.arg("fanout").arg(&tasks).args(["--provider", "remote", "--nats", url, "--home"]);
+        command.arg(dir.path().join("caller")).env_remove("RUST_LOG");
+        common::output_within(&mut command, WAIT_LIMIT, "fanout on the remote provider")
     };
     let output = fanout(&server.url());
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -137,7 +133,7 @@ fn a_start_while_the_broker_is_down_fails_startup_with_a_safe_diagnostic() {
     server.kill();
     let started = std::time::Instant::now();
     let error = runtime
-        .block_on({
+        .within(WAIT_LIMIT, "a start against a killed broker to fail", {
             let subagents = subagents.clone();
             async move { subagents.start("remote", request("secret task text")).await }
         })
@@ -180,7 +176,7 @@ fn start_time_features_cross_the_wire_and_the_worker_enforces_them() {
         StartRequest::new("check a; check b", deep, CancellationToken::new()).with_max_depth(3),
         request("check a; check b"),
     ];
-    let (results, refused, too_deep) = runtime.block_on({
+    let (results, refused, too_deep) = runtime.within(WAIT_LIMIT, "the depth, filter and schema runs to settle", {
         let subagents = subagents.clone();
         async move {
             let mut results = Vec::new();
@@ -223,7 +219,7 @@ fn a_process_worker_isolates_each_run_and_refuses_loudly_what_it_cannot_enforce(
     // Misconfigured on purpose: it claims every capability for this pool.
     let config = support::config(&server.url()).with_pool("isolated");
     subagents.register_provider(subagents::providers::RemoteProvider::connect(config).unwrap()).unwrap().keep();
-    let (plain, persona) = runtime.block_on({
+    let (plain, persona) = runtime.within(WAIT_LIMIT, "the isolated pool's plain and persona runs", {
         let subagents = subagents.clone();
         async move {
             let mut results = Vec::new();
@@ -272,7 +268,7 @@ fn malformed_and_oversized_messages_are_dropped_and_nothing_crashes() {
             look.publish(subject, bytes.clone());
         }
     }
-    let result = runtime.block_on({
+    let result = runtime.within(WAIT_LIMIT, "a run after the malformed messages", {
         let subagents = subagents.clone();
         async move {
             let run = subagents.start("remote", request("still standing")).await.unwrap();
@@ -301,7 +297,7 @@ fn sigterm_drains_a_worker_its_live_run_finishes_and_it_exits_zero() {
     let runtime = runtime_at(&dir.path().join("caller"));
     let subagents = runtime.subagents();
     subagents.register_provider(provider(&server.url())).unwrap().keep();
-    let (quick, slow) = runtime.block_on({
+    let (quick, slow) = runtime.within(WAIT_LIMIT, "the quick and slow runs to start", {
         let subagents = subagents.clone();
         async move {
             let quick = subagents.start("remote", request("finish [delay:500]")).await.unwrap();
@@ -316,7 +312,7 @@ fn sigterm_drains_a_worker_its_live_run_finishes_and_it_exits_zero() {
     assert!(worker.log().contains("1 results written, 1 handed back"), "{}", worker.log());
     let replacement = Worker::start(dir.path(), &server.url(), "w2", &[]);
     assert!(support::wait_until(Duration::from_secs(5), || look.live("default") == 1), "the slow run was handed on");
-    let (quick_result, slow_result) = runtime.block_on(async move {
+    let (quick_result, slow_result) = runtime.within(WAIT_LIMIT, "the quick and the handed-on slow run to settle", async move {
         let quick_result = quick.result().await.unwrap();
         slow.cancel();
         let slow_result = slow.result().await.unwrap();

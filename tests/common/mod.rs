@@ -83,10 +83,78 @@ pub fn runtime_at(home: &Path) -> Runtime {
 /// Start on `provider`, collect the result, dispose.
 pub fn lifecycle(runtime: &Runtime, subagents: &Subagents, provider: &str, request: StartRequest) -> RunResult {
     let (subagents, provider) = (subagents.clone(), provider.to_owned());
-    runtime.block_on(async move {
+    let what = format!("a run on {provider:?} to start, settle and dispose");
+    runtime.within(WAIT_LIMIT, &what, async move {
         let run = subagents.start(&provider, request).await.unwrap();
         let result = run.result().await.unwrap();
         run.dispose().await.unwrap();
         result
     })
+}
+
+/// The longest a test waits on runs, processes or a broker before it fails
+/// saying what it waited for: generous for a loaded two-core machine, far
+/// short of a hang.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(120);
+
+/// Bounded waits on a [`Runtime`]: a test never hangs on a run that never
+/// settles, it fails naming what it waited for.
+pub trait Within {
+    /// [`Runtime::block_on`], failing the test once `limit` passes.
+    fn within<F>(&self, limit: Duration, what: &str, work: F) -> F::Output
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static;
+}
+
+impl Within for Runtime {
+    fn within<F>(&self, limit: Duration, what: &str, work: F) -> F::Output
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self.block_on(async move { tokio::time::timeout(limit, work).await }) {
+            Ok(output) => output,
+            Err(_) => panic!("waited more than {limit:?} for {what}"),
+        }
+    }
+}
+
+/// [`std::process::Command::output`] with a bound: past `limit` the child is
+/// killed and the test fails naming what it waited for and what the child
+/// had printed. Standard input is empty, as with `output()`.
+pub fn output_within(command: &mut std::process::Command, limit: Duration, what: &str) -> std::process::Output {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|error| panic!("could not start {what}: {error}"));
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = stderr.join().unwrap_or_default();
+            panic!("waited more than {limit:?} for {what}; its stderr: {}", String::from_utf8_lossy(&stderr));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    std::process::Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use subagents::StopReason;
 
-use crate::common::runtime_at;
+use crate::common::{runtime_at, Within, WAIT_LIMIT};
 use crate::request;
 use crate::support::{one_at_a_time, provider, wait_until, wire_id, Look, Server, Worker};
 
@@ -20,7 +20,7 @@ fn a_run_cancelled_before_any_worker_picked_it_up_never_runs() {
     subagents.register_provider(provider(&server.url())).unwrap().keep();
     // No worker yet: both runs wait in the queue. One is cancelled and kept,
     // the other cancelled and disposed.
-    let (kept, kept_result, dropped_id, dispose_took) = runtime.block_on({
+    let (kept, kept_result, dropped_id, dispose_took) = runtime.within(WAIT_LIMIT, "two queued runs to be cancelled", {
         let subagents = subagents.clone();
         async move {
             let kept = subagents.start("remote", request("never [delay:100]")).await.unwrap();
@@ -43,7 +43,7 @@ fn a_run_cancelled_before_any_worker_picked_it_up_never_runs() {
     );
     let state = look.state(&kept_id).unwrap();
     assert_eq!(state["result"]["stop_reason"], "aborted");
-    runtime.block_on(async move { kept.dispose().await }).unwrap();
+    runtime.within(WAIT_LIMIT, "the kept cancelled run's dispose", async move { kept.dispose().await }).unwrap();
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(worker.sessions(), 0, "no child ever existed");
     assert!(look.state(wire_id(&dropped_id)).is_none(), "the disposed run was removed from the queue");
@@ -63,7 +63,7 @@ fn a_cancel_storm_of_100_remote_runs_aborts_them_all_and_leaves_no_child() {
     let runtime = runtime_at(&dir.path().join("caller"));
     let subagents = runtime.subagents();
     subagents.register_provider(provider(&server.url())).unwrap().keep();
-    let runs = runtime.block_on({
+    let runs = runtime.within(WAIT_LIMIT, "100 remote runs to start", {
         let subagents = subagents.clone();
         async move {
             let starts = (0..100).map(|n| subagents.start("remote", request(&format!("wait {n} [delay:60000]"))));
@@ -73,7 +73,7 @@ fn a_cancel_storm_of_100_remote_runs_aborts_them_all_and_leaves_no_child() {
     // Both workers full (32 live), 68 still queued.
     assert!(wait_until(Duration::from_secs(10), || look.live("default") == 32), "live: {}", look.live("default"));
     let began = Instant::now();
-    let outcomes = runtime.block_on(async move {
+    let outcomes = runtime.within(WAIT_LIMIT, "100 cancelled remote runs to settle and dispose", async move {
         runs.iter().for_each(subagents::Run::cancel);
         let settle = runs.iter().map(|run| async move {
             let result = run.result().await.unwrap();
@@ -104,7 +104,7 @@ fn dispose_reports_a_vanished_worker_instead_of_waiting_for_it() {
     let subagents = runtime.subagents();
     subagents.register_provider(provider(&server.url())).unwrap().keep();
     let run = runtime
-        .block_on({
+        .within(WAIT_LIMIT, "a run on the doomed worker to start", {
             let subagents = subagents.clone();
             async move { subagents.start("remote", request("hold [delay:60000]")).await }
         })
@@ -112,7 +112,7 @@ fn dispose_reports_a_vanished_worker_instead_of_waiting_for_it() {
     assert!(wait_until(Duration::from_secs(5), || look.live("default") == 1));
     worker.kill();
     let began = Instant::now();
-    let (result, disposed) = runtime.block_on(async move {
+    let (result, disposed) = runtime.within(WAIT_LIMIT, "a vanished worker's run to settle and dispose", async move {
         run.cancel();
         let result = run.result().await.unwrap();
         (result, run.dispose().await)
@@ -135,14 +135,14 @@ fn a_cancelled_remote_runs_receipt_lists_what_ran_under_it_on_the_worker() {
     let subagents = runtime.subagents();
     subagents.register_provider(provider(&server.url())).unwrap().keep();
     let run = runtime
-        .block_on({
+        .within(WAIT_LIMIT, "the delegating remote run to start", {
             let subagents = subagents.clone();
             async move { subagents.start("remote", request("check a [slow]; check b [slow]")).await }
         })
         .unwrap();
     // The worker's run and its two slow children have sessions.
     assert!(wait_until(Duration::from_secs(30), || worker.sessions() == 3), "the tree never ran");
-    let receipt = runtime.block_on(async move { run.cancel_and_wait().await }).unwrap();
+    let receipt = runtime.within(WAIT_LIMIT, "the cancelled remote tree's receipt", async move { run.cancel_and_wait().await }).unwrap();
     assert_eq!((receipt.provider.as_str(), receipt.stop_reason), ("remote", StopReason::Aborted));
     assert!(receipt.is_complete(), "{receipt:#?}");
     // Under the remote run: the worker's local run, and its two children.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use subagents::{Category, RunResult, StopReason};
 
-use crate::common::runtime_at;
+use crate::common::{runtime_at, Within, WAIT_LIMIT};
 use crate::request;
 use crate::support::{one_at_a_time, provider, wait_until, wire_id, Look, Server, Worker};
 
@@ -14,7 +14,7 @@ use crate::support::{one_at_a_time, provider, wait_until, wire_id, Look, Server,
 /// after disposing each, in order.
 fn run_all(runtime: &subagents::Runtime, prompts: Vec<String>) -> Vec<(String, RunResult)> {
     let subagents = runtime.subagents();
-    runtime.block_on(async move {
+    runtime.within(WAIT_LIMIT, "every run of the batch to settle and dispose", async move {
         let runs = prompts.into_iter().map(|prompt| {
             let subagents = subagents.clone();
             async move {
@@ -80,7 +80,7 @@ fn a_run_whose_every_worker_dies_settles_worker_lost_after_max_deliver() {
     let subagents = runtime.subagents();
     subagents.register_provider(provider(&server.url())).unwrap().keep();
     let run = runtime
-        .block_on({
+        .within(WAIT_LIMIT, "a run on the dying workers to start", {
             let subagents = subagents.clone();
             async move { subagents.start("remote", request("hold on [delay:60000]")).await }
         })
@@ -96,7 +96,7 @@ fn a_run_whose_every_worker_dies_settles_worker_lost_after_max_deliver() {
     // work, and tells the caller; that worker never runs it.
     let late = Worker::start(dir.path(), &server.url(), "w4", &[]);
     let began = Instant::now();
-    let result = runtime.block_on(async move {
+    let result = runtime.within(WAIT_LIMIT, "the run whose workers all died to settle", async move {
         let result = tokio::time::timeout(Duration::from_secs(10), run.result()).await;
         let disposed = run.dispose().await;
         (result, disposed)
@@ -125,7 +125,7 @@ fn a_frozen_worker_is_fenced_out_and_cancels_its_child() {
     let subagents = runtime.subagents();
     subagents.register_provider(provider(&server.url())).unwrap().keep();
     let run = runtime
-        .block_on({
+        .within(WAIT_LIMIT, "a run on the worker to be frozen to start", {
             let subagents = subagents.clone();
             async move { subagents.start("remote", request("think it over [delay:4000]")).await }
         })
@@ -144,7 +144,7 @@ fn a_frozen_worker_is_fenced_out_and_cancels_its_child() {
         "the woken worker saw its claim superseded and cancelled its child: {}",
         frozen.log()
     );
-    let result = runtime.block_on(async move {
+    let result = runtime.within(WAIT_LIMIT, "the fenced run to settle on the other worker", async move {
         let result = tokio::time::timeout(Duration::from_secs(10), run.result()).await;
         run.dispose().await.unwrap();
         result
@@ -206,7 +206,7 @@ fn a_broker_restart_mid_batch_loses_no_run() {
     let runtime = runtime_at(&dir.path().join("caller"));
     let subagents = runtime.subagents();
     subagents.register_provider(provider(&server.url())).unwrap().keep();
-    let runs = runtime.block_on({
+    let runs = runtime.within(WAIT_LIMIT, "the batch to start before the broker restart", {
         let subagents = subagents.clone();
         async move {
             let starts = (0..20).map(|n| subagents.start("remote", request(&format!("job {n} [delay:1500]"))));
@@ -219,7 +219,7 @@ fn a_broker_restart_mid_batch_loses_no_run() {
     }
     server.restart();
     let began = Instant::now();
-    let results = runtime.block_on(async move {
+    let results = runtime.within(WAIT_LIMIT, "the batch to settle after the broker restart", async move {
         let settle = runs.iter().map(|run| async move {
             let result = tokio::time::timeout(Duration::from_secs(30), run.result()).await;
             let disposed = run.dispose().await;

