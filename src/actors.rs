@@ -65,11 +65,13 @@ mod runtime;
 mod start;
 mod subagents;
 
+#[cfg(feature = "agent")]
 pub(crate) use self::core::Core;
 
 /// Spawns background work beside the caller: on the caller's worker, as a
 /// task of its runtime (so runs it starts are created in place), when the
 /// caller is a runtime task; else on the caller's tokio runtime.
+#[cfg(feature = "agent")]
 pub(crate) fn spawn_beside<F>(future: F)
 where
     F: std::future::Future<Output = ()> + Send + 'static,
@@ -87,5 +89,6 @@ pub use continuation::Continuation;
 pub use registry::Registration;
 pub use run_handle::{Run, Steering};
 pub use runtime::{PhaseReport, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport};
+#[cfg(feature = "process")]
 pub(crate) use subagents::LineageScope;
 pub use subagents::Subagents;

@@ -43,9 +43,11 @@ use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 pub use model::{
-    ChunkSink, DelayRule, Finish, Model, ModelError, ModelReply, ModelRequest, ModelSpec, OpenAiConfig, OpenAiModel,
-    RecordingModel, ReplayModel, Responder, ScriptMatch, ScriptedModel, Step, Tape, Usage,
+    ChunkSink, DelayRule, Finish, Model, ModelError, ModelReply, ModelRequest, ModelSpec, RecordingModel, ReplayModel,
+    Responder, ScriptMatch, ScriptedModel, Step, Tape, Usage,
 };
+#[cfg(feature = "openai")]
+pub use model::{OpenAiConfig, OpenAiModel};
 pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;
 pub(crate) use session::completed_prefix;

@@ -1,8 +1,16 @@
-#![doc = include_str!("../README.md")]
+// The README is the crate's front page when every door is built (its
+// examples use them all); the core alone gets the short page below.
+#![cfg_attr(feature = "cli", doc = include_str!("../README.md"))]
+#![cfg_attr(
+    not(feature = "cli"),
+    doc = "A supervised actor runtime in which one AI agent delegates work to child agents through named \
+           providers. This build has a subset of the crate's features; the README lists them."
+)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unused_must_use)]
 
 pub mod actors;
+#[cfg(feature = "agent")]
 pub mod agent;
 mod contain;
 pub mod events;
@@ -12,8 +20,10 @@ pub mod prelude;
 pub mod providers;
 pub mod schema;
 pub mod seam;
+#[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp", feature = "process", feature = "remote"))]
 pub mod serve;
 mod sync;
+#[cfg(feature = "agent")]
 pub mod tool;
 
 pub use actors::{

@@ -17,8 +17,11 @@
 //! runtime.shutdown_blocking();
 //! ```
 
+#[cfg(feature = "agent")]
 pub use crate::agent::{Agent, ScriptedModel};
-pub use crate::providers::{InProcessProvider, MockProvider};
+#[cfg(feature = "agent")]
+pub use crate::providers::InProcessProvider;
+pub use crate::providers::MockProvider;
 pub use crate::{
     Budget, CancellationToken, ContentBlock, Parent, Receipt, Run, RunResult, Runtime, StartRequest, StopReason,
     SubagentError, SubagentEvent, Subagents,

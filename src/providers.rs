@@ -32,19 +32,30 @@
 //! So `DATABASE_URL`, `PGPASS`, `MYSQL_PWD`, `GH_PAT`, `SENTRY_DSN` or a
 //! webhook URL in the parent never reach a child by accident.
 
+#[cfg(feature = "acp")]
 pub mod acp;
 pub mod chaos;
+#[cfg(any(feature = "acp", feature = "process", feature = "remote"))]
 pub(crate) mod child_process;
+#[cfg(feature = "agent")]
 pub mod fork;
+#[cfg(feature = "agent")]
 pub(crate) mod in_process;
 pub mod mock;
+#[cfg(feature = "process")]
 pub mod process;
+#[cfg(feature = "remote")]
 pub mod remote;
+#[cfg(feature = "agent")]
 pub mod spawn;
 
+#[cfg(feature = "acp")]
 pub use acp::{AcpConfig, AcpProvider, Permission, PoolConfig, Reuse};
 pub use chaos::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, Injected};
+#[cfg(feature = "agent")]
 pub use in_process::{ChildInfo, InProcessProvider, ModelRoutes, ToolFactory, STRUCTURED_OUTPUT_TOOL};
 pub use mock::{Fault, FaultStage, MockEvent, MockProvider};
+#[cfg(feature = "process")]
 pub use process::{ProcessConfig, ProcessProvider};
+#[cfg(feature = "remote")]
 pub use remote::{BrokerSettings, RemoteConfig, RemoteError, RemoteProvider};

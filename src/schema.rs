@@ -27,7 +27,7 @@
 use serde_json::{Map, Value};
 
 /// A JSON Schema compiled for validating values (tool arguments, structured
-/// results). Violations come back path-qualified, like [`check_subset`]'s.
+/// results; feature `agent`). Violations come back path-qualified, like [`check_subset`]'s.
 ///
 /// ```
 /// use serde_json::json;
@@ -37,16 +37,19 @@ use serde_json::{Map, Value};
 /// assert!(schema.violations(&json!({"n": 1})).is_empty());
 /// assert_eq!(schema.violations(&json!({})).len(), 1);
 /// ```
+#[cfg(feature = "agent")]
 pub struct CompiledSchema {
     validator: jsonschema::Validator,
 }
 
+#[cfg(feature = "agent")]
 impl std::fmt::Debug for CompiledSchema {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("CompiledSchema")
     }
 }
 
+#[cfg(feature = "agent")]
 impl CompiledSchema {
     /// Compiles `schema`; `Err` says why it is not a usable JSON Schema.
     pub fn compile(schema: &Value) -> Result<Self, String> {
@@ -64,6 +67,7 @@ impl CompiledSchema {
 }
 
 /// `/items/2/name` → `$.items[2].name`.
+#[cfg(feature = "agent")]
 fn json_path(pointer: &str) -> String {
     let mut path = String::from("$");
     for segment in pointer.split('/').skip(1) {

@@ -12,10 +12,15 @@
 //! - [`worker`]: `subagents worker`, a runtime that runs the `remote`
 //!   provider's runs pulled from a NATS JetStream broker.
 
+#[cfg(all(feature = "acp", feature = "agent"))]
 pub mod acp;
+#[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp"))]
 mod framing;
+#[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "process")]
 pub mod stdio;
+#[cfg(feature = "remote")]
 pub mod worker;
 
 use crate::agent::ModelError;

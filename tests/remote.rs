@@ -312,14 +312,15 @@ fn sigterm_drains_a_worker_its_live_run_finishes_and_it_exits_zero() {
     assert!(worker.log().contains("1 results written, 1 handed back"), "{}", worker.log());
     let replacement = Worker::start(dir.path(), &server.url(), "w2", &[]);
     assert!(support::wait_until(Duration::from_secs(5), || look.live("default") == 1), "the slow run was handed on");
-    let (quick_result, slow_result) = runtime.within(WAIT_LIMIT, "the quick and the handed-on slow run to settle", async move {
-        let quick_result = quick.result().await.unwrap();
-        slow.cancel();
-        let slow_result = slow.result().await.unwrap();
-        quick.dispose().await.unwrap();
-        slow.dispose().await.unwrap();
-        (quick_result, slow_result)
-    });
+    let (quick_result, slow_result) =
+        runtime.within(WAIT_LIMIT, "the quick and the handed-on slow run to settle", async move {
+            let quick_result = quick.result().await.unwrap();
+            slow.cancel();
+            let slow_result = slow.result().await.unwrap();
+            quick.dispose().await.unwrap();
+            slow.dispose().await.unwrap();
+            (quick_result, slow_result)
+        });
     assert_eq!(quick_result.stop_reason, StopReason::Completed);
     assert_eq!(slow_result.stop_reason, StopReason::Aborted);
     assert_eq!(replacement.sessions(), 1);

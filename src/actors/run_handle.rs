@@ -9,6 +9,7 @@ use actix::Recipient;
 use super::control::{RunControl, SendMessage};
 use super::core::Core;
 use super::lineage;
+#[cfg(feature = "agent")]
 use crate::agent::Agent;
 use crate::seam::{ContentBlock, LocalAgent, Parent, Receipt, RunResult, SubagentError};
 
@@ -60,6 +61,7 @@ impl Run {
         self.local_agent.as_ref()
     }
 
+    #[cfg(feature = "agent")]
     /// The child [`Agent`] of an in-process run (`spawn`, `fork`): its
     /// session, events and tools. `None` for other providers.
     pub fn agent(&self) -> Option<Agent> {

@@ -8,12 +8,11 @@ use std::sync::Arc;
 use actix::Addr;
 
 use super::core::Core;
-use super::lineage::{self, Family};
 use super::registry::{self, Registration, RegistryActor};
 use super::run_handle::Run;
 use crate::events::{EventStream, ListenerHandle, ListenerOutcome, SubagentEvent};
 use crate::live::Live;
-use crate::seam::{Branch, Provider, ProviderInfo, StartRequest, SubagentError};
+use crate::seam::{Provider, ProviderInfo, StartRequest, SubagentError};
 
 /// A `Clone + Send + Sync` handle on a runtime's registry, usable from any
 /// thread or async runtime.
@@ -57,8 +56,9 @@ impl Subagents {
     /// Tracks the runs started under `session`, a session that is not a
     /// run of this runtime (the served session of `subagents serve`), for
     /// its receipt. Stops tracking when dropped.
+    #[cfg(feature = "process")]
     pub(crate) fn lineage_scope(&self, session: &str) -> LineageScope {
-        LineageScope { core: self.core.clone(), family: self.core.open_family(session) }
+        LineageScope::open(self.core.clone(), session)
     }
 
     /// Start a child on provider `name`.
@@ -114,23 +114,40 @@ impl fmt::Debug for Subagents {
     }
 }
 
-/// The runs started under a session that is not itself a run: a family of
-/// its own, closed on drop.
-pub(crate) struct LineageScope {
-    core: Arc<Core>,
-    family: Arc<Family>,
-}
+#[cfg(feature = "process")]
+pub(crate) use scope::LineageScope;
 
-impl LineageScope {
-    /// The branches of every run started under the session so far, each
-    /// once it is quiescent.
-    pub(crate) async fn branches(&self) -> Vec<Branch> {
-        self.family.branches(lineage::deadline()).await
+#[cfg(feature = "process")]
+mod scope {
+    use std::sync::Arc;
+
+    use super::super::core::Core;
+    use super::super::lineage::{self, Family};
+    use crate::seam::Branch;
+
+    /// The runs started under a session that is not itself a run: a family of
+    /// its own, closed on drop.
+    pub(crate) struct LineageScope {
+        core: Arc<Core>,
+        family: Arc<Family>,
     }
-}
 
-impl Drop for LineageScope {
-    fn drop(&mut self) {
-        self.core.close_family(&self.family);
+    impl LineageScope {
+        pub(crate) fn open(core: Arc<Core>, session: &str) -> LineageScope {
+            let family = core.open_family(session);
+            LineageScope { core, family }
+        }
+
+        /// The branches of every run started under the session so far, each
+        /// once it is quiescent.
+        pub(crate) async fn branches(&self) -> Vec<Branch> {
+            self.family.branches(lineage::deadline()).await
+        }
+    }
+
+    impl Drop for LineageScope {
+        fn drop(&mut self) {
+            self.core.close_family(&self.family);
+        }
     }
 }

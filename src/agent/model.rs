@@ -4,13 +4,14 @@
 //! |---|---|
 //! | [`ScriptedModel`] | the embedded default: deterministic scripts keyed by session, no key, no network; [`ScriptedModel::demo`] uses its tools |
 //! | [`ReplayModel`] / [`RecordingModel`] | replay recorded tapes; record them around any adapter |
-//! | [`OpenAiModel`] | any OpenAI-compatible chat-completions endpoint |
+//! | `OpenAiModel` | any OpenAI-compatible chat-completions endpoint (feature `openai`) |
 //!
 //! Every call takes a [`CancellationToken`]; an adapter returns
 //! [`ModelError::Cancelled`] promptly once it trips (the OpenAI adapter drops
 //! the in-flight request, which closes its connection).
 
 mod demo;
+#[cfg(feature = "openai")]
 mod openai;
 mod replay;
 mod scripted;
@@ -21,6 +22,7 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+#[cfg(feature = "openai")]
 pub use openai::{OpenAiConfig, OpenAiModel};
 pub use replay::{RecordingModel, ReplayModel, Tape, TapeAnswer, TapeSession};
 pub use scripted::{DelayRule, Responder, ScriptMatch, ScriptedModel, Step};
@@ -36,7 +38,8 @@ use crate::seam::{text_of, AgentOptions};
 pub enum ModelSpec {
     /// The scripted demo model.
     Scripted,
-    /// [`OpenAiModel`]; `None` takes the model name from `SUBAGENTS_MODEL`.
+    /// `OpenAiModel` (feature `openai`); `None` takes the model name from
+    /// `SUBAGENTS_MODEL`.
     OpenAi(Option<String>),
 }
 
@@ -54,7 +57,12 @@ impl ModelSpec {
     pub fn build(&self) -> Result<Arc<dyn Model>, ModelError> {
         Ok(match self {
             ModelSpec::Scripted => Arc::new(ScriptedModel::demo()),
+            #[cfg(feature = "openai")]
             ModelSpec::OpenAi(name) => Arc::new(OpenAiModel::new(OpenAiConfig::from_env_for(name.as_deref())?)?),
+            #[cfg(not(feature = "openai"))]
+            ModelSpec::OpenAi(_) => {
+                return Err(ModelError::Config("openai models need the crate's \"openai\" feature".to_owned()))
+            }
         })
     }
 }

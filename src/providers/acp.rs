@@ -104,6 +104,7 @@ fn stop_reason_of(acp: AcpStop) -> StopReason {
     STOP_REASONS.iter().find(|(_, theirs)| *theirs == acp).map_or(StopReason::Error, |(ours, _)| *ours)
 }
 
+#[cfg(any(feature = "agent", test))]
 pub(crate) fn acp_stop_of(stop: StopReason) -> Option<AcpStop> {
     STOP_REASONS.iter().find(|(ours, _)| *ours == stop).map(|(_, theirs)| *theirs)
 }

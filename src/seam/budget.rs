@@ -163,6 +163,7 @@ impl Budget {
     /// on a worker through its own start path) may use: the worker's start
     /// takes one more level and one more run of the lease, which the caller
     /// already counted.
+    #[cfg(feature = "remote")]
     pub(crate) fn relayed(self) -> Budget {
         Budget { depth: self.depth.map(|d| d.saturating_add(1)), runs: self.runs.map(|r| r.saturating_add(1)), ..self }
     }

@@ -9,11 +9,12 @@ use std::io;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::io::{AsyncWriteExt, Stdin};
-use tokio_util::codec::FramedRead;
+use tokio::io::{AsyncRead, AsyncWriteExt, Stdin};
+use tokio_util::bytes::{Bytes, BytesMut};
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
-use crate::providers::child_process::{continuing_lines, Input, InputCodec, MAX_LINE};
+use crate::providers::child_process::{line_codec, MAX_LINE, READ_CAPACITY};
 
 /// How long requests in flight at EOF get to be answered before the
 /// process exits anyway.
@@ -96,5 +97,92 @@ pub(crate) async fn drain_at_eof(
     if tokio::time::timeout(EOF_ANSWER_BOUND, settled).await.is_err() {
         let in_flight = in_flight();
         tracing::warn!(in_flight, bound_s = EOF_ANSWER_BOUND.as_secs(), "requests still unanswered at exit");
+    }
+}
+
+/// The lines of `reader` for a server that must keep serving past a bad
+/// line: an over-long one is an [`Input::TooLong`] item carrying its first
+/// `head_bytes` (the rest is skipped), not the end of the stream.
+pub(crate) fn continuing_lines<R: AsyncRead>(reader: R, head_bytes: usize) -> FramedRead<R, InputCodec> {
+    FramedRead::with_capacity(reader, InputCodec { lines: line_codec(), head_bytes }, READ_CAPACITY)
+}
+
+/// One line of input as [`continuing_lines`] yields it.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Input {
+    /// A whole line, without its newline.
+    Line(Bytes),
+    /// A line past [`MAX_LINE`]: its first bytes (as many as the reader
+    /// asked for), for an excerpt. The codec skips the rest of it.
+    TooLong {
+        /// The line's first bytes.
+        head: Bytes,
+    },
+}
+
+/// The shared line codec, with an over-long line made an item instead of an
+/// error: `FramedRead` ends its stream after a decoder error, but one bad
+/// line must cost one reply, not the session. The inner codec, called
+/// again, discards the rest of that line and reads on.
+pub(crate) struct InputCodec {
+    lines: AnyDelimiterCodec,
+    head_bytes: usize,
+}
+
+impl InputCodec {
+    fn judged(
+        &self,
+        decoded: Result<Option<Bytes>, AnyDelimiterCodecError>,
+        buffer: &BytesMut,
+    ) -> io::Result<Option<Input>> {
+        match decoded {
+            Ok(line) => Ok(line.map(Input::Line)),
+            // The codec leaves the over-long line at the buffer's start.
+            Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
+                let head = Bytes::copy_from_slice(&buffer[..buffer.len().min(self.head_bytes)]);
+                Ok(Some(Input::TooLong { head }))
+            }
+            Err(AnyDelimiterCodecError::Io(error)) => Err(error),
+        }
+    }
+}
+
+impl Decoder for InputCodec {
+    type Item = Input;
+    type Error = io::Error;
+
+    fn decode(&mut self, buffer: &mut BytesMut) -> io::Result<Option<Input>> {
+        let decoded = self.lines.decode(buffer);
+        self.judged(decoded, buffer)
+    }
+
+    fn decode_eof(&mut self, buffer: &mut BytesMut) -> io::Result<Option<Input>> {
+        let decoded = self.lines.decode_eof(buffer);
+        self.judged(decoded, buffer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_over_long_line_costs_its_head_and_reading_goes_on() {
+        let mut input = b"\xff\xfe\n".to_vec();
+        input.extend(std::iter::repeat_n(b'a', MAX_LINE + 10));
+        input.extend_from_slice(b"\nnext\n");
+        let mut lines = continuing_lines(input.as_slice(), 256);
+        let mut read = Vec::new();
+        while let Some(line) = lines.next().await {
+            read.push(line.unwrap());
+        }
+        let expected = [
+            Input::Line(Bytes::from_static(b"\xff\xfe")),
+            Input::TooLong { head: Bytes::from(vec![b'a'; 256]) },
+            Input::Line(Bytes::from_static(b"next")),
+        ];
+        assert_eq!(read, expected, "invalid UTF-8 is a line for `judge`; an over-long one costs its head");
     }
 }

@@ -20,19 +20,20 @@ fn a_run_cancelled_before_any_worker_picked_it_up_never_runs() {
     subagents.register_provider(provider(&server.url())).unwrap().keep();
     // No worker yet: both runs wait in the queue. One is cancelled and kept,
     // the other cancelled and disposed.
-    let (kept, kept_result, dropped_id, dispose_took) = runtime.within(WAIT_LIMIT, "two queued runs to be cancelled", {
-        let subagents = subagents.clone();
-        async move {
-            let kept = subagents.start("remote", request("never [delay:100]")).await.unwrap();
-            let dropped = subagents.start("remote", request("never either")).await.unwrap();
-            kept.cancel();
-            dropped.cancel();
-            let kept_result = kept.result().await.unwrap();
-            let began = Instant::now();
-            dropped.dispose().await.unwrap();
-            (kept, kept_result, dropped.child_id().to_owned(), began.elapsed())
-        }
-    });
+    let (kept, kept_result, dropped_id, dispose_took) =
+        runtime.within(WAIT_LIMIT, "two queued runs to be cancelled", {
+            let subagents = subagents.clone();
+            async move {
+                let kept = subagents.start("remote", request("never [delay:100]")).await.unwrap();
+                let dropped = subagents.start("remote", request("never either")).await.unwrap();
+                kept.cancel();
+                dropped.cancel();
+                let kept_result = kept.result().await.unwrap();
+                let began = Instant::now();
+                dropped.dispose().await.unwrap();
+                (kept, kept_result, dropped.child_id().to_owned(), began.elapsed())
+            }
+        });
     assert_eq!(kept_result.stop_reason, StopReason::Aborted);
     assert!(dispose_took < Duration::from_secs(2), "a run never claimed disposes at once: {dispose_took:?}");
     let worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
@@ -142,7 +143,9 @@ fn a_cancelled_remote_runs_receipt_lists_what_ran_under_it_on_the_worker() {
         .unwrap();
     // The worker's run and its two slow children have sessions.
     assert!(wait_until(Duration::from_secs(30), || worker.sessions() == 3), "the tree never ran");
-    let receipt = runtime.within(WAIT_LIMIT, "the cancelled remote tree's receipt", async move { run.cancel_and_wait().await }).unwrap();
+    let receipt = runtime
+        .within(WAIT_LIMIT, "the cancelled remote tree's receipt", async move { run.cancel_and_wait().await })
+        .unwrap();
     assert_eq!((receipt.provider.as_str(), receipt.stop_reason), ("remote", StopReason::Aborted));
     assert!(receipt.is_complete(), "{receipt:#?}");
     // Under the remote run: the worker's local run, and its two children.
