@@ -5,6 +5,8 @@
 //! line costing one error reply, every request answered at EOF, and the
 //! handshake's rules.
 
+mod common;
+
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};

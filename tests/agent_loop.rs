@@ -1,6 +1,8 @@
 //! SPEC §10 tools and loop: every stop reason, tool validation, gates,
 //! filters, scoping, concurrency, cancellation, steering, persona.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

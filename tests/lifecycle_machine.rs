@@ -11,6 +11,8 @@
 //!
 //! `PROPTEST_CASES=500 cargo test --test lifecycle_machine` runs deeper.
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,6 +3,8 @@
 //!
 //! Run with `--nocapture` to see the figures.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,8 @@
 //! SPEC §10 the OpenAI-compatible adapter, against a loopback HTTP server
 //! started inside each test (no network).
 
+mod common;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,7 @@
 //! SPEC §8: the structured-output schema subset.
 
+mod common;
+
 use serde_json::json;
 use subagents::schema::check_subset;
 

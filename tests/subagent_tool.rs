@@ -1,6 +1,8 @@
 //! SPEC §9: the model-facing subagent tool and background tasks, driven by
 //! agents on the scripted model.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 

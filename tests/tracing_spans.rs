@@ -2,6 +2,8 @@
 //! inside the run's span (`run{run_id, provider, parent, depth}`), so a
 //! warning says which run wrote it.
 
+mod common;
+
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 

@@ -1,4 +1,8 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests, and the watchdog that every test
+//! binary including this module runs: waits on runs, processes and brokers
+//! have bounds of their own ([`Within`], [`output_within`], `eventually`);
+//! the watchdog ends a binary that runs past [`BINARY_LIMIT`] anyway, naming
+//! the tests still running, so no wait without a bound can hang the suite.
 #![allow(dead_code)]
 
 use std::path::Path;
@@ -157,4 +161,42 @@ pub fn output_within(command: &mut std::process::Command, limit: Duration, what:
         std::thread::sleep(Duration::from_millis(10));
     };
     std::process::Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
+}
+
+/// The longest one test binary may run: far past the slowest binary on a
+/// loaded two-core machine (about a minute), far short of a hang.
+pub const BINARY_LIMIT: Duration = Duration::from_secs(600);
+
+// Runs `start_watchdog` as the binary loads, before the test harness's main,
+// so every test binary that includes this module is watched without any
+// test opting in (an `.init_array` entry, as a C constructor).
+#[cfg(target_os = "linux")]
+#[used]
+#[link_section = ".init_array"]
+static START_WATCHDOG: extern "C" fn() = start_watchdog;
+
+extern "C" fn start_watchdog() {
+    let _ = std::thread::Builder::new().name("watchdog".into()).spawn(|| {
+        std::thread::sleep(BINARY_LIMIT);
+        eprintln!(
+            "this test binary ran past {BINARY_LIMIT:?}, so some wait has no bound; still running \
+             (test names, cut to 15 characters): {:?}",
+            running_tests()
+        );
+        std::process::exit(101);
+    });
+}
+
+/// The names of this process's threads but the main thread and the
+/// watchdog: the test harness names each test's thread after the test.
+fn running_tests() -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    let main = std::process::id().to_string();
+    tasks
+        .flatten()
+        .filter(|task| task.file_name().to_str() != Some(main.as_str()))
+        .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| name != "watchdog" && !name.starts_with("tokio") && !name.is_empty())
+        .collect()
 }
