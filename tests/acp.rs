@@ -1,4 +1,4 @@
-//! SPEC §7 `acp`: an ACP client over real child processes — our own binary
+//! docs/contract.md §7.6 `acp`: an ACP client over real child processes — our own binary
 //! as the agent (`subagents acp`) and small shell agents for cancellation,
 //! the ladder and hostile output. After every test no child is left.
 

@@ -1,4 +1,4 @@
-//! SPEC §7, "As an ACP agent": `subagents acp` driven over raw
+//! docs/contract.md §7.7, the ACP agent: `subagents acp` driven over raw
 //! newline-delimited JSON-RPC on its stdin and stdout, the way any ACP
 //! client would — permission by offered option and kind, session-unique
 //! tool call ids, the safe diagnostic of a failed turn, bounded lines, a bad

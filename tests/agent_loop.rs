@@ -1,4 +1,4 @@
-//! SPEC §10 tools and loop: every stop reason, tool validation, gates,
+//! docs/contract.md §10.4, §10.5 tools and loop: every stop reason, tool validation, gates,
 //! filters, scoping, concurrency, cancellation, steering, persona.
 
 mod common;

@@ -1,4 +1,4 @@
-//! SPEC §11 delegation budget: one lease of depth, width, total runs,
+//! docs/contract.md §11.3 delegation budget: one lease of depth, width, total runs,
 //! tokens and deadline, set on a root and inherited down the tree; the next
 //! start that would exceed it is refused before any child exists
 //! (`BUDGET_EXHAUSTED`), and a child out of tokens or time stops with its

@@ -1,4 +1,4 @@
-//! SPEC §11 chaos wrapper: seeded, reproducible faults at every stage.
+//! docs/contract.md §7.9 chaos wrapper: seeded, reproducible faults at every stage.
 
 mod common;
 

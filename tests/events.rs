@@ -1,4 +1,4 @@
-//! SPEC §5: lifecycle events — ordering, owned payloads, containment,
+//! docs/contract.md §5: lifecycle events — ordering, owned payloads, containment,
 //! slow listeners, per-parent filtering.
 
 mod common;

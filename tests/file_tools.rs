@@ -1,4 +1,4 @@
-//! SPEC §10 file tools: `read_file` and `list_dir` open beneath the cwd in
+//! docs/contract.md §10.2 file tools: `read_file` and `list_dir` open beneath the cwd in
 //! one step, so a directory swapped for a symbolic link to the outside
 //! while they run never leads a read out of the cwd.
 

@@ -1,4 +1,4 @@
-//! SPEC §6, §7 (spawn, fork, in-process details), §8: in-process children
+//! docs/contract.md §6, §7.3–§7.5 (spawn, fork, in-process details), §8: in-process children
 //! through the public API.
 
 mod common;

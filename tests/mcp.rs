@@ -1,4 +1,4 @@
-//! Issue 17: `subagents mcp`, the real binary, driven by the MCP SDK's own
+//! docs/contract.md §9.3: `subagents mcp`, the real binary, driven by the MCP SDK's own
 //! client (`rmcp`) the way an editor or a coding agent would — tools and
 //! their schemas, progress of a call's whole tree, background tasks,
 //! fan-out under `--concurrency`, cancellation, structured answers — and by

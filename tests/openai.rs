@@ -1,4 +1,4 @@
-//! SPEC §10 the OpenAI-compatible adapter, against a loopback HTTP server
+//! docs/contract.md §10.3 the OpenAI-compatible adapter, against a loopback HTTP server
 //! started inside each test (no network).
 
 mod common;

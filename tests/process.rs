@@ -1,4 +1,4 @@
-//! SPEC §7 `process`: real child processes — our own binary (`subagents
+//! docs/contract.md §7.8 `process`: real child processes — our own binary (`subagents
 //! serve`) and small shell children for the dispose ladder and hostile
 //! output. After every test no child process is left.
 

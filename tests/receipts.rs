@@ -1,4 +1,4 @@
-//! SPEC §11 cancellation receipts: cancelling a run from the top reports
+//! docs/contract.md §11.2 cancellation receipts: cancelling a run from the top reports
 //! every run stopped under it (in process, across the `serve` wire) and the
 //! processes reaped, and says which branch is unknown rather than guessing.
 

@@ -1,4 +1,4 @@
-//! SPEC §3: the registry — registration, lookup, and `start`'s checks in
+//! docs/contract.md §3: the registry — registration, lookup, and `start`'s checks in
 //! their stated order, each failing before any child exists.
 
 mod common;

@@ -1,4 +1,4 @@
-//! SPEC §11 distributed fan-out: the `remote` provider and `subagents
+//! docs/contract.md §7.10, §11.6 distributed fan-out: the `remote` provider and `subagents
 //! worker`, against a real `nats-server -js` and real worker processes.
 //!
 //! This file holds the everyday path and what crosses the wire; `remote/`

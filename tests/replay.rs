@@ -1,4 +1,4 @@
-//! SPEC §10 replay: tapes recorded around any model replay nested parent →
+//! docs/contract.md §10.3 replay: tapes recorded around any model replay nested parent →
 //! child runs, binding live sessions to recorded ones in first-call order.
 
 mod common;

@@ -1,4 +1,4 @@
-//! SPEC §4: ownership, cancellation, faults and quiescence of one run.
+//! docs/contract.md §4: ownership, cancellation, faults and quiescence of one run.
 
 mod common;
 

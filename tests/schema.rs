@@ -1,4 +1,4 @@
-//! SPEC §8: the structured-output schema subset.
+//! docs/contract.md §8: the structured-output schema subset.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! SPEC §10 sessions: append-only JSON lines, each event written as appended,
+//! docs/contract.md §10.1 sessions: append-only JSON lines, each event written as appended,
 //! torn last lines dropped, depth never lowered on resume.
 
 mod common;

@@ -1,4 +1,4 @@
-//! SPEC §9: the model-facing subagent tool and background tasks, driven by
+//! docs/contract.md §9: the model-facing subagent tool and background tasks, driven by
 //! agents on the scripted model.
 
 mod common;

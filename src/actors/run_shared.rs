@@ -36,7 +36,7 @@ pub(crate) struct RunShared {
     stop_report: OnceLock<Box<StopReport>>,
 }
 
-/// A child hands its validated structured result to its run (SPEC §8). The
+/// A child hands its validated structured result to its run (docs/contract.md §8). The
 /// first capture of a running child is kept; anything else is refused.
 #[derive(Message)]
 #[rtype(result = "Result<(), CaptureError>")]

@@ -1,4 +1,4 @@
-//! The start path, in contract order (SPEC §3): the synchronous checks
+//! The start path, in contract order (docs/contract.md §3): the synchronous checks
 //! (the delegation budget last, because it reserves), then the run actor
 //! on a worker, publication, `Start`, and the caller's [`Run`].
 //! `Subagents::start` and a continuation both come through here.

@@ -83,7 +83,7 @@ pub(crate) fn credential_shaped(name: &str) -> bool {
         || upper.split(|c: char| !c.is_ascii_alphanumeric()).any(|part| CREDENTIAL_PARTS.contains(&part))
 }
 
-/// Words that mark a credential anywhere in a name (SPEC §7), plus
+/// Words that mark a credential anywhere in a name (docs/contract.md §7.1), plus
 /// `COOKIE`.
 const CREDENTIAL_WORDS: [&str; 10] =
     ["KEY", "PASSWORD", "PASS", "PWD", "SECRET", "TOKEN", "DSN", "AUTH", "CREDENTIAL", "COOKIE"];

@@ -9,7 +9,7 @@
 //! model from [`ModelRoutes`]. The persona replaces the persona section; the
 //! tool filter hides tools from the child's list and denies them at
 //! execution. A structured child gets its own `structured_output` tool
-//! (SPEC §8) whose capture is a message to the run actor. A child whose
+//! (docs/contract.md §8) whose capture is a message to the run actor. A child whose
 //! start answered to a delegation budget holds its lease
 //! ([`ProviderContext::budget`]): its turns spend the budget's tokens and
 //! time, and its own children answer to it.

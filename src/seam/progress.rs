@@ -1,4 +1,4 @@
-//! Live progress a running child reports to its run (SPEC §11): the
+//! Live progress a running child reports to its run (docs/contract.md §11.1): the
 //! payload of the `Progress` event. It lives in the seam because providers
 //! produce it; the events module wraps it with the run's identity.
 

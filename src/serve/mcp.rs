@@ -17,7 +17,7 @@
 //! - `tools/list`: `subagent` (`description`, `prompt`,
 //!   `run_in_background`, and where the provider supports them
 //!   `output_schema` and `persona`), `task_output`, `task_list`,
-//!   `task_kill`: the model-facing tools' semantics and wording (SPEC §9),
+//!   `task_kill`: the model-facing tools' semantics and wording (docs/contract.md §9),
 //!   driven with a root agent that stands for this client session
 //!   (`mcp/tools.rs` has the schemas and the argument checks).
 //! - `tools/call` `subagent` answers `{"kind": "foreground", "run_id",
