@@ -12,6 +12,8 @@
 pub mod actors;
 #[cfg(feature = "agent")]
 pub mod agent;
+#[cfg(feature = "config")]
+pub mod config;
 mod contain;
 pub mod events;
 mod live;

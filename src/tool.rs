@@ -74,18 +74,53 @@ pub fn shared_delegating_toolset(
     provider: &str,
     max_depth: u32,
 ) -> impl Fn() -> Toolset + Send + Sync + 'static {
+    let builtins: Vec<Arc<dyn Tool>> = vec![Arc::new(ReadFile), Arc::new(ListDir)];
+    delegating_kit(subagents, tasks, builtins, vec![provider.to_owned()], max_depth)
+}
+
+/// A shared kit of `builtins`, one subagent tool per provider in `offered`
+/// (the first named `subagent`, each other `subagent_<provider>`; children
+/// at most `max_depth` deep where the provider enforces a cap, else the
+/// provider manages depth), and the task tools when any subagent tool is
+/// offered. Built on the first call,
+/// when every offered provider must be registered, and cloned after; a tool
+/// that cannot be mounted is left out with a warning.
+pub fn delegating_kit(
+    subagents: &Subagents,
+    tasks: &TaskService,
+    builtins: Vec<Arc<dyn Tool>>,
+    offered: Vec<String>,
+    max_depth: u32,
+) -> impl Fn() -> Toolset + Send + Sync + 'static {
     let built: Arc<OnceLock<Toolset>> = Arc::default();
-    let (subagents, tasks, provider) = (subagents.clone(), tasks.clone(), provider.to_owned());
+    let (subagents, tasks) = (subagents.clone(), tasks.clone());
     move || {
         built
             .get_or_init(|| {
                 let mut tools = Toolset::new();
-                let kit = delegating_tools(&subagents, &tasks, &provider, max_depth).unwrap_or_else(|error| {
-                    tracing::warn!(%provider, %error, "children get no subagent tool");
-                    vec![Arc::new(ReadFile), Arc::new(ListDir)]
-                });
-                for tool in kit {
-                    tools.add_shared(tool).expect("the kit's names are distinct");
+                for tool in &builtins {
+                    tools.add_shared(tool.clone()).expect("the built-in tools' names are distinct");
+                }
+                let mut mounted = false;
+                for (index, provider) in offered.iter().enumerate() {
+                    let name = if index == 0 { "subagent".to_owned() } else { format!("subagent_{provider}") };
+                    // A provider that enforces no depth cap (an ACP agent,
+                    // a process child) owns its own: the tool sends none.
+                    let enforces = subagents.get_provider(provider).is_some_and(|info| info.capabilities.depth_limit);
+                    let depth = if enforces { MaxDepth::Limit(max_depth) } else { MaxDepth::ProviderManaged };
+                    let config = SubagentToolConfig::new(provider.as_str()).with_tool_name(name).with_max_depth(depth);
+                    match SubagentTool::mount(&subagents, config, Some(tasks.clone())) {
+                        Ok(tool) => {
+                            tools.add(tool).expect("each subagent tool has its own name");
+                            mounted = true;
+                        }
+                        Err(error) => tracing::warn!(%provider, %error, "children get no subagent tool for it"),
+                    }
+                }
+                if mounted {
+                    for tool in tasks.tools() {
+                        tools.add_shared(tool).expect("the task tools' names are distinct");
+                    }
                 }
                 tools
             })

@@ -35,7 +35,10 @@ pub struct FanoutArgs {
     pub concurrency: Option<u32>,
     pub max_line_bytes: u64,
     pub out: Option<PathBuf>,
-    pub provider: String,
+    /// The provider of task lines that name none; `None`: the first the
+    /// configuration's `[tool]` offers.
+    pub provider: Option<String>,
+    pub config: subagents::config::Config,
     pub model: String,
     pub trace: Option<PathBuf>,
     pub home: Option<PathBuf>,
@@ -65,7 +68,7 @@ pub struct BudgetArgs {
     #[arg(long, value_name = "TOKENS")]
     pub budget_tokens: Option<u64>,
     /// Wall-clock time for the whole batch: `500ms`, `30s`, `10m` or `1h`.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = subagents::config::parse_duration)]
     pub budget_deadline: Option<Duration>,
 }
 
@@ -81,21 +84,6 @@ impl BudgetArgs {
     }
 }
 
-/// `500ms`, `30s`, `10m`, `1h`.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration such as 30s"))?;
-    let millis = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => return Err(format!("{text:?} needs a unit: ms, s, m or h")),
-    };
-    Ok(Duration::from_millis(number.saturating_mul(millis)))
-}
-
 /// Task lines read ahead of the runs: enough that a run never waits for
 /// the file, few enough that a file of long lines costs little.
 const READ_AHEAD_LINES: usize = 64;
@@ -107,11 +95,15 @@ type Sink = Arc<Mutex<Box<dyn Write + Send>>>;
 pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
     outputs::refuse_shared(&args.tasks, args.out.as_deref(), args.trace.as_deref())?;
     let tasks_file = open_tasks(&args.tasks)?;
-    let setup = setup(&args.model, args.home, &args.provider, &args.remote)?;
+    let provider = match &args.provider {
+        Some(provider) => provider.clone(),
+        None => args.config.tool_providers().first().cloned().ok_or("the configuration defines no provider")?,
+    };
+    let setup = setup(&args.model, args.home, &provider, &args.remote, &args.config)?;
     // Refusals from here on stop the runtime first; files are created last
     // so that a refused batch truncates nothing.
     let opened =
-        setup.check_provider(&args.provider).and_then(|()| Outputs::open(args.out.as_deref(), args.trace.as_deref()));
+        setup.check_provider(&provider).and_then(|()| Outputs::open(args.out.as_deref(), args.trace.as_deref()));
     let Outputs { results, trace: trace_file } = match opened {
         Ok(outputs) => outputs,
         Err(error) => {
@@ -132,7 +124,7 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
     let lines = read_ahead(TaskLines::new(BufReader::new(tasks_file), args.max_line_bytes));
     let batch_run = Batch {
         subagents: setup.subagents.clone(),
-        provider: args.provider.clone(),
+        provider,
         cwd: setup.cwd.clone(),
         tasks_path: args.tasks.clone(),
         batch: batch.clone(),
@@ -288,7 +280,7 @@ impl Batch {
 
     /// Runs one task and writes its result line; `None` when the batch was
     /// cancelled before it started.
-    async fn run_one(&self, line: usize, task: Task) -> Option<Settled> {
+    async fn run_one(&self, line: usize, task: Box<Task>) -> Option<Settled> {
         if self.batch.is_cancelled() {
             return None;
         }
@@ -308,7 +300,8 @@ impl Batch {
         // `detail` says why a run failed, in the library's fixed wording.
         let mut completed = false;
         let mut stopped = (0, 0);
-        let (record, outcome, detail) = match self.subagents.start(&self.provider, request).await {
+        let provider = task.provider.as_deref().unwrap_or(&self.provider);
+        let (record, outcome, detail) = match self.subagents.start(provider, request).await {
             Ok(run) => {
                 let result = run.result().await;
                 let disposed = run.dispose().await;

@@ -11,6 +11,11 @@
 //!   `fanout` reach such workers with `--provider remote --nats URL`.
 //! - `subagents mcp`: the runtime's delegation as MCP tools on stdio, for
 //!   an MCP client (see `subagents::serve::mcp`).
+//! - `subagents providers list`: the providers a configuration defines.
+//!
+//! `run` and `fanout` take their providers from a configuration file
+//! (`--config`, `$SUBAGENTS_CONFIG`, `./subagents.toml`; see
+//! `subagents::config`); without one they have `spawn`, `fork` and `mock`.
 //!
 //! `--model scripted` (the default) needs no key and no network;
 //! `--model openai:NAME` talks to an OpenAI-compatible endpoint configured by
@@ -41,6 +46,7 @@
 mod fanout;
 mod logging;
 mod outputs;
+mod providers;
 mod run;
 mod sessions;
 mod setup;
@@ -68,9 +74,12 @@ enum Command {
     Run {
         /// The task.
         prompt: String,
-        /// Provider the parent's subagent tool delegates to.
-        #[arg(long, default_value = "spawn")]
-        provider: String,
+        /// The one provider the parent's subagent tool delegates to
+        /// (default: what the configuration's `[tool]` offers; built in: `spawn`).
+        #[arg(long)]
+        provider: Option<String>,
+        #[command(flatten)]
+        config: setup::ConfigArgs,
         /// `scripted` (no key, no network) or `openai:NAME`.
         #[arg(long, default_value = "scripted")]
         model: String,
@@ -140,9 +149,12 @@ enum Command {
         /// Write result lines here instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Provider to run the tasks on.
-        #[arg(long, default_value = "spawn")]
-        provider: String,
+        /// Provider of the task lines that name none (default: the first the
+        /// configuration's `[tool]` offers; built in: `spawn`).
+        #[arg(long)]
+        provider: Option<String>,
+        #[command(flatten)]
+        config: setup::ConfigArgs,
         /// `scripted` (no key, no network) or `openai:NAME`.
         #[arg(long, default_value = "scripted")]
         model: String,
@@ -163,6 +175,8 @@ enum Command {
     },
     /// Run the `remote` provider's runs for a pool, pulled from NATS JetStream.
     Worker(worker::WorkerArgs),
+    /// The providers the configuration defines.
+    Providers(providers::ProvidersArgs),
 }
 
 #[derive(Subcommand)]
@@ -238,9 +252,9 @@ fn main() -> ExitCode {
         _ => drop(logging::install(logging::warnings(), None)),
     }
     let outcome = match command {
-        Command::Run { prompt, provider, model, home, remote } => {
-            run::run(run::RunArgs { prompt, provider, model, home, remote }).map(Ended::exit_code)
-        }
+        Command::Run { prompt, provider, config, model, home, remote } => config.load().and_then(|config| {
+            run::run(run::RunArgs { prompt, provider, config, model, home, remote }).map(Ended::exit_code)
+        }),
         Command::Acp { home, model, approve } => {
             let options = subagents::serve::acp::AcpServeOptions { home, model, approve };
             subagents::serve::acp::serve_acp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
@@ -266,19 +280,21 @@ fn main() -> ExitCode {
             max_line_bytes,
             out,
             provider,
+            config,
             model,
             trace,
             home,
             strict,
             remote,
             budget,
-        } => {
+        } => config.load().and_then(|config| {
             let args = fanout::FanoutArgs {
                 tasks,
                 concurrency,
                 max_line_bytes,
                 out,
                 provider,
+                config,
                 model,
                 trace,
                 home,
@@ -287,8 +303,9 @@ fn main() -> ExitCode {
                 budget,
             };
             fanout::fanout(args).map(Ended::exit_code)
-        }
+        }),
         Command::Worker(args) => worker::worker(args),
+        Command::Providers(args) => providers::providers(args),
     };
     outcome.unwrap_or_else(|message| {
         terminal::say!("subagents: {message}");

@@ -12,7 +12,10 @@ use crate::Ended;
 
 pub struct RunArgs {
     pub prompt: String,
-    pub provider: String,
+    /// The one provider the parent's subagent tool offers; `None`: what the
+    /// configuration's `[tool]` offers.
+    pub provider: Option<String>,
+    pub config: subagents::config::Config,
     pub model: String,
     pub home: Option<PathBuf>,
     pub remote: crate::setup::RemoteArgs,
@@ -22,8 +25,13 @@ pub struct RunArgs {
 /// decides how it ended: completed, interrupted by Ctrl-C (its session is
 /// still closed whole), or anything else, which is incomplete.
 pub fn run(args: RunArgs) -> Result<Ended, String> {
-    let setup = setup(&args.model, args.home, &args.provider, &args.remote)?;
-    if let Err(error) = setup.check_provider(&args.provider) {
+    let offered = match &args.provider {
+        Some(provider) => vec![provider.clone()],
+        None => args.config.tool_providers().to_vec(),
+    };
+    let setup =
+        setup(&args.model, args.home, args.provider.as_deref().unwrap_or_default(), &args.remote, &args.config)?;
+    if let Err(error) = offered.iter().try_for_each(|provider| setup.check_provider(provider)) {
         setup.runtime.shutdown_blocking();
         return Err(error);
     }
@@ -32,7 +40,7 @@ pub fn run(args: RunArgs) -> Result<Ended, String> {
     let built = Agent::builder_shared(setup.model.clone())
         .store(SessionStore::new(&setup.home))
         .cwd(&setup.cwd)
-        .toolset(toolset(&setup.subagents, &setup.tasks, &args.provider))
+        .toolset(toolset(&setup.subagents, &setup.tasks, &offered, args.config.tool_max_depth()))
         .cancel_token(cancel.clone())
         .build();
     let parent = match built {

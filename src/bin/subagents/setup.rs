@@ -4,15 +4,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use subagents::agent::{ListDir, Model, ModelSpec, OpenAiConfig, OpenAiModel, ReadFile, SessionStore, Toolset};
-use subagents::providers::{ChildInfo, InProcessProvider, MockProvider, RemoteConfig, RemoteProvider};
-use subagents::tool::{delegating_tools, shared_delegating_toolset, TaskService};
+use std::collections::HashMap;
+
+use subagents::agent::{ListDir, Model, ModelSpec, OpenAiConfig, OpenAiModel, ReadFile, SessionStore, Tool, Toolset};
+use subagents::config::{BuildContext, Config};
+use subagents::providers::{RemoteConfig, RemoteProvider};
+use subagents::tool::{delegating_kit, TaskService};
 use subagents::{Runtime, Subagents};
 
 use crate::terminal::say;
-
-/// The delegation depth children may reach.
-pub const MAX_DEPTH: u32 = 3;
 
 pub struct Setup {
     pub runtime: Runtime,
@@ -60,11 +60,12 @@ impl RemoteArgs {
     }
 }
 
-/// The `remote` provider, connected, when `provider` is `remote`: before
-/// the runtime exists, so an unreachable server is a usage error (exit 2)
-/// with nothing to stop.
-fn remote(provider: &str, args: &RemoteArgs) -> Result<Option<RemoteProvider>, String> {
-    if provider != "remote" {
+/// The `remote` provider from `--nats`/`--pool`, connected, when `provider`
+/// is `remote` and the configuration defines no provider of that name:
+/// before the runtime exists, so an unreachable server is a usage error
+/// (exit 2) with nothing to stop.
+fn remote(provider: &str, args: &RemoteArgs, config: &Config) -> Result<Option<RemoteProvider>, String> {
+    if provider != "remote" || config.provider("remote").is_some() {
         return Ok(None);
     }
     let url = args.url().ok_or("--provider remote needs --nats URL (or SUBAGENTS_NATS_URL)")?;
@@ -72,13 +73,30 @@ fn remote(provider: &str, args: &RemoteArgs) -> Result<Option<RemoteProvider>, S
     RemoteProvider::connect(config).map(Some).map_err(|e| e.to_string())
 }
 
+/// `--config FILE`: where the providers come from.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ConfigArgs {
+    /// The configuration file (default `$SUBAGENTS_CONFIG`, else
+    /// `./subagents.toml` when present, else the built-in providers).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+}
+
+impl ConfigArgs {
+    /// The configuration, read and checked before anything starts.
+    pub fn load(&self) -> Result<Config, String> {
+        Config::load(self.config.as_deref()).map_err(|e| e.to_string())
+    }
+}
+
 pub fn setup(
     model_spec: &str,
     home: Option<PathBuf>,
     provider: &str,
     remote_args: &RemoteArgs,
+    config: &Config,
 ) -> Result<Setup, String> {
-    let remote = remote(provider, remote_args)?;
+    let remote = remote(provider, remote_args, config)?;
     let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
     // Default: `$SUBAGENTS_HOME`, else `.subagents` in the working directory.
     let mut builder = Runtime::builder().cancel_grace(Duration::from_millis(500));
@@ -87,27 +105,52 @@ pub fn setup(
     }
     let runtime = builder.build().map_err(|e| format!("cannot start the runtime: {e}"))?;
     let home = runtime.home();
-    let checked = model(model_spec, &runtime).and_then(|model| check_home(&home).map(|()| model));
-    let model = match checked {
-        Ok(model) => model,
-        Err(error) => {
-            runtime.shutdown_blocking();
-            return Err(error);
-        }
-    };
     let subagents = runtime.subagents();
     let tasks = TaskService::new();
-    let tools = child_tools(&subagents, &tasks);
-    let register = |provider| subagents.register_provider(provider).map(|r| r.keep()).map_err(|e| e.to_string());
-    register(InProcessProvider::spawn("spawn", model.clone()).with_tools(tools.clone()))?;
-    register(InProcessProvider::fork("fork", model.clone()).with_tools(tools))?;
-    let mock =
-        MockProvider::new("mock").with_reply("handled: ").with_echo_prompt().with_delay(Duration::from_millis(20));
-    subagents.register_provider(mock).map_err(|e| e.to_string())?.keep();
-    if let Some(remote) = remote {
-        subagents.register_provider(remote).map_err(|e| e.to_string())?.keep();
+    let registered = models(model_spec, config, &runtime).and_then(|(model, models)| {
+        check_home(&home)?;
+        let source = |spec: Option<&str>| -> Result<Arc<dyn Model>, String> {
+            Ok(models.get(&spec.map(str::to_owned)).cloned().unwrap_or_else(|| model.clone()))
+        };
+        let context = BuildContext { subagents: &subagents, tasks: &tasks, home: &home, models: &source };
+        // An acp provider probes its agent once (`initialize`) as it is built.
+        let io = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the runtime: {e}"))?;
+        io.block_on(config.register(&context))?.into_iter().for_each(|registration| registration.keep());
+        if let Some(remote) = remote {
+            subagents.register_provider(remote).map_err(|e| e.to_string())?.keep();
+        }
+        Ok(model)
+    });
+    match registered {
+        Ok(model) => Ok(Setup { runtime, subagents, model, tasks, cwd, home }),
+        Err(error) => {
+            runtime.shutdown_blocking();
+            Err(error)
+        }
     }
-    Ok(Setup { runtime, subagents, model, tasks, cwd, home })
+}
+
+/// The default model (`--model`) and every other model the configuration's
+/// in-process providers name, each built and probed once.
+#[allow(clippy::type_complexity)]
+fn models(
+    default: &str,
+    config: &Config,
+    runtime: &Runtime,
+) -> Result<(Arc<dyn Model>, HashMap<Option<String>, Arc<dyn Model>>), String> {
+    let default_model = model(default, runtime)?;
+    let mut models = HashMap::new();
+    for spec in config.models() {
+        let built = match &spec {
+            None => default_model.clone(),
+            Some(named) => model(named, runtime)?,
+        };
+        models.insert(spec, built);
+    }
+    Ok((default_model, models))
 }
 
 impl Setup {
@@ -136,24 +179,13 @@ fn check_home(home: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Children get the built-in tools, a subagent tool on `spawn` (so they
-/// can delegate further, to depth 3; not offered at the cap) and the task
-/// tools: the same kit as `subagents acp` and `serve` children.
-fn child_tools(subagents: &Subagents, tasks: &TaskService) -> subagents::providers::ToolFactory {
-    let kit = shared_delegating_toolset(subagents, tasks, "spawn", MAX_DEPTH);
-    Arc::new(move |_: &ChildInfo| kit())
-}
-
-/// Built-in tools, a subagent tool bound to `provider`, the task tools.
-pub fn toolset(subagents: &Subagents, tasks: &TaskService, provider: &str) -> Toolset {
-    let mut tools = Toolset::new();
-    match delegating_tools(subagents, tasks, provider, MAX_DEPTH) {
-        Ok(kit) => kit.into_iter().for_each(|tool| tools.add_shared(tool).expect("fresh tool set")),
-        Err(error) => {
-            say!("subagents: no subagent tool: {error}");
-            tools.add(ReadFile).expect("fresh tool set");
-            tools.add(ListDir).expect("fresh tool set");
-        }
+/// The parent's kit: built-in tools, a subagent tool per provider in
+/// `offered` (the first named `subagent`), the task tools.
+pub fn toolset(subagents: &Subagents, tasks: &TaskService, offered: &[String], max_depth: u32) -> Toolset {
+    let builtins: Vec<Arc<dyn Tool>> = vec![Arc::new(ReadFile), Arc::new(ListDir)];
+    let tools = delegating_kit(subagents, tasks, builtins, offered.to_vec(), max_depth)();
+    if !tools.names().contains(&"subagent") {
+        say!("subagents: no subagent tool: none of {offered:?} could be mounted");
     }
     tools
 }

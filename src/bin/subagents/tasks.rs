@@ -38,12 +38,15 @@ pub struct Task {
     /// "tokens"?, "deadline_ms"?}`), on top of the batch's.
     #[serde(default)]
     pub budget: Option<subagents::Budget>,
+    /// The provider to run this task on (default: the batch's `--provider`).
+    #[serde(default)]
+    pub provider: Option<String>,
 }
 
 /// What one non-blank line of the file holds; `number` counts from 1.
 #[derive(Debug)]
 pub enum Line {
-    Task { number: usize, task: Task },
+    Task { number: usize, task: Box<Task> },
     Skipped { number: usize, why: String },
 }
 
@@ -124,7 +127,7 @@ impl<R: BufRead> Iterator for TaskLines<R> {
                 Raw::Whole => parse(&self.buffer),
             };
             match parsed {
-                Ok(Some(task)) => return Some(Ok(Line::Task { number, task })),
+                Ok(Some(task)) => return Some(Ok(Line::Task { number, task: Box::new(task) })),
                 Ok(None) => {} // a blank line
                 Err(why) => return Some(Ok(Line::Skipped { number, why })),
             }

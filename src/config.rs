@@ -1,0 +1,354 @@
+//! The configuration file: named providers of every kind, and what the
+//! model-facing subagent tool offers, in one TOML file that every front
+//! door of the `subagents` binary reads (feature `config`).
+//!
+//! ```toml
+//! [providers.cheap]
+//! kind = "spawn"
+//! model = "scripted"              # or "openai:NAME"
+//!
+//! [providers.codex]
+//! kind = "acp"
+//! command = "codex-acp"
+//! env = { OPENAI_API_KEY = "${OPENAI_API_KEY}" }
+//! permission = "allow"
+//! reuse = "pooled"
+//! pool = { size = 2 }
+//!
+//! [providers.flaky]
+//! kind = "chaos"
+//! wraps = "cheap"
+//! seed = 7
+//! faults = [{ stage = "run", fault = "error", probability = 0.2 }]
+//!
+//! [tool]
+//! providers = ["cheap", "codex"]
+//! ```
+//!
+//! Where it is found ([`Config::load`]): the path given (`--config`), else
+//! `$SUBAGENTS_CONFIG`, else `./subagents.toml` when it exists, else the
+//! built-in configuration ([`Config::builtin`]), which is what the binary
+//! did before it read a file: `spawn`, `fork` and `mock`, with the tool on
+//! `spawn`.
+//!
+//! Everything is checked when the file is read, before anything starts:
+//! an unknown key or kind, a value of the wrong type, a key that does not
+//! apply to the provider's kind, a `chaos` provider wrapping itself, a
+//! missing provider or another wrapper, an ACP command that is not on
+//! `PATH`, a `${VAR}` that is not set, a duration without a unit. Each
+//! error is one [`ConfigError`] that reads `FILE:LINE:COL: what is wrong`.
+//!
+//! Secrets never sit in the file: `${VAR}` in a string (an `env` value, an
+//! argument, a command, a URL) is replaced by that environment variable
+//! when the file is read, and an unset one is an error.
+//!
+//! ```
+//! use subagents::config::Config;
+//!
+//! let config = Config::parse("[providers.cheap]\nkind = \"spawn\"\n", "example.toml").unwrap();
+//! assert_eq!(config.provider_names().collect::<Vec<_>>(), ["cheap"]);
+//! let error = Config::parse("[providers.cheap]\nkind = \"spwan\"\n", "example.toml").unwrap_err();
+//! assert!(error.to_string().starts_with("example.toml:2:8: "), "{error}");
+//! ```
+//!
+//! Building ([`Config::register`]) turns each entry into its provider and
+//! registers them in file order; the in-process kinds take their models
+//! from the caller (so a front door can probe an endpoint once, up front).
+
+mod build;
+mod schema;
+
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use build::{BuildContext, ModelSource};
+pub use schema::Kind;
+use schema::{FileTable, ProviderTable};
+
+/// The file's name in the working directory, read when present.
+pub const DEFAULT_FILE: &str = "subagents.toml";
+
+/// The environment variable naming the file when `--config` does not.
+pub const CONFIG_ENV: &str = "SUBAGENTS_CONFIG";
+
+/// The subagent tool's depth cap when `[tool]` sets none.
+pub const DEFAULT_TOOL_MAX_DEPTH: u32 = 3;
+
+/// What the binary does without a file.
+const BUILTIN: &str = r#"
+[providers.spawn]
+kind = "spawn"
+
+[providers.fork]
+kind = "fork"
+
+[providers.mock]
+kind = "mock"
+reply = "handled: "
+echo_prompt = true
+delay = "20ms"
+
+[tool]
+providers = ["spawn"]
+"#;
+
+/// A configuration, read and checked.
+#[derive(Debug)]
+pub struct Config {
+    origin: Origin,
+    providers: Vec<ProviderEntry>,
+    tool_providers: Vec<String>,
+    tool_max_depth: u32,
+}
+
+/// Where a configuration came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Built in ([`Config::builtin`]).
+    Builtin,
+    /// Read from this file.
+    File(PathBuf),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Builtin => f.write_str("built-in"),
+            Origin::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// One `[providers.NAME]` entry.
+#[derive(Debug)]
+pub struct ProviderEntry {
+    name: String,
+    kind: Kind,
+    line: usize,
+    table: ProviderTable,
+    /// Its `${VAR}`-expanded strings, checked at load.
+    resolved: build::Resolved,
+}
+
+impl ProviderEntry {
+    /// The provider's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The line of the file its table starts on (0 when built in).
+    pub fn line(&self) -> usize {
+        self.line
+    }
+}
+
+/// A configuration that cannot be used: where and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// `FILE:LINE:COL`, or just the file when the fault has no place in it.
+    place: String,
+    message: String,
+}
+
+impl ConfigError {
+    /// What is wrong, without the place.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.place, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Turns byte spans of one file's text into `FILE:LINE:COL` places.
+pub(crate) struct Source<'a> {
+    name: &'a str,
+    text: &'a str,
+}
+
+impl<'a> Source<'a> {
+    /// An error at `span` (its start), or at the file when there is none.
+    pub(crate) fn error(&self, span: Option<Range<usize>>, message: impl Into<String>) -> ConfigError {
+        let place = match span {
+            Some(span) => {
+                let (line, column) = self.line_column(span.start);
+                format!("{}:{line}:{column}", self.name)
+            }
+            None => self.name.to_owned(),
+        };
+        ConfigError { place, message: message.into() }
+    }
+
+    /// 1-based line and column (in characters) of byte `offset`.
+    fn line_column(&self, offset: usize) -> (usize, usize) {
+        let before = &self.text[..offset.min(self.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        (line, before[line_start..].chars().count() + 1)
+    }
+}
+
+impl Config {
+    /// The file `explicit` names, else `$SUBAGENTS_CONFIG`, else
+    /// `./subagents.toml` when it exists; `None` means the built-in one.
+    pub fn locate(explicit: Option<&Path>) -> Option<PathBuf> {
+        if let Some(path) = explicit {
+            return Some(path.to_path_buf());
+        }
+        if let Some(path) = std::env::var_os(CONFIG_ENV).filter(|p| !p.is_empty()) {
+            return Some(PathBuf::from(path));
+        }
+        let local = Path::new(DEFAULT_FILE);
+        local.is_file().then(|| local.to_path_buf())
+    }
+
+    /// Reads the file [`Config::locate`] finds, or the built-in one.
+    pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
+        match Config::locate(explicit) {
+            Some(path) => Config::read(&path),
+            None => Ok(Config::builtin()),
+        }
+    }
+
+    /// Reads and checks `path`.
+    pub fn read(path: &Path) -> Result<Config, ConfigError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| ConfigError { place: name.clone(), message: format!("cannot read it: {error}") })?;
+        let mut config = Config::parse(&text, &name)?;
+        config.origin = Origin::File(path.to_path_buf());
+        Ok(config)
+    }
+
+    /// Parses and checks `text`; `name` is the file name errors carry.
+    pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
+        let source = Source { name, text };
+        let file: FileTable =
+            toml::from_str(text).map_err(|error| source.error(error.span(), error.message().trim_end()))?;
+        let mut providers = Vec::with_capacity(file.providers.len());
+        for (name, table) in file.providers {
+            let span = table.span();
+            let table = table.into_inner();
+            let kind = *table.kind.get_ref();
+            for (key, key_span) in schema::keys_set(&table) {
+                if !kind.accepts(key) {
+                    let message = format!("`{key}` does not apply to a provider of kind {:?}", kind.name());
+                    return Err(source.error(Some(key_span), message));
+                }
+            }
+            let resolved = build::resolve(&source, &name, &table)?;
+            let (line, _) = source.line_column(span.start);
+            providers.push(ProviderEntry { name, kind, line, table, resolved });
+        }
+        build::check_wrappers(&source, &providers)?;
+        let (tool_providers, tool_max_depth) = match file.tool {
+            Some(tool) => {
+                let names = match tool.providers {
+                    Some(names) => {
+                        let mut checked = Vec::new();
+                        for name in names.into_inner() {
+                            if !providers.iter().any(|entry| entry.name == *name.get_ref()) {
+                                let message =
+                                    format!("[tool] offers {:?}, which no [providers] table defines", name.get_ref());
+                                return Err(source.error(Some(name.span()), message));
+                            }
+                            checked.push(name.into_inner());
+                        }
+                        checked
+                    }
+                    None => default_tool_providers(&providers),
+                };
+                (names, tool.max_depth.map_or(DEFAULT_TOOL_MAX_DEPTH, Spanned::into_inner))
+            }
+            None => (default_tool_providers(&providers), DEFAULT_TOOL_MAX_DEPTH),
+        };
+        Ok(Config { origin: Origin::Builtin, providers, tool_providers, tool_max_depth })
+    }
+
+    /// The configuration the binary uses without a file: `spawn`, `fork`
+    /// and `mock`, the tool on `spawn`.
+    pub fn builtin() -> Config {
+        Config::parse(BUILTIN, "built-in").expect("the built-in configuration is valid")
+    }
+
+    /// Where it came from.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// Every provider entry, in file order.
+    pub fn providers(&self) -> &[ProviderEntry] {
+        &self.providers
+    }
+
+    /// The providers' names, in file order.
+    pub fn provider_names(&self) -> impl Iterator<Item = &str> {
+        self.providers.iter().map(|entry| entry.name.as_str())
+    }
+
+    /// The entry named `name`.
+    pub fn provider(&self, name: &str) -> Option<&ProviderEntry> {
+        self.providers.iter().find(|entry| entry.name == name)
+    }
+
+    /// What the model-facing subagent tool offers, by provider name: `[tool]
+    /// providers`, else `spawn` when defined, else the first provider.
+    pub fn tool_providers(&self) -> &[String] {
+        &self.tool_providers
+    }
+
+    /// The tool's depth cap (`[tool] max_depth`, default 3).
+    pub fn tool_max_depth(&self) -> u32 {
+        self.tool_max_depth
+    }
+
+    /// The distinct models the in-process providers name (`None`: the
+    /// caller's default), so a front door can build and probe each once.
+    pub fn models(&self) -> Vec<Option<String>> {
+        let mut models = Vec::new();
+        for entry in &self.providers {
+            if matches!(entry.kind, Kind::Spawn | Kind::Fork) {
+                let model = entry.table.model.as_ref().map(|m| m.get_ref().clone());
+                if !models.contains(&model) {
+                    models.push(model);
+                }
+            }
+        }
+        models
+    }
+}
+
+use toml::Spanned;
+
+/// Without `[tool] providers`: `spawn` when defined, else the first.
+fn default_tool_providers(providers: &[ProviderEntry]) -> Vec<String> {
+    let pick = providers.iter().find(|entry| entry.name == "spawn").or(providers.first());
+    pick.map(|entry| vec![entry.name.clone()]).unwrap_or_default()
+}
+
+/// `500ms`, `30s`, `10m`, `1h`: a whole number and its unit.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration such as 30s"))?;
+    let millis = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("{text:?} needs a unit: ms, s, m or h")),
+    };
+    Ok(Duration::from_millis(number.saturating_mul(millis)))
+}

@@ -1,0 +1,518 @@
+//! From checked tables to registered providers: the one place the binary's
+//! front doors turn a configuration into providers.
+//!
+//! Reading a file resolves everything that can fail without starting
+//! anything ([`resolve`]: `${VAR}`, durations, commands, chaos rules), so
+//! [`Config::register`] only builds and registers.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::schema::{FaultTable, Kind, PoolValue, ProviderTable, ReuseName, StageName, StopName};
+use super::{parse_duration, Config, ConfigError, ProviderEntry, Source};
+use crate::actors::{Registration, Subagents};
+use crate::agent::{ListDir, Model, ReadFile, Tool};
+use crate::providers::{
+    ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, ChildInfo, InProcessProvider, MockProvider, ToolFactory,
+};
+use crate::seam::{AgentOptions, Provider, StopReason};
+use crate::tool::{delegating_kit, TaskService};
+
+/// A provider's strings and durations as resolved when the file was read.
+#[derive(Debug, Default)]
+pub(super) struct Resolved {
+    durations: HashMap<&'static str, Duration>,
+    command: Option<PathBuf>,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: Option<PathBuf>,
+    bin: Option<PathBuf>,
+    home: Option<PathBuf>,
+    nats: Option<String>,
+    schedule: Vec<(ChaosStage, ChaosFault, f64)>,
+    pool: PoolSettings,
+}
+
+/// `pool`: a remote provider's worker pool, or an acp provider's settings
+/// (each read only when its kind's feature is built).
+#[derive(Debug, Default)]
+#[cfg_attr(not(all(feature = "acp", feature = "remote")), allow(dead_code))]
+struct PoolSettings {
+    name: Option<String>,
+    size: Option<usize>,
+    sessions_per_process: Option<usize>,
+    max_runs_per_process: Option<usize>,
+    idle_timeout: Option<Duration>,
+    cancel_grace: Option<Duration>,
+}
+
+/// Replaces each `${VAR}` in `text` by that environment variable.
+fn expand(source: &Source<'_>, text: &str, span: Range<usize>) -> Result<String, ConfigError> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| source.error(Some(span.clone()), format!("`${{` without a closing `}}` in {text:?}")))?;
+        let name = &after[..end];
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(source.error(Some(span.clone()), format!("`${{{name}}}` is not an environment variable name")));
+        }
+        match std::env::var(name) {
+            Ok(value) => out.push_str(&value),
+            Err(_) => {
+                return Err(source.error(Some(span.clone()), format!("${{{name}}} is not set in the environment")))
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// `command` as the child will be started: a path that exists, or a name
+/// found on `PATH`.
+fn find_command(command: &str) -> Option<PathBuf> {
+    let path = Path::new(command);
+    if command.contains('/') {
+        return path.is_file().then(|| path.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(command)).find(|candidate| candidate.is_file())
+}
+
+/// Checks and resolves what `table` names, each error at its place.
+pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) -> Result<Resolved, ConfigError> {
+    let mut resolved = Resolved::default();
+    let durations = [
+        ("delay", &table.delay),
+        ("dispose_eof_grace", &table.dispose_eof_grace),
+        ("dispose_grace", &table.dispose_grace),
+        ("shutdown_timeout", &table.shutdown_timeout),
+        ("connect_timeout", &table.connect_timeout),
+        ("publish_timeout", &table.publish_timeout),
+        ("dispose_wait", &table.dispose_wait),
+    ];
+    for (key, value) in durations {
+        if let Some(value) = value {
+            let duration = parse_duration(value.get_ref())
+                .map_err(|e| source.error(Some(value.span()), format!("`{key}`: {e}")))?;
+            resolved.durations.insert(key, duration);
+        }
+    }
+    let kind = *table.kind.get_ref();
+    if let Some(command) = &table.command {
+        let text = expand(source, command.get_ref(), command.span())?;
+        let found = find_command(&text).ok_or_else(|| {
+            source.error(Some(command.span()), format!("command {text:?} is not a file and not on PATH"))
+        })?;
+        resolved.command = Some(found);
+    } else if kind == Kind::Acp {
+        return Err(
+            source.error(Some(table.kind.span()), format!("provider {name:?} of kind \"acp\" needs a `command`"))
+        );
+    }
+    if let Some(args) = &table.args {
+        for arg in args.get_ref() {
+            resolved.args.push(expand(source, arg.get_ref(), arg.span())?);
+        }
+    }
+    if let Some(env) = &table.env {
+        for (key, value) in env.get_ref() {
+            resolved.env.push((key.clone(), expand(source, value.get_ref(), value.span())?));
+        }
+    }
+    let path_of = |value: &toml::Spanned<String>| expand(source, value.get_ref(), value.span()).map(PathBuf::from);
+    resolved.cwd = table.cwd.as_ref().map(path_of).transpose()?;
+    resolved.bin = table.bin.as_ref().map(path_of).transpose()?;
+    resolved.home = table.home.as_ref().map(path_of).transpose()?;
+    if let Some(home) = &resolved.home {
+        if !home.is_absolute() {
+            let span = table.home.as_ref().map(|h| h.span());
+            return Err(source.error(span, "`home` must be an absolute path"));
+        }
+    }
+    if let Some(nats) = &table.nats {
+        resolved.nats = Some(expand(source, nats.get_ref(), nats.span())?);
+    } else if kind == Kind::Remote && std::env::var("SUBAGENTS_NATS_URL").map_or(true, |url| url.is_empty()) {
+        let message = format!("provider {name:?} of kind \"remote\" needs `nats` (or SUBAGENTS_NATS_URL)");
+        return Err(source.error(Some(table.kind.span()), message));
+    }
+    if let Some(pool) = &table.pool {
+        let pooled = table.reuse.as_ref().is_some_and(|reuse| matches!(reuse.get_ref(), ReuseName::Pooled));
+        if kind == Kind::Acp && !pooled {
+            return Err(source.error(Some(pool.span()), "`pool` applies only with reuse = \"pooled\""));
+        }
+        resolved.pool = pool_settings(source, kind, pool)?;
+    }
+    if let Some(faults) = &table.faults {
+        for fault in faults.get_ref() {
+            resolved.schedule.push(chaos_rule(fault.get_ref()).map_err(|e| source.error(Some(fault.span()), e))?);
+        }
+    }
+    if kind == Kind::Chaos && table.wraps.is_none() {
+        return Err(source.error(Some(table.kind.span()), format!("provider {name:?} of kind \"chaos\" needs `wraps`")));
+    }
+    Ok(resolved)
+}
+
+fn pool_settings(
+    source: &Source<'_>,
+    kind: Kind,
+    pool: &toml::Spanned<PoolValue>,
+) -> Result<PoolSettings, ConfigError> {
+    match (kind, pool.get_ref()) {
+        (Kind::Remote, PoolValue::Name(name)) => {
+            Ok(PoolSettings { name: Some(name.clone()), ..PoolSettings::default() })
+        }
+        (Kind::Acp, PoolValue::Settings(table)) => {
+            let duration = |key: &str, value: &Option<String>| -> Result<Option<Duration>, ConfigError> {
+                let parsed = value.as_deref().map(parse_duration).transpose();
+                parsed.map_err(|e| source.error(Some(pool.span()), format!("pool `{key}`: {e}")))
+            };
+            if [table.size, table.sessions_per_process, table.max_runs_per_process].contains(&Some(0)) {
+                return Err(source.error(Some(pool.span()), "pool sizes must be at least 1"));
+            }
+            Ok(PoolSettings {
+                name: None,
+                size: table.size,
+                sessions_per_process: table.sessions_per_process,
+                max_runs_per_process: table.max_runs_per_process,
+                idle_timeout: duration("idle_timeout", &table.idle_timeout)?,
+                cancel_grace: duration("cancel_grace", &table.cancel_grace)?,
+            })
+        }
+        (Kind::Remote, PoolValue::Settings(_)) => {
+            Err(source
+                .error(Some(pool.span()), "a remote provider's `pool` is a worker pool's name, such as \"default\""))
+        }
+        _ => Err(source.error(Some(pool.span()), "an acp provider's `pool` is a table, such as { size = 2 }")),
+    }
+}
+
+fn chaos_rule(fault: &FaultTable) -> Result<(ChaosStage, ChaosFault, f64), String> {
+    let stage = match fault.stage {
+        StageName::Launch => ChaosStage::Launch,
+        StageName::Run => ChaosStage::Run,
+        StageName::Dispose => ChaosStage::Dispose,
+        StageName::Progress => ChaosStage::Progress,
+    };
+    let injected = match fault.fault.as_str() {
+        "error" => ChaosFault::Error,
+        "hang" => ChaosFault::Hang,
+        "panic" => ChaosFault::Panic,
+        "crash" => ChaosFault::Crash,
+        "drop_progress" => ChaosFault::DropProgress,
+        "duplicate_progress" => ChaosFault::DuplicateProgress,
+        other => match other.strip_prefix("delay:") {
+            Some(duration) => ChaosFault::Delay(parse_duration(duration)?),
+            None => {
+                return Err(format!(
+                    "unknown fault {other:?}: error, hang, panic, crash, drop_progress, duplicate_progress or delay:DURATION"
+                ))
+            }
+        },
+    };
+    if !(0.0..=1.0).contains(&fault.probability) {
+        return Err(format!("probability {} is not between 0 and 1", fault.probability));
+    }
+    Ok((stage, injected, fault.probability))
+}
+
+/// Every `wraps` names another provider and no chain of wrappers loops.
+pub(super) fn check_wrappers(source: &Source<'_>, providers: &[ProviderEntry]) -> Result<(), ConfigError> {
+    for entry in providers {
+        let Some(wraps) = &entry.table.wraps else { continue };
+        let mut seen = vec![entry.name.as_str()];
+        let mut next = wraps;
+        loop {
+            let target = next.get_ref().as_str();
+            if seen.contains(&target) {
+                let message = if target == entry.name {
+                    format!("provider {:?} wraps itself", entry.name)
+                } else {
+                    format!("provider {:?} wraps a chain of chaos providers that loops back to {target:?}", entry.name)
+                };
+                return Err(source.error(Some(wraps.span()), message));
+            }
+            let Some(inner) = providers.iter().find(|candidate| candidate.name == target) else {
+                let message = format!("provider {:?} wraps {target:?}, which no [providers] table defines", entry.name);
+                return Err(source.error(Some(wraps.span()), message));
+            };
+            seen.push(target);
+            match &inner.table.wraps {
+                Some(inner_wraps) => next = inner_wraps,
+                None => break,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where in-process providers get their models.
+pub trait ModelSource {
+    /// The model for `spec` (`None`: the caller's default model).
+    fn model(&self, spec: Option<&str>) -> Result<Arc<dyn Model>, String>;
+}
+
+impl<F> ModelSource for F
+where
+    F: Fn(Option<&str>) -> Result<Arc<dyn Model>, String>,
+{
+    fn model(&self, spec: Option<&str>) -> Result<Arc<dyn Model>, String> {
+        self(spec)
+    }
+}
+
+/// What building needs from the front door.
+pub struct BuildContext<'a> {
+    /// The registry to register into.
+    pub subagents: &'a Subagents,
+    /// Background tasks of the children's subagent tools.
+    pub tasks: &'a TaskService,
+    /// The runtime's home (a `process` provider's children live under it
+    /// unless its table names a `home`).
+    pub home: &'a Path,
+    /// The in-process providers' models.
+    pub models: &'a dyn ModelSource,
+}
+
+impl std::fmt::Debug for BuildContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuildContext").field("home", &self.home).finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// Builds every provider and registers it, in file order (a chaos
+    /// provider's inner one first). An error names the provider; what was
+    /// registered before it stays registered. Needs a tokio runtime: an
+    /// `acp` provider runs one `initialize` against its command to learn
+    /// what the agent supports.
+    pub async fn register(&self, context: &BuildContext<'_>) -> Result<Vec<Registration>, String> {
+        let mut built: HashMap<&str, Arc<dyn Provider>> = HashMap::new();
+        let mut registrations = Vec::with_capacity(self.providers.len());
+        for entry in &self.providers {
+            let provider = self.build(entry, context, &mut built).await?;
+            let registration = context.subagents.register_shared(provider).map_err(|e| e.to_string())?;
+            registrations.push(registration);
+        }
+        Ok(registrations)
+    }
+
+    async fn build<'c>(
+        &'c self,
+        entry: &'c ProviderEntry,
+        context: &BuildContext<'_>,
+        built: &mut HashMap<&'c str, Arc<dyn Provider>>,
+    ) -> Result<Arc<dyn Provider>, String> {
+        if let Some(provider) = built.get(entry.name.as_str()) {
+            return Ok(provider.clone());
+        }
+        // A chaos provider's inner one first (a loop was refused at load).
+        if let Some(wraps) = &entry.table.wraps {
+            let inner = self.provider(wraps.get_ref()).expect("checked at load");
+            if !built.contains_key(inner.name.as_str()) {
+                let provider = Box::pin(self.build(inner, context, built)).await?;
+                built.insert(inner.name.as_str(), provider);
+            }
+        }
+        let failed = |error: String| format!("provider {:?}: {error}", entry.name);
+        let table = &entry.table;
+        let resolved = &entry.resolved;
+        let duration = |key: &str| resolved.durations.get(key).copied();
+        let provider: Arc<dyn Provider> = match entry.kind {
+            Kind::Spawn | Kind::Fork => {
+                let model = context.models.model(table.model.as_ref().map(|m| m.get_ref().as_str())).map_err(failed)?;
+                let name = entry.name.clone();
+                let mut provider = if entry.kind == Kind::Fork {
+                    InProcessProvider::fork(name, model)
+                } else {
+                    InProcessProvider::spawn(name, model)
+                };
+                provider = provider.with_tools(self.child_tools(entry, context).map_err(failed)?);
+                if let Some(steps) = &table.max_steps {
+                    provider = provider.with_max_steps(*steps.get_ref());
+                }
+                if let Some(retries) = &table.structured_nudge_retries {
+                    provider = provider.with_structured_nudge_retries(*retries.get_ref());
+                }
+                if let Some(max_tokens) = &table.max_tokens {
+                    let route = AgentOptions { max_tokens: Some(*max_tokens.get_ref()), ..AgentOptions::default() };
+                    provider = provider.with_route_defaults(route);
+                }
+                Arc::new(provider)
+            }
+            Kind::Mock => {
+                let mut mock = MockProvider::new(entry.name.clone());
+                if let Some(reply) = &table.reply {
+                    mock = mock.with_reply(reply.get_ref().clone());
+                }
+                if table.echo_prompt.as_ref().is_some_and(|echo| *echo.get_ref()) {
+                    mock = mock.with_echo_prompt();
+                }
+                if let Some(delay) = duration("delay") {
+                    mock = mock.with_delay(delay);
+                }
+                if let Some(stop) = &table.stop_reason {
+                    mock = mock.with_stop_reason(match stop.get_ref() {
+                        StopName::Completed => StopReason::Completed,
+                        StopName::Aborted => StopReason::Aborted,
+                        StopName::Error => StopReason::Error,
+                        StopName::MaxTokens => StopReason::MaxTokens,
+                        StopName::Refusal => StopReason::Refusal,
+                    });
+                }
+                Arc::new(mock)
+            }
+            Kind::Chaos => {
+                let wraps = table.wraps.as_ref().expect("checked at load");
+                let inner = built.get(wraps.get_ref().as_str()).cloned().expect("built just above");
+                let schedule = resolved
+                    .schedule
+                    .iter()
+                    .fold(ChaosSchedule::new(), |schedule, (stage, fault, p)| schedule.rule(*stage, *fault, *p));
+                let seed = table.seed.as_ref().map_or(0, |seed| *seed.get_ref());
+                Arc::new(ChaosProvider::wrap(entry.name.clone(), inner, schedule, seed))
+            }
+            Kind::Acp => self.acp(entry).await.map_err(failed)?,
+            Kind::Process => self.process(entry, context).map_err(failed)?,
+            Kind::Remote => self.remote(entry).map_err(failed)?,
+        };
+        built.insert(entry.name.as_str(), provider.clone());
+        Ok(provider)
+    }
+
+    /// An in-process provider's children: the built-in tools its table
+    /// lists (default both), and a subagent tool per provider `[tool]`
+    /// offers, plus the task tools, while its depth cap leaves room.
+    fn child_tools(&self, entry: &ProviderEntry, context: &BuildContext<'_>) -> Result<ToolFactory, String> {
+        let mut builtins: Vec<Arc<dyn Tool>> = Vec::new();
+        let mut delegate = true;
+        match &entry.table.tools {
+            None => builtins = vec![Arc::new(ReadFile), Arc::new(ListDir)],
+            Some(names) => {
+                delegate = false;
+                for name in names.get_ref() {
+                    match name.get_ref().as_str() {
+                        "read_file" => builtins.push(Arc::new(ReadFile)),
+                        "list_dir" => builtins.push(Arc::new(ListDir)),
+                        "subagent" => delegate = true,
+                        other => return Err(format!("unknown tool {other:?}: read_file, list_dir or subagent")),
+                    }
+                }
+            }
+        }
+        let max_depth = entry.table.max_depth.as_ref().map_or(self.tool_max_depth, |depth| *depth.get_ref());
+        let offered = if delegate { self.tool_providers.clone() } else { Vec::new() };
+        let kit = delegating_kit(context.subagents, context.tasks, builtins, offered, max_depth);
+        Ok(Arc::new(move |_: &ChildInfo| kit()))
+    }
+
+    #[cfg(feature = "acp")]
+    async fn acp(&self, entry: &ProviderEntry) -> Result<Arc<dyn Provider>, String> {
+        use super::schema::PermissionName;
+        use crate::providers::{AcpConfig, AcpProvider, Permission, PoolConfig, Reuse};
+        let (table, resolved) = (&entry.table, &entry.resolved);
+        let command = resolved.command.clone().expect("checked at load");
+        let mut config = AcpConfig::new(entry.name.clone(), command, resolved.args.clone());
+        config.cwd = resolved.cwd.clone();
+        config.env = resolved.env.clone();
+        config.inherit_env = table.inherit_env.as_ref().map(|names| names.get_ref().clone()).unwrap_or_default();
+        if let Some(permission) = &table.permission {
+            config.permission = match permission.get_ref() {
+                PermissionName::Allow => Permission::Allow,
+                PermissionName::Reject => Permission::Reject,
+            };
+        }
+        if let Some(grace) = resolved.durations.get("dispose_eof_grace") {
+            config.dispose_eof_grace = *grace;
+        }
+        if let Some(grace) = resolved.durations.get("dispose_grace") {
+            config.dispose_grace = *grace;
+        }
+        let pooled = table.reuse.as_ref().is_some_and(|reuse| matches!(reuse.get_ref(), ReuseName::Pooled));
+        if pooled {
+            let (settings, mut pool) = (&resolved.pool, PoolConfig::default());
+            pool.size = settings.size.unwrap_or(pool.size);
+            pool.sessions_per_process = settings.sessions_per_process.unwrap_or(pool.sessions_per_process);
+            pool.max_runs_per_process = settings.max_runs_per_process.unwrap_or(pool.max_runs_per_process);
+            pool.idle_timeout = settings.idle_timeout.unwrap_or(pool.idle_timeout);
+            pool.cancel_grace = settings.cancel_grace.unwrap_or(pool.cancel_grace);
+            config.reuse = Reuse::Pooled(pool);
+        }
+        AcpProvider::new(config).await.map(|p| Arc::new(p) as Arc<dyn Provider>).map_err(|e| e.to_string())
+    }
+
+    #[cfg(not(feature = "acp"))]
+    async fn acp(&self, _: &ProviderEntry) -> Result<Arc<dyn Provider>, String> {
+        Err("acp providers need the crate's \"acp\" feature".to_owned())
+    }
+
+    #[cfg(feature = "process")]
+    fn process(&self, entry: &ProviderEntry, context: &BuildContext<'_>) -> Result<Arc<dyn Provider>, String> {
+        use crate::providers::{ProcessConfig, ProcessProvider};
+        let (table, resolved) = (&entry.table, &entry.resolved);
+        let home = resolved.home.clone().unwrap_or_else(|| context.home.join("children").join(&entry.name));
+        let mut config = ProcessConfig::new(entry.name.clone(), home);
+        if let Some(bin) = &resolved.bin {
+            config.bin = bin.clone();
+        }
+        if let Some(profile) = &table.profile {
+            config.profile = profile.get_ref().clone();
+        }
+        config.cwd = resolved.cwd.clone();
+        config.env = resolved.env.clone();
+        config.inherit_env = table.inherit_env.as_ref().map(|names| names.get_ref().clone()).unwrap_or_default();
+        config.route.model = table.model.as_ref().map(|model| model.get_ref().clone());
+        config.route.max_tokens = table.max_tokens.as_ref().map(|max| *max.get_ref());
+        for (key, slot) in [
+            ("shutdown_timeout", &mut config.shutdown_timeout),
+            ("dispose_eof_grace", &mut config.dispose_eof_grace),
+            ("dispose_grace", &mut config.dispose_grace),
+        ] {
+            if let Some(value) = resolved.durations.get(key) {
+                *slot = *value;
+            }
+        }
+        ProcessProvider::new(config).map(|p| Arc::new(p) as Arc<dyn Provider>).map_err(|e| e.to_string())
+    }
+
+    #[cfg(not(feature = "process"))]
+    fn process(&self, _: &ProviderEntry, _: &BuildContext<'_>) -> Result<Arc<dyn Provider>, String> {
+        Err("process providers need the crate's \"process\" feature".to_owned())
+    }
+
+    #[cfg(feature = "remote")]
+    fn remote(&self, entry: &ProviderEntry) -> Result<Arc<dyn Provider>, String> {
+        use crate::providers::{RemoteConfig, RemoteProvider};
+        let resolved = &entry.resolved;
+        let url = match &resolved.nats {
+            Some(url) => url.clone(),
+            None => std::env::var("SUBAGENTS_NATS_URL").map_err(|_| "needs `nats` or SUBAGENTS_NATS_URL".to_owned())?,
+        };
+        let mut config = RemoteConfig::new(entry.name.clone(), url);
+        if let Some(pool) = &resolved.pool.name {
+            config = config.with_pool(pool.clone());
+        }
+        for (key, slot) in [
+            ("connect_timeout", &mut config.connect_timeout),
+            ("publish_timeout", &mut config.publish_timeout),
+            ("dispose_wait", &mut config.dispose_wait),
+        ] {
+            if let Some(value) = resolved.durations.get(key) {
+                *slot = *value;
+            }
+        }
+        RemoteProvider::connect(config).map(|p| Arc::new(p) as Arc<dyn Provider>).map_err(|e| e.to_string())
+    }
+
+    #[cfg(not(feature = "remote"))]
+    fn remote(&self, _: &ProviderEntry) -> Result<Arc<dyn Provider>, String> {
+        Err("remote providers need the crate's \"remote\" feature".to_owned())
+    }
+}
