@@ -280,7 +280,10 @@ impl Config {
     /// The configuration the binary uses without a file: `spawn`, `fork`
     /// and `mock`, the tool on `spawn`.
     pub fn builtin() -> Config {
-        Config::parse(BUILTIN, "built-in").expect("the built-in configuration is valid")
+        let mut config = Config::parse(BUILTIN, "built-in").expect("the built-in configuration is valid");
+        // Its entries have no place a person could open.
+        config.providers.iter_mut().for_each(|entry| entry.line = 0);
+        config
     }
 
     /// Where it came from.

@@ -232,7 +232,7 @@ pub(super) fn check_wrappers(source: &Source<'_>, providers: &[ProviderEntry]) -
         loop {
             let target = next.get_ref().as_str();
             if seen.contains(&target) {
-                let message = if target == entry.name {
+                let message = if seen.len() == 1 {
                     format!("provider {:?} wraps itself", entry.name)
                 } else {
                     format!("provider {:?} wraps a chain of chaos providers that loops back to {target:?}", entry.name)

@@ -1,0 +1,256 @@
+//! The configuration file at the binary's doors: providers of several kinds
+//! side by side (a pooled `acp` provider running our own `subagents acp`
+//! beside a `spawn` one), task lines and the subagent tool choosing among
+//! them by name, `providers list|check`, and bad files refused with their
+//! place before anything starts.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn subagents(dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
+    command.env_remove("SUBAGENTS_HOME").env_remove("SUBAGENTS_CONFIG").env_remove("RUST_LOG").current_dir(dir);
+    command
+}
+
+fn run(command: &mut Command) -> Output {
+    common::output_within(command, common::WAIT_LIMIT, "the subagents binary")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A config with `cheap` (spawn), `echo` (mock), `flaky` (chaos around
+/// `echo`, every run failing) and `agent` (pooled acp: this binary).
+fn write_config(dir: &Path) -> PathBuf {
+    let path = dir.join("subagents.toml");
+    let config = format!(
+        r#"# providers side by side
+[providers.cheap]
+kind = "spawn"
+
+[providers.echo]
+kind = "mock"
+reply = "echo: "
+echo_prompt = true
+
+[providers.flaky]
+kind = "chaos"
+wraps = "echo"
+seed = 7
+faults = [{{ stage = "run", fault = "error", probability = 1.0 }}]
+
+[providers.agent]
+kind = "acp"
+command = "{bin}"
+args = ["acp", "--home", "{home}"]
+reuse = "pooled"
+pool = {{ size = 1 }}
+
+[tool]
+providers = ["agent", "cheap"]
+"#,
+        bin = env!("CARGO_BIN_EXE_subagents"),
+        home = dir.join("acp-home").display(),
+    );
+    std::fs::write(&path, config).unwrap();
+    path
+}
+
+fn result_lines(stdout: &[u8]) -> Vec<Value> {
+    text(stdout).lines().map(|line| serde_json::from_str(line).expect("whole JSON lines")).collect()
+}
+
+#[test]
+fn fanout_runs_each_task_on_the_provider_its_line_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let tasks = dir.path().join("tasks.jsonl");
+    let lines = [
+        r#"{"prompt": "plain", "label": "default"}"#,
+        r#"{"prompt": "in process", "provider": "cheap"}"#,
+        r#"{"prompt": "scripted", "provider": "echo"}"#,
+        r#"{"prompt": "doomed", "provider": "flaky"}"#,
+        r#"{"prompt": "over acp", "provider": "agent"}"#,
+        r#"{"prompt": "again over acp", "provider": "agent"}"#,
+    ];
+    std::fs::write(&tasks, lines.join("\n")).unwrap();
+    let output = run(subagents(dir.path())
+        .arg("fanout")
+        .arg(&tasks)
+        .arg("--config")
+        .arg(&config)
+        .arg("--home")
+        .arg(dir.path().join("home")));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let mut results = result_lines(&output.stdout);
+    results.sort_by_key(|result| result["line"].as_u64());
+    let child = |n: usize| results[n]["child_id"].as_str().unwrap_or_default().to_owned();
+    // Without --provider a line runs on the first provider [tool] offers.
+    assert!(child(0).starts_with("acp:agent:"), "{results:?}");
+    assert_eq!(results[0]["output"], "handled: plain");
+    assert!(!child(1).contains(':'), "a spawn child's id is its session id: {}", child(1));
+    assert_eq!(results[1]["output"], "handled: in process");
+    assert_eq!(results[2]["output"], "echo: scripted");
+    assert_eq!(results[3]["stop_reason"], "error", "the chaos wrapper failed it: {:?}", results[3]);
+    for n in [4, 5] {
+        assert!(child(n).starts_with("acp:agent:"), "{results:?}");
+        assert_eq!(results[n]["stop_reason"], "completed", "{:?}", results[n]);
+    }
+    assert_eq!(results[4]["output"], "handled: over acp");
+}
+
+#[test]
+fn fanout_provider_flag_picks_a_configured_provider_for_lines_that_name_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, "{\"prompt\": \"one\"}\n{\"prompt\": \"two\", \"provider\": \"cheap\"}\n").unwrap();
+    let output = run(subagents(dir.path())
+        .arg("fanout")
+        .arg(&tasks)
+        .args(["--provider", "echo", "--config"])
+        .arg(&config)
+        .arg("--home")
+        .arg(dir.path().join("home")));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let outputs: Vec<String> =
+        result_lines(&output.stdout).iter().map(|r| r["output"].as_str().unwrap().to_owned()).collect();
+    assert!(outputs.contains(&"echo: one".to_owned()) && outputs.contains(&"handled: two".to_owned()), "{outputs:?}");
+}
+
+#[test]
+fn run_offers_the_tool_s_providers_and_a_file_in_the_working_directory_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path());
+    // No --config: ./subagents.toml is read. Its [tool] offers `agent`
+    // first, so the parent's `subagent` tool delegates over ACP.
+    let output = run(subagents(dir.path()).args(["run", "check a; check b", "--home"]).arg(dir.path().join("home")));
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", text(&output.stderr));
+    assert!(stdout.contains("- handled: check a") && stdout.contains("- handled: check b"), "{stdout}");
+    let tree: Vec<&str> = stdout.lines().filter(|line| line.contains("─ agent ")).collect();
+    assert_eq!(tree.len(), 2, "both children ran on the acp provider: {stdout}");
+    // --provider narrows the tool to one configured provider.
+    let output = run(subagents(dir.path())
+        .args(["run", "check c; check d", "--provider", "cheap", "--home"])
+        .arg(dir.path().join("home")));
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert_eq!(stdout.lines().filter(|line| line.contains("─ cheap ")).count(), 2, "{stdout}");
+}
+
+#[test]
+fn the_config_environment_variable_names_the_file_when_no_flag_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let output =
+        run(subagents(elsewhere.path()).args(["providers", "list", "--json"]).env("SUBAGENTS_CONFIG", &config));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let listed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let names: Vec<&str> = listed.as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["cheap", "echo", "flaky", "agent"]);
+    // Without any file the built-in providers are listed.
+    let output = run(subagents(elsewhere.path()).args(["providers", "list"]));
+    let table = text(&output.stdout);
+    assert!(output.status.success());
+    for name in ["spawn", "fork", "mock"] {
+        assert!(table.lines().any(|line| line.starts_with(name) && line.ends_with("built-in")), "{table}");
+    }
+}
+
+#[test]
+fn providers_list_tells_kind_and_place_and_check_probes_each_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let output = run(subagents(dir.path()).args(["providers", "list", "--config"]).arg(&config));
+    let table = text(&output.stdout);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let agent = table.lines().find(|line| line.starts_with("agent")).expect("the acp provider is listed");
+    assert!(agent.contains(" acp ") && agent.ends_with(&format!("{}:16", config.display())), "{table}");
+    let output = run(subagents(dir.path())
+        .args(["providers", "check", "--json", "--config"])
+        .arg(&config)
+        .arg("--home")
+        .arg(dir.path().join("home")));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let checked: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let capabilities = |name: &str| {
+        checked.as_array().unwrap().iter().find(|p| p["name"] == name).unwrap()["capabilities"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    // Our ACP agent answers initialize with a system prompt capability.
+    assert_eq!(capabilities("agent"), "persona");
+    assert!(capabilities("flaky").contains("output_schema"), "chaos advertises what it wraps");
+    // A provider that cannot be built fails the check (exit 1).
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "[providers.dead]\nkind = \"acp\"\ncommand = \"/bin/false\"\n").unwrap();
+    let output = run(subagents(dir.path())
+        .args(["providers", "check", "--config"])
+        .arg(&broken)
+        .arg("--home")
+        .arg(dir.path().join("home")));
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("provider \"dead\""), "{}", text(&output.stderr));
+}
+
+#[test]
+fn a_bad_file_is_refused_with_its_file_line_and_column_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("[providers.a]\nkind = \"spwan\"\n", ":2:8: unknown variant `spwan`"),
+        ("[providers.a]\nkind = \"spawn\"\nbogus = 1\n", ":3:1: unknown field `bogus`"),
+        (
+            "[providers.a]\nkind = \"spawn\"\ncommand = \"sh\"\n",
+            ":3:11: `command` does not apply to a provider of kind \"spawn\"",
+        ),
+        ("[providers.a]\nkind = \"spawn\"\nmax_depth = \"three\"\n", ":3:13: invalid type: string \"three\""),
+        ("[providers.a]\nkind = \"chaos\"\nwraps = \"a\"\n", ":3:9: provider \"a\" wraps itself"),
+        (
+            "[providers.a]\nkind = \"chaos\"\nwraps = \"b\"\n",
+            ":3:9: provider \"a\" wraps \"b\", which no [providers] table defines",
+        ),
+        (
+            "[providers.a]\nkind = \"chaos\"\nwraps = \"b\"\n[providers.b]\nkind = \"chaos\"\nwraps = \"a\"\n",
+            ":3:9: provider \"a\" wraps a chain of chaos providers that loops back to \"a\"",
+        ),
+        (
+            "[providers.a]\nkind = \"acp\"\ncommand = \"no-such-agent-here\"\n",
+            ":3:11: command \"no-such-agent-here\" is not a file and not on PATH",
+        ),
+        (
+            "[providers.a]\nkind = \"acp\"\ncommand = \"sh\"\nenv = { KEY = \"${SUBAGENTS_TEST_UNSET}\" }\n",
+            ":4:15: ${SUBAGENTS_TEST_UNSET} is not set in the environment",
+        ),
+        ("[providers.a]\nkind = \"mock\"\ndelay = \"5\"\n", ":3:9: `delay`: \"5\" needs a unit"),
+        (
+            "[providers.a]\nkind = \"acp\"\ncommand = \"sh\"\npool = { size = 2 }\n",
+            ":4:8: `pool` applies only with reuse = \"pooled\"",
+        ),
+        ("[tool]\nproviders = [\"zz\"]\n", ":2:14: [tool] offers \"zz\", which no [providers] table defines"),
+    ];
+    let home = dir.path().join("home");
+    for (n, (file, expected)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad{n}.toml"));
+        std::fs::write(&path, file).unwrap();
+        let tasks = dir.path().join("tasks.jsonl");
+        std::fs::write(&tasks, "{\"prompt\": \"x\"}\n").unwrap();
+        let output =
+            run(subagents(dir.path()).arg("fanout").arg(&tasks).arg("--config").arg(&path).arg("--home").arg(&home));
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{file}: {stderr}");
+        let place = format!("subagents: {}{expected}", path.display());
+        assert!(stderr.starts_with(&place), "{file}\nwanted: {place}\ngot:    {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+        assert!(output.stdout.is_empty(), "no result line");
+    }
+    assert!(!home.exists(), "nothing started, so no home was created");
+}
