@@ -254,3 +254,33 @@ fn a_bad_file_is_refused_with_its_file_line_and_column_before_anything_starts() 
     }
     assert!(!home.exists(), "nothing started, so no home was created");
 }
+
+#[test]
+fn the_example_configs_for_real_agents_are_valid_files() {
+    // Stand-ins on PATH for the four agents' commands: only the file is
+    // checked here, nothing is started.
+    let bin = tempfile::tempdir().unwrap();
+    for name in ["codex-acp", "claude-agent-acp", "gemini", "opencode"] {
+        let path = bin.path().join(name);
+        std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/agents");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let path = entry.unwrap().path();
+        let output = run(subagents(bin.path())
+            .args(["providers", "list", "--config"])
+            .arg(&path)
+            .env("PATH", bin.path())
+            .env("HOME", bin.path())
+            .env("OPENAI_API_KEY", "k")
+            .env("ANTHROPIC_API_KEY", "k")
+            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+            .env("GEMINI_API_KEY", "k"));
+        assert!(output.status.success(), "{}: {}", path.display(), text(&output.stderr));
+        assert!(text(&output.stdout).contains(" acp "), "{}", text(&output.stdout));
+        checked += 1;
+    }
+    assert_eq!(checked, 4);
+}
