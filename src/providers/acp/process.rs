@@ -216,7 +216,7 @@ impl AgentProcess {
         }
         let spawned = lock(&self.spawned).take();
         match spawned {
-            Some(spawned) => spawned.dispose(eof_grace, grace).await,
+            Some(spawned) => spawned.dispose(tokio::time::sleep(eof_grace), grace).await,
             None => Ok(()),
         }
     }
