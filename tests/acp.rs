@@ -1,14 +1,18 @@
 //! docs/contract.md §7.6 `acp`: an ACP client over real child processes — our own binary
-//! as the agent (`subagents acp`) and small shell agents for cancellation,
-//! the ladder and hostile output. After every test no child is left.
+//! as the agent (`subagents acp`) and small shell agents (`acp/stand_ins.rs`)
+//! for cancellation, the ladder and its EOF phase, and hostile output.
+//! After every test no child is left.
 
 mod common;
+#[path = "acp/stand_ins.rs"]
+mod stand_ins;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{lifecycle, no_children_left, no_process_mentions, runtime_at as runtime};
 use serde_json::json;
+use stand_ins::{ignores_eof, logged, logged_at, shell_agent};
 use subagents::providers::{AcpConfig, AcpProvider, Permission};
 use subagents::{CancellationToken, Category, Parent, Runtime, StartRequest, StopReason, Subagents};
 
@@ -18,29 +22,6 @@ fn own_agent(name: &str, home: &Path, extra: &[&str]) -> AcpConfig {
     args.extend(extra.iter().map(|a| a.to_string()));
     let mut config = AcpConfig::new(name, env!("CARGO_BIN_EXE_subagents"), args);
     config.dispose_eof_grace = Duration::from_secs(5);
-    config
-}
-
-/// A shell agent: answers `initialize` and `session/new`, then runs `then`.
-fn shell_agent(dir: &Path, name: &str, then: &str) -> AcpConfig {
-    let script = format!(
-        r#"#!/bin/sh
-reply() {{
-  read -r line || exit 0
-  id=$(printf '%s' "$line" | sed -E 's/.*"id":("[^"]*"|[0-9]+).*/\1/')
-  printf '{{"jsonrpc":"2.0","id":%s,"result":%s}}\n' "$id" "$1"
-}}
-reply '{{"protocolVersion":1,"agentCapabilities":{{}}}}'
-reply '{{"sessionId":"s1"}}'
-{then}
-"#
-    );
-    let path = dir.join(name);
-    std::fs::write(&path, script).unwrap();
-    // Run by the shell, not exec'd: a freshly written script can be busy.
-    let mut config = AcpConfig::new(name, "/bin/sh", vec![path.display().to_string()]);
-    config.dispose_eof_grace = Duration::from_millis(300);
-    config.dispose_grace = Duration::from_millis(300);
     config
 }
 
@@ -234,6 +215,98 @@ fn a_bad_cwd_is_refused_before_anything_is_spawned() {
         subagents.start("acp", request("x", &PathBuf::from("/no/such/dir"))).await.unwrap_err()
     });
     assert_eq!(error.code(), "INVALID_REQUEST");
+    no_children_left(&runtime);
+    no_process_mentions(home.path());
+}
+
+#[test]
+fn a_finished_run_of_an_agent_that_ignores_eof_is_disposed_within_a_second() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    // The default graces: 6 s after EOF at most, 500 ms once idle.
+    let subagents = register(&runtime, ignores_eof(home.path(), "deaf-to-eof"));
+    let cwd = home.path().to_path_buf();
+    let (result, disposed, took) = runtime.block_on(async move {
+        let run = subagents.start("deaf-to-eof", request("work", &cwd)).await.unwrap();
+        let result = run.result().await.unwrap();
+        let began = Instant::now();
+        let disposed = run.dispose().await;
+        (result, disposed, began.elapsed())
+    });
+    assert_eq!((result.stop_reason, result.text()), (StopReason::Completed, "done".to_owned()));
+    assert!(disposed.is_ok(), "{disposed:?}");
+    assert!(took < Duration::from_millis(1_500), "a finished agent is not owed the full EOF grace: {took:?}");
+    let (eof, term) = (logged_at(home.path(), "deaf-to-eof", "eof"), logged_at(home.path(), "deaf-to-eof", "sigterm"));
+    let waited = term.zip(eof).map(|(term, eof)| term.saturating_sub(eof));
+    assert!(
+        waited.is_some_and(|waited| waited < Duration::from_millis(1_200)),
+        "it saw EOF, lived on, and the ladder SIGTERMed it: {:?}",
+        logged(home.path(), "deaf-to-eof")
+    );
+    no_children_left(&runtime);
+    no_process_mentions(home.path());
+}
+
+#[test]
+fn an_agent_with_a_prompt_in_flight_at_dispose_gets_the_full_eof_grace_before_sigterm() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    // Takes the prompt and never answers it (nor session/cancel), lives on
+    // after EOF.
+    let then = "trap 'note sigterm; exit 0' TERM\ntake\ncat > /dev/null\nnote eof\nsleep 1000";
+    let mut config = shell_agent(home.path(), "busy", then);
+    config.dispose_eof_grace = Duration::from_secs(2);
+    config.dispose_idle_eof_grace = Duration::from_millis(100);
+    let subagents = register(&runtime, config);
+    let cwd = home.path().to_path_buf();
+    let (result, disposed, took) = runtime.block_on(async move {
+        let run = subagents.start("busy", request("work", &cwd)).await.unwrap();
+        run.cancel();
+        let result = run.result().await.unwrap();
+        let began = Instant::now();
+        let disposed = run.dispose().await;
+        (result, disposed, began.elapsed())
+    });
+    assert_eq!(result.stop_reason, StopReason::Aborted, "settled by the runtime's cancel grace");
+    assert!(disposed.is_ok(), "{disposed:?}");
+    let (eof, term) = (logged_at(home.path(), "busy", "eof"), logged_at(home.path(), "busy", "sigterm"));
+    let waited = term.zip(eof).map(|(term, eof)| term.saturating_sub(eof));
+    // The agent notes EOF a moment after we close its stdin: 100 ms of slack.
+    assert!(
+        waited.is_some_and(|waited| waited >= Duration::from_millis(1_900)),
+        "SIGTERMed only after the full 2 s, not the 100 ms idle grace: {:?}",
+        logged(home.path(), "busy")
+    );
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(8), "{took:?}");
+    no_children_left(&runtime);
+    no_process_mentions(home.path());
+}
+
+#[test]
+fn an_agent_still_writing_after_its_answer_finishes_its_writes_and_exits_unsignalled() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    // Answers at once, then writes a late line every 100 ms for a second
+    // (past EOF, past the idle grace), then exits on its own.
+    let then = "trap 'note sigterm; exit 0' TERM\ntake\nchunk done\nanswer '{\"stopReason\":\"end_turn\"}'\n\
+                for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.1; chunk \"late $i\"; done\nnote finished";
+    let mut config = shell_agent(home.path(), "chatty", then);
+    config.dispose_eof_grace = Duration::from_secs(6);
+    config.dispose_idle_eof_grace = Duration::from_millis(500);
+    let subagents = register(&runtime, config);
+    let cwd = home.path().to_path_buf();
+    let (result, disposed, took) = runtime.block_on(async move {
+        let run = subagents.start("chatty", request("work", &cwd)).await.unwrap();
+        let result = run.result().await.unwrap();
+        let began = Instant::now();
+        let disposed = run.dispose().await;
+        (result, disposed, began.elapsed())
+    });
+    assert_eq!(result.stop_reason, StopReason::Completed);
+    assert!(disposed.is_ok(), "{disposed:?}");
+    let events: Vec<String> = logged(home.path(), "chatty").into_iter().map(|(event, _)| event).collect();
+    assert_eq!(events, ["finished"], "its late lines were read to the end and it was never signalled");
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(6), "it exited on its own: {took:?}");
     no_children_left(&runtime);
     no_process_mentions(home.path());
 }

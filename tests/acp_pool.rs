@@ -2,15 +2,20 @@
 //! `subagents acp` as the agent: processes are reused and counted in
 //! `/proc`, every run gets a fresh session, a dead process is replaced, idle
 //! ones are reaped, a cancelled run leaves the pool usable, and nothing is
-//! left after provider removal or runtime shutdown.
+//! left after provider removal or runtime shutdown. Shell stand-ins
+//! (`acp/stand_ins.rs`) play an agent that never answers and one that
+//! ignores stdin EOF, whose drain takes the idle EOF grace.
 
 mod common;
+#[path = "acp/stand_ins.rs"]
+mod stand_ins;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{no_children_left, no_process_mentions, processes_mentioning, runtime_at as runtime};
+use stand_ins::{ignores_eof, logged, logged_at, shell_agent};
 use subagents::providers::{AcpConfig, AcpProvider, PoolConfig, Reuse};
 use subagents::{CancellationToken, Parent, Registration, Runtime, StartRequest, StopReason, Subagents};
 
@@ -214,21 +219,8 @@ fn a_cancelled_run_leaves_its_pooled_process_idle_for_the_next_run() {
 /// A shell agent that answers `initialize` and one `session/new`, then
 /// reads prompts and never answers them (nor `session/cancel`).
 fn deaf_agent(dir: &Path) -> AcpConfig {
-    let script = r#"#!/bin/sh
-reply() {
-  read -r line || exit 0
-  id=$(printf '%s' "$line" | sed -E 's/.*"id":("[^"]*"|[0-9]+).*/\1/')
-  printf '{"jsonrpc":"2.0","id":%s,"result":%s}\n' "$id" "$1"
-}
-reply '{"protocolVersion":1,"agentCapabilities":{}}'
-reply '{"sessionId":"s1"}'
-while read -r line; do :; done
-"#;
-    let path = dir.join("deaf-agent");
-    std::fs::write(&path, script).unwrap();
-    let mut config = AcpConfig::new("pooled", "/bin/sh", vec![path.display().to_string()]);
-    config.dispose_eof_grace = Duration::from_millis(300);
-    config.dispose_grace = Duration::from_millis(300);
+    let mut config = shell_agent(dir, "deaf-agent", "while read -r line; do :; done");
+    config.name = "pooled".to_owned();
     config.reuse = Reuse::Pooled(PoolConfig { cancel_grace: Duration::from_millis(300), ..cold_pool() });
     config
 }
@@ -290,4 +282,28 @@ fn runtime_shutdown_drains_the_warm_pool() {
     let report = runtime.shutdown_blocking();
     assert!(report.phases.iter().all(|phase| !phase.timed_out), "{report:?}");
     no_process_mentions(&agent_home(home.path()));
+}
+
+#[test]
+fn a_drained_pool_disposes_an_idle_agent_that_ignores_eof_within_a_second() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let mut config = ignores_eof(home.path(), "deaf-to-eof");
+    config.name = "pooled".to_owned();
+    config.reuse = Reuse::Pooled(cold_pool());
+    let (subagents, registration) = register(&runtime, config);
+    let (_, stop, text) = lifecycle(&runtime, &subagents, "work", home.path());
+    assert_eq!((stop, text.as_str()), (StopReason::Completed, "done"));
+    assert_eq!(processes_mentioning(&home.path().join("deaf-to-eof")).len(), 1, "back in the pool, idle");
+    let began = Instant::now();
+    drop(registration);
+    let gone =
+        eventually(Duration::from_secs(10), || processes_mentioning(&home.path().join("deaf-to-eof")).is_empty());
+    let took = began.elapsed();
+    assert!(gone && took < Duration::from_millis(1_500), "an idle pooled agent takes the idle grace: {took:?}");
+    let (eof, term) = (logged_at(home.path(), "deaf-to-eof", "eof"), logged_at(home.path(), "deaf-to-eof", "sigterm"));
+    assert!(eof.is_some() && term.is_some(), "it ignored EOF until SIGTERM: {:?}", logged(home.path(), "deaf-to-eof"));
+    assert!(eventually(Duration::from_secs(2), || runtime.live().processes == 0));
+    no_children_left(&runtime);
+    runtime.shutdown_blocking();
 }

@@ -32,9 +32,13 @@
 //!
 //! **Cancel** sends `session/cancel`; the run settles `Aborted` even if the
 //! child ignores it (after the runtime's cancel grace). **Dispose** closes
-//! the connection (stdin EOF), waits `dispose_eof_grace`, SIGTERMs the
-//! group, waits `dispose_grace`, SIGKILLs, and fails loudly if any process
-//! of the group survives. Child output lines are capped, so a child that
+//! the connection (stdin EOF), waits for the agent to exit on its own,
+//! SIGTERMs the group, waits `dispose_grace`, SIGKILLs, and fails loudly if
+//! any process of the group survives. The wait after EOF is
+//! `dispose_eof_grace` while a prompt is unanswered, else
+//! `dispose_idle_eof_grace` past the agent's last line (see `dispose.rs`):
+//! agents that never exit on EOF cost half a second, not six, once their
+//! run finished. Child output lines are capped, so a child that
 //! floods stdout cannot grow memory without bound. Diagnostics carry only
 //! stage and category, never stderr (discarded) or payloads.
 //!
@@ -54,6 +58,7 @@
 //! branch for whatever the agent itself started: ACP does not tell a client
 //! about an agent's own subagents.
 
+mod dispose;
 mod pool;
 mod process;
 
@@ -79,6 +84,7 @@ use tokio_util::codec::AnyDelimiterCodecError;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use tokio_util::sync::CancellationToken;
 
+use self::dispose::{Activity, Graces};
 use self::pool::Pool;
 pub use self::pool::PoolConfig;
 use self::process::{AgentProcess, Answer, Route};
@@ -141,8 +147,13 @@ pub struct AcpConfig {
     /// `PREFIX*`; credential-shaped names are never passed (see
     /// [the child environment](super#child-environment)).
     pub inherit_env: Vec<String>,
-    /// Grace after stdin EOF (6 s).
+    /// Grace after stdin EOF while a prompt is unanswered (6 s); the
+    /// longest the agent is left to exit on its own.
     pub dispose_eof_grace: Duration,
+    /// Grace after stdin EOF, and after the agent's last line, when every
+    /// prompt was answered (500 ms): a finished agent that ignores EOF is
+    /// SIGTERMed then. At most `dispose_eof_grace`.
+    pub dispose_idle_eof_grace: Duration,
     /// Grace after SIGTERM (3 s).
     pub dispose_grace: Duration,
     /// One process per run (the default) or a warm pool of them.
@@ -181,6 +192,10 @@ impl AcpConfig {
             env: Vec::new(),
             inherit_env: Vec::new(),
             dispose_eof_grace: Duration::from_secs(6),
+            // An agent that exits at EOF does so in milliseconds (our own
+            // `subagents acp` is disposed in 2.6–3.5 ms, benches/acp_dispose.rs);
+            // one that ignores EOF is SIGTERMed then: 506–507 ms in all.
+            dispose_idle_eof_grace: Duration::from_millis(500),
             dispose_grace: Duration::from_secs(3),
             reuse: Reuse::PerRun,
         }
@@ -226,7 +241,7 @@ impl AcpProvider {
         let lease = crate::live::ProcessLease::new(Arc::new(LiveCounters::default()));
         let mut spawned = spawn(&config.command, &config.args, &cwd, config.child_env(), lease)
             .map_err(|e| failed(format!("spawn: {e}")))?;
-        let transport = transport(&mut spawned, Arc::default());
+        let transport = transport(&mut spawned, Arc::default(), Arc::default());
         let probe = Client
             .v1()
             .name("subagents")
@@ -264,19 +279,28 @@ fn features(response: &InitializeResponse) -> AgentFeatures {
 /// endless line costs at most [`MAX_LINE`](super::child_process::MAX_LINE),
 /// and a line that is not JSON ends the connection (the crate would answer
 /// it and wait on, so a babbling child would hang the run). `broken` is
-/// set when either happens.
+/// set when either happens. Every line is `heard` by `activity`; once the
+/// connection is gone (a dispose), lines are still read and dropped until
+/// the child closes its stdout.
 fn transport(
     spawned: &mut Spawned,
     broken: Arc<AtomicBool>,
+    activity: Arc<Activity>,
 ) -> ByteStreams<impl futures_util::AsyncWrite, impl futures_util::AsyncRead> {
     let stdin = spawned.stdin.take().expect("piped");
     let stdout = spawned.stdout.take().expect("piped");
-    let (mut into_crate, from_pump) = tokio::io::duplex(64 * 1024);
+    let (into_crate, from_pump) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
         let mut lines = lines(stdout);
+        // `None` once the connection is gone: an agent still writing during
+        // its EOF grace is neither blocked on a full pipe nor killed by
+        // a closed one (EPIPE), and its lines still count as activity.
+        let mut into_crate = Some(into_crate);
         loop {
             match lines.next().await {
                 Some(Ok(line)) => {
+                    activity.heard();
+                    let Some(connection) = into_crate.as_mut() else { continue };
                     let blank = line.iter().all(u8::is_ascii_whitespace);
                     if !blank && serde_json::from_slice::<serde::de::IgnoredAny>(&line).is_err() {
                         tracing::warn!("an ACP child wrote a line that is not JSON");
@@ -285,8 +309,8 @@ fn transport(
                     }
                     let mut line = Vec::from(line);
                     line.push(b'\n');
-                    if into_crate.write_all(&line).await.is_err() {
-                        break;
+                    if connection.write_all(&line).await.is_err() {
+                        into_crate = None;
                     }
                 }
                 None | Some(Err(AnyDelimiterCodecError::Io(_))) => break,
@@ -390,7 +414,7 @@ async fn start(
         text,
         answer: RefCell::new(None),
         pool,
-        grace: (config.dispose_eof_grace, config.dispose_grace),
+        graces: Graces::of(&config),
         cancel,
         reaped: Rc::new(Cell::new(None)),
     }))
@@ -518,7 +542,7 @@ struct AcpChild {
     answer: RefCell<Option<watch::Receiver<Option<Answer>>>>,
     /// Where the process goes back to at dispose (pooled mode).
     pool: Option<Arc<Pool>>,
-    grace: (Duration, Duration),
+    graces: Graces,
     cancel: CancellationToken,
     /// The agent's pid, once dispose reaped it.
     reaped: Rc<Cell<Option<u32>>>,
@@ -568,10 +592,10 @@ impl Child for AcpChild {
         let (process, session_id, pool) = (self.process.clone(), self.session_id.clone(), self.pool.clone());
         let answer = self.answer.borrow().clone();
         let reaped = self.reaped.clone();
-        let (eof_grace, grace) = self.grace;
+        let graces = self.graces;
         Box::pin(async move {
             let Some(pool) = pool else {
-                let released = process.dispose(eof_grace, grace).await;
+                let released = process.dispose(graces).await;
                 // The ladder reaps the agent whether or not its group went quietly.
                 reaped.set(Some(process.pid));
                 return released;

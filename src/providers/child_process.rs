@@ -6,10 +6,12 @@
 //! ([`inherited`] decides a name; the policy is documented in the
 //! `providers` module doc, "Child environment").
 //!
-//! **Ladder**: close stdin, wait `eof_grace` for the child to exit; SIGTERM
-//! the process group, wait `grace`; SIGKILL the group. The child is reaped,
-//! and the ladder fails loudly (`Err`) if anything of its process group
-//! still lives afterwards.
+//! **Ladder**: close stdin, wait for the child to exit until the EOF phase
+//! ends; SIGTERM the process group, wait `grace`; SIGKILL the group. The
+//! child is reaped, and the ladder fails loudly (`Err`) if anything of its
+//! process group still lives afterwards. The caller says when the EOF phase
+//! ends: a fixed `dispose_eof_grace` (`tokio::time::sleep`), or sooner when
+//! it knows the child is idle (the `acp` provider's `dispose_idle_eof_grace`).
 //! Signals go through `nix` (no `unsafe`); the survivor check scans
 //! `/proc`, so it runs on a blocking thread, never on the actor thread that
 //! climbs the ladder.
@@ -161,10 +163,18 @@ pub(crate) fn spawn(
 
 impl Spawned {
     /// The dispose ladder; `Ok` once the child and its whole process group
-    /// are gone.
-    pub(crate) async fn dispose(mut self, eof_grace: Duration, grace: Duration) -> Result<(), Failure> {
+    /// are gone. The child may exit on its own until `eof_phase` ends.
+    pub(crate) async fn dispose(
+        mut self,
+        eof_phase: impl std::future::Future<Output = ()>,
+        grace: Duration,
+    ) -> Result<(), Failure> {
         drop(self.stdin.take()); // EOF
-        let exited = tokio::time::timeout(eof_grace, self.child.wait()).await.is_ok();
+        let exited = tokio::select! {
+            biased;
+            _ = self.child.wait() => true,
+            () = eof_phase => false,
+        };
         if !exited {
             signal_group(self.pid, Signal::SIGTERM);
             if tokio::time::timeout(grace, self.child.wait()).await.is_err() {

@@ -338,7 +338,7 @@ impl Child for ProcessChild {
                 return Ok(());
             };
             let pid = spawned.pid;
-            let released = spawned.dispose(eof_grace, grace).await;
+            let released = spawned.dispose(tokio::time::sleep(eof_grace), grace).await;
             // The ladder reaps the child whether or not its group went quietly.
             *shared.report.borrow_mut() = StopReport::new().with_process(pid).with_children(runs);
             released

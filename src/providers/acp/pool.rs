@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::dispose::Graces;
 use super::process::AgentProcess;
 use super::AcpConfig;
 use crate::live::{LiveCounters, ProcessLease};
@@ -239,7 +240,7 @@ impl Pool {
     }
 
     async fn dispose(&self, process: Arc<AgentProcess>) {
-        if let Err(failure) = process.dispose(self.acp.dispose_eof_grace, self.acp.dispose_grace).await {
+        if let Err(failure) = process.dispose(Graces::of(&self.acp)).await {
             tracing::error!(provider = %self.acp.name, pid = process.pid, ?failure, "a pooled ACP process survived its dispose ladder");
         }
     }

@@ -9,7 +9,8 @@
 //! see each other's text or progress. A prompt is awaited on its own task:
 //! a run's dispose can then tell whether the agent has answered it (a
 //! pooled process must not go back to the pool with a prompt still
-//! running).
+//! running), and the process counts its unanswered prompts, which decide
+//! how long its dispose ladder waits after EOF ([`super::dispose`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,7 @@ use agent_client_protocol::{v1, Client};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::dispose::{Activity, Graces};
 use super::{choose, initialize, note_update, stop_reason_of, transport, AcpConfig, DelegatedText};
 use super::{Connection, HANDSHAKE_TIMEOUT};
 use crate::live::ProcessLease;
@@ -68,6 +70,8 @@ pub(super) struct AgentProcess {
     /// Tripped when the connection ended (the agent closed its stdout or
     /// died).
     ended: CancellationToken,
+    /// Its unanswered prompts and last line, for the dispose ladder.
+    activity: Arc<Activity>,
     close: Mutex<Option<oneshot::Sender<()>>>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     spawned: Mutex<Option<Spawned>>,
@@ -96,9 +100,11 @@ impl AgentProcess {
             Some(Category::StartupFailed)
         })?;
         let (routes, broken, ended) = (Routes::default(), Arc::new(AtomicBool::new(false)), CancellationToken::new());
+        let activity = Arc::new(Activity::default());
         let (ready, connected) = oneshot::channel::<Connection>();
         let (close, closed) = oneshot::channel::<()>();
-        let serve = connection(&mut spawned, config, routes.clone(), broken.clone(), ready, closed, ended.clone());
+        let seen = Seen { routes: routes.clone(), broken: broken.clone(), activity: activity.clone() };
+        let serve = connection(&mut spawned, config, seen, ready, closed, ended.clone());
         let task = tokio::spawn(serve);
         let handshake = async {
             let cx = connected.await.map_err(|_| Category::ChildCrashed)?;
@@ -120,6 +126,7 @@ impl AgentProcess {
                 routes,
                 broken,
                 ended,
+                activity,
                 close: Mutex::new(Some(close)),
                 task: Mutex::new(Some(task)),
                 pid: spawned.pid,
@@ -170,8 +177,9 @@ impl AgentProcess {
     /// once the agent gives it (awaited on its own task, so a run's
     /// dispose can see whether it came).
     pub(super) fn prompt(&self, session_id: &SessionId, text: String) -> watch::Receiver<Option<Answer>> {
+        self.activity.prompt_sent();
         let sent = self.cx.send_request(PromptRequest::new(session_id.clone(), vec![AcpBlock::from(text)]));
-        let broken = self.broken.clone();
+        let (broken, activity) = (self.broken.clone(), self.activity.clone());
         let (answer, answered) = watch::channel(None);
         tokio::spawn(async move {
             let answered = sent.block_task().await;
@@ -180,6 +188,11 @@ impl AgentProcess {
                 Err(_) if broken.load(Ordering::Acquire) => Answer::Failed(Category::Protocol),
                 Err(error) => Answer::Failed(category_of(&error)),
             };
+            // Only the agent's own answer ends its prompt: a connection that
+            // closed first (a dispose mid-prompt) leaves it still working.
+            if matches!(outcome, Answer::Stopped(_) | Answer::Failed(Category::ChildError)) {
+                activity.prompt_answered();
+            }
             let _ = answer.send(Some(outcome));
         });
         answered
@@ -204,9 +217,10 @@ impl AgentProcess {
         }
     }
 
-    /// The dispose ladder: close the connection (stdin EOF), wait
-    /// `eof_grace`, SIGTERM the group, wait `grace`, SIGKILL.
-    pub(super) async fn dispose(&self, eof_grace: Duration, grace: Duration) -> Result<(), Failure> {
+    /// The dispose ladder: close the connection (stdin EOF), wait for the
+    /// EOF phase ([`Activity::eof_phase`]), SIGTERM the group, wait
+    /// `graces.term`, SIGKILL.
+    pub(super) async fn dispose(&self, graces: Graces) -> Result<(), Failure> {
         let task = self.end_connection();
         // The connection closes its writer on the way out: stdin EOF.
         if let Some(mut task) = task {
@@ -216,7 +230,7 @@ impl AgentProcess {
         }
         let spawned = lock(&self.spawned).take();
         match spawned {
-            Some(spawned) => spawned.dispose(eof_grace, grace).await,
+            Some(spawned) => spawned.dispose(self.activity.eof_phase(graces), graces.term).await,
             None => Ok(()),
         }
     }
@@ -243,19 +257,27 @@ fn category_of(error: &agent_client_protocol::Error) -> Category {
     }
 }
 
+/// What the connection task records of the agent: its sessions' updates
+/// (by route), a broken protocol, its activity.
+struct Seen {
+    routes: Routes,
+    broken: Arc<AtomicBool>,
+    activity: Arc<Activity>,
+}
+
 /// The connection task: hands out the connection, then serves the agent's
 /// notifications (routed by session) and permission requests until
 /// `closed` fires or the agent goes away; trips `ended` on the way out.
 fn connection(
     spawned: &mut Spawned,
     config: &AcpConfig,
-    routes: Routes,
-    broken: Arc<AtomicBool>,
+    seen: Seen,
     ready: oneshot::Sender<Connection>,
     closed: oneshot::Receiver<()>,
     ended: CancellationToken,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let transport = transport(spawned, broken);
+    let Seen { routes, broken, activity } = seen;
+    let transport = transport(spawned, broken, activity);
     let permission = config.permission;
     async move {
         let _ended = ended.drop_guard();
