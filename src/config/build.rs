@@ -92,6 +92,7 @@ pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) ->
         ("delay", &table.delay),
         ("dispose_eof_grace", &table.dispose_eof_grace),
         ("dispose_grace", &table.dispose_grace),
+        ("dispose_idle_eof_grace", &table.dispose_idle_eof_grace),
         ("shutdown_timeout", &table.shutdown_timeout),
         ("connect_timeout", &table.connect_timeout),
         ("publish_timeout", &table.publish_timeout),
@@ -434,6 +435,9 @@ impl Config {
         }
         if let Some(grace) = resolved.durations.get("dispose_grace") {
             config.dispose_grace = *grace;
+        }
+        if let Some(grace) = resolved.durations.get("dispose_idle_eof_grace") {
+            config.dispose_idle_eof_grace = *grace;
         }
         let pooled = table.reuse.as_ref().is_some_and(|reuse| matches!(reuse.get_ref(), ReuseName::Pooled));
         if pooled {

@@ -66,7 +66,7 @@ impl Kind {
         let own: &[&str] = match self {
             Kind::Spawn | Kind::Fork => IN_PROCESS,
             Kind::Mock => &["reply", "echo_prompt", "delay", "stop_reason"],
-            Kind::Acp => &["command", "args", "permission", "reuse", "pool"],
+            Kind::Acp => &["command", "args", "permission", "reuse", "pool", "dispose_idle_eof_grace"],
             Kind::Process => &["bin", "profile", "home", "model", "max_tokens", "shutdown_timeout"],
             Kind::Remote => &["nats", "pool", "connect_timeout", "publish_timeout", "dispose_wait"],
             Kind::Chaos => &["wraps", "seed", "faults"],
@@ -106,6 +106,7 @@ pub(super) struct ProviderTable {
     pub(super) cwd: Option<Spanned<String>>,
     pub(super) dispose_eof_grace: Option<Spanned<String>>,
     pub(super) dispose_grace: Option<Spanned<String>>,
+    pub(super) dispose_idle_eof_grace: Option<Spanned<String>>,
     // process
     pub(super) bin: Option<Spanned<String>>,
     pub(super) profile: Option<Spanned<String>>,
@@ -217,6 +218,7 @@ pub(super) fn keys_set(table: &ProviderTable) -> Vec<(&'static str, std::ops::Ra
         cwd,
         dispose_eof_grace,
         dispose_grace,
+        dispose_idle_eof_grace,
         bin,
         profile,
         home,
