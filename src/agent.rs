@@ -43,8 +43,8 @@ use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 pub use model::{
-    ChunkSink, DelayRule, Finish, Model, ModelError, ModelReply, ModelRequest, ModelSpec, RecordingModel, ReplayModel,
-    Responder, ScriptMatch, ScriptedModel, Step, Tape, Usage,
+    ChunkSink, DelayRule, Finish, Model, ModelError, ModelReply, ModelRequest, ModelSpec, Oversize, RecordingModel,
+    ReplayModel, Responder, ScriptMatch, ScriptedModel, Step, Tape, Usage,
 };
 #[cfg(feature = "openai")]
 pub use model::{OpenAiConfig, OpenAiModel};
