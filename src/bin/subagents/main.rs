@@ -19,7 +19,8 @@
 //!
 //! `--model scripted` (the default) needs no key and no network;
 //! `--model openai:NAME` talks to an OpenAI-compatible endpoint configured by
-//! `SUBAGENTS_BASE_URL` and `SUBAGENTS_API_KEY`.
+//! `SUBAGENTS_BASE_URL` and `SUBAGENTS_API_KEY`, held to the bounds the
+//! `SUBAGENTS_MODEL_*` variables set (see `OpenAiConfig`).
 //!
 //! # Exit codes
 //!
