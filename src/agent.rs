@@ -52,8 +52,8 @@ pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;
 pub(crate) use session::completed_prefix;
 pub use session::{
-    new_session_id, LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, StoredSession,
-    ToolCall,
+    new_session_id, LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, SessionSummary,
+    StoredSession, ToolCall, DEFAULT_MAX_LINE_BYTES,
 };
 pub use tools::{FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset};
 pub use turn::{AgentUpdate, ToolCallStatus, TurnError, TurnErrorKind, TurnOutcome};
