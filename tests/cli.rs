@@ -16,7 +16,7 @@ mod sessions;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -36,6 +36,57 @@ fn text(bytes: &[u8]) -> String {
 /// The binary's output, bounded: a hung command fails the test.
 fn run(command: &mut Command) -> Output {
     common::output_within(command, common::WAIT_LIMIT, "the subagents binary")
+}
+
+/// `command`'s output, or a failed test if it runs longer than `within`
+/// (it is killed): for a command that might hang.
+fn run_within(command: &mut Command, within: Duration) -> Output {
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the binary runs");
+    // Drained on threads so that a chatty child never stalls on a full pipe.
+    let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{command:?} was still running after {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
+}
+
+/// Runs `command` to its end and returns its peak resident set in KiB, as
+/// the kernel counted it (`wait4`'s `ru_maxrss`): exact even for a command
+/// that lives a few milliseconds.
+fn peak_rss_kib(command: &mut Command) -> (ExitStatus, u64) {
+    use std::os::unix::process::ExitStatusExt;
+    let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `pid` is our child, waited for by no one else; both
+        // pointers are valid for the call.
+        let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if waited == pid {
+            break;
+        }
+        assert_eq!(std::io::Error::last_os_error().kind(), std::io::ErrorKind::Interrupted, "wait4 failed");
+    }
+    (ExitStatus::from_raw(status), u64::try_from(usage.ru_maxrss).unwrap_or(0))
 }
 
 /// `bytes` written as `name` in `dir`.
