@@ -70,6 +70,7 @@ fn run_within(command: &mut Command, within: Duration) -> Output {
 /// Runs `command` to its end and returns its peak resident set in KiB, as
 /// the kernel counted it (`wait4`'s `ru_maxrss`): exact even for a command
 /// that lives a few milliseconds.
+#[expect(clippy::zombie_processes, reason = "wait4 reaps the child; Child::wait cannot return its rusage")]
 fn peak_rss_kib(command: &mut Command) -> (ExitStatus, u64) {
     use std::os::unix::process::ExitStatusExt;
     let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();

@@ -246,8 +246,8 @@ fn size(bytes: usize) -> String {
     const MIB: usize = 1 << 20;
     match bytes {
         0 => "0 bytes".to_owned(),
-        _ if bytes % MIB == 0 => format!("{} MiB", bytes / MIB),
-        _ if bytes % KIB == 0 => format!("{} KiB", bytes / KIB),
+        _ if bytes.is_multiple_of(MIB) => format!("{} MiB", bytes / MIB),
+        _ if bytes.is_multiple_of(KIB) => format!("{} KiB", bytes / KIB),
         _ => format!("{bytes} bytes"),
     }
 }
