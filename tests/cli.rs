@@ -38,35 +38,6 @@ fn run(command: &mut Command) -> Output {
     common::output_within(command, common::WAIT_LIMIT, "the subagents binary")
 }
 
-/// `command`'s output, or a failed test if it runs longer than `within`
-/// (it is killed): for a command that might hang.
-fn run_within(command: &mut Command, within: Duration) -> Output {
-    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the binary runs");
-    // Drained on threads so that a chatty child never stalls on a full pipe.
-    let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = pipe.read_to_end(&mut bytes);
-            bytes
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().unwrap()));
-    let stderr = drain(Box::new(child.stderr.take().unwrap()));
-    let deadline = Instant::now() + within;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{command:?} was still running after {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
-}
-
 /// Runs `command` to its end and returns its peak resident set in KiB, as
 /// the kernel counted it (`wait4`'s `ru_maxrss`): exact even for a command
 /// that lives a few milliseconds.

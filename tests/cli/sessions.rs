@@ -5,11 +5,10 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::Output;
-use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{peak_rss_kib, run, run_within, subagents, text};
+use super::{peak_rss_kib, run, subagents, text};
 
 /// A session file as a run writes it under `sessions`: its header naming
 /// `parent`, `events` (JSON lines), then a completed turn.
@@ -33,9 +32,9 @@ fn home_with_sessions() -> (tempfile::TempDir, std::path::PathBuf) {
     (home, sessions)
 }
 
-/// `subagents sessions ARGS --home HOME`, failed if it runs 60 s.
+/// `subagents sessions ARGS --home HOME` (bounded, as every `run`).
 fn sessions_in(home: &Path, args: &[&str]) -> Output {
-    run_within(subagents().arg("sessions").args(args).arg("--home").arg(home), Duration::from_secs(60))
+    run(subagents().arg("sessions").args(args).arg("--home").arg(home))
 }
 
 #[test]

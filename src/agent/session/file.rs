@@ -19,7 +19,6 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use nix::libc;
 use serde::{Deserialize, Serialize};
 
 use super::{SessionError, SessionEvent, SessionHeader};
