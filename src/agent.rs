@@ -43,8 +43,8 @@ use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 pub use model::{
-    ChunkSink, DelayRule, Finish, Model, ModelError, ModelReply, ModelRequest, ModelSpec, RecordingModel, ReplayModel,
-    Responder, ScriptMatch, ScriptedModel, Step, Tape, Usage,
+    ChunkSink, DelayRule, Finish, Model, ModelError, ModelReply, ModelRequest, ModelSpec, Oversize, RecordingModel,
+    ReplayModel, Responder, ScriptMatch, ScriptedModel, Step, Tape, Usage,
 };
 #[cfg(feature = "openai")]
 pub use model::{OpenAiConfig, OpenAiModel};
@@ -52,8 +52,8 @@ pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;
 pub(crate) use session::completed_prefix;
 pub use session::{
-    new_session_id, LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, StoredSession,
-    ToolCall,
+    new_session_id, LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, SessionSummary,
+    StoredSession, ToolCall, DEFAULT_MAX_LINE_BYTES,
 };
 pub use tools::{FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset};
 pub use turn::{AgentUpdate, ToolCallStatus, TurnError, TurnErrorKind, TurnOutcome};

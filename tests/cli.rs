@@ -16,7 +16,7 @@ mod sessions;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -36,6 +36,29 @@ fn text(bytes: &[u8]) -> String {
 /// The binary's output, bounded: a hung command fails the test.
 fn run(command: &mut Command) -> Output {
     common::output_within(command, common::WAIT_LIMIT, "the subagents binary")
+}
+
+/// Runs `command` to its end and returns its peak resident set in KiB, as
+/// the kernel counted it (`wait4`'s `ru_maxrss`): exact even for a command
+/// that lives a few milliseconds.
+#[expect(clippy::zombie_processes, reason = "wait4 reaps the child; Child::wait cannot return its rusage")]
+fn peak_rss_kib(command: &mut Command) -> (ExitStatus, u64) {
+    use std::os::unix::process::ExitStatusExt;
+    let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `pid` is our child, waited for by no one else; both
+        // pointers are valid for the call.
+        let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if waited == pid {
+            break;
+        }
+        assert_eq!(std::io::Error::last_os_error().kind(), std::io::ErrorKind::Interrupted, "wait4 failed");
+    }
+    (ExitStatus::from_raw(status), u64::try_from(usage.ru_maxrss).unwrap_or(0))
 }
 
 /// `bytes` written as `name` in `dir`.

@@ -24,6 +24,15 @@ enum Reply {
     Stream { events: Vec<Value>, done: bool, hang: bool },
     /// Accept, read the request, never answer.
     Silent,
+    /// `head` (status line and headers), then `chunk` every `every` until
+    /// the client goes away: an endpoint that never stops talking.
+    Endless { head: String, chunk: Vec<u8>, every: Duration },
+}
+
+/// An endless server-sent event stream writing `chunk` every `every`.
+fn endless_stream(chunk: impl Into<Vec<u8>>, every: Duration) -> Reply {
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n".to_owned();
+    Reply::Endless { head, chunk: chunk.into(), every }
 }
 
 fn ok(body: Value) -> Reply {
@@ -117,6 +126,14 @@ async fn serve(mut socket: TcpStream, reply: Option<Reply>, log: Arc<Mutex<Vec<R
     match reply {
         None | Some(Reply::Silent) => {
             let _ = socket.read(&mut [0u8; 16]).await;
+        }
+        Some(Reply::Endless { head, chunk, every }) => {
+            let _ = socket.write_all(head.as_bytes()).await;
+            // A write fails once the client has closed the connection.
+            while socket.write_all(&chunk).await.is_ok() && socket.flush().await.is_ok() {
+                tokio::time::sleep(every).await;
+            }
+            closed.store(true, Ordering::SeqCst);
         }
         Some(Reply::Whole { status, headers, body }) => {
             let mut response = format!(
@@ -384,7 +401,7 @@ async fn an_unreachable_endpoint_and_a_silent_one_fail_without_hanging() {
 }
 
 #[test]
-fn configuration_comes_from_the_environment_and_bad_urls_are_refused() {
+fn configuration_and_bounds_come_from_the_environment_and_bad_values_are_refused() {
     // The only test in this binary that touches these variables.
     std::env::remove_var("SUBAGENTS_MODEL");
     assert!(matches!(OpenAiConfig::from_env(), Err(ModelError::Config(_))));
@@ -395,7 +412,33 @@ fn configuration_comes_from_the_environment_and_bad_urls_are_refused() {
     assert_eq!((config.model.as_str(), config.base_url.as_str()), ("deepseek-chat", "http://127.0.0.1:9/v1"));
     assert_eq!(config.api_key.as_deref(), Some("sk-env"));
     assert!(!format!("{config:?}").contains("sk-env"), "the key is redacted from Debug");
-    for name in ["SUBAGENTS_MODEL", "SUBAGENTS_BASE_URL", "SUBAGENTS_API_KEY"] {
+    assert_eq!((config.max_answer_bytes, config.max_tool_calls), (64 << 20, 128), "the default bounds");
+    assert_eq!(config.call_deadline, Duration::from_secs(600));
+
+    let bounds = [
+        ("SUBAGENTS_MODEL_MAX_ANSWER_MIB", "8"),
+        ("SUBAGENTS_MODEL_MAX_ERROR_BODY_MIB", "2"),
+        ("SUBAGENTS_MODEL_MAX_TOOL_CALLS", "16"),
+        ("SUBAGENTS_MODEL_MAX_TOOL_ARGUMENTS_MIB", "3"),
+        ("SUBAGENTS_MODEL_DEADLINE_SECS", "90"),
+    ];
+    for (name, value) in bounds {
+        std::env::set_var(name, value);
+    }
+    let config = OpenAiConfig::from_env().unwrap();
+    assert_eq!(
+        (config.max_answer_bytes, config.max_error_body_bytes, config.max_tool_calls, config.max_tool_argument_bytes),
+        (8 << 20, 2 << 20, 16, 3 << 20)
+    );
+    assert_eq!(config.call_deadline, Duration::from_secs(90));
+    std::env::set_var("SUBAGENTS_MODEL_MAX_TOOL_CALLS", "lots");
+    let refused = OpenAiConfig::from_env().unwrap_err().to_string();
+    assert!(refused.contains("SUBAGENTS_MODEL_MAX_TOOL_CALLS must be a whole number"), "{refused}");
+    std::env::set_var("SUBAGENTS_MODEL_MAX_TOOL_CALLS", "16");
+    std::env::set_var("SUBAGENTS_MODEL_DEADLINE_SECS", "0");
+    let refused = OpenAiModel::new(OpenAiConfig::from_env().unwrap()).unwrap_err().to_string();
+    assert!(refused.contains("call_deadline is 0"), "a bound that fails every call is refused: {refused}");
+    for name in ["SUBAGENTS_MODEL", "SUBAGENTS_BASE_URL", "SUBAGENTS_API_KEY"].into_iter().chain(bounds.map(|b| b.0)) {
         std::env::remove_var(name);
     }
     assert!(matches!(OpenAiModel::new(OpenAiConfig::new("ftp://x", "m")), Err(ModelError::Config(_))));
@@ -424,4 +467,154 @@ async fn a_non_transient_server_status_is_not_retried_and_an_html_page_becomes_o
         assert!(line.chars().count() <= 201, "{} chars", line.chars().count());
         assert_eq!(error.reason, format!("the model endpoint answered {status}"), "the safe reason names the status");
     }
+}
+
+/// `future`'s output; a test that would hang fails after 20 s instead.
+async fn within_20_s<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), future).await.expect("bounded by the adapter, not by the test")
+}
+
+/// The run ended `error` with `reason` as its safe diagnostic reason.
+fn assert_failed_with(outcome: &subagents::agent::TurnOutcome, reason: &str) {
+    assert_eq!(outcome.stop_reason, StopReason::Error, "output of {} bytes", outcome.output.len());
+    let error = outcome.error.as_ref().unwrap();
+    assert_eq!(error.reason, reason, "{error:?}");
+}
+
+/// An assistant message with `n` calls of `list_dir`, each with `arguments`.
+fn tool_calls(n: usize, arguments: &str) -> Vec<Value> {
+    (0..n)
+        .map(|i| {
+            json!({"index": i, "id": format!("call_{i}"), "type": "function",
+            "function": {"name": "list_dir", "arguments": arguments}})
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_body_past_the_answer_bound_ends_the_run_error_and_is_not_kept() {
+    let big = completion(json!({"role": "assistant", "content": "x".repeat(300 * 1024)}), "stop");
+    let server = Loopback::start(vec![ok(big)]).await;
+    let agent = agent_on(server.config().with_stream(false).with_max_answer_bytes(64 * 1024));
+    let outcome = within_20_s(agent.prompt("hi")).await;
+    assert_failed_with(&outcome, "the model's answer is larger than 64 KiB");
+    assert_eq!(server.bodies().len(), 1, "a refused answer is not retried");
+    let kept = agent.events();
+    assert!(!kept.iter().any(|e| matches!(e, SessionEvent::Assistant { .. })), "nothing of it reaches the session");
+}
+
+#[tokio::test]
+async fn a_stream_past_the_answer_bound_ends_the_run_error_and_closes_the_connection() {
+    let chunk = format!("data: {}\n\n", delta(json!({"content": "y".repeat(8 * 1024)}), None));
+    let server = Loopback::start(vec![endless_stream(chunk, Duration::from_millis(1))]).await;
+    let agent = agent_on(server.config().with_max_answer_bytes(256 * 1024));
+    let outcome = within_20_s(agent.prompt("hi")).await;
+    assert_failed_with(&outcome, "the model's answer is larger than 256 KiB");
+    assert!(outcome.output.len() <= 256 * 1024, "the streamed text so far is kept, no more");
+    assert!(common::eventually(Duration::from_secs(10), || server.client_closed.load(Ordering::SeqCst)).await);
+}
+
+#[tokio::test]
+async fn an_error_body_is_read_only_up_to_its_bound_for_the_message() {
+    // A 400 declaring a gigabyte of HTML and sending it forever.
+    let head = "HTTP/1.1 400 Bad Request\r\ncontent-type: text/html\r\ncontent-length: 1000000000\r\n\r\n<p>";
+    let server = Loopback::start(vec![Reply::Endless {
+        head: head.to_owned(),
+        chunk: b"too big ".repeat(1024),
+        every: Duration::from_millis(1),
+    }])
+    .await;
+    let started = Instant::now();
+    let agent = agent_on(server.config().with_max_error_body_bytes(16 * 1024));
+    let outcome = within_20_s(agent.prompt("hi")).await;
+    assert!(started.elapsed() < Duration::from_secs(5), "read to the bound, not to the timeout");
+    assert_failed_with(&outcome, "the model endpoint answered 400");
+    let message = outcome.error.unwrap().message;
+    assert!(message.starts_with("the model endpoint answered 400: too big too big"), "{message}");
+    assert!(common::eventually(Duration::from_secs(10), || server.client_closed.load(Ordering::SeqCst)).await);
+}
+
+#[tokio::test]
+async fn an_answer_with_more_tool_calls_than_the_cap_fails_without_running_any() {
+    let whole = ok(completion(
+        json!({"role": "assistant", "content": null, "tool_calls": tool_calls(1000, "{}")}),
+        "tool_calls",
+    ));
+    let streamed = Reply::Stream {
+        events: vec![delta(json!({"tool_calls": tool_calls(1000, "{}")}), None)],
+        done: true,
+        hang: false,
+    };
+    for (reply, stream) in [(whole, false), (streamed, true)] {
+        let done = ok(completion(json!({"role": "assistant", "content": "done"}), "stop"));
+        let server = Loopback::start(vec![reply, done]).await;
+        let agent = agent_on(server.config().with_stream(stream));
+        let outcome = within_20_s(agent.prompt("list everything")).await;
+        assert_failed_with(&outcome, "the model's answer asks for more than 128 tool calls");
+        assert_eq!(server.bodies().len(), 1, "stream {stream}: the turn stops at the refused answer");
+        assert!(!agent.events().iter().any(|e| matches!(e, SessionEvent::ToolResult { .. })), "no call ran");
+    }
+}
+
+#[tokio::test]
+async fn tool_call_arguments_past_their_bound_fail_the_model_call() {
+    let arguments = format!("{{\"path\": \"{}\"}}", "a".repeat(4096));
+    let whole = ok(completion(
+        json!({"role": "assistant", "content": null, "tool_calls": tool_calls(1, &arguments)}),
+        "tool_calls",
+    ));
+    // Streamed, the arguments grow piece by piece past the bound.
+    let mut pieces = vec![delta(json!({"tool_calls": tool_calls(1, "")}), None)];
+    for piece in arguments.as_bytes().chunks(512) {
+        let piece = std::str::from_utf8(piece).unwrap();
+        pieces.push(delta(json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}), None));
+    }
+    pieces.push(delta(json!({}), Some("tool_calls")));
+    let streamed = Reply::Stream { events: pieces, done: true, hang: false };
+    for (reply, stream) in [(whole, false), (streamed, true)] {
+        let done = ok(completion(json!({"role": "assistant", "content": "done"}), "stop"));
+        let server = Loopback::start(vec![reply, done]).await;
+        let agent = agent_on(server.config().with_stream(stream).with_tool_call_limits(128, 1024));
+        let outcome = within_20_s(agent.prompt("list a")).await;
+        assert_failed_with(&outcome, "a tool call's arguments are larger than 1 KiB");
+        assert_eq!(server.bodies().len(), 1, "stream {stream}");
+    }
+}
+
+#[tokio::test]
+async fn keep_alive_comments_forever_end_at_the_call_deadline() {
+    let server = Loopback::start(vec![endless_stream(": keep-alive\n\n", Duration::from_millis(10))]).await;
+    let started = Instant::now();
+    let config = server.config().with_call_deadline(Duration::from_millis(500));
+    let outcome = within_20_s(agent_on(config).prompt("hi")).await;
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_failed_with(&outcome, "the model call passed its deadline of 0.5 s");
+    assert!(common::eventually(Duration::from_secs(10), || server.client_closed.load(Ordering::SeqCst)).await);
+}
+
+#[tokio::test]
+async fn a_server_that_never_sends_headers_fails_at_the_call_deadline_retries_included() {
+    let server = Loopback::start(vec![Reply::Silent, Reply::Silent, Reply::Silent, Reply::Silent]).await;
+    let started = Instant::now();
+    let config = server
+        .config()
+        .with_timeout(Duration::from_secs(3))
+        .with_retries(3, Duration::from_millis(10))
+        .with_call_deadline(Duration::from_millis(500));
+    let outcome = within_20_s(agent_on(config).prompt("hi")).await;
+    // Four tries of 3 s each would take 12 s.
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert_failed_with(&outcome, "the model call passed its deadline of 0.5 s");
+}
+
+#[tokio::test]
+async fn a_runs_budget_deadline_ends_a_call_and_its_retries_as_aborted() {
+    let server = Loopback::start(vec![Reply::Silent, Reply::Silent, Reply::Silent, Reply::Silent]).await;
+    let started = Instant::now();
+    let config = server.config().with_timeout(Duration::from_secs(3)).with_retries(3, Duration::from_millis(10));
+    let budget = subagents::Budget::new().with_deadline(Duration::from_millis(300)).lease();
+    let agent = Agent::builder(OpenAiModel::new(config).unwrap()).budget(budget).build().unwrap();
+    let outcome = within_20_s(agent.prompt("hi")).await;
+    assert_eq!(outcome.stop_reason, StopReason::Aborted, "{outcome:?}");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
 }

@@ -242,3 +242,97 @@ fn every_queued_append_is_on_disk_when_a_session_is_read_or_dropped() {
     let lines = std::fs::read_to_string(path).unwrap().lines().count();
     assert_eq!(lines, 1_001, "the header and every event");
 }
+
+/// `read`'s answer, or a failed test after 10 s: a read that would hang on
+/// a FIFO must not hang the suite.
+fn within_10_s<T: Send + 'static>(read: impl FnOnce() -> T + Send + 'static) -> T {
+    let (sender, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(read()));
+    answer.recv_timeout(std::time::Duration::from_secs(10)).expect("the read returned")
+}
+
+#[test]
+fn a_session_name_that_is_not_a_regular_file_is_refused_without_being_read() {
+    let home = tempfile::tempdir().unwrap();
+    let store = SessionStore::new(home.path());
+    store.create(SessionHeader::new("real", home.path())).unwrap().close().unwrap();
+    let sessions = home.path().join("sessions");
+    std::os::unix::fs::symlink("/dev/zero", sessions.join("zero.jsonl")).unwrap();
+    std::os::unix::fs::symlink(sessions.join("real.jsonl"), sessions.join("alias.jsonl")).unwrap();
+    let fifo = std::ffi::CString::new(sessions.join("fifo.jsonl").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+    std::fs::create_dir(sessions.join("dir.jsonl")).unwrap();
+    for (id, found) in
+        [("zero", "a symbolic link"), ("alias", "a symbolic link"), ("fifo", "a FIFO"), ("dir", "a directory")]
+    {
+        let store = store.clone();
+        let (inspected, summarized, loaded) =
+            within_10_s(move || (store.inspect(id).err(), store.summarize(id).err(), store.load(id).err()));
+        for error in [inspected, summarized, loaded] {
+            match error {
+                Some(SessionError::NotARegularFile { found: was, .. }) => assert_eq!(was, found, "{id}"),
+                other => panic!("{id}: {other:?}"),
+            }
+        }
+    }
+    assert!(store.load("real").is_ok(), "the regular file beside them still loads");
+}
+
+#[test]
+fn a_summary_tells_what_a_full_read_does_without_keeping_the_events() {
+    let home = tempfile::tempdir().unwrap();
+    let store = SessionStore::new(home.path());
+    let mut session = store.create(SessionHeader::new("summed", home.path())).unwrap();
+    session.append(user("hello")).unwrap();
+    session.append(SessionEvent::TurnEnd { reason: StopReason::Refusal }).unwrap();
+    session.append(user("again")).unwrap();
+    session.close().unwrap();
+    let path = store.path_of("summed").unwrap();
+    let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    file.write_all(br#"{"type":"turn_end","rea"#).unwrap();
+    drop(file);
+
+    let summary = store.summarize("summed").unwrap();
+    assert_eq!(summary, store.inspect("summed").unwrap().summary());
+    assert_eq!(summary.last_stop_reason, Some(StopReason::Refusal));
+    assert!(summary.torn, "the torn last line is left out and reported");
+    assert_eq!(summary.bytes, std::fs::metadata(&path).unwrap().len());
+}
+
+#[test]
+fn a_line_longer_than_the_store_reads_makes_the_file_corrupt_at_that_line() {
+    let home = tempfile::tempdir().unwrap();
+    let store = SessionStore::new(home.path());
+    let mut session = store.create(SessionHeader::new("long", home.path())).unwrap();
+    session.append(user("short")).unwrap();
+    session.append(user(&"long ".repeat(100))).unwrap();
+    session.close().unwrap();
+    let bounded = store.clone().with_max_line_bytes(300);
+    match bounded.summarize("long") {
+        Err(SessionError::Corrupt { line: 3, reason, .. }) => {
+            assert!(reason.contains("longer than 300 bytes"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(bounded.load("long"), Err(SessionError::Corrupt { line: 3, .. })));
+    assert_eq!(store.inspect("long").unwrap().events.len(), 2, "the default bound reads it");
+}
+
+#[test]
+fn a_sessions_directory_that_is_a_symlink_is_refused_and_its_target_keeps_its_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = tempfile::tempdir().unwrap();
+    let elsewhere = base.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = base.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, home.join("sessions")).unwrap();
+    let store = SessionStore::new(&home);
+    let refused = store.prepare().unwrap_err();
+    assert!(refused.to_string().contains("is a symbolic link"), "{refused}");
+    assert!(store.create(SessionHeader::new("through", base.path())).is_err());
+    assert_eq!(std::fs::metadata(&elsewhere).unwrap().permissions().mode() & 0o777, 0o755);
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing was written through the link");
+}

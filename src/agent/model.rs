@@ -178,6 +178,14 @@ pub enum ModelError {
     /// The request or a streamed chunk timed out.
     #[error("the model call timed out after {0:?}")]
     Timeout(std::time::Duration),
+    /// The whole call (every try and backoff, the headers, the whole
+    /// answer) outlasted its deadline.
+    #[error("the model call passed its deadline of {} s, retries included", .0.as_secs_f64())]
+    Deadline(std::time::Duration),
+    /// The answer went past one of the adapter's bounds; the rest of it was
+    /// not read.
+    #[error("{0}")]
+    Oversized(Oversize),
     /// The endpoint answered something that is not a chat completion.
     #[error("malformed model response: {0}")]
     Malformed(String),
@@ -196,11 +204,51 @@ impl ModelError {
             ModelError::Status { status, .. } => format!("the model endpoint answered {status}"),
             ModelError::Transport(_) => "the model endpoint could not be reached".to_owned(),
             ModelError::Timeout(after) => format!("the model call timed out after {} s", after.as_secs_f64()),
+            ModelError::Deadline(after) => format!("the model call passed its deadline of {} s", after.as_secs_f64()),
+            // Fixed wording and the bound: nothing of the answer itself.
+            ModelError::Oversized(oversize) => oversize.to_string(),
             ModelError::Malformed(_) => {
                 "the model endpoint answered something that is not a chat completion".to_owned()
             }
             ModelError::Scripted(_) => "the scripted model failed".to_owned(),
         }
+    }
+}
+
+/// Which of an adapter's bounds an answer went past, and the bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Oversize {
+    /// The answer (a whole body, or a stream's bytes together) is larger
+    /// than this many bytes.
+    AnswerBytes(usize),
+    /// The answer asks for more tool calls than this.
+    ToolCalls(usize),
+    /// A tool call's arguments are larger than this many bytes.
+    ToolArgumentBytes(usize),
+}
+
+impl std::fmt::Display for Oversize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Oversize::AnswerBytes(bound) => write!(f, "the model's answer is larger than {}", size(*bound)),
+            Oversize::ToolCalls(bound) => write!(f, "the model's answer asks for more than {bound} tool calls"),
+            Oversize::ToolArgumentBytes(bound) => {
+                write!(f, "a tool call's arguments are larger than {}", size(*bound))
+            }
+        }
+    }
+}
+
+/// A byte count as people set it: `64 MiB`, `16 KiB`, else `1000 bytes`.
+fn size(bytes: usize) -> String {
+    const KIB: usize = 1 << 10;
+    const MIB: usize = 1 << 20;
+    match bytes {
+        0 => "0 bytes".to_owned(),
+        _ if bytes.is_multiple_of(MIB) => format!("{} MiB", bytes / MIB),
+        _ if bytes.is_multiple_of(KIB) => format!("{} KiB", bytes / KIB),
+        _ => format!("{bytes} bytes"),
     }
 }
 

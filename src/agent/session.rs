@@ -24,7 +24,11 @@
 //!
 //! Transcripts hold prompts and file contents, so they are private: the
 //! `sessions` directory (and any missing home above it that the store
-//! creates) is 0700 and every session file 0600, whatever the umask.
+//! creates) is 0700 and every session file 0600, whatever the umask; a
+//! `sessions` that is a symlink is refused, never its target changed.
+//! Reading a file is bounded whatever sits under that name (see
+//! [`SessionStore`]), and [`SessionStore::summarize`] reads one without
+//! keeping its events.
 //!
 //! ```
 //! use subagents::agent::{SessionEvent, SessionHeader, SessionStore};
@@ -43,14 +47,17 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+mod file;
 mod lane;
+
+use file::{create_private_dir, list_ids, open_regular, read_records, write_record, Record};
 
 use crate::mix::splitmix64;
 use crate::seam::{ContentBlock, StopReason};
@@ -198,7 +205,8 @@ pub enum SessionError {
     /// No session with this id.
     #[error("no session {0:?}")]
     NotFound(String),
-    /// A line before the last one does not parse: this is not a torn write.
+    /// A line before the last one does not parse (this is not a torn
+    /// write), or a line is longer than the store reads.
     #[error("session {id:?} is corrupt at line {line}: {reason}")]
     Corrupt {
         /// The session.
@@ -207,6 +215,15 @@ pub enum SessionError {
         line: usize,
         /// What was wrong.
         reason: String,
+    },
+    /// The session's file is a symlink, a FIFO, a device, a directory or a
+    /// socket: it is not read (see [`SessionStore`] on what is trusted).
+    #[error("session {id:?} is {found}, not a regular file: it is not read")]
+    NotARegularFile {
+        /// The session.
+        id: String,
+        /// What it is instead ("a symbolic link", "a FIFO", …).
+        found: &'static str,
     },
     /// The file system failed.
     #[error("session {id:?}: {source}")]
@@ -225,44 +242,6 @@ pub struct LoadedSession {
     pub session: Session,
     /// Whether a torn last line was found and dropped.
     pub torn: bool,
-}
-
-/// Creates `dir` and its missing parents as 0700 whatever the umask
-/// (transcripts hold prompts and file contents), and makes `dir` itself
-/// 0700 if it already existed: it is ours. Existing parents (a home the
-/// user made) are left as they are.
-pub(crate) fn create_private_dir(dir: &Path) -> io::Result<()> {
-    let mut missing = Vec::new();
-    let mut cursor = Some(dir);
-    while let Some(path) = cursor {
-        if path.as_os_str().is_empty() || path.exists() {
-            break;
-        }
-        missing.push(path);
-        cursor = path.parent();
-    }
-    for path in missing.iter().rev() {
-        match fs::DirBuilder::new().mode(0o700).create(path) {
-            Ok(()) => fs::set_permissions(path, fs::Permissions::from_mode(0o700))?,
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(error) => return Err(error),
-        }
-    }
-    if !dir.is_dir() {
-        return Err(io::Error::new(io::ErrorKind::NotADirectory, "not a directory"));
-    }
-    if fs::metadata(dir)?.permissions().mode() & 0o777 != 0o700 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum Record {
-    Header(SessionHeader),
-    #[serde(untagged)]
-    Event(SessionEvent),
 }
 
 /// A stored session as read back, for tools that show sessions.
@@ -286,25 +265,75 @@ impl StoredSession {
             _ => None,
         })
     }
+
+    /// What [`SessionStore::summarize`] tells of the same file.
+    pub fn summary(&self) -> SessionSummary {
+        SessionSummary {
+            header: self.header.clone(),
+            last_stop_reason: self.last_stop_reason(),
+            torn: self.torn,
+            bytes: self.bytes,
+        }
+    }
 }
 
+/// A stored session in brief: what listing many sessions needs, read
+/// without holding the session's events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionSummary {
+    /// Its header.
+    pub header: SessionHeader,
+    /// How the last turn ended, if one did.
+    pub last_stop_reason: Option<StopReason>,
+    /// Whether a torn last line (a write cut off by a crash) was left out.
+    pub torn: bool,
+    /// The file's size in bytes.
+    pub bytes: u64,
+}
+
+/// The longest session line a store reads by default: far above what a
+/// run writes (a model answer is bounded at 64 MiB by default), and a
+/// bound on what reading one file may hold.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 256 << 20;
+
 /// Where sessions live: `<home>/sessions/`, or nowhere (in memory).
+///
+/// Reading a session trusts nothing about the file: only a regular file is
+/// read (a symlink, a FIFO or a device is [`SessionError::NotARegularFile`]),
+/// up to the size it had when opened and line by line, each line at most
+/// [`SessionStore::with_max_line_bytes`] long; and the `sessions`
+/// directory is never followed through a symlink, so its mode is set only
+/// on a directory of ours.
 #[derive(Clone, Debug)]
 pub struct SessionStore {
     dir: Option<PathBuf>,
     /// Set once the directory is known to exist (saves a syscall per session).
     dir_ready: Arc<OnceLock<()>>,
+    /// The longest line read; a longer one makes the file corrupt.
+    max_line_bytes: usize,
 }
 
 impl SessionStore {
     /// A store under `<home>/sessions/` (created on first use).
     pub fn new(home: impl AsRef<Path>) -> Self {
-        SessionStore { dir: Some(home.as_ref().join("sessions")), dir_ready: Arc::default() }
+        SessionStore {
+            dir: Some(home.as_ref().join("sessions")),
+            dir_ready: Arc::default(),
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+        }
     }
 
     /// A store that keeps sessions in memory only.
     pub fn in_memory() -> Self {
-        SessionStore { dir: None, dir_ready: Arc::default() }
+        SessionStore { dir: None, dir_ready: Arc::default(), max_line_bytes: DEFAULT_MAX_LINE_BYTES }
+    }
+
+    /// Reads lines of at most `bytes` (default [`DEFAULT_MAX_LINE_BYTES`]);
+    /// a file with a longer line is [`SessionError::Corrupt`] at that line.
+    /// Reading one file holds about one line, so this bounds its memory.
+    pub fn with_max_line_bytes(mut self, bytes: usize) -> Self {
+        self.max_line_bytes = bytes;
+        self
     }
 
     /// Creates the sessions directory now (0700, see the module doc), so a
@@ -435,26 +464,21 @@ impl SessionStore {
             return Err(SessionError::NotFound(id.to_owned()));
         };
         let io_error = |source| SessionError::Io { id: id.to_owned(), source };
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Err(SessionError::NotFound(id.into())),
-            Err(error) => return Err(io_error(error)),
-        };
-        let (header, events, valid_len) = match parse(id, &bytes) {
+        // One handle reads the file and then appends to it.
+        let (file, len) = open_regular(&path, id, true)?;
+        let mut events = Vec::new();
+        let (header, valid_len) = match read_records(id, &file, len, self.max_line_bytes, |e| events.push(e)) {
             Err(SessionError::NotFound(_)) => {
                 tracing::warn!(session = id, "removing a session file that never got its header");
                 let _ = fs::remove_file(&path);
                 return Err(SessionError::NotFound(id.to_owned()));
             }
-            parsed => parsed?,
+            read => read?,
         };
-        let torn = valid_len < bytes.len();
+        let torn = valid_len < len;
         if torn {
-            tracing::warn!(session = id, dropped_bytes = bytes.len() - valid_len, "dropping a torn last session line");
-        }
-        let file = OpenOptions::new().append(true).open(&path).map_err(io_error)?;
-        if torn {
-            file.set_len(valid_len as u64).map_err(io_error)?;
+            tracing::warn!(session = id, dropped_bytes = len - valid_len, "dropping a torn last session line");
+            file.set_len(valid_len).map_err(io_error)?;
         }
         Ok(LoadedSession { session: Session { header, events, writer: Some(SessionFile::new(file)) }, torn })
     }
@@ -485,13 +509,32 @@ impl SessionStore {
     /// On the lane: [`SessionStore::inspect`].
     fn inspect_now(&self, id: &str) -> Result<StoredSession, SessionError> {
         let path = self.path_of(id).ok_or_else(|| SessionError::NotFound(id.to_owned()))?;
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Err(SessionError::NotFound(id.into())),
-            Err(source) => return Err(SessionError::Io { id: id.to_owned(), source }),
-        };
-        let (header, events, valid_len) = parse(id, &bytes)?;
-        Ok(StoredSession { header, events, torn: valid_len < bytes.len(), bytes: bytes.len() as u64 })
+        let (file, len) = open_regular(&path, id, false)?;
+        let mut events = Vec::new();
+        let (header, valid_len) = read_records(id, &file, len, self.max_line_bytes, |e| events.push(e))?;
+        Ok(StoredSession { header, events, torn: valid_len < len, bytes: len })
+    }
+
+    /// A session's header, last stop reason, torn flag and size, read line
+    /// by line without keeping its events: listing a thousand large
+    /// sessions holds a thousand summaries, not their transcripts.
+    pub fn summarize(&self, id: &str) -> Result<SessionSummary, SessionError> {
+        check_id(id)?;
+        let owned = id.to_owned();
+        self.blocking(id, move |store| store.summarize_now(&owned))
+    }
+
+    /// On the lane: [`SessionStore::summarize`].
+    fn summarize_now(&self, id: &str) -> Result<SessionSummary, SessionError> {
+        let path = self.path_of(id).ok_or_else(|| SessionError::NotFound(id.to_owned()))?;
+        let (file, len) = open_regular(&path, id, false)?;
+        let mut last_stop_reason = None;
+        let (header, valid_len) = read_records(id, &file, len, self.max_line_bytes, |event| {
+            if let SessionEvent::TurnEnd { reason } = event {
+                last_stop_reason = Some(reason);
+            }
+        })?;
+        Ok(SessionSummary { header, last_stop_reason, torn: valid_len < len, bytes: len })
     }
 
     /// The ids of every stored session (the `*.jsonl` files), unsorted;
@@ -558,67 +601,6 @@ impl SessionStore {
         }
         Ok(session)
     }
-}
-
-/// The `*.jsonl` names in `dir`, without the suffix.
-fn list_ids(dir: &Path) -> io::Result<Vec<String>> {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(error) => return Err(error),
-    };
-    let mut ids = Vec::new();
-    for entry in entries {
-        let name = entry?.file_name();
-        if let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) {
-            ids.push(id.to_owned());
-        }
-    }
-    Ok(ids)
-}
-
-/// One record as one whole line, in one `write`.
-fn write_record(mut file: &File, record: &impl Serialize) -> io::Result<()> {
-    let mut line = serde_json::to_vec(record)?;
-    line.push(b'\n');
-    file.write_all(&line)
-}
-
-/// Parses a session file: the header (the last header line wins), the
-/// events, and the length of the valid prefix.
-fn parse(id: &str, bytes: &[u8]) -> Result<(SessionHeader, Vec<SessionEvent>, usize), SessionError> {
-    let mut header = None;
-    let mut events = Vec::new();
-    let mut valid_len = 0;
-    let mut rest = bytes;
-    let mut line_number = 0;
-    while !rest.is_empty() {
-        line_number += 1;
-        let (line, complete) = match rest.iter().position(|&b| b == b'\n') {
-            Some(end) => (&rest[..end], true),
-            None => (rest, false),
-        };
-        let consumed = line.len() + usize::from(complete);
-        let is_last = consumed == rest.len();
-        match serde_json::from_slice::<Record>(line) {
-            Ok(_) if !complete => break,
-            Ok(Record::Header(h)) => header = Some(h),
-            Ok(Record::Event(event)) => events.push(event),
-            Err(_) if is_last => break,
-            Err(error) => {
-                return Err(SessionError::Corrupt { id: id.to_owned(), line: line_number, reason: error.to_string() })
-            }
-        }
-        valid_len += consumed;
-        rest = &rest[consumed..];
-    }
-    // A process killed between creating the file and writing the header
-    // leaves it empty (or with a torn header): that session never existed.
-    let header = header.ok_or_else(|| match valid_len {
-        0 => SessionError::NotFound(id.to_owned()),
-        _ => SessionError::Corrupt { id: id.to_owned(), line: 1, reason: "no header line".to_owned() },
-    })?;
-    Ok((header, events, valid_len))
 }
 
 /// `events` up to and including the last turn end (see

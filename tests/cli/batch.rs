@@ -3,10 +3,10 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{run, subagents, text, write_file};
+use super::{peak_rss_kib, run, subagents, text, write_file};
 
 /// `n` mock-sized task lines.
 fn many_tasks(dir: &Path, name: &str, n: usize) -> std::path::PathBuf {
@@ -17,25 +17,6 @@ fn many_tasks(dir: &Path, name: &str, n: usize) -> std::path::PathBuf {
     }
     file.flush().unwrap();
     path
-}
-
-/// Runs `command` to its end, polling its peak resident set (VmHWM) from
-/// /proc; the last reading before exit is the peak, since VmHWM never falls.
-fn peak_rss_kib(command: &mut Command) -> (ExitStatus, u64) {
-    let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    let status_file = format!("/proc/{}/status", child.id());
-    let mut peak = 0;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return (status, peak);
-        }
-        let status = std::fs::read_to_string(&status_file).unwrap_or_default();
-        let high_water = status.lines().find_map(|l| l.strip_prefix("VmHWM:"));
-        if let Some(kib) = high_water.and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()) {
-            peak = peak.max(kib);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 #[test]

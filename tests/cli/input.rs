@@ -100,6 +100,25 @@ fn a_home_that_is_not_a_writable_directory_is_refused_before_any_run() {
 }
 
 #[test]
+fn a_sessions_directory_that_is_a_symlink_is_refused_and_its_target_keeps_its_mode() {
+    let scratch = tempfile::tempdir().unwrap();
+    let tasks = write_file(scratch.path(), "tasks.jsonl", "{\"prompt\": \"one\"}\n");
+    let elsewhere = scratch.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = scratch.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, home.join("sessions")).unwrap();
+    let stderr = refused(subagents().arg("fanout").arg(&tasks).arg("--home").arg(&home));
+    assert!(stderr.contains("sessions is a symbolic link"), "{stderr}");
+    let stderr = refused(subagents().args(["run", "hi", "--home"]).arg(&home));
+    assert!(stderr.contains("sessions is a symbolic link"), "{stderr}");
+    let mode = std::fs::metadata(&elsewhere).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o755, "the link's target is not ours to chmod");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing was written through the link");
+}
+
+#[test]
 fn out_and_trace_naming_one_file_or_the_tasks_file_are_refused_up_front() {
     let scratch = tempfile::tempdir().unwrap();
     let home = scratch.path().join("home");

@@ -1,9 +1,41 @@
 //! `subagents sessions`: list, show and tree over the session files a run
-//! left behind; torn and corrupt files are reported, never fatal.
+//! left behind; torn and corrupt files are reported, never fatal, and so are
+//! files that are not files, lineage that loops and chains of any depth.
 
-use serde_json::Value;
+use std::io::Write;
+use std::path::Path;
+use std::process::Output;
 
-use super::{run, subagents, text};
+use serde_json::{json, Value};
+
+use super::{peak_rss_kib, run, subagents, text};
+
+/// A session file as a run writes it under `sessions`: its header naming
+/// `parent`, `events` (JSON lines), then a completed turn.
+fn forge(sessions: &Path, id: &str, parent: Option<&str>, depth: usize, events: &[String]) {
+    let mut file = std::io::BufWriter::new(std::fs::File::create(sessions.join(format!("{id}.jsonl"))).unwrap());
+    let header = json!({"type": "header", "id": id, "parent_session": parent, "depth": depth,
+        "cwd": "/tmp", "persona": null, "created_at_ms": 1_764_547_200_000u64 + depth as u64});
+    writeln!(file, "{header}").unwrap();
+    for event in events {
+        writeln!(file, "{event}").unwrap();
+    }
+    writeln!(file, "{}", json!({"type": "turn_end", "reason": "completed"})).unwrap();
+    file.flush().unwrap();
+}
+
+/// A home with an empty `sessions` directory.
+fn home_with_sessions() -> (tempfile::TempDir, std::path::PathBuf) {
+    let home = tempfile::tempdir().unwrap();
+    let sessions = home.path().join("sessions");
+    std::fs::create_dir(&sessions).unwrap();
+    (home, sessions)
+}
+
+/// `subagents sessions ARGS --home HOME` (bounded, as every `run`).
+fn sessions_in(home: &Path, args: &[&str]) -> Output {
+    run(subagents().arg("sessions").args(args).arg("--home").arg(home))
+}
 
 #[test]
 fn sessions_lists_shows_and_trees_what_a_run_left_and_reports_bad_files() {
@@ -54,4 +86,118 @@ fn sessions_lists_shows_and_trees_what_a_run_left_and_reports_bad_files() {
     let (code, _, stderr) = sessions(&["show", "no-such-session"]);
     assert_eq!(code, Some(2), "an unknown id is bad input");
     assert!(stderr.contains("no session"), "{stderr}");
+}
+
+#[test]
+fn tree_reports_a_lineage_loop_and_exits_one_instead_of_overflowing() {
+    let (home, sessions) = home_with_sessions();
+    forge(&sessions, "narcissus", Some("narcissus"), 0, &[]);
+    forge(&sessions, "a", Some("b"), 1, &[]);
+    forge(&sessions, "b", Some("a"), 2, &[]);
+    forge(&sessions, "c", Some("b"), 3, &[]);
+
+    let tree = sessions_in(home.path(), &["tree", "narcissus"]);
+    assert_eq!(tree.status.code(), Some(1), "{}", text(&tree.stderr));
+    assert_eq!(
+        text(&tree.stdout),
+        "narcissus (depth 0, completed)\n└─ narcissus (its lineage loops back here; not followed)\n"
+    );
+    assert!(text(&tree.stderr).contains("lineage under narcissus loops"), "{}", text(&tree.stderr));
+
+    let tree = sessions_in(home.path(), &["tree", "a"]);
+    assert_eq!(tree.status.code(), Some(1));
+    assert_eq!(
+        text(&tree.stdout),
+        "a (depth 1, completed)\n\
+         └─ b (depth 2, completed)\n   \
+         ├─ a (its lineage loops back here; not followed)\n   \
+         └─ c (depth 3, completed)\n"
+    );
+    let tree = sessions_in(home.path(), &["tree", "a", "--json"]);
+    assert_eq!(tree.status.code(), Some(1));
+    let tree: Value = serde_json::from_slice(&tree.stdout).unwrap();
+    let below_b = &tree["children"][0]["children"];
+    assert_eq!(below_b[0], json!({"id": "a", "lineage_loop": true}));
+    assert_eq!(below_b[1]["id"], "c");
+}
+
+#[test]
+fn a_twenty_thousand_level_chain_trees_in_short_lines_and_as_json_any_reader_takes() {
+    const LEVELS: usize = 20_000;
+    let (home, sessions) = home_with_sessions();
+    for level in 0..LEVELS {
+        let parent = (level > 0).then(|| format!("s{}", level - 1));
+        forge(&sessions, &format!("s{level}"), parent.as_deref(), level, &[]);
+    }
+
+    let tree = sessions_in(home.path(), &["tree", "s0"]);
+    assert_eq!(tree.status.code(), Some(0), "{}", text(&tree.stderr));
+    let printed = text(&tree.stdout);
+    assert_eq!(printed.lines().count(), LEVELS);
+    let widest = printed.lines().map(|line| line.chars().count()).max().unwrap();
+    assert!(widest < 160, "the indent stops growing: {widest} columns");
+    let last = printed.lines().last().unwrap();
+    assert!(last.ends_with("[level 19999] s19999 (depth 19999, completed)"), "{last}");
+
+    let tree = sessions_in(home.path(), &["tree", "s0", "--json"]);
+    assert_eq!(tree.status.code(), Some(0), "{}", text(&tree.stderr));
+    // serde_json's default reader refuses more than 128 levels of nesting.
+    let tree: Value = serde_json::from_slice(&tree.stdout).expect("nested shallowly enough to read");
+    let mut node = &tree;
+    for level in 1..=50 {
+        node = &node["children"][0];
+        assert_eq!(node["id"], format!("s{level}"));
+    }
+    let descendants = node["descendants"].as_array().expect("the 50th level holds the rest flat");
+    assert_eq!(descendants.len(), LEVELS - 51);
+    assert_eq!((&descendants[0]["id"], &descendants[0]["level"]), (&json!("s51"), &json!(51)));
+    assert_eq!(descendants.last().unwrap()["parent"], "s19998");
+}
+
+#[test]
+fn list_reads_only_regular_files_and_bounds_each_line() {
+    let (home, sessions) = home_with_sessions();
+    forge(&sessions, "fine", None, 0, &[]);
+    std::os::unix::fs::symlink("/dev/zero", sessions.join("zero.jsonl")).unwrap();
+    forge(home.path(), "elsewhere", None, 0, &[]);
+    std::os::unix::fs::symlink(home.path().join("elsewhere.jsonl"), sessions.join("linked.jsonl")).unwrap();
+    let fifo = std::ffi::CString::new(sessions.join("fifo.jsonl").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+    // 256 MiB of zeros on no disk: one endless line.
+    std::fs::File::create(sessions.join("sparse.jsonl")).unwrap().set_len(256 << 20).unwrap();
+
+    let listed = sessions_in(home.path(), &["list", "--max-line-bytes", "65536"]);
+    assert_eq!(listed.status.code(), Some(1), "unreadable files are work not done: {}", text(&listed.stderr));
+    let listed = text(&listed.stdout);
+    let line_of = |id: &str| listed.lines().find(|l| l.starts_with(id)).unwrap_or_default().to_owned();
+    assert!(line_of("fine").contains("completed"), "{listed}");
+    assert!(line_of("zero").contains("is a symbolic link, not a regular file"), "{listed}");
+    assert!(line_of("linked").contains("is a symbolic link, not a regular file"), "{listed}");
+    assert!(line_of("fifo").contains("is a FIFO, not a regular file"), "{listed}");
+    assert!(line_of("sparse").contains("line 1: the line is longer than 65536 bytes"), "{listed}");
+
+    let shown = sessions_in(home.path(), &["show", "zero"]);
+    assert_eq!(shown.status.code(), Some(2));
+    assert!(text(&shown.stderr).contains("symbolic link"), "{}", text(&shown.stderr));
+}
+
+#[test]
+fn list_holds_each_session_in_brief_not_every_transcript() {
+    let (home, sessions) = home_with_sessions();
+    forge(&sessions, "small", None, 0, &[]);
+    let (status, small) = peak_rss_kib(subagents().args(["sessions", "list", "--home"]).arg(home.path()));
+    assert!(status.success());
+    // Four transcripts of 8 MiB each, in 1 KiB tool results.
+    let result = json!({"type": "tool_result", "call_id": "c1", "name": "read_file", "content": "x".repeat(1000)});
+    let events = vec![result.to_string(); 8 * 1024];
+    for n in 0..4 {
+        forge(&sessions, &format!("large-{n}"), None, 0, &events);
+    }
+    let (status, large) = peak_rss_kib(subagents().args(["sessions", "list", "--home"]).arg(home.path()));
+    assert!(status.success());
+    // Holding the transcripts would cost over 32 MiB; one line at a time
+    // costs the read buffer.
+    let grown = large.saturating_sub(small);
+    assert!(grown < 8 * 1024, "peak RSS grew {grown} KiB for 32 MiB of sessions ({small} → {large} KiB)");
 }

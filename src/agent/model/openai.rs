@@ -3,18 +3,30 @@
 //!
 //! Configure it in code ([`OpenAiConfig::new`]) or from the environment
 //! ([`OpenAiConfig::from_env`]: `SUBAGENTS_BASE_URL`, `SUBAGENTS_MODEL`,
-//! `SUBAGENTS_API_KEY`). A route's `model`, `max_tokens` and
-//! `reasoning_effort` override the configured ones per request.
+//! `SUBAGENTS_API_KEY`, and the bounds below). A route's `model`,
+//! `max_tokens` and `reasoning_effort` override the configured ones per
+//! request.
 //!
 //! How it fails: transient answers (408, 425, 429, 500, 502, 503, 504),
 //! refused connections and timeouts are retried with exponential backoff
 //! (honouring `Retry-After`, capped at 30 s) up to `max_retries` times;
 //! other statuses (400, 404, 501, 505, …) fail at once with the status and
 //! the endpoint's error message, reduced to one line of at most 200
-//! characters (an HTML error page becomes its text). A body that is not a chat completion is
-//! [`ModelError::Malformed`]. `timeout` bounds the wait for the response
-//! headers, for a whole non-streamed body, and between two streamed chunks.
-//! Cancellation drops the in-flight request, which closes its connection.
+//! characters (an HTML error page becomes its text; only its first
+//! `max_error_body_bytes` are read). A body that is not a chat completion
+//! is [`ModelError::Malformed`]. `timeout` bounds the wait for the response
+//! headers, for a whole non-streamed body, and between two streamed
+//! chunks; `call_deadline` bounds the whole call, every retry included, so
+//! neither a trickle nor SSE keep-alive comments can stretch it
+//! ([`ModelError::Deadline`]). An answer larger than `max_answer_bytes`
+//! (its body, or its stream's bytes together), with more than
+//! `max_tool_calls` tool calls or with a call's arguments past
+//! `max_tool_argument_bytes` fails the call ([`ModelError::Oversized`]) as
+//! soon as the bound is passed, so memory stays near the bounds whatever
+//! the endpoint sends; such an answer is never retried (it would likely
+//! come back the same). [`OpenAiConfig`] lists the bounds, their defaults
+//! and their environment variables. Cancellation, a deadline and a refused answer all
+//! drop the in-flight request, which closes its connection.
 //!
 //! ```no_run
 //! use subagents::agent::{Agent, OpenAiConfig, OpenAiModel};
@@ -28,15 +40,19 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{ChunkSink, Finish, Model, ModelError, ModelReply, ModelRequest, Usage};
+mod answer;
+mod config;
+
+use answer::{parse_completion, CallLimits, StreamedAnswer};
+pub use config::OpenAiConfig;
+
+use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest, Oversize};
 use crate::agent::session::{SessionEvent, ToolCall};
 use crate::seam::{text_of, ContentBlock};
 
-/// The default endpoint when `SUBAGENTS_BASE_URL` is unset.
-const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 /// Longest streamed line accepted; a longer one is a malformed stream.
 const MAX_LINE: usize = 4 * 1024 * 1024;
 /// Longest error body excerpt kept in an error message.
@@ -45,96 +61,6 @@ const ERROR_EXCERPT: usize = 300;
 const ERROR_LINE: usize = 200;
 /// The longest backoff between retries.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
-/// Where and how to reach the endpoint.
-#[derive(Clone)]
-pub struct OpenAiConfig {
-    /// Base URL up to (not including) `/chat/completions`.
-    pub base_url: String,
-    /// Model name sent when the route names none.
-    pub model: String,
-    /// Bearer key, if the endpoint needs one.
-    pub api_key: Option<String>,
-    /// Bound on the response headers, a whole body, and each streamed chunk.
-    pub timeout: Duration,
-    /// Retries after a 429, a 5xx, a refused connection or a timeout.
-    pub max_retries: u32,
-    /// First backoff; doubled on each retry.
-    pub retry_backoff: Duration,
-    /// Stream answers (text reaches progress listeners as it arrives).
-    pub stream: bool,
-}
-
-impl std::fmt::Debug for OpenAiConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAiConfig")
-            .field("base_url", &self.base_url)
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("timeout", &self.timeout)
-            .field("max_retries", &self.max_retries)
-            .field("stream", &self.stream)
-            .finish()
-    }
-}
-
-impl OpenAiConfig {
-    /// An endpoint and a model; no key, 120 s timeout, 3 retries, streaming.
-    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
-        OpenAiConfig {
-            base_url: base_url.into(),
-            model: model.into(),
-            api_key: None,
-            timeout: Duration::from_secs(120),
-            max_retries: 3,
-            retry_backoff: Duration::from_millis(500),
-            stream: true,
-        }
-    }
-
-    /// From `SUBAGENTS_BASE_URL` (default the OpenAI API), `SUBAGENTS_MODEL`
-    /// (required) and `SUBAGENTS_API_KEY` (optional).
-    pub fn from_env() -> Result<Self, ModelError> {
-        Self::from_env_for(None)
-    }
-
-    /// As [`OpenAiConfig::from_env`], with the model named here instead of
-    /// by `SUBAGENTS_MODEL` when `model` is given.
-    pub fn from_env_for(model: Option<&str>) -> Result<Self, ModelError> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let model = model
-            .map(str::to_owned)
-            .or_else(|| var("SUBAGENTS_MODEL"))
-            .ok_or_else(|| ModelError::Config("set SUBAGENTS_MODEL to the model name".to_owned()))?;
-        let base_url = var("SUBAGENTS_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
-        Ok(OpenAiConfig { api_key: var("SUBAGENTS_API_KEY"), ..Self::new(base_url, model) })
-    }
-
-    /// Sets the bearer key.
-    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(key.into());
-        self
-    }
-
-    /// Sets the timeout.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Sets retries and the first backoff.
-    pub fn with_retries(mut self, max_retries: u32, backoff: Duration) -> Self {
-        self.max_retries = max_retries;
-        self.retry_backoff = backoff;
-        self
-    }
-
-    /// Streams or not.
-    pub fn with_stream(mut self, stream: bool) -> Self {
-        self.stream = stream;
-        self
-    }
-}
 
 /// The OpenAI-compatible adapter.
 pub struct OpenAiModel {
@@ -160,6 +86,7 @@ impl OpenAiModel {
                 config.base_url
             )));
         }
+        config.check()?;
         install_crypto_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(config.timeout.min(Duration::from_secs(30)))
@@ -270,10 +197,12 @@ impl OpenAiModel {
         }
     }
 
+    /// The endpoint's message from an error status's body, of which at
+    /// most `max_error_body_bytes` are read: one line is all that is kept.
     async fn error_excerpt(&self, response: reqwest::Response) -> String {
-        let body = tokio::time::timeout(self.config.timeout, response.bytes()).await;
-        let body = match body {
-            Ok(Ok(bytes)) => bytes,
+        let read = read_at_most(response, self.config.max_error_body_bytes);
+        let body = match tokio::time::timeout(self.config.timeout, read).await {
+            Ok(Ok((bytes, _))) => bytes,
             _ => return "(no readable body)".to_owned(),
         };
         let message = serde_json::from_slice::<Value>(&body)
@@ -294,12 +223,18 @@ impl OpenAiModel {
         if self.config.stream && is_event_stream {
             return self.read_stream(response, request.chunks.as_ref()).await;
         }
-        let bytes = match tokio::time::timeout(self.config.timeout, response.bytes()).await {
+        let bound = self.config.max_answer_bytes;
+        let too_large = ModelError::Oversized(Oversize::AnswerBytes(bound));
+        if response.content_length().is_some_and(|length| length > bound as u64) {
+            return Err(too_large);
+        }
+        let bytes = match tokio::time::timeout(self.config.timeout, read_at_most(response, bound)).await {
             Err(_) => return Err(ModelError::Timeout(self.config.timeout)),
             Ok(Err(error)) => return Err(ModelError::Transport(describe(&error))),
-            Ok(Ok(bytes)) => bytes,
+            Ok(Ok((_, false))) => return Err(too_large),
+            Ok(Ok((bytes, true))) => bytes,
         };
-        let reply = parse_completion(&bytes)?;
+        let reply = parse_completion(&bytes, self.limits())?;
         if let (Some(sink), false) = (&request.chunks, reply.text.is_empty()) {
             sink(&reply.text);
         }
@@ -313,7 +248,10 @@ impl OpenAiModel {
     ) -> Result<ModelReply, ModelError> {
         let mut stream = response.bytes_stream();
         let mut pending: Vec<u8> = Vec::new();
-        let mut answer = StreamedAnswer::default();
+        let mut answer = StreamedAnswer::new(self.limits());
+        // Every byte counts, comments and blank lines too: a stream is
+        // bounded as a whole, not only by what it adds to the answer.
+        let mut received = 0usize;
         while !answer.done {
             let chunk = match tokio::time::timeout(self.config.timeout, stream.next()).await {
                 Err(_) => return Err(ModelError::Timeout(self.config.timeout)),
@@ -321,6 +259,10 @@ impl OpenAiModel {
                 Ok(Some(Err(error))) => return Err(ModelError::Transport(describe(&error))),
                 Ok(Some(Ok(chunk))) => chunk,
             };
+            received = received.saturating_add(chunk.len());
+            if received > self.config.max_answer_bytes {
+                return Err(ModelError::Oversized(Oversize::AnswerBytes(self.config.max_answer_bytes)));
+            }
             pending.extend_from_slice(&chunk);
             let mut start = 0;
             while let Some(offset) = pending[start..].iter().position(|&b| b == b'\n') {
@@ -340,6 +282,26 @@ impl OpenAiModel {
         }
         answer.into_reply()
     }
+
+    fn limits(&self) -> CallLimits {
+        CallLimits { calls: self.config.max_tool_calls, argument_bytes: self.config.max_tool_argument_bytes }
+    }
+}
+
+/// Up to `bound` bytes of `response`'s body, and whether that was all of
+/// it. Past the bound nothing more is read: dropping the response closes
+/// the connection.
+async fn read_at_most(mut response: reqwest::Response, bound: usize) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = bound - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, false));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, true))
 }
 
 impl Model for OpenAiModel {
@@ -353,158 +315,16 @@ impl Model for OpenAiModel {
         cancel: CancellationToken,
     ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
         Box::pin(async move {
+            let deadline = self.config.call_deadline;
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Err(ModelError::Cancelled),
-                reply = self.complete_inner(request) => reply,
+                reply = tokio::time::timeout(deadline, self.complete_inner(request)) => {
+                    reply.unwrap_or(Err(ModelError::Deadline(deadline)))
+                }
             }
         })
     }
-}
-
-/// The streamed answer so far.
-#[derive(Default)]
-struct StreamedAnswer {
-    text: String,
-    refusal: String,
-    calls: Vec<(String, String, String)>,
-    finish_reason: Option<String>,
-    usage: Option<Usage>,
-    done: bool,
-}
-
-impl StreamedAnswer {
-    fn line(&mut self, line: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(data) = line.strip_prefix(b"data:") else {
-            return Ok(()); // blank lines, comments, `event:` and `id:` fields
-        };
-        let data = data.trim_ascii();
-        if data == b"[DONE]" {
-            self.done = true;
-            return Ok(());
-        }
-        let chunk: Value = serde_json::from_slice(data)
-            .map_err(|_| ModelError::Malformed("a streamed event is not JSON".to_owned()))?;
-        if let Some(message) = chunk["error"]["message"].as_str() {
-            return Err(ModelError::Transport(format!("the stream reported an error: {}", excerpt(message))));
-        }
-        if let Some(usage) = usage_of(&chunk["usage"]) {
-            self.usage = Some(usage);
-        }
-        let Some(choice) = chunk["choices"].get(0) else {
-            return Ok(());
-        };
-        let delta = &choice["delta"];
-        if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
-            self.text.push_str(text);
-            if let Some(sink) = sink {
-                sink(text);
-            }
-        }
-        if let Some(refusal) = delta["refusal"].as_str() {
-            self.refusal.push_str(refusal);
-        }
-        for call in delta["tool_calls"].as_array().into_iter().flatten() {
-            let index = call["index"].as_u64().unwrap_or(self.calls.len() as u64) as usize;
-            if index > self.calls.len() + 64 {
-                return Err(ModelError::Malformed("a streamed tool call index is out of range".to_owned()));
-            }
-            if self.calls.len() <= index {
-                self.calls.resize(index + 1, Default::default());
-            }
-            let (id, name, arguments) = &mut self.calls[index];
-            if let Some(part) = call["id"].as_str() {
-                id.push_str(part);
-            }
-            if let Some(part) = call["function"]["name"].as_str() {
-                name.push_str(part);
-            }
-            if let Some(part) = call["function"]["arguments"].as_str() {
-                arguments.push_str(part);
-            }
-        }
-        if let Some(reason) = choice["finish_reason"].as_str() {
-            self.finish_reason = Some(reason.to_owned());
-        }
-        Ok(())
-    }
-
-    fn into_reply(self) -> Result<ModelReply, ModelError> {
-        let tool_calls: Vec<ToolCall> = self
-            .calls
-            .into_iter()
-            .filter(|(_, name, _)| !name.is_empty())
-            .enumerate()
-            .map(|(n, (id, name, arguments))| ToolCall {
-                id: if id.is_empty() { format!("call_{n}") } else { id },
-                name,
-                arguments: parse_arguments(&arguments),
-            })
-            .collect();
-        let refused = !self.refusal.is_empty();
-        let finish = finish_of(self.finish_reason.as_deref(), !tool_calls.is_empty(), refused);
-        let text = if refused && self.text.is_empty() { self.refusal } else { self.text };
-        Ok(ModelReply { text, tool_calls, finish, usage: self.usage })
-    }
-}
-
-/// Parses a whole (non-streamed) chat completion.
-fn parse_completion(body: &[u8]) -> Result<ModelReply, ModelError> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|_| ModelError::Malformed("the body is not JSON".to_owned()))?;
-    let Some(choice) = value["choices"].get(0) else {
-        return Err(ModelError::Malformed("the body has no choices".to_owned()));
-    };
-    let message = choice["message"]
-        .as_object()
-        .ok_or_else(|| ModelError::Malformed("the first choice has no message".to_owned()))?;
-    let text = match message.get("content") {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
-        Some(_) => return Err(ModelError::Malformed("the message content is not text".to_owned())),
-    };
-    let mut tool_calls = Vec::new();
-    for (n, call) in message.get("tool_calls").and_then(Value::as_array).into_iter().flatten().enumerate() {
-        let name = call["function"]["name"]
-            .as_str()
-            .ok_or_else(|| ModelError::Malformed("a tool call has no function name".to_owned()))?;
-        let id = call["id"].as_str().map_or_else(|| format!("call_{n}"), str::to_owned);
-        let arguments = parse_arguments(call["function"]["arguments"].as_str().unwrap_or_default());
-        tool_calls.push(ToolCall { id, name: name.to_owned(), arguments });
-    }
-    let refusal = message.get("refusal").and_then(Value::as_str).filter(|r| !r.is_empty());
-    let finish = finish_of(choice["finish_reason"].as_str(), !tool_calls.is_empty(), refusal.is_some());
-    let text = match refusal {
-        Some(refusal) if text.is_empty() => refusal.to_owned(),
-        _ => text,
-    };
-    Ok(ModelReply { text, tool_calls, finish, usage: usage_of(&value["usage"]) })
-}
-
-fn finish_of(reason: Option<&str>, has_calls: bool, refused: bool) -> Finish {
-    match reason {
-        _ if refused => Finish::Refusal,
-        Some("length") => Finish::MaxTokens,
-        Some("content_filter") => Finish::Refusal,
-        _ if has_calls => Finish::ToolCalls,
-        _ => Finish::Stop,
-    }
-}
-
-fn usage_of(usage: &Value) -> Option<Usage> {
-    let input_tokens = usage["prompt_tokens"].as_u64()?;
-    Some(Usage { input_tokens, output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0) })
-}
-
-/// Arguments arrive as a JSON string; invalid JSON is kept as a string so
-/// the tool layer can tell the model.
-fn parse_arguments(raw: &str) -> Value {
-    if raw.trim().is_empty() {
-        return Value::Object(Map::new());
-    }
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
 }
 
 fn wire_call(call: &ToolCall) -> Value {

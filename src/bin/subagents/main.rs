@@ -19,7 +19,8 @@
 //!
 //! `--model scripted` (the default) needs no key and no network;
 //! `--model openai:NAME` talks to an OpenAI-compatible endpoint configured by
-//! `SUBAGENTS_BASE_URL` and `SUBAGENTS_API_KEY`.
+//! `SUBAGENTS_BASE_URL` and `SUBAGENTS_API_KEY`, held to the bounds the
+//! `SUBAGENTS_MODEL_*` variables set (see `OpenAiConfig`).
 //!
 //! # Exit codes
 //!
@@ -135,6 +136,10 @@ enum Command {
         /// Print one JSON document instead of text.
         #[arg(long, global = true)]
         json: bool,
+        /// Longest session line read, in bytes (default 256 MiB); a file with a
+        /// longer one is reported unreadable.
+        #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(1..))]
+        max_line_bytes: Option<u64>,
     },
     /// Run every task line of a JSONL file as a subagent, in parallel.
     Fanout {
@@ -266,13 +271,14 @@ fn main() -> ExitCode {
             let options = subagents::serve::stdio::ServeOptions { home };
             subagents::serve::stdio::serve_stdio(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
         }
-        Command::Sessions { query, home, json } => {
+        Command::Sessions { query, home, json, max_line_bytes } => {
             let query = match query {
                 SessionsQuery::List => sessions::Query::List,
                 SessionsQuery::Show { id } => sessions::Query::Show(id),
                 SessionsQuery::Tree { id } => sessions::Query::Tree(id),
             };
-            sessions::sessions(sessions::SessionsArgs { query, home, json }).map(Ended::exit_code)
+            let max_line_bytes = max_line_bytes.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+            sessions::sessions(sessions::SessionsArgs { query, home, json, max_line_bytes }).map(Ended::exit_code)
         }
         Command::Fanout {
             tasks,

@@ -10,17 +10,40 @@
 //!
 //! Reading never repairs or changes a file. A torn last line (a write cut
 //! off by a crash) is reported beside the session; a corrupt or unreadable
-//! file is reported as such and the others are still listed. With `--json`
-//! each command prints one JSON document instead of text.
+//! file (one that is not a regular file, or has a line longer than
+//! `--max-line-bytes`) is reported as such and the others are still listed.
+//! `list` and `tree` read each file line by line and keep only its summary,
+//! so their memory follows the number of sessions and the longest line, not
+//! the size of the transcripts. With `--json` each command prints one JSON
+//! document instead of text.
+//!
+//! Lineage comes from the files, and files can lie: a session may name
+//! itself or a descendant as its parent. `tree` walks without recursion,
+//! meets every session once, and marks a session it reaches again as a
+//! lineage loop (not followed; exit 1). A deep chain keeps its output
+//! bounded: the text indent stops growing at [`INDENTED_LEVELS`] (deeper
+//! lines name their level instead), and `--json` nests `children` for
+//! [`NESTED_LEVELS`] levels below the root, where a session lists the rest
+//! of its subtree flat in `descendants` (depth first, each with its
+//! `level` below the root and its `parent`), so that any JSON reader takes
+//! the document (serde_json refuses more than 128 levels of nesting).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
-use subagents::agent::{SessionEvent, SessionStore, StoredSession};
+use subagents::agent::{SessionEvent, SessionStore, SessionSummary};
 
-use crate::terminal;
+use crate::terminal::{self, say};
 use crate::Ended;
+
+/// Below this many levels the text tree stops indenting: a 10,000-deep
+/// chain would otherwise print 150 MB of indent.
+const INDENTED_LEVELS: usize = 24;
+/// How many levels `tree --json` nests `children` (two levels of JSON
+/// each, well below serde_json's 128).
+const NESTED_LEVELS: usize = 50;
 
 /// What `sessions` was asked to do.
 pub enum Query {
@@ -33,18 +56,23 @@ pub struct SessionsArgs {
     pub query: Query,
     pub home: Option<PathBuf>,
     pub json: bool,
+    /// The longest session line read (default the store's).
+    pub max_line_bytes: Option<usize>,
 }
 
-/// A listed session: read whole, or the reason it could not be.
+/// A listed session: its summary, or the reason it could not be read.
 struct Listed {
     id: String,
-    read: Result<StoredSession, String>,
+    read: Result<SessionSummary, String>,
 }
 
 pub fn sessions(args: SessionsArgs) -> Result<Ended, String> {
     let home = args.home.or_else(|| std::env::var_os("SUBAGENTS_HOME").map(PathBuf::from));
     let home = home.unwrap_or_else(|| PathBuf::from(".subagents"));
-    let store = SessionStore::new(&home);
+    let mut store = SessionStore::new(&home);
+    if let Some(bytes) = args.max_line_bytes {
+        store = store.with_max_line_bytes(bytes);
+    }
     match args.query {
         Query::List => list(&store, args.json),
         Query::Show(id) => show(&store, &id, args.json),
@@ -52,26 +80,33 @@ pub fn sessions(args: SessionsArgs) -> Result<Ended, String> {
     }
 }
 
-/// Every session of the store, oldest first (unreadable ones last).
+/// Every session of the store in brief, oldest first (unreadable ones last).
 fn read_all(store: &SessionStore) -> Result<Vec<Listed>, String> {
     let ids =
         store.ids().map_err(|e| format!("cannot list {}: {e}", store.dir().unwrap_or(&PathBuf::new()).display()))?;
     let mut listed: Vec<Listed> =
-        ids.into_iter().map(|id| Listed { read: store.inspect(&id).map_err(|e| e.to_string()), id }).collect();
+        ids.into_iter().map(|id| Listed { read: store.summarize(&id).map_err(|e| e.to_string()), id }).collect();
     listed.sort_by_key(|l| (l.read.as_ref().map_or(u64::MAX, |s| s.header.created_at_ms), l.id.clone()));
     Ok(listed)
 }
 
-fn summary(session: &StoredSession) -> Value {
+fn summary(session: &SessionSummary) -> Value {
     json!({
         "id": session.header.id,
         "parent": session.header.parent_session,
         "depth": session.header.depth,
         "created_at_ms": session.header.created_at_ms,
-        "last_stop_reason": session.last_stop_reason(),
+        "last_stop_reason": session.last_stop_reason,
         "bytes": session.bytes,
         "torn": session.torn,
     })
+}
+
+/// Stdout, buffered: a tree of 20,000 lines is not 20,000 flushes. A write
+/// that fails (a closed pipe) is reported, not a panic.
+fn write_out(write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<(), String> {
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    write(&mut out).and_then(|()| out.flush()).map_err(|e| format!("cannot write to stdout: {e}"))
 }
 
 fn list(store: &SessionStore, as_json: bool) -> Result<Ended, String> {
@@ -85,27 +120,35 @@ fn list(store: &SessionStore, as_json: bool) -> Result<Ended, String> {
                 Err(error) => json!({"id": l.id, "error": error}),
             })
             .collect();
-        println!("{}", json!({ "sessions": sessions }));
+        write_out(|out| writeln!(out, "{}", json!({ "sessions": sessions })))?;
     } else if listed.is_empty() {
-        println!("no sessions under {}", terminal::line(&store.dir().unwrap_or(&PathBuf::new()).display().to_string()));
+        let dir = store.dir().unwrap_or(&PathBuf::new()).display().to_string();
+        write_out(|out| writeln!(out, "no sessions under {}", terminal::line(&dir)))?;
     } else {
-        println!("{:<38} {:<38} {:>5} {:<24} {:<12} {:>9}", "id", "parent", "depth", "created", "last stop", "bytes");
-        for l in &listed {
-            let line = match &l.read {
-                Ok(s) => format!(
-                    "{:<38} {:<38} {:>5} {:<24} {:<12} {:>9}{}",
-                    s.header.id,
-                    s.header.parent_session.as_deref().unwrap_or("-"),
-                    s.header.depth,
-                    created(s.header.created_at_ms),
-                    s.last_stop_reason().map_or("-".to_owned(), |r| r.to_string()),
-                    s.bytes,
-                    if s.torn { "  (torn last line left out)" } else { "" }
-                ),
-                Err(error) => format!("{:<38} unreadable: {error}", l.id),
-            };
-            println!("{}", terminal::line(&line));
-        }
+        write_out(|out| {
+            writeln!(
+                out,
+                "{:<38} {:<38} {:>5} {:<24} {:<12} {:>9}",
+                "id", "parent", "depth", "created", "last stop", "bytes"
+            )?;
+            for l in &listed {
+                let line = match &l.read {
+                    Ok(s) => format!(
+                        "{:<38} {:<38} {:>5} {:<24} {:<12} {:>9}{}",
+                        s.header.id,
+                        s.header.parent_session.as_deref().unwrap_or("-"),
+                        s.header.depth,
+                        created(s.header.created_at_ms),
+                        s.last_stop_reason.map_or("-".to_owned(), |r| r.to_string()),
+                        s.bytes,
+                        if s.torn { "  (torn last line left out)" } else { "" }
+                    ),
+                    Err(error) => format!("{:<38} unreadable: {error}", l.id),
+                };
+                writeln!(out, "{}", terminal::line(&line))?;
+            }
+            Ok(())
+        })?;
     }
     // A corrupt file is reported, not fatal; it still counts as work not done.
     Ok(if unreadable == 0 { Ended::Completed } else { Ended::Incomplete })
@@ -115,10 +158,9 @@ fn show(store: &SessionStore, id: &str, as_json: bool) -> Result<Ended, String> 
     let session = store.inspect(id).map_err(|e| e.to_string())?;
     if as_json {
         let events = serde_json::to_value(&session.events).map_err(|e| e.to_string())?;
-        println!(
-            "{}",
-            json!({"session": summary(&session), "cwd": session.header.cwd, "persona": session.header.persona, "events": events})
-        );
+        let header = &session.header;
+        let shown = json!({"session": summary(&session.summary()), "cwd": header.cwd, "persona": header.persona, "events": events});
+        write_out(|out| writeln!(out, "{shown}"))?;
         return Ok(Ended::Completed);
     }
     let header = &session.header;
@@ -153,54 +195,166 @@ fn show(store: &SessionStore, id: &str, as_json: bool) -> Result<Ended, String> 
     if session.torn {
         out.push("(a torn last line was left out)".to_owned());
     }
-    for line in out {
-        println!("{}", terminal::text(&line));
-    }
+    write_out(|writer| out.iter().try_for_each(|line| writeln!(writer, "{}", terminal::text(line))))?;
     Ok(Ended::Completed)
+}
+
+/// One session of a tree, in the order a depth-first walk meets it.
+struct Visit {
+    /// Index into the sessions walked.
+    session: usize,
+    /// Levels below the root (0 for the root).
+    level: usize,
+    /// The last of its parent's children.
+    last: bool,
+    /// Reached a second time: its lineage loops, so it is not followed.
+    looped: bool,
+}
+
+/// The sessions under `root` by lineage, depth first, each met once: a
+/// session reached again is a [`Visit`] marked `looped` and not followed.
+/// An explicit stack, not recursion: a chain may be any number of levels.
+fn walk(sessions: &[SessionSummary], root: usize) -> Vec<Visit> {
+    let mut children: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (index, session) in sessions.iter().enumerate() {
+        if let Some(parent) = &session.header.parent_session {
+            children.entry(parent).or_default().push(index);
+        }
+    }
+    let kids_of = |index: usize| children.get(sessions[index].header.id.as_str()).map_or(&[][..], Vec::as_slice);
+    let mut visits = vec![Visit { session: root, level: 0, last: true, looped: false }];
+    let mut seen = HashSet::from([root]);
+    // Per open level: its children, and how many of them were visited.
+    let mut stack = vec![(kids_of(root), 0)];
+    while let Some((kids, next)) = stack.last_mut() {
+        let Some(&kid) = kids.get(*next) else {
+            stack.pop();
+            continue;
+        };
+        *next += 1;
+        let last = *next == kids.len();
+        let level = stack.len();
+        let looped = !seen.insert(kid);
+        visits.push(Visit { session: kid, level, last, looped });
+        if !looped {
+            stack.push((kids_of(kid), 0));
+        }
+    }
+    visits
 }
 
 fn tree(store: &SessionStore, id: &str, as_json: bool) -> Result<Ended, String> {
-    let root = store.inspect(id).map_err(|e| e.to_string())?;
-    let listed = read_all(store)?;
-    let mut children: BTreeMap<String, Vec<&StoredSession>> = BTreeMap::new();
-    for session in listed.iter().filter_map(|l| l.read.as_ref().ok()) {
-        if let Some(parent) = &session.header.parent_session {
-            children.entry(parent.clone()).or_default().push(session);
+    let mut sessions: Vec<SessionSummary> = Vec::new();
+    let mut root = None;
+    for listed in read_all(store)? {
+        if let Ok(session) = listed.read {
+            root = root.or((listed.id == id).then_some(sessions.len()));
+            sessions.push(session);
         }
     }
+    // Not among the readable sessions: say why in the store's own words.
+    let root = match root {
+        Some(root) => root,
+        None => {
+            sessions.push(store.summarize(id).map_err(|e| e.to_string())?);
+            sessions.len() - 1
+        }
+    };
+    let visits = walk(&sessions, root);
     if as_json {
-        println!("{}", node_json(&root, &children));
+        let tree = tree_json(&sessions, &visits);
+        write_out(|out| writeln!(out, "{tree}"))?;
     } else {
-        let mut out = String::new();
-        out.push_str(&format!("{} {}\n", root.header.id, outcome(&root)));
-        write_children(&root.header.id, &children, "", &mut out);
-        print!("{}", terminal::text(&out));
+        write_out(|out| write_tree(out, &sessions, &visits))?;
     }
-    Ok(Ended::Completed)
+    let loops = visits.iter().filter(|v| v.looped).count();
+    if loops == 0 {
+        return Ok(Ended::Completed);
+    }
+    say!(
+        "subagents: the lineage under {} loops: {loops} session(s) reached again were not followed (marked in the tree)",
+        sessions[root].header.id
+    );
+    Ok(Ended::Incomplete)
 }
 
-fn node_json(session: &StoredSession, children: &BTreeMap<String, Vec<&StoredSession>>) -> Value {
-    let mut node = summary(session);
-    let below: Vec<Value> = children
-        .get(&session.header.id)
-        .map(|kids| kids.iter().map(|kid| node_json(kid, children)).collect())
-        .unwrap_or_default();
-    node["children"] = Value::Array(below);
-    node
+/// The tree as text, one line per visit; the indent grows for
+/// [`INDENTED_LEVELS`] levels, and a deeper line names its level.
+fn write_tree(out: &mut dyn Write, sessions: &[SessionSummary], visits: &[Visit]) -> std::io::Result<()> {
+    // Per ancestor level below the root: whether it has siblings still to come.
+    let mut open: Vec<bool> = Vec::new();
+    for visit in visits {
+        let session = &sessions[visit.session];
+        let described =
+            if visit.looped { "(its lineage loops back here; not followed)".to_owned() } else { outcome(session) };
+        if visit.level == 0 {
+            writeln!(out, "{}", terminal::line(&format!("{} {described}", session.header.id)))?;
+            continue;
+        }
+        open.truncate(visit.level - 1);
+        let mut line = String::new();
+        for &more in open.iter().take(INDENTED_LEVELS - 1) {
+            line.push_str(if more { "│  " } else { "   " });
+        }
+        line.push_str(if visit.last { "└─ " } else { "├─ " });
+        if visit.level >= INDENTED_LEVELS {
+            line.push_str(&format!("[level {}] ", visit.level));
+        }
+        line.push_str(&format!("{} {described}", session.header.id));
+        writeln!(out, "{}", terminal::line(&line))?;
+        open.push(!visit.last);
+    }
+    Ok(())
 }
 
-fn write_children(parent: &str, children: &BTreeMap<String, Vec<&StoredSession>>, indent: &str, out: &mut String) {
-    let Some(kids) = children.get(parent) else { return };
-    for (n, kid) in kids.iter().enumerate() {
-        let last = n + 1 == kids.len();
-        let (branch, next) = if last { ("└─ ", "   ") } else { ("├─ ", "│  ") };
-        out.push_str(&format!("{indent}{branch}{} {}\n", kid.header.id, outcome(kid)));
-        write_children(&kid.header.id, children, &format!("{indent}{next}"), out);
+/// The tree as JSON: each session's summary with its `children`, nested
+/// for [`NESTED_LEVELS`] levels; a session at that level holds the rest of
+/// its subtree flat in `descendants`. A looped visit is `{"id",
+/// "lineage_loop": true}`. Built without recursion, from the walk's order.
+fn tree_json(sessions: &[SessionSummary], visits: &[Visit]) -> Value {
+    // The nodes still taking children, one per level from the root down.
+    let mut open: Vec<Value> = Vec::new();
+    for visit in visits {
+        let session = &sessions[visit.session];
+        let mut node =
+            if visit.looped { json!({"id": session.header.id, "lineage_loop": true}) } else { summary(session) };
+        if visit.level > NESTED_LEVELS {
+            close_to(&mut open, NESTED_LEVELS + 1);
+            node["level"] = json!(visit.level);
+            push(open.last_mut().expect("its ancestor at the last nested level is open"), "descendants", node);
+        } else if visit.looped {
+            close_to(&mut open, visit.level);
+            push(open.last_mut().expect("a loop is met below the root"), "children", node);
+        } else {
+            close_to(&mut open, visit.level);
+            let below = if visit.level == NESTED_LEVELS { "descendants" } else { "children" };
+            node[below] = json!([]);
+            open.push(node);
+        }
+    }
+    close_to(&mut open, 1);
+    open.pop().unwrap_or(Value::Null)
+}
+
+/// Closes the open nodes deeper than `levels` (the root stays open): each
+/// goes into its parent's `children`.
+fn close_to(open: &mut Vec<Value>, levels: usize) {
+    while open.len() > levels.max(1) {
+        let node = open.pop().expect("more than the root is open");
+        push(open.last_mut().expect("its parent is open"), "children", node);
     }
 }
 
-fn outcome(session: &StoredSession) -> String {
-    let reason = session.last_stop_reason().map_or("no finished turn".to_owned(), |r| r.to_string());
+/// Appends `node` to `parent[key]`, an array made on first use.
+fn push(parent: &mut Value, key: &str, node: Value) {
+    match parent.get_mut(key).and_then(Value::as_array_mut) {
+        Some(list) => list.push(node),
+        None => parent[key] = json!([node]),
+    }
+}
+
+fn outcome(session: &SessionSummary) -> String {
+    let reason = session.last_stop_reason.map_or("no finished turn".to_owned(), |r| r.to_string());
     format!("(depth {}, {reason}{})", session.header.depth, if session.torn { ", torn last line" } else { "" })
 }
 

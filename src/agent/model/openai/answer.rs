@@ -1,0 +1,205 @@
+//! Reading one answer of the endpoint, whole or streamed, into a
+//! [`ModelReply`]: its text, its tool calls (held to [`CallLimits`], the
+//! same way on both paths), why it finished, what it used.
+//!
+//! A stream is a sequence of `data:` lines, each a chunk whose delta adds
+//! text, a refusal, or a piece of a tool call (an id, a name, or a slice of
+//! the arguments, keyed by the call's `index`), until `data: [DONE]`.
+//! Comments, blank lines and other fields are skipped.
+
+use serde_json::{Map, Value};
+
+use super::excerpt;
+use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Oversize, Usage};
+use crate::agent::session::ToolCall;
+
+/// The bounds on one answer's tool calls, checked the same way whether the
+/// answer came whole or streamed.
+#[derive(Clone, Copy)]
+pub(super) struct CallLimits {
+    pub(super) calls: usize,
+    pub(super) argument_bytes: usize,
+}
+
+impl CallLimits {
+    /// Refuses an answer that would hold `calls` tool calls.
+    fn check_calls(self, calls: usize) -> Result<(), ModelError> {
+        if calls > self.calls {
+            return Err(ModelError::Oversized(Oversize::ToolCalls(self.calls)));
+        }
+        Ok(())
+    }
+
+    /// Refuses arguments that would be `bytes` long.
+    fn check_arguments(self, bytes: usize) -> Result<(), ModelError> {
+        if bytes > self.argument_bytes {
+            return Err(ModelError::Oversized(Oversize::ToolArgumentBytes(self.argument_bytes)));
+        }
+        Ok(())
+    }
+}
+
+/// The streamed answer so far.
+pub(super) struct StreamedAnswer {
+    text: String,
+    refusal: String,
+    calls: Vec<(String, String, String)>,
+    limits: CallLimits,
+    pub(super) finish_reason: Option<String>,
+    usage: Option<Usage>,
+    /// `data: [DONE]` arrived.
+    pub(super) done: bool,
+}
+
+impl StreamedAnswer {
+    pub(super) fn new(limits: CallLimits) -> Self {
+        StreamedAnswer {
+            text: String::new(),
+            refusal: String::new(),
+            calls: Vec::new(),
+            limits,
+            finish_reason: None,
+            usage: None,
+            done: false,
+        }
+    }
+
+    /// Takes one line of the stream (without its `\n`).
+    pub(super) fn line(&mut self, line: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(data) = line.strip_prefix(b"data:") else {
+            return Ok(()); // blank lines, comments, `event:` and `id:` fields
+        };
+        let data = data.trim_ascii();
+        if data == b"[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let chunk: Value = serde_json::from_slice(data)
+            .map_err(|_| ModelError::Malformed("a streamed event is not JSON".to_owned()))?;
+        if let Some(message) = chunk["error"]["message"].as_str() {
+            return Err(ModelError::Transport(format!("the stream reported an error: {}", excerpt(message))));
+        }
+        if let Some(usage) = usage_of(&chunk["usage"]) {
+            self.usage = Some(usage);
+        }
+        let Some(choice) = chunk["choices"].get(0) else {
+            return Ok(());
+        };
+        let delta = &choice["delta"];
+        if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+            self.text.push_str(text);
+            if let Some(sink) = sink {
+                sink(text);
+            }
+        }
+        if let Some(refusal) = delta["refusal"].as_str() {
+            self.refusal.push_str(refusal);
+        }
+        for call in delta["tool_calls"].as_array().into_iter().flatten() {
+            let index = call["index"].as_u64().unwrap_or(self.calls.len() as u64) as usize;
+            if index > self.calls.len() + 64 {
+                return Err(ModelError::Malformed("a streamed tool call index is out of range".to_owned()));
+            }
+            if self.calls.len() <= index {
+                self.limits.check_calls(index + 1)?;
+                self.calls.resize(index + 1, Default::default());
+            }
+            let (id, name, arguments) = &mut self.calls[index];
+            if let Some(part) = call["id"].as_str() {
+                id.push_str(part);
+            }
+            if let Some(part) = call["function"]["name"].as_str() {
+                name.push_str(part);
+            }
+            if let Some(part) = call["function"]["arguments"].as_str() {
+                self.limits.check_arguments(arguments.len() + part.len())?;
+                arguments.push_str(part);
+            }
+        }
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.finish_reason = Some(reason.to_owned());
+        }
+        Ok(())
+    }
+
+    pub(super) fn into_reply(self) -> Result<ModelReply, ModelError> {
+        let tool_calls: Vec<ToolCall> = self
+            .calls
+            .into_iter()
+            .filter(|(_, name, _)| !name.is_empty())
+            .enumerate()
+            .map(|(n, (id, name, arguments))| ToolCall {
+                id: if id.is_empty() { format!("call_{n}") } else { id },
+                name,
+                arguments: parse_arguments(&arguments),
+            })
+            .collect();
+        let refused = !self.refusal.is_empty();
+        let finish = finish_of(self.finish_reason.as_deref(), !tool_calls.is_empty(), refused);
+        let text = if refused && self.text.is_empty() { self.refusal } else { self.text };
+        Ok(ModelReply { text, tool_calls, finish, usage: self.usage })
+    }
+}
+
+/// Parses a whole (non-streamed) chat completion.
+pub(super) fn parse_completion(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|_| ModelError::Malformed("the body is not JSON".to_owned()))?;
+    let Some(choice) = value["choices"].get(0) else {
+        return Err(ModelError::Malformed("the body has no choices".to_owned()));
+    };
+    let message = choice["message"]
+        .as_object()
+        .ok_or_else(|| ModelError::Malformed("the first choice has no message".to_owned()))?;
+    let text = match message.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        Some(_) => return Err(ModelError::Malformed("the message content is not text".to_owned())),
+    };
+    let calls = message.get("tool_calls").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    limits.check_calls(calls.len())?;
+    let mut tool_calls = Vec::with_capacity(calls.len());
+    for (n, call) in calls.iter().enumerate() {
+        let name = call["function"]["name"]
+            .as_str()
+            .ok_or_else(|| ModelError::Malformed("a tool call has no function name".to_owned()))?;
+        let id = call["id"].as_str().map_or_else(|| format!("call_{n}"), str::to_owned);
+        let raw = call["function"]["arguments"].as_str().unwrap_or_default();
+        limits.check_arguments(raw.len())?;
+        let arguments = parse_arguments(raw);
+        tool_calls.push(ToolCall { id, name: name.to_owned(), arguments });
+    }
+    let refusal = message.get("refusal").and_then(Value::as_str).filter(|r| !r.is_empty());
+    let finish = finish_of(choice["finish_reason"].as_str(), !tool_calls.is_empty(), refusal.is_some());
+    let text = match refusal {
+        Some(refusal) if text.is_empty() => refusal.to_owned(),
+        _ => text,
+    };
+    Ok(ModelReply { text, tool_calls, finish, usage: usage_of(&value["usage"]) })
+}
+
+fn finish_of(reason: Option<&str>, has_calls: bool, refused: bool) -> Finish {
+    match reason {
+        _ if refused => Finish::Refusal,
+        Some("length") => Finish::MaxTokens,
+        Some("content_filter") => Finish::Refusal,
+        _ if has_calls => Finish::ToolCalls,
+        _ => Finish::Stop,
+    }
+}
+
+fn usage_of(usage: &Value) -> Option<Usage> {
+    let input_tokens = usage["prompt_tokens"].as_u64()?;
+    Some(Usage { input_tokens, output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0) })
+}
+
+/// Arguments arrive as a JSON string; invalid JSON is kept as a string so
+/// the tool layer can tell the model.
+fn parse_arguments(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return Value::Object(Map::new());
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}

@@ -1,0 +1,216 @@
+//! [`OpenAiConfig`]: where the OpenAI adapter connects and the bounds it
+//! holds an endpoint to, set in code or from the environment.
+
+use std::time::Duration;
+
+use crate::agent::model::ModelError;
+
+/// The default endpoint when `SUBAGENTS_BASE_URL` is unset.
+const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+const MIB: usize = 1 << 20;
+
+/// Where and how to reach the endpoint, and the bounds on its answers.
+///
+/// An endpoint is trusted to speak chat completions, not to be small or
+/// quick: every answer is bounded in bytes (its body or its whole stream),
+/// in tool calls and in each call's arguments, and every call in time
+/// (each wait, and the call as a whole with its retries). Past a bound the
+/// call fails with [`ModelError::Oversized`] or [`ModelError::Deadline`]
+/// and the rest of the answer is never read. The defaults sit far above
+/// what a model produces (a 128k-token answer streams about 25 MiB) and
+/// far below what hurts a machine running many agents at once.
+///
+/// | field | default | environment ([`OpenAiConfig::from_env`]) |
+/// |---|---|---|
+/// | `max_answer_bytes` | 64 MiB | `SUBAGENTS_MODEL_MAX_ANSWER_MIB` |
+/// | `max_error_body_bytes` | 1 MiB | `SUBAGENTS_MODEL_MAX_ERROR_BODY_MIB` |
+/// | `max_tool_calls` | 128 | `SUBAGENTS_MODEL_MAX_TOOL_CALLS` |
+/// | `max_tool_argument_bytes` | 1 MiB | `SUBAGENTS_MODEL_MAX_TOOL_ARGUMENTS_MIB` |
+/// | `call_deadline` | 600 s | `SUBAGENTS_MODEL_DEADLINE_SECS` |
+///
+/// ```
+/// use std::time::Duration;
+/// use subagents::agent::OpenAiConfig;
+///
+/// let config = OpenAiConfig::new("http://127.0.0.1:8000/v1", "local")
+///     .with_max_answer_bytes(8 << 20)
+///     .with_tool_call_limits(16, 64 << 10)
+///     .with_call_deadline(Duration::from_secs(60));
+/// assert_eq!(config.max_tool_calls, 16);
+/// ```
+#[derive(Clone)]
+pub struct OpenAiConfig {
+    /// Base URL up to (not including) `/chat/completions`.
+    pub base_url: String,
+    /// Model name sent when the route names none.
+    pub model: String,
+    /// Bearer key, if the endpoint needs one.
+    pub api_key: Option<String>,
+    /// Bound on the response headers, a whole body, and each streamed chunk.
+    pub timeout: Duration,
+    /// Retries after a 429, a 5xx, a refused connection or a timeout.
+    pub max_retries: u32,
+    /// First backoff; doubled on each retry.
+    pub retry_backoff: Duration,
+    /// Stream answers (text reaches progress listeners as it arrives).
+    pub stream: bool,
+    /// Most bytes one answer may take: a whole body, or every byte of a
+    /// stream together (64 MiB).
+    pub max_answer_bytes: usize,
+    /// Most bytes of an error status's body read for its message; the rest
+    /// is left unread (1 MiB).
+    pub max_error_body_bytes: usize,
+    /// Most tool calls in one answer (128).
+    pub max_tool_calls: usize,
+    /// Most bytes of one tool call's arguments (1 MiB).
+    pub max_tool_argument_bytes: usize,
+    /// Bound on one whole model call: every try and backoff, the headers
+    /// and the whole answer, however slowly the endpoint trickles it (and
+    /// SSE keep-alive comments do not extend it) (600 s).
+    pub call_deadline: Duration,
+}
+
+impl std::fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiConfig")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .field("stream", &self.stream)
+            .field("max_answer_bytes", &self.max_answer_bytes)
+            .field("max_error_body_bytes", &self.max_error_body_bytes)
+            .field("max_tool_calls", &self.max_tool_calls)
+            .field("max_tool_argument_bytes", &self.max_tool_argument_bytes)
+            .field("call_deadline", &self.call_deadline)
+            .finish()
+    }
+}
+
+impl OpenAiConfig {
+    /// An endpoint and a model; no key, 120 s timeout, 3 retries,
+    /// streaming, and the default bounds (see [`OpenAiConfig`]).
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        OpenAiConfig {
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key: None,
+            timeout: Duration::from_secs(120),
+            max_retries: 3,
+            retry_backoff: Duration::from_millis(500),
+            stream: true,
+            max_answer_bytes: 64 * MIB,
+            max_error_body_bytes: MIB,
+            max_tool_calls: 128,
+            max_tool_argument_bytes: MIB,
+            call_deadline: Duration::from_secs(600),
+        }
+    }
+
+    /// From `SUBAGENTS_BASE_URL` (default the OpenAI API), `SUBAGENTS_MODEL`
+    /// (required), `SUBAGENTS_API_KEY` (optional) and the bounds' variables
+    /// (see [`OpenAiConfig`]; each optional, a whole number).
+    pub fn from_env() -> Result<Self, ModelError> {
+        Self::from_env_for(None)
+    }
+
+    /// As [`OpenAiConfig::from_env`], with the model named here instead of
+    /// by `SUBAGENTS_MODEL` when `model` is given.
+    pub fn from_env_for(model: Option<&str>) -> Result<Self, ModelError> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let model = model
+            .map(str::to_owned)
+            .or_else(|| var("SUBAGENTS_MODEL"))
+            .ok_or_else(|| ModelError::Config("set SUBAGENTS_MODEL to the model name".to_owned()))?;
+        let base_url = var("SUBAGENTS_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        let mut config = OpenAiConfig { api_key: var("SUBAGENTS_API_KEY"), ..Self::new(base_url, model) };
+        // A whole number of `unit`s, where set.
+        let number = |name: &str, unit: u64| -> Result<Option<u64>, ModelError> {
+            let Some(value) = var(name) else { return Ok(None) };
+            let number = value.trim().parse::<u64>().ok().and_then(|n| n.checked_mul(unit));
+            number.map(Some).ok_or_else(|| ModelError::Config(format!("{name} must be a whole number, not {value:?}")))
+        };
+        let bytes = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        if let Some(n) = number("SUBAGENTS_MODEL_MAX_ANSWER_MIB", MIB as u64)? {
+            config.max_answer_bytes = bytes(n);
+        }
+        if let Some(n) = number("SUBAGENTS_MODEL_MAX_ERROR_BODY_MIB", MIB as u64)? {
+            config.max_error_body_bytes = bytes(n);
+        }
+        if let Some(n) = number("SUBAGENTS_MODEL_MAX_TOOL_CALLS", 1)? {
+            config.max_tool_calls = bytes(n);
+        }
+        if let Some(n) = number("SUBAGENTS_MODEL_MAX_TOOL_ARGUMENTS_MIB", MIB as u64)? {
+            config.max_tool_argument_bytes = bytes(n);
+        }
+        if let Some(n) = number("SUBAGENTS_MODEL_DEADLINE_SECS", 1)? {
+            config.call_deadline = Duration::from_secs(n);
+        }
+        Ok(config)
+    }
+
+    /// Sets the bearer key.
+    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Sets the timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets retries and the first backoff.
+    pub fn with_retries(mut self, max_retries: u32, backoff: Duration) -> Self {
+        self.max_retries = max_retries;
+        self.retry_backoff = backoff;
+        self
+    }
+
+    /// Streams or not.
+    pub fn with_stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// Sets the most bytes one answer may take.
+    pub fn with_max_answer_bytes(mut self, bytes: usize) -> Self {
+        self.max_answer_bytes = bytes;
+        self
+    }
+
+    /// Sets the most bytes of an error body read for its message.
+    pub fn with_max_error_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_error_body_bytes = bytes;
+        self
+    }
+
+    /// Sets the most tool calls in one answer and the most bytes of one
+    /// call's arguments.
+    pub fn with_tool_call_limits(mut self, calls: usize, argument_bytes: usize) -> Self {
+        self.max_tool_calls = calls;
+        self.max_tool_argument_bytes = argument_bytes;
+        self
+    }
+
+    /// Sets the bound on one whole model call, retries included.
+    pub fn with_call_deadline(mut self, deadline: Duration) -> Self {
+        self.call_deadline = deadline;
+        self
+    }
+
+    /// Refuses the bounds that would fail every call at zero (no tool
+    /// calls, or no error text, are choices one may make).
+    pub(super) fn check(&self) -> Result<(), ModelError> {
+        let zero = if self.max_answer_bytes == 0 {
+            "max_answer_bytes"
+        } else if self.call_deadline.is_zero() {
+            "call_deadline"
+        } else {
+            return Ok(());
+        };
+        Err(ModelError::Config(format!("{zero} is 0: every model call would fail")))
+    }
+}
