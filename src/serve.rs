@@ -15,6 +15,8 @@
 pub mod acp;
 mod framing;
 pub mod mcp;
+mod pipes;
+mod signals;
 pub mod stdio;
 pub mod worker;
 

@@ -98,6 +98,11 @@ pub const DEFAULT_MAX_DEPTH: u32 = 3;
 /// handshake.
 const NEWEST_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
+/// Every protocol version served, up to [`NEWEST_PROTOCOL`].
+fn supported_versions() -> &'static [ProtocolVersion] {
+    ProtocolVersion::known_up_to(&NEWEST_PROTOCOL)
+}
+
 /// What the server tells a client about itself at `initialize`.
 const INSTRUCTIONS: &str = "Delegate work to supervised subagents. `subagent` runs a task on a fresh child that \
     sees only the prompt you give it (never this conversation), so write a complete, standalone prompt. Independent \
@@ -338,7 +343,7 @@ fn process_config(name: &str, home: PathBuf, spec: &ModelSpec) -> ProcessConfig 
 
 /// Serves until the client is gone.
 async fn serve(session: Arc<Session>) -> Result<(), ServeError> {
-    let (transport, input) = framing::stdio(session.closing.clone());
+    let (transport, input) = framing::stdio(session.closing.clone(), supported_versions());
     let input = tokio::spawn(input);
     let served = match Server(session.clone()).serve(transport).await {
         Ok(running) => running.waiting().await.map(drop).map_err(|e| ServeError::Connection(e.to_string())),
@@ -364,7 +369,7 @@ impl ServerHandler for Server {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&NEWEST_PROTOCOL))
+        Cow::Borrowed(supported_versions())
     }
 
     async fn list_tools(
