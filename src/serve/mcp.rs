@@ -11,6 +11,10 @@
 //! the depth cap. Children see only the prompt they are given, never the
 //! client's conversation.
 //!
+//! - **Before serving**, the home must take sessions and an `openai:NAME`
+//!   endpoint must accept a connection (the checks of `run` and `fanout`:
+//!   [`preflight`](super::preflight)); else [`serve_mcp`] returns the error
+//!   at once (`subagents mcp` exits 2) rather than every call failing late.
 //! - `initialize` advertises tools (protocol versions up to 2025-11-25,
 //!   each with the handshake; the SDK negotiates). A second one is refused
 //!   (`-32600`, `data.reason` "already initialized").
@@ -82,8 +86,8 @@ use tokio_util::sync::CancellationToken;
 
 use self::progress::Progress;
 use self::tools::{Catalog, Limits, Target};
-use super::ServeError;
-use crate::agent::{Agent, ModelSpec, ScriptedModel, ToolContext, ToolOutput};
+use super::{preflight, ServeError};
+use crate::agent::{Agent, Model, ModelSpec, ScriptedModel, ToolContext, ToolOutput};
 use crate::providers::{ChildInfo, InProcessProvider, ProcessConfig, ProcessProvider};
 use crate::seam::AgentOptions;
 use crate::tool::{
@@ -184,7 +188,15 @@ pub fn serve_mcp(options: McpServeOptions) -> Result<(), ServeError> {
         builder = builder.home(home);
     }
     let runtime = builder.build().map_err(ServeError::Runtime)?;
-    let session = match Session::build(&runtime, &options, &cwd) {
+    // As `run` and `fanout` do: a home or a model that cannot work is
+    // refused before serving, not by every call, late.
+    let checked = ModelSpec::parse(&options.model).map_err(ServeError::from).and_then(|spec| {
+        preflight::check_home(&runtime.home())?;
+        let probed = spec.clone();
+        let model = runtime.block_on(async move { preflight::reachable_model(&probed).await })?;
+        Ok((spec, model))
+    });
+    let session = match checked.and_then(|(spec, model)| Session::build(&runtime, &options, &cwd, &spec, model)) {
         Ok(session) => Arc::new(session),
         Err(error) => {
             runtime.shutdown_blocking();
@@ -218,25 +230,31 @@ struct Session {
 }
 
 impl Session {
-    fn build(runtime: &Runtime, options: &McpServeOptions, cwd: &Path) -> Result<Session, ServeError> {
+    /// The session for `options`, its children on `model` (`spec` names it
+    /// to a `process` child, which builds its own).
+    fn build(
+        runtime: &Runtime,
+        options: &McpServeOptions,
+        cwd: &Path,
+        spec: &ModelSpec,
+        model: Arc<dyn Model>,
+    ) -> Result<Session, ServeError> {
         let subagents = runtime.subagents();
         let tasks = TaskService::new();
         let name = options.provider.name();
-        let spec = ModelSpec::parse(&options.model)?;
         let max_depth = match options.provider {
             ChildProvider::Process => {
                 if options.max_depth.is_some() {
                     let reason = "a process child caps its own delegation depth: --max-depth is for spawn and fork";
                     return Err(ServeError::Options(reason.to_owned()));
                 }
-                let provider = ProcessProvider::new(process_config(name, runtime.home(), &spec))
+                let provider = ProcessProvider::new(process_config(name, runtime.home(), spec))
                     .map_err(|e| ServeError::Options(e.to_string()))?;
                 subagents.register_provider(provider)?.keep();
                 MaxDepth::ProviderManaged
             }
             in_process => {
                 let depth = options.max_depth.unwrap_or(DEFAULT_MAX_DEPTH);
-                let model = spec.build()?;
                 // Children get the same kit as the CLI's: they delegate
                 // further, on this provider, to the depth cap.
                 let kit = shared_delegating_toolset(&subagents, &tasks, name, depth);

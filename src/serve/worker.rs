@@ -43,7 +43,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{new_session_id, ModelSpec, SessionStore};
+use crate::agent::{new_session_id, ModelSpec};
 use crate::events::SubagentEvent;
 use crate::providers::remote::broker::{self, Broker, BrokerSettings};
 use crate::providers::remote::wire::{self, CancelNotice, ProgressNotice, StatusReply, MAX_PROGRESS_BYTES, VERSION};
@@ -133,9 +133,7 @@ pub struct WorkerReport {
 pub fn serve_worker(options: WorkerOptions, ready: impl FnOnce(&str)) -> Result<WorkerReport, String> {
     broker::check_name("pool", &options.pool)?;
     let model = ModelSpec::parse(&options.model).and_then(|spec| spec.build()).map_err(|e| e.to_string())?;
-    SessionStore::new(&options.home)
-        .prepare()
-        .map_err(|e| format!("the home {} is not a writable directory: {e}", options.home.display()))?;
+    super::preflight::check_home(&options.home).map_err(|e| e.to_string())?;
     let runtime = Runtime::builder()
         .home(&options.home)
         .cancel_grace(Duration::from_millis(500))
