@@ -14,6 +14,8 @@ mod lifecycle;
 mod lines;
 #[path = "mcp/support.rs"]
 mod support;
+#[path = "mcp/tools.rs"]
+mod tools;
 
 use std::time::{Duration, Instant};
 

@@ -28,7 +28,9 @@
 //!   "output"}` as text, and for a structured run (`output_schema`) also
 //!   `structuredContent`, the captured value (in the text as
 //!   `structured`); with `run_in_background` it answers `{"kind":
-//!   "background", "task_id"}` at once. A run that does not complete is a
+//!   "background", "task_id"}` at once, unless the session already holds
+//!   `--max-background-tasks` unfinished tasks (default 1,000): then a tool
+//!   error saying so. A run that does not complete is a
 //!   tool error (`isError`) with the tool's wording (`subagent run was
 //!   cancelled`, `subagent run failed`, …), as are the task tools' own
 //!   errors (`no task "task-9" for this session`: another session's tasks
@@ -166,6 +168,10 @@ pub struct McpServeOptions {
     pub max_depth: Option<u32>,
     /// How many runs of the client's calls at once (default four per core).
     pub concurrency: Option<usize>,
+    /// How many unfinished background tasks one session may hold (the
+    /// client's, and each child's); default
+    /// [`DEFAULT_MAX_LIVE_TASKS`](crate::tool::DEFAULT_MAX_LIVE_TASKS).
+    pub max_background_tasks: Option<usize>,
 }
 
 impl Default for McpServeOptions {
@@ -176,6 +182,7 @@ impl Default for McpServeOptions {
             home: None,
             max_depth: None,
             concurrency: None,
+            max_background_tasks: None,
         }
     }
 }
@@ -240,7 +247,7 @@ impl Session {
         model: Arc<dyn Model>,
     ) -> Result<Session, ServeError> {
         let subagents = runtime.subagents();
-        let tasks = TaskService::new();
+        let tasks = options.max_background_tasks.map_or_else(TaskService::new, TaskService::with_max_live);
         let name = options.provider.name();
         let max_depth = match options.provider {
             ChildProvider::Process => {
@@ -271,7 +278,8 @@ impl Session {
         let config = SubagentToolConfig::new(name).with_max_depth(max_depth);
         let subagent = SubagentTool::mount(&subagents, config, Some(tasks.clone()))?.with_run_limit(slots.clone());
         let info = subagents.get_provider(name).ok_or_else(|| ServeError::Options(format!("no provider {name:?}")))?;
-        let catalog = Catalog::new(&subagent, &info, tasks.tools(), Limits { concurrency, max_depth })
+        let limits = Limits { concurrency, max_depth, background: tasks.max_live() };
+        let catalog = Catalog::new(&subagent, &info, tasks.tools(), limits)
             .map_err(ServeError::Options)?;
         // The root never prompts a model: it is the client's identity (its
         // session owns the background tasks) and the children's parent.

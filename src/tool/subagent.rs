@@ -348,7 +348,7 @@ impl SubagentTool {
     pub async fn begin(&self, delegation: Delegation, context: &ToolContext) -> Result<Begun, String> {
         if self.config.enable_run_in_background && delegation.run_in_background {
             let tasks = self.tasks.as_ref().expect("mount checks background runs have a task service");
-            let task_id = tasks.spawn(&context.agent, &delegation.description, |cancel| {
+            let spawned = tasks.spawn(&context.agent, &delegation.description, |cancel| {
                 let request = self.request(&delegation, context, cancel.clone());
                 let (subagents, provider, limit) =
                     (self.subagents.clone(), self.config.provider.clone(), self.run_limit.clone());
@@ -360,6 +360,7 @@ impl SubagentTool {
                     Ok(structured.map_or(output, |value| value.to_string()))
                 }
             });
+            let task_id = spawned.map_err(|limit| limit.to_string())?;
             return Ok(Begun::Background { task_id });
         }
         let signal = context.cancel.child_token();

@@ -54,6 +54,8 @@ pub(super) struct Limits {
     pub(super) concurrency: usize,
     /// How deep the children may delegate.
     pub(super) max_depth: MaxDepth,
+    /// Unfinished background tasks the session may hold.
+    pub(super) background: usize,
 }
 
 impl Catalog {
@@ -129,8 +131,9 @@ fn subagent_entry(subagent: &SubagentTool, provider: &ProviderInfo, limits: Limi
     };
     let description = format!(
         "{} It runs under this server's supervision: at most {} runs at once (further calls queue), {depth}. \
-         With run_in_background it returns a task id at once; collect it with task_output.",
-        spec.description, limits.concurrency
+         With run_in_background it returns a task id at once (at most {} unfinished at once); collect it with \
+         task_output.",
+        spec.description, limits.concurrency, limits.background
     );
     entry(spec.name, description, parameters, Target::Subagent)
 }
