@@ -27,7 +27,9 @@
 //! - `tools/call` `subagent` answers `{"kind": "foreground", "run_id",
 //!   "output"}` as text, and for a structured run (`output_schema`) also
 //!   `structuredContent`, the captured value (in the text as
-//!   `structured`); with `run_in_background` it answers `{"kind":
+//!   `structured`); its `_meta` names the run too (`kind`, `run_id`), for
+//!   a client that shows the model only `structuredContent`; with
+//!   `run_in_background` it answers `{"kind":
 //!   "background", "task_id"}` at once, unless the session already holds
 //!   `--max-background-tasks` unfinished tasks (default 1,000): then a tool
 //!   error saying so. A run that does not complete is a
@@ -38,7 +40,9 @@
 //!   are `-32602` listing the violations.
 //! - **Progress**: a foreground call with a `progressToken` gets
 //!   `notifications/progress` whose messages are its run's text, tool
-//!   calls and nested children (`mcp/progress.rs`), at most one every 200 ms.
+//!   calls and nested children (`mcp/progress.rs`), at most one every 200 ms
+//!   (the last at once: the bound never delays the answer), none once the
+//!   call is cancelled.
 //! - **Fan-out**: calls run concurrently, their runs at most
 //!   `--concurrency` at once (the default four per core); the others queue
 //!   (a queued call is told so through its progress) and reading goes on.
@@ -78,7 +82,8 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, InitializeResult,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool as McpTool,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    Tool as McpTool,
 };
 use rmcp::service::{RequestContext, RoleServer, ServerInitializeError};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -310,7 +315,7 @@ impl Session {
         let label = delegation.description.clone();
         let mut progress = match request.meta.get_progress_token() {
             Some(token) if !delegation.run_in_background => {
-                Some(Progress::new(token, request.peer.clone(), self.subagents.subscribe()))
+                Some(Progress::new(token, request.peer.clone(), self.subagents.subscribe(), request.ct.clone()))
             }
             _ => None,
         };
@@ -335,7 +340,16 @@ impl Session {
         };
         match outcome {
             Ok(delegated) => {
-                let mut result = CallToolResult::success(vec![ContentBlock::text(delegated.to_json().to_string())]);
+                let answer = delegated.to_json();
+                let mut result = CallToolResult::success(vec![ContentBlock::text(answer.to_string())]);
+                // A client that hands the model only `structuredContent` (it
+                // must match the caller's schema, so it carries nothing else)
+                // still finds which run answered, and how.
+                let meta = ["kind", "run_id", "task_id"]
+                    .into_iter()
+                    .filter_map(|key| Some((key.to_owned(), answer.get(key)?.clone())))
+                    .collect();
+                result.meta = Some(MetaObject(meta));
                 if let Delegated::Foreground { structured: Some(value), .. } = delegated {
                     result.structured_content = Some(value);
                 }
