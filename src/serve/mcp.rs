@@ -94,7 +94,9 @@ use tokio_util::sync::CancellationToken;
 use self::progress::Progress;
 use self::tools::{Catalog, Limits, Target};
 use super::{preflight, ServeError};
-use crate::agent::{Agent, Model, ModelSpec, ScriptedModel, ToolContext, ToolOutput};
+use crate::agent::{
+    Agent, ListDir, Model, ModelSpec, ReadFile, ScriptedModel, Tool, ToolContext, ToolOutput, Toolset,
+};
 use crate::providers::{ChildInfo, InProcessProvider, ProcessConfig, ProcessProvider};
 use crate::seam::AgentOptions;
 use crate::tool::{
@@ -254,7 +256,7 @@ impl Session {
         let subagents = runtime.subagents();
         let tasks = options.max_background_tasks.map_or_else(TaskService::new, TaskService::with_max_live);
         let name = options.provider.name();
-        let max_depth = match options.provider {
+        let (max_depth, kit) = match options.provider {
             ChildProvider::Process => {
                 if options.max_depth.is_some() {
                     let reason = "a process child caps its own delegation depth: --max-depth is for spawn and fork";
@@ -263,19 +265,20 @@ impl Session {
                 let provider = ProcessProvider::new(process_config(name, runtime.home(), spec))
                     .map_err(|e| ServeError::Options(e.to_string()))?;
                 subagents.register_provider(provider)?.keep();
-                MaxDepth::ProviderManaged
+                (MaxDepth::ProviderManaged, process_child_kit(&tasks))
             }
             in_process => {
                 let depth = options.max_depth.unwrap_or(DEFAULT_MAX_DEPTH);
                 // Children get the same kit as the CLI's: they delegate
                 // further, on this provider, to the depth cap.
-                let kit = shared_delegating_toolset(&subagents, &tasks, name, depth);
+                let kit = Arc::new(shared_delegating_toolset(&subagents, &tasks, name, depth));
                 let provider = match in_process {
                     ChildProvider::Fork => InProcessProvider::fork(name, model),
                     _ => InProcessProvider::spawn(name, model),
                 };
-                subagents.register_provider(provider.with_tools(Arc::new(move |_: &ChildInfo| kit())))?.keep();
-                MaxDepth::Limit(depth)
+                let tools = kit.clone();
+                subagents.register_provider(provider.with_tools(Arc::new(move |_: &ChildInfo| tools())))?.keep();
+                (MaxDepth::Limit(depth), kit())
             }
         };
         let concurrency = options.concurrency.unwrap_or_else(default_concurrency).max(1);
@@ -283,9 +286,14 @@ impl Session {
         let config = SubagentToolConfig::new(name).with_max_depth(max_depth);
         let subagent = SubagentTool::mount(&subagents, config, Some(tasks.clone()))?.with_run_limit(slots.clone());
         let info = subagents.get_provider(name).ok_or_else(|| ServeError::Options(format!("no provider {name:?}")))?;
-        let limits = Limits { concurrency, max_depth, background: tasks.max_live() };
-        let catalog = Catalog::new(&subagent, &info, tasks.tools(), limits)
-            .map_err(ServeError::Options)?;
+        let limits = Limits {
+            concurrency,
+            max_depth,
+            background: tasks.max_live(),
+            children_read_only: children_read_only(&kit, subagent.name()),
+            open_world: matches!(spec, ModelSpec::OpenAi(_)),
+        };
+        let catalog = Catalog::new(&subagent, &info, tasks.tools(), limits).map_err(ServeError::Options)?;
         // The root never prompts a model: it is the client's identity (its
         // session owns the background tasks) and the children's parent.
         let root =
@@ -358,6 +366,28 @@ impl Session {
             Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
         }
     }
+}
+
+/// Whether a `subagent` call leaves everything as it found it: every tool
+/// of the children's kit only reads ([`Tool::read_only`]), but their own
+/// `subagent` (named `delegating`), whose children get this same kit, so
+/// that the whole tree only reads. Today's kit: `read_file`, `list_dir`,
+/// the task tools (which touch only the child's own tasks) and `subagent`:
+/// read-only. A tool that writes, added to the kit, turns this off.
+fn children_read_only(kit: &Toolset, delegating: &str) -> bool {
+    kit.names().into_iter().all(|name| name == delegating || kit.read_only(name))
+}
+
+/// What a `process` child's tools are, as far as [`children_read_only`]
+/// asks: `subagents serve`'s default profile takes the same kit as an
+/// in-process child (the file tools, `subagent`, the task tools).
+fn process_child_kit(tasks: &TaskService) -> Toolset {
+    let mut kit = Toolset::new();
+    let file_tools: [Arc<dyn Tool>; 2] = [Arc::new(ReadFile), Arc::new(ListDir)];
+    for tool in file_tools.into_iter().chain(tasks.tools()) {
+        kit.add_shared(tool).expect("the kit's names are distinct");
+    }
+    kit
 }
 
 fn default_concurrency() -> usize {
@@ -462,5 +492,25 @@ fn tool_result(output: ToolOutput) -> CallToolResult {
         CallToolResult::error(content)
     } else {
         CallToolResult::success(content)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::FnTool;
+
+    fn tool(name: &str) -> Arc<dyn Tool> {
+        let parameters = serde_json::json!({"type": "object"});
+        Arc::new(FnTool::new(name, "a tool", parameters, |_| ToolOutput::ok("done")))
+    }
+
+    #[test]
+    fn subagent_reads_only_while_every_other_tool_of_the_childrens_kit_does() {
+        let mut kit = process_child_kit(&TaskService::new());
+        kit.add_shared(tool("subagent")).unwrap();
+        assert!(children_read_only(&kit, "subagent"), "{:?}", kit.names());
+        kit.add_shared(tool("write_file")).unwrap();
+        assert!(!children_read_only(&kit, "subagent"), "a tool that does not say it only reads");
     }
 }

@@ -470,6 +470,10 @@ impl Tool for TaskOutputTool {
         true
     }
 
+    fn read_only(&self) -> bool {
+        true
+    }
+
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
         Box::pin(async move {
             let task_id = arguments["task_id"].as_str().unwrap_or_default();
@@ -504,6 +508,10 @@ impl Tool for TaskListTool {
         true
     }
 
+    fn read_only(&self) -> bool {
+        true
+    }
+
     fn call(&self, _arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
         let tasks = self.0.list(&context.session_id);
         Box::pin(async move { json_output(json!({"tasks": tasks})) })
@@ -525,6 +533,11 @@ impl Tool for TaskKillTool {
                 "additionalProperties": false
             }),
         }
+    }
+
+    /// It stops only its own session's work.
+    fn read_only(&self) -> bool {
+        true
     }
 
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {

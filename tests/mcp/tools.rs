@@ -1,8 +1,10 @@
-//! What the tools tell a client beyond their answers: the cap on
-//! background tasks, progress that ends with its call and never holds
+//! What the tools tell a client beyond their answers: annotations that say
+//! which calls only read (so a client may run them side by side), the cap
+//! on background tasks, progress that ends with its call and never holds
 //! the answer back, why a run failed, and the run behind a structured
 //! answer.
 
+use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -10,6 +12,33 @@ use subagents::agent::SessionEvent;
 use subagents::StopReason;
 
 use crate::support::{answer, sessions, text, wait_until, Raw, Served, ANSWER_WITHIN};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_tool_says_whether_it_only_reads_and_subagent_does_while_its_children_only_read() {
+    let hints = |tools: &[rmcp::model::Tool], name: &str| {
+        let tool = tools.iter().find(|tool| tool.name == name).unwrap();
+        let annotations = tool.annotations.clone().unwrap_or_else(|| panic!("{name} has annotations"));
+        (annotations.read_only_hint, annotations.destructive_hint, annotations.idempotent_hint, annotations.open_world_hint)
+    };
+    for provider in ["spawn", "fork", "process"] {
+        let served = Served::start(&["--provider", provider]).await;
+        let tools = served.client.list_all_tools().await.unwrap();
+        // The children read files, list directories and delegate to
+        // children like themselves: nothing they do changes anything.
+        assert_eq!(hints(&tools, "subagent"), (Some(true), None, Some(false), Some(false)), "{provider}");
+        assert_eq!(hints(&tools, "task_output"), (Some(true), None, None, Some(false)), "{provider}");
+        assert_eq!(hints(&tools, "task_list"), (Some(true), None, None, Some(false)), "{provider}");
+        assert_eq!(hints(&tools, "task_kill"), (Some(false), Some(true), Some(true), Some(false)), "{provider}");
+        assert!(served.close().await.0.success());
+    }
+    // Children on a model endpoint reach beyond this machine.
+    let endpoint = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", endpoint.local_addr().unwrap());
+    let served = Served::start_with(&["--model", "openai:gpt-test"], &[("SUBAGENTS_BASE_URL", &url)]).await;
+    let tools = served.client.list_all_tools().await.unwrap();
+    assert_eq!(hints(&tools, "subagent"), (Some(true), None, Some(false), Some(true)));
+    assert!(served.close().await.0.success());
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_tasks_past_the_cap_are_a_tool_error_the_model_reads_and_a_finished_one_frees_a_place() {
