@@ -25,9 +25,7 @@ use serde_json::{json, Value};
 use subagents::agent::SessionEvent;
 use subagents::schema::CompiledSchema;
 use subagents::StopReason;
-use support::{
-    answer, code_and_id, eventually, serve_children, sessions, slow_call, text, Raw, Served, ANSWER_WITHIN,
-};
+use support::{answer, code_and_id, eventually, serve_children, sessions, slow_call, text, Raw, Served, ANSWER_WITHIN};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn initialize_advertises_tools_and_lists_four_with_valid_object_schemas() {
@@ -152,8 +150,12 @@ async fn cancelling_a_call_cancels_its_run_and_frees_its_place() {
     assert_eq!(next["output"], "handled: the next thing");
     assert!(began.elapsed() < Duration::from_secs(10), "{:?}", began.elapsed());
     // The run ended aborted (its progress ended with the call: no word).
-    let slow = sessions(&served.dir.path().join("home")).into_iter().find(|events| format!("{events:?}").contains("[slow]"));
-    assert_eq!(slow.and_then(|events| events.last().cloned()), Some(SessionEvent::TurnEnd { reason: StopReason::Aborted }));
+    let slow =
+        sessions(&served.dir.path().join("home")).into_iter().find(|events| format!("{events:?}").contains("[slow]"));
+    assert_eq!(
+        slow.and_then(|events| events.last().cloned()),
+        Some(SessionEvent::TurnEnd { reason: StopReason::Aborted })
+    );
     assert!(served.close().await.0.success());
 }
 

@@ -54,11 +54,13 @@
 //! **Input** is capped at 8 MiB a line; an over-long line, invalid UTF-8
 //! or invalid JSON costs one `-32700` reply with id `null`, and the server
 //! keeps serving (the table of every error we answer ourselves is in
-//! `mcp/framing.rs`). **EOF** on stdin cancels every call and every run
-//! (a call cut off answers `subagent run was cancelled`), waits up to 30 s
-//! until every request has had its one answer, cancels and awaits the
-//! background tasks, shuts the runtime down (no child process survives)
-//! and exits 0.
+//! `mcp/framing.rs`). A request id reused while it is in flight is refused
+//! (`-32600`, naming the id). **EOF** on stdin — or SIGINT, SIGTERM or
+//! SIGHUP, or stdout gone — cancels every call and every run (a call cut
+//! off answers `subagent run was cancelled`), waits up to 30 s until every
+//! request has had its one answer written (past the bound what is left is
+//! dropped, and a warning names it), cancels and awaits the background
+//! tasks, shuts the runtime down (no child process survives) and exits 0.
 //!
 //! Built on the official Rust SDK (`rmcp`), server side only.
 //!
@@ -94,9 +96,7 @@ use tokio_util::sync::CancellationToken;
 use self::progress::Progress;
 use self::tools::{Catalog, Limits, Target};
 use super::{preflight, ServeError};
-use crate::agent::{
-    Agent, ListDir, Model, ModelSpec, ReadFile, ScriptedModel, Tool, ToolContext, ToolOutput, Toolset,
-};
+use crate::agent::{Agent, ListDir, Model, ModelSpec, ReadFile, ScriptedModel, Tool, ToolContext, ToolOutput, Toolset};
 use crate::providers::{ChildInfo, InProcessProvider, ProcessConfig, ProcessProvider};
 use crate::seam::AgentOptions;
 use crate::tool::{

@@ -210,6 +210,7 @@ fn abandoned() -> io::Error {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicBool;
     use std::sync::Mutex;
 
     use tokio::io::AsyncReadExt;
@@ -221,13 +222,15 @@ mod tests {
     #[derive(Clone, Default)]
     struct Sink {
         written: Arc<Mutex<Vec<u8>>>,
-        broken: Arc<std::sync::atomic::AtomicBool>,
-        blocked: Arc<Mutex<()>>,
+        broken: Arc<AtomicBool>,
+        blocked: Arc<AtomicBool>,
     }
 
     impl Write for Sink {
         fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            drop(self.blocked.lock().unwrap());
+            while self.blocked.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
             if self.broken.load(Ordering::SeqCst) {
                 return Err(io::Error::from(io::ErrorKind::BrokenPipe));
             }
@@ -271,7 +274,7 @@ mod tests {
     async fn abandoning_resolves_a_write_the_reader_never_takes() {
         let sink = Sink::default();
         let out = Arc::new(StdoutLines::spawn("test-blocked", sink.clone()));
-        let blocked = sink.blocked.lock().unwrap();
+        sink.blocked.store(true, Ordering::SeqCst);
         let writing = tokio::spawn({
             let out = out.clone();
             async move { out.write("stuck".to_owned()).await }
@@ -282,6 +285,6 @@ mod tests {
         out.abandon();
         let result = tokio::time::timeout(std::time::Duration::from_secs(1), writing).await.expect("resolved");
         assert_eq!(result.unwrap().unwrap_err().kind(), io::ErrorKind::TimedOut);
-        drop(blocked);
+        sink.blocked.store(false, Ordering::SeqCst);
     }
 }

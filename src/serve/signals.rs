@@ -29,8 +29,11 @@ pub(crate) struct StopSignals {
 impl StopSignals {
     /// Installs the handlers. Call it on a tokio runtime with I/O enabled.
     pub(crate) fn register() -> StopSignals {
-        let kinds =
-            [("SIGINT", SignalKind::interrupt()), ("SIGTERM", SignalKind::terminate()), ("SIGHUP", SignalKind::hangup())];
+        let kinds = [
+            ("SIGINT", SignalKind::interrupt()),
+            ("SIGTERM", SignalKind::terminate()),
+            ("SIGHUP", SignalKind::hangup()),
+        ];
         let handlers = kinds
             .into_iter()
             .map(|(name, kind)| match signal(kind) {

@@ -27,8 +27,11 @@ fn a_request_id_reused_while_in_flight_is_refused_naming_it_and_holds_no_place()
     // More reuses than requests may be in flight at once (1024): a reuse
     // that held a place would soon have every new request refused.
     const REUSES: usize = 1100;
-    let reuse = format!("{}\n", json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                                       "params": {"name": "task_list", "arguments": {}}}));
+    let reuse = format!(
+        "{}\n",
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                       "params": {"name": "task_list", "arguments": {}}})
+    );
     raw.send_raw(reuse.repeat(REUSES).as_bytes());
     raw.call(3, "task_list", json!({}));
     let mut refusals = 0;
@@ -91,7 +94,8 @@ fn a_call_sent_without_initialize_is_served_and_cancelled_like_any_other() {
     // What a request carries in place of the handshake.
     let meta = json!({"io.modelcontextprotocol/protocolVersion": "2025-06-18",
                       "io.modelcontextprotocol/clientCapabilities": {}});
-    let call = |prompt: &str| json!({"name": "subagent", "arguments": {"description": "d", "prompt": prompt}, "_meta": meta});
+    let call =
+        |prompt: &str| json!({"name": "subagent", "arguments": {"description": "d", "prompt": prompt}, "_meta": meta});
     raw.request(1, "tools/call", call(SLOW));
     wait_until(ANSWER_WITHIN, "the slow run to start", || session_count(&raw.home()) == 1);
     raw.notify("notifications/cancelled", json!({"requestId": 1, "reason": "changed my mind"}));

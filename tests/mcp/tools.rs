@@ -18,7 +18,12 @@ async fn each_tool_says_whether_it_only_reads_and_subagent_does_while_its_childr
     let hints = |tools: &[rmcp::model::Tool], name: &str| {
         let tool = tools.iter().find(|tool| tool.name == name).unwrap();
         let annotations = tool.annotations.clone().unwrap_or_else(|| panic!("{name} has annotations"));
-        (annotations.read_only_hint, annotations.destructive_hint, annotations.idempotent_hint, annotations.open_world_hint)
+        (
+            annotations.read_only_hint,
+            annotations.destructive_hint,
+            annotations.idempotent_hint,
+            annotations.open_world_hint,
+        )
     };
     for provider in ["spawn", "fork", "process"] {
         let served = Served::start(&["--provider", provider]).await;
@@ -43,7 +48,8 @@ async fn each_tool_says_whether_it_only_reads_and_subagent_does_while_its_childr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_tasks_past_the_cap_are_a_tool_error_the_model_reads_and_a_finished_one_frees_a_place() {
     let served = Served::start(&["--max-background-tasks", "2"]).await;
-    let background = |n: u32| json!({"description": format!("task {n}"), "prompt": "[slow] wait", "run_in_background": true});
+    let background =
+        |n: u32| json!({"description": format!("task {n}"), "prompt": "[slow] wait", "run_in_background": true});
     let first = answer(&served.call("subagent", background(1)).await);
     answer(&served.call("subagent", background(2)).await);
     let refused = served.call("subagent", background(3)).await;
@@ -76,7 +82,11 @@ fn timed_lines_until_answer(raw: &Raw, id: u64) -> Vec<(Instant, Value)> {
 
 fn progress_call(raw: &mut Raw, id: u64, token: &str, prompt: &str) {
     let arguments = json!({"description": "work", "prompt": prompt});
-    raw.request(id, "tools/call", json!({"name": "subagent", "arguments": arguments, "_meta": {"progressToken": token}}));
+    raw.request(
+        id,
+        "tools/call",
+        json!({"name": "subagent", "arguments": arguments, "_meta": {"progressToken": token}}),
+    );
 }
 
 #[test]

@@ -231,7 +231,8 @@ fn mcp(args: McpArgs) -> Result<ExitCode, String> {
     use subagents::serve::mcp::{serve_mcp, McpServeOptions};
     let McpArgs { provider, model, home, max_depth, concurrency, max_background_tasks } = args;
     let provider = provider.parse().map_err(|e: subagents::serve::ServeError| e.to_string())?;
-    let (concurrency, max_background_tasks) = (concurrency.map(|n| n as usize), max_background_tasks.map(|n| n as usize));
+    let (concurrency, max_background_tasks) =
+        (concurrency.map(|n| n as usize), max_background_tasks.map(|n| n as usize));
     let options = McpServeOptions { provider, model, home, max_depth, concurrency, max_background_tasks };
     serve_mcp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
 }

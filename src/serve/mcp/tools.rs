@@ -150,10 +150,8 @@ fn subagent_entry(subagent: &SubagentTool, provider: &ProviderInfo, limits: Limi
          task_output.",
         spec.description, limits.concurrency, limits.background
     );
-    let annotations = ToolAnnotations::new()
-        .read_only(limits.children_read_only)
-        .idempotent(false)
-        .open_world(limits.open_world);
+    let annotations =
+        ToolAnnotations::new().read_only(limits.children_read_only).idempotent(false).open_world(limits.open_world);
     entry(spec.name, description, parameters, Target::Subagent, annotations)
 }
 
