@@ -11,6 +11,8 @@
 //!   stdio JSON-RPC (the child of the `process` provider).
 //! - [`worker`]: `subagents worker`, a runtime that runs the `remote`
 //!   provider's runs pulled from a NATS JetStream broker.
+//! - [`preflight`]: what the commands check before any work (the home, the
+//!   model endpoint).
 
 #[cfg(all(feature = "acp", feature = "agent"))]
 pub mod acp;
@@ -18,10 +20,15 @@ pub mod acp;
 mod framing;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+mod pipes;
+pub mod preflight;
+mod signals;
 #[cfg(feature = "process")]
 pub mod stdio;
 #[cfg(feature = "remote")]
 pub mod worker;
+
+use std::path::PathBuf;
 
 use crate::agent::ModelError;
 use crate::seam::SubagentError;
@@ -33,6 +40,24 @@ pub enum ServeError {
     /// The model spec is invalid or its adapter cannot be built.
     #[error("model: {0}")]
     Model(#[from] ModelError),
+    /// The home cannot take sessions: not a directory, or not writable.
+    #[error("the home {} is not a writable directory: {source}", home.display())]
+    Home {
+        /// The home named.
+        home: PathBuf,
+        /// Why it cannot be used.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The model's endpoint does not accept a connection.
+    #[error("model endpoint {base_url} is unreachable: {source}")]
+    Unreachable {
+        /// The endpoint's base URL.
+        base_url: String,
+        /// What the probe met.
+        #[source]
+        source: ModelError,
+    },
     /// The runtime's threads could not start.
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),

@@ -37,7 +37,10 @@ use std::sync::{Arc, OnceLock};
 pub use subagent::{
     stop_message, Begun, Delegated, Delegation, ForegroundRun, MaxDepth, SubagentTool, SubagentToolConfig,
 };
-pub use tasks::{KillOutcome, TaskService, TaskSnapshot, TaskStatus, UnknownTask, DEFAULT_WAIT, MAX_WAIT};
+pub use tasks::{
+    KillOutcome, TaskLimit, TaskService, TaskSnapshot, TaskStatus, UnknownTask, DEFAULT_MAX_LIVE_TASKS, DEFAULT_WAIT,
+    MAX_WAIT,
+};
 
 use crate::actors::Subagents;
 use crate::agent::{ListDir, ReadFile, Tool, Toolset};

@@ -407,3 +407,41 @@ fn a_subagent_call_shows_what_the_child_was_asked_and_streams_what_it_does() {
     assert!(last.contains("[list_dir: "), "the child's own tool call shows: {last}");
     assert!(last.contains("visible.txt"), "the child's text shows: {last}");
 }
+
+#[test]
+fn a_stop_signal_ends_the_agent_as_eof_does_with_the_turn_answered_and_on_disk() {
+    use subagents::agent::{SessionEvent, SessionStore};
+    for (signal, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
+        let mut peer = Peer::start(&[]);
+        let session = peer.handshake();
+        peer.prompt(3, &session, "[slow] hold the line");
+        let home = peer.cwd().join("home");
+        let store = SessionStore::new(&home);
+        let prompted = || {
+            let events = store.read(&session).map(|(_, events)| events).unwrap_or_default();
+            events.iter().any(|event| matches!(event, SessionEvent::User { .. }))
+        };
+        let deadline = Instant::now() + ANSWER_WITHIN;
+        while !prompted() {
+            assert!(Instant::now() < deadline, "{name}: the turn never took its prompt");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let began = Instant::now();
+        assert_eq!(unsafe { libc::kill(peer.child.id() as i32, signal) }, 0);
+        // Stdin stays open: the signal alone ends it.
+        let (answer, _) = peer.answer_to(3, no_permission);
+        assert_eq!(answer["result"]["stopReason"], "cancelled", "{name}: {answer}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = peer.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "{name}: still running after the signal");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "{name}: {status}");
+        assert!(began.elapsed() < Duration::from_secs(3), "{name}: {:?}", began.elapsed());
+        let (_, events) = store.read(&session).unwrap();
+        assert_eq!(events.last(), Some(&SessionEvent::TurnEnd { reason: subagents::StopReason::Aborted }), "{name}");
+    }
+}

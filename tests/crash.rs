@@ -159,6 +159,39 @@ fn a_serve_child_whose_parent_vanishes_exits_on_its_own() {
     assert_eq!(events.last(), Some(&SessionEvent::TurnEnd { reason: StopReason::Aborted }), "flushed on the way out");
 }
 
+#[test]
+fn a_serve_child_told_to_stop_by_a_signal_ends_its_turn_on_disk_and_exits_0() {
+    for (signal, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
+        let home = tempfile::tempdir().unwrap();
+        let mut child = serve(home.path());
+        let mut stdin = child.stdin.take().unwrap();
+        let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocol_version": 1, "route": {}, "profile": "default", "patches": [], "cwd": home.path()}});
+        let prompt = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "prompt",
+            "params": {"prompt": [{"type": "text", "text": "[slow] think"}]}});
+        writeln!(stdin, "{init}\n{prompt}").unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert!(line.contains("\"session_id\""), "{name}: {line}");
+        let session = first_session(home.path());
+        let prompted = || {
+            let events = SessionStore::new(home.path()).read(&session).map(|(_, events)| events).unwrap_or_default();
+            events.iter().any(|event| matches!(event, SessionEvent::User { .. }))
+        };
+        assert!(wait_until(Duration::from_secs(10), prompted), "{name}: the turn took its prompt");
+        let began = Instant::now();
+        unsafe { libc::kill(child.id() as i32, signal) };
+        // Stdin stays open: the signal alone ends it.
+        assert!(wait_until(Duration::from_secs(10), || child.try_wait().unwrap().is_some()), "{name}: still running");
+        assert!(began.elapsed() < Duration::from_secs(3), "{name}: {:?}", began.elapsed());
+        assert!(child.wait().unwrap().success(), "{name}");
+        let (_, events) = SessionStore::new(home.path()).read(&session).unwrap();
+        assert_eq!(events.last(), Some(&SessionEvent::TurnEnd { reason: StopReason::Aborted }), "{name}");
+        drop(stdin);
+    }
+}
+
 fn sessions_reload(home: &Path) -> usize {
     sessions_reload_with(home, true)
 }

@@ -1,123 +1,31 @@
-//! docs/contract.md §9.3: `subagents mcp`, the real binary, driven by the MCP SDK's own
-//! client (`rmcp`) the way an editor or a coding agent would — tools and
-//! their schemas, progress of a call's whole tree, background tasks,
-//! fan-out under `--concurrency`, cancellation, structured answers — and by
-//! raw lines on its stdin for what a client library never sends: malformed
+//! docs/contract.md §9.3: `subagents mcp`, the real binary, driven by the MCP SDK's own client
+//! (`rmcp`) the way an editor or a coding agent would — tools and their
+//! schemas, progress of a call's whole tree, background tasks, fan-out
+//! under `--concurrency`, cancellation, structured answers — and by raw
+//! lines on its stdin for what a client library never sends: malformed
 //! lines, bad calls, an oversized line, EOF in the middle of a run.
+//!
+//! `mcp/support.rs` holds the two clients.
 
 mod common;
+#[path = "mcp/lifecycle.rs"]
+mod lifecycle;
+#[path = "mcp/lines.rs"]
+mod lines;
+#[path = "mcp/support.rs"]
+mod support;
+#[path = "mcp/tools.rs"]
+mod tools;
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest,
-    ProgressNotificationParam,
-};
-use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService, ServiceError};
-use rmcp::{ClientHandler, ServiceExt};
+use rmcp::model::CancelledNotificationParam;
+use rmcp::service::ServiceError;
 use serde_json::{json, Value};
+use subagents::agent::SessionEvent;
 use subagents::schema::CompiledSchema;
-use tempfile::TempDir;
-
-/// How long any single answer may take.
-const ANSWER_WITHIN: Duration = Duration::from_secs(30);
-
-/// The SDK client's handler: it keeps every progress notification.
-#[derive(Clone, Default)]
-struct Recorder {
-    progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
-}
-
-impl Recorder {
-    fn messages(&self) -> Vec<String> {
-        self.progress.lock().unwrap().iter().filter_map(|p| p.message.clone()).collect()
-    }
-}
-
-impl ClientHandler for Recorder {
-    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
-        self.progress.lock().unwrap().push(params);
-    }
-}
-
-/// `subagents mcp --home <tempdir>/home …` run from the tempdir, stderr in
-/// `<tempdir>/stderr.log`, connected to the SDK's client.
-struct Served {
-    client: RunningService<RoleClient, Recorder>,
-    recorder: Recorder,
-    server: tokio::process::Child,
-    dir: TempDir,
-}
-
-impl Served {
-    async fn start(extra: &[&str]) -> Served {
-        let dir = tempfile::tempdir().unwrap();
-        let stderr = File::create(dir.path().join("stderr.log")).unwrap();
-        let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_subagents"))
-            .arg("mcp")
-            .arg("--home")
-            .arg(dir.path().join("home"))
-            .args(extra)
-            .current_dir(dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let transport = (server.stdout.take().unwrap(), server.stdin.take().unwrap());
-        let recorder = Recorder::default();
-        let client = recorder.clone().serve(transport).await.expect("the server initializes");
-        Served { client, recorder, server, dir }
-    }
-
-    async fn call(&self, name: &str, arguments: Value) -> CallToolResult {
-        let Value::Object(arguments) = arguments else { panic!("arguments must be an object") };
-        let call = self.client.call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(arguments));
-        tokio::time::timeout(ANSWER_WITHIN, call).await.expect("answered in time").expect("a tool result")
-    }
-
-    /// Closes the client (stdin EOF for the server) and waits for its exit.
-    async fn close(mut self) -> (ExitStatus, TempDir) {
-        self.client.cancel().await.unwrap();
-        let status = tokio::time::timeout(ANSWER_WITHIN, self.server.wait()).await.expect("exited in time").unwrap();
-        (status, self.dir)
-    }
-}
-
-/// The one text block of a result.
-fn text(result: &CallToolResult) -> String {
-    let [block] = result.content.as_slice() else { panic!("one content block: {result:?}") };
-    block.as_text().expect("a text block").text.clone()
-}
-
-fn answer(result: &CallToolResult) -> Value {
-    assert_ne!(result.is_error, Some(true), "{result:?}");
-    serde_json::from_str(&text(result)).unwrap()
-}
-
-/// Waits until `condition` holds, for at most `within`.
-async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    condition()
-}
-
-/// `subagents serve` children started under `dir`.
-fn serve_children(dir: &Path) -> Vec<(u32, String)> {
-    common::processes_mentioning(dir).into_iter().filter(|(_, cmdline)| cmdline.contains(" serve ")).collect()
-}
+use subagents::StopReason;
+use support::{answer, code_and_id, eventually, serve_children, sessions, slow_call, text, Raw, Served, ANSWER_WITHIN};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn initialize_advertises_tools_and_lists_four_with_valid_object_schemas() {
@@ -226,16 +134,6 @@ async fn twenty_concurrent_calls_are_all_answered_four_at_a_time() {
     assert!(served.close().await.0.success());
 }
 
-/// Starts a `[slow]` call (a minute-long answer) and returns its handle.
-async fn slow_call(served: &Served) -> rmcp::service::RequestHandle<RoleClient> {
-    let Value::Object(arguments) = json!({"description": "slow", "prompt": "[slow] take your time"}) else {
-        unreachable!()
-    };
-    let params = CallToolRequestParams::new("subagent").with_arguments(arguments);
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-    served.client.peer().send_request_with_option(request, PeerRequestOptions::no_options()).await.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_call_cancels_its_run_and_frees_its_place() {
     let served = Served::start(&["--concurrency", "1"]).await;
@@ -251,8 +149,13 @@ async fn cancelling_a_call_cancels_its_run_and_frees_its_place() {
     let next = answer(&served.call("subagent", json!({"description": "next", "prompt": "the next thing"})).await);
     assert_eq!(next["output"], "handled: the next thing");
     assert!(began.elapsed() < Duration::from_secs(10), "{:?}", began.elapsed());
-    let messages = served.recorder.messages().join("\n");
-    assert!(messages.contains("[slow] aborted"), "{messages}");
+    // The run ended aborted (its progress ended with the call: no word).
+    let slow =
+        sessions(&served.dir.path().join("home")).into_iter().find(|events| format!("{events:?}").contains("[slow]"));
+    assert_eq!(
+        slow.and_then(|events| events.last().cloned()),
+        Some(SessionEvent::TurnEnd { reason: StopReason::Aborted })
+    );
     assert!(served.close().await.0.success());
 }
 
@@ -293,129 +196,6 @@ async fn a_structured_call_answers_structured_content_matching_its_schema() {
     assert!(violations.is_empty(), "{violations:?}: {structured}");
     assert_eq!(answer(&result)["structured"], structured, "the text carries it too");
     assert!(served.close().await.0.success());
-}
-
-/// A raw client: lines on `subagents mcp`'s stdin, lines off its stdout.
-struct Raw {
-    dir: TempDir,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-}
-
-impl Raw {
-    fn start(extra: &[&str]) -> Raw {
-        let dir = tempfile::tempdir().unwrap();
-        let stderr = File::create(dir.path().join("stderr.log")).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_subagents"))
-            .arg("mcp")
-            .arg("--home")
-            .arg(dir.path().join("home"))
-            .args(extra)
-            .current_dir(dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Raw { stdin: child.stdin.take(), dir, child, lines }
-    }
-
-    fn send_raw(&mut self, bytes: &[u8]) {
-        self.stdin.as_mut().expect("stdin is open").write_all(bytes).unwrap();
-    }
-
-    fn request(&mut self, id: u64, method: &str, params: Value) {
-        self.send_raw(
-            format!("{}\n", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).as_bytes(),
-        );
-    }
-
-    fn call(&mut self, id: u64, name: &str, arguments: Value) {
-        self.request(id, "tools/call", json!({"name": name, "arguments": arguments}));
-    }
-
-    fn next_line(&self) -> String {
-        match self.lines.recv_timeout(ANSWER_WITHIN) {
-            Ok(line) => line,
-            Err(RecvTimeoutError::Timeout) => panic!("no line within {ANSWER_WITHIN:?}"),
-            Err(RecvTimeoutError::Disconnected) => panic!("stdout ended (the server exited)"),
-        }
-    }
-
-    /// The next answer (notifications skipped).
-    fn answer(&self) -> Value {
-        loop {
-            let message: Value = serde_json::from_str(&self.next_line()).unwrap();
-            if message.get("method").is_none() {
-                return message;
-            }
-        }
-    }
-
-    fn handshake(&mut self) {
-        let params =
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}});
-        self.request(1, "initialize", params);
-        let initialized = self.answer();
-        assert_eq!(initialized["result"]["serverInfo"]["name"], "subagents", "{initialized}");
-        self.send_raw(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
-    }
-
-    /// Closes stdin and collects every line until stdout ends.
-    fn close_and_read_rest(&mut self, within: Duration) -> Vec<Value> {
-        drop(self.stdin.take());
-        let deadline = Instant::now() + within;
-        let mut rest = Vec::new();
-        loop {
-            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(line) => rest.push(serde_json::from_str(&line).unwrap()),
-                Err(RecvTimeoutError::Disconnected) => return rest,
-                Err(RecvTimeoutError::Timeout) => panic!("stdout still open after {within:?}"),
-            }
-        }
-    }
-
-    fn exit_status(&mut self, within: Duration) -> ExitStatus {
-        drop(self.stdin.take());
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "still running after {within:?}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// The server's peak resident memory so far, in bytes.
-    fn peak_rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
-        let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-        kib * 1024
-    }
-}
-
-impl Drop for Raw {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn code_and_id(answer: &Value) -> (Value, Value) {
-    (answer["error"]["code"].clone(), answer["id"].clone())
 }
 
 #[test]

@@ -119,6 +119,16 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// Whether the tool leaves the world as it found it: it only reads
+    /// (files, directories, tasks), and whatever else it changes is its own
+    /// agent's delegated work (stopping one of that agent's background
+    /// tasks). An agent whose tools all only read may be run without fear
+    /// of side effects: `subagents mcp` tells its client so
+    /// (`readOnlyHint`). Default: no, a tool must claim it.
+    fn read_only(&self) -> bool {
+        false
+    }
+
     /// Whether the tool's presence or spec may change after it was added
     /// (a subagent tool follows its provider). Dynamic tools are asked for
     /// [`Tool::available`] and their spec at every model request. Default: no.
@@ -364,6 +374,12 @@ impl Toolset {
     /// Whether the call may run concurrently with its neighbours.
     pub(crate) fn concurrent(&self, name: &str) -> bool {
         self.entry(name).is_some_and(|entry| entry.tool.concurrent())
+    }
+
+    /// Whether the tool named `name` only reads ([`Tool::read_only`]).
+    #[cfg(feature = "mcp")]
+    pub(crate) fn read_only(&self, name: &str) -> bool {
+        self.entry(name).is_some_and(|entry| entry.tool.read_only())
     }
 
     fn permits(&self, entry: &Entry) -> bool {

@@ -1,23 +1,36 @@
 //! What the ACP and MCP framings share, beside the line reader under both
-//! ([`continuing_lines`]): stdout written one whole line at a time, the
-//! stdin loop's handling of over-long lines and the end of input, the
+//! ([`continuing_lines`]) and the stdio threads ([`pipes`](super::pipes)):
+//! the stdin loop's handling of over-long lines and of the end of input, the
 //! excerpt a parse error quotes, and the bounded drain at EOF. Each framing
 //! keeps its own judge of a line and its own book of requests in flight.
+//!
+//! **The end of input** is any of: EOF on stdin, a failed read, a stop
+//! signal (SIGINT, SIGTERM, SIGHUP: see [`signals`](super::signals)) and
+//! stdout gone (a write failed: no answer can reach the client any more).
+//! Each ends the reading loop the same way, into [`drain_at_eof`].
+//!
+//! **The drain** is bounded by [`EOF_ANSWER_BOUND`] from its start: the
+//! answers computed in that time are written as the client reads them; at
+//! the bound, what is still unwritten is dropped (stdout is abandoned) and
+//! one warning names the requests left unanswered, so that a client that
+//! never reads cannot keep the process alive.
 
 use std::future::Future;
 use std::io;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::io::{AsyncRead, AsyncWriteExt, Stdin};
+use tokio::io::AsyncRead;
 use tokio_util::bytes::{Bytes, BytesMut};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
+use super::pipes::{self, StdoutLines, ThreadRead};
+use super::signals::StopSignals;
 use crate::providers::child_process::{line_codec, MAX_LINE, READ_CAPACITY};
 
-/// How long requests in flight at EOF get to be answered before the
-/// process exits anyway.
+/// How long, from the end of input, the requests in flight get to be
+/// answered and their answers written before the process exits anyway.
 pub(crate) const EOF_ANSWER_BOUND: Duration = Duration::from_secs(30);
 
 /// How much of a bad line an error reply quotes, in characters.
@@ -26,48 +39,61 @@ pub(crate) const EXCERPT_CHARS: usize = 64;
 /// Enough bytes for [`EXCERPT_CHARS`] characters of any width.
 const EXCERPT_BYTES: usize = EXCERPT_CHARS * 4;
 
+/// The most request ids a warning lists; the rest are counted.
+const LISTED_IDS: usize = 64;
+
 /// At most the first [`EXCERPT_CHARS`] characters of `line`.
 pub(crate) fn excerpt(line: &[u8]) -> String {
     String::from_utf8_lossy(&line[..line.len().min(EXCERPT_BYTES)]).chars().take(EXCERPT_CHARS).collect()
 }
 
-/// Stdout, written one whole line at a time.
-pub(crate) struct StdoutLines(tokio::sync::Mutex<tokio::io::Stdout>);
-
-impl StdoutLines {
-    pub(crate) fn new() -> Self {
-        StdoutLines(tokio::sync::Mutex::new(tokio::io::stdout()))
-    }
-
-    /// Writes `line` and its newline, then flushes.
-    pub(crate) async fn write(&self, line: String) -> io::Result<()> {
-        let mut bytes = line.into_bytes();
-        bytes.push(b'\n');
-        let mut stdout = self.0.lock().await;
-        stdout.write_all(&bytes).await?;
-        stdout.flush().await
+/// `ids`, sorted, at most [`LISTED_IDS`] of them: `5, 7, 9` or `5, 7, … and
+/// 70 more`.
+pub(crate) fn id_list(mut ids: Vec<String>) -> String {
+    ids.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
+    let more = ids.len().saturating_sub(LISTED_IDS);
+    ids.truncate(LISTED_IDS);
+    let listed = ids.join(", ");
+    if more == 0 {
+        listed
+    } else {
+        format!("{listed}, … and {more} more")
     }
 }
 
 /// Stdin's lines, capped at [`MAX_LINE`], each over-long one cut to a head
-/// long enough for an excerpt.
-pub(crate) struct StdinLines(FramedRead<Stdin, InputCodec>);
+/// long enough for an excerpt, until the end of input (see the module docs).
+pub(crate) struct StdinLines {
+    lines: FramedRead<ThreadRead, InputCodec>,
+    signals: StopSignals,
+}
 
 impl StdinLines {
+    /// Stdin, with the stop signals registered: from here on they end the
+    /// input instead of the process.
     pub(crate) fn new() -> Self {
-        StdinLines(continuing_lines(tokio::io::stdin(), EXCERPT_BYTES))
+        StdinLines { lines: continuing_lines(pipes::stdin(), EXCERPT_BYTES), signals: StopSignals::register() }
     }
 
     /// The next whole line. An over-long line is answered on `out` with
-    /// `parse_error(reason, head)` and skipped. `None` at EOF, when stdin
-    /// fails (logged; treated as EOF) or when stdout is gone.
+    /// `parse_error(reason, head)` and skipped. `None` at the end of input:
+    /// EOF, a failed read (logged), a stop signal (logged) or `out` gone.
     pub(crate) async fn next(
         &mut self,
         out: &StdoutLines,
         parse_error: impl Fn(&str, &[u8]) -> String,
     ) -> Option<Vec<u8>> {
         loop {
-            match self.0.next().await? {
+            let read = tokio::select! {
+                biased;
+                signal = self.signals.recv() => {
+                    tracing::info!(signal, "stopped by a signal: closing as at the end of input");
+                    return None;
+                }
+                () = out.gone() => return None,
+                read = self.lines.next() => read?,
+            };
+            match read {
                 Ok(Input::Line(line)) => return Some(Vec::from(line)),
                 Ok(Input::TooLong { head }) => {
                     let reason = format!("the line is longer than the {} MiB cap", MAX_LINE >> 20);
@@ -82,21 +108,24 @@ impl StdinLines {
     }
 }
 
-/// At EOF: cancel everything under `closing`, then wait up to
-/// [`EOF_ANSWER_BOUND`] for `settled` (no request in flight), warning with
-/// the count `in_flight` reads if the bound passes.
+/// At the end of input: cancel everything under `closing`, then wait up to
+/// [`EOF_ANSWER_BOUND`] for `settled` (every request answered and its
+/// answer written). Past the bound, `out` is abandoned and one warning says
+/// what was dropped: `unanswered()` describes the requests still in flight.
 pub(crate) async fn drain_at_eof(
     closing: &CancellationToken,
+    out: &StdoutLines,
     cancelling: &str,
-    in_flight: impl Fn() -> usize,
+    unanswered: impl Fn() -> String,
     settled: impl Future<Output = ()>,
 ) {
-    tracing::debug!(phase = "closing", "stdin ended: cancelling every {cancelling}");
+    tracing::debug!(phase = "closing", "the input ended: cancelling every {cancelling}");
     closing.cancel();
-    tracing::debug!(phase = "draining", in_flight = in_flight(), "answering what is in flight");
+    tracing::debug!(phase = "draining", "answering what is in flight");
     if tokio::time::timeout(EOF_ANSWER_BOUND, settled).await.is_err() {
-        let in_flight = in_flight();
-        tracing::warn!(in_flight, bound_s = EOF_ANSWER_BOUND.as_secs(), "requests still unanswered at exit");
+        out.abandon();
+        let (bound_s, unwritten) = (EOF_ANSWER_BOUND.as_secs(), out.unwritten());
+        tracing::warn!(bound_s, unwritten, "dropped at the end-of-input bound: {}", unanswered());
     }
 }
 
@@ -164,9 +193,14 @@ impl Decoder for InputCodec {
 
 #[cfg(test)]
 mod tests {
-    use futures_util::StreamExt;
-
     use super::*;
+
+    #[test]
+    fn an_id_list_is_in_order_and_cut_short() {
+        assert_eq!(id_list(vec!["10".into(), "9".into(), "\"b\"".into()]), "9, 10, \"b\"");
+        let many = (0..70).map(|n| n.to_string()).collect();
+        assert!(id_list(many).ends_with(", 63, … and 6 more"));
+    }
 
     #[tokio::test]
     async fn an_over_long_line_costs_its_head_and_reading_goes_on() {

@@ -11,6 +11,10 @@
 //! the depth cap. Children see only the prompt they are given, never the
 //! client's conversation.
 //!
+//! - **Before serving**, the home must take sessions and an `openai:NAME`
+//!   endpoint must accept a connection (the checks of `run` and `fanout`:
+//!   [`preflight`](super::preflight)); else [`serve_mcp`] returns the error
+//!   at once (`subagents mcp` exits 2) rather than every call failing late.
 //! - `initialize` advertises tools (protocol versions up to 2025-11-25,
 //!   each with the handshake; the SDK negotiates). A second one is refused
 //!   (`-32600`, `data.reason` "already initialized").
@@ -23,8 +27,12 @@
 //! - `tools/call` `subagent` answers `{"kind": "foreground", "run_id",
 //!   "output"}` as text, and for a structured run (`output_schema`) also
 //!   `structuredContent`, the captured value (in the text as
-//!   `structured`); with `run_in_background` it answers `{"kind":
-//!   "background", "task_id"}` at once. A run that does not complete is a
+//!   `structured`); its `_meta` names the run too (`kind`, `run_id`), for
+//!   a client that shows the model only `structuredContent`; with
+//!   `run_in_background` it answers `{"kind":
+//!   "background", "task_id"}` at once, unless the session already holds
+//!   `--max-background-tasks` unfinished tasks (default 1,000): then a tool
+//!   error saying so. A run that does not complete is a
 //!   tool error (`isError`) with the tool's wording (`subagent run was
 //!   cancelled`, `subagent run failed`, …), as are the task tools' own
 //!   errors (`no task "task-9" for this session`: another session's tasks
@@ -32,7 +40,9 @@
 //!   are `-32602` listing the violations.
 //! - **Progress**: a foreground call with a `progressToken` gets
 //!   `notifications/progress` whose messages are its run's text, tool
-//!   calls and nested children (`mcp/progress.rs`), at most one every 200 ms.
+//!   calls and nested children (`mcp/progress.rs`), at most one every 200 ms
+//!   (the last at once: the bound never delays the answer), none once the
+//!   call is cancelled.
 //! - **Fan-out**: calls run concurrently, their runs at most
 //!   `--concurrency` at once (the default four per core); the others queue
 //!   (a queued call is told so through its progress) and reading goes on.
@@ -44,11 +54,13 @@
 //! **Input** is capped at 8 MiB a line; an over-long line, invalid UTF-8
 //! or invalid JSON costs one `-32700` reply with id `null`, and the server
 //! keeps serving (the table of every error we answer ourselves is in
-//! `mcp/framing.rs`). **EOF** on stdin cancels every call and every run
-//! (a call cut off answers `subagent run was cancelled`), waits up to 30 s
-//! until every request has had its one answer, cancels and awaits the
-//! background tasks, shuts the runtime down (no child process survives)
-//! and exits 0.
+//! `mcp/framing.rs`). A request id reused while it is in flight is refused
+//! (`-32600`, naming the id). **EOF** on stdin — or SIGINT, SIGTERM or
+//! SIGHUP, or stdout gone — cancels every call and every run (a call cut
+//! off answers `subagent run was cancelled`), waits up to 30 s until every
+//! request has had its one answer written (past the bound what is left is
+//! dropped, and a warning names it), cancels and awaits the background
+//! tasks, shuts the runtime down (no child process survives) and exits 0.
 //!
 //! Built on the official Rust SDK (`rmcp`), server side only.
 //!
@@ -72,7 +84,8 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, InitializeResult,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool as McpTool,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    Tool as McpTool,
 };
 use rmcp::service::{RequestContext, RoleServer, ServerInitializeError};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -82,8 +95,8 @@ use tokio_util::sync::CancellationToken;
 
 use self::progress::Progress;
 use self::tools::{Catalog, Limits, Target};
-use super::ServeError;
-use crate::agent::{Agent, ModelSpec, ScriptedModel, ToolContext, ToolOutput};
+use super::{preflight, ServeError};
+use crate::agent::{Agent, ListDir, Model, ModelSpec, ReadFile, ScriptedModel, Tool, ToolContext, ToolOutput, Toolset};
 use crate::providers::{ChildInfo, InProcessProvider, ProcessConfig, ProcessProvider};
 use crate::seam::AgentOptions;
 use crate::tool::{
@@ -97,6 +110,11 @@ pub const DEFAULT_MAX_DEPTH: u32 = 3;
 /// The newest protocol version served: the last with the `initialize`
 /// handshake.
 const NEWEST_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// Every protocol version served, up to [`NEWEST_PROTOCOL`].
+fn supported_versions() -> &'static [ProtocolVersion] {
+    ProtocolVersion::known_up_to(&NEWEST_PROTOCOL)
+}
 
 /// What the server tells a client about itself at `initialize`.
 const INSTRUCTIONS: &str = "Delegate work to supervised subagents. `subagent` runs a task on a fresh child that \
@@ -157,6 +175,10 @@ pub struct McpServeOptions {
     pub max_depth: Option<u32>,
     /// How many runs of the client's calls at once (default four per core).
     pub concurrency: Option<usize>,
+    /// How many unfinished background tasks one session may hold (the
+    /// client's, and each child's); default
+    /// [`DEFAULT_MAX_LIVE_TASKS`](crate::tool::DEFAULT_MAX_LIVE_TASKS).
+    pub max_background_tasks: Option<usize>,
 }
 
 impl Default for McpServeOptions {
@@ -167,6 +189,7 @@ impl Default for McpServeOptions {
             home: None,
             max_depth: None,
             concurrency: None,
+            max_background_tasks: None,
         }
     }
 }
@@ -179,7 +202,15 @@ pub fn serve_mcp(options: McpServeOptions) -> Result<(), ServeError> {
         builder = builder.home(home);
     }
     let runtime = builder.build().map_err(ServeError::Runtime)?;
-    let session = match Session::build(&runtime, &options, &cwd) {
+    // As `run` and `fanout` do: a home or a model that cannot work is
+    // refused before serving, not by every call, late.
+    let checked = ModelSpec::parse(&options.model).map_err(ServeError::from).and_then(|spec| {
+        preflight::check_home(&runtime.home())?;
+        let probed = spec.clone();
+        let model = runtime.block_on(async move { preflight::reachable_model(&probed).await })?;
+        Ok((spec, model))
+    });
+    let session = match checked.and_then(|(spec, model)| Session::build(&runtime, &options, &cwd, &spec, model)) {
         Ok(session) => Arc::new(session),
         Err(error) => {
             runtime.shutdown_blocking();
@@ -213,34 +244,41 @@ struct Session {
 }
 
 impl Session {
-    fn build(runtime: &Runtime, options: &McpServeOptions, cwd: &Path) -> Result<Session, ServeError> {
+    /// The session for `options`, its children on `model` (`spec` names it
+    /// to a `process` child, which builds its own).
+    fn build(
+        runtime: &Runtime,
+        options: &McpServeOptions,
+        cwd: &Path,
+        spec: &ModelSpec,
+        model: Arc<dyn Model>,
+    ) -> Result<Session, ServeError> {
         let subagents = runtime.subagents();
-        let tasks = TaskService::new();
+        let tasks = options.max_background_tasks.map_or_else(TaskService::new, TaskService::with_max_live);
         let name = options.provider.name();
-        let spec = ModelSpec::parse(&options.model)?;
-        let max_depth = match options.provider {
+        let (max_depth, kit) = match options.provider {
             ChildProvider::Process => {
                 if options.max_depth.is_some() {
                     let reason = "a process child caps its own delegation depth: --max-depth is for spawn and fork";
                     return Err(ServeError::Options(reason.to_owned()));
                 }
-                let provider = ProcessProvider::new(process_config(name, runtime.home(), &spec))
+                let provider = ProcessProvider::new(process_config(name, runtime.home(), spec))
                     .map_err(|e| ServeError::Options(e.to_string()))?;
                 subagents.register_provider(provider)?.keep();
-                MaxDepth::ProviderManaged
+                (MaxDepth::ProviderManaged, process_child_kit(&tasks))
             }
             in_process => {
                 let depth = options.max_depth.unwrap_or(DEFAULT_MAX_DEPTH);
-                let model = spec.build()?;
                 // Children get the same kit as the CLI's: they delegate
                 // further, on this provider, to the depth cap.
-                let kit = shared_delegating_toolset(&subagents, &tasks, name, depth);
+                let kit = Arc::new(shared_delegating_toolset(&subagents, &tasks, name, depth));
                 let provider = match in_process {
                     ChildProvider::Fork => InProcessProvider::fork(name, model),
                     _ => InProcessProvider::spawn(name, model),
                 };
-                subagents.register_provider(provider.with_tools(Arc::new(move |_: &ChildInfo| kit())))?.keep();
-                MaxDepth::Limit(depth)
+                let tools = kit.clone();
+                subagents.register_provider(provider.with_tools(Arc::new(move |_: &ChildInfo| tools())))?.keep();
+                (MaxDepth::Limit(depth), kit())
             }
         };
         let concurrency = options.concurrency.unwrap_or_else(default_concurrency).max(1);
@@ -248,8 +286,14 @@ impl Session {
         let config = SubagentToolConfig::new(name).with_max_depth(max_depth);
         let subagent = SubagentTool::mount(&subagents, config, Some(tasks.clone()))?.with_run_limit(slots.clone());
         let info = subagents.get_provider(name).ok_or_else(|| ServeError::Options(format!("no provider {name:?}")))?;
-        let catalog = Catalog::new(&subagent, &info, tasks.tools(), Limits { concurrency, max_depth })
-            .map_err(ServeError::Options)?;
+        let limits = Limits {
+            concurrency,
+            max_depth,
+            background: tasks.max_live(),
+            children_read_only: children_read_only(&kit, subagent.name()),
+            open_world: matches!(spec, ModelSpec::OpenAi(_)),
+        };
+        let catalog = Catalog::new(&subagent, &info, tasks.tools(), limits).map_err(ServeError::Options)?;
         // The root never prompts a model: it is the client's identity (its
         // session owns the background tasks) and the children's parent.
         let root =
@@ -279,7 +323,7 @@ impl Session {
         let label = delegation.description.clone();
         let mut progress = match request.meta.get_progress_token() {
             Some(token) if !delegation.run_in_background => {
-                Some(Progress::new(token, request.peer.clone(), self.subagents.subscribe()))
+                Some(Progress::new(token, request.peer.clone(), self.subagents.subscribe(), request.ct.clone()))
             }
             _ => None,
         };
@@ -304,7 +348,16 @@ impl Session {
         };
         match outcome {
             Ok(delegated) => {
-                let mut result = CallToolResult::success(vec![ContentBlock::text(delegated.to_json().to_string())]);
+                let answer = delegated.to_json();
+                let mut result = CallToolResult::success(vec![ContentBlock::text(answer.to_string())]);
+                // A client that hands the model only `structuredContent` (it
+                // must match the caller's schema, so it carries nothing else)
+                // still finds which run answered, and how.
+                let meta = ["kind", "run_id", "task_id"]
+                    .into_iter()
+                    .filter_map(|key| Some((key.to_owned(), answer.get(key)?.clone())))
+                    .collect();
+                result.meta = Some(MetaObject(meta));
                 if let Delegated::Foreground { structured: Some(value), .. } = delegated {
                     result.structured_content = Some(value);
                 }
@@ -313,6 +366,28 @@ impl Session {
             Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
         }
     }
+}
+
+/// Whether a `subagent` call leaves everything as it found it: every tool
+/// of the children's kit only reads ([`Tool::read_only`]), but their own
+/// `subagent` (named `delegating`), whose children get this same kit, so
+/// that the whole tree only reads. Today's kit: `read_file`, `list_dir`,
+/// the task tools (which touch only the child's own tasks) and `subagent`:
+/// read-only. A tool that writes, added to the kit, turns this off.
+fn children_read_only(kit: &Toolset, delegating: &str) -> bool {
+    kit.names().into_iter().all(|name| name == delegating || kit.read_only(name))
+}
+
+/// What a `process` child's tools are, as far as [`children_read_only`]
+/// asks: `subagents serve`'s default profile takes the same kit as an
+/// in-process child (the file tools, `subagent`, the task tools).
+fn process_child_kit(tasks: &TaskService) -> Toolset {
+    let mut kit = Toolset::new();
+    let file_tools: [Arc<dyn Tool>; 2] = [Arc::new(ReadFile), Arc::new(ListDir)];
+    for tool in file_tools.into_iter().chain(tasks.tools()) {
+        kit.add_shared(tool).expect("the kit's names are distinct");
+    }
+    kit
 }
 
 fn default_concurrency() -> usize {
@@ -338,7 +413,7 @@ fn process_config(name: &str, home: PathBuf, spec: &ModelSpec) -> ProcessConfig 
 
 /// Serves until the client is gone.
 async fn serve(session: Arc<Session>) -> Result<(), ServeError> {
-    let (transport, input) = framing::stdio(session.closing.clone());
+    let (transport, input) = framing::stdio(session.closing.clone(), supported_versions());
     let input = tokio::spawn(input);
     let served = match Server(session.clone()).serve(transport).await {
         Ok(running) => running.waiting().await.map(drop).map_err(|e| ServeError::Connection(e.to_string())),
@@ -364,7 +439,7 @@ impl ServerHandler for Server {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&NEWEST_PROTOCOL))
+        Cow::Borrowed(supported_versions())
     }
 
     async fn list_tools(
@@ -417,5 +492,25 @@ fn tool_result(output: ToolOutput) -> CallToolResult {
         CallToolResult::error(content)
     } else {
         CallToolResult::success(content)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::FnTool;
+
+    fn tool(name: &str) -> Arc<dyn Tool> {
+        let parameters = serde_json::json!({"type": "object"});
+        Arc::new(FnTool::new(name, "a tool", parameters, |_| ToolOutput::ok("done")))
+    }
+
+    #[test]
+    fn subagent_reads_only_while_every_other_tool_of_the_childrens_kit_does() {
+        let mut kit = process_child_kit(&TaskService::new());
+        kit.add_shared(tool("subagent")).unwrap();
+        assert!(children_read_only(&kit, "subagent"), "{:?}", kit.names());
+        kit.add_shared(tool("write_file")).unwrap();
+        assert!(!children_read_only(&kit, "subagent"), "a tool that does not say it only reads");
     }
 }

@@ -10,8 +10,9 @@
 //! with a string, integer or null id and a method name (a batch, a bare
 //! value, an object id, an id beyond 64 bits) -32600 with id null, bad
 //! parameters (a relative cwd, an unknown profile) -32602. An oversized
-//! line ends the session. EOF or `shutdown` ends it
-//! after the running turn is cancelled and the session is closed; the
+//! line ends the session. EOF, `shutdown` or a stop signal (SIGINT,
+//! SIGTERM, SIGHUP: see `serve/signals.rs`) ends it after the running turn
+//! is cancelled and the session is closed (its turn end on disk); the
 //! `shutdown` reply carries the receipts of the runs the session started
 //! (`runs`, each gathered once it is quiescent).
 
@@ -20,10 +21,11 @@ use std::sync::Arc;
 
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_util::codec::AnyDelimiterCodecError;
 
+use super::pipes::{self, StdoutLines};
+use super::signals::StopSignals;
 use super::ServeError;
 use crate::actors::LineageScope;
 use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Tool, Toolset};
@@ -96,18 +98,27 @@ impl Server {
     async fn run(mut self) -> Result<(), ServeError> {
         let mut outgoing = self.outgoing.take().expect("run once");
         let writer = tokio::spawn(async move {
-            let mut stdout = tokio::io::stdout();
+            let stdout = StdoutLines::new();
             while let Some(message) = outgoing.recv().await {
-                let mut line = message.to_string();
-                line.push('\n');
-                if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
+                if stdout.write(message.to_string()).await.is_err() {
                     break;
                 }
             }
         });
-        let mut lines = lines(tokio::io::stdin());
+        // Stdin on a thread of its own, so that a signal can end the session
+        // while a read is pending (see `serve/pipes.rs`).
+        let mut lines = lines(pipes::stdin());
+        let mut signals = StopSignals::register();
         let outcome = loop {
-            let line = match lines.next().await {
+            let read = tokio::select! {
+                biased;
+                signal = signals.recv() => {
+                    tracing::info!(signal, "stopped by a signal: closing as at EOF");
+                    break Ok(());
+                }
+                read = lines.next() => read,
+            };
+            let line = match read {
                 Some(Ok(line)) => line,
                 None => break Ok(()),
                 Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {

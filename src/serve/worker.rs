@@ -21,7 +21,7 @@
 //! exactly as many runs as it has free slots, so it never holds a run it
 //! has not started (whose ack wait would run out unattended).
 //!
-//! SIGTERM (or Ctrl-C) drains: the worker stops pulling and hands back any
+//! SIGTERM, SIGINT (Ctrl-C) or SIGHUP drains: the worker stops pulling and hands back any
 //! run delivered after that (a nak: redelivered at once); live runs get
 //! `drain_grace` to finish, then their children are cancelled and their
 //! runs handed back the same way. Then it exits 0.
@@ -43,7 +43,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{new_session_id, ModelSpec, SessionStore};
+use super::signals::StopSignals;
+use crate::agent::{new_session_id, ModelSpec};
 use crate::events::SubagentEvent;
 use crate::providers::remote::broker::{self, Broker, BrokerSettings};
 use crate::providers::remote::wire::{self, CancelNotice, ProgressNotice, StatusReply, MAX_PROGRESS_BYTES, VERSION};
@@ -128,14 +129,12 @@ pub struct WorkerReport {
     pub fenced: u64,
 }
 
-/// Runs a worker until SIGTERM or Ctrl-C, then drains. `ready` is called
+/// Runs a worker until SIGTERM, SIGINT or SIGHUP, then drains. `ready` is called
 /// with the worker's id once it is pulling.
 pub fn serve_worker(options: WorkerOptions, ready: impl FnOnce(&str)) -> Result<WorkerReport, String> {
     broker::check_name("pool", &options.pool)?;
     let model = ModelSpec::parse(&options.model).and_then(|spec| spec.build()).map_err(|e| e.to_string())?;
-    SessionStore::new(&options.home)
-        .prepare()
-        .map_err(|e| format!("the home {} is not a writable directory: {e}", options.home.display()))?;
+    super::preflight::check_home(&options.home).map_err(|e| e.to_string())?;
     let runtime = Runtime::builder()
         .home(&options.home)
         .cancel_grace(Duration::from_millis(500))
@@ -303,7 +302,7 @@ async fn work(
         report: Mutex::new(WorkerReport { worker: worker.clone(), ..WorkerReport::default() }),
     });
     listen(&shared).await?;
-    watch_signals(shared.drain.clone())?;
+    watch_signals(shared.drain.clone());
     ready(&worker);
     tracing::debug!(worker = %worker, pool = %options.pool, "worker ready");
     let semaphore = Arc::new(Semaphore::new(options.concurrency.max(1)));
@@ -358,18 +357,13 @@ async fn work(
     Ok(report)
 }
 
-fn watch_signals(drain: CancellationToken) -> Result<(), String> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+fn watch_signals(drain: CancellationToken) {
+    let mut signals = StopSignals::register();
     tokio::spawn(async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
-        }
+        let signal = signals.recv().await;
+        tracing::info!(signal, "stopped by a signal: draining");
         drain.cancel();
     });
-    Ok(())
 }
 
 /// Cancel notices, status requests and progress forwarding.

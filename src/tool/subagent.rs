@@ -9,8 +9,10 @@
 //! **Foreground**: starts the run with the calling agent as parent, bridges
 //! the calling tool's cancellation to it, awaits the result and disposes the
 //! run on every path. A non-completed stop is a tool error: `subagent run
-//! was cancelled`, `subagent run failed`, `subagent run hit its token limit
-//! before finishing`, `subagent declined the task`. Success is
+//! was cancelled`, `subagent run failed` (with the diagnostic's safe
+//! reason: `subagent run failed: the scripted model failed`), `subagent
+//! run hit its token limit before finishing`, `subagent declined the
+//! task`. Success is
 //! `{"kind": "foreground", "run_id", "output"}`.
 //!
 //! **Background**: returns `{"kind": "background", "task_id"}` at once; the
@@ -48,7 +50,7 @@ use super::tasks::TaskService;
 use crate::actors::{Run, Subagents};
 use crate::agent::{Tool, ToolContext, ToolOutput, ToolSpec};
 use crate::seam::{
-    AgentOptions, Budget, Capability, ProgressSink, StartRequest, StopReason, SubagentError, ToolFilter,
+    AgentOptions, Budget, Capability, ProgressSink, RunResult, StartRequest, StopReason, SubagentError, ToolFilter,
 };
 
 /// The delegation depth cap the tool sends with each start.
@@ -348,7 +350,7 @@ impl SubagentTool {
     pub async fn begin(&self, delegation: Delegation, context: &ToolContext) -> Result<Begun, String> {
         if self.config.enable_run_in_background && delegation.run_in_background {
             let tasks = self.tasks.as_ref().expect("mount checks background runs have a task service");
-            let task_id = tasks.spawn(&context.agent, &delegation.description, |cancel| {
+            let spawned = tasks.spawn(&context.agent, &delegation.description, |cancel| {
                 let request = self.request(&delegation, context, cancel.clone());
                 let (subagents, provider, limit) =
                     (self.subagents.clone(), self.config.provider.clone(), self.run_limit.clone());
@@ -360,6 +362,7 @@ impl SubagentTool {
                     Ok(structured.map_or(output, |value| value.to_string()))
                 }
             });
+            let task_id = spawned.map_err(|limit| limit.to_string())?;
             return Ok(Begun::Background { task_id });
         }
         let signal = context.cancel.child_token();
@@ -433,6 +436,21 @@ pub fn stop_message(stop_reason: StopReason) -> &'static str {
     }
 }
 
+/// The tool error for a result that did not complete: [`stop_message`],
+/// and for a failure what the diagnostic says of it, safe to show a model
+/// (its fixed-wording reason, else its category; never a payload):
+/// `subagent run failed: the model endpoint answered 404`.
+fn incomplete_message(result: &RunResult) -> String {
+    let message = stop_message(result.stop_reason);
+    match (&result.diagnostic, result.stop_reason) {
+        (Some(diagnostic), StopReason::Error) => match &diagnostic.reason {
+            Some(reason) => format!("{message}: {reason}"),
+            None => format!("{message} ({})", diagnostic.category_name()),
+        },
+        _ => message.to_owned(),
+    }
+}
+
 /// Waits for a place under `limit` (none: at once); cancelled while
 /// waiting, the run never starts.
 async fn queue(
@@ -473,7 +491,7 @@ async fn settle(run: &Run) -> Result<(String, Option<Value>), String> {
     }
     match result.stop_reason {
         StopReason::Completed => Ok((result.text(), result.structured)),
-        other => Err(stop_message(other).to_owned()),
+        _ => Err(incomplete_message(&result)),
     }
 }
 

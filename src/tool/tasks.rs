@@ -11,8 +11,13 @@
 //! - `task_kill(task_id, reason?)`: `requested` (the task is `stopping`,
 //!   then `killed`) or `already-finished`.
 //!
-//! Statuses: `running`, `stopping`, `completed`, `killed`, `failed`. Tasks
-//! belong to the session that started them: another session can neither
+//! Statuses: `running`, `stopping`, `completed`, `killed`, `failed`. A
+//! session holds at most [`DEFAULT_MAX_LIVE_TASKS`] (1,000) unfinished
+//! tasks at once ([`TaskService::with_max_live`] sets another cap): each
+//! holds a run, its child and its session, and nothing else bounds how
+//! many a model starts. Past the cap a start is refused ([`TaskLimit`]), a
+//! tool error the model reads, and a task that finishes frees its place.
+//! Tasks belong to the session that started them: another session can neither
 //! read nor kill them (to it they do not exist). Shutting the owner down
 //! ([`Agent::shutdown`], which a run's dispose does) cancels its tasks and
 //! waits for them. A task that finishes posts one notice to its owner (a
@@ -32,6 +37,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, Tool, ToolContext, ToolOutput, ToolSpec, WeakAgent};
+
+/// The unfinished background tasks one session may hold at once, unless
+/// [`TaskService::with_max_live`] says otherwise.
+pub const DEFAULT_MAX_LIVE_TASKS: usize = 1000;
 
 /// How long `task_output` waits by default.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -92,6 +101,15 @@ pub struct TaskSnapshot {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("no task {0:?} for this session")]
 pub struct UnknownTask(pub String);
+
+/// A start refused: the session already holds this many unfinished tasks,
+/// the most at once. The wording is for the model that asked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "background task refused: this session already has {0} running (the most at once); collect one with \
+     task_output or stop one with task_kill, or run this one in the foreground"
+)]
+pub struct TaskLimit(pub usize);
 
 struct TaskState {
     status: TaskStatus,
@@ -176,29 +194,87 @@ impl TaskState {
 }
 
 /// Runs and tracks background tasks per owning session. Cheap to clone.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct TaskService {
     inner: Arc<Inner>,
 }
 
-#[derive(Default)]
 struct Inner {
     tasks: Mutex<HashMap<String, Arc<Task>>>,
     next: AtomicU64,
     /// Owners whose shutdown already cancels their tasks.
     hooked: Mutex<std::collections::HashSet<String>>,
+    /// The most unfinished tasks per owner.
+    max_live: usize,
+    /// Unfinished tasks per owner (none: no entry).
+    live: Mutex<HashMap<String, usize>>,
+}
+
+impl Default for TaskService {
+    fn default() -> Self {
+        TaskService {
+            inner: Arc::new(Inner {
+                tasks: Mutex::default(),
+                next: AtomicU64::new(0),
+                hooked: Mutex::default(),
+                max_live: DEFAULT_MAX_LIVE_TASKS,
+                live: Mutex::default(),
+            }),
+        }
+    }
+}
+
+impl Inner {
+    /// Takes a place for one more task of `owner`, if under the cap.
+    fn admit(&self, owner: &str) -> Result<(), TaskLimit> {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let count = live.entry(owner.to_owned()).or_default();
+        if *count >= self.max_live {
+            return Err(TaskLimit(self.max_live));
+        }
+        *count += 1;
+        Ok(())
+    }
+
+    /// Gives back the place of a task of `owner` that finished.
+    fn release(&self, owner: &str) {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = live.get_mut(owner) {
+            *count -= 1;
+            if *count == 0 {
+                live.remove(owner);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for TaskService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskService").field("tasks", &self.tasks().len()).finish()
+        f.debug_struct("TaskService")
+            .field("tasks", &self.tasks().len())
+            .field("max_live", &self.inner.max_live)
+            .finish()
     }
 }
 
 impl TaskService {
-    /// An empty service.
+    /// An empty service, at most [`DEFAULT_MAX_LIVE_TASKS`] unfinished
+    /// tasks per session.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty service, at most `max_live` unfinished tasks per session
+    /// (at least one).
+    pub fn with_max_live(max_live: usize) -> Self {
+        let service = Self::default();
+        let inner = Inner { max_live: max_live.max(1), ..Arc::into_inner(service.inner).expect("not shared yet") };
+        TaskService { inner: Arc::new(inner) }
+    }
+
+    /// The most unfinished tasks a session may hold.
+    pub fn max_live(&self) -> usize {
+        self.inner.max_live
     }
 
     fn tasks(&self) -> MutexGuard<'_, HashMap<String, Arc<Task>>> {
@@ -206,14 +282,17 @@ impl TaskService {
     }
 
     /// Starts `work` in the background for `owner` and returns its task id
-    /// at once. `work` gets the task's own cancellation token (tripped by a
+    /// at once, or refuses it when `owner` already holds
+    /// [`max_live`](Self::max_live) unfinished tasks (`work` is then never
+    /// called). `work` gets the task's own cancellation token (tripped by a
     /// kill or the owner's shutdown) and returns the output or an error.
     /// Must be called inside a tokio runtime (a runtime task, or any other).
-    pub fn spawn<F, Fut>(&self, owner: &Agent, label: impl Into<String>, work: F) -> String
+    pub fn spawn<F, Fut>(&self, owner: &Agent, label: impl Into<String>, work: F) -> Result<String, TaskLimit>
     where
         F: FnOnce(CancellationToken) -> Fut,
         Fut: Future<Output = Result<String, String>> + Send + 'static,
     {
+        self.inner.admit(owner.id())?;
         self.hook_owner(owner);
         let id = format!("task-{}", self.inner.next.fetch_add(1, Ordering::Relaxed) + 1);
         let (finished, _) = watch::channel(false);
@@ -235,11 +314,15 @@ impl TaskService {
         });
         self.tasks().insert(id.clone(), task.clone());
         let work = work(task.cancel.clone());
+        let inner = self.inner.clone();
         crate::actors::spawn_beside(async move {
             let outcome = work.await;
+            // The place is free before the end is seen, so whoever reads the
+            // end may start another at once.
+            inner.release(&task.owner);
             task.finish(outcome);
         });
-        id
+        Ok(id)
     }
 
     /// The owner's shutdown cancels and awaits its tasks.
@@ -387,6 +470,10 @@ impl Tool for TaskOutputTool {
         true
     }
 
+    fn read_only(&self) -> bool {
+        true
+    }
+
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
         Box::pin(async move {
             let task_id = arguments["task_id"].as_str().unwrap_or_default();
@@ -421,6 +508,10 @@ impl Tool for TaskListTool {
         true
     }
 
+    fn read_only(&self) -> bool {
+        true
+    }
+
     fn call(&self, _arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
         let tasks = self.0.list(&context.session_id);
         Box::pin(async move { json_output(json!({"tasks": tasks})) })
@@ -442,6 +533,11 @@ impl Tool for TaskKillTool {
                 "additionalProperties": false
             }),
         }
+    }
+
+    /// It stops only its own session's work.
+    fn read_only(&self) -> bool {
+        true
     }
 
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {

@@ -49,6 +49,10 @@ impl Tool for ReadFile {
         true
     }
 
+    fn read_only(&self) -> bool {
+        true
+    }
+
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
         Box::pin(async move {
             let requested = arguments["path"].as_str().unwrap_or_default().to_owned();
@@ -87,6 +91,10 @@ impl Tool for ListDir {
     }
 
     fn concurrent(&self) -> bool {
+        true
+    }
+
+    fn read_only(&self) -> bool {
         true
     }
 

@@ -119,6 +119,9 @@ enum Command {
         /// Most runs of the client's calls at once, 1 to 100000 (default 4 × cores); the rest queue.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=fanout::MAX_CONCURRENCY))]
         concurrency: Option<u32>,
+        /// Most unfinished background tasks per session, 1 to 100000 (default 1000); past it a start is a tool error.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        max_background_tasks: Option<u32>,
     },
     /// Serve one session of a full runtime over stdio (the `process` provider's child).
     Serve {
@@ -231,19 +234,25 @@ impl Ended {
     }
 }
 
-/// `subagents mcp`: exit 0 at the client's EOF; a refusal before serving
-/// is exit 2.
-fn mcp(
+/// `subagents mcp`'s flags.
+struct McpArgs {
     provider: String,
     model: String,
     home: Option<PathBuf>,
     max_depth: Option<u32>,
     concurrency: Option<u32>,
-) -> Result<ExitCode, String> {
+    max_background_tasks: Option<u32>,
+}
+
+/// `subagents mcp`: exit 0 at the client's EOF (or a stop signal); a
+/// refusal before serving is exit 2.
+fn mcp(args: McpArgs) -> Result<ExitCode, String> {
     use subagents::serve::mcp::{serve_mcp, McpServeOptions};
+    let McpArgs { provider, model, home, max_depth, concurrency, max_background_tasks } = args;
     let provider = provider.parse().map_err(|e: subagents::serve::ServeError| e.to_string())?;
-    let concurrency = concurrency.map(|n| n as usize);
-    let options = McpServeOptions { provider, model, home, max_depth, concurrency };
+    let (concurrency, max_background_tasks) =
+        (concurrency.map(|n| n as usize), max_background_tasks.map(|n| n as usize));
+    let options = McpServeOptions { provider, model, home, max_depth, concurrency, max_background_tasks };
     serve_mcp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
 }
 
@@ -264,8 +273,8 @@ fn main() -> ExitCode {
             let options = subagents::serve::acp::AcpServeOptions { home, model, approve };
             subagents::serve::acp::serve_acp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
         }
-        Command::Mcp { provider, model, home, max_depth, concurrency } => {
-            mcp(provider, model, home, max_depth, concurrency)
+        Command::Mcp { provider, model, home, max_depth, concurrency, max_background_tasks } => {
+            mcp(McpArgs { provider, model, home, max_depth, concurrency, max_background_tasks })
         }
         Command::Serve { home } => {
             let options = subagents::serve::stdio::ServeOptions { home };

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use std::collections::HashMap;
 
-use subagents::agent::{ListDir, Model, ModelSpec, OpenAiConfig, OpenAiModel, ReadFile, SessionStore, Tool, Toolset};
+use subagents::agent::{ListDir, Model, ModelSpec, ReadFile, Tool, Toolset};
 use subagents::config::{BuildContext, Config};
 use subagents::providers::{RemoteConfig, RemoteProvider};
+use subagents::serve::preflight;
 use subagents::tool::{delegating_kit, TaskService};
 use subagents::{Runtime, Subagents};
 
@@ -28,17 +29,7 @@ pub struct Setup {
 /// cannot be reached at all.
 fn model(spec: &str, runtime: &Runtime) -> Result<Arc<dyn Model>, String> {
     let spec = ModelSpec::parse(spec).map_err(|e| e.to_string())?;
-    if let ModelSpec::OpenAi(name) = &spec {
-        let config = OpenAiConfig::from_env_for(name.as_deref()).map_err(|e| e.to_string())?;
-        let base_url = config.base_url.clone();
-        let model = Arc::new(OpenAiModel::new(config).map_err(|e| e.to_string())?);
-        let probe = model.clone();
-        runtime
-            .block_on(async move { probe.check_reachable().await })
-            .map_err(|e| format!("model endpoint {base_url} is unreachable: {e}"))?;
-        return Ok(model);
-    }
-    spec.build().map_err(|e| e.to_string())
+    runtime.block_on(async move { preflight::reachable_model(&spec).await }).map_err(|e| e.to_string())
 }
 
 /// `--nats` and `--pool` of `run` and `fanout`: where `--provider remote`
@@ -163,20 +154,11 @@ impl Setup {
     }
 }
 
-/// Creates the home and its sessions directory if missing (private, 0700:
-/// see `SessionStore`) and proves the sessions directory writable by
-/// creating and removing a file in it. Every run writes its session there:
-/// a home that cannot take one would otherwise fail each run on its own,
-/// late, as a bare `STARTUP_FAILED`.
+/// Every run writes its session under the home: one that cannot take it
+/// would otherwise fail each run on its own, late, as a bare
+/// `STARTUP_FAILED`.
 fn check_home(home: &Path) -> Result<(), String> {
-    let unusable = |error: std::io::Error| format!("the home {} is not a writable directory: {error}", home.display());
-    let store = SessionStore::new(home);
-    store.prepare().map_err(unusable)?;
-    let sessions = store.dir().expect("a store under a home has a directory");
-    let probe = sessions.join(format!(".subagents-probe-{}", std::process::id()));
-    std::fs::OpenOptions::new().write(true).create_new(true).open(&probe).map_err(unusable)?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
+    preflight::check_home(home).map_err(|e| e.to_string())
 }
 
 /// The parent's kit: built-in tools, a subagent tool per provider in

@@ -2,7 +2,7 @@
 //! provider's runs for one pool (see `subagents::serve::worker`).
 //!
 //! It prints one line on stderr when it is pulling, logs its lifecycle, and
-//! exits 0 after SIGTERM or Ctrl-C once drained; 2 when it cannot start
+//! exits 0 after SIGTERM, Ctrl-C or SIGHUP once drained; 2 when it cannot start
 //! (bad flags, an unreachable server, an unusable home).
 
 use std::path::PathBuf;

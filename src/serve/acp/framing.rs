@@ -30,7 +30,8 @@
 //! time. A request counts as in flight from the moment it is forwarded
 //! until its answer has been written.
 //!
-//! **EOF** (or a failed read) runs two bounded phases. *Closing*: the
+//! **The end of input** (EOF, a failed read, a stop signal, stdout gone:
+//! see `serve/framing.rs`) runs two phases, bounded together. *Closing*: the
 //! `closing` token is cancelled, which cancels every turn of every session
 //! now and later (a prompt cut off this way answers `cancelled`) and turns
 //! a pending permission request into "not allowed". *Draining*: wait up to
@@ -51,7 +52,8 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::framing::{drain_at_eof, excerpt, StdinLines, StdoutLines};
+use crate::serve::framing::{drain_at_eof, excerpt, id_list, StdinLines};
+use crate::serve::pipes::StdoutLines;
 
 /// The most requests unanswered at once: it bounds what the crate queues
 /// and what EOF waits for. Past it a request is refused at once.
@@ -150,7 +152,11 @@ async fn read_input(output: Arc<Output>, forward: mpsc::Sender<String>, closing:
         }
     }
     let settled = output.wait_until(|book| book.in_flight == 0);
-    drain_at_eof(&closing, "turn", || output.book().in_flight, settled).await;
+    let unanswered = || {
+        let ids = output.book().pending.keys().map(|id| serde_json::to_string(id).unwrap_or_default()).collect();
+        format!("requests unanswered: {}", id_list(ids))
+    };
+    drain_at_eof(&closing, &output.stdout, "turn", unanswered, settled).await;
     // Dropping `forward` ends the crate's input: the connection returns.
 }
 
@@ -170,13 +176,18 @@ impl Output {
 
     /// A line from the crate: written, then, if it answers a request, that
     /// request is no longer in flight.
+    /// Once the output is gone the line is dropped quietly (that was logged
+    /// once) and its request still settles, so that the drain ends.
     async fn write_from_agent(&self, line: String) -> io::Result<()> {
         let answer = serde_json::from_str::<Envelope>(&line).ok().and_then(Envelope::answer);
-        self.write(line).await?;
+        let written = self.write(line).await;
         if let Some((id, succeeded)) = answer {
             self.settle(&id, succeeded);
         }
-        Ok(())
+        match written {
+            Err(_) if self.stdout.is_gone() => Ok(()),
+            written => written,
+        }
     }
 
     fn settle(&self, id: &RawJsonRpcId, succeeded: bool) {

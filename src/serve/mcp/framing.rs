@@ -18,8 +18,9 @@
 //! | a request that is not JSON-RPC 2.0 | `-32600` with its id |
 //! | a request of a known method whose params do not fit it | `-32602` with its id |
 //! | a second `initialize` | `-32600` with its id, `data.reason` "already initialized" |
+//! | a request whose id is in flight already | `-32600` with that id, `data.reason` "request id 7 is already in flight" |
 //! | a request while [`MAX_IN_FLIGHT`] are unanswered | `-32603` with its id |
-//! | a malformed notification or answer, or one before `initialize` | none: there is no one to answer (logged) |
+//! | a malformed notification or answer, or one before the session began | none: there is no one to answer (logged) |
 //!
 //! Our error replies carry `data: {"reason": …}` in fixed wording, plus
 //! for a parse error an `excerpt` of the line's first 64 characters and for
@@ -27,16 +28,31 @@
 //! Every other line goes to the SDK, which answers an unknown method
 //! `-32601` itself.
 //!
+//! **The session** begins with `initialize`, or, for a client that skips
+//! the handshake, with the first request the SDK serves without it (one
+//! whose `_meta` names a protocol version this server speaks and the
+//! client's capabilities: [`begins_session`]). Before that the SDK reads
+//! only requests, and would end on anything else, so notifications are
+//! dropped; from then on they are forwarded, `notifications/cancelled`
+//! included, with or without a handshake.
+//!
 //! **Output**: the SDK's lines and ours reach stdout whole, one at a time.
 //! A request counts as in flight from the moment it is forwarded until its
-//! answer has been written, or until the client cancels it
-//! (`notifications/cancelled`: the SDK then sends no answer, as MCP asks).
+//! answer has been written (or dropped: the output is gone), or until the
+//! client cancels it (`notifications/cancelled`: the SDK then sends no
+//! answer, as MCP asks). A call's progress ends with it: a
+//! `notifications/progress` for a token whose call is cancelled or being
+//! answered is dropped.
 //!
-//! **EOF** (or a failed read) runs two bounded phases. *Closing*: the
-//! `closing` token is cancelled, which cancels every call in flight and
-//! every run they started (each answers as cancelled). *Draining*: wait up
-//! to `EOF_ANSWER_BOUND` (30 s) until no request is in flight, then end the
-//! SDK's input, so that the session returns.
+//! **The end of input** (EOF, a failed read, a stop signal, stdout gone:
+//! see `serve/framing.rs`) runs two phases, bounded together by
+//! `EOF_ANSWER_BOUND` (30 s). *Closing*: the `closing` token is cancelled,
+//! which cancels every call in flight and every run they started (each
+//! answers as cancelled). *Draining*: wait until no request is in flight,
+//! then end the SDK's input, so that the session returns. At the bound the
+//! answers still unwritten are dropped and the warning names them: "not
+//! read by the client" (computed, waiting on a client that stopped
+//! reading) and "still running".
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -44,7 +60,8 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, GetMeta, JsonRpcMessage, ProgressToken, ProtocolVersion,
+    RequestId, ServerJsonRpcMessage, ServerNotification,
 };
 use rmcp::service::RoleServer;
 use rmcp::transport::Transport;
@@ -52,7 +69,8 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::framing::{drain_at_eof, excerpt, StdinLines, StdoutLines};
+use crate::serve::framing::{drain_at_eof, excerpt, id_list, StdinLines};
+use crate::serve::pipes::StdoutLines;
 
 /// The most requests unanswered at once: it bounds what the SDK holds and
 /// what EOF waits for. Past it a request is refused at once.
@@ -83,17 +101,61 @@ const KNOWN_METHODS: [&str; 14] = [
     "tasks/get",
 ];
 
+/// Whether the SDK's session has begun (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Session {
+    /// The SDK reads only requests: the handshake, or one that begins a
+    /// session without it.
+    #[default]
+    Waiting,
+    /// It has begun: every message reaches the SDK.
+    Begun,
+}
+
+/// One request in flight.
+#[derive(Debug)]
+struct Pending {
+    /// Its `progressToken`, while its progress may still be sent.
+    progress: Option<ProgressToken>,
+    /// Its answer is being written: it was computed.
+    answering: bool,
+}
+
 /// What is in flight.
 #[derive(Debug, Default)]
 struct Book {
-    /// Forwarded request ids not yet answered, each with how many times it
-    /// is in flight (a client may reuse an id).
-    pending: HashMap<RequestId, usize>,
-    in_flight: usize,
-    /// An `initialize` has been forwarded: the SDK answers it, and it
-    /// fails only when no protocol version can be agreed, which ends the
-    /// session anyway.
-    initialized: bool,
+    /// Forwarded requests not yet answered, by id (a client may not reuse
+    /// an id while it is in flight: the SDK would lose one of the answers).
+    pending: HashMap<RequestId, Pending>,
+    /// The progress tokens of the calls in flight.
+    progress: HashMap<ProgressToken, RequestId>,
+    session: Session,
+}
+
+impl Book {
+    /// `id` is no longer in flight (answered or cancelled).
+    fn settle(&mut self, id: &RequestId) {
+        if let Some(pending) = self.pending.remove(id) {
+            self.end_progress(pending.progress);
+        }
+    }
+
+    fn end_progress(&mut self, token: Option<ProgressToken>) {
+        if let Some(token) = token {
+            self.progress.remove(&token);
+        }
+    }
+
+    /// The ids in flight, computed (being written) or not.
+    fn unanswered(&self) -> String {
+        let id = |(id, _): (&RequestId, &Pending)| id.clone().into_json_value().to_string();
+        let (unread, running): (Vec<_>, Vec<_>) = self.pending.iter().partition(|(_, pending)| pending.answering);
+        let list = |ids: Vec<(&RequestId, &Pending)>| match ids.is_empty() {
+            true => "none".to_owned(),
+            false => id_list(ids.into_iter().map(id).collect()),
+        };
+        format!("answers not read by the client: {}; calls still running: {}", list(unread), list(running))
+    }
 }
 
 /// Stdout, shared by the SDK's lines and our own replies, and the book of
@@ -101,6 +163,8 @@ struct Book {
 struct Output {
     stdout: StdoutLines,
     book: Mutex<Book>,
+    /// The protocol versions a session may begin with.
+    versions: &'static [ProtocolVersion],
     /// Bumped after every settled request, to wake waits on the book.
     answered: watch::Sender<u64>,
 }
@@ -123,9 +187,13 @@ pub(super) struct Framed {
 }
 
 /// The transport for the SDK's session, and the input task that feeds it
-/// (run it beside the session; it ends after EOF and draining).
-pub(super) fn stdio(closing: CancellationToken) -> (Framed, impl Future<Output = ()> + Send + 'static) {
-    let output = Arc::new(Output::new());
+/// (run it beside the session; it ends after EOF and draining). `versions`
+/// are the protocol versions the server speaks.
+pub(super) fn stdio(
+    closing: CancellationToken,
+    versions: &'static [ProtocolVersion],
+) -> (Framed, impl Future<Output = ()> + Send + 'static) {
+    let output = Arc::new(Output::new(versions));
     let (forward, incoming) = mpsc::channel(FORWARD_QUEUE);
     (Framed { output: output.clone(), incoming }, read_input(output, forward, closing))
 }
@@ -162,14 +230,14 @@ async fn read_input(output: Arc<Output>, forward: mpsc::Sender<ClientJsonRpcMess
             break;
         }
     }
-    let settled = output.wait_until(|book| book.in_flight == 0);
-    drain_at_eof(&closing, "call", || output.book().in_flight, settled).await;
+    let settled = output.wait_until(|book| book.pending.is_empty());
+    drain_at_eof(&closing, &output.stdout, "call", || output.book().unanswered(), settled).await;
     // Dropping `forward` ends the SDK's input: the session returns.
 }
 
 impl Output {
-    fn new() -> Self {
-        Output { stdout: StdoutLines::new(), book: Mutex::default(), answered: watch::Sender::new(0) }
+    fn new(versions: &'static [ProtocolVersion]) -> Self {
+        Output { stdout: StdoutLines::new(), book: Mutex::default(), versions, answered: watch::Sender::new(0) }
     }
 
     fn book(&self) -> MutexGuard<'_, Book> {
@@ -182,31 +250,50 @@ impl Output {
     }
 
     /// A message from the SDK: written, then, if it answers a request, that
-    /// request is no longer in flight.
+    /// request is no longer in flight. Progress of a call that has ended is
+    /// dropped; once the output is gone every message is dropped quietly
+    /// (that was logged once, and the SDK would log each one).
     async fn write_from_sdk(&self, message: ServerJsonRpcMessage) -> io::Result<()> {
         let answers = match &message {
             JsonRpcMessage::Response(response) => Some(response.id.clone()),
             JsonRpcMessage::Error(error) => error.id.clone(),
-            _ => None,
+            JsonRpcMessage::Notification(notification) => {
+                if let ServerNotification::ProgressNotification(progress) = &notification.notification {
+                    if !self.book().progress.contains_key(&progress.params.progress_token) {
+                        tracing::debug!("progress of a call that has ended was dropped");
+                        return Ok(());
+                    }
+                }
+                None
+            }
+            JsonRpcMessage::Request(_) => None,
         };
+        if let Some(id) = &answers {
+            self.answering(id);
+        }
         let line = serde_json::to_string(&message).map_err(io::Error::other)?;
         let written = self.write(line).await;
         if let Some(id) = answers {
             self.settle(&id);
         }
-        written
+        match written {
+            Err(_) if self.stdout.is_gone() => Ok(()),
+            written => written,
+        }
+    }
+
+    /// `id`'s answer is being written: its progress has ended.
+    fn answering(&self, id: &RequestId) {
+        let mut book = self.book();
+        let token = book.pending.get_mut(id).and_then(|pending| {
+            pending.answering = true;
+            pending.progress.take()
+        });
+        book.end_progress(token);
     }
 
     fn settle(&self, id: &RequestId) {
-        let mut book = self.book();
-        if let Some(count) = book.pending.get_mut(id) {
-            *count -= 1;
-            if *count == 0 {
-                book.pending.remove(id);
-            }
-            book.in_flight -= 1;
-        }
-        drop(book);
+        self.book().settle(id);
         self.answered.send_modify(|answers| *answers += 1);
     }
 
@@ -249,21 +336,30 @@ impl Output {
                     }
                 }
                 let initialize = matches!(request.request, ClientRequest::InitializeRequest(_));
-                if initialize && book.initialized {
+                if initialize && book.session == Session::Begun {
                     return reply(Some(&request.id), -32600, "already initialized");
                 }
-                if book.in_flight >= MAX_IN_FLIGHT {
+                if book.pending.contains_key(&request.id) {
+                    let id = request.id.clone().into_json_value();
+                    return reply(Some(&request.id), -32600, &format!("request id {id} is already in flight"));
+                }
+                if book.pending.len() >= MAX_IN_FLIGHT {
                     let reason = format!("too many requests in flight (at most {MAX_IN_FLIGHT})");
                     return reply(Some(&request.id), -32603, &reason);
                 }
-                *book.pending.entry(request.id.clone()).or_default() += 1;
-                book.in_flight += 1;
-                book.initialized |= initialize;
+                let progress = request.request.get_meta().get_progress_token();
+                if let Some(token) = &progress {
+                    book.progress.insert(token.clone(), request.id.clone());
+                }
+                book.pending.insert(request.id.clone(), Pending { progress, answering: false });
+                if initialize || begins_session(&request.request, self.versions) {
+                    book.session = Session::Begun;
+                }
             }
-            // Before the handshake the SDK takes only requests: anything
-            // else would end the session.
-            _ if !book.initialized => {
-                tracing::warn!("a message before initialize was dropped");
+            // Before the session the SDK takes only requests: anything else
+            // would end it.
+            _ if book.session == Session::Waiting => {
+                tracing::warn!("a message before the session began was dropped");
                 return Verdict::Skip;
             }
             JsonRpcMessage::Notification(notification) => {
@@ -279,6 +375,20 @@ impl Output {
         }
         Verdict::Forward(Box::new(message))
     }
+}
+
+/// Whether the SDK takes `request`, arriving before any session, as the
+/// beginning of one without the handshake: the SDK's own test, a request
+/// other than `ping` or `discover` whose `_meta` carries the client's
+/// capabilities and a protocol version among `versions`.
+fn begins_session(request: &ClientRequest, versions: &[ProtocolVersion]) -> bool {
+    if matches!(request, ClientRequest::PingRequest(_) | ClientRequest::DiscoverRequest(_)) {
+        return false;
+    }
+    let meta = request.get_meta();
+    // The SDK asks for every key the newest version requires.
+    meta.missing_required_keys(&ProtocolVersion::V_2026_07_28).is_empty()
+        && meta.protocol_version().is_some_and(|version| versions.contains(&version))
 }
 
 /// A line that is JSON (or not) but not a message the SDK can take.
@@ -348,6 +458,10 @@ fn error_line(id: Option<&RequestId>, code: i64, message: &str, data: Value) -> 
 mod tests {
     use super::*;
 
+    fn output() -> Output {
+        Output::new(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    }
+
     fn answer_of(verdict: Verdict) -> Value {
         match verdict {
             Verdict::Reply(line) => serde_json::from_str(&line).unwrap(),
@@ -363,7 +477,7 @@ mod tests {
 
     #[test]
     fn bad_lines_get_the_code_and_id_the_table_promises() {
-        let output = Output::new();
+        let output = output();
         assert!(matches!(output.judge(initialize(1).as_bytes()), Verdict::Forward(_)));
         let cases = [
             ("not json", Value::Null, -32700),
@@ -380,12 +494,12 @@ mod tests {
             assert_eq!((answer["id"].clone(), answer["error"]["code"].clone()), (id, json!(code)), "{line}");
             assert!(answer["error"]["data"]["reason"].is_string(), "{answer}");
         }
-        assert_eq!(output.book().in_flight, 1, "only the first initialize is in flight");
+        assert_eq!(output.book().pending.len(), 1, "only the first initialize is in flight");
     }
 
     #[test]
     fn an_unknown_method_reaches_the_sdk_and_a_malformed_notification_is_dropped() {
-        let output = Output::new();
+        let output = output();
         assert!(matches!(output.judge(initialize(1).as_bytes()), Verdict::Forward(_)));
         let unknown = r#"{"jsonrpc":"2.0","id":2,"method":"no/such","params":{}}"#;
         assert!(matches!(output.judge(unknown.as_bytes()), Verdict::Forward(_)));
@@ -396,7 +510,7 @@ mod tests {
 
     #[test]
     fn a_notification_before_initialize_is_dropped_rather_than_ending_the_session() {
-        let output = Output::new();
+        let output = output();
         let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
         assert!(matches!(output.judge(initialized.as_bytes()), Verdict::Skip));
         assert!(matches!(output.judge(initialize(1).as_bytes()), Verdict::Forward(_)));
@@ -405,7 +519,7 @@ mod tests {
 
     #[test]
     fn a_cancelled_request_is_no_longer_in_flight_and_an_answer_settles_it_once() {
-        let output = Output::new();
+        let output = output();
         let call = |id: i64| {
             json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "task_list"}}).to_string()
         };
@@ -413,13 +527,65 @@ mod tests {
         output.settle(&RequestId::Number(1));
         output.judge(call(2).as_bytes());
         output.judge(call(3).as_bytes());
-        assert_eq!(output.book().in_flight, 2);
+        assert_eq!(output.book().pending.len(), 2);
         let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}});
         assert!(matches!(output.judge(cancel.to_string().as_bytes()), Verdict::Forward(_)));
-        assert_eq!(output.book().in_flight, 1);
+        assert_eq!(output.book().pending.len(), 1);
         output.settle(&RequestId::Number(2));
-        assert_eq!(output.book().in_flight, 1, "a late answer to the cancelled call settles nothing");
+        assert_eq!(output.book().pending.len(), 1, "a late answer to the cancelled call settles nothing");
         output.settle(&RequestId::Number(3));
-        assert_eq!(output.book().in_flight, 0);
+        assert_eq!(output.book().pending.len(), 0);
+    }
+
+    #[test]
+    fn an_id_in_flight_is_refused_when_reused_and_free_again_once_answered() {
+        let output = output();
+        let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "task_list"}});
+        output.judge(initialize(1).as_bytes());
+        assert!(matches!(output.judge(call.to_string().as_bytes()), Verdict::Forward(_)));
+        let refused = answer_of(output.judge(call.to_string().as_bytes()));
+        assert_eq!((refused["id"].clone(), refused["error"]["code"].clone()), (json!(7), json!(-32600)));
+        assert_eq!(refused["error"]["data"]["reason"], "request id 7 is already in flight");
+        output.settle(&RequestId::Number(7));
+        assert!(matches!(output.judge(call.to_string().as_bytes()), Verdict::Forward(_)), "answered: free again");
+    }
+
+    #[test]
+    fn a_request_with_the_handshake_in_its_meta_begins_the_session() {
+        let output = output();
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}});
+        let call = |id: i64, version: &str| {
+            let meta = json!({"io.modelcontextprotocol/protocolVersion": version,
+                              "io.modelcontextprotocol/clientCapabilities": {}});
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                   "params": {"name": "task_list", "_meta": meta}})
+            .to_string()
+        };
+        let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+        for waiting in [ping, call(2, "1999-01-01")] {
+            assert!(matches!(output.judge(waiting.as_bytes()), Verdict::Forward(_)));
+            assert!(matches!(output.judge(cancel.to_string().as_bytes()), Verdict::Skip), "not yet: {waiting}");
+        }
+        output.settle(&RequestId::Number(2));
+        assert!(matches!(output.judge(call(2, "2025-06-18").as_bytes()), Verdict::Forward(_)));
+        assert!(matches!(output.judge(cancel.to_string().as_bytes()), Verdict::Forward(_)));
+        assert!(!output.book().pending.contains_key(&RequestId::Number(2)), "the cancel settled it");
+    }
+
+    #[test]
+    fn progress_is_live_while_its_call_is_and_ends_when_the_answer_is_written() {
+        let output = output();
+        output.judge(initialize(1).as_bytes());
+        output.settle(&RequestId::Number(1));
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                          "params": {"name": "task_list", "_meta": {"progressToken": "p"}}});
+        output.judge(call.to_string().as_bytes());
+        let token = ProgressToken(rmcp::model::NumberOrString::String("p".into()));
+        assert!(output.book().progress.contains_key(&token));
+        output.answering(&RequestId::Number(2));
+        assert!(!output.book().progress.contains_key(&token), "no progress once the answer is on its way");
+        assert!(output.book().unanswered().contains("not read by the client: 2;"), "{}", output.book().unanswered());
+        output.settle(&RequestId::Number(2));
+        assert!(output.book().pending.is_empty());
     }
 }

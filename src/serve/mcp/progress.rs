@@ -18,8 +18,12 @@
 //! Consecutive text chunks of one run join one line. Lines are sent
 //! together at most every [`MIN_INTERVAL`], each message cut to its last
 //! [`MAX_MESSAGE_CHARS`] characters, and `progress` counts the
-//! notifications (the total is unknown). Progress is best effort: a client
-//! that reads slowly makes the event stream lag, which is said in a line.
+//! notifications (the total is unknown). What is pending when the run ends
+//! goes out at once, inside the interval if need be: the rate bound never
+//! holds the answer back. Progress ends with its call, as MCP asks: once
+//! the call is cancelled (or answered) nothing more is sent. Progress is
+//! best effort: a client that reads slowly makes the event stream lag,
+//! which is said in a line.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -39,12 +43,14 @@ pub(super) const MIN_INTERVAL: Duration = Duration::from_millis(200);
 /// The longest message, in characters (the newest part is kept).
 pub(super) const MAX_MESSAGE_CHARS: usize = 1000;
 
-/// One call's progress: its token, the client, and the events since the
-/// call began.
+/// One call's progress: its token, the client, the events since the call
+/// began, and the call's end.
 pub(super) struct Progress {
     token: ProgressToken,
     peer: Peer<RoleServer>,
     events: EventStream,
+    /// Cancelled when the call is (by the client, or once answered).
+    ended: CancellationToken,
     sent: u32,
 }
 
@@ -55,14 +61,22 @@ pub(super) struct Following {
 }
 
 impl Progress {
-    /// Progress for the call with `token`; `events` must be subscribed
-    /// before the call's run starts.
-    pub(super) fn new(token: ProgressToken, peer: Peer<RoleServer>, events: EventStream) -> Self {
-        Progress { token, peer, events, sent: 0 }
+    /// Progress for the call with `token`, which ends when `ended` is
+    /// cancelled; `events` must be subscribed before the call's run starts.
+    pub(super) fn new(
+        token: ProgressToken,
+        peer: Peer<RoleServer>,
+        events: EventStream,
+        ended: CancellationToken,
+    ) -> Self {
+        Progress { token, peer, events, ended, sent: 0 }
     }
 
-    /// Sends one notification now.
+    /// Sends one notification now, unless the call has ended.
     pub(super) async fn say(&mut self, message: String) {
+        if self.ended.is_cancelled() {
+            return;
+        }
         self.sent += 1;
         let notification =
             ProgressNotificationParam::new(self.token.clone(), f64::from(self.sent)).with_message(message);
@@ -86,6 +100,8 @@ impl Progress {
         loop {
             tokio::select! {
                 biased;
+                // Cancelled: nothing more for this call, not even what is pending.
+                _ = self.ended.cancelled() => return,
                 _ = stop.cancelled() => break,
                 event = self.events.recv() => match event {
                     Ok(event) => pending.note(tree.describe(&event)),
@@ -99,12 +115,12 @@ impl Progress {
                 }
             }
         }
-        // What the run reported before it settled.
+        // What the run reported before it settled, at once: the answer
+        // waits for this last notification, never for the interval.
         while let Some(Ok(event)) = self.events.try_recv() {
             pending.note(tree.describe(&event));
         }
         if !pending.is_empty() {
-            tokio::time::sleep_until(quiet_until).await;
             let message = pending.take();
             self.say(message).await;
         }

@@ -7,6 +7,16 @@
 //! server's limits. `task_output`, `task_list` and `task_kill` are the task
 //! tools' own specs. Every input schema is an object-rooted JSON Schema.
 //!
+//! **Annotations** tell a client which calls it may run side by side
+//! (clients such as Claude Code run calls one after another unless a tool
+//! says `readOnlyHint`):
+//!
+//! | tool | readOnly | destructive | idempotent | openWorld |
+//! |---|---|---|---|---|
+//! | `subagent` | while the children's tools all only read (today's kit does) | — | no | with an `openai:` model |
+//! | `task_output`, `task_list` | yes | — | — | no |
+//! | `task_kill` | no | yes | yes | no |
+//!
 //! A call names a tool and brings arguments; before it runs:
 //! - an unknown tool is `-32602`, `data: {"tool", "available"}`;
 //! - arguments that break the tool's schema are `-32602`,
@@ -18,7 +28,7 @@
 
 use std::sync::Arc;
 
-use rmcp::model::{JsonObject, Tool as McpTool};
+use rmcp::model::{JsonObject, Tool as McpTool, ToolAnnotations};
 use rmcp::ErrorData;
 use serde_json::{json, Value};
 
@@ -54,6 +64,12 @@ pub(super) struct Limits {
     pub(super) concurrency: usize,
     /// How deep the children may delegate.
     pub(super) max_depth: MaxDepth,
+    /// Unfinished background tasks the session may hold.
+    pub(super) background: usize,
+    /// The children's tools all only read: a `subagent` call changes nothing.
+    pub(super) children_read_only: bool,
+    /// The children's model is reached over the network.
+    pub(super) open_world: bool,
 }
 
 impl Catalog {
@@ -67,7 +83,8 @@ impl Catalog {
         let mut entries = vec![subagent_entry(subagent, provider, limits)?];
         for tool in task_tools {
             let spec = tool.spec();
-            entries.push(entry(spec.name, spec.description, spec.parameters, Target::Task(tool))?);
+            let annotations = task_annotations(&spec.name);
+            entries.push(entry(spec.name, spec.description, spec.parameters, Target::Task(tool), annotations)?);
         }
         Ok(Catalog { entries })
     }
@@ -129,17 +146,37 @@ fn subagent_entry(subagent: &SubagentTool, provider: &ProviderInfo, limits: Limi
     };
     let description = format!(
         "{} It runs under this server's supervision: at most {} runs at once (further calls queue), {depth}. \
-         With run_in_background it returns a task id at once; collect it with task_output.",
-        spec.description, limits.concurrency
+         With run_in_background it returns a task id at once (at most {} unfinished at once); collect it with \
+         task_output.",
+        spec.description, limits.concurrency, limits.background
     );
-    entry(spec.name, description, parameters, Target::Subagent)
+    let annotations =
+        ToolAnnotations::new().read_only(limits.children_read_only).idempotent(false).open_world(limits.open_world);
+    entry(spec.name, description, parameters, Target::Subagent, annotations)
 }
 
-fn entry(name: String, description: String, parameters: Value, target: Target) -> Result<Entry, String> {
+/// A task tool's hints: reading a task or the list changes nothing;
+/// `task_kill` stops the client's work (killing twice is killing once).
+fn task_annotations(name: &str) -> ToolAnnotations {
+    let hints = ToolAnnotations::new().open_world(false);
+    match name {
+        "task_kill" => hints.read_only(false).destructive(true).idempotent(true),
+        _ => hints.read_only(true),
+    }
+}
+
+fn entry(
+    name: String,
+    description: String,
+    parameters: Value,
+    target: Target,
+    annotations: ToolAnnotations,
+) -> Result<Entry, String> {
     let schema = CompiledSchema::compile(&parameters).map_err(|e| format!("tool {name:?}: {e}"))?;
     let Value::Object(parameters) = parameters else {
         return Err(format!("tool {name:?}: its parameters are not a JSON object"));
     };
     let parameters: JsonObject = parameters;
-    Ok(Entry { tool: McpTool::new(name, description, Arc::new(parameters)), schema, target })
+    let tool = McpTool::new(name, description, Arc::new(parameters)).with_annotations(annotations);
+    Ok(Entry { tool, schema, target })
 }
