@@ -179,6 +179,21 @@ pub struct McpServeOptions {
     /// client's, and each child's); default
     /// [`DEFAULT_MAX_LIVE_TASKS`](crate::tool::DEFAULT_MAX_LIVE_TASKS).
     pub max_background_tasks: Option<usize>,
+    /// Children on a provider of a configuration file instead of
+    /// `provider` (feature `config`): every provider of the file is
+    /// registered, the calls start children on the one named.
+    #[cfg(feature = "config")]
+    pub configured: Option<Configured>,
+}
+
+/// A configuration's providers, and the one the client's calls use.
+#[cfg(feature = "config")]
+#[derive(Clone, Debug)]
+pub struct Configured {
+    /// The configuration, read and checked.
+    pub config: Arc<crate::config::Config>,
+    /// The provider the calls start children on.
+    pub provider: String,
 }
 
 impl Default for McpServeOptions {
@@ -190,6 +205,8 @@ impl Default for McpServeOptions {
             max_depth: None,
             concurrency: None,
             max_background_tasks: None,
+            #[cfg(feature = "config")]
+            configured: None,
         }
     }
 }
@@ -255,6 +272,10 @@ impl Session {
     ) -> Result<Session, ServeError> {
         let subagents = runtime.subagents();
         let tasks = options.max_background_tasks.map_or_else(TaskService::new, TaskService::with_max_live);
+        #[cfg(feature = "config")]
+        if let Some(configured) = &options.configured {
+            return Session::configured(runtime, options, configured, cwd, spec, model, tasks);
+        }
         let name = options.provider.name();
         let (max_depth, kit) = match options.provider {
             ChildProvider::Process => {
@@ -281,6 +302,64 @@ impl Session {
                 (MaxDepth::Limit(depth), kit())
             }
         };
+        let read_only = children_read_only(&kit, "subagent");
+        Session::serving(subagents, tasks, options, name, max_depth, read_only, cwd, spec)
+    }
+
+    /// The session on a configured provider: every provider of the file
+    /// registered, the calls on `configured.provider`. A provider that
+    /// enforces no depth cap manages its own; the children's tools are not
+    /// inspected, so the calls are not hinted read-only.
+    #[cfg(feature = "config")]
+    fn configured(
+        runtime: &Runtime,
+        options: &McpServeOptions,
+        configured: &Configured,
+        cwd: &Path,
+        spec: &ModelSpec,
+        model: Arc<dyn Model>,
+        tasks: TaskService,
+    ) -> Result<Session, ServeError> {
+        if options.max_depth.is_some() {
+            let reason = "a configured provider sets its depth in the file ([tool] max_depth): --max-depth is refused";
+            return Err(ServeError::Options(reason.to_owned()));
+        }
+        let subagents = runtime.subagents();
+        let models = |named: Option<&str>| -> Result<Arc<dyn Model>, String> {
+            match named {
+                None => Ok(model.clone()),
+                Some(named) => ModelSpec::parse(named).and_then(|spec| spec.build()).map_err(|e| e.to_string()),
+            }
+        };
+        let home = runtime.home();
+        let context =
+            crate::config::BuildContext { subagents: &subagents, tasks: &tasks, home: &home, models: &models };
+        // An acp provider probes its agent once (`initialize`) as it is built.
+        let io = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ServeError::Runtime)?;
+        let registered = io.block_on(configured.config.register(&context)).map_err(ServeError::Options)?;
+        registered.into_iter().for_each(|registration| registration.keep());
+        let name = configured.provider.as_str();
+        let info = subagents.get_provider(name).ok_or_else(|| ServeError::Options(format!("no provider {name:?}")))?;
+        let max_depth = match info.capabilities.depth_limit {
+            true => MaxDepth::Limit(configured.config.tool_max_depth()),
+            false => MaxDepth::ProviderManaged,
+        };
+        Session::serving(subagents, tasks, options, name, max_depth, false, cwd, spec)
+    }
+
+    /// The session once its provider is registered: the `subagent` tool on
+    /// `name`, the catalog, the root.
+    #[allow(clippy::too_many_arguments)]
+    fn serving(
+        subagents: Subagents,
+        tasks: TaskService,
+        options: &McpServeOptions,
+        name: &str,
+        max_depth: MaxDepth,
+        children_read_only: bool,
+        cwd: &Path,
+        spec: &ModelSpec,
+    ) -> Result<Session, ServeError> {
         let concurrency = options.concurrency.unwrap_or_else(default_concurrency).max(1);
         let slots = Arc::new(Semaphore::new(concurrency));
         let config = SubagentToolConfig::new(name).with_max_depth(max_depth);
@@ -290,7 +369,7 @@ impl Session {
             concurrency,
             max_depth,
             background: tasks.max_live(),
-            children_read_only: children_read_only(&kit, subagent.name()),
+            children_read_only,
             open_world: matches!(spec, ModelSpec::OpenAi(_)),
         };
         let catalog = Catalog::new(&subagent, &info, tasks.tools(), limits).map_err(ServeError::Options)?;

@@ -150,3 +150,28 @@ async fn a_structured_answer_names_its_run_and_kind_in_meta_beside_structured_co
     assert_eq!(meta["run_id"], text["run_id"], "{meta}");
     assert!(served.close().await.0.success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_acp_provider_serves_the_clients_calls_in_parallel() {
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("agents.toml");
+    let file = format!(
+        "[providers.echo]\nkind = \"mock\"\nreply = \"echo: \"\necho_prompt = true\n\n\
+         [providers.agent]\nkind = \"acp\"\ncommand = \"{}\"\nargs = [\"acp\", \"--home\", \"{}\"]\n\
+         reuse = \"pooled\"\npool = {{ size = 2 }}\n",
+        env!("CARGO_BIN_EXE_subagents"),
+        config_dir.path().join("acp-home").display()
+    );
+    std::fs::write(&config, file).unwrap();
+    let config = config.display().to_string();
+    let served = Served::start(&["--config", &config, "--provider", "agent"]).await;
+    let calls = (0..4).map(|n| served.call("subagent", json!({"description": "one task", "prompt": format!("task {n}")})));
+    let answers = futures_util::future::join_all(calls).await;
+    for (n, result) in answers.iter().enumerate() {
+        let answer = answer(result);
+        assert_eq!(answer["output"], format!("handled: task {n}"), "{answer}");
+        assert!(answer["run_id"].as_str().unwrap().starts_with("acp:agent:"), "{answer}");
+    }
+    let (status, _dir) = served.close().await;
+    assert!(status.success());
+}

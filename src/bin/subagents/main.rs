@@ -104,9 +104,13 @@ enum Command {
     },
     /// Serve this runtime's delegation as MCP tools on stdio (for an MCP client).
     Mcp {
-        /// Provider the client's calls start children on.
-        #[arg(long, default_value = "spawn", value_parser = ["spawn", "fork", "process"])]
-        provider: String,
+        /// Provider the client's calls start children on: with a configuration
+        /// file, one it defines (default: the first its `[tool]` offers);
+        /// without one, spawn (default), fork or process.
+        #[arg(long)]
+        provider: Option<String>,
+        #[command(flatten)]
+        config: setup::ConfigArgs,
         /// The children's model: `scripted` (no key, no network) or `openai:NAME`.
         #[arg(long, default_value = "scripted")]
         model: String,
@@ -236,7 +240,8 @@ impl Ended {
 
 /// `subagents mcp`'s flags.
 struct McpArgs {
-    provider: String,
+    provider: Option<String>,
+    config: setup::ConfigArgs,
     model: String,
     home: Option<PathBuf>,
     max_depth: Option<u32>,
@@ -247,12 +252,36 @@ struct McpArgs {
 /// `subagents mcp`: exit 0 at the client's EOF (or a stop signal); a
 /// refusal before serving is exit 2.
 fn mcp(args: McpArgs) -> Result<ExitCode, String> {
+    use subagents::config::Config;
     use subagents::serve::mcp::{serve_mcp, McpServeOptions};
-    let McpArgs { provider, model, home, max_depth, concurrency, max_background_tasks } = args;
-    let provider = provider.parse().map_err(|e: subagents::serve::ServeError| e.to_string())?;
+    let McpArgs { provider, config, model, home, max_depth, concurrency, max_background_tasks } = args;
     let (concurrency, max_background_tasks) =
         (concurrency.map(|n| n as usize), max_background_tasks.map(|n| n as usize));
-    let options = McpServeOptions { provider, model, home, max_depth, concurrency, max_background_tasks };
+    let mut options =
+        McpServeOptions { model, home, max_depth, concurrency, max_background_tasks, ..Default::default() };
+    // With a file its providers serve; without one, the built-in choice.
+    match Config::locate(config.config.as_deref()) {
+        Some(_) => {
+            let config = config.load()?;
+            let provider = match provider {
+                Some(provider) if config.provider(&provider).is_some() => provider,
+                Some(provider) => {
+                    let known: Vec<&str> = config.provider_names().collect();
+                    return Err(format!(
+                        "unknown provider {provider:?} (the configuration defines {})",
+                        known.join(", ")
+                    ));
+                }
+                None => config.tool_providers().first().cloned().ok_or("the configuration defines no provider")?,
+            };
+            options.configured =
+                Some(subagents::serve::mcp::Configured { config: std::sync::Arc::new(config), provider });
+        }
+        None => {
+            let provider = provider.as_deref().unwrap_or("spawn");
+            options.provider = provider.parse().map_err(|e: subagents::serve::ServeError| e.to_string())?;
+        }
+    }
     serve_mcp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
 }
 
@@ -273,8 +302,8 @@ fn main() -> ExitCode {
             let options = subagents::serve::acp::AcpServeOptions { home, model, approve };
             subagents::serve::acp::serve_acp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
         }
-        Command::Mcp { provider, model, home, max_depth, concurrency, max_background_tasks } => {
-            mcp(McpArgs { provider, model, home, max_depth, concurrency, max_background_tasks })
+        Command::Mcp { provider, config, model, home, max_depth, concurrency, max_background_tasks } => {
+            mcp(McpArgs { provider, config, model, home, max_depth, concurrency, max_background_tasks })
         }
         Command::Serve { home } => {
             let options = subagents::serve::stdio::ServeOptions { home };
