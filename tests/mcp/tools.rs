@@ -165,7 +165,8 @@ async fn a_configured_acp_provider_serves_the_clients_calls_in_parallel() {
     std::fs::write(&config, file).unwrap();
     let config = config.display().to_string();
     let served = Served::start(&["--config", &config, "--provider", "agent"]).await;
-    let calls = (0..4).map(|n| served.call("subagent", json!({"description": "one task", "prompt": format!("task {n}")})));
+    let calls =
+        (0..4).map(|n| served.call("subagent", json!({"description": "one task", "prompt": format!("task {n}")})));
     let answers = futures_util::future::join_all(calls).await;
     for (n, result) in answers.iter().enumerate() {
         let answer = answer(result);
