@@ -341,17 +341,51 @@ fn default_tool_providers(providers: &[ProviderEntry]) -> Vec<String> {
     pick.map(|entry| vec![entry.name.clone()]).unwrap_or_default()
 }
 
-/// `500ms`, `30s`, `10m`, `1h`: a whole number and its unit.
+/// `500ms`, `1.5s`, `10m`, `1h`: a number (a fraction too) and its unit,
+/// to the millisecond.
+///
+/// ```
+/// use std::time::Duration;
+/// use subagents::config::parse_duration;
+///
+/// assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+/// assert!(parse_duration("5").unwrap_err().contains("needs a unit"));
+/// ```
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration such as 30s"))?;
-    let millis = match unit {
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let not_a_duration = || format!("{text:?} is not a duration such as 30s or 1.5s");
+    let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() && fraction.is_empty() || !digits(fraction) {
+        return Err(not_a_duration());
+    }
+    let whole: u64 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| not_a_duration())? };
+    let millis: u64 = match unit {
         "ms" => 1,
         "s" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
         _ => return Err(format!("{text:?} needs a unit: ms, s, m or h")),
     };
-    Ok(Duration::from_millis(number.saturating_mul(millis)))
+    // The fraction's digits past the millisecond are dropped.
+    let mut fraction_millis = 0u64;
+    let mut scale = millis;
+    for digit in fraction.bytes().map(|b| u64::from(b - b'0')) {
+        if scale < 10 {
+            break;
+        }
+        scale /= 10;
+        fraction_millis += digit * scale;
+    }
+    Ok(Duration::from_millis(whole.saturating_mul(millis).saturating_add(fraction_millis)))
+}
+
+/// [`parse_duration`], and more than zero.
+pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    let duration = parse_duration(text)?;
+    if duration.is_zero() {
+        return Err(format!("{text:?} is no time at all: give at least 1ms"));
+    }
+    Ok(duration)
 }

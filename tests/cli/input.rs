@@ -171,3 +171,39 @@ fn an_unwritable_trace_is_refused_before_any_run() {
         assert!(!stderr.contains("runs/s"), "{trace:?}: no batch ran: {stderr}");
     }
 }
+
+#[test]
+fn a_zero_budget_and_an_empty_prompt_are_usage_errors_and_a_fractional_deadline_is_a_duration() {
+    let home = tempfile::tempdir().unwrap();
+    let tasks = write_file(home.path(), "tasks.jsonl", "{\"prompt\": \"one\"}\n");
+    for flag in ["--budget-depth=0", "--budget-width=0", "--budget-runs=0", "--budget-tokens=0", "--budget-deadline=0s"]
+    {
+        let stderr = refused(
+            subagents().args(["fanout", "--provider", "mock", flag]).arg(&tasks).arg("--home").arg(home.path()),
+        );
+        assert!(stderr.contains(flag.split('=').next().unwrap()), "{flag}: {stderr}");
+    }
+    let stderr = refused(subagents().args(["run", "  ", "--home"]).arg(home.path()));
+    assert!(stderr.contains("the prompt is empty"), "{stderr}");
+    let output = run(subagents()
+        .args(["fanout", "--provider", "mock", "--budget-deadline", "1.5s"])
+        .arg(&tasks)
+        .arg("--home")
+        .arg(home.path()));
+    assert!(output.status.success(), "1.5s is a deadline: {}", text(&output.stderr));
+    assert_eq!(json_lines(&output.stdout)[0]["stop_reason"], "completed");
+}
+
+#[test]
+fn a_task_budget_must_be_an_object_with_limits_of_at_least_one() {
+    let home = tempfile::tempdir().unwrap();
+    let lines = "{\"prompt\": \"positional\", \"budget\": [0]}\n{\"prompt\": \"zero\", \"budget\": {\"runs\": 0}}\n\
+                 {\"prompt\": \"fine\", \"budget\": {\"runs\": 5}}\n";
+    let tasks = write_file(home.path(), "tasks.jsonl", lines);
+    let output = run(subagents().args(["fanout", "--provider", "mock"]).arg(&tasks).arg("--home").arg(home.path()));
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "two lines were skipped: {stderr}");
+    assert!(stderr.contains(":1: skipped") && stderr.contains("budget must be an object"), "{stderr}");
+    assert!(stderr.contains(":2: skipped") && stderr.contains("admits no run"), "{stderr}");
+    assert_eq!(line_numbers(&json_lines(&output.stdout)), [3]);
+}

@@ -55,20 +55,20 @@ pub struct FanoutArgs {
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct BudgetArgs {
     /// Levels of delegation below the batch (1: the task runs only).
-    #[arg(long, value_name = "LEVELS")]
+    #[arg(long, value_name = "LEVELS", value_parser = clap::value_parser!(u32).range(1..))]
     pub budget_depth: Option<u32>,
     /// Task runs at once, and children at once of any one agent in the batch;
     /// past it a start is refused (BUDGET_EXHAUSTED), not queued.
-    #[arg(long, value_name = "RUNS")]
+    #[arg(long, value_name = "RUNS", value_parser = clap::value_parser!(u32).range(1..))]
     pub budget_width: Option<u32>,
     /// Runs in the whole batch, task runs and their descendants.
-    #[arg(long, value_name = "RUNS")]
+    #[arg(long, value_name = "RUNS", value_parser = clap::value_parser!(u64).range(1..))]
     pub budget_runs: Option<u64>,
     /// Model tokens (as the models report them) in the whole batch.
-    #[arg(long, value_name = "TOKENS")]
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
     pub budget_tokens: Option<u64>,
-    /// Wall-clock time for the whole batch: `500ms`, `30s`, `10m` or `1h`.
-    #[arg(long, value_name = "DURATION", value_parser = subagents::config::parse_duration)]
+    /// Wall-clock time for the whole batch: `500ms`, `1.5s`, `10m` or `1h`.
+    #[arg(long, value_name = "DURATION", value_parser = subagents::config::parse_positive_duration)]
     pub budget_deadline: Option<Duration>,
 }
 

@@ -25,6 +25,9 @@ pub struct RunArgs {
 /// decides how it ended: completed, interrupted by Ctrl-C (its session is
 /// still closed whole), or anything else, which is incomplete.
 pub fn run(args: RunArgs) -> Result<Ended, String> {
+    if args.prompt.trim().is_empty() {
+        return Err("the prompt is empty: give the task to run".to_owned());
+    }
     let offered = match &args.provider {
         Some(provider) => vec![provider.clone()],
         None => args.config.tool_providers().to_vec(),

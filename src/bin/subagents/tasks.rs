@@ -36,11 +36,32 @@ pub struct Task {
     pub max_depth: Option<u32>,
     /// This task's own delegation budget (`{"depth"?, "width"?, "runs"?,
     /// "tokens"?, "deadline_ms"?}`), on top of the batch's.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "budget_object")]
     pub budget: Option<subagents::Budget>,
     /// The provider to run this task on (default: the batch's `--provider`).
     #[serde(default)]
     pub provider: Option<String>,
+}
+
+/// A task's `budget`: a JSON object only (serde would read `[0]` by
+/// position, as a depth of 0), each limit at least 1.
+fn budget_object<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<subagents::Budget>, D::Error> {
+    use serde::de::Error;
+    let value = Value::deserialize(deserializer)?;
+    if value.is_null() {
+        return Ok(None);
+    }
+    if !value.is_object() {
+        return Err(D::Error::custom("budget must be an object such as {\"runs\": 10}"));
+    }
+    let budget: subagents::Budget = serde_json::from_value(value).map_err(D::Error::custom)?;
+    let zero = [budget.depth.map(u64::from), budget.width.map(u64::from), budget.runs, budget.tokens]
+        .contains(&Some(0))
+        || budget.deadline.is_some_and(|deadline| deadline.is_zero());
+    if zero {
+        return Err(D::Error::custom("a budget limit of 0 admits no run: give at least 1"));
+    }
+    Ok(Some(budget))
 }
 
 /// What one non-blank line of the file holds; `number` counts from 1.
