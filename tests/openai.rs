@@ -618,3 +618,21 @@ async fn a_runs_budget_deadline_ends_a_call_and_its_retries_as_aborted() {
     assert_eq!(outcome.stop_reason, StopReason::Aborted, "{outcome:?}");
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
 }
+
+#[tokio::test]
+async fn a_stream_that_ends_before_its_finish_is_an_answer_that_broke_off_not_an_unreachable_endpoint() {
+    let server = Loopback::start(vec![Reply::Stream {
+        events: vec![delta(json!({"role": "assistant", "content": "Hel"}), None)],
+        done: false,
+        hang: false,
+    }])
+    .await;
+    let config = server.config().with_retries(0, Duration::ZERO);
+    let agent =
+        Agent::builder(OpenAiModel::new(config).unwrap()).on_update(Arc::new(|_: &AgentUpdate| {})).build().unwrap();
+    let outcome = agent.prompt("greet").await;
+    assert_eq!(outcome.stop_reason, StopReason::Error);
+    let error = outcome.error.unwrap();
+    assert!(error.message.contains("broke off"), "{}", error.message);
+    assert!(!error.message.contains("could not be reached"), "{}", error.message);
+}

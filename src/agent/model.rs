@@ -175,6 +175,10 @@ pub enum ModelError {
     /// The connection failed or broke.
     #[error("the model endpoint could not be reached: {0}")]
     Transport(String),
+    /// The endpoint began an answer and it broke off: the connection closed
+    /// or failed mid-answer, or a stream ended before its finish.
+    #[error("the model's answer broke off: {0}")]
+    BrokeOff(String),
     /// The request or a streamed chunk timed out.
     #[error("the model call timed out after {0:?}")]
     Timeout(std::time::Duration),
@@ -203,6 +207,7 @@ impl ModelError {
             ModelError::Config(_) => "the model is misconfigured".to_owned(),
             ModelError::Status { status, .. } => format!("the model endpoint answered {status}"),
             ModelError::Transport(_) => "the model endpoint could not be reached".to_owned(),
+            ModelError::BrokeOff(_) => "the model endpoint's answer broke off before it finished".to_owned(),
             ModelError::Timeout(after) => format!("the model call timed out after {} s", after.as_secs_f64()),
             ModelError::Deadline(after) => format!("the model call passed its deadline of {} s", after.as_secs_f64()),
             // Fixed wording and the bound: nothing of the answer itself.

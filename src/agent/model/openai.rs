@@ -230,7 +230,7 @@ impl OpenAiModel {
         }
         let bytes = match tokio::time::timeout(self.config.timeout, read_at_most(response, bound)).await {
             Err(_) => return Err(ModelError::Timeout(self.config.timeout)),
-            Ok(Err(error)) => return Err(ModelError::Transport(describe(&error))),
+            Ok(Err(error)) => return Err(ModelError::BrokeOff(describe(&error))),
             Ok(Ok((_, false))) => return Err(too_large),
             Ok(Ok((bytes, true))) => bytes,
         };
@@ -256,7 +256,7 @@ impl OpenAiModel {
             let chunk = match tokio::time::timeout(self.config.timeout, stream.next()).await {
                 Err(_) => return Err(ModelError::Timeout(self.config.timeout)),
                 Ok(None) => break,
-                Ok(Some(Err(error))) => return Err(ModelError::Transport(describe(&error))),
+                Ok(Some(Err(error))) => return Err(ModelError::BrokeOff(describe(&error))),
                 Ok(Some(Ok(chunk))) => chunk,
             };
             received = received.saturating_add(chunk.len());
@@ -278,7 +278,7 @@ impl OpenAiModel {
             }
         }
         if !answer.done && answer.finish_reason.is_none() {
-            return Err(ModelError::Transport("the stream ended before the answer finished".to_owned()));
+            return Err(ModelError::BrokeOff("the stream ended before the answer finished".to_owned()));
         }
         answer.into_reply()
     }
