@@ -201,3 +201,21 @@ fn list_holds_each_session_in_brief_not_every_transcript() {
     let grown = large.saturating_sub(small);
     assert!(grown < 8 * 1024, "peak RSS grew {grown} KiB for 32 MiB of sessions ({small} → {large} KiB)");
 }
+
+#[test]
+fn a_file_whose_header_names_another_session_is_reported_not_shown_under_that_name() {
+    let (home, sessions) = home_with_sessions();
+    forge(&sessions, "real", None, 0, &[]);
+    forge(&sessions, "victim", None, 0, &[]);
+    // A copy of `victim` under another name: its header still says victim.
+    std::fs::copy(sessions.join("victim.jsonl"), sessions.join("forged.jsonl")).unwrap();
+    let listed = sessions_in(home.path(), &["list"]);
+    assert_eq!(listed.status.code(), Some(1), "{}", text(&listed.stderr));
+    let listed = text(&listed.stdout);
+    let forged = listed.lines().find(|l| l.starts_with("forged")).expect("listed under its file name");
+    assert!(forged.contains("its header names session \"victim\""), "{listed}");
+    assert_eq!(listed.lines().filter(|l| l.starts_with("victim")).count(), 1, "victim once: {listed}");
+    let shown = sessions_in(home.path(), &["show", "forged"]);
+    assert_eq!(shown.status.code(), Some(2));
+    assert!(text(&shown.stderr).contains("not the file's"), "{}", text(&shown.stderr));
+}

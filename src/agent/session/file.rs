@@ -163,6 +163,11 @@ pub(super) fn read_records(
         let is_last = valid_len + consumed >= len;
         match serde_json::from_slice::<Record>(&line) {
             Ok(_) if !complete => break,
+            // A file renamed, copied or forged under another session's
+            // name is not that session.
+            Ok(Record::Header(h)) if h.id != id => {
+                return Err(corrupt(number, format!("its header names session {:?}, not the file's", h.id)))
+            }
             Ok(Record::Header(h)) => header = Some(h),
             Ok(Record::Event(e)) => event(e),
             Err(_) if is_last => break,
