@@ -13,7 +13,7 @@
 //!
 //! - **Before serving**, the home must take sessions and an `openai:NAME`
 //!   endpoint must accept a connection (the checks of `run` and `fanout`:
-//!   [`preflight`](super::preflight)); else [`serve_mcp`] returns the error
+//!   [`preflight`]); else [`serve_mcp`] returns the error
 //!   at once (`subagents mcp` exits 2) rather than every call failing late.
 //! - `initialize` advertises tools (protocol versions up to 2025-11-25,
 //!   each with the handshake; the SDK negotiates). A second one is refused
