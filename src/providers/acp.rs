@@ -354,6 +354,10 @@ impl Provider for AcpProvider {
 
 type Connection = v1::ConnectionTo<agent_client_protocol::Agent>;
 
+/// Pooled processes found dead at session/new that one start retires
+/// before it gives up (each is replaced by the pool).
+const MAX_DEAD_POOLED: usize = 3;
+
 async fn start(
     config: AcpConfig,
     features: AgentFeatures,
@@ -377,32 +381,47 @@ async fn start(
     let failed = |category: Option<Category>| {
         category.map_or(LaunchError::Aborted, |category| LaunchError::Failed { stage: Stage::Initialize, category })
     };
-    let process = match &pool {
-        None => Arc::new(AgentProcess::start(&config, &cwd, context.track_process(), &cancel).await.map_err(failed)?),
-        Some(pool) => pool.checkout(&cwd, &cancel, &context).await.map_err(failed)?,
-    };
     let system_prompt = request.persona.clone().filter(|_| features.system_prompt).map(|persona| {
         let mode = if features.override_prompt { SystemPromptMode::Override } else { SystemPromptMode::Append };
         SystemPrompt::new(vec![AcpBlock::from(persona)]).mode(mode)
     });
     let text = Arc::new(Mutex::new(String::new()));
-    let route = Route { text: text.clone(), progress: context.clone(), delegated: DelegatedText::default() };
-    let opened = tokio::select! {
-        biased;
-        _ = cancel.cancelled() => Err(None),
-        opened = process.open_session(cwd, system_prompt, route) => opened.map_err(Some),
-    };
-    let session_id = match opened {
-        Ok(session_id) => session_id,
-        Err(category) => {
-            // Nothing outlives a failed start: a per-run process is killed,
-            // a pooled one retired (its state after a failed session/new is
-            // unknown).
-            match &pool {
-                None => process.kill().await,
-                Some(pool) => pool.give_back(process, false).await,
+    // A pooled process can die between its last run and this one (killed,
+    // crashed) without the pool seeing it yet: a process that is still
+    // exiting has no zombie to reap. Its session/new then finds the
+    // connection gone; that process is retired and the next one tried, so
+    // a dead pooled process never fails a run. A fresh process that crashes
+    // fails the start.
+    let mut dead_pooled = 0;
+    let (process, session_id) = loop {
+        let process = match &pool {
+            None => {
+                Arc::new(AgentProcess::start(&config, &cwd, context.track_process(), &cancel).await.map_err(failed)?)
             }
-            return Err(failed(category));
+            Some(pool) => pool.checkout(&cwd, &cancel, &context).await.map_err(failed)?,
+        };
+        let route = Route { text: text.clone(), progress: context.clone(), delegated: DelegatedText::default() };
+        let opened = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(None),
+            opened = process.open_session(cwd.clone(), system_prompt.clone(), route) => opened.map_err(Some),
+        };
+        match opened {
+            Ok(session_id) => break (process, session_id),
+            Err(category) => {
+                // Nothing outlives a failed start: a per-run process is
+                // killed, a pooled one retired (its state after a failed
+                // session/new is unknown).
+                match &pool {
+                    None => process.kill().await,
+                    Some(pool) => pool.give_back(process, false).await,
+                }
+                let crashed = category == Some(Category::ChildCrashed);
+                if pool.is_none() || !crashed || dead_pooled >= MAX_DEAD_POOLED {
+                    return Err(failed(category));
+                }
+                dead_pooled += 1;
+            }
         }
     };
     Ok(Box::new(AcpChild {
