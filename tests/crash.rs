@@ -140,17 +140,7 @@ fn runtime_shutdown_reaps_a_child_process_mid_turn() {
 #[test]
 fn a_serve_child_whose_parent_vanishes_exits_on_its_own() {
     let home = tempfile::tempdir().unwrap();
-    let mut child = serve(home.path());
-    let mut stdin = child.stdin.take().unwrap();
-    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocol_version": 1, "route": {}, "profile": "default", "patches": [], "cwd": home.path()}});
-    let prompt = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "prompt",
-        "params": {"prompt": [{"type": "text", "text": "[slow] think"}]}});
-    writeln!(stdin, "{init}\n{prompt}").unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert!(line.contains("\"session_id\""), "{line}");
+    let (mut child, stdin, _stdout) = serve_thinking(home.path());
     std::thread::sleep(Duration::from_millis(100));
     drop(stdin); // the parent is gone
     assert!(wait_until(Duration::from_secs(10), || child.try_wait().unwrap().is_some()), "the orphan kept running");
@@ -163,17 +153,7 @@ fn a_serve_child_whose_parent_vanishes_exits_on_its_own() {
 fn a_serve_child_told_to_stop_by_a_signal_ends_its_turn_on_disk_and_exits_0() {
     for (signal, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
         let home = tempfile::tempdir().unwrap();
-        let mut child = serve(home.path());
-        let mut stdin = child.stdin.take().unwrap();
-        let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocol_version": 1, "route": {}, "profile": "default", "patches": [], "cwd": home.path()}});
-        let prompt = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "prompt",
-            "params": {"prompt": [{"type": "text", "text": "[slow] think"}]}});
-        writeln!(stdin, "{init}\n{prompt}").unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert!(line.contains("\"session_id\""), "{name}: {line}");
+        let (mut child, stdin, _stdout) = serve_thinking(home.path());
         let session = first_session(home.path());
         let prompted = || {
             let events = SessionStore::new(home.path()).read(&session).map(|(_, events)| events).unwrap_or_default();
@@ -190,6 +170,25 @@ fn a_serve_child_told_to_stop_by_a_signal_ends_its_turn_on_disk_and_exits_0() {
         assert_eq!(events.last(), Some(&SessionEvent::TurnEnd { reason: StopReason::Aborted }), "{name}");
         drop(stdin);
     }
+}
+
+/// A `serve` child under `home`, initialized and thinking on a `[slow]`
+/// prompt (its session exists), with its stdin and stdout still open.
+fn serve_thinking(
+    home: &Path,
+) -> (std::process::Child, std::process::ChildStdin, BufReader<std::process::ChildStdout>) {
+    let mut child = serve(home);
+    let mut stdin = child.stdin.take().unwrap();
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocol_version": 1, "route": {}, "profile": "default", "patches": [], "cwd": home}});
+    let prompt = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "prompt",
+        "params": {"prompt": [{"type": "text", "text": "[slow] think"}]}});
+    writeln!(stdin, "{init}\n{prompt}").unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("\"session_id\""), "{line}");
+    (child, stdin, stdout)
 }
 
 fn sessions_reload(home: &Path) -> usize {
