@@ -63,6 +63,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use toml::Spanned;
+
 pub use build::{BuildContext, ModelSource};
 pub use schema::Kind;
 use schema::{FileTable, ProviderTable};
@@ -332,8 +334,6 @@ impl Config {
         models
     }
 }
-
-use toml::Spanned;
 
 /// Without `[tool] providers`: `spawn` when defined, else the first.
 fn default_tool_providers(providers: &[ProviderEntry]) -> Vec<String> {

@@ -42,6 +42,16 @@ impl ClientHandler for Recorder {
     }
 }
 
+/// `subagents mcp` in `dir` (its home `dir/home`, its stderr
+/// `dir/stderr.log`) with `extra` flags and `env`, stdin and stdout piped.
+fn mcp_command(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Command {
+    let stderr = File::create(dir.join("stderr.log")).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
+    command.arg("mcp").arg("--home").arg(dir.join("home")).args(extra).envs(env.iter().copied());
+    command.current_dir(dir).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr);
+    command
+}
+
 /// `subagents mcp --home <tempdir>/home …` run from the tempdir, stderr in
 /// `<tempdir>/stderr.log`, connected to the SDK's client.
 pub struct Served {
@@ -59,20 +69,8 @@ impl Served {
     /// [`Served::start`] with these variables set for the server.
     pub async fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Served {
         let dir = tempfile::tempdir().unwrap();
-        let stderr = File::create(dir.path().join("stderr.log")).unwrap();
-        let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_subagents"))
-            .arg("mcp")
-            .arg("--home")
-            .arg(dir.path().join("home"))
-            .args(extra)
-            .envs(env.iter().copied())
-            .current_dir(dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+        let mut server =
+            tokio::process::Command::from(mcp_command(dir.path(), extra, env)).kill_on_drop(true).spawn().unwrap();
         let transport = (server.stdout.take().unwrap(), server.stdin.take().unwrap());
         let recorder = Recorder::default();
         let client = recorder.clone().serve(transport).await.expect("the server initializes");
@@ -191,19 +189,7 @@ impl Raw {
     /// [`Raw::start`] with these variables set for the server.
     pub fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Raw {
         let dir = tempfile::tempdir().unwrap();
-        let stderr = File::create(dir.path().join("stderr.log")).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_subagents"))
-            .arg("mcp")
-            .arg("--home")
-            .arg(dir.path().join("home"))
-            .args(extra)
-            .envs(env.iter().copied())
-            .current_dir(dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
+        let mut child = mcp_command(dir.path(), extra, env).spawn().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let (sender, lines) = mpsc::channel();
         let reading = Arc::new(AtomicU8::new(Reading::On as u8));
