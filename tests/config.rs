@@ -236,6 +236,14 @@ fn a_bad_file_is_refused_with_its_file_line_and_column_before_anything_starts() 
             ":4:8: `pool` applies only with reuse = \"pooled\"",
         ),
         ("[tool]\nproviders = [\"zz\"]\n", ":2:14: [tool] offers \"zz\", which no [providers] table defines"),
+        (
+            "[providers.a]\nkind = \"acp\"\ncommand = \"sh\"\nkeep_run_dirs = true\n",
+            ":4:17: `keep_run_dirs` applies to the directory `{run_dir}` names, and no `args` or `env` value of \"a\" names it",
+        ),
+        (
+            "[providers.a]\nkind = \"acp\"\ncommand = \"sh\"\nargs = [\"{run_dir}\"]\ntemplate_dir = \"/no/such/template\"\n",
+            ":5:16: template_dir \"/no/such/template\" is not a directory",
+        ),
     ];
     let home = dir.path().join("home");
     for (n, (file, expected)) in cases.iter().enumerate() {
@@ -269,6 +277,9 @@ fn the_example_configs_for_real_agents_are_valid_files() {
     let mut checked = 0;
     for entry in std::fs::read_dir(&examples).unwrap() {
         let path = entry.unwrap().path();
+        if path.extension().is_none_or(|ext| ext != "toml") {
+            continue; // codex-home: a template directory
+        }
         let output = run(subagents(bin.path())
             .args(["providers", "list", "--config"])
             .arg(&path)
@@ -283,4 +294,85 @@ fn the_example_configs_for_real_agents_are_valid_files() {
         checked += 1;
     }
     assert_eq!(checked, 4);
+}
+
+/// A wrapper agent that records the directory it was given (what the
+/// template put there, and its mode) in the file its second argument
+/// names, then serves as this binary's `subagents acp` with
+/// its sessions inside that directory.
+fn recording_agent(dir: &Path) -> PathBuf {
+    let script = dir.join("agent.sh");
+    let body = format!(
+        "#!/bin/sh\necho \"$1 $(cat \"$1/marker\") $(stat -c %a \"$1\")\" >> '{dir}/'\"$2\"\nexec '{bin}' acp --home \"$1/home\"\n",
+        dir = dir.display(),
+        bin = env!("CARGO_BIN_EXE_subagents"),
+    );
+    std::fs::write(&script, body).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    script
+}
+
+#[test]
+fn each_acp_process_gets_a_private_run_dir_from_the_template_removed_unless_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (template, root) = (dir.path().join("template"), dir.path().join("runs"));
+    std::fs::create_dir(&template).unwrap();
+    std::fs::write(template.join("marker"), "templated").unwrap();
+    let script = recording_agent(dir.path());
+    let config = dir.path().join("dirs.toml");
+    let table = |name: &str, extra: &str| {
+        format!(
+            "[providers.{name}]\nkind = \"acp\"\ncommand = \"{script}\"\nargs = [\"{{run_dir}}\", \"{name}.log\"]\ntemplate_dir = \"{template}\"\nrun_dir_root = \"{root}\"\n{extra}\n",
+            script = script.display(),
+            template = template.display(),
+            root = root.display(),
+        )
+    };
+    let file = [
+        table("isolated", ""),
+        table("kept", "keep_run_dirs = true"),
+        table("pooled", "reuse = \"pooled\"\npool = { size = 1 }"),
+    ]
+    .concat();
+    std::fs::write(&config, file).unwrap();
+    let fanout = |provider: &str| {
+        let tasks = dir.path().join("tasks.jsonl");
+        std::fs::write(&tasks, "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n{\"prompt\": \"c\"}\n").unwrap();
+        let log = dir.path().join(format!("{provider}.log"));
+        std::fs::remove_file(&log).ok(); // earlier fanouts' probes
+        let output = run(subagents(dir.path())
+            .arg("fanout")
+            .arg(&tasks)
+            .args(["--concurrency", "1", "--provider", provider, "--config"])
+            .arg(&config)
+            .arg("--home")
+            .arg(dir.path().join("home")));
+        assert!(output.status.success(), "{provider}: {}", text(&output.stderr));
+        let results = result_lines(&output.stdout);
+        assert_eq!(results.len(), 3);
+        assert!(results.iter().all(|r| r["stop_reason"] == "completed"), "{results:?}");
+        let lines = std::fs::read_to_string(&log).unwrap();
+        let dirs: Vec<PathBuf> = lines
+            .lines()
+            .map(|line| {
+                let mut words = line.split(' ');
+                let path = PathBuf::from(words.next().unwrap());
+                assert_eq!(words.collect::<Vec<_>>(), ["templated", "700"], "{line}");
+                assert!(path.starts_with(&root), "{path:?} under {root:?}");
+                path
+            })
+            .collect();
+        let mut distinct = dirs.clone();
+        distinct.dedup();
+        (distinct.len(), distinct.iter().filter(|path| path.exists()).count())
+    };
+    // Each fanout probes every provider of the file once. The probe and
+    // each run: a process and a directory each, all removed once reaped.
+    assert_eq!(fanout("isolated"), (4, 0));
+    // The same, the runs' directories kept (never a probe's).
+    assert_eq!(fanout("kept"), (4, 3));
+    // The probe, then the pool: the first run's own process and the one
+    // warmed beside it serve all three runs, a directory each for life.
+    let (processes, left) = fanout("pooled");
+    assert!(processes <= 3 && left == 0, "{processes} processes for three pooled runs, {left} directories left");
 }

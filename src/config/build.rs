@@ -31,6 +31,8 @@ pub(super) struct Resolved {
     cwd: Option<PathBuf>,
     bin: Option<PathBuf>,
     home: Option<PathBuf>,
+    template_dir: Option<PathBuf>,
+    run_dir_root: Option<PathBuf>,
     nats: Option<String>,
     schedule: Vec<(ChaosStage, ChaosFault, f64)>,
     pool: PoolSettings,
@@ -136,6 +138,33 @@ pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) ->
             let span = table.home.as_ref().map(|h| h.span());
             return Err(source.error(span, "`home` must be an absolute path"));
         }
+    }
+    // A relative template is read beside the file, as its examples ship.
+    let beside_file = |path: PathBuf| match Path::new(source.name).parent() {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path,
+    };
+    resolved.template_dir = table.template_dir.as_ref().map(path_of).transpose()?.map(beside_file);
+    resolved.run_dir_root = table.run_dir_root.as_ref().map(path_of).transpose()?;
+    if let (Some(template), Some(value)) = (&resolved.template_dir, &table.template_dir) {
+        if !template.is_dir() {
+            return Err(source.error(Some(value.span()), format!("template_dir {template:?} is not a directory")));
+        }
+    }
+    let names_run_dir =
+        resolved.args.iter().chain(resolved.env.iter().map(|(_, value)| value)).any(|text| text.contains("{run_dir}"));
+    let run_dir_keys = [
+        ("template_dir", table.template_dir.as_ref().map(|v| v.span())),
+        ("keep_run_dirs", table.keep_run_dirs.as_ref().map(|v| v.span())),
+        ("run_dir_root", table.run_dir_root.as_ref().map(|v| v.span())),
+    ];
+    if let Some((key, span)) =
+        run_dir_keys.into_iter().find_map(|(key, span)| Some((key, span?))).filter(|_| !names_run_dir)
+    {
+        let message = format!(
+            "`{key}` applies to the directory `{{run_dir}}` names, and no `args` or `env` value of {name:?} names it"
+        );
+        return Err(source.error(Some(span), message));
     }
     if let Some(nats) = &table.nats {
         resolved.nats = Some(expand(source, nats.get_ref(), nats.span())?);
@@ -417,13 +446,18 @@ impl Config {
     #[cfg(feature = "acp")]
     async fn acp(&self, entry: &ProviderEntry) -> Result<Arc<dyn Provider>, String> {
         use super::schema::PermissionName;
-        use crate::providers::{AcpConfig, AcpProvider, Permission, PoolConfig, Reuse};
+        use crate::providers::{AcpConfig, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
         let (table, resolved) = (&entry.table, &entry.resolved);
         let command = resolved.command.clone().expect("checked at load");
         let mut config = AcpConfig::new(entry.name.clone(), command, resolved.args.clone());
         config.cwd = resolved.cwd.clone();
         config.env = resolved.env.clone();
         config.inherit_env = table.inherit_env.as_ref().map(|names| names.get_ref().clone()).unwrap_or_default();
+        config.run_dirs = RunDirs {
+            root: resolved.run_dir_root.clone(),
+            template: resolved.template_dir.clone(),
+            keep: table.keep_run_dirs.as_ref().is_some_and(|keep| *keep.get_ref()),
+        };
         if let Some(permission) = &table.permission {
             config.permission = match permission.get_ref() {
                 PermissionName::Allow => Permission::Allow,

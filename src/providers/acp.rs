@@ -61,9 +61,10 @@
 mod dispose;
 mod pool;
 mod process;
+mod run_dir;
 
 use std::cell::{Cell, RefCell};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -88,9 +89,12 @@ use self::dispose::{Activity, Graces};
 use self::pool::Pool;
 pub use self::pool::PoolConfig;
 use self::process::{AgentProcess, Answer, Route};
+use self::run_dir::RunDir;
+pub use self::run_dir::RunDirs;
 use super::child_process::{lines, spawn, ChildEnv, Spawned, MAX_OUTPUT};
 use crate::events::ProgressUpdate;
 use crate::live::LiveCounters;
+use crate::live::ProcessLease;
 use crate::seam::{
     text_of, Branch, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider,
     RunResult, Stage, StopReason, StopReport,
@@ -158,6 +162,9 @@ pub struct AcpConfig {
     pub dispose_grace: Duration,
     /// One process per run (the default) or a warm pool of them.
     pub reuse: Reuse,
+    /// Each process's private directory, made when `{run_dir}` appears in
+    /// `args` or an `env` value (see [`RunDirs`]).
+    pub run_dirs: RunDirs,
 }
 
 /// Whether each run gets its own agent process.
@@ -198,12 +205,30 @@ impl AcpConfig {
             dispose_idle_eof_grace: Duration::from_millis(500),
             dispose_grace: Duration::from_secs(3),
             reuse: Reuse::PerRun,
+            run_dirs: RunDirs::default(),
         }
     }
 
-    /// The child's environment: the allowlist, `inherit_env`, then `env`.
-    pub(crate) fn child_env(&self) -> ChildEnv<'_> {
-        ChildEnv { inherit: &self.inherit_env, explicit: &self.env }
+    /// Whether each process gets a private directory: `{run_dir}` in
+    /// `args` or an `env` value.
+    pub fn uses_run_dir(&self) -> bool {
+        run_dir::wanted(self.args.iter().chain(self.env.iter().map(|(_, value)| value)).map(String::as_str))
+    }
+
+    /// Spawns the agent in `cwd`: the allowlist, `inherit_env`, then
+    /// `env`, with `{run_dir}` replaced by a fresh private directory when
+    /// the configuration names one (returned, to be removed once the
+    /// process is reaped).
+    async fn spawn_agent(&self, cwd: &Path, lease: ProcessLease) -> std::io::Result<(Spawned, Option<RunDir>)> {
+        if !self.uses_run_dir() {
+            let child_env = ChildEnv { inherit: &self.inherit_env, explicit: &self.env };
+            return Ok((spawn(&self.command, &self.args, cwd, child_env, lease)?, None));
+        }
+        let dir = RunDir::create(&self.name, &self.run_dirs).await?;
+        let args: Vec<String> = self.args.iter().map(|arg| dir.expand(arg)).collect();
+        let env: Vec<(String, String)> = self.env.iter().map(|(key, value)| (key.clone(), dir.expand(value))).collect();
+        let spawned = spawn(&self.command, &args, cwd, ChildEnv { inherit: &self.inherit_env, explicit: &env }, lease)?;
+        Ok((spawned, Some(dir)))
     }
 }
 
@@ -238,9 +263,9 @@ impl AcpProvider {
     pub async fn new(config: AcpConfig) -> Result<AcpProvider, ProbeError> {
         let failed = |reason: String| ProbeError { name: config.name.clone(), reason };
         let cwd = config.cwd.clone().or_else(|| std::env::current_dir().ok()).ok_or_else(|| failed("no cwd".into()))?;
-        let lease = crate::live::ProcessLease::new(Arc::new(LiveCounters::default()));
-        let mut spawned = spawn(&config.command, &config.args, &cwd, config.child_env(), lease)
-            .map_err(|e| failed(format!("spawn: {e}")))?;
+        let lease = ProcessLease::new(Arc::new(LiveCounters::default()));
+        let (mut spawned, run_dir) =
+            config.spawn_agent(&cwd, lease).await.map_err(|e| failed(format!("spawn: {e}")))?;
         let transport = transport(&mut spawned, Arc::default(), Arc::default());
         let probe = Client
             .v1()
@@ -250,6 +275,9 @@ impl AcpProvider {
             });
         let answered = tokio::time::timeout(HANDSHAKE_TIMEOUT, probe).await;
         spawned.kill().await;
+        if let Some(run_dir) = run_dir {
+            run_dir.discard().await;
+        }
         let response = match answered {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => return Err(failed(format!("initialize failed: {}", error.message))),

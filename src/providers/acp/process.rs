@@ -27,10 +27,11 @@ use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::dispose::{Activity, Graces};
+use super::run_dir::RunDir;
 use super::{choose, initialize, note_update, stop_reason_of, transport, AcpConfig, DelegatedText};
 use super::{Connection, HANDSHAKE_TIMEOUT};
 use crate::live::ProcessLease;
-use crate::providers::child_process::{spawn, Spawned};
+use crate::providers::child_process::Spawned;
 use crate::seam::{Category, Failure, ProviderContext, StopReason};
 
 /// Where one session's updates go: its run's answer text and progress.
@@ -75,6 +76,8 @@ pub(super) struct AgentProcess {
     close: Mutex<Option<oneshot::Sender<()>>>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     spawned: Mutex<Option<Spawned>>,
+    /// Its private directory, removed once it is reaped.
+    run_dir: Mutex<Option<RunDir>>,
     /// The process id (also its process group id).
     pub pid: u32,
 }
@@ -95,7 +98,7 @@ impl AgentProcess {
         lease: ProcessLease,
         cancel: &CancellationToken,
     ) -> Result<AgentProcess, Option<Category>> {
-        let mut spawned = spawn(&config.command, &config.args, cwd, config.child_env(), lease).map_err(|error| {
+        let (mut spawned, run_dir) = config.spawn_agent(cwd, lease).await.map_err(|error| {
             tracing::warn!(provider = %config.name, %error, "could not spawn an ACP child");
             Some(Category::StartupFailed)
         })?;
@@ -131,11 +134,15 @@ impl AgentProcess {
                 task: Mutex::new(Some(task)),
                 pid: spawned.pid,
                 spawned: Mutex::new(Some(spawned)),
+                run_dir: Mutex::new(run_dir),
             }),
             Err(category) => {
                 // Reap before rejecting: nothing outlives a failed start.
                 task.abort();
                 spawned.kill().await;
+                if let Some(run_dir) = run_dir {
+                    run_dir.remove().await;
+                }
                 Err(category)
             }
         }
@@ -215,6 +222,7 @@ impl AgentProcess {
         if let Some(spawned) = spawned {
             spawned.kill().await;
         }
+        self.remove_run_dir().await;
     }
 
     /// The dispose ladder: close the connection (stdin EOF), wait for the
@@ -229,9 +237,19 @@ impl AgentProcess {
             }
         }
         let spawned = lock(&self.spawned).take();
-        match spawned {
+        let disposed = match spawned {
             Some(spawned) => spawned.dispose(self.activity.eof_phase(graces), graces.term).await,
             None => Ok(()),
+        };
+        self.remove_run_dir().await;
+        disposed
+    }
+
+    /// Removes the private directory once the process is gone.
+    async fn remove_run_dir(&self) {
+        let run_dir = lock(&self.run_dir).take();
+        if let Some(run_dir) = run_dir {
+            run_dir.remove().await;
         }
     }
 
