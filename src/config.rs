@@ -56,6 +56,7 @@
 //! from the caller (so a front door can probe an endpoint once, up front).
 
 mod build;
+mod door;
 mod schema;
 
 use std::fmt;
@@ -66,6 +67,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 pub use build::{BuildContext, ModelSource};
+pub use door::Configured;
 pub use schema::Kind;
 use schema::{FileTable, ProviderTable};
 

@@ -82,12 +82,8 @@ pub fn shared_delegating_toolset(
 }
 
 /// A shared kit of `builtins`, one subagent tool per provider in `offered`
-/// (the first named `subagent`, each other `subagent_<provider>`; children
-/// at most `max_depth` deep where the provider enforces a cap, else the
-/// provider manages depth), and the task tools when any subagent tool is
-/// offered. Built on the first call,
-/// when every offered provider must be registered, and cloned after; a tool
-/// that cannot be mounted is left out with a warning.
+/// and the task tools ([`delegating_tool_list`]), built on the first call,
+/// when every offered provider must be registered, and cloned after.
 pub fn delegating_kit(
     subagents: &Subagents,
     tasks: &TaskService,
@@ -101,32 +97,47 @@ pub fn delegating_kit(
         built
             .get_or_init(|| {
                 let mut tools = Toolset::new();
-                for tool in &builtins {
-                    tools.add_shared(tool.clone()).expect("the built-in tools' names are distinct");
-                }
-                let mut mounted = false;
-                for (index, provider) in offered.iter().enumerate() {
-                    let name = if index == 0 { "subagent".to_owned() } else { format!("subagent_{provider}") };
-                    // A provider that enforces no depth cap (an ACP agent,
-                    // a process child) owns its own: the tool sends none.
-                    let enforces = subagents.get_provider(provider).is_some_and(|info| info.capabilities.depth_limit);
-                    let depth = if enforces { MaxDepth::Limit(max_depth) } else { MaxDepth::ProviderManaged };
-                    let config = SubagentToolConfig::new(provider.as_str()).with_tool_name(name).with_max_depth(depth);
-                    match SubagentTool::mount(&subagents, config, Some(tasks.clone())) {
-                        Ok(tool) => {
-                            tools.add(tool).expect("each subagent tool has its own name");
-                            mounted = true;
-                        }
-                        Err(error) => tracing::warn!(%provider, %error, "children get no subagent tool for it"),
-                    }
-                }
-                if mounted {
-                    for tool in tasks.tools() {
-                        tools.add_shared(tool).expect("the task tools' names are distinct");
-                    }
+                for tool in delegating_tool_list(&subagents, &tasks, &builtins, &offered, max_depth) {
+                    tools.add_shared(tool).expect("the kit's names are distinct");
                 }
                 tools
             })
             .clone()
     }
+}
+
+/// `builtins`, one subagent tool per provider in `offered` (the first
+/// named `subagent`, each other `subagent_<provider>`; children at most
+/// `max_depth` deep where the provider enforces a cap, else the provider
+/// manages depth), and the task tools when any subagent tool is offered.
+/// Every offered provider must be registered; a tool that cannot be
+/// mounted is left out with a warning.
+pub fn delegating_tool_list(
+    subagents: &Subagents,
+    tasks: &TaskService,
+    builtins: &[Arc<dyn Tool>],
+    offered: &[String],
+    max_depth: u32,
+) -> Vec<Arc<dyn Tool>> {
+    let mut tools = builtins.to_vec();
+    let mut mounted = false;
+    for (index, provider) in offered.iter().enumerate() {
+        let name = if index == 0 { "subagent".to_owned() } else { format!("subagent_{provider}") };
+        // A provider that enforces no depth cap (an ACP agent, a process
+        // child) owns its own: the tool sends none.
+        let enforces = subagents.get_provider(provider).is_some_and(|info| info.capabilities.depth_limit);
+        let depth = if enforces { MaxDepth::Limit(max_depth) } else { MaxDepth::ProviderManaged };
+        let config = SubagentToolConfig::new(provider.as_str()).with_tool_name(name).with_max_depth(depth);
+        match SubagentTool::mount(subagents, config, Some(tasks.clone())) {
+            Ok(tool) => {
+                tools.push(Arc::new(tool));
+                mounted = true;
+            }
+            Err(error) => tracing::warn!(%provider, %error, "children get no subagent tool for it"),
+        }
+    }
+    if mounted {
+        tools.extend(tasks.tools());
+    }
+    tools
 }

@@ -376,3 +376,47 @@ fn each_acp_process_gets_a_private_run_dir_from_the_template_removed_unless_kept
     let (processes, left) = fanout("pooled");
     assert!(processes <= 3 && left == 0, "{processes} processes for three pooled runs, {left} directories left");
 }
+
+#[test]
+fn acp_serves_sessions_whose_subagent_tool_offers_the_file_s_providers() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = dir.path().join("inner.toml");
+    std::fs::write(
+        &inner,
+        "[providers.echo]\nkind = \"mock\"\nreply = \"echo: \"\necho_prompt = true\n\n[tool]\nproviders = [\"echo\"]\n",
+    )
+    .unwrap();
+    // Our own `subagents acp`, configured by the inner file, as an ACP child.
+    let outer = dir.path().join("outer.toml");
+    std::fs::write(
+        &outer,
+        format!(
+            "[providers.outer]\nkind = \"acp\"\ncommand = \"{bin}\"\nargs = [\"acp\", \"--config\", \"{inner}\", \"--home\", \"{home}\"]\n",
+            bin = env!("CARGO_BIN_EXE_subagents"),
+            inner = inner.display(),
+            home = dir.path().join("acp-home").display(),
+        ),
+    )
+    .unwrap();
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, "{\"prompt\": \"check the parser; check the docs\"}\n").unwrap();
+    let output = run(subagents(dir.path())
+        .arg("fanout")
+        .arg(&tasks)
+        .args(["--provider", "outer", "--config"])
+        .arg(&outer)
+        .arg("--home")
+        .arg(dir.path().join("home")));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let results = result_lines(&output.stdout);
+    let answer = results[0]["output"].as_str().unwrap_or_default();
+    // The ACP agent's session delegated each part to the inner file's mock.
+    assert!(answer.contains("echo: check the parser") && answer.contains("echo: check the docs"), "{results:?}");
+
+    // A provider the file does not define, or --provider without a file.
+    let refused = run(subagents(dir.path()).args(["acp", "--provider", "nope", "--config"]).arg(&inner));
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(text(&refused.stderr).contains("unknown provider \"nope\""), "{}", text(&refused.stderr));
+    let refused = run(subagents(dir.path()).args(["acp", "--provider", "codex"]));
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+}

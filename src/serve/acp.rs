@@ -12,7 +12,9 @@
 //!   `list_dir`, a subagent tool on an in-process `spawn` provider, the task
 //!   tools; its children get the same kit (the CLI's children too), so they
 //!   delegate further until the depth cap (3), where `subagent` is not
-//!   offered. A system prompt replaces
+//!   offered. With [`AcpServeOptions::configured`] (`--config`) every
+//!   provider of the file is registered instead and the subagent tools
+//!   offer the ones it names. A system prompt replaces
 //!   the persona section (override) or is appended to the prompt (append).
 //! - `session/prompt` streams `agent_message_chunk`, `tool_call` and
 //!   `tool_call_update` updates and answers with the stop reason
@@ -52,6 +54,7 @@
 //!     home: ".subagents".into(),
 //!     model: "scripted".into(),
 //!     approve: vec!["list_dir".into()],
+//!     ..Default::default()
 //! };
 //! serve_acp(options).expect("served until EOF");
 //! ```
@@ -92,6 +95,23 @@ pub struct AcpServeOptions {
     pub model: String,
     /// Tools that ask the client for permission before each call.
     pub approve: Vec<String>,
+    /// Providers from a configuration file: every one registered, the
+    /// sessions' subagent tools on the ones it offers. `None`: a `spawn`
+    /// provider of the sessions' model.
+    #[cfg(feature = "config")]
+    pub configured: Option<crate::config::Configured>,
+}
+
+impl Default for AcpServeOptions {
+    fn default() -> Self {
+        AcpServeOptions {
+            home: PathBuf::from(".subagents"),
+            model: "scripted".to_owned(),
+            approve: Vec::new(),
+            #[cfg(feature = "config")]
+            configured: None,
+        }
+    }
 }
 
 /// How deep a session's delegation tree may go.
@@ -103,11 +123,10 @@ pub fn serve_acp(options: AcpServeOptions) -> Result<(), ServeError> {
     let runtime = Runtime::builder().home(&options.home).workers(1).build().map_err(ServeError::Runtime)?;
     let subagents = runtime.subagents();
     let tasks = TaskService::new();
-    // Children get the same kit as the sessions' own agents (and as the
-    // CLI's children): they can delegate further, to the depth cap.
-    let kit = shared_delegating_toolset(&subagents, &tasks, "spawn", MAX_DEPTH);
-    let spawn = InProcessProvider::spawn("spawn", model.clone()).with_tools(Arc::new(move |_: &ChildInfo| kit()));
-    subagents.register_provider(spawn)?.keep();
+    if let Err(error) = register(&subagents, &tasks, &options, model.clone()) {
+        runtime.shutdown_blocking();
+        return Err(error);
+    }
     let state = Arc::new(State {
         subagents,
         model,
@@ -128,6 +147,26 @@ pub fn serve_acp(options: AcpServeOptions) -> Result<(), ServeError> {
     served.map_err(|e| ServeError::Connection(e.to_string()))
 }
 
+/// The sessions' providers: the file's, or a `spawn` provider whose
+/// children get the same kit as the sessions' own agents (and as the CLI's
+/// children), so they delegate further, to the depth cap.
+fn register(
+    subagents: &Subagents,
+    tasks: &TaskService,
+    options: &AcpServeOptions,
+    model: Arc<dyn Model>,
+) -> Result<(), ServeError> {
+    #[cfg(feature = "config")]
+    if let Some(configured) = &options.configured {
+        return configured.register_blocking(subagents, tasks, &options.home, model).map_err(ServeError::Options);
+    }
+    let _ = options;
+    let kit = shared_delegating_toolset(subagents, tasks, "spawn", MAX_DEPTH);
+    let spawn = InProcessProvider::spawn("spawn", model).with_tools(Arc::new(move |_: &ChildInfo| kit()));
+    subagents.register_provider(spawn)?.keep();
+    Ok(())
+}
+
 struct State {
     subagents: Subagents,
     model: Arc<dyn Model>,
@@ -139,6 +178,16 @@ struct State {
 }
 
 impl State {
+    /// A session's tools: the file tools, its subagent tools, the task tools.
+    fn kit(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
+        #[cfg(feature = "config")]
+        if let Some(configured) = &self.options.configured {
+            let builtins: Vec<Arc<dyn Tool>> = vec![Arc::new(crate::agent::ReadFile), Arc::new(crate::agent::ListDir)];
+            return Ok(configured.tools(&self.subagents, &self.tasks, &builtins));
+        }
+        delegating_tools(&self.subagents, &self.tasks, "spawn", MAX_DEPTH).map_err(|e| e.to_string())
+    }
+
     fn session(&self, id: &SessionId) -> Option<Agent> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned()
     }
@@ -262,8 +311,7 @@ impl State {
                 tool
             }
         };
-        let kit = delegating_tools(&self.subagents, &self.tasks, "spawn", MAX_DEPTH).map_err(|e| e.to_string())?;
-        for tool in kit {
+        for tool in self.kit()? {
             tools.add_shared(approve(tool)).map_err(|e| e.to_string())?;
         }
         let update_session = session_id.clone();

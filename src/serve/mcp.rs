@@ -186,15 +186,8 @@ pub struct McpServeOptions {
     pub configured: Option<Configured>,
 }
 
-/// A configuration's providers, and the one the client's calls use.
 #[cfg(feature = "config")]
-#[derive(Clone, Debug)]
-pub struct Configured {
-    /// The configuration, read and checked.
-    pub config: Arc<crate::config::Config>,
-    /// The provider the calls start children on.
-    pub provider: String,
-}
+pub use crate::config::Configured;
 
 impl Default for McpServeOptions {
     fn default() -> Self {
@@ -325,20 +318,8 @@ impl Session {
             return Err(ServeError::Options(reason.to_owned()));
         }
         let subagents = runtime.subagents();
-        let models = |named: Option<&str>| -> Result<Arc<dyn Model>, String> {
-            match named {
-                None => Ok(model.clone()),
-                Some(named) => ModelSpec::parse(named).and_then(|spec| spec.build()).map_err(|e| e.to_string()),
-            }
-        };
-        let home = runtime.home();
-        let context =
-            crate::config::BuildContext { subagents: &subagents, tasks: &tasks, home: &home, models: &models };
-        // An acp provider probes its agent once (`initialize`) as it is built.
-        let io = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ServeError::Runtime)?;
-        let registered = io.block_on(configured.config.register(&context)).map_err(ServeError::Options)?;
-        registered.into_iter().for_each(|registration| registration.keep());
-        let name = configured.provider.as_str();
+        configured.register_blocking(&subagents, &tasks, &runtime.home(), model).map_err(ServeError::Options)?;
+        let name = configured.provider();
         let info = subagents.get_provider(name).ok_or_else(|| ServeError::Options(format!("no provider {name:?}")))?;
         let max_depth = match info.capabilities.depth_limit {
             true => MaxDepth::Limit(configured.config.tool_max_depth()),

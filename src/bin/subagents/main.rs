@@ -101,6 +101,13 @@ enum Command {
         /// A tool that asks the client for permission before each call (repeatable).
         #[arg(long)]
         approve: Vec<String>,
+        /// The one provider the sessions' subagent tool offers: with a
+        /// configuration file, one it defines (default: what its `[tool]`
+        /// offers); without one, spawn.
+        #[arg(long)]
+        provider: Option<String>,
+        #[command(flatten)]
+        config: setup::ConfigArgs,
     },
     /// Serve this runtime's delegation as MCP tools on stdio (for an MCP client).
     Mcp {
@@ -262,20 +269,8 @@ fn mcp(args: McpArgs) -> Result<ExitCode, String> {
     // With a file its providers serve; without one, the built-in choice.
     match Config::locate(config.config.as_deref()) {
         Some(_) => {
-            let config = config.load()?;
-            let provider = match provider {
-                Some(provider) if config.provider(&provider).is_some() => provider,
-                Some(provider) => {
-                    let known: Vec<&str> = config.provider_names().collect();
-                    return Err(format!(
-                        "unknown provider {provider:?} (the configuration defines {})",
-                        known.join(", ")
-                    ));
-                }
-                None => config.tool_providers().first().cloned().ok_or("the configuration defines no provider")?,
-            };
-            options.configured =
-                Some(subagents::serve::mcp::Configured { config: std::sync::Arc::new(config), provider });
+            let configured = subagents::config::Configured::new(config.load()?, provider.as_deref())?;
+            options.configured = Some(configured);
         }
         None => {
             let provider = provider.as_deref().unwrap_or("spawn");
@@ -283,6 +278,32 @@ fn mcp(args: McpArgs) -> Result<ExitCode, String> {
         }
     }
     serve_mcp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
+}
+
+/// `subagents acp`: with a configuration file (`--config` or
+/// `$SUBAGENTS_CONFIG`) its providers serve the sessions' subagent tools;
+/// without one, a `spawn` provider.
+fn acp(
+    home: PathBuf,
+    model: String,
+    approve: Vec<String>,
+    provider: Option<String>,
+    config: setup::ConfigArgs,
+) -> Result<ExitCode, String> {
+    use subagents::config::{Config, Configured};
+    use subagents::serve::acp::{serve_acp, AcpServeOptions};
+    let mut options = AcpServeOptions { home, model, approve, ..Default::default() };
+    // Never `./subagents.toml`: an ACP agent runs in its client's
+    // directory, whose file may well define this very agent (each probe
+    // would start another).
+    let named =
+        config.config.is_some() || std::env::var_os(subagents::config::CONFIG_ENV).is_some_and(|p| !p.is_empty());
+    match named.then(|| Config::locate(config.config.as_deref())).flatten() {
+        Some(_) => options.configured = Some(Configured::new(config.load()?, provider.as_deref())?),
+        None if provider.as_deref().is_none_or(|name| name == "spawn") => {}
+        None => return Err("--provider names a provider of a configuration file; without one, acp offers spawn".into()),
+    }
+    serve_acp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
@@ -298,10 +319,7 @@ fn main() -> ExitCode {
         Command::Run { prompt, provider, config, model, home, remote } => config.load().and_then(|config| {
             run::run(run::RunArgs { prompt, provider, config, model, home, remote }).map(Ended::exit_code)
         }),
-        Command::Acp { home, model, approve } => {
-            let options = subagents::serve::acp::AcpServeOptions { home, model, approve };
-            subagents::serve::acp::serve_acp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
-        }
+        Command::Acp { home, model, approve, provider, config } => acp(home, model, approve, provider, config),
         Command::Mcp { provider, config, model, home, max_depth, concurrency, max_background_tasks } => {
             mcp(McpArgs { provider, config, model, home, max_depth, concurrency, max_background_tasks })
         }

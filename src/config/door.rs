@@ -1,0 +1,80 @@
+//! A configuration at one of the served doors (`subagents mcp`, `acp`,
+//! `serve`): the file's providers, registered on the door's runtime, and
+//! the ones its subagent tool offers.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::Config;
+use crate::agent::{Model, ModelSpec, Tool};
+use crate::tool::{delegating_tool_list, TaskService};
+use crate::Subagents;
+
+/// A door's providers from a file, and what its subagent tool offers.
+#[derive(Clone, Debug)]
+pub struct Configured {
+    /// The configuration, read and checked.
+    pub config: Arc<Config>,
+    /// The providers the door's subagent tool offers by name, the first as
+    /// `subagent` (an MCP call starts its children on it).
+    pub offered: Vec<String>,
+}
+
+impl Configured {
+    /// `provider` alone when given (the file must define it), else what
+    /// `[tool]` offers.
+    pub fn new(config: Config, provider: Option<&str>) -> Result<Configured, String> {
+        let offered = match provider {
+            Some(provider) if config.provider(provider).is_some() => vec![provider.to_owned()],
+            Some(provider) => {
+                let known: Vec<&str> = config.provider_names().collect();
+                return Err(format!("unknown provider {provider:?} (the configuration defines {})", known.join(", ")));
+            }
+            None => config.tool_providers().to_vec(),
+        };
+        if offered.is_empty() {
+            return Err("the configuration defines no provider".to_owned());
+        }
+        Ok(Configured { config: Arc::new(config), offered })
+    }
+
+    /// The provider an MCP call starts its children on: the first offered.
+    pub fn provider(&self) -> &str {
+        &self.offered[0]
+    }
+
+    /// Builds and registers every provider of the file on `subagents`
+    /// (kept for the registry's life). In-process providers without a
+    /// `model` get `default`; the others build theirs from its spec. Call
+    /// it outside any async runtime: an `acp` provider's `initialize` probe
+    /// runs on a private one.
+    pub fn register_blocking(
+        &self,
+        subagents: &Subagents,
+        tasks: &TaskService,
+        home: &Path,
+        default: Arc<dyn Model>,
+    ) -> Result<(), String> {
+        let models = |named: Option<&str>| -> Result<Arc<dyn Model>, String> {
+            match named {
+                None => Ok(default.clone()),
+                Some(named) => ModelSpec::parse(named).and_then(|spec| spec.build()).map_err(|e| e.to_string()),
+            }
+        };
+        let context = super::BuildContext { subagents, tasks, home, models: &models };
+        let io = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the runtime: {e}"))?;
+        let registered = io.block_on(self.config.register(&context))?;
+        registered.into_iter().for_each(|registration| registration.keep());
+        Ok(())
+    }
+
+    /// `builtins`, a subagent tool per offered provider (depth capped by
+    /// `[tool] max_depth` where the provider enforces one) and the task
+    /// tools, once every provider is registered.
+    pub fn tools(&self, subagents: &Subagents, tasks: &TaskService, builtins: &[Arc<dyn Tool>]) -> Vec<Arc<dyn Tool>> {
+        delegating_tool_list(subagents, tasks, builtins, &self.offered, self.config.tool_max_depth())
+    }
+}
