@@ -190,16 +190,50 @@ fn providers_list_tells_kind_and_place_and_check_probes_each_provider() {
     // Our ACP agent answers initialize with a system prompt capability.
     assert_eq!(capabilities("agent"), "persona");
     assert!(capabilities("flaky").contains("output_schema"), "chaos advertises what it wraps");
-    // A provider that cannot be built fails the check (exit 1).
+    assert!(checked.as_array().unwrap().iter().all(|p| p["ok"] == true), "{checked}");
+    // A provider that cannot be built fails the check (exit 1), and the
+    // others are still checked: an ACP agent that never answers, a process
+    // child whose binary does not speak the protocol, a real one.
     let broken = dir.path().join("broken.toml");
-    std::fs::write(&broken, "[providers.dead]\nkind = \"acp\"\ncommand = \"/bin/false\"\n").unwrap();
-    let output = run(subagents(dir.path())
-        .args(["providers", "check", "--config"])
-        .arg(&broken)
-        .arg("--home")
-        .arg(dir.path().join("home")));
+    std::fs::write(
+        &broken,
+        format!(
+            "[providers.dead]\nkind = \"acp\"\ncommand = \"/bin/false\"\n\n[providers.mute]\nkind = \"process\"\nbin = \"/bin/true\"\n\n[providers.child]\nkind = \"process\"\nbin = \"{bin}\"\n",
+            bin = env!("CARGO_BIN_EXE_subagents")
+        ),
+    )
+    .unwrap();
+    let check = |args: &[&str]| {
+        run(subagents(dir.path())
+            .args(["providers", "check"])
+            .args(args)
+            .arg("--config")
+            .arg(&broken)
+            .arg("--home")
+            .arg(dir.path().join("home")))
+    };
+    let output = check(&[]);
     assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
-    assert!(text(&output.stderr).contains("provider \"dead\""), "{}", text(&output.stderr));
+    let table = text(&output.stdout);
+    let row = |name: &str| table.lines().find(|line| line.starts_with(name)).unwrap_or_default().to_owned();
+    assert!(table.lines().next().unwrap().ends_with("STATUS"), "{table}");
+    assert!(row("dead").contains("failed: provider \"dead\""), "{table}");
+    assert!(
+        row("mute").contains("failed: provider \"mute\": its child's initialize failed (child-crashed)"),
+        "{table}"
+    );
+    assert!(row("child").ends_with(" ok"), "{table}");
+    // One provider alone, for a script.
+    let output = check(&["child", "--json"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let checked: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(checked.as_array().map(Vec::len), Some(1), "{checked}");
+    assert_eq!(checked[0]["ok"], true);
+    let output = check(&["mute", "--json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let checked: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(checked[0]["error"].as_str().unwrap().contains("initialize failed"), "{checked}");
+    assert_eq!(check(&["nope"]).status.code(), Some(2));
 }
 
 #[test]

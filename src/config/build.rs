@@ -309,6 +309,10 @@ pub struct BuildContext<'a> {
     pub home: &'a Path,
     /// The in-process providers' models.
     pub models: &'a dyn ModelSource,
+    /// Also check what is otherwise first tried at a run: a `process`
+    /// provider starts one child and runs its `initialize` handshake
+    /// (`providers check`). An `acp` provider always probes its agent.
+    pub probe: bool,
 }
 
 impl std::fmt::Debug for BuildContext<'_> {
@@ -327,11 +331,35 @@ impl Config {
         let mut built: HashMap<&str, Arc<dyn Provider>> = HashMap::new();
         let mut registrations = Vec::with_capacity(self.providers.len());
         for entry in &self.providers {
-            let provider = self.build(entry, context, &mut built).await?;
-            let registration = context.subagents.register_shared(provider).map_err(|e| e.to_string())?;
-            registrations.push(registration);
+            registrations.push(self.register_one(entry, context, &mut built).await?);
         }
         Ok(registrations)
+    }
+
+    /// Builds and registers each provider (or only `name` and what it
+    /// wraps) on its own: one that fails does not stop the others (a chaos
+    /// provider around it fails too). Each with its outcome, in file order.
+    pub async fn register_each(
+        &self,
+        context: &BuildContext<'_>,
+        name: Option<&str>,
+    ) -> Vec<(String, Result<Registration, String>)> {
+        let mut built: HashMap<&str, Arc<dyn Provider>> = HashMap::new();
+        let mut outcomes = Vec::new();
+        for entry in self.providers.iter().filter(|entry| name.is_none_or(|name| entry.name == name)) {
+            outcomes.push((entry.name.clone(), self.register_one(entry, context, &mut built).await));
+        }
+        outcomes
+    }
+
+    async fn register_one<'c>(
+        &'c self,
+        entry: &'c ProviderEntry,
+        context: &BuildContext<'_>,
+        built: &mut HashMap<&'c str, Arc<dyn Provider>>,
+    ) -> Result<Registration, String> {
+        let provider = self.build(entry, context, built).await?;
+        context.subagents.register_shared(provider).map_err(|e| e.to_string())
     }
 
     async fn build<'c>(
@@ -410,7 +438,7 @@ impl Config {
                 Arc::new(ChaosProvider::wrap(entry.name.clone(), inner, schedule, seed))
             }
             Kind::Acp => self.acp(entry).await.map_err(failed)?,
-            Kind::Process => self.process(entry, context).map_err(failed)?,
+            Kind::Process => self.process(entry, context).await.map_err(failed)?,
             Kind::Remote => self.remote(entry).map_err(failed)?,
         };
         built.insert(entry.name.as_str(), provider.clone());
@@ -492,7 +520,7 @@ impl Config {
     }
 
     #[cfg(feature = "process")]
-    fn process(&self, entry: &ProviderEntry, context: &BuildContext<'_>) -> Result<Arc<dyn Provider>, String> {
+    async fn process(&self, entry: &ProviderEntry, context: &BuildContext<'_>) -> Result<Arc<dyn Provider>, String> {
         use crate::providers::{ProcessConfig, ProcessProvider};
         let (table, resolved) = (&entry.table, &entry.resolved);
         let home = resolved.home.clone().unwrap_or_else(|| context.home.join("children").join(&entry.name));
@@ -517,11 +545,15 @@ impl Config {
                 *slot = *value;
             }
         }
-        ProcessProvider::new(config).map(|p| Arc::new(p) as Arc<dyn Provider>).map_err(|e| e.to_string())
+        let provider = ProcessProvider::new(config).map_err(|e| e.to_string())?;
+        if context.probe {
+            provider.probe().await?;
+        }
+        Ok(Arc::new(provider))
     }
 
     #[cfg(not(feature = "process"))]
-    fn process(&self, _: &ProviderEntry, _: &BuildContext<'_>) -> Result<Arc<dyn Provider>, String> {
+    async fn process(&self, _: &ProviderEntry, _: &BuildContext<'_>) -> Result<Arc<dyn Provider>, String> {
         Err("process providers need the crate's \"process\" feature".to_owned())
     }
 

@@ -61,7 +61,7 @@ impl Configured {
                 Some(named) => ModelSpec::parse(named).and_then(|spec| spec.build()).map_err(|e| e.to_string()),
             }
         };
-        let context = super::BuildContext { subagents, tasks, home, models: &models };
+        let context = super::BuildContext { subagents, tasks, home, models: &models, probe: false };
         let io = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -158,6 +158,50 @@ impl ProcessProvider {
     }
 }
 
+impl ProcessProvider {
+    /// Starts one child, runs its `initialize` handshake with the
+    /// configured profile, route and patches, and shuts it down: what
+    /// `providers check` asks of a process provider. The child's session
+    /// stays in the children's home like any run's. Needs a tokio runtime.
+    pub async fn probe(&self) -> Result<(), String> {
+        // The connection's tasks are local to their thread, as in a run.
+        tokio::task::LocalSet::new().run_until(self.handshake_once()).await
+    }
+
+    async fn handshake_once(&self) -> Result<(), String> {
+        let config = &self.config;
+        let cwd = match &config.cwd {
+            Some(cwd) => cwd.clone(),
+            None => std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?,
+        };
+        let args = ["serve".to_owned(), "--home".to_owned(), config.home.display().to_string()];
+        let lease = crate::live::ProcessLease::new(Default::default());
+        let mut spawned =
+            spawn(&config.bin, &args, &cwd, config.child_env(), lease).map_err(|e| format!("spawn: {e}"))?;
+        let (events, _received) = mpsc::unbounded_channel();
+        let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
+        let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events);
+        let init = Initialize {
+            protocol_version: PROTOCOL_VERSION,
+            route: config.route.clone(),
+            profile: config.profile.clone(),
+            patches: self.patches.clone(),
+            cwd,
+            budget: None,
+        };
+        let answered = handshake(&connection, &init).await;
+        if answered.is_ok() {
+            let _ = tokio::time::timeout(config.shutdown_timeout, connection.request("shutdown", json!({}))).await;
+        }
+        connection.close_input().await;
+        let _ = spawned.dispose(tokio::time::sleep(config.dispose_eof_grace), config.dispose_grace).await;
+        answered.map(drop).map_err(|category| {
+            let category = serde_json::to_value(category).ok().and_then(|c| c.as_str().map(str::to_owned));
+            format!("its child's initialize failed ({})", category.unwrap_or_default())
+        })
+    }
+}
+
 impl Provider for ProcessProvider {
     fn name(&self) -> &str {
         &self.config.name
@@ -210,20 +254,10 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
     let budget = context.budget().map(BudgetLease::remaining);
     let init =
         Initialize { protocol_version: PROTOCOL_VERSION, route, profile: config.profile.clone(), patches, cwd, budget };
-    let handshake = async {
-        let params = serde_json::to_value(&init).expect("serialisable");
-        match tokio::time::timeout(HANDSHAKE_TIMEOUT, connection.request("initialize", params)).await {
-            Ok(Ok(reply)) => reply["session_id"].as_str().map(str::to_owned).ok_or(Category::Protocol),
-            Ok(Err(WireError::Remote(_))) => Err(Category::ChildError),
-            Ok(Err(WireError::Protocol)) => Err(Category::Protocol),
-            Ok(Err(WireError::Closed)) => Err(Category::ChildCrashed),
-            Err(_) => Err(Category::TimedOut),
-        }
-    };
     let outcome = tokio::select! {
         biased;
         _ = cancel.cancelled() => Err(None),
-        outcome = handshake => outcome.map_err(Some),
+        outcome = handshake(&connection, &init) => outcome.map_err(Some),
     };
     let session_id = match outcome {
         Ok(session_id) => session_id,
@@ -248,6 +282,18 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
         shutdown_timeout: config.shutdown_timeout,
         grace: (config.dispose_eof_grace, config.dispose_grace),
     }))
+}
+
+/// `initialize`: the child's session id, or why it gave none.
+async fn handshake(connection: &Connection, init: &Initialize) -> Result<String, Category> {
+    let params = serde_json::to_value(init).expect("serialisable");
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, connection.request("initialize", params)).await {
+        Ok(Ok(reply)) => reply["session_id"].as_str().map(str::to_owned).ok_or(Category::Protocol),
+        Ok(Err(WireError::Remote(_))) => Err(Category::ChildError),
+        Ok(Err(WireError::Protocol)) => Err(Category::Protocol),
+        Ok(Err(WireError::Closed)) => Err(Category::ChildCrashed),
+        Err(_) => Err(Category::TimedOut),
+    }
 }
 
 struct Shared {

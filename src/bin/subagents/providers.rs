@@ -1,20 +1,24 @@
 //! `subagents providers list|check`: the providers a configuration defines.
 //!
 //! `list` reads the file only: each provider's name, kind, the start-time
-//! capabilities its kind advertises, and where it is defined. `check`
-//! builds every provider as `run` and `fanout` would (an ACP agent answers
-//! `initialize`, a model endpoint is probed, a NATS server is connected, a
-//! process child's binary is found) and lists what each one advertises
-//! once built; exit 1 when one cannot be built.
+//! capabilities its kind advertises, and where it is defined. `check
+//! [NAME]` builds each provider (or NAME alone) as `run` and `fanout`
+//! would, and more: an ACP agent answers `initialize`, a model endpoint is
+//! probed, a NATS server is connected, a process child is started and
+//! answers its `initialize` handshake. It lists what each advertises once
+//! built, or why it could not be; exit 1 when one fails.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use subagents::config::{Config, Kind, ProviderEntry};
+use std::sync::Arc;
+
+use subagents::agent::Model;
+use subagents::config::{BuildContext, Config, Kind, ProviderEntry};
 use subagents::Capabilities;
 
-use crate::setup::{setup, ConfigArgs, RemoteArgs};
+use crate::setup::{models, setup, ConfigArgs, RemoteArgs};
 use crate::terminal::{self, say};
 
 #[derive(clap::Args)]
@@ -35,6 +39,8 @@ enum Query {
     /// Build every provider (probing agents, endpoints and brokers) and
     /// list what each one advertises; exit 1 when one fails.
     Check {
+        /// Check only this provider (and what it wraps).
+        name: Option<String>,
         /// The children's default model: `scripted` or `openai:NAME`.
         #[arg(long, default_value = "scripted")]
         model: String,
@@ -52,30 +58,79 @@ pub fn providers(args: ProvidersArgs) -> Result<ExitCode, String> {
             print(&rows, args.json);
             Ok(ExitCode::SUCCESS)
         }
-        Query::Check { model, home } => check(&config, &model, home, args.json),
+        Query::Check { name, model, home } => check(&config, name.as_deref(), &model, home, args.json),
     }
 }
 
-fn check(config: &Config, model: &str, home: Option<PathBuf>, json: bool) -> Result<ExitCode, String> {
-    let setup = match setup(model, home, "", &RemoteArgs::default(), config) {
+fn check(
+    config: &Config,
+    name: Option<&str>,
+    model: &str,
+    home: Option<PathBuf>,
+    json: bool,
+) -> Result<ExitCode, String> {
+    if let Some(name) = name.filter(|name| config.provider(name).is_none()) {
+        let known: Vec<&str> = config.provider_names().collect();
+        return Err(format!("unknown provider {name:?} (the configuration defines {})", known.join(", ")));
+    }
+    // The runtime and the default model first, with no provider yet.
+    let none = Config::parse("", "no providers").expect("an empty file is valid");
+    let setup = match setup(model, home, "", &RemoteArgs::default(), &none) {
         Ok(setup) => setup,
         Err(error) => {
             say!("subagents: check failed: {error}");
             return Ok(ExitCode::from(1));
         }
     };
-    let rows: Vec<Row> = config
-        .providers()
-        .iter()
-        .map(|entry| {
-            let info = setup.subagents.get_provider(entry.name());
-            let capabilities = info.map_or_else(|| "not registered".to_owned(), |info| names(info.capabilities));
-            Row { capabilities, ..Row::listed(config, entry) }
+    let outcomes = models(model, config, &setup.runtime).and_then(|(default, models)| {
+        let source = |spec: Option<&str>| -> Result<Arc<dyn Model>, String> {
+            Ok(models.get(&spec.map(str::to_owned)).cloned().unwrap_or_else(|| default.clone()))
+        };
+        let context = BuildContext {
+            subagents: &setup.subagents,
+            tasks: &setup.tasks,
+            home: &setup.home,
+            models: &source,
+            probe: true,
+        };
+        let io = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the runtime: {e}"))?;
+        Ok(io.block_on(config.register_each(&context, name)))
+    });
+    let outcomes = match outcomes {
+        Ok(outcomes) => outcomes,
+        Err(error) => {
+            say!("subagents: check failed: {error}");
+            setup.runtime.shutdown_blocking();
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let mut failed = false;
+    let rows: Vec<Row> = outcomes
+        .into_iter()
+        .map(|(name, outcome)| {
+            let entry = config.provider(&name).expect("a provider of the file");
+            let listed = Row::listed(config, entry);
+            match outcome {
+                Ok(registration) => {
+                    let info = setup.subagents.get_provider(&name);
+                    registration.keep();
+                    let capabilities =
+                        info.map_or_else(|| "not registered".to_owned(), |info| names(info.capabilities));
+                    Row { capabilities, status: "ok".to_owned(), ..listed }
+                }
+                Err(error) => {
+                    failed = true;
+                    Row { status: format!("failed: {error}"), ..listed }
+                }
+            }
         })
         .collect();
     print(&rows, json);
     setup.runtime.shutdown_blocking();
-    Ok(ExitCode::SUCCESS)
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
 struct Row {
@@ -83,6 +138,8 @@ struct Row {
     kind: &'static str,
     capabilities: String,
     defined: String,
+    /// `check`'s verdict: `ok` or `failed: why`; empty for `list`.
+    status: String,
 }
 
 impl Row {
@@ -97,11 +154,19 @@ impl Row {
             Kind::Acp => "from the agent's initialize (see check)".to_owned(),
             Kind::Chaos => "the wrapped provider's".to_owned(),
         };
-        Row { name: entry.name().to_owned(), kind: entry.kind().name(), capabilities, defined }
+        Row { name: entry.name().to_owned(), kind: entry.kind().name(), capabilities, defined, status: String::new() }
     }
 
     fn json(&self) -> Value {
-        json!({"name": self.name, "kind": self.kind, "capabilities": self.capabilities, "defined": self.defined})
+        let mut row =
+            json!({"name": self.name, "kind": self.kind, "capabilities": self.capabilities, "defined": self.defined});
+        if let Some(error) = self.status.strip_prefix("failed: ") {
+            row["ok"] = json!(false);
+            row["error"] = json!(error);
+        } else if self.status == "ok" {
+            row["ok"] = json!(true);
+        }
+        row
     }
 }
 
@@ -130,10 +195,19 @@ fn print(rows: &[Row], json: bool) {
     let width = |column: fn(&Row) -> usize, title: &str| rows.iter().map(column).max().unwrap_or(0).max(title.len());
     let (name, kind) = (width(|r| r.name.chars().count(), "NAME"), width(|r| r.kind.len(), "KIND"));
     let capabilities = width(|r| r.capabilities.chars().count(), "CAPABILITIES");
-    println!("{:name$}  {:kind$}  {:capabilities$}  DEFINED", "NAME", "KIND", "CAPABILITIES");
+    let checked = rows.iter().any(|row| !row.status.is_empty());
+    let defined = width(|r| r.defined.chars().count(), "DEFINED");
+    let mut title = format!("{:name$}  {:kind$}  {:capabilities$}  DEFINED", "NAME", "KIND", "CAPABILITIES");
+    if checked {
+        title = format!("{title:<width$}  STATUS", width = name + kind + capabilities + defined + 6);
+    }
+    println!("{title}");
     for row in rows {
-        let line =
+        let mut line =
             format!("{:name$}  {:kind$}  {:capabilities$}  {}", row.name, row.kind, row.capabilities, row.defined);
+        if checked {
+            line = format!("{line:<width$}  {}", row.status, width = name + kind + capabilities + defined + 6);
+        }
         println!("{}", terminal::line(&line));
     }
 }

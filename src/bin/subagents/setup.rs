@@ -103,7 +103,7 @@ pub fn setup(
         let source = |spec: Option<&str>| -> Result<Arc<dyn Model>, String> {
             Ok(models.get(&spec.map(str::to_owned)).cloned().unwrap_or_else(|| model.clone()))
         };
-        let context = BuildContext { subagents: &subagents, tasks: &tasks, home: &home, models: &source };
+        let context = BuildContext { subagents: &subagents, tasks: &tasks, home: &home, models: &source, probe: false };
         // An acp provider probes its agent once (`initialize`) as it is built.
         let io = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -127,7 +127,7 @@ pub fn setup(
 /// The default model (`--model`) and every other model the configuration's
 /// in-process providers name, each built and probed once.
 #[allow(clippy::type_complexity)]
-fn models(
+pub fn models(
     default: &str,
     config: &Config,
     runtime: &Runtime,
