@@ -454,3 +454,48 @@ fn acp_serves_sessions_whose_subagent_tool_offers_the_file_s_providers() {
     let refused = run(subagents(dir.path()).args(["acp", "--provider", "codex"]));
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
 }
+
+#[test]
+fn a_spawn_provider_s_persona_and_budget_apply_to_runs_whose_requests_name_none() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use subagents::agent::{ScriptedModel, Step};
+    use subagents::config::{Config, Configured};
+    use subagents::tool::TaskService;
+    use subagents::{Budget, CancellationToken, Parent, Runtime, StartRequest, StopReason};
+
+    let home = tempfile::tempdir().unwrap();
+    let runtime = Runtime::builder().workers(1).home(home.path()).build().unwrap();
+    let subagents = runtime.subagents();
+    // Every answer takes 300 ms: past the provider's 100 ms deadline.
+    let model = ScriptedModel::new().recording().fallback(Step::text("done").after(Duration::from_millis(300)));
+    let file = "[providers.terse]\nkind = \"spawn\"\npersona = \"You answer in one word.\"\nbudget = { deadline = \"100ms\", runs = 5 }\n";
+    let configured = Configured::new(Config::parse(file, "terse.toml").unwrap(), None).unwrap();
+    configured.register_blocking(&subagents, &TaskService::new(), home.path(), Arc::new(model.clone())).unwrap();
+    let cwd = home.path().to_path_buf();
+    let request = move || StartRequest::new("go", Parent::root(&cwd), CancellationToken::new());
+    let (defaulted, own) = runtime.block_on(async move {
+        let run = subagents.start("terse", request()).await.unwrap();
+        let defaulted = run.result().await.unwrap();
+        run.dispose().await.unwrap();
+        // A request's own persona and budget win over the provider's.
+        let own = request().with_persona("You are thorough.").with_budget(Budget::new().with_runs(5));
+        let run = subagents.start("terse", own).await.unwrap();
+        let own = run.result().await.unwrap();
+        run.dispose().await.unwrap();
+        (defaulted, own)
+    });
+    assert_eq!(defaulted.stop_reason, StopReason::Aborted, "the provider's deadline ended it: {defaulted:?}");
+    assert_eq!(own.stop_reason, StopReason::Completed, "{own:?}");
+    let systems: Vec<String> = model.requests().iter().map(|request| request.system.to_string()).collect();
+    assert!(systems[0].contains("You answer in one word."), "{systems:?}");
+    assert!(systems[1].contains("You are thorough.") && !systems[1].contains("one word"), "{systems:?}");
+    runtime.shutdown_blocking();
+
+    let zero = "[providers.a]\nkind = \"spawn\"\nbudget = { runs = 0 }\n";
+    let error = Config::parse(zero, "zero.toml").unwrap_err().to_string();
+    assert!(error.starts_with("zero.toml:3:10: a `budget` limit of 0"), "{error}");
+    let unknown = "[providers.a]\nkind = \"mock\"\npersona = \"x\"\n";
+    let error = Config::parse(unknown, "mock.toml").unwrap_err().to_string();
+    assert!(error.contains("`persona` does not apply to a provider of kind \"mock\""), "{error}");
+}

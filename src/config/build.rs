@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::schema::{FaultTable, Kind, PoolValue, ProviderTable, ReuseName, StageName, StopName};
-use super::{parse_duration, Config, ConfigError, ProviderEntry, Source};
+use super::{parse_duration, parse_positive_duration, Config, ConfigError, ProviderEntry, Source};
 use crate::actors::{Registration, Subagents};
 use crate::agent::{ListDir, Model, ReadFile, Tool};
 use crate::providers::{
     ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, ChildInfo, InProcessProvider, MockProvider, ToolFactory,
 };
-use crate::seam::{AgentOptions, Provider, StopReason};
+use crate::seam::{AgentOptions, Budget, Provider, StopReason};
 use crate::tool::{delegating_kit, TaskService};
 
 /// A provider's strings and durations as resolved when the file was read.
@@ -33,6 +33,7 @@ pub(super) struct Resolved {
     home: Option<PathBuf>,
     template_dir: Option<PathBuf>,
     run_dir_root: Option<PathBuf>,
+    budget: Option<Budget>,
     nats: Option<String>,
     schedule: Vec<(ChaosStage, ChaosFault, f64)>,
     pool: PoolSettings,
@@ -106,6 +107,29 @@ pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) ->
                 .map_err(|e| source.error(Some(value.span()), format!("`{key}`: {e}")))?;
             resolved.durations.insert(key, duration);
         }
+    }
+    if let Some(budget) = &table.budget {
+        let limits = budget.get_ref();
+        let mut parsed = Budget {
+            depth: limits.depth,
+            width: limits.width,
+            runs: limits.runs,
+            tokens: limits.tokens,
+            deadline: None,
+        };
+        if let Some(deadline) = &limits.deadline {
+            let deadline = parse_positive_duration(deadline)
+                .map_err(|e| source.error(Some(budget.span()), format!("`budget.deadline`: {e}")))?;
+            parsed.deadline = Some(deadline);
+        }
+        let zero =
+            [limits.depth.map(u64::from), limits.width.map(u64::from), limits.runs, limits.tokens].contains(&Some(0));
+        if zero {
+            return Err(
+                source.error(Some(budget.span()), "a `budget` limit of 0 would refuse every run: give at least 1")
+            );
+        }
+        resolved.budget = Some(parsed);
     }
     let kind = *table.kind.get_ref();
     if let Some(command) = &table.command {
@@ -395,6 +419,12 @@ impl Config {
                 provider = provider.with_tools(self.child_tools(entry, context).map_err(failed)?);
                 if let Some(steps) = &table.max_steps {
                     provider = provider.with_max_steps(*steps.get_ref());
+                }
+                if let Some(persona) = &table.persona {
+                    provider = provider.with_persona(persona.get_ref().clone());
+                }
+                if let Some(budget) = resolved.budget {
+                    provider = provider.with_budget(budget);
                 }
                 if let Some(retries) = &table.structured_nudge_retries {
                     provider = provider.with_structured_nudge_retries(*retries.get_ref());

@@ -60,8 +60,16 @@ impl Kind {
 
     /// Whether a provider of this kind takes `key`.
     pub(super) fn accepts(self, key: &str) -> bool {
-        const IN_PROCESS: &[&str] =
-            &["model", "tools", "max_depth", "max_steps", "structured_nudge_retries", "max_tokens"];
+        const IN_PROCESS: &[&str] = &[
+            "model",
+            "tools",
+            "max_depth",
+            "max_steps",
+            "structured_nudge_retries",
+            "max_tokens",
+            "persona",
+            "budget",
+        ];
         const CHILD_PROCESS: &[&str] = &["env", "inherit_env", "cwd", "dispose_eof_grace", "dispose_grace"];
         let own: &[&str] = match self {
             Kind::Spawn | Kind::Fork => IN_PROCESS,
@@ -99,6 +107,8 @@ pub(super) struct ProviderTable {
     pub(super) max_steps: Option<Spanned<u32>>,
     pub(super) structured_nudge_retries: Option<Spanned<u32>>,
     pub(super) max_tokens: Option<Spanned<u32>>,
+    pub(super) persona: Option<Spanned<String>>,
+    pub(super) budget: Option<Spanned<BudgetTable>>,
     // mock
     pub(super) reply: Option<Spanned<String>>,
     pub(super) echo_prompt: Option<Spanned<bool>>,
@@ -155,6 +165,17 @@ pub(super) struct PoolTable {
     pub(super) max_runs_per_process: Option<usize>,
     pub(super) idle_timeout: Option<String>,
     pub(super) cancel_grace: Option<String>,
+}
+
+/// `budget = { … }` of an in-process provider: what each run may spend.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BudgetTable {
+    pub(super) depth: Option<u32>,
+    pub(super) width: Option<u32>,
+    pub(super) runs: Option<u64>,
+    pub(super) tokens: Option<u64>,
+    pub(super) deadline: Option<String>,
 }
 
 /// One chaos rule: `{ stage = "run", fault = "error", probability = 0.2 }`.
@@ -217,6 +238,8 @@ pub(super) fn keys_set(table: &ProviderTable) -> Vec<(&'static str, std::ops::Ra
         max_steps,
         structured_nudge_retries,
         max_tokens,
+        persona,
+        budget,
         reply,
         echo_prompt,
         delay,

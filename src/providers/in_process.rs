@@ -33,8 +33,8 @@ use crate::agent::{
 };
 use crate::events::ProgressUpdate;
 use crate::seam::{
-    AgentOptions, Capabilities, CaptureError, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError,
-    LocalAgent, Provider, ProviderContext, RunResult, Stage, StartRequest, StopReason, SubagentError,
+    AgentOptions, Budget, Capabilities, CaptureError, Category, Child, ContentBlock, Diagnostic, Failure, Launch,
+    LaunchError, LocalAgent, Provider, ProviderContext, RunResult, Stage, StartRequest, StopReason, SubagentError,
 };
 
 /// The name of the capture tool a structured child gets.
@@ -109,6 +109,10 @@ struct InProcessConfig {
     structured_nudge_retries: u32,
     route_defaults: AgentOptions,
     max_steps: u32,
+    /// The persona of a child whose request names none.
+    persona: Option<String>,
+    /// The budget a run gets when its request carries none.
+    budget: Option<Budget>,
 }
 
 /// The provider behind `spawn` and `fork` (build one with
@@ -144,6 +148,8 @@ impl InProcessProvider {
             structured_nudge_retries: 1,
             route_defaults: AgentOptions::default(),
             max_steps: 64,
+            persona: None,
+            budget: None,
         };
         InProcessProvider { name, config, fork, store: Mutex::new(None) }
     }
@@ -184,6 +190,22 @@ impl InProcessProvider {
         self
     }
 
+    /// The persona of each child whose request names none (a request's
+    /// persona wins; a fork without either keeps its parent's).
+    pub fn with_persona(mut self, persona: impl Into<String>) -> Self {
+        self.config.persona = Some(persona.into());
+        self
+    }
+
+    /// A budget each run opens for itself when its request carries none:
+    /// its turns spend its tokens and time, and its own children answer
+    /// to it (depth, width and runs count below the run). A run started
+    /// under a caller's budget keeps the caller's.
+    pub fn with_budget(mut self, budget: Budget) -> Self {
+        self.config.budget = (!budget.is_unlimited()).then_some(budget);
+        self
+    }
+
     fn store(&self, context: &ProviderContext) -> SessionStore {
         if !self.config.persist {
             return SessionStore::in_memory();
@@ -216,10 +238,11 @@ impl InProcessProvider {
         };
         let captured = Arc::new(AtomicBool::new(false));
         let mut builder = builder.cancel_token(cancel.clone()).on_update(progress_sink(&context));
-        if let Some(lease) = context.budget() {
+        let lease = context.budget().cloned().or_else(|| self.config.budget.map(Budget::lease));
+        if let Some(lease) = lease {
             // The child spends its tokens and time on this lease and its
             // own children answer to it.
-            builder = builder.budget(lease.clone());
+            builder = builder.budget(lease);
         }
         if let Some(schema) = &request.output_schema {
             let tool = StructuredOutputTool::new(schema, context.clone(), captured.clone());
@@ -276,13 +299,13 @@ impl InProcessProvider {
             .max_steps(self.config.max_steps);
         if let Seed::Live(events) = seed {
             builder = builder.seed(events);
-            return Ok((Self::with_persona(builder, request), Seed::Ready));
+            return Ok((self.apply_persona(builder, request), Seed::Ready));
         }
-        Ok((Self::with_persona(builder, request), seed))
+        Ok((self.apply_persona(builder, request), seed))
     }
 
-    fn with_persona(builder: AgentBuilder, request: &StartRequest) -> AgentBuilder {
-        match &request.persona {
+    fn apply_persona(&self, builder: AgentBuilder, request: &StartRequest) -> AgentBuilder {
+        match request.persona.as_ref().or(self.config.persona.as_ref()) {
             Some(persona) => builder.persona(persona.clone()),
             None => builder,
         }
@@ -341,7 +364,7 @@ impl InProcessProvider {
         } else {
             builder.session_id(info.session_id).seed(previous.events())
         };
-        Ok(match request.persona.clone().or(header.persona) {
+        Ok(match request.persona.clone().or(header.persona).or_else(|| self.config.persona.clone()) {
             Some(persona) => builder.persona(persona),
             None => builder,
         })
