@@ -205,8 +205,8 @@ pub(crate) struct Shared {
     live: Mutex<HashMap<String, CancellationToken>>,
     /// Registry run id → where its progress goes.
     routes: Mutex<HashMap<u64, Route>>,
-    /// Caller → (when checked, alive).
-    leases: Mutex<HashMap<String, (Instant, bool)>>,
+    /// Caller → when its lease was last found standing.
+    leases: Mutex<HashMap<String, Instant>>,
     /// Since when the broker connection has been up, if it is (written by
     /// the connection's event callback).
     connected_since: Arc<Mutex<Option<Instant>>>,
@@ -239,27 +239,33 @@ impl Shared {
 
     /// Whether `caller`'s lease stands. An unanswered lookup, or a
     /// connection up for less than a lease TTL (the caller may not have
-    /// had the chance to refresh), counts as alive.
+    /// had the chance to refresh), counts as alive. Only a live verdict is
+    /// kept (for a tick): a caller back from a partition writes its lease
+    /// again, and its next run must find it, not an old "dead".
     async fn caller_alive(&self, caller: &str) -> bool {
         let ttl = self.broker.lease_ttl;
         let settled_in = lock(&self.connected_since).is_some_and(|since| since.elapsed() >= ttl);
         if !settled_in {
             return true;
         }
-        if let Some((checked, alive)) = lock(&self.leases).get(caller) {
+        if let Some(checked) = lock(&self.leases).get(caller) {
             if checked.elapsed() < self.tick {
-                return *alive;
+                return true;
             }
         }
         let looked = tokio::time::timeout(broker::OPERATION_TIMEOUT, self.broker.callers.get(caller)).await;
         let alive = !matches!(looked, Ok(Ok(None)));
         let mut leases = lock(&self.leases);
+        if !alive {
+            leases.remove(caller);
+            return false;
+        }
         if leases.len() >= MAX_CACHED_LEASES {
             // Callers come and go over a worker's life: keep only recent ones.
-            leases.retain(|_, (checked, _)| checked.elapsed() < ttl);
+            leases.retain(|_, checked| checked.elapsed() < ttl);
         }
-        leases.insert(caller.to_owned(), (Instant::now(), alive));
-        alive
+        leases.insert(caller.to_owned(), Instant::now());
+        true
     }
 }
 

@@ -1,0 +1,83 @@
+//! Bounds on what a remote run waits for, and what is said meanwhile: a
+//! caller cut off from the broker past its lease, a broker gone for good,
+//! a pool with no worker, a worker stopped while the broker is down, a
+//! worker whose home cannot be written.
+
+use std::time::{Duration, Instant};
+
+use crate::common::WAIT_LIMIT;
+use crate::support::{one_at_a_time, wait_until, Look, Proxy, Server, Worker, ACK_WAIT_MS, LEASE_TTL_MS};
+
+/// `fanout TASKS --provider remote --nats URL` with `extra` flags, bounded.
+fn fanout(dir: &std::path::Path, tasks: &str, url: &str, extra: &[&str]) -> std::process::Child {
+    let file = dir.join("tasks.jsonl");
+    std::fs::write(&file, tasks).unwrap();
+    std::process::Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .arg("fanout")
+        .arg(&file)
+        .args(["--provider", "remote", "--nats", url, "--home"])
+        .arg(dir.join("caller"))
+        .args(extra)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (bounded) for a fanout started by [`fanout`]; its exit code,
+/// result lines and stderr.
+fn finish(child: std::process::Child, within: Duration) -> (Option<i32>, Vec<serde_json::Value>, String) {
+    let pid = child.id() as i32;
+    let waiter = std::thread::spawn(move || child.wait_with_output().unwrap());
+    let deadline = Instant::now() + within;
+    while !waiter.is_finished() {
+        if Instant::now() > deadline {
+            // SAFETY: kill(2) on our own child, reaped by the waiter thread.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let output = waiter.join().unwrap();
+            panic!("fanout ran past {within:?}; its stderr: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = waiter.join().unwrap();
+    let lines = String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    (output.status.code(), lines, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[test]
+fn a_caller_cut_off_past_its_lease_loses_only_its_runs_in_flight_says_why_and_runs_what_it_sends_after() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let look = Look::new(&server.url());
+    let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let proxy = Proxy::start(server.port);
+    // Two long runs go first; the three short ones start only after the
+    // long ones settled, i.e. after the partition healed.
+    let tasks =
+        "{\"prompt\": \"long [delay:60000]\"}\n".repeat(2) + &"{\"prompt\": \"after the partition\"}\n".repeat(3);
+    let caller = fanout(dir.path(), &tasks, &proxy.url(), &["--concurrency", "2"]);
+    assert!(wait_until(Duration::from_secs(20), || look.live("default") == 2), "the worker holds the two long runs");
+    proxy.cut();
+    // Past the lease TTL the worker stops the cut-off caller's runs.
+    assert!(
+        wait_until(Duration::from_millis(LEASE_TTL_MS + 3 * ACK_WAIT_MS + 5000), || look.live("default") == 0),
+        "the worker stopped the runs of the caller whose lease expired"
+    );
+    proxy.heal();
+    let (code, lines, stderr) = finish(caller, WAIT_LIMIT);
+    assert_eq!(lines.len(), 5, "{lines:?}\n{stderr}");
+    let aborted: Vec<_> = lines.iter().filter(|l| l["stop_reason"] == "aborted").collect();
+    assert_eq!(aborted.len(), 2, "only the runs in flight during the partition were lost: {lines:?}");
+    for line in &aborted {
+        assert_eq!(line["diagnostic"]["category"], "lease-expired", "{line}");
+        assert!(line["diagnostic"]["reason"].as_str().unwrap().contains("lease"), "{line}");
+    }
+    let after: Vec<_> = lines.iter().filter(|l| l["output"] == "handled: after the partition").collect();
+    assert_eq!(after.len(), 3, "the runs sent after the heal ran: {lines:?}");
+    assert!(after.iter().all(|l| l["stop_reason"] == "completed"), "{lines:?}");
+    assert_eq!(code, Some(1), "runs lost to the partition make the batch incomplete: {stderr}");
+    assert!(stderr.contains("(not served)"), "{stderr}");
+}
