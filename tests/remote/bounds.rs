@@ -81,3 +81,57 @@ fn a_caller_cut_off_past_its_lease_loses_only_its_runs_in_flight_says_why_and_ru
     assert_eq!(code, Some(1), "runs lost to the partition make the batch incomplete: {stderr}");
     assert!(stderr.contains("(not served)"), "{stderr}");
 }
+
+#[test]
+fn fanout_fails_its_runs_with_the_cause_when_the_broker_is_gone_for_good() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let look = Look::new(&server.url());
+    let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let tasks = "{\"prompt\": \"long [delay:60000]\"}\n".repeat(2);
+    let caller = fanout(dir.path(), &tasks, &server.url(), &["--broker-patience", "3s"]);
+    assert!(wait_until(Duration::from_secs(20), || look.live("default") == 2), "the worker holds both runs");
+    drop(look);
+    server.kill();
+    let killed = Instant::now();
+    let (code, lines, stderr) = finish(caller, Duration::from_secs(60));
+    assert!(killed.elapsed() < Duration::from_secs(20), "bounded by the broker patience: {:?}", killed.elapsed());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for line in &lines {
+        assert_eq!(line["stop_reason"], "error", "{line}");
+        assert_eq!(line["diagnostic"]["category"], "broker-unreachable", "{line}");
+        assert!(line["diagnostic"]["reason"].as_str().unwrap().contains("broker_patience"), "{line}");
+    }
+    assert!(stderr.contains("has not answered for"), "a line says what the runs wait for: {stderr}");
+}
+
+#[test]
+fn fanout_on_a_pool_with_no_worker_fails_after_the_worker_patience_or_the_budget_deadline() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    // The callers bucket's lease TTL comes from whoever creates it: a
+    // worker that came and went.
+    drop(Worker::start(dir.path(), &server.url(), "gone", &[]));
+    let began = Instant::now();
+    let caller = fanout(dir.path(), "{\"prompt\": \"anyone?\"}\n", &server.url(), &["--worker-patience", "6s"]);
+    let (code, lines, stderr) = finish(caller, Duration::from_secs(60));
+    assert!(began.elapsed() < Duration::from_secs(20), "bounded by the worker patience: {:?}", began.elapsed());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["diagnostic"]["category"], "no-worker", "{lines:?}");
+    assert!(lines[0]["diagnostic"]["reason"].as_str().unwrap().contains("pool \"default\""), "{lines:?}");
+    assert!(stderr.contains("no worker of pool \"default\" has answered"), "{stderr}");
+
+    // The batch's deadline bounds the wait as well, with the default patience.
+    let began = Instant::now();
+    let caller = fanout(dir.path(), "{\"prompt\": \"anyone?\"}\n", &server.url(), &["--budget-deadline", "3s"]);
+    let (code, lines, stderr) = finish(caller, Duration::from_secs(60));
+    assert!(began.elapsed() < Duration::from_secs(20), "bounded by the deadline: {:?}", began.elapsed());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(lines[0]["stop_reason"], "aborted", "{lines:?}");
+    assert_eq!(lines[0]["diagnostic"]["category"], "no-worker", "{lines:?}");
+    assert!(lines[0]["diagnostic"]["reason"].as_str().unwrap().contains("deadline"), "{lines:?}");
+}

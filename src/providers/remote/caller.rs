@@ -362,6 +362,8 @@ impl Caller {
         });
         let caller = self.clone();
         tokio::spawn(async move { caller.upkeep().await });
+        let caller = self.clone();
+        tokio::spawn(async move { caller.watch_health().await });
         Ok(())
     }
 
@@ -404,9 +406,8 @@ impl Caller {
     async fn upkeep(self: Arc<Self>) {
         let lease_every = (self.broker.lease_ttl / 3).max(Duration::from_millis(50));
         let mut lease_at = Instant::now() + lease_every;
-        let mut status_at = Instant::now();
         loop {
-            let wake = tokio::time::sleep(self.sweep_interval.min(lease_every).min(STATUS_EVERY));
+            let wake = tokio::time::sleep(self.sweep_interval.min(lease_every));
             tokio::select! {
                 _ = self.stop.cancelled() => return,
                 _ = self.reconnected.notified() => {
@@ -422,8 +423,27 @@ impl Caller {
                 }
                 lease_at = Instant::now() + lease_every;
             }
-            self.sweep().await;
-            if Instant::now() >= status_at && self.waiting().next().is_some() {
+            // Lookups on a connection that is down only time out; the
+            // reconnect sweeps everything anyway.
+            if self.broker.client.connection_state() == async_nats::connection::State::Connected {
+                self.sweep().await;
+            }
+        }
+    }
+
+    /// Watches what the unsettled runs wait for, apart from `upkeep`, whose
+    /// broker operations may each take their whole timeout: asks the pool
+    /// who is there, says what runs wait for, fails the runs stalled past
+    /// a bound.
+    async fn watch_health(self: Arc<Self>) {
+        let mut status_at = Instant::now();
+        loop {
+            tokio::select! {
+                _ = self.stop.cancelled() => return,
+                _ = tokio::time::sleep(STATUS_EVERY / 4) => {}
+            }
+            let connected = self.broker.client.connection_state() == async_nats::connection::State::Connected;
+            if connected && Instant::now() >= status_at && self.waiting().next().is_some() {
                 self.ask_pool().await;
                 status_at = Instant::now() + STATUS_EVERY;
             }
@@ -532,13 +552,15 @@ impl Caller {
         }
         let url = without_credentials(&self.url);
         let patience = self.patience;
-        if broker.0 > 0 && broker.1 >= SAY_EVERY / 2 {
+        // Said once a wait is long enough to notice, and well before it ends.
+        let noticed = |bound: Duration| (SAY_EVERY / 2).min(bound / 2);
+        if broker.0 > 0 && broker.1 >= noticed(patience.broker) {
             tracing::warn!(
                 "remote provider {:?}: the broker at {url} has not answered for {} s; {} runs wait for it and fail at {} s (broker_patience)",
                 self.provider, broker.1.as_secs(), broker.0, patience.broker.as_secs_f64()
             );
             health.said = Some(now);
-        } else if worker.0 > 0 && worker.1 >= SAY_EVERY / 2 {
+        } else if worker.0 > 0 && worker.1 >= noticed(patience.worker) {
             tracing::warn!(
                 "remote provider {:?}: no worker of pool {:?} has answered for {} s; {} runs wait for one and fail at {} s (worker_patience)",
                 self.provider, self.pool, worker.1.as_secs(), worker.0, patience.worker.as_secs_f64()
