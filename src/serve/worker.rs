@@ -24,7 +24,9 @@
 //! SIGTERM, SIGINT (Ctrl-C) or SIGHUP drains: the worker stops pulling and hands back any
 //! run delivered after that (a nak: redelivered at once); live runs get
 //! `drain_grace` to finish, then their children are cancelled and their
-//! runs handed back the same way. Then it exits 0.
+//! runs handed back the same way, within 5 s more; runs still held then
+//! (the broker is gone) are left to be redelivered after their ack wait,
+//! and the last flush waits at most 2 s. Then it exits 0.
 //!
 //! A worker holds no state of its own beyond its home's sessions: kill it
 //! and its runs go to another worker after the ack wait.
@@ -60,6 +62,13 @@ const PULL_EXPIRY: Duration = Duration::from_secs(1);
 
 /// Callers whose lease verdicts are cached before old ones are dropped.
 const MAX_CACHED_LEASES: usize = 1024;
+
+/// How long runs being handed back (after the drain grace) may take
+/// before the worker leaves them to redelivery and exits.
+const HAND_BACK_BOUND: Duration = Duration::from_secs(5);
+
+/// How long the drain's last flush to the broker may take.
+const FINAL_FLUSH_BOUND: Duration = Duration::from_secs(2);
 
 /// Progress messages forwarded per run per second, at most.
 const PROGRESS_PER_SECOND: u32 = 20;
@@ -321,7 +330,13 @@ async fn work(
             permit = semaphore.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
         };
         let wanted = (1 + semaphore.available_permits()).min(256);
-        let mut batch = match consumer.batch().max_messages(wanted).expires(PULL_EXPIRY).messages().await {
+        let pull = consumer.batch().max_messages(wanted).expires(PULL_EXPIRY).messages();
+        let pulled = tokio::select! {
+            biased;
+            _ = shared.drain.cancelled() => break,
+            pulled = tokio::time::timeout(broker::OPERATION_TIMEOUT, pull) => pulled,
+        };
+        let mut batch = match pulled.map_err(|_| "timed out".to_owned()).and_then(|p| p.map_err(|e| e.to_string())) {
             Ok(batch) => batch,
             Err(error) => {
                 tracing::debug!(%error, "pull failed; retrying");
@@ -330,7 +345,12 @@ async fn work(
             }
         };
         let mut first = Some(first);
-        while let Some(message) = batch.next().await {
+        // A pull the broker never answers (it is gone) must not hold a drain.
+        while let Some(message) = tokio::select! {
+            biased;
+            _ = shared.drain.cancelled() => None,
+            message = batch.next() => message,
+        } {
             // A broken pull (the connection dropped) ends this batch.
             let Ok(message) = message else { break };
             if shared.drain.is_cancelled() {
@@ -351,13 +371,28 @@ async fn work(
     tracing::info!(worker = %worker, live = shared.live_count(), "worker draining");
     let grace = tokio::time::sleep(options.drain_grace);
     tokio::pin!(grace);
+    // Handing back needs the broker (a dispose, a result, a nak): without
+    // it the runs are left to be redelivered after their ack wait.
+    let hand_back_ends = tokio::time::sleep(Duration::MAX / 4);
+    tokio::pin!(hand_back_ends);
+    let mut abandoned = false;
     loop {
         tokio::select! {
             joined = held.join_next() => if joined.is_none() { break },
-            _ = &mut grace, if !shared.hand_back.is_cancelled() => shared.hand_back.cancel(),
+            _ = &mut grace, if !shared.hand_back.is_cancelled() => {
+                shared.hand_back.cancel();
+                hand_back_ends.as_mut().reset(tokio::time::Instant::now() + HAND_BACK_BOUND);
+            }
+            _ = &mut hand_back_ends, if !abandoned => {
+                tracing::warn!(worker = %worker, left = held.len(), "runs not handed back in time (is the broker reachable?); left to be redelivered after their ack wait");
+                held.abort_all();
+                abandoned = true;
+            }
         }
     }
-    let _ = shared.broker.client.flush().await;
+    if tokio::time::timeout(FINAL_FLUSH_BOUND, shared.broker.client.flush()).await.is_err() {
+        tracing::warn!(worker = %worker, "the broker took no final flush; exiting without it");
+    }
     let report = lock(&shared.report).clone();
     tracing::info!(worker = %worker, ?report, "worker drained");
     Ok(report)

@@ -135,3 +135,29 @@ fn fanout_on_a_pool_with_no_worker_fails_after_the_worker_patience_or_the_budget
     assert_eq!(lines[0]["diagnostic"]["category"], "no-worker", "{lines:?}");
     assert!(lines[0]["diagnostic"]["reason"].as_str().unwrap().contains("deadline"), "{lines:?}");
 }
+
+#[test]
+fn a_worker_stopped_while_the_broker_is_down_exits_within_its_drain_bound() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let look = Look::new(&server.url());
+    let mut worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let runtime = crate::common::runtime_at(&dir.path().join("caller"));
+    runtime.subagents().register_provider(crate::support::provider(&server.url())).unwrap().keep();
+    let _run = crate::common::Within::within(&runtime, WAIT_LIMIT, "a long run to start", {
+        let subagents = runtime.subagents();
+        async move { subagents.start("remote", crate::request("hold on [delay:60000]")).await.unwrap() }
+    });
+    assert!(wait_until(Duration::from_secs(10), || look.live("default") == 1), "the worker holds the run");
+    drop(look);
+    server.kill();
+    std::thread::sleep(Duration::from_millis(500));
+    let stopped = Instant::now();
+    // The drain grace (2 s), the hand-back bound (5 s), the last flush (2 s).
+    let status = worker.terminate(Duration::from_secs(30));
+    assert!(status.is_some(), "the worker exited within 30 s of SIGTERM: {}", worker.log());
+    assert!(stopped.elapsed() < Duration::from_secs(15), "took {:?}: {}", stopped.elapsed(), worker.log());
+    assert!(status.unwrap().success(), "{}", worker.log());
+    drop(runtime);
+}
