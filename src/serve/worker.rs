@@ -67,6 +67,9 @@ const MAX_CACHED_LEASES: usize = 1024;
 /// before the worker leaves them to redelivery and exits.
 const HAND_BACK_BOUND: Duration = Duration::from_secs(5);
 
+/// How often a worker that cannot write its home probes it again.
+const HOME_PROBE_EVERY: Duration = Duration::from_secs(2);
+
 /// How long the drain's last flush to the broker may take.
 const FINAL_FLUSH_BOUND: Duration = Duration::from_secs(2);
 
@@ -219,6 +222,10 @@ pub(crate) struct Shared {
     /// Since when the broker connection has been up, if it is (written by
     /// the connection's event callback).
     connected_since: Arc<Mutex<Option<Instant>>>,
+    /// The worker's home, probed when a run fails.
+    home: PathBuf,
+    /// Why the worker stopped taking runs, while its home cannot be written.
+    paused: Mutex<Option<String>>,
     /// Tripped by SIGTERM: stop pulling.
     drain: CancellationToken,
     /// Tripped when the drain grace ran out: hand back live runs.
@@ -244,6 +251,25 @@ impl Shared {
 
     fn count(&self, what: impl FnOnce(&mut WorkerReport)) {
         what(&mut lock(&self.report));
+    }
+
+    /// Probes the home after a failed run: a home that cannot be written
+    /// fails every run at once, so the worker stops taking runs (its pool's
+    /// other workers take them) until a probe succeeds again. `Some` is the
+    /// OS's reason, for the failed run's diagnostic.
+    fn home_unwritable(&self) -> Option<String> {
+        let Err(super::ServeError::Home { source, .. }) = super::preflight::check_home(&self.home) else { return None };
+        let cause = source.to_string();
+        let mut paused = lock(&self.paused);
+        if paused.is_none() {
+            tracing::error!(worker = %self.worker, %cause, home = %self.home.display(), "the worker cannot write its home: it stops taking runs until it can");
+            *paused = Some(cause.clone());
+        }
+        Some(cause)
+    }
+
+    fn paused(&self) -> bool {
+        lock(&self.paused).is_some()
     }
 
     /// Whether `caller`'s lease stands. An unanswered lookup, or a
@@ -312,6 +338,8 @@ async fn work(
         routes: Mutex::default(),
         leases: Mutex::default(),
         connected_since,
+        home: options.home.clone(),
+        paused: Mutex::new(None),
         drain: CancellationToken::new(),
         hand_back: CancellationToken::new(),
         report: Mutex::new(WorkerReport { worker: worker.clone(), ..WorkerReport::default() }),
@@ -324,6 +352,17 @@ async fn work(
     let mut held = JoinSet::new();
     while !shared.drain.is_cancelled() {
         while held.try_join_next().is_some() {}
+        if shared.paused() {
+            tokio::select! {
+                _ = shared.drain.cancelled() => break,
+                _ = tokio::time::sleep(HOME_PROBE_EVERY) => {}
+            }
+            if super::preflight::check_home(&shared.home).is_ok() {
+                *lock(&shared.paused) = None;
+                tracing::warn!(worker = %worker, "the worker's home can be written again: taking runs");
+            }
+            continue;
+        }
         let first = tokio::select! {
             biased;
             _ = shared.drain.cancelled() => break,
@@ -353,8 +392,9 @@ async fn work(
         } {
             // A broken pull (the connection dropped) ends this batch.
             let Ok(message) = message else { break };
-            if shared.drain.is_cancelled() {
-                // Delivered after SIGTERM: straight back to the pool.
+            if shared.drain.is_cancelled() || shared.paused() {
+                // Delivered after SIGTERM, or to a worker that cannot
+                // write its home: straight back to the pool.
                 let _ = message.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;
                 continue;
             }

@@ -161,3 +161,43 @@ fn a_worker_stopped_while_the_broker_is_down_exits_within_its_drain_bound() {
     assert!(status.unwrap().success(), "{}", worker.log());
     drop(runtime);
 }
+
+#[test]
+fn a_worker_that_cannot_write_its_home_stops_taking_runs_and_the_caller_hears_why() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let broken = Worker::start(dir.path(), &server.url(), "w1", &["--concurrency", "2"]);
+    // Root writes through any mode: a home whose sessions directory is now
+    // a regular file cannot take a session file.
+    let sessions = broken.home.join("sessions");
+    std::fs::remove_dir_all(&sessions).unwrap();
+    std::fs::write(&sessions, "not a directory").unwrap();
+    let runtime = crate::common::runtime_at(&dir.path().join("caller"));
+    runtime.subagents().register_provider(crate::support::provider(&server.url())).unwrap().keep();
+    let run_all = |count: usize| {
+        let subagents = runtime.subagents();
+        crate::common::Within::within(&runtime, WAIT_LIMIT, "the runs to settle", async move {
+            let runs = (0..count).map(|n| {
+                let subagents = subagents.clone();
+                async move {
+                    let run = subagents.start("remote", crate::request(&format!("task {n}"))).await.unwrap();
+                    let result = run.result().await.unwrap();
+                    run.dispose().await.unwrap();
+                    result
+                }
+            });
+            futures_util::future::join_all(runs).await
+        })
+    };
+    let failed = run_all(1).remove(0);
+    assert_eq!(failed.stop_reason, subagents::StopReason::Error, "{failed:?}");
+    let reason = failed.diagnostic.unwrap().reason.unwrap();
+    assert!(reason.contains("cannot write its home") && reason.contains("os error"), "{reason}");
+    assert!(broken.log().contains("stops taking runs"), "{}", broken.log());
+    // A healthy worker joins: the broken one takes nothing more.
+    let _healthy = Worker::start(dir.path(), &server.url(), "w2", &[]);
+    let results = run_all(20);
+    assert!(results.iter().all(|r| r.stop_reason == subagents::StopReason::Completed), "{results:?}");
+    runtime.shutdown_blocking();
+}

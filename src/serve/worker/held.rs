@@ -200,8 +200,12 @@ impl Held {
         let run = match self.start(signal.clone()).await {
             Ok(run) => run,
             Err(error) => {
+                let reason = match self.shared.home_unwritable() {
+                    Some(cause) => format!("the worker cannot write its home: {cause}"),
+                    None => format!("the worker refused the run: {error}"),
+                };
                 let diagnostic = Diagnostic::new(self.shared.provider, Stage::Initialize, Category::StartupFailed)
-                    .with_reason(format!("the worker refused the run: {error}"));
+                    .with_reason(reason);
                 return Exit::Finished(Box::new(RunResult::failed(diagnostic)), None, true, Vec::new());
             }
         };
@@ -218,7 +222,15 @@ impl Held {
         lock(&self.shared.routes).remove(&run.run_id());
         let disposed = run.dispose().await.is_ok();
         match exit {
-            Ok(result) => {
+            Ok(mut result) => {
+                if result.stop_reason == StopReason::Error {
+                    if let Some(cause) = self.shared.home_unwritable() {
+                        let diagnostic = result.diagnostic.get_or_insert_with(|| {
+                            Diagnostic::new(self.shared.provider, Stage::SessionRun, Category::ChildError)
+                        });
+                        diagnostic.reason = Some(format!("the worker cannot write its home: {cause}"));
+                    }
+                }
                 let session = session_of(run.child_id());
                 // The local run and everything under it, for the caller's receipt.
                 let runs = vec![Branch::Run(run.receipt().await)];
