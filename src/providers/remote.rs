@@ -68,6 +68,15 @@
 //!   three times per TTL; a worker cancels runs whose caller's lease
 //!   expired, judged only after it has itself been connected for a whole
 //!   TTL, so a broker outage does not look like a dead caller.
+//! - **Bounded waits**: runs waiting on a broker that answers nothing for
+//!   [`RemoteConfig::broker_patience`] fail `broker-unreachable`, runs of a
+//!   pool where no worker answers status requests for
+//!   [`RemoteConfig::worker_patience`] fail `no-worker` (each tombstoned so
+//!   no worker runs it later); a warning says what they wait for meanwhile.
+//!   A budget deadline is enforced here as well as on the worker. A run a
+//!   worker stopped because this caller's lease expired says so
+//!   (`lease-expired`); a lease that may have lapsed is written again
+//!   before the next publish, and workers keep only live lease verdicts.
 //! - **Broker restarts**: stream, consumer and buckets are file-backed;
 //!   both sides reconnect, retry their writes, and the caller sweeps the
 //!   runs bucket for results announced while it was away.

@@ -201,3 +201,43 @@ fn a_worker_that_cannot_write_its_home_stops_taking_runs_and_the_caller_hears_wh
     assert!(results.iter().all(|r| r.stop_reason == subagents::StopReason::Completed), "{results:?}");
     runtime.shutdown_blocking();
 }
+
+#[test]
+fn under_cpu_load_every_result_of_300_runs_at_once_arrives_within_a_bound() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let _workers =
+        [Worker::start(dir.path(), &server.url(), "w1", &[]), Worker::start(dir.path(), &server.url(), "w2", &[])];
+    let runtime = crate::common::runtime_at(&dir.path().join("caller"));
+    runtime.subagents().register_provider(crate::support::provider(&server.url())).unwrap().keep();
+    // Two busy threads beside the batch: the two cores are never idle.
+    let hogging = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let hogs: Vec<_> = (0..2)
+        .map(|_| {
+            let hogging = hogging.clone();
+            std::thread::spawn(move || while hogging.load(std::sync::atomic::Ordering::Relaxed) {})
+        })
+        .collect();
+    let began = Instant::now();
+    let subagents = runtime.subagents();
+    let results =
+        crate::common::Within::within(&runtime, Duration::from_secs(90), "300 loaded runs to settle", async move {
+            let runs = (0..300).map(|n| {
+                let subagents = subagents.clone();
+                async move {
+                    let run = subagents.start("remote", crate::request(&format!("load {n}"))).await.unwrap();
+                    let result = run.result().await.unwrap();
+                    run.dispose().await.unwrap();
+                    result
+                }
+            });
+            futures_util::future::join_all(runs).await
+        });
+    hogging.store(false, std::sync::atomic::Ordering::Relaxed);
+    hogs.into_iter().for_each(|hog| hog.join().unwrap());
+    assert_eq!(results.len(), 300);
+    assert!(results.iter().all(|r| r.stop_reason == subagents::StopReason::Completed), "{results:?}");
+    eprintln!("300 loaded runs settled in {:?}", began.elapsed());
+    runtime.shutdown_blocking();
+}
