@@ -3,10 +3,14 @@
 //!
 //! This file holds the everyday path and what crosses the wire; `remote/`
 //! holds the fault drills (`faults`: killed, frozen and lost workers, a
-//! broker restart, a dead caller) and cancellation (`cancel`). Each test
+//! broker restart, a dead caller), cancellation (`cancel`) and the bounds
+//! on what is waited for (`bounds`: partitions, a broker gone, no worker,
+//! a worker's home that cannot be written). Each test
 //! starts its own server on a free loopback port and stops it; the tests
 //! run one at a time (`support::one_at_a_time`).
 
+#[path = "remote/bounds.rs"]
+mod bounds;
 #[path = "remote/cancel.rs"]
 mod cancel;
 mod common;

@@ -277,6 +277,7 @@ impl RunActor {
             LaunchError::Failed { stage, category } => {
                 SubagentError::StartupFailed { diagnostic: self.diagnostic(stage, category), provider }
             }
+            LaunchError::Diagnosed(diagnostic) => SubagentError::StartupFailed { diagnostic, provider },
             LaunchError::Invalid { field, reason } => SubagentError::InvalidRequest { field, reason },
         }
     }

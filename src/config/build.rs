@@ -100,6 +100,8 @@ pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) ->
         ("connect_timeout", &table.connect_timeout),
         ("publish_timeout", &table.publish_timeout),
         ("dispose_wait", &table.dispose_wait),
+        ("broker_patience", &table.broker_patience),
+        ("worker_patience", &table.worker_patience),
     ];
     for (key, value) in durations {
         if let Some(value) = value {
@@ -603,6 +605,8 @@ impl Config {
             ("connect_timeout", &mut config.connect_timeout),
             ("publish_timeout", &mut config.publish_timeout),
             ("dispose_wait", &mut config.dispose_wait),
+            ("broker_patience", &mut config.broker_patience),
+            ("worker_patience", &mut config.worker_patience),
         ] {
             if let Some(value) = resolved.durations.get(key) {
                 *slot = *value;

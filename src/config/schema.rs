@@ -86,7 +86,15 @@ impl Kind {
                 "run_dir_root",
             ],
             Kind::Process => &["bin", "profile", "home", "model", "max_tokens", "shutdown_timeout"],
-            Kind::Remote => &["nats", "pool", "connect_timeout", "publish_timeout", "dispose_wait"],
+            Kind::Remote => &[
+                "nats",
+                "pool",
+                "connect_timeout",
+                "publish_timeout",
+                "dispose_wait",
+                "broker_patience",
+                "worker_patience",
+            ],
             Kind::Chaos => &["wraps", "seed", "faults"],
         };
         key == "kind"
@@ -140,6 +148,8 @@ pub(super) struct ProviderTable {
     pub(super) connect_timeout: Option<Spanned<String>>,
     pub(super) publish_timeout: Option<Spanned<String>>,
     pub(super) dispose_wait: Option<Spanned<String>>,
+    pub(super) broker_patience: Option<Spanned<String>>,
+    pub(super) worker_patience: Option<Spanned<String>>,
     // chaos
     pub(super) wraps: Option<Spanned<String>>,
     pub(super) seed: Option<Spanned<u64>>,
@@ -266,6 +276,8 @@ pub(super) fn keys_set(table: &ProviderTable) -> Vec<(&'static str, std::ops::Ra
         connect_timeout,
         publish_timeout,
         dispose_wait,
+        broker_patience,
+        worker_patience,
         wraps,
         seed,
         faults

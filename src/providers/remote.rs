@@ -68,6 +68,15 @@
 //!   three times per TTL; a worker cancels runs whose caller's lease
 //!   expired, judged only after it has itself been connected for a whole
 //!   TTL, so a broker outage does not look like a dead caller.
+//! - **Bounded waits**: runs waiting on a broker that answers nothing for
+//!   [`RemoteConfig::broker_patience`] fail `broker-unreachable`, runs of a
+//!   pool where no worker answers status requests for
+//!   [`RemoteConfig::worker_patience`] fail `no-worker` (each tombstoned so
+//!   no worker runs it later); a warning says what they wait for meanwhile.
+//!   A budget deadline is enforced here as well as on the worker. A run a
+//!   worker stopped because this caller's lease expired says so
+//!   (`lease-expired`); a lease that may have lapsed is written again
+//!   before the next publish, and workers keep only live lease verdicts.
 //! - **Broker restarts**: stream, consumer and buckets are file-backed;
 //!   both sides reconnect, retry their writes, and the caller sweeps the
 //!   runs bucket for results announced while it was away.
@@ -153,6 +162,7 @@
 pub(crate) mod broker;
 pub(crate) mod caller;
 mod child;
+mod health;
 pub(crate) mod wire;
 
 use std::fmt;
@@ -164,6 +174,7 @@ use futures_util::future::LocalBoxFuture;
 pub use self::broker::BrokerSettings;
 use self::caller::Caller;
 use self::child::Timing;
+use self::health::Patience;
 use crate::agent::new_session_id;
 use crate::seam::{Capabilities, Child, Launch, LaunchError, Provider};
 
@@ -191,6 +202,15 @@ pub struct RemoteConfig {
     /// How often unsettled runs are looked up on the broker, in case their
     /// result was announced while this side was away (1 s).
     pub result_sweep: Duration,
+    /// How long runs wait on a broker that answers nothing (the
+    /// connection is down, or every write fails) before they fail `Error`
+    /// with category `broker-unreachable` (60 s). Starts fail at once
+    /// while it has been down that long.
+    pub broker_patience: Duration,
+    /// How long runs wait while no worker of the pool answers before they
+    /// fail `Error` with category `no-worker` (60 s). Runs queued behind
+    /// busy workers do not count: a busy worker still answers.
+    pub worker_patience: Duration,
 }
 
 impl RemoteConfig {
@@ -206,6 +226,8 @@ impl RemoteConfig {
             publish_timeout: Duration::from_secs(10),
             dispose_wait: Duration::from_secs(5),
             result_sweep: Duration::from_secs(1),
+            broker_patience: Duration::from_secs(60),
+            worker_patience: Duration::from_secs(60),
         }
     }
 
@@ -247,20 +269,23 @@ impl RemoteProvider {
             let (config, caller_cell, caller_id) = (config.clone(), caller_cell.clone(), caller_id.clone());
             async move {
                 let on_event = move |event: async_nats::Event| {
-                    if let (async_nats::Event::Connected, Some(caller)) =
-                        (&event, caller_cell.get().and_then(Weak::upgrade))
-                    {
-                        caller.reconnected();
+                    let Some(caller) = caller_cell.get().and_then(Weak::upgrade) else { return };
+                    match event {
+                        async_nats::Event::Connected => caller.reconnected(),
+                        async_nats::Event::Disconnected => caller.disconnected(),
+                        _ => {}
                     }
                 };
                 let broker =
                     broker::connect(&config.url, &caller_id, &config.broker, config.connect_timeout, on_event).await?;
+                let patience = Patience { broker: config.broker_patience, worker: config.worker_patience };
                 let caller = Arc::new(Caller::new(
                     broker,
                     caller_id,
                     config.pool.clone(),
-                    config.name.clone(),
+                    (config.name.clone(), config.url.clone()),
                     config.result_sweep,
+                    patience,
                 ));
                 caller.start_tasks().await?;
                 Ok::<_, String>(caller)

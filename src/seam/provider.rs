@@ -20,8 +20,8 @@ use futures_util::future::{BoxFuture, LocalBoxFuture};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    AgentOptions, Capabilities, Category, ContentBlock, Failure, RunResult, Stage, StartRequest, StopReport,
-    SubagentError,
+    AgentOptions, Capabilities, Category, ContentBlock, Diagnostic, Failure, RunResult, Stage, StartRequest,
+    StopReport, SubagentError,
 };
 use super::{BudgetLease, ProgressUpdate};
 use crate::live::{LiveCounters, ProcessLease};
@@ -139,6 +139,9 @@ pub enum LaunchError {
         /// What kind of failure.
         category: Category,
     },
+    /// Creating the child failed, and the provider can say why: its
+    /// diagnostic, with a fixed-wording reason (see [`Diagnostic`]).
+    Diagnosed(Diagnostic),
     /// A request value the provider checks itself was wrong.
     Invalid {
         /// The offending field.

@@ -84,6 +84,25 @@ pub enum Category {
     /// Every worker that took a remote run vanished (killed, frozen past its
     /// ack deadline) until the broker stopped redelivering it.
     WorkerLost,
+    /// A remote run's caller lost its lease on the broker (it was out of
+    /// touch for longer than the lease TTL), so the worker stopped the run.
+    LeaseExpired,
+    /// The broker of a remote run could not be reached (or refused to store
+    /// it) for longer than the provider waits.
+    BrokerUnreachable,
+    /// No worker of a remote run's pool answered for longer than the
+    /// provider waits.
+    NoWorker,
+}
+
+impl Category {
+    /// Whether a run failed this way was never served: its transport lost
+    /// it before a child could carry it out (`worker-lost`,
+    /// `lease-expired`, `broker-unreachable`, `no-worker`). `fanout` counts
+    /// such a run as work not carried out (exit 1).
+    pub fn is_unserved(self) -> bool {
+        matches!(self, Category::WorkerLost | Category::LeaseExpired | Category::BrokerUnreachable | Category::NoWorker)
+    }
 }
 
 /// Where and how a child's hook failed: the error of [`Child::dispose`]

@@ -24,7 +24,9 @@
 //! SIGTERM, SIGINT (Ctrl-C) or SIGHUP drains: the worker stops pulling and hands back any
 //! run delivered after that (a nak: redelivered at once); live runs get
 //! `drain_grace` to finish, then their children are cancelled and their
-//! runs handed back the same way. Then it exits 0.
+//! runs handed back the same way, within 5 s more; runs still held then
+//! (the broker is gone) are left to be redelivered after their ack wait,
+//! and the last flush waits at most 2 s. Then it exits 0.
 //!
 //! A worker holds no state of its own beyond its home's sessions: kill it
 //! and its runs go to another worker after the ack wait.
@@ -60,6 +62,16 @@ const PULL_EXPIRY: Duration = Duration::from_secs(1);
 
 /// Callers whose lease verdicts are cached before old ones are dropped.
 const MAX_CACHED_LEASES: usize = 1024;
+
+/// How long runs being handed back (after the drain grace) may take
+/// before the worker leaves them to redelivery and exits.
+const HAND_BACK_BOUND: Duration = Duration::from_secs(5);
+
+/// How often a worker that cannot write its home probes it again.
+const HOME_PROBE_EVERY: Duration = Duration::from_secs(2);
+
+/// How long the drain's last flush to the broker may take.
+const FINAL_FLUSH_BOUND: Duration = Duration::from_secs(2);
 
 /// Progress messages forwarded per run per second, at most.
 const PROGRESS_PER_SECOND: u32 = 20;
@@ -205,11 +217,15 @@ pub(crate) struct Shared {
     live: Mutex<HashMap<String, CancellationToken>>,
     /// Registry run id → where its progress goes.
     routes: Mutex<HashMap<u64, Route>>,
-    /// Caller → (when checked, alive).
-    leases: Mutex<HashMap<String, (Instant, bool)>>,
+    /// Caller → when its lease was last found standing.
+    leases: Mutex<HashMap<String, Instant>>,
     /// Since when the broker connection has been up, if it is (written by
     /// the connection's event callback).
     connected_since: Arc<Mutex<Option<Instant>>>,
+    /// The worker's home, probed when a run fails.
+    home: PathBuf,
+    /// Why the worker stopped taking runs, while its home cannot be written.
+    paused: Mutex<Option<String>>,
     /// Tripped by SIGTERM: stop pulling.
     drain: CancellationToken,
     /// Tripped when the drain grace ran out: hand back live runs.
@@ -237,29 +253,54 @@ impl Shared {
         what(&mut lock(&self.report));
     }
 
+    /// Probes the home after a failed run: a home that cannot be written
+    /// fails every run at once, so the worker stops taking runs (its pool's
+    /// other workers take them) until a probe succeeds again. `Some` is the
+    /// OS's reason, for the failed run's diagnostic.
+    fn home_unwritable(&self) -> Option<String> {
+        let Err(super::ServeError::Home { source, .. }) = super::preflight::check_home(&self.home) else { return None };
+        let cause = source.to_string();
+        let mut paused = lock(&self.paused);
+        if paused.is_none() {
+            tracing::error!(worker = %self.worker, %cause, home = %self.home.display(), "the worker cannot write its home: it stops taking runs until it can");
+            *paused = Some(cause.clone());
+        }
+        Some(cause)
+    }
+
+    fn paused(&self) -> bool {
+        lock(&self.paused).is_some()
+    }
+
     /// Whether `caller`'s lease stands. An unanswered lookup, or a
     /// connection up for less than a lease TTL (the caller may not have
-    /// had the chance to refresh), counts as alive.
+    /// had the chance to refresh), counts as alive. Only a live verdict is
+    /// kept (for a tick): a caller back from a partition writes its lease
+    /// again, and its next run must find it, not an old "dead".
     async fn caller_alive(&self, caller: &str) -> bool {
         let ttl = self.broker.lease_ttl;
         let settled_in = lock(&self.connected_since).is_some_and(|since| since.elapsed() >= ttl);
         if !settled_in {
             return true;
         }
-        if let Some((checked, alive)) = lock(&self.leases).get(caller) {
+        if let Some(checked) = lock(&self.leases).get(caller) {
             if checked.elapsed() < self.tick {
-                return *alive;
+                return true;
             }
         }
         let looked = tokio::time::timeout(broker::OPERATION_TIMEOUT, self.broker.callers.get(caller)).await;
         let alive = !matches!(looked, Ok(Ok(None)));
         let mut leases = lock(&self.leases);
+        if !alive {
+            leases.remove(caller);
+            return false;
+        }
         if leases.len() >= MAX_CACHED_LEASES {
             // Callers come and go over a worker's life: keep only recent ones.
-            leases.retain(|_, (checked, _)| checked.elapsed() < ttl);
+            leases.retain(|_, checked| checked.elapsed() < ttl);
         }
-        leases.insert(caller.to_owned(), (Instant::now(), alive));
-        alive
+        leases.insert(caller.to_owned(), Instant::now());
+        true
     }
 }
 
@@ -297,6 +338,8 @@ async fn work(
         routes: Mutex::default(),
         leases: Mutex::default(),
         connected_since,
+        home: options.home.clone(),
+        paused: Mutex::new(None),
         drain: CancellationToken::new(),
         hand_back: CancellationToken::new(),
         report: Mutex::new(WorkerReport { worker: worker.clone(), ..WorkerReport::default() }),
@@ -309,13 +352,30 @@ async fn work(
     let mut held = JoinSet::new();
     while !shared.drain.is_cancelled() {
         while held.try_join_next().is_some() {}
+        if shared.paused() {
+            tokio::select! {
+                _ = shared.drain.cancelled() => break,
+                _ = tokio::time::sleep(HOME_PROBE_EVERY) => {}
+            }
+            if super::preflight::check_home(&shared.home).is_ok() {
+                *lock(&shared.paused) = None;
+                tracing::warn!(worker = %worker, "the worker's home can be written again: taking runs");
+            }
+            continue;
+        }
         let first = tokio::select! {
             biased;
             _ = shared.drain.cancelled() => break,
             permit = semaphore.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
         };
         let wanted = (1 + semaphore.available_permits()).min(256);
-        let mut batch = match consumer.batch().max_messages(wanted).expires(PULL_EXPIRY).messages().await {
+        let pull = consumer.batch().max_messages(wanted).expires(PULL_EXPIRY).messages();
+        let pulled = tokio::select! {
+            biased;
+            _ = shared.drain.cancelled() => break,
+            pulled = tokio::time::timeout(broker::OPERATION_TIMEOUT, pull) => pulled,
+        };
+        let mut batch = match pulled.map_err(|_| "timed out".to_owned()).and_then(|p| p.map_err(|e| e.to_string())) {
             Ok(batch) => batch,
             Err(error) => {
                 tracing::debug!(%error, "pull failed; retrying");
@@ -324,11 +384,17 @@ async fn work(
             }
         };
         let mut first = Some(first);
-        while let Some(message) = batch.next().await {
+        // A pull the broker never answers (it is gone) must not hold a drain.
+        while let Some(message) = tokio::select! {
+            biased;
+            _ = shared.drain.cancelled() => None,
+            message = batch.next() => message,
+        } {
             // A broken pull (the connection dropped) ends this batch.
             let Ok(message) = message else { break };
-            if shared.drain.is_cancelled() {
-                // Delivered after SIGTERM: straight back to the pool.
+            if shared.drain.is_cancelled() || shared.paused() {
+                // Delivered after SIGTERM, or to a worker that cannot
+                // write its home: straight back to the pool.
                 let _ = message.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;
                 continue;
             }
@@ -345,13 +411,28 @@ async fn work(
     tracing::info!(worker = %worker, live = shared.live_count(), "worker draining");
     let grace = tokio::time::sleep(options.drain_grace);
     tokio::pin!(grace);
+    // Handing back needs the broker (a dispose, a result, a nak): without
+    // it the runs are left to be redelivered after their ack wait.
+    let hand_back_ends = tokio::time::sleep(Duration::MAX / 4);
+    tokio::pin!(hand_back_ends);
+    let mut abandoned = false;
     loop {
         tokio::select! {
             joined = held.join_next() => if joined.is_none() { break },
-            _ = &mut grace, if !shared.hand_back.is_cancelled() => shared.hand_back.cancel(),
+            _ = &mut grace, if !shared.hand_back.is_cancelled() => {
+                shared.hand_back.cancel();
+                hand_back_ends.as_mut().reset(tokio::time::Instant::now() + HAND_BACK_BOUND);
+            }
+            _ = &mut hand_back_ends, if !abandoned => {
+                tracing::warn!(worker = %worker, left = held.len(), "runs not handed back in time (is the broker reachable?); left to be redelivered after their ack wait");
+                held.abort_all();
+                abandoned = true;
+            }
         }
     }
-    let _ = shared.broker.client.flush().await;
+    if tokio::time::timeout(FINAL_FLUSH_BOUND, shared.broker.client.flush()).await.is_err() {
+        tracing::warn!(worker = %worker, "the broker took no final flush; exiting without it");
+    }
     let report = lock(&shared.report).clone();
     tracing::info!(worker = %worker, ?report, "worker drained");
     Ok(report)

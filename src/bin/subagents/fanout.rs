@@ -299,6 +299,8 @@ impl Batch {
         request.max_depth = task.max_depth;
         // `detail` says why a run failed, in the library's fixed wording.
         let mut completed = false;
+        // A run its transport could not serve (see `Category::is_unserved`).
+        let mut unserved = false;
         let mut stopped = (0, 0);
         let provider = task.provider.as_deref().unwrap_or(&self.provider);
         let (record, outcome, detail) = match self.subagents.start(provider, request).await {
@@ -332,6 +334,7 @@ impl Batch {
                             record["stopped_descendants"] = json!(stopped.0);
                         }
                         completed = result.stop_reason == StopReason::Completed;
+                        unserved = result.diagnostic.as_ref().is_some_and(|d| d.category.is_unserved());
                         let detail = result.diagnostic.and_then(|d| d.reason);
                         (record, result.stop_reason.to_string(), detail)
                     }
@@ -346,6 +349,7 @@ impl Batch {
                     json!({"line": line, "label": task.label, "error": error.to_string(), "code": error.code()});
                 if let SubagentError::StartupFailed { diagnostic, .. } = &error {
                     record["diagnostic"] = json!(diagnostic);
+                    unserved = diagnostic.category.is_unserved();
                 }
                 (record, format!("rejected ({})", error.code()), Some(error.to_string()))
             }
@@ -364,6 +368,6 @@ impl Batch {
             self.progress.inc(1);
         }
         let (stopped_descendants, unknown_branches) = stopped;
-        Some(Settled { latency, completed, outcome, stopped_descendants, unknown_branches })
+        Some(Settled { latency, completed, unserved, outcome, stopped_descendants, unknown_branches })
     }
 }

@@ -42,6 +42,14 @@ pub struct RemoteArgs {
     /// Worker pool of the `remote` provider.
     #[arg(long, value_name = "NAME", default_value = "default")]
     pub pool: String,
+    /// How long `remote` runs wait on a broker that answers nothing before
+    /// they fail (`broker-unreachable`): `30s`, `2m`.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = subagents::config::parse_positive_duration)]
+    pub broker_patience: Duration,
+    /// How long `remote` runs wait while no worker of the pool answers
+    /// before they fail (`no-worker`).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = subagents::config::parse_positive_duration)]
+    pub worker_patience: Duration,
 }
 
 impl RemoteArgs {
@@ -60,7 +68,9 @@ fn remote(provider: &str, args: &RemoteArgs, config: &Config) -> Result<Option<R
         return Ok(None);
     }
     let url = args.url().ok_or("--provider remote needs --nats URL (or SUBAGENTS_NATS_URL)")?;
-    let config = RemoteConfig::new("remote", url).with_pool(args.pool.clone());
+    let mut config = RemoteConfig::new("remote", url).with_pool(args.pool.clone());
+    config.broker_patience = args.broker_patience;
+    config.worker_patience = args.worker_patience;
     RemoteProvider::connect(config).map(Some).map_err(|e| e.to_string())
 }
 

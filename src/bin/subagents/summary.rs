@@ -24,6 +24,10 @@ pub struct Settled {
     pub latency: Duration,
     /// Whether it stopped `completed`.
     pub completed: bool,
+    /// Whether its transport could not serve it (a remote run whose
+    /// workers were lost, whose caller lost its lease, or whose broker or
+    /// pool did not answer): the task did not really run.
+    pub unserved: bool,
     /// The stop reason, `error`, or `rejected (CODE)`: the summary's rows.
     pub outcome: String,
     /// Runs under it that an interruption stopped (from its receipt).
@@ -40,6 +44,7 @@ pub struct Tally {
     latencies: Latencies,
     runs: usize,
     incomplete: usize,
+    unserved: usize,
     /// Task lines skipped as malformed.
     pub skipped: usize,
     /// The tasks file failed before its end.
@@ -54,6 +59,7 @@ impl Tally {
     pub fn add(&mut self, settled: Settled) {
         self.runs += 1;
         self.incomplete += usize::from(!settled.completed);
+        self.unserved += usize::from(settled.unserved);
         self.latencies.record(settled.latency);
         *self.per_outcome.entry(settled.outcome).or_default() += 1;
         self.stopped_descendants += settled.stopped_descendants;
@@ -65,9 +71,10 @@ impl Tally {
         self.incomplete
     }
 
-    /// Every task line of the file was read and became a run.
+    /// Every task line of the file was read and became a run that its
+    /// provider served.
     pub fn all_ran(&self) -> bool {
-        self.skipped == 0 && !self.unread
+        self.skipped == 0 && !self.unread && self.unserved == 0
     }
 
     /// Every run completed (stop reason `completed`).
@@ -86,6 +93,9 @@ impl Tally {
         }
         if self.skipped > 0 {
             let _ = writeln!(out, "  {:<24} {:>6}", "(skipped lines)", self.skipped);
+        }
+        if self.unserved > 0 {
+            let _ = writeln!(out, "  {:<24} {:>6}", "(not served)", self.unserved);
         }
         let (p50, p99) = (self.latencies.quantile(0.5), self.latencies.quantile(0.99));
         let _ = writeln!(out, "  latency p50 {p50:.1?}, p99 {p99:.1?}");

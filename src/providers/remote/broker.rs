@@ -178,6 +178,9 @@ pub(crate) async fn connect(
     let options = async_nats::ConnectOptions::new()
         .name(name)
         .connection_timeout(connect_timeout)
+        // A connection that stopped answering is given up after two unanswered
+        // pings: 20-30 s, not the client's default of minutes.
+        .ping_interval(Duration::from_secs(10))
         // Reconnect quickly after a broker restart, however many attempts.
         .reconnect_delay_callback(|attempts| Duration::from_millis(100 * attempts.min(10) as u64))
         .event_callback(move |event| {

@@ -14,7 +14,12 @@
 //!   still collected. Each run is looked up after one sweep interval, then
 //!   at doubling intervals up to [`MAX_SWEEP_INTERVAL`] (the announcement
 //!   is the normal path; the sweep only catches what a disconnect lost),
-//!   and every run at once after a reconnect.
+//!   and every run at once after a reconnect. While runs are unsettled it
+//!   also asks the pool who is there, and fails the runs that waited past
+//!   a bound on the broker or on a worker (module [`health`](super::health)).
+//!   A connection that claims to be up while lease writes keep failing is
+//!   dropped and made again, so a connection the broker closed unnoticed
+//!   cannot hold results back.
 //!
 //! A result settles a slot once: later ones for the same run are ignored.
 
@@ -29,6 +34,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::broker::{cancel_key, state_key, Broker, OPERATION_TIMEOUT};
+use super::health::{Health, Patience, Stall, FAILED_WRITES_BEFORE_RECONNECT, SAY_EVERY, STATUS_EVERY};
 use super::wire::{
     self, CancelNotice, Lease, ProgressNotice, RunRecord, Settled, Tombstone, MAX_MESSAGE_BYTES, VERSION,
 };
@@ -50,6 +56,8 @@ pub(crate) struct Slot {
     stream_seq: AtomicU64,
     /// When the sweep looks this run up next, and the interval after that.
     next_sweep: Mutex<(Instant, Duration)>,
+    /// When the run was registered (just before its publish).
+    published: Instant,
 }
 
 /// What a run's child holds of its slot.
@@ -65,7 +73,11 @@ pub(crate) struct Caller {
     pub id: String,
     pub pool: String,
     pub provider: String,
+    /// The broker's URL, for what the caller says while it waits.
+    url: String,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
+    health: Mutex<Health>,
+    patience: Patience,
     /// Wakes `upkeep` to refresh the lease and sweep every run now (after
     /// a reconnect).
     reconnected: Notify,
@@ -75,13 +87,23 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
-    pub(crate) fn new(broker: Broker, id: String, pool: String, provider: String, sweep_interval: Duration) -> Self {
+    pub(crate) fn new(
+        broker: Broker,
+        id: String,
+        pool: String,
+        (provider, url): (String, String),
+        sweep_interval: Duration,
+        patience: Patience,
+    ) -> Self {
         Caller {
             broker,
             id,
             pool,
             provider,
+            url,
             slots: Mutex::default(),
+            health: Mutex::new(Health::new(Instant::now())),
+            patience,
             reconnected: Notify::new(),
             sweep_interval,
             stop: CancellationToken::new(),
@@ -92,14 +114,34 @@ impl Caller {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The connection dropped (from its event callback).
+    pub(crate) fn disconnected(&self) {
+        self.health().broker_failed(Instant::now());
+    }
+
+    /// What keeps `run` from settling now, if anything.
+    pub(crate) fn stall_of(&self, run: &str) -> Option<Stall> {
+        let published = self.slots().get(run).map(|slot| slot.published)?;
+        self.health().stall(published, Instant::now())
+    }
+
     /// A slot for `run`, made before its request is published so that no
     /// result can arrive unheard.
     pub(crate) fn register(&self, run: &str) -> (Arc<Slot>, SlotReceivers) {
         let (settled, settled_rx) = watch::channel(None);
         let (progress, progress_rx) = mpsc::channel(PROGRESS_BUFFER);
         let first_sweep = (Instant::now() + self.sweep_interval, self.sweep_interval);
-        let slot =
-            Arc::new(Slot { settled, progress, stream_seq: AtomicU64::new(0), next_sweep: Mutex::new(first_sweep) });
+        let slot = Arc::new(Slot {
+            settled,
+            progress,
+            stream_seq: AtomicU64::new(0),
+            next_sweep: Mutex::new(first_sweep),
+            published: Instant::now(),
+        });
         self.slots().insert(run.to_owned(), slot.clone());
         (slot, SlotReceivers { settled: settled_rx, progress: progress_rx })
     }
@@ -123,12 +165,28 @@ impl Caller {
 
     /// Publishes a run request durably, retrying within `within` (the run
     /// id is the message id, so a retry is deduplicated); `Ok` is the
-    /// stream sequence once JetStream has stored it.
-    pub(crate) async fn publish(&self, run: &str, request: Vec<u8>, within: Duration) -> Result<u64, String> {
+    /// stream sequence once JetStream has stored it, `Err` the start's
+    /// failure. A broker down past `broker_patience` fails it at once, a
+    /// full store without retries. A lease that may have lapsed (this side
+    /// was cut off) is written first, so that no worker takes a run sent
+    /// after a partition for one of a dead caller.
+    pub(crate) async fn publish(&self, run: &str, request: Vec<u8>, within: Duration) -> Result<u64, Diagnostic> {
         let subject = self.broker.names.run_subject(&self.pool);
         let deadline = Instant::now() + within;
-        let mut last_error = String::from("no attempt");
+        let refused = |reason: String| {
+            Diagnostic::new(&self.provider, Stage::Initialize, Category::BrokerUnreachable).with_reason(reason)
+        };
         while Instant::now() < deadline {
+            let down_for = self.health().broker_down_for(Instant::now());
+            if let Some(down_for) = down_for.filter(|down_for| *down_for >= self.patience.broker) {
+                return Err(Diagnostic {
+                    stage: Stage::Initialize,
+                    ..Stall::Broker(down_for).diagnostic(&self.provider, &self.pool, self.patience)
+                });
+            }
+            if self.health().lease_written.elapsed() >= self.broker.lease_ttl / 2 {
+                let _ = self.put_lease().await;
+            }
             let publish = PublishMessage::build().payload(request.clone().into()).message_id(run);
             let attempt = async {
                 let ack =
@@ -137,17 +195,25 @@ impl Caller {
             };
             match tokio::time::timeout(OPERATION_TIMEOUT, attempt).await {
                 Ok(Ok(ack)) => {
+                    self.health().broker_answered();
                     if let Some(slot) = self.slots().get(run) {
                         slot.stream_seq.store(ack.sequence, Ordering::Release);
                     }
                     return Ok(ack.sequence);
                 }
-                Ok(Err(error)) => last_error = error,
-                Err(_) => last_error = "timed out".to_owned(),
+                Ok(Err(error)) if store_is_full(&error) => {
+                    tracing::warn!(provider = %self.provider, %error, "the broker refused to store a remote run");
+                    return Err(refused("the broker refused to store the run: its store is full".to_owned()));
+                }
+                Ok(Err(error)) => {
+                    tracing::debug!(provider = %self.provider, %error, "a remote run's publish failed; retrying");
+                    self.health().broker_failed(Instant::now());
+                }
+                Err(_) => self.health().broker_failed(Instant::now()),
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        Err(last_error)
+        Err(refused(format!("the broker did not store the run within {} s (publish_timeout)", within.as_secs_f64())))
     }
 
     /// The durable cancel (tombstone) and the fast one (core notice). The
@@ -241,11 +307,26 @@ impl Caller {
         self.put_lease().await?;
         let caller = self.clone();
         tokio::spawn(async move {
-            while let Some(message) = caller.until_stopped(results.next()).await.flatten() {
-                match wire::decode::<Settled>(&message.payload) {
-                    Ok(settled) => caller.deliver(settled),
-                    Err(error) => tracing::warn!(%error, "dropped a malformed remote result"),
+            loop {
+                while let Some(message) = caller.until_stopped(results.next()).await.flatten() {
+                    match wire::decode::<Settled>(&message.payload) {
+                        Ok(settled) => caller.deliver(settled),
+                        Err(error) => tracing::warn!(%error, "dropped a malformed remote result"),
+                    }
                 }
+                // The subscription ended without a stop: listen again (the
+                // sweep collects what was announced in between).
+                loop {
+                    if caller.stop.is_cancelled() {
+                        return;
+                    }
+                    let subject = caller.broker.names.result_subject(&caller.id);
+                    match caller.broker.client.subscribe(subject).await {
+                        Ok(again) => break results = again,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                    }
+                }
+                caller.sweep_all_now();
             }
         });
         let caller = self.clone();
@@ -281,6 +362,8 @@ impl Caller {
         });
         let caller = self.clone();
         tokio::spawn(async move { caller.upkeep().await });
+        let caller = self.clone();
+        tokio::spawn(async move { caller.watch_health().await });
         Ok(())
     }
 
@@ -291,13 +374,28 @@ impl Caller {
         }
     }
 
+    /// Writes the lease, and notes what that says of the broker.
     async fn put_lease(&self) -> Result<(), String> {
         let lease = wire::encode(&Lease { v: VERSION, caller: self.id.clone() }, MAX_MESSAGE_BYTES).expect("small");
-        match tokio::time::timeout(OPERATION_TIMEOUT, self.broker.callers.put(&self.id, lease.into())).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(error)) => Err(format!("cannot write the caller's lease: {error}")),
-            Err(_) => Err("cannot write the caller's lease: timed out".to_owned()),
+        let written =
+            match tokio::time::timeout(OPERATION_TIMEOUT, self.broker.callers.put(&self.id, lease.into())).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(error)) => Err(format!("cannot write the caller's lease: {error}")),
+                Err(_) => Err("cannot write the caller's lease: timed out".to_owned()),
+            };
+        let mut health = self.health();
+        match &written {
+            Ok(()) => {
+                health.lease_written = Instant::now();
+                health.failed_lease_writes = 0;
+                health.broker_answered();
+            }
+            Err(_) => {
+                health.failed_lease_writes += 1;
+                health.broker_failed(Instant::now());
+            }
         }
+        written
     }
 
     /// Wakes the lease refresh and a full sweep (after a reconnect).
@@ -321,10 +419,153 @@ impl Caller {
             if Instant::now() >= lease_at {
                 if let Err(error) = self.put_lease().await {
                     tracing::warn!(%error, "remote caller lease not refreshed");
+                    self.reconnect_if_stuck();
                 }
                 lease_at = Instant::now() + lease_every;
             }
-            self.sweep().await;
+            // Lookups on a connection that is down only time out; the
+            // reconnect sweeps everything anyway.
+            if self.broker.client.connection_state() == async_nats::connection::State::Connected {
+                self.sweep().await;
+            }
+        }
+    }
+
+    /// Watches what the unsettled runs wait for, apart from `upkeep`, whose
+    /// broker operations may each take their whole timeout: asks the pool
+    /// who is there, says what runs wait for, fails the runs stalled past
+    /// a bound.
+    async fn watch_health(self: Arc<Self>) {
+        let mut status_at = Instant::now();
+        loop {
+            tokio::select! {
+                _ = self.stop.cancelled() => return,
+                _ = tokio::time::sleep(STATUS_EVERY / 4) => {}
+            }
+            let connected = self.broker.client.connection_state() == async_nats::connection::State::Connected;
+            if connected && Instant::now() >= status_at && self.waiting().next().is_some() {
+                self.ask_pool().await;
+                status_at = Instant::now() + STATUS_EVERY;
+            }
+            self.give_up_stalled();
+            self.say_what_runs_wait_for();
+        }
+    }
+
+    /// A connection that says it is up while lease writes keep failing
+    /// (the broker closed it unnoticed, or it stopped answering): drop it
+    /// and connect again, so the subscriptions and the sweep work again.
+    fn reconnect_if_stuck(&self) {
+        let stuck = {
+            let mut health = self.health();
+            let stuck = health.failed_lease_writes >= FAILED_WRITES_BEFORE_RECONNECT;
+            if stuck {
+                health.failed_lease_writes = 0;
+            }
+            stuck
+        };
+        if stuck && self.broker.client.connection_state() == async_nats::connection::State::Connected {
+            tracing::warn!(provider = %self.provider, "the broker connection stopped answering; reconnecting");
+            let client = self.broker.client.clone();
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(OPERATION_TIMEOUT, client.force_reconnect()).await;
+            });
+        }
+    }
+
+    /// Every published run still unsettled, with when it was published.
+    fn waiting(&self) -> std::vec::IntoIter<(String, Instant)> {
+        let slots = self.slots();
+        let waiting: Vec<(String, Instant)> = slots
+            .iter()
+            .filter(|(_, slot)| slot.stream_seq.load(Ordering::Acquire) > 0 && slot.settled.borrow().is_none())
+            .map(|(run, slot)| (run.clone(), slot.published))
+            .collect();
+        waiting.into_iter()
+    }
+
+    /// Asks the pool's workers who is there; any answer is a worker seen.
+    async fn ask_pool(&self) {
+        let subject = self.broker.names.status_subject(&self.pool);
+        let asked = tokio::time::timeout(STATUS_EVERY, self.broker.client.request(subject, "{}".into())).await;
+        let mut health = self.health();
+        match asked {
+            Ok(Ok(_)) => {
+                health.broker_answered();
+                health.worker_answered(Instant::now());
+            }
+            Ok(Err(error)) if error.kind() == async_nats::RequestErrorKind::NoResponders => health.broker_answered(),
+            _ => {}
+        }
+    }
+
+    /// Fails every run that waited past a bound on the broker or on a
+    /// worker, and tombstones it (once the broker takes the write) so that
+    /// no worker runs it later.
+    fn give_up_stalled(self: &Arc<Self>) {
+        let now = Instant::now();
+        let waiting: Vec<(String, Instant)> = self.waiting().collect();
+        let stalled: Vec<(String, Stall)> = {
+            let health = self.health();
+            waiting
+                .into_iter()
+                .filter_map(|(run, published)| health.stall(published, now).map(|stall| (run, stall)))
+                .filter(|(_, stall)| stall.past(self.patience))
+                .collect()
+        };
+        for (run, stall) in stalled {
+            let diagnostic = stall.diagnostic(&self.provider, &self.pool, self.patience);
+            tracing::warn!(provider = %self.provider, %run, reason = diagnostic.reason.as_deref().unwrap_or_default(), "gave up on a remote run");
+            self.settle_here(&run, RunResult::failed(diagnostic));
+            let caller = self.clone();
+            tokio::spawn(async move {
+                if caller.cancel(&run, 10).await {
+                    caller.delete_request(&run).await;
+                }
+            });
+        }
+    }
+
+    /// Settles `run` on this side: no worker result will be taken for it.
+    pub(crate) fn settle_here(&self, run: &str, result: RunResult) {
+        let settled =
+            Settled { v: VERSION, run: run.to_owned(), attempt: 0, worker: None, result, disposed: true, runs: None };
+        self.deliver(settled);
+    }
+
+    /// Every [`SAY_EVERY`], while runs wait on the broker or for a worker,
+    /// a warning saying what they wait for and when they fail.
+    fn say_what_runs_wait_for(&self) {
+        let now = Instant::now();
+        let waiting: Vec<(String, Instant)> = self.waiting().collect();
+        let mut health = self.health();
+        if health.said.is_some_and(|said| now.duration_since(said) < SAY_EVERY) {
+            return;
+        }
+        let (mut broker, mut worker) = ((0, Duration::ZERO), (0, Duration::ZERO));
+        for (_, published) in waiting {
+            match health.stall(published, now) {
+                Some(Stall::Broker(for_)) => broker = (broker.0 + 1, broker.1.max(for_)),
+                Some(Stall::NoWorker(for_)) => worker = (worker.0 + 1, worker.1.max(for_)),
+                None => {}
+            }
+        }
+        let url = without_credentials(&self.url);
+        let patience = self.patience;
+        // Said once a wait is long enough to notice, and well before it ends.
+        let noticed = |bound: Duration| (SAY_EVERY / 2).min(bound / 2);
+        if broker.0 > 0 && broker.1 >= noticed(patience.broker) {
+            tracing::warn!(
+                "remote provider {:?}: the broker at {url} has not answered for {} s; {} runs wait for it and fail at {} s (broker_patience)",
+                self.provider, broker.1.as_secs(), broker.0, patience.broker.as_secs_f64()
+            );
+            health.said = Some(now);
+        } else if worker.0 > 0 && worker.1 >= noticed(patience.worker) {
+            tracing::warn!(
+                "remote provider {:?}: no worker of pool {:?} has answered for {} s; {} runs wait for one and fail at {} s (worker_patience)",
+                self.provider, self.pool, worker.1.as_secs(), worker.0, patience.worker.as_secs_f64()
+            );
+            health.said = Some(now);
         }
     }
 
@@ -366,6 +607,22 @@ impl Caller {
     pub(crate) async fn release_lease(&self) {
         let _ = tokio::time::timeout(Duration::from_secs(1), self.broker.callers.delete(&self.id)).await;
     }
+}
+
+/// `url` without the user and password it may carry.
+fn without_credentials(url: &str) -> &str {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => &url[at + 1..],
+        (None, Some(at)) => &url[at + 1..],
+        _ => url,
+    }
+}
+
+/// Whether a publish error is JetStream refusing to store more (its store
+/// or the stream's limits are full): retrying will not help.
+fn store_is_full(error: &str) -> bool {
+    let error = error.to_ascii_lowercase();
+    ["insufficient resources", "maximum bytes", "maximum messages", "storage"].iter().any(|mark| error.contains(mark))
 }
 
 /// The stream sequence a max-deliveries advisory names.

@@ -15,7 +15,7 @@ use super::wire::{self, Lineage, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYT
 use crate::agent::new_session_id;
 use crate::seam::{
     Branch, BudgetLease, Category, Child, Diagnostic, Failure, Launch, LaunchError, ProviderContext, RunResult, Stage,
-    StopReport,
+    StopReason, StopReport,
 };
 
 /// The launch-time knobs a child needs from the provider's config.
@@ -85,7 +85,8 @@ pub(crate) async fn launch(
     match published {
         Ok(Ok(_)) if !cancel.is_cancelled() => {}
         Ok(Ok(_)) => return Err(LaunchError::Aborted),
-        _ => return Err(LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed }),
+        Ok(Err(diagnostic)) => return Err(LaunchError::Diagnosed(diagnostic)),
+        Err(_) => return Err(LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed }),
     }
     Ok(Box::new(RemoteChild {
         id: format!("remote:{}:{run}", caller.provider),
@@ -149,8 +150,12 @@ impl Child for RemoteChild {
         let (cancel, sent, caller, io, run) =
             (self.cancel.clone(), self.cancel_sent.clone(), self.caller.clone(), self.io.clone(), self.run.clone());
         let context = self.context.clone();
+        let deadline = context.budget().and_then(|budget| budget.deadline()).map(tokio::time::Instant::from_std);
         Box::pin(async move {
             let mut progressing = true;
+            // Set once the budget's deadline passed: until when the worker
+            // may still report the run aborted.
+            let mut report_by: Option<tokio::time::Instant> = None;
             loop {
                 if let Some(settled) = settled.borrow_and_update().clone() {
                     return settled.result.clone();
@@ -172,6 +177,21 @@ impl Child for RemoteChild {
                         // Keep waiting: the worker reports the aborted run
                         // (or the runtime's cancel grace settles it).
                         send_cancel(&sent, &caller, &io, &run);
+                    }
+                    // A worker counts the budget from when it starts the
+                    // run; the time spent waiting for one counts here.
+                    _ = sleep_until_some(deadline), if report_by.is_none() => {
+                        send_cancel(&sent, &caller, &io, &run);
+                        report_by = Some(tokio::time::Instant::now() + DEADLINE_REPORT_GRACE);
+                    }
+                    _ = sleep_until_some(report_by) => {
+                        let diagnostic = match caller.stall_of(&run) {
+                            Some(stall) => stall.deadline_diagnostic(&caller.provider, &caller.pool),
+                            None => Diagnostic::new(&caller.provider, Stage::SessionRun, Category::TimedOut)
+                                .with_reason("the budget's deadline passed before the worker reported the run"),
+                        };
+                        caller.settle_here(&run, RunResult { diagnostic: Some(diagnostic), ..RunResult::empty(StopReason::Aborted) });
+                        report_by = None;
                     }
                 }
             }
@@ -227,6 +247,18 @@ impl Child for RemoteChild {
             caller.forget(&run);
             outcome
         })
+    }
+}
+
+/// How long a run past its budget's deadline waits for its worker to
+/// report it aborted (with what it has) before it settles here.
+const DEADLINE_REPORT_GRACE: Duration = Duration::from_secs(1);
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -72,7 +72,35 @@ enum Exit {
 enum Check {
     Fine,
     Superseded,
-    Cancel(&'static str),
+    Cancel(Stop),
+}
+
+/// Why a worker stops a run its caller still holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// The caller cancelled it (its tombstone).
+    Cancelled,
+    /// The caller's lease expired.
+    LeaseExpired,
+}
+
+impl Stop {
+    fn why(self) -> &'static str {
+        match self {
+            Stop::Cancelled => "cancelled by its caller",
+            Stop::LeaseExpired => "its caller's lease expired",
+        }
+    }
+
+    /// What the aborted run's result says: a caller that lost its lease
+    /// learns why its run was stopped when it is back.
+    fn diagnostic(self, provider: &str) -> Option<Diagnostic> {
+        (self == Stop::LeaseExpired).then(|| {
+            Diagnostic::new(provider, Stage::SessionRun, Category::LeaseExpired).with_reason(
+                "the worker stopped the run: its caller's lease on the broker expired (the caller was out of touch for longer than the lease TTL)",
+            )
+        })
+    }
 }
 
 struct Held {
@@ -160,16 +188,24 @@ impl Held {
 
     /// Runs the child unless the run was cancelled or its caller is gone.
     async fn live(&self, remote_cancel: CancellationToken) -> Exit {
-        if let Check::Cancel(why) = self.check(false).await {
-            tracing::debug!(run = %self.request.run, why, "settling a run without running it");
-            return Exit::Finished(Box::new(RunResult::empty(StopReason::Aborted)), None, true, Vec::new());
+        if let Check::Cancel(stop) = self.check(false).await {
+            tracing::debug!(run = %self.request.run, why = stop.why(), "settling a run without running it");
+            let result = RunResult {
+                diagnostic: stop.diagnostic(self.shared.provider),
+                ..RunResult::empty(StopReason::Aborted)
+            };
+            return Exit::Finished(Box::new(result), None, true, Vec::new());
         }
         let signal = CancellationToken::new();
         let run = match self.start(signal.clone()).await {
             Ok(run) => run,
             Err(error) => {
+                let reason = match self.shared.home_unwritable() {
+                    Some(cause) => format!("the worker cannot write its home: {cause}"),
+                    None => format!("the worker refused the run: {error}"),
+                };
                 let diagnostic = Diagnostic::new(self.shared.provider, Stage::Initialize, Category::StartupFailed)
-                    .with_reason(format!("the worker refused the run: {error}"));
+                    .with_reason(reason);
                 return Exit::Finished(Box::new(RunResult::failed(diagnostic)), None, true, Vec::new());
             }
         };
@@ -186,7 +222,15 @@ impl Held {
         lock(&self.shared.routes).remove(&run.run_id());
         let disposed = run.dispose().await.is_ok();
         match exit {
-            Ok(result) => {
+            Ok(mut result) => {
+                if result.stop_reason == StopReason::Error {
+                    if let Some(cause) = self.shared.home_unwritable() {
+                        let diagnostic = result.diagnostic.get_or_insert_with(|| {
+                            Diagnostic::new(self.shared.provider, Stage::SessionRun, Category::ChildError)
+                        });
+                        diagnostic.reason = Some(format!("the worker cannot write its home: {cause}"));
+                    }
+                }
                 let session = session_of(run.child_id());
                 // The local run and everything under it, for the caller's receipt.
                 let runs = vec![Branch::Run(run.receipt().await)];
@@ -225,10 +269,15 @@ impl Held {
         tick.tick().await;
         let result = run.result();
         tokio::pin!(result);
+        let mut stopped = None;
         loop {
             tokio::select! {
                 result = &mut result => {
-                    return result.map_err(|_| Exit::HandBack);
+                    let mut result = result.map_err(|_| Exit::HandBack)?;
+                    if let (Some(stop), StopReason::Aborted) = (stopped, result.stop_reason) {
+                        result.diagnostic = result.diagnostic.or_else(|| Stop::diagnostic(stop, self.shared.provider));
+                    }
+                    return Ok(result);
                 }
                 _ = remote_cancel.cancelled(), if !signal.is_cancelled() => signal.cancel(),
                 _ = self.shared.hand_back.cancelled() => {
@@ -243,8 +292,9 @@ impl Held {
                             signal.cancel();
                             return Err(Exit::Superseded);
                         }
-                        Check::Cancel(why) if !signal.is_cancelled() => {
-                            tracing::debug!(run = %self.request.run, why, "cancelling a live run");
+                        Check::Cancel(stop) if !signal.is_cancelled() => {
+                            tracing::debug!(run = %self.request.run, why = stop.why(), "cancelling a live run");
+                            stopped = Some(stop);
                             signal.cancel();
                         }
                         _ => {}
@@ -269,10 +319,10 @@ impl Held {
         }
         let tombstone = tokio::time::timeout(OPERATION_TIMEOUT, broker.runs.get(cancel_key(&self.request.run))).await;
         if let Ok(Ok(Some(_))) = tombstone {
-            return Check::Cancel("cancelled by its caller");
+            return Check::Cancel(Stop::Cancelled);
         }
         if !self.shared.caller_alive(&self.request.caller).await {
-            return Check::Cancel("its caller's lease expired");
+            return Check::Cancel(Stop::LeaseExpired);
         }
         Check::Fine
     }
