@@ -12,7 +12,10 @@
 
 mod demo;
 #[cfg(feature = "openai")]
+mod http;
+#[cfg(feature = "openai")]
 mod openai;
+
 mod replay;
 mod scripted;
 
@@ -24,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiConfig, OpenAiModel};
+
 pub use replay::{RecordingModel, ReplayModel, Tape, TapeAnswer, TapeSession};
 pub use scripted::{DelayRule, Responder, ScriptMatch, ScriptedModel, Step};
 
@@ -124,12 +128,27 @@ pub enum Finish {
 }
 
 /// Token counts, where the model reports them.
+///
+/// `input_tokens` is every prompt token, those read from or written to the
+/// provider's prompt cache included (Anthropic reports them apart; they are
+/// added in), so that a budget counts what the call actually took; the two
+/// cache counts say how many of them the cache served or took.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens, cached ones included.
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
+    /// Of the prompt tokens, those read from the prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Of the prompt tokens, those written to the prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 /// One model answer.
@@ -190,7 +209,7 @@ pub enum ModelError {
     /// not read.
     #[error("{0}")]
     Oversized(Oversize),
-    /// The endpoint answered something that is not a chat completion.
+    /// The endpoint answered something that is not an answer of its API.
     #[error("malformed model response: {0}")]
     Malformed(String),
     /// A script or tape said to fail, or ran out.
@@ -212,9 +231,7 @@ impl ModelError {
             ModelError::Deadline(after) => format!("the model call passed its deadline of {} s", after.as_secs_f64()),
             // Fixed wording and the bound: nothing of the answer itself.
             ModelError::Oversized(oversize) => oversize.to_string(),
-            ModelError::Malformed(_) => {
-                "the model endpoint answered something that is not a chat completion".to_owned()
-            }
+            ModelError::Malformed(_) => "the model endpoint answered something that is not a model answer".to_owned(),
             ModelError::Scripted(_) => "the scripted model failed".to_owned(),
         }
     }
