@@ -168,7 +168,7 @@ impl OpenAiModel {
 }
 
 /// The bearer key, if there is one, as a header marked sensitive.
-fn bearer(config: &OpenAiConfig) -> Result<HeaderMap, ModelError> {
+pub(super) fn bearer(config: &OpenAiConfig) -> Result<HeaderMap, ModelError> {
     let mut headers = HeaderMap::new();
     if let Some(key) = &config.api_key {
         let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
