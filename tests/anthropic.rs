@@ -125,21 +125,22 @@ async fn a_streamed_answer_reaches_listeners_and_the_request_carries_key_version
     assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "Hello"));
     assert_eq!(*chunks.lock().unwrap(), ["Hel", "lo"]);
 
-    let requests = server.requests.lock().unwrap();
-    let first = &requests[0];
-    assert_eq!(first.path, "/v1/messages");
-    assert_eq!(first.header("x-api-key"), Some("sk-ant-test"));
-    assert_eq!(first.header("anthropic-version"), Some("2023-06-01"));
-    assert_eq!(first.header("authorization"), None, "the key goes in x-api-key only");
-    let body = &first.body;
-    assert_eq!(
-        (&body["model"], &body["max_tokens"], &body["stream"]),
-        (&json!("claude-test"), &json!(4096), &json!(true))
-    );
-    assert!(body["system"].as_str().unwrap().starts_with("You greet."), "the system prompt is top-level");
-    assert_eq!(body["messages"], json!([{"role": "user", "content": [{"type": "text", "text": "greet"}]}]));
-    assert!(body.get("tools").is_none());
-    drop(requests);
+    {
+        let requests = server.requests.lock().unwrap();
+        let first = &requests[0];
+        assert_eq!(first.path, "/v1/messages");
+        assert_eq!(first.header("x-api-key"), Some("sk-ant-test"));
+        assert_eq!(first.header("anthropic-version"), Some("2023-06-01"));
+        assert_eq!(first.header("authorization"), None, "the key goes in x-api-key only");
+        let body = &first.body;
+        assert_eq!(
+            (&body["model"], &body["max_tokens"], &body["stream"]),
+            (&json!("claude-test"), &json!(4096), &json!(true))
+        );
+        assert!(body["system"].as_str().unwrap().starts_with("You greet."), "the system prompt is top-level");
+        assert_eq!(body["messages"], json!([{"role": "user", "content": [{"type": "text", "text": "greet"}]}]));
+        assert!(body.get("tools").is_none());
+    }
 
     // A route's model and token limit override the configured ones.
     let route = AgentOptions { model: Some("claude-routed".into()), max_tokens: Some(64), ..Default::default() };
