@@ -32,6 +32,7 @@ use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEven
 use crate::providers::child_process::lines;
 use crate::providers::process::profile::{Profile, PROFILE_TOOLS};
 use crate::providers::process::wire::{ChildEvent, Initialize, TurnEndReason, PROTOCOL_VERSION};
+#[cfg(any(feature = "mcp", feature = "remote"))]
 use crate::providers::process::ProcessConfig;
 use crate::providers::{ChildInfo, InProcessProvider};
 use crate::seam::ContentBlock;
@@ -73,6 +74,7 @@ struct Server {
 /// from its route): the route names the model; for an HTTP model the
 /// child inherits the endpoint's variables and is handed the key
 /// explicitly, as a credential-shaped name is never inherited.
+#[cfg(any(feature = "mcp", feature = "remote"))]
 pub(crate) fn route_child_model(config: &mut ProcessConfig, spec: &ModelSpec) {
     let Some(provider) = spec.route_provider() else { return };
     config.route.provider = Some(provider.to_owned());
