@@ -198,6 +198,7 @@ async fn every_stop_reason_maps_to_its_finish() {
         ("stop_sequence", &text, Finish::Stop),
         ("max_tokens", &text, Finish::MaxTokens),
         ("tool_use", &call, Finish::ToolCalls),
+        ("end_turn", &call, Finish::ToolCalls),
         // A paused turn is not resumed: it ends as cut short.
         ("pause_turn", &text, Finish::MaxTokens),
         ("refusal", &text, Finish::Refusal),

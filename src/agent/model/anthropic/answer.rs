@@ -209,12 +209,13 @@ impl Message {
             }
         }
         let finish = match self.stop_reason.as_deref() {
-            Some("tool_use") => Finish::ToolCalls,
             // A paused turn (a server tool's long run) is not resumed: no
             // server tools are ever sent, and the answer as it stands is
             // cut short, as at the token limit.
             Some("max_tokens" | "model_context_window_exceeded" | "pause_turn") => Finish::MaxTokens,
             Some("refusal") => Finish::Refusal,
+            // `tool_use`; and calls under any other reason are still asked
+            // for, as the chat adapter does.
             _ if !tool_calls.is_empty() => Finish::ToolCalls,
             _ => Finish::Stop, // end_turn, stop_sequence
         };
