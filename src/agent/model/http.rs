@@ -391,3 +391,38 @@ fn install_crypto_provider() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(*name, value.parse().unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn retry_after_prefers_milliseconds_takes_fractions_and_caps_at_the_longest_backoff() {
+        assert_eq!(retry_after(&headers(&[("retry-after", "2")])), Some(Duration::from_secs(2)));
+        assert_eq!(retry_after(&headers(&[("retry-after", "0.5")])), Some(Duration::from_millis(500)));
+        let both = headers(&[("retry-after", "2"), ("retry-after-ms", "250")]);
+        assert_eq!(retry_after(&both), Some(Duration::from_millis(250)));
+        assert_eq!(retry_after(&headers(&[("retry-after", "86400")])), Some(MAX_BACKOFF));
+        // A date, a negative or no header: the backoff decides.
+        assert_eq!(retry_after(&headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")])), None);
+        assert_eq!(retry_after(&headers(&[("retry-after", "-1")])), None);
+        assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn jitter_stays_within_its_bound_and_varies() {
+        let bound = Duration::from_millis(100);
+        let draws: Vec<Duration> = (0..64).map(|_| jitter(bound)).collect();
+        assert!(draws.iter().all(|d| *d <= bound), "{draws:?}");
+        assert!(draws.iter().any(|d| *d != draws[0]), "64 equal draws: {draws:?}");
+        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
+    }
+}
