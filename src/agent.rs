@@ -42,12 +42,12 @@ use futures_util::future::BoxFuture;
 
 use tokio_util::sync::CancellationToken;
 
+#[cfg(feature = "openai")]
+pub use model::{AnthropicConfig, AnthropicModel, OpenAiConfig, OpenAiModel, OpenAiResponsesModel};
 pub use model::{
     ChunkSink, DelayRule, Finish, Model, ModelError, ModelReply, ModelRequest, ModelSpec, Oversize, RecordingModel,
     ReplayModel, Responder, ScriptMatch, ScriptedModel, Step, Tape, Usage,
 };
-#[cfg(feature = "openai")]
-pub use model::{OpenAiConfig, OpenAiModel};
 pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;
 pub(crate) use session::completed_prefix;

@@ -5,7 +5,7 @@
 //! ```toml
 //! [providers.cheap]
 //! kind = "spawn"
-//! model = "scripted"              # or "openai:NAME"
+//! model = "scripted"              # or "openai:NAME", "openai-responses:NAME", "anthropic:NAME"
 //!
 //! [providers.codex]
 //! kind = "acp"

@@ -419,7 +419,7 @@ fn working(text: &str, tokens: u64) -> Step {
             arguments: json!({}),
         }],
         finish: subagents::agent::Finish::ToolCalls,
-        usage: Some(subagents::agent::Usage { input_tokens: tokens, output_tokens: 0 }),
+        usage: Some(subagents::agent::Usage { input_tokens: tokens, ..Default::default() }),
     })
 }
 

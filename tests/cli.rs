@@ -1,7 +1,8 @@
 //! The `subagents` binary, run as a user runs it.
 //!
 //! This file holds the everyday paths; `cli/` holds the hardening checks by
-//! concern: what the binary accepts (`input`), what it prints (`output`) and
+//! concern: what the binary accepts (`input`), which models it speaks to
+//! (`models`), what it prints (`output`) and
 //! how a batch ends and what it costs (`batch`).
 
 #[path = "cli/batch.rs"]
@@ -9,6 +10,8 @@ mod batch;
 mod common;
 #[path = "cli/input.rs"]
 mod input;
+#[path = "cli/models.rs"]
+mod models;
 #[path = "cli/output.rs"]
 mod output;
 #[path = "cli/sessions.rs"]

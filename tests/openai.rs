@@ -3,41 +3,16 @@
 
 mod common;
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::loopback::{endless_stream, ok, within_20_s, Loopback, Reply};
 use serde_json::{json, Value};
 use subagents::agent::{
     Agent, AgentUpdate, FnTool, Model, ModelError, OpenAiConfig, OpenAiModel, SessionEvent, ToolOutput,
 };
 use subagents::{AgentOptions, StopReason};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-/// What the loopback server answers to one request.
-enum Reply {
-    /// A whole response.
-    Whole { status: u16, headers: Vec<(&'static str, String)>, body: String },
-    /// Server-sent events; then hang until the client closes, or close.
-    Stream { events: Vec<Value>, done: bool, hang: bool },
-    /// Accept, read the request, never answer.
-    Silent,
-    /// `head` (status line and headers), then `chunk` every `every` until
-    /// the client goes away: an endpoint that never stops talking.
-    Endless { head: String, chunk: Vec<u8>, every: Duration },
-}
-
-/// An endless server-sent event stream writing `chunk` every `every`.
-fn endless_stream(chunk: impl Into<Vec<u8>>, every: Duration) -> Reply {
-    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n".to_owned();
-    Reply::Endless { head, chunk: chunk.into(), every }
-}
-
-fn ok(body: Value) -> Reply {
-    Reply::Whole { status: 200, headers: Vec::new(), body: body.to_string() }
-}
 
 fn completion(message: Value, finish_reason: &str) -> Value {
     json!({
@@ -51,126 +26,21 @@ fn delta(delta: Value, finish_reason: Option<&str>) -> Value {
     json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
 }
 
-struct Recorded {
-    body: Value,
-    authorization: Option<String>,
+/// A chat-completions stream: each chunk a `data:` line, then `data:
+/// [DONE]` if `done`; then hang until the client closes (`hang`), or close.
+fn chat_stream(events: Vec<Value>, done: bool, hang: bool) -> Reply {
+    let mut frames: Vec<String> = events.iter().map(|event| format!("data: {event}\n\n")).collect();
+    if done {
+        frames.push("data: [DONE]\n\n".to_owned());
+    }
+    Reply::Stream { frames, hang }
 }
 
-struct Loopback {
-    base_url: String,
-    requests: Arc<Mutex<Vec<Recorded>>>,
-    client_closed: Arc<AtomicBool>,
-}
-
-impl Loopback {
-    async fn start(replies: Vec<Reply>) -> Loopback {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let client_closed = Arc::new(AtomicBool::new(false));
-        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
-        let (log, closed) = (requests.clone(), client_closed.clone());
-        tokio::spawn(async move {
-            while let Ok((socket, _)) = listener.accept().await {
-                let reply = replies.lock().unwrap().pop_front();
-                let (log, closed) = (log.clone(), closed.clone());
-                tokio::spawn(serve(socket, reply, log, closed));
-            }
-        });
-        Loopback { base_url, requests, client_closed }
-    }
-
-    fn config(&self) -> OpenAiConfig {
-        OpenAiConfig::new(&self.base_url, "test-model")
-            .with_api_key("sk-test")
-            .with_retries(2, Duration::from_millis(10))
-            .with_timeout(Duration::from_secs(10))
-    }
-
-    fn bodies(&self) -> Vec<Value> {
-        self.requests.lock().unwrap().iter().map(|r| r.body.clone()).collect()
-    }
-}
-
-async fn serve(mut socket: TcpStream, reply: Option<Reply>, log: Arc<Mutex<Vec<Recorded>>>, closed: Arc<AtomicBool>) {
-    let mut buffer = Vec::new();
-    let head_end = loop {
-        let mut chunk = [0u8; 4096];
-        let n = socket.read(&mut chunk).await.unwrap_or(0);
-        if n == 0 {
-            return;
-        }
-        buffer.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            break end + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&buffer[..head_end]).to_string();
-    let header = |name: &str| {
-        head.lines().find_map(|line| {
-            let (key, value) = line.split_once(':')?;
-            key.eq_ignore_ascii_case(name).then(|| value.trim().to_owned())
-        })
-    };
-    let length: usize = header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
-    while buffer.len() < head_end + length {
-        let mut chunk = [0u8; 4096];
-        let n = socket.read(&mut chunk).await.unwrap_or(0);
-        if n == 0 {
-            return;
-        }
-        buffer.extend_from_slice(&chunk[..n]);
-    }
-    let body = serde_json::from_slice(&buffer[head_end..head_end + length]).unwrap_or(Value::Null);
-    log.lock().unwrap().push(Recorded { body, authorization: header("authorization") });
-    match reply {
-        None | Some(Reply::Silent) => {
-            let _ = socket.read(&mut [0u8; 16]).await;
-        }
-        Some(Reply::Endless { head, chunk, every }) => {
-            let _ = socket.write_all(head.as_bytes()).await;
-            // A write fails once the client has closed the connection.
-            while socket.write_all(&chunk).await.is_ok() && socket.flush().await.is_ok() {
-                tokio::time::sleep(every).await;
-            }
-            closed.store(true, Ordering::SeqCst);
-        }
-        Some(Reply::Whole { status, headers, body }) => {
-            let mut response = format!(
-                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
-                body.len()
-            );
-            for (name, value) in headers {
-                response.push_str(&format!("{name}: {value}\r\n"));
-            }
-            response.push_str("\r\n");
-            response.push_str(&body);
-            let _ = socket.write_all(response.as_bytes()).await;
-        }
-        Some(Reply::Stream { events, done, hang }) => {
-            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
-            let _ = socket.write_all(head.as_bytes()).await;
-            for event in events {
-                let _ = socket.write_all(format!("data: {event}\n\n").as_bytes()).await;
-                let _ = socket.flush().await;
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            if done {
-                let _ = socket.write_all(b"data: [DONE]\n\n").await;
-            }
-            if hang {
-                // Wait for the client to go away: read returns 0 or fails.
-                let mut sink = [0u8; 64];
-                loop {
-                    match socket.read(&mut sink).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {}
-                    }
-                }
-                closed.store(true, Ordering::SeqCst);
-            }
-        }
-    }
+fn config(server: &Loopback) -> OpenAiConfig {
+    OpenAiConfig::new(format!("{}/v1", server.origin), "test-model")
+        .with_api_key("sk-test")
+        .with_retries(2, Duration::from_millis(10))
+        .with_timeout(Duration::from_secs(10))
 }
 
 fn agent_on(config: OpenAiConfig) -> Agent {
@@ -180,7 +50,7 @@ fn agent_on(config: OpenAiConfig) -> Agent {
 #[tokio::test]
 async fn a_plain_reply_completes_and_the_request_carries_route_and_key() {
     let server = Loopback::start(vec![ok(completion(json!({"role": "assistant", "content": "four"}), "stop"))]).await;
-    let model = OpenAiModel::new(server.config().with_stream(false)).unwrap();
+    let model = OpenAiModel::new(config(&server).with_stream(false)).unwrap();
     assert_eq!(model.name(), "openai:test-model");
     let route = AgentOptions { model: Some("routed-model".into()), max_tokens: Some(64), ..Default::default() };
     let agent = Agent::builder(model).options(route).persona("You count.").build().unwrap();
@@ -188,7 +58,7 @@ async fn a_plain_reply_completes_and_the_request_carries_route_and_key() {
     assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "four"));
 
     let requests = server.requests.lock().unwrap();
-    assert_eq!(requests[0].authorization.as_deref(), Some("Bearer sk-test"));
+    assert_eq!(requests[0].header("authorization"), Some("Bearer sk-test"));
     let body = &requests[0].body;
     assert_eq!(body["model"], "routed-model", "the route's model overrides the configured one");
     assert_eq!(body["max_tokens"], 64);
@@ -200,21 +70,21 @@ async fn a_plain_reply_completes_and_the_request_carries_route_and_key() {
 
 #[tokio::test]
 async fn a_streamed_reply_reaches_listeners_chunk_by_chunk() {
-    let server = Loopback::start(vec![Reply::Stream {
-        events: vec![
+    let server = Loopback::start(vec![chat_stream(
+        vec![
             delta(json!({"role": "assistant", "content": ""}), None),
             delta(json!({"content": "Hel"}), None),
             delta(json!({"content": "lo"}), None),
             delta(json!({}), Some("stop")),
             json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}),
         ],
-        done: true,
-        hang: false,
-    }])
+        true,
+        false,
+    )])
     .await;
     let chunks = Arc::new(Mutex::new(Vec::new()));
     let sink = chunks.clone();
-    let agent = Agent::builder(OpenAiModel::new(server.config()).unwrap())
+    let agent = Agent::builder(OpenAiModel::new(config(&server)).unwrap())
         .on_update(Arc::new(move |update: &AgentUpdate| {
             if let AgentUpdate::Text(text) = update {
                 sink.lock().unwrap().push(text.clone());
@@ -231,8 +101,8 @@ async fn a_streamed_reply_reaches_listeners_chunk_by_chunk() {
 #[tokio::test]
 async fn a_streamed_tool_call_round_trips_through_the_agent() {
     let server = Loopback::start(vec![
-        Reply::Stream {
-            events: vec![
+        chat_stream(
+            vec![
                 delta(
                     json!({"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
                     "function": {"name": "add", "arguments": "{\"a\": 2"}}]}),
@@ -241,14 +111,10 @@ async fn a_streamed_tool_call_round_trips_through_the_agent() {
                 delta(json!({"tool_calls": [{"index": 0, "function": {"arguments": ", \"b\": 40}"}}]}), None),
                 delta(json!({}), Some("tool_calls")),
             ],
-            done: true,
-            hang: false,
-        },
-        Reply::Stream {
-            events: vec![delta(json!({"content": "42"}), None), delta(json!({}), Some("stop"))],
-            done: true,
-            hang: false,
-        },
+            true,
+            false,
+        ),
+        chat_stream(vec![delta(json!({"content": "42"}), None), delta(json!({}), Some("stop"))], true, false),
     ])
     .await;
     let add = FnTool::new(
@@ -257,7 +123,7 @@ async fn a_streamed_tool_call_round_trips_through_the_agent() {
         json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
         |args| ToolOutput::ok((args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap()).to_string()),
     );
-    let agent = Agent::builder(OpenAiModel::new(server.config()).unwrap()).tool(add).build().unwrap();
+    let agent = Agent::builder(OpenAiModel::new(config(&server)).unwrap()).tool(add).build().unwrap();
     let outcome = agent.prompt("add 2 and 40").await;
     assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "42"));
 
@@ -285,7 +151,7 @@ async fn a_429_is_retried_after_its_retry_after_and_then_succeeds() {
         ok(completion(json!({"role": "assistant", "content": "finally"}), "stop")),
     ])
     .await;
-    let outcome = agent_on(server.config().with_stream(false)).prompt("hi").await;
+    let outcome = agent_on(config(&server).with_stream(false)).prompt("hi").await;
     assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "finally"));
     assert_eq!(server.bodies().len(), 3);
 }
@@ -295,13 +161,13 @@ async fn retries_run_out_with_the_status_and_the_endpoints_message() {
     let busy =
         || Reply::Whole { status: 500, headers: Vec::new(), body: json!({"error": {"message": "boom"}}).to_string() };
     let server = Loopback::start(vec![busy(), busy(), busy()]).await;
-    let outcome = agent_on(server.config()).prompt("hi").await;
+    let outcome = agent_on(config(&server)).prompt("hi").await;
     assert_eq!(outcome.stop_reason, StopReason::Error);
     assert_eq!(outcome.error.as_ref().map(|e| e.message.as_str()), Some("the model endpoint answered 500: boom"));
     assert_eq!(server.bodies().len(), 3, "one try and two retries");
 
     let server = Loopback::start(vec![Reply::Whole { status: 401, headers: Vec::new(), body: "{}".into() }]).await;
-    let outcome = agent_on(server.config()).prompt("hi").await;
+    let outcome = agent_on(config(&server)).prompt("hi").await;
     assert!(outcome.error.unwrap().message.contains("answered 401"));
     assert_eq!(server.bodies().len(), 1, "a client error is not retried");
 }
@@ -310,40 +176,32 @@ async fn retries_run_out_with_the_status_and_the_endpoints_message() {
 async fn a_malformed_body_ends_the_turn_error_with_a_clear_message() {
     for body in ["this is not json", r#"{"choices": []}"#, r#"{"choices": [{"message": 5}]}"#] {
         let server = Loopback::start(vec![Reply::Whole { status: 200, headers: Vec::new(), body: body.into() }]).await;
-        let agent = agent_on(server.config().with_stream(false));
+        let agent = agent_on(config(&server).with_stream(false));
         let outcome = agent.prompt("hi").await;
         assert_eq!(outcome.stop_reason, StopReason::Error, "{body}");
         assert!(outcome.error.as_ref().unwrap().message.starts_with("malformed model response"), "{outcome:?}");
         assert_eq!(agent.events().last(), Some(&SessionEvent::TurnEnd { reason: StopReason::Error }));
     }
-    let server = Loopback::start(vec![Reply::Stream { events: vec![json!("x")], done: false, hang: false }]).await;
-    let outcome = agent_on(server.config()).prompt("hi").await;
+    let server = Loopback::start(vec![chat_stream(vec![json!("x")], false, false)]).await;
+    let outcome = agent_on(config(&server)).prompt("hi").await;
     assert_eq!(outcome.stop_reason, StopReason::Error);
 }
 
 #[tokio::test]
 async fn a_stream_that_breaks_off_is_an_error_keeping_the_streamed_text() {
-    let server = Loopback::start(vec![Reply::Stream {
-        events: vec![delta(json!({"content": "partial"}), None)],
-        done: false,
-        hang: false,
-    }])
-    .await;
-    let outcome = agent_on(server.config()).prompt("hi").await;
+    let server =
+        Loopback::start(vec![chat_stream(vec![delta(json!({"content": "partial"}), None)], false, false)]).await;
+    let outcome = agent_on(config(&server)).prompt("hi").await;
     assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Error, "partial"));
     assert!(outcome.error.unwrap().message.contains("ended before the answer finished"));
 }
 
 #[tokio::test]
 async fn cancelling_mid_stream_closes_the_connection_and_aborts_the_turn() {
-    let server = Loopback::start(vec![Reply::Stream {
-        events: vec![delta(json!({"content": "thinking"}), None)],
-        done: false,
-        hang: true,
-    }])
-    .await;
+    let server =
+        Loopback::start(vec![chat_stream(vec![delta(json!({"content": "thinking"}), None)], false, true)]).await;
     let (tx, mut first_chunk) = tokio::sync::mpsc::unbounded_channel();
-    let agent = Agent::builder(OpenAiModel::new(server.config()).unwrap())
+    let agent = Agent::builder(OpenAiModel::new(config(&server)).unwrap())
         .on_update(Arc::new(move |update: &AgentUpdate| {
             if matches!(update, AgentUpdate::Text(_)) {
                 let _ = tx.send(());
@@ -373,7 +231,7 @@ async fn finish_reasons_map_to_max_tokens_and_refusal() {
         ok(completion(json!({"role": "assistant", "content": ""}), "content_filter")),
     ])
     .await;
-    let agent = agent_on(server.config().with_stream(false));
+    let agent = agent_on(config(&server).with_stream(false));
     let outcome = agent.prompt("a").await;
     assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::MaxTokens, "cut o"));
     let outcome = agent.prompt("b").await;
@@ -387,14 +245,14 @@ async fn an_unreachable_endpoint_and_a_silent_one_fail_without_hanging() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
-    let config =
+    let closed =
         OpenAiConfig::new(format!("http://127.0.0.1:{closed_port}/v1"), "m").with_retries(1, Duration::from_millis(5));
-    let outcome = agent_on(config).prompt("hi").await;
+    let outcome = agent_on(closed).prompt("hi").await;
     assert_eq!(outcome.stop_reason, StopReason::Error);
     assert!(outcome.error.unwrap().message.contains("could not be reached"));
 
     let server = Loopback::start(vec![Reply::Silent]).await;
-    let config = server.config().with_retries(0, Duration::ZERO).with_timeout(Duration::from_millis(200));
+    let config = config(&server).with_retries(0, Duration::ZERO).with_timeout(Duration::from_millis(200));
     let outcome = agent_on(config).prompt("hi").await;
     assert_eq!(outcome.stop_reason, StopReason::Error);
     assert!(outcome.error.unwrap().message.contains("timed out"));
@@ -457,7 +315,7 @@ async fn a_non_transient_server_status_is_not_retried_and_an_html_page_becomes_o
             ok(completion(json!({"role": "assistant", "content": "never"}), "stop")),
         ])
         .await;
-        let outcome = agent_on(server.config()).prompt("hi").await;
+        let outcome = agent_on(config(&server)).prompt("hi").await;
         assert_eq!(outcome.stop_reason, StopReason::Error);
         assert_eq!(server.bodies().len(), 1, "{status} is not transient: no retry");
         let error = outcome.error.unwrap();
@@ -467,11 +325,6 @@ async fn a_non_transient_server_status_is_not_retried_and_an_html_page_becomes_o
         assert!(line.chars().count() <= 201, "{} chars", line.chars().count());
         assert_eq!(error.reason, format!("the model endpoint answered {status}"), "the safe reason names the status");
     }
-}
-
-/// `future`'s output; a test that would hang fails after 20 s instead.
-async fn within_20_s<T>(future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(20), future).await.expect("bounded by the adapter, not by the test")
 }
 
 /// The run ended `error` with `reason` as its safe diagnostic reason.
@@ -495,7 +348,7 @@ fn tool_calls(n: usize, arguments: &str) -> Vec<Value> {
 async fn a_body_past_the_answer_bound_ends_the_run_error_and_is_not_kept() {
     let big = completion(json!({"role": "assistant", "content": "x".repeat(300 * 1024)}), "stop");
     let server = Loopback::start(vec![ok(big)]).await;
-    let agent = agent_on(server.config().with_stream(false).with_max_answer_bytes(64 * 1024));
+    let agent = agent_on(config(&server).with_stream(false).with_max_answer_bytes(64 * 1024));
     let outcome = within_20_s(agent.prompt("hi")).await;
     assert_failed_with(&outcome, "the model's answer is larger than 64 KiB");
     assert_eq!(server.bodies().len(), 1, "a refused answer is not retried");
@@ -507,7 +360,7 @@ async fn a_body_past_the_answer_bound_ends_the_run_error_and_is_not_kept() {
 async fn a_stream_past_the_answer_bound_ends_the_run_error_and_closes_the_connection() {
     let chunk = format!("data: {}\n\n", delta(json!({"content": "y".repeat(8 * 1024)}), None));
     let server = Loopback::start(vec![endless_stream(chunk, Duration::from_millis(1))]).await;
-    let agent = agent_on(server.config().with_max_answer_bytes(256 * 1024));
+    let agent = agent_on(config(&server).with_max_answer_bytes(256 * 1024));
     let outcome = within_20_s(agent.prompt("hi")).await;
     assert_failed_with(&outcome, "the model's answer is larger than 256 KiB");
     assert!(outcome.output.len() <= 256 * 1024, "the streamed text so far is kept, no more");
@@ -525,7 +378,7 @@ async fn an_error_body_is_read_only_up_to_its_bound_for_the_message() {
     }])
     .await;
     let started = Instant::now();
-    let agent = agent_on(server.config().with_max_error_body_bytes(16 * 1024));
+    let agent = agent_on(config(&server).with_max_error_body_bytes(16 * 1024));
     let outcome = within_20_s(agent.prompt("hi")).await;
     assert!(started.elapsed() < Duration::from_secs(5), "read to the bound, not to the timeout");
     assert_failed_with(&outcome, "the model endpoint answered 400");
@@ -540,15 +393,11 @@ async fn an_answer_with_more_tool_calls_than_the_cap_fails_without_running_any()
         json!({"role": "assistant", "content": null, "tool_calls": tool_calls(1000, "{}")}),
         "tool_calls",
     ));
-    let streamed = Reply::Stream {
-        events: vec![delta(json!({"tool_calls": tool_calls(1000, "{}")}), None)],
-        done: true,
-        hang: false,
-    };
+    let streamed = chat_stream(vec![delta(json!({"tool_calls": tool_calls(1000, "{}")}), None)], true, false);
     for (reply, stream) in [(whole, false), (streamed, true)] {
         let done = ok(completion(json!({"role": "assistant", "content": "done"}), "stop"));
         let server = Loopback::start(vec![reply, done]).await;
-        let agent = agent_on(server.config().with_stream(stream));
+        let agent = agent_on(config(&server).with_stream(stream));
         let outcome = within_20_s(agent.prompt("list everything")).await;
         assert_failed_with(&outcome, "the model's answer asks for more than 128 tool calls");
         assert_eq!(server.bodies().len(), 1, "stream {stream}: the turn stops at the refused answer");
@@ -570,11 +419,11 @@ async fn tool_call_arguments_past_their_bound_fail_the_model_call() {
         pieces.push(delta(json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}), None));
     }
     pieces.push(delta(json!({}), Some("tool_calls")));
-    let streamed = Reply::Stream { events: pieces, done: true, hang: false };
+    let streamed = chat_stream(pieces, true, false);
     for (reply, stream) in [(whole, false), (streamed, true)] {
         let done = ok(completion(json!({"role": "assistant", "content": "done"}), "stop"));
         let server = Loopback::start(vec![reply, done]).await;
-        let agent = agent_on(server.config().with_stream(stream).with_tool_call_limits(128, 1024));
+        let agent = agent_on(config(&server).with_stream(stream).with_tool_call_limits(128, 1024));
         let outcome = within_20_s(agent.prompt("list a")).await;
         assert_failed_with(&outcome, "a tool call's arguments are larger than 1 KiB");
         assert_eq!(server.bodies().len(), 1, "stream {stream}");
@@ -585,7 +434,7 @@ async fn tool_call_arguments_past_their_bound_fail_the_model_call() {
 async fn keep_alive_comments_forever_end_at_the_call_deadline() {
     let server = Loopback::start(vec![endless_stream(": keep-alive\n\n", Duration::from_millis(10))]).await;
     let started = Instant::now();
-    let config = server.config().with_call_deadline(Duration::from_millis(500));
+    let config = config(&server).with_call_deadline(Duration::from_millis(500));
     let outcome = within_20_s(agent_on(config).prompt("hi")).await;
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     assert_failed_with(&outcome, "the model call passed its deadline of 0.5 s");
@@ -596,8 +445,7 @@ async fn keep_alive_comments_forever_end_at_the_call_deadline() {
 async fn a_server_that_never_sends_headers_fails_at_the_call_deadline_retries_included() {
     let server = Loopback::start(vec![Reply::Silent, Reply::Silent, Reply::Silent, Reply::Silent]).await;
     let started = Instant::now();
-    let config = server
-        .config()
+    let config = config(&server)
         .with_timeout(Duration::from_secs(3))
         .with_retries(3, Duration::from_millis(10))
         .with_call_deadline(Duration::from_millis(500));
@@ -611,7 +459,7 @@ async fn a_server_that_never_sends_headers_fails_at_the_call_deadline_retries_in
 async fn a_runs_budget_deadline_ends_a_call_and_its_retries_as_aborted() {
     let server = Loopback::start(vec![Reply::Silent, Reply::Silent, Reply::Silent, Reply::Silent]).await;
     let started = Instant::now();
-    let config = server.config().with_timeout(Duration::from_secs(3)).with_retries(3, Duration::from_millis(10));
+    let config = config(&server).with_timeout(Duration::from_secs(3)).with_retries(3, Duration::from_millis(10));
     let budget = subagents::Budget::new().with_deadline(Duration::from_millis(300)).lease();
     let agent = Agent::builder(OpenAiModel::new(config).unwrap()).budget(budget).build().unwrap();
     let outcome = within_20_s(agent.prompt("hi")).await;
@@ -621,13 +469,13 @@ async fn a_runs_budget_deadline_ends_a_call_and_its_retries_as_aborted() {
 
 #[tokio::test]
 async fn a_stream_that_ends_before_its_finish_is_an_answer_that_broke_off_not_an_unreachable_endpoint() {
-    let server = Loopback::start(vec![Reply::Stream {
-        events: vec![delta(json!({"role": "assistant", "content": "Hel"}), None)],
-        done: false,
-        hang: false,
-    }])
+    let server = Loopback::start(vec![chat_stream(
+        vec![delta(json!({"role": "assistant", "content": "Hel"}), None)],
+        false,
+        false,
+    )])
     .await;
-    let config = server.config().with_retries(0, Duration::ZERO);
+    let config = config(&server).with_retries(0, Duration::ZERO);
     let agent =
         Agent::builder(OpenAiModel::new(config).unwrap()).on_update(Arc::new(|_: &AgentUpdate| {})).build().unwrap();
     let outcome = agent.prompt("greet").await;

@@ -1,18 +1,30 @@
-//! Model adapters: one async trait, three implementations.
+//! Model adapters: one async trait, its implementations.
 //!
 //! | adapter | when to choose it |
 //! |---|---|
 //! | [`ScriptedModel`] | the embedded default: deterministic scripts keyed by session, no key, no network; [`ScriptedModel::demo`] uses its tools |
 //! | [`ReplayModel`] / [`RecordingModel`] | replay recorded tapes; record them around any adapter |
 //! | `OpenAiModel` | any OpenAI-compatible chat-completions endpoint (feature `openai`) |
+//! | `OpenAiResponsesModel` | OpenAI's Responses API (feature `openai`) |
+//! | `AnthropicModel` | Anthropic's Messages API (feature `openai`) |
 //!
 //! Every call takes a [`CancellationToken`]; an adapter returns
-//! [`ModelError::Cancelled`] promptly once it trips (the OpenAI adapter drops
-//! the in-flight request, which closes its connection).
+//! [`ModelError::Cancelled`] promptly once it trips (an HTTP adapter drops
+//! the in-flight request, which closes its connection). The HTTP adapters
+//! share one layer for sending, retrying and reading bounded answers, so
+//! each holds its endpoint to the same bounds; [`ModelSpec`] names any of
+//! them in one string.
 
+#[cfg(feature = "openai")]
+mod anthropic;
 mod demo;
 #[cfg(feature = "openai")]
+mod http;
+#[cfg(feature = "openai")]
 mod openai;
+#[cfg(feature = "openai")]
+mod responses;
+
 mod replay;
 mod scripted;
 
@@ -23,7 +35,12 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "openai")]
+pub use anthropic::{AnthropicConfig, AnthropicModel};
+#[cfg(feature = "openai")]
 pub use openai::{OpenAiConfig, OpenAiModel};
+#[cfg(feature = "openai")]
+pub use responses::OpenAiResponsesModel;
+
 pub use replay::{RecordingModel, ReplayModel, Tape, TapeAnswer, TapeSession};
 pub use scripted::{DelayRule, Responder, ScriptMatch, ScriptedModel, Step};
 
@@ -31,9 +48,23 @@ use super::session::{SessionEvent, ToolCall};
 use super::tools::ToolSpec;
 use crate::seam::{text_of, AgentOptions};
 
+/// The forms [`ModelSpec::parse`] takes, for its errors.
+const MODEL_FORMS: &str = "\"scripted\", \"openai:NAME\", \"openai-responses:NAME\" or \"anthropic:NAME\"";
+
 /// A model named on a command line or in a route: `scripted` (the
-/// embedded default, [`ScriptedModel::demo`]) or `openai:NAME` (an
-/// OpenAI-compatible endpoint configured by the environment).
+/// embedded default, [`ScriptedModel::demo`]), `openai:NAME` (an
+/// OpenAI-compatible chat-completions endpoint), `openai-responses:NAME`
+/// (OpenAI's Responses API, the same environment) or `anthropic:NAME`
+/// (Anthropic's Messages API), each HTTP one configured by the environment.
+///
+/// ```
+/// use subagents::agent::ModelSpec;
+///
+/// let spec = ModelSpec::parse("anthropic:claude-sonnet-4-5").unwrap();
+/// assert_eq!(spec, ModelSpec::Anthropic(Some("claude-sonnet-4-5".to_owned())));
+/// assert_eq!(spec.route_provider(), Some("anthropic"));
+/// assert!(ModelSpec::parse("gemini:pro").unwrap_err().to_string().contains("anthropic:NAME"));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ModelSpec {
     /// The scripted demo model.
@@ -41,31 +72,133 @@ pub enum ModelSpec {
     /// `OpenAiModel` (feature `openai`); `None` takes the model name from
     /// `SUBAGENTS_MODEL`.
     OpenAi(Option<String>),
+    /// `OpenAiResponsesModel` (feature `openai`); `None` takes the model
+    /// name from `SUBAGENTS_MODEL`.
+    OpenAiResponses(Option<String>),
+    /// `AnthropicModel` (feature `openai`, which carries every HTTP
+    /// adapter); `None` takes the model name from `ANTHROPIC_MODEL`.
+    Anthropic(Option<String>),
 }
 
 impl ModelSpec {
-    /// Parses `scripted` or `openai:NAME`.
+    /// Parses `scripted`, `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
     pub fn parse(spec: &str) -> Result<ModelSpec, ModelError> {
-        match spec.strip_prefix("openai:") {
-            _ if spec == "scripted" => Ok(ModelSpec::Scripted),
-            Some(name) if !name.is_empty() => Ok(ModelSpec::OpenAi(Some(name.to_owned()))),
-            _ => Err(ModelError::Config(format!("unknown model {spec:?}: use \"scripted\" or \"openai:NAME\""))),
+        if spec == "scripted" {
+            return Ok(ModelSpec::Scripted);
+        }
+        let unknown = || ModelError::Config(format!("unknown model {spec:?}: use {MODEL_FORMS}"));
+        let (api, name) = spec.split_once(':').ok_or_else(unknown)?;
+        if name.is_empty() {
+            return Err(unknown());
+        }
+        ModelSpec::from_route(Some(api), Some(name.to_owned())).map_err(|_| unknown())
+    }
+
+    /// The spec a route names by its provider (`openai`,
+    /// `openai-responses`, `anthropic`; none or `scripted` is the scripted
+    /// model) and model: how a child process is told its model.
+    pub fn from_route(provider: Option<&str>, model: Option<String>) -> Result<ModelSpec, ModelError> {
+        Ok(match provider {
+            None | Some("scripted") => ModelSpec::Scripted,
+            Some("openai") => ModelSpec::OpenAi(model),
+            Some("openai-responses") => ModelSpec::OpenAiResponses(model),
+            Some("anthropic") => ModelSpec::Anthropic(model),
+            Some(other) => return Err(ModelError::Config(format!("unknown model provider {other:?}"))),
+        })
+    }
+
+    /// The route's provider for this model ([`ModelSpec::from_route`]'s
+    /// inverse); `None` for the scripted model.
+    pub fn route_provider(&self) -> Option<&'static str> {
+        match self {
+            ModelSpec::Scripted => None,
+            ModelSpec::OpenAi(_) => Some("openai"),
+            ModelSpec::OpenAiResponses(_) => Some("openai-responses"),
+            ModelSpec::Anthropic(_) => Some("anthropic"),
+        }
+    }
+
+    /// The model name it gives, if any (else the environment's).
+    pub fn model_name(&self) -> Option<&str> {
+        match self {
+            ModelSpec::Scripted => None,
+            ModelSpec::OpenAi(name) | ModelSpec::OpenAiResponses(name) | ModelSpec::Anthropic(name) => name.as_deref(),
+        }
+    }
+
+    /// Where the model's endpoint is configured in the environment: the
+    /// variables a child process may inherit (the base URL, the model), and
+    /// the one holding the key, which is only ever handed over explicitly.
+    pub fn endpoint_env(&self) -> (&'static [&'static str], Option<&'static str>) {
+        match self {
+            ModelSpec::Scripted => (&[], None),
+            ModelSpec::OpenAi(_) | ModelSpec::OpenAiResponses(_) => {
+                (&["SUBAGENTS_BASE_URL", "SUBAGENTS_MODEL"], Some("SUBAGENTS_API_KEY"))
+            }
+            ModelSpec::Anthropic(_) => (&["ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL"], Some("ANTHROPIC_API_KEY")),
         }
     }
 
     /// Builds the model.
     pub fn build(&self) -> Result<Arc<dyn Model>, ModelError> {
-        Ok(match self {
-            ModelSpec::Scripted => Arc::new(ScriptedModel::demo()),
+        match self {
+            ModelSpec::Scripted => Ok(Arc::new(ScriptedModel::demo())),
             #[cfg(feature = "openai")]
-            ModelSpec::OpenAi(name) => Arc::new(OpenAiModel::new(OpenAiConfig::from_env_for(name.as_deref())?)?),
+            _ => Ok(self.build_http()?.0),
             #[cfg(not(feature = "openai"))]
-            ModelSpec::OpenAi(_) => {
-                return Err(ModelError::Config("openai models need the crate's \"openai\" feature".to_owned()))
+            _ => Err(ModelError::Config(format!(
+                "{} models need the crate's \"openai\" feature",
+                self.route_provider().unwrap_or_default()
+            ))),
+        }
+    }
+
+    /// Builds the model and, for an HTTP one, checks that its endpoint's
+    /// host accepts a connection (within its timeout, at most 5 s). `Err`
+    /// carries the base URL when the endpoint is what failed.
+    pub async fn build_reachable(&self) -> Result<Arc<dyn Model>, (Option<String>, ModelError)> {
+        #[cfg(feature = "openai")]
+        if !matches!(self, ModelSpec::Scripted) {
+            let (model, base_url, probe) = self.build_http().map_err(|e| (None, e))?;
+            probe.await.map_err(|e| (Some(base_url), e))?;
+            return Ok(model);
+        }
+        self.build().map_err(|e| (None, e))
+    }
+
+    /// An HTTP model, its base URL, and a probe of its endpoint.
+    #[cfg(feature = "openai")]
+    fn build_http(&self) -> Result<(Arc<dyn Model>, String, Probe), ModelError> {
+        Ok(match self {
+            ModelSpec::OpenAi(name) => {
+                let config = OpenAiConfig::from_env_for(name.as_deref())?;
+                let base_url = config.base_url.clone();
+                let model = Arc::new(OpenAiModel::new(config)?);
+                let held = model.clone();
+                (model, base_url, Box::pin(async move { held.check_reachable().await }))
             }
+            ModelSpec::OpenAiResponses(name) => {
+                let config = OpenAiConfig::from_env_for(name.as_deref())?;
+                let base_url = config.base_url.clone();
+                let model = Arc::new(OpenAiResponsesModel::new(config)?);
+                let held = model.clone();
+                (model, base_url, Box::pin(async move { held.check_reachable().await }))
+            }
+            ModelSpec::Anthropic(name) => {
+                let config = AnthropicConfig::from_env_for(name.as_deref())?;
+                let base_url = config.base_url.clone();
+                let model = Arc::new(AnthropicModel::new(config)?);
+                let held = model.clone();
+                (model, base_url, Box::pin(async move { held.check_reachable().await }))
+            }
+            ModelSpec::Scripted => unreachable!("the scripted model is no HTTP model"),
         })
     }
 }
+
+/// A check that an HTTP model's endpoint accepts a connection.
+#[cfg(feature = "openai")]
+type Probe = BoxFuture<'static, Result<(), ModelError>>;
 
 /// Receives streamed text as it arrives.
 pub type ChunkSink = Arc<dyn Fn(&str) + Send + Sync>;
@@ -124,12 +257,27 @@ pub enum Finish {
 }
 
 /// Token counts, where the model reports them.
+///
+/// `input_tokens` is every prompt token, those read from or written to the
+/// provider's prompt cache included (Anthropic reports them apart; they are
+/// added in), so that a budget counts what the call actually took; the two
+/// cache counts say how many of them the cache served or took.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens, cached ones included.
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
+    /// Of the prompt tokens, those read from the prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Of the prompt tokens, those written to the prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 /// One model answer.
@@ -190,7 +338,7 @@ pub enum ModelError {
     /// not read.
     #[error("{0}")]
     Oversized(Oversize),
-    /// The endpoint answered something that is not a chat completion.
+    /// The endpoint answered something that is not an answer of its API.
     #[error("malformed model response: {0}")]
     Malformed(String),
     /// A script or tape said to fail, or ran out.
@@ -212,9 +360,7 @@ impl ModelError {
             ModelError::Deadline(after) => format!("the model call passed its deadline of {} s", after.as_secs_f64()),
             // Fixed wording and the bound: nothing of the answer itself.
             ModelError::Oversized(oversize) => oversize.to_string(),
-            ModelError::Malformed(_) => {
-                "the model endpoint answered something that is not a chat completion".to_owned()
-            }
+            ModelError::Malformed(_) => "the model endpoint answered something that is not a model answer".to_owned(),
             ModelError::Scripted(_) => "the scripted model failed".to_owned(),
         }
     }

@@ -8,7 +8,7 @@
 //!   (`-32600`, `data.reason` "already initialized"). A failed one may be
 //!   retried. Requests may be written right behind it.
 //! - `session/new` takes the cwd (absolute) and builds a session of a full
-//!   runtime: the scripted demo model (or `openai:NAME`), `read_file`,
+//!   runtime: the scripted demo model (or an HTTP model: `openai:NAME`, `openai-responses:NAME`, `anthropic:NAME`), `read_file`,
 //!   `list_dir`, a subagent tool on an in-process `spawn` provider, the task
 //!   tools; its children get the same kit (the CLI's children too), so they
 //!   delegate further until the depth cap (3), where `subagent` is not
@@ -91,7 +91,7 @@ use crate::{Runtime, Subagents};
 pub struct AcpServeOptions {
     /// Where sessions are kept.
     pub home: PathBuf,
-    /// `scripted` or `openai:NAME`.
+    /// `scripted`, `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
     pub model: String,
     /// Tools that ask the client for permission before each call.
     pub approve: Vec<String>,

@@ -5,13 +5,14 @@
 //! The client is the root parent. Its calls start children on one
 //! provider (`spawn`, the default; `fork`; or `process`, each child a
 //! `subagents serve` process), on the scripted demo model unless
-//! `--model openai:NAME`; every child runs under this runtime's supervision
+//! `--model` names an HTTP model (`openai:NAME`, `openai-responses:NAME`,
+//! `anthropic:NAME`); every child runs under this runtime's supervision
 //! tree with its limits, and in-process children get the same kit as the
 //! CLI's (files, `subagent`, the task tools) so they delegate further, to
 //! the depth cap. Children see only the prompt they are given, never the
 //! client's conversation.
 //!
-//! - **Before serving**, the home must take sessions and an `openai:NAME`
+//! - **Before serving**, the home must take sessions and an HTTP model's
 //!   endpoint must accept a connection (the checks of `run` and `fanout`:
 //!   [`preflight`]); else [`serve_mcp`] returns the error
 //!   at once (`subagents mcp` exits 2) rather than every call failing late.
@@ -98,7 +99,6 @@ use self::tools::{Catalog, Limits, Target};
 use super::{preflight, ServeError};
 use crate::agent::{Agent, ListDir, Model, ModelSpec, ReadFile, ScriptedModel, Tool, ToolContext, ToolOutput, Toolset};
 use crate::providers::{ChildInfo, InProcessProvider, ProcessConfig, ProcessProvider};
-use crate::seam::AgentOptions;
 use crate::tool::{
     shared_delegating_toolset, Begun, Delegated, Delegation, MaxDepth, SubagentTool, SubagentToolConfig, TaskService,
 };
@@ -164,7 +164,7 @@ impl FromStr for ChildProvider {
 pub struct McpServeOptions {
     /// Where the children run.
     pub provider: ChildProvider,
-    /// `scripted` or `openai:NAME`: the children's model.
+    /// `scripted`, `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`: the children's model.
     pub model: String,
     /// Where sessions are kept (default: `$SUBAGENTS_HOME`, else
     /// `.subagents`).
@@ -351,7 +351,7 @@ impl Session {
             max_depth,
             background: tasks.max_live(),
             children_read_only,
-            open_world: matches!(spec, ModelSpec::OpenAi(_)),
+            open_world: !matches!(spec, ModelSpec::Scripted),
         };
         let catalog = Catalog::new(&subagent, &info, tasks.tools(), limits).map_err(ServeError::Options)?;
         // The root never prompts a model: it is the client's identity (its
@@ -455,19 +455,12 @@ fn default_concurrency() -> usize {
 }
 
 /// A `process` provider whose children run `spec`: the scripted model by
-/// default; for `openai:NAME` the route, the endpoint and model variables,
-/// and the key handed over explicitly (credential-shaped names are never
+/// default; for an HTTP model the route, the endpoint's variables, and the
+/// key handed over explicitly (credential-shaped names are never
 /// inherited).
 fn process_config(name: &str, home: PathBuf, spec: &ModelSpec) -> ProcessConfig {
     let mut config = ProcessConfig::new(name, home);
-    if let ModelSpec::OpenAi(model) = spec {
-        config.route =
-            AgentOptions { provider: Some("openai".to_owned()), model: model.clone(), ..AgentOptions::default() };
-        config.inherit_env = vec!["SUBAGENTS_BASE_URL".to_owned(), "SUBAGENTS_MODEL".to_owned()];
-        if let Ok(key) = std::env::var("SUBAGENTS_API_KEY") {
-            config.env.push(("SUBAGENTS_API_KEY".to_owned(), key));
-        }
-    }
+    super::stdio::route_child_model(&mut config, spec);
     config
 }
 

@@ -4,8 +4,9 @@
 //! `startup-failed` or `subagent run failed`:
 //!
 //! - [`check_home`]: the home can take sessions (every run writes one);
-//! - [`reachable_model`]: the model can be built and, for `openai:NAME`,
-//!   its endpoint accepts a connection.
+//! - [`reachable_model`]: the model can be built and, for an HTTP model
+//!   (`openai:`, `openai-responses:`, `anthropic:`), its endpoint accepts a
+//!   connection.
 //!
 //! `subagents run`, `fanout` and `mcp` make both checks.
 //!
@@ -24,8 +25,6 @@ use std::sync::Arc;
 
 use super::ServeError;
 use crate::agent::{Model, ModelSpec, SessionStore};
-#[cfg(feature = "openai")]
-use crate::agent::{OpenAiConfig, OpenAiModel};
 
 /// Creates the home and its sessions directory if missing (private, 0700:
 /// see [`SessionStore`]) and proves the sessions directory writable by
@@ -41,19 +40,12 @@ pub fn check_home(home: &Path) -> Result<(), ServeError> {
     Ok(())
 }
 
-/// The model `spec` names, built; an OpenAI-compatible endpoint is probed
+/// The model `spec` names, built; an HTTP model's endpoint is probed
 /// first (a connection within its timeout, at most 5 s), so that one that
 /// cannot be reached at all is refused before any run.
 pub async fn reachable_model(spec: &ModelSpec) -> Result<Arc<dyn Model>, ServeError> {
-    match spec {
-        #[cfg(feature = "openai")]
-        ModelSpec::OpenAi(name) => {
-            let config = OpenAiConfig::from_env_for(name.as_deref())?;
-            let base_url = config.base_url.clone();
-            let model = OpenAiModel::new(config)?;
-            model.check_reachable().await.map_err(|source| ServeError::Unreachable { base_url, source })?;
-            Ok(Arc::new(model))
-        }
-        _ => Ok(spec.build()?),
-    }
+    spec.build_reachable().await.map_err(|(base_url, source)| match base_url {
+        Some(base_url) => ServeError::Unreachable { base_url, source },
+        None => ServeError::from(source),
+    })
 }

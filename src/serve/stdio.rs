@@ -32,6 +32,8 @@ use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEven
 use crate::providers::child_process::lines;
 use crate::providers::process::profile::{Profile, PROFILE_TOOLS};
 use crate::providers::process::wire::{ChildEvent, Initialize, TurnEndReason, PROTOCOL_VERSION};
+#[cfg(any(feature = "mcp", feature = "remote"))]
+use crate::providers::process::ProcessConfig;
 use crate::providers::{ChildInfo, InProcessProvider};
 use crate::seam::ContentBlock;
 use crate::tool::{delegating_tools, shared_delegating_toolset, TaskService};
@@ -66,6 +68,22 @@ struct Server {
     turn: Option<tokio::task::JoinHandle<()>>,
     /// The runs the served session starts, for the `shutdown` receipt.
     lineage: Option<LineageScope>,
+}
+
+/// Tells a `process` child to run `spec` (what [`serve_stdio`] reads back
+/// from its route): the route names the model; for an HTTP model the
+/// child inherits the endpoint's variables and is handed the key
+/// explicitly, as a credential-shaped name is never inherited.
+#[cfg(any(feature = "mcp", feature = "remote"))]
+pub(crate) fn route_child_model(config: &mut ProcessConfig, spec: &ModelSpec) {
+    let Some(provider) = spec.route_provider() else { return };
+    config.route.provider = Some(provider.to_owned());
+    config.route.model = spec.model_name().map(str::to_owned);
+    let (inherited, key) = spec.endpoint_env();
+    config.inherit_env.extend(inherited.iter().map(|name| (*name).to_owned()));
+    if let Some(key) = key.and_then(|name| Some((name, std::env::var(name).ok()?))) {
+        config.env.push((key.0.to_owned(), key.1));
+    }
 }
 
 fn reply(id: &Value, result: Value) -> Value {
@@ -218,11 +236,8 @@ impl Server {
         for patch in &init.patches {
             profile.patch(patch)?;
         }
-        let spec = match init.route.provider.as_deref() {
-            None | Some("scripted") => ModelSpec::Scripted,
-            Some("openai") => ModelSpec::OpenAi(init.route.model.clone()),
-            Some(other) => return Err(format!("unknown model provider {other:?}")),
-        };
+        let spec = ModelSpec::from_route(init.route.provider.as_deref(), init.route.model.clone())
+            .map_err(|e| e.to_string())?;
         let model = spec.build().map_err(|e| e.to_string())?;
         if let Some(unknown) = profile.tools.iter().find(|n| !PROFILE_TOOLS.contains(&n.as_str())) {
             return Err(format!("unknown tool {unknown:?}"));

@@ -97,7 +97,7 @@ pub struct WorkerOptions {
     pub concurrency: usize,
     /// The worker's home (sessions; `process` children's homes under it).
     pub home: PathBuf,
-    /// `scripted` or `openai:NAME`.
+    /// `scripted`, `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
     pub model: String,
     /// The local provider.
     pub provider: WorkerProvider,
@@ -183,15 +183,8 @@ fn register_provider(
         }
         WorkerProvider::Process => {
             let mut config = ProcessConfig::new("process", options.home.join("children"));
-            if let Some(name) = options.model.strip_prefix("openai:") {
-                config.route.provider = Some("openai".to_owned());
-                config.route.model = Some(name.to_owned());
-                config.inherit_env = vec!["SUBAGENTS_BASE_URL".to_owned()];
-                // A key is handed over explicitly, never inherited.
-                if let Ok(key) = std::env::var("SUBAGENTS_API_KEY") {
-                    config.env.push(("SUBAGENTS_API_KEY".to_owned(), key));
-                }
-            }
+            let spec = ModelSpec::parse(&options.model).map_err(|e| e.to_string())?;
+            super::stdio::route_child_model(&mut config, &spec);
             let provider = ProcessProvider::new(config).map_err(|e| e.to_string())?;
             subagents.register_provider(provider).map(|registration| {
                 registration.keep();

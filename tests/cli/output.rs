@@ -18,7 +18,7 @@ fn assert_printable(what: &str, text: &str) {
 
 /// A loopback OpenAI-compatible endpoint answering every request with
 /// `status` and `body`; its base URL.
-fn endpoint_answering(status: &'static str, body: &'static str) -> String {
+pub(super) fn endpoint_answering(status: &'static str, body: &'static str) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
     std::thread::spawn(move || {

@@ -5,6 +5,8 @@
 //! the tests still running, so no wait without a bound can hang the suite.
 #![allow(dead_code)]
 
+pub mod loopback;
+
 use std::path::Path;
 use std::time::Duration;
 

@@ -36,13 +36,21 @@ async fn each_tool_says_whether_it_only_reads_and_subagent_does_while_its_childr
         assert_eq!(hints(&tools, "task_kill"), (Some(false), Some(true), Some(true), Some(false)), "{provider}");
         assert!(served.close().await.0.success());
     }
-    // Children on a model endpoint reach beyond this machine.
+    // Children on a model endpoint reach beyond this machine, whichever
+    // API it speaks.
     let endpoint = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", endpoint.local_addr().unwrap());
-    let served = Served::start_with(&["--model", "openai:gpt-test"], &[("SUBAGENTS_BASE_URL", &url)]).await;
-    let tools = served.client.list_all_tools().await.unwrap();
-    assert_eq!(hints(&tools, "subagent"), (Some(true), None, Some(false), Some(true)));
-    assert!(served.close().await.0.success());
+    let models = [
+        ("openai:gpt-test", "SUBAGENTS_BASE_URL"),
+        ("openai-responses:gpt-test", "SUBAGENTS_BASE_URL"),
+        ("anthropic:claude-test", "ANTHROPIC_BASE_URL"),
+    ];
+    for (model, variable) in models {
+        let served = Served::start_with(&["--model", model], &[(variable, &url)]).await;
+        let tools = served.client.list_all_tools().await.unwrap();
+        assert_eq!(hints(&tools, "subagent"), (Some(true), None, Some(false), Some(true)), "{model}");
+        assert!(served.close().await.0.success());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

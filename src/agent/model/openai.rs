@@ -9,7 +9,8 @@
 //!
 //! How it fails: transient answers (408, 425, 429, 500, 502, 503, 504),
 //! refused connections and timeouts are retried with exponential backoff
-//! (honouring `Retry-After`, capped at 30 s) up to `max_retries` times;
+//! and jitter (honouring `Retry-After` or `retry-after-ms`, capped at 30 s)
+//! up to `max_retries` times;
 //! other statuses (400, 404, 501, 505, …) fail at once with the status and
 //! the endpoint's error message, reduced to one line of at most 200
 //! characters (an HTML error page becomes its text; only its first
@@ -35,39 +36,27 @@
 //! let agent = Agent::builder(model).build().unwrap();
 //! ```
 
-use std::sync::Once;
-use std::time::Duration;
-
 use futures_util::future::BoxFuture;
-use futures_util::StreamExt;
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 mod answer;
 mod config;
 
-use answer::{parse_completion, CallLimits, StreamedAnswer};
+use answer::{parse_completion, StreamedAnswer};
 pub use config::OpenAiConfig;
 
-use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest, Oversize};
+use super::http::{bounded_call, is_event_stream, transient, Endpoint};
+use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest};
 use crate::agent::session::{SessionEvent, ToolCall};
 use crate::seam::{text_of, ContentBlock};
-
-/// Longest streamed line accepted; a longer one is a malformed stream.
-const MAX_LINE: usize = 4 * 1024 * 1024;
-/// Longest error body excerpt kept in an error message.
-const ERROR_EXCERPT: usize = 300;
-/// Longest error line kept from an endpoint's error body.
-const ERROR_LINE: usize = 200;
-/// The longest backoff between retries.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// The OpenAI-compatible adapter.
 pub struct OpenAiModel {
     config: OpenAiConfig,
-    url: String,
     name: String,
-    client: reqwest::Client,
+    endpoint: Endpoint,
 }
 
 impl std::fmt::Debug for OpenAiModel {
@@ -80,34 +69,15 @@ impl std::fmt::Debug for OpenAiModel {
 impl OpenAiModel {
     /// An adapter for `config`.
     pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
-        if !(config.base_url.starts_with("http://") || config.base_url.starts_with("https://")) {
-            return Err(ModelError::Config(format!(
-                "base URL {:?} must start with http:// or https://",
-                config.base_url
-            )));
-        }
-        config.check()?;
-        install_crypto_provider();
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.timeout.min(Duration::from_secs(30)))
-            .build()
-            .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))?;
-        let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
-        Ok(OpenAiModel { name: format!("openai:{}", config.model), url, config, client })
+        let endpoint =
+            Endpoint::new(&config.base_url, "chat/completions", bearer(&config)?, config.bounds(), transient)?;
+        Ok(OpenAiModel { name: format!("openai:{}", config.model), config, endpoint })
     }
 
     /// Whether the endpoint's host accepts a connection (within the
     /// timeout, at most 5 s): a cheap check before a batch of runs.
     pub async fn check_reachable(&self) -> Result<(), ModelError> {
-        let url = reqwest::Url::parse(&self.config.base_url).map_err(|e| ModelError::Config(e.to_string()))?;
-        let host = url.host_str().ok_or_else(|| ModelError::Config("the base URL has no host".to_owned()))?;
-        let port = url.port_or_known_default().unwrap_or(443);
-        let bound = self.config.timeout.min(Duration::from_secs(5));
-        match tokio::time::timeout(bound, tokio::net::TcpStream::connect((host, port))).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(error)) => Err(ModelError::Transport(format!("{host}:{port}: {error}"))),
-            Err(_) => Err(ModelError::Timeout(bound)),
-        }
+        self.endpoint.check_reachable().await
     }
 
     fn body(&self, request: &ModelRequest) -> Value {
@@ -163,78 +133,14 @@ impl OpenAiModel {
         body
     }
 
-    /// Sends the request, retrying what is worth retrying.
-    async fn send(&self, body: &Value) -> Result<reqwest::Response, ModelError> {
-        let mut attempt = 0;
-        loop {
-            let mut request = self.client.post(&self.url).json(body);
-            if let Some(key) = &self.config.api_key {
-                request = request.bearer_auth(key);
-            }
-            let retry_after = match tokio::time::timeout(self.config.timeout, request.send()).await {
-                Err(_) if attempt < self.config.max_retries => None,
-                Err(_) => return Err(ModelError::Timeout(self.config.timeout)),
-                Ok(Ok(response)) if response.status().is_success() => return Ok(response),
-                Ok(Ok(response)) => {
-                    let status = response.status();
-                    let retryable = transient(status.as_u16());
-                    if !retryable || attempt >= self.config.max_retries {
-                        let excerpt = self.error_excerpt(response).await;
-                        return Err(ModelError::Status { status: status.as_u16(), message: excerpt });
-                    }
-                    retry_after_header(&response)
-                }
-                Ok(Err(error)) if attempt < self.config.max_retries && (error.is_connect() || error.is_timeout()) => {
-                    None
-                }
-                Ok(Err(error)) => return Err(ModelError::Transport(describe(&error))),
-            };
-            let backoff = self.config.retry_backoff.saturating_mul(1 << attempt.min(16));
-            let delay = retry_after.unwrap_or(backoff).min(MAX_BACKOFF);
-            tracing::debug!(attempt, ?delay, "retrying the model call");
-            tokio::time::sleep(delay).await;
-            attempt += 1;
-        }
-    }
-
-    /// The endpoint's message from an error status's body, of which at
-    /// most `max_error_body_bytes` are read: one line is all that is kept.
-    async fn error_excerpt(&self, response: reqwest::Response) -> String {
-        let read = read_at_most(response, self.config.max_error_body_bytes);
-        let body = match tokio::time::timeout(self.config.timeout, read).await {
-            Ok(Ok((bytes, _))) => bytes,
-            _ => return "(no readable body)".to_owned(),
-        };
-        let message = serde_json::from_slice::<Value>(&body)
-            .ok()
-            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-        one_line(&message)
-    }
-
     async fn complete_inner(&self, request: ModelRequest) -> Result<ModelReply, ModelError> {
         let body = self.body(&request);
-        let response = self.send(&body).await?;
-        let is_event_stream = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        if self.config.stream && is_event_stream {
+        let response = self.endpoint.send(&body).await?;
+        if self.config.stream && is_event_stream(&response) {
             return self.read_stream(response, request.chunks.as_ref()).await;
         }
-        let bound = self.config.max_answer_bytes;
-        let too_large = ModelError::Oversized(Oversize::AnswerBytes(bound));
-        if response.content_length().is_some_and(|length| length > bound as u64) {
-            return Err(too_large);
-        }
-        let bytes = match tokio::time::timeout(self.config.timeout, read_at_most(response, bound)).await {
-            Err(_) => return Err(ModelError::Timeout(self.config.timeout)),
-            Ok(Err(error)) => return Err(ModelError::BrokeOff(describe(&error))),
-            Ok(Ok((_, false))) => return Err(too_large),
-            Ok(Ok((bytes, true))) => bytes,
-        };
-        let reply = parse_completion(&bytes, self.limits())?;
+        let bytes = self.endpoint.read_whole(response).await?;
+        let reply = parse_completion(&bytes, self.endpoint.bounds().calls)?;
         if let (Some(sink), false) = (&request.chunks, reply.text.is_empty()) {
             sink(&reply.text);
         }
@@ -246,35 +152,12 @@ impl OpenAiModel {
         response: reqwest::Response,
         sink: Option<&ChunkSink>,
     ) -> Result<ModelReply, ModelError> {
-        let mut stream = response.bytes_stream();
-        let mut pending: Vec<u8> = Vec::new();
-        let mut answer = StreamedAnswer::new(self.limits());
-        // Every byte counts, comments and blank lines too: a stream is
-        // bounded as a whole, not only by what it adds to the answer.
-        let mut received = 0usize;
+        let mut events = self.endpoint.events(response);
+        let mut answer = StreamedAnswer::new(self.endpoint.bounds().calls);
         while !answer.done {
-            let chunk = match tokio::time::timeout(self.config.timeout, stream.next()).await {
-                Err(_) => return Err(ModelError::Timeout(self.config.timeout)),
-                Ok(None) => break,
-                Ok(Some(Err(error))) => return Err(ModelError::BrokeOff(describe(&error))),
-                Ok(Some(Ok(chunk))) => chunk,
-            };
-            received = received.saturating_add(chunk.len());
-            if received > self.config.max_answer_bytes {
-                return Err(ModelError::Oversized(Oversize::AnswerBytes(self.config.max_answer_bytes)));
-            }
-            pending.extend_from_slice(&chunk);
-            let mut start = 0;
-            while let Some(offset) = pending[start..].iter().position(|&b| b == b'\n') {
-                answer.line(&pending[start..start + offset], sink)?;
-                start += offset + 1;
-                if answer.done {
-                    break;
-                }
-            }
-            pending.drain(..start);
-            if pending.len() > MAX_LINE {
-                return Err(ModelError::Malformed(format!("a streamed line exceeds {MAX_LINE} bytes")));
+            match events.next_data().await? {
+                Some(data) => answer.data(&data, sink)?,
+                None => break,
             }
         }
         if !answer.done && answer.finish_reason.is_none() {
@@ -282,26 +165,18 @@ impl OpenAiModel {
         }
         answer.into_reply()
     }
-
-    fn limits(&self) -> CallLimits {
-        CallLimits { calls: self.config.max_tool_calls, argument_bytes: self.config.max_tool_argument_bytes }
-    }
 }
 
-/// Up to `bound` bytes of `response`'s body, and whether that was all of
-/// it. Past the bound nothing more is read: dropping the response closes
-/// the connection.
-async fn read_at_most(mut response: reqwest::Response, bound: usize) -> Result<(Vec<u8>, bool), reqwest::Error> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        let room = bound - body.len();
-        if chunk.len() > room {
-            body.extend_from_slice(&chunk[..room]);
-            return Ok((body, false));
-        }
-        body.extend_from_slice(&chunk);
+/// The bearer key, if there is one, as a header marked sensitive.
+pub(super) fn bearer(config: &OpenAiConfig) -> Result<HeaderMap, ModelError> {
+    let mut headers = HeaderMap::new();
+    if let Some(key) = &config.api_key {
+        let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
+            .map_err(|_| ModelError::Config("the API key is not a valid header value".to_owned()))?;
+        value.set_sensitive(true);
+        headers.insert(AUTHORIZATION, value);
     }
-    Ok((body, true))
+    Ok(headers)
 }
 
 impl Model for OpenAiModel {
@@ -314,16 +189,7 @@ impl Model for OpenAiModel {
         request: ModelRequest,
         cancel: CancellationToken,
     ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
-        Box::pin(async move {
-            let deadline = self.config.call_deadline;
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => Err(ModelError::Cancelled),
-                reply = tokio::time::timeout(deadline, self.complete_inner(request)) => {
-                    reply.unwrap_or(Err(ModelError::Deadline(deadline)))
-                }
-            }
-        })
+        Box::pin(bounded_call(cancel, self.config.call_deadline, self.complete_inner(request)))
     }
 }
 
@@ -349,108 +215,4 @@ fn user_content(content: &[ContentBlock]) -> Value {
         })
         .collect();
     Value::Array(parts)
-}
-
-/// Statuses worth another try: the endpoint may answer differently soon.
-fn transient(status: u16) -> bool {
-    matches!(status, 408 | 425 | 429 | 500 | 502 | 503 | 504)
-}
-
-/// An error body as one line of at most [`ERROR_LINE`] characters: markup
-/// (an HTML error page) dropped, entities of the common kind decoded,
-/// whitespace and control characters collapsed.
-fn one_line(body: &str) -> String {
-    let mut text = String::with_capacity(body.len().min(4 * ERROR_LINE));
-    let mut in_tag = false;
-    let mut skipping = None::<&str>; // inside <script> or <style>
-    let lower = body.to_ascii_lowercase();
-    let mut index = 0;
-    for (at, c) in body.char_indices() {
-        if at < index {
-            continue;
-        }
-        if let Some(end) = skipping {
-            if lower[at..].starts_with(end) {
-                skipping = None;
-                index = at + end.len();
-            }
-            continue;
-        }
-        match c {
-            '<' => {
-                in_tag = true;
-                if lower[at..].starts_with("<script") {
-                    skipping = Some("</script>");
-                } else if lower[at..].starts_with("<style") {
-                    skipping = Some("</style>");
-                }
-                text.push(' ');
-            }
-            '>' if in_tag => in_tag = false,
-            _ if in_tag => {}
-            c if c.is_control() || c.is_whitespace() => text.push(' '),
-            c => text.push(c),
-        }
-        if text.len() > 8 * ERROR_LINE {
-            break;
-        }
-    }
-    let text = text
-        .replace("&nbsp;", " ")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&#39;", "'")
-        .replace("&amp;", "&");
-    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match collapsed.char_indices().nth(ERROR_LINE) {
-        Some((cut, _)) => format!("{}…", &collapsed[..cut]),
-        None => collapsed,
-    }
-}
-
-fn retry_after_header(response: &reqwest::Response) -> Option<Duration> {
-    let seconds = response.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse::<u64>().ok()?;
-    Some(Duration::from_secs(seconds))
-}
-
-/// A transport error without the request URL (it may carry credentials).
-fn describe(error: &reqwest::Error) -> String {
-    let kind = if error.is_connect() {
-        "connection failed"
-    } else if error.is_timeout() {
-        "timed out"
-    } else if error.is_body() || error.is_decode() {
-        "the response body broke off"
-    } else {
-        "request failed"
-    };
-    let mut source = std::error::Error::source(error);
-    let mut detail = String::new();
-    while let Some(cause) = source {
-        detail = cause.to_string();
-        source = cause.source();
-    }
-    if detail.is_empty() {
-        kind.to_owned()
-    } else {
-        format!("{kind}: {}", excerpt(&detail))
-    }
-}
-
-fn excerpt(text: &str) -> String {
-    let text = text.trim();
-    match text.char_indices().nth(ERROR_EXCERPT) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
-    }
-}
-
-fn install_crypto_provider() {
-    static INSTALL: Once = Once::new();
-    // An embedding application may have installed its own provider already;
-    // either way one is in place afterwards.
-    INSTALL.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
 }

@@ -19,8 +19,11 @@
 //!
 //! `--model scripted` (the default) needs no key and no network;
 //! `--model openai:NAME` talks to an OpenAI-compatible endpoint configured by
-//! `SUBAGENTS_BASE_URL` and `SUBAGENTS_API_KEY`, held to the bounds the
-//! `SUBAGENTS_MODEL_*` variables set (see `OpenAiConfig`).
+//! `SUBAGENTS_BASE_URL` and `SUBAGENTS_API_KEY`, `--model
+//! openai-responses:NAME` to OpenAI's Responses API on the same variables,
+//! `--model anthropic:NAME` to Anthropic's Messages API (`ANTHROPIC_BASE_URL`,
+//! `ANTHROPIC_API_KEY`); each is held to the bounds the `SUBAGENTS_MODEL_*`
+//! variables set (see `OpenAiConfig`).
 //!
 //! # Exit codes
 //!
@@ -81,7 +84,7 @@ enum Command {
         provider: Option<String>,
         #[command(flatten)]
         config: setup::ConfigArgs,
-        /// `scripted` (no key, no network) or `openai:NAME`.
+        /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
         #[arg(long, default_value = "scripted")]
         model: String,
         /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
@@ -95,7 +98,7 @@ enum Command {
         /// Where sessions are kept.
         #[arg(long, default_value = ".subagents")]
         home: PathBuf,
-        /// `scripted` (no key, no network) or `openai:NAME`.
+        /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
         #[arg(long, default_value = "scripted")]
         model: String,
         /// A tool that asks the client for permission before each call (repeatable).
@@ -118,7 +121,7 @@ enum Command {
         provider: Option<String>,
         #[command(flatten)]
         config: setup::ConfigArgs,
-        /// The children's model: `scripted` (no key, no network) or `openai:NAME`.
+        /// The children's model: `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
         #[arg(long, default_value = "scripted")]
         model: String,
         /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
@@ -174,7 +177,7 @@ enum Command {
         provider: Option<String>,
         #[command(flatten)]
         config: setup::ConfigArgs,
-        /// `scripted` (no key, no network) or `openai:NAME`.
+        /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
         #[arg(long, default_value = "scripted")]
         model: String,
         /// Write a Chrome trace-event JSON of every run's lifecycle here.

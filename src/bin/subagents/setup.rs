@@ -24,8 +24,9 @@ pub struct Setup {
     pub home: PathBuf,
 }
 
-/// `scripted` (the embedded default) or `openai:NAME`; an OpenAI endpoint
-/// is probed on the runtime, so a batch fails before any run when it
+/// `scripted` (the embedded default) or an HTTP model (`openai:NAME`,
+/// `openai-responses:NAME`, `anthropic:NAME`), whose endpoint is probed on
+/// the runtime, so a batch fails before any run when it
 /// cannot be reached at all.
 fn model(spec: &str, runtime: &Runtime) -> Result<Arc<dyn Model>, String> {
     let spec = ModelSpec::parse(spec).map_err(|e| e.to_string())?;

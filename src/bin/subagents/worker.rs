@@ -28,7 +28,7 @@ pub struct WorkerArgs {
     /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
     #[arg(long)]
     home: Option<PathBuf>,
-    /// `scripted` (no key, no network) or `openai:NAME`.
+    /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
     #[arg(long, default_value = "scripted")]
     model: String,
     /// `spawn` (in-process children) or `process` (each run in its own process).

@@ -13,7 +13,7 @@
 //!
 //! | tool | readOnly | destructive | idempotent | openWorld |
 //! |---|---|---|---|---|
-//! | `subagent` | while the children's tools all only read (today's kit does) | — | no | with an `openai:` model |
+//! | `subagent` | while the children's tools all only read (today's kit does) | — | no | with an HTTP model (`openai:`, `openai-responses:`, `anthropic:`) |
 //! | `task_output`, `task_list` | yes | — | — | no |
 //! | `task_kill` | no | yes | yes | no |
 //!

@@ -2,42 +2,16 @@
 //! [`ModelReply`]: its text, its tool calls (held to [`CallLimits`], the
 //! same way on both paths), why it finished, what it used.
 //!
-//! A stream is a sequence of `data:` lines, each a chunk whose delta adds
+//! A stream is a sequence of `data:` payloads, each a chunk whose delta adds
 //! text, a refusal, or a piece of a tool call (an id, a name, or a slice of
 //! the arguments, keyed by the call's `index`), until `data: [DONE]`.
 //! Comments, blank lines and other fields are skipped.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::excerpt;
-use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Oversize, Usage};
+use crate::agent::model::http::{excerpt, parse_arguments, CallLimits};
+use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Usage};
 use crate::agent::session::ToolCall;
-
-/// The bounds on one answer's tool calls, checked the same way whether the
-/// answer came whole or streamed.
-#[derive(Clone, Copy)]
-pub(super) struct CallLimits {
-    pub(super) calls: usize,
-    pub(super) argument_bytes: usize,
-}
-
-impl CallLimits {
-    /// Refuses an answer that would hold `calls` tool calls.
-    fn check_calls(self, calls: usize) -> Result<(), ModelError> {
-        if calls > self.calls {
-            return Err(ModelError::Oversized(Oversize::ToolCalls(self.calls)));
-        }
-        Ok(())
-    }
-
-    /// Refuses arguments that would be `bytes` long.
-    fn check_arguments(self, bytes: usize) -> Result<(), ModelError> {
-        if bytes > self.argument_bytes {
-            return Err(ModelError::Oversized(Oversize::ToolArgumentBytes(self.argument_bytes)));
-        }
-        Ok(())
-    }
-}
 
 /// The streamed answer so far.
 pub(super) struct StreamedAnswer {
@@ -64,13 +38,8 @@ impl StreamedAnswer {
         }
     }
 
-    /// Takes one line of the stream (without its `\n`).
-    pub(super) fn line(&mut self, line: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(data) = line.strip_prefix(b"data:") else {
-            return Ok(()); // blank lines, comments, `event:` and `id:` fields
-        };
-        let data = data.trim_ascii();
+    /// Takes one `data:` payload of the stream.
+    pub(super) fn data(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
         if data == b"[DONE]" {
             self.done = true;
             return Ok(());
@@ -191,15 +160,10 @@ fn finish_of(reason: Option<&str>, has_calls: bool, refused: bool) -> Finish {
 }
 
 fn usage_of(usage: &Value) -> Option<Usage> {
-    let input_tokens = usage["prompt_tokens"].as_u64()?;
-    Some(Usage { input_tokens, output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0) })
-}
-
-/// Arguments arrive as a JSON string; invalid JSON is kept as a string so
-/// the tool layer can tell the model.
-fn parse_arguments(raw: &str) -> Value {
-    if raw.trim().is_empty() {
-        return Value::Object(Map::new());
-    }
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+    Some(Usage {
+        input_tokens: usage["prompt_tokens"].as_u64()?,
+        output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
+        cache_read_tokens: usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
+        cache_write_tokens: 0,
+    })
 }

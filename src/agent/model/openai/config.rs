@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::agent::model::http::{env_var, Bounds, CallLimits, EnvBounds};
 use crate::agent::model::ModelError;
 
 /// The default endpoint when `SUBAGENTS_BASE_URL` is unset.
@@ -118,35 +119,18 @@ impl OpenAiConfig {
     /// As [`OpenAiConfig::from_env`], with the model named here instead of
     /// by `SUBAGENTS_MODEL` when `model` is given.
     pub fn from_env_for(model: Option<&str>) -> Result<Self, ModelError> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let model = model
             .map(str::to_owned)
-            .or_else(|| var("SUBAGENTS_MODEL"))
+            .or_else(|| env_var("SUBAGENTS_MODEL"))
             .ok_or_else(|| ModelError::Config("set SUBAGENTS_MODEL to the model name".to_owned()))?;
-        let base_url = var("SUBAGENTS_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
-        let mut config = OpenAiConfig { api_key: var("SUBAGENTS_API_KEY"), ..Self::new(base_url, model) };
-        // A whole number of `unit`s, where set.
-        let number = |name: &str, unit: u64| -> Result<Option<u64>, ModelError> {
-            let Some(value) = var(name) else { return Ok(None) };
-            let number = value.trim().parse::<u64>().ok().and_then(|n| n.checked_mul(unit));
-            number.map(Some).ok_or_else(|| ModelError::Config(format!("{name} must be a whole number, not {value:?}")))
-        };
-        let bytes = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-        if let Some(n) = number("SUBAGENTS_MODEL_MAX_ANSWER_MIB", MIB as u64)? {
-            config.max_answer_bytes = bytes(n);
-        }
-        if let Some(n) = number("SUBAGENTS_MODEL_MAX_ERROR_BODY_MIB", MIB as u64)? {
-            config.max_error_body_bytes = bytes(n);
-        }
-        if let Some(n) = number("SUBAGENTS_MODEL_MAX_TOOL_CALLS", 1)? {
-            config.max_tool_calls = bytes(n);
-        }
-        if let Some(n) = number("SUBAGENTS_MODEL_MAX_TOOL_ARGUMENTS_MIB", MIB as u64)? {
-            config.max_tool_argument_bytes = bytes(n);
-        }
-        if let Some(n) = number("SUBAGENTS_MODEL_DEADLINE_SECS", 1)? {
-            config.call_deadline = Duration::from_secs(n);
-        }
+        let base_url = env_var("SUBAGENTS_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        let mut config = OpenAiConfig { api_key: env_var("SUBAGENTS_API_KEY"), ..Self::new(base_url, model) };
+        let bounds = EnvBounds::read()?;
+        config.max_answer_bytes = bounds.max_answer_bytes.unwrap_or(config.max_answer_bytes);
+        config.max_error_body_bytes = bounds.max_error_body_bytes.unwrap_or(config.max_error_body_bytes);
+        config.max_tool_calls = bounds.max_tool_calls.unwrap_or(config.max_tool_calls);
+        config.max_tool_argument_bytes = bounds.max_tool_argument_bytes.unwrap_or(config.max_tool_argument_bytes);
+        config.call_deadline = bounds.call_deadline.unwrap_or(config.call_deadline);
         Ok(config)
     }
 
@@ -201,16 +185,16 @@ impl OpenAiConfig {
         self
     }
 
-    /// Refuses the bounds that would fail every call at zero (no tool
-    /// calls, or no error text, are choices one may make).
-    pub(super) fn check(&self) -> Result<(), ModelError> {
-        let zero = if self.max_answer_bytes == 0 {
-            "max_answer_bytes"
-        } else if self.call_deadline.is_zero() {
-            "call_deadline"
-        } else {
-            return Ok(());
-        };
-        Err(ModelError::Config(format!("{zero} is 0: every model call would fail")))
+    /// The bounds as the shared HTTP layer holds them.
+    pub(in crate::agent::model) fn bounds(&self) -> Bounds {
+        Bounds {
+            timeout: self.timeout,
+            max_retries: self.max_retries,
+            retry_backoff: self.retry_backoff,
+            max_answer_bytes: self.max_answer_bytes,
+            max_error_body_bytes: self.max_error_body_bytes,
+            calls: CallLimits { calls: self.max_tool_calls, argument_bytes: self.max_tool_argument_bytes },
+            call_deadline: self.call_deadline,
+        }
     }
 }

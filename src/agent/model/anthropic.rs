@@ -1,0 +1,236 @@
+//! Anthropic's Messages API (`POST /v1/messages`), with tool use and
+//! streaming: `--model anthropic:NAME`.
+//!
+//! Choose it for Claude models: the API's own shape, its prompt-cache
+//! counts in [`Usage`](crate::agent::Usage), its `529 overloaded` retried.
+//! Configure it in code ([`AnthropicConfig::new`]) or from the environment
+//! ([`AnthropicConfig::from_env`]: `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`,
+//! `ANTHROPIC_MODEL`, `ANTHROPIC_MAX_TOKENS`, and the `SUBAGENTS_MODEL_*`
+//! bounds every HTTP adapter shares). Each request carries `x-api-key` and
+//! `anthropic-version: 2023-06-01`.
+//!
+//! The mapping: the system prompt is the top-level `system`; a session's
+//! tool calls are `tool_use` blocks of the assistant's message and their
+//! results `tool_result` blocks of the next user message (one user message
+//! holds every result of one answer, and any message that follows them);
+//! a route's `max_tokens` is sent, else the configured one (the API
+//! requires it), and its `model` overrides the configured one. A route's
+//! `reasoning_effort` is refused: the API has no such field, and a request
+//! the adapter cannot carry fails rather than being sent without it.
+//!
+//! Stop reasons: `end_turn` and `stop_sequence` finish the answer,
+//! `tool_use` asks for the results, `max_tokens` (and
+//! `model_context_window_exceeded`) is the token limit, `refusal` a
+//! refusal. `pause_turn` comes only from server tools, which this adapter
+//! never sends; should it come, the paused answer is kept as it stands and
+//! ends as cut short (`MaxTokens`), never resumed.
+//!
+//! How it fails: as the OpenAI adapter does (`OpenAiModel`'s module doc),
+//! with 529 retried besides 408, 425, 429, 500, 502, 503 and 504, and its
+//! `retry-after` honoured (capped at 30 s). An `error` event mid-stream
+//! (an overload, say) ends the call as an answer that broke off, keeping
+//! the text streamed so far; it is not retried, as its text has already
+//! reached the listeners. Every bound (answer bytes, tool calls, arguments,
+//! the call's deadline) holds the same way, and cancelling drops the
+//! request, which closes its connection.
+//!
+//! ```no_run
+//! use subagents::agent::{Agent, AnthropicConfig, AnthropicModel};
+//!
+//! let model = AnthropicModel::new(AnthropicConfig::from_env_for(Some("claude-sonnet-4-5")).unwrap()).unwrap();
+//! let agent = Agent::builder(model).build().unwrap();
+//! ```
+
+use futures_util::future::BoxFuture;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+mod answer;
+mod config;
+
+use answer::Message;
+pub use config::AnthropicConfig;
+
+use super::http::{bounded_call, is_event_stream, transient, Endpoint};
+use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest};
+use crate::agent::session::SessionEvent;
+use crate::seam::ContentBlock;
+
+/// The API version every request names.
+const API_VERSION: &str = "2023-06-01";
+
+/// The Anthropic Messages adapter.
+pub struct AnthropicModel {
+    config: AnthropicConfig,
+    name: String,
+    endpoint: Endpoint,
+}
+
+impl std::fmt::Debug for AnthropicModel {
+    /// The name only: the configuration holds the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnthropicModel").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl AnthropicModel {
+    /// An adapter for `config`.
+    pub fn new(config: AnthropicConfig) -> Result<Self, ModelError> {
+        if config.max_tokens == 0 {
+            return Err(ModelError::Config("max_tokens is 0: every model call would fail".to_owned()));
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert("anthropic-version", HeaderValue::from_static(API_VERSION));
+        if let Some(key) = &config.api_key {
+            let mut value = HeaderValue::from_str(key)
+                .map_err(|_| ModelError::Config("the API key is not a valid header value".to_owned()))?;
+            value.set_sensitive(true);
+            headers.insert("x-api-key", value);
+        }
+        let endpoint = Endpoint::new(&config.base_url, "v1/messages", headers, config.bounds(), overloaded)?;
+        Ok(AnthropicModel { name: format!("anthropic:{}", config.model), config, endpoint })
+    }
+
+    /// Whether the endpoint's host accepts a connection (within the
+    /// timeout, at most 5 s): a cheap check before a batch of runs.
+    pub async fn check_reachable(&self) -> Result<(), ModelError> {
+        self.endpoint.check_reachable().await
+    }
+
+    fn body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
+        let options = &request.options;
+        if options.reasoning_effort.is_some() {
+            return Err(ModelError::Config("the anthropic adapter takes no reasoning_effort".to_owned()));
+        }
+        let mut messages = Turns::default();
+        for event in request.messages.iter() {
+            match event {
+                SessionEvent::User { content } => messages.push("user", content.iter().filter_map(user_block)),
+                SessionEvent::Assistant { text, tool_calls } => {
+                    let text = (!text.is_empty()).then(|| json!({"type": "text", "text": text}));
+                    let calls = tool_calls.iter().map(|call| {
+                        // The API takes an object; arguments the model wrote
+                        // as something else were refused as such already.
+                        let input = if call.arguments.is_object() { call.arguments.clone() } else { json!({}) };
+                        json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input})
+                    });
+                    messages.push("assistant", text.into_iter().chain(calls));
+                }
+                SessionEvent::ToolResult { call_id, content, is_error, .. } => {
+                    let result = json!({"type": "tool_result", "tool_use_id": call_id, "content": content,
+                        "is_error": is_error});
+                    messages.push("user", [result]);
+                }
+                SessionEvent::TurnEnd { .. } => {}
+            }
+        }
+        let mut body = json!({
+            "model": options.model.as_deref().unwrap_or(&self.config.model),
+            "max_tokens": options.max_tokens.map_or(self.config.max_tokens, u64::from),
+            "messages": messages.0,
+        });
+        if !request.system.is_empty() {
+            body["system"] = json!(request.system);
+        }
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .collect();
+            body["tools"] = Value::Array(tools);
+        }
+        if self.config.stream {
+            body["stream"] = json!(true);
+        }
+        Ok(body)
+    }
+
+    async fn complete_inner(&self, request: ModelRequest) -> Result<ModelReply, ModelError> {
+        let body = self.body(&request)?;
+        let response = self.endpoint.send(&body).await?;
+        let limits = self.endpoint.bounds().calls;
+        if self.config.stream && is_event_stream(&response) {
+            return self.read_stream(response, request.chunks.as_ref()).await;
+        }
+        let bytes = self.endpoint.read_whole(response).await?;
+        let reply = Message::whole(&bytes, limits)?.into_reply();
+        if let (Some(sink), false) = (&request.chunks, reply.text.is_empty()) {
+            sink(&reply.text);
+        }
+        Ok(reply)
+    }
+
+    async fn read_stream(
+        &self,
+        response: reqwest::Response,
+        sink: Option<&ChunkSink>,
+    ) -> Result<ModelReply, ModelError> {
+        let mut events = self.endpoint.events(response);
+        let mut message = Message::new(self.endpoint.bounds().calls);
+        while !message.stopped {
+            match events.next_data().await? {
+                Some(data) => message.event(&data, sink)?,
+                None => break,
+            }
+        }
+        if !message.finished() {
+            return Err(ModelError::BrokeOff("the stream ended before the answer finished".to_owned()));
+        }
+        Ok(message.into_reply())
+    }
+}
+
+impl Model for AnthropicModel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn complete(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
+        Box::pin(bounded_call(cancel, self.config.call_deadline, self.complete_inner(request)))
+    }
+}
+
+/// The conversation as the API takes it: roles alternate, so blocks of the
+/// same role in a row join one message.
+#[derive(Default)]
+struct Turns(Vec<Value>);
+
+impl Turns {
+    fn push(&mut self, role: &str, blocks: impl IntoIterator<Item = Value>) {
+        let mut blocks = blocks.into_iter().peekable();
+        if blocks.peek().is_none() {
+            return; // the API refuses a message with no content
+        }
+        match self.0.last_mut() {
+            Some(last) if last["role"] == role => {
+                if let Some(content) = last["content"].as_array_mut() {
+                    content.extend(blocks);
+                }
+            }
+            _ => self.0.push(json!({"role": role, "content": blocks.collect::<Vec<_>>()})),
+        }
+    }
+}
+
+/// A user block as the API takes it; an empty text is left out (the API
+/// refuses empty text blocks).
+fn user_block(block: &ContentBlock) -> Option<Value> {
+    match block {
+        ContentBlock::Text { text } if text.is_empty() => None,
+        ContentBlock::Text { text } => Some(json!({"type": "text", "text": text})),
+        ContentBlock::Image { mime_type, data } => {
+            Some(json!({"type": "image", "source": {"type": "base64", "media_type": mime_type, "data": data}}))
+        }
+    }
+}
+
+/// The shared transient statuses and the API's own 529 (overloaded).
+fn overloaded(status: u16) -> bool {
+    status == 529 || transient(status)
+}

@@ -1,0 +1,428 @@
+//! What every HTTP model adapter shares (OpenAI chat completions, OpenAI
+//! Responses, Anthropic Messages): one bounded way to send a request, retry
+//! it, and read its answer, so that each adapter is only its wire mapping.
+//!
+//! - [`Endpoint::send`] is the one place every try of every HTTP adapter
+//!   goes through: transient statuses (the adapter says which), refused
+//!   connections and timeouts are retried with exponential backoff and
+//!   jitter, a `Retry-After` (or `retry-after-ms`) honoured, every wait
+//!   capped at [`MAX_BACKOFF`]. Any other status fails at once with one line
+//!   of the endpoint's message, read from at most `max_error_body_bytes`.
+//! - [`Endpoint::read_whole`] and [`Events`] read an answer: a whole body or
+//!   a server-sent event stream, each bounded in bytes as a whole and in the
+//!   time between two chunks.
+//! - [`bounded_call`] holds one model call to its deadline and drops it the
+//!   moment the caller cancels; dropping the request closes its connection.
+//! - [`CallLimits`] bounds an answer's tool calls and their arguments, the
+//!   same way whatever wire they arrive on.
+
+mod text;
+
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Once;
+use std::time::Duration;
+
+use reqwest::header::HeaderMap;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+pub(super) use text::{describe, excerpt, one_line};
+
+use super::{ModelError, Oversize};
+
+/// Longest streamed line accepted; a longer one is a malformed stream.
+const MAX_LINE: usize = 4 * 1024 * 1024;
+/// The longest wait between two tries.
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(30);
+const MIB: usize = 1 << 20;
+
+/// The bounds one adapter holds its endpoint to (see `OpenAiConfig` for
+/// what each means and its default).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Bounds {
+    pub(super) timeout: Duration,
+    pub(super) max_retries: u32,
+    pub(super) retry_backoff: Duration,
+    pub(super) max_answer_bytes: usize,
+    pub(super) max_error_body_bytes: usize,
+    pub(super) calls: CallLimits,
+    pub(super) call_deadline: Duration,
+}
+
+impl Bounds {
+    /// Refuses the bounds that would fail every call at zero (no tool
+    /// calls, or no error text, are choices one may make).
+    fn check(&self) -> Result<(), ModelError> {
+        let zero = if self.max_answer_bytes == 0 {
+            "max_answer_bytes"
+        } else if self.call_deadline.is_zero() {
+            "call_deadline"
+        } else {
+            return Ok(());
+        };
+        Err(ModelError::Config(format!("{zero} is 0: every model call would fail")))
+    }
+}
+
+/// The bounds the `SUBAGENTS_MODEL_*` variables set, each where set; every
+/// HTTP adapter's `from_env` reads the same ones.
+#[derive(Default)]
+pub(super) struct EnvBounds {
+    pub(super) max_answer_bytes: Option<usize>,
+    pub(super) max_error_body_bytes: Option<usize>,
+    pub(super) max_tool_calls: Option<usize>,
+    pub(super) max_tool_argument_bytes: Option<usize>,
+    pub(super) call_deadline: Option<Duration>,
+}
+
+impl EnvBounds {
+    /// Reads them; a value that is not a whole number is refused by name.
+    pub(super) fn read() -> Result<Self, ModelError> {
+        let number = |name: &str, unit: u64| -> Result<Option<u64>, ModelError> {
+            let Some(value) = env_var(name) else { return Ok(None) };
+            let number = value.trim().parse::<u64>().ok().and_then(|n| n.checked_mul(unit));
+            number.map(Some).ok_or_else(|| ModelError::Config(format!("{name} must be a whole number, not {value:?}")))
+        };
+        let bytes = |n: Option<u64>| n.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        Ok(EnvBounds {
+            max_answer_bytes: bytes(number("SUBAGENTS_MODEL_MAX_ANSWER_MIB", MIB as u64)?),
+            max_error_body_bytes: bytes(number("SUBAGENTS_MODEL_MAX_ERROR_BODY_MIB", MIB as u64)?),
+            max_tool_calls: bytes(number("SUBAGENTS_MODEL_MAX_TOOL_CALLS", 1)?),
+            max_tool_argument_bytes: bytes(number("SUBAGENTS_MODEL_MAX_TOOL_ARGUMENTS_MIB", MIB as u64)?),
+            call_deadline: number("SUBAGENTS_MODEL_DEADLINE_SECS", 1)?.map(Duration::from_secs),
+        })
+    }
+}
+
+/// An environment variable that is set to something besides blanks.
+pub(super) fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The bounds on one answer's tool calls, checked the same way whether the
+/// answer came whole or streamed, whatever its wire.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct CallLimits {
+    pub(super) calls: usize,
+    pub(super) argument_bytes: usize,
+}
+
+impl CallLimits {
+    /// Refuses an answer that would hold `calls` tool calls.
+    pub(super) fn check_calls(self, calls: usize) -> Result<(), ModelError> {
+        if calls > self.calls {
+            return Err(ModelError::Oversized(Oversize::ToolCalls(self.calls)));
+        }
+        Ok(())
+    }
+
+    /// Refuses arguments that would be `bytes` long.
+    pub(super) fn check_arguments(self, bytes: usize) -> Result<(), ModelError> {
+        if bytes > self.argument_bytes {
+            return Err(ModelError::Oversized(Oversize::ToolArgumentBytes(self.argument_bytes)));
+        }
+        Ok(())
+    }
+}
+
+/// Arguments arrive as a JSON string; invalid JSON is kept as a string so
+/// the tool layer can tell the model.
+pub(super) fn parse_arguments(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return Value::Object(Map::new());
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}
+
+/// Statuses worth another try on any endpoint: it may answer differently
+/// soon.
+pub(super) fn transient(status: u16) -> bool {
+    matches!(status, 408 | 425 | 429 | 500 | 502 | 503 | 504)
+}
+
+/// One endpoint URL, the headers every request carries (its key among
+/// them, marked sensitive), and the bounds.
+pub(super) struct Endpoint {
+    client: reqwest::Client,
+    base_url: String,
+    url: String,
+    headers: HeaderMap,
+    bounds: Bounds,
+    transient: fn(u16) -> bool,
+}
+
+impl Endpoint {
+    /// `path` under `base_url`, which must be http or https; `transient`
+    /// says which error statuses are retried.
+    pub(super) fn new(
+        base_url: &str,
+        path: &str,
+        headers: HeaderMap,
+        bounds: Bounds,
+        transient: fn(u16) -> bool,
+    ) -> Result<Self, ModelError> {
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            return Err(ModelError::Config(format!("base URL {base_url:?} must start with http:// or https://")));
+        }
+        bounds.check()?;
+        install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .connect_timeout(bounds.timeout.min(Duration::from_secs(30)))
+            .build()
+            .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))?;
+        let url = format!("{}/{path}", base_url.trim_end_matches('/'));
+        Ok(Endpoint { client, base_url: base_url.to_owned(), url, headers, bounds, transient })
+    }
+
+    pub(super) fn bounds(&self) -> &Bounds {
+        &self.bounds
+    }
+
+    /// Whether the endpoint's host accepts a connection (within the
+    /// timeout, at most 5 s): a cheap check before a batch of runs.
+    pub(super) async fn check_reachable(&self) -> Result<(), ModelError> {
+        let url = reqwest::Url::parse(&self.base_url).map_err(|e| ModelError::Config(e.to_string()))?;
+        let host = url.host_str().ok_or_else(|| ModelError::Config("the base URL has no host".to_owned()))?;
+        let port = url.port_or_known_default().unwrap_or(443);
+        let bound = self.bounds.timeout.min(Duration::from_secs(5));
+        match tokio::time::timeout(bound, tokio::net::TcpStream::connect((host, port))).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => Err(ModelError::Transport(format!("{host}:{port}: {error}"))),
+            Err(_) => Err(ModelError::Timeout(bound)),
+        }
+    }
+
+    /// Posts `body`, retrying what is worth retrying, and returns the first
+    /// successful response (its headers read, its body not yet).
+    pub(super) async fn send(&self, body: &Value) -> Result<reqwest::Response, ModelError> {
+        let bounds = &self.bounds;
+        let mut attempt = 0;
+        loop {
+            let request = self.client.post(&self.url).headers(self.headers.clone()).json(body);
+            let retry_after = match tokio::time::timeout(bounds.timeout, request.send()).await {
+                Err(_) if attempt < bounds.max_retries => None,
+                Err(_) => return Err(ModelError::Timeout(bounds.timeout)),
+                Ok(Ok(response)) if response.status().is_success() => return Ok(response),
+                Ok(Ok(response)) => {
+                    let status = response.status().as_u16();
+                    if !(self.transient)(status) || attempt >= bounds.max_retries {
+                        let message = self.error_excerpt(response).await;
+                        return Err(ModelError::Status { status, message });
+                    }
+                    retry_after(response.headers())
+                }
+                Ok(Err(error)) if attempt < bounds.max_retries && (error.is_connect() || error.is_timeout()) => None,
+                Ok(Err(error)) => return Err(ModelError::Transport(describe(&error))),
+            };
+            let delay = match retry_after {
+                // The endpoint said when; a little more spreads the callers
+                // it said it to at once.
+                Some(after) => after + jitter(after / 10),
+                None => {
+                    let backoff = bounds.retry_backoff.saturating_mul(1 << attempt.min(16));
+                    backoff / 2 + jitter(backoff / 2)
+                }
+            };
+            let delay = delay.min(MAX_BACKOFF);
+            tracing::debug!(attempt, ?delay, "retrying the model call");
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+        }
+    }
+
+    /// The endpoint's message from an error status's body, of which at
+    /// most `max_error_body_bytes` are read: one line is all that is kept.
+    async fn error_excerpt(&self, response: reqwest::Response) -> String {
+        let read = read_at_most(response, self.bounds.max_error_body_bytes);
+        let body = match tokio::time::timeout(self.bounds.timeout, read).await {
+            Ok(Ok((bytes, _))) => bytes,
+            _ => return "(no readable body)".to_owned(),
+        };
+        // Every one of these APIs puts it at `error.message`.
+        let message = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+        one_line(&message)
+    }
+
+    /// A whole (non-streamed) body, refused past `max_answer_bytes` as soon
+    /// as that is known (its declared length, or the bytes so far).
+    pub(super) async fn read_whole(&self, response: reqwest::Response) -> Result<Vec<u8>, ModelError> {
+        let bound = self.bounds.max_answer_bytes;
+        let too_large = ModelError::Oversized(Oversize::AnswerBytes(bound));
+        if response.content_length().is_some_and(|length| length > bound as u64) {
+            return Err(too_large);
+        }
+        match tokio::time::timeout(self.bounds.timeout, read_at_most(response, bound)).await {
+            Err(_) => Err(ModelError::Timeout(self.bounds.timeout)),
+            Ok(Err(error)) => Err(ModelError::BrokeOff(describe(&error))),
+            Ok(Ok((_, false))) => Err(too_large),
+            Ok(Ok((bytes, true))) => Ok(bytes),
+        }
+    }
+
+    /// The response's server-sent events, bounded as [`Events`] says.
+    pub(super) fn events(&self, response: reqwest::Response) -> Events {
+        Events {
+            response,
+            pending: Vec::new(),
+            start: 0,
+            received: 0,
+            timeout: self.bounds.timeout,
+            max_bytes: self.bounds.max_answer_bytes,
+        }
+    }
+}
+
+/// Whether a response is a server-sent event stream.
+pub(super) fn is_event_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// A server-sent event stream, read one `data:` payload at a time.
+///
+/// Each `data:` line is taken as one whole payload, as every one of these
+/// APIs sends them (one JSON object a line); `event:` and `id:` fields,
+/// comments and blank lines are skipped: the payloads name their own type.
+/// Every byte counts towards `max_answer_bytes`, comments and blank lines
+/// too, so a stream is bounded as a whole, not only by what it adds to the
+/// answer; each wait for a chunk is bounded by the timeout.
+pub(super) struct Events {
+    response: reqwest::Response,
+    pending: Vec<u8>,
+    start: usize,
+    received: usize,
+    timeout: Duration,
+    max_bytes: usize,
+}
+
+impl Events {
+    /// The next payload, trimmed; `None` once the stream ends.
+    pub(super) async fn next_data(&mut self) -> Result<Option<Vec<u8>>, ModelError> {
+        loop {
+            while let Some(offset) = self.pending[self.start..].iter().position(|&b| b == b'\n') {
+                let line = &self.pending[self.start..self.start + offset];
+                self.start += offset + 1;
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                if let Some(data) = line.strip_prefix(b"data:") {
+                    return Ok(Some(data.trim_ascii().to_vec()));
+                }
+            }
+            self.pending.drain(..self.start);
+            self.start = 0;
+            if self.pending.len() > MAX_LINE {
+                return Err(ModelError::Malformed(format!("a streamed line exceeds {MAX_LINE} bytes")));
+            }
+            let chunk = match tokio::time::timeout(self.timeout, self.response.chunk()).await {
+                Err(_) => return Err(ModelError::Timeout(self.timeout)),
+                Ok(Ok(None)) => return Ok(None),
+                Ok(Err(error)) => return Err(ModelError::BrokeOff(describe(&error))),
+                Ok(Ok(Some(chunk))) => chunk,
+            };
+            self.received = self.received.saturating_add(chunk.len());
+            if self.received > self.max_bytes {
+                return Err(ModelError::Oversized(Oversize::AnswerBytes(self.max_bytes)));
+            }
+            self.pending.extend_from_slice(&chunk);
+        }
+    }
+}
+
+/// `call` held to `deadline` and dropped the moment `cancel` trips (which
+/// closes its connection).
+pub(super) async fn bounded_call<T>(
+    cancel: CancellationToken,
+    deadline: Duration,
+    call: impl Future<Output = Result<T, ModelError>>,
+) -> Result<T, ModelError> {
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => Err(ModelError::Cancelled),
+        reply = tokio::time::timeout(deadline, call) => reply.unwrap_or(Err(ModelError::Deadline(deadline))),
+    }
+}
+
+/// Up to `bound` bytes of `response`'s body, and whether that was all of
+/// it. Past the bound nothing more is read: dropping the response closes
+/// the connection.
+async fn read_at_most(mut response: reqwest::Response, bound: usize) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = bound - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, false));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, true))
+}
+
+/// How long the endpoint asked to wait: `retry-after-ms`, else
+/// `Retry-After` in seconds (a date is not honoured: clocks disagree).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let header = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok();
+    let seconds = match header("retry-after-ms") {
+        Some(millis) => millis / 1000.0,
+        None => header("retry-after")?,
+    };
+    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(MAX_BACKOFF.as_secs_f64())))
+}
+
+/// A random part of `up_to`, so that callers that failed together do not
+/// all come back together.
+fn jitter(up_to: Duration) -> Duration {
+    // Each `RandomState` is freshly keyed: a random number without a crate.
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    up_to.mul_f64((random >> 11) as f64 / (1u64 << 53) as f64)
+}
+
+fn install_crypto_provider() {
+    static INSTALL: Once = Once::new();
+    // An embedding application may have installed its own provider already;
+    // either way one is in place afterwards.
+    INSTALL.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(*name, value.parse().unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn retry_after_prefers_milliseconds_takes_fractions_and_caps_at_the_longest_backoff() {
+        assert_eq!(retry_after(&headers(&[("retry-after", "2")])), Some(Duration::from_secs(2)));
+        assert_eq!(retry_after(&headers(&[("retry-after", "0.5")])), Some(Duration::from_millis(500)));
+        let both = headers(&[("retry-after", "2"), ("retry-after-ms", "250")]);
+        assert_eq!(retry_after(&both), Some(Duration::from_millis(250)));
+        assert_eq!(retry_after(&headers(&[("retry-after", "86400")])), Some(MAX_BACKOFF));
+        // A date, a negative or no header: the backoff decides.
+        assert_eq!(retry_after(&headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")])), None);
+        assert_eq!(retry_after(&headers(&[("retry-after", "-1")])), None);
+        assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn jitter_stays_within_its_bound_and_varies() {
+        let bound = Duration::from_millis(100);
+        let draws: Vec<Duration> = (0..64).map(|_| jitter(bound)).collect();
+        assert!(draws.iter().all(|d| *d <= bound), "{draws:?}");
+        assert!(draws.iter().any(|d| *d != draws[0]), "64 equal draws: {draws:?}");
+        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
+    }
+}

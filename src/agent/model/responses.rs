@@ -1,0 +1,196 @@
+//! OpenAI's Responses API (`POST {base}/responses`), with function calls
+//! and streaming: `--model openai-responses:NAME`.
+//!
+//! Choose it for OpenAI's own endpoint where the Responses API is the
+//! newer door (reasoning models, cached-token counts); chat completions
+//! (`OpenAiModel`) stays the choice for OpenAI-compatible servers. It takes
+//! the same [`OpenAiConfig`] and so the same environment
+//! (`SUBAGENTS_BASE_URL`, `SUBAGENTS_MODEL`, `SUBAGENTS_API_KEY`, the
+//! `SUBAGENTS_MODEL_*` bounds), and the same bearer key.
+//!
+//! The mapping: the system prompt is `instructions`; the conversation is
+//! `input` items (user and assistant messages, each tool call a
+//! `function_call` item and its result a `function_call_output` item with
+//! the same `call_id`); a route's `max_tokens` is `max_output_tokens`, its
+//! `reasoning_effort` is `reasoning.effort`, its `model` overrides the
+//! configured one. Requests say `store: false`: each carries the whole
+//! conversation, and nothing is kept on the server to refer back to.
+//!
+//! Endings: `response.completed` finishes the answer (asking for the
+//! results when it holds function calls, a refusal when it holds only a
+//! refusal); `response.incomplete` is the token limit (`max_output_tokens`)
+//! or a refusal (`content_filter`); `response.failed` and `error` end the
+//! call as an answer that broke off, with the endpoint's code and message,
+//! keeping the text streamed so far. Usage reports `input_tokens` (cached
+//! ones included) and `input_tokens_details.cached_tokens`.
+//!
+//! How it fails: exactly as `OpenAiModel` does (the same retries, bounds,
+//! deadline and cancellation), through the same shared HTTP layer.
+//!
+//! ```no_run
+//! use subagents::agent::{Agent, OpenAiConfig, OpenAiResponsesModel};
+//!
+//! let model = OpenAiResponsesModel::new(OpenAiConfig::from_env_for(Some("gpt-5-mini")).unwrap()).unwrap();
+//! let agent = Agent::builder(model).build().unwrap();
+//! ```
+
+use futures_util::future::BoxFuture;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+mod answer;
+
+use answer::Response;
+
+use super::http::{bounded_call, is_event_stream, transient, Endpoint};
+use super::openai::{bearer, OpenAiConfig};
+use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest};
+use crate::agent::session::SessionEvent;
+use crate::seam::{text_of, ContentBlock};
+
+/// The OpenAI Responses adapter.
+pub struct OpenAiResponsesModel {
+    config: OpenAiConfig,
+    name: String,
+    endpoint: Endpoint,
+}
+
+impl std::fmt::Debug for OpenAiResponsesModel {
+    /// The name only: the configuration holds the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiResponsesModel").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl OpenAiResponsesModel {
+    /// An adapter for `config` (its `base_url` up to, not including,
+    /// `/responses`).
+    pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
+        let endpoint = Endpoint::new(&config.base_url, "responses", bearer(&config)?, config.bounds(), transient)?;
+        Ok(OpenAiResponsesModel { name: format!("openai-responses:{}", config.model), config, endpoint })
+    }
+
+    /// Whether the endpoint's host accepts a connection (within the
+    /// timeout, at most 5 s): a cheap check before a batch of runs.
+    pub async fn check_reachable(&self) -> Result<(), ModelError> {
+        self.endpoint.check_reachable().await
+    }
+
+    fn body(&self, request: &ModelRequest) -> Value {
+        let mut input = Vec::with_capacity(request.messages.len());
+        for event in request.messages.iter() {
+            match event {
+                SessionEvent::User { content } => {
+                    input.push(json!({"type": "message", "role": "user", "content": user_content(content)}))
+                }
+                SessionEvent::Assistant { text, tool_calls } => {
+                    if !text.is_empty() {
+                        input.push(json!({"type": "message", "role": "assistant", "content": text}));
+                    }
+                    for call in tool_calls {
+                        let arguments = match &call.arguments {
+                            Value::String(raw) => raw.clone(),
+                            other => other.to_string(),
+                        };
+                        input.push(json!({"type": "function_call", "call_id": call.id, "name": call.name,
+                            "arguments": arguments}));
+                    }
+                }
+                SessionEvent::ToolResult { call_id, content, .. } => {
+                    input.push(json!({"type": "function_call_output", "call_id": call_id, "output": content}))
+                }
+                SessionEvent::TurnEnd { .. } => {}
+            }
+        }
+        let options = &request.options;
+        let mut body = json!({
+            "model": options.model.as_deref().unwrap_or(&self.config.model),
+            "input": input,
+            "store": false,
+        });
+        if !request.system.is_empty() {
+            body["instructions"] = json!(request.system);
+        }
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "name": t.name, "description": t.description,
+                        "parameters": t.parameters})
+                })
+                .collect();
+            body["tools"] = Value::Array(tools);
+        }
+        if let Some(max_tokens) = options.max_tokens {
+            body["max_output_tokens"] = json!(max_tokens);
+        }
+        if let Some(effort) = &options.reasoning_effort {
+            body["reasoning"] = json!({"effort": effort});
+        }
+        if self.config.stream {
+            body["stream"] = json!(true);
+        }
+        body
+    }
+
+    async fn complete_inner(&self, request: ModelRequest) -> Result<ModelReply, ModelError> {
+        let body = self.body(&request);
+        let response = self.endpoint.send(&body).await?;
+        if self.config.stream && is_event_stream(&response) {
+            return self.read_stream(response, request.chunks.as_ref()).await;
+        }
+        let bytes = self.endpoint.read_whole(response).await?;
+        let reply = Response::whole(&bytes, self.endpoint.bounds().calls)?.into_reply();
+        if let (Some(sink), false) = (&request.chunks, reply.text.is_empty()) {
+            sink(&reply.text);
+        }
+        Ok(reply)
+    }
+
+    async fn read_stream(
+        &self,
+        response: reqwest::Response,
+        sink: Option<&ChunkSink>,
+    ) -> Result<ModelReply, ModelError> {
+        let mut events = self.endpoint.events(response);
+        let mut answer = Response::new(self.endpoint.bounds().calls);
+        while !answer.ended() {
+            match events.next_data().await? {
+                Some(data) => answer.event(&data, sink)?,
+                None => return Err(ModelError::BrokeOff("the stream ended before the answer finished".to_owned())),
+            }
+        }
+        Ok(answer.into_reply())
+    }
+}
+
+impl Model for OpenAiResponsesModel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn complete(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
+        Box::pin(bounded_call(cancel, self.config.call_deadline, self.complete_inner(request)))
+    }
+}
+
+fn user_content(content: &[ContentBlock]) -> Value {
+    if content.iter().all(|block| block.as_text().is_some()) {
+        return json!(text_of(content));
+    }
+    let parts: Vec<Value> = content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Image { mime_type, data } => {
+                json!({"type": "input_image", "image_url": format!("data:{mime_type};base64,{data}")})
+            }
+            other => json!({"type": "input_text", "text": other.as_text().unwrap_or_default()}),
+        })
+        .collect();
+    Value::Array(parts)
+}
