@@ -350,3 +350,37 @@ fn a_remote_child_inherits_what_is_left_of_its_budget() {
     assert_eq!(text.matches("- handled: check").count(), 2, "two of three parts ran: {text}");
     assert_eq!(text.matches("BUDGET_EXHAUSTED").count(), 1, "the third was refused: {text}");
 }
+
+#[test]
+fn a_worker_runs_its_runs_on_a_provider_of_its_configuration_file() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let file = dir.path().join("worker.toml");
+    std::fs::write(&file, "[providers.cheap]\nkind = \"spawn\"\n\n[providers.echo]\nkind = \"mock\"\nreply = \"echoed: \"\necho_prompt = true\n").unwrap();
+    let config = file.display().to_string();
+    let _worker = Worker::start(dir.path(), &server.url(), "w1", &["--config", &config, "--provider", "echo"]);
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider(&server.url())).unwrap().keep();
+    let result = runtime.within(WAIT_LIMIT, "a remote run on the configured provider", {
+        let subagents = subagents.clone();
+        async move {
+            let run = subagents.start("remote", request("through the file")).await.unwrap();
+            let result = run.result().await.unwrap();
+            run.dispose().await.unwrap();
+            result
+        }
+    });
+    assert_eq!(result.stop_reason, StopReason::Completed, "{result:?}");
+    assert_eq!(result.text(), "echoed: through the file");
+    runtime.shutdown_blocking();
+    // A provider the file does not define: refused before the worker starts.
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .args(["worker", "--nats", &server.url(), "--config", &config, "--provider", "nope"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("unknown provider \"nope\""));
+}

@@ -109,6 +109,10 @@ pub struct WorkerOptions {
     pub drain_grace: Duration,
     /// Bound on connecting to the broker (default 5 s).
     pub connect_timeout: Duration,
+    /// Providers from a configuration file: every one registered, the
+    /// runs on the first it offers (`provider` is then not used).
+    #[cfg(feature = "config")]
+    pub configured: Option<crate::config::Configured>,
 }
 
 impl WorkerOptions {
@@ -124,6 +128,8 @@ impl WorkerOptions {
             broker: BrokerSettings::default(),
             drain_grace: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
+            #[cfg(feature = "config")]
+            configured: None,
         }
     }
 }
@@ -170,7 +176,12 @@ fn register_provider(
     subagents: &Subagents,
     options: &WorkerOptions,
     model: Arc<dyn crate::agent::Model>,
-) -> Result<&'static str, String> {
+) -> Result<Arc<str>, String> {
+    #[cfg(feature = "config")]
+    if let Some(configured) = &options.configured {
+        configured.register_blocking(subagents, &TaskService::new(), &options.home, model)?;
+        return Ok(configured.provider().into());
+    }
     let registered = match options.provider {
         WorkerProvider::Spawn => {
             // Children can delegate further, in this worker, like the CLI's.
@@ -193,7 +204,7 @@ fn register_provider(
         }
     };
     let name = registered.map_err(|e| e.to_string())?;
-    Ok(name)
+    Ok(name.into())
 }
 
 /// What every held run of this worker shares.
@@ -202,7 +213,7 @@ pub(crate) struct Shared {
     worker: String,
     pool: String,
     subagents: Subagents,
-    provider: &'static str,
+    provider: Arc<str>,
     cwd: PathBuf,
     /// A third of the consumer's ack wait: the in-progress ack and check pace.
     tick: Duration,
@@ -300,7 +311,7 @@ impl Shared {
 async fn work(
     subagents: Subagents,
     options: WorkerOptions,
-    provider: &'static str,
+    provider: Arc<str>,
     ready: impl FnOnce(&str),
 ) -> Result<WorkerReport, String> {
     let worker = format!("worker-{}-{}", std::process::id(), &new_session_id()[..8]);

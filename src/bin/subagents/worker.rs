@@ -31,9 +31,14 @@ pub struct WorkerArgs {
     /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
     #[arg(long, default_value = "scripted")]
     model: String,
-    /// `spawn` (in-process children) or `process` (each run in its own process).
-    #[arg(long, default_value = "spawn", value_parser = ["spawn", "process"])]
-    provider: String,
+    /// Where the runs run: with a configuration file, a provider it defines
+    /// (default: the first its `[tool]` offers); without one, `spawn`
+    /// (in-process children, the default) or `process` (each run in its
+    /// own process).
+    #[arg(long)]
+    provider: Option<String>,
+    #[command(flatten)]
+    config: crate::setup::ConfigArgs,
     /// Redelivery deadline of an unacked run, in ms (used if this worker creates the pool's consumer; default 30000).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..))]
     ack_wait_ms: Option<u64>,
@@ -72,7 +77,21 @@ pub fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
     options.pool = args.pool;
     options.concurrency = args.concurrency as usize;
     options.model = args.model;
-    options.provider = if args.provider == "process" { WorkerProvider::Process } else { WorkerProvider::Spawn };
+    match subagents::config::Config::locate(args.config.config.as_deref()) {
+        Some(_) => {
+            let configured = subagents::config::Configured::new(args.config.load()?, args.provider.as_deref())?;
+            options.configured = Some(configured);
+        }
+        None => {
+            options.provider = match args.provider.as_deref() {
+                None | Some("spawn") => WorkerProvider::Spawn,
+                Some("process") => WorkerProvider::Process,
+                Some(other) => {
+                    return Err(format!("unknown provider {other:?}: without a configuration file, spawn or process"))
+                }
+            }
+        }
+    }
     options.broker = broker;
     options.drain_grace = Duration::from_millis(args.drain_grace_ms);
     let pool = options.pool.clone();

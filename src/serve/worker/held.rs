@@ -191,7 +191,7 @@ impl Held {
         if let Check::Cancel(stop) = self.check(false).await {
             tracing::debug!(run = %self.request.run, why = stop.why(), "settling a run without running it");
             let result = RunResult {
-                diagnostic: stop.diagnostic(self.shared.provider),
+                diagnostic: stop.diagnostic(&self.shared.provider),
                 ..RunResult::empty(StopReason::Aborted)
             };
             return Exit::Finished(Box::new(result), None, true, Vec::new());
@@ -204,7 +204,7 @@ impl Held {
                     Some(cause) => format!("the worker cannot write its home: {cause}"),
                     None => format!("the worker refused the run: {error}"),
                 };
-                let diagnostic = Diagnostic::new(self.shared.provider, Stage::Initialize, Category::StartupFailed)
+                let diagnostic = Diagnostic::new(&self.shared.provider, Stage::Initialize, Category::StartupFailed)
                     .with_reason(reason);
                 return Exit::Finished(Box::new(RunResult::failed(diagnostic)), None, true, Vec::new());
             }
@@ -226,7 +226,7 @@ impl Held {
                 if result.stop_reason == StopReason::Error {
                     if let Some(cause) = self.shared.home_unwritable() {
                         let diagnostic = result.diagnostic.get_or_insert_with(|| {
-                            Diagnostic::new(self.shared.provider, Stage::SessionRun, Category::ChildError)
+                            Diagnostic::new(&self.shared.provider, Stage::SessionRun, Category::ChildError)
                         });
                         diagnostic.reason = Some(format!("the worker cannot write its home: {cause}"));
                     }
@@ -243,7 +243,7 @@ impl Held {
     /// Starts the local child, acking progress while it starts (a
     /// `process` child takes a process start and a handshake).
     async fn start(&self, signal: CancellationToken) -> Result<crate::Run, crate::SubagentError> {
-        let start = self.shared.subagents.start(self.shared.provider, self.start_request(signal));
+        let start = self.shared.subagents.start(&self.shared.provider, self.start_request(signal));
         tokio::pin!(start);
         let mut tick = tokio::time::interval(self.shared.tick);
         tick.tick().await;
@@ -275,7 +275,7 @@ impl Held {
                 result = &mut result => {
                     let mut result = result.map_err(|_| Exit::HandBack)?;
                     if let (Some(stop), StopReason::Aborted) = (stopped, result.stop_reason) {
-                        result.diagnostic = result.diagnostic.or_else(|| Stop::diagnostic(stop, self.shared.provider));
+                        result.diagnostic = result.diagnostic.or_else(|| Stop::diagnostic(stop, &self.shared.provider));
                     }
                     return Ok(result);
                 }
@@ -362,7 +362,7 @@ impl Held {
         let bytes = match wire::encode(&RunRecord::Settled(Box::new(settled.clone())), MAX_MESSAGE_BYTES) {
             Ok(bytes) => bytes,
             Err(size) => {
-                let diagnostic = Diagnostic::new(self.shared.provider, Stage::SessionRun, Category::Protocol)
+                let diagnostic = Diagnostic::new(&self.shared.provider, Stage::SessionRun, Category::Protocol)
                     .with_reason(format!("the result was {size} bytes, over the remote wire's cap"));
                 settled.result =
                     RunResult { child_session: settled.result.child_session.take(), ..RunResult::failed(diagnostic) };
