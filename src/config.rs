@@ -78,7 +78,7 @@ pub const DEFAULT_FILE: &str = "subagents.toml";
 pub const CONFIG_ENV: &str = "SUBAGENTS_CONFIG";
 
 /// The subagent tool's depth cap when `[tool]` sets none.
-pub const DEFAULT_TOOL_MAX_DEPTH: u32 = 3;
+pub const DEFAULT_TOOL_MAX_DEPTH: u32 = crate::tool::DEFAULT_MAX_DEPTH;
 
 /// What the binary does without a file.
 const BUILTIN: &str = r#"

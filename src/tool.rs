@@ -44,7 +44,27 @@ pub use tasks::{
 
 use crate::actors::Subagents;
 use crate::agent::{ListDir, ReadFile, Tool, Toolset};
+use crate::providers::{ChildInfo, InProcessProvider};
 use crate::seam::SubagentError;
+
+/// How deep the built-in doors let a delegation tree grow when nothing
+/// says otherwise: children, grandchildren and great-grandchildren.
+pub const DEFAULT_MAX_DEPTH: u32 = 3;
+
+/// Registers (and keeps) an in-process `spawn` provider on `model` whose
+/// children get [`shared_delegating_toolset`] on it, capped at
+/// [`DEFAULT_MAX_DEPTH`]: what `subagents acp`, `serve` and `worker` run
+/// their children on without a configuration file.
+pub fn register_delegating_spawn(
+    subagents: &Subagents,
+    tasks: &TaskService,
+    model: Arc<dyn crate::agent::Model>,
+) -> Result<(), SubagentError> {
+    let kit = shared_delegating_toolset(subagents, tasks, "spawn", DEFAULT_MAX_DEPTH);
+    let spawn = InProcessProvider::spawn("spawn", model).with_tools(Arc::new(move |_: &ChildInfo| kit()));
+    subagents.register_provider(spawn)?.keep();
+    Ok(())
+}
 
 /// The kit of an agent that may delegate: `read_file`, `list_dir`, a
 /// `subagent` tool bound to `provider` (children at most `max_depth`

@@ -81,9 +81,8 @@ use self::tool_calls::{Approved, ToolCallIds};
 use super::ServeError;
 use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};
 use crate::providers::acp::acp_stop_of;
-use crate::providers::{ChildInfo, InProcessProvider};
 use crate::seam::{Category, ContentBlock, Diagnostic, Stage};
-use crate::tool::{delegating_tools, shared_delegating_toolset, TaskService};
+use crate::tool::{delegating_tools, register_delegating_spawn, TaskService, DEFAULT_MAX_DEPTH};
 use crate::{Runtime, Subagents};
 
 /// How `subagents acp` serves.
@@ -113,9 +112,6 @@ impl Default for AcpServeOptions {
         }
     }
 }
-
-/// How deep a session's delegation tree may go.
-const MAX_DEPTH: u32 = 3;
 
 /// Serves ACP on this process's stdin and stdout until EOF.
 pub fn serve_acp(options: AcpServeOptions) -> Result<(), ServeError> {
@@ -161,9 +157,7 @@ fn register(
         return configured.register_blocking(subagents, tasks, &options.home, model).map_err(ServeError::Options);
     }
     let _ = options;
-    let kit = shared_delegating_toolset(subagents, tasks, "spawn", MAX_DEPTH);
-    let spawn = InProcessProvider::spawn("spawn", model).with_tools(Arc::new(move |_: &ChildInfo| kit()));
-    subagents.register_provider(spawn)?.keep();
+    register_delegating_spawn(subagents, tasks, model)?;
     Ok(())
 }
 
@@ -185,7 +179,7 @@ impl State {
             let builtins: Vec<Arc<dyn Tool>> = vec![Arc::new(crate::agent::ReadFile), Arc::new(crate::agent::ListDir)];
             return Ok(configured.tools(&self.subagents, &self.tasks, &builtins));
         }
-        delegating_tools(&self.subagents, &self.tasks, "spawn", MAX_DEPTH).map_err(|e| e.to_string())
+        delegating_tools(&self.subagents, &self.tasks, "spawn", DEFAULT_MAX_DEPTH).map_err(|e| e.to_string())
     }
 
     fn session(&self, id: &SessionId) -> Option<Agent> {

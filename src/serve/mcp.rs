@@ -105,7 +105,7 @@ use crate::tool::{
 use crate::{Runtime, Subagents};
 
 /// How deep in-process children may delegate unless `--max-depth` says.
-pub const DEFAULT_MAX_DEPTH: u32 = 3;
+pub const DEFAULT_MAX_DEPTH: u32 = crate::tool::DEFAULT_MAX_DEPTH;
 
 /// The newest protocol version served: the last with the `initialize`
 /// handshake.

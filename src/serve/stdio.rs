@@ -34,14 +34,13 @@ use crate::providers::process::profile::{Profile, PROFILE_TOOLS};
 use crate::providers::process::wire::{ChildEvent, Initialize, TurnEndReason, PROTOCOL_VERSION};
 #[cfg(any(feature = "mcp", feature = "remote"))]
 use crate::providers::process::ProcessConfig;
-use crate::providers::{ChildInfo, InProcessProvider};
 use crate::seam::ContentBlock;
-use crate::tool::{delegating_tools, shared_delegating_toolset, TaskService};
+use crate::tool::{delegating_tools, register_delegating_spawn, TaskService, DEFAULT_MAX_DEPTH};
 use crate::Runtime;
 
 /// How deep the served session's delegation tree may go, counted in its
 /// own runtime (the parent owns the budget above it: provider-managed).
-const MAX_DEPTH: u32 = 3;
+const MAX_DEPTH: u32 = DEFAULT_MAX_DEPTH;
 
 /// Where the served session keeps its state.
 #[derive(Clone, Debug)]
@@ -247,10 +246,7 @@ impl Server {
             let tasks = TaskService::new();
             if !self.subagents.has_provider("spawn") {
                 // Its children get the same kit as the CLI's and `acp`'s.
-                let kit = shared_delegating_toolset(&self.subagents, &tasks, "spawn", MAX_DEPTH);
-                let spawn =
-                    InProcessProvider::spawn("spawn", model.clone()).with_tools(Arc::new(move |_: &ChildInfo| kit()));
-                self.subagents.register_provider(spawn).map_err(|e| e.to_string())?.keep();
+                register_delegating_spawn(&self.subagents, &tasks, model.clone()).map_err(|e| e.to_string())?;
             }
             delegating_tools(&self.subagents, &tasks, "spawn", MAX_DEPTH).map_err(|e| e.to_string())?
         } else {

@@ -50,12 +50,9 @@ use crate::agent::{new_session_id, ModelSpec};
 use crate::events::SubagentEvent;
 use crate::providers::remote::broker::{self, Broker, BrokerSettings};
 use crate::providers::remote::wire::{self, CancelNotice, ProgressNotice, StatusReply, MAX_PROGRESS_BYTES, VERSION};
-use crate::providers::{ChildInfo, InProcessProvider, ProcessConfig, ProcessProvider};
-use crate::tool::{shared_delegating_toolset, TaskService};
+use crate::providers::{ProcessConfig, ProcessProvider};
+use crate::tool::{register_delegating_spawn, TaskService};
 use crate::{Runtime, Subagents};
-
-/// How deep a worker's children may delegate within the worker.
-const MAX_DEPTH: u32 = 3;
 
 /// How long one pull waits for runs before asking again.
 const PULL_EXPIRY: Duration = Duration::from_secs(1);
@@ -185,12 +182,7 @@ fn register_provider(
     let registered = match options.provider {
         WorkerProvider::Spawn => {
             // Children can delegate further, in this worker, like the CLI's.
-            let kit = shared_delegating_toolset(subagents, &TaskService::new(), "spawn", MAX_DEPTH);
-            let spawn = InProcessProvider::spawn("spawn", model).with_tools(Arc::new(move |_: &ChildInfo| kit()));
-            subagents.register_provider(spawn).map(|registration| {
-                registration.keep();
-                "spawn"
-            })
+            register_delegating_spawn(subagents, &TaskService::new(), model).map(|()| "spawn")
         }
         WorkerProvider::Process => {
             let mut config = ProcessConfig::new("process", options.home.join("children"));
