@@ -499,3 +499,31 @@ fn a_spawn_provider_s_persona_and_budget_apply_to_runs_whose_requests_name_none(
     let error = Config::parse(unknown, "mock.toml").unwrap_err().to_string();
     assert!(error.contains("`persona` does not apply to a provider of kind \"mock\""), "{error}");
 }
+
+#[test]
+fn a_process_provider_s_patches_are_read_beside_the_file_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("terse.json"), r#"{"persona": "Answer tersely.", "max_steps": 4}"#).unwrap();
+    std::fs::write(dir.path().join("bad.json"), r#"{"colour": "blue"}"#).unwrap();
+    let file = |patch: &str| {
+        let path = dir.path().join(format!("{patch}.toml"));
+        let text = format!("[providers.child]\nkind = \"process\"\npatches = [\"{patch}\"]\n");
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let check = |config: &Path| {
+        run(subagents(dir.path())
+            .args(["providers", "check", "--json", "--config"])
+            .arg(config)
+            .arg("--home")
+            .arg(dir.path().join("home")))
+    };
+    let output = check(&file("terse.json"));
+    assert!(output.status.success(), "{}{}", text(&output.stdout), text(&output.stderr));
+    let output = check(&file("bad.json"));
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("patch key \\\"colour\\\" is unknown"), "{}", text(&output.stdout));
+    let output = check(&file("absent.json"));
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains(":3:12: patch "), "{}", text(&output.stderr));
+}

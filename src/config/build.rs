@@ -33,6 +33,7 @@ pub(super) struct Resolved {
     home: Option<PathBuf>,
     template_dir: Option<PathBuf>,
     run_dir_root: Option<PathBuf>,
+    patches: Vec<PathBuf>,
     budget: Option<Budget>,
     nats: Option<String>,
     schedule: Vec<(ChaosStage, ChaosFault, f64)>,
@@ -165,13 +166,21 @@ pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) ->
             return Err(source.error(span, "`home` must be an absolute path"));
         }
     }
-    // A relative template is read beside the file, as its examples ship.
+    // A relative template or patch is read beside the file, as its
+    // examples ship.
     let beside_file = |path: PathBuf| match Path::new(source.name).parent() {
         Some(dir) if path.is_relative() => dir.join(path),
         _ => path,
     };
     resolved.template_dir = table.template_dir.as_ref().map(path_of).transpose()?.map(beside_file);
     resolved.run_dir_root = table.run_dir_root.as_ref().map(path_of).transpose()?;
+    for patch in table.patches.iter().flat_map(|patches| patches.get_ref()) {
+        let path = beside_file(path_of(patch)?);
+        if !path.is_file() {
+            return Err(source.error(Some(patch.span()), format!("patch {path:?} is not a file")));
+        }
+        resolved.patches.push(path);
+    }
     if let (Some(template), Some(value)) = (&resolved.template_dir, &table.template_dir) {
         if !template.is_dir() {
             return Err(source.error(Some(value.span()), format!("template_dir {template:?} is not a directory")));
@@ -563,6 +572,7 @@ impl Config {
         if let Some(profile) = &table.profile {
             config.profile = profile.get_ref().clone();
         }
+        config.patches = resolved.patches.clone();
         config.cwd = resolved.cwd.clone();
         config.env = resolved.env.clone();
         config.inherit_env = table.inherit_env.as_ref().map(|names| names.get_ref().clone()).unwrap_or_default();

@@ -85,7 +85,7 @@ impl Kind {
                 "keep_run_dirs",
                 "run_dir_root",
             ],
-            Kind::Process => &["bin", "profile", "home", "model", "max_tokens", "shutdown_timeout"],
+            Kind::Process => &["bin", "profile", "patches", "home", "model", "max_tokens", "shutdown_timeout"],
             Kind::Remote => &[
                 "nats",
                 "pool",
@@ -141,6 +141,7 @@ pub(super) struct ProviderTable {
     // process
     pub(super) bin: Option<Spanned<String>>,
     pub(super) profile: Option<Spanned<String>>,
+    pub(super) patches: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) home: Option<Spanned<String>>,
     pub(super) shutdown_timeout: Option<Spanned<String>>,
     // remote
@@ -270,6 +271,7 @@ pub(super) fn keys_set(table: &ProviderTable) -> Vec<(&'static str, std::ops::Ra
         dispose_idle_eof_grace,
         bin,
         profile,
+        patches,
         home,
         shutdown_timeout,
         nats,
