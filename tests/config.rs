@@ -527,3 +527,31 @@ fn a_process_provider_s_patches_are_read_beside_the_file_and_checked() {
     assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
     assert!(text(&output.stderr).contains(":3:12: patch "), "{}", text(&output.stderr));
 }
+
+#[test]
+fn sessions_tree_reaches_a_process_child_in_its_own_home_and_the_runs_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("process.toml");
+    std::fs::write(&config, "[providers.isolated]\nkind = \"process\"\n").unwrap();
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, "{\"prompt\": \"check the parser; check the docs\"}\n").unwrap();
+    let home = dir.path().join("home");
+    let output = run(subagents(dir.path())
+        .arg("fanout")
+        .arg(&tasks)
+        .args(["--provider", "isolated", "--config"])
+        .arg(&config)
+        .arg("--home")
+        .arg(&home));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let results = result_lines(&output.stdout);
+    let child = results[0]["child_id"].as_str().unwrap();
+    let session = child.strip_prefix("process:isolated:").unwrap_or_else(|| panic!("{child}"));
+    // The child's session is in its own home, `<home>/children/isolated`.
+    assert!(home.join("children/isolated/sessions").join(format!("{session}.jsonl")).is_file());
+    let output = run(subagents(dir.path()).args(["sessions", "tree", session, "--json", "--home"]).arg(&home));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let tree: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(tree["id"], session, "{tree}");
+    assert_eq!(tree["children"].as_array().map(Vec::len), Some(2), "the two runs it started: {tree}");
+}

@@ -62,7 +62,7 @@ use self::wire::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, P
 use super::child_process::{spawn, ChildEnv, Spawned, MAX_OUTPUT};
 use crate::seam::{
     AgentOptions, Branch, BudgetLease, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch,
-    LaunchError, Provider, RunResult, Stage, StopReason, StopReport,
+    LaunchError, ProgressUpdate, Provider, ProviderContext, RunResult, Stage, StopReason, StopReport,
 };
 
 /// How long the `initialize` handshake may take.
@@ -188,6 +188,7 @@ impl ProcessProvider {
             patches: self.patches.clone(),
             cwd,
             budget: None,
+            parent_session: None,
         };
         let answered = handshake(&connection, &init).await;
         if answered.is_ok() {
@@ -252,8 +253,15 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
     let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
     let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events);
     let budget = context.budget().map(BudgetLease::remaining);
-    let init =
-        Initialize { protocol_version: PROTOCOL_VERSION, route, profile: config.profile.clone(), patches, cwd, budget };
+    let init = Initialize {
+        protocol_version: PROTOCOL_VERSION,
+        route,
+        profile: config.profile.clone(),
+        patches,
+        cwd,
+        budget,
+        parent_session: request.parent.session_id.clone(),
+    };
     let outcome = tokio::select! {
         biased;
         _ = cancel.cancelled() => Err(None),
@@ -278,6 +286,7 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
             report: RefCell::new(StopReport::new().with_children([Branch::unknown(NOT_DISPOSED)])),
         }),
         received: RefCell::new(Some(received)),
+        context,
         cancel,
         shutdown_timeout: config.shutdown_timeout,
         grace: (config.dispose_eof_grace, config.dispose_grace),
@@ -329,6 +338,8 @@ struct ProcessChild {
     prompt: RefCell<Option<Vec<ContentBlock>>>,
     shared: Rc<Shared>,
     received: RefCell<Option<mpsc::UnboundedReceiver<ChildEvent>>>,
+    /// Where the child's text, tool calls and delegated runs go as progress.
+    context: ProviderContext,
     cancel: CancellationToken,
     shutdown_timeout: Duration,
     grace: (Duration, Duration),
@@ -345,6 +356,7 @@ impl Child for ProcessChild {
         let mut received = self.received.borrow_mut().take().expect("run is called once");
         let provider = self.provider.clone();
         let cancel = self.cancel.clone();
+        let context = self.context.clone();
         Box::pin(async move {
             let answer = shared.connection.request("prompt", json!({"prompt": prompt}));
             tokio::pin!(answer);
@@ -352,6 +364,7 @@ impl Child for ProcessChild {
             let replied = loop {
                 tokio::select! {
                     Some(event) = received.recv() => {
+                        report(&context, &event);
                         transcript.note(event);
                         if transcript.overflowed {
                             break Err(WireError::Protocol);
@@ -394,6 +407,20 @@ impl Child for ProcessChild {
     fn stop_report(&self) -> StopReport {
         self.shared.report.take()
     }
+}
+
+/// The child's streamed text, tool calls and delegated runs, as this
+/// run's progress.
+fn report(context: &ProviderContext, event: &ChildEvent) {
+    let update = match event {
+        ChildEvent::TextDelta { text } => ProgressUpdate::MessageChunk { text: text.clone() },
+        ChildEvent::ToolCall { name, status } => {
+            ProgressUpdate::ToolCall { name: name.clone(), status: status.as_str().into() }
+        }
+        ChildEvent::Delegated { update } => ProgressUpdate::Delegated { update: Box::new(update.clone()) },
+        ChildEvent::AssistantMessage { .. } | ChildEvent::TurnEnd { .. } => return,
+    };
+    context.progress(update);
 }
 
 /// What the child said during one turn.

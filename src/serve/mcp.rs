@@ -296,7 +296,7 @@ impl Session {
             }
         };
         let read_only = children_read_only(&kit, "subagent");
-        Session::serving(subagents, tasks, options, name, max_depth, read_only, cwd, spec)
+        Session::serving(subagents, tasks, options, name, max_depth, read_only, cwd, spec, &runtime.home())
     }
 
     /// The session on a configured provider: every provider of the file
@@ -325,7 +325,7 @@ impl Session {
             true => MaxDepth::Limit(configured.config.tool_max_depth()),
             false => MaxDepth::ProviderManaged,
         };
-        Session::serving(subagents, tasks, options, name, max_depth, false, cwd, spec)
+        Session::serving(subagents, tasks, options, name, max_depth, false, cwd, spec, &runtime.home())
     }
 
     /// The session once its provider is registered: the `subagent` tool on
@@ -340,6 +340,7 @@ impl Session {
         children_read_only: bool,
         cwd: &Path,
         spec: &ModelSpec,
+        home: &Path,
     ) -> Result<Session, ServeError> {
         let concurrency = options.concurrency.unwrap_or_else(default_concurrency).max(1);
         let slots = Arc::new(Semaphore::new(concurrency));
@@ -355,9 +356,14 @@ impl Session {
         };
         let catalog = Catalog::new(&subagent, &info, tasks.tools(), limits).map_err(ServeError::Options)?;
         // The root never prompts a model: it is the client's identity (its
-        // session owns the background tasks) and the children's parent.
-        let root =
-            Agent::builder(ScriptedModel::new()).cwd(cwd).build().map_err(|e| ServeError::Options(e.to_string()))?;
+        // session owns the background tasks) and the children's parent. Its
+        // session is in the home, so `sessions tree` of it shows every run
+        // the client started (a process child's included).
+        let root = Agent::builder(ScriptedModel::new())
+            .store(crate::agent::SessionStore::new(home))
+            .cwd(cwd)
+            .build()
+            .map_err(|e| ServeError::Options(e.to_string()))?;
         Ok(Session { subagents, root, subagent, catalog, slots, concurrency, closing: CancellationToken::new() })
     }
 

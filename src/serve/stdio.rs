@@ -102,6 +102,7 @@ fn event(event: &ChildEvent) -> Value {
 fn streamed(update: &AgentUpdate) -> Option<ChildEvent> {
     match update {
         AgentUpdate::Text(text) => Some(ChildEvent::TextDelta { text: text.clone() }),
+        AgentUpdate::ToolProgress { update, .. } => Some(ChildEvent::Delegated { update: update.clone() }),
         update => update.tool_call().map(|(name, status)| ChildEvent::ToolCall { name: name.to_owned(), status }),
     }
 }
@@ -278,6 +279,11 @@ impl Server {
         if let Some(budget) = init.budget {
             // What the parent had left: this agent is the root of it here.
             builder = builder.budget(budget.lease());
+        }
+        if let Some(parent) = &init.parent_session {
+            // The lineage crosses the process; the depth cap counts from
+            // here (the parent manages what is above).
+            builder = builder.parent(Some(parent.clone()), 0);
         }
         builder.build().map_err(|e| e.to_string())
     }

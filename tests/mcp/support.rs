@@ -139,14 +139,9 @@ pub fn serve_children(dir: &Path) -> Vec<(u32, String)> {
     common::processes_mentioning(dir).into_iter().filter(|(_, cmdline)| cmdline.contains(" serve ")).collect()
 }
 
-/// How many session files there are under `home` (some perhaps still
-/// being written).
-pub fn session_count(home: &Path) -> usize {
-    std::fs::read_dir(home.join("sessions")).map_or(0, |entries| entries.count())
-}
-
-/// Every session under `home`, as its events.
-pub fn sessions(home: &Path) -> Vec<Vec<SessionEvent>> {
+/// The ids of the runs' sessions under `home`: every session but the
+/// client's root (the only one without a parent; it never prompts).
+fn run_session_ids(home: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(home.join("sessions")) else { return Vec::new() };
     let store = SessionStore::new(home);
     entries
@@ -154,9 +149,22 @@ pub fn sessions(home: &Path) -> Vec<Vec<SessionEvent>> {
         .filter_map(|entry| {
             let path = entry.path();
             let id = path.file_stem()?.to_str()?.to_owned();
-            (path.extension()? == "jsonl").then(|| store.read(&id).unwrap_or_else(|e| panic!("{id}: {e}")).1)
+            (path.extension()? == "jsonl").then_some(id)
         })
+        .filter(|id| store.summarize(id).map_or(true, |summary| summary.header.parent_session.is_some()))
         .collect()
+}
+
+/// How many runs' session files there are under `home` (some perhaps
+/// still being written).
+pub fn session_count(home: &Path) -> usize {
+    run_session_ids(home).len()
+}
+
+/// Every run's session under `home`, as its events.
+pub fn sessions(home: &Path) -> Vec<Vec<SessionEvent>> {
+    let store = SessionStore::new(home);
+    run_session_ids(home).into_iter().map(|id| store.read(&id).unwrap_or_else(|e| panic!("{id}: {e}")).1).collect()
 }
 
 /// How a [`Raw`] client treats the server's output.

@@ -184,3 +184,44 @@ async fn a_configured_acp_provider_serves_the_clients_calls_in_parallel() {
     let (status, _dir) = served.close().await;
     assert!(status.success());
 }
+
+#[test]
+fn a_process_child_s_text_reaches_the_client_and_its_sessions_hang_under_the_client_s_root() {
+    let mut raw = Raw::start(&["--provider", "process"]);
+    raw.handshake();
+    progress_call(&mut raw, 2, "p2", "check the parser; check the docs");
+    let lines = timed_lines_until_answer(&raw, 2);
+    let (_, answer) = lines.last().unwrap();
+    assert!(answer["result"]["isError"] == false, "{answer}");
+    let progress: Vec<String> = lines
+        .iter()
+        .filter(|(_, line)| line["method"] == "notifications/progress")
+        .map(|(_, line)| line["params"]["message"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    // The child's own answer text, streamed, not only its start and end.
+    assert!(progress.iter().any(|message| message.contains("handled: check the docs")), "{progress:?}");
+    // The client's root, the process child and the child's own two
+    // children: one tree.
+    let subagents = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_subagents"))
+            .arg("sessions")
+            .args(args)
+            .arg("--home")
+            .arg(raw.home())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice::<Value>(&output.stdout).unwrap()
+    };
+    let listed = subagents(&["list", "--json"]);
+    let listed = listed["sessions"].as_array().cloned().unwrap_or_default();
+    let parents: Vec<&Value> = listed.iter().map(|session| &session["parent"]).collect();
+    let root = listed
+        .iter()
+        .find(|session| session["parent"].is_null() && parents.contains(&&session["id"]))
+        .unwrap_or_else(|| panic!("a root with children: {listed:?}"));
+    let tree = subagents(&["tree", root["id"].as_str().unwrap(), "--json"]);
+    let child = &tree["children"][0];
+    assert_eq!(tree["children"].as_array().map(Vec::len), Some(1), "{tree}");
+    assert_eq!(child["children"].as_array().map(Vec::len), Some(2), "the child's two children: {tree}");
+}

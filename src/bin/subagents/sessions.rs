@@ -30,7 +30,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use subagents::agent::{SessionEvent, SessionStore, SessionSummary};
@@ -76,7 +76,10 @@ pub fn sessions(args: SessionsArgs) -> Result<Ended, String> {
     match args.query {
         Query::List => list(&store, args.json),
         Query::Show(id) => show(&store, &id, args.json),
-        Query::Tree(id) => tree(&store, &id, args.json),
+        Query::Tree(id) => {
+            let nested = nested_stores(&home, args.max_line_bytes);
+            tree(&store, &nested, &id, args.json)
+        }
     }
 }
 
@@ -243,11 +246,56 @@ fn walk(sessions: &[SessionSummary], root: usize) -> Vec<Visit> {
     visits
 }
 
-fn tree(store: &SessionStore, id: &str, as_json: bool) -> Result<Ended, String> {
+/// How deep under `<home>/children` the tree looks for the homes of
+/// process children (a child's children live under its own home).
+const NESTED_HOME_LEVELS: usize = 8;
+/// The most directories the tree looks into there.
+const NESTED_HOME_DIRS: usize = 10_000;
+
+/// The session stores of process children under `<home>/children`: every
+/// directory there (symlinks not followed) holding a `sessions` directory,
+/// breadth first, bounded in depth and count.
+fn nested_stores(home: &Path, max_line_bytes: Option<usize>) -> Vec<SessionStore> {
+    let is_dir = |path: &Path| std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_dir());
+    let mut stores = Vec::new();
+    let mut level = vec![home.join("children")];
+    let mut visited = 0;
+    for _ in 0..NESTED_HOME_LEVELS {
+        let mut next = Vec::new();
+        for dir in level {
+            if visited == NESTED_HOME_DIRS || !is_dir(&dir) {
+                continue;
+            }
+            visited += 1;
+            if is_dir(&dir.join("sessions")) {
+                let store = SessionStore::new(&dir);
+                stores.push(max_line_bytes.map_or(store.clone(), |bytes| store.with_max_line_bytes(bytes)));
+            }
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            next.extend(
+                entries
+                    .flatten()
+                    .map(|entry| entry.path())
+                    .filter(|path| path.file_name().is_some_and(|name| name != "sessions") && is_dir(path)),
+            );
+        }
+        level = next;
+    }
+    stores
+}
+
+fn tree(store: &SessionStore, nested: &[SessionStore], id: &str, as_json: bool) -> Result<Ended, String> {
     let mut sessions: Vec<SessionSummary> = Vec::new();
     let mut root = None;
-    for listed in read_all(store)? {
+    let mut seen = HashSet::new();
+    // The home's sessions, then those of its process children's homes
+    // (whose sessions name their parents across the process).
+    let nested_listed = nested.iter().filter_map(|store| read_all(store).ok()).flatten();
+    for listed in read_all(store)?.into_iter().chain(nested_listed) {
         if let Ok(session) = listed.read {
+            if !seen.insert(listed.id.clone()) {
+                continue;
+            }
             root = root.or((listed.id == id).then_some(sessions.len()));
             sessions.push(session);
         }

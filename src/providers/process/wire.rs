@@ -27,7 +27,7 @@ use tokio_util::codec::AnyDelimiterCodecError;
 
 pub(crate) use crate::agent::ToolCallStatus;
 use crate::providers::child_process::lines;
-use crate::seam::{AgentOptions, Budget, StopReason};
+use crate::seam::{AgentOptions, Budget, ProgressUpdate, StopReason};
 
 /// The protocol version both ends speak.
 pub(crate) const PROTOCOL_VERSION: u32 = 1;
@@ -50,6 +50,10 @@ pub(crate) struct Initialize {
     /// runtime opens it for its own subtree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// The delegating session in the parent's runtime: the child's session
+    /// names it as its parent, so the lineage crosses the process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session: Option<String>,
 }
 
 /// A child event, streamed while a turn runs.
@@ -72,6 +76,11 @@ pub(crate) enum ChildEvent {
         name: String,
         /// `pending`, `completed` or `failed`.
         status: ToolCallStatus,
+    },
+    /// Progress of a run the child delegated to, as its own runtime saw it.
+    Delegated {
+        /// The update, one level down.
+        update: ProgressUpdate,
     },
     /// The turn ended.
     TurnEnd {
