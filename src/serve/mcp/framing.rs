@@ -13,6 +13,7 @@
 //! |---|---|
 //! | longer than 8 MiB (the rest is read and dropped) | `-32700`, id `null` |
 //! | not UTF-8, or not JSON | `-32700`, id `null` |
+//! | nested deeper than 128 levels | `-32600` with its id (its top level read alone) |
 //! | a batch or a bare value | `-32600`, id `null` |
 //! | a request whose id is not a string or an integer | `-32600`, id `null` |
 //! | a request that is not JSON-RPC 2.0 | `-32600` with its id |
@@ -393,8 +394,10 @@ fn begins_session(request: &ClientRequest, versions: &[ProtocolVersion]) -> bool
 
 /// A line that is JSON (or not) but not a message the SDK can take.
 fn malformed(text: &str, complaint: &serde_json::Error) -> Verdict {
-    let Ok(value) = serde_json::from_str::<Value>(text) else {
-        return Verdict::Reply(parse_error("the line is not valid JSON", text.as_bytes()));
+    let value = match serde_json::from_str::<Value>(text) {
+        Ok(value) => value,
+        Err(error) if error.to_string().starts_with("recursion limit exceeded") => return too_deep(text),
+        Err(_) => return Verdict::Reply(parse_error("the line is not valid JSON", text.as_bytes())),
     };
     let Some(object) = value.as_object() else {
         return reply(None, -32600, "a batch or a bare value is not a JSON-RPC message");
@@ -422,6 +425,29 @@ fn malformed(text: &str, complaint: &serde_json::Error) -> Verdict {
         return Verdict::Reply(error_line(Some(&id), -32602, "Invalid params", data));
     }
     reply(Some(&id), -32600, "not a well-formed request")
+}
+
+/// A line nested deeper than the parser follows (128 levels): answered
+/// `-32600` with its id when its top level names one, read without
+/// descending into the values beside it.
+fn too_deep(text: &str) -> Verdict {
+    #[derive(serde::Deserialize)]
+    struct TopLevel {
+        id: Option<Value>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    let reason = "the line nests deeper than 128 levels";
+    match serde_json::from_str::<TopLevel>(text) {
+        Ok(TopLevel { id: Some(id), method: Some(_) }) => match request_id(Some(&id)) {
+            Some(id) => reply(Some(&id), -32600, reason),
+            None => reply(None, -32600, reason),
+        },
+        Ok(TopLevel { method: Some(_), .. }) => {
+            tracing::warn!("a notification nested too deeply was dropped");
+            Verdict::Skip
+        }
+        _ => reply(None, -32600, reason),
+    }
 }
 
 /// A JSON-RPC id we can answer to: a string or an integer.
@@ -495,6 +521,24 @@ mod tests {
             assert!(answer["error"]["data"]["reason"].is_string(), "{answer}");
         }
         assert_eq!(output.book().pending.len(), 1, "only the first initialize is in flight");
+    }
+
+    #[test]
+    fn a_request_nested_too_deeply_is_refused_with_its_id() {
+        let output = output();
+        assert!(matches!(output.judge(initialize(1).as_bytes()), Verdict::Forward(_)));
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let line = format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"arguments":{deep}}}}}"#);
+        let answer = answer_of(output.judge(line.as_bytes()));
+        assert_eq!((answer["id"].clone(), answer["error"]["code"].clone()), (json!(7), json!(-32600)), "{answer}");
+        assert!(answer["error"]["data"]["reason"].as_str().unwrap().contains("deeper than 128"), "{answer}");
+        // Its id first or last, a string id, or none at the top level.
+        let line = format!(r#"{{"params":{deep},"method":"tools/call","jsonrpc":"2.0","id":"late"}}"#);
+        assert_eq!(answer_of(output.judge(line.as_bytes()))["id"], "late");
+        let line = format!(r#"{{"jsonrpc":"2.0","id":{deep},"method":"tools/call"}}"#);
+        assert_eq!(answer_of(output.judge(line.as_bytes()))["id"], Value::Null);
+        let notification = format!(r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{deep}}}"#);
+        assert!(matches!(output.judge(notification.as_bytes()), Verdict::Skip));
     }
 
     #[test]
