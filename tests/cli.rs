@@ -8,6 +8,8 @@
 #[path = "cli/batch.rs"]
 mod batch;
 mod common;
+#[path = "cli/durable.rs"]
+mod durable;
 #[path = "cli/input.rs"]
 mod input;
 #[path = "cli/models.rs"]

@@ -6,6 +6,7 @@
 //! once) and its counts in the [`Tally`]. Memory follows the concurrency,
 //! not the length of the file.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -14,15 +15,16 @@ use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::json;
+use serde_json::{json, Value};
 use subagents::{Budget, BudgetLease, CancellationToken, Parent, StartRequest, StopReason, SubagentError, Subagents};
 use tokio::sync::mpsc;
 
+use crate::journal::Prior;
 use crate::logging;
 use crate::outputs::{self, Outputs};
 use crate::setup::{cancel_on_ctrl_c, setup};
 use crate::summary::{Settled, Tally};
-use crate::tasks::{Line, Task, TaskLines};
+use crate::tasks::{task_id, Line, Task, TaskLines};
 use crate::terminal::say;
 use crate::Ended;
 
@@ -46,7 +48,37 @@ pub struct FanoutArgs {
     pub strict: bool,
     pub remote: crate::setup::RemoteArgs,
     pub budget: BudgetArgs,
+    pub durable: DurableArgs,
 }
+
+/// What makes a long batch survive its crash and its runs' transient
+/// failures (see [`crate::journal`]).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct DurableArgs {
+    /// With --out: skip the tasks the file already settled and run the rest
+    /// (a task whose line changed since is refused, exit 2).
+    #[arg(long, requires = "out")]
+    pub resume: bool,
+    /// With --resume: run the settled tasks that did not complete again.
+    #[arg(long, requires = "resume")]
+    pub rerun_failed: bool,
+    /// With --resume: run a task whose line changed since its result.
+    #[arg(long, requires = "resume")]
+    pub rerun_changed: bool,
+    /// Run a task that ended in a transient error (a model's 429 or 5xx, a
+    /// timeout, a lost transport or worker) again, up to N more times.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub retry: u32,
+    /// Stop a run that takes longer (stop reason `aborted`, reason
+    /// `timeout`): `30s`, `10m`; a task line's `"timeout"` wins.
+    #[arg(long, value_name = "DURATION", value_parser = subagents::config::parse_positive_duration)]
+    pub timeout: Option<Duration>,
+}
+
+/// The first wait before a retry; it doubles each time, up to
+/// [`MAX_RETRY_WAIT`], with jitter.
+const FIRST_RETRY_WAIT: Duration = Duration::from_millis(500);
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
 
 /// `--budget-*`: one delegation budget for the whole batch. Every task run
 /// is a child of the batch (width: task runs at once; depth: levels below
@@ -99,12 +131,18 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
         Some(provider) => provider.clone(),
         None => args.config.tool_providers().first().cloned().ok_or("the configuration defines no provider")?,
     };
+    if args.durable.resume && !args.tasks.is_file() {
+        return Err(format!("--resume reads the tasks twice: {} must be a regular file", args.tasks.display()));
+    }
     let setup = setup(&args.model, args.home, &provider, &args.remote, &args.config)?;
     // Refusals from here on stop the runtime first; files are created last
     // so that a refused batch truncates nothing.
-    let opened =
-        setup.check_provider(&provider).and_then(|()| Outputs::open(args.out.as_deref(), args.trace.as_deref()));
-    let Outputs { results, trace: trace_file } = match opened {
+    let opened = setup.check_provider(&provider).and_then(|()| {
+        let outputs = Outputs::open(args.out.as_deref(), args.trace.as_deref(), args.durable.resume)?;
+        check_unchanged(&args.tasks, args.max_line_bytes, &outputs.settled, args.durable.rerun_changed)?;
+        Ok(outputs)
+    });
+    let Outputs { results, trace: trace_file, settled, durable } = match opened {
         Ok(outputs) => outputs,
         Err(error) => {
             setup.runtime.shutdown_blocking();
@@ -131,6 +169,8 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
         sink: sink.clone(),
         progress: progress.clone(),
         budget: Some(args.budget.budget()).filter(|b| !b.is_unlimited()).map(Budget::lease),
+        settled,
+        durable: args.durable.clone(),
     };
     let tally = setup.runtime.block_on(batch_run.run_all(lines, concurrency));
     let elapsed = started.elapsed();
@@ -140,7 +180,8 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
     // A run's stop reason is data (its result line, the summary); only
     // `--strict` makes a run that did not complete fail the batch.
     let mut all_done = tally.all_ran() && (!args.strict || tally.all_completed());
-    if let Err(error) = sink.lock().unwrap().flush() {
+    let flushed = sink.lock().unwrap().flush();
+    if let Err(error) = flushed.and_then(|()| durable.as_ref().map_or(Ok(()), |file| file.sync_data())) {
         say!("subagents: cannot write results: {error}");
         all_done = false;
     }
@@ -168,6 +209,67 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
         say!("trace: {} (open it in Perfetto)", path.display());
     }
     Ok(Ended::new(batch.is_cancelled(), all_done))
+}
+
+/// With `--resume`: every task line whose id the results file settled
+/// ran the same line then, else the batch is refused (exit 2) naming the
+/// first changed line, unless `rerun_changed`.
+fn check_unchanged(
+    tasks: &Path,
+    max_line_bytes: u64,
+    settled: &HashMap<String, Prior>,
+    rerun_changed: bool,
+) -> Result<(), String> {
+    if settled.is_empty() || rerun_changed {
+        return Ok(());
+    }
+    let file = open_tasks(tasks)?;
+    for line in TaskLines::new(BufReader::new(file), max_line_bytes) {
+        let line = line.map_err(|e| format!("cannot read {}: {e}", tasks.display()))?;
+        let Line::Task { number, task, hash } = line else { continue };
+        let id = task_id(&task, number, hash);
+        if settled.get(&id).is_some_and(|prior| prior.hash != hash_text(hash)) {
+            return Err(format!(
+                "{}:{number}: task {id:?} changed since its result was written (--rerun-changed runs it again)",
+                tasks.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A line's hash as result lines carry it (`task_hash`).
+fn hash_text(hash: u64) -> String {
+    format!("{hash:016x}")
+}
+
+/// Whether a failed run's record names a transient cause: a model endpoint
+/// that answered 408, 425, 429 or 5xx, could not be reached, broke off or
+/// timed out (the adapters' fixed wording), or a child, transport or
+/// worker lost on the way.
+fn transient(record: &Value) -> bool {
+    let failed = record["stop_reason"] == "error" || record.get("error").is_some();
+    let diagnostic = &record["diagnostic"];
+    let reason = diagnostic["reason"].as_str().unwrap_or_default();
+    let cause = match diagnostic["category"].as_str() {
+        Some("child-crashed" | "timed-out" | "worker-lost" | "lease-expired" | "broker-unreachable" | "no-worker") => {
+            true
+        }
+        Some("model") => match reason.strip_prefix("the model endpoint answered ") {
+            Some(status) => status.parse::<u16>().is_ok_and(|s| matches!(s, 408 | 425 | 429 | 500..=599)),
+            None => ["could not be reached", "broke off", "timed out"].iter().any(|cause| reason.contains(cause)),
+        },
+        _ => false,
+    };
+    failed && cause
+}
+
+/// The wait before retry `attempt` (1 for the first): doubling from
+/// [`FIRST_RETRY_WAIT`], capped, between half and all of it.
+fn retry_wait(attempt: u32) -> Duration {
+    let full = FIRST_RETRY_WAIT.saturating_mul(1 << attempt.saturating_sub(1).min(16)).min(MAX_RETRY_WAIT);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    full / 2 + full.mul_f64(f64::from(nanos % 1000) / 2000.0)
 }
 
 /// The tasks file, open for reading; a directory is refused here rather
@@ -227,6 +329,15 @@ fn count_lines(path: &Path) -> Option<u64> {
     }
 }
 
+/// Aborts a task (a run's timer) when the run is over.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 struct Batch {
     subagents: Subagents,
     provider: String,
@@ -238,6 +349,9 @@ struct Batch {
     /// The batch's budget (`--budget-*`): the batch holds it, every task
     /// run is its child.
     budget: Option<BudgetLease>,
+    /// What the results file settled before (`--resume`), by task id.
+    settled: HashMap<String, Prior>,
+    durable: DurableArgs,
 }
 
 impl Batch {
@@ -247,6 +361,8 @@ impl Batch {
     async fn run_all(self, mut lines: mpsc::Receiver<std::io::Result<Line>>, concurrency: usize) -> Tally {
         let mut tally = Tally::default();
         let mut in_flight = FuturesUnordered::new();
+        // Explicit ids seen, with their lines: one id, one task.
+        let mut ids: HashMap<String, usize> = HashMap::new();
         let mut reading = true;
         loop {
             tokio::select! {
@@ -259,7 +375,25 @@ impl Batch {
                 }
                 () = self.batch.cancelled(), if reading => reading = false,
                 line = lines.recv(), if reading && in_flight.len() < concurrency => match line {
-                    Some(Ok(Line::Task { number, task })) => in_flight.push(self.run_one(number, task)),
+                    Some(Ok(Line::Task { number, task, hash })) => {
+                        let id = task_id(&task, number, hash);
+                        if task.id.is_some() {
+                            if let Some(first) = ids.insert(id.clone(), number) {
+                                let why = format!("its id {id:?} is line {first}'s too");
+                                say!("subagents: {}:{number}: skipped: {why}", self.tasks_path.display());
+                                tally.skipped += 1;
+                                continue;
+                            }
+                        }
+                        let prior = self.settled.get(&id);
+                        let done = prior.is_some_and(|p| p.hash == hash_text(hash) && (p.completed || !self.durable.rerun_failed));
+                        if done {
+                            tally.already_done += 1;
+                            self.progress.inc(1);
+                            continue;
+                        }
+                        in_flight.push(self.run_one(number, task, id, hash));
+                    }
                     Some(Ok(Line::Skipped { number, why })) => {
                         say!("subagents: {}:{number}: skipped: {why}", self.tasks_path.display());
                         tally.skipped += 1;
@@ -278,18 +412,77 @@ impl Batch {
         tally
     }
 
-    /// Runs one task and writes its result line; `None` when the batch was
+    /// Runs one task (again after a transient failure, up to `--retry`
+    /// times) and writes its result line; `None` when the batch was
     /// cancelled before it started.
-    async fn run_one(&self, line: usize, task: Box<Task>) -> Option<Settled> {
+    async fn run_one(&self, line: usize, task: Box<Task>, id: String, hash: u64) -> Option<Settled> {
+        let timeout = task.timeout.or(self.durable.timeout);
+        let mut attempt = 1;
+        let (mut record, settled, detail) = loop {
+            let (record, settled, detail) = self.attempt(line, (*task).clone(), timeout).await?;
+            if attempt > self.durable.retry || !transient(&record) || self.batch.is_cancelled() {
+                break (record, settled, detail);
+            }
+            let wait = retry_wait(attempt);
+            say!("subagents: line {line}: attempt {attempt} failed ({}); again in {wait:.1?}", settled.outcome);
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.batch.cancelled() => break (record, settled, detail),
+            }
+            attempt += 1;
+        };
+        record["id"] = json!(id);
+        record["task_hash"] = json!(hash_text(hash));
+        if attempt > 1 {
+            record["attempts"] = json!(attempt);
+        }
+        {
+            let mut sink = self.sink.lock().unwrap();
+            let _ = sink.write_all(format!("{record}\n").as_bytes());
+            let _ = sink.flush();
+        }
+        if self.progress.is_hidden() {
+            let label = task.label.as_deref().unwrap_or("task");
+            let detail = detail.map(|d| format!(": {d}")).unwrap_or_default();
+            say!("line {line}: {label}: {}{detail} ({:.1} ms)", settled.outcome, settled.latency.as_secs_f64() * 1e3);
+        } else {
+            self.progress.inc(1);
+        }
+        Some(Settled { retried: attempt > 1, ..settled })
+    }
+
+    /// One run of a task: its result record (not written yet), its counts,
+    /// and why it failed; `None` when the batch was cancelled first. A run
+    /// past `timeout` is cancelled and its record says `"reason":
+    /// "timeout"`.
+    async fn attempt(
+        &self,
+        line: usize,
+        task: Task,
+        timeout: Option<Duration>,
+    ) -> Option<(Value, Settled, Option<String>)> {
         if self.batch.is_cancelled() {
             return None;
         }
         let began = Instant::now();
+        let signal = self.batch.child_token();
+        let timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let _timer = timeout.map(|timeout| {
+            let (signal, timed_out) = (signal.clone(), timed_out.clone());
+            AbortOnDrop(
+                tokio::spawn(async move {
+                    tokio::time::sleep(timeout).await;
+                    timed_out.store(true, std::sync::atomic::Ordering::Release);
+                    signal.cancel();
+                })
+                .abort_handle(),
+            )
+        });
         let parent = match &self.budget {
             Some(lease) => Parent::root(&self.cwd).with_budget_lease(lease.clone()),
             None => Parent::root(&self.cwd),
         };
-        let mut request = StartRequest::new(task.prompt, parent, self.batch.child_token());
+        let mut request = StartRequest::new(task.prompt, parent, signal);
         if let Some(budget) = task.budget {
             request = request.with_budget(budget);
         }
@@ -355,19 +548,15 @@ impl Batch {
             }
         };
         let latency = began.elapsed();
-        {
-            let mut sink = self.sink.lock().unwrap();
-            let _ = writeln!(sink, "{record}");
-            let _ = sink.flush();
-        }
-        if self.progress.is_hidden() {
-            let label = task.label.as_deref().unwrap_or("task");
-            let detail = detail.map(|d| format!(": {d}")).unwrap_or_default();
-            say!("line {line}: {label}: {outcome}{detail} ({:.1} ms)", latency.as_secs_f64() * 1e3);
-        } else {
-            self.progress.inc(1);
+        let mut record = record;
+        let mut detail = detail;
+        if timed_out.load(std::sync::atomic::Ordering::Acquire) && record["stop_reason"] == "aborted" {
+            record["reason"] = json!("timeout");
+            detail = Some(format!("timed out after {:.1?}", timeout.unwrap_or_default()));
         }
         let (stopped_descendants, unknown_branches) = stopped;
-        Some(Settled { latency, completed, unserved, outcome, stopped_descendants, unknown_branches })
+        let settled =
+            Settled { latency, completed, unserved, outcome, stopped_descendants, unknown_branches, retried: false };
+        Some((record, settled, detail))
     }
 }

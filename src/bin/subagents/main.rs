@@ -48,6 +48,7 @@
 //! and the library's warnings are logged to stderr ([`logging`], `RUST_LOG`).
 
 mod fanout;
+mod journal;
 mod logging;
 mod outputs;
 mod providers;
@@ -160,7 +161,7 @@ enum Command {
     },
     /// Run every task line of a JSONL file as a subagent, in parallel.
     Fanout {
-        /// JSON lines: {"prompt": "...", "label"?, "persona"?, "output_schema"?, "max_depth"?, "budget"?}.
+        /// JSON lines: {"prompt": "...", "id"?, "label"?, "persona"?, "output_schema"?, "max_depth"?, "budget"?, "provider"?, "timeout"?}.
         tasks: PathBuf,
         /// Most runs in flight at once, 1 to 100000 (default 4 × cores).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=fanout::MAX_CONCURRENCY))]
@@ -168,7 +169,8 @@ enum Command {
         /// Longest task line read, in bytes; a longer one is reported and skipped.
         #[arg(long, default_value_t = tasks::DEFAULT_MAX_LINE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
         max_line_bytes: u64,
-        /// Write result lines here instead of stdout.
+        /// Write result lines here instead of stdout: appended as runs settle,
+        /// made durable within a second, locked against a second batch.
         #[arg(long)]
         out: Option<PathBuf>,
         /// Provider of the task lines that name none (default: the first the
@@ -194,6 +196,8 @@ enum Command {
         remote: setup::RemoteArgs,
         #[command(flatten)]
         budget: fanout::BudgetArgs,
+        #[command(flatten)]
+        durable: fanout::DurableArgs,
     },
     /// Run the `remote` provider's runs for a pool, pulled from NATS JetStream.
     Worker(worker::WorkerArgs),
@@ -352,6 +356,7 @@ fn main() -> ExitCode {
             strict,
             remote,
             budget,
+            durable,
         } => config.load().and_then(|config| {
             let args = fanout::FanoutArgs {
                 tasks,
@@ -366,6 +371,7 @@ fn main() -> ExitCode {
                 strict,
                 remote,
                 budget,
+                durable,
             };
             fanout::fanout(args).map(Ended::exit_code)
         }),

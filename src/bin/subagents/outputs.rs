@@ -12,10 +12,14 @@
 //! results and a trace to `/dev/null`, or reading tasks from a terminal
 //! while writing results to it, clobbers nothing.
 
+use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufWriter, ErrorKind, Write};
+use std::io::{ErrorKind, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::journal::{self, Prior};
 
 /// What a path leads to.
 #[derive(Debug, PartialEq, Eq)]
@@ -66,19 +70,28 @@ pub fn refuse_shared(tasks: &Path, out: Option<&Path>, trace: Option<&Path>) -> 
 pub struct Outputs {
     pub results: Box<dyn Write + Send>,
     pub trace: Option<File>,
+    /// What `--out` settled before (with `--resume`), by task id.
+    pub settled: HashMap<String, Prior>,
+    /// `--out`'s file, to make durable at the end.
+    pub durable: Option<Arc<File>>,
 }
 
 impl Outputs {
-    /// Creates `--out` (else stdout) and `--trace`; call after
+    /// Opens `--out` (a [`journal`](crate::journal), read first with
+    /// `resume`; else stdout) and creates `--trace`; call after
     /// [`refuse_shared`], so that neither truncates an input.
-    pub fn open(out: Option<&Path>, trace: Option<&Path>) -> Result<Outputs, String> {
+    pub fn open(out: Option<&Path>, trace: Option<&Path>, resume: bool) -> Result<Outputs, String> {
         let create = |path: &Path| File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()));
-        let results: Box<dyn Write + Send> = match out {
-            Some(path) => Box::new(BufWriter::new(create(path)?)),
-            None => Box::new(std::io::stdout()),
+        let (results, settled, durable): (Box<dyn Write + Send>, _, _) = match out {
+            Some(path) => {
+                let (journal, settled) = journal::open(path, resume)?;
+                let durable = journal.file();
+                (Box::new(journal), settled, Some(durable))
+            }
+            None => (Box::new(std::io::stdout()), HashMap::new(), None),
         };
         let trace = trace.map(create).transpose()?;
-        Ok(Outputs { results, trace })
+        Ok(Outputs { results, trace, settled, durable })
     }
 }
 

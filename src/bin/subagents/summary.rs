@@ -34,6 +34,8 @@ pub struct Settled {
     pub stopped_descendants: usize,
     /// Branches of its receipt that could not be known.
     pub unknown_branches: usize,
+    /// Whether it ran more than once (`--retry`).
+    pub retried: bool,
 }
 
 /// Counts per outcome and a latency histogram of every finished run, plus
@@ -47,6 +49,10 @@ pub struct Tally {
     unserved: usize,
     /// Task lines skipped as malformed.
     pub skipped: usize,
+    /// Tasks an earlier batch settled (`--resume`), not run again.
+    pub already_done: usize,
+    /// Runs that took more than one attempt.
+    retried: usize,
     /// The tasks file failed before its end.
     pub unread: bool,
     /// Runs under the batch's runs that an interruption stopped.
@@ -60,6 +66,7 @@ impl Tally {
         self.runs += 1;
         self.incomplete += usize::from(!settled.completed);
         self.unserved += usize::from(settled.unserved);
+        self.retried += usize::from(settled.retried);
         self.latencies.record(settled.latency);
         *self.per_outcome.entry(settled.outcome).or_default() += 1;
         self.stopped_descendants += settled.stopped_descendants;
@@ -96,6 +103,12 @@ impl Tally {
         }
         if self.unserved > 0 {
             let _ = writeln!(out, "  {:<24} {:>6}", "(not served)", self.unserved);
+        }
+        if self.already_done > 0 {
+            let _ = writeln!(out, "  {:<24} {:>6}", "(done before, skipped)", self.already_done);
+        }
+        if self.retried > 0 {
+            let _ = writeln!(out, "  {:<24} {:>6}", "(retried)", self.retried);
         }
         let (p50, p99) = (self.latencies.quantile(0.5), self.latencies.quantile(0.99));
         let _ = writeln!(out, "  latency p50 {p50:.1?}, p99 {p99:.1?}");

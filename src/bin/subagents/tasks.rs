@@ -22,7 +22,7 @@ use serde_json::Value;
 pub const DEFAULT_MAX_LINE_BYTES: u64 = 1024 * 1024;
 
 /// One task line.
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Task {
     pub prompt: String,
@@ -41,6 +41,40 @@ pub struct Task {
     /// The provider to run this task on (default: the batch's `--provider`).
     #[serde(default)]
     pub provider: Option<String>,
+    /// The task's id in the results (default: its line number and a hash
+    /// of the line, see [`task_id`]).
+    #[serde(default)]
+    pub id: Option<String>,
+    /// How long the run may take (`500ms`, `10m`; default `--timeout`).
+    #[serde(default, deserialize_with = "timeout_text")]
+    pub timeout: Option<std::time::Duration>,
+}
+
+/// A task's `timeout`: a duration with its unit, more than zero.
+fn timeout_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<std::time::Duration>, D::Error> {
+    use serde::de::Error;
+    match Option::<String>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(text) => subagents::config::parse_positive_duration(&text).map(Some).map_err(D::Error::custom),
+    }
+}
+
+/// A task's id: its own `id`, else `L<line>-<hash>` (the line number and
+/// the first 12 hex digits of the line's hash), so an unchanged file gives
+/// every line the same id on every run.
+pub fn task_id(task: &Task, number: usize, hash: u64) -> String {
+    match &task.id {
+        Some(id) => id.clone(),
+        None => format!("L{number}-{:012x}", hash >> 16),
+    }
+}
+
+/// The hash of a line's content (64-bit FNV-1a of its bytes, surrounding
+/// whitespace not counted): what `--resume` compares to tell a changed
+/// line. Stable across builds and machines.
+pub fn content_hash(bytes: &[u8]) -> u64 {
+    let trimmed = bytes.trim_ascii();
+    trimmed.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3))
 }
 
 /// A task's `budget`: a JSON object only (serde would read `[0]` by
@@ -67,8 +101,16 @@ fn budget_object<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Op
 /// What one non-blank line of the file holds; `number` counts from 1.
 #[derive(Debug)]
 pub enum Line {
-    Task { number: usize, task: Box<Task> },
-    Skipped { number: usize, why: String },
+    /// A task, with the [`content_hash`] of its line.
+    Task {
+        number: usize,
+        task: Box<Task>,
+        hash: u64,
+    },
+    Skipped {
+        number: usize,
+        why: String,
+    },
 }
 
 /// The lines of a tasks file, each at most `max_bytes` long (newline not
@@ -148,7 +190,10 @@ impl<R: BufRead> Iterator for TaskLines<R> {
                 Raw::Whole => parse(&self.buffer),
             };
             match parsed {
-                Ok(Some(task)) => return Some(Ok(Line::Task { number, task: Box::new(task) })),
+                Ok(Some(task)) => {
+                    let hash = content_hash(&self.buffer);
+                    return Some(Ok(Line::Task { number, task: Box::new(task), hash }));
+                }
                 Ok(None) => {} // a blank line
                 Err(why) => return Some(Ok(Line::Skipped { number, why })),
             }
@@ -188,7 +233,7 @@ mod tests {
         let reader = io::BufReader::with_capacity(4, bytes);
         TaskLines::new(reader, max)
             .map(|line| match line.unwrap() {
-                Line::Task { number, task } => format!("{number}: {}", task.prompt),
+                Line::Task { number, task, .. } => format!("{number}: {}", task.prompt),
                 Line::Skipped { number, why } => format!("{number}: skipped: {why}"),
             })
             .collect()
