@@ -555,3 +555,28 @@ fn sessions_tree_reaches_a_process_child_in_its_own_home_and_the_runs_it_started
     assert_eq!(tree["id"], session, "{tree}");
     assert_eq!(tree["children"].as_array().map(Vec::len), Some(2), "the two runs it started: {tree}");
 }
+
+#[test]
+fn a_process_provider_s_model_reaches_its_children_as_their_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = dir.path().join("process.toml");
+    std::fs::write(&config, "[providers.isolated]\nkind = \"process\"\nmodel = \"anthropic:claude-test\"\n").unwrap();
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, "{\"prompt\": \"hello\"}\n").unwrap();
+    let output = run(subagents(dir.path())
+        .arg("fanout")
+        .arg(&tasks)
+        .args(["--provider", "isolated", "--config"])
+        .arg(&config)
+        .arg("--home")
+        .arg(dir.path().join("home"))
+        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{closed_port}"))
+        .env("ANTHROPIC_API_KEY", "k"));
+    let results = result_lines(&output.stdout);
+    // The child spoke Anthropic's API to the (closed) endpoint it was
+    // handed, not the scripted model.
+    assert_eq!(results[0]["stop_reason"], "error", "{results:?}");
+    let reason = results[0]["diagnostic"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("could not be reached"), "{results:?}");
+}

@@ -576,7 +576,12 @@ impl Config {
         config.cwd = resolved.cwd.clone();
         config.env = resolved.env.clone();
         config.inherit_env = table.inherit_env.as_ref().map(|names| names.get_ref().clone()).unwrap_or_default();
-        config.route.model = table.model.as_ref().map(|model| model.get_ref().clone());
+        if let Some(model) = &table.model {
+            // The child's route, and the endpoint's variables and key it
+            // is handed (credential-shaped names are never inherited).
+            let spec = crate::agent::ModelSpec::parse(model.get_ref()).map_err(|e| e.to_string())?;
+            crate::serve::stdio::route_child_model(&mut config, &spec);
+        }
         config.route.max_tokens = table.max_tokens.as_ref().map(|max| *max.get_ref());
         for (key, slot) in [
             ("shutdown_timeout", &mut config.shutdown_timeout),

@@ -374,6 +374,7 @@ impl Child for ProcessChild {
                 }
             };
             while let Ok(event) = received.try_recv() {
+                report(&context, &event);
                 transcript.note(event);
             }
             transcript.result(&provider, replied, shared.connection.is_broken(), cancel.is_cancelled())
@@ -461,7 +462,25 @@ impl Transcript {
                 Err(WireError::Protocol) => Category::Protocol,
                 _ => Category::ChildError,
             };
-            Diagnostic::new(provider, Stage::SessionRun, category)
+            let diagnostic = Diagnostic::new(provider, Stage::SessionRun, category);
+            // The child's own account, when it gave one: its category, and
+            // a reason kept only as a short line of plain text (the child
+            // is a process, not this crate).
+            let told = replied.as_ref().ok().map(|reply| &reply["error"]);
+            let told_category = told.and_then(|error| Category::deserialize(&error["category"]).ok());
+            let reason = told
+                .and_then(|error| error["reason"].as_str())
+                .filter(|reason| reason.len() <= 200 && reason.chars().all(|c| !c.is_control()));
+            match (category, told_category) {
+                (Category::ChildError, Some(told)) => {
+                    let diagnostic = Diagnostic::new(provider, Stage::SessionRun, told);
+                    match reason {
+                        Some(reason) => diagnostic.with_reason(reason),
+                        None => diagnostic,
+                    }
+                }
+                _ => diagnostic,
+            }
         });
         RunResult {
             output: if text.is_empty() { Vec::new() } else { vec![ContentBlock::text(text)] },

@@ -304,7 +304,10 @@ impl Server {
             }
             let reason = TurnEndReason::from(outcome.stop_reason);
             let _ = out.send(event(&ChildEvent::TurnEnd { reason }));
-            let _ = out.send(reply(&id, json!({"reason": reason})));
+            // Why it failed, in the safe words a diagnostic carries.
+            let failed =
+                outcome.error.as_ref().map(|error| json!({"category": error.category(), "reason": error.reason}));
+            let _ = out.send(reply(&id, json!({"reason": reason, "error": failed})));
         }));
         None
     }
