@@ -9,19 +9,28 @@
 //! Every call takes a [`CancellationToken`]; an adapter returns
 //! [`ModelError::Cancelled`] promptly once it trips (the OpenAI adapter drops
 //! the in-flight request, which closes its connection).
+//!
+//! An HTTP adapter passes its route's [`Limiter`] before each attempt and
+//! records the attempt on the request's [`CallMeter`], so a run can say
+//! how many attempts its calls took and how long they waited on limits
+//! (see [`limit`](self::limit) for what is shared).
 
 mod demo;
+pub(crate) mod limit;
 #[cfg(feature = "openai")]
 mod openai;
 mod replay;
 mod scripted;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+pub use limit::{retry_delay, Cancelled, Limiter, Permit, RouteLimits, MAX_COOL_DOWN};
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiConfig, OpenAiModel};
 pub use replay::{RecordingModel, ReplayModel, Tape, TapeAnswer, TapeSession};
@@ -85,6 +94,49 @@ pub struct ModelRequest {
     pub options: AgentOptions,
     /// Where streamed text goes, if anyone listens.
     pub chunks: Option<ChunkSink>,
+    /// Where the adapter records each HTTP attempt and its wait on limits.
+    pub meter: CallMeter,
+}
+
+/// What one model call cost at the transport, recorded by the adapter as
+/// it goes (so a call that fails after its retries still reports them);
+/// clones share the counts.
+///
+/// ```
+/// use std::time::Duration;
+/// use subagents::agent::CallMeter;
+///
+/// let meter = CallMeter::default();
+/// meter.attempt(Duration::from_millis(40));
+/// meter.clone().attempt(Duration::ZERO);
+/// assert_eq!((meter.attempts(), meter.limit_wait()), (2, Duration::from_millis(40)));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct CallMeter(Arc<MeterCounts>);
+
+#[derive(Debug, Default)]
+struct MeterCounts {
+    attempts: AtomicU64,
+    limit_wait_nanos: AtomicU64,
+}
+
+impl CallMeter {
+    /// One attempt, after `waited` on the route's limits.
+    pub fn attempt(&self, waited: Duration) {
+        self.0.attempts.fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.0.limit_wait_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Attempts so far.
+    pub fn attempts(&self) -> u64 {
+        self.0.attempts.load(Ordering::Relaxed)
+    }
+
+    /// Time waited on limits so far.
+    pub fn limit_wait(&self) -> Duration {
+        Duration::from_nanos(self.0.limit_wait_nanos.load(Ordering::Relaxed))
+    }
 }
 
 impl ModelRequest {
@@ -123,13 +175,32 @@ pub enum Finish {
     Refusal,
 }
 
-/// Token counts, where the model reports them.
+/// Token counts, where the model reports them. The kinds do not overlap:
+/// `input_tokens` are the prompt tokens neither read from nor written to a
+/// cache (an adapter whose API counts cached tokens inside the prompt's
+/// subtracts them), so [`Usage::total`] is their plain sum.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens, cached ones excepted.
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
+    /// Prompt tokens read from the provider's cache.
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's cache.
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+}
+
+impl Usage {
+    /// Every token, of all four kinds.
+    pub fn total(&self) -> u64 {
+        self.input_tokens
+            .saturating_add(self.output_tokens)
+            .saturating_add(self.cache_read_tokens)
+            .saturating_add(self.cache_write_tokens)
+    }
 }
 
 /// One model answer.

@@ -287,7 +287,7 @@ impl Server {
             }
             let reason = TurnEndReason::from(outcome.stop_reason);
             let _ = out.send(event(&ChildEvent::TurnEnd { reason }));
-            let _ = out.send(reply(&id, json!({"reason": reason})));
+            let _ = out.send(reply(&id, json!({"reason": reason, "usage": outcome.usage})));
         }));
         None
     }

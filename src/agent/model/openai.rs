@@ -7,9 +7,10 @@
 //! `max_tokens` and `reasoning_effort` override the configured ones per
 //! request.
 //!
-//! How it fails: transient answers (408, 425, 429, 500, 502, 503, 504),
-//! refused connections and timeouts are retried with exponential backoff
-//! (honouring `Retry-After`, capped at 30 s) up to `max_retries` times;
+//! How it fails: transient answers (408, 425, 429, 500, 502, 503, 504,
+//! 529), refused connections and timeouts are retried with exponential
+//! backoff and jitter (honouring `Retry-After`, capped at 30 s) up to
+//! `max_retries` times;
 //! other statuses (400, 404, 501, 505, …) fail at once with the status and
 //! the endpoint's error message, reduced to one line of at most 200
 //! characters (an HTML error page becomes its text; only its first
@@ -28,6 +29,15 @@
 //! and their environment variables. Cancellation, a deadline and a refused answer all
 //! drop the in-flight request, which closes its connection.
 //!
+//! Rate limits: every attempt first passes the model's [`Limiter`]
+//! (`OpenAiConfig::limits`; share one between models with
+//! [`OpenAiModel::with_limiter`]), charged the request's estimated tokens
+//! (its bytes / 4, plus `max_tokens`) and settled with the usage the answer
+//! reports. A 429 or 529 that says when to come back (`retry-after`,
+//! `x-ratelimit-reset-*`) pauses every call on the limiter until then
+//! rather than this call alone. Each attempt and its wait is recorded on
+//! the request's [`CallMeter`](super::CallMeter).
+//!
 //! ```no_run
 //! use subagents::agent::{Agent, OpenAiConfig, OpenAiModel};
 //!
@@ -36,7 +46,7 @@
 //! ```
 
 use std::sync::Once;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
@@ -49,7 +59,8 @@ mod config;
 use answer::{parse_completion, CallLimits, StreamedAnswer};
 pub use config::OpenAiConfig;
 
-use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest, Oversize};
+use super::limit::{jittered, retry_delay, Limiter, Permit};
+use super::{CallMeter, ChunkSink, Model, ModelError, ModelReply, ModelRequest, Oversize};
 use crate::agent::session::{SessionEvent, ToolCall};
 use crate::seam::{text_of, ContentBlock};
 
@@ -68,6 +79,7 @@ pub struct OpenAiModel {
     url: String,
     name: String,
     client: reqwest::Client,
+    limiter: Limiter,
 }
 
 impl std::fmt::Debug for OpenAiModel {
@@ -93,7 +105,20 @@ impl OpenAiModel {
             .build()
             .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))?;
         let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
-        Ok(OpenAiModel { name: format!("openai:{}", config.model), url, config, client })
+        let limiter = Limiter::new(config.limits);
+        Ok(OpenAiModel { name: format!("openai:{}", config.model), url, config, client, limiter })
+    }
+
+    /// This adapter passing `limiter` instead of its own: models built for
+    /// one route share its limits and its cool-downs.
+    pub fn with_limiter(mut self, limiter: Limiter) -> Self {
+        self.limiter = limiter;
+        self
+    }
+
+    /// The limiter every attempt passes.
+    pub fn limiter(&self) -> &Limiter {
+        &self.limiter
     }
 
     /// Whether the endpoint's host accepts a connection (within the
@@ -150,7 +175,7 @@ impl OpenAiModel {
                 .collect();
             body["tools"] = Value::Array(tools);
         }
-        if let Some(max_tokens) = options.max_tokens {
+        if let Some(max_tokens) = options.max_tokens.or(self.config.max_tokens) {
             body["max_tokens"] = json!(max_tokens);
         }
         if let Some(effort) = &options.reasoning_effort {
@@ -163,26 +188,47 @@ impl OpenAiModel {
         body
     }
 
-    /// Sends the request, retrying what is worth retrying.
-    async fn send(&self, body: &Value) -> Result<reqwest::Response, ModelError> {
+    /// Sends the request, retrying what is worth retrying. Each attempt
+    /// first passes the limiter; the permit of the one that succeeded is
+    /// held until its answer is read.
+    async fn send(
+        &self,
+        body: &[u8],
+        estimate: u64,
+        meter: &CallMeter,
+        cancel: &CancellationToken,
+    ) -> Result<(reqwest::Response, Permit), ModelError> {
         let mut attempt = 0;
         loop {
-            let mut request = self.client.post(&self.url).json(body);
+            let permit = self.limiter.admit(estimate, cancel).await.map_err(|_| ModelError::Cancelled)?;
+            meter.attempt(permit.waited());
+            let mut request = self
+                .client
+                .post(&self.url)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.to_vec());
             if let Some(key) = &self.config.api_key {
                 request = request.bearer_auth(key);
             }
             let retry_after = match tokio::time::timeout(self.config.timeout, request.send()).await {
                 Err(_) if attempt < self.config.max_retries => None,
                 Err(_) => return Err(ModelError::Timeout(self.config.timeout)),
-                Ok(Ok(response)) if response.status().is_success() => return Ok(response),
+                Ok(Ok(response)) if response.status().is_success() => return Ok((response, permit)),
                 Ok(Ok(response)) => {
                     let status = response.status();
+                    let told = self.after_refusal(status.as_u16(), response.headers());
+                    if rate_limited(status.as_u16()) {
+                        // Refused unworked: it used no tokens.
+                        permit.settle(0);
+                    } else {
+                        drop(permit);
+                    }
                     let retryable = transient(status.as_u16());
                     if !retryable || attempt >= self.config.max_retries {
                         let excerpt = self.error_excerpt(response).await;
                         return Err(ModelError::Status { status: status.as_u16(), message: excerpt });
                     }
-                    retry_after_header(&response)
+                    told
                 }
                 Ok(Err(error)) if attempt < self.config.max_retries && (error.is_connect() || error.is_timeout()) => {
                     None
@@ -190,11 +236,25 @@ impl OpenAiModel {
                 Ok(Err(error)) => return Err(ModelError::Transport(describe(&error))),
             };
             let backoff = self.config.retry_backoff.saturating_mul(1 << attempt.min(16));
-            let delay = retry_after.unwrap_or(backoff).min(MAX_BACKOFF);
+            let delay = retry_after.unwrap_or_else(|| jittered(backoff)).min(MAX_BACKOFF);
             tracing::debug!(attempt, ?delay, "retrying the model call");
             tokio::time::sleep(delay).await;
             attempt += 1;
         }
+    }
+
+    /// How long this call waits after a transient status before trying
+    /// again, when the endpoint said. A 429 or 529 that says when to come
+    /// back pauses the whole route instead (the next admission waits for
+    /// it), so the call itself waits no longer.
+    fn after_refusal(&self, status: u16, headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let told = retry_delay(header, SystemTime::now())?;
+        if rate_limited(status) {
+            self.limiter.cool_down_until(tokio::time::Instant::now() + told);
+            return Some(Duration::ZERO);
+        }
+        Some(told)
     }
 
     /// The endpoint's message from an error status's body, of which at
@@ -212,9 +272,25 @@ impl OpenAiModel {
         one_line(&message)
     }
 
-    async fn complete_inner(&self, request: ModelRequest) -> Result<ModelReply, ModelError> {
-        let body = self.body(&request);
-        let response = self.send(&body).await?;
+    async fn complete_inner(
+        &self,
+        request: ModelRequest,
+        cancel: &CancellationToken,
+    ) -> Result<ModelReply, ModelError> {
+        let body = serde_json::to_vec(&self.body(&request))
+            .map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))?;
+        // About four bytes a token, and the longest answer the call allows.
+        let max_tokens = request.options.max_tokens.or(self.config.max_tokens).unwrap_or(0);
+        let estimate = body.len() as u64 / 4 + u64::from(max_tokens);
+        let (response, permit) = self.send(&body, estimate, &request.meter, cancel).await?;
+        let reply = self.read_answer(response, &request).await;
+        if let Ok(ModelReply { usage: Some(usage), .. }) = &reply {
+            permit.settle(usage.total());
+        }
+        reply
+    }
+
+    async fn read_answer(&self, response: reqwest::Response, request: &ModelRequest) -> Result<ModelReply, ModelError> {
         let is_event_stream = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -319,7 +395,7 @@ impl Model for OpenAiModel {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Err(ModelError::Cancelled),
-                reply = tokio::time::timeout(deadline, self.complete_inner(request)) => {
+                reply = tokio::time::timeout(deadline, self.complete_inner(request, &cancel)) => {
                     reply.unwrap_or(Err(ModelError::Deadline(deadline)))
                 }
             }
@@ -353,7 +429,12 @@ fn user_content(content: &[ContentBlock]) -> Value {
 
 /// Statuses worth another try: the endpoint may answer differently soon.
 fn transient(status: u16) -> bool {
-    matches!(status, 408 | 425 | 429 | 500 | 502 | 503 | 504)
+    matches!(status, 408 | 425 | 429 | 500 | 502 | 503 | 504 | 529)
+}
+
+/// Statuses that say the route is over its limit (529: overloaded).
+fn rate_limited(status: u16) -> bool {
+    matches!(status, 429 | 529)
 }
 
 /// An error body as one line of at most [`ERROR_LINE`] characters: markup
@@ -407,11 +488,6 @@ fn one_line(body: &str) -> String {
         Some((cut, _)) => format!("{}…", &collapsed[..cut]),
         None => collapsed,
     }
-}
-
-fn retry_after_header(response: &reqwest::Response) -> Option<Duration> {
-    let seconds = response.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse::<u64>().ok()?;
-    Some(Duration::from_secs(seconds))
 }
 
 /// A transport error without the request URL (it may carry credentials).

@@ -129,7 +129,11 @@ fn with_estimated_usage(mut reply: ModelReply, request: &ModelRequest) -> ModelR
         let tokens = |bytes: usize| u64::try_from(bytes / 4 + 1).unwrap_or(u64::MAX);
         let prompt = request.last_user_text().map_or(0, |text| text.len());
         let calls: usize = reply.tool_calls.iter().map(|c| c.name.len() + c.arguments.to_string().len()).sum();
-        reply.usage = Some(Usage { input_tokens: tokens(prompt), output_tokens: tokens(reply.text.len() + calls) });
+        reply.usage = Some(Usage {
+            input_tokens: tokens(prompt),
+            output_tokens: tokens(reply.text.len() + calls),
+            ..Usage::default()
+        });
     }
     reply
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::agent::model::ModelError;
+use crate::agent::model::{ModelError, RouteLimits};
 
 /// The default endpoint when `SUBAGENTS_BASE_URL` is unset.
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -27,6 +27,10 @@ const MIB: usize = 1 << 20;
 /// | `max_tool_calls` | 128 | `SUBAGENTS_MODEL_MAX_TOOL_CALLS` |
 /// | `max_tool_argument_bytes` | 1 MiB | `SUBAGENTS_MODEL_MAX_TOOL_ARGUMENTS_MIB` |
 /// | `call_deadline` | 600 s | `SUBAGENTS_MODEL_DEADLINE_SECS` |
+/// | `limits.requests_per_minute` | none | `SUBAGENTS_MODEL_RPM` |
+/// | `limits.tokens_per_minute` | none | `SUBAGENTS_MODEL_TPM` |
+/// | `limits.max_concurrent` | none | `SUBAGENTS_MODEL_MAX_CONCURRENT` |
+/// | `max_tokens` | none | `SUBAGENTS_MODEL_MAX_TOKENS` |
 ///
 /// ```
 /// use std::time::Duration;
@@ -68,6 +72,11 @@ pub struct OpenAiConfig {
     /// and the whole answer, however slowly the endpoint trickles it (and
     /// SSE keep-alive comments do not extend it) (600 s).
     pub call_deadline: Duration,
+    /// The answer's token limit when the run's route sets none (none: the
+    /// endpoint's default).
+    pub max_tokens: Option<u32>,
+    /// The rate limits every call of the model passes (none by default).
+    pub limits: RouteLimits,
 }
 
 impl std::fmt::Debug for OpenAiConfig {
@@ -84,6 +93,8 @@ impl std::fmt::Debug for OpenAiConfig {
             .field("max_tool_calls", &self.max_tool_calls)
             .field("max_tool_argument_bytes", &self.max_tool_argument_bytes)
             .field("call_deadline", &self.call_deadline)
+            .field("max_tokens", &self.max_tokens)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -105,6 +116,8 @@ impl OpenAiConfig {
             max_tool_calls: 128,
             max_tool_argument_bytes: MIB,
             call_deadline: Duration::from_secs(600),
+            max_tokens: None,
+            limits: RouteLimits::default(),
         }
     }
 
@@ -147,6 +160,13 @@ impl OpenAiConfig {
         if let Some(n) = number("SUBAGENTS_MODEL_DEADLINE_SECS", 1)? {
             config.call_deadline = Duration::from_secs(n);
         }
+        let small = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        config.max_tokens = number("SUBAGENTS_MODEL_MAX_TOKENS", 1)?.map(small);
+        config.limits = RouteLimits {
+            requests_per_minute: number("SUBAGENTS_MODEL_RPM", 1)?.map(small),
+            tokens_per_minute: number("SUBAGENTS_MODEL_TPM", 1)?,
+            max_concurrent: number("SUBAGENTS_MODEL_MAX_CONCURRENT", 1)?.map(small),
+        };
         Ok(config)
     }
 
@@ -198,6 +218,18 @@ impl OpenAiConfig {
     /// Sets the bound on one whole model call, retries included.
     pub fn with_call_deadline(mut self, deadline: Duration) -> Self {
         self.call_deadline = deadline;
+        self
+    }
+
+    /// Sets the answer's token limit for routes that set none.
+    pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Sets the rate limits every call passes.
+    pub fn with_limits(mut self, limits: RouteLimits) -> Self {
+        self.limits = limits;
         self
     }
 
