@@ -42,7 +42,7 @@ use futures_util::future::BoxFuture;
 
 use tokio_util::sync::CancellationToken;
 
-pub use model::{retry_delay, CallMeter, Cancelled, Limiter, Permit, RouteLimits, MAX_COOL_DOWN};
+pub use model::{retry_delay, Api, CallMeter, Cancelled, Limiter, ModelRoute, Permit, RouteLimits, MAX_COOL_DOWN};
 pub use model::{
     ChunkSink, DelayRule, Finish, Model, ModelError, ModelReply, ModelRequest, ModelSpec, Oversize, RecordingModel,
     ReplayModel, Responder, ScriptMatch, ScriptedModel, Step, Tape, Usage,

@@ -20,6 +20,7 @@ pub(crate) mod limit;
 #[cfg(feature = "openai")]
 mod openai;
 mod replay;
+mod route;
 mod scripted;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +35,7 @@ pub use limit::{retry_delay, Cancelled, Limiter, Permit, RouteLimits, MAX_COOL_D
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiConfig, OpenAiModel};
 pub use replay::{RecordingModel, ReplayModel, Tape, TapeAnswer, TapeSession};
+pub use route::{Api, ModelRoute};
 pub use scripted::{DelayRule, Responder, ScriptMatch, ScriptedModel, Step};
 
 use super::session::{SessionEvent, ToolCall};
@@ -41,8 +43,9 @@ use super::tools::ToolSpec;
 use crate::seam::{text_of, AgentOptions};
 
 /// A model named on a command line or in a route: `scripted` (the
-/// embedded default, [`ScriptedModel::demo`]) or `openai:NAME` (an
-/// OpenAI-compatible endpoint configured by the environment).
+/// embedded default, [`ScriptedModel::demo`]), `openai:NAME` (an
+/// OpenAI-compatible endpoint configured by the environment), or a
+/// configured [`ModelRoute`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ModelSpec {
     /// The scripted demo model.
@@ -50,6 +53,8 @@ pub enum ModelSpec {
     /// `OpenAiModel` (feature `openai`); `None` takes the model name from
     /// `SUBAGENTS_MODEL`.
     OpenAi(Option<String>),
+    /// A configured route (`[models.NAME]`), with the limiter its models share.
+    Route(Arc<ModelRoute>),
 }
 
 impl ModelSpec {
@@ -72,6 +77,7 @@ impl ModelSpec {
             ModelSpec::OpenAi(_) => {
                 return Err(ModelError::Config("openai models need the crate's \"openai\" feature".to_owned()))
             }
+            ModelSpec::Route(route) => route.build()?,
         })
     }
 }

@@ -221,7 +221,7 @@ pub fn serve_mcp(options: McpServeOptions) -> Result<(), ServeError> {
     let runtime = builder.build().map_err(ServeError::Runtime)?;
     // As `run` and `fanout` do: a home or a model that cannot work is
     // refused before serving, not by every call, late.
-    let checked = ModelSpec::parse(&options.model).map_err(ServeError::from).and_then(|spec| {
+    let checked = model_spec(&options).and_then(|spec| {
         preflight::check_home(&runtime.home())?;
         let probed = spec.clone();
         let model = runtime.block_on(async move { preflight::reachable_model(&probed).await })?;
@@ -325,10 +325,21 @@ impl Session {
             return Err(ServeError::Options(reason.to_owned()));
         }
         let subagents = runtime.subagents();
+        // One model per name, so the providers naming it share its limiter.
+        let built = std::sync::Mutex::new(std::collections::HashMap::<String, Arc<dyn Model>>::new());
         let models = |named: Option<&str>| -> Result<Arc<dyn Model>, String> {
             match named {
                 None => Ok(model.clone()),
-                Some(named) => ModelSpec::parse(named).and_then(|spec| spec.build()).map_err(|e| e.to_string()),
+                Some(named) if named == options.model => Ok(model.clone()),
+                Some(named) => {
+                    let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(model) = built.get(named) {
+                        return Ok(model.clone());
+                    }
+                    let model = configured.config.model_spec(named)?.build().map_err(|e| e.to_string())?;
+                    built.insert(named.to_owned(), model.clone());
+                    Ok(model)
+                }
             }
         };
         let home = runtime.home();
@@ -370,7 +381,7 @@ impl Session {
             max_depth,
             background: tasks.max_live(),
             children_read_only,
-            open_world: matches!(spec, ModelSpec::OpenAi(_)),
+            open_world: matches!(spec, ModelSpec::OpenAi(_) | ModelSpec::Route(_)),
         };
         let catalog = Catalog::new(&subagent, &info, tasks.tools(), limits).map_err(ServeError::Options)?;
         // The root never prompts a model: it is the client's identity (its
@@ -488,6 +499,16 @@ fn process_config(name: &str, home: PathBuf, spec: &ModelSpec) -> ProcessConfig 
         }
     }
     config
+}
+
+/// `--model`: a route of the configuration when one is given and names
+/// it, else `scripted` or `openai:NAME`.
+fn model_spec(options: &McpServeOptions) -> Result<ModelSpec, ServeError> {
+    #[cfg(feature = "config")]
+    if let Some(route) = options.configured.as_ref().and_then(|c| c.config.route(&options.model)) {
+        return Ok(ModelSpec::Route(route.clone()));
+    }
+    Ok(ModelSpec::parse(&options.model)?)
 }
 
 /// Serves until the client is gone.

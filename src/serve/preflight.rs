@@ -4,8 +4,8 @@
 //! `startup-failed` or `subagent run failed`:
 //!
 //! - [`check_home`]: the home can take sessions (every run writes one);
-//! - [`reachable_model`]: the model can be built and, for `openai:NAME`,
-//!   its endpoint accepts a connection.
+//! - [`reachable_model`]: the model can be built and, for `openai:NAME`
+//!   or an `openai-chat` route, its endpoint accepts a connection.
 //!
 //! `subagents run`, `fanout` and `mcp` make both checks.
 //!
@@ -51,6 +51,13 @@ pub async fn reachable_model(spec: &ModelSpec) -> Result<Arc<dyn Model>, ServeEr
             let config = OpenAiConfig::from_env_for(name.as_deref())?;
             let base_url = config.base_url.clone();
             let model = OpenAiModel::new(config)?;
+            model.check_reachable().await.map_err(|source| ServeError::Unreachable { base_url, source })?;
+            Ok(Arc::new(model))
+        }
+        #[cfg(feature = "openai")]
+        ModelSpec::Route(route) if route.api == crate::agent::Api::OpenAiChat => {
+            let model = route.openai()?;
+            let base_url = route.base_url.clone().unwrap_or_else(|| OpenAiConfig::DEFAULT_BASE_URL.to_owned());
             model.check_reachable().await.map_err(|source| ServeError::Unreachable { base_url, source })?;
             Ok(Arc::new(model))
         }

@@ -77,6 +77,15 @@ pub struct Limiter {
     inner: Arc<Inner>,
 }
 
+/// The same limiter (clones of one), not merely the same limits.
+impl PartialEq for Limiter {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Eq for Limiter {}
+
 impl std::fmt::Debug for Limiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Limiter").field("limits", &self.inner.limits).finish_non_exhaustive()

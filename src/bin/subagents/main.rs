@@ -19,8 +19,10 @@
 //!
 //! `--model scripted` (the default) needs no key and no network;
 //! `--model openai:NAME` talks to an OpenAI-compatible endpoint configured by
-//! `SUBAGENTS_BASE_URL` and `SUBAGENTS_API_KEY`, held to the bounds the
-//! `SUBAGENTS_MODEL_*` variables set (see `OpenAiConfig`).
+//! `SUBAGENTS_BASE_URL` and `SUBAGENTS_API_KEY`, held to the bounds and rate
+//! limits the `SUBAGENTS_MODEL_*` variables set (see `OpenAiConfig`);
+//! `run`, `fanout` and `mcp` also take the name of a configured model route
+//! (`[models.NAME]`).
 //!
 //! # Exit codes
 //!
@@ -81,7 +83,8 @@ enum Command {
         provider: Option<String>,
         #[command(flatten)]
         config: setup::ConfigArgs,
-        /// `scripted` (no key, no network) or `openai:NAME`.
+        /// `scripted` (no key, no network), `openai:NAME`, or a route the
+        /// configuration defines (`[models.NAME]`).
         #[arg(long, default_value = "scripted")]
         model: String,
         /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
@@ -111,7 +114,8 @@ enum Command {
         provider: Option<String>,
         #[command(flatten)]
         config: setup::ConfigArgs,
-        /// The children's model: `scripted` (no key, no network) or `openai:NAME`.
+        /// The children's model: `scripted` (no key, no network), `openai:NAME`,
+        /// or a route the configuration defines (`[models.NAME]`).
         #[arg(long, default_value = "scripted")]
         model: String,
         /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
@@ -167,7 +171,8 @@ enum Command {
         provider: Option<String>,
         #[command(flatten)]
         config: setup::ConfigArgs,
-        /// `scripted` (no key, no network) or `openai:NAME`.
+        /// `scripted` (no key, no network), `openai:NAME`, or a route the
+        /// configuration defines (`[models.NAME]`).
         #[arg(long, default_value = "scripted")]
         model: String,
         /// Write a Chrome trace-event JSON of every run's lifecycle here.

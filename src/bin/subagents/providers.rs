@@ -35,7 +35,7 @@ enum Query {
     /// Build every provider (probing agents, endpoints and brokers) and
     /// list what each one advertises; exit 1 when one fails.
     Check {
-        /// The children's default model: `scripted` or `openai:NAME`.
+        /// The children's default model: `scripted`, `openai:NAME` or a route.
         #[arg(long, default_value = "scripted")]
         model: String,
         /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).

@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use crate::agent::model::{ModelError, RouteLimits};
 
-/// The default endpoint when `SUBAGENTS_BASE_URL` is unset.
-const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 const MIB: usize = 1 << 20;
 
 /// Where and how to reach the endpoint, and the bounds on its answers.
@@ -100,6 +98,10 @@ impl std::fmt::Debug for OpenAiConfig {
 }
 
 impl OpenAiConfig {
+    /// The OpenAI API: the endpoint when `SUBAGENTS_BASE_URL` (or a
+    /// route's `base_url`) is unset.
+    pub const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+
     /// An endpoint and a model; no key, 120 s timeout, 3 retries,
     /// streaming, and the default bounds (see [`OpenAiConfig`]).
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
@@ -136,7 +138,7 @@ impl OpenAiConfig {
             .map(str::to_owned)
             .or_else(|| var("SUBAGENTS_MODEL"))
             .ok_or_else(|| ModelError::Config("set SUBAGENTS_MODEL to the model name".to_owned()))?;
-        let base_url = var("SUBAGENTS_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        let base_url = var("SUBAGENTS_BASE_URL").unwrap_or_else(|| Self::DEFAULT_BASE_URL.to_owned());
         let mut config = OpenAiConfig { api_key: var("SUBAGENTS_API_KEY"), ..Self::new(base_url, model) };
         // A whole number of `unit`s, where set.
         let number = |name: &str, unit: u64| -> Result<Option<u64>, ModelError> {
