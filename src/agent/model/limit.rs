@@ -190,6 +190,7 @@ impl Limiter {
                 () = cancel.cancelled() => return Err(Cancelled),
                 turn = inner.turn.lock() => turn,
             };
+            let mut slept_until = None;
             loop {
                 // Read again after every sleep: a cool-down may have begun.
                 let now = Instant::now();
@@ -197,13 +198,14 @@ impl Limiter {
                 if ready <= now {
                     break;
                 }
+                slept_until = Some(ready);
                 tokio::select! {
                     biased;
                     () = cancel.cancelled() => return Err(Cancelled),
                     () = tokio::time::sleep_until(ready) => {}
                 }
             }
-            self.charge_start(estimated_tokens, Instant::now());
+            self.charge_start(estimated_tokens, slept_until);
         }
         Ok(Permit { inner: inner.clone(), charged: estimated_tokens, waited: started.elapsed(), _slot: slot })
     }
@@ -224,15 +226,22 @@ impl Limiter {
         self.inner.lock().cool_down.is_some_and(|until| until > now)
     }
 
-    /// Books a start at `now`: the next request's slot and the tokens.
-    fn charge_start(&self, tokens: u64, now: Instant) {
+    /// Books a start: the next request's slot and the tokens. A caller
+    /// that slept for its turn is booked at the time it was due, so late
+    /// wake-ups (up to one request's spacing) do not add up to a slower
+    /// rate; one that did not wait is booked now, so idle time buys no
+    /// burst.
+    fn charge_start(&self, tokens: u64, due: Option<Instant>) {
         let limits = self.inner.limits;
+        let now = Instant::now();
+        let spacing = limits.requests_per_minute.map_or(Duration::ZERO, |rpm| MINUTE / rpm);
+        let start = due.map_or(now, |due| due.max(now.checked_sub(spacing).unwrap_or(now)));
         let mut schedule = self.inner.lock();
-        if let Some(rpm) = limits.requests_per_minute {
-            schedule.next_request = schedule.next_request.max(now) + MINUTE / rpm;
+        if limits.requests_per_minute.is_some() {
+            schedule.next_request = schedule.next_request.max(start) + spacing;
         }
         if let Some(tpm) = limits.tokens_per_minute {
-            schedule.tokens_paid = schedule.tokens_paid.max(now) + time_for(tokens, tpm);
+            schedule.tokens_paid = schedule.tokens_paid.max(start) + time_for(tokens, tpm);
         }
     }
 }
