@@ -59,7 +59,7 @@
 //!
 //! Model routes (`[models.NAME]`: `api`, `base_url`, `api_key_env`,
 //! `model`, `max_tokens`, `timeout`, `retries`, `rpm`, `tpm`,
-//! `max_concurrent`) become [`ModelRoute`](crate::agent::ModelRoute)s when
+//! `max_concurrent`) become [`ModelRoute`]s when
 //! the file is read; a spawn or fork provider's `model` names one, or
 //! keeps the command line's forms (`scripted`, `openai:NAME`), and a name
 //! that is neither is an error at its place. Each route has one limiter,

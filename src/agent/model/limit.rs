@@ -71,7 +71,10 @@ impl RouteLimits {
     }
 }
 
-/// One route's shared limiter; clones share it.
+/// One route's shared limiter; clones share it. Callers queue in arrival
+/// order for a slot in flight, then for their turn (requests spaced evenly
+/// at the rate, tokens paid ahead, cool-downs waited out); see
+/// [`Limiter::admit`], [`Permit::settle`] and [`Limiter::cool_down_until`].
 #[derive(Clone)]
 pub struct Limiter {
     inner: Arc<Inner>,
