@@ -374,11 +374,11 @@ fn a_bad_model_route_or_a_model_that_names_nothing_is_refused_at_its_place() {
         (route("base_url = \"ftp://x\"\n"), "routes.toml:4:12: `base_url` must start with http:// or https://"),
         (
             format!("{}[providers.a]\nkind = \"spawn\"\nmodel = \"nope\"\n", route("")),
-            "routes.toml:6:9: model \"nope\" is not a [models] route (x), \"scripted\" or \"openai:NAME\"",
+            "routes.toml:6:9: unknown model \"nope\": not a [models] route (x), \"scripted\" or \"openai:NAME\"",
         ),
         (
             "[providers.a]\nkind = \"fork\"\nmodel = \"openai:\"\n".to_owned(),
-            "routes.toml:3:9: model \"openai:\" is not a [models] route (none defined)",
+            "routes.toml:3:9: unknown model \"openai:\": not a [models] route (none defined)",
         ),
         (
             "[models.scripted]\napi = \"openai-chat\"\nmodel = \"m\"\n".to_owned(),

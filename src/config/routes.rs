@@ -117,7 +117,7 @@ pub(super) fn spec(routes: &[Arc<ModelRoute>], spec: &str) -> Result<ModelSpec, 
     ModelSpec::parse(spec).map_err(|_| {
         let names: Vec<&str> = routes.iter().map(|route| route.name.as_str()).collect();
         let routes = if names.is_empty() { "none defined".to_owned() } else { names.join(", ") };
-        format!("model {spec:?} is not a [models] route ({routes}), \"scripted\" or \"openai:NAME\"")
+        format!("unknown model {spec:?}: not a [models] route ({routes}), \"scripted\" or \"openai:NAME\"")
     })
 }
 
