@@ -61,7 +61,8 @@
 //! `model`, `max_tokens`, `timeout`, `retries`, `rpm`, `tpm`,
 //! `max_concurrent`) become [`ModelRoute`]s when
 //! the file is read; a spawn or fork provider's `model` names one, or
-//! keeps the command line's forms (`scripted`, `openai:NAME`), and a name
+//! keeps the command line's forms (`scripted`, `openai:NAME`,
+//! `openai-responses:NAME`, `anthropic:NAME`), and a name
 //! that is neither is an error at its place. Each route has one limiter,
 //! shared by every model built from it in the process
 //! ([`Config::model_spec`]). An `api` whose adapter this build lacks is
@@ -355,7 +356,7 @@ impl Config {
     }
 
     /// The model `spec` names: a route of this file (sharing its limiter),
-    /// else `scripted` or `openai:NAME`; `Err` says which names exist.
+    /// else one of [`ModelSpec::parse`]'s forms; `Err` says which names exist.
     ///
     /// ```
     /// use subagents::agent::ModelSpec;

@@ -2,18 +2,16 @@
 //! side by side (a pooled `acp` provider running our own `subagents acp`
 //! beside a `spawn` one), task lines and the subagent tool choosing among
 //! them by name, `providers list|check`, and bad files refused with their
-//! place before anything starts.
+//! place before anything starts; model routes in `routes.rs`.
 
 mod common;
+#[path = "config/routes.rs"]
+mod routes;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
-use subagents::agent::ModelSpec;
 
 fn subagents(dir: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
@@ -502,189 +500,4 @@ fn a_spawn_provider_s_persona_and_budget_apply_to_runs_whose_requests_name_none(
     let unknown = "[providers.a]\nkind = \"mock\"\npersona = \"x\"\n";
     let error = Config::parse(unknown, "mock.toml").unwrap_err().to_string();
     assert!(error.contains("`persona` does not apply to a provider of kind \"mock\""), "{error}");
-}
-
-/// Config files are read by the library exactly as the binary reads them;
-/// these cases need no process.
-fn parse(text: &str) -> Result<subagents::config::Config, String> {
-    subagents::config::Config::parse(text, "routes.toml").map_err(|error| error.to_string())
-}
-
-#[test]
-fn model_routes_are_read_with_their_limits_and_a_provider_picks_one_by_name() {
-    std::env::set_var("SUBAGENTS_TEST_ROUTE_KEY", "sk-route");
-    let config = parse(
-        r#"
-[models.fast]
-api = "openai-chat"
-base_url = "http://127.0.0.1:9/v1"
-api_key_env = "SUBAGENTS_TEST_ROUTE_KEY"
-model = "gpt-4o-mini"
-max_tokens = 1024
-timeout = "30s"
-retries = 5
-rpm = 300
-tpm = 200000
-max_concurrent = 16
-
-[providers.a]
-kind = "spawn"
-model = "fast"
-
-[providers.b]
-kind = "fork"
-model = "fast"
-
-[providers.c]
-kind = "spawn"
-model = "openai:gpt-4o"
-"#,
-    )
-    .unwrap();
-    let route = config.route("fast").expect("the route is read");
-    assert_eq!(route.api, subagents::agent::Api::OpenAiChat);
-    assert_eq!((route.model.as_str(), route.base_url.as_deref()), ("gpt-4o-mini", Some("http://127.0.0.1:9/v1")));
-    assert_eq!(route.api_key.as_deref(), Some("sk-route"));
-    assert!(!format!("{route:?}").contains("sk-route"), "the key is redacted");
-    assert_eq!((route.max_tokens, route.timeout, route.retries), (Some(1024), Some(Duration::from_secs(30)), Some(5)));
-    let limits = route.limiter().limits();
-    assert_eq!(
-        (limits.requests_per_minute, limits.tokens_per_minute, limits.max_concurrent),
-        (Some(300), Some(200_000), Some(16))
-    );
-    // Every provider naming the route gets it, with the one limiter.
-    let (ModelSpec::Route(first), ModelSpec::Route(second)) =
-        (config.model_spec("fast").unwrap(), config.model_spec("fast").unwrap())
-    else {
-        panic!("a route name picks the route")
-    };
-    assert_eq!(first.limiter(), second.limiter());
-    assert_eq!(config.model_spec("openai:gpt-4o").unwrap(), ModelSpec::OpenAi(Some("gpt-4o".to_owned())));
-    assert_eq!(config.routes().len(), 1);
-}
-
-#[test]
-fn a_bad_model_route_or_a_model_that_names_nothing_is_refused_at_its_place() {
-    let route = |extra: &str| format!("[models.x]\napi = \"openai-chat\"\nmodel = \"m\"\n{extra}");
-    let cases = [
-        (route("bogus = 1\n"), "routes.toml:4:1: unknown field `bogus`"),
-        ("[models.x]\napi = \"gemini\"\nmodel = \"m\"\n".to_owned(), "routes.toml:2:7: unknown variant `gemini`"),
-        (
-            "[models.x]\napi = \"anthropic\"\nmodel = \"m\"\n".to_owned(),
-            "routes.toml:2:7: route \"x\": api \"anthropic\" needs the Anthropic Messages adapter",
-        ),
-        (
-            "[models.x]\napi = \"openai-responses\"\nmodel = \"m\"\n".to_owned(),
-            "routes.toml:2:7: route \"x\": api \"openai-responses\" needs the OpenAI Responses adapter",
-        ),
-        ("[models.x]\napi = \"openai-chat\"\n".to_owned(), "missing field `model`"),
-        (route("rpm = 0\n"), "routes.toml:4:7: `rpm` must be at least 1"),
-        (route("max_concurrent = 0\n"), "routes.toml:4:18: `max_concurrent` must be at least 1"),
-        (route("tpm = -5\n"), "routes.toml:4:7: invalid value"),
-        (
-            route("api_key_env = \"SUBAGENTS_TEST_UNSET_ROUTE_KEY\"\n"),
-            "routes.toml:4:15: `api_key_env` names \"SUBAGENTS_TEST_UNSET_ROUTE_KEY\", which is not set",
-        ),
-        (route("timeout = \"5\"\n"), "routes.toml:4:11: `timeout`: \"5\" needs a unit"),
-        (route("base_url = \"ftp://x\"\n"), "routes.toml:4:12: `base_url` must start with http:// or https://"),
-        (
-            format!("{}[providers.a]\nkind = \"spawn\"\nmodel = \"nope\"\n", route("")),
-            "routes.toml:6:9: unknown model \"nope\": not a [models] route (x), \"scripted\" or \"openai:NAME\"",
-        ),
-        (
-            "[providers.a]\nkind = \"fork\"\nmodel = \"openai:\"\n".to_owned(),
-            "routes.toml:3:9: unknown model \"openai:\": not a [models] route (none defined)",
-        ),
-        (
-            "[models.scripted]\napi = \"openai-chat\"\nmodel = \"m\"\n".to_owned(),
-            "route name \"scripted\" would read as a model of the command line",
-        ),
-    ];
-    for (file, expected) in cases {
-        let error = parse(&file).expect_err(&file);
-        assert!(error.contains(expected), "{file}\nwanted: {expected}\ngot:    {error}");
-    }
-}
-
-/// A chat-completions stand-in on loopback answering every request with
-/// one fixed completion; the requests it answered.
-fn completion_server() -> (String, Arc<AtomicUsize>) {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let answered = Arc::new(AtomicUsize::new(0));
-    let count = answered.clone();
-    std::thread::spawn(move || {
-        for socket in listener.incoming().flatten() {
-            let count = count.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(socket.try_clone().unwrap());
-                let mut socket = socket;
-                loop {
-                    let mut length = 0usize;
-                    loop {
-                        let mut line = String::new();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                            length = value.trim().parse().unwrap_or(0);
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                    }
-                    let mut body = vec![0u8; length];
-                    if reader.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    count.fetch_add(1, Ordering::Relaxed);
-                    let answer = r#"{"choices":[{"message":{"role":"assistant","content":"routed"},"finish_reason":"stop"}],"usage":{"prompt_tokens":30,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":10}}}"#;
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
-                        answer.len()
-                    );
-                    if socket.write_all(response.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (url, answered)
-}
-
-#[test]
-fn fanout_runs_a_provider_on_a_configured_route_and_each_line_says_what_it_used() {
-    let dir = tempfile::tempdir().unwrap();
-    let (url, answered) = completion_server();
-    let config = dir.path().join("routes.toml");
-    let file = format!(
-        "[models.local]\napi = \"openai-chat\"\nbase_url = \"{url}\"\nmodel = \"stand-in\"\nrpm = 6000\n\
-         max_concurrent = 2\n\n[providers.worker]\nkind = \"spawn\"\nmodel = \"local\"\ntools = []\n"
-    );
-    std::fs::write(&config, file).unwrap();
-    let tasks = dir.path().join("tasks.jsonl");
-    std::fs::write(&tasks, (0..5).map(|n| format!("{{\"prompt\": \"task {n}\"}}\n")).collect::<String>()).unwrap();
-    let output = run(subagents(dir.path())
-        .arg("fanout")
-        .arg(&tasks)
-        .args(["--provider", "worker", "--config"])
-        .arg(&config)
-        .arg("--home")
-        .arg(dir.path().join("home")));
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
-    let lines = result_lines(&output.stdout);
-    assert_eq!(lines.len(), 5, "{stderr}");
-    assert_eq!(answered.load(Ordering::Relaxed), 5, "each run called the route's endpoint once");
-    for line in &lines {
-        assert_eq!(line["output"], "routed", "{line}");
-        let usage = &line["usage"];
-        assert_eq!((usage["input_tokens"].as_u64(), usage["cache_read_tokens"].as_u64()), (Some(20), Some(10)));
-        assert_eq!((usage["output_tokens"].as_u64(), usage["attempts"].as_u64()), (Some(7), Some(1)), "{line}");
-        assert_eq!(line["tree_usage"], line["usage"], "no children: the tree is the run");
-    }
-    assert!(stderr.contains("tokens 185 (input 100, output 35, cache read 50, cache write 0)"), "{stderr}");
-    assert!(stderr.contains("model calls 5, attempts 5"), "{stderr}");
 }

@@ -61,7 +61,7 @@ use super::tools::ToolSpec;
 use crate::seam::{text_of, AgentOptions};
 
 /// The forms [`ModelSpec::parse`] takes, for its errors.
-const MODEL_FORMS: &str = "\"scripted\", \"openai:NAME\", \"openai-responses:NAME\" or \"anthropic:NAME\"";
+pub(crate) const MODEL_FORMS: &str = "\"scripted\", \"openai:NAME\", \"openai-responses:NAME\" or \"anthropic:NAME\"";
 
 /// A model named on a command line or in a route: `scripted` (the
 /// embedded default, [`ScriptedModel::demo`]), `openai:NAME` (an

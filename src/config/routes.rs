@@ -1,7 +1,7 @@
 //! `[models.NAME]` tables into [`ModelRoute`]s, checked when the file is
 //! read, and the check that every in-process provider's `model` names a
 //! route or a model the command line could name (`scripted`,
-//! `openai:NAME`).
+//! `openai:NAME`, `openai-responses:NAME`, `anthropic:NAME`).
 //!
 //! ```toml
 //! [models.fast]
@@ -28,7 +28,7 @@ use toml::Spanned;
 use super::build::expand;
 use super::schema::{ApiName, Kind, RouteTable};
 use super::{parse_positive_duration, ConfigError, ProviderEntry, Source};
-use crate::agent::{Api, ModelRoute, ModelSpec, RouteLimits};
+use crate::agent::{Api, ModelRoute, ModelSpec, RouteLimits, MODEL_FORMS};
 
 /// Every route of the file, in file order, each checked.
 pub(super) fn resolve(
@@ -117,7 +117,7 @@ pub(super) fn spec(routes: &[Arc<ModelRoute>], spec: &str) -> Result<ModelSpec, 
     ModelSpec::parse(spec).map_err(|_| {
         let names: Vec<&str> = routes.iter().map(|route| route.name.as_str()).collect();
         let routes = if names.is_empty() { "none defined".to_owned() } else { names.join(", ") };
-        format!("unknown model {spec:?}: not a [models] route ({routes}), \"scripted\" or \"openai:NAME\"")
+        format!("unknown model {spec:?}: not a [models] route ({routes}), {MODEL_FORMS}")
     })
 }
 
