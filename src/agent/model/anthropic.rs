@@ -26,8 +26,10 @@
 //! ends as cut short (`MaxTokens`), never resumed.
 //!
 //! How it fails: as the OpenAI adapter does (`OpenAiModel`'s module doc),
-//! with 529 retried besides 408, 425, 429, 500, 502, 503 and 504, and its
-//! `retry-after` honoured (capped at 30 s). An `error` event mid-stream
+//! with 529 retried besides 408, 425, 429, 500, 502, 503 and 504, its
+//! `retry-after` honoured, and the same rate limits: a 429 or 529 that
+//! says when to come back (`retry-after`, `anthropic-ratelimit-*-reset`)
+//! pauses every call on the model's limiter (its route's) until then. An `error` event mid-stream
 //! (an overload, say) ends the call as an answer that broke off, keeping
 //! the text streamed so far; it is not retried, as its text has already
 //! reached the listeners. Every bound (answer bytes, tool calls, arguments,

@@ -29,6 +29,17 @@
 //! and their environment variables. Cancellation, a deadline and a refused answer all
 //! drop the in-flight request, which closes its connection.
 //!
+//! Rate limits: every attempt first passes the model's
+//! [`Limiter`](super::Limiter) (`OpenAiConfig::limits`; share one between
+//! models with [`OpenAiModel::with_limiter`], as a route's models do),
+//! charged the request's estimated tokens (its bytes / 4, plus
+//! `max_tokens`) and settled with the usage the answer reports. A 429 or
+//! 529 that says when to come back (`retry-after`, `retry-after-ms`,
+//! `x-ratelimit-reset-*`) pauses every call on the limiter until then
+//! rather than this call alone. Each attempt and its wait is recorded on
+//! the request's [`CallMeter`](super::CallMeter). The other HTTP adapters
+//! do all of this the same way, in the same shared layer.
+//!
 //! ```no_run
 //! use subagents::agent::{Agent, OpenAiConfig, OpenAiModel};
 //!

@@ -26,7 +26,8 @@
 //! [`Usage`](super::Usage) keeps them apart, as every adapter does.
 //!
 //! How it fails: exactly as `OpenAiModel` does (the same retries, bounds,
-//! deadline and cancellation), through the same shared HTTP layer.
+//! deadline, cancellation and rate limits), through the same shared HTTP
+//! layer.
 //!
 //! ```no_run
 //! use subagents::agent::{Agent, OpenAiConfig, OpenAiResponsesModel};
