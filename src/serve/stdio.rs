@@ -75,7 +75,8 @@ struct Server {
 /// explicitly, as a credential-shaped name is never inherited. A
 /// configured route reaches the child as its API and model, with the
 /// route's base URL and key handed over under the API's variables; its
-/// limits do not (a child enforces its own).
+/// limits, `max_tokens`, `timeout` and `retries` are not (a child runs
+/// its own model, with its own limiter).
 #[cfg(any(feature = "mcp", feature = "remote"))]
 pub(crate) fn route_child_model(config: &mut ProcessConfig, spec: &ModelSpec) {
     let Some(provider) = spec.route_provider() else { return };
