@@ -42,6 +42,9 @@ use futures_util::future::BoxFuture;
 
 use tokio_util::sync::CancellationToken;
 
+#[cfg(feature = "config")]
+pub(crate) use model::MODEL_FORMS;
+pub use model::{retry_delay, Api, CallMeter, Cancelled, Limiter, ModelRoute, Permit, RouteLimits, MAX_COOL_DOWN};
 #[cfg(feature = "openai")]
 pub use model::{AnthropicConfig, AnthropicModel, OpenAiConfig, OpenAiModel, OpenAiResponsesModel};
 pub use model::{

@@ -3,9 +3,15 @@
 //! door of the `subagents` binary reads (feature `config`).
 //!
 //! ```toml
+//! [models.fast]                   # a model route: see below
+//! api = "openai-chat"
+//! base_url = "http://127.0.0.1:8000/v1"
+//! model = "local"
+//! rpm = 300
+//!
 //! [providers.cheap]
 //! kind = "spawn"
-//! model = "scripted"              # or "openai:NAME", "openai-responses:NAME", "anthropic:NAME"
+//! model = "scripted"              # or a route ("fast"), "openai:NAME", "openai-responses:NAME", "anthropic:NAME"
 //!
 //! [providers.codex]
 //! kind = "acp"
@@ -51,17 +57,30 @@
 //! assert!(error.to_string().starts_with("example.toml:2:8: "), "{error}");
 //! ```
 //!
+//! Model routes (`[models.NAME]`: `api`, `base_url`, `api_key_env`,
+//! `model`, `max_tokens`, `timeout`, `retries`, `rpm`, `tpm`,
+//! `max_concurrent`) become [`ModelRoute`]s when
+//! the file is read; a spawn or fork provider's `model` names one, or
+//! keeps the command line's forms (`scripted`, `openai:NAME`,
+//! `openai-responses:NAME`, `anthropic:NAME`), and a name
+//! that is neither is an error at its place. Each route has one limiter,
+//! shared by every model built from it in the process
+//! ([`Config::model_spec`]). An `api` whose adapter this build lacks is
+//! refused at its place.
+//!
 //! Building ([`Config::register`]) turns each entry into its provider and
 //! registers them in file order; the in-process kinds take their models
 //! from the caller (so a front door can probe an endpoint once, up front).
 
 mod build;
 mod door;
+mod routes;
 mod schema;
 
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use toml::Spanned;
@@ -70,6 +89,8 @@ pub use build::{BuildContext, ModelSource};
 pub use door::Configured;
 pub use schema::Kind;
 use schema::{FileTable, ProviderTable};
+
+use crate::agent::{ModelRoute, ModelSpec};
 
 /// The file's name in the working directory, read when present.
 pub const DEFAULT_FILE: &str = "subagents.toml";
@@ -102,6 +123,7 @@ providers = ["spawn"]
 #[derive(Debug)]
 pub struct Config {
     origin: Origin,
+    routes: Vec<Arc<ModelRoute>>,
     providers: Vec<ProviderEntry>,
     tool_providers: Vec<String>,
     tool_max_depth: u32,
@@ -241,6 +263,7 @@ impl Config {
         let source = Source { name, text };
         let file: FileTable =
             toml::from_str(text).map_err(|error| source.error(error.span(), error.message().trim_end()))?;
+        let routes = routes::resolve(&source, file.models)?;
         let mut providers = Vec::with_capacity(file.providers.len());
         for (name, table) in file.providers {
             let span = table.span();
@@ -257,6 +280,7 @@ impl Config {
             providers.push(ProviderEntry { name, kind, line, table, resolved });
         }
         build::check_wrappers(&source, &providers)?;
+        routes::check_models(&source, &providers, &routes)?;
         let (tool_providers, tool_max_depth) = match file.tool {
             Some(tool) => {
                 let names = match tool.providers {
@@ -278,7 +302,7 @@ impl Config {
             }
             None => (default_tool_providers(&providers), DEFAULT_TOOL_MAX_DEPTH),
         };
-        Ok(Config { origin: Origin::Builtin, providers, tool_providers, tool_max_depth })
+        Ok(Config { origin: Origin::Builtin, routes, providers, tool_providers, tool_max_depth })
     }
 
     /// The configuration the binary uses without a file: `spawn`, `fork`
@@ -319,6 +343,34 @@ impl Config {
     /// The tool's depth cap (`[tool] max_depth`, default 3).
     pub fn tool_max_depth(&self) -> u32 {
         self.tool_max_depth
+    }
+
+    /// Every model route (`[models.NAME]`), in file order.
+    pub fn routes(&self) -> &[Arc<ModelRoute>] {
+        &self.routes
+    }
+
+    /// The route named `name`.
+    pub fn route(&self, name: &str) -> Option<&Arc<ModelRoute>> {
+        self.routes.iter().find(|route| route.name == name)
+    }
+
+    /// The model `spec` names: a route of this file (sharing its limiter),
+    /// else one of [`ModelSpec::parse`]'s forms; `Err` says which names exist.
+    ///
+    /// ```
+    /// use subagents::agent::ModelSpec;
+    /// use subagents::config::Config;
+    ///
+    /// let text = "[models.fast]\napi = \"openai-chat\"\nmodel = \"m\"\nrpm = 60\n";
+    /// let config = Config::parse(text, "example.toml").unwrap();
+    /// let ModelSpec::Route(route) = config.model_spec("fast").unwrap() else { panic!() };
+    /// assert_eq!(route.limiter(), config.route("fast").unwrap().limiter());
+    /// assert_eq!(config.model_spec("scripted").unwrap(), ModelSpec::Scripted);
+    /// assert!(config.model_spec("slow").unwrap_err().contains("(fast)"));
+    /// ```
+    pub fn model_spec(&self, spec: &str) -> Result<ModelSpec, String> {
+        routes::spec(&self.routes, spec)
     }
 
     /// The distinct models the in-process providers name (`None`: the

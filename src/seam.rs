@@ -25,6 +25,7 @@ mod provider;
 mod receipt;
 mod request;
 mod result;
+mod usage;
 
 pub(crate) use budget::{admit as budget_admit, Admission};
 pub use budget::{Budget, BudgetExhausted, BudgetLease, BudgetLimit};
@@ -39,3 +40,4 @@ pub use provider::{CaptureError, Child, Launch, LaunchError, LocalAgent, Provide
 pub use receipt::{Branch, Receipt, StopReport};
 pub use request::{AgentOptions, Capabilities, Capability, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP};
 pub use result::{Category, Diagnostic, Failure, RunResult, Stage, StopReason};
+pub use usage::RunUsage;

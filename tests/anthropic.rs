@@ -36,6 +36,7 @@ async fn ask(model: &AnthropicModel, prompt: &str) -> Result<ModelReply, ModelEr
         tools: Arc::from(Vec::new()),
         options: AgentOptions::default(),
         chunks: None,
+        meter: Default::default(),
     };
     within_20_s(model.complete(request, CancellationToken::new())).await
 }
@@ -226,7 +227,7 @@ async fn every_stop_reason_maps_to_its_finish() {
 }
 
 #[tokio::test]
-async fn usage_counts_cache_reads_and_writes_into_the_input_tokens() {
+async fn usage_keeps_cache_reads_and_writes_apart_from_the_input_tokens() {
     let start = json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
         "content": [], "model": "claude-test", "usage": {"input_tokens": 10, "output_tokens": 1,
         "cache_creation_input_tokens": 20, "cache_read_input_tokens": 30}}});
@@ -244,10 +245,11 @@ async fn usage_counts_cache_reads_and_writes_into_the_input_tokens() {
     .await;
     let reply = ask(&AnthropicModel::new(config(&server)).unwrap(), "hi").await.unwrap();
     assert_eq!(reply.text, "cached");
-    let expected = Usage { input_tokens: 60, output_tokens: 15, cache_read_tokens: 30, cache_write_tokens: 20 };
-    assert_eq!(reply.usage, Some(expected), "the cumulative output count, the cached input added in");
+    let expected = Usage { input_tokens: 10, output_tokens: 15, cache_read_tokens: 30, cache_write_tokens: 20 };
+    assert_eq!(reply.usage, Some(expected), "the cumulative output count, the cached input beside the rest");
+    assert_eq!(expected.total(), 75, "the four kinds do not overlap");
     let reply = ask(&AnthropicModel::new(config(&server).with_stream(false)).unwrap(), "hi").await.unwrap();
-    let expected = Usage { input_tokens: 10, output_tokens: 2, cache_read_tokens: 6, cache_write_tokens: 0 };
+    let expected = Usage { input_tokens: 4, output_tokens: 2, cache_read_tokens: 6, cache_write_tokens: 0 };
     assert_eq!(reply.usage, Some(expected));
 }
 

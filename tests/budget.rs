@@ -409,8 +409,10 @@ fn a_process_child_inherits_what_is_left_and_enforces_it_for_its_subtree() {
     common::no_children_left(&runtime);
 }
 
-/// A reply with some text and a `list_dir` call, reporting `tokens`.
+/// A reply with some text and a `list_dir` call, reporting `tokens`: half
+/// plain input, a quarter read from the cache, the rest written to it.
 fn working(text: &str, tokens: u64) -> Step {
+    let (input_tokens, cache_read_tokens) = (tokens / 2, tokens / 4);
     Step::Reply(ModelReply {
         text: text.to_owned(),
         tool_calls: vec![subagents::agent::ToolCall {
@@ -419,7 +421,12 @@ fn working(text: &str, tokens: u64) -> Step {
             arguments: json!({}),
         }],
         finish: subagents::agent::Finish::ToolCalls,
-        usage: Some(subagents::agent::Usage { input_tokens: tokens, ..Default::default() }),
+        usage: Some(subagents::agent::Usage {
+            input_tokens,
+            output_tokens: 0,
+            cache_read_tokens,
+            cache_write_tokens: tokens - input_tokens - cache_read_tokens,
+        }),
     })
 }
 
@@ -436,7 +443,9 @@ fn an_agent_that_spends_the_tokens_mid_turn_stops_max_tokens_with_its_partial_ou
     assert_eq!(outcome.stop_reason, StopReason::MaxTokens);
     assert_eq!(outcome.output, "second part", "the partial output is kept");
     assert_eq!(outcome.model_calls, 2);
+    // Cache tokens count: the budget charges what the outcome reports.
     assert_eq!(lease.tokens_used(), 120);
+    assert_eq!((outcome.usage.tokens(), outcome.usage.cache_read_tokens, outcome.usage.model_calls), (120, 30, 2));
     let results = tool_results(&agent);
     assert_eq!(results.len(), 2, "the first call ran, the second got its result without running: {results:?}");
     assert!(results[1].starts_with("not run: the turn ended (max-tokens)"), "{results:?}");
@@ -456,4 +465,21 @@ fn an_agent_working_at_its_deadline_stops_aborted_with_its_partial_output() {
     assert_eq!(outcome.stop_reason, StopReason::Aborted);
     assert_eq!(outcome.output, "first part");
     assert!(began.elapsed() < Duration::from_secs(60), "the deadline, not the model, ended it");
+}
+
+#[test]
+fn an_answer_that_ends_the_turn_at_its_token_limit_is_charged_too() {
+    let home = tempfile::tempdir().unwrap();
+    let cut_short = Step::Reply(ModelReply {
+        text: "half an answer".to_owned(),
+        tool_calls: Vec::new(),
+        finish: subagents::agent::Finish::MaxTokens,
+        usage: Some(subagents::agent::Usage { input_tokens: 40, output_tokens: 10, ..Default::default() }),
+    });
+    let model = ScriptedModel::new().script(subagents::agent::ScriptMatch::Any, vec![cut_short]);
+    let lease = Budget::new().with_tokens(1_000).lease();
+    let agent = Agent::builder(model).cwd(home.path()).budget(lease.clone()).build().unwrap();
+    let outcome = tokio::runtime::Runtime::new().unwrap().block_on(agent.prompt("do the work"));
+    assert_eq!(outcome.stop_reason, StopReason::MaxTokens);
+    assert_eq!((lease.tokens_used(), outcome.usage.tokens()), (50, 50), "the budget counts what the result reports");
 }

@@ -140,6 +140,39 @@ fn fanout_runs_every_task_writes_results_a_summary_and_a_trace() {
 }
 
 #[test]
+fn fanout_lines_carry_each_runs_usage_and_its_trees_and_the_summary_adds_the_trees_up() {
+    let home = tempfile::tempdir().unwrap();
+    let tasks = write_file(
+        home.path(),
+        "tasks.jsonl",
+        "{\"prompt\": \"review the parser; check the docs\"}\n{\"prompt\": \"say hello\"}\n",
+    );
+    let output = run(subagents().arg("fanout").arg(&tasks).arg("--home").arg(home.path()));
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let lines = json_lines(&output.stdout);
+    assert_eq!(lines.len(), 2, "{stderr}");
+    let number = |value: &Value, key: &str| value[key].as_u64().unwrap_or_else(|| panic!("{key} in {value}"));
+    let tokens = |usage: &Value| {
+        ["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"]
+            .map(|k| number(usage, k))
+            .iter()
+            .sum::<u64>()
+    };
+    for line in &lines {
+        let (usage, tree) = (&line["usage"], &line["tree_usage"]);
+        assert!(number(usage, "input_tokens") > 0 && number(usage, "model_calls") >= 1, "{line}");
+        assert!(tokens(tree) >= tokens(usage) && number(tree, "model_calls") >= number(usage, "model_calls"), "{line}");
+    }
+    let delegating = lines.iter().find(|l| l["line"] == 1).unwrap();
+    let (usage, tree) = (&delegating["usage"], &delegating["tree_usage"]);
+    assert!(number(tree, "model_calls") >= number(usage, "model_calls") + 2, "two children's calls: {delegating}");
+    assert!(tokens(tree) > tokens(usage), "the children's tokens count in the tree: {delegating}");
+    let total: u64 = lines.iter().map(|l| tokens(&l["tree_usage"])).sum();
+    assert!(stderr.contains(&format!("tokens {total} (input ")), "the summary adds up the trees ({total}): {stderr}");
+}
+
+#[test]
 fn malformed_lines_are_reported_with_their_number_and_skipped() {
     let home = tempfile::tempdir().unwrap();
     let tasks = home.path().join("tasks.jsonl");

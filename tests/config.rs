@@ -2,9 +2,11 @@
 //! side by side (a pooled `acp` provider running our own `subagents acp`
 //! beside a `spawn` one), task lines and the subagent tool choosing among
 //! them by name, `providers list|check`, and bad files refused with their
-//! place before anything starts.
+//! place before anything starts; model routes in `routes.rs`.
 
 mod common;
+#[path = "config/routes.rs"]
+mod routes;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

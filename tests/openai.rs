@@ -154,6 +154,7 @@ async fn a_429_is_retried_after_its_retry_after_and_then_succeeds() {
     let outcome = agent_on(config(&server).with_stream(false)).prompt("hi").await;
     assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "finally"));
     assert_eq!(server.bodies().len(), 3);
+    assert_eq!((outcome.usage.model_calls, outcome.usage.attempts), (1, 3), "the turn counts every attempt");
 }
 
 #[tokio::test]
@@ -279,6 +280,10 @@ fn configuration_and_bounds_come_from_the_environment_and_bad_values_are_refused
         ("SUBAGENTS_MODEL_MAX_TOOL_CALLS", "16"),
         ("SUBAGENTS_MODEL_MAX_TOOL_ARGUMENTS_MIB", "3"),
         ("SUBAGENTS_MODEL_DEADLINE_SECS", "90"),
+        ("SUBAGENTS_MODEL_RPM", "300"),
+        ("SUBAGENTS_MODEL_TPM", "90000"),
+        ("SUBAGENTS_MODEL_MAX_CONCURRENT", "8"),
+        ("SUBAGENTS_MODEL_MAX_TOKENS", "512"),
     ];
     for (name, value) in bounds {
         std::env::set_var(name, value);
@@ -289,6 +294,13 @@ fn configuration_and_bounds_come_from_the_environment_and_bad_values_are_refused
         (8 << 20, 2 << 20, 16, 3 << 20)
     );
     assert_eq!(config.call_deadline, Duration::from_secs(90));
+    let limits = config.limits;
+    assert_eq!(
+        (limits.requests_per_minute, limits.tokens_per_minute, limits.max_concurrent, config.max_tokens),
+        (Some(300), Some(90_000), Some(8), Some(512)),
+        "the environment-configured route takes rate limits too"
+    );
+    assert_eq!(OpenAiModel::new(config).unwrap().limiter().limits(), limits);
     std::env::set_var("SUBAGENTS_MODEL_MAX_TOOL_CALLS", "lots");
     let refused = OpenAiConfig::from_env().unwrap_err().to_string();
     assert!(refused.contains("SUBAGENTS_MODEL_MAX_TOOL_CALLS must be a whole number"), "{refused}");

@@ -50,6 +50,8 @@ fn our_own_binary_serves_a_run_and_its_in_process_grandchildren() {
     assert!(info.capabilities.agent_options && !info.capabilities.persona && !info.capabilities.output_schema);
     let plain = lifecycle(&runtime, &subagents, "process", request("summarise the log", home.path()));
     assert_eq!((plain.stop_reason, plain.text()), (StopReason::Completed, "handled: summarise the log".to_owned()));
+    // What the child's turn spent crossed the wire with its end.
+    assert!(plain.usage.input_tokens > 0 && plain.usage.model_calls >= 1, "{:?}", plain.usage);
     let nested = lifecycle(&runtime, &subagents, "process", request("check a; check b", home.path()));
     assert_eq!(nested.stop_reason, StopReason::Completed);
     assert!(

@@ -36,6 +36,7 @@ async fn ask(model: &OpenAiResponsesModel, prompt: &str) -> Result<ModelReply, M
         tools: Arc::from(Vec::new()),
         options: AgentOptions::default(),
         chunks: None,
+        meter: Default::default(),
     };
     within_20_s(model.complete(request, CancellationToken::new())).await
 }
@@ -197,7 +198,7 @@ async fn a_function_call_round_trips_through_the_agent_as_its_output_in_the_next
 }
 
 #[tokio::test]
-async fn every_ending_maps_to_its_finish_and_usage_counts_cached_tokens() {
+async fn every_ending_maps_to_its_finish_and_usage_keeps_cached_tokens_apart() {
     let incomplete = |reason: &str| {
         let mut body = response("incomplete", text_output("so far"));
         body["incomplete_details"] = json!({"reason": reason});
@@ -218,8 +219,9 @@ async fn every_ending_maps_to_its_finish_and_usage_counts_cached_tokens() {
     let model = OpenAiResponsesModel::new(config(&server).with_stream(false)).unwrap();
     let reply = ask(&model, "a").await.unwrap();
     assert_eq!((reply.finish, reply.text.as_str()), (Finish::Stop, "so far"));
-    let expected = Usage { input_tokens: 12, output_tokens: 5, cache_read_tokens: 8, cache_write_tokens: 0 };
-    assert_eq!(reply.usage, Some(expected), "cached tokens are counted within the input");
+    // The API's 12 input tokens include the 8 cached ones.
+    let expected = Usage { input_tokens: 4, output_tokens: 5, cache_read_tokens: 8, cache_write_tokens: 0 };
+    assert_eq!(reply.usage, Some(expected), "cached tokens are taken out of the input");
     assert_eq!(ask(&model, "b").await.unwrap().finish, Finish::MaxTokens);
     assert_eq!(ask(&model, "c").await.unwrap().finish, Finish::Refusal);
     let reply = ask(&model, "d").await.unwrap();

@@ -22,7 +22,7 @@ use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
 use super::run_shared::RunShared;
-use crate::seam::{Branch, Receipt, StopReason};
+use crate::seam::{Branch, Receipt, RunUsage, StopReason};
 
 /// How long a receipt waits, in all, for descendants to become quiescent.
 /// Their owners dispose them as the cancel travels down the tree, so this
@@ -90,16 +90,16 @@ async fn branch_of(child: Adopted, deadline: Instant) -> Branch {
 /// The receipt of a quiescent run: its settled stop reason, what its child
 /// reported, and its family's branches.
 pub(crate) async fn receipt_of(shared: &RunShared, child_id: &str, deadline: Instant) -> Receipt {
-    let stop_reason = match shared.settled() {
-        Some(Ok(result)) => result.stop_reason,
+    let (stop_reason, usage) = match shared.settled() {
+        Some(Ok(result)) => (result.stop_reason, result.usage),
         // Settled as an infrastructure fault (the runtime stopped under it).
-        Some(Err(_)) | None => StopReason::Error,
+        Some(Err(_)) | None => (StopReason::Error, RunUsage::default()),
     };
     let mut children = match shared.family() {
         Some(family) => family.branches(deadline).await,
         None => Vec::new(),
     };
-    let mut receipt = Receipt::new(shared.run_id, child_id, shared.provider(), stop_reason);
+    let mut receipt = Receipt::new(shared.run_id, child_id, shared.provider(), stop_reason).with_usage(usage);
     if let Some(report) = shared.stop_report() {
         receipt.processes_reaped = report.processes_reaped.clone();
         children.extend(report.children.iter().cloned());

@@ -13,22 +13,32 @@
 //! the in-flight request, which closes its connection). The HTTP adapters
 //! share one layer for sending, retrying and reading bounded answers, so
 //! each holds its endpoint to the same bounds; [`ModelSpec`] names any of
-//! them in one string.
+//! them in one string, or a configured [`ModelRoute`].
+//!
+//! That layer passes the model's [`Limiter`] (its route's, shared by every
+//! model built from the route) before each attempt and records the attempt
+//! on the request's [`CallMeter`], so a run can say how many attempts its
+//! calls took and how long they waited on limits (see
+//! [`limit`](self::limit) for what is shared).
 
 #[cfg(feature = "openai")]
 mod anthropic;
 mod demo;
 #[cfg(feature = "openai")]
 mod http;
+pub(crate) mod limit;
 #[cfg(feature = "openai")]
 mod openai;
 #[cfg(feature = "openai")]
 mod responses;
 
 mod replay;
+mod route;
 mod scripted;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -36,12 +46,14 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "openai")]
 pub use anthropic::{AnthropicConfig, AnthropicModel};
+pub use limit::{retry_delay, Cancelled, Limiter, Permit, RouteLimits, MAX_COOL_DOWN};
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiConfig, OpenAiModel};
 #[cfg(feature = "openai")]
 pub use responses::OpenAiResponsesModel;
 
 pub use replay::{RecordingModel, ReplayModel, Tape, TapeAnswer, TapeSession};
+pub use route::{Api, ModelRoute};
 pub use scripted::{DelayRule, Responder, ScriptMatch, ScriptedModel, Step};
 
 use super::session::{SessionEvent, ToolCall};
@@ -49,13 +61,14 @@ use super::tools::ToolSpec;
 use crate::seam::{text_of, AgentOptions};
 
 /// The forms [`ModelSpec::parse`] takes, for its errors.
-const MODEL_FORMS: &str = "\"scripted\", \"openai:NAME\", \"openai-responses:NAME\" or \"anthropic:NAME\"";
+pub(crate) const MODEL_FORMS: &str = "\"scripted\", \"openai:NAME\", \"openai-responses:NAME\" or \"anthropic:NAME\"";
 
 /// A model named on a command line or in a route: `scripted` (the
 /// embedded default, [`ScriptedModel::demo`]), `openai:NAME` (an
 /// OpenAI-compatible chat-completions endpoint), `openai-responses:NAME`
 /// (OpenAI's Responses API, the same environment) or `anthropic:NAME`
-/// (Anthropic's Messages API), each HTTP one configured by the environment.
+/// (Anthropic's Messages API), each HTTP one configured by the environment;
+/// or a configured [`ModelRoute`] (a configuration file's `[models.NAME]`).
 ///
 /// ```
 /// use subagents::agent::ModelSpec;
@@ -78,6 +91,8 @@ pub enum ModelSpec {
     /// `AnthropicModel` (feature `openai`, which carries every HTTP
     /// adapter); `None` takes the model name from `ANTHROPIC_MODEL`.
     Anthropic(Option<String>),
+    /// A configured route (`[models.NAME]`), with the limiter its models share.
+    Route(Arc<ModelRoute>),
 }
 
 impl ModelSpec {
@@ -115,6 +130,7 @@ impl ModelSpec {
             ModelSpec::OpenAi(_) => Some("openai"),
             ModelSpec::OpenAiResponses(_) => Some("openai-responses"),
             ModelSpec::Anthropic(_) => Some("anthropic"),
+            ModelSpec::Route(route) => Some(route.api.provider()),
         }
     }
 
@@ -123,19 +139,25 @@ impl ModelSpec {
         match self {
             ModelSpec::Scripted => None,
             ModelSpec::OpenAi(name) | ModelSpec::OpenAiResponses(name) | ModelSpec::Anthropic(name) => name.as_deref(),
+            ModelSpec::Route(route) => Some(&route.model),
         }
     }
 
     /// Where the model's endpoint is configured in the environment: the
     /// variables a child process may inherit (the base URL, the model), and
     /// the one holding the key, which is only ever handed over explicitly.
+    /// A route's are its API's (a child is handed the route's base URL and
+    /// key under those names).
     pub fn endpoint_env(&self) -> (&'static [&'static str], Option<&'static str>) {
+        const OPENAI: (&[&str], Option<&str>) = (&["SUBAGENTS_BASE_URL", "SUBAGENTS_MODEL"], Some("SUBAGENTS_API_KEY"));
+        const ANTHROPIC: (&[&str], Option<&str>) =
+            (&["ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL"], Some("ANTHROPIC_API_KEY"));
         match self {
             ModelSpec::Scripted => (&[], None),
-            ModelSpec::OpenAi(_) | ModelSpec::OpenAiResponses(_) => {
-                (&["SUBAGENTS_BASE_URL", "SUBAGENTS_MODEL"], Some("SUBAGENTS_API_KEY"))
-            }
-            ModelSpec::Anthropic(_) => (&["ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL"], Some("ANTHROPIC_API_KEY")),
+            ModelSpec::OpenAi(_) | ModelSpec::OpenAiResponses(_) => OPENAI,
+            ModelSpec::Anthropic(_) => ANTHROPIC,
+            ModelSpec::Route(route) if route.api == Api::Anthropic => ANTHROPIC,
+            ModelSpec::Route(_) => OPENAI,
         }
     }
 
@@ -191,6 +213,7 @@ impl ModelSpec {
                 let held = model.clone();
                 (model, base_url, Box::pin(async move { held.check_reachable().await }))
             }
+            ModelSpec::Route(route) => route.build_http()?,
             ModelSpec::Scripted => unreachable!("the scripted model is no HTTP model"),
         })
     }
@@ -218,6 +241,49 @@ pub struct ModelRequest {
     pub options: AgentOptions,
     /// Where streamed text goes, if anyone listens.
     pub chunks: Option<ChunkSink>,
+    /// Where the adapter records each HTTP attempt and its wait on limits.
+    pub meter: CallMeter,
+}
+
+/// What one model call cost at the transport, recorded by the adapter as
+/// it goes (so a call that fails after its retries still reports them);
+/// clones share the counts.
+///
+/// ```
+/// use std::time::Duration;
+/// use subagents::agent::CallMeter;
+///
+/// let meter = CallMeter::default();
+/// meter.attempt(Duration::from_millis(40));
+/// meter.clone().attempt(Duration::ZERO);
+/// assert_eq!((meter.attempts(), meter.limit_wait()), (2, Duration::from_millis(40)));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct CallMeter(Arc<MeterCounts>);
+
+#[derive(Debug, Default)]
+struct MeterCounts {
+    attempts: AtomicU64,
+    limit_wait_nanos: AtomicU64,
+}
+
+impl CallMeter {
+    /// One attempt, after `waited` on the route's limits.
+    pub fn attempt(&self, waited: Duration) {
+        self.0.attempts.fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.0.limit_wait_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Attempts so far.
+    pub fn attempts(&self) -> u64 {
+        self.0.attempts.load(Ordering::Relaxed)
+    }
+
+    /// Time waited on limits so far.
+    pub fn limit_wait(&self) -> Duration {
+        Duration::from_nanos(self.0.limit_wait_nanos.load(Ordering::Relaxed))
+    }
 }
 
 impl ModelRequest {
@@ -256,28 +322,32 @@ pub enum Finish {
     Refusal,
 }
 
-/// Token counts, where the model reports them.
-///
-/// `input_tokens` is every prompt token, those read from or written to the
-/// provider's prompt cache included (Anthropic reports them apart; they are
-/// added in), so that a budget counts what the call actually took; the two
-/// cache counts say how many of them the cache served or took.
+/// Token counts, where the model reports them. The kinds do not overlap:
+/// `input_tokens` are the prompt tokens neither read from nor written to a
+/// cache (an adapter whose API counts cached tokens inside the prompt's
+/// subtracts them), so [`Usage::total`] is their plain sum.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens, cached ones included.
+    /// Prompt tokens, cached ones excepted.
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
-    /// Of the prompt tokens, those read from the prompt cache.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    /// Prompt tokens read from the provider's cache.
+    #[serde(default)]
     pub cache_read_tokens: u64,
-    /// Of the prompt tokens, those written to the prompt cache.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    /// Prompt tokens written to the provider's cache.
+    #[serde(default)]
     pub cache_write_tokens: u64,
 }
 
-fn is_zero(count: &u64) -> bool {
-    *count == 0
+impl Usage {
+    /// Every token, of all four kinds.
+    pub fn total(&self) -> u64 {
+        self.input_tokens
+            .saturating_add(self.output_tokens)
+            .saturating_add(self.cache_read_tokens)
+            .saturating_add(self.cache_write_tokens)
+    }
 }
 
 /// One model answer.

@@ -22,11 +22,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::model::Finish;
-use super::model::{ChunkSink, ModelError, ModelRequest};
+use super::model::{CallMeter, ChunkSink, ModelError, ModelRequest};
 use super::session::{SessionEvent, ToolCall};
 use super::tools::{ToolContext, ToolOutput};
 use super::{Agent, AgentInner};
-use crate::seam::{BudgetLease, Category, ContentBlock, ProgressUpdate, StopReason};
+use crate::seam::{BudgetLease, Category, ContentBlock, ProgressUpdate, RunUsage, StopReason};
 
 /// How a turn ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +41,9 @@ pub struct TurnOutcome {
     pub error: Option<TurnError>,
     /// Model calls made in the turn.
     pub model_calls: u32,
+    /// What the turn's model calls spent: tokens as the model reported
+    /// them, calls, HTTP attempts, time waited on the route's limits.
+    pub usage: RunUsage,
 }
 
 /// How a turn ended, and what failed if it failed.
@@ -167,7 +170,14 @@ impl ToolCallStatus {
 
 /// Runs one turn; `cancel` is this turn's token.
 pub(crate) async fn run(inner: &Arc<AgentInner>, prompt: Vec<ContentBlock>, cancel: CancellationToken) -> TurnOutcome {
-    let mut turn = Turn { inner, open_calls: Vec::new(), output: String::new(), model_calls: 0, ended: false };
+    let mut turn = Turn {
+        inner,
+        open_calls: Vec::new(),
+        output: String::new(),
+        model_calls: 0,
+        usage: RunUsage::default(),
+        ended: false,
+    };
     let (reason, error) = turn.drive(prompt, &cancel).await;
     turn.end(reason, error)
 }
@@ -178,6 +188,7 @@ struct Turn<'a> {
     open_calls: Vec<ToolCall>,
     output: String,
     model_calls: u32,
+    usage: RunUsage,
     ended: bool,
 }
 
@@ -223,7 +234,9 @@ impl Turn<'_> {
                 tools: inner.tools.visible_specs(),
                 options: inner.options.clone(),
                 chunks: chunks.clone(),
+                meter: CallMeter::default(),
             };
+            let meter = request.meter.clone();
             self.model_calls += 1;
             let reply = tokio::select! {
                 biased;
@@ -234,6 +247,22 @@ impl Turn<'_> {
                     .model
                     .complete(request, cancel.clone())
                     .instrument(tracing::debug_span!("model_call", model = inner.model.name(), step = self.model_calls)) => reply,
+            };
+            let tokens = reply.as_ref().ok().and_then(|reply| reply.usage).unwrap_or_default();
+            self.usage += RunUsage {
+                input_tokens: tokens.input_tokens,
+                output_tokens: tokens.output_tokens,
+                cache_read_tokens: tokens.cache_read_tokens,
+                cache_write_tokens: tokens.cache_write_tokens,
+                model_calls: 1,
+                attempts: meter.attempts(),
+                limit_wait_ms: u64::try_from(meter.limit_wait().as_millis()).unwrap_or(u64::MAX),
+            };
+            // Charged before the answer is read further: an answer that
+            // stops the turn (its token limit, a refusal) spent them too.
+            let spent = match (inner.budget.get(), reply.as_ref().ok().and_then(|reply| reply.usage)) {
+                (Some(lease), Some(usage)) => lease.charge_tokens(usage.total()),
+                _ => false,
             };
             let reply = match reply {
                 Ok(reply) => reply,
@@ -263,12 +292,6 @@ impl Turn<'_> {
             if let Some(reason) = stop_reason_of(reply.finish) {
                 return (reason, None);
             }
-            let spent = match (inner.budget.get(), reply.usage) {
-                (Some(lease), Some(usage)) => {
-                    lease.charge_tokens(usage.input_tokens.saturating_add(usage.output_tokens))
-                }
-                _ => false,
-            };
             if spent {
                 // The budget's tokens are spent: stop with what the turn has.
                 return (StopReason::MaxTokens, None);
@@ -404,6 +427,7 @@ impl Turn<'_> {
             output: std::mem::take(&mut self.output),
             error,
             model_calls: self.model_calls,
+            usage: self.usage,
         }
     }
 

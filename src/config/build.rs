@@ -54,7 +54,7 @@ struct PoolSettings {
 }
 
 /// Replaces each `${VAR}` in `text` by that environment variable.
-fn expand(source: &Source<'_>, text: &str, span: Range<usize>) -> Result<String, ConfigError> {
+pub(super) fn expand(source: &Source<'_>, text: &str, span: Range<usize>) -> Result<String, ConfigError> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {

@@ -2,11 +2,12 @@
 //! `serve`): the file's providers, registered on the door's runtime, and
 //! the ones its subagent tool offers.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::Config;
-use crate::agent::{Model, ModelSpec, Tool};
+use crate::agent::{Model, Tool};
 use crate::tool::{delegating_tool_list, TaskService};
 use crate::Subagents;
 
@@ -45,9 +46,12 @@ impl Configured {
 
     /// Builds and registers every provider of the file on `subagents`
     /// (kept for the registry's life). In-process providers without a
-    /// `model` get `default`; the others build theirs from its spec. Call
-    /// it outside any async runtime: an `acp` provider's `initialize` probe
-    /// runs on a private one.
+    /// `model` get `default`; the others build theirs from the name, a
+    /// route of the file or a command-line form
+    /// ([`Config::model_spec`]), one model per name, so the providers
+    /// naming one route share its model and its limiter. Call it outside
+    /// any async runtime: an `acp` provider's `initialize` probe runs on a
+    /// private one.
     pub fn register_blocking(
         &self,
         subagents: &Subagents,
@@ -55,11 +59,16 @@ impl Configured {
         home: &Path,
         default: Arc<dyn Model>,
     ) -> Result<(), String> {
+        let built = Mutex::new(HashMap::<String, Arc<dyn Model>>::new());
         let models = |named: Option<&str>| -> Result<Arc<dyn Model>, String> {
-            match named {
-                None => Ok(default.clone()),
-                Some(named) => ModelSpec::parse(named).and_then(|spec| spec.build()).map_err(|e| e.to_string()),
+            let Some(named) = named else { return Ok(default.clone()) };
+            let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(model) = built.get(named) {
+                return Ok(model.clone());
             }
+            let model = self.config.model_spec(named)?.build().map_err(|e| e.to_string())?;
+            built.insert(named.to_owned(), model.clone());
+            Ok(model)
         };
         let context = super::BuildContext { subagents, tasks, home, models: &models, probe: false };
         let io = tokio::runtime::Builder::new_current_thread()

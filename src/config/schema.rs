@@ -1,7 +1,8 @@
-//! The file's shape, as serde reads it: one flat table per provider whose
-//! keys every kind shares a namespace for, so each value keeps its place in
-//! the file (a [`Spanned`]) and a key that does not apply to the provider's
-//! kind is reported where it stands (see [`Kind::accepts`]).
+//! The file's shape, as serde reads it: a table per model route, and one
+//! flat table per provider whose keys every kind shares a namespace for, so
+//! each value keeps its place in the file (a [`Spanned`]) and a key that
+//! does not apply to the provider's kind is reported where it stands (see
+//! [`Kind::accepts`]).
 
 use indexmap::IndexMap;
 use serde::Deserialize;
@@ -13,7 +14,36 @@ use toml::Spanned;
 pub(super) struct FileTable {
     #[serde(default)]
     pub(super) providers: IndexMap<String, Spanned<ProviderTable>>,
+    #[serde(default)]
+    pub(super) models: IndexMap<String, Spanned<RouteTable>>,
     pub(super) tool: Option<ToolTable>,
+}
+
+/// `[models.NAME]`: a model route.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RouteTable {
+    pub(super) api: Spanned<ApiName>,
+    pub(super) base_url: Option<Spanned<String>>,
+    pub(super) api_key_env: Option<Spanned<String>>,
+    pub(super) model: Spanned<String>,
+    pub(super) max_tokens: Option<Spanned<u32>>,
+    pub(super) timeout: Option<Spanned<String>>,
+    pub(super) retries: Option<Spanned<u32>>,
+    pub(super) rpm: Option<Spanned<u32>>,
+    pub(super) tpm: Option<Spanned<u64>>,
+    pub(super) max_concurrent: Option<Spanned<u32>>,
+}
+
+/// A route's `api`.
+#[derive(Clone, Copy, Debug, Deserialize)]
+pub(super) enum ApiName {
+    #[serde(rename = "openai-chat")]
+    OpenAiChat,
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
+    #[serde(rename = "anthropic")]
+    Anthropic,
 }
 
 /// `[tool]`: what the model-facing subagent tool offers.

@@ -97,7 +97,7 @@ use crate::live::LiveCounters;
 use crate::live::ProcessLease;
 use crate::seam::{
     text_of, Branch, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider,
-    RunResult, Stage, StopReason, StopReport,
+    RunResult, RunUsage, Stage, StopReason, StopReport,
 };
 
 /// Our stop reasons and ACP's, for both ends: this client and the agent in
@@ -627,6 +627,8 @@ impl Child for AcpChild {
                 stop_reason,
                 diagnostic,
                 child_session: None,
+                // ACP reports no token usage for a prompt turn.
+                usage: RunUsage::default(),
             }
         })
     }

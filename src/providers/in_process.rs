@@ -34,7 +34,8 @@ use crate::agent::{
 use crate::events::ProgressUpdate;
 use crate::seam::{
     AgentOptions, Budget, Capabilities, CaptureError, Category, Child, ContentBlock, Diagnostic, Failure, Launch,
-    LaunchError, LocalAgent, Provider, ProviderContext, RunResult, Stage, StartRequest, StopReason, SubagentError,
+    LaunchError, LocalAgent, Provider, ProviderContext, RunResult, RunUsage, Stage, StartRequest, StopReason,
+    SubagentError,
 };
 
 /// The name of the capture tool a structured child gets.
@@ -581,6 +582,7 @@ impl Driver {
     async fn run(self, prompt: Vec<ContentBlock>) -> RunResult {
         let mut outcome = self.agent.prompt(prompt).await;
         let mut output = std::mem::take(&mut outcome.output);
+        let mut usage = outcome.usage;
         if let Some(captured) = &self.structured {
             let missing = |outcome: &TurnOutcome| {
                 outcome.stop_reason == StopReason::Completed && !captured.load(Ordering::Acquire)
@@ -589,6 +591,7 @@ impl Driver {
             while missing(&outcome) && nudges > 0 && !self.cancel.is_cancelled() {
                 nudges -= 1;
                 outcome = self.agent.prompt(STRUCTURED_NUDGE).await;
+                usage += outcome.usage;
                 if !outcome.output.is_empty() {
                     output = std::mem::take(&mut outcome.output);
                 }
@@ -600,7 +603,8 @@ impl Driver {
                 } else {
                     (StopReason::Error, Some(Category::MissingStructuredOutput))
                 };
-                return self.result(output, stop_reason, category);
+                let failure = category.map(|category| Diagnostic::new(&self.provider, Stage::SessionRun, category));
+                return self.result(output, stop_reason, failure, usage);
             }
         }
         let failure = outcome.error.as_ref().map(|error| {
@@ -609,21 +613,23 @@ impl Driver {
         if let Some(error) = &outcome.error {
             tracing::debug!(provider = %self.provider, session = self.agent.id(), %error, "child turn failed");
         }
-        self.result_with(output, outcome.stop_reason, failure)
+        self.result(output, outcome.stop_reason, failure, usage)
     }
 
-    fn result(&self, output: String, stop_reason: StopReason, failure: Option<Category>) -> RunResult {
-        let failure = failure.map(|category| Diagnostic::new(&self.provider, Stage::SessionRun, category));
-        self.result_with(output, stop_reason, failure)
-    }
-
-    fn result_with(&self, output: String, stop_reason: StopReason, failure: Option<Diagnostic>) -> RunResult {
+    fn result(
+        &self,
+        output: String,
+        stop_reason: StopReason,
+        failure: Option<Diagnostic>,
+        usage: RunUsage,
+    ) -> RunResult {
         RunResult {
             output: if output.is_empty() { Vec::new() } else { vec![ContentBlock::text(output)] },
             structured: None, // the run actor attaches the captured value
             stop_reason,
             diagnostic: failure.filter(|_| stop_reason == StopReason::Error),
             child_session: None,
+            usage,
         }
     }
 }

@@ -61,7 +61,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::ProgressUpdate;
 use crate::seam::{
     Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider, ProviderContext,
-    RunResult, Stage, StopReason, SubagentError,
+    RunResult, RunUsage, Stage, StopReason, SubagentError,
 };
 
 /// Where in a run's life a fault strikes.
@@ -391,6 +391,7 @@ impl ChildState {
             stop_reason,
             diagnostic: None,
             child_session: None,
+            usage: RunUsage::default(),
         }
     }
 

@@ -62,7 +62,7 @@ use self::wire::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, P
 use super::child_process::{spawn, ChildEnv, Spawned, MAX_OUTPUT};
 use crate::seam::{
     AgentOptions, Branch, BudgetLease, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch,
-    LaunchError, ProgressUpdate, Provider, ProviderContext, RunResult, Stage, StopReason, StopReport,
+    LaunchError, ProgressUpdate, Provider, ProviderContext, RunResult, RunUsage, Stage, StopReason, StopReport,
 };
 
 /// How long the `initialize` handshake may take.
@@ -455,6 +455,8 @@ impl Transcript {
         let answered = replied.as_ref().ok().and_then(|r| TurnEndReason::deserialize(&r["reason"]).ok());
         let stop_reason = answered.or(self.turn_end).map_or(StopReason::Error, StopReason::from);
         let text = self.last_message.unwrap_or(self.streamed);
+        // A peer that reports no usage (an older one) spent nothing we know of.
+        let usage = replied.as_ref().ok().and_then(|r| RunUsage::deserialize(&r["usage"]).ok()).unwrap_or_default();
         let diagnostic = (stop_reason == StopReason::Error && !cancelled).then(|| {
             let category = match replied {
                 Err(WireError::Closed) => Category::ChildCrashed,
@@ -488,6 +490,7 @@ impl Transcript {
             stop_reason,
             diagnostic,
             child_session: None,
+            usage,
         }
     }
 }

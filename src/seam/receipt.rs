@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::StopReason;
+use super::{RunUsage, StopReason};
 
 /// What cancelling or disposing a run stopped (`Run::cancel_and_wait`).
 ///
@@ -33,7 +33,10 @@ use super::StopReason;
 /// ```
 /// use subagents::{Branch, Receipt, StopReason};
 ///
-/// let grandchild = Receipt::new(3, "s-3", "spawn", StopReason::Aborted);
+/// use subagents::RunUsage;
+///
+/// let spent = RunUsage { input_tokens: 40, output_tokens: 2, model_calls: 1, ..RunUsage::default() };
+/// let grandchild = Receipt::new(3, "s-3", "spawn", StopReason::Aborted).with_usage(spent);
 /// let child = Receipt::new(2, "process:p:s-1", "process", StopReason::Aborted)
 ///     .with_processes_reaped(vec![4242])
 ///     .with_children(vec![Branch::Run(grandchild), Branch::unknown("not reported")]);
@@ -41,6 +44,7 @@ use super::StopReason;
 /// assert_eq!(top.descendants().count(), 2);
 /// assert_eq!(top.stopped_descendants(), 2);
 /// assert_eq!(top.processes_reaped_in_tree(), vec![4242]);
+/// assert_eq!(top.usage_in_tree().tokens(), 42);
 /// assert_eq!(top.unknown_branches(), vec!["not reported"]);
 /// assert!(!top.is_complete());
 /// let json = serde_json::to_value(&top).unwrap();
@@ -63,6 +67,9 @@ pub struct Receipt {
     /// runs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes_reaped: Vec<u32>,
+    /// What its own model calls spent (its result's usage).
+    #[serde(default, skip_serializing_if = "RunUsage::is_empty")]
+    pub usage: RunUsage,
     /// The runs it started, and the branches that cannot be known.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<Branch>,
@@ -106,8 +113,15 @@ impl Receipt {
             provider: provider.into(),
             stop_reason,
             processes_reaped: Vec::new(),
+            usage: RunUsage::default(),
             children: Vec::new(),
         }
+    }
+
+    /// This receipt with what the run's own model calls spent.
+    pub fn with_usage(mut self, usage: RunUsage) -> Self {
+        self.usage = usage;
+        self
     }
 
     /// This receipt with the processes reaped for the run.
@@ -143,6 +157,12 @@ impl Receipt {
         let mut pids = self.processes_reaped.clone();
         pids.extend(self.descendants().flat_map(|r| r.processes_reaped.iter().copied()));
         pids
+    }
+
+    /// What the whole tree spent: this run and every known run under it
+    /// (an unknown branch's spending is not known, so not counted).
+    pub fn usage_in_tree(&self) -> RunUsage {
+        self.usage + self.descendants().map(|r| r.usage).sum()
     }
 
     /// The reasons of every unknown branch in the tree.

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::ContentBlock;
+use super::{ContentBlock, RunUsage};
 
 /// Why a run stopped. Any reason but `Completed` means the output may be
 /// partial.
@@ -211,6 +211,11 @@ pub struct RunResult {
     /// it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child_session: Option<String>,
+    /// What the run's own model calls spent (not its descendants': see
+    /// [`Receipt::usage_in_tree`](super::Receipt::usage_in_tree)); empty
+    /// for a provider whose child reports none.
+    #[serde(default, skip_serializing_if = "RunUsage::is_empty")]
+    pub usage: RunUsage,
 }
 
 impl RunResult {
@@ -222,12 +227,20 @@ impl RunResult {
             stop_reason: StopReason::Completed,
             diagnostic: None,
             child_session: None,
+            usage: RunUsage::default(),
         }
     }
 
     /// A result with no output and the given reason.
     pub fn empty(stop_reason: StopReason) -> Self {
-        RunResult { output: Vec::new(), structured: None, stop_reason, diagnostic: None, child_session: None }
+        RunResult {
+            output: Vec::new(),
+            structured: None,
+            stop_reason,
+            diagnostic: None,
+            child_session: None,
+            usage: RunUsage::default(),
+        }
     }
 
     /// A failed result carrying a diagnostic.

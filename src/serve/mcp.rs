@@ -214,7 +214,7 @@ pub fn serve_mcp(options: McpServeOptions) -> Result<(), ServeError> {
     let runtime = builder.build().map_err(ServeError::Runtime)?;
     // As `run` and `fanout` do: a home or a model that cannot work is
     // refused before serving, not by every call, late.
-    let checked = ModelSpec::parse(&options.model).map_err(ServeError::from).and_then(|spec| {
+    let checked = model_spec(&options).and_then(|spec| {
         preflight::check_home(&runtime.home())?;
         let probed = spec.clone();
         let model = runtime.block_on(async move { preflight::reachable_model(&probed).await })?;
@@ -468,6 +468,16 @@ fn process_config(name: &str, home: PathBuf, spec: &ModelSpec) -> ProcessConfig 
     let mut config = ProcessConfig::new(name, home);
     super::stdio::route_child_model(&mut config, spec);
     config
+}
+
+/// `--model`: a route of the configuration when one is given and names
+/// it, else `scripted` or `openai:NAME`.
+fn model_spec(options: &McpServeOptions) -> Result<ModelSpec, ServeError> {
+    #[cfg(feature = "config")]
+    if let Some(route) = options.configured.as_ref().and_then(|c| c.config.route(&options.model)) {
+        return Ok(ModelSpec::Route(route.clone()));
+    }
+    Ok(ModelSpec::parse(&options.model)?)
 }
 
 /// Serves until the client is gone.

@@ -5,8 +5,8 @@
 //!
 //! - [`check_home`]: the home can take sessions (every run writes one);
 //! - [`reachable_model`]: the model can be built and, for an HTTP model
-//!   (`openai:`, `openai-responses:`, `anthropic:`), its endpoint accepts a
-//!   connection.
+//!   (`openai:`, `openai-responses:`, `anthropic:`, or a configured route),
+//!   its endpoint accepts a connection.
 //!
 //! `subagents run`, `fanout` and `mcp` make both checks.
 //!

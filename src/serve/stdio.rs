@@ -72,13 +72,22 @@ struct Server {
 /// Tells a `process` child to run `spec` (what [`serve_stdio`] reads back
 /// from its route): the route names the model; for an HTTP model the
 /// child inherits the endpoint's variables and is handed the key
-/// explicitly, as a credential-shaped name is never inherited.
+/// explicitly, as a credential-shaped name is never inherited. A
+/// configured route reaches the child as its API and model, with the
+/// route's base URL and key handed over under the API's variables; its
+/// limits, `max_tokens`, `timeout` and `retries` are not (a child runs
+/// its own model, with its own limiter).
 #[cfg(any(feature = "mcp", feature = "remote"))]
 pub(crate) fn route_child_model(config: &mut ProcessConfig, spec: &ModelSpec) {
     let Some(provider) = spec.route_provider() else { return };
     config.route.provider = Some(provider.to_owned());
     config.route.model = spec.model_name().map(str::to_owned);
     let (inherited, key) = spec.endpoint_env();
+    if let ModelSpec::Route(route) = spec {
+        let handed = [(inherited[0], route.base_url.as_ref()), (key.unwrap_or_default(), route.api_key.as_ref())];
+        config.env.extend(handed.into_iter().filter_map(|(name, value)| Some((name.to_owned(), value?.clone()))));
+        return;
+    }
     config.inherit_env.extend(inherited.iter().map(|name| (*name).to_owned()));
     if let Some(key) = key.and_then(|name| Some((name, std::env::var(name).ok()?))) {
         config.env.push((key.0.to_owned(), key.1));
@@ -307,7 +316,7 @@ impl Server {
             // Why it failed, in the safe words a diagnostic carries.
             let failed =
                 outcome.error.as_ref().map(|error| json!({"category": error.category(), "reason": error.reason}));
-            let _ = out.send(reply(&id, json!({"reason": reason, "error": failed})));
+            let _ = out.send(reply(&id, json!({"reason": reason, "usage": outcome.usage, "error": failed})));
         }));
         None
     }

@@ -26,8 +26,10 @@
 //! ends as cut short (`MaxTokens`), never resumed.
 //!
 //! How it fails: as the OpenAI adapter does (`OpenAiModel`'s module doc),
-//! with 529 retried besides 408, 425, 429, 500, 502, 503 and 504, and its
-//! `retry-after` honoured (capped at 30 s). An `error` event mid-stream
+//! with 529 retried besides 408, 425, 429, 500, 502, 503 and 504, its
+//! `retry-after` honoured, and the same rate limits: a 429 or 529 that
+//! says when to come back (`retry-after`, `anthropic-ratelimit-*-reset`)
+//! pauses every call on the model's limiter (its route's) until then. An `error` event mid-stream
 //! (an overload, say) ends the call as an answer that broke off, keeping
 //! the text streamed so far; it is not retried, as its text has already
 //! reached the listeners. Every bound (answer bytes, tool calls, arguments,
@@ -52,8 +54,8 @@ mod config;
 use answer::Message;
 pub use config::AnthropicConfig;
 
-use super::http::{bounded_call, is_event_stream, transient, Endpoint};
-use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest};
+use super::http::{bounded_call, is_event_stream, transient, Call, Endpoint};
+use super::{ChunkSink, Limiter, Model, ModelError, ModelReply, ModelRequest};
 use crate::agent::session::SessionEvent;
 use crate::seam::ContentBlock;
 
@@ -90,6 +92,18 @@ impl AnthropicModel {
         }
         let endpoint = Endpoint::new(&config.base_url, "v1/messages", headers, config.bounds(), overloaded)?;
         Ok(AnthropicModel { name: format!("anthropic:{}", config.model), config, endpoint })
+    }
+
+    /// This adapter passing `limiter` instead of its own: models built for
+    /// one route share its limits and its cool-downs.
+    pub fn with_limiter(mut self, limiter: Limiter) -> Self {
+        self.endpoint = self.endpoint.with_limiter(limiter);
+        self
+    }
+
+    /// The limiter every attempt passes.
+    pub fn limiter(&self) -> &Limiter {
+        self.endpoint.limiter()
     }
 
     /// Whether the endpoint's host accepts a connection (within the
@@ -147,9 +161,14 @@ impl AnthropicModel {
         Ok(body)
     }
 
-    async fn complete_inner(&self, request: ModelRequest) -> Result<ModelReply, ModelError> {
+    async fn complete_inner(&self, request: ModelRequest, cancel: CancellationToken) -> Result<ModelReply, ModelError> {
         let body = self.body(&request)?;
-        let response = self.endpoint.send(&body).await?;
+        let max_tokens = request.options.max_tokens.map_or(self.config.max_tokens, u64::from);
+        let call = Call { max_tokens, meter: &request.meter, cancel: &cancel };
+        self.endpoint.call(&body, call, |response| self.read_answer(response, &request)).await
+    }
+
+    async fn read_answer(&self, response: reqwest::Response, request: &ModelRequest) -> Result<ModelReply, ModelError> {
         let limits = self.endpoint.bounds().calls;
         if self.config.stream && is_event_stream(&response) {
             return self.read_stream(response, request.chunks.as_ref()).await;
@@ -192,7 +211,7 @@ impl Model for AnthropicModel {
         request: ModelRequest,
         cancel: CancellationToken,
     ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
-        Box::pin(bounded_call(cancel, self.config.call_deadline, self.complete_inner(request)))
+        Box::pin(bounded_call(cancel.clone(), self.config.call_deadline, self.complete_inner(request, cancel)))
     }
 }
 

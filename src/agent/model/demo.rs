@@ -222,6 +222,7 @@ mod tests {
             tools: Arc::from(Vec::new()),
             options: Default::default(),
             chunks: None,
+            meter: Default::default(),
         }
     }
 

@@ -3,11 +3,19 @@
 //! it, and read its answer, so that each adapter is only its wire mapping.
 //!
 //! - [`Endpoint::send`] is the one place every try of every HTTP adapter
-//!   goes through: transient statuses (the adapter says which), refused
-//!   connections and timeouts are retried with exponential backoff and
-//!   jitter, a `Retry-After` (or `retry-after-ms`) honoured, every wait
-//!   capped at [`MAX_BACKOFF`]. Any other status fails at once with one line
-//!   of the endpoint's message, read from at most `max_error_body_bytes`.
+//!   goes through: each try first passes the model's [`Limiter`] (its
+//!   route's, shared by every model of the route) and is recorded on the
+//!   request's [`CallMeter`]; transient statuses (the adapter says which),
+//!   refused connections and timeouts are retried with exponential backoff
+//!   and jitter, a `Retry-After` (or `retry-after-ms`) honoured, every wait
+//!   capped at [`MAX_BACKOFF`]. A 429 or 529 that says when to come back
+//!   (those headers, or a provider's rate-limit reset headers: one parser,
+//!   [`retry_delay`]) cools the whole route down until then, so every call
+//!   on it waits, not this one alone. Any other status fails at once with
+//!   one line of the endpoint's message, read from at most
+//!   `max_error_body_bytes`. [`Endpoint::call`] wraps a whole call: the
+//!   tries, the answer read, and the limiter settled with the tokens the
+//!   answer reports.
 //! - [`Endpoint::read_whole`] and [`Events`] read an answer: a whole body or
 //!   a server-sent event stream, each bounded in bytes as a whole and in the
 //!   time between two chunks.
@@ -21,15 +29,16 @@ mod text;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Once;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 pub(super) use text::{describe, excerpt, one_line};
 
-use super::{ModelError, Oversize};
+use super::limit::{retry_delay, Limiter, Permit, RouteLimits};
+use super::{CallMeter, ModelError, ModelReply, Oversize};
 
 /// Longest streamed line accepted; a longer one is a malformed stream.
 const MAX_LINE: usize = 4 * 1024 * 1024;
@@ -48,6 +57,8 @@ pub(super) struct Bounds {
     pub(super) max_error_body_bytes: usize,
     pub(super) calls: CallLimits,
     pub(super) call_deadline: Duration,
+    /// The limits of the endpoint's own limiter (until a route's replaces it).
+    pub(super) limits: RouteLimits,
 }
 
 impl Bounds {
@@ -74,6 +85,10 @@ pub(super) struct EnvBounds {
     pub(super) max_tool_calls: Option<usize>,
     pub(super) max_tool_argument_bytes: Option<usize>,
     pub(super) call_deadline: Option<Duration>,
+    /// `SUBAGENTS_MODEL_RPM`, `_TPM` and `_MAX_CONCURRENT`.
+    pub(super) limits: RouteLimits,
+    /// `SUBAGENTS_MODEL_MAX_TOKENS`: the OpenAI adapters' answer limit.
+    pub(super) max_tokens: Option<u32>,
 }
 
 impl EnvBounds {
@@ -85,12 +100,19 @@ impl EnvBounds {
             number.map(Some).ok_or_else(|| ModelError::Config(format!("{name} must be a whole number, not {value:?}")))
         };
         let bytes = |n: Option<u64>| n.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        let small = |n: Option<u64>| n.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
         Ok(EnvBounds {
             max_answer_bytes: bytes(number("SUBAGENTS_MODEL_MAX_ANSWER_MIB", MIB as u64)?),
             max_error_body_bytes: bytes(number("SUBAGENTS_MODEL_MAX_ERROR_BODY_MIB", MIB as u64)?),
             max_tool_calls: bytes(number("SUBAGENTS_MODEL_MAX_TOOL_CALLS", 1)?),
             max_tool_argument_bytes: bytes(number("SUBAGENTS_MODEL_MAX_TOOL_ARGUMENTS_MIB", MIB as u64)?),
             call_deadline: number("SUBAGENTS_MODEL_DEADLINE_SECS", 1)?.map(Duration::from_secs),
+            limits: RouteLimits {
+                requests_per_minute: small(number("SUBAGENTS_MODEL_RPM", 1)?),
+                tokens_per_minute: number("SUBAGENTS_MODEL_TPM", 1)?,
+                max_concurrent: small(number("SUBAGENTS_MODEL_MAX_CONCURRENT", 1)?),
+            },
+            max_tokens: small(number("SUBAGENTS_MODEL_MAX_TOKENS", 1)?),
         })
     }
 }
@@ -141,8 +163,22 @@ pub(super) fn transient(status: u16) -> bool {
     matches!(status, 408 | 425 | 429 | 500 | 502 | 503 | 504)
 }
 
+/// Statuses that say the route is over its limit (529: overloaded).
+fn rate_limited(status: u16) -> bool {
+    matches!(status, 429 | 529)
+}
+
+/// What the limiter needs of one call besides its body: the answer's
+/// token limit (with the body's size, the tokens charged ahead), where its
+/// tries are recorded, and when to stop waiting.
+pub(super) struct Call<'a> {
+    pub(super) max_tokens: u64,
+    pub(super) meter: &'a CallMeter,
+    pub(super) cancel: &'a CancellationToken,
+}
+
 /// One endpoint URL, the headers every request carries (its key among
-/// them, marked sensitive), and the bounds.
+/// them, marked sensitive), the bounds, and the limiter every try passes.
 pub(super) struct Endpoint {
     client: reqwest::Client,
     base_url: String,
@@ -150,6 +186,7 @@ pub(super) struct Endpoint {
     headers: HeaderMap,
     bounds: Bounds,
     transient: fn(u16) -> bool,
+    limiter: Limiter,
 }
 
 impl Endpoint {
@@ -172,11 +209,22 @@ impl Endpoint {
             .build()
             .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))?;
         let url = format!("{}/{path}", base_url.trim_end_matches('/'));
-        Ok(Endpoint { client, base_url: base_url.to_owned(), url, headers, bounds, transient })
+        let limiter = Limiter::new(bounds.limits);
+        Ok(Endpoint { client, base_url: base_url.to_owned(), url, headers, bounds, transient, limiter })
     }
 
     pub(super) fn bounds(&self) -> &Bounds {
         &self.bounds
+    }
+
+    /// Every try passes `limiter` instead of the endpoint's own.
+    pub(super) fn with_limiter(mut self, limiter: Limiter) -> Self {
+        self.limiter = limiter;
+        self
+    }
+
+    pub(super) fn limiter(&self) -> &Limiter {
+        &self.limiter
     }
 
     /// Whether the endpoint's host accepts a connection (within the
@@ -193,26 +241,75 @@ impl Endpoint {
         }
     }
 
+    /// One whole call: `body` sent as [`Endpoint::send`] does, the answer
+    /// read by `read`, and the try that was answered settled with the
+    /// tokens the answer reports (an answer without usage keeps the
+    /// estimate charged).
+    pub(super) async fn call<Read, Reading>(
+        &self,
+        body: &Value,
+        call: Call<'_>,
+        read: Read,
+    ) -> Result<ModelReply, ModelError>
+    where
+        Read: FnOnce(reqwest::Response) -> Reading,
+        Reading: Future<Output = Result<ModelReply, ModelError>>,
+    {
+        let (response, permit) = self.send(body, call).await?;
+        let reply = read(response).await;
+        if let Ok(ModelReply { usage: Some(usage), .. }) = &reply {
+            permit.settle(usage.total());
+        }
+        reply
+    }
+
     /// Posts `body`, retrying what is worth retrying, and returns the first
-    /// successful response (its headers read, its body not yet).
-    pub(super) async fn send(&self, body: &Value) -> Result<reqwest::Response, ModelError> {
+    /// successful response (its headers read, its body not yet) with the
+    /// limiter's permit for it, held until its answer is read. Each try is
+    /// admitted by the limiter first, charged the body's bytes / 4 plus
+    /// the answer's token limit.
+    pub(super) async fn send(&self, body: &Value, call: Call<'_>) -> Result<(reqwest::Response, Permit), ModelError> {
         let bounds = &self.bounds;
+        let body =
+            serde_json::to_vec(body).map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))?;
+        // About four bytes a token, and the longest answer the call allows.
+        let estimate = (body.len() as u64 / 4).saturating_add(call.max_tokens);
         let mut attempt = 0;
         loop {
-            let request = self.client.post(&self.url).headers(self.headers.clone()).json(body);
+            let permit = self.limiter.admit(estimate, call.cancel).await.map_err(|_| ModelError::Cancelled)?;
+            call.meter.attempt(permit.waited());
+            let request = self
+                .client
+                .post(&self.url)
+                .headers(self.headers.clone())
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .body(body.clone());
             let retry_after = match tokio::time::timeout(bounds.timeout, request.send()).await {
-                Err(_) if attempt < bounds.max_retries => None,
+                Err(_) if attempt < bounds.max_retries => {
+                    drop(permit); // no slot held through the backoff
+                    None
+                }
                 Err(_) => return Err(ModelError::Timeout(bounds.timeout)),
-                Ok(Ok(response)) if response.status().is_success() => return Ok(response),
+                Ok(Ok(response)) if response.status().is_success() => return Ok((response, permit)),
                 Ok(Ok(response)) => {
                     let status = response.status().as_u16();
+                    let told = self.after_refusal(status, response.headers());
+                    if rate_limited(status) {
+                        // Refused unworked: it used no tokens.
+                        permit.settle(0);
+                    } else {
+                        drop(permit);
+                    }
                     if !(self.transient)(status) || attempt >= bounds.max_retries {
                         let message = self.error_excerpt(response).await;
                         return Err(ModelError::Status { status, message });
                     }
-                    retry_after(response.headers())
+                    told
                 }
-                Ok(Err(error)) if attempt < bounds.max_retries && (error.is_connect() || error.is_timeout()) => None,
+                Ok(Err(error)) if attempt < bounds.max_retries && (error.is_connect() || error.is_timeout()) => {
+                    drop(permit);
+                    None
+                }
                 Ok(Err(error)) => return Err(ModelError::Transport(describe(&error))),
             };
             let delay = match retry_after {
@@ -229,6 +326,20 @@ impl Endpoint {
             tokio::time::sleep(delay).await;
             attempt += 1;
         }
+    }
+
+    /// How long this call waits after a refusal before trying again, when
+    /// the endpoint said. A 429 or 529 that says when to come back pauses
+    /// the whole route instead (the next admission waits for it), so the
+    /// call itself waits no longer.
+    fn after_refusal(&self, status: u16, headers: &HeaderMap) -> Option<Duration> {
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let told = retry_delay(header, SystemTime::now())?;
+        if rate_limited(status) {
+            self.limiter.cool_down_until(tokio::time::Instant::now() + told);
+            return Some(Duration::ZERO);
+        }
+        Some(told)
     }
 
     /// The endpoint's message from an error status's body, of which at
@@ -364,17 +475,6 @@ async fn read_at_most(mut response: reqwest::Response, bound: usize) -> Result<(
     Ok((body, true))
 }
 
-/// How long the endpoint asked to wait: `retry-after-ms`, else
-/// `Retry-After` in seconds (a date is not honoured: clocks disagree).
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let header = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok();
-    let seconds = match header("retry-after-ms") {
-        Some(millis) => millis / 1000.0,
-        None => header("retry-after")?,
-    };
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(MAX_BACKOFF.as_secs_f64())))
-}
-
 /// A random part of `up_to`, so that callers that failed together do not
 /// all come back together.
 fn jitter(up_to: Duration) -> Duration {
@@ -395,27 +495,6 @@ fn install_crypto_provider() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in pairs {
-            headers.insert(*name, value.parse().unwrap());
-        }
-        headers
-    }
-
-    #[test]
-    fn retry_after_prefers_milliseconds_takes_fractions_and_caps_at_the_longest_backoff() {
-        assert_eq!(retry_after(&headers(&[("retry-after", "2")])), Some(Duration::from_secs(2)));
-        assert_eq!(retry_after(&headers(&[("retry-after", "0.5")])), Some(Duration::from_millis(500)));
-        let both = headers(&[("retry-after", "2"), ("retry-after-ms", "250")]);
-        assert_eq!(retry_after(&both), Some(Duration::from_millis(250)));
-        assert_eq!(retry_after(&headers(&[("retry-after", "86400")])), Some(MAX_BACKOFF));
-        // A date, a negative or no header: the backoff decides.
-        assert_eq!(retry_after(&headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")])), None);
-        assert_eq!(retry_after(&headers(&[("retry-after", "-1")])), None);
-        assert_eq!(retry_after(&HeaderMap::new()), None);
-    }
 
     #[test]
     fn jitter_stays_within_its_bound_and_varies() {

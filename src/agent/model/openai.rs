@@ -29,6 +29,17 @@
 //! and their environment variables. Cancellation, a deadline and a refused answer all
 //! drop the in-flight request, which closes its connection.
 //!
+//! Rate limits: every attempt first passes the model's
+//! [`Limiter`](super::Limiter) (`OpenAiConfig::limits`; share one between
+//! models with [`OpenAiModel::with_limiter`], as a route's models do),
+//! charged the request's estimated tokens (its bytes / 4, plus
+//! `max_tokens`) and settled with the usage the answer reports. A 429 or
+//! 529 that says when to come back (`retry-after`, `retry-after-ms`,
+//! `x-ratelimit-reset-*`) pauses every call on the limiter until then
+//! rather than this call alone. Each attempt and its wait is recorded on
+//! the request's [`CallMeter`](super::CallMeter). The other HTTP adapters
+//! do all of this the same way, in the same shared layer.
+//!
 //! ```no_run
 //! use subagents::agent::{Agent, OpenAiConfig, OpenAiModel};
 //!
@@ -47,8 +58,8 @@ mod config;
 use answer::{parse_completion, StreamedAnswer};
 pub use config::OpenAiConfig;
 
-use super::http::{bounded_call, is_event_stream, transient, Endpoint};
-use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest};
+use super::http::{bounded_call, is_event_stream, transient, Call, Endpoint};
+use super::{ChunkSink, Limiter, Model, ModelError, ModelReply, ModelRequest};
 use crate::agent::session::{SessionEvent, ToolCall};
 use crate::seam::{text_of, ContentBlock};
 
@@ -72,6 +83,18 @@ impl OpenAiModel {
         let endpoint =
             Endpoint::new(&config.base_url, "chat/completions", bearer(&config)?, config.bounds(), transient)?;
         Ok(OpenAiModel { name: format!("openai:{}", config.model), config, endpoint })
+    }
+
+    /// This adapter passing `limiter` instead of its own: models built for
+    /// one route share its limits and its cool-downs.
+    pub fn with_limiter(mut self, limiter: Limiter) -> Self {
+        self.endpoint = self.endpoint.with_limiter(limiter);
+        self
+    }
+
+    /// The limiter every attempt passes.
+    pub fn limiter(&self) -> &Limiter {
+        self.endpoint.limiter()
     }
 
     /// Whether the endpoint's host accepts a connection (within the
@@ -120,7 +143,7 @@ impl OpenAiModel {
                 .collect();
             body["tools"] = Value::Array(tools);
         }
-        if let Some(max_tokens) = options.max_tokens {
+        if let Some(max_tokens) = options.max_tokens.or(self.config.max_tokens) {
             body["max_tokens"] = json!(max_tokens);
         }
         if let Some(effort) = &options.reasoning_effort {
@@ -133,9 +156,14 @@ impl OpenAiModel {
         body
     }
 
-    async fn complete_inner(&self, request: ModelRequest) -> Result<ModelReply, ModelError> {
+    async fn complete_inner(&self, request: ModelRequest, cancel: CancellationToken) -> Result<ModelReply, ModelError> {
         let body = self.body(&request);
-        let response = self.endpoint.send(&body).await?;
+        let max_tokens = request.options.max_tokens.or(self.config.max_tokens).map_or(0, u64::from);
+        let call = Call { max_tokens, meter: &request.meter, cancel: &cancel };
+        self.endpoint.call(&body, call, |response| self.read_answer(response, &request)).await
+    }
+
+    async fn read_answer(&self, response: reqwest::Response, request: &ModelRequest) -> Result<ModelReply, ModelError> {
         if self.config.stream && is_event_stream(&response) {
             return self.read_stream(response, request.chunks.as_ref()).await;
         }
@@ -189,7 +217,7 @@ impl Model for OpenAiModel {
         request: ModelRequest,
         cancel: CancellationToken,
     ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
-        Box::pin(bounded_call(cancel, self.config.call_deadline, self.complete_inner(request)))
+        Box::pin(bounded_call(cancel.clone(), self.config.call_deadline, self.complete_inner(request, cancel)))
     }
 }
 

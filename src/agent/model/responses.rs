@@ -21,11 +21,13 @@
 //! refusal); `response.incomplete` is the token limit (`max_output_tokens`)
 //! or a refusal (`content_filter`); `response.failed` and `error` end the
 //! call as an answer that broke off, with the endpoint's code and message,
-//! keeping the text streamed so far. Usage reports `input_tokens` (cached
-//! ones included) and `input_tokens_details.cached_tokens`.
+//! keeping the text streamed so far. The API's `input_tokens` include the
+//! cached ones (`input_tokens_details.cached_tokens`); the reply's
+//! [`Usage`](super::Usage) keeps them apart, as every adapter does.
 //!
 //! How it fails: exactly as `OpenAiModel` does (the same retries, bounds,
-//! deadline and cancellation), through the same shared HTTP layer.
+//! deadline, cancellation and rate limits), through the same shared HTTP
+//! layer.
 //!
 //! ```no_run
 //! use subagents::agent::{Agent, OpenAiConfig, OpenAiResponsesModel};
@@ -42,9 +44,9 @@ mod answer;
 
 use answer::Response;
 
-use super::http::{bounded_call, is_event_stream, transient, Endpoint};
+use super::http::{bounded_call, is_event_stream, transient, Call, Endpoint};
 use super::openai::{bearer, OpenAiConfig};
-use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest};
+use super::{ChunkSink, Limiter, Model, ModelError, ModelReply, ModelRequest};
 use crate::agent::session::SessionEvent;
 use crate::seam::{text_of, ContentBlock};
 
@@ -68,6 +70,18 @@ impl OpenAiResponsesModel {
     pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
         let endpoint = Endpoint::new(&config.base_url, "responses", bearer(&config)?, config.bounds(), transient)?;
         Ok(OpenAiResponsesModel { name: format!("openai-responses:{}", config.model), config, endpoint })
+    }
+
+    /// This adapter passing `limiter` instead of its own: models built for
+    /// one route share its limits and its cool-downs.
+    pub fn with_limiter(mut self, limiter: Limiter) -> Self {
+        self.endpoint = self.endpoint.with_limiter(limiter);
+        self
+    }
+
+    /// The limiter every attempt passes.
+    pub fn limiter(&self) -> &Limiter {
+        self.endpoint.limiter()
     }
 
     /// Whether the endpoint's host accepts a connection (within the
@@ -122,7 +136,7 @@ impl OpenAiResponsesModel {
                 .collect();
             body["tools"] = Value::Array(tools);
         }
-        if let Some(max_tokens) = options.max_tokens {
+        if let Some(max_tokens) = options.max_tokens.or(self.config.max_tokens) {
             body["max_output_tokens"] = json!(max_tokens);
         }
         if let Some(effort) = &options.reasoning_effort {
@@ -134,9 +148,14 @@ impl OpenAiResponsesModel {
         body
     }
 
-    async fn complete_inner(&self, request: ModelRequest) -> Result<ModelReply, ModelError> {
+    async fn complete_inner(&self, request: ModelRequest, cancel: CancellationToken) -> Result<ModelReply, ModelError> {
         let body = self.body(&request);
-        let response = self.endpoint.send(&body).await?;
+        let max_tokens = request.options.max_tokens.or(self.config.max_tokens).map_or(0, u64::from);
+        let call = Call { max_tokens, meter: &request.meter, cancel: &cancel };
+        self.endpoint.call(&body, call, |response| self.read_answer(response, &request)).await
+    }
+
+    async fn read_answer(&self, response: reqwest::Response, request: &ModelRequest) -> Result<ModelReply, ModelError> {
         if self.config.stream && is_event_stream(&response) {
             return self.read_stream(response, request.chunks.as_ref()).await;
         }
@@ -175,7 +194,7 @@ impl Model for OpenAiResponsesModel {
         request: ModelRequest,
         cancel: CancellationToken,
     ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
-        Box::pin(bounded_call(cancel, self.config.call_deadline, self.complete_inner(request)))
+        Box::pin(bounded_call(cancel.clone(), self.config.call_deadline, self.complete_inner(request, cancel)))
     }
 }
 

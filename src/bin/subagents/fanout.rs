@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
-use subagents::{Budget, BudgetLease, CancellationToken, Parent, StartRequest, StopReason, SubagentError, Subagents};
+use subagents::{
+    Budget, BudgetLease, CancellationToken, Parent, RunUsage, StartRequest, StopReason, SubagentError, Subagents,
+};
 use tokio::sync::mpsc;
 
 use crate::journal::Prior;
@@ -96,7 +98,8 @@ pub struct BudgetArgs {
     /// Runs in the whole batch, task runs and their descendants.
     #[arg(long, value_name = "RUNS", value_parser = clap::value_parser!(u64).range(1..))]
     pub budget_runs: Option<u64>,
-    /// Model tokens (as the models report them) in the whole batch.
+    /// Model tokens in the whole batch: input, output and cache tokens as
+    /// the models report them (the figures of each line's `usage`).
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
     pub budget_tokens: Option<u64>,
     /// Wall-clock time for the whole batch: `500ms`, `1.5s`, `10m` or `1h`.
@@ -495,13 +498,16 @@ impl Batch {
         // A run its transport could not serve (see `Category::is_unserved`).
         let mut unserved = false;
         let mut stopped = (0, 0);
+        let mut tree_usage = RunUsage::default();
         let provider = task.provider.as_deref().unwrap_or(&self.provider);
         let (record, outcome, detail) = match self.subagents.start(provider, request).await {
             Ok(run) => {
                 let result = run.result().await;
                 let disposed = run.dispose().await;
+                // What the run's tree spent, and what an interruption stopped.
+                let receipt = run.receipt().await;
+                tree_usage = receipt.usage_in_tree();
                 if self.batch.is_cancelled() {
-                    let receipt = run.receipt().await;
                     stopped = (receipt.stopped_descendants(), receipt.unknown_branches().len());
                 }
                 let latency_ms = began.elapsed().as_secs_f64() * 1e3;
@@ -510,6 +516,7 @@ impl Batch {
                         let mut record = json!({
                             "line": line, "label": task.label, "run_id": run.run_id(), "child_id": run.child_id(), "stop_reason": result.stop_reason,
                             "output": result.text(), "latency_ms": latency_ms,
+                            "usage": result.usage, "tree_usage": tree_usage,
                         });
                         if let Some(structured) = &result.structured {
                             record["structured"] = structured.clone();
@@ -555,8 +562,16 @@ impl Batch {
             detail = Some(format!("timed out after {:.1?}", timeout.unwrap_or_default()));
         }
         let (stopped_descendants, unknown_branches) = stopped;
-        let settled =
-            Settled { latency, completed, unserved, outcome, stopped_descendants, unknown_branches, retried: false };
+        let settled = Settled {
+            latency,
+            completed,
+            unserved,
+            outcome,
+            stopped_descendants,
+            unknown_branches,
+            usage: tree_usage,
+            retried: false,
+        };
         Some((record, settled, detail))
     }
 }

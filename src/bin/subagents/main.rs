@@ -22,8 +22,10 @@
 //! `SUBAGENTS_BASE_URL` and `SUBAGENTS_API_KEY`, `--model
 //! openai-responses:NAME` to OpenAI's Responses API on the same variables,
 //! `--model anthropic:NAME` to Anthropic's Messages API (`ANTHROPIC_BASE_URL`,
-//! `ANTHROPIC_API_KEY`); each is held to the bounds the `SUBAGENTS_MODEL_*`
-//! variables set (see `OpenAiConfig`).
+//! `ANTHROPIC_API_KEY`); each is held to the bounds and rate limits the
+//! `SUBAGENTS_MODEL_*` variables set (see `OpenAiConfig`). `run`, `fanout`
+//! and `mcp` also take the name of a configured model route
+//! (`[models.NAME]`).
 //!
 //! # Exit codes
 //!
@@ -85,7 +87,8 @@ enum Command {
         provider: Option<String>,
         #[command(flatten)]
         config: setup::ConfigArgs,
-        /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
+        /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME`, `anthropic:NAME`,
+        /// or a route the configuration defines (`[models.NAME]`).
         #[arg(long, default_value = "scripted")]
         model: String,
         /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
@@ -122,7 +125,8 @@ enum Command {
         provider: Option<String>,
         #[command(flatten)]
         config: setup::ConfigArgs,
-        /// The children's model: `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
+        /// The children's model: `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME`,
+        /// `anthropic:NAME`, or a route the configuration defines (`[models.NAME]`).
         #[arg(long, default_value = "scripted")]
         model: String,
         /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
@@ -179,7 +183,8 @@ enum Command {
         provider: Option<String>,
         #[command(flatten)]
         config: setup::ConfigArgs,
-        /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
+        /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME`, `anthropic:NAME`,
+        /// or a route the configuration defines (`[models.NAME]`).
         #[arg(long, default_value = "scripted")]
         model: String,
         /// Write a Chrome trace-event JSON of every run's lifecycle here.

@@ -41,7 +41,7 @@ enum Query {
     Check {
         /// Check only this provider (and what it wraps).
         name: Option<String>,
-        /// The children's default model: `scripted`, `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
+        /// The children's default model: `scripted`, `openai:NAME`, `openai-responses:NAME`, `anthropic:NAME` or a route.
         #[arg(long, default_value = "scripted")]
         model: String,
         /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).

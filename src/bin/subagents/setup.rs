@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use std::collections::HashMap;
 
-use subagents::agent::{ListDir, Model, ModelSpec, ReadFile, Tool, Toolset};
+use subagents::agent::{ListDir, Model, ReadFile, Tool, Toolset};
 use subagents::config::{BuildContext, Config};
 use subagents::providers::{RemoteConfig, RemoteProvider};
 use subagents::serve::preflight;
@@ -24,12 +24,12 @@ pub struct Setup {
     pub home: PathBuf,
 }
 
-/// `scripted` (the embedded default) or an HTTP model (`openai:NAME`,
-/// `openai-responses:NAME`, `anthropic:NAME`), whose endpoint is probed on
-/// the runtime, so a batch fails before any run when it
-/// cannot be reached at all.
-fn model(spec: &str, runtime: &Runtime) -> Result<Arc<dyn Model>, String> {
-    let spec = ModelSpec::parse(spec).map_err(|e| e.to_string())?;
+/// A route of the configuration, `scripted` (the embedded default) or an
+/// HTTP model (`openai:NAME`, `openai-responses:NAME`, `anthropic:NAME`);
+/// an HTTP model's endpoint is probed on the runtime, so a batch fails
+/// before any run when it cannot be reached at all.
+fn model(spec: &str, config: &Config, runtime: &Runtime) -> Result<Arc<dyn Model>, String> {
+    let spec = config.model_spec(spec)?;
     runtime.block_on(async move { preflight::reachable_model(&spec).await }).map_err(|e| e.to_string())
 }
 
@@ -136,19 +136,21 @@ pub fn setup(
 }
 
 /// The default model (`--model`) and every other model the configuration's
-/// in-process providers name, each built and probed once.
+/// in-process providers name, each built and probed once: every provider
+/// naming one model shares it, and so its limiter (a route's limiter is
+/// shared however often it is built).
 #[allow(clippy::type_complexity)]
 pub fn models(
     default: &str,
     config: &Config,
     runtime: &Runtime,
 ) -> Result<(Arc<dyn Model>, HashMap<Option<String>, Arc<dyn Model>>), String> {
-    let default_model = model(default, runtime)?;
+    let default_model = model(default, config, runtime)?;
     let mut models = HashMap::new();
     for spec in config.models() {
         let built = match &spec {
-            None => default_model.clone(),
-            Some(named) => model(named, runtime)?,
+            Some(named) if named != default => model(named, config, runtime)?,
+            _ => default_model.clone(),
         };
         models.insert(spec, built);
     }

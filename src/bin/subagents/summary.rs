@@ -11,11 +11,18 @@
 //!   stop reason                runs
 //!   completed                200000
 //!   latency p50 29.4ms, p99 98.2ms
+//!   tokens 5200000 (input 4000000, output 1200000, cache read 0, cache write 0)
+//!   model calls 200000, attempts 200000, waited on rate limits 0.0s
 //! ```
+//!
+//! The token and call figures are every task run's tree together (each
+//! result line's `tree_usage`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
+
+use subagents::RunUsage;
 
 use crate::terminal;
 
@@ -36,6 +43,8 @@ pub struct Settled {
     pub unknown_branches: usize,
     /// Whether it ran more than once (`--retry`).
     pub retried: bool,
+    /// What its tree spent on models.
+    pub usage: RunUsage,
 }
 
 /// Counts per outcome and a latency histogram of every finished run, plus
@@ -59,6 +68,8 @@ pub struct Tally {
     pub stopped_descendants: usize,
     /// Receipt branches that could not be known.
     pub unknown_branches: usize,
+    /// What every run's tree spent on models.
+    usage: RunUsage,
 }
 
 impl Tally {
@@ -71,6 +82,7 @@ impl Tally {
         *self.per_outcome.entry(settled.outcome).or_default() += 1;
         self.stopped_descendants += settled.stopped_descendants;
         self.unknown_branches += settled.unknown_branches;
+        self.usage += settled.usage;
     }
 
     /// Runs that did not complete.
@@ -112,6 +124,24 @@ impl Tally {
         }
         let (p50, p99) = (self.latencies.quantile(0.5), self.latencies.quantile(0.99));
         let _ = writeln!(out, "  latency p50 {p50:.1?}, p99 {p99:.1?}");
+        let usage = &self.usage;
+        let _ = writeln!(
+            out,
+            "  tokens {} (input {}, output {}, cache read {}, cache write {})",
+            usage.tokens(),
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens
+        );
+        let waited = Duration::from_millis(usage.limit_wait_ms);
+        let _ = writeln!(
+            out,
+            "  model calls {}, attempts {}, waited on rate limits {:.1}s (all calls together)",
+            usage.model_calls,
+            usage.attempts,
+            waited.as_secs_f64()
+        );
     }
 }
 

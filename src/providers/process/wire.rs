@@ -3,7 +3,8 @@
 //!
 //! Parent → child requests: `initialize {protocol_version, route, profile,
 //! patches, cwd, budget?}` → `{protocol_version, session_id}`; `prompt {prompt}` →
-//! `{reason}` once the turn ended; `shutdown` → `{runs?}` (the child then
+//! `{reason, usage?}` once the turn ended (`usage`: what the turn's model
+//! calls spent, a [`RunUsage`](crate::RunUsage); an older peer omits it); `shutdown` → `{runs?}` (the child then
 //! exits): `runs` is added by peers that report receipts, the
 //! [`Branch`](crate::Branch)es of every run the session started, gathered
 //! once each is quiescent (an older peer's `{}` leaves that branch unknown).

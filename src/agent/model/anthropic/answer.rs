@@ -220,7 +220,8 @@ impl Message {
             _ => Finish::Stop, // end_turn, stop_sequence
         };
         let usage = self.usage.map(|u| Usage {
-            input_tokens: u.input.saturating_add(u.cache_read).saturating_add(u.cache_write),
+            // The API counts cached input apart already, as `Usage` does.
+            input_tokens: u.input,
             output_tokens: u.output,
             cache_read_tokens: u.cache_read,
             cache_write_tokens: u.cache_write,

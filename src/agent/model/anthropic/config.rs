@@ -5,10 +5,8 @@
 use std::time::Duration;
 
 use crate::agent::model::http::{env_var, Bounds, CallLimits, EnvBounds};
-use crate::agent::model::ModelError;
+use crate::agent::model::{ModelError, RouteLimits};
 
-/// The default endpoint when `ANTHROPIC_BASE_URL` is unset.
-const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 const MIB: usize = 1 << 20;
 
 /// Where and how to reach the Messages API, and the bounds on its answers.
@@ -25,7 +23,7 @@ const MIB: usize = 1 << 20;
 /// | `api_key` | none | `ANTHROPIC_API_KEY` |
 /// | `model` | (required) | `anthropic:NAME`, else `ANTHROPIC_MODEL` |
 /// | `max_tokens` | 4096 | `ANTHROPIC_MAX_TOKENS` |
-/// | the bounds | as `OpenAiConfig` | `SUBAGENTS_MODEL_*` |
+/// | the bounds and `limits` | as `OpenAiConfig` | `SUBAGENTS_MODEL_*` |
 ///
 /// ```
 /// use std::time::Duration;
@@ -67,6 +65,8 @@ pub struct AnthropicConfig {
     /// Bound on one whole model call, every try and backoff included
     /// (600 s).
     pub call_deadline: Duration,
+    /// The rate limits every call of the model passes (none by default).
+    pub limits: RouteLimits,
 }
 
 impl std::fmt::Debug for AnthropicConfig {
@@ -84,11 +84,16 @@ impl std::fmt::Debug for AnthropicConfig {
             .field("max_tool_calls", &self.max_tool_calls)
             .field("max_tool_argument_bytes", &self.max_tool_argument_bytes)
             .field("call_deadline", &self.call_deadline)
+            .field("limits", &self.limits)
             .finish()
     }
 }
 
 impl AnthropicConfig {
+    /// The Anthropic API: the endpoint when `ANTHROPIC_BASE_URL` (or a
+    /// route's `base_url`) is unset.
+    pub const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";
+
     /// An endpoint and a model; no key, 4096 tokens, 120 s timeout, 3
     /// retries, streaming, and the default bounds.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
@@ -106,6 +111,7 @@ impl AnthropicConfig {
             max_tool_calls: 128,
             max_tool_argument_bytes: MIB,
             call_deadline: Duration::from_secs(600),
+            limits: RouteLimits::default(),
         }
     }
 
@@ -124,7 +130,7 @@ impl AnthropicConfig {
             .map(str::to_owned)
             .or_else(|| env_var("ANTHROPIC_MODEL"))
             .ok_or_else(|| ModelError::Config("name the model (anthropic:NAME) or set ANTHROPIC_MODEL".to_owned()))?;
-        let base_url = env_var("ANTHROPIC_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        let base_url = env_var("ANTHROPIC_BASE_URL").unwrap_or_else(|| Self::DEFAULT_BASE_URL.to_owned());
         let mut config = AnthropicConfig { api_key: env_var("ANTHROPIC_API_KEY"), ..Self::new(base_url, model) };
         if let Some(value) = env_var("ANTHROPIC_MAX_TOKENS") {
             config.max_tokens = value.trim().parse().ok().filter(|&n| n > 0).ok_or_else(|| {
@@ -137,6 +143,7 @@ impl AnthropicConfig {
         config.max_tool_calls = bounds.max_tool_calls.unwrap_or(config.max_tool_calls);
         config.max_tool_argument_bytes = bounds.max_tool_argument_bytes.unwrap_or(config.max_tool_argument_bytes);
         config.call_deadline = bounds.call_deadline.unwrap_or(config.call_deadline);
+        config.limits = bounds.limits;
         Ok(config)
     }
 
@@ -197,6 +204,13 @@ impl AnthropicConfig {
         self
     }
 
+    /// Sets the rate limits every call passes (a model's own limiter; a
+    /// route's models share the route's instead).
+    pub fn with_limits(mut self, limits: RouteLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// The bounds as the shared HTTP layer holds them.
     pub(super) fn bounds(&self) -> Bounds {
         Bounds {
@@ -207,6 +221,7 @@ impl AnthropicConfig {
             max_error_body_bytes: self.max_error_body_bytes,
             calls: CallLimits { calls: self.max_tool_calls, argument_bytes: self.max_tool_argument_bytes },
             call_deadline: self.call_deadline,
+            limits: self.limits,
         }
     }
 }

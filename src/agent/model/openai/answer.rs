@@ -159,11 +159,15 @@ fn finish_of(reason: Option<&str>, has_calls: bool, refused: bool) -> Finish {
     }
 }
 
+/// Chat completions count cached prompt tokens inside `prompt_tokens`;
+/// [`Usage`] keeps them apart.
 fn usage_of(usage: &Value) -> Option<Usage> {
+    let prompt_tokens = usage["prompt_tokens"].as_u64()?;
+    let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0).min(prompt_tokens);
     Some(Usage {
-        input_tokens: usage["prompt_tokens"].as_u64()?,
+        input_tokens: prompt_tokens - cached,
         output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
-        cache_read_tokens: usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
+        cache_read_tokens: cached,
         cache_write_tokens: 0,
     })
 }

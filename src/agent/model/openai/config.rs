@@ -4,10 +4,8 @@
 use std::time::Duration;
 
 use crate::agent::model::http::{env_var, Bounds, CallLimits, EnvBounds};
-use crate::agent::model::ModelError;
+use crate::agent::model::{ModelError, RouteLimits};
 
-/// The default endpoint when `SUBAGENTS_BASE_URL` is unset.
-const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 const MIB: usize = 1 << 20;
 
 /// Where and how to reach the endpoint, and the bounds on its answers.
@@ -28,6 +26,10 @@ const MIB: usize = 1 << 20;
 /// | `max_tool_calls` | 128 | `SUBAGENTS_MODEL_MAX_TOOL_CALLS` |
 /// | `max_tool_argument_bytes` | 1 MiB | `SUBAGENTS_MODEL_MAX_TOOL_ARGUMENTS_MIB` |
 /// | `call_deadline` | 600 s | `SUBAGENTS_MODEL_DEADLINE_SECS` |
+/// | `max_tokens` | none | `SUBAGENTS_MODEL_MAX_TOKENS` |
+/// | `limits.requests_per_minute` | none | `SUBAGENTS_MODEL_RPM` |
+/// | `limits.tokens_per_minute` | none | `SUBAGENTS_MODEL_TPM` |
+/// | `limits.max_concurrent` | none | `SUBAGENTS_MODEL_MAX_CONCURRENT` |
 ///
 /// ```
 /// use std::time::Duration;
@@ -69,6 +71,11 @@ pub struct OpenAiConfig {
     /// and the whole answer, however slowly the endpoint trickles it (and
     /// SSE keep-alive comments do not extend it) (600 s).
     pub call_deadline: Duration,
+    /// The answer's token limit when the run's route sets none (none: the
+    /// endpoint's default).
+    pub max_tokens: Option<u32>,
+    /// The rate limits every call of the model passes (none by default).
+    pub limits: RouteLimits,
 }
 
 impl std::fmt::Debug for OpenAiConfig {
@@ -85,11 +92,17 @@ impl std::fmt::Debug for OpenAiConfig {
             .field("max_tool_calls", &self.max_tool_calls)
             .field("max_tool_argument_bytes", &self.max_tool_argument_bytes)
             .field("call_deadline", &self.call_deadline)
+            .field("max_tokens", &self.max_tokens)
+            .field("limits", &self.limits)
             .finish()
     }
 }
 
 impl OpenAiConfig {
+    /// The OpenAI API: the endpoint when `SUBAGENTS_BASE_URL` (or a
+    /// route's `base_url`) is unset.
+    pub const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+
     /// An endpoint and a model; no key, 120 s timeout, 3 retries,
     /// streaming, and the default bounds (see [`OpenAiConfig`]).
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
@@ -106,6 +119,8 @@ impl OpenAiConfig {
             max_tool_calls: 128,
             max_tool_argument_bytes: MIB,
             call_deadline: Duration::from_secs(600),
+            max_tokens: None,
+            limits: RouteLimits::default(),
         }
     }
 
@@ -123,7 +138,7 @@ impl OpenAiConfig {
             .map(str::to_owned)
             .or_else(|| env_var("SUBAGENTS_MODEL"))
             .ok_or_else(|| ModelError::Config("set SUBAGENTS_MODEL to the model name".to_owned()))?;
-        let base_url = env_var("SUBAGENTS_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        let base_url = env_var("SUBAGENTS_BASE_URL").unwrap_or_else(|| Self::DEFAULT_BASE_URL.to_owned());
         let mut config = OpenAiConfig { api_key: env_var("SUBAGENTS_API_KEY"), ..Self::new(base_url, model) };
         let bounds = EnvBounds::read()?;
         config.max_answer_bytes = bounds.max_answer_bytes.unwrap_or(config.max_answer_bytes);
@@ -131,6 +146,8 @@ impl OpenAiConfig {
         config.max_tool_calls = bounds.max_tool_calls.unwrap_or(config.max_tool_calls);
         config.max_tool_argument_bytes = bounds.max_tool_argument_bytes.unwrap_or(config.max_tool_argument_bytes);
         config.call_deadline = bounds.call_deadline.unwrap_or(config.call_deadline);
+        config.max_tokens = bounds.max_tokens;
+        config.limits = bounds.limits;
         Ok(config)
     }
 
@@ -185,6 +202,19 @@ impl OpenAiConfig {
         self
     }
 
+    /// Sets the answer's token limit for routes that set none.
+    pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Sets the rate limits every call passes (a model's own limiter; a
+    /// route's models share the route's instead).
+    pub fn with_limits(mut self, limits: RouteLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// The bounds as the shared HTTP layer holds them.
     pub(in crate::agent::model) fn bounds(&self) -> Bounds {
         Bounds {
@@ -195,6 +225,7 @@ impl OpenAiConfig {
             max_error_body_bytes: self.max_error_body_bytes,
             calls: CallLimits { calls: self.max_tool_calls, argument_bytes: self.max_tool_argument_bytes },
             call_deadline: self.call_deadline,
+            limits: self.limits,
         }
     }
 }

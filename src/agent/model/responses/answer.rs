@@ -163,11 +163,14 @@ impl Response {
             _ => Ending::Completed,
         });
         let usage = &response["usage"];
+        // The API counts cached tokens inside `input_tokens`; `Usage`
+        // keeps them apart.
         if let Some(input_tokens) = usage["input_tokens"].as_u64() {
+            let cached = usage["input_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0).min(input_tokens);
             self.usage = Some(Usage {
-                input_tokens,
+                input_tokens: input_tokens - cached,
                 output_tokens: usage["output_tokens"].as_u64().unwrap_or(0),
-                cache_read_tokens: usage["input_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
+                cache_read_tokens: cached,
                 cache_write_tokens: 0,
             });
         }

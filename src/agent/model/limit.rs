@@ -1,0 +1,638 @@
+//! Shared rate limits for one model route: requests and tokens per minute,
+//! a cap on calls in flight, and one cool-down every caller obeys.
+//!
+//! A provider limits an account, not a connection: a hundred runs that
+//! each retry a 429 on their own only meet the limit a hundred times. So
+//! every call on a route passes one [`Limiter`] (cloned into every model
+//! built for the route) at one point, just before each HTTP attempt:
+//!
+//! 1. [`Limiter::admit`] waits for a slot in flight (`max_concurrent`),
+//!    then for its turn: requests are spaced evenly (`60 s / rpm`, no
+//!    burst, so no window a provider counts in can see more than the
+//!    limit), tokens are paid for ahead (an estimate of the input plus
+//!    the answer's `max_tokens`; the next call waits while the route is in
+//!    debt), and nobody goes while a cool-down lasts. Waiters queue in
+//!    arrival order and only the head of the queue sleeps, so the end of a
+//!    wait releases one caller, not a herd.
+//! 2. The call's answer reports its real usage: [`Permit::settle`] charges
+//!    the difference (or gives the surplus back).
+//! 3. A 429 or 529 that says when to come back (`retry-after`, or a
+//!    provider's rate-limit reset headers, read by [`retry_delay`]) becomes
+//!    [`Limiter::cool_down_until`]: every caller on the route waits until
+//!    then, instead of each retrying alone.
+//!
+//! A cancelled wait charges nothing and holds nothing: the slot and the
+//! turn are released as the future is dropped. The limiter is one per
+//! route and per process; a `process` child or a remote worker runs its
+//! own.
+//!
+//! ```
+//! use subagents::agent::{Limiter, RouteLimits};
+//! use subagents::CancellationToken;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let limits = RouteLimits { requests_per_minute: Some(600), max_concurrent: Some(4), ..RouteLimits::default() };
+//! let limiter = Limiter::new(limits);
+//! let permit = limiter.admit(1_200, &CancellationToken::new()).await.unwrap();
+//! // … the HTTP attempt, which reported 900 tokens …
+//! permit.settle(900);
+//! # });
+//! ```
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The longest cool-down a response may impose: a provider's limits reset
+/// within a minute, and a larger value is more likely a fault than advice.
+pub const MAX_COOL_DOWN: Duration = Duration::from_secs(60);
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// A route's limits; `None` is unlimited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouteLimits {
+    /// Requests a minute, spaced evenly.
+    pub requests_per_minute: Option<u32>,
+    /// Tokens a minute: each call is charged its estimate before it goes,
+    /// then its reported usage.
+    pub tokens_per_minute: Option<u64>,
+    /// Calls in flight at once.
+    pub max_concurrent: Option<u32>,
+}
+
+impl RouteLimits {
+    /// Whether any limit is set.
+    pub fn is_unlimited(&self) -> bool {
+        *self == RouteLimits::default()
+    }
+}
+
+/// One route's shared limiter; clones share it. Callers queue in arrival
+/// order for a slot in flight, then for their turn (requests spaced evenly
+/// at the rate, tokens paid ahead, cool-downs waited out); see
+/// [`Limiter::admit`], [`Permit::settle`] and [`Limiter::cool_down_until`].
+#[derive(Clone)]
+pub struct Limiter {
+    inner: Arc<Inner>,
+}
+
+/// The same limiter (clones of one), not merely the same limits.
+impl PartialEq for Limiter {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Eq for Limiter {}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter").field("limits", &self.inner.limits).finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    limits: RouteLimits,
+    /// `max_concurrent` slots (fair: first come, first served).
+    slots: Option<Arc<Semaphore>>,
+    /// The queue for a turn: its holder is the only caller that sleeps.
+    turn: tokio::sync::Mutex<()>,
+    schedule: Mutex<Schedule>,
+}
+
+/// When the route may next be used.
+struct Schedule {
+    /// The earliest start of the next request.
+    next_request: Instant,
+    /// When the tokens charged so far are paid off.
+    tokens_paid: Instant,
+    /// No call starts before this.
+    cool_down: Option<Instant>,
+}
+
+impl Schedule {
+    /// The earliest time a call may start, given `now`.
+    fn ready_at(&self, limits: &RouteLimits, now: Instant) -> Instant {
+        let mut ready = now;
+        if limits.requests_per_minute.is_some() {
+            ready = ready.max(self.next_request);
+        }
+        if limits.tokens_per_minute.is_some() {
+            ready = ready.max(self.tokens_paid);
+        }
+        self.cool_down.map_or(ready, |until| ready.max(until))
+    }
+}
+
+/// A call admitted by a [`Limiter`]: it holds its slot in flight until it
+/// is dropped or settled.
+#[must_use = "a permit holds its slot until the call's answer is read"]
+pub struct Permit {
+    inner: Arc<Inner>,
+    charged: u64,
+    waited: Duration,
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+impl std::fmt::Debug for Permit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit").field("charged", &self.charged).field("waited", &self.waited).finish()
+    }
+}
+
+/// The wait ended because its token was cancelled; nothing was charged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the wait for the route's rate limit was cancelled")]
+pub struct Cancelled;
+
+impl Limiter {
+    /// A limiter enforcing `limits` (zero limits count as unlimited).
+    pub fn new(limits: RouteLimits) -> Self {
+        let limits = RouteLimits {
+            requests_per_minute: limits.requests_per_minute.filter(|&n| n > 0),
+            tokens_per_minute: limits.tokens_per_minute.filter(|&n| n > 0),
+            max_concurrent: limits.max_concurrent.filter(|&n| n > 0),
+        };
+        let now = Instant::now();
+        Limiter {
+            inner: Arc::new(Inner {
+                limits,
+                slots: limits.max_concurrent.map(|n| Arc::new(Semaphore::new(n as usize))),
+                turn: tokio::sync::Mutex::new(()),
+                schedule: Mutex::new(Schedule { next_request: now, tokens_paid: now, cool_down: None }),
+            }),
+        }
+    }
+
+    /// The limits it enforces.
+    pub fn limits(&self) -> RouteLimits {
+        self.inner.limits
+    }
+
+    /// Waits until a call charged `estimated_tokens` may start; `Err` when
+    /// `cancel` trips first (then nothing is charged or held).
+    pub async fn admit(&self, estimated_tokens: u64, cancel: &CancellationToken) -> Result<Permit, Cancelled> {
+        let started = Instant::now();
+        let inner = &self.inner;
+        let slot = match &inner.slots {
+            Some(slots) => tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(Cancelled),
+                slot = slots.clone().acquire_owned() => Some(slot.expect("the limiter never closes its slots")),
+            },
+            None => None,
+        };
+        let paced = inner.limits.requests_per_minute.is_some() || inner.limits.tokens_per_minute.is_some();
+        if paced || self.cooling(Instant::now()) {
+            let _turn = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(Cancelled),
+                turn = inner.turn.lock() => turn,
+            };
+            let mut slept_until = None;
+            loop {
+                // Read again after every sleep: a cool-down may have begun.
+                let now = Instant::now();
+                let ready = inner.lock().ready_at(&inner.limits, now);
+                if ready <= now {
+                    break;
+                }
+                slept_until = Some(ready);
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => return Err(Cancelled),
+                    () = tokio::time::sleep_until(ready) => {}
+                }
+            }
+            self.charge_start(estimated_tokens, slept_until);
+        }
+        Ok(Permit { inner: inner.clone(), charged: estimated_tokens, waited: started.elapsed(), _slot: slot })
+    }
+
+    /// No call on the route starts before `until` (a later cool-down
+    /// already set stands).
+    pub fn cool_down_until(&self, until: Instant) {
+        let mut schedule = self.inner.lock();
+        schedule.cool_down = Some(schedule.cool_down.map_or(until, |current| current.max(until)));
+    }
+
+    /// The end of the cool-down in force, if one is.
+    pub fn cooling_until(&self) -> Option<Instant> {
+        self.inner.lock().cool_down.filter(|&until| until > Instant::now())
+    }
+
+    fn cooling(&self, now: Instant) -> bool {
+        self.inner.lock().cool_down.is_some_and(|until| until > now)
+    }
+
+    /// Books a start: the next request's slot and the tokens. A caller
+    /// that slept for its turn is booked at the time it was due, so late
+    /// wake-ups (up to one request's spacing) do not add up to a slower
+    /// rate; one that did not wait is booked now, so idle time buys no
+    /// burst.
+    fn charge_start(&self, tokens: u64, due: Option<Instant>) {
+        let limits = self.inner.limits;
+        let now = Instant::now();
+        let spacing = limits.requests_per_minute.map_or(Duration::ZERO, |rpm| MINUTE / rpm);
+        let start = due.map_or(now, |due| due.max(now.checked_sub(spacing).unwrap_or(now)));
+        let mut schedule = self.inner.lock();
+        if limits.requests_per_minute.is_some() {
+            schedule.next_request = schedule.next_request.max(start) + spacing;
+        }
+        if let Some(tpm) = limits.tokens_per_minute {
+            schedule.tokens_paid = schedule.tokens_paid.max(start) + time_for(tokens, tpm);
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Schedule> {
+        self.schedule.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The time `tokens` take at `tpm` tokens a minute.
+fn time_for(tokens: u64, tpm: u64) -> Duration {
+    let nanos = u128::from(tokens) * MINUTE.as_nanos() / u128::from(tpm);
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+impl Permit {
+    /// How long the call waited for its slot, its turn and any cool-down.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// The tokens it was charged before it went.
+    pub fn charged(&self) -> u64 {
+        self.charged
+    }
+
+    /// Charges the tokens the call really used instead of its estimate
+    /// (0 for an attempt the endpoint refused), and frees its slot. A
+    /// permit dropped without settling keeps its estimate charged.
+    pub fn settle(self, used_tokens: u64) {
+        let Some(tpm) = self.inner.limits.tokens_per_minute else { return };
+        let mut schedule = self.inner.lock();
+        if used_tokens >= self.charged {
+            schedule.tokens_paid += time_for(used_tokens - self.charged, tpm);
+        } else {
+            let surplus = time_for(self.charged - used_tokens, tpm);
+            // Never into the past: a credit would be a burst.
+            let floor = Instant::now();
+            schedule.tokens_paid = schedule.tokens_paid.checked_sub(surplus).map_or(floor, |t| t.max(floor));
+        }
+    }
+}
+
+/// When an endpoint that refused a call (429, 529) says to come back, from
+/// its headers: `retry-after-ms`, `retry-after` (seconds, or an HTTP date),
+/// else the latest of the reset headers, OpenAI's
+/// `x-ratelimit-reset-requests`/`-tokens` (`1s`, `6m0s`, `20ms`) and
+/// Anthropic's `anthropic-ratelimit-*-reset` (RFC 3339 times). Capped at
+/// [`MAX_COOL_DOWN`]; `None` when no header says.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use subagents::agent::retry_delay;
+///
+/// let headers = |name: &str| (name == "x-ratelimit-reset-requests").then(|| "1m2.5s".to_owned());
+/// assert_eq!(retry_delay(headers, SystemTime::now()), Some(Duration::from_secs(60)));
+/// let headers = |name: &str| (name == "retry-after").then(|| "2".to_owned());
+/// assert_eq!(retry_delay(headers, SystemTime::now()), Some(Duration::from_secs(2)));
+/// ```
+pub fn retry_delay(header: impl Fn(&str) -> Option<String>, now: SystemTime) -> Option<Duration> {
+    let explicit = header("retry-after-ms")
+        .and_then(|ms| ms.trim().parse::<f64>().ok())
+        .filter(|ms| ms.is_finite() && *ms >= 0.0)
+        .map(|ms| Duration::from_secs_f64(ms.min(1e9) / 1e3))
+        .or_else(|| header("retry-after").and_then(|value| retry_after(value.trim(), now)));
+    let delay = explicit.or_else(|| {
+        let relative = ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+            .into_iter()
+            .filter_map(|name| header(name).and_then(|value| go_duration(value.trim())));
+        let absolute = [
+            "anthropic-ratelimit-requests-reset",
+            "anthropic-ratelimit-tokens-reset",
+            "anthropic-ratelimit-input-tokens-reset",
+            "anthropic-ratelimit-output-tokens-reset",
+        ]
+        .into_iter()
+        .filter_map(|name| header(name).and_then(|value| rfc3339(value.trim())))
+        .map(|at| at.duration_since(now).unwrap_or(Duration::ZERO));
+        relative.chain(absolute).max()
+    })?;
+    Some(delay.min(MAX_COOL_DOWN))
+}
+
+/// `retry-after`: whole (or fractional) seconds, or an HTTP date.
+fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    if let Ok(seconds) = value.parse::<f64>() {
+        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(1e9)));
+    }
+    Some(http_date(value)?.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// `1h2m3.5s`, `6m0s`, `20ms`, `1.5s`: a sum of numbers with units.
+fn go_duration(text: &str) -> Option<Duration> {
+    let mut rest = text;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let split = rest.find(|c: char| !c.is_ascii_digit() && c != '.')?;
+        let number: f64 = rest[..split].parse().ok()?;
+        rest = &rest[split..];
+        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        total += number * scale;
+        rest = &rest[unit_end..];
+    }
+    (total.is_finite() && total >= 0.0).then(|| Duration::from_secs_f64(total.min(1e9)))
+}
+
+/// `Sun, 06 Nov 1994 08:49:37 GMT` (the one form HTTP senders must use).
+fn http_date(text: &str) -> Option<SystemTime> {
+    let mut parts = text.split_ascii_whitespace();
+    let _weekday = parts.next()?;
+    let day: u32 = parts.next()?.parse().ok()?;
+    let month = month_number(parts.next()?)?;
+    let year: i64 = parts.next()?.parse().ok()?;
+    let (hour, minute, second) = clock(parts.next()?)?;
+    if parts.next()? != "GMT" || parts.next().is_some() {
+        return None;
+    }
+    instant(year, month, day, hour, minute, second, 0.0)
+}
+
+/// `2024-05-01T12:00:30Z`, `2024-05-01T12:00:30.5+02:00`.
+fn rfc3339(text: &str) -> Option<SystemTime> {
+    let (date, time) = text.split_once(['T', 't', ' '])?;
+    let mut date_parts = date.splitn(3, '-');
+    let year: i64 = date_parts.next()?.parse().ok()?;
+    let month: u32 = date_parts.next()?.parse().ok()?;
+    let day: u32 = date_parts.next()?.parse().ok()?;
+    let (clock_text, offset_seconds) = if let Some(clock_text) = time.strip_suffix(['Z', 'z']) {
+        (clock_text, 0i64)
+    } else {
+        let at = time.rfind(['+', '-'])?;
+        let (clock_text, offset) = time.split_at(at);
+        let sign = if offset.starts_with('-') { -1 } else { 1 };
+        let (hours, minutes) = offset[1..].split_once(':')?;
+        (clock_text, sign * (hours.parse::<i64>().ok()? * 3600 + minutes.parse::<i64>().ok()? * 60))
+    };
+    let (whole, fraction) = clock_text.split_once('.').unwrap_or((clock_text, "0"));
+    let (hour, minute, second) = clock(whole)?;
+    let fraction: f64 = format!("0.{fraction}").parse().ok()?;
+    let at = instant(year, month, day, hour, minute, second, fraction)?;
+    let offset = Duration::from_secs(offset_seconds.unsigned_abs());
+    if offset_seconds >= 0 {
+        at.checked_sub(offset)
+    } else {
+        at.checked_add(offset)
+    }
+}
+
+fn clock(text: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = text.splitn(3, ':');
+    let hour = parts.next()?.parse().ok().filter(|&h| h < 24)?;
+    let minute = parts.next()?.parse().ok().filter(|&m| m < 60)?;
+    let second = parts.next()?.parse().ok().filter(|&s| s <= 60)?;
+    Some((hour, minute, second))
+}
+
+fn month_number(name: &str) -> Option<u32> {
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    MONTHS.iter().position(|m| *m == name).map(|i| i as u32 + 1)
+}
+
+/// A UTC calendar time as a [`SystemTime`] (days from the civil date, as
+/// in Howard Hinnant's algorithm).
+fn instant(year: i64, month: u32, day: u32, hour: u32, minute: u32, second: u32, fraction: f64) -> Option<SystemTime> {
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let (y, m) = if month <= 2 { (year - 1, i64::from(month) + 9) } else { (year, i64::from(month) - 3) };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * m + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    let seconds = days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60 + i64::from(second);
+    let seconds = u64::try_from(seconds).ok()?;
+    UNIX_EPOCH.checked_add(Duration::from_secs(seconds) + Duration::from_secs_f64(fraction.clamp(0.0, 0.999_999_999)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seconds: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(seconds)
+    }
+
+    #[test]
+    fn dates_of_both_forms_are_read_in_utc() {
+        assert_eq!(http_date("Sun, 06 Nov 1994 08:49:37 GMT"), Some(at(784_111_777)));
+        assert_eq!(rfc3339("1994-11-06T08:49:37Z"), Some(at(784_111_777)));
+        assert_eq!(rfc3339("1994-11-06T10:49:37+02:00"), Some(at(784_111_777)));
+        assert_eq!(rfc3339("2000-02-29T00:00:00.5Z"), Some(at(951_782_400) + Duration::from_millis(500)));
+        assert_eq!(http_date("yesterday"), None);
+        assert_eq!(rfc3339("1994-13-06T08:49:37Z"), None);
+    }
+
+    #[test]
+    fn reset_headers_give_the_latest_reset_and_retry_after_wins() {
+        let now = at(1_000);
+        let headers = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned())
+        };
+        let openai = headers(&[("x-ratelimit-reset-requests", "120ms"), ("x-ratelimit-reset-tokens", "1.5s")]);
+        assert_eq!(retry_delay(openai, now), Some(Duration::from_millis(1500)));
+        let anthropic = headers(&[("anthropic-ratelimit-requests-reset", "1970-01-01T00:16:43Z")]);
+        assert_eq!(retry_delay(anthropic, now), Some(Duration::from_secs(3)));
+        let both = headers(&[("retry-after", "1"), ("x-ratelimit-reset-tokens", "30s")]);
+        assert_eq!(retry_delay(both, now), Some(Duration::from_secs(1)));
+        let date = headers(&[("retry-after", "Thu, 01 Jan 1970 00:16:50 GMT")]);
+        assert_eq!(retry_delay(date, now), Some(Duration::from_secs(10)));
+        let past = headers(&[("retry-after", "Thu, 01 Jan 1970 00:00:01 GMT")]);
+        assert_eq!(retry_delay(past, now), Some(Duration::ZERO));
+        let huge = headers(&[("retry-after", "86400")]);
+        assert_eq!(retry_delay(huge, now), Some(MAX_COOL_DOWN));
+        let nothing = headers(&[("retry-after", "soon")]);
+        assert_eq!(retry_delay(nothing, now), None);
+        assert_eq!(retry_delay(headers(&[("retry-after", "-1")]), now), None);
+        assert_eq!(retry_delay(headers(&[]), now), None);
+        // Milliseconds before seconds; fractions of either.
+        let both = headers(&[("retry-after", "2"), ("retry-after-ms", "250")]);
+        assert_eq!(retry_delay(both, now), Some(Duration::from_millis(250)));
+        assert_eq!(retry_delay(headers(&[("retry-after", "0.5")]), now), Some(Duration::from_millis(500)));
+        assert_eq!(go_duration("6m0s"), Some(Duration::from_secs(360)));
+        assert_eq!(go_duration("1h"), Some(Duration::from_secs(3600)));
+        assert_eq!(go_duration("5 seconds"), None);
+    }
+
+    fn limiter(rpm: Option<u32>, tpm: Option<u64>, max_concurrent: Option<u32>) -> Limiter {
+        Limiter::new(RouteLimits { requests_per_minute: rpm, tokens_per_minute: tpm, max_concurrent })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_are_spaced_evenly_at_the_rate() {
+        let limiter = limiter(Some(600), None, None); // one per 100 ms
+        let cancel = CancellationToken::new();
+        let start = Instant::now();
+        let mut starts = Vec::new();
+        for _ in 0..5 {
+            let permit = limiter.admit(0, &cancel).await.unwrap();
+            starts.push(start.elapsed());
+            drop(permit);
+        }
+        let expected: Vec<Duration> = (0..5).map(|n| Duration::from_millis(100 * n)).collect();
+        assert_eq!(starts, expected);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cool_down_holds_every_caller_and_they_resume_one_by_one() {
+        let limiter = limiter(Some(6_000), None, None); // one per 10 ms
+        let cancel = CancellationToken::new();
+        let start = Instant::now();
+        limiter.cool_down_until(start + Duration::from_secs(2));
+        // An earlier cool-down does not shorten the one in force.
+        limiter.cool_down_until(start + Duration::from_secs(1));
+        let callers: Vec<_> = (0..3)
+            .map(|_| {
+                let (limiter, cancel) = (limiter.clone(), cancel.clone());
+                tokio::spawn(async move {
+                    let permit = limiter.admit(0, &cancel).await.unwrap();
+                    (start.elapsed(), permit.waited())
+                })
+            })
+            .collect();
+        let mut resumed = Vec::new();
+        for caller in callers {
+            resumed.push(caller.await.unwrap());
+        }
+        resumed.sort();
+        let times: Vec<Duration> = resumed.iter().map(|(at, _)| *at).collect();
+        assert_eq!(times, [Duration::from_millis(2_000), Duration::from_millis(2_010), Duration::from_millis(2_020)]);
+        assert!(resumed.iter().all(|(at, waited)| waited == at), "each reports its wait: {resumed:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cool_down_set_while_a_caller_waits_its_turn_holds_it_too() {
+        let limiter = limiter(Some(60), None, None); // one per second
+        let cancel = CancellationToken::new();
+        let start = Instant::now();
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        let waiting = {
+            let (limiter, cancel) = (limiter.clone(), cancel.clone());
+            tokio::spawn(async move { limiter.admit(0, &cancel).await.map(|_| start.elapsed()) })
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        limiter.cool_down_until(start + Duration::from_secs(3));
+        assert_eq!(waiting.await.unwrap(), Ok(Duration::from_secs(3)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cool_down_holds_an_unlimited_route_too() {
+        let limiter = limiter(None, None, None);
+        let start = Instant::now();
+        limiter.cool_down_until(start + Duration::from_millis(700));
+        let permit = limiter.admit(10, &CancellationToken::new()).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_millis(700));
+        assert_eq!(permit.waited(), Duration::from_millis(700));
+        assert_eq!(limiter.cooling_until(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokens_are_charged_ahead_and_reconciled_from_the_usage() {
+        let limiter = limiter(None, Some(60_000), None); // 1,000 tokens a second
+        let cancel = CancellationToken::new();
+        let start = Instant::now();
+        // Charged 5,000 ahead, used 1,000: the next call waits 1 s, not 5.
+        limiter.admit(5_000, &cancel).await.unwrap().settle(1_000);
+        let permit = limiter.admit(2_000, &cancel).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        // Used more than estimated: the extra is charged too.
+        permit.settle(3_000);
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        assert_eq!(start.elapsed(), Duration::from_secs(4));
+        // A permit dropped unsettled keeps its estimate.
+        drop(limiter.admit(500, &cancel).await.unwrap());
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        assert_eq!(start.elapsed(), Duration::from_millis(4_500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_surplus_is_no_credit_for_a_burst() {
+        let limiter = limiter(None, Some(60_000), None);
+        let cancel = CancellationToken::new();
+        let permit = limiter.admit(1_000, &cancel).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        permit.settle(0);
+        let start = Instant::now();
+        limiter.admit(3_000, &cancel).await.unwrap().settle(3_000);
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        assert_eq!(start.elapsed(), Duration::from_secs(3), "the idle time and the refund bought no burst");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_more_than_max_concurrent_calls_are_in_flight() {
+        let limiter = limiter(None, None, Some(2));
+        let cancel = CancellationToken::new();
+        let first = limiter.admit(0, &cancel).await.unwrap();
+        let second = limiter.admit(0, &cancel).await.unwrap();
+        let third = {
+            let (limiter, cancel) = (limiter.clone(), cancel.clone());
+            tokio::spawn(async move { limiter.admit(0, &cancel).await.map(|p| p.waited()) })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!third.is_finished(), "a third call waits for a slot");
+        first.settle(0);
+        assert_eq!(third.await.unwrap(), Ok(Duration::from_secs(1)));
+        drop(second);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_cancelled_charges_nothing_and_frees_its_place() {
+        let limiter = limiter(Some(60), Some(60_000), Some(1));
+        let cancel = CancellationToken::new();
+        let start = Instant::now();
+        let held = limiter.admit(1_000, &cancel).await.unwrap();
+        // One waits for the slot, one for its turn; both are cancelled.
+        let waiter = CancellationToken::new();
+        let for_slot = {
+            let (limiter, waiter) = (limiter.clone(), waiter.clone());
+            tokio::spawn(async move { limiter.admit(50_000, &waiter).await.map(drop) })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waiter.cancel();
+        assert_eq!(for_slot.await.unwrap(), Err(Cancelled));
+        held.settle(1_000);
+        // The slot is free and the cancelled call charged no tokens: the
+        // next call waits only for the request spacing (1 s).
+        let turn_cancel = CancellationToken::new();
+        let for_turn = {
+            let (limiter, turn_cancel) = (limiter.clone(), turn_cancel.clone());
+            tokio::spawn(async move { limiter.admit(50_000, &turn_cancel).await.map(drop) })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        turn_cancel.cancel();
+        assert_eq!(for_turn.await.unwrap(), Err(Cancelled));
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+    }
+}
