@@ -27,6 +27,8 @@
 //! ```
 
 mod builtin;
+#[cfg(feature = "mcp")]
+mod mcp;
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
@@ -39,6 +41,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use builtin::{ListDir, ReadFile};
+#[cfg(feature = "mcp")]
+pub use mcp::{valid_server_name, McpServer, McpServerConfig, MCP_TOOL_PREFIX};
 
 use super::session::ToolCall;
 use crate::schema::CompiledSchema;
