@@ -75,6 +75,7 @@
 mod build;
 mod door;
 mod routes;
+mod mcp_servers;
 mod schema;
 
 use std::fmt;
@@ -127,6 +128,9 @@ pub struct Config {
     providers: Vec<ProviderEntry>,
     tool_providers: Vec<String>,
     tool_max_depth: u32,
+    /// `[mcp_servers.NAME]`, in file order.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    mcp_servers: Vec<mcp_servers::McpServerEntry>,
 }
 
 /// Where a configuration came from.
@@ -156,6 +160,8 @@ pub struct ProviderEntry {
     table: ProviderTable,
     /// Its `${VAR}`-expanded strings, checked at load.
     resolved: build::Resolved,
+    /// The MCP servers its children mount (`mcp_servers`), checked at load.
+    mcp_servers: Vec<String>,
 }
 
 impl ProviderEntry {
@@ -172,6 +178,11 @@ impl ProviderEntry {
     /// The line of the file its table starts on (0 when built in).
     pub fn line(&self) -> usize {
         self.line
+    }
+
+    /// The MCP servers its children mount, by `[mcp_servers]` name.
+    pub fn mcp_servers(&self) -> &[String] {
+        &self.mcp_servers
     }
 }
 
@@ -264,6 +275,7 @@ impl Config {
         let file: FileTable =
             toml::from_str(text).map_err(|error| source.error(error.span(), error.message().trim_end()))?;
         let routes = routes::resolve(&source, file.models)?;
+        let mcp_servers = mcp_servers::resolve(&source, file.mcp_servers)?;
         let mut providers = Vec::with_capacity(file.providers.len());
         for (name, table) in file.providers {
             let span = table.span();
@@ -276,8 +288,9 @@ impl Config {
                 }
             }
             let resolved = build::resolve(&source, &name, &table)?;
+            let mounts = mcp_servers::check_listed(&source, &name, table.mcp_servers.as_ref(), &mcp_servers)?;
             let (line, _) = source.line_column(span.start);
-            providers.push(ProviderEntry { name, kind, line, table, resolved });
+            providers.push(ProviderEntry { name, kind, line, table, resolved, mcp_servers: mounts });
         }
         build::check_wrappers(&source, &providers)?;
         routes::check_models(&source, &providers, &routes)?;
@@ -302,7 +315,7 @@ impl Config {
             }
             None => (default_tool_providers(&providers), DEFAULT_TOOL_MAX_DEPTH),
         };
-        Ok(Config { origin: Origin::Builtin, routes, providers, tool_providers, tool_max_depth })
+        Ok(Config { origin: Origin::Builtin, routes, providers, tool_providers, tool_max_depth, mcp_servers })
     }
 
     /// The configuration the binary uses without a file: `spawn`, `fork`
