@@ -120,10 +120,12 @@ fn a_child_mounted_through_the_config_calls_a_tool_and_reads_results_errors_and_
     let task = r#"[tool:mcp__t__echo {"text": "hi"}] [tool:mcp__t__fail] [tool:mcp__t__structured {"n": 21}]"#;
     let result = fixture.run(task);
     assert_eq!(result.stop_reason, StopReason::Completed);
-    assert_eq!(
-        result.text(),
-        "mcp__t__echo: echo: hi\nmcp__t__fail error: it failed on purpose\nmcp__t__structured: {\"doubled\":42,\"n\":21}"
-    );
+    let text = result.text();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[..2], ["mcp__t__echo: echo: hi", "mcp__t__fail error: it failed on purpose"], "{text}");
+    let structured = lines[2].strip_prefix("mcp__t__structured: ").expect("the structured result");
+    let structured: serde_json::Value = serde_json::from_str(structured).unwrap();
+    assert_eq!(structured, serde_json::json!({"n": 21, "doubled": 42}), "structuredContent as its JSON");
     assert_eq!(fixture.pids().len(), 1, "one server for the provider");
     let pids = fixture.shut_down();
     assert_gone(&pids);
@@ -263,6 +265,27 @@ fn an_isolated_server_is_started_per_run_and_reaped_at_its_dispose() {
     assert_eq!(pids.len(), 3, "one server per run");
     assert_gone(&pids);
     fixture.shut_down();
+}
+
+#[test]
+fn a_child_delegates_through_subagents_mcp_mounted_as_a_server() {
+    let fixture = Fixture::new();
+    let inner = fixture.reports.path().join("inner");
+    let mut server = McpServerConfig::new(
+        "self",
+        env!("CARGO_BIN_EXE_subagents"),
+        vec!["mcp".to_owned(), "--home".to_owned(), inner.display().to_string()],
+    );
+    server.call_timeout = Duration::from_secs(60);
+    fixture.register(vec![server]);
+    let task = r#"[tool:mcp__self__subagent {"description": "greet", "prompt": "say hello"}]"#;
+    let result = fixture.run(task);
+    let (name, structured) = result.text().split_once(": ").map(|(n, s)| (n.to_owned(), s.to_owned())).unwrap();
+    assert_eq!(name, "mcp__self__subagent");
+    let structured: serde_json::Value = serde_json::from_str(&structured).unwrap();
+    assert_eq!(structured["output"], "handled: say hello", "{structured}");
+    fixture.shut_down();
+    common::no_process_mentions(&inner);
 }
 
 #[test]
