@@ -249,6 +249,7 @@ fn fifty_concurrent_calls_from_ten_children_share_one_server_and_all_answer() {
         assert_eq!(answer, &expected.join("\n"));
     }
     assert_eq!(fixture.pids().len(), 1, "one shared server");
+    assert_eq!(fixture.runtime.live().processes, 1, "the shared server is a live child until shutdown");
     let pids = fixture.shut_down();
     assert_gone(&pids);
 }
@@ -264,6 +265,7 @@ fn an_isolated_server_is_started_per_run_and_reaped_at_its_dispose() {
     let pids = fixture.pids();
     assert_eq!(pids.len(), 3, "one server per run");
     assert_gone(&pids);
+    common::no_children_left(&fixture.runtime);
     fixture.shut_down();
 }
 

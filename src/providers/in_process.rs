@@ -295,6 +295,8 @@ impl InProcessProvider {
             cwd,
             #[cfg(feature = "mcp")]
             mcp: self.config.mcp.clone(),
+            #[cfg(feature = "mcp")]
+            live: context.live.clone(),
         })
     }
 
@@ -499,6 +501,9 @@ struct Prepared {
     cwd: PathBuf,
     #[cfg(feature = "mcp")]
     mcp: Arc<mcp_mounts::McpMounts>,
+    /// Where a started MCP server's process is counted (the runtime's).
+    #[cfg(feature = "mcp")]
+    live: Arc<crate::live::LiveCounters>,
 }
 
 impl Prepared {
@@ -517,7 +522,7 @@ impl Prepared {
         #[cfg(feature = "mcp")]
         let mcp_owned = match self.mcp.is_empty() {
             true => Vec::new(),
-            false => self.mcp.mount(builder.toolset_mut(), &self.cwd, &self.cancel).await?,
+            false => self.mcp.mount(builder.toolset_mut(), &self.cwd, &self.live, &self.cancel).await?,
         };
         // The builder checks that the cwd is a directory.
         let built = builder.build_async().await;

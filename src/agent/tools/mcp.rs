@@ -139,8 +139,9 @@ struct Shared {
     slot: tokio::sync::Mutex<Slot>,
     /// The last `tools/list`, by the server's names.
     listed: RwLock<Arc<[RemoteTool]>>,
-    /// Counts the server's process while it lives.
-    live: Arc<LiveCounters>,
+    /// Where the server's process is counted while it lives (the
+    /// runtime's `live()` once a run mounted it).
+    counters: Mutex<Arc<LiveCounters>>,
 }
 
 /// Where the connection stands.
@@ -262,7 +263,7 @@ impl McpServer {
             cwd,
             slot: tokio::sync::Mutex::new(slot),
             listed: RwLock::new(Arc::from(Vec::new())),
-            live: Arc::default(),
+            counters: Mutex::default(),
         };
         McpServer { shared: Arc::new(shared) }
     }
@@ -272,9 +273,12 @@ impl McpServer {
         &self.shared.config
     }
 
-    /// Whether its process runs right now.
-    pub fn is_running(&self) -> bool {
-        self.shared.live.snapshot().processes > 0
+    /// Counts its process in `live` (a runtime's) from its next start on.
+    pub(crate) fn count_in(&self, live: &Arc<LiveCounters>) {
+        let mut counters = self.shared.counters.lock().unwrap_or_else(|e| e.into_inner());
+        if !Arc::ptr_eq(&counters, live) {
+            *counters = live.clone();
+        }
     }
 
     /// Its tools as the agent loop takes them, starting it if needed (a
@@ -349,7 +353,7 @@ impl McpServer {
             None => std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?,
         };
         let env = ChildEnv { inherit: &config.inherit_env, explicit: &config.env };
-        let lease = ProcessLease::new(self.shared.live.clone());
+        let lease = ProcessLease::new(self.shared.counters.lock().unwrap_or_else(|e| e.into_inner()).clone());
         let mut process = spawn(&config.command, &config.args, &cwd, env, lease)
             .map_err(|e| format!("{}: {e}", config.command.display()))?;
         let pipes = (process.stdout.take().expect("piped"), process.stdin.take().expect("piped"));

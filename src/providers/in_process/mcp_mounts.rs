@@ -9,10 +9,12 @@
 //! server never takes every delegation down with it.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{McpServer, McpServerConfig, Toolset};
+use crate::live::LiveCounters;
 use crate::seam::LaunchError;
 
 /// What a provider's children mount.
@@ -39,16 +41,19 @@ impl McpMounts {
     }
 
     /// Adds each server's tools to `toolset`, starting what is not yet
-    /// running; the per-run servers it started, which the run owns.
+    /// running (its process counted in `live`, the runtime's); the per-run
+    /// servers it started, which the run owns.
     pub(super) async fn mount(
         &self,
         toolset: &mut Toolset,
         cwd: &Path,
+        live: &Arc<LiveCounters>,
         cancel: &CancellationToken,
     ) -> Result<Vec<McpServer>, LaunchError> {
         let owned: Vec<McpServer> =
             self.per_run.iter().map(|config| McpServer::in_dir(config.clone(), Some(cwd.to_path_buf()))).collect();
         for server in self.shared.iter().chain(&owned) {
+            server.count_in(live);
             let tools = tokio::select! {
                 tools = server.tools() => tools,
                 () = cancel.cancelled() => {
