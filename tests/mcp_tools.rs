@@ -191,6 +191,21 @@ fn fixture_request(task: &str) -> StartRequest {
 }
 
 #[test]
+fn a_call_past_its_timeout_is_a_tool_error_and_the_server_is_told_to_stop() {
+    let fixture = Fixture::new();
+    let mut server = fixture.server(false);
+    server.call_timeout = Duration::from_millis(300);
+    fixture.register(vec![server]);
+    let result = fixture.run(r#"[tool:mcp__t__sleep {"ms": 60000}]"#);
+    assert_eq!(result.stop_reason, StopReason::Completed);
+    assert_eq!(result.text(), "mcp__t__sleep error: the MCP server \"t\" did not answer \"sleep\" within 300ms");
+    let reports = fixture.reports.path().to_path_buf();
+    wait_for(&fixture.runtime, "the server to see the cancel", move || !reported(&reports, "cancelled-").is_empty());
+    let pids = fixture.shut_down();
+    assert_gone(&pids);
+}
+
+#[test]
 fn a_changed_tool_list_is_fetched_again_and_later_runs_mount_the_new_tool() {
     let fixture = Fixture::new();
     let server = McpServer::new(fixture.server(false));
