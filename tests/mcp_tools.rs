@@ -306,6 +306,19 @@ fn a_child_delegates_through_subagents_mcp_mounted_as_a_server() {
 }
 
 #[test]
+fn a_server_that_cannot_start_leaves_the_child_without_its_tools_and_the_run_completes() {
+    let fixture = Fixture::new();
+    fixture.register(vec![McpServerConfig::new("broken", "false", Vec::new()), fixture.server(false)]);
+    let result = fixture.run(r#"[tool:mcp__broken__anything] [tool:mcp__t__echo {"text": "still here"}]"#);
+    assert_eq!(result.stop_reason, StopReason::Completed);
+    let text = result.text();
+    assert!(text.starts_with("mcp__broken__anything error: no tool named"), "{text}");
+    assert!(text.ends_with("mcp__t__echo: echo: still here"), "the other server's tools are mounted: {text}");
+    let pids = fixture.shut_down();
+    assert_gone(&pids);
+}
+
+#[test]
 fn a_provider_naming_an_undefined_server_is_refused_at_its_place() {
     let text =
         "[mcp_servers.files]\ncommand = \"sh\"\n\n[providers.spawn]\nkind = \"spawn\"\nmcp_servers = [\"git\"]\n";

@@ -285,7 +285,23 @@ impl McpServer {
     /// server that cannot start is the error). A tool whose name does not
     /// fit `mcp__SERVER__TOOL` in 64 letters, digits, `_` and `-` is left out.
     pub async fn tools(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
-        self.connection().await?;
+        self.connection(Backoff::Wait).await?;
+        Ok(self.listed_tools())
+    }
+
+    /// Its tools for a run about to start: a server waiting out its
+    /// backoff is not waited for (nor one that just failed to start
+    /// retried), and what it listed last is mounted — a call starts it
+    /// again. Never listed and not starting: the error.
+    pub(crate) async fn tools_for_run(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
+        match self.connection(Backoff::Skip).await {
+            Ok(_) => Ok(self.listed_tools()),
+            Err(_) if !self.shared.listed().is_empty() => Ok(self.listed_tools()),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn listed_tools(&self) -> Vec<Arc<dyn Tool>> {
         let listed = self.shared.listed();
         let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
         for remote in listed.iter() {
@@ -296,7 +312,7 @@ impl McpServer {
             let read_only = remote.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false);
             tools.push(Arc::new(McpTool { server: self.clone(), remote: remote.name.to_string(), spec, read_only }));
         }
-        Ok(tools)
+        tools
     }
 
     /// Closes the connection and reaps the process group; later calls fail.
@@ -308,7 +324,7 @@ impl McpServer {
     }
 
     /// The live connection: started (or restarted after its backoff) if needed.
-    async fn connection(&self) -> Result<Arc<Connection>, String> {
+    async fn connection(&self, patience: Backoff) -> Result<Arc<Connection>, String> {
         let name = &self.shared.config.name;
         let mut slot = self.shared.slot.lock().await;
         match &slot.phase {
@@ -317,8 +333,12 @@ impl McpServer {
             Phase::Up(_) => self.mark_dead(&mut slot),
             Phase::Down => {}
         }
-        if let Some(at) = slot.restart_at {
-            tokio::time::sleep_until(at).await;
+        match (slot.restart_at, patience) {
+            (Some(at), Backoff::Skip) if at > Instant::now() => {
+                return Err(format!("the MCP server {name:?} is waiting to be started again"));
+            }
+            (Some(at), _) => tokio::time::sleep_until(at).await,
+            (None, _) => {}
         }
         slot.generation += 1;
         match self.start(slot.generation).await {
@@ -389,7 +409,7 @@ impl McpServer {
     async fn call(&self, tool: &str, arguments: Value, cancel: &CancellationToken) -> ToolOutput {
         let config = &self.shared.config;
         let connection = tokio::select! {
-            connection = self.connection() => connection,
+            connection = self.connection(Backoff::Wait) => connection,
             () = cancel.cancelled() => return ToolOutput::error("cancelled"),
         };
         let connection = match connection {
@@ -433,6 +453,13 @@ impl McpServer {
             Err(error) => ToolOutput::error(format!("the MCP server {:?} refused {tool:?}: {error}", config.name)),
         }
     }
+}
+
+/// Whether a start waits out the backoff of a server that keeps dying.
+#[derive(Clone, Copy)]
+enum Backoff {
+    Wait,
+    Skip,
 }
 
 /// The wait before the next start after `failures` deaths in a row.

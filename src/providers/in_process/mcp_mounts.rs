@@ -5,8 +5,10 @@
 //! working directory and closed at the run's dispose.
 //!
 //! A server that cannot start does not fail the run: the child starts
-//! without its tools (a warning says which server and why), so one broken
-//! server never takes every delegation down with it.
+//! without its tools (a warning says which server and why), or with the
+//! tools it listed last when it ran before (a call starts it again), so
+//! one broken server never takes every delegation down with it; a launch
+//! never waits out a dying server's backoff.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -55,7 +57,7 @@ impl McpMounts {
         for server in self.shared.iter().chain(&owned) {
             server.count_in(live);
             let tools = tokio::select! {
-                tools = server.tools() => tools,
+                tools = server.tools_for_run() => tools,
                 () = cancel.cancelled() => {
                     close_all(&owned).await;
                     return Err(LaunchError::Aborted);
