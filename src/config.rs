@@ -41,7 +41,9 @@
 //! an unknown key or kind, a value of the wrong type, a key that does not
 //! apply to the provider's kind, a `chaos` provider wrapping itself, a
 //! missing provider or another wrapper, an ACP command that is not on
-//! `PATH`, a `${VAR}` that is not set, a duration without a unit. Each
+//! `PATH`, a `${VAR}` that is not set, a duration without a unit, an MCP
+//! server a provider's `mcp_servers` lists but no `[mcp_servers]` table
+//! defines (see the `mcp_servers` tables in the README). Each
 //! error is one [`ConfigError`] that reads `FILE:LINE:COL: what is wrong`.
 //!
 //! Secrets never sit in the file: `${VAR}` in a string (an `env` value, an
