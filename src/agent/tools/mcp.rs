@@ -66,6 +66,10 @@ const MAX_NAME: usize = 64;
 /// The longest description passed on.
 const MAX_DESCRIPTION: usize = 4096;
 
+/// The largest input schema (as JSON) mounted: the model is sent every
+/// schema at every request.
+const MAX_SCHEMA: usize = 64 * 1024;
+
 /// How long a closing server has after EOF, then after SIGTERM.
 const CLOSE_EOF_GRACE: Duration = Duration::from_secs(2);
 const CLOSE_TERM_GRACE: Duration = Duration::from_secs(2);
@@ -137,8 +141,8 @@ struct Shared {
     config: McpServerConfig,
     cwd: Option<PathBuf>,
     slot: tokio::sync::Mutex<Slot>,
-    /// The last `tools/list`, by the server's names.
-    listed: RwLock<Arc<[RemoteTool]>>,
+    /// The last `tools/list`, each tool as the model is shown it.
+    listed: RwLock<Arc<[Listed]>>,
     /// Where the server's process is counted while it lives (the
     /// runtime's `live()` once a run mounted it).
     counters: Mutex<Arc<LiveCounters>>,
@@ -215,23 +219,42 @@ impl ClientHandler for Listener {
     }
 }
 
+/// One listed tool, read once per `tools/list` (its spec is asked for at
+/// every model request).
+struct Listed {
+    /// The server's name for it.
+    remote: String,
+    spec: ToolSpec,
+    read_only: bool,
+}
+
 impl Shared {
     fn store(&self, mut tools: Vec<RemoteTool>) {
         if tools.len() > MAX_TOOLS {
             tracing::warn!(server = %self.config.name, listed = tools.len(), "an MCP server lists too many tools; the first {MAX_TOOLS} are kept");
             tools.truncate(MAX_TOOLS);
         }
-        *self.listed.write().unwrap_or_else(|e| e.into_inner()) = tools.into();
+        let mut listed = Vec::with_capacity(tools.len());
+        for remote in &tools {
+            let Some(spec) = self.spec_of(remote) else {
+                tracing::warn!(server = %self.config.name, tool = %remote.name, "an MCP tool's name does not fit a model's tool name, or its schema is over {MAX_SCHEMA} bytes; left out");
+                continue;
+            };
+            let read_only = remote.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false);
+            listed.push(Listed { remote: remote.name.to_string(), spec, read_only });
+        }
+        *self.listed.write().unwrap_or_else(|e| e.into_inner()) = listed.into();
     }
 
-    fn listed(&self) -> Arc<[RemoteTool]> {
+    fn listed(&self) -> Arc<[Listed]> {
         self.listed.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn spec_of(&self, remote: &RemoteTool) -> Option<ToolSpec> {
         let name = format!("{MCP_TOOL_PREFIX}{}__{}", self.config.name, remote.name);
         let valid = name.len() <= MAX_NAME && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        if !valid {
+        let parameters = Value::Object((*remote.input_schema).clone());
+        if !valid || parameters.to_string().len() > MAX_SCHEMA {
             return None;
         }
         let mut description = remote
@@ -245,7 +268,7 @@ impl Shared {
             }
             description.truncate(cut);
         }
-        Some(ToolSpec { name, description, parameters: Value::Object((*remote.input_schema).clone()) })
+        Some(ToolSpec { name, description, parameters })
     }
 }
 
@@ -283,7 +306,8 @@ impl McpServer {
 
     /// Its tools as the agent loop takes them, starting it if needed (a
     /// server that cannot start is the error). A tool whose name does not
-    /// fit `mcp__SERVER__TOOL` in 64 letters, digits, `_` and `-` is left out.
+    /// fit `mcp__SERVER__TOOL` in 64 letters, digits, `_` and `-`, or whose
+    /// schema is over 64 KiB of JSON, is left out (warned).
     pub async fn tools(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
         self.connection(Backoff::Wait).await?;
         Ok(self.listed_tools())
@@ -303,16 +327,11 @@ impl McpServer {
 
     fn listed_tools(&self) -> Vec<Arc<dyn Tool>> {
         let listed = self.shared.listed();
-        let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
-        for remote in listed.iter() {
-            let Some(spec) = self.shared.spec_of(remote) else {
-                tracing::warn!(server = %self.shared.config.name, tool = %remote.name, "an MCP tool's name does not fit a model's tool name; left out");
-                continue;
-            };
-            let read_only = remote.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false);
-            tools.push(Arc::new(McpTool { server: self.clone(), remote: remote.name.to_string(), spec, read_only }));
-        }
-        tools
+        let tool = |listed: &Listed| -> Arc<dyn Tool> {
+            let (remote, spec, read_only) = (listed.remote.clone(), listed.spec.clone(), listed.read_only);
+            Arc::new(McpTool { server: self.clone(), remote, spec, read_only })
+        };
+        listed.iter().map(tool).collect()
     }
 
     /// Closes the connection and reaps the process group; later calls fail.
@@ -481,8 +500,8 @@ struct McpTool {
 impl Tool for McpTool {
     fn spec(&self) -> ToolSpec {
         let listed = self.server.shared.listed();
-        let current = listed.iter().find(|tool| tool.name == self.remote.as_str());
-        current.and_then(|tool| self.server.shared.spec_of(tool)).unwrap_or_else(|| self.spec.clone())
+        let current = listed.iter().find(|tool| tool.remote == self.remote);
+        current.map_or_else(|| self.spec.clone(), |tool| tool.spec.clone())
     }
 
     fn concurrent(&self) -> bool {
@@ -498,7 +517,7 @@ impl Tool for McpTool {
     }
 
     fn available(&self) -> bool {
-        self.server.shared.listed().iter().any(|tool| tool.name == self.remote.as_str())
+        self.server.shared.listed().iter().any(|tool| tool.remote == self.remote)
     }
 
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
@@ -515,6 +534,27 @@ mod tests {
         let waits: Vec<u64> = (1..=8).map(|n| backoff(n).as_millis() as u64).collect();
         assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
         assert_eq!(backoff(u32::MAX), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_listed_tool_that_a_model_cannot_take_is_left_out_and_a_long_description_is_cut() {
+        let server = McpServer::new(McpServerConfig::new("s", "unused", Vec::new()));
+        let object = |value: Value| match value {
+            Value::Object(object) => Arc::new(object),
+            _ => unreachable!(),
+        };
+        let schema = object(serde_json::json!({"type": "object"}));
+        let huge = object(serde_json::json!({"type": "object", "description": "x".repeat(MAX_SCHEMA)}));
+        server.shared.store(vec![
+            RemoteTool::new("ok", "é".repeat(MAX_DESCRIPTION), schema.clone()),
+            RemoteTool::new("has.dot", "", schema.clone()),
+            RemoteTool::new("n".repeat(60), "", schema),
+            RemoteTool::new("huge", "", huge),
+        ]);
+        let listed = server.shared.listed();
+        let names: Vec<&str> = listed.iter().map(|tool| tool.spec.name.as_str()).collect();
+        assert_eq!(names, ["mcp__s__ok"]);
+        assert!(listed[0].spec.description.len() <= MAX_DESCRIPTION);
     }
 
     #[test]
