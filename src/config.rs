@@ -76,8 +76,8 @@
 
 mod build;
 mod door;
-mod routes;
 mod mcp_servers;
+mod routes;
 mod schema;
 
 use std::fmt;
