@@ -25,14 +25,23 @@
 //! [`McpServerConfig::max_result_bytes`] of text; a cancelled turn drops
 //! its calls, and dropping a call sends `notifications/cancelled` for it.
 //!
+//! The spawn and fork providers mount servers for their children
+//! (`InProcessProvider::with_mcp_servers`); any agent an embedder builds
+//! can mount one itself:
+//!
 //! ```no_run
-//! # async fn demo() -> Result<(), String> {
-//! use subagents::agent::{McpServer, McpServerConfig};
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use subagents::agent::{Agent, McpServer, McpServerConfig, ScriptedModel};
 //!
 //! let server = McpServer::new(McpServerConfig::new("files", "mcp-files", vec!["/srv".to_owned()]));
-//! let tools = server.tools().await?; // starts it: `mcp__files__read`, …
-//! println!("{:?}", tools.iter().map(|tool| tool.spec().name).collect::<Vec<_>>());
-//! server.shutdown().await;
+//! let mut builder = Agent::builder(ScriptedModel::demo());
+//! for tool in server.tools().await? {
+//!     // Starts it once: `mcp__files__read`, …
+//!     builder.toolset_mut().add_shared(tool)?;
+//! }
+//! let agent = builder.build()?;
+//! # drop(agent);
+//! server.shutdown().await; // the owner closes it: EOF, SIGTERM, SIGKILL
 //! # Ok(()) }
 //! ```
 
