@@ -73,7 +73,7 @@ pub(super) fn resolve(
     for (name, table) in tables {
         let span = table.span();
         let table = table.into_inner();
-        if !valid_name(&name) {
+        if !crate::agent::valid_server_name(&name) {
             let message = format!(
                 "MCP server name {name:?} must be letters, digits, `_` and `-` without `__` (it is part of tool names)"
             );
@@ -154,8 +154,4 @@ pub(super) fn check_listed(
         names.push(name.get_ref().clone());
     }
     Ok(names)
-}
-
-fn valid_name(name: &str) -> bool {
-    !name.is_empty() && !name.contains("__") && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }

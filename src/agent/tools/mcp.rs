@@ -129,11 +129,6 @@ impl McpServerConfig {
     }
 }
 
-/// Whether `name` may be a server's name in a tool name.
-pub fn valid_server_name(name: &str) -> bool {
-    !name.is_empty() && !name.contains("__") && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-}
-
 /// A connection to one MCP server, started at first use. Cloning shares it.
 #[derive(Clone)]
 pub struct McpServer {
@@ -568,7 +563,8 @@ mod tests {
 
     #[test]
     fn a_server_name_is_one_part_of_a_tool_name() {
-        assert!(valid_server_name("git-hub_2"));
-        assert!(!valid_server_name("a__b") && !valid_server_name("") && !valid_server_name("a.b"));
+        assert!(crate::agent::valid_server_name("git-hub_2"));
+        assert!(!crate::agent::valid_server_name("a__b"));
+        assert!(!crate::agent::valid_server_name("") && !crate::agent::valid_server_name("a.b"));
     }
 }
