@@ -58,7 +58,11 @@ pub use session::{
     new_session_id, LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, SessionSummary,
     StoredSession, ToolCall, DEFAULT_MAX_LINE_BYTES,
 };
-pub use tools::{FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset};
+pub use tools::{
+    valid_server_name, FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset,
+};
+#[cfg(feature = "mcp")]
+pub use tools::{McpServer, McpServerConfig, MCP_TOOL_PREFIX};
 pub use turn::{AgentUpdate, ToolCallStatus, TurnError, TurnErrorKind, TurnOutcome};
 
 use crate::seam::{AgentOptions, Budget, BudgetLease, ContentBlock, LocalAgent, Parent};

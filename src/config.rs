@@ -41,7 +41,9 @@
 //! an unknown key or kind, a value of the wrong type, a key that does not
 //! apply to the provider's kind, a `chaos` provider wrapping itself, a
 //! missing provider or another wrapper, an ACP command that is not on
-//! `PATH`, a `${VAR}` that is not set, a duration without a unit. Each
+//! `PATH`, a `${VAR}` that is not set, a duration without a unit, an MCP
+//! server a provider's `mcp_servers` lists but no `[mcp_servers]` table
+//! defines (see the `mcp_servers` tables in the README). Each
 //! error is one [`ConfigError`] that reads `FILE:LINE:COL: what is wrong`.
 //!
 //! Secrets never sit in the file: `${VAR}` in a string (an `env` value, an
@@ -74,6 +76,7 @@
 
 mod build;
 mod door;
+mod mcp_servers;
 mod routes;
 mod schema;
 
@@ -127,6 +130,9 @@ pub struct Config {
     providers: Vec<ProviderEntry>,
     tool_providers: Vec<String>,
     tool_max_depth: u32,
+    /// `[mcp_servers.NAME]`, in file order.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    mcp_servers: Vec<mcp_servers::McpServerEntry>,
 }
 
 /// Where a configuration came from.
@@ -156,6 +162,8 @@ pub struct ProviderEntry {
     table: ProviderTable,
     /// Its `${VAR}`-expanded strings, checked at load.
     resolved: build::Resolved,
+    /// The MCP servers its children mount (`mcp_servers`), checked at load.
+    mcp_servers: Vec<String>,
 }
 
 impl ProviderEntry {
@@ -172,6 +180,11 @@ impl ProviderEntry {
     /// The line of the file its table starts on (0 when built in).
     pub fn line(&self) -> usize {
         self.line
+    }
+
+    /// The MCP servers its children mount, by `[mcp_servers]` name.
+    pub fn mcp_servers(&self) -> &[String] {
+        &self.mcp_servers
     }
 }
 
@@ -264,6 +277,7 @@ impl Config {
         let file: FileTable =
             toml::from_str(text).map_err(|error| source.error(error.span(), error.message().trim_end()))?;
         let routes = routes::resolve(&source, file.models)?;
+        let mcp_servers = mcp_servers::resolve(&source, file.mcp_servers)?;
         let mut providers = Vec::with_capacity(file.providers.len());
         for (name, table) in file.providers {
             let span = table.span();
@@ -276,8 +290,9 @@ impl Config {
                 }
             }
             let resolved = build::resolve(&source, &name, &table)?;
+            let mounts = mcp_servers::check_listed(&source, &name, table.mcp_servers.as_ref(), &mcp_servers)?;
             let (line, _) = source.line_column(span.start);
-            providers.push(ProviderEntry { name, kind, line, table, resolved });
+            providers.push(ProviderEntry { name, kind, line, table, resolved, mcp_servers: mounts });
         }
         build::check_wrappers(&source, &providers)?;
         routes::check_models(&source, &providers, &routes)?;
@@ -302,7 +317,7 @@ impl Config {
             }
             None => (default_tool_providers(&providers), DEFAULT_TOOL_MAX_DEPTH),
         };
-        Ok(Config { origin: Origin::Builtin, routes, providers, tool_providers, tool_max_depth })
+        Ok(Config { origin: Origin::Builtin, routes, providers, tool_providers, tool_max_depth, mcp_servers })
     }
 
     /// The configuration the binary uses without a file: `spawn`, `fork`

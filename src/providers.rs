@@ -16,7 +16,8 @@
 //!
 //! # Child environment
 //!
-//! `acp` and `process` children never get the parent's whole environment.
+//! `acp` and `process` children, and the MCP servers in-process children
+//! mount, never get the parent's whole environment.
 //! A child starts empty and gets
 //! 1. the parent's `PATH`, `HOME`, `USER`, `LOGNAME`, `SHELL`, `LANG`,
 //!    `LANGUAGE`, `LC_*`, `TERM`, `COLORTERM`, `NO_COLOR`, `TZ`, `TMPDIR`,

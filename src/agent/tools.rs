@@ -27,6 +27,8 @@
 //! ```
 
 mod builtin;
+#[cfg(feature = "mcp")]
+mod mcp;
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
@@ -39,10 +41,18 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use builtin::{ListDir, ReadFile};
+#[cfg(feature = "mcp")]
+pub use mcp::{McpServer, McpServerConfig, MCP_TOOL_PREFIX};
 
 use super::session::ToolCall;
 use crate::schema::CompiledSchema;
 use crate::seam::{ProgressUpdate, ToolFilter};
+
+/// Whether `name` may name an MCP server: one part of its tools' names
+/// (`mcp__NAME__TOOL`), so letters, digits, `_` and `-`, without `__`.
+pub fn valid_server_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains("__") && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
 
 /// What the model is told about a tool.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -81,7 +81,7 @@ pub(super) fn expand(source: &Source<'_>, text: &str, span: Range<usize>) -> Res
 
 /// `command` as the child will be started: a path that exists, or a name
 /// found on `PATH`.
-fn find_command(command: &str) -> Option<PathBuf> {
+pub(super) fn find_command(command: &str) -> Option<PathBuf> {
     let path = Path::new(command);
     if command.contains('/') {
         return path.is_file().then(|| path.to_path_buf());
@@ -428,6 +428,7 @@ impl Config {
                     InProcessProvider::spawn(name, model)
                 };
                 provider = provider.with_tools(self.child_tools(entry, context).map_err(failed)?);
+                provider = self.mount_mcp_servers(provider, entry).map_err(failed)?;
                 if let Some(steps) = &table.max_steps {
                     provider = provider.with_max_steps(*steps.get_ref());
                 }
@@ -510,6 +511,53 @@ impl Config {
         let offered = if delegate { self.tool_providers.clone() } else { Vec::new() };
         let kit = delegating_kit(context.subagents, context.tasks, builtins, offered, max_depth);
         Ok(Arc::new(move |_: &ChildInfo| kit()))
+    }
+
+    /// The `[mcp_servers]` tables `entry` lists, as its children mount them.
+    #[cfg(feature = "mcp")]
+    pub fn mcp_server_configs(&self, entry: &ProviderEntry) -> Vec<crate::agent::McpServerConfig> {
+        let listed = entry.mcp_servers.iter().filter_map(|name| self.mcp_servers.iter().find(|s| s.name == *name));
+        listed
+            .map(|server| {
+                let mut config = crate::agent::McpServerConfig::new(
+                    server.name.clone(),
+                    server.command.clone(),
+                    server.args.clone(),
+                );
+                config.env = server.env.clone();
+                config.inherit_env = server.inherit_env.clone();
+                config.cwd = server.cwd.clone();
+                config.isolate = server.isolate;
+                config.call_timeout = server.timeout.unwrap_or(config.call_timeout);
+                config.initialize_timeout = server.initialize_timeout.unwrap_or(config.initialize_timeout);
+                config.max_result_bytes = server.max_result_bytes.unwrap_or(config.max_result_bytes);
+                config
+            })
+            .collect()
+    }
+
+    #[cfg(feature = "mcp")]
+    fn mount_mcp_servers(
+        &self,
+        provider: InProcessProvider,
+        entry: &ProviderEntry,
+    ) -> Result<InProcessProvider, String> {
+        if entry.mcp_servers.is_empty() {
+            return Ok(provider);
+        }
+        Ok(provider.with_mcp_servers(self.mcp_server_configs(entry)))
+    }
+
+    #[cfg(not(feature = "mcp"))]
+    fn mount_mcp_servers(
+        &self,
+        provider: InProcessProvider,
+        entry: &ProviderEntry,
+    ) -> Result<InProcessProvider, String> {
+        match entry.mcp_servers.is_empty() {
+            true => Ok(provider),
+            false => Err("MCP servers need the crate's \"mcp\" feature".to_owned()),
+        }
     }
 
     #[cfg(feature = "acp")]

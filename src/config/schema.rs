@@ -17,6 +17,8 @@ pub(super) struct FileTable {
     #[serde(default)]
     pub(super) models: IndexMap<String, Spanned<RouteTable>>,
     pub(super) tool: Option<ToolTable>,
+    #[serde(default)]
+    pub(super) mcp_servers: IndexMap<String, Spanned<super::mcp_servers::McpServerTable>>,
 }
 
 /// `[models.NAME]`: a model route.
@@ -99,6 +101,7 @@ impl Kind {
             "max_tokens",
             "persona",
             "budget",
+            "mcp_servers",
         ];
         const CHILD_PROCESS: &[&str] = &["env", "inherit_env", "cwd", "dispose_eof_grace", "dispose_grace"];
         let own: &[&str] = match self {
@@ -147,6 +150,7 @@ pub(super) struct ProviderTable {
     pub(super) max_tokens: Option<Spanned<u32>>,
     pub(super) persona: Option<Spanned<String>>,
     pub(super) budget: Option<Spanned<BudgetTable>>,
+    pub(super) mcp_servers: Option<Spanned<Vec<Spanned<String>>>>,
     // mock
     pub(super) reply: Option<Spanned<String>>,
     pub(super) echo_prompt: Option<Spanned<bool>>,
@@ -281,6 +285,7 @@ pub(super) fn keys_set(table: &ProviderTable) -> Vec<(&'static str, std::ops::Ra
         max_tokens,
         persona,
         budget,
+        mcp_servers,
         reply,
         echo_prompt,
         delay,

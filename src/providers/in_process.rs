@@ -18,6 +18,9 @@
 //! between creation and publication) has its session file deleted, so a
 //! rejected start leaves nothing behind.
 
+#[cfg(feature = "mcp")]
+mod mcp_mounts;
+
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,6 +117,9 @@ struct InProcessConfig {
     persona: Option<String>,
     /// The budget a run gets when its request carries none.
     budget: Option<Budget>,
+    /// The MCP servers whose tools each child mounts.
+    #[cfg(feature = "mcp")]
+    mcp: Arc<mcp_mounts::McpMounts>,
 }
 
 /// The provider behind `spawn` and `fork` (build one with
@@ -151,6 +157,8 @@ impl InProcessProvider {
             max_steps: 64,
             persona: None,
             budget: None,
+            #[cfg(feature = "mcp")]
+            mcp: Arc::default(),
         };
         InProcessProvider { name, config, fork, store: Mutex::new(None) }
     }
@@ -207,6 +215,22 @@ impl InProcessProvider {
         self
     }
 
+    /// Each child mounts these MCP servers' tools (`mcp__SERVER__TOOL`),
+    /// beside the tools the factory gives it; the tool filter applies to
+    /// them as to any tool. A server with `isolate` is started per run.
+    #[cfg(feature = "mcp")]
+    pub fn with_mcp_servers(mut self, servers: Vec<crate::agent::McpServerConfig>) -> Self {
+        self.config.mcp = Arc::new(mcp_mounts::McpMounts::new(servers));
+        self
+    }
+
+    /// The MCP servers its children mount: the shared ones as they run,
+    /// a per-run one as a fresh, unstarted server (to list its tools).
+    #[cfg(feature = "mcp")]
+    pub fn mcp_servers(&self) -> Vec<crate::agent::McpServer> {
+        self.config.mcp.servers()
+    }
+
     fn store(&self, context: &ProviderContext) -> SessionStore {
         if !self.config.persist {
             return SessionStore::in_memory();
@@ -230,6 +254,10 @@ impl InProcessProvider {
             return Err(LaunchError::Aborted);
         }
         let store = self.store(&context);
+        let cwd = match request.resumes().and_then(|previous| previous.downcast::<Agent>()) {
+            Some(previous) => previous.header().cwd.clone(),
+            None => request.parent.cwd.clone(),
+        };
         let (builder, seed, resumed) = match request.resumes() {
             Some(previous) => (self.resume_builder(previous, &request, &store)?, Seed::Ready, true),
             None => {
@@ -264,6 +292,11 @@ impl InProcessProvider {
             roll_back_unstarted: !resumed,
             store,
             cancel,
+            cwd,
+            #[cfg(feature = "mcp")]
+            mcp: self.config.mcp.clone(),
+            #[cfg(feature = "mcp")]
+            live: context.live.clone(),
         })
     }
 
@@ -336,6 +369,19 @@ impl InProcessProvider {
         // capture tool; the request's filter, if any, replaces the filter.
         let mut toolset = previous.toolset();
         toolset.remove(STRUCTURED_OUTPUT_TOOL);
+        // MCP tools are mounted afresh (a per-run server closed with its run).
+        #[cfg(feature = "mcp")]
+        {
+            let mounted: Vec<String> = toolset
+                .names()
+                .into_iter()
+                .filter(|name| name.starts_with(crate::agent::MCP_TOOL_PREFIX))
+                .map(str::to_owned)
+                .collect();
+            for name in mounted {
+                toolset.remove(&name);
+            }
+        }
         apply_filter(&mut toolset, request)?;
         let (model, route) = match &request.agent_options {
             Some(options) => {
@@ -399,6 +445,16 @@ impl Provider for InProcessProvider {
         let prepared = self.prepare(launch);
         Box::pin(async move { prepared?.open().await })
     }
+
+    fn shutdown(&self) -> LocalBoxFuture<'static, ()> {
+        #[cfg(feature = "mcp")]
+        {
+            let mounts = self.config.mcp.clone();
+            Box::pin(async move { mounts.shutdown().await })
+        }
+        #[cfg(not(feature = "mcp"))]
+        Box::pin(async {})
+    }
 }
 
 fn invalid_cwd() -> LaunchError {
@@ -440,6 +496,14 @@ struct Prepared {
     roll_back_unstarted: bool,
     store: SessionStore,
     cancel: CancellationToken,
+    /// The child's working directory (a per-run MCP server's too).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    cwd: PathBuf,
+    #[cfg(feature = "mcp")]
+    mcp: Arc<mcp_mounts::McpMounts>,
+    /// Where a started MCP server's process is counted (the runtime's).
+    #[cfg(feature = "mcp")]
+    live: Arc<crate::live::LiveCounters>,
 }
 
 impl Prepared {
@@ -455,8 +519,18 @@ impl Prepared {
             events.truncate(completed_prefix(&events).len());
             builder = builder.seed(events);
         }
+        #[cfg(feature = "mcp")]
+        let mcp_owned = match self.mcp.is_empty() {
+            true => Vec::new(),
+            false => self.mcp.mount(builder.toolset_mut(), &self.cwd, &self.live, &self.cancel).await?,
+        };
         // The builder checks that the cwd is a directory.
-        let agent = builder.build_async().await.map_err(|error| match error {
+        let built = builder.build_async().await;
+        #[cfg(feature = "mcp")]
+        if built.is_err() {
+            mcp_mounts::close_all(&mcp_owned).await;
+        }
+        let agent = built.map_err(|error| match error {
             AgentError::Cwd(_) => invalid_cwd(),
             error => {
                 tracing::warn!(provider = %self.provider, %error, "could not create an in-process child");
@@ -473,6 +547,8 @@ impl Prepared {
             store: self.store,
             cancel: self.cancel,
             agent,
+            #[cfg(feature = "mcp")]
+            mcp_owned,
         }))
     }
 }
@@ -510,6 +586,9 @@ struct InProcessChild {
     roll_back_unstarted: bool,
     store: SessionStore,
     cancel: CancellationToken,
+    /// The per-run MCP servers this run started, closed at its dispose.
+    #[cfg(feature = "mcp")]
+    mcp_owned: Vec<crate::agent::McpServer>,
 }
 
 impl Child for InProcessChild {
@@ -555,9 +634,13 @@ impl Child for InProcessChild {
         let agent = self.agent.clone();
         let roll_back = self.roll_back_unstarted && !self.started.get();
         let store = self.store.clone();
+        #[cfg(feature = "mcp")]
+        let mcp_owned = self.mcp_owned.clone();
         Box::pin(async move {
             // Cancels its turns and background tasks, awaits them, closes.
             let mut released = agent.shutdown().await;
+            #[cfg(feature = "mcp")]
+            mcp_mounts::close_all(&mcp_owned).await;
             if roll_back && released.is_ok() {
                 released = store.remove_async(agent.id()).await;
             }

@@ -9,6 +9,10 @@
 //!   summarises the answers;
 //! - with `list_dir` and a task that mentions files or a directory, lists
 //!   the working directory first, then answers with what it saw;
+//! - with `[tool:NAME {"json": "arguments"}]` in the task (any number of
+//!   them), calls each tool named so, then answers with what each returned
+//!   — an error's text too (`error: …`), and a structured result as its
+//!   JSON — so an MCP server's tools can be shown without a key;
 //! - honours `[refuse]`, `[max-tokens]` and `[fail]` in the task, so a batch
 //!   can show every stop reason, `[slow]` (a minute-long, cancellable
 //!   answer; a task listing parts delegates them first, so its children
@@ -115,6 +119,13 @@ fn demo_reply(request: &ModelRequest) -> Result<ModelReply, ModelError> {
             return Ok(calls(vec![("structured_output".to_owned(), value)]));
         }
     }
+    let named = named_tool_calls(&task);
+    if !named.is_empty() {
+        if results.is_empty() {
+            return Ok(calls(named));
+        }
+        return Ok(ModelReply::text(tool_answers(turn)));
+    }
     if results.is_empty() {
         if let Some(delegating) = delegation(request) {
             return Ok(delegating);
@@ -128,6 +139,49 @@ fn demo_reply(request: &ModelRequest) -> Result<ModelReply, ModelError> {
     }
     let summary: Vec<String> = results.iter().map(|r| format!("- {}", one_line(&answer_of(r)))).collect();
     Ok(ModelReply::text(format!("Done: {task}\n{}", summary.join("\n"))))
+}
+
+/// The calls `[tool:NAME {json}]` asks for, in order; the arguments
+/// default to `{}`, and a marker whose arguments are not JSON is left out.
+fn named_tool_calls(task: &str) -> Vec<(String, Value)> {
+    let mut named = Vec::new();
+    let mut rest = task;
+    while let Some(start) = rest.find("[tool:") {
+        rest = &rest[start + "[tool:".len()..];
+        let name_end = rest.find(|c: char| c.is_whitespace() || c == ']').unwrap_or(rest.len());
+        let (name, after) = rest.split_at(name_end);
+        let after = after.trim_start();
+        let (arguments, after) = if after.starts_with('{') {
+            let mut values = serde_json::Deserializer::from_str(after).into_iter::<Value>();
+            match values.next() {
+                Some(Ok(value)) => {
+                    let used = values.byte_offset();
+                    (value, &after[used..])
+                }
+                _ => continue,
+            }
+        } else {
+            (json!({}), after)
+        };
+        if !name.is_empty() && after.trim_start().starts_with(']') {
+            named.push((name.to_owned(), arguments));
+        }
+    }
+    named
+}
+
+/// What the turn's tool calls returned, one result after another.
+fn tool_answers(turn: &[SessionEvent]) -> String {
+    let answers: Vec<String> = turn
+        .iter()
+        .filter_map(|event| match event {
+            SessionEvent::ToolResult { name, content, is_error, .. } => {
+                Some(if *is_error { format!("{name} error: {content}") } else { format!("{name}: {content}") })
+            }
+            _ => None,
+        })
+        .collect();
+    answers.join("\n")
 }
 
 /// The events since the latest user message.
@@ -247,6 +301,38 @@ mod tests {
         let answered =
             tokio::time::timeout(Duration::from_millis(100), model.complete(alone, CancellationToken::new()));
         assert!(answered.await.is_err(), "a slow task without parts to delegate answers in a minute");
+    }
+
+    #[test]
+    fn tool_markers_name_calls_with_json_arguments() {
+        let task = r#"check [tool:mcp__a__echo {"text": "x]y"}] and [tool:mcp__a__list] and [tool:bad {no]"#;
+        let named = named_tool_calls(task);
+        assert_eq!(
+            named,
+            [("mcp__a__echo".to_owned(), json!({"text": "x]y"})), ("mcp__a__list".to_owned(), json!({}))]
+        );
+        assert!(named_tool_calls("no markers").is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_tool_task_answers_with_each_result_and_error() {
+        let model = ScriptedModel::demo();
+        let task = r#"[tool:mcp__a__echo {"text": "hi"}] [tool:mcp__a__fail]"#;
+        let first = model.complete(first_call(task), CancellationToken::new()).await.unwrap();
+        assert_eq!(first.tool_calls.len(), 2);
+        let mut request = first_call(task);
+        let mut messages = request.messages.to_vec();
+        let result = |name: &str, content: &str, is_error: bool| SessionEvent::ToolResult {
+            call_id: name.to_owned(),
+            name: name.to_owned(),
+            content: content.to_owned(),
+            is_error,
+        };
+        messages.push(result("mcp__a__echo", "hi", false));
+        messages.push(result("mcp__a__fail", "it broke", true));
+        request.messages = Arc::from(messages);
+        let answer = model.complete(request, CancellationToken::new()).await.unwrap();
+        assert_eq!(answer.text, "mcp__a__echo: hi\nmcp__a__fail error: it broke");
     }
 
     #[test]

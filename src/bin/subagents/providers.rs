@@ -108,7 +108,7 @@ fn check(
         }
     };
     let mut failed = false;
-    let rows: Vec<Row> = outcomes
+    let mut rows: Vec<Row> = outcomes
         .into_iter()
         .map(|(name, outcome)| {
             let entry = config.provider(&name).expect("a provider of the file");
@@ -128,9 +128,40 @@ fn check(
             }
         })
         .collect();
+    for row in rows.iter_mut().filter(|row| row.status == "ok") {
+        let entry = config.provider(&row.name).expect("a provider of the file");
+        row.mcp = mcp_tools(config, entry);
+        if let Some((server, error)) = row.mcp.iter().find_map(|(server, tools)| Some((server, tools.as_ref().err()?)))
+        {
+            failed = true;
+            row.status = format!("failed: MCP server {server:?}: {error}");
+        }
+    }
     print(&rows, json);
     setup.runtime.shutdown_blocking();
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// Each MCP server `entry` mounts, started, listed and closed: its tools'
+/// names, or why it could not start.
+fn mcp_tools(config: &Config, entry: &ProviderEntry) -> Vec<(String, Result<Vec<String>, String>)> {
+    let servers = config.mcp_server_configs(entry);
+    if servers.is_empty() {
+        return Vec::new();
+    }
+    let io = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(io) => io,
+        Err(error) => return vec![(String::new(), Err(format!("cannot start the runtime: {error}")))],
+    };
+    io.block_on(async {
+        let mut listed = Vec::new();
+        for server in servers.into_iter().map(subagents::agent::McpServer::new) {
+            let tools = server.tools().await.map(|tools| tools.iter().map(|tool| tool.spec().name).collect());
+            server.shutdown().await;
+            listed.push((server.config().name.clone(), tools));
+        }
+        listed
+    })
 }
 
 struct Row {
@@ -140,6 +171,8 @@ struct Row {
     defined: String,
     /// `check`'s verdict: `ok` or `failed: why`; empty for `list`.
     status: String,
+    /// `check`: each MCP server its children mount, with its tools.
+    mcp: Vec<(String, Result<Vec<String>, String>)>,
 }
 
 impl Row {
@@ -154,7 +187,8 @@ impl Row {
             Kind::Acp => "from the agent's initialize (see check)".to_owned(),
             Kind::Chaos => "the wrapped provider's".to_owned(),
         };
-        Row { name: entry.name().to_owned(), kind: entry.kind().name(), capabilities, defined, status: String::new() }
+        let (name, kind, status, mcp) = (entry.name().to_owned(), entry.kind().name(), String::new(), Vec::new());
+        Row { name, kind, capabilities, defined, status, mcp }
     }
 
     fn json(&self) -> Value {
@@ -165,6 +199,17 @@ impl Row {
             row["error"] = json!(error);
         } else if self.status == "ok" {
             row["ok"] = json!(true);
+        }
+        if !self.mcp.is_empty() {
+            let servers: Vec<Value> = self
+                .mcp
+                .iter()
+                .map(|(server, tools)| match tools {
+                    Ok(tools) => json!({"name": server, "tools": tools}),
+                    Err(error) => json!({"name": server, "error": error}),
+                })
+                .collect();
+            row["mcp_servers"] = Value::Array(servers);
         }
         row
     }
@@ -209,5 +254,13 @@ fn print(rows: &[Row], json: bool) {
             line = format!("{line:<width$}  {}", row.status, width = name + kind + capabilities + defined + 6);
         }
         println!("{}", terminal::line(&line));
+        for (server, tools) in &row.mcp {
+            let tools = match tools {
+                Ok(tools) if tools.is_empty() => "no tools".to_owned(),
+                Ok(tools) => tools.join(", "),
+                Err(error) => format!("failed: {error}"),
+            };
+            println!("{}", terminal::line(&format!("  mcp {server}: {tools}")));
+        }
     }
 }

@@ -1,0 +1,570 @@
+//! MCP servers' tools for children (feature `mcp`): a stdio server is a
+//! child process speaking the Model Context Protocol, and each tool it
+//! lists becomes a [`Tool`] named `mcp__SERVER__TOOL` with the server's
+//! description and input schema.
+//!
+//! **Process**: spawned like every other child of the runtime — the
+//! scrubbed environment (an allowlist, plus `inherit_env`, plus `env`), its
+//! own process group, stderr discarded — and spoken to through rmcp's
+//! client over its pipes. Closing climbs the dispose ladder: stdin EOF,
+//! SIGTERM to the group, SIGKILL, and nothing of the group survives.
+//!
+//! **Lifecycle**: an [`McpServer`] starts at its first use (the first run
+//! that mounts it), bounded by [`McpServerConfig::initialize_timeout`] for
+//! `initialize` and the first `tools/list`. The list is cached and fetched
+//! again when the server sends `notifications/tools/list_changed`: a
+//! mounted tool the server no longer lists disappears from the model's
+//! list, and one whose description changed is shown changed; a tool the
+//! server adds is mounted by the runs that start after it. A server that
+//! dies turns the calls in flight into tool errors the model reads (the
+//! run goes on) and is started again at the next call, after a backoff
+//! that doubles with each death in a row (100 ms up to 5 s).
+//!
+//! **Calls** are bounded: [`McpServerConfig::call_timeout`] (then the
+//! server is sent `notifications/cancelled` and the model a tool error),
+//! [`McpServerConfig::max_result_bytes`] of text; a cancelled turn drops
+//! its calls, and dropping a call sends `notifications/cancelled` for it.
+//!
+//! The spawn and fork providers mount servers for their children
+//! (`InProcessProvider::with_mcp_servers`); any agent an embedder builds
+//! can mount one itself:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use subagents::agent::{Agent, McpServer, McpServerConfig, ScriptedModel};
+//!
+//! let server = McpServer::new(McpServerConfig::new("files", "mcp-files", vec!["/srv".to_owned()]));
+//! let mut builder = Agent::builder(ScriptedModel::demo());
+//! for tool in server.tools().await? {
+//!     // Starts it once: `mcp__files__read`, …
+//!     builder.toolset_mut().add_shared(tool)?;
+//! }
+//! let agent = builder.build()?;
+//! # drop(agent);
+//! server.shutdown().await; // the owner closes it: EOF, SIGTERM, SIGKILL
+//! # Ok(()) }
+//! ```
+
+mod render;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use rmcp::model::{CallToolRequestParams, Tool as RemoteTool};
+use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
+use rmcp::{ClientHandler, ServiceExt};
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Tool, ToolContext, ToolOutput, ToolSpec};
+use crate::live::{LiveCounters, ProcessLease};
+use crate::providers::child_process::{spawn, ChildEnv, Spawned};
+
+/// The prefix of every MCP tool's name: `mcp__SERVER__TOOL`.
+pub const MCP_TOOL_PREFIX: &str = "mcp__";
+
+/// The most tools mounted from one server; more are left out (warned).
+const MAX_TOOLS: usize = 256;
+
+/// The longest tool name a model API takes.
+const MAX_NAME: usize = 64;
+
+/// The longest description passed on.
+const MAX_DESCRIPTION: usize = 4096;
+
+/// The largest input schema (as JSON) mounted: the model is sent every
+/// schema at every request.
+const MAX_SCHEMA: usize = 64 * 1024;
+
+/// How long a closing server has after EOF, then after SIGTERM.
+const CLOSE_EOF_GRACE: Duration = Duration::from_secs(2);
+const CLOSE_TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// One stdio MCP server: how to start it and how its calls are bounded.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct McpServerConfig {
+    /// Its name: the `SERVER` in `mcp__SERVER__TOOL` (letters, digits, `_`, `-`).
+    pub name: String,
+    /// The program.
+    pub command: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Variables set as given (after the scrub).
+    pub env: Vec<(String, String)>,
+    /// Names or `PREFIX*` patterns inherited beyond the allowlist (never a
+    /// credential-shaped one).
+    pub inherit_env: Vec<String>,
+    /// Where it runs; default: the child's working directory for a
+    /// per-run server, the runtime's for a shared one.
+    pub cwd: Option<PathBuf>,
+    /// One server per run instead of one per provider shared by its runs.
+    pub isolate: bool,
+    /// Bounds `initialize` and the first `tools/list` (default 10 s).
+    pub initialize_timeout: Duration,
+    /// Bounds each `tools/call` (default 60 s).
+    pub call_timeout: Duration,
+    /// The most result text a call passes to the model (default 64 KiB).
+    pub max_result_bytes: usize,
+}
+
+impl McpServerConfig {
+    /// `command args…`, shared by a provider's runs, with the default bounds.
+    pub fn new(name: impl Into<String>, command: impl Into<PathBuf>, args: Vec<String>) -> Self {
+        McpServerConfig {
+            name: name.into(),
+            command: command.into(),
+            args,
+            env: Vec::new(),
+            inherit_env: Vec::new(),
+            cwd: None,
+            isolate: false,
+            initialize_timeout: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(60),
+            max_result_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// A connection to one MCP server, started at first use. Cloning shares it.
+#[derive(Clone)]
+pub struct McpServer {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer").field("name", &self.shared.config.name).finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    config: McpServerConfig,
+    cwd: Option<PathBuf>,
+    slot: tokio::sync::Mutex<Slot>,
+    /// The last `tools/list`, each tool as the model is shown it.
+    listed: RwLock<Arc<[Listed]>>,
+    /// Where the server's process is counted while it lives (the
+    /// runtime's `live()` once a run mounted it).
+    counters: Mutex<Arc<LiveCounters>>,
+}
+
+/// Where the connection stands.
+enum Phase {
+    /// Not started, or dead and waiting for its next call.
+    Down,
+    /// Initialized.
+    Up(Arc<Connection>),
+    /// Shut down for good.
+    Closed,
+}
+
+struct Slot {
+    phase: Phase,
+    /// Deaths (or failed starts) in a row: the next start waits for the backoff.
+    failures: u32,
+    restart_at: Option<Instant>,
+    generation: u64,
+}
+
+struct Connection {
+    generation: u64,
+    peer: Peer<RoleClient>,
+    service: Mutex<Option<RunningService<RoleClient, Listener>>>,
+    process: Mutex<Option<Spawned>>,
+}
+
+impl Connection {
+    fn alive(&self) -> bool {
+        !self.peer.is_transport_closed()
+    }
+
+    /// Closes the session (stdin EOF) and climbs the dispose ladder.
+    async fn close(&self) {
+        let service = self.service.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut service) = service {
+            let _ = service.close_with_timeout(CLOSE_EOF_GRACE).await;
+        }
+        let process = self.process.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(process) = process {
+            if process.dispose(tokio::time::sleep(CLOSE_EOF_GRACE), CLOSE_TERM_GRACE).await.is_err() {
+                tracing::error!("an MCP server's process group survived its dispose");
+            }
+        }
+    }
+}
+
+/// The client side's handler: a changed tool list is fetched again.
+struct Listener {
+    shared: Weak<Shared>,
+    generation: u64,
+}
+
+impl ClientHandler for Listener {
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        let (Some(shared), generation) = (self.shared.upgrade(), self.generation) else { return };
+        let peer = context.peer;
+        // Listing from inside the handler would wait on the loop that runs it.
+        tokio::spawn(async move {
+            let timeout = shared.config.initialize_timeout;
+            match tokio::time::timeout(timeout, peer.list_all_tools()).await {
+                Ok(Ok(tools)) => {
+                    if shared.slot.lock().await.generation == generation {
+                        shared.store(tools);
+                    }
+                }
+                Ok(Err(error)) => tracing::warn!(server = %shared.config.name, %error, "tools/list failed"),
+                Err(_) => tracing::warn!(server = %shared.config.name, "tools/list timed out"),
+            }
+        });
+    }
+}
+
+/// One listed tool, read once per `tools/list` (its spec is asked for at
+/// every model request).
+struct Listed {
+    /// The server's name for it.
+    remote: String,
+    spec: ToolSpec,
+    read_only: bool,
+}
+
+impl Shared {
+    fn store(&self, mut tools: Vec<RemoteTool>) {
+        if tools.len() > MAX_TOOLS {
+            tracing::warn!(server = %self.config.name, listed = tools.len(), "an MCP server lists too many tools; the first {MAX_TOOLS} are kept");
+            tools.truncate(MAX_TOOLS);
+        }
+        let mut listed = Vec::with_capacity(tools.len());
+        for remote in &tools {
+            let Some(spec) = self.spec_of(remote) else {
+                tracing::warn!(server = %self.config.name, tool = %remote.name, "an MCP tool's name does not fit a model's tool name, or its schema is over {MAX_SCHEMA} bytes; left out");
+                continue;
+            };
+            let read_only = remote.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false);
+            listed.push(Listed { remote: remote.name.to_string(), spec, read_only });
+        }
+        *self.listed.write().unwrap_or_else(|e| e.into_inner()) = listed.into();
+    }
+
+    fn listed(&self) -> Arc<[Listed]> {
+        self.listed.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn spec_of(&self, remote: &RemoteTool) -> Option<ToolSpec> {
+        let name = format!("{MCP_TOOL_PREFIX}{}__{}", self.config.name, remote.name);
+        let valid = name.len() <= MAX_NAME && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        let parameters = Value::Object((*remote.input_schema).clone());
+        if !valid || parameters.to_string().len() > MAX_SCHEMA {
+            return None;
+        }
+        let mut description = remote
+            .description
+            .as_deref()
+            .map_or_else(|| format!("Tool {:?} of the MCP server {:?}.", remote.name, self.config.name), str::to_owned);
+        if description.len() > MAX_DESCRIPTION {
+            let mut cut = MAX_DESCRIPTION;
+            while !description.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            description.truncate(cut);
+        }
+        Some(ToolSpec { name, description, parameters })
+    }
+}
+
+impl McpServer {
+    /// A server not yet started; its first use starts it.
+    pub fn new(config: McpServerConfig) -> Self {
+        McpServer::in_dir(config, None)
+    }
+
+    /// A server that runs in `cwd` unless its config names a directory.
+    pub(crate) fn in_dir(config: McpServerConfig, cwd: Option<PathBuf>) -> Self {
+        let slot = Slot { phase: Phase::Down, failures: 0, restart_at: None, generation: 0 };
+        let shared = Shared {
+            config,
+            cwd,
+            slot: tokio::sync::Mutex::new(slot),
+            listed: RwLock::new(Arc::from(Vec::new())),
+            counters: Mutex::default(),
+        };
+        McpServer { shared: Arc::new(shared) }
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &McpServerConfig {
+        &self.shared.config
+    }
+
+    /// Counts its process in `live` (a runtime's) from its next start on.
+    pub(crate) fn count_in(&self, live: &Arc<LiveCounters>) {
+        let mut counters = self.shared.counters.lock().unwrap_or_else(|e| e.into_inner());
+        if !Arc::ptr_eq(&counters, live) {
+            *counters = live.clone();
+        }
+    }
+
+    /// Its tools as the agent loop takes them, starting it if needed (a
+    /// server that cannot start is the error). A tool whose name does not
+    /// fit `mcp__SERVER__TOOL` in 64 letters, digits, `_` and `-`, or whose
+    /// schema is over 64 KiB of JSON, is left out (warned).
+    pub async fn tools(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
+        self.connection(Backoff::Wait).await?;
+        Ok(self.listed_tools())
+    }
+
+    /// Its tools for a run about to start: a server waiting out its
+    /// backoff is not waited for (nor one that just failed to start
+    /// retried), and what it listed last is mounted — a call starts it
+    /// again. Never listed and not starting: the error.
+    pub(crate) async fn tools_for_run(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
+        match self.connection(Backoff::Skip).await {
+            Ok(_) => Ok(self.listed_tools()),
+            Err(_) if !self.shared.listed().is_empty() => Ok(self.listed_tools()),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn listed_tools(&self) -> Vec<Arc<dyn Tool>> {
+        let listed = self.shared.listed();
+        let tool = |listed: &Listed| -> Arc<dyn Tool> {
+            let (remote, spec, read_only) = (listed.remote.clone(), listed.spec.clone(), listed.read_only);
+            Arc::new(McpTool { server: self.clone(), remote, spec, read_only })
+        };
+        listed.iter().map(tool).collect()
+    }
+
+    /// Closes the connection and reaps the process group; later calls fail.
+    pub async fn shutdown(&self) {
+        let previous = std::mem::replace(&mut self.shared.slot.lock().await.phase, Phase::Closed);
+        if let Phase::Up(connection) = previous {
+            connection.close().await;
+        }
+    }
+
+    /// The live connection: started (or restarted after its backoff) if needed.
+    async fn connection(&self, patience: Backoff) -> Result<Arc<Connection>, String> {
+        let name = &self.shared.config.name;
+        let mut slot = self.shared.slot.lock().await;
+        match &slot.phase {
+            Phase::Up(connection) if connection.alive() => return Ok(connection.clone()),
+            Phase::Closed => return Err(format!("the MCP server {name:?} is shut down")),
+            Phase::Up(_) => self.mark_dead(&mut slot),
+            Phase::Down => {}
+        }
+        match (slot.restart_at, patience) {
+            (Some(at), Backoff::Skip) if at > Instant::now() => {
+                return Err(format!("the MCP server {name:?} is waiting to be started again"));
+            }
+            (Some(at), _) => tokio::time::sleep_until(at).await,
+            (None, _) => {}
+        }
+        slot.generation += 1;
+        match self.start(slot.generation).await {
+            Ok(connection) => {
+                slot.phase = Phase::Up(connection.clone());
+                slot.restart_at = None;
+                Ok(connection)
+            }
+            Err(error) => {
+                slot.failures += 1;
+                slot.restart_at = Some(Instant::now() + backoff(slot.failures));
+                Err(format!("the MCP server {name:?} did not start: {error}"))
+            }
+        }
+    }
+
+    /// A connection found dead: its process is reaped in the background
+    /// and the next start waits for the backoff.
+    fn mark_dead(&self, slot: &mut Slot) {
+        if let Phase::Up(connection) = std::mem::replace(&mut slot.phase, Phase::Down) {
+            slot.failures += 1;
+            slot.restart_at = Some(Instant::now() + backoff(slot.failures));
+            tracing::warn!(server = %self.shared.config.name, "an MCP server died; it restarts at the next call");
+            tokio::spawn(async move { connection.close().await });
+        }
+    }
+
+    async fn start(&self, generation: u64) -> Result<Arc<Connection>, String> {
+        let config = &self.shared.config;
+        let cwd = match config.cwd.clone().or_else(|| self.shared.cwd.clone()) {
+            Some(cwd) => cwd,
+            None => std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?,
+        };
+        let env = ChildEnv { inherit: &config.inherit_env, explicit: &config.env };
+        let lease = ProcessLease::new(self.shared.counters.lock().unwrap_or_else(|e| e.into_inner()).clone());
+        let mut process = spawn(&config.command, &config.args, &cwd, env, lease)
+            .map_err(|e| format!("{}: {e}", config.command.display()))?;
+        let pipes = (process.stdout.take().expect("piped"), process.stdin.take().expect("piped"));
+        let listener = Listener { shared: Arc::downgrade(&self.shared), generation };
+        let started = tokio::time::timeout(config.initialize_timeout, async {
+            let service = listener.serve(pipes).await.map_err(|e| format!("initialize failed: {e}"))?;
+            let tools = service.peer().list_all_tools().await.map_err(|e| format!("tools/list failed: {e}"))?;
+            Ok::<_, String>((service, tools))
+        })
+        .await;
+        let (service, tools) = match started {
+            Ok(Ok(started)) => started,
+            Ok(Err(error)) => {
+                process.kill().await;
+                return Err(error);
+            }
+            Err(_) => {
+                process.kill().await;
+                return Err(format!("no answer to initialize within {:?}", config.initialize_timeout));
+            }
+        };
+        self.shared.store(tools);
+        let peer = service.peer().clone();
+        Ok(Arc::new(Connection {
+            generation,
+            peer,
+            service: Mutex::new(Some(service)),
+            process: Mutex::new(Some(process)),
+        }))
+    }
+
+    /// One `tools/call`; every failure is a tool error the model reads.
+    async fn call(&self, tool: &str, arguments: Value, cancel: &CancellationToken) -> ToolOutput {
+        let config = &self.shared.config;
+        let connection = tokio::select! {
+            connection = self.connection(Backoff::Wait) => connection,
+            () = cancel.cancelled() => return ToolOutput::error("cancelled"),
+        };
+        let connection = match connection {
+            Ok(connection) => connection,
+            Err(error) => return ToolOutput::error(error),
+        };
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        if let Value::Object(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        // Dropping the call (a cancel, the timeout) sends notifications/cancelled.
+        let answer = tokio::select! {
+            answer = connection.peer.call_tool(params) => answer,
+            () = cancel.cancelled() => return ToolOutput::error("cancelled"),
+            () = tokio::time::sleep(config.call_timeout) => {
+                return ToolOutput::error(format!(
+                    "the MCP server {:?} did not answer {tool:?} within {:?}", config.name, config.call_timeout
+                ));
+            }
+        };
+        match answer {
+            Ok(result) => {
+                let mut slot = self.shared.slot.lock().await;
+                if slot.generation == connection.generation {
+                    slot.failures = 0;
+                }
+                drop(slot);
+                render::render(&result, config.max_result_bytes)
+            }
+            Err(error) if !connection.alive() => {
+                let mut slot = self.shared.slot.lock().await;
+                if slot.generation == connection.generation {
+                    self.mark_dead(&mut slot);
+                }
+                tracing::debug!(server = %config.name, %error, "a call ended with its server");
+                ToolOutput::error(format!(
+                    "the MCP server {:?} exited during the call to {tool:?}; it is started again at the next call",
+                    config.name
+                ))
+            }
+            Err(error) => ToolOutput::error(format!("the MCP server {:?} refused {tool:?}: {error}", config.name)),
+        }
+    }
+}
+
+/// Whether a start waits out the backoff of a server that keeps dying.
+#[derive(Clone, Copy)]
+enum Backoff {
+    Wait,
+    Skip,
+}
+
+/// The wait before the next start after `failures` deaths in a row.
+fn backoff(failures: u32) -> Duration {
+    let doubled = 100u64.saturating_mul(1 << failures.saturating_sub(1).min(10));
+    Duration::from_millis(doubled.min(5_000))
+}
+
+/// One of a server's tools in an agent's tool set.
+struct McpTool {
+    server: McpServer,
+    /// The server's name for it.
+    remote: String,
+    /// The spec when mounted.
+    spec: ToolSpec,
+    read_only: bool,
+}
+
+impl Tool for McpTool {
+    fn spec(&self) -> ToolSpec {
+        let listed = self.server.shared.listed();
+        let current = listed.iter().find(|tool| tool.remote == self.remote);
+        current.map_or_else(|| self.spec.clone(), |tool| tool.spec.clone())
+    }
+
+    fn concurrent(&self) -> bool {
+        self.read_only
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn dynamic(&self) -> bool {
+        true
+    }
+
+    fn available(&self) -> bool {
+        self.server.shared.listed().iter().any(|tool| tool.remote == self.remote)
+    }
+
+    fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
+        Box::pin(async move { self.server.call(&self.remote, arguments, &context.cancel).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_a_tenth_of_a_second_to_five() {
+        let waits: Vec<u64> = (1..=8).map(|n| backoff(n).as_millis() as u64).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_listed_tool_that_a_model_cannot_take_is_left_out_and_a_long_description_is_cut() {
+        let server = McpServer::new(McpServerConfig::new("s", "unused", Vec::new()));
+        let object = |value: Value| match value {
+            Value::Object(object) => Arc::new(object),
+            _ => unreachable!(),
+        };
+        let schema = object(serde_json::json!({"type": "object"}));
+        let huge = object(serde_json::json!({"type": "object", "description": "x".repeat(MAX_SCHEMA)}));
+        server.shared.store(vec![
+            RemoteTool::new("ok", "é".repeat(MAX_DESCRIPTION), schema.clone()),
+            RemoteTool::new("has.dot", "", schema.clone()),
+            RemoteTool::new("n".repeat(60), "", schema),
+            RemoteTool::new("huge", "", huge),
+        ]);
+        let listed = server.shared.listed();
+        let names: Vec<&str> = listed.iter().map(|tool| tool.spec.name.as_str()).collect();
+        assert_eq!(names, ["mcp__s__ok"]);
+        assert!(listed[0].spec.description.len() <= MAX_DESCRIPTION);
+    }
+
+    #[test]
+    fn a_server_name_is_one_part_of_a_tool_name() {
+        assert!(crate::agent::valid_server_name("git-hub_2"));
+        assert!(!crate::agent::valid_server_name("a__b"));
+        assert!(!crate::agent::valid_server_name("") && !crate::agent::valid_server_name("a.b"));
+    }
+}

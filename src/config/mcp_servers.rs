@@ -1,0 +1,157 @@
+//! `[mcp_servers.NAME]`: the MCP servers in-process children mount, and
+//! each provider's `mcp_servers = ["NAME", …]` naming which.
+//!
+//! ```toml
+//! [mcp_servers.files]
+//! command = "mcp-files"
+//! args = ["--root", "${HOME}/notes"]
+//! env = { FILES_MODE = "read-only" }
+//! inherit_env = ["FILES_*"]
+//! isolate = false        # one connection shared by the provider's runs
+//! timeout = "30s"        # each tools/call
+//!
+//! [providers.cheap]
+//! kind = "spawn"
+//! mcp_servers = ["files"]
+//! ```
+//!
+//! Checked when the file is read: the command is a file or on `PATH`,
+//! `${VAR}` is set, durations have units, the name fits a tool name
+//! (`mcp__NAME__TOOL`), and every name a provider lists has a table.
+//! Streamable HTTP servers (`url`) are refused at their place: this build
+//! speaks to stdio servers only.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::build::{expand, find_command};
+use super::{parse_positive_duration, ConfigError, Source};
+
+/// One `[mcp_servers.NAME]` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct McpServerTable {
+    command: Option<Spanned<String>>,
+    args: Option<Vec<Spanned<String>>>,
+    env: Option<IndexMap<String, Spanned<String>>>,
+    inherit_env: Option<Vec<String>>,
+    cwd: Option<Spanned<String>>,
+    isolate: Option<bool>,
+    timeout: Option<Spanned<String>>,
+    initialize_timeout: Option<Spanned<String>>,
+    max_result_bytes: Option<Spanned<usize>>,
+    url: Option<Spanned<String>>,
+    headers: Option<Spanned<IndexMap<String, String>>>,
+}
+
+/// A server as resolved when the file was read.
+#[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(super) struct McpServerEntry {
+    pub(super) name: String,
+    pub(super) command: PathBuf,
+    pub(super) args: Vec<String>,
+    pub(super) env: Vec<(String, String)>,
+    pub(super) inherit_env: Vec<String>,
+    pub(super) cwd: Option<PathBuf>,
+    pub(super) isolate: bool,
+    pub(super) timeout: Option<Duration>,
+    pub(super) initialize_timeout: Option<Duration>,
+    pub(super) max_result_bytes: Option<usize>,
+}
+
+/// Checks and resolves every table, each error at its place.
+pub(super) fn resolve(
+    source: &Source<'_>,
+    tables: IndexMap<String, Spanned<McpServerTable>>,
+) -> Result<Vec<McpServerEntry>, ConfigError> {
+    let mut servers = Vec::with_capacity(tables.len());
+    for (name, table) in tables {
+        let span = table.span();
+        let table = table.into_inner();
+        if !crate::agent::valid_server_name(&name) {
+            let message = format!(
+                "MCP server name {name:?} must be letters, digits, `_` and `-` without `__` (it is part of tool names)"
+            );
+            return Err(source.error(Some(span), message));
+        }
+        if let Some(place) = table.url.as_ref().map(Spanned::span).or(table.headers.as_ref().map(Spanned::span)) {
+            return Err(
+                source.error(Some(place), "streamable HTTP MCP servers (`url`) are not supported: give a `command`")
+            );
+        }
+        let Some(command) = &table.command else {
+            return Err(source.error(Some(span), format!("MCP server {name:?} needs a `command`")));
+        };
+        let text = expand(source, command.get_ref(), command.span())?;
+        let command_path = find_command(&text).ok_or_else(|| {
+            source.error(Some(command.span()), format!("command {text:?} is not a file and not on PATH"))
+        })?;
+        let mut args = Vec::new();
+        for arg in table.args.iter().flatten() {
+            args.push(expand(source, arg.get_ref(), arg.span())?);
+        }
+        let mut env = Vec::new();
+        for (key, value) in table.env.iter().flatten() {
+            env.push((key.clone(), expand(source, value.get_ref(), value.span())?));
+        }
+        let cwd = match &table.cwd {
+            Some(cwd) => Some(PathBuf::from(expand(source, cwd.get_ref(), cwd.span())?)),
+            None => None,
+        };
+        let duration = |key: &str, value: &Option<Spanned<String>>| -> Result<Option<Duration>, ConfigError> {
+            let Some(value) = value else { return Ok(None) };
+            parse_positive_duration(value.get_ref())
+                .map(Some)
+                .map_err(|e| source.error(Some(value.span()), format!("`{key}`: {e}")))
+        };
+        let max_result_bytes = match &table.max_result_bytes {
+            Some(bytes) if *bytes.get_ref() == 0 => {
+                return Err(source.error(Some(bytes.span()), "`max_result_bytes` must be at least 1"))
+            }
+            bytes => bytes.as_ref().map(|bytes| *bytes.get_ref()),
+        };
+        servers.push(McpServerEntry {
+            command: command_path,
+            args,
+            env,
+            inherit_env: table.inherit_env.unwrap_or_default(),
+            cwd,
+            isolate: table.isolate.unwrap_or(false),
+            timeout: duration("timeout", &table.timeout)?,
+            initialize_timeout: duration("initialize_timeout", &table.initialize_timeout)?,
+            max_result_bytes,
+            name,
+        });
+    }
+    Ok(servers)
+}
+
+/// The names a provider lists, each checked against the tables.
+pub(super) fn check_listed(
+    source: &Source<'_>,
+    provider: &str,
+    listed: Option<&Spanned<Vec<Spanned<String>>>>,
+    servers: &[McpServerEntry],
+) -> Result<Vec<String>, ConfigError> {
+    let mut names = Vec::new();
+    for name in listed.map(Spanned::get_ref).into_iter().flatten() {
+        if !servers.iter().any(|server| server.name == *name.get_ref()) {
+            let message = format!(
+                "provider {provider:?} mounts MCP server {:?}, which no [mcp_servers] table defines",
+                name.get_ref()
+            );
+            return Err(source.error(Some(name.span()), message));
+        }
+        if names.contains(name.get_ref()) {
+            let message = format!("provider {provider:?} lists MCP server {:?} twice", name.get_ref());
+            return Err(source.error(Some(name.span()), message));
+        }
+        names.push(name.get_ref().clone());
+    }
+    Ok(names)
+}

@@ -1,0 +1,91 @@
+//! The MCP servers an in-process provider's children mount (feature
+//! `mcp`): a shared server is one connection for all the provider's runs,
+//! started by the first run and closed at the provider's shutdown; a
+//! per-run server (`isolate`) is started for its run in the child's
+//! working directory and closed at the run's dispose.
+//!
+//! A server that cannot start does not fail the run: the child starts
+//! without its tools (a warning says which server and why), or with the
+//! tools it listed last when it ran before (a call starts it again), so
+//! one broken server never takes every delegation down with it; a launch
+//! never waits out a dying server's backoff.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{McpServer, McpServerConfig, Toolset};
+use crate::live::LiveCounters;
+use crate::seam::LaunchError;
+
+/// What a provider's children mount.
+#[derive(Debug, Default)]
+pub(super) struct McpMounts {
+    shared: Vec<McpServer>,
+    per_run: Vec<McpServerConfig>,
+}
+
+impl McpMounts {
+    pub(super) fn new(servers: Vec<McpServerConfig>) -> Self {
+        let (per_run, shared): (Vec<_>, Vec<_>) = servers.into_iter().partition(|server| server.isolate);
+        McpMounts { shared: shared.into_iter().map(McpServer::new).collect(), per_run }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.shared.is_empty() && self.per_run.is_empty()
+    }
+
+    /// Every server, shared ones as they stand, per-run ones not started.
+    pub(super) fn servers(&self) -> Vec<McpServer> {
+        let per_run = self.per_run.iter().cloned().map(McpServer::new);
+        self.shared.iter().cloned().chain(per_run).collect()
+    }
+
+    /// Adds each server's tools to `toolset`, starting what is not yet
+    /// running (its process counted in `live`, the runtime's); the per-run
+    /// servers it started, which the run owns.
+    pub(super) async fn mount(
+        &self,
+        toolset: &mut Toolset,
+        cwd: &Path,
+        live: &Arc<LiveCounters>,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<McpServer>, LaunchError> {
+        let owned: Vec<McpServer> =
+            self.per_run.iter().map(|config| McpServer::in_dir(config.clone(), Some(cwd.to_path_buf()))).collect();
+        for server in self.shared.iter().chain(&owned) {
+            server.count_in(live);
+            let tools = tokio::select! {
+                tools = server.tools_for_run() => tools,
+                () = cancel.cancelled() => {
+                    close_all(&owned).await;
+                    return Err(LaunchError::Aborted);
+                }
+            };
+            let tools = match tools {
+                Ok(tools) => tools,
+                Err(error) => {
+                    tracing::warn!(server = %server.config().name, %error, "a child starts without an MCP server's tools");
+                    continue;
+                }
+            };
+            for tool in tools {
+                if let Err(error) = toolset.add_shared(tool) {
+                    tracing::warn!(server = %server.config().name, %error, "an MCP tool was not mounted");
+                }
+            }
+        }
+        Ok(owned)
+    }
+
+    /// Closes the shared servers (the provider stops).
+    pub(super) async fn shutdown(&self) {
+        close_all(&self.shared).await;
+    }
+}
+
+/// Closes `servers` together, each reaped with its process group.
+pub(super) async fn close_all(servers: &[McpServer]) {
+    futures_util::future::join_all(servers.iter().map(McpServer::shutdown)).await;
+}

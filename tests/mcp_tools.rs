@@ -1,0 +1,332 @@
+//! Children using MCP servers' tools: a stand-in server written here on
+//! rmcp's server side (this binary re-executed, see `mcp_tools/stand_in.rs`)
+//! mounted by in-process providers, through the config and the library.
+
+mod common;
+#[path = "mcp_tools/stand_in.rs"]
+mod stand_in;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Within, WAIT_LIMIT};
+use subagents::agent::{McpServer, McpServerConfig, Model, ScriptedModel};
+use subagents::config::{Config, Configured};
+use subagents::providers::InProcessProvider;
+use subagents::tool::TaskService;
+use subagents::{CancellationToken, Parent, RunResult, Runtime, StartRequest, StopReason};
+use tempfile::TempDir;
+
+/// A runtime, the directory the stand-in servers report in, and a cwd.
+struct Fixture {
+    runtime: Runtime,
+    reports: TempDir,
+    _home: TempDir,
+    cwd: TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let home = tempfile::tempdir().unwrap();
+        let runtime = common::runtime_at(home.path());
+        Fixture { runtime, reports: tempfile::tempdir().unwrap(), _home: home, cwd: tempfile::tempdir().unwrap() }
+    }
+
+    fn server(&self, isolate: bool) -> McpServerConfig {
+        let exe = std::env::current_exe().unwrap();
+        let mut config = McpServerConfig::new("t", exe, Vec::new());
+        config.env = vec![(stand_in::DIR_VARIABLE.to_owned(), self.reports.path().display().to_string())];
+        config.isolate = isolate;
+        config
+    }
+
+    /// `spawn` on the demo model, its children mounting `servers`.
+    fn register(&self, servers: Vec<McpServerConfig>) {
+        let model: Arc<dyn Model> = Arc::new(ScriptedModel::demo());
+        let provider = InProcessProvider::spawn("spawn", model).with_mcp_servers(servers);
+        self.runtime.subagents().register_provider(provider).unwrap().keep();
+    }
+
+    fn request(&self, task: &str) -> StartRequest {
+        StartRequest::new(task, Parent::root(self.cwd.path()), CancellationToken::new())
+    }
+
+    fn run(&self, task: &str) -> RunResult {
+        common::lifecycle(&self.runtime, &self.runtime.subagents(), "spawn", self.request(task))
+    }
+
+    /// The pids of every stand-in server started so far.
+    fn pids(&self) -> Vec<u32> {
+        reported(self.reports.path(), "pid-")
+    }
+
+    fn shut_down(self) -> Vec<u32> {
+        let pids = self.pids();
+        self.runtime.shutdown_blocking();
+        pids
+    }
+}
+
+fn reported(dir: &Path, prefix: &str) -> Vec<u32> {
+    let mut pids: Vec<u32> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.strip_prefix(prefix)?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Whether `pid` runs (a zombie does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rfind(')').is_some_and(|i| !stat[i + 1..].trim_start().starts_with('Z')))
+}
+
+fn assert_gone(pids: &[u32]) {
+    let survivors: Vec<&u32> = pids.iter().filter(|pid| alive(**pid)).collect();
+    assert!(survivors.is_empty(), "MCP servers survived: {survivors:?}");
+}
+
+/// Waits (bounded) until `condition` holds.
+fn wait_for(runtime: &Runtime, what: &str, condition: impl Fn() -> bool + Send + 'static) {
+    runtime.within(WAIT_LIMIT, what, async move {
+        while !condition() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+}
+
+#[test]
+fn a_child_mounted_through_the_config_calls_a_tool_and_reads_results_errors_and_structured_content() {
+    let fixture = Fixture::new();
+    let file = fixture.reports.path().join("subagents.toml");
+    let text = format!(
+        "[mcp_servers.t]\ncommand = {:?}\nenv = {{ {} = {:?} }}\ntimeout = \"60s\"\n\n\
+         [providers.spawn]\nkind = \"spawn\"\nmcp_servers = [\"t\"]\n",
+        std::env::current_exe().unwrap().display().to_string(),
+        stand_in::DIR_VARIABLE,
+        fixture.reports.path().display().to_string(),
+    );
+    std::fs::write(&file, text).unwrap();
+    let config = Config::read(&file).unwrap();
+    assert_eq!(config.provider("spawn").unwrap().mcp_servers(), ["t"]);
+    let configured = Configured::new(config, None).unwrap();
+    let model = Arc::new(ScriptedModel::demo());
+    let home = fixture._home.path();
+    configured.register_blocking(&fixture.runtime.subagents(), &TaskService::new(), home, model).unwrap();
+    assert!(fixture.pids().is_empty(), "a server starts at its first use, not when registered");
+    let task = r#"[tool:mcp__t__echo {"text": "hi"}] [tool:mcp__t__fail] [tool:mcp__t__structured {"n": 21}]"#;
+    let result = fixture.run(task);
+    assert_eq!(result.stop_reason, StopReason::Completed);
+    let text = result.text();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[..2], ["mcp__t__echo: echo: hi", "mcp__t__fail error: it failed on purpose"], "{text}");
+    let structured = lines[2].strip_prefix("mcp__t__structured: ").expect("the structured result");
+    let structured: serde_json::Value = serde_json::from_str(structured).unwrap();
+    assert_eq!(structured, serde_json::json!({"n": 21, "doubled": 42}), "structuredContent as its JSON");
+    assert_eq!(fixture.pids().len(), 1, "one server for the provider");
+    let pids = fixture.shut_down();
+    assert_gone(&pids);
+}
+
+#[test]
+fn a_server_killed_mid_call_is_a_tool_error_the_run_survives_and_the_next_call_restarts_it() {
+    let fixture = Fixture::new();
+    fixture.register(vec![fixture.server(false)]);
+    let subagents = fixture.runtime.subagents();
+    let request = fixture.request(r#"[tool:mcp__t__sleep {"ms": 60000}]"#);
+    let reports = fixture.reports.path().to_path_buf();
+    let result = fixture.runtime.within(WAIT_LIMIT, "a run whose server is killed", async move {
+        let run = subagents.start("spawn", request).await.unwrap();
+        while reported(&reports, "sleeping-").is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let pid = reported(&reports, "pid-")[0];
+        std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+        let result = run.result().await.unwrap();
+        run.dispose().await.unwrap();
+        result
+    });
+    assert_eq!(result.stop_reason, StopReason::Completed, "the run goes on: {:?}", result.text());
+    assert!(
+        result.text().starts_with("mcp__t__sleep error: the MCP server \"t\" exited during the call"),
+        "{}",
+        result.text()
+    );
+    let again = fixture.run(r#"[tool:mcp__t__echo {"text": "back"}]"#);
+    assert_eq!(again.text(), "mcp__t__echo: echo: back");
+    assert_eq!(fixture.pids().len(), 2, "started again");
+    let pids = fixture.shut_down();
+    assert_gone(&pids);
+}
+
+#[test]
+fn cancelling_a_run_sends_the_server_notifications_cancelled_for_its_call() {
+    let fixture = Fixture::new();
+    fixture.register(vec![fixture.server(false)]);
+    let subagents = fixture.runtime.subagents();
+    let request = fixture.request(r#"[tool:mcp__t__sleep {"ms": 60000}]"#);
+    let reports = fixture.reports.path().to_path_buf();
+    let result = fixture.runtime.within(WAIT_LIMIT, "a cancelled run", async move {
+        let run = subagents.start("spawn", request).await.unwrap();
+        while reported(&reports, "sleeping-").is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        run.cancel();
+        let result = run.result().await.unwrap();
+        run.dispose().await.unwrap();
+        result
+    });
+    assert_eq!(result.stop_reason, StopReason::Aborted);
+    let reports = fixture.reports.path().to_path_buf();
+    wait_for(&fixture.runtime, "the server to see the cancel", move || !reported(&reports, "cancelled-").is_empty());
+    let pids = fixture.shut_down();
+    assert_gone(&pids);
+}
+
+fn fixture_request(task: &str) -> StartRequest {
+    StartRequest::new(task, Parent::root("/tmp"), CancellationToken::new())
+}
+
+#[test]
+fn a_call_past_its_timeout_is_a_tool_error_and_the_server_is_told_to_stop() {
+    let fixture = Fixture::new();
+    let mut server = fixture.server(false);
+    server.call_timeout = Duration::from_millis(300);
+    fixture.register(vec![server]);
+    let result = fixture.run(r#"[tool:mcp__t__sleep {"ms": 60000}]"#);
+    assert_eq!(result.stop_reason, StopReason::Completed);
+    assert_eq!(result.text(), "mcp__t__sleep error: the MCP server \"t\" did not answer \"sleep\" within 300ms");
+    let reports = fixture.reports.path().to_path_buf();
+    wait_for(&fixture.runtime, "the server to see the cancel", move || !reported(&reports, "cancelled-").is_empty());
+    let pids = fixture.shut_down();
+    assert_gone(&pids);
+}
+
+#[test]
+fn a_changed_tool_list_is_fetched_again_and_later_runs_mount_the_new_tool() {
+    let fixture = Fixture::new();
+    let server = McpServer::new(fixture.server(false));
+    let names = |server: McpServer| async move {
+        let tools = server.tools().await.unwrap();
+        tools.iter().map(|tool| tool.spec().name).collect::<Vec<_>>()
+    };
+    let before = fixture.runtime.within(WAIT_LIMIT, "the first list", names(server.clone()));
+    assert!(!before.contains(&"mcp__t__added".to_owned()), "{before:?}");
+    fixture.register(vec![fixture.server(false)]);
+    let changed = fixture.run("[tool:mcp__t__change_tools]");
+    assert_eq!(changed.text(), "mcp__t__change_tools: changed");
+    // The refetch follows the notification: a run soon after mounts `added`.
+    let subagents = fixture.runtime.subagents();
+    let request = move || fixture_request("[tool:mcp__t__added]");
+    let after = fixture.runtime.within(WAIT_LIMIT, "a run that mounts the added tool", async move {
+        loop {
+            let run = subagents.start("spawn", request()).await.unwrap();
+            let result = run.result().await.unwrap();
+            run.dispose().await.unwrap();
+            if !result.text().contains("no tool named") {
+                return result;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    assert_eq!(after.text(), "mcp__t__added: the added tool answers");
+    fixture.runtime.within(WAIT_LIMIT, "the direct server to close", async move { server.shutdown().await });
+    let pids = fixture.shut_down();
+    assert_gone(&pids);
+}
+
+#[test]
+fn fifty_concurrent_calls_from_ten_children_share_one_server_and_all_answer() {
+    let fixture = Fixture::new();
+    fixture.register(vec![fixture.server(false)]);
+    let subagents = fixture.runtime.subagents();
+    let parent = Parent::root(fixture.cwd.path());
+    let answers = fixture.runtime.within(WAIT_LIMIT, "ten children of five calls each", async move {
+        let runs = (0..10).map(|child| {
+            let (subagents, parent) = (subagents.clone(), parent.clone());
+            async move {
+                let task: String =
+                    (0..5).map(|call| format!(r#"[tool:mcp__t__echo {{"text": "{child}-{call}"}}] "#)).collect();
+                let run = subagents.start("spawn", StartRequest::new(task, parent, CancellationToken::new())).await;
+                let run = run.unwrap();
+                let result = run.result().await.unwrap();
+                run.dispose().await.unwrap();
+                result.text()
+            }
+        });
+        futures_util::future::join_all(runs).await
+    });
+    for (child, answer) in answers.iter().enumerate() {
+        let expected: Vec<String> = (0..5).map(|call| format!("mcp__t__echo: echo: {child}-{call}")).collect();
+        assert_eq!(answer, &expected.join("\n"));
+    }
+    assert_eq!(fixture.pids().len(), 1, "one shared server");
+    assert_eq!(fixture.runtime.live().processes, 1, "the shared server is a live child until shutdown");
+    let pids = fixture.shut_down();
+    assert_gone(&pids);
+}
+
+#[test]
+fn an_isolated_server_is_started_per_run_and_reaped_at_its_dispose() {
+    let fixture = Fixture::new();
+    fixture.register(vec![fixture.server(true)]);
+    for n in 0..3 {
+        let result = fixture.run(&format!(r#"[tool:mcp__t__echo {{"text": "{n}"}}]"#));
+        assert_eq!(result.text(), format!("mcp__t__echo: echo: {n}"));
+    }
+    let pids = fixture.pids();
+    assert_eq!(pids.len(), 3, "one server per run");
+    assert_gone(&pids);
+    common::no_children_left(&fixture.runtime);
+    fixture.shut_down();
+}
+
+#[test]
+fn a_child_delegates_through_subagents_mcp_mounted_as_a_server() {
+    let fixture = Fixture::new();
+    let inner = fixture.reports.path().join("inner");
+    let mut server = McpServerConfig::new(
+        "self",
+        env!("CARGO_BIN_EXE_subagents"),
+        vec!["mcp".to_owned(), "--home".to_owned(), inner.display().to_string()],
+    );
+    server.call_timeout = Duration::from_secs(60);
+    fixture.register(vec![server]);
+    let task = r#"[tool:mcp__self__subagent {"description": "greet", "prompt": "say hello"}]"#;
+    let result = fixture.run(task);
+    let (name, structured) = result.text().split_once(": ").map(|(n, s)| (n.to_owned(), s.to_owned())).unwrap();
+    assert_eq!(name, "mcp__self__subagent");
+    let structured: serde_json::Value = serde_json::from_str(&structured).unwrap();
+    assert_eq!(structured["output"], "handled: say hello", "{structured}");
+    fixture.shut_down();
+    common::no_process_mentions(&inner);
+}
+
+#[test]
+fn a_server_that_cannot_start_leaves_the_child_without_its_tools_and_the_run_completes() {
+    let fixture = Fixture::new();
+    fixture.register(vec![McpServerConfig::new("broken", "false", Vec::new()), fixture.server(false)]);
+    let result = fixture.run(r#"[tool:mcp__broken__anything] [tool:mcp__t__echo {"text": "still here"}]"#);
+    assert_eq!(result.stop_reason, StopReason::Completed);
+    let text = result.text();
+    assert!(text.starts_with("mcp__broken__anything error: no tool named"), "{text}");
+    assert!(text.ends_with("mcp__t__echo: echo: still here"), "the other server's tools are mounted: {text}");
+    let pids = fixture.shut_down();
+    assert_gone(&pids);
+}
+
+#[test]
+fn a_provider_naming_an_undefined_server_is_refused_at_its_place() {
+    let text =
+        "[mcp_servers.files]\ncommand = \"sh\"\n\n[providers.spawn]\nkind = \"spawn\"\nmcp_servers = [\"git\"]\n";
+    let error = Config::parse(text, "f.toml").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "f.toml:6:16: provider \"spawn\" mounts MCP server \"git\", which no [mcp_servers] table defines"
+    );
+    let http = "[mcp_servers.web]\nurl = \"http://127.0.0.1:1/mcp\"\n";
+    assert!(Config::parse(http, "f.toml").unwrap_err().to_string().starts_with("f.toml:2:7: streamable HTTP"));
+}
