@@ -421,19 +421,19 @@ impl Batch {
     async fn run_one(&self, line: usize, task: Box<Task>, id: String, hash: u64) -> Option<Settled> {
         let timeout = task.timeout.or(self.durable.timeout);
         let mut attempt = 1;
-        let (mut record, settled, detail) = loop {
-            let (record, settled, detail) = self.attempt(line, (*task).clone(), timeout).await?;
-            if attempt > self.durable.retry || !transient(&record) || self.batch.is_cancelled() {
-                break (record, settled, detail);
-            }
+        let mut last = self.attempt(line, (*task).clone(), timeout).await?;
+        while attempt <= self.durable.retry && transient(&last.0) && !self.batch.is_cancelled() {
             let wait = retry_wait(attempt);
-            say!("subagents: line {line}: attempt {attempt} failed ({}); again in {wait:.1?}", settled.outcome);
+            say!("subagents: line {line}: attempt {attempt} failed ({}); again in {wait:.1?}", last.1.outcome);
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
-                () = self.batch.cancelled() => break (record, settled, detail),
+                () = self.batch.cancelled() => break,
             }
-            attempt += 1;
-        };
+            // A batch cancelled before the next attempt began keeps the last.
+            let Some(next) = self.attempt(line, (*task).clone(), timeout).await else { break };
+            (last, attempt) = (next, attempt + 1);
+        }
+        let (mut record, settled, detail) = last;
         record["id"] = json!(id);
         record["task_hash"] = json!(hash_text(hash));
         if attempt > 1 {
