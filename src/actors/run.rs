@@ -24,6 +24,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
+use std::time::Instant;
 
 use actix::prelude::*;
 use futures_util::future::LocalBoxFuture;
@@ -161,6 +162,8 @@ pub(crate) struct RunActor {
     admission: Option<Box<Admission>>,
     /// The structured result the child captured, if any.
     structured: Option<serde_json::Value>,
+    /// When the actor was created: the lifecycle lines' duration.
+    began: Instant,
 }
 
 impl RunActor {
@@ -194,6 +197,7 @@ impl RunActor {
             leases: Some(leases),
             admission: spawn.admission,
             structured: None,
+            began: Instant::now(),
         }
     }
 
@@ -227,6 +231,7 @@ impl RunActor {
             return self.release_child(ctx);
         }
         self.child_id = child.id();
+        tracing::debug!(parent: &self.span, child = %self.child_id, "run started");
         let local_agent = child.local_agent();
         if let Some(agent) = &local_agent {
             // Before the child runs: it may delegate at once.
@@ -284,6 +289,7 @@ impl RunActor {
 
     /// The start fails: stop now; `Drop` replies once everything is released.
     fn reject(&mut self, error: SubagentError, ctx: &mut Context<Self>) {
+        tracing::debug!(parent: &self.span, %error, duration = ?self.began.elapsed(), "run refused");
         self.start_failure = Some(error);
         self.state = RunState::Disposed;
         ctx.stop();
@@ -351,7 +357,16 @@ impl RunActor {
         if result.stop_reason == StopReason::Completed && result.structured.is_none() {
             result.structured = self.structured.take();
         }
+        if self.shared.settled().is_none() {
+            self.log_end(result.stop_reason);
+        }
         self.shared.settle(Ok(result), &self.child_id);
+    }
+
+    /// The run's end line (`RUST_LOG=subagents=debug`), once, as it settles.
+    fn log_end(&self, stop_reason: StopReason) {
+        let duration = self.began.elapsed();
+        tracing::debug!(parent: &self.span, child = %self.child_id, stop_reason = stop_reason.as_str(), ?duration, "run ended");
     }
 
     fn begin_dispose(&mut self, ctx: &mut Context<Self>) {
@@ -474,6 +489,9 @@ impl Drop for RunActor {
             let error = self.start_failure.take().unwrap_or(SubagentError::RuntimeStopped);
             let _ = publish.send(Err(error));
         } else {
+            if self.shared.settled().is_none() {
+                self.log_end(StopReason::Error);
+            }
             self.shared.settle(Err(SubagentError::RuntimeStopped), &self.child_id);
         }
         self.shared.set_quiescent(std::mem::replace(&mut self.dispose_outcome, Ok(())));
