@@ -44,6 +44,7 @@ use crate::seam::{
     Admission, CaptureError, Category, Child, Diagnostic, Failure, Launch, LaunchError, LocalAgent, RunResult, Stage,
     StopReason, SubagentError,
 };
+use crate::telemetry;
 
 /// A provider future the actor can drop on the spot, wherever it was
 /// spawned: `ctx.cancel_future` and `ctx.stop()` drop spawned futures only
@@ -177,8 +178,22 @@ impl RunActor {
             provider = spawn.shared.provider(),
             parent = spawn.shared.parent_session.as_deref(),
             depth = spawn.launch.request.child_depth(),
-            label = spawn.launch.request.label.as_deref(),
+            label = tracing::field::Empty,
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = tracing::field::Empty,
+            gen_ai.agent.name = tracing::field::Empty,
+            gen_ai.agent.id = tracing::field::Empty,
+            gen_ai.conversation.id = tracing::field::Empty,
+            error.type = tracing::field::Empty,
         );
+        // A label may be the model's words: never on a span that is exported.
+        if let Some(label) = spawn.launch.request.label.as_deref().filter(|_| !telemetry::records_gen_ai()) {
+            span.record("label", label);
+        }
+        let provider = &spawn.shared.entry.provider;
+        telemetry::invoke_agent(&span, provider.name(), spawn.shared.run_id, provider.runs_out_of_process());
         RunActor {
             state: RunState::Starting,
             span,
@@ -234,6 +249,7 @@ impl RunActor {
         tracing::debug!(parent: &self.span, child = %self.child_id, "run started");
         let local_agent = child.local_agent();
         if let Some(agent) = &local_agent {
+            telemetry::conversation(&self.span, agent.session_id());
             // Before the child runs: it may delegate at once.
             self.shared.set_family(self.core.open_family(agent.session_id()));
         }
@@ -290,6 +306,7 @@ impl RunActor {
     /// The start fails: stop now; `Drop` replies once everything is released.
     fn reject(&mut self, error: SubagentError, ctx: &mut Context<Self>) {
         tracing::debug!(parent: &self.span, %error, duration = ?self.began.elapsed(), "run refused");
+        telemetry::run_failed(&self.span, error.code());
         self.start_failure = Some(error);
         self.state = RunState::Disposed;
         ctx.stop();
@@ -359,6 +376,7 @@ impl RunActor {
         }
         if self.shared.settled().is_none() {
             self.log_end(result.stop_reason);
+            telemetry::run_ended(&self.span, &result);
         }
         self.shared.settle(Ok(result), &self.child_id);
     }
@@ -491,6 +509,7 @@ impl Drop for RunActor {
         } else {
             if self.shared.settled().is_none() {
                 self.log_end(StopReason::Error);
+                telemetry::run_failed(&self.span, SubagentError::RuntimeStopped.code());
             }
             self.shared.settle(Err(SubagentError::RuntimeStopped), &self.child_id);
         }
