@@ -15,7 +15,8 @@
 //! installs an exporter calls: a log on stderr keeps its short span lines,
 //! and a process that exports nothing pays one relaxed load per span.
 //! Message content (prompts, replies, tool arguments and results) is never
-//! recorded on these spans.
+//! recorded on these spans, and while they are filled a run's `label`
+//! (which a model may have written) is left off its span.
 //!
 //! ```
 //! subagents::telemetry::record_gen_ai(true);
