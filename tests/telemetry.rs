@@ -154,12 +154,11 @@ fn collector(limit: usize) -> (String, Arc<Mutex<Vec<(String, Vec<u8>)>>>) {
     (url, received)
 }
 
-#[test]
-fn fanout_with_otlp_posts_the_spawn_tree_to_the_collector() {
+/// Runs the binary with `args` and `--otlp` to a stand-in collector; every
+/// body it posted, joined.
+fn exported(args: &[&str]) -> Vec<u8> {
     let (url, received) = collector(64);
     let home = tempfile::tempdir().unwrap();
-    let tasks = home.path().join("tasks.jsonl");
-    std::fs::write(&tasks, "{\"prompt\": \"review the parser; check the docs\"}\n").unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
     command
         .env_remove("SUBAGENTS_HOME")
@@ -167,29 +166,46 @@ fn fanout_with_otlp_posts_the_spawn_tree_to_the_collector() {
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .env("OTEL_SERVICE_NAME", "otlp-test-service")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .arg("fanout")
-        .arg(&tasks)
+        .current_dir(home.path())
+        .args(args)
         .arg("--home")
         .arg(home.path())
         .arg("--otlp")
         .arg(&url);
-    let output = common::output_within(&mut command, common::WAIT_LIMIT, "fanout --otlp");
+    let output = common::output_within(&mut command, common::WAIT_LIMIT, "subagents --otlp");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("OTLP"), "the export went through: {stderr}");
     let received = received.lock().unwrap();
-    assert!(!received.is_empty(), "the exporter posted to the collector before exit: {stderr}");
-    let bodies: Vec<u8> = received.iter().flat_map(|(_, body)| body.clone()).collect();
-    assert!(
-        received.iter().all(|(path, _)| path == "/v1/traces"),
-        "{:?}",
-        received.iter().map(|r| &r.0).collect::<Vec<_>>()
-    );
-    // Protobuf keeps strings as they are: the names are in the bytes.
-    let contains = |needle: &str| bodies.windows(needle.len()).filter(|w| *w == needle.as_bytes()).count();
-    assert_eq!(contains("invoke_agent spawn"), 3, "the task's run and its two children");
-    assert_eq!(contains("execute_tool subagent"), 2);
-    assert!(contains("chat ") >= 4);
-    assert!(contains("otlp-test-service") >= 1, "the service is OTEL_SERVICE_NAME");
-    assert_eq!(contains("review the parser"), 0, "no message content is exported");
+    assert!(!received.is_empty(), "the exporter posted to the collector before exit");
+    let paths: Vec<&str> = received.iter().map(|(path, _)| path.as_str()).collect();
+    assert!(paths.iter().all(|path| *path == "/v1/traces"), "{paths:?}");
+    received.iter().flat_map(|(_, body)| body.clone()).collect()
+}
+
+/// How often `needle` occurs in `bytes`: protobuf keeps strings as they are.
+fn occurrences(bytes: &[u8], needle: &str) -> usize {
+    bytes.windows(needle.len()).filter(|window| *window == needle.as_bytes()).count()
+}
+
+#[test]
+fn fanout_with_otlp_posts_the_spawn_tree_to_the_collector() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, "{\"prompt\": \"review the parser; check the docs\"}\n").unwrap();
+    let bodies = exported(&["fanout", tasks.to_str().unwrap()]);
+    assert_eq!(occurrences(&bodies, "invoke_agent spawn"), 3, "the task's run and its two children");
+    assert_eq!(occurrences(&bodies, "execute_tool subagent"), 2);
+    assert!(occurrences(&bodies, "chat ") >= 4);
+    assert!(occurrences(&bodies, "otlp-test-service") >= 1, "the service is OTEL_SERVICE_NAME");
+    assert_eq!(occurrences(&bodies, "review the parser"), 0, "no message content is exported");
+}
+
+#[test]
+fn run_with_otlp_roots_its_runs_under_the_parent_agent() {
+    let bodies = exported(&["run", "review the parser; check the docs"]);
+    assert_eq!(occurrences(&bodies, "invoke_agent parent"), 1);
+    assert_eq!(occurrences(&bodies, "invoke_agent spawn"), 2);
+    assert_eq!(occurrences(&bodies, "execute_tool subagent"), 2);
+    assert_eq!(occurrences(&bodies, "check the docs"), 0, "no message content is exported");
 }
