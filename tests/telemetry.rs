@@ -113,9 +113,12 @@ fn a_delegating_spawn_run_exports_a_tree_of_invoke_agent_chat_and_execute_tool_s
     }
 }
 
+/// Each request a collector received: its path and body.
+type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 /// A stand-in OTLP/HTTP collector: answers every POST with 200 and keeps
 /// each request's path and body. Bounded: it stops after `limit` requests.
-fn collector(limit: usize) -> (String, Arc<Mutex<Vec<(String, Vec<u8>)>>>) {
+fn collector(limit: usize) -> (String, Received) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let received = Arc::new(Mutex::new(Vec::new()));
