@@ -25,6 +25,7 @@ pub mod seam;
 #[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp", feature = "process", feature = "remote"))]
 pub mod serve;
 mod sync;
+pub mod telemetry;
 #[cfg(feature = "agent")]
 pub mod tool;
 

@@ -24,6 +24,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
+use std::time::Instant;
 
 use actix::prelude::*;
 use futures_util::future::LocalBoxFuture;
@@ -43,6 +44,7 @@ use crate::seam::{
     Admission, CaptureError, Category, Child, Diagnostic, Failure, Launch, LaunchError, LocalAgent, RunResult, Stage,
     StopReason, SubagentError,
 };
+use crate::telemetry;
 
 /// A provider future the actor can drop on the spot, wherever it was
 /// spawned: `ctx.cancel_future` and `ctx.stop()` drop spawned futures only
@@ -161,6 +163,8 @@ pub(crate) struct RunActor {
     admission: Option<Box<Admission>>,
     /// The structured result the child captured, if any.
     structured: Option<serde_json::Value>,
+    /// When the actor was created: the lifecycle lines' duration.
+    began: Instant,
 }
 
 impl RunActor {
@@ -174,8 +178,22 @@ impl RunActor {
             provider = spawn.shared.provider(),
             parent = spawn.shared.parent_session.as_deref(),
             depth = spawn.launch.request.child_depth(),
-            label = spawn.launch.request.label.as_deref(),
+            label = tracing::field::Empty,
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = tracing::field::Empty,
+            gen_ai.agent.name = tracing::field::Empty,
+            gen_ai.agent.id = tracing::field::Empty,
+            gen_ai.conversation.id = tracing::field::Empty,
+            error.type = tracing::field::Empty,
         );
+        // A label may be the model's words: never on a span that is exported.
+        if let Some(label) = spawn.launch.request.label.as_deref().filter(|_| !telemetry::records_gen_ai()) {
+            span.record("label", label);
+        }
+        let provider = &spawn.shared.entry.provider;
+        telemetry::invoke_agent(&span, provider.name(), spawn.shared.run_id, provider.runs_out_of_process());
         RunActor {
             state: RunState::Starting,
             span,
@@ -194,6 +212,7 @@ impl RunActor {
             leases: Some(leases),
             admission: spawn.admission,
             structured: None,
+            began: Instant::now(),
         }
     }
 
@@ -227,8 +246,10 @@ impl RunActor {
             return self.release_child(ctx);
         }
         self.child_id = child.id();
+        tracing::debug!(parent: &self.span, child = %self.child_id, "run started");
         let local_agent = child.local_agent();
         if let Some(agent) = &local_agent {
+            telemetry::conversation(&self.span, agent.session_id());
             // Before the child runs: it may delegate at once.
             self.shared.set_family(self.core.open_family(agent.session_id()));
         }
@@ -284,6 +305,8 @@ impl RunActor {
 
     /// The start fails: stop now; `Drop` replies once everything is released.
     fn reject(&mut self, error: SubagentError, ctx: &mut Context<Self>) {
+        tracing::debug!(parent: &self.span, %error, duration = ?self.began.elapsed(), "run refused");
+        telemetry::run_failed(&self.span, error.code());
         self.start_failure = Some(error);
         self.state = RunState::Disposed;
         ctx.stop();
@@ -351,7 +374,17 @@ impl RunActor {
         if result.stop_reason == StopReason::Completed && result.structured.is_none() {
             result.structured = self.structured.take();
         }
+        if self.shared.settled().is_none() {
+            self.log_end(result.stop_reason);
+            telemetry::run_ended(&self.span, &result);
+        }
         self.shared.settle(Ok(result), &self.child_id);
+    }
+
+    /// The run's end line (`RUST_LOG=subagents=debug`), once, as it settles.
+    fn log_end(&self, stop_reason: StopReason) {
+        let duration = self.began.elapsed();
+        tracing::debug!(parent: &self.span, child = %self.child_id, stop_reason = stop_reason.as_str(), ?duration, "run ended");
     }
 
     fn begin_dispose(&mut self, ctx: &mut Context<Self>) {
@@ -474,6 +507,10 @@ impl Drop for RunActor {
             let error = self.start_failure.take().unwrap_or(SubagentError::RuntimeStopped);
             let _ = publish.send(Err(error));
         } else {
+            if self.shared.settled().is_none() {
+                self.log_end(StopReason::Error);
+                telemetry::run_failed(&self.span, SubagentError::RuntimeStopped.code());
+            }
             self.shared.settle(Err(SubagentError::RuntimeStopped), &self.child_id);
         }
         self.shared.set_quiescent(std::mem::replace(&mut self.dispose_outcome, Ok(())));

@@ -27,6 +27,7 @@ use super::session::{SessionEvent, ToolCall};
 use super::tools::{ToolContext, ToolOutput};
 use super::{Agent, AgentInner};
 use crate::seam::{BudgetLease, Category, ContentBlock, ProgressUpdate, RunUsage, StopReason};
+use crate::telemetry;
 
 /// How a turn ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -238,16 +239,34 @@ impl Turn<'_> {
             };
             let meter = request.meter.clone();
             self.model_calls += 1;
+            let span = tracing::debug_span!(
+                "model_call",
+                model = inner.model.name(),
+                step = self.model_calls,
+                otel.name = tracing::field::Empty,
+                otel.kind = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
+                gen_ai.operation.name = tracing::field::Empty,
+                gen_ai.provider.name = tracing::field::Empty,
+                gen_ai.request.model = tracing::field::Empty,
+                gen_ai.response.finish_reasons = tracing::field::Empty,
+                gen_ai.usage.input_tokens = tracing::field::Empty,
+                gen_ai.usage.output_tokens = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+            );
+            telemetry::chat(&span, inner.model.name());
             let reply = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Err(ModelError::Cancelled),
                 // The budget's time is up: stop with what the turn has.
                 () = until(deadline) => Err(ModelError::Cancelled),
-                reply = inner
-                    .model
-                    .complete(request, cancel.clone())
-                    .instrument(tracing::debug_span!("model_call", model = inner.model.name(), step = self.model_calls)) => reply,
+                reply = inner.model.complete(request, cancel.clone()).instrument(span.clone()) => reply,
             };
+            match &reply {
+                Ok(reply) => telemetry::chat_answered(&span, reply),
+                Err(error) => telemetry::chat_failed(&span, error),
+            }
+            drop(span);
             let tokens = reply.as_ref().ok().and_then(|reply| reply.usage).unwrap_or_default();
             self.usage += RunUsage {
                 input_tokens: tokens.input_tokens,
@@ -358,7 +377,17 @@ impl Turn<'_> {
                     call_id: call.id.clone(),
                     cancel: cancel.clone(),
                 };
-                let span = tracing::debug_span!("tool_call", tool = %call.name, call_id = %call.id);
+                let span = tracing::debug_span!(
+                    "tool_call",
+                    tool = %call.name,
+                    call_id = %call.id,
+                    otel.name = tracing::field::Empty,
+                    otel.kind = tracing::field::Empty,
+                    gen_ai.operation.name = tracing::field::Empty,
+                    gen_ai.tool.name = tracing::field::Empty,
+                    gen_ai.tool.call.id = tracing::field::Empty,
+                );
+                telemetry::execute_tool(&span, &call.name, &call.id);
                 inner.tools.execute(call, context).instrument(span)
             });
             let outputs = tokio::select! {

@@ -359,6 +359,10 @@ impl Provider for AcpProvider {
         &self.config.name
     }
 
+    fn runs_out_of_process(&self) -> bool {
+        true
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities { persona: self.features.system_prompt, ..Capabilities::none() }
     }

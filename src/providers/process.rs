@@ -208,6 +208,10 @@ impl Provider for ProcessProvider {
         &self.config.name
     }
 
+    fn runs_out_of_process(&self) -> bool {
+        true
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities { agent_options: true, ..Capabilities::none() }
     }

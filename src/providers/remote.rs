@@ -330,6 +330,10 @@ impl Provider for RemoteProvider {
         &self.config.name
     }
 
+    fn runs_out_of_process(&self) -> bool {
+        true
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.config.capabilities
     }

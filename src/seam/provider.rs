@@ -46,6 +46,13 @@ pub trait Provider: Send + Sync + 'static {
         false
     }
 
+    /// Whether its children run in another process (or on another host):
+    /// a run's span is then a client call
+    /// ([`telemetry`](crate::telemetry)). Default: in this process.
+    fn runs_out_of_process(&self) -> bool {
+        false
+    }
+
     /// Route defaults the provider publishes.
     fn route_defaults(&self) -> AgentOptions {
         AgentOptions::default()

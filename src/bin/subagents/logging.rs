@@ -17,14 +17,27 @@
 //!
 //! A value it cannot parse is reported once and the default kept. Lines go
 //! through [`crate::terminal`]: a logged error may quote a child or a model.
+//!
+//! With `--otlp URL` (or `OTEL_EXPORTER_OTLP_ENDPOINT` /
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) the runs', model calls' and tool
+//! calls' spans also go to an OTLP/HTTP collector, in the GenAI conventions
+//! of [`subagents::telemetry`]; no log event and no message content is
+//! exported. [`export`] sets it up before the log is installed and
+//! [`finish_export`] sends what is left at exit.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::str::FromStr;
+use std::sync::OnceLock;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
 
 use tracing::Level;
 use tracing_chrome::{ChromeLayerBuilder, FlushGuard, TraceStyle};
-use tracing_subscriber::filter::Targets;
+use tracing_subscriber::filter::{filter_fn, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
@@ -65,6 +78,16 @@ pub fn install(default: Targets, trace: Option<File>) -> Option<FlushGuard> {
         _ => default(),
     };
     let stderr = tracing_subscriber::fmt::layer().with_ansi(false).with_writer(|| TerminalStderr).with_filter(filter);
+    let otlp = EXPORT.get().map(|provider| {
+        let layer = tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("subagents"))
+            .with_location(false)
+            .with_threads(false)
+            .with_tracked_inactivity(false);
+        // Spans only, and only those in the GenAI conventions: an event may
+        // quote a child or a model, and content is never exported.
+        layer.with_filter(filter_fn(|meta| meta.is_span() && meta.fields().field("gen_ai.operation.name").is_some()))
+    });
     let (chrome, guard) = match trace {
         Some(file) => {
             let (layer, guard) = ChromeLayerBuilder::new()
@@ -79,8 +102,57 @@ pub fn install(default: Targets, trace: Option<File>) -> Option<FlushGuard> {
         None => (None, None),
     };
     // Fails only when a subscriber is already set, which nothing here does.
-    let _ = tracing_subscriber::registry().with(stderr).with(chrome).try_init();
+    let _ = tracing_subscriber::registry().with(stderr).with(chrome).with(otlp).try_init();
     guard
+}
+
+/// The OTLP span export, once [`export`] set it up.
+static EXPORT: OnceLock<SdkTracerProvider> = OnceLock::new();
+
+/// Sets up the OTLP/HTTP (protobuf) export of the GenAI spans to
+/// `endpoint` (`--otlp`, a collector's base URL: `/v1/traces` is added),
+/// else to what `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` name; nothing when none is set. The
+/// service is `OTEL_SERVICE_NAME`, else `subagents`. Call before [`install`].
+pub fn export(endpoint: Option<&str>) -> Result<(), String> {
+    let from_env = ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()));
+    if endpoint.is_none() && !from_env {
+        return Ok(());
+    }
+    let mut exporter = opentelemetry_otlp::SpanExporter::builder().with_http().with_protocol(Protocol::HttpBinary);
+    if let Some(endpoint) = endpoint {
+        let url = endpoint.trim_end_matches('/');
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!("--otlp {endpoint:?} is not an http:// or https:// URL"));
+        }
+        let url = if url.ends_with("/v1/traces") { url.to_owned() } else { format!("{url}/v1/traces") };
+        exporter = exporter.with_endpoint(url);
+    }
+    // An https collector needs the TLS provider the model clients use.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let exporter = exporter.build().map_err(|error| format!("the OTLP exporter: {error}"))?;
+    let named = std::env::var_os("OTEL_SERVICE_NAME").is_some_and(|name| !name.is_empty());
+    let resource = match named {
+        true => Resource::builder().build(),
+        false => Resource::builder().with_service_name("subagents").build(),
+    };
+    let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build();
+    if EXPORT.set(provider).is_ok() {
+        subagents::telemetry::record_gen_ai(true);
+    }
+    Ok(())
+}
+
+/// Exports the spans still queued and stops the exporter (bounded by the
+/// exporter's own timeout); a failure is reported on stderr.
+pub fn finish_export() {
+    if let Some(provider) = EXPORT.get() {
+        if let Err(error) = provider.shutdown() {
+            terminal::say!("subagents: OTLP export: {error}");
+        }
+    }
 }
 
 /// Stderr, each event's line with its control characters removed.

@@ -73,6 +73,11 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Export the runs' spans (OpenTelemetry GenAI conventions) to this
+    /// OTLP/HTTP collector, e.g. `http://127.0.0.1:4318` (default: the
+    /// OTEL_EXPORTER_OTLP_ENDPOINT variable, else no export).
+    #[arg(long, global = true, value_name = "URL")]
+    otlp: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -319,7 +324,12 @@ fn acp(
 }
 
 fn main() -> ExitCode {
-    let command = Cli::parse().command;
+    let cli = Cli::parse();
+    let command = cli.command;
+    if let Err(message) = logging::export(cli.otlp.as_deref()) {
+        terminal::say!("subagents: {message}");
+        return ExitCode::from(2);
+    }
     // `fanout` installs its log itself, once its trace file is open.
     match command {
         Command::Acp { .. } | Command::Mcp { .. } => drop(logging::install(logging::our_warnings(), None)),
@@ -383,6 +393,7 @@ fn main() -> ExitCode {
         Command::Worker(args) => worker::worker(args),
         Command::Providers(args) => providers::providers(args),
     };
+    logging::finish_export();
     outcome.unwrap_or_else(|message| {
         terminal::say!("subagents: {message}");
         ExitCode::from(2)

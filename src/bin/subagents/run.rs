@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use subagents::agent::{Agent, SessionStore};
 use subagents::{CancellationToken, StopReason};
+use tracing::Instrument;
 
 use crate::setup::{cancel_on_ctrl_c, setup, toolset};
 use crate::terminal::{self, say};
@@ -54,6 +55,23 @@ pub fn run(args: RunArgs) -> Result<Ended, String> {
         }
     };
     let timeline = Timeline::record(&setup.runtime);
+    // The parent is no run: its own span roots the trace its runs hang
+    // under (filled only when exported, so log lines stay short).
+    let span = tracing::info_span!(
+        "parent",
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        gen_ai.operation.name = tracing::field::Empty,
+        gen_ai.agent.name = tracing::field::Empty,
+        gen_ai.conversation.id = tracing::field::Empty,
+    );
+    if subagents::telemetry::records_gen_ai() {
+        span.record("otel.name", "invoke_agent parent");
+        span.record("otel.kind", "internal");
+        span.record("gen_ai.operation.name", "invoke_agent");
+        span.record("gen_ai.agent.name", "parent");
+        span.record("gen_ai.conversation.id", parent.id());
+    }
     let (outcome, saved) = setup.runtime.block_on({
         let parent = parent.clone();
         async move {
@@ -63,6 +81,7 @@ pub fn run(args: RunArgs) -> Result<Ended, String> {
             let saved = parent.shutdown().await;
             (outcome, saved)
         }
+        .instrument(span)
     });
     let spans = timeline.finish(&setup.runtime);
     println!("{}", terminal::text(&outcome.output));

@@ -1,0 +1,214 @@
+//! The runs' spans in the OpenTelemetry GenAI conventions: a spawn tree
+//! read back from the SDK's in-memory exporter (names, kinds, attributes,
+//! parent links), and the binary's OTLP/HTTP export to a stand-in
+//! collector on loopback.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::Within;
+use opentelemetry::trace::{SpanId, SpanKind, TracerProvider as _};
+use opentelemetry::Value;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use subagents::agent::ScriptedModel;
+use subagents::tool::TaskService;
+use subagents::{CancellationToken, Parent, Runtime, StartRequest, StopReason};
+use tracing_subscriber::layer::SubscriberExt;
+
+fn attributes(span: &SpanData) -> HashMap<String, Value> {
+    span.attributes.iter().map(|kv| (kv.key.as_str().to_owned(), kv.value.clone())).collect()
+}
+
+fn attribute(span: &SpanData, key: &str) -> Option<String> {
+    attributes(span).get(key).map(|value| value.as_str().into_owned())
+}
+
+#[test]
+fn a_delegating_spawn_run_exports_a_tree_of_invoke_agent_chat_and_execute_tool_spans() {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+    let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("test"));
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer)).unwrap();
+    subagents::telemetry::record_gen_ai(true);
+
+    let home = tempfile::tempdir().unwrap();
+    let runtime = Runtime::builder().workers(1).home(home.path()).build().unwrap();
+    let subagents = runtime.subagents();
+    let tasks = TaskService::new();
+    subagents::tool::register_delegating_spawn(&subagents, &tasks, Arc::new(ScriptedModel::demo())).unwrap();
+    let cwd = home.path().to_path_buf();
+    let run_id = runtime.within(common::WAIT_LIMIT, "the delegating run", async move {
+        let parent = Parent::root(&cwd);
+        let request = StartRequest::new("review the parser; check the docs", parent, CancellationToken::new());
+        let run = subagents.start("spawn", request).await.unwrap();
+        let result = run.result().await.unwrap();
+        assert_eq!(result.stop_reason, StopReason::Completed, "{result:?}");
+        run.dispose().await.unwrap();
+        run.run_id()
+    });
+    runtime.shutdown_blocking();
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let named = |prefix: &str| spans.iter().filter(|s| s.name.starts_with(prefix)).collect::<Vec<_>>();
+
+    let agents = named("invoke_agent ");
+    assert_eq!(
+        agents.len(),
+        3,
+        "the run and its two children: {:?}",
+        spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+    let root = agents.iter().find(|s| attribute(s, "gen_ai.agent.id") == Some(run_id.to_string())).expect("the root");
+    assert_eq!(root.name, "invoke_agent spawn");
+    assert_eq!(root.parent_span_id, SpanId::INVALID, "the root run has no parent span");
+    for agent in &agents {
+        assert_eq!(agent.span_kind, SpanKind::Internal, "spawn runs in this process");
+        assert_eq!(attribute(agent, "gen_ai.operation.name").as_deref(), Some("invoke_agent"));
+        assert_eq!(attribute(agent, "gen_ai.agent.name").as_deref(), Some("spawn"));
+        assert!(attribute(agent, "gen_ai.conversation.id").is_some_and(|id| !id.is_empty()), "{agent:?}");
+        assert!(attribute(agent, "error.type").is_none());
+        assert_eq!(agent.span_context.trace_id(), root.span_context.trace_id(), "one trace");
+    }
+
+    let tools = named("execute_tool ");
+    let delegations: Vec<_> = tools.iter().filter(|s| s.name == "execute_tool subagent").collect();
+    assert_eq!(delegations.len(), 2, "the root delegated twice");
+    for tool in &delegations {
+        assert_eq!(tool.parent_span_id, root.span_context.span_id(), "a tool call is inside its run");
+        assert_eq!(attribute(tool, "gen_ai.operation.name").as_deref(), Some("execute_tool"));
+        assert_eq!(attribute(tool, "gen_ai.tool.name").as_deref(), Some("subagent"));
+    }
+    let children: Vec<_> = agents.iter().filter(|s| s.span_context.span_id() != root.span_context.span_id()).collect();
+    let mut parents: Vec<SpanId> = children.iter().map(|child| child.parent_span_id).collect();
+    let mut calls: Vec<SpanId> = delegations.iter().map(|tool| tool.span_context.span_id()).collect();
+    parents.sort_by_key(|id| u64::from_be_bytes(id.to_bytes()));
+    calls.sort_by_key(|id| u64::from_be_bytes(id.to_bytes()));
+    assert_eq!(parents, calls, "each child run is inside the tool call that started it");
+
+    let chats = named("chat ");
+    assert!(chats.len() >= 4, "the root's two model calls and one per child: {}", chats.len());
+    let run_ids: Vec<SpanId> = agents.iter().map(|s| s.span_context.span_id()).collect();
+    for chat in &chats {
+        assert_eq!(chat.span_kind, SpanKind::Client);
+        assert!(run_ids.contains(&chat.parent_span_id), "a model call is inside its run");
+        assert_eq!(attribute(chat, "gen_ai.operation.name").as_deref(), Some("chat"));
+        assert!(attribute(chat, "gen_ai.provider.name").is_some());
+        assert!(attribute(chat, "gen_ai.request.model").is_some());
+        assert!(attribute(chat, "gen_ai.response.finish_reasons").is_some());
+        let usage = attributes(chat);
+        assert!(usage.contains_key("gen_ai.usage.input_tokens") && usage.contains_key("gen_ai.usage.output_tokens"));
+    }
+    // No message content on any span: not the prompt, not a child's task.
+    for span in &spans {
+        for (key, value) in attributes(span) {
+            let value = value.as_str();
+            assert!(!value.contains("review the parser") && !value.contains("check the docs"), "{key}={value}");
+        }
+    }
+}
+
+/// Each request a collector received: its path and body.
+type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// A stand-in OTLP/HTTP collector: answers every POST with 200 and keeps
+/// each request's path and body. Bounded: it stops after `limit` requests.
+fn collector(limit: usize) -> (String, Received) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let keep = received.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(limit) {
+            let Ok(stream) = stream else { continue };
+            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut reader = BufReader::new(stream);
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).is_err() {
+                continue;
+            }
+            let mut length = 0usize;
+            loop {
+                let mut header = String::new();
+                if reader.read_line(&mut header).is_err() || header.trim().is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = header.split_once(':') {
+                    if name.eq_ignore_ascii_case("content-length") {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                }
+            }
+            let mut body = vec![0; length.min(16 << 20)];
+            if reader.read_exact(&mut body).is_err() {
+                continue;
+            }
+            let path = request_line.split_whitespace().nth(1).unwrap_or("").to_owned();
+            keep.lock().unwrap().push((path, body));
+            let mut stream = reader.into_inner();
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    (url, received)
+}
+
+/// Runs the binary with `args` and `--otlp` to a stand-in collector; every
+/// body it posted, joined.
+fn exported(args: &[&str]) -> Vec<u8> {
+    let (url, received) = collector(64);
+    let home = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
+    command
+        .env_remove("SUBAGENTS_HOME")
+        .env_remove("RUST_LOG")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env("OTEL_SERVICE_NAME", "otlp-test-service")
+        .current_dir(home.path())
+        .args(args)
+        .arg("--home")
+        .arg(home.path())
+        .arg("--otlp")
+        .arg(&url);
+    let output = common::output_within(&mut command, common::WAIT_LIMIT, "subagents --otlp");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("OTLP"), "the export went through: {stderr}");
+    let received = received.lock().unwrap();
+    assert!(!received.is_empty(), "the exporter posted to the collector before exit");
+    let paths: Vec<&str> = received.iter().map(|(path, _)| path.as_str()).collect();
+    assert!(paths.iter().all(|path| *path == "/v1/traces"), "{paths:?}");
+    received.iter().flat_map(|(_, body)| body.clone()).collect()
+}
+
+/// How often `needle` occurs in `bytes`: protobuf keeps strings as they are.
+fn occurrences(bytes: &[u8], needle: &str) -> usize {
+    bytes.windows(needle.len()).filter(|window| *window == needle.as_bytes()).count()
+}
+
+#[test]
+fn fanout_with_otlp_posts_the_spawn_tree_to_the_collector() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, "{\"prompt\": \"review the parser; check the docs\"}\n").unwrap();
+    let bodies = exported(&["fanout", tasks.to_str().unwrap()]);
+    assert_eq!(occurrences(&bodies, "invoke_agent spawn"), 3, "the task's run and its two children");
+    assert_eq!(occurrences(&bodies, "execute_tool subagent"), 2);
+    assert!(occurrences(&bodies, "chat ") >= 4);
+    assert!(occurrences(&bodies, "otlp-test-service") >= 1, "the service is OTEL_SERVICE_NAME");
+    assert_eq!(occurrences(&bodies, "review the parser"), 0, "no message content is exported");
+}
+
+#[test]
+fn run_with_otlp_roots_its_runs_under_the_parent_agent() {
+    let bodies = exported(&["run", "review the parser; check the docs"]);
+    assert_eq!(occurrences(&bodies, "invoke_agent parent"), 1);
+    assert_eq!(occurrences(&bodies, "invoke_agent spawn"), 2);
+    assert_eq!(occurrences(&bodies, "execute_tool subagent"), 2);
+    assert_eq!(occurrences(&bodies, "check the docs"), 0, "no message content is exported");
+}
