@@ -1,5 +1,5 @@
 //! A configuration at one of the served doors (`subagents mcp`, `acp`,
-//! `serve`): the file's providers, registered on the door's runtime, and
+//! `worker`): the file's providers, registered on the door's runtime, and
 //! the ones its subagent tool offers.
 
 use std::collections::HashMap;
