@@ -64,6 +64,22 @@ providers = ["agent", "cheap"]
     path
 }
 
+/// `fanout` of `tasks` (written to `tasks.jsonl`) on `provider` of
+/// `config`, its home under `dir`.
+fn fanout_on(dir: &Path, tasks: &str, provider: &str, config: &Path) -> Command {
+    let path = dir.join("tasks.jsonl");
+    std::fs::write(&path, tasks).unwrap();
+    let mut command = subagents(dir);
+    command
+        .arg("fanout")
+        .arg(&path)
+        .args(["--provider", provider, "--config"])
+        .arg(config)
+        .arg("--home")
+        .arg(dir.join("home"));
+    command
+}
+
 fn result_lines(stdout: &[u8]) -> Vec<Value> {
     text(stdout).lines().map(|line| serde_json::from_str(line).expect("whole JSON lines")).collect()
 }
@@ -111,15 +127,8 @@ fn fanout_runs_each_task_on_the_provider_its_line_names() {
 fn fanout_provider_flag_picks_a_configured_provider_for_lines_that_name_none() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path());
-    let tasks = dir.path().join("tasks.jsonl");
-    std::fs::write(&tasks, "{\"prompt\": \"one\"}\n{\"prompt\": \"two\", \"provider\": \"cheap\"}\n").unwrap();
-    let output = run(subagents(dir.path())
-        .arg("fanout")
-        .arg(&tasks)
-        .args(["--provider", "echo", "--config"])
-        .arg(&config)
-        .arg("--home")
-        .arg(dir.path().join("home")));
+    let tasks = "{\"prompt\": \"one\"}\n{\"prompt\": \"two\", \"provider\": \"cheap\"}\n";
+    let output = run(&mut fanout_on(dir.path(), tasks, "echo", &config));
     assert!(output.status.success(), "{}", text(&output.stderr));
     let outputs: Vec<String> =
         result_lines(&output.stdout).iter().map(|r| r["output"].as_str().unwrap().to_owned()).collect();
@@ -434,15 +443,8 @@ fn acp_serves_sessions_whose_subagent_tool_offers_the_file_s_providers() {
         ),
     )
     .unwrap();
-    let tasks = dir.path().join("tasks.jsonl");
-    std::fs::write(&tasks, "{\"prompt\": \"check the parser; check the docs\"}\n").unwrap();
-    let output = run(subagents(dir.path())
-        .arg("fanout")
-        .arg(&tasks)
-        .args(["--provider", "outer", "--config"])
-        .arg(&outer)
-        .arg("--home")
-        .arg(dir.path().join("home")));
+    let tasks = "{\"prompt\": \"check the parser; check the docs\"}\n";
+    let output = run(&mut fanout_on(dir.path(), tasks, "outer", &outer));
     assert!(output.status.success(), "{}", text(&output.stderr));
     let results = result_lines(&output.stdout);
     let answer = results[0]["output"].as_str().unwrap_or_default();
@@ -535,16 +537,9 @@ fn sessions_tree_reaches_a_process_child_in_its_own_home_and_the_runs_it_started
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("process.toml");
     std::fs::write(&config, "[providers.isolated]\nkind = \"process\"\n").unwrap();
-    let tasks = dir.path().join("tasks.jsonl");
-    std::fs::write(&tasks, "{\"prompt\": \"check the parser; check the docs\"}\n").unwrap();
     let home = dir.path().join("home");
-    let output = run(subagents(dir.path())
-        .arg("fanout")
-        .arg(&tasks)
-        .args(["--provider", "isolated", "--config"])
-        .arg(&config)
-        .arg("--home")
-        .arg(&home));
+    let tasks = "{\"prompt\": \"check the parser; check the docs\"}\n";
+    let output = run(&mut fanout_on(dir.path(), tasks, "isolated", &config));
     assert!(output.status.success(), "{}", text(&output.stderr));
     let results = result_lines(&output.stdout);
     let child = results[0]["child_id"].as_str().unwrap();
@@ -564,15 +559,7 @@ fn a_process_provider_s_model_reaches_its_children_as_their_route() {
     let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let config = dir.path().join("process.toml");
     std::fs::write(&config, "[providers.isolated]\nkind = \"process\"\nmodel = \"anthropic:claude-test\"\n").unwrap();
-    let tasks = dir.path().join("tasks.jsonl");
-    std::fs::write(&tasks, "{\"prompt\": \"hello\"}\n").unwrap();
-    let output = run(subagents(dir.path())
-        .arg("fanout")
-        .arg(&tasks)
-        .args(["--provider", "isolated", "--config"])
-        .arg(&config)
-        .arg("--home")
-        .arg(dir.path().join("home"))
+    let output = run(fanout_on(dir.path(), "{\"prompt\": \"hello\"}\n", "isolated", &config)
         .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{closed_port}"))
         .env("ANTHROPIC_API_KEY", "k"));
     let results = result_lines(&output.stdout);

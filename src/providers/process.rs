@@ -118,6 +118,11 @@ impl ProcessConfig {
         }
     }
 
+    /// The child's command line: `serve --home HOME`.
+    fn serve_args(&self) -> [String; 3] {
+        ["serve".to_owned(), "--home".to_owned(), self.home.display().to_string()]
+    }
+
     /// The child's environment: the allowlist, `inherit_env`, then `env`.
     pub(crate) fn child_env(&self) -> ChildEnv<'_> {
         ChildEnv { inherit: &self.inherit_env, explicit: &self.env }
@@ -174,10 +179,9 @@ impl ProcessProvider {
             Some(cwd) => cwd.clone(),
             None => std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?,
         };
-        let args = ["serve".to_owned(), "--home".to_owned(), config.home.display().to_string()];
         let lease = crate::live::ProcessLease::new(Default::default());
-        let mut spawned =
-            spawn(&config.bin, &args, &cwd, config.child_env(), lease).map_err(|e| format!("spawn: {e}"))?;
+        let mut spawned = spawn(&config.bin, &config.serve_args(), &cwd, config.child_env(), lease)
+            .map_err(|e| format!("spawn: {e}"))?;
         let (events, _received) = mpsc::unbounded_channel();
         let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
         let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events);
@@ -247,9 +251,8 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
         Some(options) => config.route.overridden_by(options),
         None => config.route.clone(),
     };
-    let args = ["serve".to_owned(), "--home".to_owned(), config.home.display().to_string()];
-    let mut spawned =
-        spawn(&config.bin, &args, &cwd, config.child_env(), context.track_process()).map_err(|error| {
+    let mut spawned = spawn(&config.bin, &config.serve_args(), &cwd, config.child_env(), context.track_process())
+        .map_err(|error| {
             tracing::warn!(provider = %config.name, %error, "could not spawn a process child");
             failed(Stage::Initialize, Category::StartupFailed)
         })?;
