@@ -2,10 +2,13 @@
 //!
 //! ```text
 //! Runtime (control thread + one worker arbiter per core + an events thread)
-//! └── RegistryActor              supervises provider actors; drives shutdown
-//!     ├── ProviderActor "spawn"   hosts one Provider until it is retired and drained
-//!     │   └── RunActor <id>       owns one child; mailbox: Cancel, Dispose, SendMessage, ForceStop
-//!     └── ProviderActor "mock"
+//! ├── RegistryActor               supervises provider actors; drives shutdown
+//! │   ├── ProviderActor "spawn"   hosts one Provider until it is retired and drained
+//! │   └── ProviderActor "mock"
+//! └── RunActor <run id>           on a worker, in the run table; owns one child and a
+//!                                 lease on its provider's run count; mailbox: Control
+//!                                 (Dispose, ForceStop), SendMessage, CaptureStructured;
+//!                                 cancel is a token it watches, not a message
 //! ```
 //!
 //! Where this departs from a textbook actor registry, and why:
@@ -32,17 +35,21 @@
 //! subagents.rs      Subagents: register, start, observe
 //! continuation.rs   Continuation (and Run::continuation): resume a session
 //! start.rs          the start path: checks in contract order, publication
-//! run.rs            RunActor: owns one child; its lifecycle is one enum
+//! run.rs            RunActor: owns one child; its lifecycle is one enum whose phases own their data
+//! slot.rs           Slot: a provider future the run actor can drop on the spot
 //! run_handle.rs     Run, Steering: the caller's handles
 //! registry.rs       RegistryActor, Registration: supervises provider actors
 //! core.rs           Core: config, workers, bus, counters, provider, run and family tables
-//! lineage.rs        Family: the runs started under a session; a quiescent run's receipt
+//! lineage.rs        a quiescent run's receipt, with its family's branches
 //! control.rs        RunControl: a run held by token, state and Recipient<Control>
 //! provider.rs       ProviderActor: hosts one provider until retired and drained
-//! run_shared.rs     RunShared: result, quiescence, events through the gate
+//! run_shared.rs     RunShared, Family: result, quiescence, events through the gate, the runs under its session
 //! gate.rs           Gate: Start before End, End once (loom-checked)
 //! entry.rs          ProviderEntry, the run lease, RunCount (one atomic word)
 //! ```
+//!
+//! The actors name no agent type: `Run::agent()`, the typed view of
+//! [`Run::local_agent`], is written in the tool layer, which stands on both.
 //!
 //! A lower file reaches a higher one only through an [`actix::Recipient`]
 //! for the one message it sends: a run's structured capture
@@ -62,6 +69,7 @@ mod run;
 mod run_handle;
 mod run_shared;
 mod runtime;
+mod slot;
 mod start;
 mod subagents;
 

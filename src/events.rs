@@ -35,7 +35,7 @@ pub use crate::seam::ProgressUpdate;
 use crate::seam::{ContentBlock, StopReason};
 
 pub(crate) use bus::EventBus;
-pub use bus::{EventRecvError, EventStream, ListenerHandle, ListenerOutcome};
+pub use bus::{EventRecvError, EventStream, ListenerError, ListenerHandle, ListenerOutcome};
 
 /// A lifecycle event.
 #[derive(Clone, Debug, Serialize)]

@@ -34,13 +34,14 @@ pub use actors::{
     Subagents,
 };
 pub use events::{
-    EventRecvError, EventStream, ListenerHandle, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent,
+    EventRecvError, EventStream, ListenerError, ListenerHandle, ProgressUpdate, RunEndInfo, RunInfo, RunProgress,
+    SubagentEvent,
 };
 pub use live::{Live, ProcessLease};
 pub use seam::{
     text_of, AgentOptions, Branch, Budget, BudgetExhausted, BudgetLease, BudgetLimit, Capabilities, Capability,
     Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, LocalAgent, Parent, Provider, ProviderContext,
-    ProviderInfo, Receipt, RunResult, RunUsage, Stage, StartRequest, StopReason, StopReport, SubagentError, ToolFilter,
-    MAX_DEPTH_CAP,
+    ProviderInfo, Receipt, RunResult, RunUsage, Stage, StartRequest, SteeringError, StopReason, StopReport,
+    SubagentError, ToolFilter, MAX_DEPTH_CAP,
 };
 pub use tokio_util::sync::CancellationToken;

@@ -30,7 +30,7 @@ mod usage;
 pub(crate) use budget::{admit as budget_admit, Admission};
 pub use budget::{Budget, BudgetExhausted, BudgetLease, BudgetLimit};
 pub use content::{text_of, ContentBlock};
-pub use error::SubagentError;
+pub use error::{SteeringError, SubagentError};
 /// The boxed, `!Send` future a [`Provider`] and a [`Child`] return (they
 /// run on their run actor's thread).
 pub use futures_util::future::LocalBoxFuture;

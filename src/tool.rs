@@ -29,6 +29,7 @@
 //! runtime.shutdown_blocking();
 //! ```
 
+mod run_agent;
 mod subagent;
 mod tasks;
 

@@ -17,8 +17,7 @@ use tokio::sync::oneshot;
 
 use super::control::RunControl;
 use super::entry::ProviderEntry;
-use super::lineage::Family;
-use super::run_shared::RunShared;
+use super::run_shared::{Family, RunShared};
 use crate::events::EventBus;
 use crate::live::LiveCounters;
 use crate::seam::SubagentError;

@@ -1,6 +1,8 @@
 //! The run actor: owns one child from launch to quiescence.
 //!
-//! Life of a run, every transition in [`RunActor`]'s methods:
+//! Life of a run, every transition in [`RunActor`]'s methods (before
+//! these, `Created` holds the launch until the actor is started); each
+//! `Phase` owns what only it has, the child from `Running` on:
 //!
 //! ```text
 //! Starting ──launch ok──▶ Running ──child finished──▶ Settled
@@ -18,86 +20,36 @@
 //! diagnostic. What the actor owes its callers (start reply, result,
 //! quiescence) is paid from `Drop`, so it is paid even if the actor dies.
 
-use std::cell::RefCell;
-use std::future::Future;
-use std::pin::Pin;
-use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll};
 use std::time::Instant;
 
 use actix::prelude::*;
-use futures_util::future::LocalBoxFuture;
 use futures_util::FutureExt;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
 use super::control::{Control, SendMessage};
-use super::core::poll_in_runtime;
 use super::core::Core;
 use super::entry::ProviderRunLease;
 use super::run_shared::{CaptureStructured, RunShared};
-use crate::contain::{contained, contained_call};
+use super::slot::{Held, Slot};
+use crate::contain::{contained, contained_call, Panicked};
 use crate::live::ActorLease;
 use crate::seam::{
     Admission, CaptureError, Category, Child, Diagnostic, Failure, Launch, LaunchError, LocalAgent, RunResult, Stage,
-    StopReason, SubagentError,
+    SteeringError, StopReason, SubagentError,
 };
 use crate::telemetry;
 
-/// A provider future the actor can drop on the spot, wherever it was
-/// spawned: `ctx.cancel_future` and `ctx.stop()` drop spawned futures only
-/// later, after the actor itself, and quiescence must not be announced
-/// while a child's future (and what it holds) still exists.
-struct Slot<T>(Rc<RefCell<Option<LocalBoxFuture<'static, T>>>>);
+/// A provider's launch outcome, `Err` holding a contained panic.
+type LaunchOutcome = Result<Result<Box<dyn Child>, LaunchError>, Panicked>;
 
-impl<T> Slot<T> {
-    fn empty() -> Self {
-        Slot(Rc::new(RefCell::new(None)))
-    }
+/// A child's run outcome, `Err` holding a contained panic.
+type RunOutcome = Result<RunResult, Panicked>;
 
-    /// Put `future` in the slot; the returned future polls it from there,
-    /// inside the run's span.
-    fn hold(&self, runtime: u64, span: &Span, future: LocalBoxFuture<'static, T>) -> Held<T> {
-        *self.0.borrow_mut() = Some(future);
-        Held { slot: self.0.clone(), runtime, span: span.clone() }
-    }
-
-    /// Drop the held future now.
-    fn clear(&self) {
-        let taken = self.0.borrow_mut().take();
-        drop(taken);
-    }
-}
-
-/// Resolves with the held future's output, or `None` once it was cleared.
-/// A child's futures are polled as tasks of the runtime `runtime` (a child
-/// that delegates starts its runs in place) and inside the run's `span`, so
-/// whatever the provider logs (a model call, a tool call, a bad protocol
-/// line) says which run it belongs to.
-struct Held<T> {
-    slot: Rc<RefCell<Option<LocalBoxFuture<'static, T>>>>,
-    runtime: u64,
-    span: Span,
-}
-
-impl<T> Future for Held<T> {
-    type Output = Option<T>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<T>> {
-        let _entered = self.span.enter();
-        let mut slot = self.slot.borrow_mut();
-        let Some(future) = slot.as_mut() else {
-            return Poll::Ready(None);
-        };
-        let outcome = std::task::ready!(poll_in_runtime(self.runtime, || future.as_mut().poll(cx)));
-        *slot = None;
-        Poll::Ready(Some(outcome))
-    }
-}
-
-type LaunchOutcome = Result<Result<Box<dyn Child>, LaunchError>, String>;
+/// A child's dispose hook outcome, `Err` holding a contained panic.
+type HookOutcome = Result<Result<(), Failure>, Panicked>;
 
 /// What the start path learns when a child is published.
 pub(crate) struct Published {
@@ -107,26 +59,89 @@ pub(crate) struct Published {
     pub continuation: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum RunState {
+/// Where a run is in its life. Each phase owns what only it has: there is
+/// a child from `Running` on, a capture only while the result is unsettled,
+/// a dispose outcome only once `Disposed`.
+enum Phase {
+    /// Created; `started` hands the launch to the provider.
+    Created { launch: Box<Launch> },
     /// The provider is creating the child.
     Starting,
-    /// The child is working.
-    Running,
+    /// The child is working; `structured` is what it captured, if anything.
+    Running { child: Box<dyn Child>, structured: Option<serde_json::Value> },
     /// Cancel requested; waiting (at most the cancel grace) for the child.
-    Cancelling,
+    Cancelling { child: Box<dyn Child>, structured: Option<serde_json::Value> },
     /// The result is settled; the child awaits dispose.
-    Settled,
+    Settled { child: Box<dyn Child> },
     /// Dispose requested; waiting (at most the cancel grace) for the child's run to end.
-    DisposingAwaitRun,
+    DisposingAwaitRun { child: Box<dyn Child>, structured: Option<serde_json::Value> },
     /// The child's dispose hook is running.
-    DisposingRelease,
-    /// Done; the actor is stopping.
-    Disposed,
+    DisposingRelease { child: Box<dyn Child> },
+    /// Done; the actor is stopping. `outcome` is how the release went; the
+    /// child, when there was one, gives its stop report in `Drop`.
+    Disposed { child: Option<Box<dyn Child>>, outcome: Result<(), SubagentError> },
 }
 
-/// A child's dispose hook outcome, `Err` holding a contained panic.
-type HookOutcome = Result<Result<(), Failure>, String>;
+impl Phase {
+    fn child(&self) -> Option<&dyn Child> {
+        match self {
+            Phase::Running { child, .. }
+            | Phase::Cancelling { child, .. }
+            | Phase::Settled { child }
+            | Phase::DisposingAwaitRun { child, .. }
+            | Phase::DisposingRelease { child } => Some(&**child),
+            Phase::Disposed { child, .. } => child.as_deref(),
+            Phase::Created { .. } | Phase::Starting => None,
+        }
+    }
+
+    /// What is left at the end of the line: the child, if one was created,
+    /// and how its release went (`Disposed` knows already; else `outcome`).
+    fn into_remains(self, outcome: Result<(), SubagentError>) -> (Option<Box<dyn Child>>, Result<(), SubagentError>) {
+        match self {
+            Phase::Disposed { child, outcome } => (child, outcome),
+            Phase::Running { child, .. }
+            | Phase::Cancelling { child, .. }
+            | Phase::Settled { child }
+            | Phase::DisposingAwaitRun { child, .. }
+            | Phase::DisposingRelease { child } => (Some(child), outcome),
+            Phase::Created { .. } | Phase::Starting => (None, outcome),
+        }
+    }
+}
+
+/// What the caller of `start` is owed. Unless the run was published, the
+/// reply is sent from `Drop`, once everything the start made is released.
+enum StartReply {
+    /// Nothing published yet: a run that ends now refuses `RUNTIME_STOPPED`.
+    Awaited(oneshot::Sender<Result<Published, SubagentError>>),
+    /// The start is refused with this error.
+    Refused(oneshot::Sender<Result<Published, SubagentError>>, SubagentError),
+    /// The run was handed to the caller (who may have stopped waiting).
+    Published,
+}
+
+impl StartReply {
+    /// Hand the run to the caller; false when nobody waits for it any more.
+    fn publish(&mut self, published: Published) -> bool {
+        match std::mem::replace(self, StartReply::Published) {
+            StartReply::Awaited(reply) => reply.send(Ok(published)).is_ok(),
+            earlier => {
+                *self = earlier;
+                false
+            }
+        }
+    }
+
+    /// Refuse the start with `error` (the last refusal is the one told).
+    fn refuse(&mut self, error: SubagentError) {
+        if let StartReply::Awaited(reply) | StartReply::Refused(reply, _) =
+            std::mem::replace(self, StartReply::Published)
+        {
+            *self = StartReply::Refused(reply, error);
+        }
+    }
+}
 
 /// Everything a run actor is created with.
 pub(crate) struct RunSpawn {
@@ -140,7 +155,7 @@ pub(crate) struct RunSpawn {
 }
 
 pub(crate) struct RunActor {
-    state: RunState,
+    phase: Phase,
     /// `run{run_id, provider, parent, depth, label}`: entered while the child's
     /// futures are polled, and the parent of what the actor itself logs.
     span: Span,
@@ -148,21 +163,15 @@ pub(crate) struct RunActor {
     shared: Arc<RunShared>,
     child_id: String,
     token: CancellationToken,
-    /// Boxed: the actor lives inline in its task, and a launch is large.
-    launch: Option<Box<Launch>>,
-    child: Option<Box<dyn Child>>,
     launching: Slot<LaunchOutcome>,
-    running: Slot<Result<RunResult, String>>,
+    running: Slot<RunOutcome>,
     releasing: Slot<HookOutcome>,
-    publish: Option<oneshot::Sender<Result<Published, SubagentError>>>,
-    start_failure: Option<SubagentError>,
-    dispose_outcome: Result<(), SubagentError>,
+    start_reply: StartReply,
+    /// Released first in `Drop`, before the signals that wake anybody.
     leases: Option<(ActorLease, ProviderRunLease)>,
     /// The child's place in its delegation budget (width until quiescence;
     /// the run itself is given back if the start is refused).
     admission: Option<Box<Admission>>,
-    /// The structured result the child captured, if any.
-    structured: Option<serde_json::Value>,
     /// When the actor was created: the lifecycle lines' duration.
     began: Instant,
 }
@@ -195,23 +204,18 @@ impl RunActor {
         let provider = &spawn.shared.entry.provider;
         telemetry::invoke_agent(&span, provider.name(), spawn.shared.run_id, provider.runs_out_of_process());
         RunActor {
-            state: RunState::Starting,
-            span,
             token: spawn.launch.cancel.clone(),
+            phase: Phase::Created { launch: spawn.launch },
+            span,
             core: spawn.core,
             shared: spawn.shared,
             child_id: String::new(),
-            launch: Some(spawn.launch),
-            child: None,
             launching: Slot::empty(),
             running: Slot::empty(),
             releasing: Slot::empty(),
-            publish: Some(spawn.publish),
-            start_failure: None,
-            dispose_outcome: Ok(()),
+            start_reply: StartReply::Awaited(spawn.publish),
             leases: Some(leases),
             admission: spawn.admission,
-            structured: None,
             began: Instant::now(),
         }
     }
@@ -224,8 +228,14 @@ impl RunActor {
         Diagnostic::new(self.provider(), stage, category)
     }
 
+    /// Moves the phase out for a transition, leaving `Starting` (which owns
+    /// nothing) until the caller puts the next phase in.
+    fn take_phase(&mut self) -> Phase {
+        std::mem::replace(&mut self.phase, Phase::Starting)
+    }
+
     fn on_launched(&mut self, outcome: LaunchOutcome, ctx: &mut Context<Self>) {
-        if self.state != RunState::Starting {
+        if !matches!(self.phase, Phase::Starting) {
             return;
         }
         let child = match outcome {
@@ -240,9 +250,8 @@ impl RunActor {
         };
         if self.token.is_cancelled() {
             // Cancelled between creation and publication: dispose, then reject.
-            self.start_failure = Some(SubagentError::Aborted { provider: self.provider().to_owned() });
-            self.child = Some(child);
-            self.state = RunState::DisposingAwaitRun;
+            self.start_reply.refuse(SubagentError::Aborted { provider: self.provider().to_owned() });
+            self.phase = Phase::DisposingAwaitRun { child, structured: None };
             return self.release_child(ctx);
         }
         self.child_id = child.id();
@@ -260,15 +269,13 @@ impl RunActor {
             continuation: child.supports_continuation(),
         };
         let run = self.running.hold(self.core.id(), &self.span, contained(|| child.run()));
-        self.child = Some(child);
-        self.state = RunState::Running;
+        self.phase = Phase::Running { child, structured: None };
         self.drive(run, ctx, |actor, outcome, ctx| {
             if let Some(outcome) = outcome {
                 actor.on_run_finished(outcome, ctx)
             }
         });
-        let delivered = self.publish.take().is_some_and(|publish| publish.send(Ok(published)).is_ok());
-        if !delivered {
+        if !self.start_reply.publish(published) {
             // The caller gave up on `start`: nobody owns this run, so release it.
             self.begin_dispose(ctx);
         }
@@ -303,76 +310,77 @@ impl RunActor {
         }
     }
 
-    /// The start fails: stop now; `Drop` replies once everything is released.
+    /// The start fails while `Starting` (there is no child yet): stop now;
+    /// `Drop` replies once everything is released.
     fn reject(&mut self, error: SubagentError, ctx: &mut Context<Self>) {
         tracing::debug!(parent: &self.span, %error, duration = ?self.began.elapsed(), "run refused");
         telemetry::run_failed(&self.span, error.code());
-        self.start_failure = Some(error);
-        self.state = RunState::Disposed;
+        self.start_reply.refuse(error);
+        self.phase = Phase::Disposed { child: None, outcome: Ok(()) };
         ctx.stop();
     }
 
     fn on_cancelled(&mut self, ctx: &mut Context<Self>) {
         let grace = self.core.config().cancel_grace;
-        match self.state {
-            RunState::Starting => {
+        match self.take_phase() {
+            Phase::Starting => {
+                self.phase = Phase::Starting;
                 // A provider that ignores its token is abandoned after the grace.
                 ctx.run_later(grace, |actor, ctx| {
-                    if actor.state == RunState::Starting {
+                    if matches!(actor.phase, Phase::Starting) {
                         tracing::warn!(parent: &actor.span, "launch ignored cancellation; abandoned");
                         let provider = actor.provider().to_owned();
                         actor.reject(SubagentError::Aborted { provider }, ctx);
                     }
                 });
             }
-            RunState::Running => {
-                self.state = RunState::Cancelling;
+            Phase::Running { child, structured } => {
+                self.phase = Phase::Cancelling { child, structured };
                 self.cancel_child();
-                ctx.run_later(grace, |actor, _ctx| {
-                    if actor.state == RunState::Cancelling {
-                        actor.state = RunState::Settled;
+                ctx.run_later(grace, |actor, _ctx| match actor.take_phase() {
+                    Phase::Cancelling { child, .. } => {
+                        actor.phase = Phase::Settled { child };
                         actor.settle(RunResult::empty(StopReason::Aborted));
                     }
+                    other => actor.phase = other,
                 });
             }
-            _ => {}
+            other => self.phase = other,
         }
     }
 
     fn cancel_child(&self) {
-        if let Some(child) = &self.child {
+        if let Some(child) = self.phase.child() {
             if let Err(panic) = contained_call(|| child.cancel()) {
                 tracing::error!(parent: &self.span, %panic, "child cancel panicked");
             }
         }
     }
 
-    fn on_run_finished(&mut self, outcome: Result<RunResult, String>, ctx: &mut Context<Self>) {
+    fn on_run_finished(&mut self, outcome: RunOutcome, ctx: &mut Context<Self>) {
         let result = outcome.unwrap_or_else(|panic| {
             tracing::error!(parent: &self.span, %panic, "child run panicked");
             RunResult::failed(self.diagnostic(Stage::SessionRun, Category::Panicked))
         });
-        match self.state {
-            RunState::Running | RunState::Cancelling => {
-                self.state = RunState::Settled;
-                self.settle(result);
+        match self.take_phase() {
+            Phase::Running { child, structured } | Phase::Cancelling { child, structured } => {
+                self.phase = Phase::Settled { child };
+                self.settle(with_capture(result, structured));
             }
-            RunState::DisposingAwaitRun => {
-                self.settle(result);
+            Phase::DisposingAwaitRun { child, structured } => {
+                self.phase = Phase::DisposingAwaitRun { child, structured: None };
+                self.settle(with_capture(result, structured));
                 self.release_child(ctx);
             }
-            _ => {}
+            other => self.phase = other,
         }
     }
 
     /// Deliver the result (only the first call counts). A cancelled run
     /// that did not complete is `Aborted`.
-    fn settle(&mut self, mut result: RunResult) {
+    fn settle(&self, mut result: RunResult) {
         if self.token.is_cancelled() && result.stop_reason != StopReason::Completed {
             result.stop_reason = StopReason::Aborted;
-        }
-        if result.stop_reason == StopReason::Completed && result.structured.is_none() {
-            result.structured = self.structured.take();
         }
         if self.shared.settled().is_none() {
             self.log_end(result.stop_reason);
@@ -388,39 +396,42 @@ impl RunActor {
     }
 
     fn begin_dispose(&mut self, ctx: &mut Context<Self>) {
-        match self.state {
-            RunState::Starting => self.token.cancel(),
-            RunState::Running | RunState::Cancelling => {
-                let was_running = self.state == RunState::Running;
-                self.state = RunState::DisposingAwaitRun;
+        let grace = self.core.config().cancel_grace;
+        match self.take_phase() {
+            Phase::Starting => {
+                self.phase = Phase::Starting;
                 self.token.cancel();
-                if was_running {
-                    self.cancel_child();
-                }
-                ctx.run_later(self.core.config().cancel_grace, |actor, ctx| actor.release_child(ctx));
             }
-            RunState::Settled => {
-                self.state = RunState::DisposingAwaitRun;
+            Phase::Running { child, structured } => {
+                self.phase = Phase::DisposingAwaitRun { child, structured };
+                self.token.cancel();
+                self.cancel_child();
+                ctx.run_later(grace, |actor, ctx| actor.release_child(ctx));
+            }
+            Phase::Cancelling { child, structured } => {
+                self.phase = Phase::DisposingAwaitRun { child, structured };
+                self.token.cancel();
+                ctx.run_later(grace, |actor, ctx| actor.release_child(ctx));
+            }
+            Phase::Settled { child } => {
+                self.phase = Phase::DisposingAwaitRun { child, structured: None };
                 self.token.cancel();
                 self.release_child(ctx);
             }
-            RunState::DisposingAwaitRun | RunState::DisposingRelease | RunState::Disposed => {}
+            other => self.phase = other,
         }
     }
 
     /// Stop waiting for the child's run and call its dispose hook (bounded).
     fn release_child(&mut self, ctx: &mut Context<Self>) {
-        if self.state != RunState::DisposingAwaitRun {
-            return;
-        }
-        self.state = RunState::DisposingRelease;
+        let child = match self.take_phase() {
+            Phase::DisposingAwaitRun { child, .. } => child,
+            other => return self.phase = other,
+        };
         self.running.clear();
         self.settle(RunResult::empty(StopReason::Aborted));
-        let Some(child) = &self.child else {
-            self.state = RunState::Disposed;
-            return ctx.stop();
-        };
         let mut hook = self.releasing.hold(self.core.id(), &self.span, contained(|| child.dispose()));
+        self.phase = Phase::DisposingRelease { child };
         // A hook that is done at once needs no timer and no spawned future.
         if let Some(outcome) = (&mut hook).now_or_never() {
             return self.on_released(outcome, ctx);
@@ -445,21 +456,34 @@ impl RunActor {
             }
             None => Some(self.diagnostic(Stage::Dispose, Category::TimedOut)),
         };
+        let (child, mut outcome) = self.take_phase().into_remains(Ok(()));
         if let Some(diagnostic) = failure {
             tracing::warn!(parent: &self.span, %diagnostic, "child did not dispose cleanly");
-            self.dispose_outcome =
-                Err(SubagentError::DisposeFailed { provider: self.provider().to_owned(), diagnostic });
+            outcome = Err(SubagentError::DisposeFailed { provider: self.provider().to_owned(), diagnostic });
         }
-        self.state = RunState::Disposed;
+        self.phase = Phase::Disposed { child, outcome };
         ctx.stop();
     }
+}
+
+/// A completed result without a structured value of its own carries what
+/// the child captured.
+fn with_capture(mut result: RunResult, structured: Option<serde_json::Value>) -> RunResult {
+    if result.stop_reason == StopReason::Completed && result.structured.is_none() {
+        result.structured = structured;
+    }
+    result
 }
 
 impl Actor for RunActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let Some(launch) = self.launch.take() else { return };
+        let launch = match self.take_phase() {
+            Phase::Created { launch } => launch,
+            other => return self.phase = other,
+        };
+        self.phase = Phase::Starting;
         self.shared.bind_capture(ctx.address().downgrade().recipient());
         let provider = self.shared.entry.provider.clone();
         let launching = self.launching.hold(self.core.id(), &self.span, contained(move || provider.launch(*launch)));
@@ -470,7 +494,7 @@ impl Actor for RunActor {
         });
         // Watch the token only while there is something to cancel: a run
         // that settled inline is cancelled, if ever, by its dispose.
-        if matches!(self.state, RunState::Starting | RunState::Running) {
+        if matches!(self.phase, Phase::Starting | Phase::Running { .. }) {
             let watcher =
                 self.token.clone().cancelled_owned().into_actor(self).map(|(), actor, ctx| actor.on_cancelled(ctx));
             ctx.spawn(watcher);
@@ -486,7 +510,8 @@ impl Drop for RunActor {
         self.launching.clear();
         self.running.clear();
         self.releasing.clear();
-        if let Some(child) = self.child.take() {
+        let (child, dispose_outcome) = self.take_phase().into_remains(Ok(()));
+        if let Some(child) = child {
             match contained_call(|| child.stop_report()) {
                 Ok(report) => self.shared.set_stop_report(report),
                 Err(panic) => tracing::error!(parent: &self.span, %panic, "child stop report panicked"),
@@ -496,24 +521,30 @@ impl Drop for RunActor {
             self.core.close_family(family);
         }
         drop(self.leases.take());
+        let start_reply = std::mem::replace(&mut self.start_reply, StartReply::Published);
         if let Some(mut admission) = self.admission.take() {
-            if self.publish.is_some() {
+            if !matches!(start_reply, StartReply::Published) {
                 // A refused start never had a child: its run goes back to the budget.
                 admission.refund_run();
             }
         }
-        if let Some(publish) = self.publish.take() {
+        match start_reply {
             // A rejected start settles nothing and emits nothing.
-            let error = self.start_failure.take().unwrap_or(SubagentError::RuntimeStopped);
-            let _ = publish.send(Err(error));
-        } else {
-            if self.shared.settled().is_none() {
-                self.log_end(StopReason::Error);
-                telemetry::run_failed(&self.span, SubagentError::RuntimeStopped.code());
+            StartReply::Awaited(reply) => {
+                let _ = reply.send(Err(SubagentError::RuntimeStopped));
             }
-            self.shared.settle(Err(SubagentError::RuntimeStopped), &self.child_id);
+            StartReply::Refused(reply, error) => {
+                let _ = reply.send(Err(error));
+            }
+            StartReply::Published => {
+                if self.shared.settled().is_none() {
+                    self.log_end(StopReason::Error);
+                    telemetry::run_failed(&self.span, SubagentError::RuntimeStopped.code());
+                }
+                self.shared.settle(Err(SubagentError::RuntimeStopped), &self.child_id);
+            }
         }
-        self.shared.set_quiescent(std::mem::replace(&mut self.dispose_outcome, Ok(())));
+        self.shared.set_quiescent(dispose_outcome);
     }
 }
 
@@ -525,16 +556,16 @@ impl Handler<Control> for RunActor {
             Control::Dispose => self.begin_dispose(ctx),
             Control::ForceStop => {
                 self.token.cancel();
-                if self.state != RunState::Starting {
+                if !matches!(self.phase, Phase::Starting) {
                     self.settle(RunResult::empty(StopReason::Aborted));
                 }
-                if self.state != RunState::Disposed {
-                    self.dispose_outcome = Err(SubagentError::DisposeFailed {
-                        provider: self.provider().to_owned(),
-                        diagnostic: self.diagnostic(Stage::Shutdown, Category::TimedOut),
-                    });
-                }
-                self.state = RunState::Disposed;
+                let forced = SubagentError::DisposeFailed {
+                    provider: self.provider().to_owned(),
+                    diagnostic: self.diagnostic(Stage::Shutdown, Category::TimedOut),
+                };
+                // A run already `Disposed` keeps the outcome it had.
+                let (child, outcome) = self.take_phase().into_remains(Err(forced));
+                self.phase = Phase::Disposed { child, outcome };
                 ctx.stop();
             }
         }
@@ -545,16 +576,15 @@ impl Handler<SendMessage> for RunActor {
     type Result = ResponseFuture<Result<(), SubagentError>>;
 
     fn handle(&mut self, msg: SendMessage, _ctx: &mut Context<Self>) -> Self::Result {
-        let child = match (&self.state, &self.child) {
-            (RunState::Running, Some(child)) => child,
-            _ => return Box::pin(async { Err(SubagentError::invalid("message", "the run is no longer running")) }),
+        let Phase::Running { child, .. } = &self.phase else {
+            return Box::pin(async { Err(SubagentError::Steering(SteeringError::NotRunning)) });
         };
         let provider = self.provider().to_owned();
         let delivery = contained(|| child.send_message(msg.0)).instrument(self.span.clone());
         Box::pin(async move {
             delivery.await.unwrap_or_else(|panic| {
                 tracing::error!(%provider, %panic, "child send_message panicked"); // inside the run's span
-                Err(SubagentError::invalid("message", "the child failed to take the message"))
+                Err(SubagentError::Steering(SteeringError::ChildFailed))
             })
         })
     }
@@ -564,12 +594,12 @@ impl Handler<CaptureStructured> for RunActor {
     type Result = Result<(), CaptureError>;
 
     fn handle(&mut self, msg: CaptureStructured, _ctx: &mut Context<Self>) -> Self::Result {
-        match self.state {
-            RunState::Running if self.structured.is_none() => {
-                self.structured = Some(msg.0);
+        match &mut self.phase {
+            Phase::Running { structured: slot @ None, .. } => {
+                *slot = Some(msg.0);
                 Ok(())
             }
-            RunState::Running => Err(CaptureError::AlreadyCaptured),
+            Phase::Running { .. } => Err(CaptureError::AlreadyCaptured),
             _ => Err(CaptureError::NotRunning),
         }
     }

@@ -9,9 +9,7 @@ use actix::Recipient;
 use super::control::{RunControl, SendMessage};
 use super::core::Core;
 use super::lineage;
-#[cfg(feature = "agent")]
-use crate::agent::Agent;
-use crate::seam::{ContentBlock, LocalAgent, Parent, Receipt, RunResult, SubagentError};
+use crate::seam::{ContentBlock, LocalAgent, Parent, Receipt, RunResult, SteeringError, SubagentError};
 
 /// A published run, owned by the caller, who must [`dispose`](Run::dispose)
 /// it on every path. Dropping an undisposed `Run` disposes it in the
@@ -56,16 +54,12 @@ impl Run {
     }
 
     /// The in-process child agent, when the provider exposes one
-    /// (type-erased: a provider of your own may expose any handle).
+    /// (type-erased: a provider of your own may expose any handle). With
+    /// the `agent` feature, `Run::agent()` downcasts it to the crate's own
+    /// agent; that method is defined beside the tool layer, so the actors
+    /// name no agent type.
     pub fn local_agent(&self) -> Option<&LocalAgent> {
         self.local_agent.as_ref()
-    }
-
-    #[cfg(feature = "agent")]
-    /// The child [`Agent`] of an in-process run (`spawn`, `fork`): its
-    /// session, events and tools. `None` for other providers.
-    pub fn agent(&self) -> Option<Agent> {
-        self.local_agent.as_ref()?.downcast::<Agent>().cloned()
     }
 
     /// The terminal outcome. Awaitable by many, any number of times. A
@@ -193,7 +187,7 @@ impl Steering {
         self.mailbox
             .send(SendMessage(message))
             .await
-            .unwrap_or_else(|_| Err(SubagentError::invalid("message", "the run is disposed")))
+            .unwrap_or_else(|_| Err(SubagentError::Steering(SteeringError::Disposed)))
     }
 }
 

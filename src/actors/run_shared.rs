@@ -1,8 +1,17 @@
 //! What a run actor shares with its `Run` handle and the start path: the
-//! result, the quiescence signal, and the event gate — one allocation per
-//! run.
+//! result, the quiescence signal, the event gate and the run's family —
+//! one allocation per run.
+//!
+//! A run whose child exposes a local agent opens a [`Family`] under its
+//! session id when it is launched (before its child can delegate); every
+//! run published with that session as its parent is adopted into it. The
+//! family lives as long as the run's shared state, so a parent's receipt
+//! (`lineage.rs`, which reads families) can be gathered after the parent
+//! and its children are gone from the run table. Only runs and scopes that
+//! open a family are tracked, so a long-lived root agent that is not a run
+//! keeps no list.
 
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use actix::{Message, WeakRecipient};
 use futures_util::future::BoxFuture;
@@ -10,7 +19,6 @@ use tokio::sync::Notify;
 
 use super::entry::ProviderEntry;
 use super::gate::Gate;
-use super::lineage::Family;
 use crate::events::{EventBus, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent};
 use crate::seam::{CaptureError, ProgressSink, RunReporter, RunResult, StopReason, StopReport, SubagentError};
 
@@ -34,6 +42,32 @@ pub(crate) struct RunShared {
     family: OnceLock<Arc<Family>>,
     /// What the child reported when it was released, when not empty.
     stop_report: OnceLock<Box<StopReport>>,
+}
+
+/// The runs published under one session, in start order.
+pub(crate) struct Family {
+    session: String,
+    /// Each adopted run's child id and shared state.
+    children: Mutex<Vec<(String, Arc<RunShared>)>>,
+}
+
+impl Family {
+    pub(crate) fn new(session: impl Into<String>) -> Self {
+        Family { session: session.into(), children: Mutex::new(Vec::new()) }
+    }
+
+    pub(crate) fn session(&self) -> &str {
+        &self.session
+    }
+
+    pub(crate) fn adopt(&self, child_id: &str, shared: Arc<RunShared>) {
+        self.children.lock().unwrap_or_else(|e| e.into_inner()).push((child_id.to_owned(), shared));
+    }
+
+    /// The runs adopted so far, in start order.
+    pub(crate) fn adopted(&self) -> Vec<(String, Arc<RunShared>)> {
+        self.children.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 /// A child hands its validated structured result to its run (docs/contract.md §8). The

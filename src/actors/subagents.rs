@@ -122,7 +122,8 @@ mod scope {
     use std::sync::Arc;
 
     use super::super::core::Core;
-    use super::super::lineage::{self, Family};
+    use super::super::lineage;
+    use super::super::run_shared::Family;
     use crate::seam::Branch;
 
     /// The runs started under a session that is not itself a run: a family of
@@ -141,7 +142,7 @@ mod scope {
         /// The branches of every run started under the session so far, each
         /// once it is quiescent.
         pub(crate) async fn branches(&self) -> Vec<Branch> {
-            self.family.branches(lineage::deadline()).await
+            lineage::branches(&self.family, lineage::deadline()).await
         }
     }
 

@@ -127,19 +127,33 @@ where
 
 /// What a listener may return: nothing, or a `Result` whose error is logged.
 pub trait ListenerOutcome {
-    /// The outcome as a `Result` with a printable error.
-    fn into_result(self) -> Result<(), String>;
+    /// The outcome as a `Result` whose error is logged.
+    fn into_result(self) -> Result<(), ListenerError>;
 }
 
 impl ListenerOutcome for () {
-    fn into_result(self) -> Result<(), String> {
+    fn into_result(self) -> Result<(), ListenerError> {
         Ok(())
     }
 }
 
 impl<E: fmt::Display> ListenerOutcome for Result<(), E> {
-    fn into_result(self) -> Result<(), String> {
-        self.map_err(|e| e.to_string())
+    fn into_result(self) -> Result<(), ListenerError> {
+        self.map_err(|error| ListenerError::new(error))
+    }
+}
+
+/// A listener's error, as the runtime logs it: what its own error displayed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ListenerError {
+    message: String,
+}
+
+impl ListenerError {
+    /// The error `error` displays as.
+    pub fn new(error: impl fmt::Display) -> Self {
+        ListenerError { message: error.to_string() }
     }
 }
 

@@ -1,9 +1,9 @@
 //! `spawn`: a fresh in-process child agent per run.
 //!
 //! **Choose it** for cheap, isolated subtasks in this process: the child
-//! starts with its own session (id = run id, `parent_session` lineage and
-//! depth in its header), its own system prompt, and an empty conversation,
-//! so the prompt must stand alone.
+//! starts with its own session (its id is the run's child id, not its run
+//! id; `parent_session` lineage and depth in its header), its own system
+//! prompt, and an empty conversation, so the prompt must stand alone.
 //!
 //! **Advertises** every start-time capability: structured output, depth
 //! limit, tool filter, persona, agent options. Runtime features: steering

@@ -1,4 +1,4 @@
-//! The typed errors `start`, `dispose` and registration return.
+//! The typed errors `start`, `dispose`, registration and steering return.
 
 use super::{BudgetExhausted, Capability, Diagnostic};
 
@@ -14,12 +14,12 @@ pub enum SubagentError {
     #[error("no subagent provider registered for {0:?}")]
     NoProvider(String),
     /// The request asks for a start-time feature the provider lacks.
-    #[error("subagent provider {provider:?} does not support the {capability:?} capability")]
+    #[error("subagent provider {provider:?} does not support the \"{capability}\" capability")]
     UnsupportedCapability {
         /// The provider asked.
         provider: String,
         /// The first unmet capability, in check order.
-        capability: &'static str,
+        capability: Capability,
     },
     /// A request value is out of range or malformed.
     #[error("invalid subagent request: {field}: {reason}")]
@@ -29,6 +29,10 @@ pub enum SubagentError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A steering message did not reach the run's child. Its code is
+    /// `INVALID_REQUEST`, the message names the `message` field.
+    #[error("invalid subagent request: message: {0}")]
+    Steering(SteeringError),
     /// The output schema leaves the supported subset.
     #[error("output_schema is outside the supported subset: {}", violations.join("; "))]
     UnsupportedSchema {
@@ -75,7 +79,7 @@ impl SubagentError {
             SubagentError::DuplicateProvider(_) => "DUPLICATE_PROVIDER",
             SubagentError::NoProvider(_) => "NO_PROVIDER",
             SubagentError::UnsupportedCapability { .. } => "UNSUPPORTED_CAPABILITY",
-            SubagentError::InvalidRequest { .. } => "INVALID_REQUEST",
+            SubagentError::InvalidRequest { .. } | SubagentError::Steering(_) => "INVALID_REQUEST",
             SubagentError::UnsupportedSchema { .. } => "UNSUPPORTED_SCHEMA",
             SubagentError::Aborted { .. } => "ABORTED",
             SubagentError::StartupFailed { .. } => "STARTUP_FAILED",
@@ -86,10 +90,30 @@ impl SubagentError {
     }
 
     pub(crate) fn unsupported(provider: &str, capability: Capability) -> Self {
-        SubagentError::UnsupportedCapability { provider: provider.to_owned(), capability: capability.name() }
+        SubagentError::UnsupportedCapability { provider: provider.to_owned(), capability }
     }
 
     pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
         SubagentError::InvalidRequest { field, reason: reason.into() }
     }
+}
+
+/// Why a steering message ([`Steering`](crate::Steering), a child's
+/// [`send_message`](crate::seam::Child::send_message)) was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SteeringError {
+    /// The child takes no messages (the default of
+    /// [`Child::send_message`](crate::seam::Child::send_message)).
+    #[error("this child does not accept messages")]
+    Unsupported,
+    /// The run has settled, or is being cancelled or disposed.
+    #[error("the run is no longer running")]
+    NotRunning,
+    /// The run's actor is gone: the run was disposed.
+    #[error("the run is disposed")]
+    Disposed,
+    /// The child's `send_message` panicked (the runtime contained it).
+    #[error("the child failed to take the message")]
+    ChildFailed,
 }

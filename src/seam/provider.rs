@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     AgentOptions, Capabilities, Category, ContentBlock, Diagnostic, Failure, RunResult, Stage, StartRequest,
-    StopReport, SubagentError,
+    SteeringError, StopReport, SubagentError,
 };
 use super::{BudgetLease, ProgressUpdate};
 use crate::live::{LiveCounters, ProcessLease};
@@ -72,8 +72,10 @@ pub trait Provider: Send + Sync + 'static {
 /// A live child, owned by its run actor. Every method returns a future that
 /// does not borrow the child, so cancel and dispose never wait behind `run`.
 pub trait Child: 'static {
-    /// The run id callers see (`Run::id()`): the child session id for local
-    /// providers, a provider-scoped lifecycle id otherwise.
+    /// The child's own name, what callers see as `Run::child_id()` and
+    /// events carry as `child_id`: the child session id for local
+    /// providers, a provider-scoped lifecycle id otherwise. (The run id,
+    /// `Run::run_id()`, is minted by the runtime, not here.)
     fn id(&self) -> String;
 
     /// The in-process agent, when the child is one.
@@ -113,7 +115,7 @@ pub trait Child: 'static {
     /// Deliver a message to the running child.
     fn send_message(&self, message: Vec<ContentBlock>) -> LocalBoxFuture<'static, Result<(), SubagentError>> {
         let _ = message;
-        Box::pin(async { Err(SubagentError::invalid("message", "this child does not accept messages")) })
+        Box::pin(async { Err(SubagentError::Steering(SteeringError::Unsupported)) })
     }
 
     /// Release everything the child holds: close its session, reap its
@@ -135,11 +137,15 @@ pub trait Child: 'static {
 }
 
 /// Why a launch produced no child. The provider has rolled back already.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The run actor turns it into the [`SubagentError`] `start` returns
+/// (`ABORTED`, `STARTUP_FAILED`, `INVALID_REQUEST`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LaunchError {
     /// The launch token tripped.
+    #[error("the launch was aborted")]
     Aborted,
     /// Creating the child failed.
+    #[error("the launch failed at stage {stage:?} ({category:?})")]
     Failed {
         /// Where it failed.
         stage: Stage,
@@ -148,8 +154,10 @@ pub enum LaunchError {
     },
     /// Creating the child failed, and the provider can say why: its
     /// diagnostic, with a fixed-wording reason (see [`Diagnostic`]).
+    #[error("the launch failed ({0})")]
     Diagnosed(Diagnostic),
     /// A request value the provider checks itself was wrong.
+    #[error("invalid request: {field}: {reason}")]
     Invalid {
         /// The offending field.
         field: &'static str,

@@ -294,7 +294,7 @@ impl SubagentTool {
         if let Some((_, missing)) = needs.iter().find(|(needed, c)| *needed && !info.capabilities.supports(*c)) {
             return Err(SubagentError::UnsupportedCapability {
                 provider: config.provider.clone(),
-                capability: missing.name(),
+                capability: *missing,
             });
         }
         if config.enable_run_in_background && tasks.is_none() {
