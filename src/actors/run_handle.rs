@@ -187,7 +187,7 @@ impl Steering {
         self.mailbox
             .send(SendMessage(message))
             .await
-            .unwrap_or_else(|_| Err(SubagentError::Steering(SteeringError::Disposed)))
+            .unwrap_or(Err(SubagentError::Steering(SteeringError::Disposed)))
     }
 }
 
