@@ -184,10 +184,7 @@ impl Steering {
     /// Deliver content blocks to the running child. Waits for mailbox room
     /// rather than growing the mailbox without bound.
     pub async fn send_blocks(&self, message: Vec<ContentBlock>) -> Result<(), SubagentError> {
-        self.mailbox
-            .send(SendMessage(message))
-            .await
-            .unwrap_or(Err(SubagentError::Steering(SteeringError::Disposed)))
+        self.mailbox.send(SendMessage(message)).await.unwrap_or(Err(SubagentError::Steering(SteeringError::Disposed)))
     }
 }
 

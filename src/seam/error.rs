@@ -1,4 +1,15 @@
 //! The typed errors `start`, `dispose`, registration and steering return.
+//!
+//! Code matches on the variants, logs their messages, and keys on
+//! [`SubagentError::code`], which never changes:
+//!
+//! ```
+//! use subagents::{Capability, SubagentError};
+//!
+//! let error = SubagentError::UnsupportedCapability { provider: "plain".into(), capability: Capability::Persona };
+//! assert_eq!(error.code(), "UNSUPPORTED_CAPABILITY");
+//! assert_eq!(error.to_string(), r#"subagent provider "plain" does not support the "persona" capability"#);
+//! ```
 
 use super::{BudgetExhausted, Capability, Diagnostic};
 
@@ -100,6 +111,30 @@ impl SubagentError {
 
 /// Why a steering message ([`Steering`](crate::Steering), a child's
 /// [`send_message`](crate::seam::Child::send_message)) was refused.
+///
+/// ```
+/// use subagents::providers::MockProvider;
+/// use subagents::{CancellationToken, Parent, Runtime, StartRequest, SteeringError, SubagentError};
+///
+/// let runtime = Runtime::builder().workers(1).build().unwrap();
+/// let subagents = runtime.subagents();
+/// subagents.register_provider(MockProvider::new("mock").with_wait_for_message()).unwrap().keep();
+/// let (settled, disposed) = runtime.block_on(async move {
+///     let request = StartRequest::new("wait for a message", Parent::root("/tmp"), CancellationToken::new());
+///     let run = subagents.start("mock", request).await.unwrap();
+///     let steering = run.steering().expect("the mock takes messages");
+///     steering.send("go ahead").await.unwrap();
+///     run.result().await.unwrap();
+///     let settled = steering.send("too late").await.unwrap_err();
+///     run.dispose().await.unwrap();
+///     (settled, steering.send("gone").await.unwrap_err())
+/// });
+/// assert_eq!(settled, SubagentError::Steering(SteeringError::NotRunning));
+/// assert_eq!(settled.code(), "INVALID_REQUEST");
+/// assert_eq!(settled.to_string(), "invalid subagent request: message: the run is no longer running");
+/// assert_eq!(disposed, SubagentError::Steering(SteeringError::Disposed));
+/// runtime.shutdown_blocking();
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SteeringError {

@@ -139,6 +139,15 @@ pub trait Child: 'static {
 /// Why a launch produced no child. The provider has rolled back already.
 /// The run actor turns it into the [`SubagentError`] `start` returns
 /// (`ABORTED`, `STARTUP_FAILED`, `INVALID_REQUEST`).
+///
+/// ```
+/// use subagents::{Category, LaunchError, Stage};
+///
+/// assert_eq!(LaunchError::Aborted.to_string(), "the launch was aborted");
+/// let failed = LaunchError::Failed { stage: Stage::Initialize, category: Category::ChildCrashed };
+/// assert_eq!(failed.to_string(), "the launch failed at stage Initialize (ChildCrashed)");
+/// let _: &dyn std::error::Error = &failed;
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LaunchError {
     /// The launch token tripped.
