@@ -211,6 +211,13 @@ pub struct RemoteConfig {
     /// fail `Error` with category `no-worker` (60 s). Runs queued behind
     /// busy workers do not count: a busy worker still answers.
     pub worker_patience: Duration,
+    /// How long a detached run ([`StartRequest::detached`]) is kept going
+    /// once no caller holds it (its caller's lease expired and no caller
+    /// attached since), before its worker stops it as `lease-expired`
+    /// (10 min). Its result is kept for `broker.retention` either way.
+    ///
+    /// [`StartRequest::detached`]: crate::StartRequest::detached
+    pub detached_ttl: Duration,
 }
 
 impl RemoteConfig {
@@ -228,6 +235,7 @@ impl RemoteConfig {
             result_sweep: Duration::from_secs(1),
             broker_patience: Duration::from_secs(60),
             worker_patience: Duration::from_secs(60),
+            detached_ttl: Duration::from_secs(600),
         }
     }
 
@@ -334,12 +342,20 @@ impl Provider for RemoteProvider {
         true
     }
 
+    fn offers_detached(&self) -> bool {
+        true
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.config.capabilities
     }
 
     fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
-        let timing = Timing { publish_timeout: self.config.publish_timeout, dispose_wait: self.config.dispose_wait };
+        let timing = Timing {
+            publish_timeout: self.config.publish_timeout,
+            dispose_wait: self.config.dispose_wait,
+            detached_ttl: self.config.detached_ttl,
+        };
         Box::pin(child::launch(self.caller.clone(), self.io.handle(), timing, launch))
     }
 
