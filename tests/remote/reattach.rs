@@ -232,3 +232,56 @@ fn a_recorded_run_the_broker_does_not_know_is_started_again_and_its_line_says_so
     assert_eq!(runs.len(), 2, "the new run was recorded after the old one: {runs:?}");
     assert_ne!(runs[1]["run"], "gone-run");
 }
+
+#[test]
+fn a_killed_batchs_runs_wait_for_a_resume_only_their_detached_ttl_and_then_start_again() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let look = Look::new(&server.url());
+    let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, "{\"prompt\": \"slow 0 [delay:8000]\"}\n{\"prompt\": \"slow 1 [delay:8000]\"}\n").unwrap();
+    let out = dir.path().join("out.jsonl");
+    let ttl = ["--detached-ttl", "1s"];
+    let mut caller = fanout(dir.path(), &server.url(), &tasks, &out, &ttl)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || look.live("default") == 2), "the worker holds the 2 runs");
+    caller.kill().unwrap();
+    caller.wait().unwrap();
+    let runs: Vec<String> =
+        lines_of(&runs_journal(&out)).iter().map(|r| r["run"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(runs.len(), 2);
+    // The lease lapses within 2 s, the runs then have 1 s: stopped long
+    // before their 8 s would have run out.
+    let stopped = |run: &str| {
+        look.state(run).is_some_and(|s| {
+            s["state"] == "settled"
+                && s["result"]["stop_reason"] == "aborted"
+                && s["result"]["diagnostic"]["category"] == "lease-expired"
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(6), || runs.iter().all(|run| stopped(run))),
+        "runs without a caller were stopped after their detached TTL: {:?}",
+        runs.iter().map(|run| look.state(run)).collect::<Vec<_>>()
+    );
+    let mut resume = ttl.to_vec();
+    resume.push("--resume");
+    let output = crate::common::output_within(
+        &mut fanout(dir.path(), &server.url(), &tasks, &out, &resume),
+        WAIT_LIMIT,
+        "the resumed batch",
+    );
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let lines = lines_of(&out);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for line in &lines {
+        assert_eq!(line["stop_reason"], "completed", "{line}");
+        let expired = line["expired_run"].as_str().expect("the line names the run that expired");
+        assert!(runs.iter().any(|run| run == expired), "{line}");
+    }
+}
