@@ -285,3 +285,44 @@ fn a_killed_batchs_runs_wait_for_a_resume_only_their_detached_ttl_and_then_start
         assert!(runs.iter().any(|run| run == expired), "{line}");
     }
 }
+
+#[test]
+fn a_run_attached_to_by_a_second_caller_is_cancelled_through_the_new_handle() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let look = Look::new(&server.url());
+    let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let runtime = runtime_at(&dir.path().join("caller"));
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider(&server.url())).unwrap().keep();
+    let mut second = crate::support::config(&server.url());
+    second.name = "second".to_owned();
+    subagents.register_provider(subagents::providers::RemoteProvider::connect(second).unwrap()).unwrap().keep();
+    let (first, attached) = runtime.within(WAIT_LIMIT, "a detached start, then an attach from another caller", {
+        let subagents = subagents.clone();
+        async move {
+            let start = request("long [delay:60000]").with_detached(Detached::Start("shared-run".to_owned()));
+            let first = subagents.start("remote", start).await.unwrap();
+            let attach = request("long").with_detached(Detached::Attach("shared-run".to_owned()));
+            let attached = subagents.start("second", attach).await.unwrap();
+            (first, attached)
+        }
+    });
+    assert!(wait_until(Duration::from_secs(10), || look.live("default") == 1), "one run, on the worker");
+    assert_eq!(attached.child_id(), "remote:second:shared-run");
+    let (through_attach, through_first) = runtime.within(WAIT_LIMIT, "the cancel through the attached handle", {
+        async move {
+            attached.cancel();
+            let through_attach = attached.result().await.unwrap();
+            attached.dispose().await.unwrap();
+            let through_first = first.result().await.unwrap();
+            first.dispose().await.unwrap();
+            (through_attach, through_first)
+        }
+    });
+    assert_eq!(through_attach.stop_reason, StopReason::Aborted, "{through_attach:?}");
+    assert_eq!(through_first.stop_reason, StopReason::Aborted, "the one run was stopped: {through_first:?}");
+    assert!(wait_until(Duration::from_secs(5), || look.live("default") == 0), "its child is gone");
+    runtime.shutdown_blocking();
+}

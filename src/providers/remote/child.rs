@@ -1,5 +1,6 @@
 //! One remote run on the caller's side: the launch (publish durably, roll
-//! back on failure or cancel) and the [`Child`] the run actor drives.
+//! back on failure or cancel; or, for a detached run started earlier,
+//! attach to it) and the [`Child`] the run actor drives, the same for both.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
