@@ -269,7 +269,8 @@ impl Parent {
 /// started with. An attach to a run the provider no longer knows (never
 /// stored, or kept past its bound) fails `STARTUP_FAILED` with category
 /// [`RunUnknown`](crate::seam::Category::RunUnknown): start it again
-/// under a new name.
+/// under a new name. The attached run is the caller's like any other:
+/// cancelling it (or the attach, before it returns) stops the run itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Detached {
     /// Start a new run under this id (1 to 64 letters, digits, `_`, `-`).
