@@ -5,6 +5,12 @@
 //! flight, and each finished run leaves only its result line (written at
 //! once) and its counts in the [`Tally`]. Memory follows the concurrency,
 //! not the length of the file.
+//!
+//! With `--out` on a provider that detaches its runs (`remote`), every
+//! start is named and recorded in `OUT.runs` first ([`crate::journal`]),
+//! and `--resume` attaches to the runs recorded for unsettled tasks
+//! instead of starting them again (`"reattached": true`), starting afresh
+//! only those the provider no longer knows (`"expired_run"`).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -59,7 +65,8 @@ pub struct FanoutArgs {
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct DurableArgs {
     /// With --out: skip the tasks the file already settled and run the rest
-    /// (a task whose line changed since is refused, exit 2).
+    /// (a task whose line changed since is refused, exit 2); a remote run
+    /// still on the broker is attached to again, not started again.
     #[arg(long, requires = "out")]
     pub resume: bool,
     /// With --resume: run the settled tasks that did not complete again.
