@@ -40,8 +40,8 @@ pub use events::{
 pub use live::{Live, ProcessLease};
 pub use seam::{
     text_of, AgentOptions, Branch, Budget, BudgetExhausted, BudgetLease, BudgetLimit, Capabilities, Capability,
-    Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, LocalAgent, Parent, Provider, ProviderContext,
-    ProviderInfo, Receipt, RunResult, RunUsage, Stage, StartRequest, SteeringError, StopReason, StopReport,
-    SubagentError, ToolFilter, MAX_DEPTH_CAP,
+    Category, Child, ContentBlock, Detached, Diagnostic, Launch, LaunchError, LocalAgent, Parent, Provider,
+    ProviderContext, ProviderInfo, Receipt, RunResult, RunUsage, Stage, StartRequest, SteeringError, StopReason,
+    StopReport, SubagentError, ToolFilter, MAX_DEPTH_CAP,
 };
 pub use tokio_util::sync::CancellationToken;

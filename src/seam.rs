@@ -38,6 +38,6 @@ pub use progress::{ProgressSink, ProgressUpdate};
 pub(crate) use provider::RunReporter;
 pub use provider::{CaptureError, Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};
 pub use receipt::{Branch, Receipt, StopReport};
-pub use request::{AgentOptions, Capabilities, Capability, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP};
+pub use request::{AgentOptions, Capabilities, Capability, Detached, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP};
 pub use result::{Category, Diagnostic, Failure, RunResult, Stage, StopReason};
 pub use usage::RunUsage;

@@ -35,6 +35,7 @@ impl ProviderEntry {
             capabilities: provider.capabilities(),
             inherits_parent_context: provider.inherits_parent_context(),
             route_defaults: provider.route_defaults(),
+            detaches: provider.offers_detached(),
         };
         ProviderEntry { key, info, provider, runs: RunCount::default(), drained }
     }

@@ -103,6 +103,7 @@ pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) ->
         ("dispose_wait", &table.dispose_wait),
         ("broker_patience", &table.broker_patience),
         ("worker_patience", &table.worker_patience),
+        ("detached_ttl", &table.detached_ttl),
     ];
     for (key, value) in durations {
         if let Some(value) = value {
@@ -670,6 +671,7 @@ impl Config {
             ("dispose_wait", &mut config.dispose_wait),
             ("broker_patience", &mut config.broker_patience),
             ("worker_patience", &mut config.worker_patience),
+            ("detached_ttl", &mut config.detached_ttl),
         ] {
             if let Some(value) = resolved.durations.get(key) {
                 *slot = *value;

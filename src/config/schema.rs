@@ -127,6 +127,7 @@ impl Kind {
                 "dispose_wait",
                 "broker_patience",
                 "worker_patience",
+                "detached_ttl",
             ],
             Kind::Chaos => &["wraps", "seed", "faults"],
         };
@@ -185,6 +186,7 @@ pub(super) struct ProviderTable {
     pub(super) dispose_wait: Option<Spanned<String>>,
     pub(super) broker_patience: Option<Spanned<String>>,
     pub(super) worker_patience: Option<Spanned<String>>,
+    pub(super) detached_ttl: Option<Spanned<String>>,
     // chaos
     pub(super) wraps: Option<Spanned<String>>,
     pub(super) seed: Option<Spanned<u64>>,
@@ -315,6 +317,7 @@ pub(super) fn keys_set(table: &ProviderTable) -> Vec<(&'static str, std::ops::Ra
         dispose_wait,
         broker_patience,
         worker_patience,
+        detached_ttl,
         wraps,
         seed,
         faults

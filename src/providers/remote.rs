@@ -77,6 +77,21 @@
 //!   worker stopped because this caller's lease expired says so
 //!   (`lease-expired`); a lease that may have lapsed is written again
 //!   before the next publish, and workers keep only live lease verdicts.
+//! - **Detached runs outlive their caller, for a bound**: a start with
+//!   [`StartRequest::detached`](crate::StartRequest::detached) names its
+//!   run ([`Detached::Start`](crate::Detached::Start)); the caller writes
+//!   the run's holder (`detached.<run>`, itself) before the request, and
+//!   the request's stream sequence into it once stored. A worker keeps such
+//!   a run going while its caller's lease stands, or that of the caller
+//!   that holds it now, and for [`RemoteConfig::detached_ttl`] with
+//!   neither; then it stops it `lease-expired`. Its result is stored like
+//!   any other (kept for `retention`) and announced to its caller and its
+//!   holder. [`Detached::Attach`](crate::Detached::Attach) from any caller
+//!   finds it: a stored result settles the new run at once; a run claimed
+//!   or queued gets this caller as its holder (its result and progress come
+//!   here from then on, and the sweep finds a result announced before);
+//!   a run without a holder is `RunUnknown`, and so is one whose publish
+//!   was never acknowledged (it is tombstoned first, so it never runs).
 //! - **Broker restarts**: stream, consumer and buckets are file-backed;
 //!   both sides reconnect, retry their writes, and the caller sweeps the
 //!   runs bucket for results announced while it was away.
@@ -107,9 +122,10 @@
 //!
 //! | where | message |
 //! |---|---|
-//! | stream, `p.run.<pool>` | `{v, run, caller, prompt: [content blocks], parent: {session?, depth}, label?, persona?, tool_filter?, output_schema?, max_depth?, agent_options?, budget?}` |
+//! | stream, `p.run.<pool>` | `{v, run, caller, prompt: [content blocks], parent: {session?, depth}, label?, persona?, tool_filter?, output_schema?, max_depth?, agent_options?, budget?, detach_ttl_ms?}` |
 //! | KV `state.<run>` | `{state: "claimed", v, attempt, worker}` or `{state: "settled", v, run, attempt, worker?, result: RunResult, disposed, runs?: [Branch]}` |
 //! | KV `cancel.<run>` | `{v, run}` |
+//! | KV `detached.<run>` | `{v, run, caller, stream_seq}` (a detached run's holder; `stream_seq` 0 until stored) |
 //! | KV `<caller>` in `p-callers` | `{v, caller}` (its age is the lease) |
 //! | `p.cancel.<run>` | `{v, run}` |
 //! | `p.result.<caller>` | the settled record, as stored |
@@ -121,6 +137,16 @@
 //! - Progress is best effort (core NATS): lost while disconnected, and
 //!   dropped when a run's buffer is full.
 //! - Steering and continuation are not offered across the wire.
+//! - A detached run's orphan clock is the worker's own: a redelivery
+//!   starts it again, so a run without a caller may live up to
+//!   `max_deliver` times `detached_ttl`. A worker older than detached runs
+//!   ignores `detach_ttl_ms` and stops the run with its caller's lease.
+//!   Never reuse a run id: within the duplicate window a second start
+//!   under it is dropped as a duplicate, and after it the stored state of
+//!   the first would answer for the second.
+//! - An attach made while a worker claims a run whose publish was never
+//!   acknowledged tombstones it; if the claim won by a hair, the run may
+//!   have begun before the worker sees the tombstone and stops it.
 //! - A max-deliveries advisory missed while the caller was disconnected
 //!   leaves that run unsettled until the caller's own deadline (the request
 //!   stays in the stream, inert).
@@ -211,6 +237,13 @@ pub struct RemoteConfig {
     /// fail `Error` with category `no-worker` (60 s). Runs queued behind
     /// busy workers do not count: a busy worker still answers.
     pub worker_patience: Duration,
+    /// How long a detached run ([`StartRequest::detached`]) is kept going
+    /// once no caller holds it (its caller's lease expired and no caller
+    /// attached since), before its worker stops it as `lease-expired`
+    /// (10 min). Its result is kept for `broker.retention` either way.
+    ///
+    /// [`StartRequest::detached`]: crate::StartRequest::detached
+    pub detached_ttl: Duration,
 }
 
 impl RemoteConfig {
@@ -228,6 +261,7 @@ impl RemoteConfig {
             result_sweep: Duration::from_secs(1),
             broker_patience: Duration::from_secs(60),
             worker_patience: Duration::from_secs(60),
+            detached_ttl: Duration::from_secs(600),
         }
     }
 
@@ -334,12 +368,20 @@ impl Provider for RemoteProvider {
         true
     }
 
+    fn offers_detached(&self) -> bool {
+        true
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.config.capabilities
     }
 
     fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
-        let timing = Timing { publish_timeout: self.config.publish_timeout, dispose_wait: self.config.dispose_wait };
+        let timing = Timing {
+            publish_timeout: self.config.publish_timeout,
+            dispose_wait: self.config.dispose_wait,
+            detached_ttl: self.config.detached_ttl,
+        };
         Box::pin(child::launch(self.caller.clone(), self.io.handle(), timing, launch))
     }
 

@@ -46,6 +46,14 @@ pub trait Provider: Send + Sync + 'static {
         false
     }
 
+    /// Whether it accepts [`StartRequest::detached`]: runs named by their
+    /// caller that outlive the caller for a bounded time and can be
+    /// attached to again. When false (the default) such a start is
+    /// rejected before launch.
+    fn offers_detached(&self) -> bool {
+        false
+    }
+
     /// Whether its children run in another process (or on another host):
     /// a run's span is then a client call
     /// ([`telemetry`](crate::telemetry)). Default: in this process.
@@ -312,4 +320,7 @@ pub struct ProviderInfo {
     pub inherits_parent_context: bool,
     /// The route defaults it publishes.
     pub route_defaults: AgentOptions,
+    /// Whether it accepts detached starts and attaches
+    /// ([`Provider::offers_detached`]).
+    pub detaches: bool,
 }

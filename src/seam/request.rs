@@ -256,6 +256,38 @@ impl Parent {
     }
 }
 
+/// A start whose run can be found again by a later caller: the caller
+/// names the run (and records the name, e.g. in a journal) before it
+/// starts, and a caller that crashed attaches to it by that name instead
+/// of starting it again.
+///
+/// A provider that [offers it](crate::seam::Provider::offers_detached)
+/// keeps such a run going for a bounded time after its caller is gone,
+/// and keeps its result for collection; any other provider rejects the
+/// start (`INVALID_REQUEST`, field `detached`). With `Attach` the request's
+/// prompt and options are not sent again: the run keeps those it was
+/// started with. An attach to a run the provider no longer knows (never
+/// stored, or kept past its bound) fails `STARTUP_FAILED` with category
+/// [`RunUnknown`](crate::seam::Category::RunUnknown): start it again
+/// under a new name. The attached run is the caller's like any other:
+/// cancelling it (or the attach, before it returns) stops the run itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Detached {
+    /// Start a new run under this id (1 to 64 letters, digits, `_`, `-`).
+    Start(String),
+    /// Attach to the run started under this id.
+    Attach(String),
+}
+
+impl Detached {
+    /// The run's id.
+    pub fn run_id(&self) -> &str {
+        match self {
+            Detached::Start(run) | Detached::Attach(run) => run,
+        }
+    }
+}
+
 /// Everything `start` needs. Build with [`StartRequest::new`] and the
 /// `with_*` methods; fields are public for pattern matching and tests.
 #[derive(Clone, Debug)]
@@ -285,6 +317,10 @@ pub struct StartRequest {
     /// the parent holds (both bind). Share one lease across several starts
     /// to budget them together.
     pub budget: Option<BudgetLease>,
+    /// A run named by the caller, to be found again after the caller's
+    /// loss (see [`Detached`]); only a provider that
+    /// [offers it](crate::seam::Provider::offers_detached) accepts one.
+    pub detached: Option<Detached>,
     /// The child a continuation resumes (set by `Continuation::start`).
     pub(crate) resume: Option<LocalAgent>,
 }
@@ -316,6 +352,7 @@ impl StartRequest {
             label: None,
             progress: None,
             budget: None,
+            detached: None,
             resume: None,
         }
     }
@@ -367,6 +404,13 @@ impl StartRequest {
     /// given the same lease (their width and total runs count together).
     pub fn with_budget_lease(mut self, lease: BudgetLease) -> Self {
         self.budget = Some(lease);
+        self
+    }
+
+    /// Starts the run under a name the caller chose, or attaches to one
+    /// started earlier (see [`Detached`]).
+    pub fn with_detached(mut self, detached: Detached) -> Self {
+        self.detached = Some(detached);
         self
     }
 

@@ -93,6 +93,10 @@ pub enum Category {
     /// No worker of a remote run's pool answered for longer than the
     /// provider waits.
     NoWorker,
+    /// An attach ([`Detached::Attach`](crate::seam::Detached::Attach))
+    /// named a run its provider does not know (never stored, or kept past
+    /// its bound): start it again.
+    RunUnknown,
 }
 
 impl Category {

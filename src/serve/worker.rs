@@ -10,10 +10,13 @@
 //! For each delivery it: claims the run (`state.<run>`, with the delivery
 //! attempt); skips it if it is settled already (acks it) or if a newer
 //! delivery claimed it (leaves it); settles it `aborted` without running
-//! it if a tombstone is there or the caller's lease expired; else starts
+//! it if a tombstone is there or no caller wants it (its caller's lease
+//! expired; for a detached run, neither its caller nor the one that holds
+//! it now has a lease, and has not for its detach TTL); else starts
 //! the child (module `held`). While the child runs it sends in-progress acks
 //! three times per ack wait, forwards progress, and checks that its claim
-//! still stands, that no tombstone appeared and that the caller lives. When
+//! still stands, that no tombstone appeared and that a caller still wants
+//! it (progress goes to whoever holds a detached run now). When
 //! the child ends it disposes it, writes the result by compare-and-set on
 //! its claim, announces it to the caller, and only then acks.
 //!

@@ -5,6 +5,12 @@
 //! flight, and each finished run leaves only its result line (written at
 //! once) and its counts in the [`Tally`]. Memory follows the concurrency,
 //! not the length of the file.
+//!
+//! With `--out` on a provider that detaches its runs (`remote`), every
+//! start is named and recorded in `OUT.runs` first ([`crate::journal`]),
+//! and `--resume` attaches to the runs recorded for unsettled tasks
+//! instead of starting them again (`"reattached": true`), starting afresh
+//! only those the provider no longer knows (`"expired_run"`).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -17,11 +23,12 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
 use subagents::{
-    Budget, BudgetLease, CancellationToken, Parent, RunUsage, StartRequest, StopReason, SubagentError, Subagents,
+    Budget, BudgetLease, CancellationToken, Detached, Parent, RunUsage, StartRequest, StopReason, SubagentError,
+    Subagents,
 };
 use tokio::sync::mpsc;
 
-use crate::journal::Prior;
+use crate::journal::{self, Journal, Prior, Recorded};
 use crate::logging;
 use crate::outputs::{self, Outputs};
 use crate::setup::{cancel_on_ctrl_c, setup};
@@ -58,7 +65,8 @@ pub struct FanoutArgs {
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct DurableArgs {
     /// With --out: skip the tasks the file already settled and run the rest
-    /// (a task whose line changed since is refused, exit 2).
+    /// (a task whose line changed since is refused, exit 2); a remote run
+    /// still on the broker is attached to again, not started again.
     #[arg(long, requires = "out")]
     pub resume: bool,
     /// With --resume: run the settled tasks that did not complete again.
@@ -145,8 +153,18 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
         check_unchanged(&args.tasks, args.max_line_bytes, &outputs.settled, args.durable.rerun_changed)?;
         Ok(outputs)
     });
-    let Outputs { results, trace: trace_file, settled, durable } = match opened {
-        Ok(outputs) => outputs,
+    // Runs of a provider that detaches them are recorded beside `--out`
+    // before they start, so that `--resume` attaches to them again.
+    let detaches = setup.subagents.get_provider(&provider).is_some_and(|info| info.detaches);
+    let opened = opened.and_then(|outputs| match (&args.out, detaches) {
+        (Some(out), true) => {
+            let (runs, recorded) = journal::open_runs(&journal::runs_path(out), args.durable.resume)?;
+            Ok((outputs, Some(Mutex::new(runs)), recorded))
+        }
+        _ => Ok((outputs, None, HashMap::new())),
+    });
+    let (Outputs { results, trace: trace_file, settled, durable }, runs, recorded) = match opened {
+        Ok(opened) => opened,
         Err(error) => {
             setup.runtime.shutdown_blocking();
             return Err(error);
@@ -174,6 +192,8 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
         budget: Some(args.budget.budget()).filter(|b| !b.is_unlimited()).map(Budget::lease),
         settled,
         durable: args.durable.clone(),
+        runs,
+        recorded,
     };
     let tally = setup.runtime.block_on(batch_run.run_all(lines, concurrency));
     let elapsed = started.elapsed();
@@ -355,6 +375,11 @@ struct Batch {
     /// What the results file settled before (`--resume`), by task id.
     settled: HashMap<String, Prior>,
     durable: DurableArgs,
+    /// `OUT.runs`, when the batch's provider detaches its runs: each run's
+    /// id is written there before it starts.
+    runs: Option<Mutex<Journal>>,
+    /// What `OUT.runs` recorded before (`--resume`), by task id.
+    recorded: HashMap<String, Recorded>,
 }
 
 impl Batch {
@@ -420,8 +445,30 @@ impl Batch {
     /// cancelled before it started.
     async fn run_one(&self, line: usize, task: Box<Task>, id: String, hash: u64) -> Option<Settled> {
         let timeout = task.timeout.or(self.durable.timeout);
+        let provider = task.provider.as_deref().unwrap_or(&self.provider);
+        let detaching = self.runs.is_some() && self.subagents.get_provider(provider).is_some_and(|info| info.detaches);
+        // A run an earlier batch started and did not settle: attached to
+        // again, unless its provider no longer knows it or stopped it for
+        // want of a caller (then it starts again, and its line says so).
+        // A task settled before (run again by --rerun-failed) or whose line
+        // changed since starts afresh.
+        let (mut attached, mut expired) = (None, None);
+        let unsettled = !self.settled.contains_key(&id);
+        let recorded = self.recorded.get(&id).filter(|r| detaching && unsettled && r.hash == hash_text(hash));
+        if let Some(Recorded { run, .. }) = recorded {
+            let attach = Detached::Attach(run.clone());
+            let outcome = self.attempt(line, (*task).clone(), timeout, Some(attach)).await?;
+            match outcome.0["diagnostic"]["category"].as_str() {
+                Some("run-unknown" | "lease-expired") => expired = Some(run.clone()),
+                _ => attached = Some(outcome),
+            }
+        }
+        let reattached = attached.is_some();
+        let mut last = match attached {
+            Some(outcome) => outcome,
+            None => self.start_attempt(line, (&id, hash), &task, timeout, detaching).await?,
+        };
         let mut attempt = 1;
-        let mut last = self.attempt(line, (*task).clone(), timeout).await?;
         while attempt <= self.durable.retry && transient(&last.0) && !self.batch.is_cancelled() {
             let wait = retry_wait(attempt);
             say!("subagents: line {line}: attempt {attempt} failed ({}); again in {wait:.1?}", last.1.outcome);
@@ -430,7 +477,7 @@ impl Batch {
                 () = self.batch.cancelled() => break,
             }
             // A batch cancelled before the next attempt began keeps the last.
-            let Some(next) = self.attempt(line, (*task).clone(), timeout).await else { break };
+            let Some(next) = self.start_attempt(line, (&id, hash), &task, timeout, detaching).await else { break };
             (last, attempt) = (next, attempt + 1);
         }
         let (mut record, settled, detail) = last;
@@ -438,6 +485,12 @@ impl Batch {
         record["task_hash"] = json!(hash_text(hash));
         if attempt > 1 {
             record["attempts"] = json!(attempt);
+        }
+        if reattached && attempt == 1 {
+            record["reattached"] = json!(true);
+        }
+        if let Some(run) = expired {
+            record["expired_run"] = json!(run);
         }
         {
             let mut sink = self.sink.lock().unwrap();
@@ -451,7 +504,38 @@ impl Batch {
         } else {
             self.progress.inc(1);
         }
-        Some(Settled { retried: attempt > 1, ..settled })
+        Some(Settled { retried: attempt > 1, reattached: reattached && attempt == 1, ..settled })
+    }
+
+    /// A fresh run of a task; with `detaching`, under a new run id written
+    /// to `OUT.runs` first (a batch killed after that finds it there).
+    async fn start_attempt(
+        &self,
+        line: usize,
+        (id, hash): (&str, u64),
+        task: &Task,
+        timeout: Option<Duration>,
+        detaching: bool,
+    ) -> Option<(Value, Settled, Option<String>)> {
+        if self.batch.is_cancelled() {
+            return None;
+        }
+        let detached = match (&self.runs, detaching) {
+            (Some(runs), true) => {
+                let run = subagents::agent::new_session_id();
+                let entry = format!("{}\n", json!({"id": id, "run": run, "task_hash": hash_text(hash)}));
+                match runs.lock().unwrap().write_all(entry.as_bytes()) {
+                    Ok(()) => Some(Detached::Start(run)),
+                    Err(error) => {
+                        // Not recorded: run it as a plain start, stopped with this batch if it dies.
+                        say!("subagents: line {line}: cannot record its run in the runs journal ({error}); a resume will start it again");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        self.attempt(line, task.clone(), timeout, detached).await
     }
 
     /// One run of a task: its result record (not written yet), its counts,
@@ -463,6 +547,7 @@ impl Batch {
         line: usize,
         task: Task,
         timeout: Option<Duration>,
+        detached: Option<Detached>,
     ) -> Option<(Value, Settled, Option<String>)> {
         if self.batch.is_cancelled() {
             return None;
@@ -493,6 +578,7 @@ impl Batch {
         request.persona = task.persona;
         request.output_schema = task.output_schema;
         request.max_depth = task.max_depth;
+        request.detached = detached;
         // `detail` says why a run failed, in the library's fixed wording.
         let mut completed = false;
         // A run its transport could not serve (see `Category::is_unserved`).
@@ -571,6 +657,7 @@ impl Batch {
             unknown_branches,
             usage: tree_usage,
             retried: false,
+            reattached: false,
         };
         Some((record, settled, detail))
     }

@@ -11,6 +11,13 @@
 //! With `--resume` the file is read first: every line that names an `id`
 //! is a settled task (the last line of an id wins), with the hash of the
 //! task line it ran and whether it completed.
+//!
+//! Beside it, `OUT.runs` ([`open_runs`]) records the runs a batch started
+//! on a provider that detaches them (`remote`): one line
+//! `{"id": TASK, "run": RUN, "task_hash": HASH}` per start, written (and made durable the same
+//! way) before the run is started, so a resumed batch attaches to a run
+//! still on the broker instead of starting it again. The last line of a
+//! task id wins; it is read, truncated and locked with `OUT`.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -45,6 +52,48 @@ pub struct Journal {
 /// Opens `path` for a batch: truncated, or with `resume` read for what it
 /// settled (a torn last line cut off). Refused when another batch holds it.
 pub fn open(path: &Path, resume: bool) -> Result<(Journal, HashMap<String, Prior>), String> {
+    let mut settled = HashMap::new();
+    let journal = open_with(path, resume, |record| {
+        if let (Some(id), Some(hash)) = (record["id"].as_str(), record["task_hash"].as_str()) {
+            let completed = record["stop_reason"] == "completed";
+            settled.insert(id.to_owned(), Prior { hash: hash.to_owned(), completed });
+        }
+    })?;
+    Ok((journal, settled))
+}
+
+/// The runs journal beside `out` (`OUT.runs`).
+pub fn runs_path(out: &Path) -> std::path::PathBuf {
+    let mut name = out.as_os_str().to_owned();
+    name.push(".runs");
+    name.into()
+}
+
+/// A run an earlier batch started for a task (a line of `OUT.runs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    /// The run's id on its provider.
+    pub run: String,
+    /// The hash of the task line it ran (`task_hash`).
+    pub hash: String,
+}
+
+/// Opens the runs journal at `path` like [`open`]: with `resume`, the run
+/// each task id last started.
+pub fn open_runs(path: &Path, resume: bool) -> Result<(Journal, HashMap<String, Recorded>), String> {
+    let mut runs = HashMap::new();
+    let journal = open_with(path, resume, |record| {
+        if let (Some(id), Some(run), Some(hash)) =
+            (record["id"].as_str(), record["run"].as_str(), record["task_hash"].as_str())
+        {
+            runs.insert(id.to_owned(), Recorded { run: run.to_owned(), hash: hash.to_owned() });
+        }
+    })?;
+    Ok((journal, runs))
+}
+
+/// Opens, locks, then reads every whole line (with `resume`) or truncates.
+fn open_with(path: &Path, resume: bool, each: impl FnMut(Value)) -> Result<Journal, String> {
     let shown = path.display();
     let file = OpenOptions::new()
         .read(true)
@@ -58,12 +107,11 @@ pub fn open(path: &Path, resume: bool) -> Result<(Journal, HashMap<String, Prior
             std::fs::TryLockError::Error(e) => format!("cannot lock {shown}: {e}"),
         });
     }
-    let settled = if resume {
-        read_settled(&file).map_err(|e| format!("cannot read {shown}: {e}"))?
+    if resume {
+        read_whole_lines(&file, each).map_err(|e| format!("cannot read {shown}: {e}"))?;
     } else {
         file.set_len(0).map_err(|e| format!("cannot truncate {shown}: {e}"))?;
-        HashMap::new()
-    };
+    }
     let (file, dirty, stop) = (Arc::new(file), Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
     let syncer = {
         let (file, dirty, stop) = (file.clone(), dirty.clone(), stop.clone());
@@ -76,13 +124,13 @@ pub fn open(path: &Path, resume: bool) -> Result<(Journal, HashMap<String, Prior
             }
         })
     };
-    Ok((Journal { file, dirty, stop, syncer: Some(syncer) }, settled))
+    Ok(Journal { file, dirty, stop, syncer: Some(syncer) })
 }
 
-/// The settled ids of an earlier batch's file; a last line without its
-/// newline (torn by a crash) is cut off, so the next append starts clean.
-fn read_settled(file: &File) -> std::io::Result<HashMap<String, Prior>> {
-    let mut settled = HashMap::new();
+/// Hands every whole JSON line of an earlier batch's file to `each`; a
+/// last line without its newline (torn by a crash) is cut off, so the next
+/// append starts clean.
+fn read_whole_lines(file: &File, mut each: impl FnMut(Value)) -> std::io::Result<()> {
     let mut reader = BufReader::new(file);
     reader.seek(SeekFrom::Start(0))?;
     let (mut line, mut whole) = (Vec::new(), 0u64);
@@ -96,16 +144,14 @@ fn read_settled(file: &File) -> std::io::Result<HashMap<String, Prior>> {
             break; // torn: everything before it is whole
         }
         whole += read as u64;
-        let Ok(record) = serde_json::from_slice::<Value>(&line) else { continue };
-        if let (Some(id), Some(hash)) = (record["id"].as_str(), record["task_hash"].as_str()) {
-            let completed = record["stop_reason"] == "completed";
-            settled.insert(id.to_owned(), Prior { hash: hash.to_owned(), completed });
+        if let Ok(record) = serde_json::from_slice::<Value>(&line) {
+            each(record);
         }
     }
     if whole < file.metadata()?.len() {
         file.set_len(whole)?;
     }
-    Ok(settled)
+    Ok(())
 }
 
 impl Write for Journal {
@@ -168,5 +214,17 @@ mod tests {
         assert_eq!(settled.len(), 3);
         let (_, settled) = open(&path, false).unwrap();
         assert!(settled.is_empty() && std::fs::read(&path).unwrap().is_empty(), "without resume it starts empty");
+    }
+
+    #[test]
+    fn the_runs_journal_maps_each_task_to_the_run_it_last_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = runs_path(&dir.path().join("out.jsonl"));
+        assert!(path.ends_with("out.jsonl.runs"));
+        let lines = [r#"{"id":"a","run":"r1","task_hash":"1"}"#, r#"{"id":"a","run":"r2","task_hash":"1"}"#];
+        std::fs::write(&path, format!("{}\n{}\n{{\"id\":\"b\",\"ru", lines[0], lines[1])).unwrap();
+        let (_, runs) = open_runs(&path, true).unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs["a"].run, "r2", "the last start of a task wins; the torn line is cut");
     }
 }

@@ -51,6 +51,10 @@ pub struct RemoteArgs {
     /// before they fail (`no-worker`).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = subagents::config::parse_positive_duration)]
     pub worker_patience: Duration,
+    /// How long a killed `fanout --out` batch's remote runs are kept going
+    /// for a `--resume` to attach to them again (then they are stopped).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = subagents::config::parse_positive_duration)]
+    pub detached_ttl: Duration,
 }
 
 impl RemoteArgs {
@@ -72,6 +76,7 @@ fn remote(provider: &str, args: &RemoteArgs, config: &Config) -> Result<Option<R
     let mut config = RemoteConfig::new("remote", url).with_pool(args.pool.clone());
     config.broker_patience = args.broker_patience;
     config.worker_patience = args.worker_patience;
+    config.detached_ttl = args.detached_ttl;
     RemoteProvider::connect(config).map(Some).map_err(|e| e.to_string())
 }
 

@@ -43,6 +43,8 @@ pub struct Settled {
     pub unknown_branches: usize,
     /// Whether it ran more than once (`--retry`).
     pub retried: bool,
+    /// Whether it was a run of an earlier batch, attached to again.
+    pub reattached: bool,
     /// What its tree spent on models.
     pub usage: RunUsage,
 }
@@ -62,6 +64,7 @@ pub struct Tally {
     pub already_done: usize,
     /// Runs that took more than one attempt.
     retried: usize,
+    reattached: usize,
     /// The tasks file failed before its end.
     pub unread: bool,
     /// Runs under the batch's runs that an interruption stopped.
@@ -78,6 +81,7 @@ impl Tally {
         self.incomplete += usize::from(!settled.completed);
         self.unserved += usize::from(settled.unserved);
         self.retried += usize::from(settled.retried);
+        self.reattached += usize::from(settled.reattached);
         self.latencies.record(settled.latency);
         *self.per_outcome.entry(settled.outcome).or_default() += 1;
         self.stopped_descendants += settled.stopped_descendants;
@@ -118,6 +122,9 @@ impl Tally {
         }
         if self.already_done > 0 {
             let _ = writeln!(out, "  {:<24} {:>6}", "(done before, skipped)", self.already_done);
+        }
+        if self.reattached > 0 {
+            let _ = writeln!(out, "  {:<24} {:>6}", "(attached again)", self.reattached);
         }
         if self.retried > 0 {
             let _ = writeln!(out, "  {:<24} {:>6}", "(retried)", self.retried);

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | run requests | stream `p-runs`, subjects `p.run.*`, one subject `p.run.q` per pool | work queue, file storage, duplicate window |
 //! | a pool's workers | durable pull consumer `p-pool-q` filtered on `p.run.q` | explicit ack, ack wait, `max_deliver` |
-//! | run state and tombstones | KV bucket `p-runs`: `state.<run>`, `cancel.<run>` | file storage, history 1, max age = retention |
+//! | run state, tombstones, holders | KV bucket `p-runs`: `state.<run>`, `cancel.<run>`, `detached.<run>` | file storage, history 1, max age = retention |
 //! | caller leases | KV bucket `p-callers`: `<caller>` | file storage, max age = lease TTL |
 //! | fast paths (core NATS) | `p.cancel.<run>`, `p.result.<caller>`, `p.progress.<caller>`, `p.status.q` | best effort |
 //!
@@ -141,6 +141,11 @@ impl Names {
 /// The run's state key in the runs bucket.
 pub(crate) fn state_key(run: &str) -> String {
     format!("state.{run}")
+}
+
+/// A detached run's holder key in the runs bucket.
+pub(crate) fn detached_key(run: &str) -> String {
+    format!("detached.{run}")
 }
 
 /// The run's tombstone key in the runs bucket.

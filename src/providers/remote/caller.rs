@@ -33,10 +33,10 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::broker::{cancel_key, state_key, Broker, OPERATION_TIMEOUT};
+use super::broker::{cancel_key, detached_key, state_key, Broker, OPERATION_TIMEOUT};
 use super::health::{Health, Patience, Stall, FAILED_WRITES_BEFORE_RECONNECT, SAY_EVERY, STATUS_EVERY};
 use super::wire::{
-    self, CancelNotice, Lease, ProgressNotice, RunRecord, Settled, Tombstone, MAX_MESSAGE_BYTES, VERSION,
+    self, CancelNotice, Holder, Lease, ProgressNotice, RunRecord, Settled, Tombstone, MAX_MESSAGE_BYTES, VERSION,
 };
 use crate::seam::{Category, Diagnostic, ProgressUpdate, RunResult, Stage};
 
@@ -144,6 +144,47 @@ impl Caller {
         });
         self.slots().insert(run.to_owned(), slot.clone());
         (slot, SlotReceivers { settled: settled_rx, progress: progress_rx })
+    }
+
+    /// Notes where an attached run's request sits in the stream (for the
+    /// max-deliveries advisory and for removing it).
+    pub(crate) fn note_stream_seq(&self, run: &str, seq: u64) {
+        if let Some(slot) = self.slots().get(run) {
+            slot.stream_seq.store(seq, Ordering::Release);
+        }
+    }
+
+    /// Writes this caller as the holder of detached run `run`, whose
+    /// request is at `stream_seq` (0: not acknowledged yet). Tried for up
+    /// to `OPERATION_TIMEOUT` twice.
+    pub(crate) async fn put_holder(&self, run: &str, stream_seq: u64) -> Result<(), Diagnostic> {
+        let holder = Holder { v: VERSION, run: run.to_owned(), caller: self.id.clone(), stream_seq };
+        let bytes = wire::encode(&holder, MAX_MESSAGE_BYTES).expect("a holder is small");
+        let mut failure = String::new();
+        for _ in 0..2 {
+            match tokio::time::timeout(OPERATION_TIMEOUT, self.broker.runs.put(detached_key(run), bytes.clone().into()))
+                .await
+            {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(error)) => failure = error.to_string(),
+                Err(_) => failure = "timed out".to_owned(),
+            }
+        }
+        self.health().broker_failed(Instant::now());
+        Err(Diagnostic::new(&self.provider, Stage::Initialize, Category::BrokerUnreachable)
+            .with_reason(format!("the broker did not store the detached run's holder: {failure}")))
+    }
+
+    /// A detached run's holder record; `Err` when the broker could not be asked.
+    pub(crate) async fn holder(&self, run: &str) -> Result<Option<Holder>, ()> {
+        let entry = tokio::time::timeout(OPERATION_TIMEOUT, self.broker.runs.entry(detached_key(run))).await;
+        match entry {
+            Ok(Ok(Some(entry))) if entry.operation == async_nats::jetstream::kv::Operation::Put => {
+                Ok(wire::decode::<Holder>(&entry.value).ok())
+            }
+            Ok(Ok(_)) => Ok(None),
+            _ => Err(()),
+        }
     }
 
     pub(crate) fn forget(&self, run: &str) {

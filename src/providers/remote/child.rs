@@ -1,5 +1,6 @@
 //! One remote run on the caller's side: the launch (publish durably, roll
-//! back on failure or cancel) and the [`Child`] the run actor drives.
+//! back on failure or cancel; or, for a detached run started earlier,
+//! attach to it) and the [`Child`] the run actor drives, the same for both.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -10,12 +11,13 @@ use futures_util::future::LocalBoxFuture;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
+use super::broker::check_name;
 use super::caller::{Caller, SlotReceivers};
 use super::wire::{self, Lineage, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
 use crate::agent::new_session_id;
 use crate::seam::{
-    Branch, BudgetLease, Category, Child, Diagnostic, Failure, Launch, LaunchError, ProviderContext, RunResult, Stage,
-    StopReason, StopReport,
+    Branch, BudgetLease, Category, Child, Detached, Diagnostic, Failure, Launch, LaunchError, ProviderContext,
+    RunResult, Stage, StopReason, StopReport,
 };
 
 /// The launch-time knobs a child needs from the provider's config.
@@ -23,12 +25,15 @@ use crate::seam::{
 pub(crate) struct Timing {
     pub publish_timeout: Duration,
     pub dispose_wait: Duration,
+    /// How long a detached run outlives the last caller that held it.
+    pub detached_ttl: Duration,
 }
 
-/// Publishes the run and returns once JetStream has stored it. Every
-/// failure and a cancel roll back (tombstone, delete, forget) before this
-/// resolves; the rollback runs on the I/O runtime, so it completes even if
-/// the run actor stops waiting for this launch.
+/// Publishes the run and returns once JetStream has stored it (or, for
+/// [`Detached::Attach`], finds the run started earlier). Every failure and
+/// a cancel roll back (tombstone, delete, forget) before this resolves;
+/// the rollback runs on the I/O runtime, so it completes even if the run
+/// actor stops waiting for this launch.
 pub(crate) async fn launch(
     caller: Arc<Caller>,
     io: Handle,
@@ -39,7 +44,14 @@ pub(crate) async fn launch(
     if cancel.is_cancelled() {
         return Err(LaunchError::Aborted);
     }
-    let run = new_session_id();
+    if let Some(detached) = &request.detached {
+        check_name("run", detached.run_id()).map_err(|reason| LaunchError::Invalid { field: "detached", reason })?;
+    }
+    let (run, detached) = match request.detached {
+        Some(Detached::Attach(run)) => return attach(caller, io, timing, run, cancel, context).await,
+        Some(Detached::Start(run)) => (run, true),
+        None => (new_session_id(), false),
+    };
     let wire_request = RunRequest {
         v: VERSION,
         run: run.clone(),
@@ -53,6 +65,7 @@ pub(crate) async fn launch(
         max_depth: request.max_depth,
         agent_options: request.agent_options,
         budget: context.budget().map(BudgetLease::remaining),
+        detach_ttl_ms: detached.then(|| u64::try_from(timing.detached_ttl.as_millis()).unwrap_or(u64::MAX)),
     };
     let bytes = wire::encode(&wire_request, MAX_MESSAGE_BYTES).map_err(|size| LaunchError::Invalid {
         field: "prompt",
@@ -62,7 +75,13 @@ pub(crate) async fn launch(
     let published = io.spawn({
         let (caller, run, cancel) = (caller.clone(), run.clone(), cancel.clone());
         async move {
-            let published = caller.publish(&run, bytes, timing.publish_timeout).await;
+            // A detached run's holder exists before its request does, so an
+            // attach can tell a run that was never stored from one queued.
+            let held = if detached { caller.put_holder(&run, 0).await } else { Ok(()) };
+            let published = match held {
+                Ok(()) => caller.publish(&run, bytes, timing.publish_timeout).await,
+                Err(error) => Err(error),
+            };
             if let Err(error) = &published {
                 tracing::warn!(provider = %caller.provider, %error, "the broker did not acknowledge a remote run");
             }
@@ -72,6 +91,9 @@ pub(crate) async fn launch(
                 caller.cancel(&run, 1).await;
                 caller.delete_request(&run).await;
                 caller.forget(&run);
+            } else if let (true, Ok(seq)) = (detached, &published) {
+                // Best effort: an attach that finds no sequence restarts the run.
+                let _ = caller.put_holder(&run, *seq).await;
             }
             published
         }
@@ -88,7 +110,105 @@ pub(crate) async fn launch(
         Ok(Err(diagnostic)) => return Err(LaunchError::Diagnosed(diagnostic)),
         Err(_) => return Err(LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed }),
     }
-    Ok(Box::new(RemoteChild {
+    Ok(child(caller, io, timing, run, receivers, cancel, context))
+}
+
+/// Attaches to detached run `run`, started earlier (by this caller or
+/// one that is gone): a stored result settles it at once; a run claimed
+/// or queued is held by this caller from now on. A run the broker does
+/// not know, or whose start was never acknowledged (tombstoned here so it
+/// never runs), is `RunUnknown`.
+async fn attach(
+    caller: Arc<Caller>,
+    io: Handle,
+    timing: Timing,
+    run: String,
+    cancel: CancellationToken,
+    context: ProviderContext,
+) -> Result<Box<dyn Child>, LaunchError> {
+    // The slot first, so that no result announced from now on is unheard.
+    let (_slot, receivers) = caller.register(&run);
+    let found = io.spawn({
+        let (caller, run) = (caller.clone(), run.clone());
+        async move {
+            let deadline = tokio::time::Instant::now() + timing.publish_timeout;
+            let unreachable = |what: &str| {
+                Diagnostic::new(&caller.provider, Stage::Initialize, Category::BrokerUnreachable)
+                    .with_reason(format!("the broker did not answer for the run to attach to ({what})"))
+            };
+            let unknown = |why: &str| {
+                Diagnostic::new(&caller.provider, Stage::Initialize, Category::RunUnknown).with_reason(why.to_owned())
+            };
+            let (state, holder) = loop {
+                match (caller.state(&run).await, caller.holder(&run).await) {
+                    (Ok(state), Ok(holder)) => break (state, holder),
+                    _ if tokio::time::Instant::now() >= deadline => return Err(unreachable("its state")),
+                    _ => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            };
+            let seq = holder.as_ref().map_or(0, |holder| holder.stream_seq);
+            match (state, holder) {
+                (Some(RunRecord::Settled(settled)), _) => {
+                    caller.deliver(*settled);
+                    return Ok(());
+                }
+                // A worker holds it now (or did, and its redelivery will).
+                (Some(RunRecord::Claimed(_)), _) => {}
+                // Queued: its request is in the stream.
+                (None, Some(_)) if seq > 0 => {}
+                (None, Some(_)) => {
+                    // Its publish was never acknowledged: it may be stored
+                    // or not; the tombstone makes sure it never runs.
+                    caller.cancel(&run, 10).await;
+                    return Err(unknown(
+                        "the run's start was never acknowledged by the broker; it was cancelled there",
+                    ));
+                }
+                (None, None) => {
+                    return Err(unknown("the broker does not know the run (never stored, or past its retention)"))
+                }
+            }
+            caller.note_stream_seq(&run, seq);
+            caller.put_holder(&run, seq).await.map_err(|_| unreachable("its holder"))?;
+            Ok(())
+        }
+    });
+    // Bounded by `publish_timeout` and a few broker operations; a cancel
+    // meanwhile is honoured once it is known what there is to cancel.
+    let found = found.await;
+    if cancel.is_cancelled() {
+        if let Ok(Ok(())) = found {
+            // Attached, then cancelled: the run is this caller's to stop.
+            let (stopping, run) = (caller.clone(), run.clone());
+            let _ = io.spawn(async move { stopping.cancel(&run, 10).await }).await;
+        }
+        caller.forget(&run);
+        return Err(LaunchError::Aborted);
+    }
+    match found {
+        Ok(Ok(())) => Ok(child(caller, io, timing, run, receivers, cancel, context)),
+        Ok(Err(diagnostic)) => {
+            caller.forget(&run);
+            Err(LaunchError::Diagnosed(diagnostic))
+        }
+        Err(_) => {
+            caller.forget(&run);
+            Err(LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed })
+        }
+    }
+}
+
+/// The child of a run stored (or attached to) on the broker.
+fn child(
+    caller: Arc<Caller>,
+    io: Handle,
+    timing: Timing,
+    run: String,
+    receivers: SlotReceivers,
+    cancel: CancellationToken,
+    context: ProviderContext,
+) -> Box<dyn Child> {
+    Box::new(RemoteChild {
         id: format!("remote:{}:{run}", caller.provider),
         settled: receivers.settled.clone(),
         receivers: RefCell::new(Some(receivers)),
@@ -100,7 +220,7 @@ pub(crate) async fn launch(
         cancel_sent: Rc::new(Cell::new(false)),
         dispose_wait: timing.dispose_wait,
         never_ran: Rc::new(Cell::new(false)),
-    }))
+    })
 }
 
 struct RemoteChild {

@@ -66,7 +66,7 @@ macro_rules! versioned {
     )*};
 }
 
-versioned!(RunRequest, Settled, Claim, Tombstone, CancelNotice, ProgressNotice, Lease, StatusReply);
+versioned!(RunRequest, Settled, Claim, Tombstone, CancelNotice, ProgressNotice, Lease, StatusReply, Holder);
 
 /// Encodes `message`, refusing one over `cap` bytes (`Err` holds its size).
 pub(crate) fn encode<T: Serialize>(message: &T, cap: usize) -> Result<Vec<u8>, usize> {
@@ -134,6 +134,26 @@ pub(crate) struct RunRequest {
     /// worker opens it when it starts the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// A detached run: how long (ms) a worker keeps it going once no
+    /// caller holds it (its caller's lease, and that of whoever attached
+    /// since, per [`Holder`]). Absent: stopped when its caller's lease
+    /// expires. An older worker ignores it and stops the run then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detach_ttl_ms: Option<u64>,
+}
+
+/// Who holds a detached run now (`detached.<run>` in the runs bucket):
+/// written before its request is published, again once the broker
+/// stored it, and by every caller that attaches to it since.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Holder {
+    pub v: u32,
+    pub run: String,
+    /// The caller whose lease keeps the run wanted, and who hears its
+    /// result and progress.
+    pub caller: String,
+    /// The request's stream sequence (0 while its publish is unacknowledged).
+    pub stream_seq: u64,
 }
 
 /// The run's state key (`state.<run>` in the runs bucket): a claim while a

@@ -15,7 +15,7 @@
 //! | result fenced (claim superseded) | left alone |
 //! | handed back on drain | nak'd at once |
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::kv::{Operation, UpdateErrorKind};
@@ -24,8 +24,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::{lock, Route, Shared};
-use crate::providers::remote::broker::{cancel_key, check_name, state_key, OPERATION_TIMEOUT};
-use crate::providers::remote::wire::{self, Claim, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
+use crate::providers::remote::broker::{cancel_key, check_name, detached_key, state_key, OPERATION_TIMEOUT};
+use crate::providers::remote::wire::{self, Claim, Holder, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
 use crate::seam::{Branch, Category, Diagnostic, Parent, RunResult, Stage, StartRequest, StopReason};
 
 /// How long a finished run keeps trying to write its result through a
@@ -45,7 +45,7 @@ pub(super) async fn hold(shared: Arc<Shared>, message: Message, _permit: OwnedSe
         Ok(_) => return terminate(&message, "a run request with an unusable run or caller id").await,
         Err(error) => return terminate(&message, &error.to_string()).await,
     };
-    let held = Held { shared, message, request, attempt, claim: 0 };
+    let held = Held { shared, message, request, attempt, claim: 0, orphaned_since: Mutex::new(None) };
     held.run().await
 }
 
@@ -110,6 +110,8 @@ struct Held {
     attempt: u64,
     /// The revision of this delivery's claim on `state.<run>`.
     claim: u64,
+    /// A detached run: since when no caller has held it (as this delivery saw).
+    orphaned_since: Mutex<Option<Instant>>,
 }
 
 impl Held {
@@ -321,10 +323,41 @@ impl Held {
         if let Ok(Ok(Some(_))) = tombstone {
             return Check::Cancel(Stop::Cancelled);
         }
-        if !self.shared.caller_alive(&self.request.caller).await {
+        if !self.held_by_a_caller().await {
             return Check::Cancel(Stop::LeaseExpired);
         }
         Check::Fine
+    }
+
+    /// Whether a live caller still wants the run: its own caller's lease
+    /// stands; or, for a detached run, the lease of the caller that holds
+    /// it now (one that attached since) stands, or the run has had no
+    /// holder for less than its detach TTL.
+    async fn held_by_a_caller(&self) -> bool {
+        if self.shared.caller_alive(&self.request.caller).await {
+            return true;
+        }
+        let Some(ttl) = self.request.detach_ttl_ms.map(Duration::from_millis) else { return false };
+        if let Some(holder) = self.holder().await.filter(|holder| *holder != self.request.caller) {
+            if self.shared.caller_alive(&holder).await {
+                *lock(&self.orphaned_since) = None;
+                // Its progress goes to the caller that holds it now.
+                for route in lock(&self.shared.routes).values_mut().filter(|route| route.run == self.request.run) {
+                    route.caller.clone_from(&holder);
+                }
+                return true;
+            }
+        }
+        let since = *lock(&self.orphaned_since).get_or_insert_with(Instant::now);
+        since.elapsed() < ttl
+    }
+
+    /// The caller that holds this detached run now, if the broker says.
+    async fn holder(&self) -> Option<String> {
+        let key = detached_key(&self.request.run);
+        let entry = tokio::time::timeout(OPERATION_TIMEOUT, self.shared.broker.runs.get(key)).await;
+        let Ok(Ok(Some(bytes))) = entry else { return None };
+        wire::decode::<Holder>(&bytes).ok().map(|holder| holder.caller)
     }
 
     fn start_request(&self, signal: CancellationToken) -> StartRequest {
@@ -414,9 +447,15 @@ impl Held {
     /// Tells the caller at once (core NATS); its sweep finds the stored
     /// result anyway if this is lost.
     async fn announce(&self, settled: &Settled) {
-        if let Ok(bytes) = wire::encode(settled, MAX_MESSAGE_BYTES) {
-            let subject = self.shared.broker.names.result_subject(&self.request.caller);
-            let _ = self.shared.broker.client.publish(subject, bytes.into()).await;
+        let Ok(bytes) = wire::encode(settled, MAX_MESSAGE_BYTES) else { return };
+        let mut callers = vec![self.request.caller.clone()];
+        // A detached run is told to whoever holds it now as well.
+        if self.request.detach_ttl_ms.is_some() {
+            callers.extend(self.holder().await.filter(|holder| *holder != self.request.caller));
+        }
+        for caller in callers {
+            let subject = self.shared.broker.names.result_subject(&caller);
+            let _ = self.shared.broker.client.publish(subject, bytes.clone().into()).await;
         }
     }
 }
