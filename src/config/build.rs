@@ -387,6 +387,23 @@ impl Config {
         outcomes
     }
 
+    /// [`Config::register`] from outside any async runtime: the builds run
+    /// on a private current-thread one (an `acp` provider's `initialize`
+    /// probe needs it), which is gone when this returns.
+    pub fn register_blocking(&self, context: &BuildContext<'_>) -> Result<Vec<Registration>, String> {
+        on_private_runtime(self.register(context))?
+    }
+
+    /// [`Config::register_each`] from outside any async runtime (see
+    /// [`Config::register_blocking`]).
+    pub fn register_each_blocking(
+        &self,
+        context: &BuildContext<'_>,
+        name: Option<&str>,
+    ) -> Result<Vec<(String, Result<Registration, String>)>, String> {
+        on_private_runtime(self.register_each(context, name))
+    }
+
     async fn register_one<'c>(
         &'c self,
         entry: &'c ProviderEntry,
@@ -567,9 +584,7 @@ impl Config {
         let (table, resolved) = (&entry.table, &entry.resolved);
         let command = resolved.command.clone().expect("checked at load");
         let mut config = AcpConfig::new(entry.name.clone(), command, resolved.args.clone());
-        config.cwd = resolved.cwd.clone();
-        config.env = resolved.env.clone();
-        config.inherit_env = table.inherit_env.as_ref().map(|names| names.get_ref().clone()).unwrap_or_default();
+        config.child = child_process(entry);
         config.run_dirs = RunDirs {
             root: resolved.run_dir_root.clone(),
             template: resolved.template_dir.clone(),
@@ -580,12 +595,6 @@ impl Config {
                 PermissionName::Allow => Permission::Allow,
                 PermissionName::Reject => Permission::Reject,
             };
-        }
-        if let Some(grace) = resolved.durations.get("dispose_eof_grace") {
-            config.dispose_eof_grace = *grace;
-        }
-        if let Some(grace) = resolved.durations.get("dispose_grace") {
-            config.dispose_grace = *grace;
         }
         if let Some(grace) = resolved.durations.get("dispose_idle_eof_grace") {
             config.dispose_idle_eof_grace = *grace;
@@ -621,9 +630,7 @@ impl Config {
             config.profile = profile.get_ref().clone();
         }
         config.patches = resolved.patches.clone();
-        config.cwd = resolved.cwd.clone();
-        config.env = resolved.env.clone();
-        config.inherit_env = table.inherit_env.as_ref().map(|names| names.get_ref().clone()).unwrap_or_default();
+        config.child = child_process(entry);
         if let Some(model) = &table.model {
             // The child's route, and the endpoint's variables and key it
             // is handed (credential-shaped names are never inherited).
@@ -631,14 +638,8 @@ impl Config {
             crate::serve::stdio::route_child_model(&mut config, &spec);
         }
         config.route.max_tokens = table.max_tokens.as_ref().map(|max| *max.get_ref());
-        for (key, slot) in [
-            ("shutdown_timeout", &mut config.shutdown_timeout),
-            ("dispose_eof_grace", &mut config.dispose_eof_grace),
-            ("dispose_grace", &mut config.dispose_grace),
-        ] {
-            if let Some(value) = resolved.durations.get(key) {
-                *slot = *value;
-            }
+        if let Some(timeout) = resolved.durations.get("shutdown_timeout") {
+            config.shutdown_timeout = *timeout;
         }
         let provider = ProcessProvider::new(config).map_err(|e| e.to_string())?;
         if context.probe {
@@ -682,4 +683,33 @@ impl Config {
     fn remote(&self, _: &ProviderEntry) -> Result<Arc<dyn Provider>, String> {
         Err("remote providers need the crate's \"remote\" feature".to_owned())
     }
+}
+
+/// Runs `building` to completion on a private current-thread runtime.
+fn on_private_runtime<F: std::future::Future>(building: F) -> Result<F::Output, String> {
+    let io = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    Ok(io.block_on(building))
+}
+
+/// What an `acp` or `process` table says about its child: where it runs,
+/// its environment, its graces (the defaults where the table is silent).
+#[cfg(any(feature = "acp", feature = "process"))]
+fn child_process(entry: &ProviderEntry) -> crate::providers::ChildProcessConfig {
+    let (table, resolved) = (&entry.table, &entry.resolved);
+    let mut child = crate::providers::ChildProcessConfig {
+        cwd: resolved.cwd.clone(),
+        env: resolved.env.clone(),
+        inherit_env: table.inherit_env.as_ref().map(|names| names.get_ref().clone()).unwrap_or_default(),
+        ..Default::default()
+    };
+    if let Some(grace) = resolved.durations.get("dispose_eof_grace") {
+        child.dispose_eof_grace = *grace;
+    }
+    if let Some(grace) = resolved.durations.get("dispose_grace") {
+        child.dispose_grace = *grace;
+    }
+    child
 }

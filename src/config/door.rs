@@ -71,11 +71,7 @@ impl Configured {
             Ok(model)
         };
         let context = super::BuildContext { subagents, tasks, home, models: &models, probe: false };
-        let io = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the runtime: {e}"))?;
-        let registered = io.block_on(self.config.register(&context))?;
+        let registered = self.config.register_blocking(&context)?;
         registered.into_iter().for_each(|registration| registration.keep());
         Ok(())
     }

@@ -59,14 +59,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::wire::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
-use super::child_process::{spawn, ChildEnv, Spawned, MAX_OUTPUT};
+use super::child_process::{spawn, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
 use crate::seam::{
     AgentOptions, Branch, BudgetLease, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch,
     LaunchError, ProgressUpdate, Provider, ProviderContext, RunResult, RunUsage, Stage, StopReason, StopReport,
 };
-
-/// How long the `initialize` handshake may take.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Configuration of a [`ProcessProvider`].
 #[derive(Clone, Debug)]
@@ -81,22 +78,26 @@ pub struct ProcessConfig {
     pub patches: Vec<PathBuf>,
     /// The children's home (absolute; required).
     pub home: PathBuf,
-    /// Working directory; default the parent's.
-    pub cwd: Option<PathBuf>,
     /// Route defaults, overridden per request by `agent_options`.
     pub route: AgentOptions,
-    /// Variables set in the child as given (the only way to hand it a key).
-    pub env: Vec<(String, String)>,
-    /// Parent variables the child inherits beyond the allowlist: `NAME` or
-    /// `PREFIX*`; credential-shaped names are never passed (see
-    /// [the child environment](super#child-environment)).
-    pub inherit_env: Vec<String>,
     /// Bound on the `shutdown` exchange (1 s).
     pub shutdown_timeout: Duration,
-    /// Grace after stdin EOF (6 s).
-    pub dispose_eof_grace: Duration,
-    /// Grace after SIGTERM (3 s).
-    pub dispose_grace: Duration,
+    /// Where the child runs, its environment and its graces.
+    pub child: ChildProcessConfig,
+}
+
+impl std::ops::Deref for ProcessConfig {
+    type Target = ChildProcessConfig;
+
+    fn deref(&self) -> &ChildProcessConfig {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for ProcessConfig {
+    fn deref_mut(&mut self) -> &mut ChildProcessConfig {
+        &mut self.child
+    }
 }
 
 impl ProcessConfig {
@@ -108,24 +109,15 @@ impl ProcessConfig {
             profile: "default".to_owned(),
             patches: Vec::new(),
             home: home.into(),
-            cwd: None,
             route: AgentOptions::default(),
-            env: Vec::new(),
-            inherit_env: Vec::new(),
             shutdown_timeout: Duration::from_secs(1),
-            dispose_eof_grace: Duration::from_secs(6),
-            dispose_grace: Duration::from_secs(3),
+            child: ChildProcessConfig::default(),
         }
     }
 
     /// The child's command line: `serve --home HOME`.
     fn serve_args(&self) -> [String; 3] {
         ["serve".to_owned(), "--home".to_owned(), self.home.display().to_string()]
-    }
-
-    /// The child's environment: the allowlist, `inherit_env`, then `env`.
-    pub(crate) fn child_env(&self) -> ChildEnv<'_> {
-        ChildEnv { inherit: &self.inherit_env, explicit: &self.env }
     }
 }
 
@@ -175,10 +167,7 @@ impl ProcessProvider {
 
     async fn handshake_once(&self) -> Result<(), String> {
         let config = &self.config;
-        let cwd = match &config.cwd {
-            Some(cwd) => cwd.clone(),
-            None => std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?,
-        };
+        let cwd = config.probe_cwd()?;
         let lease = crate::live::ProcessLease::new(Default::default());
         let mut spawned = spawn(&config.bin, &config.serve_args(), &cwd, config.child_env(), lease)
             .map_err(|e| format!("spawn: {e}"))?;
@@ -240,13 +229,7 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
     if cancel.is_cancelled() {
         return Err(LaunchError::Aborted);
     }
-    let cwd = config.cwd.clone().unwrap_or_else(|| request.parent.cwd.clone());
-    if !cwd.is_absolute() || !cwd.is_dir() {
-        return Err(LaunchError::Invalid {
-            field: "cwd",
-            reason: "must be an absolute path to an existing directory".to_owned(),
-        });
-    }
+    let cwd = config.run_cwd(&request.parent.cwd)?;
     let route = match &request.agent_options {
         Some(options) => config.route.overridden_by(options),
         None => config.route.clone(),
