@@ -5,16 +5,18 @@
 //! exits 0 after SIGTERM, Ctrl-C or SIGHUP once drained; 2 when it cannot start
 //! (bad flags, an unreachable server, an unusable home).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use subagents::config::Configured;
 use subagents::providers::BrokerSettings;
 use subagents::serve::worker::{serve_worker, WorkerOptions, WorkerProvider};
 
+use crate::args::{nats_url_from_env, ConfigArgs, HomeArgs};
 use crate::terminal::say;
 
-#[derive(clap::Args)]
+/// `subagents worker`'s flags.
+#[derive(clap::Args, Debug)]
 pub struct WorkerArgs {
     /// NATS server (default `$SUBAGENTS_NATS_URL`).
     #[arg(long, value_name = "URL")]
@@ -25,10 +27,10 @@ pub struct WorkerArgs {
     /// Most runs held at once.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     concurrency: u32,
-    /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
-    #[arg(long)]
-    home: Option<PathBuf>,
+    #[command(flatten)]
+    home: HomeArgs,
     /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
+    // Not `ModelArgs`: the worker's model is never a configured route.
     #[arg(long, default_value = "scripted")]
     model: String,
     /// Where the runs run: with a configuration file, a provider it defines
@@ -38,7 +40,7 @@ pub struct WorkerArgs {
     #[arg(long)]
     provider: Option<String>,
     #[command(flatten)]
-    config: crate::setup::ConfigArgs,
+    config: ConfigArgs,
     /// Redelivery deadline of an unacked run, in ms (used if this worker creates the pool's consumer; default 30000).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..))]
     ack_wait_ms: Option<u64>,
@@ -53,15 +55,15 @@ pub struct WorkerArgs {
     drain_grace_ms: u64,
 }
 
-pub fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
-    let url = args
-        .nats
-        .or_else(|| std::env::var("SUBAGENTS_NATS_URL").ok().filter(|url| !url.is_empty()))
-        .ok_or("worker needs --nats URL (or SUBAGENTS_NATS_URL)")?;
-    let home = args
-        .home
-        .or_else(|| std::env::var_os("SUBAGENTS_HOME").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from(".subagents"));
+impl WorkerArgs {
+    pub fn run(self) -> Result<ExitCode, String> {
+        worker(self)
+    }
+}
+
+fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
+    let url = args.nats.or_else(nats_url_from_env).ok_or("worker needs --nats URL (or SUBAGENTS_NATS_URL)")?;
+    let home = args.home.resolve();
     let home = std::path::absolute(&home).map_err(|e| format!("unusable home {}: {e}", home.display()))?;
     let mut broker = BrokerSettings::default();
     if let Some(ms) = args.ack_wait_ms {
@@ -77,12 +79,9 @@ pub fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
     options.pool = args.pool;
     options.concurrency = args.concurrency as usize;
     options.model = args.model;
-    match subagents::config::Config::locate(args.config.config.as_deref()) {
-        Some(_) => {
-            let configured = subagents::config::Configured::new(args.config.load()?, args.provider.as_deref())?;
-            options.configured = Some(configured);
-        }
-        None => {
+    match args.config.located() {
+        true => options.configured = Some(Configured::new(args.config.load()?, args.provider.as_deref())?),
+        false => {
             options.provider = match args.provider.as_deref() {
                 None | Some("spawn") => WorkerProvider::Spawn,
                 Some("process") => WorkerProvider::Process,
