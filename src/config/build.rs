@@ -643,7 +643,7 @@ impl Config {
         }
         let provider = ProcessProvider::new(config).map_err(|e| e.to_string())?;
         if context.probe {
-            provider.probe().await?;
+            provider.probe().await.map_err(|e| e.to_string())?;
         }
         Ok(Arc::new(provider))
     }

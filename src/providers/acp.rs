@@ -244,12 +244,43 @@ pub struct AcpProvider {
     pool: Option<Arc<Pool>>,
 }
 
-/// Why an ACP agent could not be probed.
+/// Why an ACP agent could not be probed ([`AcpProvider::new`]): the
+/// provider's name and what went wrong.
 #[derive(Debug, thiserror::Error)]
-#[error("acp provider {name:?}: {reason}")]
+#[error("acp provider {name:?}: {failure}")]
 pub struct ProbeError {
     name: String,
-    reason: String,
+    failure: ProbeFailure,
+}
+
+/// What went wrong in an ACP agent's probe.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeFailure {
+    /// No working directory to start the agent in.
+    #[error("{0}")]
+    NoWorkingDirectory(String),
+    /// The agent could not be spawned.
+    #[error("spawn: {0}")]
+    Spawn(std::io::Error),
+    /// The agent answered `initialize` with an error.
+    #[error("initialize failed: {0}")]
+    Initialize(String),
+    /// The agent did not answer `initialize` in time.
+    #[error("initialize timed out")]
+    TimedOut,
+}
+
+impl ProbeError {
+    /// The provider whose agent failed its probe.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What went wrong.
+    pub fn failure(&self) -> &ProbeFailure {
+        &self.failure
+    }
 }
 
 impl AcpProvider {
@@ -257,11 +288,11 @@ impl AcpProvider {
     /// supports (the probe child is reaped before this returns). Needs a
     /// tokio runtime.
     pub async fn new(config: AcpConfig) -> Result<AcpProvider, ProbeError> {
-        let failed = |reason: String| ProbeError { name: config.name.clone(), reason };
-        let cwd = config.probe_cwd().map_err(failed)?;
+        let failed = |failure: ProbeFailure| ProbeError { name: config.name.clone(), failure };
+        let cwd = config.probe_cwd().map_err(|e| failed(ProbeFailure::NoWorkingDirectory(e)))?;
         let lease = ProcessLease::new(Arc::new(LiveCounters::default()));
         let (mut spawned, run_dir) =
-            config.spawn_agent(&cwd, lease).await.map_err(|e| failed(format!("spawn: {e}")))?;
+            config.spawn_agent(&cwd, lease).await.map_err(|e| failed(ProbeFailure::Spawn(e)))?;
         let transport = transport(&mut spawned, Arc::default(), Arc::default());
         let probe = Client
             .v1()
@@ -276,8 +307,8 @@ impl AcpProvider {
         }
         let response = match answered {
             Ok(Ok(response)) => response,
-            Ok(Err(error)) => return Err(failed(format!("initialize failed: {}", error.message))),
-            Err(_) => return Err(failed("initialize timed out".into())),
+            Ok(Err(error)) => return Err(failed(ProbeFailure::Initialize(error.message))),
+            Err(_) => return Err(failed(ProbeFailure::TimedOut)),
         };
         let pool = match &config.reuse {
             Reuse::PerRun => None,

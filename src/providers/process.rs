@@ -121,10 +121,59 @@ impl ProcessConfig {
     }
 }
 
-/// Why a [`ProcessConfig`] was refused.
+/// Why a [`ProcessConfig`] was refused ([`ProcessProvider::new`]).
 #[derive(Debug, thiserror::Error)]
-#[error("process provider configuration: {0}")]
-pub struct ConfigError(String);
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The children's home is a relative path.
+    #[error("process provider configuration: home must be an absolute path")]
+    RelativeHome,
+    /// `bin` names no file.
+    #[error("process provider configuration: no executable at {}", .0.display())]
+    NoExecutable(PathBuf),
+    /// A patch file could not be read.
+    #[error("process provider configuration: patch {}: {source}", path.display())]
+    UnreadablePatch {
+        /// The patch file.
+        path: PathBuf,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// A patch file is not JSON.
+    #[error("process provider configuration: patch {} is not JSON: {source}", path.display())]
+    PatchNotJson {
+        /// The patch file.
+        path: PathBuf,
+        /// Where the JSON broke.
+        source: serde_json::Error,
+    },
+    /// A patch does not apply to a profile.
+    #[error("process provider configuration: patch {}: {reason}", path.display())]
+    InvalidPatch {
+        /// The patch file.
+        path: PathBuf,
+        /// What the profile refused.
+        reason: String,
+    },
+}
+
+/// Why [`ProcessProvider::probe`] found the child unusable.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// No working directory to start the child in.
+    #[error("{0}")]
+    NoWorkingDirectory(String),
+    /// The child could not be spawned.
+    #[error("spawn: {0}")]
+    Spawn(std::io::Error),
+    /// The child answered its `initialize` with a failure, or never did.
+    #[error("its child's initialize failed ({category})")]
+    Initialize {
+        /// The failure's category as the wire names it (`child-crashed`, …).
+        category: String,
+    },
+}
 
 /// The `process` provider.
 #[derive(Debug)]
@@ -138,17 +187,19 @@ impl ProcessProvider {
     /// must exist, every patch must load and apply to a profile.
     pub fn new(config: ProcessConfig) -> Result<Self, ConfigError> {
         if !config.home.is_absolute() {
-            return Err(ConfigError("home must be an absolute path".to_owned()));
+            return Err(ConfigError::RelativeHome);
         }
         if !config.bin.is_file() {
-            return Err(ConfigError(format!("no executable at {}", config.bin.display())));
+            return Err(ConfigError::NoExecutable(config.bin.clone()));
         }
         let mut patches = Vec::with_capacity(config.patches.len());
         for path in &config.patches {
-            let text = std::fs::read(path).map_err(|e| ConfigError(format!("patch {}: {e}", path.display())))?;
+            let path_of = || path.clone();
+            let text =
+                std::fs::read(path).map_err(|source| ConfigError::UnreadablePatch { path: path_of(), source })?;
             let patch: Value = serde_json::from_slice(&text)
-                .map_err(|e| ConfigError(format!("patch {} is not JSON: {e}", path.display())))?;
-            profile::check_patch(&patch).map_err(|e| ConfigError(format!("patch {}: {e}", path.display())))?;
+                .map_err(|source| ConfigError::PatchNotJson { path: path_of(), source })?;
+            profile::check_patch(&patch).map_err(|reason| ConfigError::InvalidPatch { path: path_of(), reason })?;
             patches.push(patch);
         }
         Ok(ProcessProvider { config, patches })
@@ -160,17 +211,17 @@ impl ProcessProvider {
     /// configured profile, route and patches, and shuts it down: what
     /// `providers check` asks of a process provider. The child's session
     /// stays in the children's home like any run's. Needs a tokio runtime.
-    pub async fn probe(&self) -> Result<(), String> {
+    pub async fn probe(&self) -> Result<(), ProbeError> {
         // The connection's tasks are local to their thread, as in a run.
         tokio::task::LocalSet::new().run_until(self.handshake_once()).await
     }
 
-    async fn handshake_once(&self) -> Result<(), String> {
+    async fn handshake_once(&self) -> Result<(), ProbeError> {
         let config = &self.config;
-        let cwd = config.probe_cwd()?;
+        let cwd = config.probe_cwd().map_err(ProbeError::NoWorkingDirectory)?;
         let lease = crate::live::ProcessLease::new(Default::default());
-        let mut spawned = spawn(&config.bin, &config.serve_args(), &cwd, config.child_env(), lease)
-            .map_err(|e| format!("spawn: {e}"))?;
+        let mut spawned =
+            spawn(&config.bin, &config.serve_args(), &cwd, config.child_env(), lease).map_err(ProbeError::Spawn)?;
         let (events, _received) = mpsc::unbounded_channel();
         let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
         let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events);
@@ -191,7 +242,7 @@ impl ProcessProvider {
         let _ = spawned.dispose(tokio::time::sleep(config.dispose_eof_grace), config.dispose_grace).await;
         answered.map(drop).map_err(|category| {
             let category = serde_json::to_value(category).ok().and_then(|c| c.as_str().map(str::to_owned));
-            format!("its child's initialize failed ({})", category.unwrap_or_default())
+            ProbeError::Initialize { category: category.unwrap_or_default() }
         })
     }
 }
