@@ -274,7 +274,7 @@ fn chaos_rule(fault: &FaultTable) -> Result<(ChaosStage, ChaosFault, f64), Strin
         "drop_progress" => ChaosFault::DropProgress,
         "duplicate_progress" => ChaosFault::DuplicateProgress,
         other => match other.strip_prefix("delay:") {
-            Some(duration) => ChaosFault::Delay(parse_duration(duration)?),
+            Some(duration) => ChaosFault::Delay(parse_duration(duration).map_err(|e| e.to_string())?),
             None => {
                 return Err(format!(
                     "unknown fault {other:?}: error, hang, panic, crash, drop_progress, duplicate_progress or delay:DURATION"
@@ -350,6 +350,28 @@ pub struct BuildContext<'a> {
     pub probe: bool,
 }
 
+/// Why [`Config::register`] (or one outcome of [`Config::register_each`])
+/// did not register a provider.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The provider could not be built: its model, its tools, its MCP
+    /// servers, its agent's probe, its broker.
+    #[error("provider {name:?}: {reason}")]
+    Provider {
+        /// The provider of the file.
+        name: String,
+        /// What went wrong, in words.
+        reason: String,
+    },
+    /// The registry refused it (a name taken, a closed runtime).
+    #[error(transparent)]
+    Register(#[from] crate::SubagentError),
+    /// The private runtime the builds run on could not start.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
 impl std::fmt::Debug for BuildContext<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BuildContext").field("home", &self.home).finish_non_exhaustive()
@@ -362,7 +384,7 @@ impl Config {
     /// registered before it stays registered. Needs a tokio runtime: an
     /// `acp` provider runs one `initialize` against its command to learn
     /// what the agent supports.
-    pub async fn register(&self, context: &BuildContext<'_>) -> Result<Vec<Registration>, String> {
+    pub async fn register(&self, context: &BuildContext<'_>) -> Result<Vec<Registration>, BuildError> {
         let mut built: HashMap<&str, Arc<dyn Provider>> = HashMap::new();
         let mut registrations = Vec::with_capacity(self.providers.len());
         for entry in &self.providers {
@@ -378,7 +400,7 @@ impl Config {
         &self,
         context: &BuildContext<'_>,
         name: Option<&str>,
-    ) -> Vec<(String, Result<Registration, String>)> {
+    ) -> Vec<(String, Result<Registration, BuildError>)> {
         let mut built: HashMap<&str, Arc<dyn Provider>> = HashMap::new();
         let mut outcomes = Vec::new();
         for entry in self.providers.iter().filter(|entry| name.is_none_or(|name| entry.name == name)) {
@@ -390,7 +412,7 @@ impl Config {
     /// [`Config::register`] from outside any async runtime: the builds run
     /// on a private current-thread one (an `acp` provider's `initialize`
     /// probe needs it), which is gone when this returns.
-    pub fn register_blocking(&self, context: &BuildContext<'_>) -> Result<Vec<Registration>, String> {
+    pub fn register_blocking(&self, context: &BuildContext<'_>) -> Result<Vec<Registration>, BuildError> {
         on_private_runtime(self.register(context))?
     }
 
@@ -400,7 +422,7 @@ impl Config {
         &self,
         context: &BuildContext<'_>,
         name: Option<&str>,
-    ) -> Result<Vec<(String, Result<Registration, String>)>, String> {
+    ) -> Result<Vec<(String, Result<Registration, BuildError>)>, BuildError> {
         on_private_runtime(self.register_each(context, name))
     }
 
@@ -409,9 +431,9 @@ impl Config {
         entry: &'c ProviderEntry,
         context: &BuildContext<'_>,
         built: &mut HashMap<&'c str, Arc<dyn Provider>>,
-    ) -> Result<Registration, String> {
+    ) -> Result<Registration, BuildError> {
         let provider = self.build(entry, context, built).await?;
-        context.subagents.register_shared(provider).map_err(|e| e.to_string())
+        Ok(context.subagents.register_shared(provider)?)
     }
 
     async fn build<'c>(
@@ -419,7 +441,7 @@ impl Config {
         entry: &'c ProviderEntry,
         context: &BuildContext<'_>,
         built: &mut HashMap<&'c str, Arc<dyn Provider>>,
-    ) -> Result<Arc<dyn Provider>, String> {
+    ) -> Result<Arc<dyn Provider>, BuildError> {
         if let Some(provider) = built.get(entry.name.as_str()) {
             return Ok(provider.clone());
         }
@@ -431,7 +453,7 @@ impl Config {
                 built.insert(inner.name.as_str(), provider);
             }
         }
-        let failed = |error: String| format!("provider {:?}: {error}", entry.name);
+        let failed = |reason: String| BuildError::Provider { name: entry.name.clone(), reason };
         let table = &entry.table;
         let resolved = &entry.resolved;
         let duration = |key: &str| resolved.durations.get(key).copied();
@@ -686,11 +708,8 @@ impl Config {
 }
 
 /// Runs `building` to completion on a private current-thread runtime.
-fn on_private_runtime<F: std::future::Future>(building: F) -> Result<F::Output, String> {
-    let io = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+fn on_private_runtime<F: std::future::Future>(building: F) -> Result<F::Output, BuildError> {
+    let io = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(BuildError::Runtime)?;
     Ok(io.block_on(building))
 }
 

@@ -318,7 +318,9 @@ impl Session {
             return Err(ServeError::Options(reason.to_owned()));
         }
         let subagents = runtime.subagents();
-        configured.register_blocking(&subagents, &tasks, &runtime.home(), model).map_err(ServeError::Options)?;
+        configured
+            .register_blocking(&subagents, &tasks, &runtime.home(), model)
+            .map_err(|e| ServeError::Options(e.to_string()))?;
         let name = configured.provider();
         let info = subagents.get_provider(name).ok_or_else(|| ServeError::Options(format!("no provider {name:?}")))?;
         let max_depth = match info.capabilities.depth_limit {

@@ -176,7 +176,9 @@ fn register_provider(
 ) -> Result<Arc<str>, String> {
     #[cfg(feature = "config")]
     if let Some(configured) = &options.configured {
-        configured.register_blocking(subagents, &TaskService::new(), &options.home, model)?;
+        configured
+            .register_blocking(subagents, &TaskService::new(), &options.home, model)
+            .map_err(|e| e.to_string())?;
         return Ok(configured.provider().into());
     }
     let registered = match options.provider {

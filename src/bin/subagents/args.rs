@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use subagents::config::Config;
+use subagents::config::{Config, Configured};
 use subagents::Budget;
 
 /// The variable `--home` falls back to.
@@ -55,6 +55,12 @@ impl ConfigArgs {
     /// The configuration, read and checked before anything starts.
     pub fn load(&self) -> Result<Config, String> {
         Config::load(self.config.as_deref()).map_err(|e| e.to_string())
+    }
+
+    /// The file's providers for a served door: `provider` alone when
+    /// given (the file must define it), else what `[tool]` offers.
+    pub fn configured(&self, provider: Option<&str>) -> Result<Configured, String> {
+        Configured::new(self.load()?, provider).map_err(|e| e.to_string())
     }
 
     /// Whether a file is in reach (`--config`, `$SUBAGENTS_CONFIG` or

@@ -66,7 +66,7 @@ pub struct Setup {
 /// an HTTP model's endpoint is probed on the runtime, so a batch fails
 /// before any run when it cannot be reached at all.
 fn model(spec: &str, config: &Config, runtime: &Runtime) -> Result<Arc<dyn Model>, String> {
-    let spec = config.model_spec(spec)?;
+    let spec = config.model_spec(spec).map_err(|e| e.to_string())?;
     runtime.block_on(async move { preflight::reachable_model(&spec).await }).map_err(|e| e.to_string())
 }
 
@@ -113,7 +113,11 @@ pub fn setup(
     preflight::check_home(&home).map_err(|e| e.to_string())?;
     let source = |spec: Option<&str>| models.get(spec);
     let context = BuildContext { subagents: &subagents, tasks: &tasks, home: &home, models: &source, probe: false };
-    config.register_blocking(&context)?.into_iter().for_each(|registration| registration.keep());
+    config
+        .register_blocking(&context)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .for_each(|registration| registration.keep());
     if let Some(remote) = remote {
         subagents.register_provider(remote).map_err(|e| e.to_string())?.keep();
     }

@@ -3,7 +3,6 @@
 
 use std::process::ExitCode;
 
-use subagents::config::Configured;
 use subagents::serve::acp::{serve_acp, AcpServeOptions};
 
 use crate::args::{ConfigArgs, HomeArgs};
@@ -40,7 +39,7 @@ impl AcpArgs {
         // directory, whose file may well define this very agent (each probe
         // would start another).
         match config.named() && config.located() {
-            true => options.configured = Some(Configured::new(config.load()?, provider.as_deref())?),
+            true => options.configured = Some(config.configured(provider.as_deref())?),
             false if provider.as_deref().is_none_or(|name| name == "spawn") => {}
             false => {
                 return Err("--provider names a provider of a configuration file; without one, acp offers spawn".into())

@@ -3,7 +3,6 @@
 
 use std::process::ExitCode;
 
-use subagents::config::Configured;
 use subagents::serve::mcp::{serve_mcp, McpServeOptions};
 use subagents::serve::ServeError;
 
@@ -55,7 +54,7 @@ impl McpArgs {
         };
         // With a file its providers serve; without one, the built-in choice.
         match config.located() {
-            true => options.configured = Some(Configured::new(config.load()?, provider.as_deref())?),
+            true => options.configured = Some(config.configured(provider.as_deref())?),
             false => {
                 let provider = provider.as_deref().unwrap_or("spawn");
                 options.provider = provider.parse().map_err(|e: ServeError| e.to_string())?;

@@ -93,7 +93,7 @@ fn check(config: &Config, name: Option<&str>, model: &str, home: HomeArgs, json:
             models: &source,
             probe: true,
         };
-        config.register_each_blocking(&context, name)
+        config.register_each_blocking(&context, name).map_err(|e| e.to_string())
     });
     let outcomes = match outcomes {
         Ok(outcomes) => outcomes,

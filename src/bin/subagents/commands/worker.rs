@@ -8,7 +8,6 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use subagents::config::Configured;
 use subagents::providers::BrokerSettings;
 use subagents::serve::worker::{serve_worker, WorkerOptions, WorkerProvider};
 
@@ -80,7 +79,7 @@ fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
     options.concurrency = args.concurrency as usize;
     options.model = args.model;
     match args.config.located() {
-        true => options.configured = Some(Configured::new(args.config.load()?, args.provider.as_deref())?),
+        true => options.configured = Some(args.config.configured(args.provider.as_deref())?),
         false => {
             options.provider = match args.provider.as_deref() {
                 None | Some("spawn") => WorkerProvider::Spawn,
