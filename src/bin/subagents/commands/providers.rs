@@ -54,19 +54,15 @@ const CHILDREN_DEFAULT_MODEL: &str =
 
 impl ProvidersArgs {
     pub fn run(self) -> Result<ExitCode, String> {
-        providers(self)
-    }
-}
-
-fn providers(args: ProvidersArgs) -> Result<ExitCode, String> {
-    let config = args.config.load()?;
-    match args.query {
-        Query::List => {
-            let rows: Vec<Row> = config.providers().iter().map(|entry| Row::listed(&config, entry)).collect();
-            print(&rows, args.json);
-            Ok(ExitCode::SUCCESS)
+        let config = self.config.load()?;
+        match self.query {
+            Query::List => {
+                let rows: Vec<Row> = config.providers().iter().map(|entry| Row::listed(&config, entry)).collect();
+                print(&rows, self.json);
+                Ok(ExitCode::SUCCESS)
+            }
+            Query::Check { name, model, home } => check(&config, name.as_deref(), &model.model, home, self.json),
         }
-        Query::Check { name, model, home } => check(&config, name.as_deref(), &model.model, home, args.json),
     }
 }
 

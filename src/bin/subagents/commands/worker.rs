@@ -56,50 +56,48 @@ pub struct WorkerArgs {
 
 impl WorkerArgs {
     pub fn run(self) -> Result<ExitCode, String> {
-        worker(self)
-    }
-}
-
-fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
-    let url = args.nats.or_else(nats_url_from_env).ok_or("worker needs --nats URL (or SUBAGENTS_NATS_URL)")?;
-    let home = args.home.resolve();
-    let home = std::path::absolute(&home).map_err(|e| format!("unusable home {}: {e}", home.display()))?;
-    let mut broker = BrokerSettings::default();
-    if let Some(ms) = args.ack_wait_ms {
-        broker.ack_wait = Duration::from_millis(ms);
-    }
-    if let Some(max_deliver) = args.max_deliver {
-        broker.max_deliver = max_deliver;
-    }
-    if let Some(ms) = args.lease_ttl_ms {
-        broker.lease_ttl = Duration::from_millis(ms);
-    }
-    let mut options = WorkerOptions::new(url.clone(), home);
-    options.pool = args.pool;
-    options.concurrency = args.concurrency as usize;
-    options.model = args.model;
-    match args.config.located() {
-        true => options.configured = Some(args.config.configured(args.provider.as_deref())?),
-        false => {
-            options.provider = match args.provider.as_deref() {
-                None | Some("spawn") => WorkerProvider::Spawn,
-                Some("process") => WorkerProvider::Process,
-                Some(other) => {
-                    return Err(format!("unknown provider {other:?}: without a configuration file, spawn or process"))
+        let url = self.nats.or_else(nats_url_from_env).ok_or("worker needs --nats URL (or SUBAGENTS_NATS_URL)")?;
+        let home = self.home.resolve();
+        let home = std::path::absolute(&home).map_err(|e| format!("unusable home {}: {e}", home.display()))?;
+        let mut broker = BrokerSettings::default();
+        if let Some(ms) = self.ack_wait_ms {
+            broker.ack_wait = Duration::from_millis(ms);
+        }
+        if let Some(max_deliver) = self.max_deliver {
+            broker.max_deliver = max_deliver;
+        }
+        if let Some(ms) = self.lease_ttl_ms {
+            broker.lease_ttl = Duration::from_millis(ms);
+        }
+        let mut options = WorkerOptions::new(url.clone(), home);
+        options.pool = self.pool;
+        options.concurrency = self.concurrency as usize;
+        options.model = self.model;
+        match self.config.located() {
+            true => options.configured = Some(self.config.configured(self.provider.as_deref())?),
+            false => {
+                options.provider = match self.provider.as_deref() {
+                    None | Some("spawn") => WorkerProvider::Spawn,
+                    Some("process") => WorkerProvider::Process,
+                    Some(other) => {
+                        return Err(format!(
+                            "unknown provider {other:?}: without a configuration file, spawn or process"
+                        ))
+                    }
                 }
             }
         }
+        options.broker = broker;
+        options.drain_grace = Duration::from_millis(self.drain_grace_ms);
+        let pool = options.pool.clone();
+        let report = serve_worker(options, |worker| say!("subagents worker {worker}: ready on pool {pool} at {url}"))?;
+        say!(
+            "subagents worker {}: drained ({} results written, {} handed back, {} fenced out)",
+            report.worker,
+            report.settled,
+            report.handed_back,
+            report.fenced
+        );
+        Ok(ExitCode::SUCCESS)
     }
-    options.broker = broker;
-    options.drain_grace = Duration::from_millis(args.drain_grace_ms);
-    let pool = options.pool.clone();
-    let report = serve_worker(options, |worker| say!("subagents worker {worker}: ready on pool {pool} at {url}"))?;
-    say!(
-        "subagents worker {}: drained ({} results written, {} handed back, {} fenced out)",
-        report.worker,
-        report.settled,
-        report.handed_back,
-        report.fenced
-    );
-    Ok(ExitCode::SUCCESS)
 }
