@@ -88,7 +88,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-pub use build::{BuildContext, BuildError, ModelSource};
+pub use build::{BuildContext, BuildError, ModelSource, RegisterOutcome};
 pub use door::{Configured, OfferError};
 pub use routes::UnknownModel;
 pub use schema::Kind;

@@ -372,6 +372,10 @@ pub enum BuildError {
     Runtime(std::io::Error),
 }
 
+/// One provider of [`Config::register_each`]: its name, and its
+/// registration or why it has none.
+pub type RegisterOutcome = (String, Result<Registration, BuildError>);
+
 impl std::fmt::Debug for BuildContext<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BuildContext").field("home", &self.home).finish_non_exhaustive()
@@ -396,11 +400,7 @@ impl Config {
     /// Builds and registers each provider (or only `name` and what it
     /// wraps) on its own: one that fails does not stop the others (a chaos
     /// provider around it fails too). Each with its outcome, in file order.
-    pub async fn register_each(
-        &self,
-        context: &BuildContext<'_>,
-        name: Option<&str>,
-    ) -> Vec<(String, Result<Registration, BuildError>)> {
+    pub async fn register_each(&self, context: &BuildContext<'_>, name: Option<&str>) -> Vec<RegisterOutcome> {
         let mut built: HashMap<&str, Arc<dyn Provider>> = HashMap::new();
         let mut outcomes = Vec::new();
         for entry in self.providers.iter().filter(|entry| name.is_none_or(|name| entry.name == name)) {
@@ -422,7 +422,7 @@ impl Config {
         &self,
         context: &BuildContext<'_>,
         name: Option<&str>,
-    ) -> Result<Vec<(String, Result<Registration, BuildError>)>, BuildError> {
+    ) -> Result<Vec<RegisterOutcome>, BuildError> {
         on_private_runtime(self.register_each(context, name))
     }
 
