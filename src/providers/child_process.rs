@@ -370,6 +370,21 @@ mod tests {
     }
 
     #[test]
+    fn a_run_cwd_must_be_an_absolute_directory_and_the_configured_one_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        let parent = ChildProcessConfig::default();
+        assert_eq!(parent.run_cwd(dir.path()).unwrap(), dir.path());
+        for refused in [Path::new("relative"), &dir.path().join("missing"), &file] {
+            let error = parent.run_cwd(refused).unwrap_err();
+            assert!(matches!(error, LaunchError::Invalid { field: "cwd", .. }), "{refused:?}: {error:?}");
+        }
+        let configured = ChildProcessConfig { cwd: Some(dir.path().to_owned()), ..Default::default() };
+        assert_eq!(configured.run_cwd(Path::new("relative")).unwrap(), dir.path(), "the configured cwd wins");
+    }
+
+    #[test]
     fn credentials_that_a_word_scrub_misses_are_not_on_the_allowlist() {
         for name in ["DATABASE_URL", "PGPASS", "DB_PASS", "MYSQL_PWD", "GH_PAT", "SENTRY_DSN", "SLACK_WEBHOOK_URL"] {
             assert!(!inherited(name, &[]), "{name}");
