@@ -88,8 +88,9 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-pub use build::{BuildContext, ModelSource};
-pub use door::Configured;
+pub use build::{BuildContext, BuildError, ModelSource, RegisterOutcome};
+pub use door::{Configured, OfferError};
+pub use routes::UnknownModel;
 pub use schema::Kind;
 use schema::{FileTable, ProviderTable};
 
@@ -382,9 +383,9 @@ impl Config {
     /// let ModelSpec::Route(route) = config.model_spec("fast").unwrap() else { panic!() };
     /// assert_eq!(route.limiter(), config.route("fast").unwrap().limiter());
     /// assert_eq!(config.model_spec("scripted").unwrap(), ModelSpec::Scripted);
-    /// assert!(config.model_spec("slow").unwrap_err().contains("(fast)"));
+    /// assert!(config.model_spec("slow").unwrap_err().to_string().contains("(fast)"));
     /// ```
-    pub fn model_spec(&self, spec: &str) -> Result<ModelSpec, String> {
+    pub fn model_spec(&self, spec: &str) -> Result<ModelSpec, UnknownModel> {
         routes::spec(&self.routes, spec)
     }
 
@@ -417,14 +418,14 @@ fn default_tool_providers(providers: &[ProviderEntry]) -> Vec<String> {
 /// use std::time::Duration;
 /// use subagents::config::parse_duration;
 ///
-/// assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-/// assert!(parse_duration("5").unwrap_err().contains("needs a unit"));
+/// assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+/// assert!(parse_duration("5").unwrap_err().to_string().contains("needs a unit"));
 /// ```
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    let not_a_duration = || format!("{text:?} is not a duration such as 30s or 1.5s");
+    let not_a_duration = || DurationError::NotADuration(text.to_owned());
     let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
     if whole.is_empty() && fraction.is_empty() || !digits(fraction) {
         return Err(not_a_duration());
@@ -435,7 +436,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "s" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
-        _ => return Err(format!("{text:?} needs a unit: ms, s, m or h")),
+        _ => return Err(DurationError::NoUnit(text.to_owned())),
     };
     // The fraction's digits past the millisecond are dropped.
     let mut fraction_millis = 0u64;
@@ -451,10 +452,26 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// [`parse_duration`], and more than zero.
-pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_positive_duration(text: &str) -> Result<Duration, DurationError> {
     let duration = parse_duration(text)?;
     if duration.is_zero() {
-        return Err(format!("{text:?} is no time at all: give at least 1ms"));
+        return Err(DurationError::Zero(text.to_owned()));
     }
     Ok(duration)
+}
+
+/// Why a text is not the duration [`parse_duration`] or
+/// [`parse_positive_duration`] was asked for; each holds the text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DurationError {
+    /// Not a number followed by a unit.
+    #[error("{0:?} is not a duration such as 30s or 1.5s")]
+    NotADuration(String),
+    /// A number without one of the units.
+    #[error("{0:?} needs a unit: ms, s, m or h")]
+    NoUnit(String),
+    /// Zero where some time is needed.
+    #[error("{0:?} is no time at all: give at least 1ms")]
+    Zero(String),
 }

@@ -53,6 +53,8 @@ pub mod spawn;
 #[cfg(feature = "acp")]
 pub use acp::{AcpConfig, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
 pub use chaos::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, Injected};
+#[cfg(any(feature = "acp", feature = "process"))]
+pub use child_process::ChildProcessConfig;
 #[cfg(feature = "agent")]
 pub use in_process::{ChildInfo, InProcessProvider, ModelRoutes, ToolFactory, STRUCTURED_OUTPUT_TOOL};
 pub use mock::{Fault, FaultStage, MockEvent, MockProvider};

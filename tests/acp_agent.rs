@@ -21,7 +21,8 @@ use tempfile::TempDir;
 /// How long any single answer may take.
 const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 
-/// A raw ACP client talking to `subagents acp --home <tempdir>/home`, with
+/// A raw ACP client talking to `subagents acp --home <tempdir>/home` (or
+/// `$SUBAGENTS_HOME` set to it), with
 /// the tempdir as its cwd and stderr kept in `<tempdir>/stderr.log`.
 struct Peer {
     dir: TempDir,
@@ -30,15 +31,28 @@ struct Peer {
     lines: Receiver<String>,
 }
 
+/// How the agent is told its home: `--home`, or only `$SUBAGENTS_HOME`.
+enum Home {
+    Flag,
+    Variable,
+}
+
 impl Peer {
     fn start(extra: &[&str]) -> Peer {
+        Peer::spawn(extra, Home::Flag)
+    }
+
+    fn spawn(extra: &[&str], home: Home) -> Peer {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("visible.txt"), "x").unwrap();
         let stderr = File::create(dir.path().join("stderr.log")).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_subagents"))
-            .arg("acp")
-            .arg("--home")
-            .arg(dir.path().join("home"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
+        command.arg("acp").env_remove("SUBAGENTS_HOME");
+        match home {
+            Home::Flag => command.arg("--home").arg(dir.path().join("home")),
+            Home::Variable => command.env("SUBAGENTS_HOME", dir.path().join("home")),
+        };
+        let mut child = command
             .args(extra)
             .current_dir(dir.path())
             .stdin(Stdio::piped())
@@ -444,4 +458,19 @@ fn a_stop_signal_ends_the_agent_as_eof_does_with_the_turn_answered_and_on_disk()
         let (_, events) = store.read(&session).unwrap();
         assert_eq!(events.last(), Some(&SessionEvent::TurnEnd { reason: subagents::StopReason::Aborted }), "{name}");
     }
+}
+
+#[test]
+fn without_home_the_sessions_are_kept_under_subagents_home_like_every_command() {
+    use subagents::agent::SessionStore;
+    let mut peer = Peer::spawn(&[], Home::Variable);
+    let session = peer.handshake();
+    peer.prompt(3, &session, "say hello");
+    let (answer, _) = peer.answer_to(3, no_permission);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    peer.close_and_read_rest(ANSWER_WITHIN);
+    assert!(peer.exit_status(ANSWER_WITHIN).success(), "{}", peer.stderr());
+    let store = SessionStore::new(peer.cwd().join("home"));
+    assert!(store.read(&session).is_ok(), "the session is under $SUBAGENTS_HOME: {}", peer.stderr());
+    assert!(!peer.cwd().join(".subagents").exists(), "nothing under the working directory's .subagents");
 }

@@ -275,7 +275,7 @@ fn chaos_rule(fault: &FaultTable) -> Result<(ChaosStage, ChaosFault, f64), Strin
         "drop_progress" => ChaosFault::DropProgress,
         "duplicate_progress" => ChaosFault::DuplicateProgress,
         other => match other.strip_prefix("delay:") {
-            Some(duration) => ChaosFault::Delay(parse_duration(duration)?),
+            Some(duration) => ChaosFault::Delay(parse_duration(duration).map_err(|e| e.to_string())?),
             None => {
                 return Err(format!(
                     "unknown fault {other:?}: error, hang, panic, crash, drop_progress, duplicate_progress or delay:DURATION"
@@ -351,6 +351,32 @@ pub struct BuildContext<'a> {
     pub probe: bool,
 }
 
+/// Why [`Config::register`] (or one outcome of [`Config::register_each`])
+/// did not register a provider.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The provider could not be built: its model, its tools, its MCP
+    /// servers, its agent's probe, its broker.
+    #[error("provider {name:?}: {reason}")]
+    Provider {
+        /// The provider of the file.
+        name: String,
+        /// What went wrong, in words.
+        reason: String,
+    },
+    /// The registry refused it (a name taken, a closed runtime).
+    #[error(transparent)]
+    Register(#[from] crate::SubagentError),
+    /// The private runtime the builds run on could not start.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// One provider of [`Config::register_each`]: its name, and its
+/// registration or why it has none.
+pub type RegisterOutcome = (String, Result<Registration, BuildError>);
+
 impl std::fmt::Debug for BuildContext<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BuildContext").field("home", &self.home).finish_non_exhaustive()
@@ -363,7 +389,7 @@ impl Config {
     /// registered before it stays registered. Needs a tokio runtime: an
     /// `acp` provider runs one `initialize` against its command to learn
     /// what the agent supports.
-    pub async fn register(&self, context: &BuildContext<'_>) -> Result<Vec<Registration>, String> {
+    pub async fn register(&self, context: &BuildContext<'_>) -> Result<Vec<Registration>, BuildError> {
         let mut built: HashMap<&str, Arc<dyn Provider>> = HashMap::new();
         let mut registrations = Vec::with_capacity(self.providers.len());
         for entry in &self.providers {
@@ -375,11 +401,7 @@ impl Config {
     /// Builds and registers each provider (or only `name` and what it
     /// wraps) on its own: one that fails does not stop the others (a chaos
     /// provider around it fails too). Each with its outcome, in file order.
-    pub async fn register_each(
-        &self,
-        context: &BuildContext<'_>,
-        name: Option<&str>,
-    ) -> Vec<(String, Result<Registration, String>)> {
+    pub async fn register_each(&self, context: &BuildContext<'_>, name: Option<&str>) -> Vec<RegisterOutcome> {
         let mut built: HashMap<&str, Arc<dyn Provider>> = HashMap::new();
         let mut outcomes = Vec::new();
         for entry in self.providers.iter().filter(|entry| name.is_none_or(|name| entry.name == name)) {
@@ -388,14 +410,31 @@ impl Config {
         outcomes
     }
 
+    /// [`Config::register`] from outside any async runtime: the builds run
+    /// on a private current-thread one (an `acp` provider's `initialize`
+    /// probe needs it), which is gone when this returns.
+    pub fn register_blocking(&self, context: &BuildContext<'_>) -> Result<Vec<Registration>, BuildError> {
+        on_private_runtime(self.register(context))?
+    }
+
+    /// [`Config::register_each`] from outside any async runtime (see
+    /// [`Config::register_blocking`]).
+    pub fn register_each_blocking(
+        &self,
+        context: &BuildContext<'_>,
+        name: Option<&str>,
+    ) -> Result<Vec<RegisterOutcome>, BuildError> {
+        on_private_runtime(self.register_each(context, name))
+    }
+
     async fn register_one<'c>(
         &'c self,
         entry: &'c ProviderEntry,
         context: &BuildContext<'_>,
         built: &mut HashMap<&'c str, Arc<dyn Provider>>,
-    ) -> Result<Registration, String> {
+    ) -> Result<Registration, BuildError> {
         let provider = self.build(entry, context, built).await?;
-        context.subagents.register_shared(provider).map_err(|e| e.to_string())
+        Ok(context.subagents.register_shared(provider)?)
     }
 
     async fn build<'c>(
@@ -403,7 +442,7 @@ impl Config {
         entry: &'c ProviderEntry,
         context: &BuildContext<'_>,
         built: &mut HashMap<&'c str, Arc<dyn Provider>>,
-    ) -> Result<Arc<dyn Provider>, String> {
+    ) -> Result<Arc<dyn Provider>, BuildError> {
         if let Some(provider) = built.get(entry.name.as_str()) {
             return Ok(provider.clone());
         }
@@ -415,7 +454,7 @@ impl Config {
                 built.insert(inner.name.as_str(), provider);
             }
         }
-        let failed = |error: String| format!("provider {:?}: {error}", entry.name);
+        let failed = |reason: String| BuildError::Provider { name: entry.name.clone(), reason };
         let table = &entry.table;
         let resolved = &entry.resolved;
         let duration = |key: &str| resolved.durations.get(key).copied();
@@ -568,9 +607,7 @@ impl Config {
         let (table, resolved) = (&entry.table, &entry.resolved);
         let command = resolved.command.clone().expect("checked at load");
         let mut config = AcpConfig::new(entry.name.clone(), command, resolved.args.clone());
-        config.cwd = resolved.cwd.clone();
-        config.env = resolved.env.clone();
-        config.inherit_env = table.inherit_env.as_ref().map(|names| names.get_ref().clone()).unwrap_or_default();
+        config.child = child_process(entry);
         config.run_dirs = RunDirs {
             root: resolved.run_dir_root.clone(),
             template: resolved.template_dir.clone(),
@@ -581,12 +618,6 @@ impl Config {
                 PermissionName::Allow => Permission::Allow,
                 PermissionName::Reject => Permission::Reject,
             };
-        }
-        if let Some(grace) = resolved.durations.get("dispose_eof_grace") {
-            config.dispose_eof_grace = *grace;
-        }
-        if let Some(grace) = resolved.durations.get("dispose_grace") {
-            config.dispose_grace = *grace;
         }
         if let Some(grace) = resolved.durations.get("dispose_idle_eof_grace") {
             config.dispose_idle_eof_grace = *grace;
@@ -622,9 +653,7 @@ impl Config {
             config.profile = profile.get_ref().clone();
         }
         config.patches = resolved.patches.clone();
-        config.cwd = resolved.cwd.clone();
-        config.env = resolved.env.clone();
-        config.inherit_env = table.inherit_env.as_ref().map(|names| names.get_ref().clone()).unwrap_or_default();
+        config.child = child_process(entry);
         if let Some(model) = &table.model {
             // The child's route, and the endpoint's variables and key it
             // is handed (credential-shaped names are never inherited).
@@ -632,18 +661,12 @@ impl Config {
             crate::serve::stdio::route_child_model(&mut config, &spec);
         }
         config.route.max_tokens = table.max_tokens.as_ref().map(|max| *max.get_ref());
-        for (key, slot) in [
-            ("shutdown_timeout", &mut config.shutdown_timeout),
-            ("dispose_eof_grace", &mut config.dispose_eof_grace),
-            ("dispose_grace", &mut config.dispose_grace),
-        ] {
-            if let Some(value) = resolved.durations.get(key) {
-                *slot = *value;
-            }
+        if let Some(timeout) = resolved.durations.get("shutdown_timeout") {
+            config.shutdown_timeout = *timeout;
         }
         let provider = ProcessProvider::new(config).map_err(|e| e.to_string())?;
         if context.probe {
-            provider.probe().await?;
+            provider.probe().await.map_err(|e| e.to_string())?;
         }
         Ok(Arc::new(provider))
     }
@@ -684,4 +707,30 @@ impl Config {
     fn remote(&self, _: &ProviderEntry) -> Result<Arc<dyn Provider>, String> {
         Err("remote providers need the crate's \"remote\" feature".to_owned())
     }
+}
+
+/// Runs `building` to completion on a private current-thread runtime.
+fn on_private_runtime<F: std::future::Future>(building: F) -> Result<F::Output, BuildError> {
+    let io = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(BuildError::Runtime)?;
+    Ok(io.block_on(building))
+}
+
+/// What an `acp` or `process` table says about its child: where it runs,
+/// its environment, its graces (the defaults where the table is silent).
+#[cfg(any(feature = "acp", feature = "process"))]
+fn child_process(entry: &ProviderEntry) -> crate::providers::ChildProcessConfig {
+    let (table, resolved) = (&entry.table, &entry.resolved);
+    let mut child = crate::providers::ChildProcessConfig {
+        cwd: resolved.cwd.clone(),
+        env: resolved.env.clone(),
+        inherit_env: table.inherit_env.as_ref().map(|names| names.get_ref().clone()).unwrap_or_default(),
+        ..Default::default()
+    };
+    if let Some(grace) = resolved.durations.get("dispose_eof_grace") {
+        child.dispose_eof_grace = *grace;
+    }
+    if let Some(grace) = resolved.durations.get("dispose_grace") {
+        child.dispose_grace = *grace;
+    }
+    child
 }

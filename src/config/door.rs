@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use super::Config;
+use super::{BuildError, Config};
 use crate::agent::{Model, Tool};
 use crate::tool::{delegating_tool_list, TaskService};
 use crate::Subagents;
@@ -21,20 +21,37 @@ pub struct Configured {
     pub offered: Vec<String>,
 }
 
+/// Why a door cannot offer the providers it was asked for ([`Configured::new`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OfferError {
+    /// `--provider` names none of the file's providers.
+    #[error("unknown provider {name:?} (the configuration defines {})", .known.join(", "))]
+    UnknownProvider {
+        /// The name asked for.
+        name: String,
+        /// The providers the file defines, in file order.
+        known: Vec<String>,
+    },
+    /// The file defines no provider at all.
+    #[error("the configuration defines no provider")]
+    NoProvider,
+}
+
 impl Configured {
     /// `provider` alone when given (the file must define it), else what
     /// `[tool]` offers.
-    pub fn new(config: Config, provider: Option<&str>) -> Result<Configured, String> {
+    pub fn new(config: Config, provider: Option<&str>) -> Result<Configured, OfferError> {
         let offered = match provider {
             Some(provider) if config.provider(provider).is_some() => vec![provider.to_owned()],
             Some(provider) => {
-                let known: Vec<&str> = config.provider_names().collect();
-                return Err(format!("unknown provider {provider:?} (the configuration defines {})", known.join(", ")));
+                let known = config.provider_names().map(str::to_owned).collect();
+                return Err(OfferError::UnknownProvider { name: provider.to_owned(), known });
             }
             None => config.tool_providers().to_vec(),
         };
         if offered.is_empty() {
-            return Err("the configuration defines no provider".to_owned());
+            return Err(OfferError::NoProvider);
         }
         Ok(Configured { config: Arc::new(config), offered })
     }
@@ -58,7 +75,7 @@ impl Configured {
         tasks: &TaskService,
         home: &Path,
         default: Arc<dyn Model>,
-    ) -> Result<(), String> {
+    ) -> Result<(), BuildError> {
         let built = Mutex::new(HashMap::<String, Arc<dyn Model>>::new());
         let models = |named: Option<&str>| -> Result<Arc<dyn Model>, String> {
             let Some(named) = named else { return Ok(default.clone()) };
@@ -66,16 +83,12 @@ impl Configured {
             if let Some(model) = built.get(named) {
                 return Ok(model.clone());
             }
-            let model = self.config.model_spec(named)?.build().map_err(|e| e.to_string())?;
+            let model = self.config.model_spec(named).map_err(|e| e.to_string())?.build().map_err(|e| e.to_string())?;
             built.insert(named.to_owned(), model.clone());
             Ok(model)
         };
         let context = super::BuildContext { subagents, tasks, home, models: &models, probe: false };
-        let io = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the runtime: {e}"))?;
-        let registered = io.block_on(self.config.register(&context))?;
+        let registered = self.config.register_blocking(&context)?;
         registered.into_iter().for_each(|registration| registration.keep());
         Ok(())
     }

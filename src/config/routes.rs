@@ -110,15 +110,33 @@ fn route(source: &Source<'_>, name: &str, table: &RouteTable) -> Result<ModelRou
 }
 
 /// The model `spec` names: a route of the file, else a command-line form.
-pub(super) fn spec(routes: &[Arc<ModelRoute>], spec: &str) -> Result<ModelSpec, String> {
+pub(super) fn spec(routes: &[Arc<ModelRoute>], spec: &str) -> Result<ModelSpec, UnknownModel> {
     if let Some(route) = routes.iter().find(|route| route.name == spec) {
         return Ok(ModelSpec::Route(route.clone()));
     }
-    ModelSpec::parse(spec).map_err(|_| {
-        let names: Vec<&str> = routes.iter().map(|route| route.name.as_str()).collect();
-        let routes = if names.is_empty() { "none defined".to_owned() } else { names.join(", ") };
-        format!("unknown model {spec:?}: not a [models] route ({routes}), {MODEL_FORMS}")
+    ModelSpec::parse(spec).map_err(|_| UnknownModel {
+        spec: spec.to_owned(),
+        routes: routes.iter().map(|route| route.name.clone()).collect(),
     })
+}
+
+/// A `--model` or a provider's `model` that is neither a route of the file
+/// nor a command-line form ([`Config::model_spec`](super::Config::model_spec)).
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("unknown model {spec:?}: not a [models] route ({}), {MODEL_FORMS}", routes_named(.routes))]
+pub struct UnknownModel {
+    /// What was asked for.
+    pub spec: String,
+    /// The routes the file defines.
+    pub routes: Vec<String>,
+}
+
+fn routes_named(routes: &[String]) -> String {
+    if routes.is_empty() {
+        "none defined".to_owned()
+    } else {
+        routes.join(", ")
+    }
 }
 
 /// Every in-process provider's `model` names something that exists.
@@ -129,7 +147,7 @@ pub(super) fn check_models(
 ) -> Result<(), ConfigError> {
     for entry in providers.iter().filter(|entry| matches!(entry.kind, Kind::Spawn | Kind::Fork)) {
         if let Some(model) = &entry.table.model {
-            spec(routes, model.get_ref()).map_err(|why| source.error(Some(model.span()), why))?;
+            spec(routes, model.get_ref()).map_err(|why| source.error(Some(model.span()), why.to_string()))?;
         }
     }
     Ok(())

@@ -91,7 +91,7 @@ pub use self::pool::PoolConfig;
 use self::process::{AgentProcess, Answer, Route};
 use self::run_dir::RunDir;
 pub use self::run_dir::RunDirs;
-use super::child_process::{lines, spawn, ChildEnv, Spawned, MAX_OUTPUT};
+use super::child_process::{lines, spawn, ChildEnv, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
 use crate::events::ProgressUpdate;
 use crate::live::LiveCounters;
 use crate::live::ProcessLease;
@@ -119,9 +119,6 @@ pub(crate) fn acp_stop_of(stop: StopReason) -> Option<AcpStop> {
     STOP_REASONS.iter().find(|(ours, _)| *ours == stop).map(|(_, theirs)| *theirs)
 }
 
-/// How long `initialize` + `session/new` may take.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// How permission requests are answered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Permission {
@@ -141,25 +138,15 @@ pub struct AcpConfig {
     pub command: PathBuf,
     /// Its arguments.
     pub args: Vec<String>,
-    /// Working directory; default the parent's.
-    pub cwd: Option<PathBuf>,
     /// Permission policy.
     pub permission: Permission,
-    /// Variables set in the child as given (the only way to hand it a key).
-    pub env: Vec<(String, String)>,
-    /// Parent variables the child inherits beyond the allowlist: `NAME` or
-    /// `PREFIX*`; credential-shaped names are never passed (see
-    /// [the child environment](super#child-environment)).
-    pub inherit_env: Vec<String>,
-    /// Grace after stdin EOF while a prompt is unanswered (6 s); the
-    /// longest the agent is left to exit on its own.
-    pub dispose_eof_grace: Duration,
+    /// Where the agent runs, its environment and its graces
+    /// (`dispose_eof_grace`: while a prompt is unanswered).
+    pub child: ChildProcessConfig,
     /// Grace after stdin EOF, and after the agent's last line, when every
     /// prompt was answered (500 ms): a finished agent that ignores EOF is
     /// SIGTERMed then. At most `dispose_eof_grace`.
     pub dispose_idle_eof_grace: Duration,
-    /// Grace after SIGTERM (3 s).
-    pub dispose_grace: Duration,
     /// One process per run (the default) or a warm pool of them.
     pub reuse: Reuse,
     /// Each process's private directory, made when `{run_dir}` appears in
@@ -194,16 +181,12 @@ impl AcpConfig {
             name: name.into(),
             command: command.into(),
             args,
-            cwd: None,
             permission: Permission::Reject,
-            env: Vec::new(),
-            inherit_env: Vec::new(),
-            dispose_eof_grace: Duration::from_secs(6),
+            child: ChildProcessConfig::default(),
             // An agent that exits at EOF does so in milliseconds (our own
             // `subagents acp` is disposed in 2.6–3.5 ms, benches/acp_dispose.rs);
             // one that ignores EOF is SIGTERMed then: 506–507 ms in all.
             dispose_idle_eof_grace: Duration::from_millis(500),
-            dispose_grace: Duration::from_secs(3),
             reuse: Reuse::PerRun,
             run_dirs: RunDirs::default(),
         }
@@ -221,14 +204,27 @@ impl AcpConfig {
     /// process is reaped).
     async fn spawn_agent(&self, cwd: &Path, lease: ProcessLease) -> std::io::Result<(Spawned, Option<RunDir>)> {
         if !self.uses_run_dir() {
-            let child_env = ChildEnv { inherit: &self.inherit_env, explicit: &self.env };
-            return Ok((spawn(&self.command, &self.args, cwd, child_env, lease)?, None));
+            return Ok((spawn(&self.command, &self.args, cwd, self.child.child_env(), lease)?, None));
         }
         let dir = RunDir::create(&self.name, &self.run_dirs).await?;
         let args: Vec<String> = self.args.iter().map(|arg| dir.expand(arg)).collect();
         let env: Vec<(String, String)> = self.env.iter().map(|(key, value)| (key.clone(), dir.expand(value))).collect();
         let spawned = spawn(&self.command, &args, cwd, ChildEnv { inherit: &self.inherit_env, explicit: &env }, lease)?;
         Ok((spawned, Some(dir)))
+    }
+}
+
+impl std::ops::Deref for AcpConfig {
+    type Target = ChildProcessConfig;
+
+    fn deref(&self) -> &ChildProcessConfig {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for AcpConfig {
+    fn deref_mut(&mut self) -> &mut ChildProcessConfig {
+        &mut self.child
     }
 }
 
@@ -248,12 +244,43 @@ pub struct AcpProvider {
     pool: Option<Arc<Pool>>,
 }
 
-/// Why an ACP agent could not be probed.
+/// Why an ACP agent could not be probed ([`AcpProvider::new`]): the
+/// provider's name and what went wrong.
 #[derive(Debug, thiserror::Error)]
-#[error("acp provider {name:?}: {reason}")]
+#[error("acp provider {name:?}: {failure}")]
 pub struct ProbeError {
     name: String,
-    reason: String,
+    failure: ProbeFailure,
+}
+
+/// What went wrong in an ACP agent's probe.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeFailure {
+    /// No working directory to start the agent in.
+    #[error("{0}")]
+    NoWorkingDirectory(String),
+    /// The agent could not be spawned.
+    #[error("spawn: {0}")]
+    Spawn(std::io::Error),
+    /// The agent answered `initialize` with an error.
+    #[error("initialize failed: {0}")]
+    Initialize(String),
+    /// The agent did not answer `initialize` in time.
+    #[error("initialize timed out")]
+    TimedOut,
+}
+
+impl ProbeError {
+    /// The provider whose agent failed its probe.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What went wrong.
+    pub fn failure(&self) -> &ProbeFailure {
+        &self.failure
+    }
 }
 
 impl AcpProvider {
@@ -261,11 +288,11 @@ impl AcpProvider {
     /// supports (the probe child is reaped before this returns). Needs a
     /// tokio runtime.
     pub async fn new(config: AcpConfig) -> Result<AcpProvider, ProbeError> {
-        let failed = |reason: String| ProbeError { name: config.name.clone(), reason };
-        let cwd = config.cwd.clone().or_else(|| std::env::current_dir().ok()).ok_or_else(|| failed("no cwd".into()))?;
+        let failed = |failure: ProbeFailure| ProbeError { name: config.name.clone(), failure };
+        let cwd = config.probe_cwd().map_err(|e| failed(ProbeFailure::NoWorkingDirectory(e)))?;
         let lease = ProcessLease::new(Arc::new(LiveCounters::default()));
         let (mut spawned, run_dir) =
-            config.spawn_agent(&cwd, lease).await.map_err(|e| failed(format!("spawn: {e}")))?;
+            config.spawn_agent(&cwd, lease).await.map_err(|e| failed(ProbeFailure::Spawn(e)))?;
         let transport = transport(&mut spawned, Arc::default(), Arc::default());
         let probe = Client
             .v1()
@@ -280,8 +307,8 @@ impl AcpProvider {
         }
         let response = match answered {
             Ok(Ok(response)) => response,
-            Ok(Err(error)) => return Err(failed(format!("initialize failed: {}", error.message))),
-            Err(_) => return Err(failed("initialize timed out".into())),
+            Ok(Err(error)) => return Err(failed(ProbeFailure::Initialize(error.message))),
+            Err(_) => return Err(failed(ProbeFailure::TimedOut)),
         };
         let pool = match &config.reuse {
             Reuse::PerRun => None,
@@ -400,13 +427,7 @@ async fn start(
     if cancel.is_cancelled() {
         return Err(LaunchError::Aborted);
     }
-    let cwd = config.cwd.clone().unwrap_or_else(|| request.parent.cwd.clone());
-    if !cwd.is_absolute() || std::fs::read_dir(&cwd).is_err() {
-        return Err(LaunchError::Invalid {
-            field: "cwd",
-            reason: "must be an absolute path to an enterable directory".to_owned(),
-        });
-    }
+    let cwd = config.run_cwd(&request.parent.cwd)?;
     if request.prompt.iter().any(|block| block.as_text().is_none()) {
         return Err(LaunchError::Invalid { field: "prompt", reason: "the acp provider sends text only".to_owned() });
     }

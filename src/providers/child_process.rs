@@ -15,8 +15,12 @@
 //! Signals go through `nix` (no `unsafe`); the survivor check scans
 //! `/proc`, so it runs on a blocking thread, never on the actor thread that
 //! climbs the ladder.
+//!
+//! **Configuration**: what both providers let a user set about their child
+//! (where it runs, its environment, its graces) is one
+//! [`ChildProcessConfig`], held by `AcpConfig` and `ProcessConfig` alike.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -27,7 +31,73 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio_util::codec::{AnyDelimiterCodec, FramedRead};
 
 use crate::live::ProcessLease;
-use crate::seam::{Category, Failure, Stage};
+use crate::seam::{Category, Failure, LaunchError, Stage};
+
+/// How a child process is started and stopped: what the `acp` and
+/// `process` providers configure alike (their configs dereference to it,
+/// so `config.env` reads as before).
+#[derive(Clone, Debug)]
+pub struct ChildProcessConfig {
+    /// Working directory; default the parent's.
+    pub cwd: Option<PathBuf>,
+    /// Variables set in the child as given (the only way to hand it a key).
+    pub env: Vec<(String, String)>,
+    /// Parent variables the child inherits beyond the allowlist: `NAME` or
+    /// `PREFIX*`; credential-shaped names are never passed (see
+    /// [the child environment](super#child-environment)).
+    pub inherit_env: Vec<String>,
+    /// Grace after stdin EOF (6 s): the longest the child is left to exit
+    /// on its own.
+    pub dispose_eof_grace: Duration,
+    /// Grace after SIGTERM (3 s).
+    pub dispose_grace: Duration,
+}
+
+impl Default for ChildProcessConfig {
+    fn default() -> Self {
+        ChildProcessConfig {
+            cwd: None,
+            env: Vec::new(),
+            inherit_env: Vec::new(),
+            dispose_eof_grace: Duration::from_secs(6),
+            dispose_grace: Duration::from_secs(3),
+        }
+    }
+}
+
+impl ChildProcessConfig {
+    /// The child's environment: the allowlist, `inherit_env`, then `env`.
+    pub(crate) fn child_env(&self) -> ChildEnv<'_> {
+        ChildEnv { inherit: &self.inherit_env, explicit: &self.env }
+    }
+
+    /// Where a run's child runs: `cwd`, else the parent's; checked before
+    /// anything is spawned, so a bad one is the request's fault
+    /// (`INVALID_REQUEST`), never a failed spawn.
+    pub(crate) fn run_cwd(&self, parent: &Path) -> Result<PathBuf, LaunchError> {
+        let cwd = self.cwd.clone().unwrap_or_else(|| parent.to_owned());
+        // Listing it proves more than `is_dir`: the child can read where it starts.
+        if !cwd.is_absolute() || std::fs::read_dir(&cwd).is_err() {
+            return Err(LaunchError::Invalid {
+                field: "cwd",
+                reason: "must be an absolute path to an enterable directory".to_owned(),
+            });
+        }
+        Ok(cwd)
+    }
+
+    /// Where a probe's child runs (no parent asks): `cwd`, else ours.
+    pub(crate) fn probe_cwd(&self) -> Result<PathBuf, String> {
+        match &self.cwd {
+            Some(cwd) => Ok(cwd.clone()),
+            None => std::env::current_dir().map_err(|e| format!("no working directory: {e}")),
+        }
+    }
+}
+
+/// How long a child's opening handshake may take (`initialize`, and for
+/// `acp` its `session/new`).
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The longest line a child may write; a longer one is a protocol error
 /// (memory stays bounded whatever the child sends).
@@ -297,6 +367,21 @@ mod tests {
         spawned.kill().await;
         assert!(!group_survives(pid).await, "killed and reaped");
         assert!(!group_survives(0).await);
+    }
+
+    #[test]
+    fn a_run_cwd_must_be_an_absolute_directory_and_the_configured_one_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        let parent = ChildProcessConfig::default();
+        assert_eq!(parent.run_cwd(dir.path()).unwrap(), dir.path());
+        for refused in [Path::new("relative"), &dir.path().join("missing"), &file] {
+            let error = parent.run_cwd(refused).unwrap_err();
+            assert!(matches!(error, LaunchError::Invalid { field: "cwd", .. }), "{refused:?}: {error:?}");
+        }
+        let configured = ChildProcessConfig { cwd: Some(dir.path().to_owned()), ..Default::default() };
+        assert_eq!(configured.run_cwd(Path::new("relative")).unwrap(), dir.path(), "the configured cwd wins");
     }
 
     #[test]

@@ -59,14 +59,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::wire::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
-use super::child_process::{spawn, ChildEnv, Spawned, MAX_OUTPUT};
+use super::child_process::{spawn, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
 use crate::seam::{
     AgentOptions, Branch, BudgetLease, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch,
     LaunchError, ProgressUpdate, Provider, ProviderContext, RunResult, RunUsage, Stage, StopReason, StopReport,
 };
-
-/// How long the `initialize` handshake may take.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Configuration of a [`ProcessProvider`].
 #[derive(Clone, Debug)]
@@ -81,22 +78,26 @@ pub struct ProcessConfig {
     pub patches: Vec<PathBuf>,
     /// The children's home (absolute; required).
     pub home: PathBuf,
-    /// Working directory; default the parent's.
-    pub cwd: Option<PathBuf>,
     /// Route defaults, overridden per request by `agent_options`.
     pub route: AgentOptions,
-    /// Variables set in the child as given (the only way to hand it a key).
-    pub env: Vec<(String, String)>,
-    /// Parent variables the child inherits beyond the allowlist: `NAME` or
-    /// `PREFIX*`; credential-shaped names are never passed (see
-    /// [the child environment](super#child-environment)).
-    pub inherit_env: Vec<String>,
     /// Bound on the `shutdown` exchange (1 s).
     pub shutdown_timeout: Duration,
-    /// Grace after stdin EOF (6 s).
-    pub dispose_eof_grace: Duration,
-    /// Grace after SIGTERM (3 s).
-    pub dispose_grace: Duration,
+    /// Where the child runs, its environment and its graces.
+    pub child: ChildProcessConfig,
+}
+
+impl std::ops::Deref for ProcessConfig {
+    type Target = ChildProcessConfig;
+
+    fn deref(&self) -> &ChildProcessConfig {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for ProcessConfig {
+    fn deref_mut(&mut self) -> &mut ChildProcessConfig {
+        &mut self.child
+    }
 }
 
 impl ProcessConfig {
@@ -108,13 +109,9 @@ impl ProcessConfig {
             profile: "default".to_owned(),
             patches: Vec::new(),
             home: home.into(),
-            cwd: None,
             route: AgentOptions::default(),
-            env: Vec::new(),
-            inherit_env: Vec::new(),
             shutdown_timeout: Duration::from_secs(1),
-            dispose_eof_grace: Duration::from_secs(6),
-            dispose_grace: Duration::from_secs(3),
+            child: ChildProcessConfig::default(),
         }
     }
 
@@ -122,17 +119,61 @@ impl ProcessConfig {
     fn serve_args(&self) -> [String; 3] {
         ["serve".to_owned(), "--home".to_owned(), self.home.display().to_string()]
     }
-
-    /// The child's environment: the allowlist, `inherit_env`, then `env`.
-    pub(crate) fn child_env(&self) -> ChildEnv<'_> {
-        ChildEnv { inherit: &self.inherit_env, explicit: &self.env }
-    }
 }
 
-/// Why a [`ProcessConfig`] was refused.
+/// Why a [`ProcessConfig`] was refused ([`ProcessProvider::new`]).
 #[derive(Debug, thiserror::Error)]
-#[error("process provider configuration: {0}")]
-pub struct ConfigError(String);
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The children's home is a relative path.
+    #[error("process provider configuration: home must be an absolute path")]
+    RelativeHome,
+    /// `bin` names no file.
+    #[error("process provider configuration: no executable at {}", .0.display())]
+    NoExecutable(PathBuf),
+    /// A patch file could not be read.
+    #[error("process provider configuration: patch {}: {source}", path.display())]
+    UnreadablePatch {
+        /// The patch file.
+        path: PathBuf,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// A patch file is not JSON.
+    #[error("process provider configuration: patch {} is not JSON: {source}", path.display())]
+    PatchNotJson {
+        /// The patch file.
+        path: PathBuf,
+        /// Where the JSON broke.
+        source: serde_json::Error,
+    },
+    /// A patch does not apply to a profile.
+    #[error("process provider configuration: patch {}: {reason}", path.display())]
+    InvalidPatch {
+        /// The patch file.
+        path: PathBuf,
+        /// What the profile refused.
+        reason: String,
+    },
+}
+
+/// Why [`ProcessProvider::probe`] found the child unusable.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// No working directory to start the child in.
+    #[error("{0}")]
+    NoWorkingDirectory(String),
+    /// The child could not be spawned.
+    #[error("spawn: {0}")]
+    Spawn(std::io::Error),
+    /// The child answered its `initialize` with a failure, or never did.
+    #[error("its child's initialize failed ({category})")]
+    Initialize {
+        /// The failure's category as the wire names it (`child-crashed`, …).
+        category: String,
+    },
+}
 
 /// The `process` provider.
 #[derive(Debug)]
@@ -146,17 +187,19 @@ impl ProcessProvider {
     /// must exist, every patch must load and apply to a profile.
     pub fn new(config: ProcessConfig) -> Result<Self, ConfigError> {
         if !config.home.is_absolute() {
-            return Err(ConfigError("home must be an absolute path".to_owned()));
+            return Err(ConfigError::RelativeHome);
         }
         if !config.bin.is_file() {
-            return Err(ConfigError(format!("no executable at {}", config.bin.display())));
+            return Err(ConfigError::NoExecutable(config.bin.clone()));
         }
         let mut patches = Vec::with_capacity(config.patches.len());
         for path in &config.patches {
-            let text = std::fs::read(path).map_err(|e| ConfigError(format!("patch {}: {e}", path.display())))?;
+            let path_of = || path.clone();
+            let text =
+                std::fs::read(path).map_err(|source| ConfigError::UnreadablePatch { path: path_of(), source })?;
             let patch: Value = serde_json::from_slice(&text)
-                .map_err(|e| ConfigError(format!("patch {} is not JSON: {e}", path.display())))?;
-            profile::check_patch(&patch).map_err(|e| ConfigError(format!("patch {}: {e}", path.display())))?;
+                .map_err(|source| ConfigError::PatchNotJson { path: path_of(), source })?;
+            profile::check_patch(&patch).map_err(|reason| ConfigError::InvalidPatch { path: path_of(), reason })?;
             patches.push(patch);
         }
         Ok(ProcessProvider { config, patches })
@@ -168,20 +211,17 @@ impl ProcessProvider {
     /// configured profile, route and patches, and shuts it down: what
     /// `providers check` asks of a process provider. The child's session
     /// stays in the children's home like any run's. Needs a tokio runtime.
-    pub async fn probe(&self) -> Result<(), String> {
+    pub async fn probe(&self) -> Result<(), ProbeError> {
         // The connection's tasks are local to their thread, as in a run.
         tokio::task::LocalSet::new().run_until(self.handshake_once()).await
     }
 
-    async fn handshake_once(&self) -> Result<(), String> {
+    async fn handshake_once(&self) -> Result<(), ProbeError> {
         let config = &self.config;
-        let cwd = match &config.cwd {
-            Some(cwd) => cwd.clone(),
-            None => std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?,
-        };
+        let cwd = config.probe_cwd().map_err(ProbeError::NoWorkingDirectory)?;
         let lease = crate::live::ProcessLease::new(Default::default());
-        let mut spawned = spawn(&config.bin, &config.serve_args(), &cwd, config.child_env(), lease)
-            .map_err(|e| format!("spawn: {e}"))?;
+        let mut spawned =
+            spawn(&config.bin, &config.serve_args(), &cwd, config.child_env(), lease).map_err(ProbeError::Spawn)?;
         let (events, _received) = mpsc::unbounded_channel();
         let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
         let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events);
@@ -202,7 +242,7 @@ impl ProcessProvider {
         let _ = spawned.dispose(tokio::time::sleep(config.dispose_eof_grace), config.dispose_grace).await;
         answered.map(drop).map_err(|category| {
             let category = serde_json::to_value(category).ok().and_then(|c| c.as_str().map(str::to_owned));
-            format!("its child's initialize failed ({})", category.unwrap_or_default())
+            ProbeError::Initialize { category: category.unwrap_or_default() }
         })
     }
 }
@@ -240,13 +280,7 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
     if cancel.is_cancelled() {
         return Err(LaunchError::Aborted);
     }
-    let cwd = config.cwd.clone().unwrap_or_else(|| request.parent.cwd.clone());
-    if !cwd.is_absolute() || !cwd.is_dir() {
-        return Err(LaunchError::Invalid {
-            field: "cwd",
-            reason: "must be an absolute path to an existing directory".to_owned(),
-        });
-    }
+    let cwd = config.run_cwd(&request.parent.cwd)?;
     let route = match &request.agent_options {
         Some(options) => config.route.overridden_by(options),
         None => config.route.clone(),

@@ -154,7 +154,9 @@ fn register(
 ) -> Result<(), ServeError> {
     #[cfg(feature = "config")]
     if let Some(configured) = &options.configured {
-        return configured.register_blocking(subagents, tasks, &options.home, model).map_err(ServeError::Options);
+        return configured
+            .register_blocking(subagents, tasks, &options.home, model)
+            .map_err(|e| ServeError::Options(e.to_string()));
     }
     let _ = options;
     register_delegating_spawn(subagents, tasks, model)?;

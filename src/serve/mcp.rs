@@ -98,7 +98,7 @@ use self::progress::Progress;
 use self::tools::{Catalog, Limits, Target};
 use super::{preflight, ServeError};
 use crate::agent::{Agent, ListDir, Model, ModelSpec, ReadFile, ScriptedModel, Tool, ToolContext, ToolOutput, Toolset};
-use crate::providers::{ChildInfo, InProcessProvider, ProcessConfig, ProcessProvider};
+use crate::providers::{ChildInfo, InProcessProvider};
 use crate::tool::{
     shared_delegating_toolset, Begun, Delegated, Delegation, MaxDepth, SubagentTool, SubagentToolConfig, TaskService,
 };
@@ -276,7 +276,7 @@ impl Session {
                     let reason = "a process child caps its own delegation depth: --max-depth is for spawn and fork";
                     return Err(ServeError::Options(reason.to_owned()));
                 }
-                let provider = ProcessProvider::new(process_config(name, runtime.home(), spec))
+                let provider = super::stdio::door_process_provider(name, runtime.home(), spec)
                     .map_err(|e| ServeError::Options(e.to_string()))?;
                 subagents.register_provider(provider)?.keep();
                 (MaxDepth::ProviderManaged, process_child_kit(&tasks))
@@ -318,7 +318,9 @@ impl Session {
             return Err(ServeError::Options(reason.to_owned()));
         }
         let subagents = runtime.subagents();
-        configured.register_blocking(&subagents, &tasks, &runtime.home(), model).map_err(ServeError::Options)?;
+        configured
+            .register_blocking(&subagents, &tasks, &runtime.home(), model)
+            .map_err(|e| ServeError::Options(e.to_string()))?;
         let name = configured.provider();
         let info = subagents.get_provider(name).ok_or_else(|| ServeError::Options(format!("no provider {name:?}")))?;
         let max_depth = match info.capabilities.depth_limit {
@@ -458,16 +460,6 @@ fn process_child_kit(tasks: &TaskService) -> Toolset {
 
 fn default_concurrency() -> usize {
     4 * std::thread::available_parallelism().map_or(1, usize::from)
-}
-
-/// A `process` provider whose children run `spec`: the scripted model by
-/// default; for an HTTP model the route, the endpoint's variables, and the
-/// key handed over explicitly (credential-shaped names are never
-/// inherited).
-fn process_config(name: &str, home: PathBuf, spec: &ModelSpec) -> ProcessConfig {
-    let mut config = ProcessConfig::new(name, home);
-    super::stdio::route_child_model(&mut config, spec);
-    config
 }
 
 /// `--model`: a route of the configuration when one is given and names

@@ -94,6 +94,19 @@ pub(crate) fn route_child_model(config: &mut ProcessConfig, spec: &ModelSpec) {
     }
 }
 
+/// A served door's own `process` provider, without a configuration file:
+/// children under `home` running `spec` (see [`route_child_model`]).
+#[cfg(any(feature = "mcp", feature = "remote"))]
+pub(crate) fn door_process_provider(
+    name: &str,
+    home: std::path::PathBuf,
+    spec: &ModelSpec,
+) -> Result<crate::providers::ProcessProvider, crate::providers::process::ConfigError> {
+    let mut config = ProcessConfig::new(name, home);
+    route_child_model(&mut config, spec);
+    crate::providers::ProcessProvider::new(config)
+}
+
 fn reply(id: &Value, result: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "result": result})
 }

@@ -53,7 +53,6 @@ use crate::agent::{new_session_id, ModelSpec};
 use crate::events::SubagentEvent;
 use crate::providers::remote::broker::{self, Broker, BrokerSettings};
 use crate::providers::remote::wire::{self, CancelNotice, ProgressNotice, StatusReply, MAX_PROGRESS_BYTES, VERSION};
-use crate::providers::{ProcessConfig, ProcessProvider};
 use crate::tool::{register_delegating_spawn, TaskService};
 use crate::{Runtime, Subagents};
 
@@ -179,7 +178,9 @@ fn register_provider(
 ) -> Result<Arc<str>, String> {
     #[cfg(feature = "config")]
     if let Some(configured) = &options.configured {
-        configured.register_blocking(subagents, &TaskService::new(), &options.home, model)?;
+        configured
+            .register_blocking(subagents, &TaskService::new(), &options.home, model)
+            .map_err(|e| e.to_string())?;
         return Ok(configured.provider().into());
     }
     let registered = match options.provider {
@@ -188,10 +189,9 @@ fn register_provider(
             register_delegating_spawn(subagents, &TaskService::new(), model).map(|()| "spawn")
         }
         WorkerProvider::Process => {
-            let mut config = ProcessConfig::new("process", options.home.join("children"));
             let spec = ModelSpec::parse(&options.model).map_err(|e| e.to_string())?;
-            super::stdio::route_child_model(&mut config, &spec);
-            let provider = ProcessProvider::new(config).map_err(|e| e.to_string())?;
+            let provider = super::stdio::door_process_provider("process", options.home.join("children"), &spec)
+                .map_err(|e| e.to_string())?;
             subagents.register_provider(provider).map(|registration| {
                 registration.keep();
                 "process"

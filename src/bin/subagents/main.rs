@@ -48,25 +48,30 @@
 //! JSON result lines go to stdout (or `--out`) as written. Everything meant
 //! for a person goes through [`terminal`], which strips control characters,
 //! and the library's warnings are logged to stderr ([`logging`], `RUST_LOG`).
+//!
+//! # Layout
+//!
+//! Each subcommand is a `clap::Args` struct in its own file under
+//! [`commands`] that owns its `run`; the flags several commands share are
+//! declared once in [`args`]; [`setup`] builds the runtime the working
+//! commands share and shuts it down once. This file only dispatches.
 
-mod fanout;
+mod args;
+mod commands;
 mod journal;
 mod logging;
 mod outputs;
-mod providers;
-mod run;
-mod sessions;
 mod setup;
 mod summary;
 mod tasks;
 mod terminal;
 mod timeline;
-mod worker;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use crate::commands::{acp, fanout, mcp, providers, run, serve, sessions, worker};
 
 #[derive(Parser)]
 #[command(name = "subagents", version, about = "Delegate work to supervised child agents")]
@@ -83,152 +88,47 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run one prompt on a parent agent that can delegate to subagents.
-    Run {
-        /// The task.
-        prompt: String,
-        /// The one provider the parent's subagent tool delegates to
-        /// (default: what the configuration's `[tool]` offers; built in: `spawn`).
-        #[arg(long)]
-        provider: Option<String>,
-        #[command(flatten)]
-        config: setup::ConfigArgs,
-        /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME`, `anthropic:NAME`,
-        /// or a route the configuration defines (`[models.NAME]`).
-        #[arg(long, default_value = "scripted")]
-        model: String,
-        /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
-        #[arg(long)]
-        home: Option<PathBuf>,
-        #[command(flatten)]
-        remote: setup::RemoteArgs,
-    },
+    Run(run::RunArgs),
     /// Serve this crate's agent over the Agent Client Protocol on stdio.
-    Acp {
-        /// Where sessions are kept.
-        #[arg(long, default_value = ".subagents")]
-        home: PathBuf,
-        /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
-        #[arg(long, default_value = "scripted")]
-        model: String,
-        /// A tool that asks the client for permission before each call (repeatable).
-        #[arg(long)]
-        approve: Vec<String>,
-        /// The one provider the sessions' subagent tool offers: with a
-        /// configuration file, one it defines (default: what its `[tool]`
-        /// offers); without one, spawn.
-        #[arg(long)]
-        provider: Option<String>,
-        #[command(flatten)]
-        config: setup::ConfigArgs,
-    },
+    Acp(acp::AcpArgs),
     /// Serve this runtime's delegation as MCP tools on stdio (for an MCP client).
-    Mcp {
-        /// Provider the client's calls start children on: with a configuration
-        /// file, one it defines (default: the first its `[tool]` offers);
-        /// without one, spawn (default), fork or process.
-        #[arg(long)]
-        provider: Option<String>,
-        #[command(flatten)]
-        config: setup::ConfigArgs,
-        /// The children's model: `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME`,
-        /// `anthropic:NAME`, or a route the configuration defines (`[models.NAME]`).
-        #[arg(long, default_value = "scripted")]
-        model: String,
-        /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
-        #[arg(long)]
-        home: Option<PathBuf>,
-        /// How deep children may delegate (spawn and fork; default 3).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(subagents::MAX_DEPTH_CAP)))]
-        max_depth: Option<u32>,
-        /// Most runs of the client's calls at once, 1 to 100000 (default 4 × cores); the rest queue.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=fanout::MAX_CONCURRENCY))]
-        concurrency: Option<u32>,
-        /// Most unfinished background tasks per session, 1 to 100000 (default 1000); past it a start is a tool error.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        max_background_tasks: Option<u32>,
-    },
+    Mcp(mcp::McpArgs),
     /// Serve one session of a full runtime over stdio (the `process` provider's child).
-    Serve {
-        /// The child's home directory.
-        #[arg(long)]
-        home: PathBuf,
-    },
+    Serve(serve::ServeArgs),
     /// Read stored sessions: list them, show one, or the delegation tree under one.
-    Sessions {
-        #[command(subcommand)]
-        query: SessionsQuery,
-        /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
-        #[arg(long, global = true)]
-        home: Option<PathBuf>,
-        /// Print one JSON document instead of text.
-        #[arg(long, global = true)]
-        json: bool,
-        /// Longest session line read, in bytes (default 256 MiB); a file with a
-        /// longer one is reported unreadable.
-        #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(1..))]
-        max_line_bytes: Option<u64>,
-    },
+    Sessions(sessions::SessionsArgs),
     /// Run every task line of a JSONL file as a subagent, in parallel.
-    Fanout {
-        /// JSON lines: {"prompt": "...", "id"?, "label"?, "persona"?, "output_schema"?, "max_depth"?, "budget"?, "provider"?, "timeout"?}.
-        tasks: PathBuf,
-        /// Most runs in flight at once, 1 to 100000 (default 4 × cores).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=fanout::MAX_CONCURRENCY))]
-        concurrency: Option<u32>,
-        /// Longest task line read, in bytes; a longer one is reported and skipped.
-        #[arg(long, default_value_t = tasks::DEFAULT_MAX_LINE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
-        max_line_bytes: u64,
-        /// Write result lines here instead of stdout: appended as runs settle,
-        /// made durable within a second, locked against a second batch.
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Provider of the task lines that name none (default: the first the
-        /// configuration's `[tool]` offers; built in: `spawn`).
-        #[arg(long)]
-        provider: Option<String>,
-        #[command(flatten)]
-        config: setup::ConfigArgs,
-        /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME`, `anthropic:NAME`,
-        /// or a route the configuration defines (`[models.NAME]`).
-        #[arg(long, default_value = "scripted")]
-        model: String,
-        /// Write a Chrome trace-event JSON of every run's lifecycle here.
-        #[arg(long)]
-        trace: Option<PathBuf>,
-        /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
-        #[arg(long)]
-        home: Option<PathBuf>,
-        /// Exit 1 when any run did not complete (default: only when a task
-        /// line could not be run or results could not be written).
-        #[arg(long)]
-        strict: bool,
-        #[command(flatten)]
-        remote: setup::RemoteArgs,
-        #[command(flatten)]
-        budget: fanout::BudgetArgs,
-        #[command(flatten)]
-        durable: fanout::DurableArgs,
-    },
+    Fanout(fanout::FanoutArgs),
     /// Run the `remote` provider's runs for a pool, pulled from NATS JetStream.
     Worker(worker::WorkerArgs),
     /// The providers the configuration defines.
     Providers(providers::ProvidersArgs),
 }
 
-#[derive(Subcommand)]
-enum SessionsQuery {
-    /// Every session: id, parent, depth, created, last stop reason, size.
-    List,
-    /// One session's transcript.
-    Show {
-        /// The session id.
-        id: String,
-    },
-    /// The delegation tree under a session.
-    Tree {
-        /// The session id.
-        id: String,
-    },
+impl Command {
+    /// What the command logs to stderr; `fanout` installs its log itself,
+    /// once its trace file is open.
+    fn install_log(&self) {
+        match self {
+            Command::Acp(_) | Command::Mcp(_) => drop(logging::install(logging::our_warnings(), None)),
+            Command::Worker(_) => drop(logging::install(logging::our_lifecycle(), None)),
+            Command::Fanout(_) => {}
+            _ => drop(logging::install(logging::warnings(), None)),
+        }
+    }
+
+    fn run(self) -> Result<ExitCode, String> {
+        match self {
+            Command::Run(args) => args.run(),
+            Command::Acp(args) => args.run(),
+            Command::Mcp(args) => args.run(),
+            Command::Serve(args) => args.run(),
+            Command::Sessions(args) => args.run(),
+            Command::Fanout(args) => args.run(),
+            Command::Worker(args) => args.run(),
+            Command::Providers(args) => args.run(),
+        }
+    }
 }
 
 /// How a command that started work ended. A refusal before any work is an
@@ -252,9 +152,11 @@ impl Ended {
             (false, false) => Ended::Incomplete,
         }
     }
+}
 
-    fn exit_code(self) -> ExitCode {
-        match self {
+impl From<Ended> for ExitCode {
+    fn from(ended: Ended) -> ExitCode {
+        match ended {
             Ended::Completed => ExitCode::SUCCESS,
             Ended::Incomplete => ExitCode::from(1),
             Ended::Interrupted => ExitCode::from(130),
@@ -262,140 +164,20 @@ impl Ended {
     }
 }
 
-/// `subagents mcp`'s flags.
-struct McpArgs {
-    provider: Option<String>,
-    config: setup::ConfigArgs,
-    model: String,
-    home: Option<PathBuf>,
-    max_depth: Option<u32>,
-    concurrency: Option<u32>,
-    max_background_tasks: Option<u32>,
-}
-
-/// `subagents mcp`: exit 0 at the client's EOF (or a stop signal); a
-/// refusal before serving is exit 2.
-fn mcp(args: McpArgs) -> Result<ExitCode, String> {
-    use subagents::config::Config;
-    use subagents::serve::mcp::{serve_mcp, McpServeOptions};
-    let McpArgs { provider, config, model, home, max_depth, concurrency, max_background_tasks } = args;
-    let (concurrency, max_background_tasks) =
-        (concurrency.map(|n| n as usize), max_background_tasks.map(|n| n as usize));
-    let mut options =
-        McpServeOptions { model, home, max_depth, concurrency, max_background_tasks, ..Default::default() };
-    // With a file its providers serve; without one, the built-in choice.
-    match Config::locate(config.config.as_deref()) {
-        Some(_) => {
-            let configured = subagents::config::Configured::new(config.load()?, provider.as_deref())?;
-            options.configured = Some(configured);
-        }
-        None => {
-            let provider = provider.as_deref().unwrap_or("spawn");
-            options.provider = provider.parse().map_err(|e: subagents::serve::ServeError| e.to_string())?;
-        }
-    }
-    serve_mcp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
-}
-
-/// `subagents acp`: with a configuration file (`--config` or
-/// `$SUBAGENTS_CONFIG`) its providers serve the sessions' subagent tools;
-/// without one, a `spawn` provider.
-fn acp(
-    home: PathBuf,
-    model: String,
-    approve: Vec<String>,
-    provider: Option<String>,
-    config: setup::ConfigArgs,
-) -> Result<ExitCode, String> {
-    use subagents::config::{Config, Configured};
-    use subagents::serve::acp::{serve_acp, AcpServeOptions};
-    let mut options = AcpServeOptions { home, model, approve, ..Default::default() };
-    // Never `./subagents.toml`: an ACP agent runs in its client's
-    // directory, whose file may well define this very agent (each probe
-    // would start another).
-    let named =
-        config.config.is_some() || std::env::var_os(subagents::config::CONFIG_ENV).is_some_and(|p| !p.is_empty());
-    match named.then(|| Config::locate(config.config.as_deref())).flatten() {
-        Some(_) => options.configured = Some(Configured::new(config.load()?, provider.as_deref())?),
-        None if provider.as_deref().is_none_or(|name| name == "spawn") => {}
-        None => return Err("--provider names a provider of a configuration file; without one, acp offers spawn".into()),
-    }
-    serve_acp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
+/// A refusal before any work: one line on stderr, exit 2.
+fn refused(message: &str) -> ExitCode {
+    terminal::say!("subagents: {message}");
+    ExitCode::from(2)
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let command = cli.command;
-    if let Err(message) = logging::export(cli.otlp.as_deref()) {
-        terminal::say!("subagents: {message}");
-        return ExitCode::from(2);
+    let Cli { command, otlp } = Cli::parse();
+    if let Err(message) = logging::export(otlp.as_deref()) {
+        return refused(&message);
     }
-    // `fanout` installs its log itself, once its trace file is open.
-    match command {
-        Command::Acp { .. } | Command::Mcp { .. } => drop(logging::install(logging::our_warnings(), None)),
-        Command::Worker(_) => drop(logging::install(logging::our_lifecycle(), None)),
-        Command::Fanout { .. } => {}
-        _ => drop(logging::install(logging::warnings(), None)),
-    }
-    let outcome = match command {
-        Command::Run { prompt, provider, config, model, home, remote } => config.load().and_then(|config| {
-            run::run(run::RunArgs { prompt, provider, config, model, home, remote }).map(Ended::exit_code)
-        }),
-        Command::Acp { home, model, approve, provider, config } => acp(home, model, approve, provider, config),
-        Command::Mcp { provider, config, model, home, max_depth, concurrency, max_background_tasks } => {
-            mcp(McpArgs { provider, config, model, home, max_depth, concurrency, max_background_tasks })
-        }
-        Command::Serve { home } => {
-            let options = subagents::serve::stdio::ServeOptions { home };
-            subagents::serve::stdio::serve_stdio(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
-        }
-        Command::Sessions { query, home, json, max_line_bytes } => {
-            let query = match query {
-                SessionsQuery::List => sessions::Query::List,
-                SessionsQuery::Show { id } => sessions::Query::Show(id),
-                SessionsQuery::Tree { id } => sessions::Query::Tree(id),
-            };
-            let max_line_bytes = max_line_bytes.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
-            sessions::sessions(sessions::SessionsArgs { query, home, json, max_line_bytes }).map(Ended::exit_code)
-        }
-        Command::Fanout {
-            tasks,
-            concurrency,
-            max_line_bytes,
-            out,
-            provider,
-            config,
-            model,
-            trace,
-            home,
-            strict,
-            remote,
-            budget,
-            durable,
-        } => config.load().and_then(|config| {
-            let args = fanout::FanoutArgs {
-                tasks,
-                concurrency,
-                max_line_bytes,
-                out,
-                provider,
-                config,
-                model,
-                trace,
-                home,
-                strict,
-                remote,
-                budget,
-                durable,
-            };
-            fanout::fanout(args).map(Ended::exit_code)
-        }),
-        Command::Worker(args) => worker::worker(args),
-        Command::Providers(args) => providers::providers(args),
-    };
+    command.install_log();
+    let outcome = command.run();
+    // Every command's runtime is down by now; what is left is the export.
     logging::finish_export();
-    outcome.unwrap_or_else(|message| {
-        terminal::say!("subagents: {message}");
-        ExitCode::from(2)
-    })
+    outcome.unwrap_or_else(|message| refused(&message))
 }

@@ -1,22 +1,59 @@
-//! What every command shares: the runtime, the model, the providers.
-
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+//! What every command that runs work shares: the runtime, the model, the
+//! providers, and the one way the runtime is shut down.
+//!
+//! [`setup`] builds the runtime first and hands it back inside a
+//! [`CommandRuntime`], which shuts it down when dropped: a command that
+//! refuses its work after the runtime exists (an unknown provider, a file
+//! it cannot create) returns its error with `?` and the runtime still stops
+//! once, with nothing left running. A command that wants the shutdown's
+//! report (to say which runs outlived it) calls [`CommandRuntime::shutdown`].
 
 use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use subagents::agent::{ListDir, Model, ReadFile, Tool, Toolset};
 use subagents::config::{BuildContext, Config};
 use subagents::providers::{RemoteConfig, RemoteProvider};
 use subagents::serve::preflight;
 use subagents::tool::{delegating_kit, TaskService};
-use subagents::{Runtime, Subagents};
+use subagents::{Runtime, ShutdownReport, Subagents};
 
+use crate::args::RemoteArgs;
 use crate::terminal::say;
 
+/// A command's runtime, shut down exactly once: by [`CommandRuntime::shutdown`],
+/// else when dropped (every early return after the runtime exists).
+pub struct CommandRuntime(Option<Runtime>);
+
+impl CommandRuntime {
+    /// Stops every run and waits for quiescence; the report says what
+    /// outlived the shutdown.
+    pub fn shutdown(mut self) -> ShutdownReport {
+        self.0.take().expect("shut down once").shutdown_blocking()
+    }
+}
+
+impl std::ops::Deref for CommandRuntime {
+    type Target = Runtime;
+
+    fn deref(&self) -> &Runtime {
+        self.0.as_ref().expect("not yet shut down")
+    }
+}
+
+impl Drop for CommandRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_blocking();
+        }
+    }
+}
+
+/// A command's runtime with its providers registered.
 pub struct Setup {
-    pub runtime: Runtime,
+    pub runtime: CommandRuntime,
     pub subagents: Subagents,
     pub model: Arc<dyn Model>,
     pub tasks: TaskService,
@@ -29,39 +66,8 @@ pub struct Setup {
 /// an HTTP model's endpoint is probed on the runtime, so a batch fails
 /// before any run when it cannot be reached at all.
 fn model(spec: &str, config: &Config, runtime: &Runtime) -> Result<Arc<dyn Model>, String> {
-    let spec = config.model_spec(spec)?;
+    let spec = config.model_spec(spec).map_err(|e| e.to_string())?;
     runtime.block_on(async move { preflight::reachable_model(&spec).await }).map_err(|e| e.to_string())
-}
-
-/// `--nats` and `--pool` of `run` and `fanout`: where `--provider remote`
-/// sends its runs.
-#[derive(clap::Args, Clone, Debug, Default)]
-pub struct RemoteArgs {
-    /// NATS server of the `remote` provider (default `$SUBAGENTS_NATS_URL`).
-    #[arg(long, value_name = "URL")]
-    pub nats: Option<String>,
-    /// Worker pool of the `remote` provider.
-    #[arg(long, value_name = "NAME", default_value = "default")]
-    pub pool: String,
-    /// How long `remote` runs wait on a broker that answers nothing before
-    /// they fail (`broker-unreachable`): `30s`, `2m`.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = subagents::config::parse_positive_duration)]
-    pub broker_patience: Duration,
-    /// How long `remote` runs wait while no worker of the pool answers
-    /// before they fail (`no-worker`).
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = subagents::config::parse_positive_duration)]
-    pub worker_patience: Duration,
-    /// How long a killed `fanout --out` batch's remote runs are kept going
-    /// for a `--resume` to attach to them again (then they are stopped).
-    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = subagents::config::parse_positive_duration)]
-    pub detached_ttl: Duration,
-}
-
-impl RemoteArgs {
-    /// The NATS URL: `--nats`, else `$SUBAGENTS_NATS_URL`.
-    pub fn url(&self) -> Option<String> {
-        self.nats.clone().or_else(|| std::env::var("SUBAGENTS_NATS_URL").ok().filter(|url| !url.is_empty()))
-    }
 }
 
 /// The `remote` provider from `--nats`/`--pool`, connected, when `provider`
@@ -80,22 +86,10 @@ fn remote(provider: &str, args: &RemoteArgs, config: &Config) -> Result<Option<R
     RemoteProvider::connect(config).map(Some).map_err(|e| e.to_string())
 }
 
-/// `--config FILE`: where the providers come from.
-#[derive(clap::Args, Clone, Debug, Default)]
-pub struct ConfigArgs {
-    /// The configuration file (default `$SUBAGENTS_CONFIG`, else
-    /// `./subagents.toml` when present, else the built-in providers).
-    #[arg(long, value_name = "FILE", global = true)]
-    pub config: Option<PathBuf>,
-}
-
-impl ConfigArgs {
-    /// The configuration, read and checked before anything starts.
-    pub fn load(&self) -> Result<Config, String> {
-        Config::load(self.config.as_deref()).map_err(|e| e.to_string())
-    }
-}
-
+/// The runtime (home: `home`, else `$SUBAGENTS_HOME`, else `.subagents` in
+/// the working directory), the default model, and every provider of
+/// `config` registered, plus the flag-built `remote` one when `provider`
+/// asks for it.
 pub fn setup(
     model_spec: &str,
     home: Option<PathBuf>,
@@ -105,61 +99,59 @@ pub fn setup(
 ) -> Result<Setup, String> {
     let remote = remote(provider, remote_args, config)?;
     let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
-    // Default: `$SUBAGENTS_HOME`, else `.subagents` in the working directory.
     let mut builder = Runtime::builder().cancel_grace(Duration::from_millis(500));
     if let Some(home) = home {
         builder = builder.home(home);
     }
-    let runtime = builder.build().map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let runtime = CommandRuntime(Some(builder.build().map_err(|e| format!("cannot start the runtime: {e}"))?));
     let home = runtime.home();
     let subagents = runtime.subagents();
     let tasks = TaskService::new();
-    let registered = models(model_spec, config, &runtime).and_then(|(model, models)| {
-        check_home(&home)?;
-        let source = |spec: Option<&str>| -> Result<Arc<dyn Model>, String> {
-            Ok(models.get(&spec.map(str::to_owned)).cloned().unwrap_or_else(|| model.clone()))
-        };
-        let context = BuildContext { subagents: &subagents, tasks: &tasks, home: &home, models: &source, probe: false };
-        // An acp provider probes its agent once (`initialize`) as it is built.
-        let io = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the runtime: {e}"))?;
-        io.block_on(config.register(&context))?.into_iter().for_each(|registration| registration.keep());
-        if let Some(remote) = remote {
-            subagents.register_provider(remote).map_err(|e| e.to_string())?.keep();
-        }
-        Ok(model)
-    });
-    match registered {
-        Ok(model) => Ok(Setup { runtime, subagents, model, tasks, cwd, home }),
-        Err(error) => {
-            runtime.shutdown_blocking();
-            Err(error)
-        }
+    let models = Models::new(model_spec, config, &runtime)?;
+    // Every run writes its session under the home: one that cannot take it
+    // would otherwise fail each run on its own, late, as a bare
+    // `STARTUP_FAILED`.
+    preflight::check_home(&home).map_err(|e| e.to_string())?;
+    let source = |spec: Option<&str>| models.get(spec);
+    let context = BuildContext { subagents: &subagents, tasks: &tasks, home: &home, models: &source, probe: false };
+    config
+        .register_blocking(&context)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .for_each(|registration| registration.keep());
+    if let Some(remote) = remote {
+        subagents.register_provider(remote).map_err(|e| e.to_string())?.keep();
     }
+    Ok(Setup { runtime, subagents, model: models.default, tasks, cwd, home })
 }
 
 /// The default model (`--model`) and every other model the configuration's
 /// in-process providers name, each built and probed once: every provider
 /// naming one model shares it, and so its limiter (a route's limiter is
 /// shared however often it is built).
-#[allow(clippy::type_complexity)]
-pub fn models(
-    default: &str,
-    config: &Config,
-    runtime: &Runtime,
-) -> Result<(Arc<dyn Model>, HashMap<Option<String>, Arc<dyn Model>>), String> {
-    let default_model = model(default, config, runtime)?;
-    let mut models = HashMap::new();
-    for spec in config.models() {
-        let built = match &spec {
-            Some(named) if named != default => model(named, config, runtime)?,
-            _ => default_model.clone(),
-        };
-        models.insert(spec, built);
+pub struct Models {
+    pub default: Arc<dyn Model>,
+    named: HashMap<Option<String>, Arc<dyn Model>>,
+}
+
+impl Models {
+    pub fn new(default: &str, config: &Config, runtime: &Runtime) -> Result<Models, String> {
+        let default_model = model(default, config, runtime)?;
+        let mut named = HashMap::new();
+        for spec in config.models() {
+            let built = match &spec {
+                Some(spec) if spec != default => model(spec, config, runtime)?,
+                _ => default_model.clone(),
+            };
+            named.insert(spec, built);
+        }
+        Ok(Models { default: default_model, named })
     }
-    Ok((default_model, models))
+
+    /// The model a provider naming `spec` gets (`None`: the default).
+    pub fn get(&self, spec: Option<&str>) -> Result<Arc<dyn Model>, String> {
+        Ok(self.named.get(&spec.map(str::to_owned)).cloned().unwrap_or_else(|| self.default.clone()))
+    }
 }
 
 impl Setup {
@@ -170,13 +162,6 @@ impl Setup {
         }
         Err(format!("unknown provider {provider:?} (available: {})", self.subagents.list().join(", ")))
     }
-}
-
-/// Every run writes its session under the home: one that cannot take it
-/// would otherwise fail each run on its own, late, as a bare
-/// `STARTUP_FAILED`.
-fn check_home(home: &Path) -> Result<(), String> {
-    preflight::check_home(home).map_err(|e| e.to_string())
 }
 
 /// The parent's kit: built-in tools, a subagent tool per provider in

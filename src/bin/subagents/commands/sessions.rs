@@ -31,10 +31,12 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use serde_json::{json, Value};
 use subagents::agent::{SessionEvent, SessionStore, SessionSummary};
 
+use crate::args::HomeArgs;
 use crate::terminal::{self, say};
 use crate::Ended;
 
@@ -45,19 +47,43 @@ const INDENTED_LEVELS: usize = 24;
 /// each, well below serde_json's 128).
 const NESTED_LEVELS: usize = 50;
 
-/// What `sessions` was asked to do.
-pub enum Query {
-    List,
-    Show(String),
-    Tree(String),
+/// `subagents sessions`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct SessionsArgs {
+    #[command(subcommand)]
+    query: Query,
+    #[command(flatten)]
+    home: HomeArgs,
+    /// Print one JSON document instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Longest session line read, in bytes (default 256 MiB); a file with a
+    /// longer one is reported unreadable.
+    #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(1..))]
+    max_line_bytes: Option<u64>,
 }
 
-pub struct SessionsArgs {
-    pub query: Query,
-    pub home: Option<PathBuf>,
-    pub json: bool,
-    /// The longest session line read (default the store's).
-    pub max_line_bytes: Option<usize>,
+/// What `sessions` was asked to do.
+#[derive(clap::Subcommand, Debug)]
+enum Query {
+    /// Every session: id, parent, depth, created, last stop reason, size.
+    List,
+    /// One session's transcript.
+    Show {
+        /// The session id.
+        id: String,
+    },
+    /// The delegation tree under a session.
+    Tree {
+        /// The session id.
+        id: String,
+    },
+}
+
+impl SessionsArgs {
+    pub fn run(self) -> Result<ExitCode, String> {
+        sessions(self).map(ExitCode::from)
+    }
 }
 
 /// A listed session: its summary, or the reason it could not be read.
@@ -66,18 +92,18 @@ struct Listed {
     read: Result<SessionSummary, String>,
 }
 
-pub fn sessions(args: SessionsArgs) -> Result<Ended, String> {
-    let home = args.home.or_else(|| std::env::var_os("SUBAGENTS_HOME").map(PathBuf::from));
-    let home = home.unwrap_or_else(|| PathBuf::from(".subagents"));
+fn sessions(args: SessionsArgs) -> Result<Ended, String> {
+    let home = args.home.resolve();
+    let max_line_bytes = args.max_line_bytes.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let mut store = SessionStore::new(&home);
-    if let Some(bytes) = args.max_line_bytes {
+    if let Some(bytes) = max_line_bytes {
         store = store.with_max_line_bytes(bytes);
     }
     match args.query {
         Query::List => list(&store, args.json),
-        Query::Show(id) => show(&store, &id, args.json),
-        Query::Tree(id) => {
-            let nested = nested_stores(&home, args.max_line_bytes);
+        Query::Show { id } => show(&store, &id, args.json),
+        Query::Tree { id } => {
+            let nested = nested_stores(&home, max_line_bytes);
             tree(&store, &nested, &id, args.json)
         }
     }

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,12 +29,13 @@ use subagents::{
 };
 use tokio::sync::mpsc;
 
+use crate::args::{BudgetArgs, ConfigArgs, DurableArgs, HomeArgs, ModelArgs, RemoteArgs};
 use crate::journal::{self, Journal, Prior, Recorded};
 use crate::logging;
 use crate::outputs::{self, Outputs};
 use crate::setup::{cancel_on_ctrl_c, setup};
 use crate::summary::{Settled, Tally};
-use crate::tasks::{task_id, Line, Task, TaskLines};
+use crate::tasks::{self, task_id, Line, Task, TaskLines};
 use crate::terminal::say;
 use crate::Ended;
 
@@ -41,91 +43,57 @@ use crate::Ended;
 /// and a bound, so that a slip of the keyboard is a usage error.
 pub const MAX_CONCURRENCY: i64 = 100_000;
 
+/// `subagents fanout`'s flags.
+#[derive(clap::Args, Debug)]
 pub struct FanoutArgs {
-    pub tasks: PathBuf,
-    pub concurrency: Option<u32>,
-    pub max_line_bytes: u64,
-    pub out: Option<PathBuf>,
-    /// The provider of task lines that name none; `None`: the first the
-    /// configuration's `[tool]` offers.
-    pub provider: Option<String>,
-    pub config: subagents::config::Config,
-    pub model: String,
-    pub trace: Option<PathBuf>,
-    pub home: Option<PathBuf>,
-    /// Exit 1 when any run did not complete, not only when a line was lost.
-    pub strict: bool,
-    pub remote: crate::setup::RemoteArgs,
-    pub budget: BudgetArgs,
-    pub durable: DurableArgs,
+    /// JSON lines: {"prompt": "...", "id"?, "label"?, "persona"?, "output_schema"?, "max_depth"?, "budget"?, "provider"?, "timeout"?}.
+    tasks: PathBuf,
+    /// Most runs in flight at once, 1 to 100000 (default 4 × cores).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_CONCURRENCY))]
+    concurrency: Option<u32>,
+    /// Longest task line read, in bytes; a longer one is reported and skipped.
+    #[arg(long, default_value_t = tasks::DEFAULT_MAX_LINE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    max_line_bytes: u64,
+    /// Write result lines here instead of stdout: appended as runs settle,
+    /// made durable within a second, locked against a second batch.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Provider of the task lines that name none (default: the first the
+    /// configuration's `[tool]` offers; built in: `spawn`).
+    #[arg(long)]
+    provider: Option<String>,
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Write a Chrome trace-event JSON of every run's lifecycle here.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    #[command(flatten)]
+    home: HomeArgs,
+    /// Exit 1 when any run did not complete (default: only when a task
+    /// line could not be run or results could not be written).
+    #[arg(long)]
+    strict: bool,
+    #[command(flatten)]
+    remote: RemoteArgs,
+    #[command(flatten)]
+    budget: BudgetArgs,
+    #[command(flatten)]
+    durable: DurableArgs,
 }
 
-/// What makes a long batch survive its crash and its runs' transient
-/// failures (see [`crate::journal`]).
-#[derive(Clone, Debug, Default, clap::Args)]
-pub struct DurableArgs {
-    /// With --out: skip the tasks the file already settled and run the rest
-    /// (a task whose line changed since is refused, exit 2); a remote run
-    /// still on the broker is attached to again, not started again.
-    #[arg(long, requires = "out")]
-    pub resume: bool,
-    /// With --resume: run the settled tasks that did not complete again.
-    #[arg(long, requires = "resume")]
-    pub rerun_failed: bool,
-    /// With --resume: run a task whose line changed since its result.
-    #[arg(long, requires = "resume")]
-    pub rerun_changed: bool,
-    /// Run a task that ended in a transient error (a model's 429 or 5xx, a
-    /// timeout, a lost transport or worker) again, up to N more times.
-    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
-    pub retry: u32,
-    /// Stop a run that takes longer (stop reason `aborted`, reason
-    /// `timeout`): `30s`, `10m`; a task line's `"timeout"` wins.
-    #[arg(long, value_name = "DURATION", value_parser = subagents::config::parse_positive_duration)]
-    pub timeout: Option<Duration>,
+impl FanoutArgs {
+    pub fn run(self) -> Result<ExitCode, String> {
+        let config = self.config.load()?;
+        fanout(self, &config).map(ExitCode::from)
+    }
 }
 
 /// The first wait before a retry; it doubles each time, up to
 /// [`MAX_RETRY_WAIT`], with jitter.
 const FIRST_RETRY_WAIT: Duration = Duration::from_millis(500);
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
-
-/// `--budget-*`: one delegation budget for the whole batch. Every task run
-/// is a child of the batch (width: task runs at once; depth: levels below
-/// the batch), and the runs, tokens and time of every task's tree count
-/// together. A task line's own `budget` binds its tree as well.
-#[derive(Clone, Debug, Default, clap::Args)]
-pub struct BudgetArgs {
-    /// Levels of delegation below the batch (1: the task runs only).
-    #[arg(long, value_name = "LEVELS", value_parser = clap::value_parser!(u32).range(1..))]
-    pub budget_depth: Option<u32>,
-    /// Task runs at once, and children at once of any one agent in the batch;
-    /// past it a start is refused (BUDGET_EXHAUSTED), not queued.
-    #[arg(long, value_name = "RUNS", value_parser = clap::value_parser!(u32).range(1..))]
-    pub budget_width: Option<u32>,
-    /// Runs in the whole batch, task runs and their descendants.
-    #[arg(long, value_name = "RUNS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub budget_runs: Option<u64>,
-    /// Model tokens in the whole batch: input, output and cache tokens as
-    /// the models report them (the figures of each line's `usage`).
-    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub budget_tokens: Option<u64>,
-    /// Wall-clock time for the whole batch: `500ms`, `1.5s`, `10m` or `1h`.
-    #[arg(long, value_name = "DURATION", value_parser = subagents::config::parse_positive_duration)]
-    pub budget_deadline: Option<Duration>,
-}
-
-impl BudgetArgs {
-    fn budget(&self) -> Budget {
-        Budget {
-            depth: self.budget_depth,
-            width: self.budget_width,
-            runs: self.budget_runs,
-            tokens: self.budget_tokens,
-            deadline: self.budget_deadline,
-        }
-    }
-}
 
 /// Task lines read ahead of the runs: enough that a run never waits for
 /// the file, few enough that a file of long lines costs little.
@@ -135,41 +103,33 @@ const READ_AHEAD_LINES: usize = 64;
 /// valid file of what finished.
 type Sink = Arc<Mutex<Box<dyn Write + Send>>>;
 
-pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
+fn fanout(args: FanoutArgs, config: &subagents::config::Config) -> Result<Ended, String> {
     outputs::refuse_shared(&args.tasks, args.out.as_deref(), args.trace.as_deref())?;
     let tasks_file = open_tasks(&args.tasks)?;
     let provider = match &args.provider {
         Some(provider) => provider.clone(),
-        None => args.config.tool_providers().first().cloned().ok_or("the configuration defines no provider")?,
+        None => config.tool_providers().first().cloned().ok_or("the configuration defines no provider")?,
     };
     if args.durable.resume && !args.tasks.is_file() {
         return Err(format!("--resume reads the tasks twice: {} must be a regular file", args.tasks.display()));
     }
-    let setup = setup(&args.model, args.home, &provider, &args.remote, &args.config)?;
-    // Refusals from here on stop the runtime first; files are created last
-    // so that a refused batch truncates nothing.
-    let opened = setup.check_provider(&provider).and_then(|()| {
-        let outputs = Outputs::open(args.out.as_deref(), args.trace.as_deref(), args.durable.resume)?;
-        check_unchanged(&args.tasks, args.max_line_bytes, &outputs.settled, args.durable.rerun_changed)?;
-        Ok(outputs)
-    });
+    let setup = setup(&args.model.model, args.home.given(), &provider, &args.remote, config)?;
+    // Refusals from here on stop the runtime (as `setup` drops); files are
+    // created last so that a refused batch truncates nothing.
+    setup.check_provider(&provider)?;
+    let outputs = Outputs::open(args.out.as_deref(), args.trace.as_deref(), args.durable.resume)?;
+    check_unchanged(&args.tasks, args.max_line_bytes, &outputs.settled, args.durable.rerun_changed)?;
     // Runs of a provider that detaches them are recorded beside `--out`
     // before they start, so that `--resume` attaches to them again.
     let detaches = setup.subagents.get_provider(&provider).is_some_and(|info| info.detaches);
-    let opened = opened.and_then(|outputs| match (&args.out, detaches) {
+    let (runs, recorded) = match (&args.out, detaches) {
         (Some(out), true) => {
             let (runs, recorded) = journal::open_runs(&journal::runs_path(out), args.durable.resume)?;
-            Ok((outputs, Some(Mutex::new(runs)), recorded))
+            (Some(Mutex::new(runs)), recorded)
         }
-        _ => Ok((outputs, None, HashMap::new())),
-    });
-    let (Outputs { results, trace: trace_file, settled, durable }, runs, recorded) = match opened {
-        Ok(opened) => opened,
-        Err(error) => {
-            setup.runtime.shutdown_blocking();
-            return Err(error);
-        }
+        _ => (None, HashMap::new()),
     };
+    let Outputs { results, trace: trace_file, settled, durable } = outputs;
     // The trace is the runtime's own spans: nothing else to record.
     let trace = logging::install(logging::warnings(), trace_file);
     let sink: Sink = Arc::new(Mutex::new(results));
@@ -221,7 +181,7 @@ pub fn fanout(args: FanoutArgs) -> Result<Ended, String> {
             tally.stopped_descendants
         );
     }
-    let report = setup.runtime.shutdown_blocking();
+    let report = setup.runtime.shutdown();
     if !report.live_after.is_quiescent() {
         say!("subagents: runs left alive after shutdown: {:?}", report.live_after);
         all_done = false;

@@ -1,59 +1,66 @@
 //! `subagents run "PROMPT"`: one parent agent that can delegate.
 
-use std::path::PathBuf;
+use std::process::ExitCode;
 
 use subagents::agent::{Agent, SessionStore};
 use subagents::{CancellationToken, StopReason};
 use tracing::Instrument;
 
+use crate::args::{ConfigArgs, HomeArgs, ModelArgs, RemoteArgs};
 use crate::setup::{cancel_on_ctrl_c, setup, toolset};
 use crate::terminal::{self, say};
 use crate::timeline::{tree, Timeline};
 use crate::Ended;
 
+/// `subagents run`'s flags.
+#[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    pub prompt: String,
-    /// The one provider the parent's subagent tool offers; `None`: what the
-    /// configuration's `[tool]` offers.
-    pub provider: Option<String>,
-    pub config: subagents::config::Config,
-    pub model: String,
-    pub home: Option<PathBuf>,
-    pub remote: crate::setup::RemoteArgs,
+    /// The task.
+    prompt: String,
+    /// The one provider the parent's subagent tool delegates to
+    /// (default: what the configuration's `[tool]` offers; built in: `spawn`).
+    #[arg(long)]
+    provider: Option<String>,
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    home: HomeArgs,
+    #[command(flatten)]
+    remote: RemoteArgs,
+}
+
+impl RunArgs {
+    pub fn run(self) -> Result<ExitCode, String> {
+        let config = self.config.load()?;
+        run(self, &config).map(ExitCode::from)
+    }
 }
 
 /// Prints the answer and the tree of delegated runs. The parent's turn
 /// decides how it ended: completed, interrupted by Ctrl-C (its session is
 /// still closed whole), or anything else, which is incomplete.
-pub fn run(args: RunArgs) -> Result<Ended, String> {
+fn run(args: RunArgs, config: &subagents::config::Config) -> Result<Ended, String> {
     if args.prompt.trim().is_empty() {
         return Err("the prompt is empty: give the task to run".to_owned());
     }
     let offered = match &args.provider {
         Some(provider) => vec![provider.clone()],
-        None => args.config.tool_providers().to_vec(),
+        None => config.tool_providers().to_vec(),
     };
-    let setup =
-        setup(&args.model, args.home, args.provider.as_deref().unwrap_or_default(), &args.remote, &args.config)?;
-    if let Err(error) = offered.iter().try_for_each(|provider| setup.check_provider(provider)) {
-        setup.runtime.shutdown_blocking();
-        return Err(error);
-    }
+    let provider = args.provider.as_deref().unwrap_or_default();
+    let setup = setup(&args.model.model, args.home.given(), provider, &args.remote, config)?;
+    offered.iter().try_for_each(|provider| setup.check_provider(provider))?;
     let cancel = CancellationToken::new();
     cancel_on_ctrl_c(&setup.runtime, cancel.clone());
     let built = Agent::builder_shared(setup.model.clone())
         .store(SessionStore::new(&setup.home))
         .cwd(&setup.cwd)
-        .toolset(toolset(&setup.subagents, &setup.tasks, &offered, args.config.tool_max_depth()))
+        .toolset(toolset(&setup.subagents, &setup.tasks, &offered, config.tool_max_depth()))
         .cancel_token(cancel.clone())
         .build();
-    let parent = match built {
-        Ok(parent) => parent,
-        Err(error) => {
-            setup.runtime.shutdown_blocking();
-            return Err(format!("cannot create the parent agent: {error}"));
-        }
-    };
+    let parent = built.map_err(|error| format!("cannot create the parent agent: {error}"))?;
     let timeline = Timeline::record(&setup.runtime);
     // The parent is no run: its own span roots the trace its runs hang
     // under (filled only when exported, so log lines stay short).
@@ -99,7 +106,7 @@ pub fn run(args: RunArgs) -> Result<Ended, String> {
         say!("subagents: the parent session was not saved: {error}");
         all_done = false;
     }
-    let report = setup.runtime.shutdown_blocking();
+    let report = setup.runtime.shutdown();
     if !report.live_after.is_quiescent() {
         say!("subagents: runs left alive after shutdown: {:?}", report.live_after);
         all_done = false;

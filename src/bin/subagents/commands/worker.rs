@@ -5,16 +5,17 @@
 //! exits 0 after SIGTERM, Ctrl-C or SIGHUP once drained; 2 when it cannot start
 //! (bad flags, an unreachable server, an unusable home).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use subagents::providers::BrokerSettings;
 use subagents::serve::worker::{serve_worker, WorkerOptions, WorkerProvider};
 
+use crate::args::{nats_url_from_env, ConfigArgs, HomeArgs};
 use crate::terminal::say;
 
-#[derive(clap::Args)]
+/// `subagents worker`'s flags.
+#[derive(clap::Args, Debug)]
 pub struct WorkerArgs {
     /// NATS server (default `$SUBAGENTS_NATS_URL`).
     #[arg(long, value_name = "URL")]
@@ -25,10 +26,10 @@ pub struct WorkerArgs {
     /// Most runs held at once.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     concurrency: u32,
-    /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
-    #[arg(long)]
-    home: Option<PathBuf>,
+    #[command(flatten)]
+    home: HomeArgs,
     /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
+    // Not `ModelArgs`: the worker's model is never a configured route.
     #[arg(long, default_value = "scripted")]
     model: String,
     /// Where the runs run: with a configuration file, a provider it defines
@@ -38,7 +39,7 @@ pub struct WorkerArgs {
     #[arg(long)]
     provider: Option<String>,
     #[command(flatten)]
-    config: crate::setup::ConfigArgs,
+    config: ConfigArgs,
     /// Redelivery deadline of an unacked run, in ms (used if this worker creates the pool's consumer; default 30000).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..))]
     ack_wait_ms: Option<u64>,
@@ -53,55 +54,50 @@ pub struct WorkerArgs {
     drain_grace_ms: u64,
 }
 
-pub fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
-    let url = args
-        .nats
-        .or_else(|| std::env::var("SUBAGENTS_NATS_URL").ok().filter(|url| !url.is_empty()))
-        .ok_or("worker needs --nats URL (or SUBAGENTS_NATS_URL)")?;
-    let home = args
-        .home
-        .or_else(|| std::env::var_os("SUBAGENTS_HOME").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from(".subagents"));
-    let home = std::path::absolute(&home).map_err(|e| format!("unusable home {}: {e}", home.display()))?;
-    let mut broker = BrokerSettings::default();
-    if let Some(ms) = args.ack_wait_ms {
-        broker.ack_wait = Duration::from_millis(ms);
-    }
-    if let Some(max_deliver) = args.max_deliver {
-        broker.max_deliver = max_deliver;
-    }
-    if let Some(ms) = args.lease_ttl_ms {
-        broker.lease_ttl = Duration::from_millis(ms);
-    }
-    let mut options = WorkerOptions::new(url.clone(), home);
-    options.pool = args.pool;
-    options.concurrency = args.concurrency as usize;
-    options.model = args.model;
-    match subagents::config::Config::locate(args.config.config.as_deref()) {
-        Some(_) => {
-            let configured = subagents::config::Configured::new(args.config.load()?, args.provider.as_deref())?;
-            options.configured = Some(configured);
+impl WorkerArgs {
+    pub fn run(self) -> Result<ExitCode, String> {
+        let url = self.nats.or_else(nats_url_from_env).ok_or("worker needs --nats URL (or SUBAGENTS_NATS_URL)")?;
+        let home = self.home.resolve();
+        let home = std::path::absolute(&home).map_err(|e| format!("unusable home {}: {e}", home.display()))?;
+        let mut broker = BrokerSettings::default();
+        if let Some(ms) = self.ack_wait_ms {
+            broker.ack_wait = Duration::from_millis(ms);
         }
-        None => {
-            options.provider = match args.provider.as_deref() {
-                None | Some("spawn") => WorkerProvider::Spawn,
-                Some("process") => WorkerProvider::Process,
-                Some(other) => {
-                    return Err(format!("unknown provider {other:?}: without a configuration file, spawn or process"))
+        if let Some(max_deliver) = self.max_deliver {
+            broker.max_deliver = max_deliver;
+        }
+        if let Some(ms) = self.lease_ttl_ms {
+            broker.lease_ttl = Duration::from_millis(ms);
+        }
+        let mut options = WorkerOptions::new(url.clone(), home);
+        options.pool = self.pool;
+        options.concurrency = self.concurrency as usize;
+        options.model = self.model;
+        match self.config.located() {
+            true => options.configured = Some(self.config.configured(self.provider.as_deref())?),
+            false => {
+                options.provider = match self.provider.as_deref() {
+                    None | Some("spawn") => WorkerProvider::Spawn,
+                    Some("process") => WorkerProvider::Process,
+                    Some(other) => {
+                        return Err(format!(
+                            "unknown provider {other:?}: without a configuration file, spawn or process"
+                        ))
+                    }
                 }
             }
         }
+        options.broker = broker;
+        options.drain_grace = Duration::from_millis(self.drain_grace_ms);
+        let pool = options.pool.clone();
+        let report = serve_worker(options, |worker| say!("subagents worker {worker}: ready on pool {pool} at {url}"))?;
+        say!(
+            "subagents worker {}: drained ({} results written, {} handed back, {} fenced out)",
+            report.worker,
+            report.settled,
+            report.handed_back,
+            report.fenced
+        );
+        Ok(ExitCode::SUCCESS)
     }
-    options.broker = broker;
-    options.drain_grace = Duration::from_millis(args.drain_grace_ms);
-    let pool = options.pool.clone();
-    let report = serve_worker(options, |worker| say!("subagents worker {worker}: ready on pool {pool} at {url}"))?;
-    say!(
-        "subagents worker {}: drained ({} results written, {} handed back, {} fenced out)",
-        report.worker,
-        report.settled,
-        report.handed_back,
-        report.fenced
-    );
-    Ok(ExitCode::SUCCESS)
 }

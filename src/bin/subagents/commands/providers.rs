@@ -8,20 +8,19 @@
 //! answers its `initialize` handshake. It lists what each advertises once
 //! built, or why it could not be; exit 1 when one fails.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use std::sync::Arc;
 
-use subagents::agent::Model;
 use subagents::config::{BuildContext, Config, Kind, ProviderEntry};
 use subagents::Capabilities;
 
-use crate::setup::{models, setup, ConfigArgs, RemoteArgs};
+use crate::args::{ConfigArgs, HomeArgs, ModelArgs, RemoteArgs};
+use crate::setup::{setup, Models};
 use crate::terminal::{self, say};
 
-#[derive(clap::Args)]
+/// `subagents providers`'s flags.
+#[derive(clap::Args, Debug)]
 pub struct ProvidersArgs {
     #[command(subcommand)]
     query: Query,
@@ -32,60 +31,57 @@ pub struct ProvidersArgs {
     json: bool,
 }
 
-#[derive(clap::Subcommand)]
+#[derive(clap::Subcommand, Debug)]
 enum Query {
     /// Name, kind, capabilities and where each provider is defined.
     List,
     /// Build every provider (probing agents, endpoints and brokers) and
     /// list what each one advertises; exit 1 when one fails.
+    #[command(mut_arg("model", |model| model.help(CHILDREN_DEFAULT_MODEL)))]
     Check {
         /// Check only this provider (and what it wraps).
         name: Option<String>,
-        /// The children's default model: `scripted`, `openai:NAME`, `openai-responses:NAME`, `anthropic:NAME` or a route.
-        #[arg(long, default_value = "scripted")]
-        model: String,
-        /// Where sessions are kept (default `$SUBAGENTS_HOME`, else `.subagents`).
-        #[arg(long)]
-        home: Option<PathBuf>,
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        home: HomeArgs,
     },
 }
 
-pub fn providers(args: ProvidersArgs) -> Result<ExitCode, String> {
-    let config = args.config.load()?;
-    match args.query {
-        Query::List => {
-            let rows: Vec<Row> = config.providers().iter().map(|entry| Row::listed(&config, entry)).collect();
-            print(&rows, args.json);
-            Ok(ExitCode::SUCCESS)
+/// `--model` said of the children the checked providers would start.
+const CHILDREN_DEFAULT_MODEL: &str =
+    "The children's default model: `scripted`, `openai:NAME`, `openai-responses:NAME`, `anthropic:NAME` or a route";
+
+impl ProvidersArgs {
+    pub fn run(self) -> Result<ExitCode, String> {
+        let config = self.config.load()?;
+        match self.query {
+            Query::List => {
+                let rows: Vec<Row> = config.providers().iter().map(|entry| Row::listed(&config, entry)).collect();
+                print(&rows, self.json);
+                Ok(ExitCode::SUCCESS)
+            }
+            Query::Check { name, model, home } => check(&config, name.as_deref(), &model.model, home, self.json),
         }
-        Query::Check { name, model, home } => check(&config, name.as_deref(), &model, home, args.json),
     }
 }
 
-fn check(
-    config: &Config,
-    name: Option<&str>,
-    model: &str,
-    home: Option<PathBuf>,
-    json: bool,
-) -> Result<ExitCode, String> {
+fn check(config: &Config, name: Option<&str>, model: &str, home: HomeArgs, json: bool) -> Result<ExitCode, String> {
     if let Some(name) = name.filter(|name| config.provider(name).is_none()) {
         let known: Vec<&str> = config.provider_names().collect();
         return Err(format!("unknown provider {name:?} (the configuration defines {})", known.join(", ")));
     }
     // The runtime and the default model first, with no provider yet.
     let none = Config::parse("", "no providers").expect("an empty file is valid");
-    let setup = match setup(model, home, "", &RemoteArgs::default(), &none) {
+    let setup = match setup(model, home.given(), "", &RemoteArgs::default(), &none) {
         Ok(setup) => setup,
         Err(error) => {
             say!("subagents: check failed: {error}");
             return Ok(ExitCode::from(1));
         }
     };
-    let outcomes = models(model, config, &setup.runtime).and_then(|(default, models)| {
-        let source = |spec: Option<&str>| -> Result<Arc<dyn Model>, String> {
-            Ok(models.get(&spec.map(str::to_owned)).cloned().unwrap_or_else(|| default.clone()))
-        };
+    let outcomes = Models::new(model, config, &setup.runtime).and_then(|models| {
+        let source = |spec: Option<&str>| models.get(spec);
         let context = BuildContext {
             subagents: &setup.subagents,
             tasks: &setup.tasks,
@@ -93,17 +89,12 @@ fn check(
             models: &source,
             probe: true,
         };
-        let io = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the runtime: {e}"))?;
-        Ok(io.block_on(config.register_each(&context, name)))
+        config.register_each_blocking(&context, name).map_err(|e| e.to_string())
     });
     let outcomes = match outcomes {
         Ok(outcomes) => outcomes,
         Err(error) => {
             say!("subagents: check failed: {error}");
-            setup.runtime.shutdown_blocking();
             return Ok(ExitCode::from(1));
         }
     };
@@ -138,7 +129,7 @@ fn check(
         }
     }
     print(&rows, json);
-    setup.runtime.shutdown_blocking();
+    drop(setup);
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 

@@ -1,0 +1,13 @@
+//! One file per subcommand: each is a `clap::Args` struct that owns its
+//! `run`, returning the process's exit code, or `Err(message)` for a
+//! refusal before any work started (one line on stderr, exit 2). The
+//! flags several commands share are declared once in [`crate::args`].
+
+pub mod acp;
+pub mod fanout;
+pub mod mcp;
+pub mod providers;
+pub mod run;
+pub mod serve;
+pub mod sessions;
+pub mod worker;

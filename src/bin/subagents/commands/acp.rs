@@ -1,0 +1,50 @@
+//! `subagents acp`: this crate's agent over the Agent Client Protocol on
+//! stdio (see `subagents::serve::acp`).
+
+use std::process::ExitCode;
+
+use subagents::serve::acp::{serve_acp, AcpServeOptions};
+
+use crate::args::{ConfigArgs, HomeArgs};
+
+/// `subagents acp`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct AcpArgs {
+    #[command(flatten)]
+    home: HomeArgs,
+    /// `scripted` (no key, no network), `openai:NAME`, `openai-responses:NAME` or `anthropic:NAME`.
+    // Not `ModelArgs`: the sessions' model is never a configured route.
+    #[arg(long, default_value = "scripted")]
+    model: String,
+    /// A tool that asks the client for permission before each call (repeatable).
+    #[arg(long)]
+    approve: Vec<String>,
+    /// The one provider the sessions' subagent tool offers: with a
+    /// configuration file, one it defines (default: what its `[tool]`
+    /// offers); without one, spawn.
+    #[arg(long)]
+    provider: Option<String>,
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+impl AcpArgs {
+    /// With a configuration file (`--config` or `$SUBAGENTS_CONFIG`) its
+    /// providers serve the sessions' subagent tools; without one, a `spawn`
+    /// provider. Exit 0 at the client's EOF (or a stop signal).
+    pub fn run(self) -> Result<ExitCode, String> {
+        let AcpArgs { home, model, approve, provider, config } = self;
+        let mut options = AcpServeOptions { home: home.resolve(), model, approve, ..Default::default() };
+        // Never `./subagents.toml`: an ACP agent runs in its client's
+        // directory, whose file may well define this very agent (each probe
+        // would start another).
+        match config.named() && config.located() {
+            true => options.configured = Some(config.configured(provider.as_deref())?),
+            false if provider.as_deref().is_none_or(|name| name == "spawn") => {}
+            false => {
+                return Err("--provider names a provider of a configuration file; without one, acp offers spawn".into())
+            }
+        }
+        serve_acp(options).map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string())
+    }
+}
