@@ -7,7 +7,7 @@
 
 #[path = "cli/batch.rs"]
 mod batch;
-mod common;
+use crate::common;
 #[path = "cli/durable.rs"]
 mod durable;
 #[path = "cli/input.rs"]

@@ -4,7 +4,7 @@
 //! them by name, `providers list|check`, and bad files refused with their
 //! place before anything starts; model routes in `routes.rs`.
 
-mod common;
+use crate::common;
 #[path = "config/routes.rs"]
 mod routes;
 

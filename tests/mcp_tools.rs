@@ -2,7 +2,7 @@
 //! rmcp's server side (this binary re-executed, see `mcp_tools/stand_in.rs`)
 //! mounted by in-process providers, through the config and the library.
 
-mod common;
+use crate::common;
 #[path = "mcp_tools/stand_in.rs"]
 mod stand_in;
 
