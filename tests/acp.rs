@@ -4,8 +4,7 @@
 //! After every test no child is left.
 
 use crate::common;
-#[path = "acp/stand_ins.rs"]
-mod stand_ins;
+use crate::stand_ins;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -7,8 +7,7 @@
 //! ignores stdin EOF, whose drain takes the idle EOF grace.
 
 use crate::common;
-#[path = "acp/stand_ins.rs"]
-mod stand_ins;
+use crate::stand_ins;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

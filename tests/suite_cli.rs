@@ -5,6 +5,9 @@
 //! described in `suite_core.rs`.
 
 mod common;
+// The shell ACP agents of `acp.rs` and `acp_pool.rs` (and a bench).
+#[path = "acp/stand_ins.rs"]
+mod stand_ins;
 
 mod acp;
 mod acp_agent;
