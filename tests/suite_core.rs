@@ -13,6 +13,7 @@
 mod common;
 
 mod events;
+mod layout;
 mod registry;
 mod runs;
 mod runtime;
