@@ -7,7 +7,6 @@
 //!
 //! `mcp/support.rs` holds the two clients.
 
-use crate::common;
 #[path = "mcp/lifecycle.rs"]
 mod lifecycle;
 #[path = "mcp/lines.rs"]
@@ -16,6 +15,8 @@ mod lines;
 mod support;
 #[path = "mcp/tools.rs"]
 mod tools;
+
+use crate::common;
 
 use std::time::{Duration, Instant};
 

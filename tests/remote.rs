@@ -13,11 +13,12 @@
 mod bounds;
 #[path = "remote/cancel.rs"]
 mod cancel;
-use crate::common;
 #[path = "remote/faults.rs"]
 mod faults;
 #[path = "remote/support.rs"]
 mod support;
+
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
