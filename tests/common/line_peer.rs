@@ -30,7 +30,9 @@ pub enum Reading {
     /// None for now: the pipe fills and the child's writes block (a line
     /// the reader had already begun still arrives).
     Paused = 1,
-    /// None ever again: after the line it is reading, the pipe is closed.
+    /// None ever again once the next answer (a line with no `method`) has
+    /// come: then the pipe is closed. Notifications before it still arrive,
+    /// so a hang-up lands where the test means it whatever the timing.
     HungUp = 2,
 }
 
@@ -56,19 +58,20 @@ impl LinePeer {
         let mode = reading.clone();
         std::thread::spawn(move || loop {
             // Ends with the child's stdout, or at a hang-up (closing it).
-            match mode.load(Ordering::SeqCst) {
-                1 => {
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
-                }
-                2 => return,
-                _ => {}
+            if mode.load(Ordering::SeqCst) == Reading::Paused as u8 {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
             }
             let mut line = String::new();
             match stdout.read_line(&mut line) {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {
-                    if sender.send(line.trim_end().to_owned()).is_err() {
+                    let line = line.trim_end().to_owned();
+                    let answer = serde_json::from_str::<Value>(&line).is_ok_and(|m| m.get("method").is_none());
+                    if sender.send(line).is_err() {
+                        return;
+                    }
+                    if answer && mode.load(Ordering::SeqCst) == Reading::HungUp as u8 {
                         return;
                     }
                 }

@@ -13,7 +13,7 @@ use rmcp::model::{CallToolRequest, CallToolRequestParams, CallToolResult, Client
 use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService};
 use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{json, Value};
-use subagents::agent::{SessionEvent, SessionStore};
+use subagents::agent::{SessionError, SessionEvent, SessionStore};
 use tempfile::TempDir;
 
 use crate::common;
@@ -124,7 +124,12 @@ fn run_session_ids(home: &Path) -> Vec<String> {
             let id = path.file_stem()?.to_str()?.to_owned();
             (path.extension()? == "jsonl").then_some(id)
         })
-        .filter(|id| store.summarize(id).map_or(true, |summary| summary.header.parent_session.is_some()))
+        // A file whose header is not written yet is no run's session yet.
+        .filter(|id| match store.summarize(id) {
+            Ok(summary) => summary.header.parent_session.is_some(),
+            Err(SessionError::NotFound(_)) => false,
+            Err(_) => true,
+        })
         .collect()
 }
 
