@@ -3,18 +3,17 @@
 //! for cancellation, the ladder and its EOF phase, and hostile output.
 //! After every test no child is left.
 
-mod common;
-#[path = "acp/stand_ins.rs"]
-mod stand_ins;
+use crate::common;
+use crate::stand_ins;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{lifecycle, no_children_left, no_process_mentions, runtime_at as runtime};
+use common::{lifecycle, no_children_left, no_process_mentions, request_in, runtime_at as runtime};
 use serde_json::json;
 use stand_ins::{ignores_eof, logged, logged_at, shell_agent};
 use subagents::providers::{AcpConfig, AcpProvider, Permission};
-use subagents::{CancellationToken, Category, Parent, Runtime, StartRequest, StopReason, Subagents};
+use subagents::{Category, Runtime, StopReason, Subagents};
 
 /// Our own binary as the ACP agent, with its home under `home`.
 fn own_agent(name: &str, home: &Path, extra: &[&str]) -> AcpConfig {
@@ -32,10 +31,6 @@ fn register(runtime: &Runtime, config: AcpConfig) -> Subagents {
     subagents
 }
 
-fn request(prompt: &str, cwd: &Path) -> StartRequest {
-    StartRequest::new(prompt, Parent::root(cwd), CancellationToken::new())
-}
-
 #[test]
 fn our_own_binary_answers_over_acp_and_delegates_in_its_own_process() {
     let home = tempfile::tempdir().unwrap();
@@ -46,7 +41,7 @@ fn our_own_binary_answers_over_acp_and_delegates_in_its_own_process() {
     assert!(!info.capabilities.output_schema && !info.capabilities.depth_limit && !info.capabilities.tool_filter);
 
     let mut events = subagents.subscribe();
-    let plain = lifecycle(&runtime, &subagents, "acp", request("summarise the log", home.path()));
+    let plain = lifecycle(&runtime, &subagents, "acp", request_in("summarise the log", home.path()));
     let mut chunks = String::new();
     while let Some(Ok(event)) = events.try_recv() {
         if let subagents::SubagentEvent::Progress(progress) = event {
@@ -58,7 +53,7 @@ fn our_own_binary_answers_over_acp_and_delegates_in_its_own_process() {
     assert_eq!(chunks, "handled: summarise the log", "the child's updates are Progress events");
     assert_eq!((plain.stop_reason, plain.text()), (StopReason::Completed, "handled: summarise the log".to_owned()));
     // parent → ACP child → that child's own in-process grandchildren.
-    let nested = lifecycle(&runtime, &subagents, "acp", request("check a; check b", home.path()));
+    let nested = lifecycle(&runtime, &subagents, "acp", request_in("check a; check b", home.path()));
     assert!(
         nested.text().contains("- handled: check a") && nested.text().contains("- handled: check b"),
         "{}",
@@ -66,7 +61,7 @@ fn our_own_binary_answers_over_acp_and_delegates_in_its_own_process() {
     );
     let refused = runtime.block_on({
         let (subagents, cwd) = (subagents.clone(), home.path().to_path_buf());
-        async move { subagents.start("acp", request("x", &cwd).with_output_schema(json!({"type": "object"}))).await }
+        async move { subagents.start("acp", request_in("x", &cwd).with_output_schema(json!({"type": "object"}))).await }
     });
     assert_eq!(refused.unwrap_err().code(), "UNSUPPORTED_CAPABILITY");
     no_children_left(&runtime);
@@ -82,7 +77,7 @@ fn a_grandchilds_progress_reaches_the_top_caller_as_delegated_updates() {
     // parent → acp provider → `subagents acp` child → its in-process
     // grandchildren, whose text the child streams into its subagent tool
     // calls' content.
-    let nested = lifecycle(&runtime, &subagents, "acp", request("check a; check b", home.path()));
+    let nested = lifecycle(&runtime, &subagents, "acp", request_in("check a; check b", home.path()));
     assert_eq!(nested.stop_reason, StopReason::Completed);
     let (mut delegated, mut own) = (String::new(), String::new());
     while let Some(Ok(event)) = events.try_recv() {
@@ -109,7 +104,8 @@ fn a_persona_travels_as_the_sessions_system_prompt() {
     let home = tempfile::tempdir().unwrap();
     let runtime = runtime(home.path());
     let subagents = register(&runtime, own_agent("acp", home.path(), &[]));
-    let result = lifecycle(&runtime, &subagents, "acp", request("review", home.path()).with_persona("You are terse."));
+    let result =
+        lifecycle(&runtime, &subagents, "acp", request_in("review", home.path()).with_persona("You are terse."));
     assert_eq!(result.stop_reason, StopReason::Completed);
     let sessions = home.path().join("agent-home/sessions");
     let header = std::fs::read_dir(&sessions)
@@ -131,8 +127,8 @@ fn permission_requests_are_answered_by_policy_and_kind() {
     let reject = own_agent("reject", home.path(), &["--approve", "list_dir"]);
     let subagents = register(&runtime, allow);
     register(&runtime, reject);
-    let allowed = lifecycle(&runtime, &subagents, "allow", request("list the files", home.path()));
-    let rejected = lifecycle(&runtime, &subagents, "reject", request("list the files", home.path()));
+    let allowed = lifecycle(&runtime, &subagents, "allow", request_in("list the files", home.path()));
+    let rejected = lifecycle(&runtime, &subagents, "reject", request_in("list the files", home.path()));
     assert!(allowed.text().contains("visible.txt"), "{}", allowed.text());
     assert!(rejected.text().contains("did not allow"), "{}", rejected.text());
     no_children_left(&runtime);
@@ -148,7 +144,7 @@ fn cancel_settles_aborted_even_when_the_child_ignores_it_and_the_ladder_reaps_it
     let subagents = register(&runtime, config);
     let cwd = home.path().to_path_buf();
     let (result, disposed, took) = runtime.block_on(async move {
-        let run = subagents.start("stubborn", request("work", &cwd)).await.unwrap();
+        let run = subagents.start("stubborn", request_in("work", &cwd)).await.unwrap();
         let began = Instant::now();
         run.cancel();
         let result = run.result().await.unwrap();
@@ -178,7 +174,8 @@ fn a_child_that_fails_the_handshake_is_reaped_before_start_rejects() {
     let config = AcpConfig::new("dies-later", "/bin/sh", vec![path.display().to_string()]);
     let subagents = register(&runtime, config);
     let cwd = home.path().to_path_buf();
-    let error = runtime.block_on(async move { subagents.start("dies-later", request("x", &cwd)).await.unwrap_err() });
+    let error =
+        runtime.block_on(async move { subagents.start("dies-later", request_in("x", &cwd)).await.unwrap_err() });
     assert_eq!(error.code(), "STARTUP_FAILED");
     no_children_left(&runtime);
     no_process_mentions(home.path());
@@ -196,7 +193,7 @@ fn hostile_output_ends_the_run_with_a_clear_error_and_bounded_memory() {
     for (name, then) in children {
         let subagents = register(&runtime, shell_agent(home.path(), name, then));
         let began = Instant::now();
-        let result = lifecycle(&runtime, &subagents, name, request("go", home.path()));
+        let result = lifecycle(&runtime, &subagents, name, request_in("go", home.path()));
         assert!(began.elapsed() < Duration::from_secs(20), "{name} hung");
         assert_eq!(result.stop_reason, StopReason::Error, "{name}");
         let category = result.diagnostic.unwrap().category;
@@ -212,7 +209,7 @@ fn a_bad_cwd_is_refused_before_anything_is_spawned() {
     let runtime = runtime(home.path());
     let subagents = register(&runtime, own_agent("acp", home.path(), &[]));
     let error = runtime.block_on(async move {
-        subagents.start("acp", request("x", &PathBuf::from("/no/such/dir"))).await.unwrap_err()
+        subagents.start("acp", request_in("x", &PathBuf::from("/no/such/dir"))).await.unwrap_err()
     });
     assert_eq!(error.code(), "INVALID_REQUEST");
     no_children_left(&runtime);
@@ -227,7 +224,7 @@ fn a_finished_run_of_an_agent_that_ignores_eof_is_disposed_within_a_second() {
     let subagents = register(&runtime, ignores_eof(home.path(), "deaf-to-eof"));
     let cwd = home.path().to_path_buf();
     let (result, disposed, took) = runtime.block_on(async move {
-        let run = subagents.start("deaf-to-eof", request("work", &cwd)).await.unwrap();
+        let run = subagents.start("deaf-to-eof", request_in("work", &cwd)).await.unwrap();
         let result = run.result().await.unwrap();
         let began = Instant::now();
         let disposed = run.dispose().await;
@@ -260,7 +257,7 @@ fn an_agent_with_a_prompt_in_flight_at_dispose_gets_the_full_eof_grace_before_si
     let subagents = register(&runtime, config);
     let cwd = home.path().to_path_buf();
     let (result, disposed, took) = runtime.block_on(async move {
-        let run = subagents.start("busy", request("work", &cwd)).await.unwrap();
+        let run = subagents.start("busy", request_in("work", &cwd)).await.unwrap();
         run.cancel();
         let result = run.result().await.unwrap();
         let began = Instant::now();
@@ -296,7 +293,7 @@ fn an_agent_still_writing_after_its_answer_finishes_its_writes_and_exits_unsigna
     let subagents = register(&runtime, config);
     let cwd = home.path().to_path_buf();
     let (result, disposed, took) = runtime.block_on(async move {
-        let run = subagents.start("chatty", request("work", &cwd)).await.unwrap();
+        let run = subagents.start("chatty", request_in("work", &cwd)).await.unwrap();
         let result = run.result().await.unwrap();
         let began = Instant::now();
         let disposed = run.dispose().await;

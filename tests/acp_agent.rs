@@ -5,31 +5,19 @@
 //! line costing one error reply, every request answered at EOF, and the
 //! handshake's rules.
 
-mod common;
-
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tempfile::TempDir;
 
-/// How long any single answer may take.
-const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+use crate::common::line_peer::{LinePeer, ANSWER_WITHIN};
 
 /// A raw ACP client talking to `subagents acp --home <tempdir>/home` (or
 /// `$SUBAGENTS_HOME` set to it), with
 /// the tempdir as its cwd and stderr kept in `<tempdir>/stderr.log`.
-struct Peer {
-    dir: TempDir,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-}
+struct Peer(LinePeer);
 
 /// How the agent is told its home: `--home`, or only `$SUBAGENTS_HOME`.
 enum Home {
@@ -45,60 +33,18 @@ impl Peer {
     fn spawn(extra: &[&str], home: Home) -> Peer {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("visible.txt"), "x").unwrap();
-        let stderr = File::create(dir.path().join("stderr.log")).unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
         command.arg("acp").env_remove("SUBAGENTS_HOME");
         match home {
             Home::Flag => command.arg("--home").arg(dir.path().join("home")),
             Home::Variable => command.env("SUBAGENTS_HOME", dir.path().join("home")),
         };
-        let mut child = command
-            .args(extra)
-            .current_dir(dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Peer { stdin: child.stdin.take(), dir, child, lines }
+        command.args(extra).current_dir(dir.path());
+        Peer(LinePeer::spawn(command, dir))
     }
 
     fn cwd(&self) -> &Path {
         self.dir.path()
-    }
-
-    fn send_raw(&mut self, bytes: &[u8]) {
-        self.stdin.as_mut().expect("stdin is open").write_all(bytes).unwrap();
-    }
-
-    fn send(&mut self, message: Value) {
-        self.send_raw(format!("{message}\n").as_bytes());
-    }
-
-    fn request(&mut self, id: u64, method: &str, params: Value) {
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-    }
-
-    fn next_line(&self) -> String {
-        match self.lines.recv_timeout(ANSWER_WITHIN) {
-            Ok(line) => line,
-            Err(RecvTimeoutError::Timeout) => panic!("no line within {ANSWER_WITHIN:?}"),
-            Err(RecvTimeoutError::Disconnected) => panic!("stdout ended (the agent exited)"),
-        }
-    }
-
-    fn next(&self) -> Value {
-        serde_json::from_str(&self.next_line()).unwrap()
     }
 
     /// Reads up to the answer to `id`, answering permission requests with
@@ -137,50 +83,19 @@ impl Peer {
         let prompt = json!([{"type": "text", "text": text}]);
         self.request(id, "session/prompt", json!({"sessionId": session, "prompt": prompt}));
     }
+}
 
-    /// Closes stdin and collects every line until stdout ends.
-    fn close_and_read_rest(&mut self, within: Duration) -> Vec<Value> {
-        drop(self.stdin.take());
-        let deadline = Instant::now() + within;
-        let mut rest = Vec::new();
-        loop {
-            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(line) => rest.push(serde_json::from_str(&line).unwrap()),
-                Err(RecvTimeoutError::Disconnected) => return rest,
-                Err(RecvTimeoutError::Timeout) => panic!("stdout still open after {within:?}"),
-            }
-        }
-    }
+impl std::ops::Deref for Peer {
+    type Target = LinePeer;
 
-    fn exit_status(&mut self, within: Duration) -> ExitStatus {
-        drop(self.stdin.take());
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "still running after {within:?}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap()
-    }
-
-    /// The agent's peak resident memory so far, in bytes.
-    fn peak_rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
-        let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-        kib * 1024
+    fn deref(&self) -> &LinePeer {
+        &self.0
     }
 }
 
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::DerefMut for Peer {
+    fn deref_mut(&mut self) -> &mut LinePeer {
+        &mut self.0
     }
 }
 

@@ -6,18 +6,18 @@
 //! (`acp/stand_ins.rs`) play an agent that never answers and one that
 //! ignores stdin EOF, whose drain takes the idle EOF grace.
 
-mod common;
-#[path = "acp/stand_ins.rs"]
-mod stand_ins;
+use crate::common;
+use crate::stand_ins;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{no_children_left, no_process_mentions, processes_mentioning, runtime_at as runtime};
+use common::blocking::eventually;
+use common::{no_children_left, no_process_mentions, processes_mentioning, request_in, runtime_at as runtime};
 use stand_ins::{ignores_eof, logged, logged_at, shell_agent};
 use subagents::providers::{AcpConfig, AcpProvider, PoolConfig, Reuse};
-use subagents::{CancellationToken, Parent, Registration, Runtime, StartRequest, StopReason, Subagents};
+use subagents::{Registration, Runtime, StopReason, Subagents};
 
 /// Our own binary as a pooled ACP agent, its home (and so its command line)
 /// under `home`.
@@ -40,30 +40,14 @@ fn register(runtime: &Runtime, config: AcpConfig) -> (Subagents, Registration) {
     (subagents, registration)
 }
 
-fn request(prompt: &str, cwd: &Path) -> StartRequest {
-    StartRequest::new(prompt, Parent::root(cwd), CancellationToken::new())
-}
-
 /// The agent processes of this test (their command line names its home).
 fn agent_pids(home: &Path) -> BTreeSet<u32> {
     processes_mentioning(&agent_home(home)).into_iter().map(|(pid, _)| pid).collect()
 }
 
-/// Waits until `condition` holds (polling), at most `within`.
-fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    condition()
-}
-
 /// One start → result → dispose; the run's child id and its answer text.
 fn lifecycle(runtime: &Runtime, subagents: &Subagents, prompt: &str, cwd: &Path) -> (String, StopReason, String) {
-    let (subagents, request) = (subagents.clone(), request(prompt, cwd));
+    let (subagents, request) = (subagents.clone(), request_in(prompt, cwd));
     runtime.block_on(async move {
         let run = subagents.start("pooled", request).await.unwrap();
         let result = run.result().await.unwrap();
@@ -130,8 +114,8 @@ fn concurrent_sessions_share_a_process_when_allowed_and_keep_their_own_answers()
     let (subagents, _registration) = register(&runtime, pooled_agent(home.path(), pool));
     let cwd = home.path().to_owned();
     let answers = runtime.block_on(async move {
-        let first = subagents.start("pooled", request("[delay:400] first", &cwd)).await.unwrap();
-        let second = subagents.start("pooled", request("[delay:400] second", &cwd)).await.unwrap();
+        let first = subagents.start("pooled", request_in("[delay:400] first", &cwd)).await.unwrap();
+        let second = subagents.start("pooled", request_in("[delay:400] second", &cwd)).await.unwrap();
         let results = (first.result().await.unwrap().text(), second.result().await.unwrap().text());
         first.dispose().await.unwrap();
         second.dispose().await.unwrap();
@@ -172,7 +156,7 @@ fn idle_processes_beyond_size_are_reaped_and_size_stay_warm() {
     runtime.block_on(async move {
         let mut runs = Vec::new();
         for task in ["[delay:300] a", "[delay:300] b", "[delay:300] c"] {
-            runs.push(subagents.start("pooled", request(task, &cwd)).await.unwrap());
+            runs.push(subagents.start("pooled", request_in(task, &cwd)).await.unwrap());
         }
         for run in &runs {
             assert_eq!(run.result().await.unwrap().stop_reason, StopReason::Completed);
@@ -198,7 +182,7 @@ fn a_cancelled_run_leaves_its_pooled_process_idle_for_the_next_run() {
     let (subagents, _registration) = register(&runtime, pooled_agent(home.path(), cold_pool()));
     let (cwd, pooled) = (home.path().to_owned(), subagents.clone());
     let stop = runtime.block_on(async move {
-        let run = pooled.start("pooled", request("[slow] never finishes", &cwd)).await.unwrap();
+        let run = pooled.start("pooled", request_in("[slow] never finishes", &cwd)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
         run.cancel();
         let stop = run.result().await.unwrap().stop_reason;
@@ -232,7 +216,7 @@ fn a_prompt_unanswered_past_the_cancel_grace_retires_its_process() {
     let (subagents, _registration) = register(&runtime, deaf_agent(home.path()));
     let cwd = home.path().to_owned();
     let stop = runtime.block_on(async move {
-        let run = subagents.start("pooled", request("anything", &cwd)).await.unwrap();
+        let run = subagents.start("pooled", request_in("anything", &cwd)).await.unwrap();
         run.cancel();
         let stop = run.result().await.unwrap().stop_reason;
         run.dispose().await.unwrap();

@@ -1,8 +1,6 @@
 //! docs/contract.md §10.4, §10.5 tools and loop: every stop reason, tool validation, gates,
 //! filters, scoping, concurrency, cancellation, steering, persona.
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,6 +12,8 @@ use subagents::agent::{
     ToolOutput, ToolSpec, Toolset,
 };
 use subagents::{StopReason, ToolFilter};
+
+use crate::common::tool_results;
 
 fn scripted(steps: Vec<Step>) -> ScriptedModel {
     ScriptedModel::new().script(ScriptMatch::Any, steps).recording()
@@ -27,17 +27,6 @@ fn add_tool() -> impl Tool {
                "required": ["a", "b"], "additionalProperties": false}),
         |args| ToolOutput::ok((args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap()).to_string()),
     )
-}
-
-fn tool_results(agent: &Agent) -> Vec<(String, String, bool)> {
-    agent
-        .events()
-        .into_iter()
-        .filter_map(|event| match event {
-            SessionEvent::ToolResult { name, content, is_error, .. } => Some((name, content, is_error)),
-            _ => None,
-        })
-        .collect()
 }
 
 fn last_turn_end(agent: &Agent) -> Option<StopReason> {
@@ -103,7 +92,7 @@ async fn a_tool_call_round_trips_and_the_model_sees_its_result() {
     assert_eq!(outcome.stop_reason, StopReason::Completed);
     assert_eq!(outcome.output, "it is 5");
     assert_eq!(outcome.model_calls, 2);
-    assert_eq!(tool_results(&agent), vec![("add".into(), "5".into(), false)]);
+    assert_eq!(tool_results(&agent.events()), vec![("add".into(), "5".into(), false)]);
     let second = &model.requests()[1];
     assert!(matches!(second.messages.last(), Some(SessionEvent::ToolResult { content, .. }) if content == "5"));
     assert_eq!(second.tools[0].name, "add");
@@ -176,7 +165,7 @@ async fn cancelling_during_a_tool_leaves_no_call_without_a_result() {
     });
     let outcome = agent.prompt("do both").await;
     assert_eq!(outcome.stop_reason, StopReason::Aborted);
-    let results = tool_results(&agent);
+    let results = tool_results(&agent.events());
     assert_eq!(results.len(), 2, "each call has a result: {results:?}");
     assert!(results.iter().all(|(_, content, is_error)| *is_error && content.contains("not run")));
     assert_eq!(last_turn_end(&agent), Some(StopReason::Aborted));
@@ -202,7 +191,7 @@ async fn invalid_arguments_reach_the_model_as_a_tool_error_listing_each_violatio
     let agent = Agent::builder(model.clone()).tool(add_tool()).build().unwrap();
     let outcome = agent.prompt("add").await;
     assert_eq!(outcome.stop_reason, StopReason::Completed);
-    let results = tool_results(&agent);
+    let results = tool_results(&agent.events());
     let (_, error, is_error) = &results[0];
     assert!(is_error);
     assert!(error.contains("$.a"), "{error}");
@@ -216,7 +205,7 @@ async fn arguments_that_are_not_json_are_a_tool_error() {
     let model = scripted(vec![Step::tool_call("add", Value::String("{a: 1".into())), Step::text("gave up")]);
     let agent = Agent::builder(model).tool(add_tool()).build().unwrap();
     agent.prompt("add").await;
-    let (_, error, is_error) = &tool_results(&agent)[0];
+    let (_, error, is_error) = &tool_results(&agent.events())[0];
     assert!(*is_error && error.contains("not valid JSON"), "{error}");
 }
 
@@ -241,7 +230,7 @@ async fn a_gate_sees_and_denies_even_tool_names_the_model_invented() {
     let agent = Agent::builder(model).toolset(tools).build().unwrap();
     agent.prompt("go").await;
     assert_eq!(*seen.lock().unwrap(), ["delete_everything", "made_up", "add"]);
-    let results = tool_results(&agent);
+    let results = tool_results(&agent.events());
     assert!(results[0].1.contains("denied: destructive tools are not allowed"), "{:?}", results[0]);
     assert!(results[1].1.contains("no tool named \"made_up\"; available: add"), "{:?}", results[1]);
     assert_eq!(results[2], ("add".into(), "2".into(), false));
@@ -258,7 +247,7 @@ async fn a_filtered_tool_is_hidden_from_the_model_and_denied_when_called_anyway(
     agent.prompt("go").await;
     let names: Vec<_> = model.requests()[0].tools.iter().map(|t| t.name.clone()).collect();
     assert_eq!(names, ["add"]);
-    let (_, error, is_error) = &tool_results(&agent)[0];
+    let (_, error, is_error) = &tool_results(&agent.events())[0];
     assert!(*is_error && error.contains("\"slow\" is not available to this agent"), "{error}");
 }
 
@@ -272,8 +261,8 @@ async fn one_agents_tools_are_invisible_to_another() {
     let requests = model.requests();
     let for_without: Vec<_> = requests.iter().filter(|r| r.session_id == without.id()).collect();
     assert!(for_without.iter().all(|r| r.tools.is_empty()));
-    assert!(tool_results(&without)[0].1.contains("no tool named \"add\""));
-    assert_eq!(tool_results(&with_tool)[0].1, "2");
+    assert!(tool_results(&without.events())[0].1.contains("no tool named \"add\""));
+    assert_eq!(tool_results(&with_tool.events())[0].1, "2");
 }
 
 #[tokio::test]
@@ -291,7 +280,7 @@ async fn concurrent_tools_overlap_and_exclusive_tools_do_not() {
     let agent = Agent::builder(model).tool(exclusive).build().unwrap();
     agent.prompt("go").await;
     assert_eq!(peak.load(Ordering::SeqCst), 1);
-    assert_eq!(tool_results(&agent).len(), 3);
+    assert_eq!(tool_results(&agent.events()).len(), 3);
 }
 
 #[tokio::test]
@@ -308,7 +297,7 @@ async fn a_tool_that_ends_the_turn_stops_the_loop_and_later_calls_are_denied() {
     let outcome = agent.prompt("go").await;
     assert_eq!(outcome.stop_reason, StopReason::Completed);
     assert_eq!(outcome.model_calls, 1, "no model call after the turn ended");
-    let results = tool_results(&agent);
+    let results = tool_results(&agent.events());
     assert_eq!(results[0], ("add".into(), "2".into(), false), "calls before it run");
     assert_eq!(results[1], ("finish".into(), "captured".into(), false));
     assert!(results[2].2 && results[2].1.contains("already ended the turn"), "{:?}", results[2]);
@@ -321,7 +310,7 @@ async fn a_panicking_tool_is_a_tool_error_and_the_turn_goes_on() {
     let agent = Agent::builder(model).tool(boom).build().unwrap();
     let outcome = agent.prompt("go").await;
     assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "recovered"));
-    assert!(tool_results(&agent)[0].1.contains("failed unexpectedly"));
+    assert!(tool_results(&agent.events())[0].1.contains("failed unexpectedly"));
 }
 
 #[tokio::test]
@@ -349,7 +338,7 @@ async fn read_file_and_list_dir_stay_inside_the_working_directory() {
     ]);
     let agent = Agent::builder(model).cwd(cwd.path()).builtin_tools().build().unwrap();
     agent.prompt("look around").await;
-    let results = tool_results(&agent);
+    let results = tool_results(&agent.events());
     assert_eq!(results[0], ("read_file".into(), "inside".into(), false));
     assert_eq!(results[1].1, "inside");
     assert_eq!(results[2].1, "inside", "an absolute path under the cwd is fine");
@@ -442,6 +431,6 @@ fn tool_schemas_are_checked_when_added_compiled_on_demand_and_reported_to_the_mo
     let agent = Agent::builder(model).toolset(tools).build().unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(agent.prompt("go"));
-    let (_, error, is_error) = &tool_results(&agent)[0];
+    let (_, error, is_error) = &tool_results(&agent.events())[0];
     assert!(*is_error && error.contains("invalid parameter schema"), "{error}");
 }

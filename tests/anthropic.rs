@@ -3,7 +3,7 @@
 //! answers, tool use round trips, stop reasons, usage, retries, errors and
 //! every bound.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -430,29 +430,29 @@ async fn a_reasoning_effort_is_refused_rather_than_dropped() {
 
 #[test]
 fn the_spec_and_the_environment_configure_it() {
-    // The only test in this binary that touches these variables.
+    let mut environment = common::env::lock();
     assert_eq!(ModelSpec::parse("anthropic:claude-x").unwrap(), ModelSpec::Anthropic(Some("claude-x".into())));
     let refused = ModelSpec::parse("anthropic:").unwrap_err().to_string();
     for form in ["scripted", "openai:NAME", "openai-responses:NAME", "anthropic:NAME"] {
         assert!(refused.contains(form), "{refused}");
     }
-    std::env::set_var("ANTHROPIC_BASE_URL", "http://127.0.0.1:9");
-    std::env::set_var("ANTHROPIC_API_KEY", "sk-ant-env");
-    std::env::set_var("ANTHROPIC_MAX_TOKENS", "2048");
-    std::env::set_var("SUBAGENTS_MODEL_MAX_TOOL_CALLS", "16");
+    environment.set("ANTHROPIC_BASE_URL", "http://127.0.0.1:9");
+    environment.set("ANTHROPIC_API_KEY", "sk-ant-env");
+    environment.set("ANTHROPIC_MAX_TOKENS", "2048");
+    environment.set("SUBAGENTS_MODEL_MAX_TOOL_CALLS", "16");
     let config = AnthropicConfig::from_env_for(Some("claude-x")).unwrap();
     assert_eq!((config.base_url.as_str(), config.model.as_str()), ("http://127.0.0.1:9", "claude-x"));
     assert_eq!((config.api_key.as_deref(), config.max_tokens, config.max_tool_calls), (Some("sk-ant-env"), 2048, 16));
     assert!(!format!("{config:?}").contains("sk-ant-env"), "the key is redacted from Debug");
     let model = ModelSpec::parse("anthropic:claude-x").unwrap().build().unwrap();
     assert_eq!(model.name(), "anthropic:claude-x");
-    std::env::set_var("ANTHROPIC_MAX_TOKENS", "many");
+    environment.set("ANTHROPIC_MAX_TOKENS", "many");
     let refused = AnthropicConfig::from_env_for(Some("claude-x")).unwrap_err().to_string();
     assert!(refused.contains("ANTHROPIC_MAX_TOKENS must be a whole number"), "{refused}");
     for name in ["ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_MAX_TOKENS", "SUBAGENTS_MODEL_MAX_TOOL_CALLS"] {
-        std::env::remove_var(name);
+        environment.remove(name);
     }
-    std::env::remove_var("ANTHROPIC_MODEL");
+    environment.remove("ANTHROPIC_MODEL");
     assert!(matches!(AnthropicConfig::from_env(), Err(ModelError::Config(_))), "a model must be named");
     assert_eq!(AnthropicConfig::from_env_for(Some("m")).unwrap().base_url, "https://api.anthropic.com");
 }

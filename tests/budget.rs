@@ -4,7 +4,7 @@
 //! (`BUDGET_EXHAUSTED`), and a child out of tokens or time stops with its
 //! partial output.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -115,17 +115,6 @@ impl Tree {
     }
 }
 
-fn tool_results(agent: &Agent) -> Vec<String> {
-    agent
-        .events()
-        .into_iter()
-        .filter_map(|event| match event {
-            SessionEvent::ToolResult { content, .. } => Some(content),
-            _ => None,
-        })
-        .collect()
-}
-
 #[test]
 fn a_runaway_model_is_stopped_at_the_total_runs_limit_and_reads_the_refusal() {
     let tree = Tree::new(runaway(Duration::ZERO));
@@ -168,7 +157,8 @@ fn a_runaway_model_is_stopped_at_the_token_limit_with_max_tokens() {
     assert!((1..100).contains(&starts), "the tree stopped growing: {starts} runs");
     // The child that spent the last tokens stopped MaxTokens; its parent
     // read that, and stopped at its own next model call.
-    let results = tool_results(&root);
+    let results: Vec<String> =
+        common::tool_results(&root.events()).into_iter().map(|(_, content, _)| content).collect();
     assert!(
         results.iter().any(|r| r.contains("hit its token limit")) || results.is_empty(),
         "the root saw its child stop on the token limit: {results:?}"
@@ -224,7 +214,8 @@ fn concurrent_siblings_never_exceed_the_width() {
         }
     }
     assert!(peak <= 3, "at most three siblings ran at once: {peak}");
-    let results = tool_results(&root);
+    let results: Vec<String> =
+        common::tool_results(&root.events()).into_iter().map(|(_, content, _)| content).collect();
     let refused = results.iter().filter(|r| r.contains("budget exhausted: width 3 of 3 concurrent children")).count();
     assert_eq!(started + refused, 10, "every call was admitted or refused: {results:?}");
     assert!(refused >= 1, "ten at once cannot all fit in three");
@@ -446,7 +437,8 @@ fn an_agent_that_spends_the_tokens_mid_turn_stops_max_tokens_with_its_partial_ou
     // Cache tokens count: the budget charges what the outcome reports.
     assert_eq!(lease.tokens_used(), 120);
     assert_eq!((outcome.usage.tokens(), outcome.usage.cache_read_tokens, outcome.usage.model_calls), (120, 30, 2));
-    let results = tool_results(&agent);
+    let results: Vec<String> =
+        common::tool_results(&agent.events()).into_iter().map(|(_, content, _)| content).collect();
     assert_eq!(results.len(), 2, "the first call ran, the second got its result without running: {results:?}");
     assert!(results[1].starts_with("not run: the turn ended (max-tokens)"), "{results:?}");
 }

@@ -1,6 +1,6 @@
 //! docs/contract.md §7.9 chaos wrapper: seeded, reproducible faults at every stage.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,7 +7,6 @@
 
 #[path = "cli/batch.rs"]
 mod batch;
-mod common;
 #[path = "cli/durable.rs"]
 mod durable;
 #[path = "cli/input.rs"]
@@ -18,6 +17,8 @@ mod models;
 mod output;
 #[path = "cli/sessions.rs"]
 mod sessions;
+
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

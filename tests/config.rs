@@ -4,9 +4,10 @@
 //! them by name, `providers list|check`, and bad files refused with their
 //! place before anything starts; model routes in `routes.rs`.
 
-mod common;
 #[path = "config/routes.rs"]
 mod routes;
+
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -9,13 +9,14 @@
 //!   reply (a result or a JSON-RPC error) and never hang it; random lines
 //!   from a `process` or an ACP child end the parent's run cleanly.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::blocking::eventually;
 use common::runtime_at as runtime;
 use proptest::prelude::*;
 use subagents::agent::{SessionEvent, SessionStore};
@@ -47,17 +48,6 @@ fn serve(home: &Path) -> std::process::Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
-}
-
-fn wait_until(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    condition()
 }
 
 /// Every session under `home` loads (a torn last line is dropped; an
@@ -143,7 +133,7 @@ fn a_serve_child_whose_parent_vanishes_exits_on_its_own() {
     let (mut child, stdin, _stdout) = serve_thinking(home.path());
     std::thread::sleep(Duration::from_millis(100));
     drop(stdin); // the parent is gone
-    assert!(wait_until(Duration::from_secs(10), || child.try_wait().unwrap().is_some()), "the orphan kept running");
+    assert!(eventually(Duration::from_secs(10), || child.try_wait().unwrap().is_some()), "the orphan kept running");
     assert_eq!(sessions_reload(home.path()), 1);
     let (_, events) = SessionStore::new(home.path()).read(&first_session(home.path())).unwrap();
     assert_eq!(events.last(), Some(&SessionEvent::TurnEnd { reason: StopReason::Aborted }), "flushed on the way out");
@@ -159,11 +149,11 @@ fn a_serve_child_told_to_stop_by_a_signal_ends_its_turn_on_disk_and_exits_0() {
             let events = SessionStore::new(home.path()).read(&session).map(|(_, events)| events).unwrap_or_default();
             events.iter().any(|event| matches!(event, SessionEvent::User { .. }))
         };
-        assert!(wait_until(Duration::from_secs(10), prompted), "{name}: the turn took its prompt");
+        assert!(eventually(Duration::from_secs(10), prompted), "{name}: the turn took its prompt");
         let began = Instant::now();
         unsafe { libc::kill(child.id() as i32, signal) };
         // Stdin stays open: the signal alone ends it.
-        assert!(wait_until(Duration::from_secs(10), || child.try_wait().unwrap().is_some()), "{name}: still running");
+        assert!(eventually(Duration::from_secs(10), || child.try_wait().unwrap().is_some()), "{name}: still running");
         assert!(began.elapsed() < Duration::from_secs(3), "{name}: {:?}", began.elapsed());
         assert!(child.wait().unwrap().success(), "{name}");
         let (_, events) = SessionStore::new(home.path()).read(&session).unwrap();
@@ -219,7 +209,7 @@ fn kill_9_of_a_parent_process_mid_run_leaves_sessions_that_reload() {
         .spawn()
         .unwrap();
     let sessions = home.path().join("sessions");
-    assert!(wait_until(Duration::from_secs(20), || std::fs::read_dir(&sessions).map_or(0, |d| d.count()) >= 8));
+    assert!(eventually(Duration::from_secs(20), || std::fs::read_dir(&sessions).map_or(0, |d| d.count()) >= 8));
     parent.kill().unwrap(); // SIGKILL
     parent.wait().unwrap();
     assert!(sessions_reload_with(home.path(), false) >= 8);
@@ -239,7 +229,7 @@ fn serve_survives(lines: &[String]) -> Result<(), TestCaseError> {
             }
         }
     }
-    let exited = wait_until(Duration::from_secs(20), || child.try_wait().unwrap().is_some());
+    let exited = eventually(Duration::from_secs(20), || child.try_wait().unwrap().is_some());
     if !exited {
         let _ = child.kill();
     }
@@ -385,7 +375,7 @@ fn serve_replies(lines: &[&str]) -> Vec<String> {
             writeln!(stdin, "{line}").unwrap();
         }
     }
-    assert!(wait_until(Duration::from_secs(20), || child.try_wait().unwrap().is_some()), "serve hung");
+    assert!(eventually(Duration::from_secs(20), || child.try_wait().unwrap().is_some()), "serve hung");
     let mut output = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut output).unwrap();
     output.lines().map(str::to_owned).filter(|line| !line.contains(r#""method":"event""#)).collect()

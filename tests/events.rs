@@ -1,7 +1,7 @@
 //! docs/contract.md §5: lifecycle events — ordering, owned payloads, containment,
 //! slow listeners, per-parent filtering.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,8 +2,6 @@
 //! one step, so a directory swapped for a symbolic link to the outside
 //! while they run never leads a read out of the cwd.
 
-mod common;
-
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! docs/contract.md §6, §7.3–§7.5 (spawn, fork, in-process details), §8: in-process children
 //! through the public API.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -72,18 +72,6 @@ fn city_schema() -> Value {
         "required": ["city", "population"],
         "additionalProperties": false
     })
-}
-
-fn tool_results(events: &[SessionEvent]) -> Vec<(String, String, bool)> {
-    events
-        .iter()
-        .filter_map(|event| match event {
-            SessionEvent::ToolResult { name, content, is_error, .. } => {
-                Some((name.clone(), content.clone(), *is_error))
-            }
-            _ => None,
-        })
-        .collect()
 }
 
 fn child_agent(run: &subagents::Run) -> Agent {
@@ -202,7 +190,7 @@ fn a_filtered_tool_is_hidden_and_denied_even_when_the_model_calls_it() {
     });
     let visible: Vec<_> = model.requests()[0].tools.iter().map(|t| t.name.clone()).collect();
     assert_eq!(visible, ["list_dir"]);
-    let results = tool_results(&events);
+    let results = common::tool_results(&events);
     assert!(results[0].2 && results[0].1.contains("\"read_file\" is not available"), "{:?}", results[0]);
     assert!(!results[1].2, "the permitted tool ran");
 }
@@ -373,7 +361,7 @@ fn a_fork_taken_mid_turn_inherits_completed_turns_only_and_never_echoes_them() {
     );
     // The child answered with empty text: its result is empty, never the
     // seeded "noted: kiwi".
-    let child_result = tool_results(&model.requests().last().unwrap().messages);
+    let child_result = common::tool_results(&model.requests().last().unwrap().messages);
     assert_eq!(child_result[0], ("delegate".into(), String::new(), false));
 }
 
@@ -470,7 +458,7 @@ fn invalid_arguments_are_a_tool_error_and_the_model_retries_in_turn() {
     let (result, events, id) = fixture.runtime.block_on(async move { structured_run(&subagents, request).await });
     assert_eq!(result.structured, Some(json!({"city": "Oslo", "population": 700000})));
     assert_eq!(model.calls_for(&id), 2);
-    let results = tool_results(&events);
+    let results = common::tool_results(&events);
     assert!(results[0].2, "{:?}", results[0]);
     assert!(results[0].1.contains("$.city") && results[0].1.contains("population"), "{}", results[0].1);
     let turn_ends = events.iter().filter(|e| matches!(e, SessionEvent::TurnEnd { .. })).count();
@@ -495,7 +483,7 @@ fn calls_before_the_capture_run_and_calls_after_it_are_denied() {
     let request = fixture.request("capital of Italy").with_output_schema(city_schema());
     let (result, events, _) = fixture.runtime.block_on(async move { structured_run(&subagents, request).await });
     assert_eq!(result.structured, Some(json!({"city": "Rome", "population": 2800000})));
-    let results = tool_results(&events);
+    let results = common::tool_results(&events);
     assert_eq!(results[0], ("read_file".into(), "facts".into(), false));
     assert!(!results[1].2);
     assert!(results[2].2 && results[2].1.contains("already ended the turn"), "{:?}", results[2]);

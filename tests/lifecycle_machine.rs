@@ -11,8 +11,6 @@
 //!
 //! `PROPTEST_CASES=500 cargo test --test lifecycle_machine` runs deeper.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,8 +3,6 @@
 //!
 //! Run with `--nocapture` to see the figures.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,6 @@
 //!
 //! `mcp/support.rs` holds the two clients.
 
-mod common;
 #[path = "mcp/lifecycle.rs"]
 mod lifecycle;
 #[path = "mcp/lines.rs"]
@@ -17,15 +16,19 @@ mod support;
 #[path = "mcp/tools.rs"]
 mod tools;
 
+use crate::common;
+
 use std::time::{Duration, Instant};
 
+use common::eventually;
+use common::line_peer::ANSWER_WITHIN;
 use rmcp::model::CancelledNotificationParam;
 use rmcp::service::ServiceError;
 use serde_json::{json, Value};
 use subagents::agent::SessionEvent;
 use subagents::schema::CompiledSchema;
 use subagents::StopReason;
-use support::{answer, code_and_id, eventually, serve_children, sessions, slow_call, text, Raw, Served, ANSWER_WITHIN};
+use support::{answer, code_and_id, serve_children, sessions, slow_call, text, Raw, Served};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn initialize_advertises_tools_and_lists_four_with_valid_object_schemas() {

@@ -2,9 +2,10 @@
 //! rmcp's server side (this binary re-executed, see `mcp_tools/stand_in.rs`)
 //! mounted by in-process providers, through the config and the library.
 
-mod common;
 #[path = "mcp_tools/stand_in.rs"]
 mod stand_in;
+
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! docs/contract.md §10.3 the OpenAI-compatible adapter, against a loopback HTTP server
 //! started inside each test (no network).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -261,12 +261,12 @@ async fn an_unreachable_endpoint_and_a_silent_one_fail_without_hanging() {
 
 #[test]
 fn configuration_and_bounds_come_from_the_environment_and_bad_values_are_refused() {
-    // The only test in this binary that touches these variables.
-    std::env::remove_var("SUBAGENTS_MODEL");
+    let mut environment = common::env::lock();
+    environment.remove("SUBAGENTS_MODEL");
     assert!(matches!(OpenAiConfig::from_env(), Err(ModelError::Config(_))));
-    std::env::set_var("SUBAGENTS_MODEL", "deepseek-chat");
-    std::env::set_var("SUBAGENTS_BASE_URL", "http://127.0.0.1:9/v1");
-    std::env::set_var("SUBAGENTS_API_KEY", "sk-env");
+    environment.set("SUBAGENTS_MODEL", "deepseek-chat");
+    environment.set("SUBAGENTS_BASE_URL", "http://127.0.0.1:9/v1");
+    environment.set("SUBAGENTS_API_KEY", "sk-env");
     let config = OpenAiConfig::from_env().unwrap();
     assert_eq!((config.model.as_str(), config.base_url.as_str()), ("deepseek-chat", "http://127.0.0.1:9/v1"));
     assert_eq!(config.api_key.as_deref(), Some("sk-env"));
@@ -286,7 +286,7 @@ fn configuration_and_bounds_come_from_the_environment_and_bad_values_are_refused
         ("SUBAGENTS_MODEL_MAX_TOKENS", "512"),
     ];
     for (name, value) in bounds {
-        std::env::set_var(name, value);
+        environment.set(name, value);
     }
     let config = OpenAiConfig::from_env().unwrap();
     assert_eq!(
@@ -301,15 +301,15 @@ fn configuration_and_bounds_come_from_the_environment_and_bad_values_are_refused
         "the environment-configured route takes rate limits too"
     );
     assert_eq!(OpenAiModel::new(config).unwrap().limiter().limits(), limits);
-    std::env::set_var("SUBAGENTS_MODEL_MAX_TOOL_CALLS", "lots");
+    environment.set("SUBAGENTS_MODEL_MAX_TOOL_CALLS", "lots");
     let refused = OpenAiConfig::from_env().unwrap_err().to_string();
     assert!(refused.contains("SUBAGENTS_MODEL_MAX_TOOL_CALLS must be a whole number"), "{refused}");
-    std::env::set_var("SUBAGENTS_MODEL_MAX_TOOL_CALLS", "16");
-    std::env::set_var("SUBAGENTS_MODEL_DEADLINE_SECS", "0");
+    environment.set("SUBAGENTS_MODEL_MAX_TOOL_CALLS", "16");
+    environment.set("SUBAGENTS_MODEL_DEADLINE_SECS", "0");
     let refused = OpenAiModel::new(OpenAiConfig::from_env().unwrap()).unwrap_err().to_string();
     assert!(refused.contains("call_deadline is 0"), "a bound that fails every call is refused: {refused}");
     for name in ["SUBAGENTS_MODEL", "SUBAGENTS_BASE_URL", "SUBAGENTS_API_KEY"].into_iter().chain(bounds.map(|b| b.0)) {
-        std::env::remove_var(name);
+        environment.remove(name);
     }
     assert!(matches!(OpenAiModel::new(OpenAiConfig::new("ftp://x", "m")), Err(ModelError::Config(_))));
 }

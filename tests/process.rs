@@ -2,12 +2,12 @@
 //! serve`) and small shell children for the dispose ladder and hostile
 //! output. After every test no child process is left.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{lifecycle, no_children_left, no_process_mentions, runtime_at as runtime};
+use common::{lifecycle, no_children_left, no_process_mentions, request_in, runtime_at as runtime};
 use subagents::providers::{ProcessConfig, ProcessProvider};
 use subagents::{AgentOptions, CancellationToken, Category, Parent, StartRequest, StopReason};
 
@@ -36,10 +36,6 @@ fn handshake_then(then: &str) -> String {
     )
 }
 
-fn request(prompt: &str, cwd: &Path) -> StartRequest {
-    StartRequest::new(prompt, Parent::root(cwd), CancellationToken::new())
-}
-
 #[test]
 fn our_own_binary_serves_a_run_and_its_in_process_grandchildren() {
     let home = tempfile::tempdir().unwrap();
@@ -48,11 +44,11 @@ fn our_own_binary_serves_a_run_and_its_in_process_grandchildren() {
     subagents.register_provider(ProcessProvider::new(config("process", home.path())).unwrap()).unwrap().keep();
     let info = subagents.get_provider("process").unwrap();
     assert!(info.capabilities.agent_options && !info.capabilities.persona && !info.capabilities.output_schema);
-    let plain = lifecycle(&runtime, &subagents, "process", request("summarise the log", home.path()));
+    let plain = lifecycle(&runtime, &subagents, "process", request_in("summarise the log", home.path()));
     assert_eq!((plain.stop_reason, plain.text()), (StopReason::Completed, "handled: summarise the log".to_owned()));
     // What the child's turn spent crossed the wire with its end.
     assert!(plain.usage.input_tokens > 0 && plain.usage.model_calls >= 1, "{:?}", plain.usage);
-    let nested = lifecycle(&runtime, &subagents, "process", request("check a; check b", home.path()));
+    let nested = lifecycle(&runtime, &subagents, "process", request_in("check a; check b", home.path()));
     assert_eq!(nested.stop_reason, StopReason::Completed);
     assert!(
         nested.text().contains("- handled: check a") && nested.text().contains("- handled: check b"),
@@ -77,10 +73,11 @@ fn start_time_features_other_than_the_route_are_refused_and_a_bad_route_is_reape
     let (persona, route, bad_cwd, cancelled) = runtime.block_on({
         let subagents = subagents.clone();
         async move {
-            let persona = subagents.start("process", request("x", &cwd).with_persona("terse")).await.unwrap_err();
+            let persona = subagents.start("process", request_in("x", &cwd).with_persona("terse")).await.unwrap_err();
             let unknown = AgentOptions { provider: Some("nowhere".into()), ..Default::default() };
-            let route = subagents.start("process", request("x", &cwd).with_agent_options(unknown)).await.unwrap_err();
-            let bad_cwd = subagents.start("process", request("x", Path::new("relative/dir"))).await.unwrap_err();
+            let route =
+                subagents.start("process", request_in("x", &cwd).with_agent_options(unknown)).await.unwrap_err();
+            let bad_cwd = subagents.start("process", request_in("x", Path::new("relative/dir"))).await.unwrap_err();
             let signal = CancellationToken::new();
             signal.cancel();
             let cancelled =
@@ -118,8 +115,8 @@ fn patches_are_checked_at_construction_and_applied_in_order() {
     subagents.register_provider(ProcessProvider::new(patched).unwrap()).unwrap().keep();
     subagents.register_provider(ProcessProvider::new(config("plain", home.path())).unwrap()).unwrap().keep();
     let prompt = "list the files here";
-    let patched = lifecycle(&runtime, &subagents, "patched", request(prompt, home.path()));
-    let plain = lifecycle(&runtime, &subagents, "plain", request(prompt, home.path()));
+    let patched = lifecycle(&runtime, &subagents, "patched", request_in(prompt, home.path()));
+    let plain = lifecycle(&runtime, &subagents, "plain", request_in(prompt, home.path()));
     assert_eq!(patched.text(), format!("handled: {prompt}"), "no list_dir after the second patch");
     assert!(plain.text().starts_with("Done:"), "the default profile lists the directory: {}", plain.text());
     no_children_left(&runtime);
@@ -153,7 +150,7 @@ fn the_dispose_ladder_stops_each_kind_of_child_at_its_tier() {
             let subagents = subagents.clone();
             let cwd = home.path().to_path_buf();
             async move {
-                let run = subagents.start(name, request("wait", &cwd)).await.unwrap();
+                let run = subagents.start(name, request_in("wait", &cwd)).await.unwrap();
                 run.cancel();
                 let result = run.result().await.unwrap();
                 assert_eq!(result.stop_reason, StopReason::Aborted, "a child that ignores cancel still settles");
@@ -178,7 +175,7 @@ fn a_child_that_dies_before_the_handshake_is_a_startup_failure() {
     shell_child(&mut config, home.path(), "dies", "exit 3");
     subagents.register_provider(ProcessProvider::new(config).unwrap()).unwrap().keep();
     let cwd = home.path().to_path_buf();
-    let error = runtime.block_on(async move { subagents.start("dies", request("x", &cwd)).await.unwrap_err() });
+    let error = runtime.block_on(async move { subagents.start("dies", request_in("x", &cwd)).await.unwrap_err() });
     assert_eq!(error.code(), "STARTUP_FAILED");
     assert!(error.to_string().contains("child-crashed"), "{error}");
     no_children_left(&runtime);
@@ -233,7 +230,7 @@ fn hostile_output_is_a_clear_error_with_bounded_memory() {
         config.dispose_grace = Duration::from_millis(200);
         subagents.register_provider(ProcessProvider::new(config).unwrap()).unwrap().keep();
         let began = Instant::now();
-        let result = lifecycle(&runtime, &subagents, name, request("go", home.path()));
+        let result = lifecycle(&runtime, &subagents, name, request_in("go", home.path()));
         assert!(began.elapsed() < Duration::from_secs(20), "{name} hung");
         assert_eq!(result.stop_reason, StopReason::Error, "{name}");
         assert_eq!(result.diagnostic.unwrap().category, category, "{name}");
@@ -248,8 +245,8 @@ fn hostile_output_is_a_clear_error_with_bounded_memory() {
 fn a_child_gets_the_allowlist_inherit_env_and_explicit_env_and_no_credential() {
     let home = tempfile::tempdir().unwrap();
     let report = home.path().join("env.txt");
-    // Only this test in this binary sets these variables: credentials whose
-    // names a word scrub misses, and ones it catches.
+    // Credentials whose names a word scrub misses, and ones it catches.
+    let mut environment = common::env::lock();
     for name in [
         "SUBAGENTS_TEST_API_KEY",
         "Db_Password",
@@ -262,11 +259,11 @@ fn a_child_gets_the_allowlist_inherit_env_and_explicit_env_and_no_credential() {
         "SLACK_WEBHOOK_URL",
         "SUBAGENTS_TEST_SECRET_LISTED",
     ] {
-        std::env::set_var(name, "do-not-leak");
+        environment.set(name, "do-not-leak");
     }
-    std::env::set_var("SUBAGENTS_TEST_PLAIN", "fine");
-    std::env::set_var("SUBAGENTS_TEST_NOT_LISTED", "do-not-leak");
-    std::env::set_var("LC_SUBAGENTS_TEST", "locale");
+    environment.set("SUBAGENTS_TEST_PLAIN", "fine");
+    environment.set("SUBAGENTS_TEST_NOT_LISTED", "do-not-leak");
+    environment.set("LC_SUBAGENTS_TEST", "locale");
     let mut config = config("env", home.path());
     shell_child(&mut config, home.path(), "env", &handshake_then("env > \"$REPORT\"\ncat > /dev/null"));
     config.env = vec![("REPORT".into(), report.display().to_string()), ("EXPLICIT_TOKEN".into(), "given".into())];
@@ -278,7 +275,7 @@ fn a_child_gets_the_allowlist_inherit_env_and_explicit_env_and_no_credential() {
     subagents.register_provider(ProcessProvider::new(config).unwrap()).unwrap().keep();
     let cwd = home.path().to_path_buf();
     runtime.block_on(async move {
-        let run = subagents.start("env", request("x", &cwd)).await.unwrap();
+        let run = subagents.start("env", request_in("x", &cwd)).await.unwrap();
         run.cancel();
         run.dispose().await.unwrap();
     });

@@ -3,7 +3,7 @@
 //! `retry-after` beyond, counting what it answered), and spawn runs on an
 //! `openai-chat` route whose limiter every run shares.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -2,13 +2,14 @@
 //! every run stopped under it (in process, across the `serve` wire) and the
 //! processes reaped, and says which branch is unknown rather than guessing.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::blocking::wait_until;
 use common::{no_children_left, no_process_mentions, runtime_at};
 use serde_json::json;
 use subagents::agent::{ScriptMatch, ScriptedModel, Step, Toolset};
@@ -38,14 +39,6 @@ fn delegate(subagents: &Subagents, name: &str, provider: &str, max_depth: MaxDep
 fn sessions_with_a_turn(home: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(home.join("sessions")) else { return 0 };
     entries.flatten().filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.lines().count() >= 2)).count()
-}
-
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WITHIN;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn runs(branches: &[Branch]) -> Vec<&Receipt> {
@@ -116,7 +109,7 @@ fn a_tree_of_spawn_fork_and_process_children_cancelled_from_the_top_lists_every_
         .unwrap();
     // Every run is live: top, MID, LEAF and the process run here; the served
     // session and its two `[slow]` runs in the child.
-    wait_until("the tree is live", || {
+    wait_until(WITHIN, "the tree is live", || {
         runtime.live().runs == 4 && sessions_with_a_turn(&home.path().join("children")) == 3
     });
 
@@ -237,7 +230,7 @@ fn fanout_says_how_many_descendants_ctrl_c_stopped() {
         .spawn()
         .unwrap();
     // The task's run and its two children have each begun a turn.
-    wait_until("both descendants are running", || sessions_with_a_turn(&home.path().join("home")) == 3);
+    wait_until(WITHIN, "both descendants are running", || sessions_with_a_turn(&home.path().join("home")) == 3);
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
     let interrupted = Instant::now();
     while child.try_wait().unwrap().is_none() {

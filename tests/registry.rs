@@ -1,7 +1,7 @@
 //! docs/contract.md §3: the registry — registration, lookup, and `start`'s checks in
 //! their stated order, each failing before any child exists.
 
-mod common;
+use crate::common;
 
 use common::{request, request_with, runtime};
 use serde_json::json;

@@ -14,7 +14,6 @@
 mod bounds;
 #[path = "remote/cancel.rs"]
 mod cancel;
-mod common;
 #[path = "remote/faults.rs"]
 mod faults;
 #[path = "remote/reattach.rs"]
@@ -22,17 +21,16 @@ mod reattach;
 #[path = "remote/support.rs"]
 mod support;
 
+use crate::common;
+
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{runtime_at, Within, WAIT_LIMIT};
+use common::blocking::eventually;
+use common::{request, runtime_at, Within, WAIT_LIMIT};
 use subagents::{CancellationToken, Parent, ProgressUpdate, StartRequest, StopReason, SubagentEvent};
-use support::{one_at_a_time, provider, wire_id, Look, Server, Worker};
-
-fn request(prompt: &str) -> StartRequest {
-    StartRequest::new(prompt, Parent::root("/tmp"), CancellationToken::new())
-}
+use support::{caller, one_at_a_time, provider, wire_id, Look, Server, Worker};
 
 #[test]
 fn two_workers_share_fifty_runs_and_each_settles_once_with_its_worker_session() {
@@ -41,9 +39,8 @@ fn two_workers_share_fifty_runs_and_each_settles_once_with_its_worker_session() 
     let server = Server::start(dir.path());
     let workers =
         [Worker::start(dir.path(), &server.url(), "w1", &[]), Worker::start(dir.path(), &server.url(), "w2", &[])];
-    let runtime = runtime_at(&dir.path().join("caller"));
+    let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
-    subagents.register_provider(provider(&server.url())).unwrap().keep();
     let progress: Arc<Mutex<Vec<ProgressUpdate>>> = Arc::default();
     let _listener = subagents.add_listener({
         let progress = progress.clone();
@@ -134,9 +131,8 @@ fn a_start_while_the_broker_is_down_fails_startup_with_a_safe_diagnostic() {
     let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path());
-    let runtime = runtime_at(&dir.path().join("caller"));
+    let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
-    subagents.register_provider(provider(&server.url())).unwrap().keep();
     server.kill();
     let started = std::time::Instant::now();
     let error = runtime
@@ -159,9 +155,8 @@ fn start_time_features_cross_the_wire_and_the_worker_enforces_them() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
-    let runtime = runtime_at(&dir.path().join("caller"));
+    let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
-    subagents.register_provider(provider(&server.url())).unwrap().keep();
     // A provider that says its workers enforce only the route refuses the rest.
     let mut narrow = support::config(&server.url());
     narrow.name = "narrow".to_owned();
@@ -301,9 +296,8 @@ fn sigterm_drains_a_worker_its_live_run_finishes_and_it_exits_zero() {
     let server = Server::start(dir.path());
     let look = Look::new(&server.url());
     let mut worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
-    let runtime = runtime_at(&dir.path().join("caller"));
+    let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
-    subagents.register_provider(provider(&server.url())).unwrap().keep();
     let (quick, slow) = runtime.within(WAIT_LIMIT, "the quick and slow runs to start", {
         let subagents = subagents.clone();
         async move {
@@ -312,13 +306,13 @@ fn sigterm_drains_a_worker_its_live_run_finishes_and_it_exits_zero() {
             (quick, slow)
         }
     });
-    assert!(support::wait_until(Duration::from_secs(5), || look.live("default") == 2));
+    assert!(eventually(Duration::from_secs(5), || look.live("default") == 2));
     // The drain grace (2 s) lets the quick run finish and hands the slow one back.
     let status = worker.terminate(Duration::from_secs(10)).expect("the worker exits after draining");
     assert!(status.success(), "{status:?}: {}", worker.log());
     assert!(worker.log().contains("1 results written, 1 handed back"), "{}", worker.log());
     let replacement = Worker::start(dir.path(), &server.url(), "w2", &[]);
-    assert!(support::wait_until(Duration::from_secs(5), || look.live("default") == 1), "the slow run was handed on");
+    assert!(eventually(Duration::from_secs(5), || look.live("default") == 1), "the slow run was handed on");
     let (quick_result, slow_result) =
         runtime.within(WAIT_LIMIT, "the quick and the handed-on slow run to settle", async move {
             let quick_result = quick.result().await.unwrap();
@@ -340,9 +334,8 @@ fn a_remote_child_inherits_what_is_left_of_its_budget() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
-    let runtime = runtime_at(&dir.path().join("caller"));
+    let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
-    subagents.register_provider(provider(&server.url())).unwrap().keep();
     // The remote child takes one of the three runs; the worker lets it
     // start two more below it, and refuses the third part.
     let budget = subagents::Budget::new().with_runs(3).with_depth(2);
@@ -363,9 +356,8 @@ fn a_worker_runs_its_runs_on_a_provider_of_its_configuration_file() {
     std::fs::write(&file, "[providers.cheap]\nkind = \"spawn\"\n\n[providers.echo]\nkind = \"mock\"\nreply = \"echoed: \"\necho_prompt = true\n").unwrap();
     let config = file.display().to_string();
     let _worker = Worker::start(dir.path(), &server.url(), "w1", &["--config", &config, "--provider", "echo"]);
-    let runtime = runtime_at(&dir.path().join("caller"));
+    let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
-    subagents.register_provider(provider(&server.url())).unwrap().keep();
     let result = runtime.within(WAIT_LIMIT, "a remote run on the configured provider", {
         let subagents = subagents.clone();
         async move {

@@ -1,8 +1,6 @@
 //! docs/contract.md §10.3 replay: tapes recorded around any model replay nested parent →
 //! child runs, binding live sessions to recorded ones in first-call order.
 
-mod common;
-
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;

@@ -3,7 +3,7 @@
 //! answers, function call round trips, endings, usage, retries, errors and
 //! every bound.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -379,13 +379,13 @@ async fn keep_alive_comments_forever_end_at_the_call_deadline() {
 
 #[test]
 fn the_spec_takes_the_openai_environment() {
-    // The only test in this binary that touches these variables.
+    let mut environment = common::env::lock();
     let spec = ModelSpec::parse("openai-responses:gpt-x").unwrap();
     assert_eq!(spec, ModelSpec::OpenAiResponses(Some("gpt-x".into())));
     assert_eq!((spec.route_provider(), spec.model_name()), (Some("openai-responses"), Some("gpt-x")));
     assert!(ModelSpec::parse("openai-responses:").is_err());
-    std::env::set_var("SUBAGENTS_BASE_URL", "http://127.0.0.1:9/v1");
+    environment.set("SUBAGENTS_BASE_URL", "http://127.0.0.1:9/v1");
     let model = spec.build().unwrap();
     assert_eq!(model.name(), "openai-responses:gpt-x");
-    std::env::remove_var("SUBAGENTS_BASE_URL");
+    environment.remove("SUBAGENTS_BASE_URL");
 }

@@ -1,6 +1,6 @@
 //! docs/contract.md §4: ownership, cancellation, faults and quiescence of one run.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! The runtime: foreign callers, caller code on workers, fan-out leak
 //! accounting, and phased bounded shutdown.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

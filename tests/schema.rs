@@ -1,7 +1,5 @@
 //! docs/contract.md §8: the structured-output schema subset.
 
-mod common;
-
 use serde_json::json;
 use subagents::schema::check_subset;
 

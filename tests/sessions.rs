@@ -1,8 +1,6 @@
 //! docs/contract.md §10.1 sessions: append-only JSON lines, each event written as appended,
 //! torn last lines dropped, depth never lowered on resume.
 
-mod common;
-
 use std::io::Write;
 
 use subagents::agent::{Agent, ScriptedModel, SessionError, SessionEvent, SessionHeader, SessionStore, Step};

@@ -1,11 +1,10 @@
 //! docs/contract.md §9: the model-facing subagent tool and background tasks, driven by
 //! agents on the scripted model.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::tool_results;
 use serde_json::{json, Value};
 use subagents::agent::{Agent, ScriptMatch, ScriptedModel, SessionEvent, Step, ToolError, Toolset};
 use subagents::providers::{InProcessProvider, MockProvider};
@@ -37,17 +36,6 @@ fn parent(model: ScriptedModel, tools: Vec<Arc<dyn subagents::agent::Tool>>) -> 
     builder.build().unwrap()
 }
 
-fn tool_results(agent: &Agent) -> Vec<(String, bool)> {
-    agent
-        .events()
-        .into_iter()
-        .filter_map(|event| match event {
-            SessionEvent::ToolResult { content, is_error, .. } => Some((content, is_error)),
-            _ => None,
-        })
-        .collect()
-}
-
 fn mount(
     subagents: &Subagents,
     config: SubagentToolConfig,
@@ -69,7 +57,7 @@ fn a_foreground_run_returns_its_output_and_is_disposed() {
         async move { agent.prompt("go").await }
     });
     assert_eq!(outcome.stop_reason, StopReason::Completed);
-    let (content, is_error) = &tool_results(&agent)[0];
+    let (_, content, is_error) = &tool_results(&agent.events())[0];
     assert!(!is_error);
     let value: Value = serde_json::from_str(content).unwrap();
     assert_eq!(value["kind"], "foreground");
@@ -97,7 +85,8 @@ fn each_non_completed_stop_is_a_tool_error_with_its_text() {
             let agent = agent.clone();
             async move { agent.prompt("go").await }
         });
-        assert_eq!(tool_results(&agent)[0], (text.to_owned(), true), "{reason}");
+        let (_, content, is_error) = tool_results(&agent.events()).remove(0);
+        assert_eq!((content, is_error), (text.to_owned(), true), "{reason}");
     }
     assert!(runtime.live().is_quiescent());
 }
@@ -209,7 +198,8 @@ fn tool_names_are_unique_and_several_providers_can_be_exposed_at_once() {
         let agent = agent.clone();
         async move { agent.prompt("go").await }
     });
-    let outputs: Vec<Value> = tool_results(&agent).iter().map(|(c, _)| serde_json::from_str(c).unwrap()).collect();
+    let outputs: Vec<Value> =
+        tool_results(&agent.events()).iter().map(|(_, c, _)| serde_json::from_str(c).unwrap()).collect();
     assert_eq!(outputs[0]["output"], "from fast");
     assert_eq!(outputs[1]["output"], "from careful");
 }
@@ -248,7 +238,7 @@ fn max_depth_zero_forbids_delegation_with_a_clear_tool_error() {
         let agent = agent.clone();
         async move { agent.prompt("go").await }
     });
-    let (error, is_error) = &tool_results(&agent)[0];
+    let (_, error, is_error) = &tool_results(&agent.events())[0];
     assert!(*is_error && error.contains("depth 1") && error.contains("max_depth 0"), "{error}");
 }
 
@@ -274,7 +264,7 @@ fn a_background_run_returns_a_task_id_at_once_and_is_collected_later() {
         async move { agent.prompt("go").await }
     });
     assert!(started.elapsed() < Duration::from_millis(300), "the turn did not wait for the run");
-    let value: Value = serde_json::from_str(&tool_results(&agent)[0].0).unwrap();
+    let value: Value = serde_json::from_str(&tool_results(&agent.events())[0].1).unwrap();
     assert_eq!(value["kind"], "background");
     let task_id = value["task_id"].as_str().unwrap().to_owned();
     let owner = agent.id().to_owned();
@@ -323,10 +313,10 @@ fn killing_a_background_task_stops_its_run_and_other_sessions_cannot() {
         let agent = agent.clone();
         async move { agent.prompt("go").await }
     });
-    let results = tool_results(&agent);
-    assert!(results[1].0.contains("\"status\":\"running\""), "{}", results[1].0);
-    assert!(results[2].0.contains("\"outcome\":\"requested\""), "{}", results[2].0);
-    let final_state: Value = serde_json::from_str(&results[3].0).unwrap();
+    let results = tool_results(&agent.events());
+    assert!(results[1].1.contains("\"status\":\"running\""), "{}", results[1].1);
+    assert!(results[2].1.contains("\"outcome\":\"requested\""), "{}", results[2].1);
+    let final_state: Value = serde_json::from_str(&results[3].1).unwrap();
     assert_eq!(final_state["status"], "killed");
     assert!(final_state["error"].as_str().unwrap().contains("no longer needed"));
     assert!(runtime.live().is_quiescent(), "the killed run was disposed: {:?}", runtime.live());
@@ -343,7 +333,8 @@ fn killing_a_background_task_stops_its_run_and_other_sessions_cannot() {
         let stranger = stranger.clone();
         async move { stranger.prompt("go").await }
     });
-    assert_eq!(tool_results(&stranger)[0], ("no task \"task-1\" for this session".to_owned(), true));
+    let (_, content, is_error) = tool_results(&stranger.events()).remove(0);
+    assert_eq!((content, is_error), ("no task \"task-1\" for this session".to_owned(), true));
 }
 
 #[test]

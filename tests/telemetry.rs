@@ -3,7 +3,7 @@
 //! parent links), and the binary's OTLP/HTTP export to a stand-in
 //! collector on loopback.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -54,7 +54,14 @@ fn a_delegating_spawn_run_exports_a_tree_of_invoke_agent_chat_and_execute_tool_s
     });
     runtime.shutdown_blocking();
     provider.force_flush().unwrap();
+    // The subscriber is global and other tests of this binary run beside
+    // this one: keep the spans of this run's trace.
     let spans = exporter.get_finished_spans().unwrap();
+    let trace = spans
+        .iter()
+        .find(|s| s.name.starts_with("invoke_agent ") && attribute(s, "gen_ai.agent.id") == Some(run_id.to_string()))
+        .map(|root| root.span_context.trace_id());
+    let spans: Vec<SpanData> = spans.into_iter().filter(|s| Some(s.span_context.trace_id()) == trace).collect();
     let named = |prefix: &str| spans.iter().filter(|s| s.name.starts_with(prefix)).collect::<Vec<_>>();
 
     let agents = named("invoke_agent ");

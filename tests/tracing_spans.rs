@@ -3,8 +3,6 @@
 //! warning says which run wrote it; and at debug each run says when it
 //! started and how it ended.
 
-mod common;
-
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;

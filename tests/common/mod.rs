@@ -1,10 +1,17 @@
-//! Helpers shared by the integration tests, and the watchdog that every test
-//! binary including this module runs: waits on runs, processes and brokers
-//! have bounds of their own ([`Within`], [`output_within`], `eventually`);
-//! the watchdog ends a binary that runs past [`BINARY_LIMIT`] anyway, naming
-//! the tests still running, so no wait without a bound can hang the suite.
+//! The one home of the integration tests' helpers, and the watchdog that
+//! every test binary runs. Each binary is a `suite_*.rs` root that names
+//! this module once and its test files as modules (see `suite_core.rs`);
+//! a helper two files need lives here, not beside them.
+//!
+//! Waits on runs, processes and brokers have bounds of their own
+//! ([`Within`], [`output_within`], [`eventually`], [`blocking`]); the
+//! watchdog ends a binary in which no test starts or ends for
+//! [`STALL_LIMIT`], or that runs past [`BINARY_LIMIT`], naming the tests
+//! still running, so no wait without a bound can hang the suite.
 #![allow(dead_code)]
 
+pub mod env;
+pub mod line_peer;
 pub mod loopback;
 
 use std::path::Path;
@@ -32,6 +39,11 @@ pub fn request_with(prompt: &str, signal: CancellationToken) -> StartRequest {
     StartRequest::new(prompt, Parent::root("/tmp"), signal)
 }
 
+/// A request whose parent works in `cwd`.
+pub fn request_in(prompt: &str, cwd: &Path) -> StartRequest {
+    StartRequest::new(prompt, Parent::root(cwd), CancellationToken::new())
+}
+
 /// Poll `condition` until it holds or `within` passes.
 pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + within;
@@ -42,6 +54,44 @@ pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     condition()
+}
+
+/// The same waits for tests that hold no async context: they block the
+/// test's thread between polls.
+pub mod blocking {
+    use std::time::{Duration, Instant};
+
+    /// Poll `condition` until it holds or `within` passes.
+    pub fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if condition() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        condition()
+    }
+
+    /// Poll `condition` until it holds, or fail the test after `within`
+    /// saying what it waited for.
+    pub fn wait_until(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+        assert!(eventually(within, &mut condition), "waited {within:?} for {what}");
+    }
+}
+
+/// Each tool result among `events`, in order, as `(tool, content, is_error)`.
+#[cfg(feature = "agent")]
+pub fn tool_results(events: &[subagents::agent::SessionEvent]) -> Vec<(String, String, bool)> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            subagents::agent::SessionEvent::ToolResult { name, content, is_error, .. } => {
+                Some((name.clone(), content.clone(), *is_error))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Live (non-zombie) processes whose command line mentions `marker`, as
@@ -165,9 +215,16 @@ pub fn output_within(command: &mut std::process::Command, limit: Duration, what:
     std::process::Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
 }
 
-/// The longest one test binary may run: far past the slowest binary on a
-/// loaded two-core machine (about a minute), far short of a hang.
-pub const BINARY_LIMIT: Duration = Duration::from_secs(600);
+/// The longest a test binary may go without a thread starting or ending
+/// (each test runs on a thread of its own): far past the slowest test on a
+/// loaded two-core machine, far short of a hang. A binary holds many
+/// files' tests, so its whole run is not the bound; a hung test stops the
+/// churn once its neighbours are done.
+pub const STALL_LIMIT: Duration = Duration::from_secs(600);
+
+/// The longest one test binary may run at all, the backstop for a hang
+/// that keeps starting threads.
+pub const BINARY_LIMIT: Duration = Duration::from_secs(3600);
 
 // Runs `start_watchdog` as the binary loads, before the test harness's main,
 // so every test binary that includes this module is watched without any
@@ -179,26 +236,45 @@ static START_WATCHDOG: extern "C" fn() = start_watchdog;
 
 extern "C" fn start_watchdog() {
     let _ = std::thread::Builder::new().name("watchdog".into()).spawn(|| {
-        std::thread::sleep(BINARY_LIMIT);
-        eprintln!(
-            "this test binary ran past {BINARY_LIMIT:?}, so some wait has no bound; still running \
-             (test names, cut to 15 characters): {:?}",
-            running_tests()
-        );
-        std::process::exit(101);
+        let started = std::time::Instant::now();
+        let (mut running, mut changed) = (running_tests(), started);
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let now = std::time::Instant::now();
+            let threads = running_tests();
+            if threads != running {
+                (running, changed) = (threads, now);
+            }
+            let stalled = now - changed > STALL_LIMIT;
+            if stalled || now - started > BINARY_LIMIT {
+                let why = if stalled {
+                    format!("no test started or ended for {STALL_LIMIT:?}")
+                } else {
+                    format!("this test binary ran past {BINARY_LIMIT:?}")
+                };
+                let names: Vec<&str> = running.iter().map(|(_, name)| name.as_str()).collect();
+                eprintln!(
+                    "{why}, so some wait has no bound; still running (test names, cut to 15 characters): {names:?}"
+                );
+                std::process::exit(101);
+            }
+        }
     });
 }
 
-/// The names of this process's threads but the main thread and the
-/// watchdog: the test harness names each test's thread after the test.
-fn running_tests() -> Vec<String> {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+/// This process's threads but the main thread and the watchdog, as
+/// `(thread id, name)`: the test harness runs each test on a thread named
+/// after the test.
+fn running_tests() -> std::collections::BTreeSet<(String, String)> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Default::default() };
     let main = std::process::id().to_string();
     tasks
         .flatten()
-        .filter(|task| task.file_name().to_str() != Some(main.as_str()))
-        .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
-        .map(|name| name.trim().to_owned())
-        .filter(|name| name != "watchdog" && !name.starts_with("tokio") && !name.is_empty())
+        .filter_map(|task| {
+            let id = task.file_name().to_str()?.to_owned();
+            let name = std::fs::read_to_string(task.path().join("comm")).ok()?.trim().to_owned();
+            Some((id, name))
+        })
+        .filter(|(id, name)| *id != main && name != "watchdog" && !name.starts_with("tokio") && !name.is_empty())
         .collect()
 }

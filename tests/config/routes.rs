@@ -23,7 +23,8 @@ fn parse(text: &str) -> Result<subagents::config::Config, String> {
 
 #[test]
 fn model_routes_are_read_with_their_limits_and_a_provider_picks_one_by_name() {
-    std::env::set_var("SUBAGENTS_TEST_ROUTE_KEY", "sk-route");
+    let mut environment = super::common::env::lock();
+    environment.set("SUBAGENTS_TEST_ROUTE_KEY", "sk-route");
     let config = parse(
         r#"
 [models.fast]

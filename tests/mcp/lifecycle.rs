@@ -11,7 +11,9 @@ use serde_json::json;
 use subagents::agent::SessionEvent;
 use subagents::StopReason;
 
-use crate::support::{session_count, sessions, wait_until, Raw, ANSWER_WITHIN};
+use super::support::{session_count, sessions, Raw};
+use crate::common::blocking::wait_until;
+use crate::common::line_peer::ANSWER_WITHIN;
 
 /// `subagents mcp ARGS` with `env`, stdin closed at once: its exit code and
 /// what it said on stderr.

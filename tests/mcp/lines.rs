@@ -8,7 +8,9 @@ use serde_json::{json, Value};
 use subagents::agent::SessionEvent;
 use subagents::StopReason;
 
-use crate::support::{session_count, sessions, wait_until, Raw, Reading, ANSWER_WITHIN};
+use super::support::{session_count, sessions, Raw};
+use crate::common::blocking::wait_until;
+use crate::common::line_peer::{Reading, ANSWER_WITHIN};
 
 const SLOW: &str = "[slow] take your time";
 

@@ -1,28 +1,23 @@
 //! The two clients `tests/mcp.rs` drives `subagents mcp` with: the SDK's
-//! own ([`Served`]) and raw lines ([`Raw`]), whose reader can be paused or
-//! hung up to play a slow client or one whose output is gone; and what a
-//! test reads after the fact (the server's log, the children's sessions).
+//! own ([`Served`]) and raw lines ([`Raw`], on the harness's [`LinePeer`],
+//! whose reader can be paused or hung up to play a slow client or one whose
+//! output is gone); and what a test reads after the fact (the server's log,
+//! the children's sessions).
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use rmcp::model::{CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ProgressNotificationParam};
 use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService};
 use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{json, Value};
-use subagents::agent::{SessionEvent, SessionStore};
+use subagents::agent::{SessionError, SessionEvent, SessionStore};
 use tempfile::TempDir;
 
 use crate::common;
-
-/// How long any single answer may take.
-pub const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+use crate::common::line_peer::{LinePeer, ANSWER_WITHIN};
 
 /// The SDK client's handler: it keeps every progress notification.
 #[derive(Clone, Default)]
@@ -112,28 +107,6 @@ pub fn answer(result: &CallToolResult) -> Value {
     serde_json::from_str(&text(result)).unwrap()
 }
 
-/// Waits until `condition` holds, for at most `within`.
-pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    condition()
-}
-
-/// Blocks until `condition` holds, or panics after `within` saying what it
-/// waited for.
-pub fn wait_until(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !condition() {
-        assert!(Instant::now() < deadline, "waited {within:?} for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// `subagents serve` children started under `dir`.
 pub fn serve_children(dir: &Path) -> Vec<(u32, String)> {
     common::processes_mentioning(dir).into_iter().filter(|(_, cmdline)| cmdline.contains(" serve ")).collect()
@@ -151,7 +124,12 @@ fn run_session_ids(home: &Path) -> Vec<String> {
             let id = path.file_stem()?.to_str()?.to_owned();
             (path.extension()? == "jsonl").then_some(id)
         })
-        .filter(|id| store.summarize(id).map_or(true, |summary| summary.header.parent_session.is_some()))
+        // A file whose header is not written yet is no run's session yet.
+        .filter(|id| match store.summarize(id) {
+            Ok(summary) => summary.header.parent_session.is_some(),
+            Err(SessionError::NotFound(_)) => false,
+            Err(_) => true,
+        })
         .collect()
 }
 
@@ -167,27 +145,9 @@ pub fn sessions(home: &Path) -> Vec<Vec<SessionEvent>> {
     run_session_ids(home).into_iter().map(|id| store.read(&id).unwrap_or_else(|e| panic!("{id}: {e}")).1).collect()
 }
 
-/// How a [`Raw`] client treats the server's output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Reading {
-    /// Every line, as it comes.
-    On = 0,
-    /// None for now: the pipe fills and the server's writes block (a line
-    /// the reader had already begun still arrives).
-    Paused = 1,
-    /// None ever again: after the line it is reading, the pipe is closed.
-    HungUp = 2,
-}
-
-/// A raw client: lines on `subagents mcp`'s stdin, lines off its stdout.
-pub struct Raw {
-    pub dir: TempDir,
-    pub child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    reading: Arc<AtomicU8>,
-}
+/// A raw client: lines on `subagents mcp`'s stdin, lines off its stdout,
+/// whatever a [`LinePeer`] does besides.
+pub struct Raw(LinePeer);
 
 impl Raw {
     pub fn start(extra: &[&str]) -> Raw {
@@ -197,87 +157,15 @@ impl Raw {
     /// [`Raw::start`] with these variables set for the server.
     pub fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Raw {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = mcp_command(dir.path(), extra, env).spawn().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let (sender, lines) = mpsc::channel();
-        let reading = Arc::new(AtomicU8::new(Reading::On as u8));
-        let mode = reading.clone();
-        std::thread::spawn(move || loop {
-            // Ends with the server's stdout, or at a hang-up (closing it).
-            match mode.load(Ordering::SeqCst) {
-                1 => {
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
-                }
-                2 => return,
-                _ => {}
-            }
-            let mut line = String::new();
-            match stdout.read_line(&mut line) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {
-                    if sender.send(line.trim_end().to_owned()).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-        Raw { stdin: child.stdin.take(), dir, child, lines, reading }
-    }
-
-    pub fn read(&self, reading: Reading) {
-        self.reading.store(reading as u8, Ordering::SeqCst);
+        Raw(LinePeer::spawn(mcp_command(dir.path(), extra, env), dir))
     }
 
     pub fn home(&self) -> std::path::PathBuf {
         self.dir.path().join("home")
     }
 
-    pub fn send_raw(&mut self, bytes: &[u8]) {
-        self.stdin.as_mut().expect("stdin is open").write_all(bytes).unwrap();
-    }
-
-    pub fn request(&mut self, id: u64, method: &str, params: Value) {
-        self.send_raw(
-            format!("{}\n", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).as_bytes(),
-        );
-    }
-
-    pub fn notify(&mut self, method: &str, params: Value) {
-        self.send_raw(format!("{}\n", json!({"jsonrpc": "2.0", "method": method, "params": params})).as_bytes());
-    }
-
     pub fn call(&mut self, id: u64, name: &str, arguments: Value) {
         self.request(id, "tools/call", json!({"name": name, "arguments": arguments}));
-    }
-
-    pub fn next_line(&self) -> String {
-        self.next_line_within(ANSWER_WITHIN)
-    }
-
-    pub fn next_line_within(&self, within: Duration) -> String {
-        match self.lines.recv_timeout(within) {
-            Ok(line) => line,
-            Err(RecvTimeoutError::Timeout) => panic!("no line within {within:?}"),
-            Err(RecvTimeoutError::Disconnected) => panic!("stdout ended (the server exited)"),
-        }
-    }
-
-    /// The next answer (notifications skipped).
-    pub fn answer(&self) -> Value {
-        self.answer_within(ANSWER_WITHIN)
-    }
-
-    /// The next answer within `within` (notifications skipped).
-    pub fn answer_within(&self, within: Duration) -> Value {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let message: Value = serde_json::from_str(&self.next_line_within(left)).unwrap();
-            if message.get("method").is_none() {
-                return message;
-            }
-        }
     }
 
     pub fn handshake(&mut self) {
@@ -288,70 +176,19 @@ impl Raw {
         assert_eq!(initialized["result"]["serverInfo"]["name"], "subagents", "{initialized}");
         self.send_raw(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
     }
+}
 
-    /// Closes stdin (EOF for the server).
-    pub fn close_stdin(&mut self) {
-        drop(self.stdin.take());
-    }
+impl std::ops::Deref for Raw {
+    type Target = LinePeer;
 
-    /// Every line still to come, until stdout ends (within `within`).
-    pub fn read_rest(&self, within: Duration) -> Vec<Value> {
-        let deadline = Instant::now() + within;
-        let mut rest = Vec::new();
-        loop {
-            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(line) => rest.push(serde_json::from_str(&line).unwrap()),
-                Err(RecvTimeoutError::Disconnected) => return rest,
-                Err(RecvTimeoutError::Timeout) => panic!("stdout still open after {within:?}"),
-            }
-        }
-    }
-
-    /// Closes stdin and collects every line until stdout ends.
-    pub fn close_and_read_rest(&mut self, within: Duration) -> Vec<Value> {
-        self.close_stdin();
-        self.read_rest(within)
-    }
-
-    /// Closes stdin and waits for the exit.
-    pub fn exit_status(&mut self, within: Duration) -> ExitStatus {
-        self.close_stdin();
-        self.wait_for_exit(within)
-    }
-
-    /// Waits for the exit, stdin left as it is.
-    pub fn wait_for_exit(&mut self, within: Duration) -> ExitStatus {
-        let mut status = None;
-        wait_until(within, "the server to exit", || {
-            status = self.child.try_wait().unwrap();
-            status.is_some()
-        });
-        status.unwrap()
-    }
-
-    /// Sends `signal` to the server.
-    pub fn signal(&self, signal: i32) {
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0, "signal {signal} sent");
-    }
-
-    /// What the server logged on stderr.
-    pub fn stderr(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap()
-    }
-
-    /// The server's peak resident memory so far, in bytes.
-    pub fn peak_rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
-        let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-        kib * 1024
+    fn deref(&self) -> &LinePeer {
+        &self.0
     }
 }
 
-impl Drop for Raw {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::DerefMut for Raw {
+    fn deref_mut(&mut self) -> &mut LinePeer {
+        &mut self.0
     }
 }
 

@@ -11,7 +11,9 @@ use serde_json::{json, Value};
 use subagents::agent::SessionEvent;
 use subagents::StopReason;
 
-use crate::support::{answer, sessions, text, wait_until, Raw, Served, ANSWER_WITHIN};
+use super::support::{answer, sessions, text, Raw, Served};
+use crate::common::blocking::wait_until;
+use crate::common::line_peer::ANSWER_WITHIN;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_tool_says_whether_it_only_reads_and_subagent_does_while_its_children_only_read() {

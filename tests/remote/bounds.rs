@@ -5,8 +5,9 @@
 
 use std::time::{Duration, Instant};
 
+use super::support::{caller, one_at_a_time, Look, Proxy, Server, Worker, ACK_WAIT_MS, LEASE_TTL_MS};
+use crate::common::blocking::eventually;
 use crate::common::WAIT_LIMIT;
-use crate::support::{one_at_a_time, wait_until, Look, Proxy, Server, Worker, ACK_WAIT_MS, LEASE_TTL_MS};
 
 /// `fanout TASKS --provider remote --nats URL` with `extra` flags, bounded.
 fn fanout(dir: &std::path::Path, tasks: &str, url: &str, extra: &[&str]) -> std::process::Child {
@@ -59,11 +60,11 @@ fn a_caller_cut_off_past_its_lease_loses_only_its_runs_in_flight_says_why_and_ru
     let tasks =
         "{\"prompt\": \"long [delay:60000]\"}\n".repeat(2) + &"{\"prompt\": \"after the partition\"}\n".repeat(3);
     let caller = fanout(dir.path(), &tasks, &proxy.url(), &["--concurrency", "2"]);
-    assert!(wait_until(Duration::from_secs(20), || look.live("default") == 2), "the worker holds the two long runs");
+    assert!(eventually(Duration::from_secs(20), || look.live("default") == 2), "the worker holds the two long runs");
     proxy.cut();
     // Past the lease TTL the worker stops the cut-off caller's runs.
     assert!(
-        wait_until(Duration::from_millis(LEASE_TTL_MS + 3 * ACK_WAIT_MS + 5000), || look.live("default") == 0),
+        eventually(Duration::from_millis(LEASE_TTL_MS + 3 * ACK_WAIT_MS + 5000), || look.live("default") == 0),
         "the worker stopped the runs of the caller whose lease expired"
     );
     proxy.heal();
@@ -91,7 +92,7 @@ fn fanout_fails_its_runs_with_the_cause_when_the_broker_is_gone_for_good() {
     let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let tasks = "{\"prompt\": \"long [delay:60000]\"}\n".repeat(2);
     let caller = fanout(dir.path(), &tasks, &server.url(), &["--broker-patience", "3s"]);
-    assert!(wait_until(Duration::from_secs(20), || look.live("default") == 2), "the worker holds both runs");
+    assert!(eventually(Duration::from_secs(20), || look.live("default") == 2), "the worker holds both runs");
     drop(look);
     server.kill();
     let killed = Instant::now();
@@ -143,13 +144,12 @@ fn a_worker_stopped_while_the_broker_is_down_exits_within_its_drain_bound() {
     let mut server = Server::start(dir.path());
     let look = Look::new(&server.url());
     let mut worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
-    let runtime = crate::common::runtime_at(&dir.path().join("caller"));
-    runtime.subagents().register_provider(crate::support::provider(&server.url())).unwrap().keep();
+    let runtime = caller(dir.path(), &server);
     let _run = crate::common::Within::within(&runtime, WAIT_LIMIT, "a long run to start", {
         let subagents = runtime.subagents();
-        async move { subagents.start("remote", crate::request("hold on [delay:60000]")).await.unwrap() }
+        async move { subagents.start("remote", crate::common::request("hold on [delay:60000]")).await.unwrap() }
     });
-    assert!(wait_until(Duration::from_secs(10), || look.live("default") == 1), "the worker holds the run");
+    assert!(eventually(Duration::from_secs(10), || look.live("default") == 1), "the worker holds the run");
     drop(look);
     server.kill();
     std::thread::sleep(Duration::from_millis(500));
@@ -173,15 +173,14 @@ fn a_worker_that_cannot_write_its_home_stops_taking_runs_and_the_caller_hears_wh
     let sessions = broken.home.join("sessions");
     std::fs::remove_dir_all(&sessions).unwrap();
     std::fs::write(&sessions, "not a directory").unwrap();
-    let runtime = crate::common::runtime_at(&dir.path().join("caller"));
-    runtime.subagents().register_provider(crate::support::provider(&server.url())).unwrap().keep();
+    let runtime = caller(dir.path(), &server);
     let run_all = |count: usize| {
         let subagents = runtime.subagents();
         crate::common::Within::within(&runtime, WAIT_LIMIT, "the runs to settle", async move {
             let runs = (0..count).map(|n| {
                 let subagents = subagents.clone();
                 async move {
-                    let run = subagents.start("remote", crate::request(&format!("task {n}"))).await.unwrap();
+                    let run = subagents.start("remote", crate::common::request(&format!("task {n}"))).await.unwrap();
                     let result = run.result().await.unwrap();
                     run.dispose().await.unwrap();
                     result
@@ -209,8 +208,7 @@ fn under_cpu_load_every_result_of_300_runs_at_once_arrives_within_a_bound() {
     let server = Server::start(dir.path());
     let _workers =
         [Worker::start(dir.path(), &server.url(), "w1", &[]), Worker::start(dir.path(), &server.url(), "w2", &[])];
-    let runtime = crate::common::runtime_at(&dir.path().join("caller"));
-    runtime.subagents().register_provider(crate::support::provider(&server.url())).unwrap().keep();
+    let runtime = caller(dir.path(), &server);
     // Two busy threads beside the batch: the two cores are never idle.
     let hogging = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let hogs: Vec<_> = (0..2)
@@ -226,7 +224,7 @@ fn under_cpu_load_every_result_of_300_runs_at_once_arrives_within_a_bound() {
             let runs = (0..300).map(|n| {
                 let subagents = subagents.clone();
                 async move {
-                    let run = subagents.start("remote", crate::request(&format!("load {n}"))).await.unwrap();
+                    let run = subagents.start("remote", crate::common::request(&format!("load {n}"))).await.unwrap();
                     let result = run.result().await.unwrap();
                     run.dispose().await.unwrap();
                     result

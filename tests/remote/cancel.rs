@@ -5,9 +5,10 @@ use std::time::{Duration, Instant};
 
 use subagents::StopReason;
 
-use crate::common::{runtime_at, Within, WAIT_LIMIT};
-use crate::request;
-use crate::support::{one_at_a_time, provider, wait_until, wire_id, Look, Server, Worker};
+use super::support::{caller, one_at_a_time, wire_id, Look, Server, Worker};
+use crate::common::blocking::eventually;
+use crate::common::request;
+use crate::common::{Within, WAIT_LIMIT};
 
 #[test]
 fn a_run_cancelled_before_any_worker_picked_it_up_never_runs() {
@@ -15,9 +16,8 @@ fn a_run_cancelled_before_any_worker_picked_it_up_never_runs() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let look = Look::new(&server.url());
-    let runtime = runtime_at(&dir.path().join("caller"));
+    let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
-    subagents.register_provider(provider(&server.url())).unwrap().keep();
     // No worker yet: both runs wait in the queue. One is cancelled and kept,
     // the other cancelled and disposed.
     let (kept, kept_result, dropped_id, dispose_took) =
@@ -39,7 +39,7 @@ fn a_run_cancelled_before_any_worker_picked_it_up_never_runs() {
     let worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let kept_id = wire_id(kept.child_id()).to_owned();
     assert!(
-        wait_until(Duration::from_secs(5), || look.state(&kept_id).is_some_and(|s| s["state"] == "settled")),
+        eventually(Duration::from_secs(5), || look.state(&kept_id).is_some_and(|s| s["state"] == "settled")),
         "the worker settles the tombstoned run"
     );
     let state = look.state(&kept_id).unwrap();
@@ -61,9 +61,8 @@ fn a_cancel_storm_of_100_remote_runs_aborts_them_all_and_leaves_no_child() {
         Worker::start(dir.path(), &server.url(), "w1", &["--concurrency", "16"]),
         Worker::start(dir.path(), &server.url(), "w2", &["--concurrency", "16"]),
     ];
-    let runtime = runtime_at(&dir.path().join("caller"));
+    let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
-    subagents.register_provider(provider(&server.url())).unwrap().keep();
     let runs = runtime.within(WAIT_LIMIT, "100 remote runs to start", {
         let subagents = subagents.clone();
         async move {
@@ -72,7 +71,7 @@ fn a_cancel_storm_of_100_remote_runs_aborts_them_all_and_leaves_no_child() {
         }
     });
     // Both workers full (32 live), 68 still queued.
-    assert!(wait_until(Duration::from_secs(10), || look.live("default") == 32), "live: {}", look.live("default"));
+    assert!(eventually(Duration::from_secs(10), || look.live("default") == 32), "live: {}", look.live("default"));
     let began = Instant::now();
     let outcomes = runtime.within(WAIT_LIMIT, "100 cancelled remote runs to settle and dispose", async move {
         runs.iter().for_each(subagents::Run::cancel);
@@ -101,16 +100,15 @@ fn dispose_reports_a_vanished_worker_instead_of_waiting_for_it() {
     let server = Server::start(dir.path());
     let look = Look::new(&server.url());
     let mut worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
-    let runtime = runtime_at(&dir.path().join("caller"));
+    let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
-    subagents.register_provider(provider(&server.url())).unwrap().keep();
     let run = runtime
         .within(WAIT_LIMIT, "a run on the doomed worker to start", {
             let subagents = subagents.clone();
             async move { subagents.start("remote", request("hold [delay:60000]")).await }
         })
         .unwrap();
-    assert!(wait_until(Duration::from_secs(5), || look.live("default") == 1));
+    assert!(eventually(Duration::from_secs(5), || look.live("default") == 1));
     worker.kill();
     let began = Instant::now();
     let (result, disposed) = runtime.within(WAIT_LIMIT, "a vanished worker's run to settle and dispose", async move {
@@ -132,9 +130,8 @@ fn a_cancelled_remote_runs_receipt_lists_what_ran_under_it_on_the_worker() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
-    let runtime = runtime_at(&dir.path().join("caller"));
+    let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
-    subagents.register_provider(provider(&server.url())).unwrap().keep();
     let run = runtime
         .within(WAIT_LIMIT, "the delegating remote run to start", {
             let subagents = subagents.clone();
@@ -142,7 +139,7 @@ fn a_cancelled_remote_runs_receipt_lists_what_ran_under_it_on_the_worker() {
         })
         .unwrap();
     // The worker's run and its two slow children have sessions.
-    assert!(wait_until(Duration::from_secs(30), || worker.sessions() == 3), "the tree never ran");
+    assert!(eventually(Duration::from_secs(30), || worker.sessions() == 3), "the tree never ran");
     let receipt = runtime
         .within(WAIT_LIMIT, "the cancelled remote tree's receipt", async move { run.cancel_and_wait().await })
         .unwrap();

@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 
 use subagents::{Category, RunResult, StopReason};
 
-use crate::common::{runtime_at, Within, WAIT_LIMIT};
-use crate::request;
-use crate::support::{one_at_a_time, provider, wait_until, wire_id, Look, Server, Worker};
+use super::support::{caller, one_at_a_time, wire_id, Look, Server, Worker};
+use crate::common::blocking::eventually;
+use crate::common::request;
+use crate::common::{Within, WAIT_LIMIT};
 
 /// Starts every prompt on `remote`, returns `(run id, result)` per prompt
 /// after disposing each, in order.
@@ -35,8 +36,7 @@ fn a_killed_worker_s_runs_are_redelivered_and_each_of_200_settles_once() {
     let server = Server::start(dir.path());
     let mut workers: Vec<Worker> =
         ["w1", "w2", "w3"].iter().map(|name| Worker::start(dir.path(), &server.url(), name, &[])).collect();
-    let runtime = runtime_at(&dir.path().join("caller"));
-    runtime.subagents().register_provider(provider(&server.url())).unwrap().keep();
+    let runtime = caller(dir.path(), &server);
     // Kill w1 while it holds runs.
     let victim = workers[0].pid();
     let look = Look::new(&server.url());
@@ -76,20 +76,19 @@ fn a_run_whose_every_worker_dies_settles_worker_lost_after_max_deliver() {
     let look = Look::new(&server.url());
     // The first worker creates the consumer with `--max-deliver 3`.
     let mut first = Worker::start(dir.path(), &server.url(), "w1", &[]);
-    let runtime = runtime_at(&dir.path().join("caller"));
+    let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
-    subagents.register_provider(provider(&server.url())).unwrap().keep();
     let run = runtime
         .within(WAIT_LIMIT, "a run on the dying workers to start", {
             let subagents = subagents.clone();
             async move { subagents.start("remote", request("hold on [delay:60000]")).await }
         })
         .unwrap();
-    assert!(wait_until(Duration::from_secs(5), || look.live("default") == 1), "w1 took the run");
+    assert!(eventually(Duration::from_secs(5), || look.live("default") == 1), "w1 took the run");
     first.kill();
     for name in ["w2", "w3"] {
         let mut worker = Worker::start(dir.path(), &server.url(), name, &[]);
-        assert!(wait_until(Duration::from_secs(5), || look.live("default") == 1), "{name} took the redelivery");
+        assert!(eventually(Duration::from_secs(5), || look.live("default") == 1), "{name} took the redelivery");
         worker.kill();
     }
     // JetStream notices the exhausted run when a worker next asks for
@@ -121,26 +120,25 @@ fn a_frozen_worker_is_fenced_out_and_cancels_its_child() {
     let server = Server::start(dir.path());
     let look = Look::new(&server.url());
     let frozen = Worker::start(dir.path(), &server.url(), "w1", &[]);
-    let runtime = runtime_at(&dir.path().join("caller"));
+    let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
-    subagents.register_provider(provider(&server.url())).unwrap().keep();
     let run = runtime
         .within(WAIT_LIMIT, "a run on the worker to be frozen to start", {
             let subagents = subagents.clone();
             async move { subagents.start("remote", request("think it over [delay:4000]")).await }
         })
         .unwrap();
-    assert!(wait_until(Duration::from_secs(5), || look.live("default") == 1), "w1 took the run");
+    assert!(eventually(Duration::from_secs(5), || look.live("default") == 1), "w1 took the run");
     let _other = Worker::start(dir.path(), &server.url(), "w2", &[]);
     frozen.signal(libc::SIGSTOP);
     // Past the ack wait the run goes to w2 (w1 cannot answer the status
     // request while it is stopped).
-    assert!(wait_until(Duration::from_secs(5), || look.live("default") == 1), "w2 took the redelivery");
+    assert!(eventually(Duration::from_secs(5), || look.live("default") == 1), "w2 took the redelivery");
     let wire = wire_id(run.child_id()).to_owned();
     assert_eq!(look.state(&wire).unwrap()["attempt"], 2);
     frozen.signal(libc::SIGCONT);
     assert!(
-        wait_until(Duration::from_secs(3), || frozen.log().contains("its child was cancelled")),
+        eventually(Duration::from_secs(3), || frozen.log().contains("its child was cancelled")),
         "the woken worker saw its claim superseded and cancelled its child: {}",
         frozen.log()
     );
@@ -154,7 +152,7 @@ fn a_frozen_worker_is_fenced_out_and_cancels_its_child() {
     let state = look.state(&wire).unwrap();
     assert_eq!(state["attempt"], 2, "the one result is the redelivery's: {state}");
     assert!(!state["worker"].as_str().unwrap().is_empty());
-    assert!(wait_until(Duration::from_secs(2), || look.live("default") == 0), "the stale child is gone too");
+    assert!(eventually(Duration::from_secs(2), || look.live("default") == 0), "the stale child is gone too");
     runtime.shutdown_blocking();
 }
 
@@ -176,15 +174,15 @@ fn workers_cancel_the_runs_of_a_caller_that_died_once_its_lease_expires() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(10), || look.live("default") == 3), "the worker holds the 3 runs");
+    assert!(eventually(Duration::from_secs(10), || look.live("default") == 3), "the worker holds the 3 runs");
     caller.kill().unwrap();
     caller.wait().unwrap();
     let died = Instant::now();
-    assert!(wait_until(Duration::from_secs(6), || look.live("default") == 0), "the dead caller's runs were cancelled");
+    assert!(eventually(Duration::from_secs(6), || look.live("default") == 0), "the dead caller's runs were cancelled");
     let took = died.elapsed();
     // The lease lapses within its TTL of the last refresh; the worker
     // notices at its next check (a third of the ack wait).
-    let bound = Duration::from_millis(crate::support::LEASE_TTL_MS + crate::support::ACK_WAIT_MS);
+    let bound = Duration::from_millis(super::support::LEASE_TTL_MS + super::support::ACK_WAIT_MS);
     assert!(took <= bound, "took {took:?}, bound {bound:?}");
     all_states_aborted(&look);
 }
@@ -203,9 +201,8 @@ fn a_broker_restart_mid_batch_loses_no_run() {
     let mut server = Server::start(dir.path());
     let _workers =
         [Worker::start(dir.path(), &server.url(), "w1", &[]), Worker::start(dir.path(), &server.url(), "w2", &[])];
-    let runtime = runtime_at(&dir.path().join("caller"));
+    let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
-    subagents.register_provider(provider(&server.url())).unwrap().keep();
     let runs = runtime.within(WAIT_LIMIT, "the batch to start before the broker restart", {
         let subagents = subagents.clone();
         async move {
@@ -215,7 +212,7 @@ fn a_broker_restart_mid_batch_loses_no_run() {
     });
     {
         let look = Look::new(&server.url());
-        assert!(wait_until(Duration::from_secs(5), || look.live("default") == 20), "all 20 live");
+        assert!(eventually(Duration::from_secs(5), || look.live("default") == 20), "all 20 live");
     }
     server.restart();
     let began = Instant::now();

@@ -350,23 +350,17 @@ impl Look {
     }
 }
 
+/// The caller's runtime, at `dir/caller`, with the `remote` provider on
+/// `server` registered.
+pub fn caller(dir: &Path, server: &Server) -> subagents::Runtime {
+    let runtime = crate::common::runtime_at(&dir.join("caller"));
+    runtime.subagents().register_provider(provider(&server.url())).unwrap().keep();
+    runtime
+}
+
 /// The run id inside `remote:<provider>:<run>`.
 pub fn wire_id(run_id: &str) -> &str {
     run_id.rsplit(':').next().unwrap()
-}
-
-/// Polls `condition` every 50 ms until it holds or `within` passes.
-pub fn wait_until(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if condition() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A loopback port nothing listens on (for an unreachable broker).
