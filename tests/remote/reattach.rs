@@ -16,9 +16,10 @@ use serde_json::Value;
 use subagents::providers::MockProvider;
 use subagents::{Category, Detached, StopReason, SubagentError};
 
+use super::support::{one_at_a_time, provider, Look, Server, Worker};
+use crate::common::blocking::eventually;
+use crate::common::request;
 use crate::common::{runtime_at, Within, WAIT_LIMIT};
-use crate::request;
-use crate::support::{one_at_a_time, provider, wait_until, Look, Server, Worker};
 
 /// `subagents fanout TASKS --provider remote --out OUT`, with `extra` flags.
 fn fanout(dir: &Path, url: &str, tasks: &Path, out: &Path, extra: &[&str]) -> Command {
@@ -76,7 +77,7 @@ fn a_run_that_finished_while_its_caller_was_away_is_collected_by_attach_and_not_
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(10), || look.live("default") == 3), "the worker holds the 3 runs");
+    assert!(eventually(Duration::from_secs(10), || look.live("default") == 3), "the worker holds the 3 runs");
     caller.kill().unwrap();
     caller.wait().unwrap();
     let recorded = lines_of(&runs_journal(&out));
@@ -84,7 +85,7 @@ fn a_run_that_finished_while_its_caller_was_away_is_collected_by_attach_and_not_
     let runs: Vec<String> = recorded.iter().map(|r| r["run"].as_str().unwrap().to_owned()).collect();
     let settled = |run: &str| look.state(run).is_some_and(|s| s["state"] == "settled");
     assert!(
-        wait_until(Duration::from_secs(15), || runs.iter().all(|run| settled(run))),
+        eventually(Duration::from_secs(15), || runs.iter().all(|run| settled(run))),
         "the runs finished with their caller gone"
     );
     assert!(lines_of(&out).is_empty(), "the killed caller wrote no result");
@@ -249,7 +250,7 @@ fn a_killed_batchs_runs_wait_for_a_resume_only_their_detached_ttl_and_then_start
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(10), || look.live("default") == 2), "the worker holds the 2 runs");
+    assert!(eventually(Duration::from_secs(10), || look.live("default") == 2), "the worker holds the 2 runs");
     caller.kill().unwrap();
     caller.wait().unwrap();
     let runs: Vec<String> =
@@ -265,7 +266,7 @@ fn a_killed_batchs_runs_wait_for_a_resume_only_their_detached_ttl_and_then_start
         })
     };
     assert!(
-        wait_until(Duration::from_secs(6), || runs.iter().all(|run| stopped(run))),
+        eventually(Duration::from_secs(6), || runs.iter().all(|run| stopped(run))),
         "runs without a caller were stopped after their detached TTL: {:?}",
         runs.iter().map(|run| look.state(run)).collect::<Vec<_>>()
     );
@@ -296,7 +297,7 @@ fn a_run_attached_to_by_a_second_caller_is_cancelled_through_the_new_handle() {
     let runtime = runtime_at(&dir.path().join("caller"));
     let subagents = runtime.subagents();
     subagents.register_provider(provider(&server.url())).unwrap().keep();
-    let mut second = crate::support::config(&server.url());
+    let mut second = super::support::config(&server.url());
     second.name = "second".to_owned();
     subagents.register_provider(subagents::providers::RemoteProvider::connect(second).unwrap()).unwrap().keep();
     let (first, attached) = runtime.within(WAIT_LIMIT, "a detached start, then an attach from another caller", {
@@ -309,7 +310,7 @@ fn a_run_attached_to_by_a_second_caller_is_cancelled_through_the_new_handle() {
             (first, attached)
         }
     });
-    assert!(wait_until(Duration::from_secs(10), || look.live("default") == 1), "one run, on the worker");
+    assert!(eventually(Duration::from_secs(10), || look.live("default") == 1), "one run, on the worker");
     assert_eq!(attached.child_id(), "remote:second:shared-run");
     let (through_attach, through_first) = runtime.within(WAIT_LIMIT, "the cancel through the attached handle", {
         async move {
@@ -323,6 +324,6 @@ fn a_run_attached_to_by_a_second_caller_is_cancelled_through_the_new_handle() {
     });
     assert_eq!(through_attach.stop_reason, StopReason::Aborted, "{through_attach:?}");
     assert_eq!(through_first.stop_reason, StopReason::Aborted, "the one run was stopped: {through_first:?}");
-    assert!(wait_until(Duration::from_secs(5), || look.live("default") == 0), "its child is gone");
+    assert!(eventually(Duration::from_secs(5), || look.live("default") == 0), "its child is gone");
     runtime.shutdown_blocking();
 }
