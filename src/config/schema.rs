@@ -72,6 +72,8 @@ pub enum Kind {
     Process,
     /// Runs on `subagents worker` processes through NATS JetStream.
     Remote,
+    /// A task on a remote Agent2Agent agent.
+    A2a,
     /// Seeded faults around another provider.
     Chaos,
 }
@@ -86,6 +88,7 @@ impl Kind {
             Kind::Acp => "acp",
             Kind::Process => "process",
             Kind::Remote => "remote",
+            Kind::A2a => "a2a",
             Kind::Chaos => "chaos",
         }
     }
@@ -128,6 +131,7 @@ impl Kind {
                 "broker_patience",
                 "worker_patience",
             ],
+            Kind::A2a => &["url", "headers", "connect_timeout", "card_timeout", "first_event_timeout", "idle_timeout"],
             Kind::Chaos => &["wraps", "seed", "faults"],
         };
         key == "kind"
@@ -185,6 +189,12 @@ pub(super) struct ProviderTable {
     pub(super) dispose_wait: Option<Spanned<String>>,
     pub(super) broker_patience: Option<Spanned<String>>,
     pub(super) worker_patience: Option<Spanned<String>>,
+    // a2a (and `connect_timeout`)
+    pub(super) url: Option<Spanned<String>>,
+    pub(super) headers: Option<Spanned<IndexMap<String, Spanned<String>>>>,
+    pub(super) card_timeout: Option<Spanned<String>>,
+    pub(super) first_event_timeout: Option<Spanned<String>>,
+    pub(super) idle_timeout: Option<Spanned<String>>,
     // chaos
     pub(super) wraps: Option<Spanned<String>>,
     pub(super) seed: Option<Spanned<u64>>,
@@ -315,6 +325,11 @@ pub(super) fn keys_set(table: &ProviderTable) -> Vec<(&'static str, std::ops::Ra
         dispose_wait,
         broker_patience,
         worker_patience,
+        url,
+        headers,
+        card_timeout,
+        first_event_timeout,
+        idle_timeout,
         wraps,
         seed,
         faults

@@ -11,6 +11,8 @@
 //!   `fanout` reach such workers with `--provider remote --nats URL`.
 //! - `subagents mcp`: the runtime's delegation as MCP tools on stdio, for
 //!   an MCP client (see `subagents::serve::mcp`).
+//! - `subagents a2a --listen ADDR`: the runtime as an Agent2Agent server
+//!   (see `subagents::serve::a2a`); the `a2a` provider is its client.
 //! - `subagents providers list`: the providers a configuration defines.
 //!
 //! `run` and `fanout` take their providers from a configuration file
@@ -49,6 +51,7 @@
 //! for a person goes through [`terminal`], which strips control characters,
 //! and the library's warnings are logged to stderr ([`logging`], `RUST_LOG`).
 
+mod a2a;
 mod fanout;
 mod journal;
 mod logging;
@@ -213,6 +216,8 @@ enum Command {
     Worker(worker::WorkerArgs),
     /// The providers the configuration defines.
     Providers(providers::ProvidersArgs),
+    /// Serve this runtime as an Agent2Agent (A2A 1.0) server over HTTP.
+    A2a(a2a::A2aArgs),
 }
 
 #[derive(Subcommand)]
@@ -333,7 +338,7 @@ fn main() -> ExitCode {
     // `fanout` installs its log itself, once its trace file is open.
     match command {
         Command::Acp { .. } | Command::Mcp { .. } => drop(logging::install(logging::our_warnings(), None)),
-        Command::Worker(_) => drop(logging::install(logging::our_lifecycle(), None)),
+        Command::Worker(_) | Command::A2a(_) => drop(logging::install(logging::our_lifecycle(), None)),
         Command::Fanout { .. } => {}
         _ => drop(logging::install(logging::warnings(), None)),
     }
@@ -392,6 +397,7 @@ fn main() -> ExitCode {
         }),
         Command::Worker(args) => worker::worker(args),
         Command::Providers(args) => providers::providers(args),
+        Command::A2a(args) => a2a::a2a(args),
     };
     logging::finish_export();
     outcome.unwrap_or_else(|message| {
