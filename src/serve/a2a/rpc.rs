@@ -167,6 +167,7 @@ impl Service {
     /// Runs the task to its end and publishes it.
     async fn run(self: Arc<Self>, skill: String, request: StartRequest, ids: (String, String)) {
         self.store.publish(&ids.0, status_event(&ids, TaskState::Working, None));
+        let cancel = request.signal.clone();
         let result = match self.subagents.start(&skill, request).await {
             Ok(run) => {
                 let result = run.result().await;
@@ -179,6 +180,8 @@ impl Service {
         };
         let (state, said) = match &result {
             Ok(result) => outcome(result),
+            // Cancelled before its run existed.
+            Err(_) if cancel.is_cancelled() => (TaskState::Canceled, None),
             Err(error) => (TaskState::Failed, Some(error.clone())),
         };
         if let Ok(result) = &result {
