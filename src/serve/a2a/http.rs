@@ -128,7 +128,7 @@ impl Door {
             Answer::Json(response) => {
                 json_response(StatusCode::OK, Bytes::from(serde_json::to_vec(&response).unwrap_or_default()))
             }
-            Answer::Stream(stream) => self.event_stream(stream),
+            Answer::Stream(stream) => self.event_stream(*stream),
         }
     }
 

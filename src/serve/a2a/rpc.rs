@@ -35,7 +35,7 @@ pub(super) struct Service {
 /// What a request gets: one JSON answer, or an event stream.
 pub(super) enum Answer {
     Json(Response),
-    Stream(Stream),
+    Stream(Box<Stream>),
 }
 
 /// A stream's events: the task as it stands, then its feed until a
@@ -67,7 +67,7 @@ impl Service {
                 };
                 if request.method == method::SEND_STREAMING_MESSAGE {
                     let first = StreamResponse { task: Some(snapshot), ..StreamResponse::default() };
-                    return Answer::Stream(Stream { id, first, feed, task_id: task });
+                    return Answer::Stream(Box::new(Stream { id, first, feed, task_id: task }));
                 }
                 let immediately = params["configuration"]["returnImmediately"].as_bool() == Some(true);
                 let task = match immediately {
@@ -104,7 +104,7 @@ impl Service {
                     }
                     Some((snapshot, feed)) => {
                         let first = StreamResponse { task: Some(snapshot), ..StreamResponse::default() };
-                        Answer::Stream(Stream { id, first, feed, task_id: task })
+                        Answer::Stream(Box::new(Stream { id, first, feed, task_id: task }))
                     }
                 }
             }
