@@ -31,7 +31,8 @@
 //! every JSON-RPC request needs `Authorization: Bearer TOKEN` (else HTTP
 //! 401), and the card declares a bearer scheme. Without one the server
 //! listens only on a loopback address: any other is refused before it
-//! starts. Requests are bounded (4 MiB); `A2A-Version`, when sent, must be
+//! starts. Requests are bounded (4 MiB), connections to 1024 at once
+//! (more are closed as they arrive); `A2A-Version`, when sent, must be
 //! 1.x (`-32009`).
 //!
 //! # Shutdown
@@ -66,7 +67,6 @@ use crate::tool::TaskService;
 use crate::Runtime;
 
 /// How `subagents a2a` serves.
-#[derive(Debug)]
 pub struct A2aServeOptions {
     /// Where to listen (`127.0.0.1:PORT`; port 0 picks one).
     pub listen: SocketAddr,
@@ -88,6 +88,22 @@ pub struct A2aServeOptions {
     pub task_ttl: Duration,
     /// How long live runs get to settle at shutdown (5 s).
     pub shutdown_grace: Duration,
+}
+
+impl std::fmt::Debug for A2aServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token is a credential: only whether there is one.
+        f.debug_struct("A2aServeOptions")
+            .field("listen", &self.listen)
+            .field("configured", &self.configured)
+            .field("model", &self.model)
+            .field("home", &self.home)
+            .field("token", &self.token.as_ref().map(|_| "set"))
+            .field("public_url", &self.public_url)
+            .field("max_tasks", &self.max_tasks)
+            .field("task_ttl", &self.task_ttl)
+            .finish_non_exhaustive()
+    }
 }
 
 impl A2aServeOptions {

@@ -146,8 +146,8 @@ impl Run {
                     Stopped::from,
                 ));
             };
-            if let Some(error) = ended.as_ref().filter(|error| !error.is_broken_connection()) {
-                return Err(Stopped::Failed(Category::Protocol, error.safe_reason()));
+            if let Some(error) = ended.filter(|error| !error.is_broken_connection()) {
+                return Err(error.into());
             }
             if attempts >= setup.limits.resubscribe_attempts {
                 let reason = format!("the A2A agent's stream broke {} times before the task ended", attempts + 1);

@@ -24,6 +24,8 @@ use crate::serve::ServeError;
 
 /// Largest request body read.
 const MAX_REQUEST_BYTES: usize = 4 << 20;
+/// Most connections served at once.
+const MAX_CONNECTIONS: usize = 1024;
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -55,6 +57,11 @@ pub(super) async fn serve(
             signal = signals.recv() => break signal,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
+                if connections.len() >= MAX_CONNECTIONS {
+                    tracing::warn!("{MAX_CONNECTIONS} A2A connections are open: closing a new one");
+                    drop(stream);
+                    continue;
+                }
                 let door = door.clone();
                 connections.spawn(async move {
                     let handler = hyper::service::service_fn(move |request| {

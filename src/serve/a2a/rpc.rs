@@ -72,7 +72,7 @@ impl Service {
                 let immediately = params["configuration"]["returnImmediately"].as_bool() == Some(true);
                 let task = match immediately {
                     true => snapshot,
-                    false => self.settled(&task, feed, None).await,
+                    false => self.settled(&task, snapshot, feed, None).await,
                 };
                 Answer::Json(Response::result(id, json!({ "task": task })))
             }
@@ -83,14 +83,14 @@ impl Service {
             method::LIST_TASKS => Answer::Json(Response::result(id, self.list(&params))),
             method::CANCEL_TASK => {
                 let Some(task) = task_id() else { return fail(code::INVALID_PARAMS, "params.id is required") };
-                let Some((_, feed)) = self.store.follow(&task) else {
+                let Some((snapshot, feed)) = self.store.follow(&task) else {
                     return fail(code::TASK_NOT_FOUND, "task not found");
                 };
                 match self.store.cancel(&task) {
                     None => fail(code::TASK_NOT_FOUND, "task not found"),
                     Some(false) => fail(code::TASK_NOT_CANCELABLE, "the task has ended"),
                     Some(true) => {
-                        let task = self.settled(&task, feed, Some(CANCEL_WAIT)).await;
+                        let task = self.settled(&task, snapshot, feed, Some(CANCEL_WAIT)).await;
                         Answer::Json(Response::result(id, to_value(&task)))
                     }
                 }
@@ -197,7 +197,13 @@ impl Service {
     }
 
     /// The task once terminal (or interrupted), or as it stands after `wait`.
-    async fn settled(&self, task: &str, mut feed: broadcast::Receiver<StreamResponse>, wait: Option<Duration>) -> Task {
+    async fn settled(
+        &self,
+        task: &str,
+        snapshot: Task,
+        mut feed: broadcast::Receiver<StreamResponse>,
+        wait: Option<Duration>,
+    ) -> Task {
         let until_end = async {
             loop {
                 match self.store.get(task) {
@@ -214,7 +220,8 @@ impl Service {
             Some(wait) => drop(tokio::time::timeout(wait, until_end).await),
             None => until_end.await,
         }
-        self.store.get(task).expect("a task outlives its waits by the TTL")
+        // Evicted meanwhile (a full store of ended tasks): what was known.
+        self.store.get(task).unwrap_or(snapshot)
     }
 
     fn list(&self, params: &Value) -> Value {
