@@ -585,3 +585,33 @@ fn fanout_runs_tasks_on_an_a2a_provider_from_a_config_file() {
     assert!(outputs.iter().all(|(stop, _)| stop == "completed"), "{stdout}");
     assert!(stdout.contains("hello from the mock: one") && stdout.contains("hello from the mock: two"), "{stdout}");
 }
+
+#[test]
+fn keep_alive_comments_do_not_hold_a_silent_task_open() {
+    let io = io();
+    let agent = io.block_on(Loopback::start_for(|origin| {
+        vec![ok(card(origin, true)), common::loopback::endless_stream(": keep-alive\n\n", Duration::from_millis(20))]
+    }));
+    let runtime = common::runtime();
+    let provider = provider_for(&agent.origin, |config| config.limits.first_event_timeout = Duration::from_millis(400));
+    let result = run_on(&runtime, provider, common::request("anyone?"));
+    assert_eq!(result.stop_reason, StopReason::Error);
+    assert_eq!(result.diagnostic.as_ref().unwrap().category, Category::TimedOut, "{:?}", result.diagnostic);
+    assert!(io.block_on(agent.saw_client_close()), "the stream was dropped");
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn an_a2a_provider_is_checked_where_the_file_defines_it() {
+    use subagents::config::Config;
+    let error = Config::parse("[providers.far]\nkind = \"a2a\"\n", "client.toml").unwrap_err().to_string();
+    assert!(error.contains("needs a `url`"), "{error}");
+    let foreign = "[providers.far]\nkind = \"a2a\"\nurl = \"http://127.0.0.1:1\"\nnats = \"nats://x\"\n";
+    let error = Config::parse(foreign, "client.toml").unwrap_err().to_string();
+    assert!(error.contains("nats"), "{error}");
+    let unset = "[providers.far]\nkind = \"a2a\"\nurl = \"http://127.0.0.1:1\"\nheaders = { Authorization = \"Bearer ${A2A_TEST_UNSET_TOKEN}\" }\n";
+    let error = Config::parse(unset, "client.toml").unwrap_err().to_string();
+    assert!(error.contains("A2A_TEST_UNSET_TOKEN} is not set"), "{error}");
+    let fine = "[providers.far]\nkind = \"a2a\"\nurl = \"http://127.0.0.1:1\"\nidle_timeout = \"2m\"\n";
+    assert!(Config::parse(fine, "client.toml").is_ok());
+}

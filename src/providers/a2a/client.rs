@@ -153,7 +153,8 @@ impl Client {
                 Ok(_) => A2aError::Malformed(format!("{method} answered one JSON body, not an event stream")),
             });
         }
-        Ok(Events { response, pending: Vec::new(), data: Vec::new(), first: true, bounds: self.bounds })
+        let since = tokio::time::Instant::now();
+        Ok(Events { response, pending: Vec::new(), data: Vec::new(), first: true, since, bounds: self.bounds })
     }
 
     async fn post(
@@ -210,13 +211,15 @@ async fn read_bounded(mut response: reqwest::Response, bound: usize, what: &'sta
 
 /// A server-sent event stream of JSON-RPC responses, one `result` (a
 /// `StreamResponse`) at a time. An event is its `data:` lines joined, up to
-/// a blank line; each is bounded in bytes, and each wait for bytes by the
-/// first-event timeout (before the first event) or the idle timeout.
+/// a blank line; each is bounded in bytes, and the time from one event (or
+/// from the response) to the next by the idle (or first-event) timeout.
 pub(crate) struct Events {
     response: reqwest::Response,
     pending: Vec<u8>,
     data: Vec<u8>,
     first: bool,
+    /// When the last event (or the response) arrived.
+    since: tokio::time::Instant,
     bounds: Bounds,
 }
 
@@ -234,6 +237,7 @@ impl Events {
                     }
                     let data = std::mem::take(&mut self.data);
                     self.first = false;
+                    self.since = tokio::time::Instant::now();
                     let response: wire::Response =
                         serde_json::from_slice(&data).map_err(|e| A2aError::Malformed(format!("stream event: {e}")))?;
                     return result_of(response).map(Some);
@@ -254,7 +258,10 @@ impl Events {
                 true => ("first event", self.bounds.first_event_timeout),
                 false => ("event", self.bounds.idle_timeout),
             };
-            match tokio::time::timeout(wait, self.response.chunk()).await {
+            // Counted from the last event, so comments and blank lines
+            // (keep-alives) do not hold a silent task open for ever.
+            let deadline = self.since + wait;
+            match tokio::time::timeout_at(deadline, self.response.chunk()).await {
                 Err(_) => return Err(A2aError::Timeout(what, wait)),
                 Ok(Err(error)) => return Err(transport(error)),
                 Ok(Ok(None)) => return Ok(None),
