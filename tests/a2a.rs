@@ -152,6 +152,7 @@ fn without_streaming_the_provider_sends_message_and_polls_get_task() {
     assert_eq!(result.text(), "polled");
     let methods: Vec<String> = agent.bodies().iter().skip(1).map(|b| method_of(b).to_owned()).collect();
     assert_eq!(methods, ["SendMessage", "GetTask"]);
+    assert_eq!(agent.bodies()[1]["params"]["configuration"]["returnImmediately"], true, "a long task is polled");
     assert_eq!(agent.bodies()[2]["params"]["id"], "task-7");
     runtime.shutdown_blocking();
 }
@@ -282,7 +283,9 @@ fn a_task_that_asks_for_input_ends_the_run_saying_so() {
             frame(task("TASK_STATE_SUBMITTED")),
             frame(status("TASK_STATE_INPUT_REQUIRED", "Which city?\u{1b}[31m")),
         ];
-        vec![ok(card(origin, true)), Reply::Stream { frames, hang: true }]
+        let canceled =
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"id": "task-7", "status": {"state": "TASK_STATE_CANCELED"}}});
+        vec![ok(card(origin, true)), Reply::Stream { frames, hang: true }, ok(canceled)]
     }));
     let runtime = common::runtime();
     let result = run_on(&runtime, provider_for(&agent.origin, |_| {}), common::request("book a flight"));
@@ -291,6 +294,8 @@ fn a_task_that_asks_for_input_ends_the_run_saying_so() {
     let reason = reason(&result);
     assert!(reason.contains("requires input"), "{reason}");
     assert!(reason.ends_with("Which city? [31m"), "the agent's words, without control characters: {reason}");
+    let bodies = agent.bodies();
+    assert_eq!(method_of(&bodies[2]), "CancelTask", "the waiting task is not left on the agent");
     runtime.shutdown_blocking();
 }
 

@@ -22,10 +22,11 @@
 //!   spoken).
 //! - Every request carries `A2A-Version: 1.0` and the configured headers.
 //! - The task starts with `SendStreamingMessage` when the card's
-//!   `capabilities.streaming` is true, else with `SendMessage`, followed by
-//!   `GetTask` polls until the task is terminal or interrupted. The request
-//!   is `{message: {messageId, role: "ROLE_USER", parts: [{text}]},
-//!   configuration: {acceptedOutputModes, returnImmediately: false}}`.
+//!   `capabilities.streaming` is true, else with `SendMessage` (with
+//!   `returnImmediately: true`), followed by `GetTask` polls until the task
+//!   is terminal or interrupted. The request is `{message: {messageId,
+//!   role: "ROLE_USER", parts: [{text}]}, configuration:
+//!   {acceptedOutputModes, returnImmediately}}`.
 //! - Events are JSON-RPC responses in `data:` lines, each `result` a
 //!   `StreamResponse`: `task`, `message`, `statusUpdate`
 //!   (`TaskStatusUpdateEvent`) or `artifactUpdate`
@@ -44,7 +45,7 @@
 //! | `TASK_STATE_COMPLETED` | `completed`: the artifacts' text parts, in order, are the output |
 //! | `TASK_STATE_CANCELED` | `aborted` |
 //! | `TASK_STATE_FAILED`, `TASK_STATE_REJECTED` | `error`, category `child-error`, the agent's status message as the reason, control characters removed and cut at 160 bytes |
-//! | `TASK_STATE_INPUT_REQUIRED`, `TASK_STATE_AUTH_REQUIRED` | `error`, category `child-error`, saying the task requires input (or authentication), which this provider cannot give |
+//! | `TASK_STATE_INPUT_REQUIRED`, `TASK_STATE_AUTH_REQUIRED` | `error`, category `child-error`, saying the task requires input (or authentication), which this provider cannot give; the task is sent `CancelTask`, so it does not wait on the agent for ever |
 //! | a `message` instead of a task | `completed` with its text parts |
 //!
 //! The task id comes back as [`RunResult::child_session`](crate::RunResult::child_session).
@@ -67,6 +68,10 @@
 //! - No push notifications, no extended card, no signed-card check, no
 //!   `tenant`.
 //! - Steering and continuation are not offered.
+//! - A run the runtime forces down at shutdown (not cancelled) sends no
+//!   `CancelTask`: the task is left to the agent.
+//! - Without streaming, a task that never ends is polled until the run is
+//!   cancelled: there is no overall deadline besides the caller's.
 //!
 //! ```no_run
 //! use subagents::providers::{A2aConfig, A2aProvider};

@@ -104,7 +104,13 @@ impl Run {
             outcome = self.exchange() => outcome,
         };
         match outcome {
-            Ok(()) => self.settle().await,
+            Ok(()) => {
+                // A task waiting for input would wait on the agent for ever.
+                if self.seen.state.is_some_and(TaskState::is_interrupted) {
+                    self.cancel_remote().await;
+                }
+                self.settle().await
+            }
             Err(Stopped::Cancelled) => {
                 self.cancel_remote().await;
                 self.with_task(RunResult::empty(StopReason::Aborted))
@@ -117,7 +123,7 @@ impl Run {
     /// interrupted (or the agent answered with a message).
     async fn exchange(&mut self) -> Result<(), Stopped> {
         let setup = self.setup.clone();
-        let params = self.send_params();
+        let params = self.send_params(!setup.streaming);
         if !setup.streaming {
             let result = setup
                 .client
@@ -221,7 +227,10 @@ impl Run {
         self.seen.answer.is_some() || self.seen.state.is_some_and(|state| state.is_terminal() || state.is_interrupted())
     }
 
-    fn send_params(&self) -> Value {
+    /// The `SendMessageRequest`; `poll`: answer at once with the task
+    /// (`returnImmediately`), which `GetTask` then follows, so a long task
+    /// is not one long request.
+    fn send_params(&self, poll: bool) -> Value {
         let mut message = Message {
             message_id: self.message_id.clone(),
             context_id: None,
@@ -239,7 +248,7 @@ impl Run {
         }
         json!({
             "message": message,
-            "configuration": {"acceptedOutputModes": modes, "returnImmediately": false},
+            "configuration": {"acceptedOutputModes": modes, "returnImmediately": poll},
         })
     }
 
