@@ -620,3 +620,19 @@ fn an_a2a_provider_is_checked_where_the_file_defines_it() {
     let fine = "[providers.far]\nkind = \"a2a\"\nurl = \"http://127.0.0.1:1\"\nidle_timeout = \"2m\"\n";
     assert!(Config::parse(fine, "client.toml").is_ok());
 }
+
+#[test]
+fn a_stream_that_keeps_breaking_is_re_attached_a_bounded_number_of_times() {
+    let io = io();
+    let agent = io.block_on(Loopback::start_for(|origin| {
+        let dropping = || Reply::Stream { frames: vec![frame(task("TASK_STATE_WORKING"))], hang: false };
+        vec![ok(card(origin, true)), dropping(), dropping(), dropping(), dropping(), dropping()]
+    }));
+    let runtime = common::runtime();
+    let result = run_on(&runtime, provider_for(&agent.origin, |_| {}), common::request("flaky"));
+    assert_eq!(result.stop_reason, StopReason::Error);
+    assert!(reason(&result).contains("3 attempts to re-attach failed"), "{:?}", result.diagnostic);
+    let methods: Vec<String> = agent.bodies().iter().skip(1).map(|b| method_of(b).to_owned()).collect();
+    assert_eq!(methods, ["SendStreamingMessage", "SubscribeToTask", "SubscribeToTask", "SubscribeToTask"]);
+    runtime.shutdown_blocking();
+}

@@ -155,43 +155,26 @@ impl Run {
             if let Some(error) = ended.filter(|error| !error.is_broken_connection()) {
                 return Err(error.into());
             }
-            if attempts >= setup.limits.resubscribe_attempts {
-                let reason = format!("the A2A agent's stream broke {} times before the task ended", attempts + 1);
-                return Err(Stopped::Failed(Category::ChildError, reason));
-            }
-            attempts += 1;
-            tokio::time::sleep(Duration::from_millis(100) * (1 << attempts.min(6))).await;
-            tracing::debug!(provider = %setup.provider, task = %task_id, attempts, "re-attaching to the task's stream");
-            match setup.client.stream(&setup.endpoint, method::SUBSCRIBE_TO_TASK, json!({"id": task_id})).await {
-                Ok(next) => events = next,
-                // A task that ended meanwhile can only be read.
-                Err(A2aError::Rpc { code: wire::code::UNSUPPORTED_OPERATION, .. }) => return self.get_task().await,
-                Err(error) if error.is_broken_connection() => {
-                    events = match self.resubscribe_later(&task_id, &mut attempts).await? {
-                        Some(events) => events,
-                        None => return Ok(()),
-                    }
-                }
-                Err(error) => return Err(error.into()),
-            }
+            events = match self.reattach(&task_id, &mut attempts).await? {
+                Some(events) => events,
+                None => return Ok(()),
+            };
         }
     }
 
-    /// Retries `SubscribeToTask` while the connection stays refused, within
-    /// the attempts left. `None`: the task ended meanwhile (and was read).
-    async fn resubscribe_later(
-        &mut self,
-        task_id: &str,
-        attempts: &mut u32,
-    ) -> Result<Option<super::client::Events>, Stopped> {
+    /// `SubscribeToTask`, tried again while the connection breaks, within
+    /// the attempts left, backing off. `None`: the task ended meanwhile
+    /// (the agent says so) and was read with `GetTask`.
+    async fn reattach(&mut self, task_id: &str, attempts: &mut u32) -> Result<Option<super::client::Events>, Stopped> {
         let setup = self.setup.clone();
         loop {
             if *attempts >= setup.limits.resubscribe_attempts {
-                let reason = format!("the A2A agent could not be re-attached to after {attempts} attempts");
+                let reason = format!("the A2A agent's stream broke and {attempts} attempts to re-attach failed");
                 return Err(Stopped::Failed(Category::ChildError, reason));
             }
             *attempts += 1;
             tokio::time::sleep(Duration::from_millis(100) * (1 << (*attempts).min(6))).await;
+            tracing::debug!(provider = %setup.provider, task = %task_id, attempts, "re-attaching to the task's stream");
             match setup.client.stream(&setup.endpoint, method::SUBSCRIBE_TO_TASK, json!({"id": task_id})).await {
                 Ok(events) => return Ok(Some(events)),
                 Err(A2aError::Rpc { code: wire::code::UNSUPPORTED_OPERATION, .. }) => {
