@@ -380,12 +380,17 @@ fn server(extra: &[&str], env: &[(&str, &str)]) -> Server {
 
 /// One HTTP/1.1 POST of a JSON-RPC request: the status and the body.
 fn post(addr: &str, request: &Value, token: Option<&str>) -> (u16, String) {
+    post_as(addr, request, token, "1.0")
+}
+
+/// [`post`], saying `version` in `A2A-Version`.
+fn post_as(addr: &str, request: &Value, token: Option<&str>, version: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(common::WAIT_LIMIT)).unwrap();
     let body = request.to_string();
     let auth = token.map(|token| format!("Authorization: Bearer {token}\r\n")).unwrap_or_default();
     let head = format!(
-        "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nA2A-Version: {version}\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).unwrap();
@@ -635,4 +640,21 @@ fn a_stream_that_keeps_breaking_is_re_attached_a_bounded_number_of_times() {
     let methods: Vec<String> = agent.bodies().iter().skip(1).map(|b| method_of(b).to_owned()).collect();
     assert_eq!(methods, ["SendStreamingMessage", "SubscribeToTask", "SubscribeToTask", "SubscribeToTask"]);
     runtime.shutdown_blocking();
+}
+
+#[test]
+fn the_server_answers_json_rpc_errors_by_the_specifications_codes() {
+    let server = server(&[], &[]);
+    let error_code = |(status, body): (u16, String)| {
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Value>(&body).unwrap()["error"]["code"].clone()
+    };
+    let ping = rpc("SendMessage", message("ping", None));
+    assert_eq!(error_code(post_as(&server.addr, &ping, None, "0.3")), -32009, "a version it does not speak");
+    assert_eq!(error_code(post(&server.addr, &rpc("tasks/get", json!({"id": "x"})), None)), -32601);
+    let follow_up =
+        json!({"message": {"messageId": "m", "taskId": "task-1", "role": "ROLE_USER", "parts": [{"text": "more"}]}});
+    assert_eq!(error_code(post(&server.addr, &rpc("SendMessage", follow_up), None)), -32004, "multi-turn is refused");
+    let unknown_skill = rpc("SendMessage", message("ping", Some("nope")));
+    assert_eq!(error_code(post(&server.addr, &unknown_skill, None)), -32602);
 }
