@@ -658,3 +658,30 @@ fn the_server_answers_json_rpc_errors_by_the_specifications_codes() {
     let unknown_skill = rpc("SendMessage", message("ping", Some("nope")));
     assert_eq!(error_code(post(&server.addr, &unknown_skill, None)), -32602);
 }
+
+#[test]
+fn provider_speaks_http_json_when_the_card_offers_only_that() {
+    let io = io();
+    let bare = |result: Value| format!("data: {result}\n\n");
+    let agent = io.block_on(Loopback::start_for(|origin| {
+        let card = json!({
+            "name": "REST agent", "description": "HTTP+JSON only", "version": "1",
+            "supportedInterfaces": [{"url": format!("{origin}/rest/"), "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}],
+            "capabilities": {"streaming": true}, "defaultInputModes": [], "defaultOutputModes": [], "skills": []
+        });
+        let dropped = vec![bare(task("TASK_STATE_WORKING")), bare(artifact("out", json!([{"text": "rest"}]), false))];
+        let resumed = vec![bare(artifact("out", json!([{"text": "ful"}]), true)), bare(status("TASK_STATE_COMPLETED", "ok"))];
+        vec![ok(card), Reply::Stream { frames: dropped, hang: false }, Reply::Stream { frames: resumed, hang: true }]
+    }));
+    let runtime = common::runtime();
+    let result = run_on(&runtime, provider_for(&agent.origin, |_| {}), common::request("over REST"));
+    assert_eq!(result.stop_reason, StopReason::Completed, "{:?}", result.diagnostic);
+    assert_eq!(result.text(), "restful");
+    let requests = agent.requests.lock().unwrap();
+    assert_eq!(requests[1].path, "/rest/message:stream");
+    assert_eq!(requests[1].body["message"]["parts"][0]["text"], "over REST", "the bare SendMessageRequest");
+    assert_eq!(requests[1].header("A2A-Version"), Some("1.0"));
+    assert_eq!(requests[2].path, "/rest/tasks/task-7:subscribe");
+    drop(requests);
+    runtime.shutdown_blocking();
+}

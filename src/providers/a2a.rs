@@ -17,9 +17,15 @@
 //!
 //! - The card: `GET {url}/.well-known/agent-card.json` (at the first start,
 //!   then kept), of which the first `supportedInterfaces` entry with
-//!   `protocolBinding` `JSONRPC` and a 1.x `protocolVersion` is used; a
-//!   card without one is refused (the HTTP+JSON and gRPC bindings are not
-//!   spoken).
+//!   `protocolBinding` `JSONRPC` and a 1.x `protocolVersion` is used, else
+//!   the first `HTTP+JSON` one; a card with neither is refused (gRPC is
+//!   not spoken).
+//! - JSON-RPC: every method is a `POST` of `{jsonrpc, id, method, params}`
+//!   to the interface URL. HTTP+JSON: `POST /message:send`,
+//!   `POST /message:stream`, `GET /tasks/{id}`, `POST /tasks/{id}:cancel`,
+//!   `GET /tasks/{id}:subscribe` under it, events bare `StreamResponse`s,
+//!   errors an HTTP status (its `ErrorInfo` reason read for
+//!   `UNSUPPORTED_OPERATION` and `TASK_NOT_FOUND`).
 //! - Every request carries `A2A-Version: 1.0` and the configured headers.
 //! - The task starts with `SendStreamingMessage` when the card's
 //!   `capabilities.streaming` is true, else with `SendMessage` (with
@@ -95,7 +101,7 @@ use std::time::Duration;
 use futures_util::future::LocalBoxFuture;
 
 use self::child::{A2aChild, Setup};
-use self::client::{Bounds, Client};
+use self::client::{Binding, Bounds, Client, Endpoint};
 use self::wire::AgentCard;
 use crate::schema::CompiledSchema;
 use crate::seam::{Capabilities, Category, Child, Diagnostic, Launch, LaunchError, Provider, Stage};
@@ -268,13 +274,18 @@ impl Provider for A2aProvider {
                     card
                 }
             };
-            let Some(interface) = card.jsonrpc_interface() else {
-                return Err(diagnosed("the A2A agent's card lists no JSON-RPC interface of version 1.x".to_owned()));
+            let endpoint = match (card.interface(wire::JSONRPC), card.interface(wire::HTTP_JSON)) {
+                (Some(interface), _) => Endpoint { url: interface.url.clone(), binding: Binding::JsonRpc },
+                (None, Some(interface)) => Endpoint { url: interface.url.clone(), binding: Binding::HttpJson },
+                (None, None) => {
+                    let reason = "the A2A agent's card lists no JSON-RPC or HTTP+JSON interface of version 1.x";
+                    return Err(diagnosed(reason.to_owned()));
+                }
             };
             let setup = Setup {
                 provider: config.name.clone(),
                 client,
-                endpoint: interface.url.clone(),
+                endpoint,
                 streaming: card.streams(),
                 limits: config.limits,
             };

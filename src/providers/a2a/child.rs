@@ -8,7 +8,7 @@ use futures_util::future::LocalBoxFuture;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::client::{A2aError, Client};
+use super::client::{A2aError, Client, Endpoint};
 use super::wire::{self, method, Artifact, Message, Part, Role, StreamResponse, Task, TaskState};
 use super::Limits;
 use crate::schema::CompiledSchema;
@@ -20,7 +20,7 @@ use crate::seam::{
 pub(super) struct Setup {
     pub(super) provider: String,
     pub(super) client: Rc<Client>,
-    pub(super) endpoint: String,
+    pub(super) endpoint: Endpoint,
     pub(super) streaming: bool,
     pub(super) limits: Limits,
 }

@@ -1,5 +1,6 @@
-//! The bounded HTTP side of the provider: the agent card, one JSON-RPC
-//! call, and a JSON-RPC call answered by a server-sent event stream. Every
+//! The bounded HTTP side of the provider: the agent card, one call, and a
+//! call answered by a server-sent event stream, in either binding the
+//! provider speaks (JSON-RPC, HTTP+JSON). Every
 //! read is capped in bytes and every wait in time; what goes wrong is an
 //! [`A2aError`], whose [`A2aError::safe_reason`] is the only wording that
 //! reaches a diagnostic.
@@ -9,7 +10,7 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Value};
 
-use super::wire::{self, AgentCard};
+use super::wire::{self, method, AgentCard};
 
 /// Why talking to the agent failed.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +65,50 @@ pub(crate) struct Bounds {
     pub(crate) max_event_bytes: usize,
 }
 
+/// Which of the card's bindings a run speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Binding {
+    /// JSON-RPC 2.0 at one URL, events wrapped in JSON-RPC responses.
+    JsonRpc,
+    /// HTTP+JSON: a path per method, events bare `StreamResponse`s, errors
+    /// as HTTP statuses with a `google.rpc.Status` body.
+    HttpJson,
+}
+
+/// The interface a run talks to.
+#[derive(Clone, Debug)]
+pub(crate) struct Endpoint {
+    pub(crate) url: String,
+    pub(crate) binding: Binding,
+}
+
+impl Endpoint {
+    /// The HTTP+JSON verb and URL of `method` on task `params.id`.
+    fn route(&self, method: &str, params: &Value) -> Result<(reqwest::Method, reqwest::Url), A2aError> {
+        let mut url = reqwest::Url::parse(&self.url)
+            .map_err(|_| A2aError::Malformed("the card's interface URL is not a URL".to_owned()))?;
+        let id = params["id"].as_str().unwrap_or_default();
+        let (verb, segments): (reqwest::Method, Vec<String>) = match method {
+            method::SEND_MESSAGE => (reqwest::Method::POST, vec!["message:send".to_owned()]),
+            method::SEND_STREAMING_MESSAGE => (reqwest::Method::POST, vec!["message:stream".to_owned()]),
+            method::GET_TASK => (reqwest::Method::GET, vec!["tasks".to_owned(), id.to_owned()]),
+            method::CANCEL_TASK => (reqwest::Method::POST, vec!["tasks".to_owned(), format!("{id}:cancel")]),
+            method::SUBSCRIBE_TO_TASK => (reqwest::Method::GET, vec!["tasks".to_owned(), format!("{id}:subscribe")]),
+            other => return Err(A2aError::Malformed(format!("{other} has no HTTP+JSON route here"))),
+        };
+        {
+            let mut path = url
+                .path_segments_mut()
+                .map_err(|_| A2aError::Malformed("the card's interface URL cannot take a path".to_owned()))?;
+            path.pop_if_empty();
+            for segment in &segments {
+                path.push(segment);
+            }
+        }
+        Ok((verb, url))
+    }
+}
+
 /// One agent's HTTP client: its headers (auth among them, sensitive) and bounds.
 pub(crate) struct Client {
     http: reqwest::Client,
@@ -112,29 +157,32 @@ impl Client {
         serde_json::from_slice(&body).map_err(|e| A2aError::Malformed(format!("agent card: {e}")))
     }
 
-    /// One JSON-RPC call whose answer is one JSON body: its `result`.
+    /// One call whose answer is one JSON body: its `result` (JSON-RPC), or
+    /// the body itself (HTTP+JSON).
     pub(crate) async fn call(
         &self,
-        endpoint: &str,
+        endpoint: &Endpoint,
         method: &str,
         params: Value,
         wait: Duration,
     ) -> Result<Value, A2aError> {
         let exchange = async {
-            let response = self.post(endpoint, method, params, "application/json").await?;
+            let response = self.send(endpoint, method, params, "application/json").await?;
             let body = read_bounded(response, self.bounds.max_event_bytes, "answer").await?;
-            let response: wire::Response =
-                serde_json::from_slice(&body).map_err(|e| A2aError::Malformed(format!("{method} answer: {e}")))?;
-            result_of(response)
+            let malformed = |e: serde_json::Error| A2aError::Malformed(format!("{method} answer: {e}"));
+            match endpoint.binding {
+                Binding::HttpJson => serde_json::from_slice(&body).map_err(malformed),
+                Binding::JsonRpc => result_of(serde_json::from_slice(&body).map_err(malformed)?),
+            }
         };
         tokio::time::timeout(wait, exchange).await.map_err(|_| A2aError::Timeout("answer", wait))?
     }
 
-    /// A JSON-RPC call answered by an event stream (or, as the binding
-    /// allows for an error, by one JSON body, read as a one-event stream).
-    pub(crate) async fn stream(&self, endpoint: &str, method: &str, params: Value) -> Result<Events, A2aError> {
+    /// A call answered by an event stream (or, as the JSON-RPC binding
+    /// allows for an error, by one JSON body, read as that error).
+    pub(crate) async fn stream(&self, endpoint: &Endpoint, method: &str, params: Value) -> Result<Events, A2aError> {
         let bound = self.bounds.first_event_timeout;
-        let response = tokio::time::timeout(bound, self.post(endpoint, method, params, "text/event-stream"))
+        let response = tokio::time::timeout(bound, self.send(endpoint, method, params, "text/event-stream"))
             .await
             .map_err(|_| A2aError::Timeout("first event", bound))??;
         let is_stream = response
@@ -146,39 +194,70 @@ impl Client {
             let body = tokio::time::timeout(bound, read_bounded(response, self.bounds.max_event_bytes, "event"))
                 .await
                 .map_err(|_| A2aError::Timeout("first event", bound))??;
-            let response: wire::Response =
-                serde_json::from_slice(&body).map_err(|e| A2aError::Malformed(format!("{method} answer: {e}")))?;
-            return Err(match result_of(response) {
-                Err(error) => error,
-                Ok(_) => A2aError::Malformed(format!("{method} answered one JSON body, not an event stream")),
+            let response: Option<wire::Response> = serde_json::from_slice(&body).ok();
+            return Err(match response.map(result_of) {
+                Some(Err(error)) => error,
+                _ => A2aError::Malformed(format!("{method} answered one JSON body, not an event stream")),
             });
         }
         let since = tokio::time::Instant::now();
-        Ok(Events { response, pending: Vec::new(), data: Vec::new(), first: true, since, bounds: self.bounds })
+        let wrapped = endpoint.binding == Binding::JsonRpc;
+        Ok(Events { response, pending: Vec::new(), data: Vec::new(), first: true, since, wrapped, bounds: self.bounds })
     }
 
-    async fn post(
+    async fn send(
         &self,
-        endpoint: &str,
+        endpoint: &Endpoint,
         method: &str,
         params: Value,
         accept: &'static str,
     ) -> Result<reqwest::Response, A2aError> {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let response = self
-            .http
-            .post(endpoint)
+        let request = match endpoint.binding {
+            Binding::JsonRpc => {
+                let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+                self.http.post(&endpoint.url).json(&body)
+            }
+            Binding::HttpJson => {
+                let (verb, url) = endpoint.route(method, &params)?;
+                let post = verb == reqwest::Method::POST;
+                let request = self.http.request(verb, url);
+                if post {
+                    request.json(&params)
+                } else {
+                    request
+                }
+            }
+        };
+        let response = request
             .headers(self.headers.clone())
             .header(ACCEPT, HeaderValue::from_static(accept))
-            .json(&body)
             .send()
             .await
             .map_err(transport)?;
         if !response.status().is_success() {
-            return Err(A2aError::Status(response.status().as_u16()));
+            let status = response.status().as_u16();
+            return Err(match endpoint.binding {
+                Binding::HttpJson => http_json_error(status, response).await,
+                Binding::JsonRpc => A2aError::Status(status),
+            });
         }
         Ok(response)
     }
+}
+
+/// An HTTP+JSON error: the A2A error its `ErrorInfo` names, where this
+/// crate acts on it, else the status. At most 64 KiB of it are read.
+async fn http_json_error(status: u16, response: reqwest::Response) -> A2aError {
+    let body = read_bounded(response, 64 * 1024, "error").await.unwrap_or_default();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let details = body["error"]["details"].as_array().cloned().unwrap_or_default();
+    let reason = details.iter().find_map(|detail| detail["reason"].as_str().map(str::to_owned));
+    let (code, message) = match reason.as_deref() {
+        Some("UNSUPPORTED_OPERATION") => (wire::code::UNSUPPORTED_OPERATION, "unsupported operation"),
+        Some("TASK_NOT_FOUND") => (wire::code::TASK_NOT_FOUND, "task not found"),
+        _ => return A2aError::Status(status),
+    };
+    A2aError::Rpc { code, message: message.to_owned() }
 }
 
 fn transport(error: reqwest::Error) -> A2aError {
@@ -209,8 +288,8 @@ async fn read_bounded(mut response: reqwest::Response, bound: usize, what: &'sta
     Ok(body)
 }
 
-/// A server-sent event stream of JSON-RPC responses, one `result` (a
-/// `StreamResponse`) at a time. An event is its `data:` lines joined, up to
+/// A server-sent event stream, one `StreamResponse` at a time (each the
+/// `result` of a JSON-RPC response, or bare in HTTP+JSON). An event is its `data:` lines joined, up to
 /// a blank line; each is bounded in bytes, and the time from one event (or
 /// from the response) to the next by the idle (or first-event) timeout.
 pub(crate) struct Events {
@@ -220,6 +299,8 @@ pub(crate) struct Events {
     first: bool,
     /// When the last event (or the response) arrived.
     since: tokio::time::Instant,
+    /// Each event a JSON-RPC response (else a bare `StreamResponse`).
+    wrapped: bool,
     bounds: Bounds,
 }
 
@@ -238,8 +319,11 @@ impl Events {
                     let data = std::mem::take(&mut self.data);
                     self.first = false;
                     self.since = tokio::time::Instant::now();
-                    let response: wire::Response =
-                        serde_json::from_slice(&data).map_err(|e| A2aError::Malformed(format!("stream event: {e}")))?;
+                    let malformed = |e: serde_json::Error| A2aError::Malformed(format!("stream event: {e}"));
+                    if !self.wrapped {
+                        return serde_json::from_slice(&data).map(Some).map_err(malformed);
+                    }
+                    let response: wire::Response = serde_json::from_slice(&data).map_err(malformed)?;
                     return result_of(response).map(Some);
                 }
                 if let Some(value) = line.strip_prefix(b"data:") {

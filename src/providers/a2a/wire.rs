@@ -18,6 +18,7 @@ pub(crate) const VERSION_HEADER: &str = "A2A-Version";
 pub(crate) const CARD_PATH: &str = ".well-known/agent-card.json";
 /// The binding names an interface declares.
 pub(crate) const JSONRPC: &str = "JSONRPC";
+pub(crate) const HTTP_JSON: &str = "HTTP+JSON";
 
 /// The JSON-RPC methods of the 1.0 binding this crate uses or serves.
 pub(crate) mod method {
@@ -264,11 +265,11 @@ pub(crate) struct AgentCard {
 }
 
 impl AgentCard {
-    /// The JSON-RPC interface of a 1.x version, if the card lists one.
-    pub(crate) fn jsonrpc_interface(&self) -> Option<&AgentInterface> {
+    /// The first interface of `binding` and a 1.x version the card lists.
+    pub(crate) fn interface(&self, binding: &str) -> Option<&AgentInterface> {
         self.supported_interfaces.iter().find(|interface| {
             let version = interface.protocol_version.as_str();
-            interface.protocol_binding.eq_ignore_ascii_case(JSONRPC)
+            interface.protocol_binding.eq_ignore_ascii_case(binding)
                 && (version.is_empty() || version == "1" || version.starts_with("1."))
         })
     }
