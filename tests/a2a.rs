@@ -31,7 +31,7 @@ fn card(origin: &str, streaming: bool) -> Value {
         "capabilities": {"streaming": streaming, "pushNotifications": false},
         "defaultInputModes": ["text/plain"],
         "defaultOutputModes": ["text/plain"],
-        "skills": [{"id": "echo", "name": "Echo", "description": "echoes", "tags": ["test"]}]
+        "skills": [{"id": "echo", "name": "Echo", "description": "echoes", "tags": ["test"], "outputModes": ["text/plain", "application/json"]}]
     })
 }
 
@@ -683,5 +683,29 @@ fn provider_speaks_http_json_when_the_card_offers_only_that() {
     assert_eq!(requests[1].header("A2A-Version"), Some("1.0"));
     assert_eq!(requests[2].path, "/rest/tasks/task-7:subscribe");
     drop(requests);
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn a_structured_request_is_refused_at_start_when_the_card_offers_no_json() {
+    let io = io();
+    let agent = io.block_on(Loopback::start_for(|origin| {
+        let mut card = card(origin, true);
+        card["skills"][0]["outputModes"] = json!(["text/plain"]);
+        vec![ok(card)]
+    }));
+    let runtime = common::runtime();
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider_for(&agent.origin, |_| {})).unwrap().keep();
+    let request = common::request("shape it").with_output_schema(json!({"type": "object"}));
+    let error = runtime.within(common::WAIT_LIMIT, "a structured start on a text-only agent", async move {
+        match subagents.start("agent", request).await {
+            Ok(_) => panic!("a structured start on a text-only agent was accepted"),
+            Err(error) => error,
+        }
+    });
+    assert_eq!(error.code(), "INVALID_REQUEST", "{error}");
+    assert!(error.to_string().contains("application/json"), "{error}");
+    assert_eq!(agent.bodies().len(), 1, "only the card was read: no task was started");
     runtime.shutdown_blocking();
 }

@@ -5,9 +5,12 @@
 //! an A2A agent card: another vendor's agent, or another `subagents`
 //! runtime behind `subagents a2a --listen`.
 //!
-//! **Advertises** `output_schema` only. The schema travels in the message's
-//! `metadata.outputSchema` (not an A2A field: an agent that does not know
-//! it may ignore it), and the run completes with a structured value only
+//! **Advertises** `output_schema` only; a request with one is refused at
+//! start (`INVALID_REQUEST`) when the card's output modes, default or any
+//! skill's, name no `application/json` (a card that lists no default modes
+//! at all is given the benefit of the doubt). The schema travels in the
+//! message's `metadata.outputSchema` (not an A2A field: an agent that does
+//! not know it may ignore it), and the run completes with a structured value only
 //! when a data part of the task's artifacts matches the schema; otherwise
 //! it settles `Error` with category `missing-structured-output`. A persona,
 //! tool filter, depth limit or route is refused at start: A2A has no field
@@ -282,6 +285,11 @@ impl Provider for A2aProvider {
                     return Err(diagnosed(reason.to_owned()));
                 }
             };
+            if schema.is_some() && !card.answers_json() {
+                let reason =
+                    "the A2A agent's card offers no application/json output, so no structured result".to_owned();
+                return Err(LaunchError::Invalid { field: "output_schema", reason });
+            }
             let setup = Setup {
                 provider: config.name.clone(),
                 client,

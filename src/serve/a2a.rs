@@ -197,6 +197,7 @@ fn card(skills: &[String], url: &str, with_token: bool) -> AgentCard {
             name: name.clone(),
             description: format!("Runs the message as a subagent on provider {name:?}."),
             tags: vec!["subagents".to_owned()],
+            output_modes: Vec::new(),
         })
         .collect();
     let (security_schemes, security_requirements) = match with_token {

@@ -237,6 +237,8 @@ pub(crate) struct AgentSkill {
     pub(crate) description: String,
     #[serde(default)]
     pub(crate) tags: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) output_modes: Vec<String>,
 }
 
 /// `AgentCard`: what this crate reads of one, and writes of its own.
@@ -272,6 +274,15 @@ impl AgentCard {
             interface.protocol_binding.eq_ignore_ascii_case(binding)
                 && (version.is_empty() || version == "1" || version.starts_with("1."))
         })
+    }
+
+    /// Whether it may answer with JSON (a data part): its default output
+    /// modes, or a skill's, say `application/json`, or say nothing.
+    pub(crate) fn answers_json(&self) -> bool {
+        let json = |modes: &[String]| modes.iter().any(|mode| mode == "application/json" || mode == "*/*");
+        self.default_output_modes.is_empty()
+            || json(&self.default_output_modes)
+            || self.skills.iter().any(|skill| json(&skill.output_modes))
     }
 
     pub(crate) fn streams(&self) -> bool {
