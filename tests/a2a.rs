@@ -709,3 +709,40 @@ fn a_structured_request_is_refused_at_start_when_the_card_offers_no_json() {
     assert_eq!(agent.bodies().len(), 1, "only the card was read: no task was started");
     runtime.shutdown_blocking();
 }
+
+#[test]
+fn cancelling_a_run_on_our_server_cancels_its_task_there() {
+    let server = server(&[], &[]);
+    let runtime = common::runtime();
+    let subagents = runtime.subagents();
+    let origin = format!("http://{}", server.addr);
+    subagents.register_provider(provider_for(&origin, |config| config.skill = Some("slow".into()))).unwrap().keep();
+    let listed = {
+        let addr = server.addr.clone();
+        move || {
+            let (_, body) = post(&addr, &rpc("ListTasks", json!({"status": "TASK_STATE_WORKING"})), None);
+            serde_json::from_str::<Value>(&body).unwrap()["result"]["tasks"][0]["id"].as_str().map(str::to_owned)
+        }
+    };
+    let result = runtime.within(common::WAIT_LIMIT, "a cancelled run on our own server", async move {
+        let run = subagents.start("agent", common::request("wait")).await.unwrap();
+        // The task is working on the server (its mock waits a minute).
+        let working = tokio::task::spawn_blocking(move || loop {
+            if let Some(id) = listed() {
+                return id;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        });
+        let task_id = working.await.unwrap();
+        run.cancel();
+        let result = run.result().await.unwrap();
+        run.dispose().await.unwrap();
+        (result, task_id)
+    });
+    let (result, task_id) = result;
+    assert_eq!(result.stop_reason, StopReason::Aborted);
+    let (_, body) = post(&server.addr, &rpc("GetTask", json!({"id": task_id})), None);
+    let task: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(task["result"]["status"]["state"], "TASK_STATE_CANCELED", "CancelTask reached the server: {task}");
+    runtime.shutdown_blocking();
+}

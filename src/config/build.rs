@@ -701,6 +701,7 @@ impl Config {
         let resolved = &entry.resolved;
         let mut config = A2aConfig::new(entry.name.clone(), resolved.url.clone().expect("checked at load"));
         config.headers = resolved.headers.clone();
+        config.skill = entry.table.skill.as_ref().map(|skill| skill.get_ref().clone());
         for (key, slot) in [
             ("connect_timeout", &mut config.limits.connect_timeout),
             ("card_timeout", &mut config.limits.card_timeout),

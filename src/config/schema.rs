@@ -131,7 +131,9 @@ impl Kind {
                 "broker_patience",
                 "worker_patience",
             ],
-            Kind::A2a => &["url", "headers", "connect_timeout", "card_timeout", "first_event_timeout", "idle_timeout"],
+            Kind::A2a => {
+                &["url", "headers", "skill", "connect_timeout", "card_timeout", "first_event_timeout", "idle_timeout"]
+            }
             Kind::Chaos => &["wraps", "seed", "faults"],
         };
         key == "kind"
@@ -192,6 +194,7 @@ pub(super) struct ProviderTable {
     // a2a (and `connect_timeout`)
     pub(super) url: Option<Spanned<String>>,
     pub(super) headers: Option<Spanned<IndexMap<String, Spanned<String>>>>,
+    pub(super) skill: Option<Spanned<String>>,
     pub(super) card_timeout: Option<Spanned<String>>,
     pub(super) first_event_timeout: Option<Spanned<String>>,
     pub(super) idle_timeout: Option<Spanned<String>>,
@@ -327,6 +330,7 @@ pub(super) fn keys_set(table: &ProviderTable) -> Vec<(&'static str, std::ops::Ra
         worker_patience,
         url,
         headers,
+        skill,
         card_timeout,
         first_event_timeout,
         idle_timeout,

@@ -29,7 +29,9 @@
 //!   `GET /tasks/{id}:subscribe` under it, events bare `StreamResponse`s,
 //!   errors an HTTP status (its `ErrorInfo` reason read for
 //!   `UNSUPPORTED_OPERATION` and `TASK_NOT_FOUND`).
-//! - Every request carries `A2A-Version: 1.0` and the configured headers.
+//! - Every request carries `A2A-Version: 1.0` and the configured headers;
+//!   with [`A2aConfig::skill`] the message's `metadata.skill` names the
+//!   agent's skill (how `subagents a2a` picks a provider).
 //! - The task starts with `SendStreamingMessage` when the card's
 //!   `capabilities.streaming` is true, else with `SendMessage` (with
 //!   `returnImmediately: true`), followed by `GetTask` polls until the task
@@ -163,6 +165,10 @@ pub struct A2aConfig {
     /// Headers every request carries (`Authorization` and the like); sent
     /// marked sensitive, never logged.
     pub headers: Vec<(String, String)>,
+    /// Sent as the message's `metadata.skill`: which skill of the agent
+    /// should take the task. Not an A2A field; `subagents a2a` reads it
+    /// (its skills are its providers), other agents may ignore it.
+    pub skill: Option<String>,
     /// Sizes and deadlines.
     pub limits: Limits,
 }
@@ -170,7 +176,7 @@ pub struct A2aConfig {
 impl A2aConfig {
     /// Defaults for provider `name` on the agent at `url`.
     pub fn new(name: impl Into<String>, url: impl Into<String>) -> Self {
-        A2aConfig { name: name.into(), url: url.into(), headers: Vec::new(), limits: Limits::default() }
+        A2aConfig { name: name.into(), url: url.into(), headers: Vec::new(), skill: None, limits: Limits::default() }
     }
 }
 
@@ -181,6 +187,7 @@ impl fmt::Debug for A2aConfig {
             .field("name", &self.name)
             .field("url", &self.url)
             .field("headers", &headers)
+            .field("skill", &self.skill)
             .field("limits", &self.limits)
             .finish()
     }
@@ -295,6 +302,7 @@ impl Provider for A2aProvider {
                 client,
                 endpoint,
                 streaming: card.streams(),
+                skill: config.skill.clone(),
                 limits: config.limits,
             };
             let prompt = crate::seam::text_of(&launch.request.prompt);

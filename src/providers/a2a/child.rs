@@ -22,6 +22,7 @@ pub(super) struct Setup {
     pub(super) client: Rc<Client>,
     pub(super) endpoint: Endpoint,
     pub(super) streaming: bool,
+    pub(super) skill: Option<String>,
     pub(super) limits: Limits,
 }
 
@@ -223,11 +224,18 @@ impl Run {
             metadata: None,
         };
         let mut modes = vec!["text/plain"];
+        // Neither is a field of A2A 1.0: an agent that knows them (ours
+        // does) honours them; any other may ignore them.
+        let mut metadata = serde_json::Map::new();
         if let Some((schema, _)) = &self.schema {
-            // Not a field of A2A 1.0: an agent that knows it (ours does)
-            // answers with a data part that matches; any other may ignore it.
-            message.metadata = Some(json!({ "outputSchema": schema }));
+            metadata.insert("outputSchema".to_owned(), schema.clone());
             modes.push("application/json");
+        }
+        if let Some(skill) = &self.setup.skill {
+            metadata.insert("skill".to_owned(), Value::String(skill.clone()));
+        }
+        if !metadata.is_empty() {
+            message.metadata = Some(Value::Object(metadata));
         }
         json!({
             "message": message,
