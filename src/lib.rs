@@ -22,7 +22,13 @@ pub mod prelude;
 pub mod providers;
 pub mod schema;
 pub mod seam;
-#[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp", feature = "process", feature = "remote"))]
+#[cfg(any(
+    all(feature = "acp", feature = "agent"),
+    all(feature = "a2a", feature = "config"),
+    feature = "mcp",
+    feature = "process",
+    feature = "remote"
+))]
 pub mod serve;
 mod sync;
 pub mod telemetry;

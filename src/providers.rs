@@ -8,6 +8,7 @@
 //! | [`fork`] | an in-process child that inherits the parent's completed turns |
 //! | [`process`] | a fresh full `subagents` runtime per run, in its own process |
 //! | [`acp`] | any agent process speaking the Agent Client Protocol (this crate's `subagents acp` included) |
+//! | [`a2a`] | a task on a remote agent that speaks the Agent2Agent protocol (this crate's `subagents a2a` included) |
 //! | [`remote`] | runs on `subagents worker` processes, on other machines too, through NATS JetStream |
 //! | [`chaos`] | wraps any provider with seeded fault injection, to test your own lifecycles |
 //!
@@ -33,6 +34,8 @@
 //! So `DATABASE_URL`, `PGPASS`, `MYSQL_PWD`, `GH_PAT`, `SENTRY_DSN` or a
 //! webhook URL in the parent never reach a child by accident.
 
+#[cfg(feature = "a2a")]
+pub mod a2a;
 #[cfg(feature = "acp")]
 pub mod acp;
 pub mod chaos;
@@ -50,6 +53,8 @@ pub mod remote;
 #[cfg(feature = "agent")]
 pub mod spawn;
 
+#[cfg(feature = "a2a")]
+pub use a2a::{A2aConfig, A2aError, A2aProvider, Limits as A2aLimits};
 #[cfg(feature = "acp")]
 pub use acp::{AcpConfig, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
 pub use chaos::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, Injected};

@@ -3,6 +3,8 @@
 //! runtime; it is public so the binary (and a program that wants to serve
 //! the same way) can call it.
 //!
+//! - [`a2a`]: `subagents a2a --listen ADDR`, this runtime as an
+//!   Agent2Agent server over HTTP (the counterpart of the `a2a` provider).
 //! - [`acp`]: `subagents acp`, this crate's agent over the Agent Client
 //!   Protocol on stdio (the counterpart of the `acp` provider).
 //! - [`mcp`]: `subagents mcp`, this runtime's delegation as Model Context
@@ -14,12 +16,15 @@
 //! - [`preflight`]: what the commands check before any work (the home, the
 //!   model endpoint).
 
+#[cfg(all(feature = "a2a", feature = "config"))]
+pub mod a2a;
 #[cfg(all(feature = "acp", feature = "agent"))]
 pub mod acp;
 #[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp"))]
 mod framing;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp", feature = "process", feature = "remote"))]
 mod pipes;
 pub mod preflight;
 mod signals;

@@ -9,6 +9,7 @@ mod common;
 #[path = "acp/stand_ins.rs"]
 mod stand_ins;
 
+mod a2a;
 mod acp;
 mod acp_agent;
 mod acp_pool;

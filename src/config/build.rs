@@ -36,6 +36,8 @@ pub(super) struct Resolved {
     patches: Vec<PathBuf>,
     budget: Option<Budget>,
     nats: Option<String>,
+    url: Option<String>,
+    headers: Vec<(String, String)>,
     schedule: Vec<(ChaosStage, ChaosFault, f64)>,
     pool: PoolSettings,
 }
@@ -104,6 +106,9 @@ pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) ->
         ("broker_patience", &table.broker_patience),
         ("worker_patience", &table.worker_patience),
         ("detached_ttl", &table.detached_ttl),
+        ("card_timeout", &table.card_timeout),
+        ("first_event_timeout", &table.first_event_timeout),
+        ("idle_timeout", &table.idle_timeout),
     ];
     for (key, value) in durations {
         if let Some(value) = value {
@@ -207,6 +212,17 @@ pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) ->
     } else if kind == Kind::Remote && std::env::var("SUBAGENTS_NATS_URL").map_or(true, |url| url.is_empty()) {
         let message = format!("provider {name:?} of kind \"remote\" needs `nats` (or SUBAGENTS_NATS_URL)");
         return Err(source.error(Some(table.kind.span()), message));
+    }
+    if let Some(url) = &table.url {
+        resolved.url = Some(expand(source, url.get_ref(), url.span())?);
+    } else if kind == Kind::A2a {
+        return Err(source.error(Some(table.kind.span()), format!("provider {name:?} of kind \"a2a\" needs a `url`")));
+    }
+    if let Some(headers) = &table.headers {
+        // `${VAR}` keeps a token out of the file: `Authorization = "Bearer ${A2A_TOKEN}"`.
+        for (key, value) in headers.get_ref() {
+            resolved.headers.push((key.clone(), expand(source, value.get_ref(), value.span())?));
+        }
     }
     if let Some(pool) = &table.pool {
         let pooled = table.reuse.as_ref().is_some_and(|reuse| matches!(reuse.get_ref(), ReuseName::Pooled));
@@ -522,6 +538,7 @@ impl Config {
             Kind::Acp => self.acp(entry).await.map_err(failed)?,
             Kind::Process => self.process(entry, context).await.map_err(failed)?,
             Kind::Remote => self.remote(entry).map_err(failed)?,
+            Kind::A2a => self.a2a(entry).map_err(failed)?,
         };
         built.insert(entry.name.as_str(), provider.clone());
         Ok(provider)
@@ -701,6 +718,31 @@ impl Config {
             }
         }
         RemoteProvider::connect(config).map(|p| Arc::new(p) as Arc<dyn Provider>).map_err(|e| e.to_string())
+    }
+
+    #[cfg(feature = "a2a")]
+    fn a2a(&self, entry: &ProviderEntry) -> Result<Arc<dyn Provider>, String> {
+        use crate::providers::{A2aConfig, A2aProvider};
+        let resolved = &entry.resolved;
+        let mut config = A2aConfig::new(entry.name.clone(), resolved.url.clone().expect("checked at load"));
+        config.headers = resolved.headers.clone();
+        config.skill = entry.table.skill.as_ref().map(|skill| skill.get_ref().clone());
+        for (key, slot) in [
+            ("connect_timeout", &mut config.limits.connect_timeout),
+            ("card_timeout", &mut config.limits.card_timeout),
+            ("first_event_timeout", &mut config.limits.first_event_timeout),
+            ("idle_timeout", &mut config.limits.idle_timeout),
+        ] {
+            if let Some(value) = resolved.durations.get(key) {
+                *slot = *value;
+            }
+        }
+        A2aProvider::new(config).map(|p| Arc::new(p) as Arc<dyn Provider>).map_err(|e| e.to_string())
+    }
+
+    #[cfg(not(feature = "a2a"))]
+    fn a2a(&self, _: &ProviderEntry) -> Result<Arc<dyn Provider>, String> {
+        Err("a2a providers need the crate's \"a2a\" feature".to_owned())
     }
 
     #[cfg(not(feature = "remote"))]

@@ -72,6 +72,8 @@ pub enum Kind {
     Process,
     /// Runs on `subagents worker` processes through NATS JetStream.
     Remote,
+    /// A task on a remote Agent2Agent agent.
+    A2a,
     /// Seeded faults around another provider.
     Chaos,
 }
@@ -86,6 +88,7 @@ impl Kind {
             Kind::Acp => "acp",
             Kind::Process => "process",
             Kind::Remote => "remote",
+            Kind::A2a => "a2a",
             Kind::Chaos => "chaos",
         }
     }
@@ -129,6 +132,9 @@ impl Kind {
                 "worker_patience",
                 "detached_ttl",
             ],
+            Kind::A2a => {
+                &["url", "headers", "skill", "connect_timeout", "card_timeout", "first_event_timeout", "idle_timeout"]
+            }
             Kind::Chaos => &["wraps", "seed", "faults"],
         };
         key == "kind"
@@ -187,6 +193,13 @@ pub(super) struct ProviderTable {
     pub(super) broker_patience: Option<Spanned<String>>,
     pub(super) worker_patience: Option<Spanned<String>>,
     pub(super) detached_ttl: Option<Spanned<String>>,
+    // a2a (and `connect_timeout`)
+    pub(super) url: Option<Spanned<String>>,
+    pub(super) headers: Option<Spanned<IndexMap<String, Spanned<String>>>>,
+    pub(super) skill: Option<Spanned<String>>,
+    pub(super) card_timeout: Option<Spanned<String>>,
+    pub(super) first_event_timeout: Option<Spanned<String>>,
+    pub(super) idle_timeout: Option<Spanned<String>>,
     // chaos
     pub(super) wraps: Option<Spanned<String>>,
     pub(super) seed: Option<Spanned<u64>>,
@@ -318,6 +331,12 @@ pub(super) fn keys_set(table: &ProviderTable) -> Vec<(&'static str, std::ops::Ra
         broker_patience,
         worker_patience,
         detached_ttl,
+        url,
+        headers,
+        skill,
+        card_timeout,
+        first_event_timeout,
+        idle_timeout,
         wraps,
         seed,
         faults

@@ -71,8 +71,15 @@ pub struct Loopback {
 
 impl Loopback {
     pub async fn start(replies: Vec<Reply>) -> Loopback {
+        Loopback::start_for(|_| replies).await
+    }
+
+    /// Like [`Loopback::start`], the replies scripted once the origin is
+    /// known (an A2A card names its own URL).
+    pub async fn start_for(script: impl FnOnce(&str) -> Vec<Reply>) -> Loopback {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let origin = format!("http://{}", listener.local_addr().unwrap());
+        let replies = script(&origin);
         let requests = Arc::new(Mutex::new(Vec::new()));
         let client_closed = Arc::new(AtomicBool::new(false));
         let replies = Arc::new(Mutex::new(VecDeque::from(replies)));

@@ -3,6 +3,7 @@
 //! refusal before any work started (one line on stderr, exit 2). The
 //! flags several commands share are declared once in [`crate::args`].
 
+pub mod a2a;
 pub mod acp;
 pub mod fanout;
 pub mod mcp;

@@ -11,6 +11,8 @@
 //!   `fanout` reach such workers with `--provider remote --nats URL`.
 //! - `subagents mcp`: the runtime's delegation as MCP tools on stdio, for
 //!   an MCP client (see `subagents::serve::mcp`).
+//! - `subagents a2a --listen ADDR`: the runtime as an Agent2Agent server
+//!   (see `subagents::serve::a2a`); the `a2a` provider is its client.
 //! - `subagents providers list`: the providers a configuration defines.
 //!
 //! `run` and `fanout` take their providers from a configuration file
@@ -71,7 +73,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::commands::{acp, fanout, mcp, providers, run, serve, sessions, worker};
+use crate::commands::{a2a, acp, fanout, mcp, providers, run, serve, sessions, worker};
 
 #[derive(Parser)]
 #[command(name = "subagents", version, about = "Delegate work to supervised child agents")]
@@ -103,6 +105,8 @@ enum Command {
     Worker(worker::WorkerArgs),
     /// The providers the configuration defines.
     Providers(providers::ProvidersArgs),
+    /// Serve this runtime as an Agent2Agent (A2A 1.0) server over HTTP.
+    A2a(a2a::A2aArgs),
 }
 
 impl Command {
@@ -111,7 +115,7 @@ impl Command {
     fn install_log(&self) {
         match self {
             Command::Acp(_) | Command::Mcp(_) => drop(logging::install(logging::our_warnings(), None)),
-            Command::Worker(_) => drop(logging::install(logging::our_lifecycle(), None)),
+            Command::Worker(_) | Command::A2a(_) => drop(logging::install(logging::our_lifecycle(), None)),
             Command::Fanout(_) => {}
             _ => drop(logging::install(logging::warnings(), None)),
         }
@@ -127,6 +131,7 @@ impl Command {
             Command::Fanout(args) => args.run(),
             Command::Worker(args) => args.run(),
             Command::Providers(args) => args.run(),
+            Command::A2a(args) => args.run(),
         }
     }
 }

@@ -176,6 +176,7 @@ impl Row {
             Kind::Spawn | Kind::Fork | Kind::Mock | Kind::Remote => names(Capabilities::all()),
             Kind::Process => names(Capabilities { agent_options: true, ..Capabilities::none() }),
             Kind::Acp => "from the agent's initialize (see check)".to_owned(),
+            Kind::A2a => names(Capabilities { output_schema: true, ..Capabilities::none() }),
             Kind::Chaos => "the wrapped provider's".to_owned(),
         };
         let (name, kind, status, mcp) = (entry.name().to_owned(), entry.kind().name(), String::new(), Vec::new());

@@ -1,0 +1,74 @@
+//! `subagents a2a --listen ADDR`: this runtime as an Agent2Agent server
+//! (see `subagents::serve::a2a`).
+//!
+//! It prints one line on stderr once it listens (`listening on ADDR`),
+//! exits 0 after SIGINT, SIGTERM or SIGHUP once its streams are answered,
+//! and 2 with one line when it cannot start: a non-loopback address
+//! without a token, an unset token variable, an unusable configuration.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use subagents::serve::a2a::{serve_a2a, A2aServeOptions};
+
+use crate::args::{ConfigArgs, HomeArgs, ModelArgs};
+use crate::terminal::say;
+
+/// `subagents a2a`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct A2aArgs {
+    /// Where to listen, e.g. `127.0.0.1:8080` (port 0 picks a free one).
+    #[arg(long, value_name = "ADDR")]
+    listen: SocketAddr,
+    /// The environment variable that holds the bearer token every request
+    /// must carry (required unless ADDR is a loopback address).
+    #[arg(long, value_name = "NAME")]
+    token_env: Option<String>,
+    /// The one provider the card offers as a skill: with a configuration
+    /// file, one it defines (default: what its `[tool]` offers); without
+    /// one, spawn.
+    #[arg(long)]
+    provider: Option<String>,
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    home: HomeArgs,
+    /// The URL the card gives for the JSON-RPC interface (default `http://ADDR/`).
+    #[arg(long, value_name = "URL")]
+    public_url: Option<String>,
+    /// Most tasks kept in memory, 1 to 1000000.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_tasks: u32,
+    /// How long an ended task stays readable, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
+    task_ttl_secs: u64,
+}
+
+impl A2aArgs {
+    /// Exit 0 once a stop signal's streams are answered; a refusal before
+    /// serving is exit 2.
+    pub fn run(self) -> Result<ExitCode, String> {
+        let mut options = A2aServeOptions::new(self.listen);
+        if let Some(name) = &self.token_env {
+            let token = std::env::var(name).ok().filter(|token| !token.trim().is_empty());
+            options.token = Some(token.ok_or_else(|| format!("--token-env names {name}, which is not set"))?);
+        }
+        match self.config.located() {
+            true => options.configured = Some(self.config.configured(self.provider.as_deref())?),
+            false if self.provider.as_deref().is_none_or(|name| name == "spawn") => {}
+            false => {
+                return Err("--provider names a provider of a configuration file; without one, a2a offers spawn".into())
+            }
+        }
+        options.model = self.model.model;
+        options.home = self.home.given();
+        options.public_url = self.public_url;
+        options.max_tasks = self.max_tasks as usize;
+        options.task_ttl = std::time::Duration::from_secs(self.task_ttl_secs);
+        serve_a2a(options, |bound| say!("subagents a2a: listening on {bound}"))
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,292 @@
+//! The JSON-RPC methods: a message becomes a run on one of the door's
+//! providers, and the run's progress and end become the task's events.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::store::Store;
+use crate::providers::a2a::wire::{
+    self, code, method, Artifact, Message, Part, Response, Role, StreamResponse, Task, TaskArtifactUpdateEvent,
+    TaskState, TaskStatus, TaskStatusUpdateEvent,
+};
+use crate::seam::{ContentBlock, Parent, ProgressSink, ProgressUpdate, RunResult, StartRequest, StopReason};
+use crate::Subagents;
+
+/// Most tasks a `ListTasks` page holds.
+const MAX_PAGE: usize = 100;
+/// How long `CancelTask` waits for the run to settle before it answers.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+/// What every method shares.
+pub(super) struct Service {
+    pub(super) subagents: Subagents,
+    /// The providers messages may name (`metadata.skill`), the first the default.
+    pub(super) skills: Vec<String>,
+    pub(super) store: Arc<Store>,
+    pub(super) cwd: std::path::PathBuf,
+    /// Tripped at shutdown: open streams end with a final event.
+    pub(super) closing: CancellationToken,
+}
+
+/// What a request gets: one JSON answer, or an event stream.
+pub(super) enum Answer {
+    Json(Response),
+    Stream(Box<Stream>),
+}
+
+/// A stream's events: the task as it stands, then its feed until a
+/// terminal or interrupted state (or shutdown).
+pub(super) struct Stream {
+    pub(super) id: Value,
+    pub(super) first: StreamResponse,
+    pub(super) feed: broadcast::Receiver<StreamResponse>,
+    pub(super) task_id: String,
+}
+
+impl Service {
+    pub(super) async fn handle(self: &Arc<Self>, request: wire::Request) -> Answer {
+        let id = request.id.clone();
+        let fail = |code: i64, message: &str| Answer::Json(Response::error(id.clone(), code, message));
+        if request.jsonrpc != "2.0" {
+            return fail(code::INVALID_REQUEST, "jsonrpc must be \"2.0\"");
+        }
+        let params = request.params;
+        let task_id = || params.get("id").and_then(Value::as_str).map(str::to_owned);
+        match request.method.as_str() {
+            method::SEND_MESSAGE | method::SEND_STREAMING_MESSAGE => {
+                let task = match self.start(&params) {
+                    Ok(task) => task,
+                    Err((code, message)) => return fail(code, &message),
+                };
+                let Some((snapshot, feed)) = self.store.follow(&task) else {
+                    return fail(code::INTERNAL, "the task was evicted at once");
+                };
+                if request.method == method::SEND_STREAMING_MESSAGE {
+                    let first = StreamResponse { task: Some(snapshot), ..StreamResponse::default() };
+                    return Answer::Stream(Box::new(Stream { id, first, feed, task_id: task }));
+                }
+                let immediately = params["configuration"]["returnImmediately"].as_bool() == Some(true);
+                let task = match immediately {
+                    true => snapshot,
+                    false => self.settled(&task, snapshot, feed, None).await,
+                };
+                Answer::Json(Response::result(id, json!({ "task": task })))
+            }
+            method::GET_TASK => match task_id().and_then(|task| self.store.get(&task)) {
+                Some(task) => Answer::Json(Response::result(id, to_value(&task))),
+                None => fail(code::TASK_NOT_FOUND, "task not found"),
+            },
+            method::LIST_TASKS => Answer::Json(Response::result(id, self.list(&params))),
+            method::CANCEL_TASK => {
+                let Some(task) = task_id() else { return fail(code::INVALID_PARAMS, "params.id is required") };
+                let Some((snapshot, feed)) = self.store.follow(&task) else {
+                    return fail(code::TASK_NOT_FOUND, "task not found");
+                };
+                match self.store.cancel(&task) {
+                    None => fail(code::TASK_NOT_FOUND, "task not found"),
+                    Some(false) => fail(code::TASK_NOT_CANCELABLE, "the task has ended"),
+                    Some(true) => {
+                        let task = self.settled(&task, snapshot, feed, Some(CANCEL_WAIT)).await;
+                        Answer::Json(Response::result(id, to_value(&task)))
+                    }
+                }
+            }
+            method::SUBSCRIBE_TO_TASK => {
+                let Some(task) = task_id() else { return fail(code::INVALID_PARAMS, "params.id is required") };
+                match self.store.follow(&task) {
+                    None => fail(code::TASK_NOT_FOUND, "task not found"),
+                    Some((snapshot, _)) if snapshot.status.state.is_terminal() => {
+                        fail(code::UNSUPPORTED_OPERATION, "the task has ended: read it with GetTask")
+                    }
+                    Some((snapshot, feed)) => {
+                        let first = StreamResponse { task: Some(snapshot), ..StreamResponse::default() };
+                        Answer::Stream(Box::new(Stream { id, first, feed, task_id: task }))
+                    }
+                }
+            }
+            _ => fail(code::METHOD_NOT_FOUND, "method not found"),
+        }
+    }
+
+    /// Starts the run a `SendMessageRequest` asks for: its task's id.
+    fn start(self: &Arc<Self>, params: &Value) -> Result<String, (i64, String)> {
+        let invalid = |message: String| (code::INVALID_PARAMS, message);
+        let message: Message = serde_json::from_value(params["message"].clone())
+            .map_err(|e| invalid(format!("params.message is not a Message: {e}")))?;
+        if message.task_id.is_some() {
+            let reason = "a message to an existing task (multi-turn) is not supported";
+            return Err((code::UNSUPPORTED_OPERATION, reason.to_owned()));
+        }
+        let text: Vec<&str> = message.parts.iter().filter_map(|part| part.text.as_deref()).collect();
+        if text.is_empty() {
+            return Err(invalid("the message has no text part".to_owned()));
+        }
+        let metadata = message.metadata.clone().unwrap_or(Value::Null);
+        let skill = match metadata["skill"].as_str() {
+            None => self.skills[0].clone(),
+            Some(skill) if self.skills.iter().any(|known| known == skill) => skill.to_owned(),
+            Some(skill) => return Err(invalid(format!("unknown skill {skill:?}"))),
+        };
+        let task_id = format!("task-{}", crate::agent::new_session_id());
+        let context_id =
+            message.context_id.clone().unwrap_or_else(|| format!("ctx-{}", crate::agent::new_session_id()));
+        let cancel = CancellationToken::new();
+        let task = Task {
+            id: task_id.clone(),
+            context_id: Some(context_id.clone()),
+            status: TaskStatus { state: TaskState::Submitted, message: None, timestamp: None },
+            artifacts: Vec::new(),
+            history: vec![message.clone()],
+        };
+        self.store
+            .insert(task, cancel.clone())
+            .map_err(|full| (code::INTERNAL, format!("the server holds {} live tasks, its most", full.0)))?;
+        let mut request =
+            StartRequest::with_blocks(vec![ContentBlock::text(text.join("\n"))], Parent::root(&self.cwd), cancel);
+        if let Some(schema) = metadata.get("outputSchema").filter(|schema| schema.is_object()) {
+            request = request.with_output_schema(schema.clone());
+        }
+        let ids = (task_id.clone(), context_id);
+        let sink = {
+            let (store, ids) = (self.store.clone(), ids.clone());
+            ProgressSink::new(move |update| {
+                if let ProgressUpdate::MessageChunk { text } = update.innermost() {
+                    store.publish(&ids.0, status_event(&ids, TaskState::Working, Some(text.clone())));
+                }
+            })
+        };
+        let service = self.clone();
+        tokio::spawn(async move { service.run(skill, request.with_progress(sink), ids).await });
+        Ok(task_id)
+    }
+
+    /// Runs the task to its end and publishes it.
+    async fn run(self: Arc<Self>, skill: String, request: StartRequest, ids: (String, String)) {
+        self.store.publish(&ids.0, status_event(&ids, TaskState::Working, None));
+        let cancel = request.signal.clone();
+        let result = match self.subagents.start(&skill, request).await {
+            Ok(run) => {
+                let result = run.result().await;
+                if let Err(error) = run.dispose().await {
+                    tracing::warn!(task = %ids.0, %error, "the task's run did not dispose cleanly");
+                }
+                result.map_err(|error| error.to_string())
+            }
+            Err(error) => Err(error.to_string()),
+        };
+        let (state, said) = match &result {
+            Ok(result) => outcome(result),
+            // Cancelled before its run existed.
+            Err(_) if cancel.is_cancelled() => (TaskState::Canceled, None),
+            Err(error) => (TaskState::Failed, Some(error.clone())),
+        };
+        if let Ok(result) = &result {
+            let text = result.text();
+            if !text.is_empty() {
+                self.store.publish(&ids.0, artifact_event(&ids, "output", Part::text(text)));
+            }
+            if let Some(value) = &result.structured {
+                self.store.publish(&ids.0, artifact_event(&ids, "structured", Part::data(value.clone())));
+            }
+        }
+        self.store.publish(&ids.0, status_event(&ids, state, said));
+    }
+
+    /// The task once terminal (or interrupted), or as it stands after `wait`.
+    async fn settled(
+        &self,
+        task: &str,
+        snapshot: Task,
+        mut feed: broadcast::Receiver<StreamResponse>,
+        wait: Option<Duration>,
+    ) -> Task {
+        let until_end = async {
+            loop {
+                match self.store.get(task) {
+                    Some(known) if known.status.state.is_terminal() || known.status.state.is_interrupted() => return,
+                    None => return,
+                    Some(_) => {}
+                }
+                if let Err(broadcast::error::RecvError::Closed) = feed.recv().await {
+                    return;
+                }
+            }
+        };
+        match wait {
+            Some(wait) => drop(tokio::time::timeout(wait, until_end).await),
+            None => until_end.await,
+        }
+        // Evicted meanwhile (a full store of ended tasks): what was known.
+        self.store.get(task).unwrap_or(snapshot)
+    }
+
+    fn list(&self, params: &Value) -> Value {
+        let context = params["contextId"].as_str();
+        let state = params.get("status").and_then(|s| serde_json::from_value::<TaskState>(s.clone()).ok());
+        let state = state.filter(|state| *state != TaskState::Unspecified);
+        let page_size = params["pageSize"].as_u64().map_or(50, |n| (n as usize).clamp(1, MAX_PAGE));
+        let offset = params["pageToken"].as_str().and_then(|token| token.parse().ok()).unwrap_or(0);
+        let (tasks, total) = self.store.list(context, state, offset, page_size);
+        let next = offset + tasks.len();
+        let next_token = if next < total { next.to_string() } else { String::new() };
+        let include_artifacts = params["includeArtifacts"].as_bool() == Some(true);
+        let tasks: Vec<Task> = tasks
+            .into_iter()
+            .map(|mut task| {
+                if !include_artifacts {
+                    task.artifacts.clear();
+                }
+                task.history.clear();
+                task
+            })
+            .collect();
+        json!({"tasks": tasks, "nextPageToken": next_token, "pageSize": page_size, "totalSize": total})
+    }
+}
+
+/// A run's end as a task state and, for a failure, what to say.
+fn outcome(result: &RunResult) -> (TaskState, Option<String>) {
+    let said = || result.diagnostic.as_ref().map(ToString::to_string);
+    match result.stop_reason {
+        StopReason::Completed => (TaskState::Completed, None),
+        StopReason::Aborted => (TaskState::Canceled, None),
+        StopReason::Error => (TaskState::Failed, said()),
+        StopReason::MaxTokens => (TaskState::Failed, Some("the run stopped at its token limit".to_owned())),
+        StopReason::Refusal => (TaskState::Rejected, Some("the model refused".to_owned())),
+    }
+}
+
+pub(super) fn status_event(ids: &(String, String), state: TaskState, said: Option<String>) -> StreamResponse {
+    let message = said.map(|text| Message {
+        message_id: format!("msg-{}", crate::agent::new_session_id()),
+        context_id: Some(ids.1.clone()),
+        task_id: Some(ids.0.clone()),
+        role: Role::Agent,
+        parts: vec![Part::text(text)],
+        metadata: None,
+    });
+    let status = TaskStatus { state, message, timestamp: None };
+    let update = TaskStatusUpdateEvent { task_id: ids.0.clone(), context_id: ids.1.clone(), status };
+    StreamResponse { status_update: Some(update), ..StreamResponse::default() }
+}
+
+fn artifact_event(ids: &(String, String), artifact_id: &str, part: Part) -> StreamResponse {
+    let artifact =
+        Artifact { artifact_id: artifact_id.to_owned(), name: Some(artifact_id.to_owned()), parts: vec![part] };
+    let update = TaskArtifactUpdateEvent {
+        task_id: ids.0.clone(),
+        context_id: ids.1.clone(),
+        artifact,
+        append: false,
+        last_chunk: true,
+    };
+    StreamResponse { artifact_update: Some(update), ..StreamResponse::default() }
+}
+
+pub(super) fn to_value<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
