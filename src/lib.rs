@@ -40,7 +40,7 @@ pub use live::{Live, ProcessLease};
 pub use seam::{
     text_of, AgentOptions, Branch, Budget, BudgetExhausted, BudgetLease, BudgetLimit, Capabilities, Capability,
     Category, Child, ContentBlock, Diagnostic, Launch, LaunchError, LocalAgent, Parent, Provider, ProviderContext,
-    ProviderInfo, Receipt, RunResult, RunUsage, Stage, StartRequest, StopReason, StopReport, SubagentError, ToolFilter,
-    MAX_DEPTH_CAP,
+    ProviderInfo, Receipt, RunResult, RunUsage, Stage, StartRequest, StopReason, StopReport, SubagentError,
+    ToolCallStatus, ToolFilter, MAX_DEPTH_CAP,
 };
 pub use tokio_util::sync::CancellationToken;

@@ -17,7 +17,6 @@
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::join_all;
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -26,6 +25,7 @@ use super::model::{CallMeter, ChunkSink, ModelError, ModelRequest};
 use super::session::{SessionEvent, ToolCall};
 use super::tools::{ToolContext, ToolOutput};
 use super::{Agent, AgentInner};
+pub use crate::seam::ToolCallStatus;
 use crate::seam::{BudgetLease, Category, ContentBlock, ProgressUpdate, RunUsage, StopReason};
 use crate::telemetry;
 
@@ -141,30 +141,6 @@ impl AgentUpdate {
             AgentUpdate::ToolResult { name, is_error: false, .. } => Some((name, ToolCallStatus::Completed)),
             AgentUpdate::ToolResult { name, is_error: true, .. } => Some((name, ToolCallStatus::Failed)),
             AgentUpdate::Text(_) | AgentUpdate::ToolProgress { .. } | AgentUpdate::TurnEnd(_) => None,
-        }
-    }
-}
-
-/// Where a tool call stands, as [`AgentUpdate::tool_call`] reports it. The
-/// serde names are the ones progress events and the `serve` wire carry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ToolCallStatus {
-    /// About to run.
-    Pending,
-    /// Finished.
-    Completed,
-    /// Finished with an error.
-    Failed,
-}
-
-impl ToolCallStatus {
-    /// The status's name (`pending`, `completed`, `failed`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ToolCallStatus::Pending => "pending",
-            ToolCallStatus::Completed => "completed",
-            ToolCallStatus::Failed => "failed",
         }
     }
 }

@@ -563,9 +563,7 @@ fn progress_sink(context: &ProviderContext) -> Arc<dyn Fn(&AgentUpdate) + Send +
             // A run this child delegated to: one level down.
             AgentUpdate::ToolProgress { update, .. } => ProgressUpdate::Delegated { update: Box::new(update.clone()) },
             update => match update.tool_call() {
-                Some((name, status)) => {
-                    ProgressUpdate::ToolCall { name: name.to_owned(), status: status.as_str().into() }
-                }
+                Some((name, status)) => ProgressUpdate::ToolCall { name: name.to_owned(), status },
                 None => return,
             },
         };
