@@ -27,6 +27,7 @@
 //! # });
 //! ```
 
+pub mod ids;
 mod model;
 mod prompt;
 mod session;
@@ -55,8 +56,8 @@ pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;
 pub(crate) use session::completed_prefix;
 pub use session::{
-    new_session_id, LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, SessionSummary,
-    StoredSession, ToolCall, DEFAULT_MAX_LINE_BYTES,
+    LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, SessionSummary, StoredSession,
+    ToolCall, DEFAULT_MAX_LINE_BYTES,
 };
 pub use tools::{
     valid_server_name, FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset,
@@ -253,8 +254,8 @@ impl AgentBuilder {
     pub fn build(self) -> Result<Agent, AgentError> {
         let (parts, opening) = self.prepare()?;
         let session = match opening {
-            Opening::Resume { store, id, depth } => store.resume(&id, depth)?,
-            Opening::Create { store, header, seed } => store.create_seeded(header, seed)?,
+            Opening::Resume { store, id, depth } => store.resuming(&id, depth).wait()?,
+            Opening::Create { store, header, seed } => store.creating(header, seed).wait()?,
         };
         Ok(parts.finish(session))
     }
@@ -264,8 +265,8 @@ impl AgentBuilder {
     pub async fn build_async(self) -> Result<Agent, AgentError> {
         let (parts, opening) = self.prepare()?;
         let session = match opening {
-            Opening::Resume { store, id, depth } => store.resume_async(&id, depth).await?,
-            Opening::Create { store, header, seed } => store.create_async(header, seed).await?,
+            Opening::Resume { store, id, depth } => store.resuming(&id, depth).await?,
+            Opening::Create { store, header, seed } => store.creating(header, seed).await?,
         };
         Ok(parts.finish(session))
     }
@@ -287,7 +288,7 @@ impl AgentBuilder {
             let id = self.session_id.expect("resume sets the id");
             Opening::Resume { store: self.store, id, depth: self.depth }
         } else {
-            let id = self.session_id.unwrap_or_else(new_session_id);
+            let id = self.session_id.unwrap_or_else(ids::session_id);
             let mut header = SessionHeader::new(id, cwd);
             header.parent_session = self.parent_session;
             header.depth = self.depth;

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::caller::{Caller, SlotReceivers};
 use super::wire::{self, Lineage, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
-use crate::agent::new_session_id;
+use crate::agent::ids;
 use crate::seam::{
     Branch, BudgetLease, Category, Child, Diagnostic, Failure, Launch, LaunchError, ProviderContext, RunResult, Stage,
     StopReason, StopReport,
@@ -39,7 +39,7 @@ pub(crate) async fn launch(
     if cancel.is_cancelled() {
         return Err(LaunchError::Aborted);
     }
-    let run = new_session_id();
+    let run = ids::remote_run_id();
     let wire_request = RunRequest {
         v: VERSION,
         run: run.clone(),
