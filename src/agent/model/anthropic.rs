@@ -54,8 +54,8 @@ mod config;
 use answer::Message;
 pub use config::AnthropicConfig;
 
-use super::http::{bounded_call, is_event_stream, transient, Call, Endpoint};
-use super::{ChunkSink, Limiter, Model, ModelError, ModelReply, ModelRequest};
+use super::http::{bounded_call, endpoint_handle, is_event_stream, transient, Call, Endpoint};
+use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest};
 use crate::agent::session::SessionEvent;
 use crate::seam::ContentBlock;
 
@@ -94,23 +94,7 @@ impl AnthropicModel {
         Ok(AnthropicModel { name: format!("anthropic:{}", config.model), config, endpoint })
     }
 
-    /// This adapter passing `limiter` instead of its own: models built for
-    /// one route share its limits and its cool-downs.
-    pub fn with_limiter(mut self, limiter: Limiter) -> Self {
-        self.endpoint = self.endpoint.with_limiter(limiter);
-        self
-    }
-
-    /// The limiter every attempt passes.
-    pub fn limiter(&self) -> &Limiter {
-        self.endpoint.limiter()
-    }
-
-    /// Whether the endpoint's host accepts a connection (within the
-    /// timeout, at most 5 s): a cheap check before a batch of runs.
-    pub async fn check_reachable(&self) -> Result<(), ModelError> {
-        self.endpoint.check_reachable().await
-    }
+    endpoint_handle!();
 
     fn body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
         let options = &request.options;
