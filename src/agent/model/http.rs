@@ -33,6 +33,7 @@ use std::sync::Once;
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -249,7 +250,7 @@ impl Endpoint {
     /// estimate charged).
     pub(super) async fn call<Read, Reading>(
         &self,
-        body: &Value,
+        body: &impl Serialize,
         call: Call<'_>,
         read: Read,
     ) -> Result<ModelReply, ModelError>
@@ -270,7 +271,11 @@ impl Endpoint {
     /// limiter's permit for it, held until its answer is read. Each try is
     /// admitted by the limiter first, charged the body's bytes / 4 plus
     /// the answer's token limit.
-    pub(super) async fn send(&self, body: &Value, call: Call<'_>) -> Result<(reqwest::Response, Permit), ModelError> {
+    pub(super) async fn send(
+        &self,
+        body: &impl Serialize,
+        call: Call<'_>,
+    ) -> Result<(reqwest::Response, Permit), ModelError> {
         let bounds = &self.bounds;
         let body =
             serde_json::to_vec(body).map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))?;
