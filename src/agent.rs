@@ -63,7 +63,7 @@ pub use tools::{
     valid_server_name, FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset,
 };
 #[cfg(feature = "mcp")]
-pub use tools::{McpServer, McpServerConfig, MCP_TOOL_PREFIX};
+pub use tools::{McpServer, McpServerConfig, McpServerError, McpStartError, MCP_TOOL_PREFIX};
 pub use turn::{AgentUpdate, ToolCallStatus, TurnError, TurnErrorKind, TurnOutcome};
 
 use crate::seam::{AgentOptions, Budget, BudgetLease, ContentBlock, LocalAgent, Parent};
