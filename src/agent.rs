@@ -45,7 +45,9 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "config")]
 pub(crate) use model::MODEL_FORMS;
-pub use model::{retry_delay, Api, CallMeter, Cancelled, Limiter, ModelRoute, Permit, RouteLimits, MAX_COOL_DOWN};
+pub use model::{
+    retry_delay, Api, ApiNotBuilt, CallMeter, Cancelled, Limiter, ModelRoute, Permit, RouteLimits, MAX_COOL_DOWN,
+};
 #[cfg(feature = "openai")]
 pub use model::{AnthropicConfig, AnthropicModel, OpenAiConfig, OpenAiModel, OpenAiResponsesModel};
 pub use model::{
