@@ -41,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 mod answer;
 mod request;
+mod wire;
 
 use answer::Response;
 use request::{Reasoning, ResponsesRequest};
