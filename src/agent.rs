@@ -27,6 +27,7 @@
 //! # });
 //! ```
 
+pub mod ids;
 mod model;
 mod prompt;
 mod session;
@@ -44,7 +45,9 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "config")]
 pub(crate) use model::MODEL_FORMS;
-pub use model::{retry_delay, Api, CallMeter, Cancelled, Limiter, ModelRoute, Permit, RouteLimits, MAX_COOL_DOWN};
+pub use model::{
+    retry_delay, Api, ApiNotBuilt, CallMeter, Cancelled, Limiter, ModelRoute, Permit, RouteLimits, MAX_COOL_DOWN,
+};
 #[cfg(feature = "openai")]
 pub use model::{AnthropicConfig, AnthropicModel, OpenAiConfig, OpenAiModel, OpenAiResponsesModel};
 pub use model::{
@@ -55,14 +58,14 @@ pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;
 pub(crate) use session::completed_prefix;
 pub use session::{
-    new_session_id, LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, SessionSummary,
-    StoredSession, ToolCall, DEFAULT_MAX_LINE_BYTES,
+    LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, SessionSummary, StoredSession,
+    ToolCall, DEFAULT_MAX_LINE_BYTES,
 };
 pub use tools::{
     valid_server_name, FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset,
 };
 #[cfg(feature = "mcp")]
-pub use tools::{McpServer, McpServerConfig, MCP_TOOL_PREFIX};
+pub use tools::{McpServer, McpServerConfig, McpServerError, McpStartError, MCP_TOOL_PREFIX};
 pub use turn::{AgentUpdate, ToolCallStatus, TurnError, TurnErrorKind, TurnOutcome};
 
 use crate::seam::{AgentOptions, Budget, BudgetLease, ContentBlock, LocalAgent, Parent};
@@ -253,8 +256,8 @@ impl AgentBuilder {
     pub fn build(self) -> Result<Agent, AgentError> {
         let (parts, opening) = self.prepare()?;
         let session = match opening {
-            Opening::Resume { store, id, depth } => store.resume(&id, depth)?,
-            Opening::Create { store, header, seed } => store.create_seeded(header, seed)?,
+            Opening::Resume { store, id, depth } => store.resuming(&id, depth).wait()?,
+            Opening::Create { store, header, seed } => store.creating(header, seed).wait()?,
         };
         Ok(parts.finish(session))
     }
@@ -264,8 +267,8 @@ impl AgentBuilder {
     pub async fn build_async(self) -> Result<Agent, AgentError> {
         let (parts, opening) = self.prepare()?;
         let session = match opening {
-            Opening::Resume { store, id, depth } => store.resume_async(&id, depth).await?,
-            Opening::Create { store, header, seed } => store.create_async(header, seed).await?,
+            Opening::Resume { store, id, depth } => store.resuming(&id, depth).await?,
+            Opening::Create { store, header, seed } => store.creating(header, seed).await?,
         };
         Ok(parts.finish(session))
     }
@@ -287,7 +290,7 @@ impl AgentBuilder {
             let id = self.session_id.expect("resume sets the id");
             Opening::Resume { store: self.store, id, depth: self.depth }
         } else {
-            let id = self.session_id.unwrap_or_else(new_session_id);
+            let id = self.session_id.unwrap_or_else(ids::session_id);
             let mut header = SessionHeader::new(id, cwd);
             header.parent_session = self.parent_session;
             header.depth = self.depth;

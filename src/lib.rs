@@ -48,6 +48,6 @@ pub use seam::{
     text_of, AgentOptions, Branch, Budget, BudgetExhausted, BudgetLease, BudgetLimit, Capabilities, Capability,
     Category, Child, ContentBlock, Detached, Diagnostic, Launch, LaunchError, LocalAgent, Parent, Provider,
     ProviderContext, ProviderInfo, Receipt, RunResult, RunUsage, Stage, StartRequest, SteeringError, StopReason,
-    StopReport, SubagentError, ToolFilter, MAX_DEPTH_CAP,
+    StopReport, SubagentError, ToolCallStatus, ToolFilter, MAX_DEPTH_CAP,
 };
 pub use tokio_util::sync::CancellationToken;

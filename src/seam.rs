@@ -34,7 +34,7 @@ pub use error::{SteeringError, SubagentError};
 /// The boxed, `!Send` future a [`Provider`] and a [`Child`] return (they
 /// run on their run actor's thread).
 pub use futures_util::future::LocalBoxFuture;
-pub use progress::{ProgressSink, ProgressUpdate};
+pub use progress::{ProgressSink, ProgressUpdate, ToolCallStatus};
 pub(crate) use provider::RunReporter;
 pub use provider::{CaptureError, Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};
 pub use receipt::{Branch, Receipt, StopReport};

@@ -36,7 +36,8 @@ mod tasks;
 use std::sync::{Arc, OnceLock};
 
 pub use subagent::{
-    stop_message, Begun, Delegated, Delegation, ForegroundRun, MaxDepth, SubagentTool, SubagentToolConfig,
+    stop_message, Begun, Delegated, Delegation, DelegationError, ForegroundRun, MaxDepth, SubagentTool,
+    SubagentToolConfig,
 };
 pub use tasks::{
     KillOutcome, TaskLimit, TaskService, TaskSnapshot, TaskStatus, UnknownTask, DEFAULT_MAX_LIVE_TASKS, DEFAULT_WAIT,

@@ -53,7 +53,7 @@ pub use openai::{OpenAiConfig, OpenAiModel};
 pub use responses::OpenAiResponsesModel;
 
 pub use replay::{RecordingModel, ReplayModel, Tape, TapeAnswer, TapeSession};
-pub use route::{Api, ModelRoute};
+pub use route::{Api, ApiNotBuilt, ModelRoute};
 pub use scripted::{DelayRule, Responder, ScriptMatch, ScriptedModel, Step};
 
 use super::session::{SessionEvent, ToolCall};

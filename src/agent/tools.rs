@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use builtin::{ListDir, ReadFile};
 #[cfg(feature = "mcp")]
-pub use mcp::{McpServer, McpServerConfig, MCP_TOOL_PREFIX};
+pub use mcp::{McpServer, McpServerConfig, McpServerError, McpStartError, MCP_TOOL_PREFIX};
 
 use super::session::ToolCall;
 use crate::schema::CompiledSchema;

@@ -17,15 +17,15 @@
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::join_all;
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::model::Finish;
 use super::model::{CallMeter, ChunkSink, ModelError, ModelRequest};
-use super::session::{SessionEvent, ToolCall};
+use super::session::{SessionError, SessionEvent, ToolCall};
 use super::tools::{ToolContext, ToolOutput};
 use super::{Agent, AgentInner};
+pub use crate::seam::ToolCallStatus;
 use crate::seam::{BudgetLease, Category, ContentBlock, ProgressUpdate, RunUsage, StopReason};
 use crate::telemetry;
 
@@ -76,8 +76,12 @@ pub enum TurnErrorKind {
 }
 
 impl TurnError {
-    fn session(message: String) -> Self {
-        TurnError { kind: TurnErrorKind::Session, message, reason: "the session could not be written".to_owned() }
+    fn session(error: &SessionError) -> Self {
+        TurnError {
+            kind: TurnErrorKind::Session,
+            message: error.to_string(),
+            reason: "the session could not be written".to_owned(),
+        }
     }
 
     /// The diagnostic category of this failure: a failed model call is
@@ -145,30 +149,6 @@ impl AgentUpdate {
     }
 }
 
-/// Where a tool call stands, as [`AgentUpdate::tool_call`] reports it. The
-/// serde names are the ones progress events and the `serve` wire carry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ToolCallStatus {
-    /// About to run.
-    Pending,
-    /// Finished.
-    Completed,
-    /// Finished with an error.
-    Failed,
-}
-
-impl ToolCallStatus {
-    /// The status's name (`pending`, `completed`, `failed`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ToolCallStatus::Pending => "pending",
-            ToolCallStatus::Completed => "completed",
-            ToolCallStatus::Failed => "failed",
-        }
-    }
-}
-
 /// Runs one turn; `cancel` is this turn's token.
 pub(crate) async fn run(inner: &Arc<AgentInner>, prompt: Vec<ContentBlock>, cancel: CancellationToken) -> TurnOutcome {
     let mut turn = Turn {
@@ -197,7 +177,7 @@ impl Turn<'_> {
     async fn drive(&mut self, prompt: Vec<ContentBlock>, cancel: &CancellationToken) -> Ending {
         let inner = self.inner;
         if let Err(error) = self.append(SessionEvent::User { content: prompt }) {
-            return (StopReason::Error, Some(TurnError::session(error)));
+            return (StopReason::Error, Some(TurnError::session(&error)));
         }
         let streamed = Arc::new(Mutex::new(String::new()));
         let chunks = self.chunk_sink(&streamed);
@@ -225,7 +205,7 @@ impl Turn<'_> {
             let steering: Vec<_> = inner.lock(&inner.steering).drain(..).collect();
             for content in steering {
                 if let Err(error) = self.append(SessionEvent::User { content }) {
-                    return (StopReason::Error, Some(TurnError::session(error)));
+                    return (StopReason::Error, Some(TurnError::session(&error)));
                 }
             }
             let request = ModelRequest {
@@ -305,7 +285,7 @@ impl Turn<'_> {
             let calls = reply.tool_calls.clone();
             let assistant = SessionEvent::Assistant { text: reply.text, tool_calls: reply.tool_calls };
             if let Err(error) = self.append(assistant) {
-                return (StopReason::Error, Some(TurnError::session(error)));
+                return (StopReason::Error, Some(TurnError::session(&error)));
             }
             self.open_calls = calls;
             if let Some(reason) = stop_reason_of(reply.finish) {
@@ -351,7 +331,7 @@ impl Turn<'_> {
             if let Some(ender) = &ended_by {
                 let denied = ToolOutput::error(format!("not run: {ender:?} already ended the turn"));
                 self.record_result(&calls[index], denied)
-                    .map_err(|e| (StopReason::Error, Some(TurnError::session(e))))?;
+                    .map_err(|e| (StopReason::Error, Some(TurnError::session(&e))))?;
                 index += 1;
                 continue;
             }
@@ -406,14 +386,14 @@ impl Turn<'_> {
                 if output.ends_turn && ended_by.is_none() {
                     ended_by = Some(call.name.clone());
                 }
-                self.record_result(call, output).map_err(|e| (StopReason::Error, Some(TurnError::session(e))))?;
+                self.record_result(call, output).map_err(|e| (StopReason::Error, Some(TurnError::session(&e))))?;
             }
             index = batch_end;
         }
         Ok(ended_by.is_some())
     }
 
-    fn record_result(&mut self, call: &ToolCall, output: ToolOutput) -> Result<(), String> {
+    fn record_result(&mut self, call: &ToolCall, output: ToolOutput) -> Result<(), SessionError> {
         self.update(AgentUpdate::ToolResult {
             id: call.id.clone(),
             name: call.name.clone(),
@@ -441,13 +421,13 @@ impl Turn<'_> {
                 let content = format!("not run: the turn ended ({reason})");
                 let result = SessionEvent::ToolResult { call_id: call.id, name: call.name, content, is_error: true };
                 if let Err(e) = session.append(result) {
-                    error.get_or_insert(TurnError::session(e.to_string()));
+                    error.get_or_insert(TurnError::session(&e));
                 }
             }
             let closed = session.append(SessionEvent::TurnEnd { reason });
             if let Err(e) = closed {
                 tracing::warn!(session = %inner.id, error = %e, "could not persist a turn end");
-                error.get_or_insert(TurnError::session(e.to_string()));
+                error.get_or_insert(TurnError::session(&e));
             }
         }
         self.update(AgentUpdate::TurnEnd(reason));
@@ -460,8 +440,8 @@ impl Turn<'_> {
         }
     }
 
-    fn append(&self, event: SessionEvent) -> Result<(), String> {
-        self.inner.session().append(event).map_err(|e| e.to_string())
+    fn append(&self, event: SessionEvent) -> Result<(), SessionError> {
+        self.inner.session().append(event)
     }
 
     fn update(&self, update: AgentUpdate) {

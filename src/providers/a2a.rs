@@ -307,7 +307,7 @@ impl Provider for A2aProvider {
             };
             let prompt = crate::seam::text_of(&launch.request.prompt);
             let child = A2aChild {
-                id: format!("a2a-{}", crate::agent::new_session_id()),
+                id: format!("a2a-{}", crate::agent::ids::session_id()),
                 setup: Rc::new(setup),
                 prompt,
                 schema,

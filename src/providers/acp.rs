@@ -92,7 +92,7 @@ use self::process::{AgentProcess, Answer, Route};
 use self::run_dir::RunDir;
 pub use self::run_dir::RunDirs;
 use super::child_process::{lines, spawn, ChildEnv, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
-use crate::events::ProgressUpdate;
+use crate::events::{ProgressUpdate, ToolCallStatus as Progress};
 use crate::live::LiveCounters;
 use crate::live::ProcessLease;
 use crate::seam::{
@@ -492,6 +492,18 @@ async fn start(
     }))
 }
 
+/// An ACP tool call status as progress carries it (a status newer than
+/// this crate is `Unknown`, not dropped).
+fn progress_status(status: ToolCallStatus) -> Progress {
+    match status {
+        ToolCallStatus::Pending => Progress::Pending,
+        ToolCallStatus::InProgress => Progress::InProgress,
+        ToolCallStatus::Completed => Progress::Completed,
+        ToolCallStatus::Failed => Progress::Failed,
+        _ => Progress::Unknown,
+    }
+}
+
 /// One session update as the run's progress (and answer text).
 ///
 /// A `tool_call_update` carrying text content is what a delegating agent
@@ -513,7 +525,7 @@ fn note_update(route: &Route, update: SessionUpdate) {
             ProgressUpdate::MessageChunk { text: chunk.text }
         }
         SessionUpdate::ToolCall(call) => {
-            ProgressUpdate::ToolCall { name: call.title, status: format!("{:?}", call.status).to_lowercase() }
+            ProgressUpdate::ToolCall { name: call.title, status: progress_status(call.status) }
         }
         SessionUpdate::ToolCallUpdate(update) => {
             let id = update.tool_call_id.to_string();
@@ -540,7 +552,7 @@ fn note_update(route: &Route, update: SessionUpdate) {
             }
             ProgressUpdate::ToolCall {
                 name: update.fields.title.unwrap_or(id),
-                status: update.fields.status.map_or("updated".to_owned(), |s| format!("{s:?}").to_lowercase()),
+                status: update.fields.status.map_or(Progress::Updated, progress_status),
             }
         }
         SessionUpdate::Plan(plan) => {

@@ -31,8 +31,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{
-    completed_prefix, new_session_id, Agent, AgentBuilder, AgentError, AgentUpdate, ListDir, Model, ReadFile,
-    SessionEvent, SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
+    completed_prefix, ids, Agent, AgentBuilder, AgentError, AgentUpdate, ListDir, Model, ReadFile, SessionEvent,
+    SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
 };
 use crate::events::ProgressUpdate;
 use crate::seam::{
@@ -315,7 +315,7 @@ impl InProcessProvider {
             return Err(invalid_cwd());
         }
         let info = ChildInfo {
-            session_id: new_session_id(),
+            session_id: ids::session_id(),
             parent_session: parent.session_id.clone(),
             depth: request.child_depth(),
             cwd: parent.cwd.clone(),
@@ -512,7 +512,7 @@ impl Prepared {
     async fn open(self) -> Result<Box<dyn Child>, LaunchError> {
         let mut builder = self.builder;
         if let Seed::Stored(session_id) = &self.seed {
-            let (_, mut events) = self.store.read_async(session_id).await.map_err(|error| LaunchError::Invalid {
+            let (_, mut events) = self.store.reading(session_id).await.map_err(|error| LaunchError::Invalid {
                 field: "parent.session_id",
                 reason: format!("fork cannot read the parent session: {error}"),
             })?;
@@ -563,9 +563,7 @@ fn progress_sink(context: &ProviderContext) -> Arc<dyn Fn(&AgentUpdate) + Send +
             // A run this child delegated to: one level down.
             AgentUpdate::ToolProgress { update, .. } => ProgressUpdate::Delegated { update: Box::new(update.clone()) },
             update => match update.tool_call() {
-                Some((name, status)) => {
-                    ProgressUpdate::ToolCall { name: name.to_owned(), status: status.as_str().into() }
-                }
+                Some((name, status)) => ProgressUpdate::ToolCall { name: name.to_owned(), status },
                 None => return,
             },
         };
@@ -642,7 +640,7 @@ impl Child for InProcessChild {
             #[cfg(feature = "mcp")]
             mcp_mounts::close_all(&mcp_owned).await;
             if roll_back && released.is_ok() {
-                released = store.remove_async(agent.id()).await;
+                released = store.removing(agent.id()).await;
             }
             released.map_err(|error| {
                 tracing::warn!(session = agent.id(), %error, "could not release a child session");

@@ -456,9 +456,7 @@ impl Child for ProcessChild {
 fn report(context: &ProviderContext, event: &ChildEvent) {
     let update = match event {
         ChildEvent::TextDelta { text } => ProgressUpdate::MessageChunk { text: text.clone() },
-        ChildEvent::ToolCall { name, status } => {
-            ProgressUpdate::ToolCall { name: name.clone(), status: status.as_str().into() }
-        }
+        ChildEvent::ToolCall { name, status } => ProgressUpdate::ToolCall { name: name.clone(), status: *status },
         ChildEvent::Delegated { update } => ProgressUpdate::Delegated { update: Box::new(update.clone()) },
         ChildEvent::AssistantMessage { .. } | ChildEvent::TurnEnd { .. } => return,
     };

@@ -201,7 +201,7 @@ pub use self::broker::BrokerSettings;
 use self::caller::Caller;
 use self::child::Timing;
 use self::health::Patience;
-use crate::agent::new_session_id;
+use crate::agent::ids;
 use crate::seam::{Capabilities, Child, Launch, LaunchError, Provider};
 
 /// Configuration of a [`RemoteProvider`].
@@ -295,7 +295,7 @@ impl RemoteProvider {
     pub fn connect(config: RemoteConfig) -> Result<RemoteProvider, RemoteError> {
         broker::check_name("pool", &config.pool).map_err(RemoteError)?;
         let io = IoRuntime::new().map_err(|e| RemoteError(format!("cannot start its I/O thread: {e}")))?;
-        let caller_id = format!("caller-{}", new_session_id());
+        let caller_id = ids::caller_id();
         // The connection's event callback exists before the caller does.
         let caller_cell: Arc<OnceLock<Weak<Caller>>> = Arc::default();
         let (sender, received) = std::sync::mpsc::channel();

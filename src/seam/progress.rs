@@ -21,8 +21,8 @@ pub enum ProgressUpdate {
     ToolCall {
         /// Tool name.
         name: String,
-        /// Status such as `pending`, `completed`, `failed`.
-        status: String,
+        /// Where the call stands.
+        status: ToolCallStatus,
     },
     /// Progress of a run this child delegated to (one level down per
     /// `Delegated`): how a grandchild's activity reaches the top.
@@ -35,6 +35,61 @@ pub enum ProgressUpdate {
         /// Plan entries in order.
         entries: Vec<String>,
     },
+}
+
+/// Where a tool call stands, as progress and the `serve` wire carry it.
+/// Each status has one stable spelling on the wire (its [`as_str`]), and
+/// a spelling this version does not know reads as
+/// [`ToolCallStatus::Unknown`] rather than failing the whole update: a
+/// child may be newer than its parent.
+///
+/// [`as_str`]: ToolCallStatus::as_str
+///
+/// ```
+/// use subagents::ToolCallStatus;
+///
+/// assert_eq!(serde_json::to_string(&ToolCallStatus::InProgress).unwrap(), r#""inprogress""#);
+/// let later: ToolCallStatus = serde_json::from_str(r#""awaiting_review""#).unwrap();
+/// assert_eq!(later, ToolCallStatus::Unknown);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum ToolCallStatus {
+    /// About to run (or waiting for its input or an approval).
+    Pending,
+    /// Running.
+    InProgress,
+    /// Finished.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// Changed without saying its status (a new title, say).
+    Updated,
+    /// A status this version has no name for.
+    #[serde(other)]
+    Unknown,
+}
+
+impl ToolCallStatus {
+    /// The status's spelling on the wire (`pending`, `inprogress`,
+    /// `completed`, `failed`, `updated`, `unknown`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolCallStatus::Pending => "pending",
+            ToolCallStatus::InProgress => "inprogress",
+            ToolCallStatus::Completed => "completed",
+            ToolCallStatus::Failed => "failed",
+            ToolCallStatus::Updated => "updated",
+            ToolCallStatus::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for ToolCallStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl ProgressUpdate {

@@ -297,7 +297,7 @@ impl State {
         if !request.cwd.is_absolute() {
             return Err("cwd must be absolute".to_owned());
         }
-        let session_id = SessionId::new(crate::agent::new_session_id());
+        let session_id = SessionId::new(crate::agent::ids::session_id());
         let ids = Arc::new(ToolCallIds::default());
         let mut tools = Toolset::new();
         let approve = |tool: Arc<dyn Tool>| -> Arc<dyn Tool> {

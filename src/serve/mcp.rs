@@ -356,7 +356,8 @@ impl Session {
             children_read_only,
             open_world: !matches!(spec, ModelSpec::Scripted),
         };
-        let catalog = Catalog::new(&subagent, &info, tasks.tools(), limits).map_err(ServeError::Options)?;
+        let catalog =
+            Catalog::new(&subagent, &info, tasks.tools(), limits).map_err(|e| ServeError::Options(e.to_string()))?;
         // The root never prompts a model: it is the client's identity (its
         // session owns the background tasks) and the children's parent. Its
         // session is in the home, so `sessions tree` of it shows every run
@@ -431,7 +432,7 @@ impl Session {
                 }
                 result
             }
-            Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
+            Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
         }
     }
 }

@@ -49,7 +49,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::signals::StopSignals;
-use crate::agent::{new_session_id, ModelSpec};
+use crate::agent::{ids, ModelSpec};
 use crate::events::SubagentEvent;
 use crate::providers::remote::broker::{self, Broker, BrokerSettings};
 use crate::providers::remote::wire::{self, CancelNotice, ProgressNotice, StatusReply, MAX_PROGRESS_BYTES, VERSION};
@@ -309,7 +309,7 @@ async fn work(
     provider: Arc<str>,
     ready: impl FnOnce(&str),
 ) -> Result<WorkerReport, String> {
-    let worker = format!("worker-{}-{}", std::process::id(), &new_session_id()[..8]);
+    let worker = ids::worker_id();
     let connected_since: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
     let on_event = {
         let connected_since = connected_since.clone();

@@ -39,12 +39,16 @@
 //! provider when the tool is mounted: a numeric `max_depth` needs a provider
 //! with `depth_limit`, a persona needs `persona`, and so on.
 
+mod error;
+
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+
+pub use error::DelegationError;
 
 use super::tasks::TaskService;
 use crate::actors::{Run, Subagents};
@@ -246,8 +250,9 @@ impl ForegroundRun {
     }
 
     /// Awaits the result and disposes the run; a stop other than completed
-    /// is the tool error of [`stop_message`].
-    pub async fn finish(self) -> Result<Delegated, String> {
+    /// is [`DelegationError::Stopped`], with the tool error of
+    /// [`stop_message`].
+    pub async fn finish(self) -> Result<Delegated, DelegationError> {
         let ForegroundRun { run, _slot } = self;
         let (output, structured) = settle(&run).await?;
         Ok(Delegated::Foreground { run_id: run.child_id().to_owned(), output, structured })
@@ -345,9 +350,9 @@ impl SubagentTool {
     /// its turn under the run limit), or a background task at once. The
     /// foreground run's cancellation is a child of `context.cancel`; a
     /// background run has its own, tripped by `task_kill` or the owner's
-    /// shutdown. `Err` is the tool error (`could not start the subagent:
-    /// …`, `subagent run was cancelled`).
-    pub async fn begin(&self, delegation: Delegation, context: &ToolContext) -> Result<Begun, String> {
+    /// shutdown. `Err` says why, as the tool error the model reads
+    /// (`could not start the subagent: …`, `subagent run was cancelled`).
+    pub async fn begin(&self, delegation: Delegation, context: &ToolContext) -> Result<Begun, DelegationError> {
         if self.config.enable_run_in_background && delegation.run_in_background {
             let tasks = self.tasks.as_ref().expect("mount checks background runs have a task service");
             let spawned = tasks.spawn(&context.agent, &delegation.description, |cancel| {
@@ -355,14 +360,17 @@ impl SubagentTool {
                 let (subagents, provider, limit) =
                     (self.subagents.clone(), self.config.provider.clone(), self.run_limit.clone());
                 async move {
-                    let _slot = queue(limit, &cancel).await?;
-                    let run = start(&subagents, &provider, request).await?;
-                    let (output, structured) = settle(&run).await?;
-                    // A structured answer is collected as its JSON text.
-                    Ok(structured.map_or(output, |value| value.to_string()))
+                    let collected = async {
+                        let _slot = queue(limit, &cancel).await?;
+                        let run = start(&subagents, &provider, request).await?;
+                        let (output, structured) = settle(&run).await?;
+                        // A structured answer is collected as its JSON text.
+                        Ok::<_, DelegationError>(structured.map_or(output, |value| value.to_string()))
+                    };
+                    collected.await.map_err(|error| error.to_string())
                 }
             });
-            let task_id = spawned.map_err(|limit| limit.to_string())?;
+            let task_id = spawned?;
             return Ok(Begun::Background { task_id });
         }
         let signal = context.cancel.child_token();
@@ -378,12 +386,15 @@ impl SubagentTool {
     }
 
     /// [`begin`](Self::begin), then for a foreground run
-    /// [`finish`](ForegroundRun::finish).
+    /// [`finish`](ForegroundRun::finish): the tool's answer, or the tool
+    /// error the model reads (the [`DelegationError`]'s message).
     pub async fn delegate(&self, delegation: Delegation, context: &ToolContext) -> Result<Delegated, String> {
-        match self.begin(delegation, context).await? {
-            Begun::Foreground(run) => run.finish().await,
-            Begun::Background { task_id } => Ok(Delegated::Background { task_id }),
-        }
+        let delegated = match self.begin(delegation, context).await {
+            Ok(Begun::Foreground(run)) => run.finish().await,
+            Ok(Begun::Background { task_id }) => Ok(Delegated::Background { task_id }),
+            Err(error) => Err(error),
+        };
+        delegated.map_err(|error| error.to_string())
     }
 
     /// The spec as a caller sees it whose children do (`true`) or do not
@@ -456,42 +467,33 @@ fn incomplete_message(result: &RunResult) -> String {
 async fn queue(
     limit: Option<Arc<Semaphore>>,
     signal: &CancellationToken,
-) -> Result<Option<OwnedSemaphorePermit>, String> {
+) -> Result<Option<OwnedSemaphorePermit>, DelegationError> {
     let Some(limit) = limit else { return Ok(None) };
     tokio::select! {
         biased;
-        _ = signal.cancelled() => Err(stop_message(StopReason::Aborted).to_owned()),
+        _ = signal.cancelled() => Err(DelegationError::Cancelled),
         // The semaphore is never closed; a closed one would only lift the limit.
         permit = limit.acquire_owned() => Ok(permit.ok()),
     }
 }
 
-async fn start(subagents: &Subagents, provider: &str, request: StartRequest) -> Result<Run, String> {
-    subagents.start(provider, request).await.map_err(|error| match error {
-        // Cancelled before the child was published: still a cancelled run.
-        SubagentError::Aborted { .. } => stop_message(StopReason::Aborted).to_owned(),
-        // Said so that the model stops delegating and finishes by itself.
-        SubagentError::BudgetExhausted(exhausted) => format!(
-            "delegation refused ({}): {exhausted}; no subagent was started, finish the task without delegating",
-            error.code()
-        ),
-        error => format!("could not start the subagent: {error}"),
-    })
+async fn start(subagents: &Subagents, provider: &str, request: StartRequest) -> Result<Run, DelegationError> {
+    subagents.start(provider, request).await.map_err(DelegationError::refused_start)
 }
 
 /// Awaits and disposes one run; `Ok((output, structured))` when it
 /// completed.
-async fn settle(run: &Run) -> Result<(String, Option<Value>), String> {
+async fn settle(run: &Run) -> Result<(String, Option<Value>), DelegationError> {
     let result = run.result().await;
     // Dispose on every path; dropping `run` would also dispose it.
     let disposed = run.dispose().await;
-    let result = result.map_err(|e| format!("subagent run failed: {e}"))?;
+    let result = result.map_err(DelegationError::NoResult)?;
     if let Err(error) = disposed {
         tracing::warn!(run = run.child_id(), %error, "a subagent did not dispose cleanly");
     }
     match result.stop_reason {
         StopReason::Completed => Ok((result.text(), result.structured)),
-        _ => Err(incomplete_message(&result)),
+        stop_reason => Err(DelegationError::Stopped { stop_reason, message: incomplete_message(&result) }),
     }
 }
 

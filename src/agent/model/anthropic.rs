@@ -45,19 +45,18 @@
 
 use futures_util::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderValue};
-use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 mod answer;
 mod config;
+mod request;
 
 use answer::Message;
 pub use config::AnthropicConfig;
+use request::MessagesRequest;
 
-use super::http::{bounded_call, is_event_stream, transient, Call, Endpoint};
-use super::{ChunkSink, Limiter, Model, ModelError, ModelReply, ModelRequest};
-use crate::agent::session::SessionEvent;
-use crate::seam::ContentBlock;
+use super::http::{bounded_call, endpoint_handle, is_event_stream, transient, Call, Endpoint};
+use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest};
 
 /// The API version every request names.
 const API_VERSION: &str = "2023-06-01";
@@ -94,71 +93,21 @@ impl AnthropicModel {
         Ok(AnthropicModel { name: format!("anthropic:{}", config.model), config, endpoint })
     }
 
-    /// This adapter passing `limiter` instead of its own: models built for
-    /// one route share its limits and its cool-downs.
-    pub fn with_limiter(mut self, limiter: Limiter) -> Self {
-        self.endpoint = self.endpoint.with_limiter(limiter);
-        self
-    }
+    endpoint_handle!();
 
-    /// The limiter every attempt passes.
-    pub fn limiter(&self) -> &Limiter {
-        self.endpoint.limiter()
-    }
-
-    /// Whether the endpoint's host accepts a connection (within the
-    /// timeout, at most 5 s): a cheap check before a batch of runs.
-    pub async fn check_reachable(&self) -> Result<(), ModelError> {
-        self.endpoint.check_reachable().await
-    }
-
-    fn body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
+    fn body<'a>(&'a self, request: &'a ModelRequest) -> Result<MessagesRequest<'a>, ModelError> {
         let options = &request.options;
         if options.reasoning_effort.is_some() {
             return Err(ModelError::Config("the anthropic adapter takes no reasoning_effort".to_owned()));
         }
-        let mut messages = Turns::default();
-        for event in request.messages.iter() {
-            match event {
-                SessionEvent::User { content } => messages.push("user", content.iter().filter_map(user_block)),
-                SessionEvent::Assistant { text, tool_calls } => {
-                    let text = (!text.is_empty()).then(|| json!({"type": "text", "text": text}));
-                    let calls = tool_calls.iter().map(|call| {
-                        // The API takes an object; arguments the model wrote
-                        // as something else were refused as such already.
-                        let input = if call.arguments.is_object() { call.arguments.clone() } else { json!({}) };
-                        json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input})
-                    });
-                    messages.push("assistant", text.into_iter().chain(calls));
-                }
-                SessionEvent::ToolResult { call_id, content, is_error, .. } => {
-                    let result = json!({"type": "tool_result", "tool_use_id": call_id, "content": content,
-                        "is_error": is_error});
-                    messages.push("user", [result]);
-                }
-                SessionEvent::TurnEnd { .. } => {}
-            }
-        }
-        let mut body = json!({
-            "model": options.model.as_deref().unwrap_or(&self.config.model),
-            "max_tokens": options.max_tokens.map_or(self.config.max_tokens, u64::from),
-            "messages": messages.0,
-        });
-        if !request.system.is_empty() {
-            body["system"] = json!(request.system);
-        }
-        if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-                .collect();
-            body["tools"] = Value::Array(tools);
-        }
-        if self.config.stream {
-            body["stream"] = json!(true);
-        }
-        Ok(body)
+        Ok(MessagesRequest {
+            model: options.model.as_deref().unwrap_or(&self.config.model),
+            max_tokens: options.max_tokens.map_or(self.config.max_tokens, u64::from),
+            messages: request::turns(request),
+            system: &request.system,
+            tools: request::tools(request),
+            stream: self.config.stream,
+        })
     }
 
     async fn complete_inner(&self, request: ModelRequest, cancel: CancellationToken) -> Result<ModelReply, ModelError> {
@@ -212,40 +161,6 @@ impl Model for AnthropicModel {
         cancel: CancellationToken,
     ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
         Box::pin(bounded_call(cancel.clone(), self.config.call_deadline, self.complete_inner(request, cancel)))
-    }
-}
-
-/// The conversation as the API takes it: roles alternate, so blocks of the
-/// same role in a row join one message.
-#[derive(Default)]
-struct Turns(Vec<Value>);
-
-impl Turns {
-    fn push(&mut self, role: &str, blocks: impl IntoIterator<Item = Value>) {
-        let mut blocks = blocks.into_iter().peekable();
-        if blocks.peek().is_none() {
-            return; // the API refuses a message with no content
-        }
-        match self.0.last_mut() {
-            Some(last) if last["role"] == role => {
-                if let Some(content) = last["content"].as_array_mut() {
-                    content.extend(blocks);
-                }
-            }
-            _ => self.0.push(json!({"role": role, "content": blocks.collect::<Vec<_>>()})),
-        }
-    }
-}
-
-/// A user block as the API takes it; an empty text is left out (the API
-/// refuses empty text blocks).
-fn user_block(block: &ContentBlock) -> Option<Value> {
-    match block {
-        ContentBlock::Text { text } if text.is_empty() => None,
-        ContentBlock::Text { text } => Some(json!({"type": "text", "text": text})),
-        ContentBlock::Image { mime_type, data } => {
-            Some(json!({"type": "image", "source": {"type": "base64", "media_type": mime_type, "data": data}}))
-        }
     }
 }
 

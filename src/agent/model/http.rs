@@ -24,6 +24,7 @@
 //! - [`CallLimits`] bounds an answer's tool calls and their arguments, the
 //!   same way whatever wire they arrive on.
 
+mod config;
 mod text;
 
 use std::future::Future;
@@ -32,9 +33,11 @@ use std::sync::Once;
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+pub(super) use config::{endpoint_handle, http_config, Defaults};
 pub(super) use text::{describe, excerpt, one_line};
 
 use super::limit::{retry_delay, Limiter, Permit, RouteLimits};
@@ -44,7 +47,7 @@ use super::{CallMeter, ModelError, ModelReply, Oversize};
 const MAX_LINE: usize = 4 * 1024 * 1024;
 /// The longest wait between two tries.
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(30);
-const MIB: usize = 1 << 20;
+const MIB: u64 = 1 << 20;
 
 /// The bounds one adapter holds its endpoint to (see `OpenAiConfig` for
 /// what each means and its default).
@@ -102,10 +105,10 @@ impl EnvBounds {
         let bytes = |n: Option<u64>| n.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
         let small = |n: Option<u64>| n.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
         Ok(EnvBounds {
-            max_answer_bytes: bytes(number("SUBAGENTS_MODEL_MAX_ANSWER_MIB", MIB as u64)?),
-            max_error_body_bytes: bytes(number("SUBAGENTS_MODEL_MAX_ERROR_BODY_MIB", MIB as u64)?),
+            max_answer_bytes: bytes(number("SUBAGENTS_MODEL_MAX_ANSWER_MIB", MIB)?),
+            max_error_body_bytes: bytes(number("SUBAGENTS_MODEL_MAX_ERROR_BODY_MIB", MIB)?),
             max_tool_calls: bytes(number("SUBAGENTS_MODEL_MAX_TOOL_CALLS", 1)?),
-            max_tool_argument_bytes: bytes(number("SUBAGENTS_MODEL_MAX_TOOL_ARGUMENTS_MIB", MIB as u64)?),
+            max_tool_argument_bytes: bytes(number("SUBAGENTS_MODEL_MAX_TOOL_ARGUMENTS_MIB", MIB)?),
             call_deadline: number("SUBAGENTS_MODEL_DEADLINE_SECS", 1)?.map(Duration::from_secs),
             limits: RouteLimits {
                 requests_per_minute: small(number("SUBAGENTS_MODEL_RPM", 1)?),
@@ -247,7 +250,7 @@ impl Endpoint {
     /// estimate charged).
     pub(super) async fn call<Read, Reading>(
         &self,
-        body: &Value,
+        body: &impl Serialize,
         call: Call<'_>,
         read: Read,
     ) -> Result<ModelReply, ModelError>
@@ -268,7 +271,11 @@ impl Endpoint {
     /// limiter's permit for it, held until its answer is read. Each try is
     /// admitted by the limiter first, charged the body's bytes / 4 plus
     /// the answer's token limit.
-    pub(super) async fn send(&self, body: &Value, call: Call<'_>) -> Result<(reqwest::Response, Permit), ModelError> {
+    pub(super) async fn send(
+        &self,
+        body: &impl Serialize,
+        call: Call<'_>,
+    ) -> Result<(reqwest::Response, Permit), ModelError> {
         let bounds = &self.bounds;
         let body =
             serde_json::to_vec(body).map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))?;

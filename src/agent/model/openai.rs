@@ -49,19 +49,18 @@
 
 use futures_util::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
-use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 mod answer;
 mod config;
+mod request;
 
 use answer::{parse_completion, StreamedAnswer};
 pub use config::OpenAiConfig;
+use request::{ChatRequest, StreamOptions};
 
-use super::http::{bounded_call, is_event_stream, transient, Call, Endpoint};
-use super::{ChunkSink, Limiter, Model, ModelError, ModelReply, ModelRequest};
-use crate::agent::session::{SessionEvent, ToolCall};
-use crate::seam::{text_of, ContentBlock};
+use super::http::{bounded_call, endpoint_handle, is_event_stream, transient, Call, Endpoint};
+use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest};
 
 /// The OpenAI-compatible adapter.
 pub struct OpenAiModel {
@@ -85,75 +84,19 @@ impl OpenAiModel {
         Ok(OpenAiModel { name: format!("openai:{}", config.model), config, endpoint })
     }
 
-    /// This adapter passing `limiter` instead of its own: models built for
-    /// one route share its limits and its cool-downs.
-    pub fn with_limiter(mut self, limiter: Limiter) -> Self {
-        self.endpoint = self.endpoint.with_limiter(limiter);
-        self
-    }
+    endpoint_handle!();
 
-    /// The limiter every attempt passes.
-    pub fn limiter(&self) -> &Limiter {
-        self.endpoint.limiter()
-    }
-
-    /// Whether the endpoint's host accepts a connection (within the
-    /// timeout, at most 5 s): a cheap check before a batch of runs.
-    pub async fn check_reachable(&self) -> Result<(), ModelError> {
-        self.endpoint.check_reachable().await
-    }
-
-    fn body(&self, request: &ModelRequest) -> Value {
-        let mut messages = Vec::with_capacity(request.messages.len() + 1);
-        if !request.system.is_empty() {
-            messages.push(json!({"role": "system", "content": request.system}));
-        }
-        for event in request.messages.iter() {
-            match event {
-                SessionEvent::User { content } => {
-                    messages.push(json!({"role": "user", "content": user_content(content)}))
-                }
-                SessionEvent::Assistant { text, tool_calls } => {
-                    let mut message = json!({"role": "assistant", "content": text});
-                    if !tool_calls.is_empty() {
-                        let calls: Vec<Value> = tool_calls.iter().map(wire_call).collect();
-                        message["tool_calls"] = Value::Array(calls);
-                    }
-                    messages.push(message);
-                }
-                SessionEvent::ToolResult { call_id, content, .. } => {
-                    messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": content}))
-                }
-                SessionEvent::TurnEnd { .. } => {}
-            }
-        }
+    fn body<'a>(&'a self, request: &'a ModelRequest) -> ChatRequest<'a> {
         let options = &request.options;
-        let mut body = json!({
-            "model": options.model.as_deref().unwrap_or(&self.config.model),
-            "messages": messages,
-        });
-        if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.parameters}})
-                })
-                .collect();
-            body["tools"] = Value::Array(tools);
+        ChatRequest {
+            model: options.model.as_deref().unwrap_or(&self.config.model),
+            messages: request::messages(request),
+            tools: request::tools(request),
+            max_tokens: options.max_tokens.or(self.config.max_tokens),
+            reasoning_effort: options.reasoning_effort.as_deref(),
+            stream: self.config.stream,
+            stream_options: self.config.stream.then_some(StreamOptions { include_usage: true }),
         }
-        if let Some(max_tokens) = options.max_tokens.or(self.config.max_tokens) {
-            body["max_tokens"] = json!(max_tokens);
-        }
-        if let Some(effort) = &options.reasoning_effort {
-            body["reasoning_effort"] = json!(effort);
-        }
-        if self.config.stream {
-            body["stream"] = json!(true);
-            body["stream_options"] = json!({"include_usage": true});
-        }
-        body
     }
 
     async fn complete_inner(&self, request: ModelRequest, cancel: CancellationToken) -> Result<ModelReply, ModelError> {
@@ -219,28 +162,4 @@ impl Model for OpenAiModel {
     ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
         Box::pin(bounded_call(cancel.clone(), self.config.call_deadline, self.complete_inner(request, cancel)))
     }
-}
-
-fn wire_call(call: &ToolCall) -> Value {
-    let arguments = match &call.arguments {
-        Value::String(raw) => raw.clone(),
-        other => other.to_string(),
-    };
-    json!({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}})
-}
-
-fn user_content(content: &[ContentBlock]) -> Value {
-    if content.iter().all(|block| block.as_text().is_some()) {
-        return json!(text_of(content));
-    }
-    let parts: Vec<Value> = content
-        .iter()
-        .map(|block| match block {
-            ContentBlock::Image { mime_type, data } => {
-                json!({"type": "image_url", "image_url": {"url": format!("data:{mime_type};base64,{data}")}})
-            }
-            other => json!({"type": "text", "text": other.as_text().unwrap_or_default()}),
-        })
-        .collect();
-    Value::Array(parts)
 }

@@ -37,18 +37,18 @@
 //! ```
 
 use futures_util::future::BoxFuture;
-use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 mod answer;
+mod request;
+mod wire;
 
 use answer::Response;
+use request::{Reasoning, ResponsesRequest};
 
-use super::http::{bounded_call, is_event_stream, transient, Call, Endpoint};
+use super::http::{bounded_call, endpoint_handle, is_event_stream, transient, Call, Endpoint};
 use super::openai::{bearer, OpenAiConfig};
-use super::{ChunkSink, Limiter, Model, ModelError, ModelReply, ModelRequest};
-use crate::agent::session::SessionEvent;
-use crate::seam::{text_of, ContentBlock};
+use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest};
 
 /// The OpenAI Responses adapter.
 pub struct OpenAiResponsesModel {
@@ -72,80 +72,20 @@ impl OpenAiResponsesModel {
         Ok(OpenAiResponsesModel { name: format!("openai-responses:{}", config.model), config, endpoint })
     }
 
-    /// This adapter passing `limiter` instead of its own: models built for
-    /// one route share its limits and its cool-downs.
-    pub fn with_limiter(mut self, limiter: Limiter) -> Self {
-        self.endpoint = self.endpoint.with_limiter(limiter);
-        self
-    }
+    endpoint_handle!();
 
-    /// The limiter every attempt passes.
-    pub fn limiter(&self) -> &Limiter {
-        self.endpoint.limiter()
-    }
-
-    /// Whether the endpoint's host accepts a connection (within the
-    /// timeout, at most 5 s): a cheap check before a batch of runs.
-    pub async fn check_reachable(&self) -> Result<(), ModelError> {
-        self.endpoint.check_reachable().await
-    }
-
-    fn body(&self, request: &ModelRequest) -> Value {
-        let mut input = Vec::with_capacity(request.messages.len());
-        for event in request.messages.iter() {
-            match event {
-                SessionEvent::User { content } => {
-                    input.push(json!({"type": "message", "role": "user", "content": user_content(content)}))
-                }
-                SessionEvent::Assistant { text, tool_calls } => {
-                    if !text.is_empty() {
-                        input.push(json!({"type": "message", "role": "assistant", "content": text}));
-                    }
-                    for call in tool_calls {
-                        let arguments = match &call.arguments {
-                            Value::String(raw) => raw.clone(),
-                            other => other.to_string(),
-                        };
-                        input.push(json!({"type": "function_call", "call_id": call.id, "name": call.name,
-                            "arguments": arguments}));
-                    }
-                }
-                SessionEvent::ToolResult { call_id, content, .. } => {
-                    input.push(json!({"type": "function_call_output", "call_id": call_id, "output": content}))
-                }
-                SessionEvent::TurnEnd { .. } => {}
-            }
-        }
+    fn body<'a>(&'a self, request: &'a ModelRequest) -> ResponsesRequest<'a> {
         let options = &request.options;
-        let mut body = json!({
-            "model": options.model.as_deref().unwrap_or(&self.config.model),
-            "input": input,
-            "store": false,
-        });
-        if !request.system.is_empty() {
-            body["instructions"] = json!(request.system);
+        ResponsesRequest {
+            model: options.model.as_deref().unwrap_or(&self.config.model),
+            input: request::input(request),
+            store: false,
+            instructions: &request.system,
+            tools: request::tools(request),
+            max_output_tokens: options.max_tokens.or(self.config.max_tokens),
+            reasoning: options.reasoning_effort.as_deref().map(|effort| Reasoning { effort }),
+            stream: self.config.stream,
         }
-        if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({"type": "function", "name": t.name, "description": t.description,
-                        "parameters": t.parameters})
-                })
-                .collect();
-            body["tools"] = Value::Array(tools);
-        }
-        if let Some(max_tokens) = options.max_tokens.or(self.config.max_tokens) {
-            body["max_output_tokens"] = json!(max_tokens);
-        }
-        if let Some(effort) = &options.reasoning_effort {
-            body["reasoning"] = json!({"effort": effort});
-        }
-        if self.config.stream {
-            body["stream"] = json!(true);
-        }
-        body
     }
 
     async fn complete_inner(&self, request: ModelRequest, cancel: CancellationToken) -> Result<ModelReply, ModelError> {
@@ -196,20 +136,4 @@ impl Model for OpenAiResponsesModel {
     ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
         Box::pin(bounded_call(cancel.clone(), self.config.call_deadline, self.complete_inner(request, cancel)))
     }
-}
-
-fn user_content(content: &[ContentBlock]) -> Value {
-    if content.iter().all(|block| block.as_text().is_some()) {
-        return json!(text_of(content));
-    }
-    let parts: Vec<Value> = content
-        .iter()
-        .map(|block| match block {
-            ContentBlock::Image { mime_type, data } => {
-                json!({"type": "input_image", "image_url": format!("data:{mime_type};base64,{data}")})
-            }
-            other => json!({"type": "input_text", "text": other.as_text().unwrap_or_default()}),
-        })
-        .collect();
-    Value::Array(parts)
 }

@@ -57,12 +57,23 @@ impl Api {
 
     /// Whether this build has the API's adapter (feature `openai` carries
     /// all three): `Err` names what is missing.
-    pub fn check_built(self) -> Result<(), String> {
+    pub fn check_built(self) -> Result<(), ApiNotBuilt> {
         if cfg!(feature = "openai") {
             return Ok(());
         }
-        Err(format!("api {:?} needs the crate's \"openai\" feature", self.name()))
+        Err(ApiNotBuilt { api: self, feature: "openai" })
     }
+}
+
+/// A route's API whose adapter this build leaves out ([`Api::check_built`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("api {:?} needs the crate's {feature:?} feature", api.name())]
+#[non_exhaustive]
+pub struct ApiNotBuilt {
+    /// The API.
+    pub api: Api,
+    /// The crate feature that carries its adapter.
+    pub feature: &'static str,
 }
 
 /// A named model route.

@@ -13,13 +13,20 @@
 //! file is always a prefix of what was appended, and a read sees every
 //! append submitted before it. A job that panics is contained and logged;
 //! the lane goes on with the next one.
+//!
+//! A store operation is written once, as the job it hands the lane, and
+//! returned as a [`LaneCall`]: the synchronous API [`wait`](LaneCall::wait)s
+//! for it, blocking its thread; the runtime's own paths `.await` it.
 
 use std::cell::Cell;
+use std::future::IntoFuture;
 use std::sync::mpsc;
 use std::sync::OnceLock;
 
+use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
 
+use super::SessionError;
 use crate::contain::contained_call;
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -82,6 +89,85 @@ pub(super) fn call_blocking<T: Send + 'static>(job: impl FnOnce() -> T + Send + 
         let _ = reply.send(job());
     });
     answer.recv().ok()
+}
+
+/// What a session job answers.
+type Answer<T> = Result<T, SessionError>;
+
+/// One session operation for the lane, not yet handed to it: [`wait`]
+/// blocks the calling thread for its answer, `.await` does not. Either
+/// way it is queued behind every job submitted before it. A lane that does
+/// not answer (the job panicked) is an I/O error for the session.
+///
+/// [`wait`]: LaneCall::wait
+#[must_use = "a lane call does nothing until it is waited for or awaited"]
+pub(crate) struct LaneCall<T> {
+    /// The session it is about, for the error when the lane fails.
+    id: String,
+    state: State<T>,
+}
+
+enum State<T> {
+    /// Answered without the lane (a bad id, an in-memory store).
+    Ready(Answer<T>),
+    Queued {
+        job: Box<dyn FnOnce() -> Answer<T> + Send>,
+        /// Takes an answer no one waited for any more.
+        undo: Box<dyn FnOnce(T) + Send>,
+    },
+}
+
+impl<T: Send + 'static> LaneCall<T> {
+    /// `job` for session `id`, to run on the lane.
+    pub(super) fn new(id: &str, job: impl FnOnce() -> Answer<T> + Send + 'static) -> Self {
+        LaneCall { id: id.to_owned(), state: State::Queued { job: Box::new(job), undo: Box::new(drop) } }
+    }
+
+    /// An answer known without the lane.
+    pub(super) fn ready(id: &str, answer: Answer<T>) -> Self {
+        LaneCall { id: id.to_owned(), state: State::Ready(answer) }
+    }
+
+    /// Hands a successful answer whose caller stopped awaiting it to
+    /// `undo`, on the lane (a file created for an abandoned start is
+    /// removed again).
+    pub(super) fn undo_if_abandoned(mut self, undo: impl FnOnce(T) + Send + 'static) -> Self {
+        if let State::Queued { undo: slot, .. } = &mut self.state {
+            *slot = Box::new(undo);
+        }
+        self
+    }
+
+    /// Blocks the calling thread until the lane answered: the synchronous
+    /// API, for callers outside a runtime.
+    pub(crate) fn wait(self) -> Answer<T> {
+        match self.state {
+            State::Ready(answer) => answer,
+            State::Queued { job, .. } => call_blocking(job).unwrap_or_else(|| Err(SessionError::lane_failed(&self.id))),
+        }
+    }
+}
+
+impl<T: Send + 'static> IntoFuture for LaneCall<T> {
+    type Output = Answer<T>;
+    type IntoFuture = BoxFuture<'static, Answer<T>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let LaneCall { id, state } = self;
+        Box::pin(async move {
+            match state {
+                State::Ready(answer) => answer,
+                State::Queued { job, undo } => {
+                    let undo = move |answer: Answer<T>| {
+                        if let Ok(value) = answer {
+                            undo(value);
+                        }
+                    };
+                    call(job, undo).await.unwrap_or_else(|| Err(SessionError::lane_failed(&id)))
+                }
+            }
+        })
+    }
 }
 
 #[cfg(test)]

@@ -58,7 +58,7 @@ impl Tool for ReadFile {
             let requested = arguments["path"].as_str().unwrap_or_default().to_owned();
             let relative = match lexical(&context.cwd, &requested) {
                 Ok(relative) => relative,
-                Err(message) => return ToolOutput::error(message),
+                Err(outside) => return ToolOutput::error(outside.to_string()),
             };
             let cwd = context.cwd.clone();
             let read = tokio::task::spawn_blocking(move || read_beneath(&cwd, &relative)).await;
@@ -103,7 +103,7 @@ impl Tool for ListDir {
             let requested = arguments["path"].as_str().unwrap_or(".").to_owned();
             let relative = match lexical(&context.cwd, &requested) {
                 Ok(relative) => relative,
-                Err(message) => return ToolOutput::error(message),
+                Err(outside) => return ToolOutput::error(outside.to_string()),
             };
             let cwd = context.cwd.clone();
             let listed = tokio::task::spawn_blocking(move || list_beneath(&cwd, &relative)).await;
@@ -168,14 +168,19 @@ fn refusal(requested: &str, verb: &str, error: &io::Error) -> String {
     format!("cannot {verb} {requested:?}: {}", error.kind())
 }
 
+/// A path that names something outside the session's working directory.
+#[derive(Debug, thiserror::Error)]
+#[error("path {0:?} is outside the session's working directory")]
+struct OutsideCwd(String);
+
 fn outside(requested: &str) -> String {
-    format!("path {requested:?} is outside the session's working directory")
+    OutsideCwd(requested.to_owned()).to_string()
 }
 
 /// `requested` made relative to the cwd without touching the file system;
 /// a path that climbs above it or names another root is refused here,
 /// before anything outside is even looked at.
-fn lexical(cwd: &Path, requested: &str) -> Result<PathBuf, String> {
+fn lexical(cwd: &Path, requested: &str) -> Result<PathBuf, OutsideCwd> {
     // An absolute path is accepted when it names something under the cwd.
     let relative = Path::new(requested).strip_prefix(cwd).unwrap_or(Path::new(requested));
     let mut lexical = PathBuf::new();
@@ -185,10 +190,10 @@ fn lexical(cwd: &Path, requested: &str) -> Result<PathBuf, String> {
             Component::CurDir => {}
             Component::ParentDir => {
                 if !lexical.pop() {
-                    return Err(outside(requested));
+                    return Err(OutsideCwd(requested.to_owned()));
                 }
             }
-            Component::RootDir | Component::Prefix(_) => return Err(outside(requested)),
+            Component::RootDir | Component::Prefix(_) => return Err(OutsideCwd(requested.to_owned())),
         }
     }
     Ok(lexical)

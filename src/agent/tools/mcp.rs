@@ -45,6 +45,7 @@
 //! # Ok(()) }
 //! ```
 
+mod error;
 mod render;
 
 use std::path::PathBuf;
@@ -58,6 +59,8 @@ use rmcp::{ClientHandler, ServiceExt};
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+pub use error::{McpServerError, McpStartError};
 
 use super::{Tool, ToolContext, ToolOutput, ToolSpec};
 use crate::live::{LiveCounters, ProcessLease};
@@ -312,7 +315,7 @@ impl McpServer {
     /// server that cannot start is the error). A tool whose name does not
     /// fit `mcp__SERVER__TOOL` in 64 letters, digits, `_` and `-`, or whose
     /// schema is over 64 KiB of JSON, is left out (warned).
-    pub async fn tools(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
+    pub async fn tools(&self) -> Result<Vec<Arc<dyn Tool>>, McpServerError> {
         self.connection(Backoff::Wait).await?;
         Ok(self.listed_tools())
     }
@@ -321,7 +324,7 @@ impl McpServer {
     /// backoff is not waited for (nor one that just failed to start
     /// retried), and what it listed last is mounted — a call starts it
     /// again. Never listed and not starting: the error.
-    pub(crate) async fn tools_for_run(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
+    pub(crate) async fn tools_for_run(&self) -> Result<Vec<Arc<dyn Tool>>, McpServerError> {
         match self.connection(Backoff::Skip).await {
             Ok(_) => Ok(self.listed_tools()),
             Err(_) if !self.shared.listed().is_empty() => Ok(self.listed_tools()),
@@ -347,18 +350,18 @@ impl McpServer {
     }
 
     /// The live connection: started (or restarted after its backoff) if needed.
-    async fn connection(&self, patience: Backoff) -> Result<Arc<Connection>, String> {
-        let name = &self.shared.config.name;
+    async fn connection(&self, patience: Backoff) -> Result<Arc<Connection>, McpServerError> {
+        let server = || self.shared.config.name.clone();
         let mut slot = self.shared.slot.lock().await;
         match &slot.phase {
             Phase::Up(connection) if connection.alive() => return Ok(connection.clone()),
-            Phase::Closed => return Err(format!("the MCP server {name:?} is shut down")),
+            Phase::Closed => return Err(McpServerError::ShutDown { server: server() }),
             Phase::Up(_) => self.mark_dead(&mut slot),
             Phase::Down => {}
         }
         match (slot.restart_at, patience) {
             (Some(at), Backoff::Skip) if at > Instant::now() => {
-                return Err(format!("the MCP server {name:?} is waiting to be started again"));
+                return Err(McpServerError::BackingOff { server: server() });
             }
             (Some(at), _) => tokio::time::sleep_until(at).await,
             (None, _) => {}
@@ -370,10 +373,10 @@ impl McpServer {
                 slot.restart_at = None;
                 Ok(connection)
             }
-            Err(error) => {
+            Err(reason) => {
                 slot.failures += 1;
                 slot.restart_at = Some(Instant::now() + backoff(slot.failures));
-                Err(format!("the MCP server {name:?} did not start: {error}"))
+                Err(McpServerError::DidNotStart { server: server(), reason })
             }
         }
     }
@@ -389,22 +392,22 @@ impl McpServer {
         }
     }
 
-    async fn start(&self, generation: u64) -> Result<Arc<Connection>, String> {
+    async fn start(&self, generation: u64) -> Result<Arc<Connection>, McpStartError> {
         let config = &self.shared.config;
         let cwd = match config.cwd.clone().or_else(|| self.shared.cwd.clone()) {
             Some(cwd) => cwd,
-            None => std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?,
+            None => std::env::current_dir().map_err(McpStartError::NoWorkingDirectory)?,
         };
         let env = ChildEnv { inherit: &config.inherit_env, explicit: &config.env };
         let lease = ProcessLease::new(self.shared.counters.lock().unwrap_or_else(|e| e.into_inner()).clone());
         let mut process = spawn(&config.command, &config.args, &cwd, env, lease)
-            .map_err(|e| format!("{}: {e}", config.command.display()))?;
+            .map_err(|source| McpStartError::Spawn { command: config.command.clone(), source })?;
         let pipes = (process.stdout.take().expect("piped"), process.stdin.take().expect("piped"));
         let listener = Listener { shared: Arc::downgrade(&self.shared), generation };
         let started = tokio::time::timeout(config.initialize_timeout, async {
-            let service = listener.serve(pipes).await.map_err(|e| format!("initialize failed: {e}"))?;
-            let tools = service.peer().list_all_tools().await.map_err(|e| format!("tools/list failed: {e}"))?;
-            Ok::<_, String>((service, tools))
+            let service = listener.serve(pipes).await.map_err(|e| McpStartError::Initialize(e.to_string()))?;
+            let tools = service.peer().list_all_tools().await.map_err(|e| McpStartError::ListTools(e.to_string()))?;
+            Ok::<_, McpStartError>((service, tools))
         })
         .await;
         let (service, tools) = match started {
@@ -415,7 +418,7 @@ impl McpServer {
             }
             Err(_) => {
                 process.kill().await;
-                return Err(format!("no answer to initialize within {:?}", config.initialize_timeout));
+                return Err(McpStartError::Timeout(config.initialize_timeout));
             }
         };
         self.shared.store(tools);
@@ -437,7 +440,7 @@ impl McpServer {
         };
         let connection = match connection {
             Ok(connection) => connection,
-            Err(error) => return ToolOutput::error(error),
+            Err(error) => return ToolOutput::error(error.to_string()),
         };
         let mut params = CallToolRequestParams::new(tool.to_owned());
         if let Value::Object(arguments) = arguments {

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::broker::check_name;
 use super::caller::{Caller, SlotReceivers};
 use super::wire::{self, Lineage, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
-use crate::agent::new_session_id;
+use crate::agent::ids;
 use crate::seam::{
     Branch, BudgetLease, Category, Child, Detached, Diagnostic, Failure, Launch, LaunchError, ProviderContext,
     RunResult, Stage, StopReason, StopReport,
@@ -50,7 +50,7 @@ pub(crate) async fn launch(
     let (run, detached) = match request.detached {
         Some(Detached::Attach(run)) => return attach(caller, io, timing, run, cancel, context).await,
         Some(Detached::Start(run)) => (run, true),
-        None => (new_session_id(), false),
+        None => (ids::remote_run_id(), false),
     };
     let wire_request = RunRequest {
         v: VERSION,

@@ -131,9 +131,9 @@ impl Service {
             Some(skill) if self.skills.iter().any(|known| known == skill) => skill.to_owned(),
             Some(skill) => return Err(invalid(format!("unknown skill {skill:?}"))),
         };
-        let task_id = format!("task-{}", crate::agent::new_session_id());
+        let task_id = format!("task-{}", crate::agent::ids::session_id());
         let context_id =
-            message.context_id.clone().unwrap_or_else(|| format!("ctx-{}", crate::agent::new_session_id()));
+            message.context_id.clone().unwrap_or_else(|| format!("ctx-{}", crate::agent::ids::session_id()));
         let cancel = CancellationToken::new();
         let task = Task {
             id: task_id.clone(),
@@ -262,7 +262,7 @@ fn outcome(result: &RunResult) -> (TaskState, Option<String>) {
 
 pub(super) fn status_event(ids: &(String, String), state: TaskState, said: Option<String>) -> StreamResponse {
     let message = said.map(|text| Message {
-        message_id: format!("msg-{}", crate::agent::new_session_id()),
+        message_id: format!("msg-{}", crate::agent::ids::session_id()),
         context_id: Some(ids.1.clone()),
         task_id: Some(ids.0.clone()),
         role: Role::Agent,

@@ -231,7 +231,8 @@ mod tests {
     fn a_grandchilds_activity_is_indented_and_the_text_stays_bounded() {
         let mut text = String::new();
         append(&mut text, &ProgressUpdate::MessageChunk { text: "child says".into() });
-        let grandchild = ProgressUpdate::ToolCall { name: "read_file".into(), status: "pending".into() };
+        let grandchild =
+            ProgressUpdate::ToolCall { name: "read_file".into(), status: crate::seam::ToolCallStatus::Pending };
         append(&mut text, &ProgressUpdate::Delegated { update: Box::new(grandchild) });
         assert_eq!(text, "child says\n  [read_file: pending]\n");
         for _ in 0..10_000 {

@@ -57,6 +57,18 @@ pub(super) struct Catalog {
     entries: Vec<Entry>,
 }
 
+/// A tool that cannot be offered to MCP clients: a bug in the tool's own
+/// spec, reported when the server starts rather than to a client.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CatalogError {
+    /// Its parameters are not a JSON Schema.
+    #[error("tool {tool:?}: {reason}")]
+    Schema { tool: String, reason: String },
+    /// Its parameters are a schema, but not an object.
+    #[error("tool {0:?}: its parameters are not a JSON object")]
+    NotAnObject(String),
+}
+
 /// The limits the `subagent` tool's description states.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Limits {
@@ -79,7 +91,7 @@ impl Catalog {
         provider: &ProviderInfo,
         task_tools: [Arc<dyn Tool>; 3],
         limits: Limits,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, CatalogError> {
         let mut entries = vec![subagent_entry(subagent, provider, limits)?];
         for tool in task_tools {
             let spec = tool.spec();
@@ -123,7 +135,7 @@ impl Catalog {
     }
 }
 
-fn subagent_entry(subagent: &SubagentTool, provider: &ProviderInfo, limits: Limits) -> Result<Entry, String> {
+fn subagent_entry(subagent: &SubagentTool, provider: &ProviderInfo, limits: Limits) -> Result<Entry, CatalogError> {
     let spec = subagent.spec_for(false);
     let mut parameters = spec.parameters;
     let supports = |capability| provider.capabilities.supports(capability);
@@ -171,10 +183,13 @@ fn entry(
     parameters: Value,
     target: Target,
     annotations: ToolAnnotations,
-) -> Result<Entry, String> {
-    let schema = CompiledSchema::compile(&parameters).map_err(|e| format!("tool {name:?}: {e}"))?;
+) -> Result<Entry, CatalogError> {
+    let schema = match CompiledSchema::compile(&parameters) {
+        Ok(schema) => schema,
+        Err(reason) => return Err(CatalogError::Schema { tool: name, reason }),
+    };
     let Value::Object(parameters) = parameters else {
-        return Err(format!("tool {name:?}: its parameters are not a JSON object"));
+        return Err(CatalogError::NotAnObject(name));
     };
     let parameters: JsonObject = parameters;
     let tool = McpTool::new(name, description, Arc::new(parameters)).with_annotations(annotations);

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::agent::model::http::{excerpt, parse_arguments, CallLimits};
@@ -23,6 +24,75 @@ use crate::agent::session::ToolCall;
 /// Most content blocks one answer may open; far above what a model writes,
 /// and each costs bytes of the stream besides.
 const MAX_BLOCKS: usize = 4096;
+
+/// One streamed event: its `type` says which of the other fields it uses.
+/// Every field may be missing; unknown ones are ignored.
+#[derive(Deserialize)]
+struct Event {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    index: Option<u64>,
+    /// `message_start`: the message so far (its usage).
+    message: Option<StartedMessage>,
+    /// `content_block_start`.
+    content_block: Option<WireBlock>,
+    /// `content_block_delta` (a piece of a block) or `message_delta` (the
+    /// stop reason).
+    delta: Option<WireDelta>,
+    usage: Option<UsageFields>,
+    error: Option<ErrorBody>,
+}
+
+#[derive(Deserialize)]
+struct StartedMessage {
+    usage: Option<UsageFields>,
+}
+
+/// A whole (non-streamed) message.
+#[derive(Deserialize)]
+struct WholeMessage {
+    content: Option<Vec<WireBlock>>,
+    stop_reason: Option<String>,
+    usage: Option<UsageFields>,
+}
+
+/// A content block as the wire has it: `text` or `tool_use` are read, any
+/// other type is skipped.
+#[derive(Deserialize)]
+struct WireBlock {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    text: Option<String>,
+    id: Option<String>,
+    name: Option<String>,
+    /// A call's arguments, whole: kept as JSON (an object, checked).
+    input: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct WireDelta {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    text: Option<String>,
+    partial_json: Option<String>,
+    stop_reason: Option<String>,
+}
+
+/// Usage counts, each where reported.
+#[derive(Deserialize)]
+struct UsageFields {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    message: Option<String>,
+}
 
 enum Block {
     Text(String),
@@ -72,26 +142,25 @@ impl Message {
 
     /// Takes one streamed event's payload.
     pub(super) fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
-        let event: Value = serde_json::from_slice(data)
-            .map_err(|_| ModelError::Malformed("a streamed event is not JSON".to_owned()))?;
-        let Some(kind) = event["type"].as_str() else {
+        let event: Event = serde_json::from_slice(data).map_err(|error| not_read("a streamed event", &error))?;
+        let Some(kind) = event.kind.as_deref() else {
             return Err(ModelError::Malformed("a streamed event has no type".to_owned()));
         };
         match kind {
-            "message_start" => self.merge_usage(&event["message"]["usage"]),
-            "content_block_start" => self.start_block(index_of(&event)?, &event["content_block"], sink)?,
-            "content_block_delta" => self.delta(index_of(&event)?, &event["delta"], sink)?,
+            "message_start" => self.merge_usage(event.message.and_then(|message| message.usage)),
+            "content_block_start" => self.start_block(index_of(&event)?, event.content_block, sink)?,
+            "content_block_delta" => self.delta(index_of(&event)?, event.delta, sink)?,
             "message_delta" => {
-                if let Some(reason) = event["delta"]["stop_reason"].as_str() {
-                    self.stop_reason = Some(reason.to_owned());
+                if let Some(reason) = event.delta.and_then(|delta| delta.stop_reason) {
+                    self.stop_reason = Some(reason);
                 }
-                self.merge_usage(&event["usage"]);
+                self.merge_usage(event.usage);
             }
             "message_stop" => self.stopped = true,
             "error" => {
-                let error = &event["error"];
-                let kind = error["type"].as_str().unwrap_or("error");
-                let message = error["message"].as_str().unwrap_or_default();
+                let error = event.error.unwrap_or(ErrorBody { kind: None, message: None });
+                let kind = error.kind.as_deref().unwrap_or("error");
+                let message = error.message.as_deref().unwrap_or_default();
                 return Err(ModelError::BrokeOff(format!("the stream reported {kind}: {}", excerpt(message))));
             }
             _ => {} // content_block_stop, ping, and types added since
@@ -101,49 +170,58 @@ impl Message {
 
     /// Takes a whole (non-streamed) message.
     pub(super) fn whole(body: &[u8], limits: CallLimits) -> Result<Self, ModelError> {
-        let value: Value =
-            serde_json::from_slice(body).map_err(|_| ModelError::Malformed("the body is not JSON".to_owned()))?;
-        let Some(content) = value["content"].as_array() else {
+        let whole: WholeMessage = serde_json::from_slice(body).map_err(|error| not_read("the body", &error))?;
+        let Some(content) = whole.content else {
             return Err(ModelError::Malformed("the body has no content".to_owned()));
         };
         let mut message = Message::new(limits);
-        for (index, block) in content.iter().enumerate() {
-            message.start_block(index as u64, block, None)?;
+        for (index, block) in content.into_iter().enumerate() {
+            message.start_block(index as u64, Some(block), None)?;
         }
-        message.stop_reason = value["stop_reason"].as_str().map(str::to_owned);
-        message.merge_usage(&value["usage"]);
+        message.stop_reason = whole.stop_reason;
+        message.merge_usage(whole.usage);
         message.stopped = true;
         Ok(message)
     }
 
-    fn start_block(&mut self, index: u64, block: &Value, sink: Option<&ChunkSink>) -> Result<(), ModelError> {
+    fn start_block(
+        &mut self,
+        index: u64,
+        block: Option<WireBlock>,
+        sink: Option<&ChunkSink>,
+    ) -> Result<(), ModelError> {
         if self.positions.contains_key(&index) {
             return Err(ModelError::Malformed(format!("content block {index} started twice")));
         }
         if self.blocks.len() >= MAX_BLOCKS {
             return Err(ModelError::Malformed(format!("the answer opens more than {MAX_BLOCKS} content blocks")));
         }
-        let started = match block["type"].as_str() {
+        let Some(block) = block.filter(|block| block.kind.is_some()) else {
+            return Err(ModelError::Malformed("a content block has no type".to_owned()));
+        };
+        let started = match block.kind.as_deref() {
             Some("text") => {
-                let text = block["text"].as_str().unwrap_or_default();
-                emit(sink, text);
-                Block::Text(text.to_owned())
+                let text = block.text.unwrap_or_default();
+                emit(sink, &text);
+                Block::Text(text)
             }
             Some("tool_use") => {
                 self.calls += 1;
                 self.limits.check_calls(self.calls)?;
-                let (Some(id), Some(name)) = (block["id"].as_str(), block["name"].as_str()) else {
+                let (Some(id), Some(name)) = (block.id, block.name) else {
                     return Err(ModelError::Malformed("a tool_use block has no id or name".to_owned()));
                 };
                 // Streamed, the input starts empty and comes as deltas;
                 // whole, it is all here.
-                let arguments = match &block["input"] {
-                    Value::Object(input) if !input.is_empty() => block["input"].to_string(),
-                    Value::Object(_) | Value::Null => String::new(),
-                    _ => return Err(ModelError::Malformed("a tool_use block's input is not an object".to_owned())),
+                let arguments = match &block.input {
+                    Some(input @ Value::Object(fields)) if !fields.is_empty() => input.to_string(),
+                    Some(Value::Object(_) | Value::Null) | None => String::new(),
+                    Some(_) => {
+                        return Err(ModelError::Malformed("a tool_use block's input is not an object".to_owned()))
+                    }
                 };
                 self.limits.check_arguments(arguments.len())?;
-                Block::ToolUse { id: id.to_owned(), name: name.to_owned(), arguments }
+                Block::ToolUse { id, name, arguments }
             }
             Some(_) => Block::Skipped,
             None => return Err(ModelError::Malformed("a content block has no type".to_owned())),
@@ -153,18 +231,19 @@ impl Message {
         Ok(())
     }
 
-    fn delta(&mut self, index: u64, delta: &Value, sink: Option<&ChunkSink>) -> Result<(), ModelError> {
+    fn delta(&mut self, index: u64, delta: Option<WireDelta>, sink: Option<&ChunkSink>) -> Result<(), ModelError> {
         let Some(&position) = self.positions.get(&index) else {
             return Err(ModelError::Malformed(format!("a delta for content block {index}, which never started")));
         };
-        match (&mut self.blocks[position], delta["type"].as_str()) {
+        let Some(delta) = delta else { return Ok(()) };
+        match (&mut self.blocks[position], delta.kind.as_deref()) {
             (Block::Text(text), Some("text_delta")) => {
-                let part = delta["text"].as_str().unwrap_or_default();
+                let part = delta.text.as_deref().unwrap_or_default();
                 emit(sink, part);
                 text.push_str(part);
             }
             (Block::ToolUse { arguments, .. }, Some("input_json_delta")) => {
-                let part = delta["partial_json"].as_str().unwrap_or_default();
+                let part = delta.partial_json.as_deref().unwrap_or_default();
                 self.limits.check_arguments(arguments.len() + part.len())?;
                 arguments.push_str(part);
             }
@@ -178,16 +257,13 @@ impl Message {
 
     /// Usage fields present here replace those seen before (the stream's
     /// counts are cumulative).
-    fn merge_usage(&mut self, usage: &Value) {
-        if !usage.is_object() {
-            return;
-        }
+    fn merge_usage(&mut self, usage: Option<UsageFields>) {
+        let Some(usage) = usage else { return };
         let mut merged = self.usage.unwrap_or_default();
-        let field = |name: &str, old: u64| usage[name].as_u64().unwrap_or(old);
-        merged.input = field("input_tokens", merged.input);
-        merged.output = field("output_tokens", merged.output);
-        merged.cache_read = field("cache_read_input_tokens", merged.cache_read);
-        merged.cache_write = field("cache_creation_input_tokens", merged.cache_write);
+        merged.input = usage.input_tokens.unwrap_or(merged.input);
+        merged.output = usage.output_tokens.unwrap_or(merged.output);
+        merged.cache_read = usage.cache_read_input_tokens.unwrap_or(merged.cache_read);
+        merged.cache_write = usage.cache_creation_input_tokens.unwrap_or(merged.cache_write);
         self.usage = Some(merged);
     }
 
@@ -230,8 +306,17 @@ impl Message {
     }
 }
 
-fn index_of(event: &Value) -> Result<u64, ModelError> {
-    event["index"].as_u64().ok_or_else(|| ModelError::Malformed("a content block event has no index".to_owned()))
+fn index_of(event: &Event) -> Result<u64, ModelError> {
+    event.index.ok_or_else(|| ModelError::Malformed("a content block event has no index".to_owned()))
+}
+
+/// Why `what` could not be read: not JSON at all, or JSON of the wrong
+/// shape (the message says which field).
+fn not_read(what: &str, error: &serde_json::Error) -> ModelError {
+    match error.classify() {
+        serde_json::error::Category::Data => ModelError::Malformed(format!("{what} is not a Messages answer: {error}")),
+        _ => ModelError::Malformed(format!("{what} is not JSON")),
+    }
 }
 
 fn emit(sink: Option<&ChunkSink>, text: &str) {

@@ -4,10 +4,8 @@
 
 use std::time::Duration;
 
-use crate::agent::model::http::{env_var, Bounds, CallLimits, EnvBounds};
+use crate::agent::model::http::{env_var, http_config, Defaults, EnvBounds};
 use crate::agent::model::{ModelError, RouteLimits};
-
-const MIB: usize = 1 << 20;
 
 /// Where and how to reach the Messages API, and the bounds on its answers.
 ///
@@ -102,15 +100,15 @@ impl AnthropicConfig {
             model: model.into(),
             api_key: None,
             max_tokens: 4096,
-            timeout: Duration::from_secs(120),
-            max_retries: 3,
-            retry_backoff: Duration::from_millis(500),
+            timeout: Defaults::TIMEOUT,
+            max_retries: Defaults::MAX_RETRIES,
+            retry_backoff: Defaults::RETRY_BACKOFF,
             stream: true,
-            max_answer_bytes: 64 * MIB,
-            max_error_body_bytes: MIB,
-            max_tool_calls: 128,
-            max_tool_argument_bytes: MIB,
-            call_deadline: Duration::from_secs(600),
+            max_answer_bytes: Defaults::MAX_ANSWER_BYTES,
+            max_error_body_bytes: Defaults::MAX_ERROR_BODY_BYTES,
+            max_tool_calls: Defaults::MAX_TOOL_CALLS,
+            max_tool_argument_bytes: Defaults::MAX_TOOL_ARGUMENT_BYTES,
+            call_deadline: Defaults::CALL_DEADLINE,
             limits: RouteLimits::default(),
         }
     }
@@ -137,13 +135,7 @@ impl AnthropicConfig {
                 ModelError::Config(format!("ANTHROPIC_MAX_TOKENS must be a whole number above 0, not {value:?}"))
             })?;
         }
-        let bounds = EnvBounds::read()?;
-        config.max_answer_bytes = bounds.max_answer_bytes.unwrap_or(config.max_answer_bytes);
-        config.max_error_body_bytes = bounds.max_error_body_bytes.unwrap_or(config.max_error_body_bytes);
-        config.max_tool_calls = bounds.max_tool_calls.unwrap_or(config.max_tool_calls);
-        config.max_tool_argument_bytes = bounds.max_tool_argument_bytes.unwrap_or(config.max_tool_argument_bytes);
-        config.call_deadline = bounds.call_deadline.unwrap_or(config.call_deadline);
-        config.limits = bounds.limits;
+        config.apply_env_bounds(&EnvBounds::read()?);
         Ok(config)
     }
 
@@ -159,69 +151,5 @@ impl AnthropicConfig {
         self
     }
 
-    /// Sets the timeout.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Sets retries and the first backoff.
-    pub fn with_retries(mut self, max_retries: u32, backoff: Duration) -> Self {
-        self.max_retries = max_retries;
-        self.retry_backoff = backoff;
-        self
-    }
-
-    /// Streams or not.
-    pub fn with_stream(mut self, stream: bool) -> Self {
-        self.stream = stream;
-        self
-    }
-
-    /// Sets the most bytes one answer may take.
-    pub fn with_max_answer_bytes(mut self, bytes: usize) -> Self {
-        self.max_answer_bytes = bytes;
-        self
-    }
-
-    /// Sets the most bytes of an error body read for its message.
-    pub fn with_max_error_body_bytes(mut self, bytes: usize) -> Self {
-        self.max_error_body_bytes = bytes;
-        self
-    }
-
-    /// Sets the most tool calls in one answer and the most bytes of one
-    /// call's arguments.
-    pub fn with_tool_call_limits(mut self, calls: usize, argument_bytes: usize) -> Self {
-        self.max_tool_calls = calls;
-        self.max_tool_argument_bytes = argument_bytes;
-        self
-    }
-
-    /// Sets the bound on one whole model call, retries included.
-    pub fn with_call_deadline(mut self, deadline: Duration) -> Self {
-        self.call_deadline = deadline;
-        self
-    }
-
-    /// Sets the rate limits every call passes (a model's own limiter; a
-    /// route's models share the route's instead).
-    pub fn with_limits(mut self, limits: RouteLimits) -> Self {
-        self.limits = limits;
-        self
-    }
-
-    /// The bounds as the shared HTTP layer holds them.
-    pub(super) fn bounds(&self) -> Bounds {
-        Bounds {
-            timeout: self.timeout,
-            max_retries: self.max_retries,
-            retry_backoff: self.retry_backoff,
-            max_answer_bytes: self.max_answer_bytes,
-            max_error_body_bytes: self.max_error_body_bytes,
-            calls: CallLimits { calls: self.max_tool_calls, argument_bytes: self.max_tool_argument_bytes },
-            call_deadline: self.call_deadline,
-            limits: self.limits,
-        }
-    }
+    http_config!();
 }

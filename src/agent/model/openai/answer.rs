@@ -6,18 +6,167 @@
 //! text, a refusal, or a piece of a tool call (an id, a name, or a slice of
 //! the arguments, keyed by the call's `index`), until `data: [DONE]`.
 //! Comments, blank lines and other fields are skipped.
+//!
+//! Both shapes are read as serde types: every field may be missing (or
+//! null) and unknown fields are ignored, so an endpoint that says less or
+//! more than OpenAI still reads; a field of the wrong type makes the
+//! answer malformed.
 
-use serde_json::Value;
+use std::fmt;
+
+use serde::de::{self, IgnoredAny};
+use serde::{Deserialize, Deserializer};
 
 use crate::agent::model::http::{excerpt, parse_arguments, CallLimits};
 use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Usage};
 use crate::agent::session::ToolCall;
 
+/// A whole chat completion.
+#[derive(Deserialize)]
+struct Completion {
+    choices: Option<Vec<Choice>>,
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: Option<Message>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    #[serde(default)]
+    content: Content,
+    tool_calls: Option<Vec<WholeCall>>,
+    refusal: Option<String>,
+}
+
+/// A message's content: text, or parts whose texts join (parts without
+/// text, such as audio, add nothing).
+#[derive(Default)]
+struct Content(String);
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> de::Visitor<'de> for Visitor {
+            type Value = Content;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("the message content as text")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Content, E> {
+                Ok(Content(text.to_owned()))
+            }
+
+            fn visit_string<E: de::Error>(self, text: String) -> Result<Content, E> {
+                Ok(Content(text))
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Content, E> {
+                Ok(Content::default())
+            }
+
+            fn visit_none<E: de::Error>(self) -> Result<Content, E> {
+                Ok(Content::default())
+            }
+
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut parts: A) -> Result<Content, A::Error> {
+                let mut text = String::new();
+                while let Some(part) = parts.next_element::<TextPart>()? {
+                    text.push_str(part.text.as_deref().unwrap_or_default());
+                }
+                Ok(Content(text))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+#[derive(Deserialize)]
+struct TextPart {
+    text: Option<String>,
+}
+
+/// A tool call of a whole completion.
+#[derive(Deserialize)]
+struct WholeCall {
+    id: Option<String>,
+    function: Option<FunctionPart>,
+}
+
+/// A call's function, whole or one streamed piece of it.
+#[derive(Deserialize)]
+struct FunctionPart {
+    name: Option<String>,
+    arguments: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    cached_tokens: Option<u64>,
+}
+
+/// One streamed chunk.
+#[derive(Deserialize)]
+struct Chunk {
+    error: Option<StreamError>,
+    usage: Option<WireUsage>,
+    choices: Option<Vec<StreamChoice>>,
+}
+
+/// An error a stream reports: an object with a message, or anything else
+/// (which says nothing to report).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StreamError {
+    Object { message: Option<String> },
+    Other(IgnoredAny),
+}
+
+#[derive(Deserialize)]
+struct StreamChoice {
+    delta: Option<Delta>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Delta {
+    content: Option<String>,
+    refusal: Option<String>,
+    tool_calls: Option<Vec<CallDelta>>,
+}
+
+/// A piece of one streamed tool call.
+#[derive(Deserialize)]
+struct CallDelta {
+    index: Option<u64>,
+    id: Option<String>,
+    function: Option<FunctionPart>,
+}
+
+/// A streamed tool call as its pieces arrived so far.
+#[derive(Clone, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
 /// The streamed answer so far.
 pub(super) struct StreamedAnswer {
     text: String,
     refusal: String,
-    calls: Vec<(String, String, String)>,
+    calls: Vec<PartialCall>,
     limits: CallLimits,
     pub(super) finish_reason: Option<String>,
     usage: Option<Usage>,
@@ -44,50 +193,57 @@ impl StreamedAnswer {
             self.done = true;
             return Ok(());
         }
-        let chunk: Value = serde_json::from_slice(data)
-            .map_err(|_| ModelError::Malformed("a streamed event is not JSON".to_owned()))?;
-        if let Some(message) = chunk["error"]["message"].as_str() {
+        let chunk: Chunk = serde_json::from_slice(data).map_err(|error| not_read("a streamed event", &error))?;
+        if let Some(StreamError::Object { message: Some(message) }) = &chunk.error {
             return Err(ModelError::Transport(format!("the stream reported an error: {}", excerpt(message))));
         }
-        if let Some(usage) = usage_of(&chunk["usage"]) {
+        if let Some(usage) = chunk.usage.as_ref().and_then(usage_of) {
             self.usage = Some(usage);
         }
-        let Some(choice) = chunk["choices"].get(0) else {
+        let Some(choice) = chunk.choices.and_then(|choices| choices.into_iter().next()) else {
             return Ok(());
         };
-        let delta = &choice["delta"];
-        if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
-            self.text.push_str(text);
+        if let Some(delta) = choice.delta {
+            self.delta(delta, sink)?;
+        }
+        if let Some(reason) = choice.finish_reason {
+            self.finish_reason = Some(reason);
+        }
+        Ok(())
+    }
+
+    fn delta(&mut self, delta: Delta, sink: Option<&ChunkSink>) -> Result<(), ModelError> {
+        if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+            self.text.push_str(&text);
             if let Some(sink) = sink {
-                sink(text);
+                sink(&text);
             }
         }
-        if let Some(refusal) = delta["refusal"].as_str() {
-            self.refusal.push_str(refusal);
+        if let Some(refusal) = delta.refusal {
+            self.refusal.push_str(&refusal);
         }
-        for call in delta["tool_calls"].as_array().into_iter().flatten() {
-            let index = call["index"].as_u64().unwrap_or(self.calls.len() as u64) as usize;
-            if index > self.calls.len() + 64 {
+        for piece in delta.tool_calls.into_iter().flatten() {
+            let index = piece.index.unwrap_or(self.calls.len() as u64);
+            if index > self.calls.len() as u64 + 64 {
                 return Err(ModelError::Malformed("a streamed tool call index is out of range".to_owned()));
             }
+            let index = index as usize;
             if self.calls.len() <= index {
                 self.limits.check_calls(index + 1)?;
-                self.calls.resize(index + 1, Default::default());
+                self.calls.resize(index + 1, PartialCall::default());
             }
-            let (id, name, arguments) = &mut self.calls[index];
-            if let Some(part) = call["id"].as_str() {
-                id.push_str(part);
+            let call = &mut self.calls[index];
+            if let Some(part) = piece.id {
+                call.id.push_str(&part);
             }
-            if let Some(part) = call["function"]["name"].as_str() {
-                name.push_str(part);
+            let function = piece.function.unwrap_or(FunctionPart { name: None, arguments: None });
+            if let Some(part) = function.name {
+                call.name.push_str(&part);
             }
-            if let Some(part) = call["function"]["arguments"].as_str() {
-                self.limits.check_arguments(arguments.len() + part.len())?;
-                arguments.push_str(part);
+            if let Some(part) = function.arguments {
+                self.limits.check_arguments(call.arguments.len() + part.len())?;
+                call.arguments.push_str(&part);
             }
-        }
-        if let Some(reason) = choice["finish_reason"].as_str() {
-            self.finish_reason = Some(reason.to_owned());
         }
         Ok(())
     }
@@ -96,12 +252,12 @@ impl StreamedAnswer {
         let tool_calls: Vec<ToolCall> = self
             .calls
             .into_iter()
-            .filter(|(_, name, _)| !name.is_empty())
+            .filter(|call| !call.name.is_empty())
             .enumerate()
-            .map(|(n, (id, name, arguments))| ToolCall {
-                id: if id.is_empty() { format!("call_{n}") } else { id },
-                name,
-                arguments: parse_arguments(&arguments),
+            .map(|(n, call)| ToolCall {
+                id: if call.id.is_empty() { format!("call_{n}") } else { call.id },
+                name: call.name,
+                arguments: parse_arguments(&call.arguments),
             })
             .collect();
         let refused = !self.refusal.is_empty();
@@ -113,40 +269,38 @@ impl StreamedAnswer {
 
 /// Parses a whole (non-streamed) chat completion.
 pub(super) fn parse_completion(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|_| ModelError::Malformed("the body is not JSON".to_owned()))?;
-    let Some(choice) = value["choices"].get(0) else {
+    let completion: Completion = serde_json::from_slice(body).map_err(|error| not_read("the body", &error))?;
+    let Some(choice) = completion.choices.and_then(|choices| choices.into_iter().next()) else {
         return Err(ModelError::Malformed("the body has no choices".to_owned()));
     };
-    let message = choice["message"]
-        .as_object()
-        .ok_or_else(|| ModelError::Malformed("the first choice has no message".to_owned()))?;
-    let text = match message.get("content") {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
-        Some(_) => return Err(ModelError::Malformed("the message content is not text".to_owned())),
-    };
-    let calls = message.get("tool_calls").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    let message = choice.message.ok_or_else(|| ModelError::Malformed("the first choice has no message".to_owned()))?;
+    let calls = message.tool_calls.unwrap_or_default();
     limits.check_calls(calls.len())?;
     let mut tool_calls = Vec::with_capacity(calls.len());
-    for (n, call) in calls.iter().enumerate() {
-        let name = call["function"]["name"]
-            .as_str()
-            .ok_or_else(|| ModelError::Malformed("a tool call has no function name".to_owned()))?;
-        let id = call["id"].as_str().map_or_else(|| format!("call_{n}"), str::to_owned);
-        let raw = call["function"]["arguments"].as_str().unwrap_or_default();
+    for (n, call) in calls.into_iter().enumerate() {
+        let FunctionPart { name, arguments } = call.function.unwrap_or(FunctionPart { name: None, arguments: None });
+        let name = name.ok_or_else(|| ModelError::Malformed("a tool call has no function name".to_owned()))?;
+        let id = call.id.unwrap_or_else(|| format!("call_{n}"));
+        let raw = arguments.unwrap_or_default();
         limits.check_arguments(raw.len())?;
-        let arguments = parse_arguments(raw);
-        tool_calls.push(ToolCall { id, name: name.to_owned(), arguments });
+        tool_calls.push(ToolCall { id, name, arguments: parse_arguments(&raw) });
     }
-    let refusal = message.get("refusal").and_then(Value::as_str).filter(|r| !r.is_empty());
-    let finish = finish_of(choice["finish_reason"].as_str(), !tool_calls.is_empty(), refusal.is_some());
+    let refusal = message.refusal.filter(|r| !r.is_empty());
+    let finish = finish_of(choice.finish_reason.as_deref(), !tool_calls.is_empty(), refusal.is_some());
     let text = match refusal {
-        Some(refusal) if text.is_empty() => refusal.to_owned(),
-        _ => text,
+        Some(refusal) if message.content.0.is_empty() => refusal,
+        _ => message.content.0,
     };
-    Ok(ModelReply { text, tool_calls, finish, usage: usage_of(&value["usage"]) })
+    Ok(ModelReply { text, tool_calls, finish, usage: completion.usage.as_ref().and_then(usage_of) })
+}
+
+/// Why `what` could not be read: not JSON at all, or JSON of the wrong
+/// shape (the message says which field).
+fn not_read(what: &str, error: &serde_json::Error) -> ModelError {
+    match error.classify() {
+        serde_json::error::Category::Data => ModelError::Malformed(format!("{what} is not a chat completion: {error}")),
+        _ => ModelError::Malformed(format!("{what} is not JSON")),
+    }
 }
 
 fn finish_of(reason: Option<&str>, has_calls: bool, refused: bool) -> Finish {
@@ -161,13 +315,76 @@ fn finish_of(reason: Option<&str>, has_calls: bool, refused: bool) -> Finish {
 
 /// Chat completions count cached prompt tokens inside `prompt_tokens`;
 /// [`Usage`] keeps them apart.
-fn usage_of(usage: &Value) -> Option<Usage> {
-    let prompt_tokens = usage["prompt_tokens"].as_u64()?;
-    let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0).min(prompt_tokens);
+fn usage_of(usage: &WireUsage) -> Option<Usage> {
+    let prompt_tokens = usage.prompt_tokens?;
+    let cached = usage.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0).min(prompt_tokens);
     Some(Usage {
         input_tokens: prompt_tokens - cached,
-        output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
+        output_tokens: usage.completion_tokens.unwrap_or(0),
         cache_read_tokens: cached,
         cache_write_tokens: 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: CallLimits = CallLimits { calls: 4, argument_bytes: 64 };
+
+    #[test]
+    fn a_completion_reads_with_fields_missing_null_or_unknown() {
+        let body = br#"{"id": "x", "extra": [1, 2], "choices": [{"index": 0, "message": {"role": "assistant",
+            "content": null, "tool_calls": [{"function": {"name": "ls"}, "novel": true}]}}], "usage": null}"#;
+        let reply = parse_completion(body, LIMITS).unwrap();
+        assert_eq!((reply.text.as_str(), reply.finish, reply.usage), ("", Finish::ToolCalls, None));
+        assert_eq!((reply.tool_calls[0].id.as_str(), reply.tool_calls[0].name.as_str()), ("call_0", "ls"));
+        assert_eq!(reply.tool_calls[0].arguments, serde_json::json!({}));
+    }
+
+    #[test]
+    fn content_parts_join_their_texts_and_cached_tokens_are_kept_apart() {
+        let body = br#"{"choices": [{"message": {"content": [{"type": "text", "text": "a"}, {"type": "audio"},
+            {"type": "text", "text": "b"}]}, "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}}}"#;
+        let reply = parse_completion(body, LIMITS).unwrap();
+        assert_eq!((reply.text.as_str(), reply.finish), ("ab", Finish::MaxTokens));
+        let usage = reply.usage.unwrap();
+        assert_eq!((usage.input_tokens, usage.cache_read_tokens, usage.output_tokens), (6, 4, 3));
+    }
+
+    #[test]
+    fn a_body_without_choices_or_message_says_which() {
+        let no_choices = parse_completion(br#"{"choices": []}"#, LIMITS).unwrap_err().to_string();
+        assert!(no_choices.contains("the body has no choices"), "{no_choices}");
+        let no_message = parse_completion(br#"{"choices": [{}]}"#, LIMITS).unwrap_err().to_string();
+        assert!(no_message.contains("the first choice has no message"), "{no_message}");
+        let not_json = parse_completion(b"<html>", LIMITS).unwrap_err().to_string();
+        assert!(not_json.contains("the body is not JSON"), "{not_json}");
+    }
+
+    #[test]
+    fn streamed_pieces_of_a_call_join_by_index_within_the_limits() {
+        let mut answer = StreamedAnswer::new(LIMITS);
+        for data in [
+            r#"{"choices": [{"delta": {"content": "hi", "tool_calls": [{"index": 0, "id": "c", "function": {"name": "re"}}]}}]}"#,
+            r#"{"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": "ad", "arguments": "{\"a\":"}}]}}]}"#,
+            r#"{"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}, "finish_reason": "tool_calls"}]}"#,
+            r#"{"usage": {"prompt_tokens": 2, "completion_tokens": 1}, "choices": []}"#,
+            "[DONE]",
+        ] {
+            answer.data(data.as_bytes(), None).unwrap();
+        }
+        let reply = answer.into_reply().unwrap();
+        assert_eq!(reply.text, "hi");
+        assert_eq!(
+            (reply.tool_calls[0].name.as_str(), &reply.tool_calls[0].arguments),
+            ("read", &serde_json::json!({"a": 1}))
+        );
+        assert_eq!(reply.usage.unwrap().output_tokens, 1);
+
+        let mut wide = StreamedAnswer::new(LIMITS);
+        let too_many = r#"{"choices": [{"delta": {"tool_calls": [{"index": 4, "function": {"name": "x"}}]}}]}"#;
+        assert!(matches!(wide.data(too_many.as_bytes(), None), Err(ModelError::Oversized(_))));
+    }
 }

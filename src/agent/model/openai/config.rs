@@ -3,10 +3,8 @@
 
 use std::time::Duration;
 
-use crate::agent::model::http::{env_var, Bounds, CallLimits, EnvBounds};
+use crate::agent::model::http::{env_var, http_config, Defaults, EnvBounds};
 use crate::agent::model::{ModelError, RouteLimits};
-
-const MIB: usize = 1 << 20;
 
 /// Where and how to reach the endpoint, and the bounds on its answers.
 ///
@@ -110,15 +108,15 @@ impl OpenAiConfig {
             base_url: base_url.into(),
             model: model.into(),
             api_key: None,
-            timeout: Duration::from_secs(120),
-            max_retries: 3,
-            retry_backoff: Duration::from_millis(500),
+            timeout: Defaults::TIMEOUT,
+            max_retries: Defaults::MAX_RETRIES,
+            retry_backoff: Defaults::RETRY_BACKOFF,
             stream: true,
-            max_answer_bytes: 64 * MIB,
-            max_error_body_bytes: MIB,
-            max_tool_calls: 128,
-            max_tool_argument_bytes: MIB,
-            call_deadline: Duration::from_secs(600),
+            max_answer_bytes: Defaults::MAX_ANSWER_BYTES,
+            max_error_body_bytes: Defaults::MAX_ERROR_BODY_BYTES,
+            max_tool_calls: Defaults::MAX_TOOL_CALLS,
+            max_tool_argument_bytes: Defaults::MAX_TOOL_ARGUMENT_BYTES,
+            call_deadline: Defaults::CALL_DEADLINE,
             max_tokens: None,
             limits: RouteLimits::default(),
         }
@@ -141,13 +139,8 @@ impl OpenAiConfig {
         let base_url = env_var("SUBAGENTS_BASE_URL").unwrap_or_else(|| Self::DEFAULT_BASE_URL.to_owned());
         let mut config = OpenAiConfig { api_key: env_var("SUBAGENTS_API_KEY"), ..Self::new(base_url, model) };
         let bounds = EnvBounds::read()?;
-        config.max_answer_bytes = bounds.max_answer_bytes.unwrap_or(config.max_answer_bytes);
-        config.max_error_body_bytes = bounds.max_error_body_bytes.unwrap_or(config.max_error_body_bytes);
-        config.max_tool_calls = bounds.max_tool_calls.unwrap_or(config.max_tool_calls);
-        config.max_tool_argument_bytes = bounds.max_tool_argument_bytes.unwrap_or(config.max_tool_argument_bytes);
-        config.call_deadline = bounds.call_deadline.unwrap_or(config.call_deadline);
+        config.apply_env_bounds(&bounds);
         config.max_tokens = bounds.max_tokens;
-        config.limits = bounds.limits;
         Ok(config)
     }
 
@@ -157,75 +150,11 @@ impl OpenAiConfig {
         self
     }
 
-    /// Sets the timeout.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Sets retries and the first backoff.
-    pub fn with_retries(mut self, max_retries: u32, backoff: Duration) -> Self {
-        self.max_retries = max_retries;
-        self.retry_backoff = backoff;
-        self
-    }
-
-    /// Streams or not.
-    pub fn with_stream(mut self, stream: bool) -> Self {
-        self.stream = stream;
-        self
-    }
-
-    /// Sets the most bytes one answer may take.
-    pub fn with_max_answer_bytes(mut self, bytes: usize) -> Self {
-        self.max_answer_bytes = bytes;
-        self
-    }
-
-    /// Sets the most bytes of an error body read for its message.
-    pub fn with_max_error_body_bytes(mut self, bytes: usize) -> Self {
-        self.max_error_body_bytes = bytes;
-        self
-    }
-
-    /// Sets the most tool calls in one answer and the most bytes of one
-    /// call's arguments.
-    pub fn with_tool_call_limits(mut self, calls: usize, argument_bytes: usize) -> Self {
-        self.max_tool_calls = calls;
-        self.max_tool_argument_bytes = argument_bytes;
-        self
-    }
-
-    /// Sets the bound on one whole model call, retries included.
-    pub fn with_call_deadline(mut self, deadline: Duration) -> Self {
-        self.call_deadline = deadline;
-        self
-    }
-
     /// Sets the answer's token limit for routes that set none.
     pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
         self.max_tokens = Some(max_tokens);
         self
     }
 
-    /// Sets the rate limits every call passes (a model's own limiter; a
-    /// route's models share the route's instead).
-    pub fn with_limits(mut self, limits: RouteLimits) -> Self {
-        self.limits = limits;
-        self
-    }
-
-    /// The bounds as the shared HTTP layer holds them.
-    pub(in crate::agent::model) fn bounds(&self) -> Bounds {
-        Bounds {
-            timeout: self.timeout,
-            max_retries: self.max_retries,
-            retry_backoff: self.retry_backoff,
-            max_answer_bytes: self.max_answer_bytes,
-            max_error_body_bytes: self.max_error_body_bytes,
-            calls: CallLimits { calls: self.max_tool_calls, argument_bytes: self.max_tool_argument_bytes },
-            call_deadline: self.call_deadline,
-            limits: self.limits,
-        }
-    }
+    http_config!();
 }

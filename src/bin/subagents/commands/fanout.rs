@@ -482,7 +482,7 @@ impl Batch {
         }
         let detached = match (&self.runs, detaching) {
             (Some(runs), true) => {
-                let run = subagents::agent::new_session_id();
+                let run = subagents::agent::ids::session_id();
                 let entry = format!("{}\n", json!({"id": id, "run": run, "task_hash": hash_text(hash)}));
                 match runs.lock().unwrap().write_all(entry.as_bytes()) {
                     Ok(()) => Some(Detached::Start(run)),

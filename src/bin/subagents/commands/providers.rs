@@ -148,6 +148,7 @@ fn mcp_tools(config: &Config, entry: &ProviderEntry) -> Vec<(String, Result<Vec<
         let mut listed = Vec::new();
         for server in servers.into_iter().map(subagents::agent::McpServer::new) {
             let tools = server.tools().await.map(|tools| tools.iter().map(|tool| tool.spec().name).collect());
+            let tools = tools.map_err(|error| error.to_string());
             server.shutdown().await;
             listed.push((server.config().name.clone(), tools));
         }

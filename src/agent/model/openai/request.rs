@@ -1,0 +1,169 @@
+//! The chat-completions request as serde types: what [`OpenAiModel`]
+//! sends, borrowed from the [`ModelRequest`] it answers (nothing of the
+//! conversation is copied but an image's data URL and non-text tool
+//! arguments, which the wire spells differently).
+//!
+//! [`OpenAiModel`]: super::OpenAiModel
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::agent::model::ModelRequest;
+use crate::agent::session::{SessionEvent, ToolCall};
+use crate::seam::{text_of, ContentBlock};
+
+/// One request body.
+#[derive(Serialize)]
+pub(super) struct ChatRequest<'a> {
+    pub(super) model: &'a str,
+    pub(super) messages: Vec<Message<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(super) tools: Vec<Tool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) reasoning_effort: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(super) stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) stream_options: Option<StreamOptions>,
+}
+
+/// Asks a stream to end with a chunk that reports the usage.
+#[derive(Serialize)]
+pub(super) struct StreamOptions {
+    pub(super) include_usage: bool,
+}
+
+/// One message of the conversation, tagged by its role.
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub(super) enum Message<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: UserContent<'a>,
+    },
+    Assistant {
+        content: &'a str,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+/// A user message: one string when it is all text, else typed parts.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(super) enum UserContent<'a> {
+    Text(String),
+    Parts(Vec<Part<'a>>),
+}
+
+/// A part of a user message.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(super) enum Part<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: ImageUrl },
+}
+
+/// An image, inline as a data URL.
+#[derive(Serialize)]
+pub(super) struct ImageUrl {
+    url: String,
+}
+
+/// A tool call the assistant made earlier.
+#[derive(Serialize)]
+pub(super) struct WireCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionCall<'a>,
+}
+
+/// The function a call names, with its arguments as the JSON text the
+/// model wrote.
+#[derive(Serialize)]
+struct FunctionCall<'a> {
+    name: &'a str,
+    arguments: Cow<'a, str>,
+}
+
+/// A tool the model may call.
+#[derive(Serialize)]
+pub(super) struct Tool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: Function<'a>,
+}
+
+#[derive(Serialize)]
+struct Function<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+/// The conversation as messages: the system prompt first (when there is
+/// one), then each event but the turn ends.
+pub(super) fn messages(request: &ModelRequest) -> Vec<Message<'_>> {
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    if !request.system.is_empty() {
+        messages.push(Message::System { content: &request.system });
+    }
+    for event in request.messages.iter() {
+        messages.push(match event {
+            SessionEvent::User { content } => Message::User { content: user_content(content) },
+            SessionEvent::Assistant { text, tool_calls } => {
+                Message::Assistant { content: text, tool_calls: tool_calls.iter().map(wire_call).collect() }
+            }
+            SessionEvent::ToolResult { call_id, content, .. } => Message::Tool { tool_call_id: call_id, content },
+            SessionEvent::TurnEnd { .. } => continue,
+        });
+    }
+    messages
+}
+
+/// The request's tools as the wire names them.
+pub(super) fn tools(request: &ModelRequest) -> Vec<Tool<'_>> {
+    request
+        .tools
+        .iter()
+        .map(|tool| Tool {
+            kind: "function",
+            function: Function { name: &tool.name, description: &tool.description, parameters: &tool.parameters },
+        })
+        .collect()
+}
+
+fn wire_call(call: &ToolCall) -> WireCall<'_> {
+    let arguments = match &call.arguments {
+        Value::String(raw) => Cow::Borrowed(raw.as_str()),
+        other => Cow::Owned(other.to_string()),
+    };
+    WireCall { id: &call.id, kind: "function", function: FunctionCall { name: &call.name, arguments } }
+}
+
+fn user_content(content: &[ContentBlock]) -> UserContent<'_> {
+    if content.iter().all(|block| block.as_text().is_some()) {
+        return UserContent::Text(text_of(content));
+    }
+    let parts = content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Image { mime_type, data } => {
+                Part::ImageUrl { image_url: ImageUrl { url: format!("data:{mime_type};base64,{data}") } }
+            }
+            other => Part::Text { text: other.as_text().unwrap_or_default() },
+        })
+        .collect();
+    UserContent::Parts(parts)
+}

@@ -1,0 +1,184 @@
+//! [`Session`]: one session as its agent holds it — the header and every
+//! event in memory, and (when persisted) its open file, written only on the
+//! session lane.
+//!
+//! An append is kept in memory at once and queued for the file as one whole
+//! line; nothing waits for the disk. A write that failed is remembered and
+//! reported by the next append or by the close, and the close answers only
+//! once every queued line reached the file.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::sync::{Arc, OnceLock};
+
+use serde::Serialize;
+
+use super::file::{write_record, Record};
+use super::lane::{self, LaneCall};
+use super::{completed_prefix, SessionError, SessionEvent, SessionHeader};
+
+/// A session: header, events, and (when persisted) its open file.
+#[derive(Debug)]
+pub struct Session {
+    header: SessionHeader,
+    events: Vec<SessionEvent>,
+    /// Written on the session lane: each record as one `write`.
+    writer: Option<SessionFile>,
+}
+
+/// A persisted session's open file, written only on the session lane, and
+/// the first write error (appends do not wait, so an error is reported by
+/// the next append or by the close).
+#[derive(Debug)]
+pub(super) struct SessionFile {
+    file: Arc<File>,
+    failed: Arc<OnceLock<(io::ErrorKind, String)>>,
+}
+
+impl SessionFile {
+    pub(super) fn new(file: File) -> Self {
+        SessionFile { file: Arc::new(file), failed: Arc::default() }
+    }
+
+    /// The first write that failed, if any.
+    fn check(&self, id: &str) -> Result<(), SessionError> {
+        match self.failed.get() {
+            Some((kind, message)) => Err(SessionError::io(id, io::Error::new(*kind, message.clone()))),
+            None => Ok(()),
+        }
+    }
+
+    /// On the lane, after every queued write: close the file and report the
+    /// first write that failed.
+    fn finish(self, id: &str) -> Result<(), SessionError> {
+        let outcome = self.check(id);
+        drop(self);
+        outcome
+    }
+}
+
+impl Session {
+    /// A session that is never written anywhere.
+    pub fn in_memory(header: SessionHeader) -> Self {
+        Session { header, events: Vec::new(), writer: None }
+    }
+
+    /// A session in memory only, its log starting with `seed`.
+    pub(super) fn in_memory_seeded(header: SessionHeader, seed: Vec<SessionEvent>) -> Self {
+        Session { header, events: seed, writer: None }
+    }
+
+    /// A session whose `events` are already in `file`.
+    pub(super) fn persisted(header: SessionHeader, events: Vec<SessionEvent>, file: SessionFile) -> Self {
+        Session { header, events, writer: Some(file) }
+    }
+
+    /// The session id.
+    pub fn id(&self) -> &str {
+        &self.header.id
+    }
+
+    /// The header.
+    pub fn header(&self) -> &SessionHeader {
+        &self.header
+    }
+
+    /// Every event so far, oldest first.
+    pub fn events(&self) -> &[SessionEvent] {
+        &self.events
+    }
+
+    /// Whether the session is written to a file.
+    pub fn is_persisted(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    /// The events up to and including the last turn end: what a fork
+    /// inherits. The open turn, if any, is left out.
+    pub fn completed_prefix(&self) -> &[SessionEvent] {
+        completed_prefix(&self.events)
+    }
+
+    /// Appends an event: kept in memory at once, and queued for the file
+    /// as one whole line (one `write`, in order, on the session lane). An
+    /// earlier write that failed is reported here (or by the close).
+    pub fn append(&mut self, event: SessionEvent) -> Result<(), SessionError> {
+        self.write_line(&event)?;
+        // The first event gets room for one, not four: a child waiting on
+        // its first answer holds only its prompt (later growth doubles).
+        if self.events.capacity() == 0 {
+            self.events.reserve_exact(1);
+        }
+        self.events.push(event);
+        Ok(())
+    }
+
+    /// Closes the file once everything appended reached it, blocking the
+    /// calling thread until then; the session stays readable in memory. In
+    /// async code, [`Agent::shutdown`](crate::agent::Agent::shutdown)
+    /// closes without blocking.
+    pub fn close(&mut self) -> Result<(), SessionError> {
+        self.closing().wait()
+    }
+
+    /// [`Session::close`], to wait for or await: the file is taken now, and
+    /// the call answers once everything appended reached it.
+    pub(crate) fn closing(&mut self) -> LaneCall<()> {
+        match self.writer.take() {
+            Some(writer) => {
+                let id = self.header.id.clone();
+                LaneCall::new(&self.header.id, move || writer.finish(&id))
+            }
+            None => LaneCall::ready(&self.header.id, Ok(())),
+        }
+    }
+
+    /// On the lane: raises the depth to `depth` if it is deeper, writing
+    /// the new header at once (the last header line wins on load).
+    pub(super) fn deepen(&mut self, depth: u32) -> Result<(), SessionError> {
+        if depth <= self.header.depth {
+            return Ok(());
+        }
+        self.header.depth = depth;
+        let writer = self.writer.as_ref().expect("a loaded session has its file");
+        write_record(&writer.file, &Record::Header(self.header.clone()))
+            .map_err(|source| SessionError::io(&self.header.id, source))
+    }
+
+    /// On the lane: closes the file without waiting for anything (the
+    /// session was never handed out).
+    pub(super) fn forget_file(&mut self) {
+        self.writer = None;
+    }
+
+    /// Queues one whole line: a header record or an event (whose own tag
+    /// makes it a valid record).
+    fn write_line(&mut self, record: &impl Serialize) -> Result<(), SessionError> {
+        let Some(writer) = &self.writer else { return Ok(()) };
+        writer.check(&self.header.id)?;
+        let mut line = serde_json::to_vec(record).map_err(|e| SessionError::io(&self.header.id, e.into()))?;
+        line.push(b'\n');
+        let (file, failed) = (writer.file.clone(), writer.failed.clone());
+        lane::submit(move || {
+            if let Err(error) = (&*file).write_all(&line) {
+                let _ = failed.set((error.kind(), error.to_string()));
+            }
+        });
+        Ok(())
+    }
+}
+
+impl Drop for Session {
+    /// A session dropped without a close still has its file closed on the
+    /// lane, after its queued writes: waited for outside an async runtime
+    /// (a program about to exit loses nothing), queued inside one.
+    fn drop(&mut self) {
+        if let Some(writer) = self.writer.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                lane::submit(move || drop(writer));
+            } else {
+                let _ = lane::call_blocking(move || drop(writer));
+            }
+        }
+    }
+}
