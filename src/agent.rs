@@ -66,7 +66,7 @@ pub use tools::{
 };
 #[cfg(feature = "mcp")]
 pub use tools::{McpServer, McpServerConfig, McpServerError, McpStartError, MCP_TOOL_PREFIX};
-pub use turn::{AgentUpdate, ToolCallStatus, TurnError, TurnErrorKind, TurnOutcome};
+pub use turn::{AgentUpdate, TurnError, TurnErrorKind, TurnOutcome};
 
 use crate::seam::{AgentOptions, Budget, BudgetLease, ContentBlock, LocalAgent, Parent};
 

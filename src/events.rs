@@ -31,8 +31,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+pub use crate::live::Live;
+pub(crate) use crate::seam::ProgressUpdate;
 use crate::seam::{ContentBlock, StopReason};
-pub use crate::seam::{ProgressUpdate, ToolCallStatus};
 
 pub(crate) use bus::EventBus;
 pub use bus::{EventRecvError, EventStream, ListenerError, ListenerHandle, ListenerOutcome};

@@ -9,7 +9,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unused_must_use)]
 
-pub mod actors;
+mod actors;
 #[cfg(feature = "agent")]
 pub mod agent;
 #[cfg(feature = "config")]
@@ -39,15 +39,6 @@ pub use actors::{
     Continuation, PhaseReport, Registration, Run, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport, Steering,
     Subagents,
 };
-pub use events::{
-    EventRecvError, EventStream, ListenerError, ListenerHandle, ProgressUpdate, RunEndInfo, RunInfo, RunProgress,
-    SubagentEvent,
-};
-pub use live::{Live, ProcessLease};
-pub use seam::{
-    text_of, AgentOptions, Branch, Budget, BudgetExhausted, BudgetLease, BudgetLimit, Capabilities, Capability,
-    Category, Child, ContentBlock, Detached, Diagnostic, Launch, LaunchError, LocalAgent, Parent, Provider,
-    ProviderContext, ProviderInfo, Receipt, RunResult, RunUsage, Stage, StartRequest, SteeringError, StopReason,
-    StopReport, SubagentError, ToolCallStatus, ToolFilter, MAX_DEPTH_CAP,
-};
+pub use events::SubagentEvent;
+pub use seam::{Budget, ContentBlock, Parent, Receipt, RunResult, StartRequest, StopReason, SubagentError};
 pub use tokio_util::sync::CancellationToken;

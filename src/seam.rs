@@ -27,6 +27,7 @@ mod request;
 mod result;
 mod usage;
 
+pub use crate::live::ProcessLease;
 pub(crate) use budget::{admit as budget_admit, Admission};
 pub use budget::{Budget, BudgetExhausted, BudgetLease, BudgetLimit};
 pub use content::{text_of, ContentBlock};

@@ -1,37 +1,52 @@
 //! The server side of this crate's protocols: what the `subagents` binary
 //! runs when another process drives it. You need none of it to embed the
-//! runtime; it is public so the binary (and a program that wants to serve
-//! the same way) can call it.
+//! runtime; a program that wants to serve the same way calls exactly what
+//! the binary calls, one function and its options per door:
 //!
-//! - [`a2a`]: `subagents a2a --listen ADDR`, this runtime as an
+//! - [`serve_a2a`]: `subagents a2a --listen ADDR`, this runtime as an
 //!   Agent2Agent server over HTTP (the counterpart of the `a2a` provider).
-//! - [`acp`]: `subagents acp`, this crate's agent over the Agent Client
-//!   Protocol on stdio (the counterpart of the `acp` provider).
-//! - [`mcp`]: `subagents mcp`, this runtime's delegation as Model Context
-//!   Protocol tools on stdio, for any MCP client to use as the root parent.
-//! - [`stdio`]: `subagents serve`, one session of a full runtime over
+//! - [`serve_acp`]: `subagents acp`, this crate's agent over the Agent
+//!   Client Protocol on stdio (the counterpart of the `acp` provider).
+//! - [`serve_mcp`]: `subagents mcp`, this runtime's delegation as Model
+//!   Context Protocol tools on stdio, for any MCP client to use as the root
+//!   parent.
+//! - [`serve_stdio`]: `subagents serve`, one session of a full runtime over
 //!   stdio JSON-RPC (the child of the `process` provider).
-//! - [`worker`]: `subagents worker`, a runtime that runs the `remote`
+//! - [`serve_worker`]: `subagents worker`, a runtime that runs the `remote`
 //!   provider's runs pulled from a NATS JetStream broker.
-//! - [`preflight`]: what the commands check before any work (the home, the
-//!   model endpoint).
+//! - [`check_home`] and [`reachable_model`]: what the commands check before
+//!   any work (the home, the model endpoint).
 
 #[cfg(all(feature = "a2a", feature = "config"))]
-pub mod a2a;
+mod a2a;
 #[cfg(all(feature = "acp", feature = "agent"))]
-pub mod acp;
+mod acp;
 #[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp"))]
 mod framing;
 #[cfg(feature = "mcp")]
-pub mod mcp;
+mod mcp;
 #[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp", feature = "process", feature = "remote"))]
 mod pipes;
-pub mod preflight;
+mod preflight;
 mod signals;
 #[cfg(feature = "process")]
-pub mod stdio;
+mod stdio;
 #[cfg(feature = "remote")]
-pub mod worker;
+mod worker;
+
+#[cfg(all(feature = "a2a", feature = "config"))]
+pub use a2a::{serve_a2a, A2aServeOptions};
+#[cfg(all(feature = "acp", feature = "agent"))]
+pub use acp::{serve_acp, AcpServeOptions};
+#[cfg(feature = "mcp")]
+pub use mcp::{serve_mcp, ChildProvider as McpChildProvider, McpServeOptions};
+pub use preflight::{check_home, reachable_model};
+#[cfg(feature = "process")]
+pub(crate) use stdio::route_child_model;
+#[cfg(feature = "process")]
+pub use stdio::{serve_stdio, ServeOptions};
+#[cfg(feature = "remote")]
+pub use worker::{serve_worker, WorkerOptions, WorkerProvider, WorkerReport};
 
 use std::path::PathBuf;
 

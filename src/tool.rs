@@ -147,7 +147,7 @@ pub fn delegating_tool_list(
         let name = if index == 0 { "subagent".to_owned() } else { format!("subagent_{provider}") };
         // A provider that enforces no depth cap (an ACP agent, a process
         // child) owns its own: the tool sends none.
-        let enforces = subagents.get_provider(provider).is_some_and(|info| info.capabilities.depth_limit);
+        let enforces = subagents.provider(provider).is_some_and(|info| info.capabilities.depth_limit);
         let depth = if enforces { MaxDepth::Limit(max_depth) } else { MaxDepth::ProviderManaged };
         let config = SubagentToolConfig::new(provider.as_str()).with_tool_name(name).with_max_depth(depth);
         match SubagentTool::mount(subagents, config, Some(tasks.clone())) {

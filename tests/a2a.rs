@@ -15,7 +15,8 @@ use crate::common::Within;
 use serde_json::{json, Value};
 use subagents::providers::{A2aConfig, A2aProvider};
 use subagents::seam::ProgressSink;
-use subagents::{Category, ProgressUpdate, RunResult, Runtime, StartRequest, StopReason};
+use subagents::seam::{Category, ProgressUpdate};
+use subagents::{RunResult, Runtime, StartRequest, StopReason};
 
 /// A card that offers the JSON-RPC binding at `origin`, streaming or not.
 fn card(origin: &str, streaming: bool) -> Value {

@@ -13,7 +13,8 @@ use common::{lifecycle, no_children_left, no_process_mentions, request_in, runti
 use serde_json::json;
 use stand_ins::{ignores_eof, logged, logged_at, shell_agent};
 use subagents::providers::{AcpConfig, AcpProvider, Permission};
-use subagents::{Category, Runtime, StopReason, Subagents};
+use subagents::seam::Category;
+use subagents::{Runtime, StopReason, Subagents};
 
 /// Our own binary as the ACP agent, with its home under `home`.
 fn own_agent(name: &str, home: &Path, extra: &[&str]) -> AcpConfig {
@@ -36,7 +37,7 @@ fn our_own_binary_answers_over_acp_and_delegates_in_its_own_process() {
     let home = tempfile::tempdir().unwrap();
     let runtime = runtime(home.path());
     let subagents = register(&runtime, own_agent("acp", home.path(), &[]));
-    let info = subagents.get_provider("acp").unwrap();
+    let info = subagents.provider("acp").unwrap();
     assert!(info.capabilities.persona, "persona comes from the advertised systemPrompt");
     assert!(!info.capabilities.output_schema && !info.capabilities.depth_limit && !info.capabilities.tool_filter);
 
@@ -45,7 +46,7 @@ fn our_own_binary_answers_over_acp_and_delegates_in_its_own_process() {
     let mut chunks = String::new();
     while let Some(Ok(event)) = events.try_recv() {
         if let subagents::SubagentEvent::Progress(progress) = event {
-            if let subagents::ProgressUpdate::MessageChunk { text } = &progress.update {
+            if let subagents::seam::ProgressUpdate::MessageChunk { text } = &progress.update {
                 chunks.push_str(text);
             }
         }
@@ -83,11 +84,14 @@ fn a_grandchilds_progress_reaches_the_top_caller_as_delegated_updates() {
     while let Some(Ok(event)) = events.try_recv() {
         let subagents::SubagentEvent::Progress(progress) = event else { continue };
         match (&progress.update, progress.update.innermost()) {
-            (subagents::ProgressUpdate::Delegated { .. }, subagents::ProgressUpdate::MessageChunk { text }) => {
+            (
+                subagents::seam::ProgressUpdate::Delegated { .. },
+                subagents::seam::ProgressUpdate::MessageChunk { text },
+            ) => {
                 assert_eq!(progress.update.depth(), 1, "one level below the acp child");
                 delegated.push_str(text);
             }
-            (subagents::ProgressUpdate::MessageChunk { text }, _) => own.push_str(text),
+            (subagents::seam::ProgressUpdate::MessageChunk { text }, _) => own.push_str(text),
             _ => {}
         }
     }

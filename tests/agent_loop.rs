@@ -11,7 +11,8 @@ use subagents::agent::{
     Agent, AgentUpdate, FnTool, ScriptMatch, ScriptedModel, SessionEvent, Step, SystemPrompt, Tool, ToolContext,
     ToolOutput, ToolSpec, Toolset,
 };
-use subagents::{StopReason, ToolFilter};
+use subagents::seam::ToolFilter;
+use subagents::StopReason;
 
 use crate::common::tool_results;
 

@@ -14,7 +14,8 @@ use subagents::agent::{
     Agent, AgentUpdate, AnthropicConfig, AnthropicModel, Finish, FnTool, Model, ModelError, ModelReply, ModelRequest,
     ModelSpec, SessionEvent, ToolOutput, TurnOutcome, Usage,
 };
-use subagents::{AgentOptions, CancellationToken, ContentBlock, StopReason};
+use subagents::seam::AgentOptions;
+use subagents::{CancellationToken, ContentBlock, StopReason};
 
 fn config(server: &Loopback) -> AnthropicConfig {
     AnthropicConfig::new(&server.origin, "claude-test")

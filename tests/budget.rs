@@ -13,10 +13,10 @@ use futures_util::future::join_all;
 use serde_json::json;
 use subagents::agent::{Agent, ModelReply, ScriptedModel, SessionEvent, Step, Tool};
 use subagents::providers::{ChildInfo, InProcessProvider, MockProvider};
+use subagents::seam::{BudgetLease, BudgetLimit};
 use subagents::tool::{shared_delegating_toolset, MaxDepth, SubagentTool, SubagentToolConfig, TaskService};
 use subagents::{
-    Budget, BudgetLease, BudgetLimit, CancellationToken, Parent, Runtime, StartRequest, StopReason, SubagentError,
-    SubagentEvent, Subagents,
+    Budget, CancellationToken, Parent, Runtime, StartRequest, StopReason, SubagentError, SubagentEvent, Subagents,
 };
 
 fn runtime(home: &std::path::Path) -> Runtime {

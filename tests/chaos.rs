@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use subagents::agent::ScriptedModel;
 use subagents::providers::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, InProcessProvider, MockProvider};
-use subagents::{Category, ProgressUpdate, Runtime, StopReason, SubagentEvent};
+use subagents::seam::{Category, ProgressUpdate};
+use subagents::{Runtime, StopReason, SubagentEvent};
 
 /// Runs `runs` lifecycles one after another; what each did.
 fn outcomes(schedule: ChaosSchedule, seed: u64, runs: usize) -> (Vec<String>, Vec<subagents::providers::Injected>) {

@@ -21,7 +21,8 @@ use common::runtime_at as runtime;
 use proptest::prelude::*;
 use subagents::agent::{SessionEvent, SessionStore};
 use subagents::providers::{AcpConfig, AcpProvider, ProcessConfig, ProcessProvider};
-use subagents::{CancellationToken, Category, Parent, StartRequest, StopReason};
+use subagents::seam::Category;
+use subagents::{CancellationToken, Parent, StartRequest, StopReason};
 
 fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_subagents"))

@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 use common::{eventually, request, runtime};
 use futures_util::StreamExt;
+use subagents::events::EventRecvError;
 use subagents::providers::{Fault, FaultStage, MockProvider};
-use subagents::{CancellationToken, EventRecvError, Parent, ProgressUpdate, StartRequest, StopReason, SubagentEvent};
+use subagents::seam::ProgressUpdate;
+use subagents::{CancellationToken, Parent, StartRequest, StopReason, SubagentEvent};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn start_precedes_end_even_for_a_child_that_settles_instantly() {
@@ -39,7 +41,7 @@ async fn start_precedes_end_even_for_a_child_that_settles_instantly() {
                 assert_eq!(started.get(&end.run_id), Some(&end.child_id), "End without an earlier Start");
                 assert_eq!(end.stop_reason, StopReason::Completed);
                 let last = end.last_message.as_ref().expect("an owned copy of the last message");
-                assert_eq!(subagents::text_of(last), "at once");
+                assert_eq!(subagents::seam::text_of(last), "at once");
                 ended += 1;
             }
             SubagentEvent::Progress(progress) => {

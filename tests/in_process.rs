@@ -14,9 +14,8 @@ use subagents::agent::{
     ToolOutput, ToolSpec, Toolset,
 };
 use subagents::providers::{ChildInfo, InProcessProvider, ModelRoutes};
-use subagents::{
-    AgentOptions, CancellationToken, Category, Parent, Runtime, StartRequest, StopReason, Subagents, ToolFilter,
-};
+use subagents::seam::{AgentOptions, Category, ToolFilter};
+use subagents::{CancellationToken, Parent, Runtime, StartRequest, StopReason, Subagents};
 
 struct Fixture {
     runtime: Runtime,
@@ -343,7 +342,7 @@ fn a_fork_taken_mid_turn_inherits_completed_turns_only_and_never_echoes_them() {
         .messages
         .iter()
         .map(|event| match event {
-            SessionEvent::User { content } => format!("user: {}", subagents::text_of(content)),
+            SessionEvent::User { content } => format!("user: {}", subagents::seam::text_of(content)),
             SessionEvent::Assistant { text, tool_calls } => format!("assistant: {text} ({} calls)", tool_calls.len()),
             SessionEvent::ToolResult { .. } => "tool result".to_owned(),
             SessionEvent::TurnEnd { reason } => format!("turn end: {reason}"),
@@ -372,8 +371,8 @@ fn a_fork_of_a_parent_without_a_completed_turn_is_like_spawn_and_a_stored_parent
     fixture.register(InProcessProvider::fork("fork", model.clone()));
     fixture.register(InProcessProvider::spawn("spawn", model.clone()));
     let subagents = fixture.runtime.subagents();
-    assert!(subagents.get_provider("fork").unwrap().inherits_parent_context);
-    assert!(!subagents.get_provider("spawn").unwrap().inherits_parent_context);
+    assert!(subagents.provider("fork").unwrap().inherits_parent_context);
+    assert!(!subagents.provider("spawn").unwrap().inherits_parent_context);
 
     // A stored parent session (no live agent in the request).
     let stored = Agent::builder_shared(model.clone()).store(fixture.store()).cwd(fixture.cwd.path()).build().unwrap();
@@ -655,7 +654,7 @@ fn spawn_and_fork_coexist_and_model_failures_settle_error_with_a_safe_diagnostic
     fixture.register(InProcessProvider::spawn("spawn", scripted(ScriptedModel::new())));
     fixture.register(InProcessProvider::fork("fork", failing));
     let subagents = fixture.runtime.subagents();
-    assert_eq!(subagents.list(), ["spawn", "fork"]);
+    assert_eq!(subagents.provider_names(), ["spawn", "fork"]);
     let (a, b) = (fixture.request("a"), fixture.request("b"));
     let (ok, failed) = fixture.runtime.block_on(async move {
         let (x, y) = tokio::join!(subagents.start("spawn", a), subagents.start("fork", b));

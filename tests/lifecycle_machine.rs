@@ -19,12 +19,13 @@ use futures_util::FutureExt;
 use proptest::prelude::*;
 use proptest_state_machine::{prop_state_machine, ReferenceStateMachine, StateMachineTest};
 use subagents::agent::{ScriptMatch, ScriptedModel, Step};
+use subagents::events::{EventStream, ListenerHandle};
 use subagents::providers::{
     ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, Fault, FaultStage, InProcessProvider, MockProvider,
 };
 use subagents::{
-    CancellationToken, EventStream, ListenerHandle, Parent, Registration, Run, RunResult, Runtime, StartRequest,
-    SubagentError, SubagentEvent, Subagents,
+    CancellationToken, Parent, Registration, Run, RunResult, Runtime, StartRequest, SubagentError, SubagentEvent,
+    Subagents,
 };
 
 const PROVIDERS: [&str; 4] = ["mock", "spawn", "chaos", "crashy"];

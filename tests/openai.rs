@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 use subagents::agent::{
     Agent, AgentUpdate, FnTool, Model, ModelError, OpenAiConfig, OpenAiModel, SessionEvent, ToolOutput,
 };
-use subagents::{AgentOptions, StopReason};
+use subagents::seam::AgentOptions;
+use subagents::StopReason;
 
 fn completion(message: Value, finish_reason: &str) -> Value {
     json!({

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::{lifecycle, no_children_left, no_process_mentions, request_in, runtime_at as runtime};
 use subagents::providers::{ProcessConfig, ProcessProvider};
-use subagents::{AgentOptions, CancellationToken, Category, Parent, StartRequest, StopReason};
+use subagents::seam::{AgentOptions, Category};
+use subagents::{CancellationToken, Parent, StartRequest, StopReason};
 
 fn config(name: &str, home: &Path) -> ProcessConfig {
     let mut config = ProcessConfig::new(name, home.join("children"));
@@ -42,7 +43,7 @@ fn our_own_binary_serves_a_run_and_its_in_process_grandchildren() {
     let runtime = runtime(home.path());
     let subagents = runtime.subagents();
     subagents.register_provider(ProcessProvider::new(config("process", home.path())).unwrap()).unwrap().keep();
-    let info = subagents.get_provider("process").unwrap();
+    let info = subagents.provider("process").unwrap();
     assert!(info.capabilities.agent_options && !info.capabilities.persona && !info.capabilities.output_schema);
     let plain = lifecycle(&runtime, &subagents, "process", request_in("summarise the log", home.path()));
     assert_eq!((plain.stop_reason, plain.text()), (StopReason::Completed, "handled: summarise the log".to_owned()));

@@ -232,7 +232,7 @@ fn a_thousand_runs_at_concurrency_200_keep_to_the_routes_rate_and_almost_never_m
     assert!(elapsed <= floor.mul_f64(1.3), "{elapsed:?}: more than 1.3 times the limit's floor ({floor:?})");
     // Usage in every result: the tokens the server reported (12 prompt
     // tokens, 4 of them cached, 3 completion), the attempts, the waits.
-    let usage = results.iter().map(|r| r.usage).fold(subagents::RunUsage::default(), |a, b| a + b);
+    let usage = results.iter().map(|r| r.usage).fold(subagents::seam::RunUsage::default(), |a, b| a + b);
     assert_eq!((usage.input_tokens, usage.cache_read_tokens, usage.output_tokens), (8_000, 4_000, 3_000));
     assert_eq!(usage.model_calls, RUNS as u64);
     assert_eq!(usage.attempts, requests as u64, "every request the server saw is an attempt of some run");

@@ -14,8 +14,9 @@ use common::{no_children_left, no_process_mentions, runtime_at};
 use serde_json::json;
 use subagents::agent::{ScriptMatch, ScriptedModel, Step, Toolset};
 use subagents::providers::{AcpConfig, AcpProvider, ChildInfo, InProcessProvider, ProcessConfig, ProcessProvider};
+use subagents::seam::Branch;
 use subagents::tool::{shared_delegating_toolset, MaxDepth, SubagentTool, SubagentToolConfig, TaskService};
-use subagents::{Branch, CancellationToken, Parent, Receipt, StartRequest, StopReason, Subagents};
+use subagents::{CancellationToken, Parent, Receipt, StartRequest, StopReason, Subagents};
 
 /// Generous bounds: a tree of real processes on a busy 2-core machine.
 const WITHIN: Duration = Duration::from_secs(60);

@@ -6,7 +6,8 @@ use crate::common;
 use common::{request, request_with, runtime};
 use serde_json::json;
 use subagents::providers::MockProvider;
-use subagents::{AgentOptions, CancellationToken, Capabilities, Capability, SubagentEvent, ToolFilter};
+use subagents::seam::{AgentOptions, Capabilities, Capability, ToolFilter};
+use subagents::{CancellationToken, SubagentEvent};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_name_is_rejected_and_the_first_registration_is_untouched() {
@@ -17,8 +18,8 @@ async fn duplicate_name_is_rejected_and_the_first_registration_is_untouched() {
     let error = subagents.register_provider(MockProvider::new("x")).unwrap_err();
     assert_eq!(error.code(), "DUPLICATE_PROVIDER");
     assert_eq!(error.to_string(), r#"a subagent provider named "x" is already registered"#);
-    assert_eq!(subagents.get_provider("x").unwrap().capabilities, Capabilities::none());
-    assert_eq!(subagents.list(), vec!["x"]);
+    assert_eq!(subagents.provider("x").unwrap().capabilities, Capabilities::none());
+    assert_eq!(subagents.provider_names(), vec!["x"]);
     runtime.shutdown().await;
 }
 
@@ -30,12 +31,12 @@ async fn list_is_in_insertion_order_and_registrations_are_effect_scoped() {
     let b = subagents.register_provider(MockProvider::new("b")).unwrap();
     let a = subagents.register_provider(MockProvider::new("a")).unwrap();
     subagents.register_provider(MockProvider::new("c")).unwrap().keep();
-    assert_eq!(subagents.list(), vec!["b", "a", "c"]);
+    assert_eq!(subagents.provider_names(), vec!["b", "a", "c"]);
 
     b.remove();
     drop(a);
-    assert_eq!(subagents.list(), vec!["c"]);
-    assert!(subagents.get_provider("a").is_none());
+    assert_eq!(subagents.provider_names(), vec!["c"]);
+    assert!(subagents.provider("a").is_none());
     let error = subagents.start("b", request("hi")).await.unwrap_err();
     assert_eq!(error.code(), "NO_PROVIDER");
     assert_eq!(error.to_string(), r#"no subagent provider registered for "b""#);
@@ -53,7 +54,7 @@ async fn list_is_in_insertion_order_and_registrations_are_effect_scoped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn get_provider_reports_what_the_provider_advertises() {
+async fn provider_reports_what_the_registered_provider_advertises() {
     let runtime = runtime();
     let subagents = runtime.subagents();
     let caps = Capabilities::none().with(Capability::Persona, true);
@@ -61,7 +62,7 @@ async fn get_provider_reports_what_the_provider_advertises() {
         .register_provider(MockProvider::new("m").with_capabilities(caps).with_inherits_parent_context(true))
         .unwrap()
         .keep();
-    let info = subagents.get_provider("m").unwrap();
+    let info = subagents.provider("m").unwrap();
     assert_eq!(info.name, "m");
     assert_eq!(info.capabilities, caps);
     assert!(info.inherits_parent_context);
@@ -118,7 +119,7 @@ async fn start_rejects_invalid_values_naming_the_field() {
     assert!(error.to_string().contains("depth 3") && error.to_string().contains("max_depth 2"), "{error}");
 
     let cases = [
-        (request("hi").with_max_depth(subagents::MAX_DEPTH_CAP + 1), "max_depth"),
+        (request("hi").with_max_depth(subagents::seam::MAX_DEPTH_CAP + 1), "max_depth"),
         (request("   "), "prompt"),
         (request("hi").with_tool_filter(ToolFilter::default()), "tool_filter"),
         (request("hi").with_persona(""), "persona"),

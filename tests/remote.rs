@@ -29,7 +29,8 @@ use std::time::Duration;
 
 use common::blocking::eventually;
 use common::{request, runtime_at, Within, WAIT_LIMIT};
-use subagents::{CancellationToken, Parent, ProgressUpdate, StartRequest, StopReason, SubagentEvent};
+use subagents::seam::ProgressUpdate;
+use subagents::{CancellationToken, Parent, StartRequest, StopReason, SubagentEvent};
 use support::{caller, one_at_a_time, provider, wire_id, Look, Server, Worker};
 
 #[test]
@@ -150,7 +151,7 @@ fn a_start_while_the_broker_is_down_fails_startup_with_a_safe_diagnostic() {
 #[test]
 fn start_time_features_cross_the_wire_and_the_worker_enforces_them() {
     use subagents::agent::SessionStore;
-    use subagents::{Capabilities, ToolFilter};
+    use subagents::seam::{Capabilities, ToolFilter};
     let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());

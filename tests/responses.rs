@@ -14,7 +14,8 @@ use subagents::agent::{
     Agent, AgentUpdate, Finish, FnTool, Model, ModelError, ModelReply, ModelRequest, ModelSpec, OpenAiConfig,
     OpenAiResponsesModel, SessionEvent, ToolOutput, TurnOutcome, Usage,
 };
-use subagents::{AgentOptions, CancellationToken, ContentBlock, StopReason};
+use subagents::seam::AgentOptions;
+use subagents::{CancellationToken, ContentBlock, StopReason};
 
 fn config(server: &Loopback) -> OpenAiConfig {
     OpenAiConfig::new(format!("{}/v1", server.origin), "gpt-test")

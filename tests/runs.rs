@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use common::{request, request_with, runtime};
 use subagents::providers::{Fault, FaultStage, MockEvent, MockProvider};
-use subagents::{CancellationToken, Category, Stage, StopReason};
+use subagents::seam::{Category, Stage};
+use subagents::{CancellationToken, StopReason};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn result_is_shared_by_many_awaiters() {

@@ -6,8 +6,9 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{request, runtime};
+use subagents::events::Live;
 use subagents::providers::{Fault, FaultStage, MockEvent, MockProvider};
-use subagents::{CancellationToken, Live, Parent, Runtime, StartRequest, StopReason};
+use subagents::{CancellationToken, Parent, Runtime, StartRequest, StopReason};
 
 #[test]
 fn subagents_works_from_a_plain_tokio_multi_thread_app() {

@@ -8,8 +8,9 @@ use crate::common::tool_results;
 use serde_json::{json, Value};
 use subagents::agent::{Agent, ScriptMatch, ScriptedModel, SessionEvent, Step, ToolError, Toolset};
 use subagents::providers::{InProcessProvider, MockProvider};
+use subagents::seam::{Capabilities, Capability};
 use subagents::tool::{KillOutcome, MaxDepth, SubagentTool, SubagentToolConfig, TaskService, TaskStatus};
-use subagents::{Capabilities, Capability, Runtime, StopReason, Subagents};
+use subagents::{Runtime, StopReason, Subagents};
 
 fn runtime() -> (Runtime, tempfile::TempDir) {
     let home = tempfile::tempdir().unwrap();
@@ -384,7 +385,7 @@ fn a_background_run_outlives_the_calling_turn_and_posts_one_notice() {
         .map(|r| {
             r.messages
                 .iter()
-                .filter(|e| matches!(e, SessionEvent::User { content } if subagents::text_of(content).contains("Background task task-1")))
+                .filter(|e| matches!(e, SessionEvent::User { content } if subagents::seam::text_of(content).contains("Background task task-1")))
                 .count()
         })
         .max()

@@ -39,7 +39,7 @@ impl Subagents {
     }
 
     /// What a registered provider advertises.
-    pub fn get_provider(&self, name: &str) -> Option<ProviderInfo> {
+    pub fn provider(&self, name: &str) -> Option<ProviderInfo> {
         self.core.provider(name).map(|entry| entry.info.clone())
     }
 
@@ -49,7 +49,7 @@ impl Subagents {
     }
 
     /// Registered provider names, in insertion order.
-    pub fn list(&self) -> Vec<String> {
+    pub fn provider_names(&self) -> Vec<String> {
         self.core.provider_names()
     }
 
@@ -110,7 +110,7 @@ impl Subagents {
 
 impl fmt::Debug for Subagents {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Subagents").field("providers", &self.list()).finish()
+        f.debug_struct("Subagents").field("providers", &self.provider_names()).finish()
     }
 }
 

@@ -25,7 +25,7 @@ use super::model::{CallMeter, ChunkSink, ModelError, ModelRequest};
 use super::session::{SessionError, SessionEvent, ToolCall};
 use super::tools::{ToolContext, ToolOutput};
 use super::{Agent, AgentInner};
-pub use crate::seam::ToolCallStatus;
+use crate::seam::ToolCallStatus;
 use crate::seam::{BudgetLease, Category, ContentBlock, ProgressUpdate, RunUsage, StopReason};
 use crate::telemetry;
 
@@ -52,7 +52,7 @@ type Ending = (StopReason, Option<TurnError>);
 
 /// Why a turn failed. The message is for logs: it may quote a payload, so
 /// it is not a safe diagnostic; `reason` is (fixed wording, see
-/// [`Diagnostic`](crate::Diagnostic)).
+/// [`Diagnostic`](crate::seam::Diagnostic)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TurnError {
     /// What failed.

@@ -675,7 +675,7 @@ impl Config {
             // The child's route, and the endpoint's variables and key it
             // is handed (credential-shaped names are never inherited).
             let spec = crate::agent::ModelSpec::parse(model.get_ref()).map_err(|e| e.to_string())?;
-            crate::serve::stdio::route_child_model(&mut config, &spec);
+            crate::serve::route_child_model(&mut config, &spec);
         }
         config.route.max_tokens = table.max_tokens.as_ref().map(|max| *max.get_ref());
         if let Some(timeout) = resolved.durations.get("shutdown_timeout") {

@@ -92,13 +92,13 @@ use self::process::{AgentProcess, Answer, Route};
 use self::run_dir::RunDir;
 pub use self::run_dir::RunDirs;
 use super::child_process::{lines, spawn, ChildEnv, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
-use crate::events::{ProgressUpdate, ToolCallStatus as Progress};
 use crate::live::LiveCounters;
 use crate::live::ProcessLease;
 use crate::seam::{
     text_of, Branch, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider,
     RunResult, RunUsage, Stage, StopReason, StopReport,
 };
+use crate::seam::{ProgressUpdate, ToolCallStatus as Progress};
 
 /// Our stop reasons and ACP's, for both ends: this client and the agent in
 /// [`agent`]. `Error` has none: a failed turn is an error answer, and an

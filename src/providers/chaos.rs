@@ -34,8 +34,8 @@ use std::time::Duration;
 use futures_util::future::{BoxFuture, LocalBoxFuture};
 use tokio_util::sync::CancellationToken;
 
-use crate::events::ProgressUpdate;
 use crate::mix::splitmix64;
+use crate::seam::ProgressUpdate;
 use crate::seam::{
     AgentOptions, Capabilities, CaptureError, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError,
     LocalAgent, Provider, ProviderContext, RunReporter, RunResult, Stage, StopReport, SubagentError,

@@ -34,7 +34,7 @@ use crate::agent::{
     completed_prefix, ids, Agent, AgentBuilder, AgentError, AgentUpdate, ListDir, Model, ReadFile, SessionEvent,
     SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
 };
-use crate::events::ProgressUpdate;
+use crate::seam::ProgressUpdate;
 use crate::seam::{
     AgentOptions, Budget, Capabilities, CaptureError, Category, Child, ContentBlock, Diagnostic, Failure, Launch,
     LaunchError, LocalAgent, Provider, ProviderContext, RunResult, RunUsage, Stage, StartRequest, StopReason,

@@ -58,7 +58,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::ProgressUpdate;
+use crate::seam::ProgressUpdate;
 use crate::seam::{
     Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider, ProviderContext,
     RunResult, RunUsage, Stage, StopReason, SubagentError,

@@ -12,7 +12,7 @@
 //! child's profile and its ordered patches instead). A delegation budget
 //! is not a capability: the start path enforces it here like everywhere,
 //! and the child runtime gets what is left of it
-//! ([`BudgetLease::remaining`](crate::BudgetLease::remaining)) and enforces
+//! ([`BudgetLease::remaining`](crate::seam::BudgetLease::remaining)) and enforces
 //! that for its own subtree; what it spends is not charged back.
 //!
 //! **Output** is the child's last non-empty assistant message, else the

@@ -79,14 +79,14 @@
 //!   before the next publish, and workers keep only live lease verdicts.
 //! - **Detached runs outlive their caller, for a bound**: a start with
 //!   [`StartRequest::detached`](crate::StartRequest::detached) names its
-//!   run ([`Detached::Start`](crate::Detached::Start)); the caller writes
+//!   run ([`Detached::Start`](crate::seam::Detached::Start)); the caller writes
 //!   the run's holder (`detached.<run>`, itself) before the request, and
 //!   the request's stream sequence into it once stored. A worker keeps such
 //!   a run going while its caller's lease stands, or that of the caller
 //!   that holds it now, and for [`RemoteConfig::detached_ttl`] with
 //!   neither; then it stops it `lease-expired`. Its result is stored like
 //!   any other (kept for `retention`) and announced to its caller and its
-//!   holder. [`Detached::Attach`](crate::Detached::Attach) from any caller
+//!   holder. [`Detached::Attach`](crate::seam::Detached::Attach) from any caller
 //!   finds it: a stored result settles the new run at once; a run claimed
 //!   or queued gets this caller as its holder (its result and progress come
 //!   here from then on, and the sweep finds a result announced before);

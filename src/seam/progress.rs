@@ -46,7 +46,7 @@ pub enum ProgressUpdate {
 /// [`as_str`]: ToolCallStatus::as_str
 ///
 /// ```
-/// use subagents::ToolCallStatus;
+/// use subagents::seam::ToolCallStatus;
 ///
 /// assert_eq!(serde_json::to_string(&ToolCallStatus::InProgress).unwrap(), r#""inprogress""#);
 /// let later: ToolCallStatus = serde_json::from_str(r#""awaiting_review""#).unwrap();

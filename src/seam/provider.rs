@@ -309,7 +309,7 @@ impl fmt::Debug for LocalAgent {
     }
 }
 
-/// What `get_provider` reports about a registered provider.
+/// What `Subagents::provider` reports about a registered provider.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProviderInfo {
     /// The registry name.

@@ -33,7 +33,7 @@ use super::{RunUsage, StopReason};
 /// ```
 /// use subagents::{Branch, Receipt, StopReason};
 ///
-/// use subagents::RunUsage;
+/// use subagents::seam::RunUsage;
 ///
 /// let spent = RunUsage { input_tokens: 40, output_tokens: 2, model_calls: 1, ..RunUsage::default() };
 /// let grandchild = Receipt::new(3, "s-3", "spawn", StopReason::Aborted).with_usage(spent);

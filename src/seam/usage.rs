@@ -9,7 +9,7 @@
 //! budget's token limit counts) is the plain sum of the four.
 //!
 //! ```
-//! use subagents::RunUsage;
+//! use subagents::seam::RunUsage;
 //!
 //! let mut tree = RunUsage { input_tokens: 100, output_tokens: 20, model_calls: 1, attempts: 2, ..RunUsage::default() };
 //! tree += RunUsage { input_tokens: 10, cache_read_tokens: 90, output_tokens: 5, model_calls: 1, attempts: 1, ..RunUsage::default() };

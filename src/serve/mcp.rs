@@ -104,8 +104,8 @@ use crate::tool::{
 };
 use crate::{Runtime, Subagents};
 
-/// How deep in-process children may delegate unless `--max-depth` says.
-pub const DEFAULT_MAX_DEPTH: u32 = crate::tool::DEFAULT_MAX_DEPTH;
+// How deep in-process children may delegate unless `--max-depth` says.
+use crate::tool::DEFAULT_MAX_DEPTH;
 
 /// The newest protocol version served: the last with the `initialize`
 /// handshake.
@@ -187,7 +187,7 @@ pub struct McpServeOptions {
 }
 
 #[cfg(feature = "config")]
-pub use crate::config::Configured;
+use crate::config::Configured;
 
 impl Default for McpServeOptions {
     fn default() -> Self {
@@ -322,7 +322,7 @@ impl Session {
             .register_blocking(&subagents, &tasks, &runtime.home(), model)
             .map_err(|e| ServeError::Options(e.to_string()))?;
         let name = configured.provider();
-        let info = subagents.get_provider(name).ok_or_else(|| ServeError::Options(format!("no provider {name:?}")))?;
+        let info = subagents.provider(name).ok_or_else(|| ServeError::Options(format!("no provider {name:?}")))?;
         let max_depth = match info.capabilities.depth_limit {
             true => MaxDepth::Limit(configured.config.tool_max_depth()),
             false => MaxDepth::ProviderManaged,
@@ -348,7 +348,7 @@ impl Session {
         let slots = Arc::new(Semaphore::new(concurrency));
         let config = SubagentToolConfig::new(name).with_max_depth(max_depth);
         let subagent = SubagentTool::mount(&subagents, config, Some(tasks.clone()))?.with_run_limit(slots.clone());
-        let info = subagents.get_provider(name).ok_or_else(|| ServeError::Options(format!("no provider {name:?}")))?;
+        let info = subagents.provider(name).ok_or_else(|| ServeError::Options(format!("no provider {name:?}")))?;
         let limits = Limits {
             concurrency,
             max_depth,

@@ -13,7 +13,11 @@
 //! reason: `subagent run failed: the scripted model failed`), `subagent
 //! run hit its token limit before finishing`, `subagent declined the
 //! task`. Success is
-//! `{"kind": "foreground", "run_id", "output"}`.
+//! `{"kind": "foreground", "run_id", "output"}`, where `run_id` holds the
+//! child's id ([`Run::child_id`]: for `spawn` and `fork` the session id
+//! `subagents sessions show` reads), not the runtime's numeric run id
+//! ([`Run::run_id`]) the events carry. The key keeps its name because
+//! models' prompts and MCP clients already read it.
 //!
 //! **Background**: returns `{"kind": "background", "task_id"}` at once; the
 //! run gets its own cancellation, independent of the calling tool call, and
@@ -287,9 +291,8 @@ impl SubagentTool {
         config: SubagentToolConfig,
         tasks: Option<TaskService>,
     ) -> Result<SubagentTool, SubagentError> {
-        let info = subagents
-            .get_provider(&config.provider)
-            .ok_or_else(|| SubagentError::NoProvider(config.provider.clone()))?;
+        let info =
+            subagents.provider(&config.provider).ok_or_else(|| SubagentError::NoProvider(config.provider.clone()))?;
         let needs = [
             (matches!(config.max_depth, MaxDepth::Limit(_)), Capability::DepthLimit),
             (config.tool_filter.is_some(), Capability::ToolFilter),
@@ -499,7 +502,7 @@ async fn settle(run: &Run) -> Result<(String, Option<Value>), DelegationError> {
 
 impl Tool for SubagentTool {
     fn spec(&self) -> ToolSpec {
-        let inherits = self.subagents.get_provider(&self.config.provider).is_some_and(|p| p.inherits_parent_context);
+        let inherits = self.subagents.provider(&self.config.provider).is_some_and(|p| p.inherits_parent_context);
         self.spec_for(inherits)
     }
 

@@ -4,7 +4,8 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use subagents::{Category, RunResult, StopReason};
+use subagents::seam::Category;
+use subagents::{RunResult, StopReason};
 
 use super::support::{caller, one_at_a_time, wire_id, Look, Server, Worker};
 use crate::common::blocking::eventually;

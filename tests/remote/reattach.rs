@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use subagents::providers::MockProvider;
-use subagents::{Category, Detached, StopReason, SubagentError};
+use subagents::seam::{Category, Detached};
+use subagents::{StopReason, SubagentError};
 
 use super::support::{one_at_a_time, provider, Look, Server, Worker};
 use crate::common::blocking::eventually;

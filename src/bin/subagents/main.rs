@@ -10,9 +10,9 @@
 //!   pool, pulled from a NATS JetStream broker ([`worker`]); `run` and
 //!   `fanout` reach such workers with `--provider remote --nats URL`.
 //! - `subagents mcp`: the runtime's delegation as MCP tools on stdio, for
-//!   an MCP client (see `subagents::serve::mcp`).
+//!   an MCP client (see `subagents::serve::serve_mcp`).
 //! - `subagents a2a --listen ADDR`: the runtime as an Agent2Agent server
-//!   (see `subagents::serve::a2a`); the `a2a` provider is its client.
+//!   (see `subagents::serve::serve_a2a`); the `a2a` provider is its client.
 //! - `subagents providers list`: the providers a configuration defines.
 //!
 //! `run` and `fanout` take their providers from a configuration file

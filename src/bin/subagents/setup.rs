@@ -16,7 +16,7 @@ use std::time::Duration;
 use subagents::agent::{ListDir, Model, ReadFile, Tool, Toolset};
 use subagents::config::{BuildContext, Config};
 use subagents::providers::{RemoteConfig, RemoteProvider};
-use subagents::serve::preflight;
+use subagents::serve::{check_home, reachable_model};
 use subagents::tool::{delegating_kit, TaskService};
 use subagents::{Runtime, ShutdownReport, Subagents};
 
@@ -67,7 +67,7 @@ pub struct Setup {
 /// before any run when it cannot be reached at all.
 fn model(spec: &str, config: &Config, runtime: &Runtime) -> Result<Arc<dyn Model>, String> {
     let spec = config.model_spec(spec).map_err(|e| e.to_string())?;
-    runtime.block_on(async move { preflight::reachable_model(&spec).await }).map_err(|e| e.to_string())
+    runtime.block_on(async move { reachable_model(&spec).await }).map_err(|e| e.to_string())
 }
 
 /// The `remote` provider from `--nats`/`--pool`, connected, when `provider`
@@ -111,7 +111,7 @@ pub fn setup(
     // Every run writes its session under the home: one that cannot take it
     // would otherwise fail each run on its own, late, as a bare
     // `STARTUP_FAILED`.
-    preflight::check_home(&home).map_err(|e| e.to_string())?;
+    check_home(&home).map_err(|e| e.to_string())?;
     let source = |spec: Option<&str>| models.get(spec);
     let context = BuildContext { subagents: &subagents, tasks: &tasks, home: &home, models: &source, probe: false };
     config
@@ -160,7 +160,7 @@ impl Setup {
         if self.subagents.has_provider(provider) {
             return Ok(());
         }
-        Err(format!("unknown provider {provider:?} (available: {})", self.subagents.list().join(", ")))
+        Err(format!("unknown provider {provider:?} (available: {})", self.subagents.provider_names().join(", ")))
     }
 }
 

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
-use subagents::RunUsage;
+use subagents::seam::RunUsage;
 
 use crate::terminal;
 

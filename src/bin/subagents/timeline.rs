@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use subagents::{EventRecvError, Runtime, RuntimeTask, StopReason, SubagentEvent};
+use subagents::events::EventRecvError;
+use subagents::{Runtime, RuntimeTask, StopReason, SubagentEvent};
 use tokio::sync::Notify;
 
 use crate::terminal::{self, say};

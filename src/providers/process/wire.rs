@@ -4,9 +4,9 @@
 //! Parent → child requests: `initialize {protocol_version, route, profile,
 //! patches, cwd, budget?}` → `{protocol_version, session_id}`; `prompt {prompt}` →
 //! `{reason, usage?}` once the turn ended (`usage`: what the turn's model
-//! calls spent, a [`RunUsage`](crate::RunUsage); an older peer omits it); `shutdown` → `{runs?}` (the child then
+//! calls spent, a [`RunUsage`](crate::seam::RunUsage); an older peer omits it); `shutdown` → `{runs?}` (the child then
 //! exits): `runs` is added by peers that report receipts, the
-//! [`Branch`](crate::Branch)es of every run the session started, gathered
+//! [`Branch`](crate::seam::Branch)es of every run the session started, gathered
 //! once each is quiescent (an older peer's `{}` leaves that branch unknown).
 //! Parent → child notification: `cancel`. Child → parent notification:
 //! `event {type: text_delta | assistant_message | tool_call | turn_end, …}`.
@@ -26,8 +26,8 @@ use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::AnyDelimiterCodecError;
 
-pub(crate) use crate::agent::ToolCallStatus;
 use crate::providers::child_process::lines;
+pub(crate) use crate::seam::ToolCallStatus;
 use crate::seam::{AgentOptions, Budget, ProgressUpdate, StopReason};
 
 /// The protocol version both ends speak.

@@ -1,5 +1,5 @@
 //! `subagents a2a --listen ADDR`: this runtime as an Agent2Agent server
-//! (see `subagents::serve::a2a`).
+//! (see `subagents::serve::serve_a2a`).
 //!
 //! It prints one line on stderr once it listens (`listening on ADDR`),
 //! exits 0 after SIGINT, SIGTERM or SIGHUP once its streams are answered,
@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use subagents::serve::a2a::{serve_a2a, A2aServeOptions};
+use subagents::serve::{serve_a2a, A2aServeOptions};
 
 use crate::args::{ConfigArgs, HomeArgs, ModelArgs};
 use crate::terminal::say;

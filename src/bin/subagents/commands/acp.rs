@@ -1,9 +1,9 @@
 //! `subagents acp`: this crate's agent over the Agent Client Protocol on
-//! stdio (see `subagents::serve::acp`).
+//! stdio (see `subagents::serve::serve_acp`).
 
 use std::process::ExitCode;
 
-use subagents::serve::acp::{serve_acp, AcpServeOptions};
+use subagents::serve::{serve_acp, AcpServeOptions};
 
 use crate::args::{ConfigArgs, HomeArgs};
 

@@ -23,10 +23,8 @@ use std::time::{Duration, Instant};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
-use subagents::{
-    Budget, BudgetLease, CancellationToken, Detached, Parent, RunUsage, StartRequest, StopReason, SubagentError,
-    Subagents,
-};
+use subagents::seam::{BudgetLease, Detached, RunUsage};
+use subagents::{Budget, CancellationToken, Parent, StartRequest, StopReason, SubagentError, Subagents};
 use tokio::sync::mpsc;
 
 use crate::args::{BudgetArgs, ConfigArgs, DurableArgs, HomeArgs, ModelArgs, RemoteArgs};
@@ -121,7 +119,7 @@ fn fanout(args: FanoutArgs, config: &subagents::config::Config) -> Result<Ended,
     check_unchanged(&args.tasks, args.max_line_bytes, &outputs.settled, args.durable.rerun_changed)?;
     // Runs of a provider that detaches them are recorded beside `--out`
     // before they start, so that `--resume` attaches to them again.
-    let detaches = setup.subagents.get_provider(&provider).is_some_and(|info| info.detaches);
+    let detaches = setup.subagents.provider(&provider).is_some_and(|info| info.detaches);
     let (runs, recorded) = match (&args.out, detaches) {
         (Some(out), true) => {
             let (runs, recorded) = journal::open_runs(&journal::runs_path(out), args.durable.resume)?;
@@ -406,7 +404,7 @@ impl Batch {
     async fn run_one(&self, line: usize, task: Box<Task>, id: String, hash: u64) -> Option<Settled> {
         let timeout = task.timeout.or(self.durable.timeout);
         let provider = task.provider.as_deref().unwrap_or(&self.provider);
-        let detaching = self.runs.is_some() && self.subagents.get_provider(provider).is_some_and(|info| info.detaches);
+        let detaching = self.runs.is_some() && self.subagents.provider(provider).is_some_and(|info| info.detaches);
         // A run an earlier batch started and did not settle: attached to
         // again, unless its provider no longer knows it or stopped it for
         // want of a caller (then it starts again, and its line says so).

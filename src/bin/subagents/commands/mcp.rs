@@ -1,10 +1,10 @@
 //! `subagents mcp`: the runtime's delegation as MCP tools on stdio, for an
-//! MCP client (see `subagents::serve::mcp`).
+//! MCP client (see `subagents::serve::serve_mcp`).
 
 use std::process::ExitCode;
 
-use subagents::serve::mcp::{serve_mcp, McpServeOptions};
 use subagents::serve::ServeError;
+use subagents::serve::{serve_mcp, McpServeOptions};
 
 use crate::args::{ConfigArgs, HomeArgs, ModelArgs};
 use crate::commands::fanout::MAX_CONCURRENCY;
@@ -25,7 +25,7 @@ pub struct McpArgs {
     #[command(flatten)]
     home: HomeArgs,
     /// How deep children may delegate (spawn and fork; default 3).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(subagents::MAX_DEPTH_CAP)))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(subagents::seam::MAX_DEPTH_CAP)))]
     max_depth: Option<u32>,
     /// Most runs of the client's calls at once, 1 to 100000 (default 4 × cores); the rest queue.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_CONCURRENCY))]

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 
 use subagents::config::{BuildContext, Config, Kind, ProviderEntry};
-use subagents::Capabilities;
+use subagents::seam::Capabilities;
 
 use crate::args::{ConfigArgs, HomeArgs, ModelArgs, RemoteArgs};
 use crate::setup::{setup, Models};
@@ -106,7 +106,7 @@ fn check(config: &Config, name: Option<&str>, model: &str, home: HomeArgs, json:
             let listed = Row::listed(config, entry);
             match outcome {
                 Ok(registration) => {
-                    let info = setup.subagents.get_provider(&name);
+                    let info = setup.subagents.provider(&name);
                     registration.keep();
                     let capabilities =
                         info.map_or_else(|| "not registered".to_owned(), |info| names(info.capabilities));

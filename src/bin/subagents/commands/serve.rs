@@ -1,10 +1,10 @@
 //! `subagents serve --home DIR`: one session of a full runtime over stdio
-//! JSON-RPC, the `process` provider's child (see `subagents::serve::stdio`).
+//! JSON-RPC, the `process` provider's child (see `subagents::serve::serve_stdio`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use subagents::serve::stdio::{serve_stdio, ServeOptions};
+use subagents::serve::{serve_stdio, ServeOptions};
 
 /// `subagents serve`'s flags.
 #[derive(clap::Args, Debug)]

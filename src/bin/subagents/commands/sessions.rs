@@ -205,7 +205,7 @@ fn show(store: &SessionStore, id: &str, as_json: bool) -> Result<Ended, String> 
     }
     for event in &session.events {
         match event {
-            SessionEvent::User { content } => out.push(format!("user: {}", subagents::text_of(content))),
+            SessionEvent::User { content } => out.push(format!("user: {}", subagents::seam::text_of(content))),
             SessionEvent::Assistant { text, tool_calls } => {
                 if !text.is_empty() {
                     out.push(format!("assistant: {text}"));

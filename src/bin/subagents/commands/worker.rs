@@ -1,5 +1,5 @@
 //! `subagents worker --nats URL`: a full runtime that runs the `remote`
-//! provider's runs for one pool (see `subagents::serve::worker`).
+//! provider's runs for one pool (see `subagents::serve::serve_worker`).
 //!
 //! It prints one line on stderr when it is pulling, logs its lifecycle, and
 //! exits 0 after SIGTERM, Ctrl-C or SIGHUP once drained; 2 when it cannot start
@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use subagents::providers::BrokerSettings;
-use subagents::serve::worker::{serve_worker, WorkerOptions, WorkerProvider};
+use subagents::serve::{serve_worker, WorkerOptions, WorkerProvider};
 
 use crate::args::{nats_url_from_env, ConfigArgs, HomeArgs};
 use crate::terminal::say;
