@@ -51,7 +51,7 @@ pub mod remote;
 pub mod spawn;
 
 #[cfg(feature = "acp")]
-pub use acp::{AcpConfig, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
+pub use acp::{AcpConfig, AcpMcpServer, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
 pub use chaos::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, Injected};
 #[cfg(feature = "agent")]
 pub use in_process::{ChildInfo, InProcessProvider, ModelRoutes, ToolFactory, STRUCTURED_OUTPUT_TOOL};

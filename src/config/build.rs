@@ -542,7 +542,8 @@ impl Config {
         provider: InProcessProvider,
         entry: &ProviderEntry,
     ) -> Result<InProcessProvider, String> {
-        if entry.mcp_servers.is_empty() {
+        // No `mcp_servers` key: the children inherit their parent's.
+        if entry.table.mcp_servers.is_none() {
             return Ok(provider);
         }
         Ok(provider.with_mcp_servers(self.mcp_server_configs(entry)))
@@ -563,7 +564,7 @@ impl Config {
     #[cfg(feature = "acp")]
     async fn acp(&self, entry: &ProviderEntry) -> Result<Arc<dyn Provider>, String> {
         use super::schema::PermissionName;
-        use crate::providers::{AcpConfig, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
+        use crate::providers::{AcpConfig, AcpMcpServer, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
         let (table, resolved) = (&entry.table, &entry.resolved);
         let command = resolved.command.clone().expect("checked at load");
         let mut config = AcpConfig::new(entry.name.clone(), command, resolved.args.clone());
@@ -575,6 +576,17 @@ impl Config {
             template: resolved.template_dir.clone(),
             keep: table.keep_run_dirs.as_ref().is_some_and(|keep| *keep.get_ref()),
         };
+        config.mcp_servers = entry
+            .mcp_servers
+            .iter()
+            .filter_map(|name| self.mcp_servers.iter().find(|server| server.name == *name))
+            .map(|server| AcpMcpServer::Stdio {
+                name: server.name.clone(),
+                command: server.command.clone(),
+                args: server.args.clone(),
+                env: server.env.clone(),
+            })
+            .collect();
         if let Some(permission) = &table.permission {
             config.permission = match permission.get_ref() {
                 PermissionName::Allow => Permission::Allow,

@@ -1,5 +1,5 @@
-//! `[mcp_servers.NAME]`: the MCP servers in-process children mount, and
-//! each provider's `mcp_servers = ["NAME", …]` naming which.
+//! `[mcp_servers.NAME]`: the MCP servers children mount, and each
+//! provider's `mcp_servers = ["NAME", …]` naming which.
 //!
 //! ```toml
 //! [mcp_servers.files]
@@ -14,6 +14,13 @@
 //! kind = "spawn"
 //! mcp_servers = ["files"]
 //! ```
+//!
+//! A `spawn` or `fork` provider without `mcp_servers` gives its children
+//! their parent's servers; with it (`[]` too) exactly those. An `acp`
+//! provider passes its list to the agent in `session/new`, and the agent
+//! starts them itself: such a server takes only `command`, `args` and
+//! `env` (its variables are sent as given; nothing is inherited for it,
+//! and the agent, not the runtime, bounds its calls).
 //!
 //! Checked when the file is read: the command is a file or on `PATH`,
 //! `${VAR}` is set, durations have units, the name fits a tool name
@@ -154,4 +161,35 @@ pub(super) fn check_listed(
         names.push(name.get_ref().clone());
     }
     Ok(names)
+}
+
+/// An `acp` provider's servers are started by its agent, which is sent
+/// only `command`, `args` and `env`: a setting the agent would not see is
+/// refused rather than ignored.
+pub(super) fn check_acp_listed(
+    source: &Source<'_>,
+    provider: &str,
+    listed: Option<&Spanned<Vec<Spanned<String>>>>,
+    servers: &[McpServerEntry],
+) -> Result<(), ConfigError> {
+    for name in listed.map(Spanned::get_ref).into_iter().flatten() {
+        let Some(server) = servers.iter().find(|server| server.name == *name.get_ref()) else { continue };
+        let unsent = [
+            (!server.inherit_env.is_empty(), "inherit_env"),
+            (server.cwd.is_some(), "cwd"),
+            (server.isolate, "isolate"),
+            (server.timeout.is_some(), "timeout"),
+            (server.initialize_timeout.is_some(), "initialize_timeout"),
+            (server.max_result_bytes.is_some(), "max_result_bytes"),
+        ];
+        if let Some((_, key)) = unsent.iter().find(|(set, _)| *set) {
+            let message = format!(
+                "acp provider {provider:?} passes MCP server {:?} to its agent, which starts it with `command`, \
+                 `args` and `env` only: `{key}` would not apply (list the variables it needs in `env`)",
+                server.name
+            );
+            return Err(source.error(Some(name.span()), message));
+        }
+    }
+    Ok(())
 }

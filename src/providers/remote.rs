@@ -220,7 +220,8 @@ impl RemoteConfig {
             name: name.into(),
             url: url.into(),
             pool: "default".to_owned(),
-            capabilities: Capabilities::all(),
+            // The wire carries no MCP server names: a worker mounts its own.
+            capabilities: Capabilities { mcp_servers: false, ..Capabilities::all() },
             broker: BrokerSettings::default(),
             connect_timeout: Duration::from_secs(5),
             publish_timeout: Duration::from_secs(10),
