@@ -14,6 +14,10 @@
 //! ([`ProviderContext::budget`]): its turns spend the budget's tokens and
 //! time, and its own children answer to it.
 //!
+//! MCP servers: a child mounts its provider's when the provider scopes
+//! them, else its parent agent's (the same connections), narrowed by the
+//! request's `mcp_servers` (see `mcp_mounts.rs`).
+//!
 //! Rollback: a child that is disposed without ever having run (a cancel
 //! between creation and publication) has its session file deleted, so a
 //! rejected start leaves nothing behind.

@@ -7,8 +7,9 @@
 //! loses nothing (its runs go to another worker).
 //!
 //! **Advertises** what the workers' provider enforces, as configured in
-//! [`RemoteConfig::capabilities`] (default: every start-time capability,
-//! which is what a `spawn` worker enforces; a `--provider process` worker
+//! [`RemoteConfig::capabilities`] (default: every start-time capability
+//! but `mcp_servers`, which the wire does not carry — a worker's children
+//! mount its own providers' servers — which is what a `spawn` worker enforces; a `--provider process` worker
 //! enforces only `agent_options`). The request carries the prompt, route
 //! (`agent_options`), persona, tool filter, output schema, `max_depth`,
 //! the parent's session and depth (the worker's child gets depth + 1 and
