@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{lifecycle, no_children_left, no_process_mentions, runtime_at as runtime};
 use serde_json::json;
-use stand_ins::{ignores_eof, logged, logged_at, session_news, shell_agent};
+use stand_ins::{ignores_eof, logged, logged_at, session_news, shell_agent, shell_agent_advertising};
 use subagents::providers::{AcpConfig, AcpMcpServer, AcpProvider, Permission};
 use subagents::{CancellationToken, Category, Parent, Runtime, StartRequest, StopReason, Subagents};
 
@@ -355,4 +355,34 @@ fn an_http_mcp_server_is_refused_for_an_agent_that_does_not_advertise_http() {
     let message = refused.to_string();
     assert!(message.contains("\"web\"") && message.contains("mcpCapabilities.http"), "{message}");
     no_children_left(&runtime);
+}
+
+#[test]
+fn a_configured_http_server_reaches_an_agent_advertising_http_with_its_headers_expanded() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let then = r#"take
+chunk done
+answer '{"stopReason":"end_turn"}'
+cat > /dev/null"#;
+    let script =
+        shell_agent_advertising(home.path(), "web", r#"{"mcpCapabilities":{"http":true}}"#, then).args[0].clone();
+    let file = format!(
+        "[mcp_servers.web]\nurl = \"http://127.0.0.1:9/mcp\"\nheaders = {{ X-Home = \"${{HOME}}\" }}\n\n\
+         [providers.web]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{script:?}]\nmcp_servers = [\"web\"]\n"
+    );
+    let config = subagents::config::Config::parse(&file, "f.toml").unwrap();
+    let configured = subagents::config::Configured::new(config, None).unwrap();
+    let subagents = runtime.subagents();
+    let model = std::sync::Arc::new(subagents::agent::ScriptedModel::demo());
+    let tasks = subagents::tool::TaskService::new();
+    configured.register_blocking(&subagents, &tasks, home.path(), model).unwrap();
+    let result = lifecycle(&runtime, &subagents, "web", request("x", home.path()));
+    assert_eq!(result.stop_reason, StopReason::Completed);
+    let sent = &session_news(home.path(), "web")[0]["params"]["mcpServers"];
+    let home_dir = std::env::var("HOME").unwrap();
+    let expected = json!([{"type": "http", "name": "web", "url": "http://127.0.0.1:9/mcp",
+                           "headers": [{"name": "X-Home", "value": home_dir}]}]);
+    assert_eq!(sent, &expected);
+    runtime.shutdown_blocking();
 }

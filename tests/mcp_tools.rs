@@ -363,8 +363,14 @@ fn a_provider_naming_an_undefined_server_is_refused_at_its_place() {
         error.to_string(),
         "f.toml:6:16: provider \"spawn\" mounts MCP server \"git\", which no [mcp_servers] table defines"
     );
-    let http = "[mcp_servers.web]\nurl = \"http://127.0.0.1:1/mcp\"\n";
-    assert!(Config::parse(http, "f.toml").unwrap_err().to_string().starts_with("f.toml:2:7: streamable HTTP"));
+    let http = "[mcp_servers.web]\nurl = \"http://127.0.0.1:1/mcp\"\n\n[providers.spawn]\nkind = \"spawn\"\nmcp_servers = [\"web\"]\n";
+    let error = Config::parse(http, "f.toml").unwrap_err().to_string();
+    assert!(
+        error.starts_with("f.toml:6:16: provider \"spawn\" mounts MCP server \"web\", a streamable HTTP"),
+        "{error}"
+    );
+    let both = "[mcp_servers.web]\nurl = \"http://127.0.0.1:1/mcp\"\ncommand = \"sh\"\n";
+    assert!(Config::parse(both, "f.toml").unwrap_err().to_string().contains("both a `command` and a `url`"));
 }
 
 fn child_request(parent: &Agent, task: &str) -> StartRequest {

@@ -517,13 +517,11 @@ impl Config {
     #[cfg(feature = "mcp")]
     pub fn mcp_server_configs(&self, entry: &ProviderEntry) -> Vec<crate::agent::McpServerConfig> {
         let listed = entry.mcp_servers.iter().filter_map(|name| self.mcp_servers.iter().find(|s| s.name == *name));
+        // A `url` server was refused at load where an in-process provider lists it.
         listed
-            .map(|server| {
-                let mut config = crate::agent::McpServerConfig::new(
-                    server.name.clone(),
-                    server.command.clone(),
-                    server.args.clone(),
-                );
+            .filter_map(|server| Some((server, server.command.clone()?)))
+            .map(|(server, command)| {
+                let mut config = crate::agent::McpServerConfig::new(server.name.clone(), command, server.args.clone());
                 config.env = server.env.clone();
                 config.inherit_env = server.inherit_env.clone();
                 config.cwd = server.cwd.clone();
@@ -580,11 +578,16 @@ impl Config {
             .mcp_servers
             .iter()
             .filter_map(|name| self.mcp_servers.iter().find(|server| server.name == *name))
-            .map(|server| AcpMcpServer::Stdio {
-                name: server.name.clone(),
-                command: server.command.clone(),
-                args: server.args.clone(),
-                env: server.env.clone(),
+            .map(|server| match (&server.command, &server.http) {
+                (_, Some((url, headers))) => {
+                    AcpMcpServer::Http { name: server.name.clone(), url: url.clone(), headers: headers.clone() }
+                }
+                (command, None) => AcpMcpServer::Stdio {
+                    name: server.name.clone(),
+                    command: command.clone().expect("a table has a command or a url"),
+                    args: server.args.clone(),
+                    env: server.env.clone(),
+                },
             })
             .collect();
         if let Some(permission) = &table.permission {

@@ -20,6 +20,12 @@ use subagents::providers::AcpConfig;
 /// `agent_message_chunk` of session `s1`) and `note EVENT` (log it). Its
 /// graces are short (300 ms) so fault tests stay fast.
 pub fn shell_agent(dir: &Path, name: &str, then: &str) -> AcpConfig {
+    shell_agent_advertising(dir, name, "{}", then)
+}
+
+/// [`shell_agent`] answering `initialize` with these `agentCapabilities`
+/// (JSON).
+pub fn shell_agent_advertising(dir: &Path, name: &str, capabilities: &str, then: &str) -> AcpConfig {
     let log = log_of(dir, name);
     let script = format!(
         r#"#!/bin/sh
@@ -40,7 +46,7 @@ chunk() {{
 note() {{
   echo "$1 $(date +%s%N)" >> '{log}'
 }}
-reply '{{"protocolVersion":1,"agentCapabilities":{{}}}}'
+reply '{{"protocolVersion":1,"agentCapabilities":{capabilities}}}'
 take
 printf '%s\n' "$line" >> '{sessions}'
 answer '{{"sessionId":"s1"}}'

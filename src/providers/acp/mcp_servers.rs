@@ -82,6 +82,15 @@ impl AcpMcpServer {
         self
     }
 
+    /// This HTTP server with `name: value` among its headers (a stdio
+    /// server is returned as it is).
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        if let AcpMcpServer::Http { headers, .. } = &mut self {
+            headers.push((name.into(), value.into()));
+        }
+        self
+    }
+
     /// Its name.
     pub fn name(&self) -> &str {
         match self {
