@@ -56,7 +56,7 @@ pub mod spawn;
 #[cfg(feature = "a2a")]
 pub use a2a::{A2aConfig, A2aError, A2aProvider, Limits as A2aLimits};
 #[cfg(feature = "acp")]
-pub use acp::{AcpConfig, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
+pub use acp::{AcpConfig, AcpMcpServer, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
 pub use chaos::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, Injected};
 #[cfg(any(feature = "acp", feature = "process"))]
 pub use child_process::ChildProcessConfig;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{lifecycle, no_children_left, no_process_mentions, request_in, runtime_at as runtime};
 use serde_json::json;
-use stand_ins::{ignores_eof, logged, logged_at, shell_agent};
-use subagents::providers::{AcpConfig, AcpProvider, Permission};
+use stand_ins::{ignores_eof, logged, logged_at, session_news, shell_agent, shell_agent_advertising};
+use subagents::providers::{AcpConfig, AcpMcpServer, AcpProvider, Permission};
 use subagents::seam::Category;
 use subagents::{Runtime, StopReason, Subagents};
 
@@ -310,4 +310,81 @@ fn an_agent_still_writing_after_its_answer_finishes_its_writes_and_exits_unsigna
     assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(6), "it exited on its own: {took:?}");
     no_children_left(&runtime);
     no_process_mentions(home.path());
+}
+
+#[test]
+fn an_acp_child_is_given_exactly_its_providers_mcp_servers_in_session_new_and_a_request_picks_among_them() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let then = r#"take
+chunk done
+answer '{"stopReason":"end_turn"}'
+cat > /dev/null"#;
+    let mut config = shell_agent(home.path(), "mcp", then);
+    let files = AcpMcpServer::stdio("files", "/opt/mcp-files", vec!["--root".to_owned(), "/srv".to_owned()]);
+    config.mcp_servers =
+        vec![files.with_env("FILES_MODE", "read-only"), AcpMcpServer::stdio("git", "/opt/mcp-git", vec![])];
+    let subagents = register(&runtime, config);
+    assert!(subagents.provider("mcp").unwrap().capabilities.mcp_servers);
+
+    let every = lifecycle(&runtime, &subagents, "mcp", request_in("x", home.path()));
+    let one = lifecycle(&runtime, &subagents, "mcp", request_in("x", home.path()).with_mcp_servers(["git"]));
+    let none =
+        lifecycle(&runtime, &subagents, "mcp", request_in("x", home.path()).with_mcp_servers(Vec::<String>::new()));
+    assert!([every, one, none].iter().all(|result| result.stop_reason == StopReason::Completed));
+    let sent: Vec<serde_json::Value> =
+        session_news(home.path(), "mcp").iter().map(|line| line["params"]["mcpServers"].clone()).collect();
+    let files = json!({"name": "files", "command": "/opt/mcp-files", "args": ["--root", "/srv"],
+                       "env": [{"name": "FILES_MODE", "value": "read-only"}]});
+    let git = json!({"name": "git", "command": "/opt/mcp-git", "args": [], "env": []});
+    assert_eq!(sent, [json!([files, git]), json!([git]), json!([])]);
+
+    let unknown = request_in("x", home.path()).with_mcp_servers(["files", "web"]);
+    let error = runtime.block_on(async move { subagents.start("mcp", unknown).await.unwrap_err() });
+    assert_eq!(error.code(), "INVALID_REQUEST");
+    assert!(error.to_string().contains("\"web\""), "{error}");
+    assert_eq!(session_news(home.path(), "mcp").len(), 3, "a refused start spawns nothing");
+    no_children_left(&runtime);
+}
+
+#[test]
+fn an_http_mcp_server_is_refused_for_an_agent_that_does_not_advertise_http() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let mut config = shell_agent(home.path(), "stdio-only", "cat > /dev/null");
+    config.mcp_servers = vec![AcpMcpServer::http("web", "http://127.0.0.1:9/mcp")];
+    let refused = runtime.block_on(async move { AcpProvider::new(config).await.unwrap_err() });
+    let message = refused.to_string();
+    assert!(message.contains("\"web\"") && message.contains("mcpCapabilities.http"), "{message}");
+    no_children_left(&runtime);
+}
+
+#[test]
+fn a_configured_http_server_reaches_an_agent_advertising_http_with_its_headers_expanded() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let then = r#"take
+chunk done
+answer '{"stopReason":"end_turn"}'
+cat > /dev/null"#;
+    let script =
+        shell_agent_advertising(home.path(), "web", r#"{"mcpCapabilities":{"http":true}}"#, then).args[0].clone();
+    let file = format!(
+        "[mcp_servers.web]\nurl = \"http://127.0.0.1:9/mcp\"\nheaders = {{ X-Home = \"${{HOME}}\" }}\n\n\
+         [providers.web]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{script:?}]\nmcp_servers = [\"web\"]\n"
+    );
+    let config = subagents::config::Config::parse(&file, "f.toml").unwrap();
+    let configured = subagents::config::Configured::new(config, None).unwrap();
+    let subagents = runtime.subagents();
+    let model = std::sync::Arc::new(subagents::agent::ScriptedModel::demo());
+    let tasks = subagents::tool::TaskService::new();
+    configured.register_blocking(&subagents, &tasks, home.path(), model).unwrap();
+    let result = lifecycle(&runtime, &subagents, "web", request_in("x", home.path()));
+    assert_eq!(result.stop_reason, StopReason::Completed);
+    let sent = &session_news(home.path(), "web")[0]["params"]["mcpServers"];
+    let home_dir = std::env::var("HOME").unwrap();
+    let expected = json!([{"type": "http", "name": "web", "url": "http://127.0.0.1:9/mcp",
+                           "headers": [{"name": "X-Home", "value": home_dir}]}]);
+    assert_eq!(sent, &expected);
+    runtime.shutdown_blocking();
 }

@@ -199,8 +199,9 @@ fn providers_list_tells_kind_and_place_and_check_probes_each_provider() {
             .unwrap()
             .to_owned()
     };
-    // Our ACP agent answers initialize with a system prompt capability.
-    assert_eq!(capabilities("agent"), "persona");
+    // Our ACP agent answers initialize with a system prompt capability;
+    // every ACP agent is handed the MCP servers a request picks.
+    assert_eq!(capabilities("agent"), "persona, mcp_servers");
     assert!(capabilities("flaky").contains("output_schema"), "chaos advertises what it wraps");
     assert!(checked.as_array().unwrap().iter().all(|p| p["ok"] == true), "{checked}");
     // A provider that cannot be built fails the check (exit 1), and the

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Within, WAIT_LIMIT};
-use subagents::agent::{McpServer, McpServerConfig, Model, ScriptedModel};
+use subagents::agent::{Agent, McpServer, McpServerConfig, Model, ScriptedModel};
 use subagents::config::{Config, Configured};
 use subagents::providers::InProcessProvider;
 use subagents::tool::TaskService;
@@ -47,6 +47,42 @@ impl Fixture {
         let model: Arc<dyn Model> = Arc::new(ScriptedModel::demo());
         let provider = InProcessProvider::spawn("spawn", model).with_mcp_servers(servers);
         self.runtime.subagents().register_provider(provider).unwrap().keep();
+    }
+
+    /// `spawn` on the demo model, scoping no servers: its children mount
+    /// their parent's.
+    fn register_inheriting(&self) {
+        let model: Arc<dyn Model> = Arc::new(ScriptedModel::demo());
+        let provider = InProcessProvider::spawn("spawn", model).in_memory();
+        self.runtime.subagents().register_provider(provider).unwrap().keep();
+    }
+
+    /// A stand-in server named `name`.
+    fn named_server(&self, name: &str, isolate: bool) -> McpServerConfig {
+        let mut config = self.server(isolate);
+        config.name = name.to_owned();
+        config
+    }
+
+    /// A parent agent (never prompted) that mounted `servers`' tools,
+    /// each server started once.
+    fn parent_with(&self, servers: &[McpServer]) -> Agent {
+        let servers = servers.to_vec();
+        let cwd = self.cwd.path().to_path_buf();
+        self.runtime.within(WAIT_LIMIT, "a parent mounting its servers", async move {
+            let mut builder = Agent::builder(ScriptedModel::demo()).cwd(cwd);
+            for server in &servers {
+                for tool in server.tools().await.unwrap() {
+                    builder.toolset_mut().add_shared(tool).unwrap();
+                }
+            }
+            builder.build_async().await.unwrap()
+        })
+    }
+
+    /// One run of `request` on `spawn`, disposed.
+    fn run_request(&self, request: StartRequest) -> RunResult {
+        common::lifecycle(&self.runtime, &self.runtime.subagents(), "spawn", request)
     }
 
     fn request(&self, task: &str) -> StartRequest {
@@ -328,6 +364,140 @@ fn a_provider_naming_an_undefined_server_is_refused_at_its_place() {
         error.to_string(),
         "f.toml:6:16: provider \"spawn\" mounts MCP server \"git\", which no [mcp_servers] table defines"
     );
-    let http = "[mcp_servers.web]\nurl = \"http://127.0.0.1:1/mcp\"\n";
-    assert!(Config::parse(http, "f.toml").unwrap_err().to_string().starts_with("f.toml:2:7: streamable HTTP"));
+    let http = "[mcp_servers.web]\nurl = \"http://127.0.0.1:1/mcp\"\n\n[providers.spawn]\nkind = \"spawn\"\nmcp_servers = [\"web\"]\n";
+    let error = Config::parse(http, "f.toml").unwrap_err().to_string();
+    assert!(
+        error.starts_with("f.toml:6:16: provider \"spawn\" mounts MCP server \"web\", a streamable HTTP"),
+        "{error}"
+    );
+    let both = "[mcp_servers.web]\nurl = \"http://127.0.0.1:1/mcp\"\ncommand = \"sh\"\n";
+    assert!(Config::parse(both, "f.toml").unwrap_err().to_string().contains("both a `command` and a `url`"));
+}
+
+fn child_request(parent: &Agent, task: &str) -> StartRequest {
+    StartRequest::new(task, parent.as_parent(), CancellationToken::new())
+}
+
+/// Closes the parent's servers, then the runtime; every server's pid is gone.
+fn close(fixture: Fixture, servers: Vec<McpServer>) {
+    let runtime = &fixture.runtime;
+    runtime.within(WAIT_LIMIT, "the parent's servers to close", async move {
+        futures_util::future::join_all(servers.iter().map(McpServer::shutdown)).await;
+    });
+    let pids = fixture.shut_down();
+    assert_gone(&pids);
+}
+
+#[test]
+fn a_child_inherits_its_parent_agents_servers_on_the_same_connection() {
+    let fixture = Fixture::new();
+    fixture.register_inheriting();
+    let server = McpServer::new(fixture.server(false));
+    let parent = fixture.parent_with(std::slice::from_ref(&server));
+    assert_eq!(fixture.pids().len(), 1, "the parent started its server");
+    for n in 0..3 {
+        let result = fixture.run_request(child_request(&parent, &format!(r#"[tool:mcp__t__echo {{"text": "{n}"}}]"#)));
+        assert_eq!(result.text(), format!("mcp__t__echo: echo: {n}"));
+    }
+    assert_eq!(fixture.pids().len(), 1, "the children share the parent's connection: no second spawn");
+    let orphan = fixture.run_request(fixture.request(r#"[tool:mcp__t__echo {"text": "x"}]"#));
+    assert!(
+        orphan.text().starts_with("mcp__t__echo error: no tool named"),
+        "no parent agent, no servers: {}",
+        orphan.text()
+    );
+    close(fixture, vec![server]);
+}
+
+#[test]
+fn an_inherited_isolated_server_is_started_afresh_for_the_child_and_reaped_at_its_dispose() {
+    let fixture = Fixture::new();
+    fixture.register_inheriting();
+    let server = McpServer::new(fixture.server(true));
+    let parent = fixture.parent_with(std::slice::from_ref(&server));
+    let result = fixture.run_request(child_request(&parent, r#"[tool:mcp__t__echo {"text": "own"}]"#));
+    assert_eq!(result.text(), "mcp__t__echo: echo: own");
+    let pids = fixture.pids();
+    assert_eq!(pids.len(), 2, "the parent's and the child's own");
+    assert!(alive(pids[0]) != alive(pids[1]), "the child's server is reaped at its dispose, the parent's lives");
+    close(fixture, vec![server]);
+}
+
+#[test]
+fn a_provider_scoping_an_empty_list_gives_its_children_none_of_their_parents_servers() {
+    let fixture = Fixture::new();
+    fixture.register(Vec::new());
+    let server = McpServer::new(fixture.server(false));
+    let parent = fixture.parent_with(std::slice::from_ref(&server));
+    let result = fixture.run_request(child_request(&parent, r#"[tool:mcp__t__echo {"text": "x"}]"#));
+    assert!(result.text().starts_with("mcp__t__echo error: no tool named"), "{}", result.text());
+    close(fixture, vec![server]);
+}
+
+#[test]
+fn a_start_request_mounts_the_subset_it_names_and_the_tool_filter_still_applies() {
+    let fixture = Fixture::new();
+    fixture.register_inheriting();
+    let servers =
+        vec![McpServer::new(fixture.named_server("t", false)), McpServer::new(fixture.named_server("u", false))];
+    let parent = fixture.parent_with(&servers);
+    let task = r#"[tool:mcp__t__echo {"text": "t"}] [tool:mcp__u__echo {"text": "u"}] [tool:mcp__u__fail]"#;
+    let filter = subagents::seam::ToolFilter::deny(["mcp__u__fail"]);
+    let request = child_request(&parent, task).with_mcp_servers(["u"]).with_tool_filter(filter);
+    let text = fixture.run_request(request).text();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("mcp__t__echo error: no tool named"), "{text}");
+    assert_eq!(lines[1], "mcp__u__echo: echo: u", "{text}");
+    assert!(lines[2].starts_with("mcp__u__fail error:") && !lines[2].contains("failed on purpose"), "{text}");
+    close(fixture, servers);
+}
+
+#[test]
+fn a_start_request_naming_a_server_the_child_would_not_have_is_refused_at_start() {
+    let fixture = Fixture::new();
+    fixture.register_inheriting();
+    let server = McpServer::new(fixture.server(false));
+    let parent = fixture.parent_with(std::slice::from_ref(&server));
+    let subagents = fixture.runtime.subagents();
+    let request = child_request(&parent, "x").with_mcp_servers(["t", "git"]);
+    let error = fixture.runtime.within(WAIT_LIMIT, "a refused start", async move {
+        subagents.start("spawn", request).await.map(|_| ()).unwrap_err()
+    });
+    assert_eq!(error.code(), "INVALID_REQUEST");
+    let message = error.to_string();
+    assert!(message.contains("mcp_servers") && message.contains("\"git\"") && message.contains("t"), "{message}");
+    common::no_children_left(&fixture.runtime);
+    close(fixture, vec![server]);
+}
+
+#[test]
+fn a_configured_provider_without_mcp_servers_inherits_and_one_with_an_empty_list_mounts_none() {
+    let fixture = Fixture::new();
+    let text = "[providers.inherits]\nkind = \"spawn\"\n\n[providers.scoped]\nkind = \"spawn\"\nmcp_servers = []\n";
+    let configured = Configured::new(Config::parse(text, "f.toml").unwrap(), None).unwrap();
+    let model = Arc::new(ScriptedModel::demo());
+    let home = fixture._home.path();
+    configured.register_blocking(&fixture.runtime.subagents(), &TaskService::new(), home, model).unwrap();
+    let server = McpServer::new(fixture.server(false));
+    let parent = fixture.parent_with(std::slice::from_ref(&server));
+    let subagents = fixture.runtime.subagents();
+    let task = r#"[tool:mcp__t__echo {"text": "x"}]"#;
+    let inherited = common::lifecycle(&fixture.runtime, &subagents, "inherits", child_request(&parent, task));
+    assert_eq!(inherited.text(), "mcp__t__echo: echo: x");
+    let scoped = common::lifecycle(&fixture.runtime, &subagents, "scoped", child_request(&parent, task));
+    assert!(scoped.text().starts_with("mcp__t__echo error: no tool named"), "{}", scoped.text());
+    close(fixture, vec![server]);
+}
+
+#[test]
+fn an_acp_provider_refuses_a_server_setting_its_agent_would_not_see() {
+    let text = "[mcp_servers.files]\ncommand = \"sh\"\ninherit_env = [\"FILES_*\"]\n\n\
+                [providers.agent]\nkind = \"acp\"\ncommand = \"sh\"\nmcp_servers = [\"files\"]\n";
+    let error = Config::parse(text, "f.toml").unwrap_err().to_string();
+    assert!(error.starts_with("f.toml:8:16: acp provider \"agent\" passes MCP server \"files\""), "{error}");
+    assert!(error.contains("`inherit_env` would not apply"), "{error}");
+    let plain = "[mcp_servers.files]\ncommand = \"sh\"\nenv = { A = \"b\" }\n\n\
+                 [providers.agent]\nkind = \"acp\"\ncommand = \"sh\"\nmcp_servers = [\"files\"]\n";
+    let config = Config::parse(plain, "f.toml").unwrap();
+    assert_eq!(config.provider("agent").unwrap().mcp_servers(), ["files"]);
 }

@@ -159,6 +159,13 @@ pub trait Tool: Send + Sync + 'static {
         true
     }
 
+    /// The MCP server whose tool this is: an agent's children inherit the
+    /// servers its tools come from. Default: none.
+    #[cfg(feature = "mcp")]
+    fn mcp_server(&self) -> Option<McpServer> {
+        None
+    }
+
     /// Runs one call with arguments already validated against the schema.
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput>;
 }

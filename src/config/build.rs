@@ -574,13 +574,11 @@ impl Config {
     #[cfg(feature = "mcp")]
     pub fn mcp_server_configs(&self, entry: &ProviderEntry) -> Vec<crate::agent::McpServerConfig> {
         let listed = entry.mcp_servers.iter().filter_map(|name| self.mcp_servers.iter().find(|s| s.name == *name));
+        // A `url` server was refused at load where an in-process provider lists it.
         listed
-            .map(|server| {
-                let mut config = crate::agent::McpServerConfig::new(
-                    server.name.clone(),
-                    server.command.clone(),
-                    server.args.clone(),
-                );
+            .filter_map(|server| Some((server, server.command.clone()?)))
+            .map(|(server, command)| {
+                let mut config = crate::agent::McpServerConfig::new(server.name.clone(), command, server.args.clone());
                 config.env = server.env.clone();
                 config.inherit_env = server.inherit_env.clone();
                 config.cwd = server.cwd.clone();
@@ -599,7 +597,8 @@ impl Config {
         provider: InProcessProvider,
         entry: &ProviderEntry,
     ) -> Result<InProcessProvider, String> {
-        if entry.mcp_servers.is_empty() {
+        // No `mcp_servers` key: the children inherit their parent's.
+        if entry.table.mcp_servers.is_none() {
             return Ok(provider);
         }
         Ok(provider.with_mcp_servers(self.mcp_server_configs(entry)))
@@ -620,7 +619,7 @@ impl Config {
     #[cfg(feature = "acp")]
     async fn acp(&self, entry: &ProviderEntry) -> Result<Arc<dyn Provider>, String> {
         use super::schema::PermissionName;
-        use crate::providers::{AcpConfig, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
+        use crate::providers::{AcpConfig, AcpMcpServer, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
         let (table, resolved) = (&entry.table, &entry.resolved);
         let command = resolved.command.clone().expect("checked at load");
         let mut config = AcpConfig::new(entry.name.clone(), command, resolved.args.clone());
@@ -630,6 +629,22 @@ impl Config {
             template: resolved.template_dir.clone(),
             keep: table.keep_run_dirs.as_ref().is_some_and(|keep| *keep.get_ref()),
         };
+        config.mcp_servers = entry
+            .mcp_servers
+            .iter()
+            .filter_map(|name| self.mcp_servers.iter().find(|server| server.name == *name))
+            .map(|server| match (&server.command, &server.http) {
+                (_, Some((url, headers))) => {
+                    AcpMcpServer::Http { name: server.name.clone(), url: url.clone(), headers: headers.clone() }
+                }
+                (command, None) => AcpMcpServer::Stdio {
+                    name: server.name.clone(),
+                    command: command.clone().expect("a table has a command or a url"),
+                    args: server.args.clone(),
+                    env: server.env.clone(),
+                },
+            })
+            .collect();
         if let Some(permission) = &table.permission {
             config.permission = match permission.get_ref() {
                 PermissionName::Allow => Permission::Allow,

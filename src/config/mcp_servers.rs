@@ -1,5 +1,5 @@
-//! `[mcp_servers.NAME]`: the MCP servers in-process children mount, and
-//! each provider's `mcp_servers = ["NAME", …]` naming which.
+//! `[mcp_servers.NAME]`: the MCP servers children mount, and each
+//! provider's `mcp_servers = ["NAME", …]` naming which.
 //!
 //! ```toml
 //! [mcp_servers.files]
@@ -15,11 +15,21 @@
 //! mcp_servers = ["files"]
 //! ```
 //!
+//! A `spawn` or `fork` provider without `mcp_servers` gives its children
+//! their parent's servers; with it (`[]` too) exactly those. An `acp`
+//! provider passes its list to the agent in `session/new`, and the agent
+//! starts them itself: such a server takes only `command`, `args` and
+//! `env` (its variables are sent as given; nothing is inherited for it,
+//! and the agent, not the runtime, bounds its calls).
+//!
 //! Checked when the file is read: the command is a file or on `PATH`,
 //! `${VAR}` is set, durations have units, the name fits a tool name
 //! (`mcp__NAME__TOOL`), and every name a provider lists has a table.
-//! Streamable HTTP servers (`url`) are refused at their place: this build
-//! speaks to stdio servers only.
+//! A streamable HTTP server (`url`, and `headers` whose values may use
+//! `${VAR}`) can only be handed to an `acp` provider's agent (one that
+//! advertises `mcpCapabilities.http`): in-process children speak to stdio
+//! servers only in this build, so a `spawn` or `fork` provider listing one
+//! is refused at its place.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -45,7 +55,7 @@ pub(super) struct McpServerTable {
     initialize_timeout: Option<Spanned<String>>,
     max_result_bytes: Option<Spanned<usize>>,
     url: Option<Spanned<String>>,
-    headers: Option<Spanned<IndexMap<String, String>>>,
+    headers: Option<Spanned<IndexMap<String, Spanned<String>>>>,
 }
 
 /// A server as resolved when the file was read.
@@ -53,7 +63,10 @@ pub(super) struct McpServerTable {
 #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 pub(super) struct McpServerEntry {
     pub(super) name: String,
-    pub(super) command: PathBuf,
+    /// The program; `None` for a streamable HTTP server.
+    pub(super) command: Option<PathBuf>,
+    /// A streamable HTTP server's URL and headers, `${VAR}`-expanded.
+    pub(super) http: Option<(String, Vec<(String, String)>)>,
     pub(super) args: Vec<String>,
     pub(super) env: Vec<(String, String)>,
     pub(super) inherit_env: Vec<String>,
@@ -79,18 +92,27 @@ pub(super) fn resolve(
             );
             return Err(source.error(Some(span), message));
         }
-        if let Some(place) = table.url.as_ref().map(Spanned::span).or(table.headers.as_ref().map(Spanned::span)) {
-            return Err(
-                source.error(Some(place), "streamable HTTP MCP servers (`url`) are not supported: give a `command`")
-            );
-        }
-        let Some(command) = &table.command else {
-            return Err(source.error(Some(span), format!("MCP server {name:?} needs a `command`")));
+        let (command_path, http) = match (&table.command, &table.url) {
+            (Some(_), Some(url)) => {
+                return Err(
+                    source.error(Some(url.span()), format!("MCP server {name:?} has both a `command` and a `url`"))
+                )
+            }
+            (None, None) => {
+                return Err(source.error(Some(span), format!("MCP server {name:?} needs a `command` or a `url`")))
+            }
+            (Some(command), None) => {
+                if let Some(headers) = &table.headers {
+                    return Err(source.error(Some(headers.span()), "`headers` go with a `url`, not a `command`"));
+                }
+                let text = expand(source, command.get_ref(), command.span())?;
+                let path = find_command(&text).ok_or_else(|| {
+                    source.error(Some(command.span()), format!("command {text:?} is not a file and not on PATH"))
+                })?;
+                (Some(path), None)
+            }
+            (None, Some(url)) => (None, Some(http_of(source, &name, url, table.headers.as_ref(), &table)?)),
         };
-        let text = expand(source, command.get_ref(), command.span())?;
-        let command_path = find_command(&text).ok_or_else(|| {
-            source.error(Some(command.span()), format!("command {text:?} is not a file and not on PATH"))
-        })?;
         let mut args = Vec::new();
         for arg in table.args.iter().flatten() {
             args.push(expand(source, arg.get_ref(), arg.span())?);
@@ -117,6 +139,7 @@ pub(super) fn resolve(
         };
         servers.push(McpServerEntry {
             command: command_path,
+            http,
             args,
             env,
             inherit_env: table.inherit_env.unwrap_or_default(),
@@ -129,6 +152,36 @@ pub(super) fn resolve(
         });
     }
     Ok(servers)
+}
+
+/// A `url` table's URL and headers, expanded; the stdio keys are refused.
+fn http_of(
+    source: &Source<'_>,
+    name: &str,
+    url: &Spanned<String>,
+    headers: Option<&Spanned<IndexMap<String, Spanned<String>>>>,
+    table: &McpServerTable,
+) -> Result<(String, Vec<(String, String)>), ConfigError> {
+    let stdio_only = [
+        ("args", table.args.is_some()),
+        ("env", table.env.is_some()),
+        ("inherit_env", table.inherit_env.is_some()),
+        ("cwd", table.cwd.is_some()),
+    ];
+    if let Some((key, _)) = stdio_only.iter().find(|(_, set)| *set) {
+        return Err(
+            source.error(Some(url.span()), format!("MCP server {name:?} has a `url`: `{key}` is for a `command`"))
+        );
+    }
+    let text = expand(source, url.get_ref(), url.span())?;
+    if !(text.starts_with("http://") || text.starts_with("https://")) {
+        return Err(source.error(Some(url.span()), format!("`url` {text:?} must start with http:// or https://")));
+    }
+    let mut expanded = Vec::new();
+    for (key, value) in headers.map(Spanned::get_ref).into_iter().flatten() {
+        expanded.push((key.clone(), expand(source, value.get_ref(), value.span())?));
+    }
+    Ok((text, expanded))
 }
 
 /// The names a provider lists, each checked against the tables.
@@ -154,4 +207,60 @@ pub(super) fn check_listed(
         names.push(name.get_ref().clone());
     }
     Ok(names)
+}
+
+/// An `acp` provider's servers are started by its agent, which is sent
+/// only `command`, `args` and `env`: a setting the agent would not see is
+/// refused rather than ignored.
+pub(super) fn check_acp_listed(
+    source: &Source<'_>,
+    provider: &str,
+    listed: Option<&Spanned<Vec<Spanned<String>>>>,
+    servers: &[McpServerEntry],
+) -> Result<(), ConfigError> {
+    for name in listed.map(Spanned::get_ref).into_iter().flatten() {
+        let Some(server) = servers.iter().find(|server| server.name == *name.get_ref()) else { continue };
+        if server.http.is_some() {
+            continue; // its agent's to connect to: only `url` and `headers`
+        }
+        let unsent = [
+            (!server.inherit_env.is_empty(), "inherit_env"),
+            (server.cwd.is_some(), "cwd"),
+            (server.isolate, "isolate"),
+            (server.timeout.is_some(), "timeout"),
+            (server.initialize_timeout.is_some(), "initialize_timeout"),
+            (server.max_result_bytes.is_some(), "max_result_bytes"),
+        ];
+        if let Some((_, key)) = unsent.iter().find(|(set, _)| *set) {
+            let message = format!(
+                "acp provider {provider:?} passes MCP server {:?} to its agent, which starts it with `command`, \
+                 `args` and `env` only: `{key}` would not apply (list the variables it needs in `env`)",
+                server.name
+            );
+            return Err(source.error(Some(name.span()), message));
+        }
+    }
+    Ok(())
+}
+
+/// In-process children speak to stdio servers only: a `spawn` or `fork`
+/// provider listing a `url` server is refused at its place.
+pub(super) fn check_in_process_listed(
+    source: &Source<'_>,
+    provider: &str,
+    listed: Option<&Spanned<Vec<Spanned<String>>>>,
+    servers: &[McpServerEntry],
+) -> Result<(), ConfigError> {
+    for name in listed.map(Spanned::get_ref).into_iter().flatten() {
+        let server = servers.iter().find(|server| server.name == *name.get_ref());
+        if server.is_some_and(|server| server.http.is_some()) {
+            let message = format!(
+                "provider {provider:?} mounts MCP server {:?}, a streamable HTTP server: in-process children \
+                 speak to stdio servers only (an acp provider can hand it to its agent)",
+                name.get_ref()
+            );
+            return Err(source.error(Some(name.span()), message));
+        }
+    }
+    Ok(())
 }

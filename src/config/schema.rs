@@ -113,6 +113,7 @@ impl Kind {
             Kind::Acp => &[
                 "command",
                 "args",
+                "mcp_servers",
                 "permission",
                 "reuse",
                 "pool",

@@ -14,8 +14,10 @@
 //! enterable directory, checked before spawning; the child is spawned with
 //! an allowlisted environment plus `inherit_env` and `env` (see [the child environment](super#child-environment))
 //! in its own process group; `initialize`, then `session/new {cwd,
-//! mcpServers: []}`. Any failure kills and reaps the child before `start`
-//! rejects.
+//! mcpServers}`: the configured [`AcpMcpServer`]s, or the subset the
+//! request's `mcp_servers` names (the agent starts them itself, outside
+//! the environment scrub; see `mcp_servers.rs`). Any failure kills and
+//! reaps the child before `start` rejects.
 //!
 //! **Run**: the prompt goes out as `session/prompt`; `agent_message_chunk`
 //! text is the output; tool calls, their updates and plans become
@@ -59,6 +61,7 @@
 //! about an agent's own subagents.
 
 mod dispose;
+mod mcp_servers;
 mod pool;
 mod process;
 mod run_dir;
@@ -86,6 +89,7 @@ use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use tokio_util::sync::CancellationToken;
 
 use self::dispose::{Activity, Graces};
+pub use self::mcp_servers::AcpMcpServer;
 use self::pool::Pool;
 pub use self::pool::PoolConfig;
 use self::process::{AgentProcess, Answer, Route};
@@ -152,6 +156,9 @@ pub struct AcpConfig {
     /// Each process's private directory, made when `{run_dir}` appears in
     /// `args` or an `env` value (see [`RunDirs`]).
     pub run_dirs: RunDirs,
+    /// The MCP servers each session is given (`session/new`'s
+    /// `mcpServers`); the agent starts or connects to them itself.
+    pub mcp_servers: Vec<AcpMcpServer>,
 }
 
 /// Whether each run gets its own agent process.
@@ -189,6 +196,7 @@ impl AcpConfig {
             dispose_idle_eof_grace: Duration::from_millis(500),
             reuse: Reuse::PerRun,
             run_dirs: RunDirs::default(),
+            mcp_servers: Vec::new(),
         }
     }
 
@@ -233,6 +241,8 @@ impl std::ops::DerefMut for AcpConfig {
 struct AgentFeatures {
     system_prompt: bool,
     override_prompt: bool,
+    /// `mcpCapabilities.http`: it takes streamable HTTP MCP servers.
+    mcp_http: bool,
 }
 
 /// The `acp` provider.
@@ -269,6 +279,10 @@ pub enum ProbeFailure {
     /// The agent did not answer `initialize` in time.
     #[error("initialize timed out")]
     TimedOut,
+    /// An HTTP MCP server is configured for an agent that does not
+    /// advertise `mcpCapabilities.http`.
+    #[error("MCP server {0:?} is an HTTP server, and the agent does not advertise mcpCapabilities.http")]
+    McpHttpUnsupported(String),
 }
 
 impl ProbeError {
@@ -310,11 +324,15 @@ impl AcpProvider {
             Ok(Err(error)) => return Err(failed(ProbeFailure::Initialize(error.message))),
             Err(_) => return Err(failed(ProbeFailure::TimedOut)),
         };
+        let features = features(&response);
+        if let Some(server) = mcp_servers::refused_by_agent(&config.mcp_servers, features.mcp_http) {
+            return Err(failed(ProbeFailure::McpHttpUnsupported(server.name().to_owned())));
+        }
         let pool = match &config.reuse {
             Reuse::PerRun => None,
             Reuse::Pooled(pool) => Some(Pool::new(config.clone(), pool.clone())),
         };
-        Ok(AcpProvider { features: features(&response), config, pool })
+        Ok(AcpProvider { features, config, pool })
     }
 }
 
@@ -327,6 +345,7 @@ fn features(response: &InitializeResponse) -> AgentFeatures {
     AgentFeatures {
         system_prompt: system_prompt.is_some(),
         override_prompt: system_prompt.and_then(|s| s.mode.as_ref()).is_some_and(|m| m.override_.is_some()),
+        mcp_http: response.agent_capabilities.mcp_capabilities.http,
     }
 }
 
@@ -391,7 +410,7 @@ impl Provider for AcpProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { persona: self.features.system_prompt, ..Capabilities::none() }
+        Capabilities { persona: self.features.system_prompt, mcp_servers: true, ..Capabilities::none() }
     }
 
     fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
@@ -438,6 +457,7 @@ async fn start(
         let mode = if features.override_prompt { SystemPromptMode::Override } else { SystemPromptMode::Append };
         SystemPrompt::new(vec![AcpBlock::from(persona)]).mode(mode)
     });
+    let servers = mcp_servers::for_run(&config.mcp_servers, &request)?;
     let text = Arc::new(Mutex::new(String::new()));
     // A pooled process can die between its last run and this one (killed,
     // crashed) without the pool seeing it yet: a process that is still
@@ -457,7 +477,7 @@ async fn start(
         let opened = tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(None),
-            opened = process.open_session(cwd.clone(), system_prompt.clone(), route) => opened.map_err(Some),
+            opened = process.open_session(cwd.clone(), system_prompt.clone(), servers.clone(), route) => opened.map_err(Some),
         };
         match opened {
             Ok(session_id) => break (process, session_id),

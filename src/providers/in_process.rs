@@ -14,12 +14,23 @@
 //! ([`ProviderContext::budget`]): its turns spend the budget's tokens and
 //! time, and its own children answer to it.
 //!
+//! MCP servers: a child mounts its provider's when the provider scopes
+//! them, else its parent agent's (the same connections), narrowed by the
+//! request's `mcp_servers` (see `mcp_mounts.rs`).
+//!
 //! Rollback: a child that is disposed without ever having run (a cancel
 //! between creation and publication) has its session file deleted, so a
 //! rejected start leaves nothing behind.
 
 #[cfg(feature = "mcp")]
 mod mcp_mounts;
+
+#[cfg(feature = "mcp")]
+use crate::agent::MCP_TOOL_PREFIX;
+/// No MCP tool is mounted without the feature; the filter's check needs
+/// the prefix all the same.
+#[cfg(not(feature = "mcp"))]
+const MCP_TOOL_PREFIX: &str = "mcp__";
 
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
@@ -117,9 +128,9 @@ struct InProcessConfig {
     persona: Option<String>,
     /// The budget a run gets when its request carries none.
     budget: Option<Budget>,
-    /// The MCP servers whose tools each child mounts.
+    /// The MCP servers whose tools each child mounts; `None`: its parent's.
     #[cfg(feature = "mcp")]
-    mcp: Arc<mcp_mounts::McpMounts>,
+    mcp: Option<Arc<mcp_mounts::McpMounts>>,
 }
 
 /// The provider behind `spawn` and `fork` (build one with
@@ -158,7 +169,7 @@ impl InProcessProvider {
             persona: None,
             budget: None,
             #[cfg(feature = "mcp")]
-            mcp: Arc::default(),
+            mcp: None,
         };
         InProcessProvider { name, config, fork, store: Mutex::new(None) }
     }
@@ -216,19 +227,40 @@ impl InProcessProvider {
     }
 
     /// Each child mounts these MCP servers' tools (`mcp__SERVER__TOOL`),
-    /// beside the tools the factory gives it; the tool filter applies to
-    /// them as to any tool. A server with `isolate` is started per run.
+    /// beside the tools the factory gives it, instead of its parent's
+    /// (an empty list: none); the tool filter applies to them as to any
+    /// tool. A server with `isolate` is started per run. Without this a
+    /// child mounts its parent agent's servers, sharing their connections.
     #[cfg(feature = "mcp")]
     pub fn with_mcp_servers(mut self, servers: Vec<crate::agent::McpServerConfig>) -> Self {
-        self.config.mcp = Arc::new(mcp_mounts::McpMounts::new(servers));
+        self.config.mcp = Some(Arc::new(mcp_mounts::McpMounts::new(servers)));
         self
     }
 
-    /// The MCP servers its children mount: the shared ones as they run,
-    /// a per-run one as a fresh, unstarted server (to list its tools).
+    /// The MCP servers its children mount when it scopes them: the shared
+    /// ones as they run, a per-run one as a fresh, unstarted server (to
+    /// list its tools). Empty when its children inherit their parent's.
     #[cfg(feature = "mcp")]
     pub fn mcp_servers(&self) -> Vec<crate::agent::McpServer> {
-        self.config.mcp.servers()
+        self.config.mcp.as_ref().map(|mounts| mounts.servers()).unwrap_or_default()
+    }
+
+    /// What one child mounts: the provider's servers, else its parent
+    /// agent's, narrowed by the request's `mcp_servers`.
+    #[cfg(feature = "mcp")]
+    fn mcp_for(&self, request: &StartRequest) -> Result<Arc<mcp_mounts::McpMounts>, LaunchError> {
+        let mounts = match &self.config.mcp {
+            Some(mounts) => mounts.clone(),
+            None => {
+                let parent = request.parent.agent.as_ref().and_then(|agent| agent.downcast::<Agent>());
+                let servers = parent.map(|agent| agent.toolset().mcp_servers()).unwrap_or_default();
+                Arc::new(mcp_mounts::McpMounts::inherited(servers))
+            }
+        };
+        match &request.mcp_servers {
+            Some(names) => Ok(Arc::new(mounts.select(names)?)),
+            None => Ok(mounts),
+        }
     }
 
     fn store(&self, context: &ProviderContext) -> SessionStore {
@@ -254,14 +286,30 @@ impl InProcessProvider {
             return Err(LaunchError::Aborted);
         }
         let store = self.store(&context);
+        #[cfg(feature = "mcp")]
+        let mcp = self.mcp_for(&request)?;
+        #[cfg(feature = "mcp")]
+        let servers = mcp.names();
+        #[cfg(not(feature = "mcp"))]
+        let servers: Vec<String> = match request.mcp_servers.iter().flatten().next() {
+            Some(name) => {
+                return Err(LaunchError::Invalid {
+                    field: "mcp_servers",
+                    reason: format!(
+                        "the child has no MCP server named {name:?} (MCP needs the crate's \"mcp\" feature)"
+                    ),
+                })
+            }
+            None => Vec::new(),
+        };
         let cwd = match request.resumes().and_then(|previous| previous.downcast::<Agent>()) {
             Some(previous) => previous.header().cwd.clone(),
             None => request.parent.cwd.clone(),
         };
         let (builder, seed, resumed) = match request.resumes() {
-            Some(previous) => (self.resume_builder(previous, &request, &store)?, Seed::Ready, true),
+            Some(previous) => (self.resume_builder(previous, &request, &store, &servers)?, Seed::Ready, true),
             None => {
-                let (builder, seed) = self.new_builder(&request, &store)?;
+                let (builder, seed) = self.new_builder(&request, &store, &servers)?;
                 (builder, seed, false)
             }
         };
@@ -294,13 +342,18 @@ impl InProcessProvider {
             cancel,
             cwd,
             #[cfg(feature = "mcp")]
-            mcp: self.config.mcp.clone(),
+            mcp,
             #[cfg(feature = "mcp")]
             live: context.live.clone(),
         })
     }
 
-    fn new_builder(&self, request: &StartRequest, store: &SessionStore) -> Result<(AgentBuilder, Seed), LaunchError> {
+    fn new_builder(
+        &self,
+        request: &StartRequest,
+        store: &SessionStore,
+        servers: &[String],
+    ) -> Result<(AgentBuilder, Seed), LaunchError> {
         let parent = &request.parent;
         let route = self.config.route_defaults.overridden_by(&parent.route);
         let route = match &request.agent_options {
@@ -321,7 +374,7 @@ impl InProcessProvider {
             cwd: parent.cwd.clone(),
         };
         let mut toolset = (self.config.tools)(&info);
-        apply_filter(&mut toolset, request)?;
+        apply_filter(&mut toolset, request, servers)?;
         let seed = if self.fork { parent_prefix(request) } else { Seed::Ready };
         let mut builder = Agent::builder_shared(model)
             .store(store.clone())
@@ -352,6 +405,7 @@ impl InProcessProvider {
         previous: &LocalAgent,
         request: &StartRequest,
         store: &SessionStore,
+        servers: &[String],
     ) -> Result<AgentBuilder, LaunchError> {
         let invalid = |reason: &str| LaunchError::Invalid { field: "resume", reason: reason.to_owned() };
         let previous = previous.downcast::<Agent>().ok_or_else(|| invalid("not an in-process child"))?;
@@ -382,7 +436,7 @@ impl InProcessProvider {
                 toolset.remove(&name);
             }
         }
-        apply_filter(&mut toolset, request)?;
+        apply_filter(&mut toolset, request, servers)?;
         let (model, route) = match &request.agent_options {
             Some(options) => {
                 let route = previous.options().overridden_by(options);
@@ -450,7 +504,11 @@ impl Provider for InProcessProvider {
         #[cfg(feature = "mcp")]
         {
             let mounts = self.config.mcp.clone();
-            Box::pin(async move { mounts.shutdown().await })
+            Box::pin(async move {
+                if let Some(mounts) = mounts {
+                    mounts.shutdown().await;
+                }
+            })
         }
         #[cfg(not(feature = "mcp"))]
         Box::pin(async {})
@@ -717,12 +775,19 @@ impl Driver {
 
 /// Applies the request's tool filter. A filter naming a tool the child does
 /// not have is a mistake the caller must hear of, not a child quietly left
-/// without tools.
-fn apply_filter(toolset: &mut Toolset, request: &StartRequest) -> Result<(), LaunchError> {
+/// without tools. The MCP tools are mounted later (their servers start
+/// then), so an `mcp__SERVER__…` name is known when the child mounts SERVER.
+fn apply_filter(toolset: &mut Toolset, request: &StartRequest, servers: &[String]) -> Result<(), LaunchError> {
     let Some(filter) = &request.tool_filter else { return Ok(()) };
     let names = toolset.names();
+    let mounted = |name: &str| {
+        let Some(rest) = name.strip_prefix(MCP_TOOL_PREFIX) else { return false };
+        rest.split_once("__").is_some_and(|(server, _)| servers.iter().any(|s| s == server))
+    };
     let known = |name: &String| {
-        names.contains(&name.as_str()) || (name == STRUCTURED_OUTPUT_TOOL && request.output_schema.is_some())
+        names.contains(&name.as_str())
+            || mounted(name)
+            || (name == STRUCTURED_OUTPUT_TOOL && request.output_schema.is_some())
     };
     let mut listed = filter.allow.iter().chain(filter.deny.iter()).flatten();
     if let Some(unknown) = listed.find(|name| !known(name)) {

@@ -7,8 +7,9 @@
 //! loses nothing (its runs go to another worker).
 //!
 //! **Advertises** what the workers' provider enforces, as configured in
-//! [`RemoteConfig::capabilities`] (default: every start-time capability,
-//! which is what a `spawn` worker enforces; a `--provider process` worker
+//! [`RemoteConfig::capabilities`] (default: every start-time capability
+//! but `mcp_servers`, which the wire does not carry — a worker's children
+//! mount its own providers' servers — which is what a `spawn` worker enforces; a `--provider process` worker
 //! enforces only `agent_options`). The request carries the prompt, route
 //! (`agent_options`), persona, tool filter, output schema, `max_depth`,
 //! the parent's session and depth (the worker's child gets depth + 1 and
@@ -253,7 +254,8 @@ impl RemoteConfig {
             name: name.into(),
             url: url.into(),
             pool: "default".to_owned(),
-            capabilities: Capabilities::all(),
+            // The wire carries no MCP server names: a worker mounts its own.
+            capabilities: Capabilities { mcp_servers: false, ..Capabilities::all() },
             broker: BrokerSettings::default(),
             connect_timeout: Duration::from_secs(5),
             publish_timeout: Duration::from_secs(10),

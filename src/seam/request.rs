@@ -27,12 +27,22 @@ pub struct Capabilities {
     pub persona: bool,
     /// Honours `agent_options` (the child's route).
     pub agent_options: bool,
+    /// Honours `mcp_servers` (which MCP servers the child mounts).
+    #[serde(default)]
+    pub mcp_servers: bool,
 }
 
 impl Capabilities {
     /// Every start-time capability.
     pub const fn all() -> Self {
-        Capabilities { output_schema: true, depth_limit: true, tool_filter: true, persona: true, agent_options: true }
+        Capabilities {
+            output_schema: true,
+            depth_limit: true,
+            tool_filter: true,
+            persona: true,
+            agent_options: true,
+            mcp_servers: true,
+        }
     }
 
     /// No start-time capability.
@@ -43,6 +53,7 @@ impl Capabilities {
             tool_filter: false,
             persona: false,
             agent_options: false,
+            mcp_servers: false,
         }
     }
 
@@ -54,6 +65,7 @@ impl Capabilities {
             Capability::ToolFilter => self.tool_filter,
             Capability::Persona => self.persona,
             Capability::AgentOptions => self.agent_options,
+            Capability::McpServers => self.mcp_servers,
         }
     }
 
@@ -65,6 +77,7 @@ impl Capabilities {
             Capability::ToolFilter => &mut self.tool_filter,
             Capability::Persona => &mut self.persona,
             Capability::AgentOptions => &mut self.agent_options,
+            Capability::McpServers => &mut self.mcp_servers,
         };
         *slot = on;
         self
@@ -84,16 +97,19 @@ pub enum Capability {
     Persona,
     /// `agent_options`
     AgentOptions,
+    /// `mcp_servers`
+    McpServers,
 }
 
 impl Capability {
     /// Every capability, in the order `start` checks them.
-    pub const CHECK_ORDER: [Capability; 5] = [
+    pub const CHECK_ORDER: [Capability; 6] = [
         Capability::OutputSchema,
         Capability::DepthLimit,
         Capability::ToolFilter,
         Capability::Persona,
         Capability::AgentOptions,
+        Capability::McpServers,
     ];
 
     /// The stable name used in error messages.
@@ -104,6 +120,7 @@ impl Capability {
             Capability::ToolFilter => "tool_filter",
             Capability::Persona => "persona",
             Capability::AgentOptions => "agent_options",
+            Capability::McpServers => "mcp_servers",
         }
     }
 }
@@ -309,6 +326,10 @@ pub struct StartRequest {
     pub tool_filter: Option<ToolFilter>,
     /// The child's persona, replacing its default persona section.
     pub persona: Option<String>,
+    /// The MCP servers the child mounts, by name: a subset of those it
+    /// would mount otherwise (its provider's, else its parent's). A name
+    /// not among them is refused at start; `Some(vec![])` mounts none.
+    pub mcp_servers: Option<Vec<String>>,
     /// A display label for events and progress.
     pub label: Option<String>,
     /// Receives this run's progress as it happens (see [`ProgressSink`]).
@@ -349,6 +370,7 @@ impl StartRequest {
             max_depth: None,
             tool_filter: None,
             persona: None,
+            mcp_servers: None,
             label: None,
             progress: None,
             budget: None,
@@ -384,6 +406,13 @@ impl StartRequest {
     /// Give the child a persona.
     pub fn with_persona(mut self, persona: impl Into<String>) -> Self {
         self.persona = Some(persona.into());
+        self
+    }
+
+    /// Mount only these of the MCP servers the child would mount (its
+    /// provider's, else its parent's); an empty list mounts none.
+    pub fn with_mcp_servers<I: IntoIterator<Item = S>, S: Into<String>>(mut self, names: I) -> Self {
+        self.mcp_servers = Some(names.into_iter().map(Into::into).collect());
         self
     }
 
@@ -428,6 +457,7 @@ impl StartRequest {
             Capability::ToolFilter => self.tool_filter.is_some(),
             Capability::Persona => self.persona.is_some(),
             Capability::AgentOptions => self.agent_options.is_some(),
+            Capability::McpServers => self.mcp_servers.is_some(),
         })
     }
 

@@ -13,12 +13,19 @@ use std::time::Duration;
 
 use subagents::providers::AcpConfig;
 
-/// A shell agent: answers `initialize` and `session/new`, then runs `then`,
+/// A shell agent: answers `initialize` and `session/new` (whose request
+/// line it appends to `<dir>/<name>.session_new`), then runs `then`,
 /// which may use `take` (read the next request), `answer RESULT` (answer
 /// the request taken last), `reply RESULT` (both), `chunk TEXT` (an
 /// `agent_message_chunk` of session `s1`) and `note EVENT` (log it). Its
 /// graces are short (300 ms) so fault tests stay fast.
 pub fn shell_agent(dir: &Path, name: &str, then: &str) -> AcpConfig {
+    shell_agent_advertising(dir, name, "{}", then)
+}
+
+/// [`shell_agent`] answering `initialize` with these `agentCapabilities`
+/// (JSON).
+pub fn shell_agent_advertising(dir: &Path, name: &str, capabilities: &str, then: &str) -> AcpConfig {
     let log = log_of(dir, name);
     let script = format!(
         r#"#!/bin/sh
@@ -39,11 +46,14 @@ chunk() {{
 note() {{
   echo "$1 $(date +%s%N)" >> '{log}'
 }}
-reply '{{"protocolVersion":1,"agentCapabilities":{{}}}}'
-reply '{{"sessionId":"s1"}}'
+reply '{{"protocolVersion":1,"agentCapabilities":{capabilities}}}'
+take
+printf '%s\n' "$line" >> '{sessions}'
+answer '{{"sessionId":"s1"}}'
 {then}
 "#,
-        log = log.display()
+        log = log.display(),
+        sessions = sessions_of(dir, name).display()
     );
     let path = dir.join(name);
     std::fs::write(&path, script).unwrap();
@@ -84,6 +94,16 @@ fn with_default_graces(mut config: AcpConfig) -> AcpConfig {
     config.dispose_idle_eof_grace = defaults.dispose_idle_eof_grace;
     config.dispose_grace = defaults.dispose_grace;
     config
+}
+
+fn sessions_of(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.session_new"))
+}
+
+/// The `session/new` requests stand-in `name` took, in order.
+pub fn session_news(dir: &Path, name: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(sessions_of(dir, name)).unwrap_or_default();
+    text.lines().map(|line| serde_json::from_str(line).expect("a session/new line is JSON")).collect()
 }
 
 fn log_of(dir: &Path, name: &str) -> PathBuf {

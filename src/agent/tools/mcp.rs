@@ -25,9 +25,18 @@
 //! [`McpServerConfig::max_result_bytes`] of text; a cancelled turn drops
 //! its calls, and dropping a call sends `notifications/cancelled` for it.
 //!
-//! The spawn and fork providers mount servers for their children
-//! (`InProcessProvider::with_mcp_servers`); any agent an embedder builds
-//! can mount one itself:
+//! **Inheritance**, as Claude Code does it: a `spawn` or `fork` child
+//! mounts its parent agent's servers (those whose tools the parent may
+//! see, each the same connection, never a second process — a server with
+//! `isolate` is started afresh for the child), unless its provider scopes
+//! them (`InProcessProvider::with_mcp_servers`, an empty list meaning
+//! none) or its start request does (`StartRequest::with_mcp_servers`, a
+//! subset of what it would mount otherwise; a name not among them is
+//! refused at start). The tool filter and the depth rules apply to
+//! mounted tools as to any. An `acp` child gets its provider's servers
+//! only (its agent starts them); a `process` child gets none.
+//!
+//! Any agent an embedder builds can mount one itself:
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -481,6 +490,28 @@ impl McpServer {
     }
 }
 
+impl McpServer {
+    /// Whether `other` is this server (one connection, not two alike).
+    pub(crate) fn same_as(&self, other: &McpServer) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+impl super::Toolset {
+    /// The MCP servers its tools come from, each once, in mount order:
+    /// only those with a tool its filter lets it see.
+    pub fn mcp_servers(&self) -> Vec<McpServer> {
+        let mut servers: Vec<McpServer> = Vec::new();
+        for entry in self.entries.iter().filter(|entry| self.permits(entry)) {
+            let Some(server) = entry.tool.mcp_server() else { continue };
+            if !servers.iter().any(|known| known.same_as(&server)) {
+                servers.push(server);
+            }
+        }
+        servers
+    }
+}
+
 /// Whether a start waits out the backoff of a server that keeps dying.
 #[derive(Clone, Copy)]
 enum Backoff {
@@ -505,6 +536,10 @@ struct McpTool {
 }
 
 impl Tool for McpTool {
+    fn mcp_server(&self) -> Option<McpServer> {
+        Some(self.server.clone())
+    }
+
     fn spec(&self) -> ToolSpec {
         let listed = self.server.shared.listed();
         let current = listed.iter().find(|tool| tool.remote == self.remote);

@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ContentBlock as AcpBlock, NewSessionRequest, PromptRequest, RequestPermissionRequest,
-    RequestPermissionResponse, SessionId, SessionNotification, SystemPrompt,
+    CancelNotification, ContentBlock as AcpBlock, McpServer, NewSessionRequest, PromptRequest,
+    RequestPermissionRequest, RequestPermissionResponse, SessionId, SessionNotification, SystemPrompt,
 };
 use agent_client_protocol::{v1, Client};
 use tokio::sync::{oneshot, watch};
@@ -165,9 +165,10 @@ impl AgentProcess {
         &self,
         cwd: PathBuf,
         system_prompt: Option<SystemPrompt>,
+        mcp_servers: Vec<McpServer>,
         route: Route,
     ) -> Result<SessionId, Category> {
-        let mut request = NewSessionRequest::new(cwd).mcp_servers(vec![]);
+        let mut request = NewSessionRequest::new(cwd).mcp_servers(mcp_servers);
         if let Some(system_prompt) = system_prompt {
             request = request.system_prompt(system_prompt);
         }

@@ -9,6 +9,12 @@
 //! tools it listed last when it ran before (a call starts it again), so
 //! one broken server never takes every delegation down with it; a launch
 //! never waits out a dying server's backoff.
+//!
+//! Which servers a child mounts: its provider's when the provider scopes
+//! them, else its parent agent's (the same connections; an `isolate` one
+//! started afresh for the child), narrowed by the request's
+//! `mcp_servers`. Only the provider's own shared servers are the
+//! provider's to close; inherited ones belong to whoever mounted them.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,6 +36,37 @@ impl McpMounts {
     pub(super) fn new(servers: Vec<McpServerConfig>) -> Self {
         let (per_run, shared): (Vec<_>, Vec<_>) = servers.into_iter().partition(|server| server.isolate);
         McpMounts { shared: shared.into_iter().map(McpServer::new).collect(), per_run }
+    }
+
+    /// The parent's servers, for a child of a provider that scopes none:
+    /// a shared one is the same connection, an `isolate` one a fresh
+    /// server for the child's run.
+    pub(super) fn inherited(servers: Vec<McpServer>) -> Self {
+        let (per_run, shared): (Vec<_>, Vec<_>) = servers.into_iter().partition(|server| server.config().isolate);
+        McpMounts { shared, per_run: per_run.iter().map(|server| server.config().clone()).collect() }
+    }
+
+    /// The servers' names, in mount order.
+    pub(super) fn names(&self) -> Vec<String> {
+        let shared = self.shared.iter().map(|server| &server.config().name);
+        shared.chain(self.per_run.iter().map(|config| &config.name)).cloned().collect()
+    }
+
+    /// Only the servers `names` lists; a name not among them is refused.
+    pub(super) fn select(&self, names: &[String]) -> Result<McpMounts, LaunchError> {
+        let available = self.names();
+        if let Some(unknown) = names.iter().find(|name| !available.contains(name)) {
+            let offered = if available.is_empty() { "none".to_owned() } else { available.join(", ") };
+            return Err(LaunchError::Invalid {
+                field: "mcp_servers",
+                reason: format!("the child has no MCP server named {unknown:?} (its servers: {offered})"),
+            });
+        }
+        let listed = |name: &String| names.contains(name);
+        Ok(McpMounts {
+            shared: self.shared.iter().filter(|server| listed(&server.config().name)).cloned().collect(),
+            per_run: self.per_run.iter().filter(|config| listed(&config.name)).cloned().collect(),
+        })
     }
 
     pub(super) fn is_empty(&self) -> bool {

@@ -174,7 +174,8 @@ impl Row {
             line => format!("{}:{line}", config.origin()),
         };
         let capabilities = match entry.kind() {
-            Kind::Spawn | Kind::Fork | Kind::Mock | Kind::Remote => names(Capabilities::all()),
+            Kind::Spawn | Kind::Fork | Kind::Mock => names(Capabilities::all()),
+            Kind::Remote => names(Capabilities { mcp_servers: false, ..Capabilities::all() }),
             Kind::Process => names(Capabilities { agent_options: true, ..Capabilities::none() }),
             Kind::Acp => "from the agent's initialize (see check)".to_owned(),
             Kind::A2a => names(Capabilities { output_schema: true, ..Capabilities::none() }),
@@ -216,6 +217,7 @@ fn names(capabilities: Capabilities) -> String {
         ("tool_filter", capabilities.tool_filter),
         ("persona", capabilities.persona),
         ("agent_options", capabilities.agent_options),
+        ("mcp_servers", capabilities.mcp_servers),
     ];
     let on: Vec<&str> = all.iter().filter(|(_, on)| *on).map(|(name, _)| *name).collect();
     if on.is_empty() {
