@@ -79,6 +79,7 @@ mod door;
 mod mcp_servers;
 mod routes;
 mod schema;
+mod values;
 
 use std::fmt;
 use std::ops::Range;

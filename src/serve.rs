@@ -42,8 +42,6 @@ pub use acp::{serve_acp, AcpServeOptions};
 pub use mcp::{serve_mcp, ChildProvider as McpChildProvider, McpServeOptions};
 pub use preflight::{check_home, reachable_model};
 #[cfg(feature = "process")]
-pub(crate) use stdio::route_child_model;
-#[cfg(feature = "process")]
 pub use stdio::{serve_stdio, ServeOptions};
 #[cfg(feature = "remote")]
 pub use worker::{serve_worker, WorkerOptions, WorkerProvider, WorkerReport};

@@ -108,42 +108,24 @@ pub(crate) fn chat(span: &Span, model: &str) {
     span.record("gen_ai.request.model", requested);
 }
 
-/// What a model call answered: why it finished and what it cost.
+/// What a model call answered: why it finished (the conventions' name,
+/// as OpenAI spells it: `stop`, `tool_calls`, `length`, `content_filter`)
+/// and, when the model said, its input and output tokens.
 #[cfg(feature = "agent")]
-pub(crate) fn chat_answered(span: &Span, reply: &crate::agent::ModelReply) {
+pub(crate) fn chat_answered(span: &Span, finish_reason: &str, usage: Option<(u64, u64)>) {
     if !fill(span) {
         return;
     }
-    use crate::agent::Finish;
-    // The conventions' names, as OpenAI spells them.
-    let finish = match reply.finish {
-        Finish::Stop => "stop",
-        Finish::ToolCalls => "tool_calls",
-        Finish::MaxTokens => "length",
-        Finish::Refusal => "content_filter",
-    };
-    span.record("gen_ai.response.finish_reasons", finish);
-    if let Some(usage) = &reply.usage {
-        span.record("gen_ai.usage.input_tokens", usage.input_tokens);
-        span.record("gen_ai.usage.output_tokens", usage.output_tokens);
+    span.record("gen_ai.response.finish_reasons", finish_reason);
+    if let Some((input, output)) = usage {
+        span.record("gen_ai.usage.input_tokens", input);
+        span.record("gen_ai.usage.output_tokens", output);
     }
 }
 
 /// A model call that failed, its `error.type` the kind of failure.
 #[cfg(feature = "agent")]
-pub(crate) fn chat_failed(span: &Span, error: &crate::agent::ModelError) {
-    use crate::agent::ModelError;
-    let error_type = match error {
-        ModelError::Cancelled => "cancelled",
-        ModelError::Config(_) => "config",
-        ModelError::Status { .. } => "status",
-        ModelError::Transport(_) => "transport",
-        ModelError::BrokeOff(_) => "broke_off",
-        ModelError::Timeout(_) | ModelError::Deadline(_) => "timeout",
-        ModelError::Oversized(_) => "oversized",
-        ModelError::Malformed(_) => "malformed",
-        ModelError::Scripted(_) => "scripted",
-    };
+pub(crate) fn chat_failed(span: &Span, error_type: &str) {
     run_failed(span, error_type);
 }
 

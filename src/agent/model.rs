@@ -322,6 +322,19 @@ pub enum Finish {
     Refusal,
 }
 
+impl Finish {
+    /// The OpenTelemetry GenAI conventions' finish reason, as OpenAI spells
+    /// it.
+    pub(crate) fn convention_name(&self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::ToolCalls => "tool_calls",
+            Finish::MaxTokens => "length",
+            Finish::Refusal => "content_filter",
+        }
+    }
+}
+
 /// Token counts, where the model reports them. The kinds do not overlap:
 /// `input_tokens` are the prompt tokens neither read from nor written to a
 /// cache (an adapter whose API counts cached tokens inside the prompt's
@@ -414,6 +427,23 @@ pub enum ModelError {
     /// A script or tape said to fail, or ran out.
     #[error("{0}")]
     Scripted(String),
+}
+
+impl ModelError {
+    /// The kind of failure in one word, as spans name it (`error.type`).
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            ModelError::Cancelled => "cancelled",
+            ModelError::Config(_) => "config",
+            ModelError::Status { .. } => "status",
+            ModelError::Transport(_) => "transport",
+            ModelError::BrokeOff(_) => "broke_off",
+            ModelError::Timeout(_) | ModelError::Deadline(_) => "timeout",
+            ModelError::Oversized(_) => "oversized",
+            ModelError::Malformed(_) => "malformed",
+            ModelError::Scripted(_) => "scripted",
+        }
+    }
 }
 
 impl ModelError {

@@ -243,8 +243,12 @@ impl Turn<'_> {
                 reply = inner.model.complete(request, cancel.clone()).instrument(span.clone()) => reply,
             };
             match &reply {
-                Ok(reply) => telemetry::chat_answered(&span, reply),
-                Err(error) => telemetry::chat_failed(&span, error),
+                Ok(reply) => telemetry::chat_answered(
+                    &span,
+                    reply.finish.convention_name(),
+                    reply.usage.as_ref().map(|usage| (usage.input_tokens, usage.output_tokens)),
+                ),
+                Err(error) => telemetry::chat_failed(&span, error.kind()),
             }
             drop(span);
             let tokens = reply.as_ref().ok().and_then(|reply| reply.usage).unwrap_or_default();

@@ -6,12 +6,12 @@
 //! [`Config::register`] only builds and registers.
 
 use std::collections::HashMap;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::schema::{FaultTable, Kind, PoolValue, ProviderTable, ReuseName, StageName, StopName};
+use super::values::{expand, find_command};
 use super::{parse_duration, parse_positive_duration, Config, ConfigError, ProviderEntry, Source};
 use crate::actors::{Registration, Subagents};
 use crate::agent::{ListDir, Model, ReadFile, Tool};
@@ -53,42 +53,6 @@ struct PoolSettings {
     max_runs_per_process: Option<usize>,
     idle_timeout: Option<Duration>,
     cancel_grace: Option<Duration>,
-}
-
-/// Replaces each `${VAR}` in `text` by that environment variable.
-pub(super) fn expand(source: &Source<'_>, text: &str, span: Range<usize>) -> Result<String, ConfigError> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let end = after
-            .find('}')
-            .ok_or_else(|| source.error(Some(span.clone()), format!("`${{` without a closing `}}` in {text:?}")))?;
-        let name = &after[..end];
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(source.error(Some(span.clone()), format!("`${{{name}}}` is not an environment variable name")));
-        }
-        match std::env::var(name) {
-            Ok(value) => out.push_str(&value),
-            Err(_) => {
-                return Err(source.error(Some(span.clone()), format!("${{{name}}} is not set in the environment")))
-            }
-        }
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
-/// `command` as the child will be started: a path that exists, or a name
-/// found on `PATH`.
-pub(super) fn find_command(command: &str) -> Option<PathBuf> {
-    let path = Path::new(command);
-    if command.contains('/') {
-        return path.is_file().then(|| path.to_path_buf());
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(command)).find(|candidate| candidate.is_file())
 }
 
 /// Checks and resolves what `table` names, each error at its place.
@@ -690,7 +654,7 @@ impl Config {
             // The child's route, and the endpoint's variables and key it
             // is handed (credential-shaped names are never inherited).
             let spec = crate::agent::ModelSpec::parse(model.get_ref()).map_err(|e| e.to_string())?;
-            crate::serve::route_child_model(&mut config, &spec);
+            config.route_child_model(&spec);
         }
         config.route.max_tokens = table.max_tokens.as_ref().map(|max| *max.get_ref());
         if let Some(timeout) = resolved.durations.get("shutdown_timeout") {

@@ -38,7 +38,7 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::build::{expand, find_command};
+use super::values::{expand, find_command};
 use super::{parse_positive_duration, ConfigError, Source};
 
 /// One `[mcp_servers.NAME]` table.

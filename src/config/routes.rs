@@ -25,8 +25,8 @@ use std::sync::Arc;
 
 use toml::Spanned;
 
-use super::build::expand;
 use super::schema::{ApiName, Kind, RouteTable};
+use super::values::expand;
 use super::{parse_positive_duration, ConfigError, ProviderEntry, Source};
 use crate::agent::{Api, ModelRoute, ModelSpec, RouteLimits, MODEL_FORMS};
 

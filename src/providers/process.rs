@@ -101,6 +101,30 @@ impl std::ops::DerefMut for ProcessConfig {
 }
 
 impl ProcessConfig {
+    /// Tells the child to run `spec` (what `subagents serve` reads back
+    /// from its route): the route names the model; for an HTTP model the
+    /// child inherits the endpoint's variables and is handed the key
+    /// explicitly, as a credential-shaped name is never inherited. A
+    /// configured route reaches the child as its API and model, with the
+    /// route's base URL and key handed over under the API's variables; its
+    /// limits, `max_tokens`, `timeout` and `retries` are not (a child runs
+    /// its own model, with its own limiter).
+    pub fn route_child_model(&mut self, spec: &crate::agent::ModelSpec) {
+        let Some(provider) = spec.route_provider() else { return };
+        self.route.provider = Some(provider.to_owned());
+        self.route.model = spec.model_name().map(str::to_owned);
+        let (inherited, key) = spec.endpoint_env();
+        if let crate::agent::ModelSpec::Route(route) = spec {
+            let handed = [(inherited[0], route.base_url.as_ref()), (key.unwrap_or_default(), route.api_key.as_ref())];
+            self.env.extend(handed.into_iter().filter_map(|(name, value)| Some((name.to_owned(), value?.clone()))));
+            return;
+        }
+        self.inherit_env.extend(inherited.iter().map(|name| (*name).to_owned()));
+        if let Some(key) = key.and_then(|name| Some((name, std::env::var(name).ok()?))) {
+            self.env.push((key.0.to_owned(), key.1));
+        }
+    }
+
     /// Defaults for `name`, with children's home `home`.
     pub fn new(name: impl Into<String>, home: impl Into<PathBuf>) -> Self {
         ProcessConfig {

@@ -34,7 +34,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use subagents::{Budget, BudgetLimit};
+//! use subagents::seam::BudgetLimit;
+//! use subagents::Budget;
 //!
 //! let budget = Budget::new().with_runs(2).with_width(1).with_deadline(Duration::from_secs(60));
 //! let lease = budget.lease();

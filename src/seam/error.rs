@@ -4,7 +4,8 @@
 //! [`SubagentError::code`], which never changes:
 //!
 //! ```
-//! use subagents::{Capability, SubagentError};
+//! use subagents::seam::Capability;
+//! use subagents::SubagentError;
 //!
 //! let error = SubagentError::UnsupportedCapability { provider: "plain".into(), capability: Capability::Persona };
 //! assert_eq!(error.code(), "UNSUPPORTED_CAPABILITY");
@@ -114,7 +115,8 @@ impl SubagentError {
 ///
 /// ```
 /// use subagents::providers::MockProvider;
-/// use subagents::{CancellationToken, Parent, Runtime, StartRequest, SteeringError, SubagentError};
+/// use subagents::seam::SteeringError;
+/// use subagents::{CancellationToken, Parent, Runtime, StartRequest, SubagentError};
 ///
 /// let runtime = Runtime::builder().workers(1).build().unwrap();
 /// let subagents = runtime.subagents();

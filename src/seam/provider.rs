@@ -149,7 +149,7 @@ pub trait Child: 'static {
 /// (`ABORTED`, `STARTUP_FAILED`, `INVALID_REQUEST`).
 ///
 /// ```
-/// use subagents::{Category, LaunchError, Stage};
+/// use subagents::seam::{Category, LaunchError, Stage};
 ///
 /// assert_eq!(LaunchError::Aborted.to_string(), "the launch was aborted");
 /// let failed = LaunchError::Failed { stage: Stage::Initialize, category: Category::ChildCrashed };

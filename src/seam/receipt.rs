@@ -31,7 +31,8 @@ use super::{RunUsage, StopReason};
 /// ran them (the child process's), not by this one.
 ///
 /// ```
-/// use subagents::{Branch, Receipt, StopReason};
+/// use subagents::seam::Branch;
+/// use subagents::{Receipt, StopReason};
 ///
 /// use subagents::seam::RunUsage;
 ///

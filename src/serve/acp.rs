@@ -47,7 +47,7 @@
 //! requires.
 //!
 //! ```no_run
-//! use subagents::serve::acp::{serve_acp, AcpServeOptions};
+//! use subagents::serve::{serve_acp, AcpServeOptions};
 //!
 //! // What `subagents acp --home .subagents --approve list_dir` runs.
 //! let options = AcpServeOptions {

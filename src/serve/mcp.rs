@@ -66,10 +66,10 @@
 //! Built on the official Rust SDK (`rmcp`), server side only.
 //!
 //! ```no_run
-//! use subagents::serve::mcp::{serve_mcp, ChildProvider, McpServeOptions};
+//! use subagents::serve::{serve_mcp, McpChildProvider, McpServeOptions};
 //!
 //! // What `subagents mcp --provider fork --concurrency 2` runs.
-//! let options = McpServeOptions { provider: ChildProvider::Fork, concurrency: Some(2), ..McpServeOptions::default() };
+//! let options = McpServeOptions { provider: McpChildProvider::Fork, concurrency: Some(2), ..McpServeOptions::default() };
 //! serve_mcp(options).expect("served until EOF");
 //! ```
 

@@ -12,7 +12,7 @@
 //!
 //! ```no_run
 //! use subagents::agent::ModelSpec;
-//! use subagents::serve::preflight::{check_home, reachable_model};
+//! use subagents::serve::{check_home, reachable_model};
 //!
 //! # async fn checked() -> Result<(), subagents::serve::ServeError> {
 //! check_home(std::path::Path::new(".subagents"))?;

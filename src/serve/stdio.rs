@@ -69,33 +69,8 @@ struct Server {
     lineage: Option<LineageScope>,
 }
 
-/// Tells a `process` child to run `spec` (what [`serve_stdio`] reads back
-/// from its route): the route names the model; for an HTTP model the
-/// child inherits the endpoint's variables and is handed the key
-/// explicitly, as a credential-shaped name is never inherited. A
-/// configured route reaches the child as its API and model, with the
-/// route's base URL and key handed over under the API's variables; its
-/// limits, `max_tokens`, `timeout` and `retries` are not (a child runs
-/// its own model, with its own limiter).
-#[cfg(any(feature = "mcp", feature = "remote"))]
-pub(crate) fn route_child_model(config: &mut ProcessConfig, spec: &ModelSpec) {
-    let Some(provider) = spec.route_provider() else { return };
-    config.route.provider = Some(provider.to_owned());
-    config.route.model = spec.model_name().map(str::to_owned);
-    let (inherited, key) = spec.endpoint_env();
-    if let ModelSpec::Route(route) = spec {
-        let handed = [(inherited[0], route.base_url.as_ref()), (key.unwrap_or_default(), route.api_key.as_ref())];
-        config.env.extend(handed.into_iter().filter_map(|(name, value)| Some((name.to_owned(), value?.clone()))));
-        return;
-    }
-    config.inherit_env.extend(inherited.iter().map(|name| (*name).to_owned()));
-    if let Some(key) = key.and_then(|name| Some((name, std::env::var(name).ok()?))) {
-        config.env.push((key.0.to_owned(), key.1));
-    }
-}
-
 /// A served door's own `process` provider, without a configuration file:
-/// children under `home` running `spec` (see [`route_child_model`]).
+/// children under `home` running `spec` (see [`ProcessConfig::route_child_model`]).
 #[cfg(any(feature = "mcp", feature = "remote"))]
 pub(crate) fn door_process_provider(
     name: &str,
@@ -103,7 +78,7 @@ pub(crate) fn door_process_provider(
     spec: &ModelSpec,
 ) -> Result<crate::providers::ProcessProvider, crate::providers::process::ConfigError> {
     let mut config = ProcessConfig::new(name, home);
-    route_child_model(&mut config, spec);
+    config.route_child_model(spec);
     crate::providers::ProcessProvider::new(config)
 }
 
