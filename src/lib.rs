@@ -12,6 +12,8 @@
 mod actors;
 #[cfg(feature = "agent")]
 pub mod agent;
+#[cfg(any(feature = "acp", feature = "process", feature = "remote"))]
+mod child_process;
 #[cfg(feature = "config")]
 pub mod config;
 mod contain;

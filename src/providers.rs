@@ -39,8 +39,6 @@ pub mod a2a;
 #[cfg(feature = "acp")]
 pub mod acp;
 pub mod chaos;
-#[cfg(any(feature = "acp", feature = "process", feature = "remote"))]
-pub(crate) mod child_process;
 #[cfg(feature = "agent")]
 pub mod fork;
 #[cfg(feature = "agent")]
@@ -53,13 +51,13 @@ pub mod remote;
 #[cfg(feature = "agent")]
 pub mod spawn;
 
+#[cfg(any(feature = "acp", feature = "process"))]
+pub use crate::child_process::ChildProcessConfig;
 #[cfg(feature = "a2a")]
 pub use a2a::{A2aConfig, A2aError, A2aProvider, Limits as A2aLimits};
 #[cfg(feature = "acp")]
 pub use acp::{AcpConfig, AcpMcpServer, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
 pub use chaos::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, Injected};
-#[cfg(any(feature = "acp", feature = "process"))]
-pub use child_process::ChildProcessConfig;
 #[cfg(feature = "agent")]
 pub use in_process::{ChildInfo, InProcessProvider, ModelRoutes, ToolFactory, STRUCTURED_OUTPUT_TOOL};
 pub use mock::{Fault, FaultStage, MockEvent, MockProvider};

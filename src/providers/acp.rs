@@ -95,7 +95,7 @@ pub use self::pool::PoolConfig;
 use self::process::{AgentProcess, Answer, Route};
 use self::run_dir::RunDir;
 pub use self::run_dir::RunDirs;
-use super::child_process::{lines, spawn, ChildEnv, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
+use crate::child_process::{lines, spawn, ChildEnv, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
 use crate::live::LiveCounters;
 use crate::live::ProcessLease;
 use crate::seam::{
@@ -350,7 +350,7 @@ fn features(response: &InitializeResponse) -> AgentFeatures {
 }
 
 /// Child stdout goes through a bounded line reader into the crate: an
-/// endless line costs at most [`MAX_LINE`](super::child_process::MAX_LINE),
+/// endless line costs at most [`MAX_LINE`](crate::child_process::MAX_LINE),
 /// and a line that is not JSON ends the connection (the crate would answer
 /// it and wait on, so a babbling child would hang the run). `broken` is
 /// set when either happens. Every line is `heard` by `activity`; once the

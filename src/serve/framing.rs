@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::pipes::{self, StdoutLines, ThreadRead};
 use super::signals::StopSignals;
-use crate::providers::child_process::{line_codec, MAX_LINE, READ_CAPACITY};
+use crate::child_process::{line_codec, MAX_LINE, READ_CAPACITY};
 
 /// How long, from the end of input, the requests in flight get to be
 /// answered and their answers written before the process exits anyway.

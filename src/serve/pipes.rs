@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
-use crate::providers::child_process::READ_CAPACITY;
+use crate::child_process::READ_CAPACITY;
 
 /// Chunks the reader thread may read before the server takes them.
 pub(crate) const CHUNKS_AHEAD: usize = 4;

@@ -29,7 +29,7 @@ use super::signals::StopSignals;
 use super::ServeError;
 use crate::actors::LineageScope;
 use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Tool, Toolset};
-use crate::providers::child_process::lines;
+use crate::child_process::lines;
 use crate::providers::process::profile::{Profile, PROFILE_TOOLS};
 use crate::providers::process::wire::{ChildEvent, Initialize, TurnEndReason, PROTOCOL_VERSION};
 #[cfg(any(feature = "mcp", feature = "remote"))]

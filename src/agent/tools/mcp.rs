@@ -72,8 +72,8 @@ use tokio_util::sync::CancellationToken;
 pub use error::{McpServerError, McpStartError};
 
 use super::{Tool, ToolContext, ToolOutput, ToolSpec};
+use crate::child_process::{spawn, ChildEnv, Spawned};
 use crate::live::{LiveCounters, ProcessLease};
-use crate::providers::child_process::{spawn, ChildEnv, Spawned};
 
 /// The prefix of every MCP tool's name: `mcp__SERVER__TOOL`.
 pub const MCP_TOOL_PREFIX: &str = "mcp__";

@@ -30,9 +30,9 @@ use super::dispose::{Activity, Graces};
 use super::run_dir::RunDir;
 use super::Connection;
 use super::{choose, initialize, note_update, stop_reason_of, transport, AcpConfig, DelegatedText};
+use crate::child_process::Spawned;
+use crate::child_process::HANDSHAKE_TIMEOUT;
 use crate::live::ProcessLease;
-use crate::providers::child_process::Spawned;
-use crate::providers::child_process::HANDSHAKE_TIMEOUT;
 use crate::seam::{Category, Failure, ProviderContext, StopReason};
 
 /// Where one session's updates go: its run's answer text and progress.

@@ -26,7 +26,7 @@ use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::AnyDelimiterCodecError;
 
-use crate::providers::child_process::lines;
+use crate::child_process::lines;
 pub(crate) use crate::seam::ToolCallStatus;
 use crate::seam::{AgentOptions, Budget, ProgressUpdate, StopReason};
 

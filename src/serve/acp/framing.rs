@@ -5,7 +5,7 @@
 //! in-memory line channel ([`Lines`]).
 //!
 //! **Input** is read one line at a time, at most
-//! [`MAX_LINE`](crate::providers::child_process::MAX_LINE) (8 MiB) bytes of
+//! [`MAX_LINE`](crate::child_process::MAX_LINE) (8 MiB) bytes of
 //! it kept; blank lines are skipped. Each line is judged before the crate
 //! sees it:
 //!
