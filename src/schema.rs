@@ -49,11 +49,27 @@ impl std::fmt::Debug for CompiledSchema {
     }
 }
 
+/// Why a schema is not a usable JSON Schema, in the validator's words.
+#[cfg(feature = "agent")]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SchemaError(String);
+
+#[cfg(feature = "agent")]
+impl SchemaError {
+    /// The reason, as displayed.
+    pub fn reason(&self) -> &str {
+        &self.0
+    }
+}
+
 #[cfg(feature = "agent")]
 impl CompiledSchema {
     /// Compiles `schema`; `Err` says why it is not a usable JSON Schema.
-    pub fn compile(schema: &Value) -> Result<Self, String> {
-        jsonschema::validator_for(schema).map(|validator| CompiledSchema { validator }).map_err(|e| e.to_string())
+    pub fn compile(schema: &Value) -> Result<Self, SchemaError> {
+        jsonschema::validator_for(schema)
+            .map(|validator| CompiledSchema { validator })
+            .map_err(|e| SchemaError(e.to_string()))
     }
 
     /// Every violation of `value`, each prefixed by its path (`$`, `$.city`,

@@ -45,7 +45,7 @@ pub use builtin::{ListDir, ReadFile};
 pub use mcp::{McpServer, McpServerConfig, McpServerError, McpStartError, MCP_TOOL_PREFIX};
 
 use super::session::ToolCall;
-use crate::schema::CompiledSchema;
+use crate::schema::{CompiledSchema, SchemaError};
 use crate::seam::{ProgressUpdate, ToolFilter};
 
 /// Whether `name` may name an MCP server: one part of its tools' names
@@ -245,7 +245,7 @@ struct Entry {
     spec: ToolSpec,
     /// Compiled on first use: most tools of most agents are never called,
     /// and a first compile in a process costs milliseconds.
-    schema: OnceLock<Result<CompiledSchema, String>>,
+    schema: OnceLock<Result<CompiledSchema, SchemaError>>,
     tool: Arc<dyn Tool>,
     /// Runtime-owned (the structured-output capture): no filter hides it.
     exempt: bool,
@@ -255,7 +255,7 @@ struct Entry {
 
 impl Entry {
     fn compiled(&self) -> Result<&CompiledSchema, &str> {
-        self.schema.get_or_init(|| CompiledSchema::compile(&self.spec.parameters)).as_ref().map_err(String::as_str)
+        self.schema.get_or_init(|| CompiledSchema::compile(&self.spec.parameters)).as_ref().map_err(SchemaError::reason)
     }
 }
 

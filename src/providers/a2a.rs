@@ -265,8 +265,9 @@ impl Provider for A2aProvider {
             None => None,
             Some(schema) => match CompiledSchema::compile(schema) {
                 Ok(compiled) => Some((schema.clone(), Rc::new(compiled))),
-                Err(reason) => {
-                    return Box::pin(async move { Err(LaunchError::Invalid { field: "output_schema", reason }) })
+                Err(error) => {
+                    let reason = error.to_string();
+                    return Box::pin(async move { Err(LaunchError::Invalid { field: "output_schema", reason }) });
                 }
             },
         };

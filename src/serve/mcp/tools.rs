@@ -186,7 +186,7 @@ fn entry(
 ) -> Result<Entry, CatalogError> {
     let schema = match CompiledSchema::compile(&parameters) {
         Ok(schema) => schema,
-        Err(reason) => return Err(CatalogError::Schema { tool: name, reason }),
+        Err(error) => return Err(CatalogError::Schema { tool: name, reason: error.to_string() }),
     };
     let Value::Object(parameters) = parameters else {
         return Err(CatalogError::NotAnObject(name));
