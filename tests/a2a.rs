@@ -528,6 +528,25 @@ fn shutdown_answers_open_streams_with_a_final_event() {
 }
 
 #[test]
+fn a_client_that_sends_no_whole_request_head_is_disconnected() {
+    let server = server(&[], &[]);
+    let silent = TcpStream::connect(&server.addr).unwrap();
+    let mut partial = TcpStream::connect(&server.addr).unwrap();
+    partial.write_all(b"POST / HTTP/1.1\r\nHost: x\r\n").unwrap();
+    for mut stream in [silent, partial] {
+        stream.set_read_timeout(Some(common::WAIT_LIMIT)).unwrap();
+        let started = std::time::Instant::now();
+        let mut rest = Vec::new();
+        let read = stream.read_to_end(&mut rest);
+        assert!(read.is_ok(), "the server closed the connection rather than the read timing out: {read:?}");
+        assert!(started.elapsed() < common::WAIT_LIMIT, "closed after {:?}", started.elapsed());
+    }
+    // The server still answers a client that sends its request.
+    let (status, _) = post(&server.addr, &rpc("GetTask", json!({"id": "none"})), None);
+    assert_eq!(status, 200);
+}
+
+#[test]
 fn the_server_refuses_a_non_loopback_address_without_a_token() {
     let dir = tempfile::tempdir().unwrap();
     let mut command = subagents_binary();

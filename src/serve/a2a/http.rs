@@ -26,6 +26,11 @@ use crate::serve::ServeError;
 const MAX_REQUEST_BYTES: usize = 4 << 20;
 /// Most connections served at once.
 const MAX_CONNECTIONS: usize = 1024;
+/// How long a client may take to send a request's headers (the first
+/// request's, or the next one's on a kept-alive connection) before its
+/// connection is closed: a client that opens connections and sends
+/// nothing cannot hold the connection slots.
+pub(crate) const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -69,6 +74,8 @@ pub(super) async fn serve(
                         async move { Ok::<_, Infallible>(door.answer(request).await) }
                     });
                     let connection = hyper::server::conn::http1::Builder::new()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(HEADER_TIMEOUT)
                         .serve_connection(TokioIo::new(stream), handler);
                     if let Err(error) = connection.await {
                         tracing::debug!(%error, "an A2A connection ended with an error");
