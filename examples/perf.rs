@@ -6,7 +6,9 @@
 //! With `SUBAGENTS_PERF_ONLY=persisted` it runs only the persisted fan-out
 //! of 1,000 spawn runs (five rounds) beside the in-memory one, for counting
 //! its syscalls with `strace -c -f`; with `SUBAGENTS_PERF_ONLY=chat` only
-//! the fan-out through the OpenAI chat adapter, for `perf record`.
+//! the fan-out through the OpenAI chat adapter, for `perf record`; with
+//! `SUBAGENTS_PERF_ONLY=held` only 10,000 live spawn runs, for a heap
+//! profiler.
 //!
 //! Each figure is the best of a few rounds (a shared machine only ever adds
 //! time). Memory per live run comes from a counting global allocator. The
@@ -423,8 +425,9 @@ fn main() {
     // (five rounds), to count its syscalls under `strace -c -f`.
     // `SUBAGENTS_PERF_ONLY=chat`: only the real path, for `perf record`.
     let only = std::env::var("SUBAGENTS_PERF_ONLY").unwrap_or_default();
-    if only == "persisted" || only == "chat" {
+    if only == "persisted" || only == "chat" || only == "held" {
         let figure = match only.as_str() {
+            "held" => json!({"spawn_bytes_per_live_run": live_runs(&runtime, &subagents, "spawn-held", 10_000).0}),
             "persisted" => json!({"persisted_fanout_1000_us_per_run": fan_out(&runtime, &subagents, "spawn", 1_000),
                                   "in_memory_fanout_1000_us_per_run": fan_out(&runtime, &subagents, "spawn-in-memory", 1_000)}),
             _ => real_path(&runtime, &subagents),
