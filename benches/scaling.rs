@@ -188,7 +188,7 @@ fn print_table() {
         }
     }
     if let (Some(on_disk), Some(in_memory)) = (mean("spawn 1000 persisted"), mean("spawn 1000 in memory")) {
-        goal("fan-out of 1,000 spawn runs, persisted ÷ in memory", on_disk / in_memory, 3.0);
+        goal("fan-out of 1,000 spawn runs, persisted ÷ in memory", on_disk / in_memory, 2.0);
     }
     if let (Some(loaded), Some(idle)) = (mean("mock, creating 1,000 persisted spawns"), mean("mock, idle")) {
         goal("mock lifecycle while creating 1,000 persisted spawns ÷ idle", loaded / idle, 1.5);

@@ -20,64 +20,10 @@ use serde_json::{json, Value};
 use subagents::agent::{AnthropicConfig, AnthropicModel, Model, OpenAiConfig, OpenAiModel, OpenAiResponsesModel};
 use subagents::providers::InProcessProvider;
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, StopReason};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
-const CHAT: &str = r#"{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1}}"#;
-const RESPONSES: &str = r#"{"id":"r","object":"response","status":"completed","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"done"}]}],"usage":{"input_tokens":9,"output_tokens":1}}"#;
-const MESSAGES: &str = r#"{"id":"m","type":"message","role":"assistant","content":[{"type":"text","text":"done"}],"stop_reason":"end_turn","usage":{"input_tokens":9,"output_tokens":1}}"#;
-
-/// Serves HTTP/1.1 keep-alive connections: each request gets the answer
-/// its path's API expects.
-async fn serve(listener: TcpListener) {
-    while let Ok((socket, _)) = listener.accept().await {
-        tokio::spawn(connection(socket));
-    }
-}
-
-async fn connection(mut socket: TcpStream) {
-    let mut buffer = Vec::with_capacity(8192);
-    let mut chunk = [0u8; 8192];
-    loop {
-        // One request: its head, then the body its length names.
-        let head_end = loop {
-            if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                break end + 4;
-            }
-            match socket.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-            }
-        };
-        let head = String::from_utf8_lossy(&buffer[..head_end]).to_ascii_lowercase();
-        let length = head
-            .lines()
-            .find_map(|line| line.strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok()))
-            .unwrap_or(0);
-        while buffer.len() < head_end + length {
-            match socket.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-            }
-        }
-        let path = head.split_whitespace().nth(1).unwrap_or("");
-        let body = if path.ends_with("/responses") {
-            RESPONSES
-        } else if path.ends_with("/messages") {
-            MESSAGES
-        } else {
-            CHAT
-        };
-        buffer.drain(..head_end + length);
-        let reply = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        if socket.write_all(reply.as_bytes()).await.is_err() {
-            return;
-        }
-    }
-}
+#[path = "support/stand_in.rs"]
+mod stand_in;
 
 /// Requests a second of a bare client: `runs` POSTs, `concurrency` at once.
 async fn floor(url: &str, runs: usize, concurrency: usize) -> f64 {
@@ -130,7 +76,7 @@ fn main() {
     let io = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let listener = io.block_on(TcpListener::bind("127.0.0.1:0")).expect("a loopback port");
     let origin = format!("http://{}", listener.local_addr().expect("bound"));
-    io.spawn(serve(listener));
+    io.spawn(stand_in::serve(listener, stand_in::FirstBody::default()));
 
     let chat = |url: &str| {
         let mut config = OpenAiConfig::new(url, "m");

@@ -18,6 +18,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -34,10 +35,32 @@ pub(super) enum Record {
 }
 
 /// One record as one whole line, in one `write`.
-pub(super) fn write_record(mut file: &File, record: &impl Serialize) -> io::Result<()> {
-    let mut line = serde_json::to_vec(record)?;
-    line.push(b'\n');
-    file.write_all(&line)
+pub(super) fn write_record(file: &File, record: &impl Serialize) -> io::Result<()> {
+    let mut line = Vec::new();
+    push_line(&mut line, record)?;
+    (&*file).write_all(&line)
+}
+
+/// Adds `record` to `lines` as one whole line.
+pub(super) fn push_line(lines: &mut Vec<u8>, record: &impl Serialize) -> io::Result<()> {
+    serde_json::to_writer(&mut *lines, record)?;
+    lines.push(b'\n');
+    Ok(())
+}
+
+/// Whether a file created with `mode` gets exactly that mode: whether the
+/// process's umask (read once, from `/proc/self/status`) cuts none of its
+/// bits. When it does, or it cannot be read, the caller sets the mode
+/// after creating the file. The umask only ever narrows a mode, so a
+/// umask changed later can make a file more private, never less.
+pub(super) fn umask_keeps(mode: u32) -> bool {
+    static UMASK: OnceLock<Option<u32>> = OnceLock::new();
+    let umask = UMASK.get_or_init(|| {
+        let status = fs::read_to_string("/proc/self/status").ok()?;
+        let value = status.lines().find_map(|line| line.strip_prefix("Umask:"))?;
+        u32::from_str_radix(value.trim(), 8).ok()
+    });
+    umask.is_some_and(|umask| mode & umask == 0)
 }
 
 /// Creates `dir` and its missing parents as 0700 whatever the umask

@@ -14,14 +14,26 @@
 //! append submitted before it. A job that panics is contained and logged;
 //! the lane goes on with the next one.
 //!
+//! Appends queued back to back are written together: the lane gathers the
+//! lines of every append waiting in its queue, one buffer per file, and
+//! writes each buffer in one `write` as soon as the queue is empty, a
+//! buffer grows past [`FLUSH_BYTES`], or any other job comes up (so that
+//! job — a read, a close — sees every append before it). A fan-out of a
+//! thousand runs costs a write per file per burst rather than one per
+//! event, and a crash still tears at most the last line of a file: what
+//! reaches it is whole lines, in order.
+//!
 //! A store operation is written once, as the job it hands the lane, and
 //! returned as a [`LaneCall`]: the synchronous API [`wait`](LaneCall::wait)s
 //! for it, blocking its thread; the runtime's own paths `.await` it.
 
 use std::cell::Cell;
+use std::collections::HashMap;
+use std::fs::File;
 use std::future::IntoFuture;
+use std::io::{self, Write};
 use std::sync::mpsc;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
@@ -29,7 +41,103 @@ use tokio::sync::oneshot;
 use super::SessionError;
 use crate::contain::contained_call;
 
-type Job = Box<dyn FnOnce() + Send>;
+/// What the lane is asked to do.
+enum Job {
+    /// Lines for one file, written together with the appends to the same
+    /// file queued behind them.
+    Append(Append),
+    /// Anything else: it runs once every append before it was written.
+    Run(Box<dyn FnOnce() + Send>),
+}
+
+/// A file appends go to, and the first write to it that failed (appends do
+/// not wait, so the failure is reported later, by whoever checks).
+#[derive(Clone, Debug)]
+pub(super) struct AppendTarget {
+    pub(super) file: Arc<File>,
+    pub(super) failed: Arc<OnceLock<(io::ErrorKind, String)>>,
+}
+
+/// Whole lines for one target.
+struct Append {
+    target: AppendTarget,
+    lines: Vec<u8>,
+}
+
+/// The most bytes gathered for one file before they are written even
+/// though more appends are queued (it bounds what the lane holds).
+const FLUSH_BYTES: usize = 256 * 1024;
+
+/// The appends gathered from the queue, one buffer per file, in the order
+/// each file first came up.
+#[derive(Default)]
+struct Gathered {
+    buffers: Vec<Append>,
+    /// Index in `buffers` by the file's address.
+    index: HashMap<*const File, usize>,
+}
+
+impl Gathered {
+    fn add(&mut self, append: Append) {
+        let key = Arc::as_ptr(&append.target.file);
+        match self.index.get(&key) {
+            Some(&at) => {
+                let buffer = &mut self.buffers[at].lines;
+                buffer.extend_from_slice(&append.lines);
+                if buffer.len() >= FLUSH_BYTES {
+                    self.write_all();
+                }
+            }
+            None => {
+                self.index.insert(key, self.buffers.len());
+                self.buffers.push(append);
+            }
+        }
+    }
+
+    /// Writes every buffer, each in one `write`; a failure is kept on its
+    /// target.
+    fn write_all(&mut self) {
+        self.index.clear();
+        for Append { target, lines } in self.buffers.drain(..) {
+            if target.failed.get().is_some() {
+                continue;
+            }
+            if let Err(error) = (&*target.file).write_all(&lines) {
+                let _ = target.failed.set((error.kind(), error.to_string()));
+            }
+        }
+    }
+}
+
+/// The lane thread: gathers appends while the queue has more, writes them
+/// before anything else runs and whenever the queue runs dry.
+fn drain(jobs: mpsc::Receiver<Job>) {
+    ON_LANE.with(|on| on.set(true));
+    let mut gathered = Gathered::default();
+    loop {
+        let job = match jobs.try_recv() {
+            Ok(job) => job,
+            Err(mpsc::TryRecvError::Empty) => {
+                gathered.write_all();
+                match jobs.recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                }
+            }
+            Err(mpsc::TryRecvError::Disconnected) => return gathered.write_all(),
+        };
+        match job {
+            Job::Append(append) => gathered.add(append),
+            Job::Run(run) => {
+                gathered.write_all();
+                if let Err(panic) = contained_call(run) {
+                    tracing::error!(%panic, "a session file operation panicked");
+                }
+            }
+        }
+    }
+}
 
 thread_local! {
     /// Set on the lane's own thread, where a blocking call runs inline.
@@ -42,14 +150,7 @@ fn queue() -> &'static mpsc::Sender<Job> {
         let (sender, jobs) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("subagents-sessions".into())
-            .spawn(move || {
-                ON_LANE.with(|on| on.set(true));
-                for job in jobs {
-                    if let Err(panic) = contained_call(job) {
-                        tracing::error!(%panic, "a session file operation panicked");
-                    }
-                }
-            })
+            .spawn(move || drain(jobs))
             .expect("the session lane thread starts");
         sender
     })
@@ -58,7 +159,13 @@ fn queue() -> &'static mpsc::Sender<Job> {
 /// Queues `job` and returns at once.
 pub(super) fn submit(job: impl FnOnce() + Send + 'static) {
     // The receiver lives as long as the process: sending cannot fail.
-    let _ = queue().send(Box::new(job));
+    let _ = queue().send(Job::Run(Box::new(job)));
+}
+
+/// Queues whole `lines` for `target` and returns at once; they reach the
+/// file before any job submitted after them runs.
+pub(super) fn append(target: &AppendTarget, lines: Vec<u8>) {
+    let _ = queue().send(Job::Append(Append { target: target.clone(), lines }));
 }
 
 /// Runs `job` on the lane; its answer, or `None` if it panicked. When the
@@ -186,6 +293,33 @@ mod tests {
         let count = call_blocking(move || seen_now.lock().unwrap().len()).unwrap();
         assert_eq!(count, 1_000);
         assert!(seen.lock().unwrap().windows(2).all(|pair| pair[0] < pair[1]));
+    }
+
+    #[test]
+    fn appends_queued_together_reach_their_files_whole_and_in_order_before_a_later_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |name: &str| AppendTarget {
+            file: Arc::new(File::create(dir.path().join(name)).unwrap()),
+            failed: Arc::default(),
+        };
+        let (first, second) = (open("first"), open("second"));
+        // Held behind a slow job, the appends are queued together.
+        submit(|| std::thread::sleep(std::time::Duration::from_millis(20)));
+        for n in 0..100 {
+            append(&first, format!("{n}\n").into_bytes());
+            append(&second, format!("{}\n", 1_000 + n).into_bytes());
+        }
+        let path = dir.path().to_path_buf();
+        let read = call_blocking(move || {
+            (
+                std::fs::read_to_string(path.join("first")).unwrap(),
+                std::fs::read_to_string(path.join("second")).unwrap(),
+            )
+        });
+        let (first_text, second_text) = read.unwrap();
+        assert_eq!(first_text, (0..100).map(|n| format!("{n}\n")).collect::<String>());
+        assert_eq!(second_text, (1_000..1_100).map(|n| format!("{n}\n")).collect::<String>());
+        assert!(first.failed.get().is_none() && second.failed.get().is_none());
     }
 
     #[test]

@@ -8,13 +8,13 @@
 //! once every queued line reached the file.
 
 use std::fs::File;
-use std::io::{self, Write};
-use std::sync::{Arc, OnceLock};
+use std::io;
+use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::file::{write_record, Record};
-use super::lane::{self, LaneCall};
+use super::file::{push_line, write_record, Record};
+use super::lane::{self, AppendTarget, LaneCall};
 use super::{completed_prefix, SessionError, SessionEvent, SessionHeader};
 
 /// A session: header, events, and (when persisted) its open file.
@@ -22,7 +22,7 @@ use super::{completed_prefix, SessionError, SessionEvent, SessionHeader};
 pub struct Session {
     header: SessionHeader,
     events: Vec<SessionEvent>,
-    /// Written on the session lane: each record as one `write`.
+    /// Written on the session lane, whole lines only.
     writer: Option<SessionFile>,
 }
 
@@ -31,18 +31,17 @@ pub struct Session {
 /// the next append or by the close).
 #[derive(Debug)]
 pub(super) struct SessionFile {
-    file: Arc<File>,
-    failed: Arc<OnceLock<(io::ErrorKind, String)>>,
+    target: AppendTarget,
 }
 
 impl SessionFile {
     pub(super) fn new(file: File) -> Self {
-        SessionFile { file: Arc::new(file), failed: Arc::default() }
+        SessionFile { target: AppendTarget { file: Arc::new(file), failed: Arc::default() } }
     }
 
     /// The first write that failed, if any.
     fn check(&self, id: &str) -> Result<(), SessionError> {
-        match self.failed.get() {
+        match self.target.failed.get() {
             Some((kind, message)) => Err(SessionError::io(id, io::Error::new(*kind, message.clone()))),
             None => Ok(()),
         }
@@ -100,7 +99,8 @@ impl Session {
     }
 
     /// Appends an event: kept in memory at once, and queued for the file
-    /// as one whole line (one `write`, in order, on the session lane). An
+    /// as one whole line (in order, on the session lane, written together
+    /// with the appends queued beside it). An
     /// earlier write that failed is reported here (or by the close).
     pub fn append(&mut self, event: SessionEvent) -> Result<(), SessionError> {
         self.write_line(&event)?;
@@ -141,7 +141,7 @@ impl Session {
         }
         self.header.depth = depth;
         let writer = self.writer.as_ref().expect("a loaded session has its file");
-        write_record(&writer.file, &Record::Header(self.header.clone()))
+        write_record(&writer.target.file, &Record::Header(self.header.clone()))
             .map_err(|source| SessionError::io(&self.header.id, source))
     }
 
@@ -156,14 +156,9 @@ impl Session {
     fn write_line(&mut self, record: &impl Serialize) -> Result<(), SessionError> {
         let Some(writer) = &self.writer else { return Ok(()) };
         writer.check(&self.header.id)?;
-        let mut line = serde_json::to_vec(record).map_err(|e| SessionError::io(&self.header.id, e.into()))?;
-        line.push(b'\n');
-        let (file, failed) = (writer.file.clone(), writer.failed.clone());
-        lane::submit(move || {
-            if let Err(error) = (&*file).write_all(&line) {
-                let _ = failed.set((error.kind(), error.to_string()));
-            }
-        });
+        let mut line = Vec::new();
+        push_line(&mut line, record).map_err(|source| SessionError::io(&self.header.id, source))?;
+        lane::append(&writer.target, line);
         Ok(())
     }
 }

@@ -8,12 +8,12 @@
 //! `*ing` form (`creating`, `resuming`, `reading`, `removing`).
 
 use std::fs::{self, OpenOptions};
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use super::file::{create_private_dir, list_ids, open_regular, read_records, write_record, Record};
+use super::file::{create_private_dir, list_ids, open_regular, push_line, read_records, umask_keeps, Record};
 use super::lane::{self, LaneCall};
 use super::live::SessionFile;
 use super::{Session, SessionError, SessionEvent, SessionHeader};
@@ -197,12 +197,19 @@ impl SessionStore {
                 io_error(source)
             }
         })?;
-        // The mode above is cut by the umask, never widened; set it exactly.
-        file.set_permissions(fs::Permissions::from_mode(0o600)).map_err(io_error)?;
-        write_record(&file, &Record::Header(header.clone())).map_err(io_error)?;
-        for event in &seed {
-            write_record(&file, event).map_err(io_error)?;
+        // The mode above is cut by the umask, never widened; set it exactly
+        // unless the umask leaves it whole (a syscall per file saved).
+        if !umask_keeps(0o600) {
+            file.set_permissions(fs::Permissions::from_mode(0o600)).map_err(io_error)?;
         }
+        // The header and the seed in one write: whole lines, so a crash
+        // tears at most the last.
+        let mut lines = Vec::new();
+        push_line(&mut lines, &Record::Header(header.clone())).map_err(io_error)?;
+        for event in &seed {
+            push_line(&mut lines, event).map_err(io_error)?;
+        }
+        (&file).write_all(&lines).map_err(io_error)?;
         Ok(Session::persisted(header, seed, SessionFile::new(file)))
     }
 
