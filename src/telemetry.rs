@@ -11,12 +11,28 @@
 //! | `model_call` | `chat {model}` | `client` | `gen_ai.operation.name` = `chat`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.response.finish_reasons`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens` |
 //! | `tool_call` | `execute_tool {tool}` | `internal` | `gen_ai.operation.name` = `execute_tool`, `gen_ai.tool.name`, `gen_ai.tool.call.id` |
 //!
+//! A run's span also carries `gen_ai.request.model` (the run's model when
+//! its request or provider names one) and, once it ends,
+//! `gen_ai.usage.input_tokens` / `gen_ai.usage.output_tokens`: what the
+//! run's model calls spent, its children's included.
+//!
 //! They are filled only after [`record_gen_ai`]`(true)`, which whoever
 //! installs an exporter calls: a log on stderr keeps its short span lines,
 //! and a process that exports nothing pays one relaxed load per span.
 //! Message content (prompts, replies, tool arguments and results) is never
 //! recorded on these spans, and while they are filled a run's `label`
 //! (which a model may have written) is left off its span.
+//!
+//! ## Across wires
+//!
+//! With the `otel` feature and recording on, a child in another process
+//! joins its parent's trace: the W3C `traceparent` (and `tracestate`) of
+//! the span that starts it crosses the wire — the `process` provider's
+//! `initialize`, the `remote` provider's run request, MCP and ACP `_meta` —
+//! and the receiving side makes it the remote parent of its own span.
+//! Without the feature, or with recording off, nothing is sent and a
+//! received one is ignored. A received context is untrusted: one that is
+//! malformed or oversized is dropped, never an error.
 //!
 //! ```
 //! subagents::telemetry::record_gen_ai(true);
@@ -29,6 +45,105 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tracing::Span;
 
 use crate::seam::{RunResult, StopReason};
+
+/// The W3C trace context of a span, as it crosses a wire: `traceparent`
+/// (`00-{trace id}-{span id}-{flags}`) and, when the trace carries
+/// vendor state, `tracestate`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TraceContext {
+    pub traceparent: String,
+    pub tracestate: Option<String>,
+}
+
+/// The longest `tracestate` kept (the W3C limit of 32 members fits well
+/// within it); a longer one is dropped, the trace still joined.
+const MAX_TRACESTATE: usize = 512;
+
+impl TraceContext {
+    /// A context received from a peer, if `traceparent` is well formed
+    /// (version `00`, non-zero ids, lowercase hex).
+    pub(crate) fn received(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<TraceContext> {
+        let traceparent = traceparent?;
+        let parts: Vec<&str> = traceparent.split('-').collect();
+        let hex = |part: &str, len: usize| {
+            part.len() == len && part.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        let zero = |part: &str| part.bytes().all(|b| b == b'0');
+        let well_formed = parts.len() == 4
+            && parts[0] == "00"
+            && hex(parts[1], 32)
+            && !zero(parts[1])
+            && hex(parts[2], 16)
+            && !zero(parts[2])
+            && hex(parts[3], 2);
+        if !well_formed {
+            return None;
+        }
+        let tracestate = tracestate
+            .filter(|state| {
+                !state.is_empty() && state.len() <= MAX_TRACESTATE && state.bytes().all(|b| (0x20..0x7f).contains(&b))
+            })
+            .map(str::to_owned);
+        Some(TraceContext { traceparent: traceparent.to_owned(), tracestate })
+    }
+
+    /// The context of the span we are in, to send to a child: only while
+    /// recording, and only when an OpenTelemetry layer gave it an id.
+    pub(crate) fn current() -> Option<TraceContext> {
+        #[cfg(feature = "otel")]
+        {
+            use opentelemetry::trace::TraceContextExt as _;
+            use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+            let span = Span::current();
+            if !fill(&span) {
+                return None;
+            }
+            let context = span.context();
+            let span_context = context.span().span_context().clone();
+            if !span_context.is_valid() {
+                return None;
+            }
+            let traceparent = format!(
+                "00-{}-{}-{:02x}",
+                span_context.trace_id(),
+                span_context.span_id(),
+                span_context.trace_flags().to_u8()
+            );
+            let state = span_context.trace_state().header();
+            let tracestate = (!state.is_empty()).then_some(state);
+            Some(TraceContext { traceparent, tracestate })
+        }
+        #[cfg(not(feature = "otel"))]
+        None
+    }
+
+    /// Makes this (remote) context the parent of `span`, which must not
+    /// have been entered yet; nothing when not recording.
+    pub(crate) fn adopt_as_parent_of(&self, span: &Span) {
+        #[cfg(feature = "otel")]
+        {
+            use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState};
+            use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+            if !fill(span) {
+                return;
+            }
+            let parts: Vec<&str> = self.traceparent.split('-').collect();
+            let (Ok(trace_id), Ok(span_id), Ok(flags)) =
+                (TraceId::from_hex(parts[1]), SpanId::from_hex(parts[2]), u8::from_str_radix(parts[3], 16))
+            else {
+                return;
+            };
+            let state =
+                self.tracestate.as_deref().and_then(|state| state.parse::<TraceState>().ok()).unwrap_or_default();
+            let remote = SpanContext::new(trace_id, span_id, TraceFlags::new(flags), true, state);
+            let parent = opentelemetry::Context::new().with_remote_span_context(remote);
+            // Only a span already entered refuses, and we are given new ones.
+            let _ = span.set_parent(parent);
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = span;
+    }
+}
 
 static RECORDING: AtomicBool = AtomicBool::new(false);
 
@@ -49,15 +164,49 @@ fn fill(span: &Span) -> bool {
 }
 
 /// A run's span, just created: its name, kind and identity.
-pub(crate) fn invoke_agent(span: &Span, provider: &str, run_id: u64, out_of_process: bool) {
+pub(crate) fn invoke_agent(span: &Span, provider: &str, run_id: u64, out_of_process: bool, model: Option<&str>) {
     if !fill(span) {
         return;
+    }
+    if let Some(model) = model {
+        span.record("gen_ai.request.model", model);
     }
     span.record("otel.name", format_args!("invoke_agent {provider}"));
     span.record("otel.kind", if out_of_process { "client" } else { "internal" });
     span.record("gen_ai.operation.name", "invoke_agent");
     span.record("gen_ai.agent.name", provider);
     span.record("gen_ai.agent.id", format_args!("{run_id}"));
+}
+
+/// The span of a session served to a peer in another process: named
+/// `invoke_agent {agent}`, a `server` span whose remote parent is the
+/// peer's run when the peer sent its trace context.
+pub(crate) fn served(agent: &str, session: &str, model: Option<&str>, parent: Option<&TraceContext>) -> Span {
+    let span = tracing::warn_span!(
+        "served",
+        agent,
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        gen_ai.operation.name = tracing::field::Empty,
+        gen_ai.agent.name = tracing::field::Empty,
+        gen_ai.conversation.id = tracing::field::Empty,
+        gen_ai.request.model = tracing::field::Empty,
+    );
+    if !fill(&span) {
+        return span;
+    }
+    if let Some(parent) = parent {
+        parent.adopt_as_parent_of(&span);
+    }
+    span.record("otel.name", format_args!("invoke_agent {agent}"));
+    span.record("otel.kind", "server");
+    span.record("gen_ai.operation.name", "invoke_agent");
+    span.record("gen_ai.agent.name", agent);
+    span.record("gen_ai.conversation.id", session);
+    if let Some(model) = model {
+        span.record("gen_ai.request.model", model);
+    }
+    span
 }
 
 /// The child's session, once the run knows it.
@@ -76,6 +225,8 @@ pub(crate) fn run_ended(span: &Span, result: &RunResult) {
     if let Some(session) = &result.child_session {
         span.record("gen_ai.conversation.id", session.as_str());
     }
+    span.record("gen_ai.usage.input_tokens", result.usage.input_tokens);
+    span.record("gen_ai.usage.output_tokens", result.usage.output_tokens);
     if result.stop_reason == StopReason::Error {
         match &result.diagnostic {
             Some(diagnostic) => span.record("error.type", diagnostic.category_name().as_str()),

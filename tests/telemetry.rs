@@ -167,11 +167,17 @@ fn collector(limit: usize) -> (String, Received) {
 /// Runs the binary with `args` and `--otlp` to a stand-in collector; every
 /// body it posted, joined.
 fn exported(args: &[&str]) -> Vec<u8> {
-    let (url, received) = collector(64);
+    posted(collector(64), args).concat()
+}
+
+/// Runs the binary with `args` and `--otlp` to `url`; each body posted
+/// there (by it and by any child exporting to the same collector).
+fn posted((url, received): (String, Received), args: &[&str]) -> Vec<Vec<u8>> {
     let home = tempfile::tempdir().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
     command
         .env_remove("SUBAGENTS_HOME")
+        .env_remove("SUBAGENTS_CONFIG")
         .env_remove("RUST_LOG")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -190,7 +196,7 @@ fn exported(args: &[&str]) -> Vec<u8> {
     assert!(!received.is_empty(), "the exporter posted to the collector before exit");
     let paths: Vec<&str> = received.iter().map(|(path, _)| path.as_str()).collect();
     assert!(paths.iter().all(|path| *path == "/v1/traces"), "{paths:?}");
-    received.iter().flat_map(|(_, body)| body.clone()).collect()
+    received.iter().map(|(_, body)| body.clone()).collect()
 }
 
 /// How often `needle` occurs in `bytes`: protobuf keeps strings as they are.
@@ -218,4 +224,110 @@ fn run_with_otlp_roots_its_runs_under_the_parent_agent() {
     assert_eq!(occurrences(&bodies, "invoke_agent spawn"), 2);
     assert_eq!(occurrences(&bodies, "execute_tool subagent"), 2);
     assert_eq!(occurrences(&bodies, "check the docs"), 0, "no message content is exported");
+}
+
+/// One span of an OTLP export, as far as these tests read it.
+#[derive(Debug)]
+struct Exported {
+    trace_id: Vec<u8>,
+    span_id: Vec<u8>,
+    parent_span_id: Vec<u8>,
+    name: String,
+}
+
+/// The protobuf fields of `bytes` (number, length-delimited payload);
+/// other wire types are skipped.
+fn fields(mut bytes: &[u8]) -> Vec<(u64, &[u8])> {
+    fn varint(bytes: &mut &[u8]) -> u64 {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (byte, rest) = bytes.split_first().expect("a complete varint");
+            *bytes = rest;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                break;
+            }
+        }
+        value
+    }
+    let mut found = Vec::new();
+    while !bytes.is_empty() {
+        let key = varint(&mut bytes);
+        match key & 7 {
+            0 => drop(varint(&mut bytes)),
+            1 => bytes = &bytes[8..],
+            5 => bytes = &bytes[4..],
+            2 => {
+                let length = varint(&mut bytes) as usize;
+                found.push((key >> 3, &bytes[..length]));
+                bytes = &bytes[length..];
+            }
+            other => panic!("wire type {other} in an OTLP body"),
+        }
+    }
+    found
+}
+
+/// The spans of OTLP/protobuf `ExportTraceServiceRequest` bodies.
+fn spans_of(bodies: &[Vec<u8>]) -> Vec<Exported> {
+    fn nested(bytes: &[u8], number: u64) -> Vec<&[u8]> {
+        fields(bytes).into_iter().filter(|(n, _)| *n == number).map(|(_, payload)| payload).collect()
+    }
+    let mut spans = Vec::new();
+    for body in bodies {
+        for resource in nested(body, 1) {
+            for scope in nested(resource, 2) {
+                for span in nested(scope, 2) {
+                    let field =
+                        |number| nested(span, number).first().map(|payload| payload.to_vec()).unwrap_or_default();
+                    spans.push(Exported {
+                        trace_id: field(1),
+                        span_id: field(2),
+                        parent_span_id: field(4),
+                        name: String::from_utf8(field(5)).unwrap(),
+                    });
+                }
+            }
+        }
+    }
+    spans
+}
+
+#[test]
+fn run_with_otlp_on_a_process_provider_joins_each_child_process_to_the_parents_trace() {
+    let (url, received) = collector(64);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("subagents.toml");
+    // The child exports to the same collector, told through its environment.
+    let text = format!(
+        "[providers.child]\nkind = \"process\"\nbin = {bin:?}\nenv = {{ OTEL_EXPORTER_OTLP_ENDPOINT = {url:?} }}\n",
+        bin = env!("CARGO_BIN_EXE_subagents"),
+    );
+    std::fs::write(&config, text).unwrap();
+    let args =
+        ["run", "--config", config.to_str().unwrap(), "--provider", "child", "review the parser; check the docs"];
+    let spans = spans_of(&posted((url, received), &args));
+    let names: Vec<&str> = spans.iter().map(|span| span.name.as_str()).collect();
+
+    let root = spans.iter().find(|span| span.name == "invoke_agent parent").expect("the parent agent's span");
+    let runs: Vec<&Exported> = spans.iter().filter(|span| span.name == "invoke_agent child").collect();
+    let served: Vec<&Exported> = spans.iter().filter(|span| span.name == "invoke_agent default").collect();
+    assert_eq!(runs.len(), 2, "the parent delegated twice: {names:?}");
+    assert_eq!(served.len(), 2, "each child process exported its session's span: {names:?}");
+    for span in runs.iter().chain(&served) {
+        assert_eq!(span.trace_id, root.trace_id, "one trace across the processes: {span:?}");
+    }
+    let mut run_ids: Vec<&[u8]> = runs.iter().map(|run| run.span_id.as_slice()).collect();
+    let mut parents: Vec<&[u8]> = served.iter().map(|session| session.parent_span_id.as_slice()).collect();
+    run_ids.sort();
+    parents.sort();
+    assert_eq!(parents, run_ids, "each child's span is inside the parent's run that started it");
+    // The child's model calls are inside its session's span.
+    let session_ids: Vec<&[u8]> = served.iter().map(|session| session.span_id.as_slice()).collect();
+    let chats: Vec<&Exported> =
+        spans.iter().filter(|span| span.trace_id == root.trace_id && span.name.starts_with("chat ")).collect();
+    assert!(
+        chats.iter().any(|chat| session_ids.contains(&chat.parent_span_id.as_slice())),
+        "a child's chat span hangs under its session: {names:?}"
+    );
 }

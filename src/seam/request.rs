@@ -323,6 +323,9 @@ pub struct StartRequest {
     pub detached: Option<Detached>,
     /// The child a continuation resumes (set by `Continuation::start`).
     pub(crate) resume: Option<LocalAgent>,
+    /// The trace of the peer this run is started for (a server's caller),
+    /// its run's span's remote parent.
+    pub(crate) trace_parent: Option<crate::telemetry::TraceContext>,
 }
 
 impl StartRequest {
@@ -354,6 +357,7 @@ impl StartRequest {
             budget: None,
             detached: None,
             resume: None,
+            trace_parent: None,
         }
     }
 
