@@ -209,6 +209,35 @@ pub(crate) fn served(agent: &str, session: &str, model: Option<&str>, parent: Op
     span
 }
 
+/// The span of a tool call served to a peer (`subagents mcp`): named
+/// `execute_tool {tool}`, a `server` span whose remote parent is the
+/// caller's when it sent its trace context; the runs the call starts are
+/// inside it. A span that records nothing while not exporting.
+pub(crate) fn served_tool(tool: &str, parent: Option<&TraceContext>) -> Span {
+    if !records_gen_ai() {
+        return Span::none();
+    }
+    let span = tracing::warn_span!(
+        "served_tool",
+        tool,
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        gen_ai.operation.name = tracing::field::Empty,
+        gen_ai.tool.name = tracing::field::Empty,
+    );
+    if !fill(&span) {
+        return span;
+    }
+    if let Some(parent) = parent {
+        parent.adopt_as_parent_of(&span);
+    }
+    span.record("otel.name", format_args!("execute_tool {tool}"));
+    span.record("otel.kind", "server");
+    span.record("gen_ai.operation.name", "execute_tool");
+    span.record("gen_ai.tool.name", tool);
+    span
+}
+
 /// The child's session, once the run knows it.
 pub(crate) fn conversation(span: &Span, session: &str) {
     if fill(span) {
@@ -225,8 +254,10 @@ pub(crate) fn run_ended(span: &Span, result: &RunResult) {
     if let Some(session) = &result.child_session {
         span.record("gen_ai.conversation.id", session.as_str());
     }
-    span.record("gen_ai.usage.input_tokens", result.usage.input_tokens);
-    span.record("gen_ai.usage.output_tokens", result.usage.output_tokens);
+    // As integers: the bridge exports a `u64` as a string.
+    let count = |tokens: u64| i64::try_from(tokens).unwrap_or(i64::MAX);
+    span.record("gen_ai.usage.input_tokens", count(result.usage.input_tokens));
+    span.record("gen_ai.usage.output_tokens", count(result.usage.output_tokens));
     if result.stop_reason == StopReason::Error {
         match &result.diagnostic {
             Some(diagnostic) => span.record("error.type", diagnostic.category_name().as_str()),

@@ -80,6 +80,12 @@ fn a_delegating_spawn_run_exports_a_tree_of_invoke_agent_chat_and_execute_tool_s
         assert_eq!(attribute(agent, "gen_ai.agent.name").as_deref(), Some("spawn"));
         assert!(attribute(agent, "gen_ai.conversation.id").is_some_and(|id| !id.is_empty()), "{agent:?}");
         assert!(attribute(agent, "error.type").is_none());
+        // The run's token totals, from its usage as it ended.
+        let tokens = |key: &str| match attributes(agent).get(key) {
+            Some(Value::I64(count)) => *count,
+            other => panic!("{key} is {other:?}"),
+        };
+        assert!(tokens("gen_ai.usage.input_tokens") > 0 && tokens("gen_ai.usage.output_tokens") > 0, "{agent:?}");
         assert_eq!(agent.span_context.trace_id(), root.span_context.trace_id(), "one trace");
     }
 
@@ -330,4 +336,41 @@ fn run_with_otlp_on_a_process_provider_joins_each_child_process_to_the_parents_t
         chats.iter().any(|chat| session_ids.contains(&chat.parent_span_id.as_slice())),
         "a child's chat span hangs under its session: {names:?}"
     );
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[test]
+fn subagents_mcp_runs_a_calls_work_inside_the_trace_its_meta_names() {
+    let (url, received) = collector(64);
+    let mut server = crate::mcp::support::Raw::start(&["--otlp", &url]);
+    server.handshake();
+    let (trace_id, caller_span) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    let arguments = serde_json::json!({"description": "two checks", "prompt": "check the parser; check the docs"});
+    let meta = serde_json::json!({"traceparent": format!("00-{trace_id}-{caller_span}-01")});
+    server.request(2, "tools/call", serde_json::json!({"name": "subagent", "arguments": arguments, "_meta": meta}));
+    let answer = server.answer();
+    assert!(answer["result"]["isError"] != true, "{answer}");
+    server.close_stdin();
+    assert!(server.wait_for_exit(common::WAIT_LIMIT).success(), "{}", server.stderr());
+    let bodies: Vec<Vec<u8>> = received.lock().unwrap().iter().map(|(_, body)| body.clone()).collect();
+    let spans = spans_of(&bodies);
+    let names: Vec<&str> = spans.iter().map(|span| span.name.as_str()).collect();
+    // The served call's span, its parent the caller's (the run's own
+    // delegations are `execute_tool subagent` spans too, further down).
+    let call = spans
+        .iter()
+        .find(|span| span.name == "execute_tool subagent" && hex(&span.parent_span_id) == caller_span)
+        .unwrap_or_else(|| panic!("no span under the caller's: {names:?}"));
+    assert_eq!(hex(&call.trace_id), trace_id, "the call joined the caller's trace");
+    let runs: Vec<&Exported> = spans
+        .iter()
+        .filter(|span| span.name.starts_with("invoke_agent ") && span.parent_span_id == call.span_id)
+        .collect();
+    assert_eq!(runs.len(), 1, "the call's run is inside it: {names:?}");
+    let agents: Vec<&Exported> = spans.iter().filter(|span| span.name.starts_with("invoke_agent ")).collect();
+    assert_eq!(agents.len(), 3, "the call's run and its two children: {names:?}");
+    assert!(agents.iter().all(|run| hex(&run.trace_id) == trace_id), "one trace: {agents:?}");
 }

@@ -200,7 +200,7 @@ impl RunActor {
             gen_ai.usage.output_tokens = tracing::field::Empty,
             error.type = tracing::field::Empty,
         );
-        // A run started for a peer in another process joins its trace.
+        // Its parent: the caller's span, or a peer's in another process.
         if let Some(remote) = &spawn.launch.request.trace_parent {
             remote.adopt_as_parent_of(&span);
         }

@@ -323,8 +323,9 @@ pub struct StartRequest {
     pub detached: Option<Detached>,
     /// The child a continuation resumes (set by `Continuation::start`).
     pub(crate) resume: Option<LocalAgent>,
-    /// The trace of the peer this run is started for (a server's caller),
-    /// its run's span's remote parent.
+    /// The span the run's span hangs under while spans are exported: the
+    /// caller's, taken when it starts the run (the run's span is created on
+    /// the runtime's thread), or a peer's in another process.
     pub(crate) trace_parent: Option<crate::telemetry::TraceContext>,
 }
 
