@@ -87,6 +87,22 @@ impl TraceContext {
         Some(TraceContext { traceparent: traceparent.to_owned(), tracestate })
     }
 
+    /// A context a peer put in a request's `_meta` (MCP, ACP).
+    pub(crate) fn from_meta(meta: &serde_json::Map<String, serde_json::Value>) -> Option<TraceContext> {
+        let field = |key: &str| meta.get(key).and_then(serde_json::Value::as_str);
+        TraceContext::received(field("traceparent"), field("tracestate"))
+    }
+
+    /// This context as `_meta` fields (MCP, ACP).
+    pub(crate) fn into_meta(self) -> serde_json::Map<String, serde_json::Value> {
+        let mut meta = serde_json::Map::new();
+        meta.insert("traceparent".to_owned(), self.traceparent.into());
+        if let Some(state) = self.tracestate {
+            meta.insert("tracestate".to_owned(), state.into());
+        }
+        meta
+    }
+
     /// The context of the span we are in, to send to a child: only while
     /// recording, and only when an OpenTelemetry layer gave it an id.
     pub(crate) fn current() -> Option<TraceContext> {

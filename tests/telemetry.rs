@@ -299,16 +299,17 @@ fn spans_of(bodies: &[Vec<u8>]) -> Vec<Exported> {
     spans
 }
 
-#[test]
-fn run_with_otlp_on_a_process_provider_joins_each_child_process_to_the_parents_trace() {
+/// Runs `subagents run --otlp` delegating to `provider` (a configuration
+/// table for `[providers.child]`, without its `env`), whose children in
+/// other processes export to the same collector: every span of theirs
+/// named `served` is in the parent's trace, each under one of the
+/// parent's runs.
+fn children_join_the_parents_trace(provider: &str, served: &str) {
     let (url, received) = collector(64);
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("subagents.toml");
     // The child exports to the same collector, told through its environment.
-    let text = format!(
-        "[providers.child]\nkind = \"process\"\nbin = {bin:?}\nenv = {{ OTEL_EXPORTER_OTLP_ENDPOINT = {url:?} }}\n",
-        bin = env!("CARGO_BIN_EXE_subagents"),
-    );
+    let text = format!("[providers.child]\n{provider}env = {{ OTEL_EXPORTER_OTLP_ENDPOINT = {url:?} }}\n");
     std::fs::write(&config, text).unwrap();
     let args =
         ["run", "--config", config.to_str().unwrap(), "--provider", "child", "review the parser; check the docs"];
@@ -317,24 +318,39 @@ fn run_with_otlp_on_a_process_provider_joins_each_child_process_to_the_parents_t
 
     let root = spans.iter().find(|span| span.name == "invoke_agent parent").expect("the parent agent's span");
     let runs: Vec<&Exported> = spans.iter().filter(|span| span.name == "invoke_agent child").collect();
-    let served: Vec<&Exported> = spans.iter().filter(|span| span.name == "invoke_agent default").collect();
+    let sessions: Vec<&Exported> = spans.iter().filter(|span| span.name == served).collect();
     assert_eq!(runs.len(), 2, "the parent delegated twice: {names:?}");
-    assert_eq!(served.len(), 2, "each child process exported its session's span: {names:?}");
-    for span in runs.iter().chain(&served) {
+    assert_eq!(sessions.len(), 2, "each child exported its turn's span: {names:?}");
+    for span in runs.iter().chain(&sessions) {
         assert_eq!(span.trace_id, root.trace_id, "one trace across the processes: {span:?}");
     }
     let mut run_ids: Vec<&[u8]> = runs.iter().map(|run| run.span_id.as_slice()).collect();
-    let mut parents: Vec<&[u8]> = served.iter().map(|session| session.parent_span_id.as_slice()).collect();
+    let mut parents: Vec<&[u8]> = sessions.iter().map(|session| session.parent_span_id.as_slice()).collect();
     run_ids.sort();
     parents.sort();
     assert_eq!(parents, run_ids, "each child's span is inside the parent's run that started it");
-    // The child's model calls are inside its session's span.
-    let session_ids: Vec<&[u8]> = served.iter().map(|session| session.span_id.as_slice()).collect();
+    // The child's model calls are inside its span.
+    let session_ids: Vec<&[u8]> = sessions.iter().map(|session| session.span_id.as_slice()).collect();
     let chats: Vec<&Exported> =
         spans.iter().filter(|span| span.trace_id == root.trace_id && span.name.starts_with("chat ")).collect();
     assert!(
         chats.iter().any(|chat| session_ids.contains(&chat.parent_span_id.as_slice())),
-        "a child's chat span hangs under its session: {names:?}"
+        "a child's chat span hangs under its span: {names:?}"
+    );
+}
+
+#[test]
+fn run_with_otlp_on_a_process_provider_joins_each_child_process_to_the_parents_trace() {
+    let bin = env!("CARGO_BIN_EXE_subagents");
+    children_join_the_parents_trace(&format!("kind = \"process\"\nbin = {bin:?}\n"), "invoke_agent default");
+}
+
+#[test]
+fn run_with_otlp_on_an_acp_provider_joins_each_prompt_to_the_parents_trace() {
+    let bin = env!("CARGO_BIN_EXE_subagents");
+    children_join_the_parents_trace(
+        &format!("kind = \"acp\"\ncommand = {bin:?}\nargs = [\"acp\"]\n"),
+        "invoke_agent acp",
     );
 }
 

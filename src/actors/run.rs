@@ -277,7 +277,9 @@ impl RunActor {
             steering: child.supports_steering(),
             continuation: child.supports_continuation(),
         };
-        let run = self.running.hold(self.core.id(), &self.span, contained(|| child.run()));
+        // In the span from the first call: a provider may send its prompt
+        // before the future is polled, and the span's context goes with it.
+        let run = self.span.in_scope(|| self.running.hold(self.core.id(), &self.span, contained(|| child.run())));
         self.phase = Phase::Running { child, structured: None };
         self.drive(run, ctx, |actor, outcome, ctx| {
             if let Some(outcome) = outcome {

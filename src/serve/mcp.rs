@@ -530,8 +530,7 @@ impl ServerHandler for Server {
         let tool_context = session.tool_context(context.id.to_string(), cancel.clone());
         // The caller's trace, when its `_meta` carries one: the runs this
         // call starts join it.
-        let meta = |key: &str| context.meta.get(key).and_then(Value::as_str);
-        let trace = TraceContext::received(meta("traceparent"), meta("tracestate"));
+        let trace = TraceContext::from_meta(&context.meta);
         let span = telemetry::served_tool(&request.name, trace.as_ref());
         let result = cancelled_by(&context.ct, &cancel, async {
             match target {

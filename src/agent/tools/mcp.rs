@@ -448,12 +448,8 @@ impl McpServer {
         }
         // Inside the tool call's span: the server's work joins its trace.
         if let Some(trace) = crate::telemetry::TraceContext::current() {
-            let mut meta = rmcp::model::RequestMetaObject::default();
-            meta.insert("traceparent".to_owned(), Value::String(trace.traceparent));
-            if let Some(state) = trace.tracestate {
-                meta.insert("tracestate".to_owned(), Value::String(state));
-            }
-            params.meta = Some(meta);
+            let meta = rmcp::model::MetaObject(trace.into_meta());
+            params.meta = Some(rmcp::model::RequestMetaObject(meta));
         }
         // Dropping the call (a cancel, the timeout) sends notifications/cancelled.
         let answer = tokio::select! {
