@@ -354,6 +354,36 @@ fn run_with_otlp_on_an_acp_provider_joins_each_prompt_to_the_parents_trace() {
     );
 }
 
+#[test]
+fn run_with_otlp_on_the_remote_provider_joins_each_workers_run_to_the_parents_trace() {
+    use crate::remote::support::{one_at_a_time, Server, Worker};
+    let _serial = one_at_a_time();
+    let (url, received) = collector(64);
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let mut worker = Worker::start(dir.path(), &server.url(), "w1", &["--otlp", &url]);
+    let nats = server.url();
+    let args = ["run", "--provider", "remote", "--nats", &nats, "review the parser; check the docs"];
+    posted((url, received.clone()), &args);
+    // The worker exports what is left as it stops.
+    assert!(worker.terminate(common::WAIT_LIMIT).is_some_and(|status| status.success()), "{}", worker.log());
+    let bodies: Vec<Vec<u8>> = received.lock().unwrap().iter().map(|(_, body)| body.clone()).collect();
+    let spans = spans_of(&bodies);
+    let names: Vec<&str> = spans.iter().map(|span| span.name.as_str()).collect();
+
+    let root = spans.iter().find(|span| span.name == "invoke_agent parent").expect("the parent agent's span");
+    let calls: Vec<&Exported> = spans.iter().filter(|span| span.name == "invoke_agent remote").collect();
+    assert_eq!(calls.len(), 2, "the parent delegated twice: {names:?}");
+    let on_worker: Vec<&Exported> = spans
+        .iter()
+        .filter(|span| {
+            span.name.starts_with("invoke_agent ") && calls.iter().any(|call| call.span_id == span.parent_span_id)
+        })
+        .collect();
+    assert_eq!(on_worker.len(), 2, "each worker run is inside the caller's run that sent it: {names:?}");
+    assert!(on_worker.iter().chain(&calls).all(|span| span.trace_id == root.trace_id), "one trace: {on_worker:?}");
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
