@@ -9,6 +9,8 @@
 //! | --- | --- | --- | --- |
 //! | `run` | `invoke_agent {provider}` | `client` for a child in another process (acp, process, remote), else `internal` | `gen_ai.operation.name` = `invoke_agent`, `gen_ai.agent.name` (the provider), `gen_ai.agent.id` (the run id), `gen_ai.conversation.id` (the child's session, once known), `error.type` on failure |
 //! | `model_call` | `chat {model}` | `client` | `gen_ai.operation.name` = `chat`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.response.finish_reasons`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens` |
+//! | `served` (`subagents serve`'s session, `subagents acp`'s prompt) | `invoke_agent {agent}` | `server` | `gen_ai.operation.name` = `invoke_agent`, `gen_ai.agent.name`, `gen_ai.conversation.id`, `gen_ai.request.model` |
+//! | `served_tool` (a call `subagents mcp` answers) | `execute_tool {tool}` | `server` | `gen_ai.operation.name` = `execute_tool`, `gen_ai.tool.name` |
 //! | `tool_call` | `execute_tool {tool}` | `internal` | `gen_ai.operation.name` = `execute_tool`, `gen_ai.tool.name`, `gen_ai.tool.call.id` |
 //!
 //! A run's span also carries `gen_ai.request.model` (the run's model when
@@ -57,11 +59,13 @@ pub(crate) struct TraceContext {
 
 /// The longest `tracestate` kept (the W3C limit of 32 members fits well
 /// within it); a longer one is dropped, the trace still joined.
+#[cfg(any(feature = "process", all(feature = "acp", feature = "agent")))]
 const MAX_TRACESTATE: usize = 512;
 
 impl TraceContext {
     /// A context received from a peer, if `traceparent` is well formed
     /// (version `00`, non-zero ids, lowercase hex).
+    #[cfg(any(feature = "process", all(feature = "acp", feature = "agent")))]
     pub(crate) fn received(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<TraceContext> {
         let traceparent = traceparent?;
         let parts: Vec<&str> = traceparent.split('-').collect();
@@ -88,12 +92,14 @@ impl TraceContext {
     }
 
     /// A context a peer put in a request's `_meta` (MCP, ACP).
+    #[cfg(any(feature = "mcp", all(feature = "acp", feature = "agent")))]
     pub(crate) fn from_meta(meta: &serde_json::Map<String, serde_json::Value>) -> Option<TraceContext> {
         let field = |key: &str| meta.get(key).and_then(serde_json::Value::as_str);
         TraceContext::received(field("traceparent"), field("tracestate"))
     }
 
     /// This context as `_meta` fields (MCP, ACP).
+    #[cfg(any(feature = "mcp", feature = "acp"))]
     pub(crate) fn into_meta(self) -> serde_json::Map<String, serde_json::Value> {
         let mut meta = serde_json::Map::new();
         meta.insert("traceparent".to_owned(), self.traceparent.into());
@@ -197,6 +203,7 @@ pub(crate) fn invoke_agent(span: &Span, provider: &str, run_id: u64, out_of_proc
 /// The span of a session served to a peer in another process: named
 /// `invoke_agent {agent}`, a `server` span whose remote parent is the
 /// peer's run when the peer sent its trace context.
+#[cfg(any(feature = "process", all(feature = "acp", feature = "agent")))]
 pub(crate) fn served(agent: &str, session: &str, model: Option<&str>, parent: Option<&TraceContext>) -> Span {
     let span = tracing::warn_span!(
         "served",
@@ -229,6 +236,7 @@ pub(crate) fn served(agent: &str, session: &str, model: Option<&str>, parent: Op
 /// `execute_tool {tool}`, a `server` span whose remote parent is the
 /// caller's when it sent its trace context; the runs the call starts are
 /// inside it. A span that records nothing while not exporting.
+#[cfg(feature = "mcp")]
 pub(crate) fn served_tool(tool: &str, parent: Option<&TraceContext>) -> Span {
     if !records_gen_ai() {
         return Span::none();
