@@ -365,3 +365,32 @@ pub(crate) fn execute_tool(span: &Span, tool: &str, call_id: &str) {
     span.record("gen_ai.tool.name", tool);
     span.record("gen_ai.tool.call.id", call_id);
 }
+
+#[cfg(all(test, feature = "process"))]
+mod tests {
+    use super::TraceContext;
+
+    const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn a_received_context_is_kept_only_when_well_formed_and_bounded() {
+        let kept = TraceContext::received(Some(PARENT), Some("vendor=a1")).expect("well formed");
+        assert_eq!((kept.traceparent.as_str(), kept.tracestate.as_deref()), (PARENT, Some("vendor=a1")));
+        for malformed in [
+            "",
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+        ] {
+            assert_eq!(TraceContext::received(Some(malformed), None), None, "{malformed:?}");
+        }
+        let long = "a=".to_owned() + &"b".repeat(600);
+        for state in [long.as_str(), "", "bad\nline"] {
+            let kept = TraceContext::received(Some(PARENT), Some(state)).expect("the trace is still joined");
+            assert_eq!(kept.tracestate, None, "{state:?} is dropped");
+        }
+    }
+}
