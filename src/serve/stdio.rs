@@ -23,6 +23,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::codec::AnyDelimiterCodecError;
+use tracing::Instrument as _;
 
 use super::pipes::{self, StdoutLines};
 use super::signals::StopSignals;
@@ -334,7 +335,7 @@ impl Server {
         };
         let (id, out) = (id.clone(), self.out.clone());
         let span = self.span.clone();
-        self.turn = Some(tokio::task::spawn_local(tracing::Instrument::instrument(
+        self.turn = Some(tokio::task::spawn_local(
             async move {
                 let outcome = agent.prompt(prompt).await;
                 if let Some(text) = last_assistant_text(&agent.events()) {
@@ -346,9 +347,9 @@ impl Server {
                 let failed =
                     outcome.error.as_ref().map(|error| json!({"category": error.category(), "reason": error.reason}));
                 let _ = out.send(reply(&id, json!({"reason": reason, "usage": outcome.usage, "error": failed})));
-            },
-            span,
-        )));
+            }
+            .instrument(span),
+        ));
         None
     }
 
