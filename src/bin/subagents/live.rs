@@ -12,12 +12,18 @@
 //! ─ spawn [review the parser] running: tool read_file: completed
 //!   ─ spawn [check the docs] completed
 //! ```
+//!
+//! `fanout`'s progress bar gets a line below it from [`per_provider`]:
+//! how many runs each provider has going, and how many it finished.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use subagents::{ProgressUpdate, StopReason, SubagentEvent};
+use std::sync::Mutex;
+
+use indicatif::ProgressBar;
+use subagents::{ListenerHandle, ProgressUpdate, StopReason, SubagentEvent, Subagents};
 
 use crate::terminal;
 
@@ -153,4 +159,34 @@ fn describe(update: &ProgressUpdate) -> Option<String> {
         _ => return None,
     };
     Some(line.chars().take(MAX_PROGRESS).collect())
+}
+
+/// Keeps `bar`'s message at one line per provider, `spawn: 3 running, 12
+/// done`, while the handle is held. Nothing for a hidden bar.
+pub fn per_provider(subagents: &Subagents, bar: &ProgressBar) -> Option<ListenerHandle> {
+    if bar.is_hidden() {
+        return None;
+    }
+    let (bar, counts) = (bar.clone(), Mutex::new(BTreeMap::<String, (u64, u64)>::new()));
+    let listener = move |event: &SubagentEvent| {
+        let mut counts = counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match event {
+            SubagentEvent::Start(info) => counts.entry(info.provider.clone()).or_default().0 += 1,
+            SubagentEvent::End(end) => {
+                let (running, done) = counts.entry(end.provider.clone()).or_default();
+                *running = running.saturating_sub(1);
+                *done += 1;
+            }
+            _ => return,
+        }
+        let lines: Vec<String> = counts
+            .iter()
+            .take(MAX_ROWS)
+            .map(|(provider, (running, done))| {
+                terminal::line(&format!("{provider}: {running} running, {done} done")).into_owned()
+            })
+            .collect();
+        bar.set_message(format!("\n{}", lines.join("\n")));
+    };
+    Some(subagents.add_listener(listener))
 }
