@@ -9,7 +9,14 @@
 //! | --- | --- | --- | --- |
 //! | `run` | `invoke_agent {provider}` | `client` for a child in another process (acp, process, remote), else `internal` | `gen_ai.operation.name` = `invoke_agent`, `gen_ai.agent.name` (the provider), `gen_ai.agent.id` (the run id), `gen_ai.conversation.id` (the child's session, once known), `error.type` on failure |
 //! | `model_call` | `chat {model}` | `client` | `gen_ai.operation.name` = `chat`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.response.finish_reasons`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens` |
+//! | `served` (`subagents serve`'s session, `subagents acp`'s prompt) | `invoke_agent {agent}` | `server` | `gen_ai.operation.name` = `invoke_agent`, `gen_ai.agent.name`, `gen_ai.conversation.id`, `gen_ai.request.model` |
+//! | `served_tool` (a call `subagents mcp` answers) | `execute_tool {tool}` | `server` | `gen_ai.operation.name` = `execute_tool`, `gen_ai.tool.name` |
 //! | `tool_call` | `execute_tool {tool}` | `internal` | `gen_ai.operation.name` = `execute_tool`, `gen_ai.tool.name`, `gen_ai.tool.call.id` |
+//!
+//! A run's span also carries `gen_ai.request.model` (the run's model when
+//! its request or provider names one) and, once it ends,
+//! `gen_ai.usage.input_tokens` / `gen_ai.usage.output_tokens`: what the
+//! run's model calls spent, its children's included.
 //!
 //! They are filled only after [`record_gen_ai`]`(true)`, which whoever
 //! installs an exporter calls: a log on stderr keeps its short span lines,
@@ -17,6 +24,17 @@
 //! Message content (prompts, replies, tool arguments and results) is never
 //! recorded on these spans, and while they are filled a run's `label`
 //! (which a model may have written) is left off its span.
+//!
+//! ## Across wires
+//!
+//! With the `otel` feature and recording on, a child in another process
+//! joins its parent's trace: the W3C `traceparent` (and `tracestate`) of
+//! the span that starts it crosses the wire — the `process` provider's
+//! `initialize`, the `remote` provider's run request, MCP and ACP `_meta` —
+//! and the receiving side makes it the remote parent of its own span.
+//! Without the feature, or with recording off, nothing is sent and a
+//! received one is ignored. A received context is untrusted: one that is
+//! malformed or oversized is dropped, never an error.
 //!
 //! ```
 //! subagents::telemetry::record_gen_ai(true);
@@ -29,6 +47,125 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tracing::Span;
 
 use crate::seam::{RunResult, StopReason};
+
+/// The W3C trace context of a span, as it crosses a wire: `traceparent`
+/// (`00-{trace id}-{span id}-{flags}`) and, when the trace carries
+/// vendor state, `tracestate`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TraceContext {
+    pub traceparent: String,
+    pub tracestate: Option<String>,
+}
+
+/// The longest `tracestate` kept (the W3C limit of 32 members fits well
+/// within it); a longer one is dropped, the trace still joined.
+#[cfg(any(feature = "process", all(feature = "acp", feature = "agent")))]
+const MAX_TRACESTATE: usize = 512;
+
+impl TraceContext {
+    /// A context received from a peer, if `traceparent` is well formed
+    /// (version `00`, non-zero ids, lowercase hex).
+    #[cfg(any(feature = "process", all(feature = "acp", feature = "agent")))]
+    pub(crate) fn received(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<TraceContext> {
+        let traceparent = traceparent?;
+        let parts: Vec<&str> = traceparent.split('-').collect();
+        let hex = |part: &str, len: usize| {
+            part.len() == len && part.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        let zero = |part: &str| part.bytes().all(|b| b == b'0');
+        let well_formed = parts.len() == 4
+            && parts[0] == "00"
+            && hex(parts[1], 32)
+            && !zero(parts[1])
+            && hex(parts[2], 16)
+            && !zero(parts[2])
+            && hex(parts[3], 2);
+        if !well_formed {
+            return None;
+        }
+        let tracestate = tracestate
+            .filter(|state| {
+                !state.is_empty() && state.len() <= MAX_TRACESTATE && state.bytes().all(|b| (0x20..0x7f).contains(&b))
+            })
+            .map(str::to_owned);
+        Some(TraceContext { traceparent: traceparent.to_owned(), tracestate })
+    }
+
+    /// A context a peer put in a request's `_meta` (MCP, ACP).
+    #[cfg(any(feature = "mcp", all(feature = "acp", feature = "agent")))]
+    pub(crate) fn from_meta(meta: &serde_json::Map<String, serde_json::Value>) -> Option<TraceContext> {
+        let field = |key: &str| meta.get(key).and_then(serde_json::Value::as_str);
+        TraceContext::received(field("traceparent"), field("tracestate"))
+    }
+
+    /// This context as `_meta` fields (MCP, ACP).
+    #[cfg(any(feature = "mcp", feature = "acp"))]
+    pub(crate) fn into_meta(self) -> serde_json::Map<String, serde_json::Value> {
+        let mut meta = serde_json::Map::new();
+        meta.insert("traceparent".to_owned(), self.traceparent.into());
+        if let Some(state) = self.tracestate {
+            meta.insert("tracestate".to_owned(), state.into());
+        }
+        meta
+    }
+
+    /// The context of the span we are in, to send to a child: only while
+    /// recording, and only when an OpenTelemetry layer gave it an id.
+    pub(crate) fn current() -> Option<TraceContext> {
+        #[cfg(feature = "otel")]
+        {
+            use opentelemetry::trace::TraceContextExt as _;
+            use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+            let span = Span::current();
+            if !fill(&span) {
+                return None;
+            }
+            let context = span.context();
+            let span_context = context.span().span_context().clone();
+            if !span_context.is_valid() {
+                return None;
+            }
+            let traceparent = format!(
+                "00-{}-{}-{:02x}",
+                span_context.trace_id(),
+                span_context.span_id(),
+                span_context.trace_flags().to_u8()
+            );
+            let state = span_context.trace_state().header();
+            let tracestate = (!state.is_empty()).then_some(state);
+            Some(TraceContext { traceparent, tracestate })
+        }
+        #[cfg(not(feature = "otel"))]
+        None
+    }
+
+    /// Makes this (remote) context the parent of `span`, which must not
+    /// have been entered yet; nothing when not recording.
+    pub(crate) fn adopt_as_parent_of(&self, span: &Span) {
+        #[cfg(feature = "otel")]
+        {
+            use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState};
+            use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+            if !fill(span) {
+                return;
+            }
+            let parts: Vec<&str> = self.traceparent.split('-').collect();
+            let (Ok(trace_id), Ok(span_id), Ok(flags)) =
+                (TraceId::from_hex(parts[1]), SpanId::from_hex(parts[2]), u8::from_str_radix(parts[3], 16))
+            else {
+                return;
+            };
+            let state =
+                self.tracestate.as_deref().and_then(|state| state.parse::<TraceState>().ok()).unwrap_or_default();
+            let remote = SpanContext::new(trace_id, span_id, TraceFlags::new(flags), true, state);
+            let parent = opentelemetry::Context::new().with_remote_span_context(remote);
+            // Only a span already entered refuses, and we are given new ones.
+            let _ = span.set_parent(parent);
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = span;
+    }
+}
 
 static RECORDING: AtomicBool = AtomicBool::new(false);
 
@@ -49,15 +186,80 @@ fn fill(span: &Span) -> bool {
 }
 
 /// A run's span, just created: its name, kind and identity.
-pub(crate) fn invoke_agent(span: &Span, provider: &str, run_id: u64, out_of_process: bool) {
+pub(crate) fn invoke_agent(span: &Span, provider: &str, run_id: u64, out_of_process: bool, model: Option<&str>) {
     if !fill(span) {
         return;
+    }
+    if let Some(model) = model {
+        span.record("gen_ai.request.model", model);
     }
     span.record("otel.name", format_args!("invoke_agent {provider}"));
     span.record("otel.kind", if out_of_process { "client" } else { "internal" });
     span.record("gen_ai.operation.name", "invoke_agent");
     span.record("gen_ai.agent.name", provider);
     span.record("gen_ai.agent.id", format_args!("{run_id}"));
+}
+
+/// The span of a session served to a peer in another process: named
+/// `invoke_agent {agent}`, a `server` span whose remote parent is the
+/// peer's run when the peer sent its trace context.
+#[cfg(any(feature = "process", all(feature = "acp", feature = "agent")))]
+pub(crate) fn served(agent: &str, session: &str, model: Option<&str>, parent: Option<&TraceContext>) -> Span {
+    let span = tracing::warn_span!(
+        "served",
+        agent,
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        gen_ai.operation.name = tracing::field::Empty,
+        gen_ai.agent.name = tracing::field::Empty,
+        gen_ai.conversation.id = tracing::field::Empty,
+        gen_ai.request.model = tracing::field::Empty,
+    );
+    if !fill(&span) {
+        return span;
+    }
+    if let Some(parent) = parent {
+        parent.adopt_as_parent_of(&span);
+    }
+    span.record("otel.name", format_args!("invoke_agent {agent}"));
+    span.record("otel.kind", "server");
+    span.record("gen_ai.operation.name", "invoke_agent");
+    span.record("gen_ai.agent.name", agent);
+    span.record("gen_ai.conversation.id", session);
+    if let Some(model) = model {
+        span.record("gen_ai.request.model", model);
+    }
+    span
+}
+
+/// The span of a tool call served to a peer (`subagents mcp`): named
+/// `execute_tool {tool}`, a `server` span whose remote parent is the
+/// caller's when it sent its trace context; the runs the call starts are
+/// inside it. A span that records nothing while not exporting.
+#[cfg(feature = "mcp")]
+pub(crate) fn served_tool(tool: &str, parent: Option<&TraceContext>) -> Span {
+    if !records_gen_ai() {
+        return Span::none();
+    }
+    let span = tracing::warn_span!(
+        "served_tool",
+        tool,
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        gen_ai.operation.name = tracing::field::Empty,
+        gen_ai.tool.name = tracing::field::Empty,
+    );
+    if !fill(&span) {
+        return span;
+    }
+    if let Some(parent) = parent {
+        parent.adopt_as_parent_of(&span);
+    }
+    span.record("otel.name", format_args!("execute_tool {tool}"));
+    span.record("otel.kind", "server");
+    span.record("gen_ai.operation.name", "execute_tool");
+    span.record("gen_ai.tool.name", tool);
+    span
 }
 
 /// The child's session, once the run knows it.
@@ -76,6 +278,10 @@ pub(crate) fn run_ended(span: &Span, result: &RunResult) {
     if let Some(session) = &result.child_session {
         span.record("gen_ai.conversation.id", session.as_str());
     }
+    // As integers: the bridge exports a `u64` as a string.
+    let count = |tokens: u64| i64::try_from(tokens).unwrap_or(i64::MAX);
+    span.record("gen_ai.usage.input_tokens", count(result.usage.input_tokens));
+    span.record("gen_ai.usage.output_tokens", count(result.usage.output_tokens));
     if result.stop_reason == StopReason::Error {
         match &result.diagnostic {
             Some(diagnostic) => span.record("error.type", diagnostic.category_name().as_str()),
@@ -140,4 +346,33 @@ pub(crate) fn execute_tool(span: &Span, tool: &str, call_id: &str) {
     span.record("gen_ai.operation.name", "execute_tool");
     span.record("gen_ai.tool.name", tool);
     span.record("gen_ai.tool.call.id", call_id);
+}
+
+#[cfg(all(test, feature = "process"))]
+mod tests {
+    use super::TraceContext;
+
+    const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn a_received_context_is_kept_only_when_well_formed_and_bounded() {
+        let kept = TraceContext::received(Some(PARENT), Some("vendor=a1")).expect("well formed");
+        assert_eq!((kept.traceparent.as_str(), kept.tracestate.as_deref()), (PARENT, Some("vendor=a1")));
+        for malformed in [
+            "",
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+        ] {
+            assert_eq!(TraceContext::received(Some(malformed), None), None, "{malformed:?}");
+        }
+        let long = "a=".to_owned() + &"b".repeat(600);
+        for state in [long.as_str(), "", "bad\nline"] {
+            let kept = TraceContext::received(Some(PARENT), Some(state)).expect("the trace is still joined");
+            assert_eq!(kept.tracestate, None, "{state:?} is dropped");
+        }
+    }
 }

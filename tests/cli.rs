@@ -102,6 +102,20 @@ fn run_prints_the_answer_and_the_tree_of_delegated_runs() {
 }
 
 #[test]
+fn run_off_a_terminal_says_on_stderr_as_each_child_starts_and_ends() {
+    let home = tempfile::tempdir().unwrap();
+    let output = run(subagents().args(["run", "review the parser; check the docs", "--home"]).arg(home.path()));
+    assert!(output.status.success());
+    let stderr = text(&output.stderr);
+    for child in ["review the parser", "check the docs"] {
+        let lines: Vec<&str> = stderr.lines().filter(|line| line.contains(&format!("─ spawn [{child}]"))).collect();
+        assert!(lines.first().is_some_and(|line| line.ends_with(" started")), "{stderr}");
+        assert!(lines.last().is_some_and(|line| line.ends_with(" completed")), "{stderr}");
+    }
+    assert!(!stderr.contains('\u{1b}'), "no cursor movement off a terminal: {stderr:?}");
+}
+
+#[test]
 fn fanout_runs_every_task_writes_results_a_summary_and_a_trace() {
     let home = tempfile::tempdir().unwrap();
     let out = home.path().join("results.jsonl");

@@ -12,7 +12,7 @@ mod lifecycle;
 #[path = "mcp/lines.rs"]
 mod lines;
 #[path = "mcp/support.rs"]
-mod support;
+pub(crate) mod support;
 #[path = "mcp/tools.rs"]
 mod tools;
 

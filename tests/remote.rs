@@ -19,7 +19,7 @@ mod faults;
 #[path = "remote/reattach.rs"]
 mod reattach;
 #[path = "remote/support.rs"]
-mod support;
+pub(crate) mod support;
 
 use crate::common;
 

@@ -80,6 +80,12 @@ fn a_delegating_spawn_run_exports_a_tree_of_invoke_agent_chat_and_execute_tool_s
         assert_eq!(attribute(agent, "gen_ai.agent.name").as_deref(), Some("spawn"));
         assert!(attribute(agent, "gen_ai.conversation.id").is_some_and(|id| !id.is_empty()), "{agent:?}");
         assert!(attribute(agent, "error.type").is_none());
+        // The run's token totals, from its usage as it ended.
+        let tokens = |key: &str| match attributes(agent).get(key) {
+            Some(Value::I64(count)) => *count,
+            other => panic!("{key} is {other:?}"),
+        };
+        assert!(tokens("gen_ai.usage.input_tokens") > 0 && tokens("gen_ai.usage.output_tokens") > 0, "{agent:?}");
         assert_eq!(agent.span_context.trace_id(), root.span_context.trace_id(), "one trace");
     }
 
@@ -167,11 +173,17 @@ fn collector(limit: usize) -> (String, Received) {
 /// Runs the binary with `args` and `--otlp` to a stand-in collector; every
 /// body it posted, joined.
 fn exported(args: &[&str]) -> Vec<u8> {
-    let (url, received) = collector(64);
+    posted(collector(64), args).concat()
+}
+
+/// Runs the binary with `args` and `--otlp` to `url`; each body posted
+/// there (by it and by any child exporting to the same collector).
+fn posted((url, received): (String, Received), args: &[&str]) -> Vec<Vec<u8>> {
     let home = tempfile::tempdir().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
     command
         .env_remove("SUBAGENTS_HOME")
+        .env_remove("SUBAGENTS_CONFIG")
         .env_remove("RUST_LOG")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -190,7 +202,7 @@ fn exported(args: &[&str]) -> Vec<u8> {
     assert!(!received.is_empty(), "the exporter posted to the collector before exit");
     let paths: Vec<&str> = received.iter().map(|(path, _)| path.as_str()).collect();
     assert!(paths.iter().all(|path| *path == "/v1/traces"), "{paths:?}");
-    received.iter().flat_map(|(_, body)| body.clone()).collect()
+    received.iter().map(|(_, body)| body.clone()).collect()
 }
 
 /// How often `needle` occurs in `bytes`: protobuf keeps strings as they are.
@@ -218,4 +230,193 @@ fn run_with_otlp_roots_its_runs_under_the_parent_agent() {
     assert_eq!(occurrences(&bodies, "invoke_agent spawn"), 2);
     assert_eq!(occurrences(&bodies, "execute_tool subagent"), 2);
     assert_eq!(occurrences(&bodies, "check the docs"), 0, "no message content is exported");
+}
+
+/// One span of an OTLP export, as far as these tests read it.
+#[derive(Debug)]
+struct Exported {
+    trace_id: Vec<u8>,
+    span_id: Vec<u8>,
+    parent_span_id: Vec<u8>,
+    name: String,
+}
+
+/// The protobuf fields of `bytes` (number, length-delimited payload);
+/// other wire types are skipped.
+fn fields(mut bytes: &[u8]) -> Vec<(u64, &[u8])> {
+    fn varint(bytes: &mut &[u8]) -> u64 {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (byte, rest) = bytes.split_first().expect("a complete varint");
+            *bytes = rest;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                break;
+            }
+        }
+        value
+    }
+    let mut found = Vec::new();
+    while !bytes.is_empty() {
+        let key = varint(&mut bytes);
+        match key & 7 {
+            0 => drop(varint(&mut bytes)),
+            1 => bytes = &bytes[8..],
+            5 => bytes = &bytes[4..],
+            2 => {
+                let length = varint(&mut bytes) as usize;
+                found.push((key >> 3, &bytes[..length]));
+                bytes = &bytes[length..];
+            }
+            other => panic!("wire type {other} in an OTLP body"),
+        }
+    }
+    found
+}
+
+/// The spans of OTLP/protobuf `ExportTraceServiceRequest` bodies.
+fn spans_of(bodies: &[Vec<u8>]) -> Vec<Exported> {
+    fn nested(bytes: &[u8], number: u64) -> Vec<&[u8]> {
+        fields(bytes).into_iter().filter(|(n, _)| *n == number).map(|(_, payload)| payload).collect()
+    }
+    let mut spans = Vec::new();
+    for body in bodies {
+        for resource in nested(body, 1) {
+            for scope in nested(resource, 2) {
+                for span in nested(scope, 2) {
+                    let field =
+                        |number| nested(span, number).first().map(|payload| payload.to_vec()).unwrap_or_default();
+                    spans.push(Exported {
+                        trace_id: field(1),
+                        span_id: field(2),
+                        parent_span_id: field(4),
+                        name: String::from_utf8(field(5)).unwrap(),
+                    });
+                }
+            }
+        }
+    }
+    spans
+}
+
+/// Runs `subagents run --otlp` delegating to `provider` (a configuration
+/// table for `[providers.child]`, without its `env`), whose children in
+/// other processes export to the same collector: every span of theirs
+/// named `served` is in the parent's trace, each under one of the
+/// parent's runs.
+fn children_join_the_parents_trace(provider: &str, served: &str) {
+    let (url, received) = collector(64);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("subagents.toml");
+    // The child exports to the same collector, told through its environment.
+    let text = format!("[providers.child]\n{provider}env = {{ OTEL_EXPORTER_OTLP_ENDPOINT = {url:?} }}\n");
+    std::fs::write(&config, text).unwrap();
+    let args =
+        ["run", "--config", config.to_str().unwrap(), "--provider", "child", "review the parser; check the docs"];
+    let spans = spans_of(&posted((url, received), &args));
+    let names: Vec<&str> = spans.iter().map(|span| span.name.as_str()).collect();
+
+    let root = spans.iter().find(|span| span.name == "invoke_agent parent").expect("the parent agent's span");
+    let runs: Vec<&Exported> = spans.iter().filter(|span| span.name == "invoke_agent child").collect();
+    let sessions: Vec<&Exported> = spans.iter().filter(|span| span.name == served).collect();
+    assert_eq!(runs.len(), 2, "the parent delegated twice: {names:?}");
+    assert_eq!(sessions.len(), 2, "each child exported its turn's span: {names:?}");
+    for span in runs.iter().chain(&sessions) {
+        assert_eq!(span.trace_id, root.trace_id, "one trace across the processes: {span:?}");
+    }
+    let mut run_ids: Vec<&[u8]> = runs.iter().map(|run| run.span_id.as_slice()).collect();
+    let mut parents: Vec<&[u8]> = sessions.iter().map(|session| session.parent_span_id.as_slice()).collect();
+    run_ids.sort();
+    parents.sort();
+    assert_eq!(parents, run_ids, "each child's span is inside the parent's run that started it");
+    // The child's model calls are inside its span.
+    let session_ids: Vec<&[u8]> = sessions.iter().map(|session| session.span_id.as_slice()).collect();
+    let chats: Vec<&Exported> =
+        spans.iter().filter(|span| span.trace_id == root.trace_id && span.name.starts_with("chat ")).collect();
+    assert!(
+        chats.iter().any(|chat| session_ids.contains(&chat.parent_span_id.as_slice())),
+        "a child's chat span hangs under its span: {names:?}"
+    );
+}
+
+#[test]
+fn run_with_otlp_on_a_process_provider_joins_each_child_process_to_the_parents_trace() {
+    let bin = env!("CARGO_BIN_EXE_subagents");
+    children_join_the_parents_trace(&format!("kind = \"process\"\nbin = {bin:?}\n"), "invoke_agent default");
+}
+
+#[test]
+fn run_with_otlp_on_an_acp_provider_joins_each_prompt_to_the_parents_trace() {
+    let bin = env!("CARGO_BIN_EXE_subagents");
+    children_join_the_parents_trace(
+        &format!("kind = \"acp\"\ncommand = {bin:?}\nargs = [\"acp\"]\n"),
+        "invoke_agent acp",
+    );
+}
+
+#[test]
+fn run_with_otlp_on_the_remote_provider_joins_each_workers_run_to_the_parents_trace() {
+    use crate::remote::support::{one_at_a_time, Server, Worker};
+    let _serial = one_at_a_time();
+    let (url, received) = collector(64);
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let mut worker = Worker::start(dir.path(), &server.url(), "w1", &["--otlp", &url]);
+    let nats = server.url();
+    let args = ["run", "--provider", "remote", "--nats", &nats, "review the parser; check the docs"];
+    posted((url, received.clone()), &args);
+    // The worker exports what is left as it stops.
+    assert!(worker.terminate(common::WAIT_LIMIT).is_some_and(|status| status.success()), "{}", worker.log());
+    let bodies: Vec<Vec<u8>> = received.lock().unwrap().iter().map(|(_, body)| body.clone()).collect();
+    let spans = spans_of(&bodies);
+    let names: Vec<&str> = spans.iter().map(|span| span.name.as_str()).collect();
+
+    let root = spans.iter().find(|span| span.name == "invoke_agent parent").expect("the parent agent's span");
+    let calls: Vec<&Exported> = spans.iter().filter(|span| span.name == "invoke_agent remote").collect();
+    assert_eq!(calls.len(), 2, "the parent delegated twice: {names:?}");
+    let on_worker: Vec<&Exported> = spans
+        .iter()
+        .filter(|span| {
+            span.name.starts_with("invoke_agent ") && calls.iter().any(|call| call.span_id == span.parent_span_id)
+        })
+        .collect();
+    assert_eq!(on_worker.len(), 2, "each worker run is inside the caller's run that sent it: {names:?}");
+    assert!(on_worker.iter().chain(&calls).all(|span| span.trace_id == root.trace_id), "one trace: {on_worker:?}");
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[test]
+fn subagents_mcp_runs_a_calls_work_inside_the_trace_its_meta_names() {
+    let (url, received) = collector(64);
+    let mut server = crate::mcp::support::Raw::start(&["--otlp", &url]);
+    server.handshake();
+    let (trace_id, caller_span) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    let arguments = serde_json::json!({"description": "two checks", "prompt": "check the parser; check the docs"});
+    let meta = serde_json::json!({"traceparent": format!("00-{trace_id}-{caller_span}-01")});
+    server.request(2, "tools/call", serde_json::json!({"name": "subagent", "arguments": arguments, "_meta": meta}));
+    let answer = server.answer();
+    assert!(answer["result"]["isError"] != true, "{answer}");
+    server.close_stdin();
+    assert!(server.wait_for_exit(common::WAIT_LIMIT).success(), "{}", server.stderr());
+    let bodies: Vec<Vec<u8>> = received.lock().unwrap().iter().map(|(_, body)| body.clone()).collect();
+    let spans = spans_of(&bodies);
+    let names: Vec<&str> = spans.iter().map(|span| span.name.as_str()).collect();
+    // The served call's span, its parent the caller's (the run's own
+    // delegations are `execute_tool subagent` spans too, further down).
+    let call = spans
+        .iter()
+        .find(|span| span.name == "execute_tool subagent" && hex(&span.parent_span_id) == caller_span)
+        .unwrap_or_else(|| panic!("no span under the caller's: {names:?}"));
+    assert_eq!(hex(&call.trace_id), trace_id, "the call joined the caller's trace");
+    let runs: Vec<&Exported> = spans
+        .iter()
+        .filter(|span| span.name.starts_with("invoke_agent ") && span.parent_span_id == call.span_id)
+        .collect();
+    assert_eq!(runs.len(), 1, "the call's run is inside it: {names:?}");
+    let agents: Vec<&Exported> = spans.iter().filter(|span| span.name.starts_with("invoke_agent ")).collect();
+    assert_eq!(agents.len(), 3, "the call's run and its two children: {names:?}");
+    assert!(agents.iter().all(|run| hex(&run.trace_id) == trace_id), "one trace: {agents:?}");
 }

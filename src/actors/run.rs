@@ -195,14 +195,23 @@ impl RunActor {
             gen_ai.agent.name = tracing::field::Empty,
             gen_ai.agent.id = tracing::field::Empty,
             gen_ai.conversation.id = tracing::field::Empty,
+            gen_ai.request.model = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
             error.type = tracing::field::Empty,
         );
+        // Its parent: the caller's span, or a peer's in another process.
+        if let Some(remote) = &spawn.launch.request.trace_parent {
+            remote.adopt_as_parent_of(&span);
+        }
         // A label may be the model's words: never on a span that is exported.
         if let Some(label) = spawn.launch.request.label.as_deref().filter(|_| !telemetry::records_gen_ai()) {
             span.record("label", label);
         }
-        let provider = &spawn.shared.entry.provider;
-        telemetry::invoke_agent(&span, provider.name(), spawn.shared.run_id, provider.runs_out_of_process());
+        let (provider, info) = (&spawn.shared.entry.provider, &spawn.shared.entry.info);
+        let requested = spawn.launch.request.agent_options.as_ref().and_then(|options| options.model.as_deref());
+        let model = requested.or(info.route_defaults.model.as_deref());
+        telemetry::invoke_agent(&span, provider.name(), spawn.shared.run_id, provider.runs_out_of_process(), model);
         RunActor {
             token: spawn.launch.cancel.clone(),
             phase: Phase::Created { launch: spawn.launch },
@@ -268,7 +277,9 @@ impl RunActor {
             steering: child.supports_steering(),
             continuation: child.supports_continuation(),
         };
-        let run = self.running.hold(self.core.id(), &self.span, contained(|| child.run()));
+        // In the span from the first call: a provider may send its prompt
+        // before the future is polled, and the span's context goes with it.
+        let run = self.span.in_scope(|| self.running.hold(self.core.id(), &self.span, contained(|| child.run())));
         self.phase = Phase::Running { child, structured: None };
         self.drive(run, ctx, |actor, outcome, ctx| {
             if let Some(outcome) = outcome {

@@ -80,7 +80,12 @@ impl Subagents {
     ) -> impl Future<Output = Result<Run, SubagentError>> + Send + 'a {
         // The request is boxed before the future exists: a fan-out holds
         // thousands of these futures, and each would carry the request.
-        let request = Box::new(request);
+        let mut request = Box::new(request);
+        // The run's span is created on the runtime's thread, not in the
+        // caller's span: it names the caller's as its parent explicitly.
+        if request.trace_parent.is_none() {
+            request.trace_parent = crate::telemetry::TraceContext::current();
+        }
         async move { super::start::start(&self.core, name, request).await }
     }
 

@@ -58,6 +58,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::telemetry::TraceContext;
+
 use self::wire::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
 use crate::child_process::{spawn, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
 use crate::seam::{
@@ -257,6 +259,8 @@ impl ProcessProvider {
             cwd,
             budget: None,
             parent_session: None,
+            traceparent: None,
+            tracestate: None,
         };
         let answered = handshake(&connection, &init).await;
         if answered.is_ok() {
@@ -318,6 +322,8 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
     let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
     let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events);
     let budget = context.budget().map(BudgetLease::remaining);
+    // We are inside the run's span: the child's span joins its trace.
+    let trace = TraceContext::current();
     let init = Initialize {
         protocol_version: PROTOCOL_VERSION,
         route,
@@ -326,6 +332,8 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
         cwd,
         budget,
         parent_session: request.parent.session_id.clone(),
+        traceparent: trace.as_ref().map(|trace| trace.traceparent.clone()),
+        tracestate: trace.and_then(|trace| trace.tracestate),
     };
     let outcome = tokio::select! {
         biased;

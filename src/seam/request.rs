@@ -344,6 +344,10 @@ pub struct StartRequest {
     pub detached: Option<Detached>,
     /// The child a continuation resumes (set by `Continuation::start`).
     pub(crate) resume: Option<LocalAgent>,
+    /// The span the run's span hangs under while spans are exported: the
+    /// caller's, taken when it starts the run (the run's span is created on
+    /// the runtime's thread), or a peer's in another process.
+    pub(crate) trace_parent: Option<crate::telemetry::TraceContext>,
 }
 
 impl StartRequest {
@@ -376,6 +380,7 @@ impl StartRequest {
             budget: None,
             detached: None,
             resume: None,
+            trace_parent: None,
         }
     }
 

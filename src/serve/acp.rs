@@ -76,12 +76,14 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::{v1, Client, Error};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use self::tool_calls::{Approved, ToolCallIds};
 use super::ServeError;
 use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};
 use crate::providers::acp::acp_stop_of;
 use crate::seam::{Category, ContentBlock, Diagnostic, Stage};
+use crate::telemetry::{self, TraceContext};
 use crate::tool::{delegating_tools, register_delegating_spawn, TaskService, DEFAULT_MAX_DEPTH};
 use crate::{Runtime, Subagents};
 
@@ -236,10 +238,16 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
                 };
                 // The turn runs beside the dispatch loop, so session/cancel
                 // and permission answers get through while it works.
-                cx.spawn(async move {
-                    let outcome = agent.prompt(prompt_blocks(&request.prompt)).await;
-                    responder.respond_with_result(prompt_reply(agent.id(), outcome))
-                })
+                // The client's trace, when its `_meta` carries one.
+                let trace = request.meta.as_ref().and_then(TraceContext::from_meta);
+                let span = telemetry::served("acp", agent.id(), None, trace.as_ref());
+                cx.spawn(
+                    async move {
+                        let outcome = agent.prompt(prompt_blocks(&request.prompt)).await;
+                        responder.respond_with_result(prompt_reply(agent.id(), outcome))
+                    }
+                    .instrument(span),
+                )
             },
             agent_client_protocol::on_receive_request!(),
         )

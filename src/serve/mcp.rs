@@ -93,12 +93,14 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use self::progress::Progress;
 use self::tools::{Catalog, Limits, Target};
 use super::{preflight, ServeError};
 use crate::agent::{Agent, ListDir, Model, ModelSpec, ReadFile, ScriptedModel, Tool, ToolContext, ToolOutput, Toolset};
 use crate::providers::{ChildInfo, InProcessProvider};
+use crate::telemetry::{self, TraceContext};
 use crate::tool::{
     shared_delegating_toolset, Begun, Delegated, Delegation, MaxDepth, SubagentTool, SubagentToolConfig, TaskService,
 };
@@ -526,12 +528,17 @@ impl ServerHandler for Server {
         let target = session.catalog.check(&request.name, &arguments)?;
         let cancel = session.closing.child_token();
         let tool_context = session.tool_context(context.id.to_string(), cancel.clone());
+        // The caller's trace, when its `_meta` carries one: the runs this
+        // call starts join it.
+        let trace = TraceContext::from_meta(&context.meta);
+        let span = telemetry::served_tool(&request.name, trace.as_ref());
         let result = cancelled_by(&context.ct, &cancel, async {
             match target {
                 Target::Subagent => session.delegate(&arguments, &tool_context, &context).await,
                 Target::Task(tool) => tool_result(tool.call(arguments.clone(), tool_context.clone()).await),
             }
         })
+        .instrument(span)
         .await;
         Ok(result.into())
     }

@@ -23,6 +23,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::codec::AnyDelimiterCodecError;
+use tracing::Instrument as _;
 
 use super::pipes::{self, StdoutLines};
 use super::signals::StopSignals;
@@ -35,6 +36,7 @@ use crate::providers::process::wire::{ChildEvent, Initialize, TurnEndReason, PRO
 #[cfg(any(feature = "mcp", feature = "remote"))]
 use crate::providers::process::ProcessConfig;
 use crate::seam::ContentBlock;
+use crate::telemetry::{self, TraceContext};
 use crate::tool::{delegating_tools, register_delegating_spawn, TaskService, DEFAULT_MAX_DEPTH};
 use crate::Runtime;
 
@@ -67,6 +69,8 @@ struct Server {
     turn: Option<tokio::task::JoinHandle<()>>,
     /// The runs the served session starts, for the `shutdown` receipt.
     lineage: Option<LineageScope>,
+    /// The served session's span: its turns run inside it.
+    span: tracing::Span,
 }
 
 /// A served door's own `process` provider, without a configuration file:
@@ -107,7 +111,16 @@ fn streamed(update: &AgentUpdate) -> Option<ChildEvent> {
 impl Server {
     fn new(subagents: crate::Subagents, options: ServeOptions) -> Server {
         let (out, outgoing) = mpsc::unbounded_channel();
-        Server { subagents, options, out, outgoing: Some(outgoing), agent: None, turn: None, lineage: None }
+        Server {
+            subagents,
+            options,
+            out,
+            outgoing: Some(outgoing),
+            agent: None,
+            turn: None,
+            lineage: None,
+            span: tracing::Span::none(),
+        }
     }
 
     async fn run(mut self) -> Result<(), ServeError> {
@@ -220,6 +233,8 @@ impl Server {
         match self.build_agent(&init) {
             Ok(agent) => {
                 let session_id = agent.id().to_owned();
+                let parent = TraceContext::received(init.traceparent.as_deref(), init.tracestate.as_deref());
+                self.span = telemetry::served(&init.profile, &session_id, init.route.model.as_deref(), parent.as_ref());
                 self.lineage = Some(self.subagents.lineage_scope(&session_id));
                 self.agent = Some(agent);
                 reply(id, json!({"protocol_version": PROTOCOL_VERSION, "session_id": session_id}))
@@ -294,18 +309,22 @@ impl Server {
             return Some(error(id, -32602, "prompt must be content blocks"));
         };
         let (id, out) = (id.clone(), self.out.clone());
-        self.turn = Some(tokio::task::spawn_local(async move {
-            let outcome = agent.prompt(prompt).await;
-            if let Some(text) = last_assistant_text(&agent.events()) {
-                let _ = out.send(event(&ChildEvent::AssistantMessage { text }));
+        let span = self.span.clone();
+        self.turn = Some(tokio::task::spawn_local(
+            async move {
+                let outcome = agent.prompt(prompt).await;
+                if let Some(text) = last_assistant_text(&agent.events()) {
+                    let _ = out.send(event(&ChildEvent::AssistantMessage { text }));
+                }
+                let reason = TurnEndReason::from(outcome.stop_reason);
+                let _ = out.send(event(&ChildEvent::TurnEnd { reason }));
+                // Why it failed, in the safe words a diagnostic carries.
+                let failed =
+                    outcome.error.as_ref().map(|error| json!({"category": error.category(), "reason": error.reason}));
+                let _ = out.send(reply(&id, json!({"reason": reason, "usage": outcome.usage, "error": failed})));
             }
-            let reason = TurnEndReason::from(outcome.stop_reason);
-            let _ = out.send(event(&ChildEvent::TurnEnd { reason }));
-            // Why it failed, in the safe words a diagnostic carries.
-            let failed =
-                outcome.error.as_ref().map(|error| json!({"category": error.category(), "reason": error.reason}));
-            let _ = out.send(reply(&id, json!({"reason": reason, "usage": outcome.usage, "error": failed})));
-        }));
+            .instrument(span),
+        ));
         None
     }
 

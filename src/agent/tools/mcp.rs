@@ -455,6 +455,11 @@ impl McpServer {
         if let Value::Object(arguments) = arguments {
             params = params.with_arguments(arguments);
         }
+        // Inside the tool call's span: the server's work joins its trace.
+        if let Some(trace) = crate::telemetry::TraceContext::current() {
+            let meta = rmcp::model::MetaObject(trace.into_meta());
+            params.meta = Some(rmcp::model::RequestMetaObject(meta));
+        }
         // Dropping the call (a cancel, the timeout) sends notifications/cancelled.
         let answer = tokio::select! {
             answer = connection.peer.call_tool(params) => answer,

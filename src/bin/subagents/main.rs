@@ -61,6 +61,7 @@
 mod args;
 mod commands;
 mod journal;
+mod live;
 mod logging;
 mod outputs;
 mod setup;

@@ -1,4 +1,5 @@
-//! Every run's lifecycle as the events report it: the tree `run` prints.
+//! Every run's lifecycle as the events report it: the tree `run` prints,
+//! and meanwhile the [live](crate::live) one on stderr.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use subagents::events::EventRecvError;
 use subagents::{Runtime, RuntimeTask, StopReason, SubagentEvent};
 use tokio::sync::Notify;
 
+use crate::live::Live;
 use crate::terminal::{self, say};
 
 #[derive(Clone, Debug)]
@@ -39,10 +41,14 @@ impl Timeline {
         let finishing = finish.clone();
         let drained = runtime.spawn(async move {
             let mut spans = BTreeMap::new();
+            let mut live = Live::on_stderr();
             loop {
                 tokio::select! {
                     event = stream.recv() => match event {
-                        Ok(event) => note(&mut spans, origin, &event),
+                        Ok(event) => {
+                            live.note(&event);
+                            note(&mut spans, origin, &event);
+                        }
                         Err(EventRecvError::Lagged(missed)) => say!("subagents: the run tree missed {missed} events"),
                         Err(EventRecvError::Closed) => break,
                     },
@@ -50,8 +56,10 @@ impl Timeline {
                 }
             }
             while let Some(Ok(event)) = stream.try_recv() {
+                live.note(&event);
                 note(&mut spans, origin, &event);
             }
+            live.finish();
             spans.into_values().collect()
         });
         Timeline { finish, drained }

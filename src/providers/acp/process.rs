@@ -187,7 +187,10 @@ impl AgentProcess {
     /// dispose can see whether it came).
     pub(super) fn prompt(&self, session_id: &SessionId, text: String) -> watch::Receiver<Option<Answer>> {
         self.activity.prompt_sent();
-        let sent = self.cx.send_request(PromptRequest::new(session_id.clone(), vec![AcpBlock::from(text)]));
+        let mut request = PromptRequest::new(session_id.clone(), vec![AcpBlock::from(text)]);
+        // Inside the run's span: the agent's turn joins its trace.
+        request.meta = crate::telemetry::TraceContext::current().map(crate::telemetry::TraceContext::into_meta);
+        let sent = self.cx.send_request(request);
         let (broken, activity) = (self.broken.clone(), self.activity.clone());
         let (answer, answered) = watch::channel(None);
         tokio::spawn(async move {

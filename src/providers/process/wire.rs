@@ -2,7 +2,7 @@
 //! stdio, and the parent's end of a connection.
 //!
 //! Parent → child requests: `initialize {protocol_version, route, profile,
-//! patches, cwd, budget?}` → `{protocol_version, session_id}`; `prompt {prompt}` →
+//! patches, cwd, budget?, parent_session?, traceparent?, tracestate?}` → `{protocol_version, session_id}`; `prompt {prompt}` →
 //! `{reason, usage?}` once the turn ended (`usage`: what the turn's model
 //! calls spent, a [`RunUsage`](crate::seam::RunUsage); an older peer omits it); `shutdown` → `{runs?}` (the child then
 //! exits): `runs` is added by peers that report receipts, the
@@ -55,6 +55,13 @@ pub(crate) struct Initialize {
     /// names it as its parent, so the lineage crosses the process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_session: Option<String>,
+    /// The W3C trace context of the parent's run, sent only while its
+    /// spans are exported: the child's span joins that trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// Its vendor state, when the trace has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 /// A child event, streamed while a turn runs.

@@ -52,6 +52,8 @@ pub(crate) async fn launch(
         Some(Detached::Start(run)) => (run, true),
         None => (ids::remote_run_id(), false),
     };
+    // We are inside the run's span: the worker's run joins its trace.
+    let trace = crate::telemetry::TraceContext::current();
     let wire_request = RunRequest {
         v: VERSION,
         run: run.clone(),
@@ -66,6 +68,8 @@ pub(crate) async fn launch(
         agent_options: request.agent_options,
         budget: context.budget().map(BudgetLease::remaining),
         detach_ttl_ms: detached.then(|| u64::try_from(timing.detached_ttl.as_millis()).unwrap_or(u64::MAX)),
+        traceparent: trace.as_ref().map(|trace| trace.traceparent.clone()),
+        tracestate: trace.and_then(|trace| trace.tracestate),
     };
     let bytes = wire::encode(&wire_request, MAX_MESSAGE_BYTES).map_err(|size| LaunchError::Invalid {
         field: "prompt",

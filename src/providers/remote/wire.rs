@@ -140,6 +140,13 @@ pub(crate) struct RunRequest {
     /// expires. An older worker ignores it and stops the run then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detach_ttl_ms: Option<u64>,
+    /// The W3C trace context of the caller's run, sent only while its
+    /// spans are exported: the worker's run joins that trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// Its vendor state, when the trace has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 /// Who holds a detached run now (`detached.<run>` in the runs bucket):

@@ -371,6 +371,8 @@ impl Held {
         start.output_schema = request.output_schema.clone();
         start.max_depth = request.max_depth;
         start.agent_options = request.agent_options.clone();
+        start.trace_parent =
+            crate::telemetry::TraceContext::received(request.traceparent.as_deref(), request.tracestate.as_deref());
         if let Some(budget) = request.budget {
             // What the caller had left, opened here: its clock starts when
             // this delivery starts the run.

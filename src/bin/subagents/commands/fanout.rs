@@ -137,6 +137,7 @@ fn fanout(args: FanoutArgs, config: &subagents::config::Config) -> Result<Ended,
     let batch = CancellationToken::new();
     cancel_on_ctrl_c(&setup.runtime, batch.clone());
     let progress = progress_bar(&args.tasks);
+    let _per_provider = crate::live::per_provider(&setup.subagents, &progress);
     let started = Instant::now();
     let lines = read_ahead(TaskLines::new(BufReader::new(tasks_file), args.max_line_bytes));
     let batch_run = Batch {
