@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 use std::sync::Mutex;
 
 use indicatif::ProgressBar;
-use subagents::{ListenerHandle, ProgressUpdate, StopReason, SubagentEvent, Subagents};
+use subagents::events::ListenerHandle;
+use subagents::seam::ProgressUpdate;
+use subagents::{StopReason, SubagentEvent, Subagents};
 
 use crate::terminal;
 
