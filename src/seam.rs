@@ -25,6 +25,7 @@ mod provider;
 mod receipt;
 mod request;
 mod result;
+mod trace;
 mod usage;
 
 pub use crate::live::ProcessLease;
@@ -41,4 +42,5 @@ pub use provider::{CaptureError, Child, Launch, LaunchError, LocalAgent, Provide
 pub use receipt::{Branch, Receipt, StopReport};
 pub use request::{AgentOptions, Capabilities, Capability, Detached, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP};
 pub use result::{Category, Diagnostic, Failure, RunResult, Stage, StopReason};
+pub(crate) use trace::TraceContext;
 pub use usage::RunUsage;

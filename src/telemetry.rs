@@ -46,125 +46,62 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tracing::Span;
 
-use crate::seam::{RunResult, StopReason};
+use crate::seam::{RunResult, StopReason, TraceContext};
 
-/// The W3C trace context of a span, as it crosses a wire: `traceparent`
-/// (`00-{trace id}-{span id}-{flags}`) and, when the trace carries
-/// vendor state, `tracestate`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct TraceContext {
-    pub traceparent: String,
-    pub tracestate: Option<String>,
-}
-
-/// The longest `tracestate` kept (the W3C limit of 32 members fits well
-/// within it); a longer one is dropped, the trace still joined.
-#[cfg(any(feature = "process", all(feature = "acp", feature = "agent")))]
-const MAX_TRACESTATE: usize = 512;
-
-impl TraceContext {
-    /// A context received from a peer, if `traceparent` is well formed
-    /// (version `00`, non-zero ids, lowercase hex).
-    #[cfg(any(feature = "process", all(feature = "acp", feature = "agent")))]
-    pub(crate) fn received(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<TraceContext> {
-        let traceparent = traceparent?;
-        let parts: Vec<&str> = traceparent.split('-').collect();
-        let hex = |part: &str, len: usize| {
-            part.len() == len && part.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        };
-        let zero = |part: &str| part.bytes().all(|b| b == b'0');
-        let well_formed = parts.len() == 4
-            && parts[0] == "00"
-            && hex(parts[1], 32)
-            && !zero(parts[1])
-            && hex(parts[2], 16)
-            && !zero(parts[2])
-            && hex(parts[3], 2);
-        if !well_formed {
+/// The context of the span we are in, to send to a child: only while
+/// recording, and only when an OpenTelemetry layer gave it an id.
+pub(crate) fn current_trace() -> Option<TraceContext> {
+    #[cfg(feature = "otel")]
+    {
+        use opentelemetry::trace::TraceContextExt as _;
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let span = Span::current();
+        if !fill(&span) {
             return None;
         }
-        let tracestate = tracestate
-            .filter(|state| {
-                !state.is_empty() && state.len() <= MAX_TRACESTATE && state.bytes().all(|b| (0x20..0x7f).contains(&b))
-            })
-            .map(str::to_owned);
-        Some(TraceContext { traceparent: traceparent.to_owned(), tracestate })
-    }
-
-    /// A context a peer put in a request's `_meta` (MCP, ACP).
-    #[cfg(any(feature = "mcp", all(feature = "acp", feature = "agent")))]
-    pub(crate) fn from_meta(meta: &serde_json::Map<String, serde_json::Value>) -> Option<TraceContext> {
-        let field = |key: &str| meta.get(key).and_then(serde_json::Value::as_str);
-        TraceContext::received(field("traceparent"), field("tracestate"))
-    }
-
-    /// This context as `_meta` fields (MCP, ACP).
-    #[cfg(any(feature = "mcp", feature = "acp"))]
-    pub(crate) fn into_meta(self) -> serde_json::Map<String, serde_json::Value> {
-        let mut meta = serde_json::Map::new();
-        meta.insert("traceparent".to_owned(), self.traceparent.into());
-        if let Some(state) = self.tracestate {
-            meta.insert("tracestate".to_owned(), state.into());
+        let context = span.context();
+        let span_context = context.span().span_context().clone();
+        if !span_context.is_valid() {
+            return None;
         }
-        meta
+        let traceparent = format!(
+            "00-{}-{}-{:02x}",
+            span_context.trace_id(),
+            span_context.span_id(),
+            span_context.trace_flags().to_u8()
+        );
+        let state = span_context.trace_state().header();
+        let tracestate = (!state.is_empty()).then_some(state);
+        Some(TraceContext { traceparent, tracestate })
     }
+    #[cfg(not(feature = "otel"))]
+    None
+}
 
-    /// The context of the span we are in, to send to a child: only while
-    /// recording, and only when an OpenTelemetry layer gave it an id.
-    pub(crate) fn current() -> Option<TraceContext> {
-        #[cfg(feature = "otel")]
-        {
-            use opentelemetry::trace::TraceContextExt as _;
-            use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-            let span = Span::current();
-            if !fill(&span) {
-                return None;
-            }
-            let context = span.context();
-            let span_context = context.span().span_context().clone();
-            if !span_context.is_valid() {
-                return None;
-            }
-            let traceparent = format!(
-                "00-{}-{}-{:02x}",
-                span_context.trace_id(),
-                span_context.span_id(),
-                span_context.trace_flags().to_u8()
-            );
-            let state = span_context.trace_state().header();
-            let tracestate = (!state.is_empty()).then_some(state);
-            Some(TraceContext { traceparent, tracestate })
+/// Makes `remote` (a context received from a peer) the parent of `span`,
+/// which must not have been entered yet; nothing when not recording.
+pub(crate) fn adopt_parent(remote: &TraceContext, span: &Span) {
+    #[cfg(feature = "otel")]
+    {
+        use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState};
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        if !fill(span) {
+            return;
         }
-        #[cfg(not(feature = "otel"))]
-        None
+        let parts: Vec<&str> = remote.traceparent.split('-').collect();
+        let (Ok(trace_id), Ok(span_id), Ok(flags)) =
+            (TraceId::from_hex(parts[1]), SpanId::from_hex(parts[2]), u8::from_str_radix(parts[3], 16))
+        else {
+            return;
+        };
+        let state = remote.tracestate.as_deref().and_then(|state| state.parse::<TraceState>().ok()).unwrap_or_default();
+        let remote = SpanContext::new(trace_id, span_id, TraceFlags::new(flags), true, state);
+        let parent = opentelemetry::Context::new().with_remote_span_context(remote);
+        // Only a span already entered refuses, and we are given new ones.
+        let _ = span.set_parent(parent);
     }
-
-    /// Makes this (remote) context the parent of `span`, which must not
-    /// have been entered yet; nothing when not recording.
-    pub(crate) fn adopt_as_parent_of(&self, span: &Span) {
-        #[cfg(feature = "otel")]
-        {
-            use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState};
-            use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-            if !fill(span) {
-                return;
-            }
-            let parts: Vec<&str> = self.traceparent.split('-').collect();
-            let (Ok(trace_id), Ok(span_id), Ok(flags)) =
-                (TraceId::from_hex(parts[1]), SpanId::from_hex(parts[2]), u8::from_str_radix(parts[3], 16))
-            else {
-                return;
-            };
-            let state =
-                self.tracestate.as_deref().and_then(|state| state.parse::<TraceState>().ok()).unwrap_or_default();
-            let remote = SpanContext::new(trace_id, span_id, TraceFlags::new(flags), true, state);
-            let parent = opentelemetry::Context::new().with_remote_span_context(remote);
-            // Only a span already entered refuses, and we are given new ones.
-            let _ = span.set_parent(parent);
-        }
-        #[cfg(not(feature = "otel"))]
-        let _ = span;
-    }
+    #[cfg(not(feature = "otel"))]
+    let _ = span;
 }
 
 static RECORDING: AtomicBool = AtomicBool::new(false);
@@ -219,7 +156,7 @@ pub(crate) fn served(agent: &str, session: &str, model: Option<&str>, parent: Op
         return span;
     }
     if let Some(parent) = parent {
-        parent.adopt_as_parent_of(&span);
+        adopt_parent(parent, &span);
     }
     span.record("otel.name", format_args!("invoke_agent {agent}"));
     span.record("otel.kind", "server");
@@ -253,7 +190,7 @@ pub(crate) fn served_tool(tool: &str, parent: Option<&TraceContext>) -> Span {
         return span;
     }
     if let Some(parent) = parent {
-        parent.adopt_as_parent_of(&span);
+        adopt_parent(parent, &span);
     }
     span.record("otel.name", format_args!("execute_tool {tool}"));
     span.record("otel.kind", "server");

@@ -202,7 +202,7 @@ impl RunActor {
         );
         // Its parent: the caller's span, or a peer's in another process.
         if let Some(remote) = &spawn.launch.request.trace_parent {
-            remote.adopt_as_parent_of(&span);
+            crate::telemetry::adopt_parent(remote, &span);
         }
         // A label may be the model's words: never on a span that is exported.
         if let Some(label) = spawn.launch.request.label.as_deref().filter(|_| !telemetry::records_gen_ai()) {

@@ -84,7 +84,7 @@ impl Subagents {
         // The run's span is created on the runtime's thread, not in the
         // caller's span: it names the caller's as its parent explicitly.
         if request.trace_parent.is_none() {
-            request.trace_parent = crate::telemetry::TraceContext::current();
+            request.trace_parent = crate::telemetry::current_trace();
         }
         async move { super::start::start(&self.core, name, request).await }
     }

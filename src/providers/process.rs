@@ -58,7 +58,6 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::telemetry::TraceContext;
 
 use self::wire::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
 use crate::child_process::{spawn, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
@@ -323,7 +322,7 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
     let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events);
     let budget = context.budget().map(BudgetLease::remaining);
     // We are inside the run's span: the child's span joins its trace.
-    let trace = TraceContext::current();
+    let trace = crate::telemetry::current_trace();
     let init = Initialize {
         protocol_version: PROTOCOL_VERSION,
         route,

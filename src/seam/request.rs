@@ -347,7 +347,7 @@ pub struct StartRequest {
     /// The span the run's span hangs under while spans are exported: the
     /// caller's, taken when it starts the run (the run's span is created on
     /// the runtime's thread), or a peer's in another process.
-    pub(crate) trace_parent: Option<crate::telemetry::TraceContext>,
+    pub(crate) trace_parent: Option<crate::seam::TraceContext>,
 }
 
 impl StartRequest {

@@ -82,8 +82,9 @@ use self::tool_calls::{Approved, ToolCallIds};
 use super::ServeError;
 use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};
 use crate::providers::acp::acp_stop_of;
+use crate::seam::TraceContext;
 use crate::seam::{Category, ContentBlock, Diagnostic, Stage};
-use crate::telemetry::{self, TraceContext};
+use crate::telemetry;
 use crate::tool::{delegating_tools, register_delegating_spawn, TaskService, DEFAULT_MAX_DEPTH};
 use crate::{Runtime, Subagents};
 

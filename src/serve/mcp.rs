@@ -100,7 +100,8 @@ use self::tools::{Catalog, Limits, Target};
 use super::{preflight, ServeError};
 use crate::agent::{Agent, ListDir, Model, ModelSpec, ReadFile, ScriptedModel, Tool, ToolContext, ToolOutput, Toolset};
 use crate::providers::{ChildInfo, InProcessProvider};
-use crate::telemetry::{self, TraceContext};
+use crate::seam::TraceContext;
+use crate::telemetry;
 use crate::tool::{
     shared_delegating_toolset, Begun, Delegated, Delegation, MaxDepth, SubagentTool, SubagentToolConfig, TaskService,
 };

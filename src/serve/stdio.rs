@@ -36,7 +36,8 @@ use crate::providers::process::wire::{ChildEvent, Initialize, TurnEndReason, PRO
 #[cfg(any(feature = "mcp", feature = "remote"))]
 use crate::providers::process::ProcessConfig;
 use crate::seam::ContentBlock;
-use crate::telemetry::{self, TraceContext};
+use crate::seam::TraceContext;
+use crate::telemetry;
 use crate::tool::{delegating_tools, register_delegating_spawn, TaskService, DEFAULT_MAX_DEPTH};
 use crate::Runtime;
 

@@ -456,7 +456,7 @@ impl McpServer {
             params = params.with_arguments(arguments);
         }
         // Inside the tool call's span: the server's work joins its trace.
-        if let Some(trace) = crate::telemetry::TraceContext::current() {
+        if let Some(trace) = crate::telemetry::current_trace() {
             let meta = rmcp::model::MetaObject(trace.into_meta());
             params.meta = Some(rmcp::model::RequestMetaObject(meta));
         }

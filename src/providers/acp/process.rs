@@ -189,7 +189,7 @@ impl AgentProcess {
         self.activity.prompt_sent();
         let mut request = PromptRequest::new(session_id.clone(), vec![AcpBlock::from(text)]);
         // Inside the run's span: the agent's turn joins its trace.
-        request.meta = crate::telemetry::TraceContext::current().map(crate::telemetry::TraceContext::into_meta);
+        request.meta = crate::telemetry::current_trace().map(crate::seam::TraceContext::into_meta);
         let sent = self.cx.send_request(request);
         let (broken, activity) = (self.broken.clone(), self.activity.clone());
         let (answer, answered) = watch::channel(None);

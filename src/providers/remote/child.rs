@@ -53,7 +53,7 @@ pub(crate) async fn launch(
         None => (ids::remote_run_id(), false),
     };
     // We are inside the run's span: the worker's run joins its trace.
-    let trace = crate::telemetry::TraceContext::current();
+    let trace = crate::telemetry::current_trace();
     let wire_request = RunRequest {
         v: VERSION,
         run: run.clone(),

@@ -372,7 +372,7 @@ impl Held {
         start.max_depth = request.max_depth;
         start.agent_options = request.agent_options.clone();
         start.trace_parent =
-            crate::telemetry::TraceContext::received(request.traceparent.as_deref(), request.tracestate.as_deref());
+            crate::seam::TraceContext::received(request.traceparent.as_deref(), request.tracestate.as_deref());
         if let Some(budget) = request.budget {
             // What the caller had left, opened here: its clock starts when
             // this delivery starts the run.
