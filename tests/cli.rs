@@ -116,6 +116,26 @@ fn run_off_a_terminal_says_on_stderr_as_each_child_starts_and_ends() {
 }
 
 #[test]
+fn run_on_a_terminal_draws_the_tree_in_place_and_clears_it() {
+    // A pseudo-terminal from Python's standard library (the suite already
+    // needs Python for the broker): the binary's stderr is a terminal.
+    let home = tempfile::tempdir().unwrap();
+    let on_a_terminal = "import os, pty, sys\nsys.exit(os.waitstatus_to_exitcode(pty.spawn(sys.argv[1:])))";
+    let mut command = Command::new("python3");
+    command.args(["-c", on_a_terminal]).arg(env!("CARGO_BIN_EXE_subagents"));
+    command.args(["run", "review the parser; check the docs", "--home"]).arg(home.path());
+    command.env_remove("SUBAGENTS_HOME").env_remove("RUST_LOG").current_dir(env!("CARGO_MANIFEST_DIR"));
+    let output = run(command.stdin(Stdio::null()));
+    let screen = text(&output.stdout);
+    assert!(output.status.success(), "{screen}{}", text(&output.stderr));
+    for child in ["review the parser", "check the docs"] {
+        assert!(screen.contains(&format!("─ spawn [{child}]")), "the tree names {child}: {screen:?}");
+    }
+    assert!(screen.contains("\u{1b}[J"), "the tree is redrawn in place and cleared: {screen:?}");
+    assert!(!screen.contains(" started\r\n"), "no plain start lines on a terminal: {screen:?}");
+}
+
+#[test]
 fn fanout_runs_every_task_writes_results_a_summary_and_a_trace() {
     let home = tempfile::tempdir().unwrap();
     let out = home.path().join("results.jsonl");

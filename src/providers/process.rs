@@ -58,7 +58,6 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-
 use self::wire::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
 use crate::child_process::{spawn, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
 use crate::seam::{
