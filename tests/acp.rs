@@ -312,15 +312,18 @@ fn an_agent_still_writing_after_its_answer_finishes_its_writes_and_exits_unsigna
     no_process_mentions(home.path());
 }
 
+/// A stand-in's script for one turn: it takes the prompt, sends one chunk
+/// and ends the turn, then reads its stdin to the end.
+const ONE_TURN: &str = r#"take
+chunk done
+answer '{"stopReason":"end_turn"}'
+cat > /dev/null"#;
+
 #[test]
 fn an_acp_child_is_given_exactly_its_providers_mcp_servers_in_session_new_and_a_request_picks_among_them() {
     let home = tempfile::tempdir().unwrap();
     let runtime = runtime(home.path());
-    let then = r#"take
-chunk done
-answer '{"stopReason":"end_turn"}'
-cat > /dev/null"#;
-    let mut config = shell_agent(home.path(), "mcp", then);
+    let mut config = shell_agent(home.path(), "mcp", ONE_TURN);
     let files = AcpMcpServer::stdio("files", "/opt/mcp-files", vec!["--root".to_owned(), "/srv".to_owned()]);
     config.mcp_servers =
         vec![files.with_env("FILES_MODE", "read-only"), AcpMcpServer::stdio("git", "/opt/mcp-git", vec![])];
@@ -363,12 +366,8 @@ fn an_http_mcp_server_is_refused_for_an_agent_that_does_not_advertise_http() {
 fn a_configured_http_server_reaches_an_agent_advertising_http_with_its_headers_expanded() {
     let home = tempfile::tempdir().unwrap();
     let runtime = runtime(home.path());
-    let then = r#"take
-chunk done
-answer '{"stopReason":"end_turn"}'
-cat > /dev/null"#;
     let script =
-        shell_agent_advertising(home.path(), "web", r#"{"mcpCapabilities":{"http":true}}"#, then).args[0].clone();
+        shell_agent_advertising(home.path(), "web", r#"{"mcpCapabilities":{"http":true}}"#, ONE_TURN).args[0].clone();
     let file = format!(
         "[mcp_servers.web]\nurl = \"http://127.0.0.1:9/mcp\"\nheaders = {{ X-Home = \"${{HOME}}\" }}\n\n\
          [providers.web]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{script:?}]\nmcp_servers = [\"web\"]\n"
