@@ -47,7 +47,7 @@
 //!   re-attached with `SubscribeToTask`, up to
 //!   [`Limits::resubscribe_attempts`] times, backing off; a task that ended
 //!   meanwhile is read with `GetTask`.
-//! - Cancel sends `CancelTask` (bounded by [`Limits::cancel_timeout`]).
+//! - Cancel sends `CancelTask` (bounded by [`Limits::cancel_timeout`]); a cancel that comes before the agent has named the task reads on, within that bound, until it does, so the task is never left running unnamed.
 //!
 //! # How a task's end maps to the run's
 //!

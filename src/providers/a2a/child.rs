@@ -99,10 +99,17 @@ struct Run {
 
 impl Run {
     async fn drive(mut self, cancel: CancellationToken) -> RunResult {
+        // A cancel before the agent named the task lets the exchange read
+        // on, within the cancel bound, until it does: `CancelTask` needs
+        // the name, and a task left unnamed would run on at the agent.
+        let bound = self.setup.limits.cancel_timeout;
         let outcome = tokio::select! {
             biased;
-            _ = cancel.cancelled() => Err(Stopped::Cancelled),
-            outcome = self.exchange() => outcome,
+            outcome = self.exchange(&cancel) => outcome,
+            () = async {
+                cancel.cancelled().await;
+                tokio::time::sleep(bound).await;
+            } => Err(Stopped::Cancelled),
         };
         match outcome {
             Ok(()) => {
@@ -122,7 +129,8 @@ impl Run {
 
     /// Sends the message and follows the task until it is terminal or
     /// interrupted (or the agent answered with a message).
-    async fn exchange(&mut self) -> Result<(), Stopped> {
+    /// Once `cancel` fires it stops as soon as the task has a name.
+    async fn exchange(&mut self, cancel: &CancellationToken) -> Result<(), Stopped> {
         let setup = self.setup.clone();
         let params = self.send_params(!setup.streaming);
         if !setup.streaming {
@@ -131,13 +139,26 @@ impl Run {
                 .call(&setup.endpoint, method::SEND_MESSAGE, params, setup.limits.first_event_timeout)
                 .await?;
             self.fold(result)?;
-            return self.poll().await;
+            if cancel.is_cancelled() && self.seen.task_id.is_some() {
+                return Err(Stopped::Cancelled);
+            }
+            return tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Err(Stopped::Cancelled),
+                polled = self.poll() => polled,
+            };
         }
         let mut events = setup.client.stream(&setup.endpoint, method::SEND_STREAMING_MESSAGE, params).await?;
         let mut attempts = 0;
         loop {
             let ended = loop {
-                match events.next().await {
+                let named = self.seen.task_id.is_some();
+                let next = tokio::select! {
+                    biased;
+                    _ = cancel.cancelled(), if named => return Err(Stopped::Cancelled),
+                    next = events.next() => next,
+                };
+                match next {
                     Ok(Some(event)) => self.fold(event)?,
                     Ok(None) => break None,
                     Err(error) => break Some(error),
