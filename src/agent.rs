@@ -61,11 +61,12 @@ pub use session::{
     LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, SessionSummary, StoredSession,
     ToolCall, DEFAULT_MAX_LINE_BYTES,
 };
+pub(crate) use tools::mcp_header_problem;
 pub use tools::{
     valid_server_name, FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset,
 };
 #[cfg(feature = "mcp")]
-pub use tools::{McpServer, McpServerConfig, McpServerError, McpStartError, MCP_TOOL_PREFIX};
+pub use tools::{McpServer, McpServerConfig, McpServerError, McpStartError, McpTransport, MCP_TOOL_PREFIX};
 pub use turn::{AgentUpdate, TurnError, TurnErrorKind, TurnOutcome};
 
 use crate::seam::{AgentOptions, Budget, BudgetLease, ContentBlock, LocalAgent, Parent};

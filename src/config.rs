@@ -293,9 +293,8 @@ impl Config {
             }
             let resolved = build::resolve(&source, &name, &table)?;
             let mounts = mcp_servers::check_listed(&source, &name, table.mcp_servers.as_ref(), &mcp_servers)?;
-            match kind {
-                Kind::Acp => mcp_servers::check_acp_listed(&source, &name, table.mcp_servers.as_ref(), &mcp_servers)?,
-                _ => mcp_servers::check_in_process_listed(&source, &name, table.mcp_servers.as_ref(), &mcp_servers)?,
+            if kind == Kind::Acp {
+                mcp_servers::check_acp_listed(&source, &name, table.mcp_servers.as_ref(), &mcp_servers)?;
             }
             let (line, _) = source.line_column(span.start);
             providers.push(ProviderEntry { name, kind, line, table, resolved, mcp_servers: mounts });

@@ -34,6 +34,8 @@ pub mod seam;
 pub mod serve;
 mod sync;
 pub mod telemetry;
+#[cfg(any(feature = "openai", feature = "a2a", feature = "mcp"))]
+mod tls;
 #[cfg(feature = "agent")]
 pub mod tool;
 

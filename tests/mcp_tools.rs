@@ -5,6 +5,9 @@
 #[path = "mcp_tools/stand_in.rs"]
 mod stand_in;
 
+#[path = "mcp_tools/http.rs"]
+mod http;
+
 use crate::common;
 
 use std::path::Path;
@@ -12,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Within, WAIT_LIMIT};
-use subagents::agent::{Agent, McpServer, McpServerConfig, Model, ScriptedModel};
+use subagents::agent::{Agent, McpServer, McpServerConfig, McpTransport, Model, ScriptedModel};
 use subagents::config::{Config, Configured};
 use subagents::providers::InProcessProvider;
 use subagents::tool::TaskService;
@@ -36,8 +39,9 @@ impl Fixture {
 
     fn server(&self, isolate: bool) -> McpServerConfig {
         let exe = std::env::current_exe().unwrap();
-        let mut config = McpServerConfig::new("t", exe, Vec::new());
-        config.env = vec![(stand_in::DIR_VARIABLE.to_owned(), self.reports.path().display().to_string())];
+        let env = vec![(stand_in::DIR_VARIABLE.to_owned(), self.reports.path().display().to_string())];
+        let transport = McpTransport::Stdio { command: exe, args: Vec::new(), env, inherit_env: Vec::new(), cwd: None };
+        let mut config = McpServerConfig::over("t", transport);
         config.isolate = isolate;
         config
     }
@@ -363,12 +367,6 @@ fn a_provider_naming_an_undefined_server_is_refused_at_its_place() {
     assert_eq!(
         error.to_string(),
         "f.toml:6:16: provider \"spawn\" mounts MCP server \"git\", which no [mcp_servers] table defines"
-    );
-    let http = "[mcp_servers.web]\nurl = \"http://127.0.0.1:1/mcp\"\n\n[providers.spawn]\nkind = \"spawn\"\nmcp_servers = [\"web\"]\n";
-    let error = Config::parse(http, "f.toml").unwrap_err().to_string();
-    assert!(
-        error.starts_with("f.toml:6:16: provider \"spawn\" mounts MCP server \"web\", a streamable HTTP"),
-        "{error}"
     );
     let both = "[mcp_servers.web]\nurl = \"http://127.0.0.1:1/mcp\"\ncommand = \"sh\"\n";
     assert!(Config::parse(both, "f.toml").unwrap_err().to_string().contains("both a `command` and a `url`"));

@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use builtin::{ListDir, ReadFile};
 #[cfg(feature = "mcp")]
-pub use mcp::{McpServer, McpServerConfig, McpServerError, McpStartError, MCP_TOOL_PREFIX};
+pub use mcp::{McpServer, McpServerConfig, McpServerError, McpStartError, McpTransport, MCP_TOOL_PREFIX};
 
 use super::session::ToolCall;
 use crate::schema::{CompiledSchema, SchemaError};
@@ -52,6 +52,25 @@ use crate::seam::{ProgressUpdate, ToolFilter};
 /// (`mcp__NAME__TOOL`), so letters, digits, `_` and `-`, without `__`.
 pub fn valid_server_name(name: &str) -> bool {
     !name.is_empty() && !name.contains("__") && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// Why `name: value` cannot go with a streamable HTTP MCP server's
+/// requests, if it cannot: a name must be an HTTP token and not one the
+/// protocol sets (`Accept`, `Mcp-Session-Id`, `Mcp-Protocol-Version`,
+/// `Last-Event-Id`); a value must be visible ASCII, spaces or tabs.
+pub(crate) fn mcp_header_problem(name: &str, value: &str) -> Option<String> {
+    const SET_BY_THE_PROTOCOL: [&str; 4] = ["accept", "mcp-session-id", "mcp-protocol-version", "last-event-id"];
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(token) {
+        return Some(format!("header name {name:?} is not an HTTP token"));
+    }
+    if SET_BY_THE_PROTOCOL.iter().any(|set| name.eq_ignore_ascii_case(set)) {
+        return Some(format!("header {name:?} is set by the protocol"));
+    }
+    if !value.chars().all(|c| c == '\t' || (' '..='~').contains(&c)) {
+        return Some(format!("the value of header {name:?} has a character an HTTP header cannot carry"));
+    }
+    None
 }
 
 /// What the model is told about a tool.

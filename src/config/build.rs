@@ -537,15 +537,21 @@ impl Config {
     /// The `[mcp_servers]` tables `entry` lists, as its children mount them.
     #[cfg(feature = "mcp")]
     pub fn mcp_server_configs(&self, entry: &ProviderEntry) -> Vec<crate::agent::McpServerConfig> {
+        use crate::agent::{McpServerConfig, McpTransport};
         let listed = entry.mcp_servers.iter().filter_map(|name| self.mcp_servers.iter().find(|s| s.name == *name));
-        // A `url` server was refused at load where an in-process provider lists it.
         listed
-            .filter_map(|server| Some((server, server.command.clone()?)))
-            .map(|(server, command)| {
-                let mut config = crate::agent::McpServerConfig::new(server.name.clone(), command, server.args.clone());
-                config.env = server.env.clone();
-                config.inherit_env = server.inherit_env.clone();
-                config.cwd = server.cwd.clone();
+            .map(|server| {
+                let transport = match (&server.command, &server.http) {
+                    (_, Some((url, headers))) => McpTransport::Http { url: url.clone(), headers: headers.clone() },
+                    (command, None) => McpTransport::Stdio {
+                        command: command.clone().expect("a table has a command or a url"),
+                        args: server.args.clone(),
+                        env: server.env.clone(),
+                        inherit_env: server.inherit_env.clone(),
+                        cwd: server.cwd.clone(),
+                    },
+                };
+                let mut config = McpServerConfig::over(server.name.clone(), transport);
                 config.isolate = server.isolate;
                 config.call_timeout = server.timeout.unwrap_or(config.call_timeout);
                 config.initialize_timeout = server.initialize_timeout.unwrap_or(config.initialize_timeout);

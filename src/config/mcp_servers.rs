@@ -25,11 +25,11 @@
 //! Checked when the file is read: the command is a file or on `PATH`,
 //! `${VAR}` is set, durations have units, the name fits a tool name
 //! (`mcp__NAME__TOOL`), and every name a provider lists has a table.
-//! A streamable HTTP server (`url`, and `headers` whose values may use
-//! `${VAR}`) can only be handed to an `acp` provider's agent (one that
-//! advertises `mcpCapabilities.http`): in-process children speak to stdio
-//! servers only in this build, so a `spawn` or `fork` provider listing one
-//! is refused at its place.
+//! A streamable HTTP server has a `url` and `headers` whose values may use
+//! `${VAR}` (an `Authorization: Bearer ${TOKEN}`, say), and takes the
+//! bounds and `isolate` as a stdio one does; an `acp` provider hands it to
+//! an agent that advertises `mcpCapabilities.http` (else the provider is
+//! refused when it starts).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -179,7 +179,11 @@ fn http_of(
     }
     let mut expanded = Vec::new();
     for (key, value) in headers.map(Spanned::get_ref).into_iter().flatten() {
-        expanded.push((key.clone(), expand(source, value.get_ref(), value.span())?));
+        let text = expand(source, value.get_ref(), value.span())?;
+        if let Some(problem) = crate::agent::mcp_header_problem(key, &text) {
+            return Err(source.error(Some(value.span()), format!("MCP server {name:?}: {problem}")));
+        }
+        expanded.push((key.clone(), text));
     }
     Ok((text, expanded))
 }
@@ -209,9 +213,10 @@ pub(super) fn check_listed(
     Ok(names)
 }
 
-/// An `acp` provider's servers are started by its agent, which is sent
-/// only `command`, `args` and `env`: a setting the agent would not see is
-/// refused rather than ignored.
+/// An `acp` provider's servers are started (or connected to) by its
+/// agent, which is sent only `command`, `args` and `env` (`url` and
+/// `headers`): a setting the agent would not see is refused rather than
+/// ignored.
 pub(super) fn check_acp_listed(
     source: &Source<'_>,
     provider: &str,
@@ -220,9 +225,6 @@ pub(super) fn check_acp_listed(
 ) -> Result<(), ConfigError> {
     for name in listed.map(Spanned::get_ref).into_iter().flatten() {
         let Some(server) = servers.iter().find(|server| server.name == *name.get_ref()) else { continue };
-        if server.http.is_some() {
-            continue; // its agent's to connect to: only `url` and `headers`
-        }
         let unsent = [
             (!server.inherit_env.is_empty(), "inherit_env"),
             (server.cwd.is_some(), "cwd"),
@@ -232,33 +234,19 @@ pub(super) fn check_acp_listed(
             (server.max_result_bytes.is_some(), "max_result_bytes"),
         ];
         if let Some((_, key)) = unsent.iter().find(|(set, _)| *set) {
-            let message = format!(
-                "acp provider {provider:?} passes MCP server {:?} to its agent, which starts it with `command`, \
-                 `args` and `env` only: `{key}` would not apply (list the variables it needs in `env`)",
-                server.name
-            );
-            return Err(source.error(Some(name.span()), message));
-        }
-    }
-    Ok(())
-}
-
-/// In-process children speak to stdio servers only: a `spawn` or `fork`
-/// provider listing a `url` server is refused at its place.
-pub(super) fn check_in_process_listed(
-    source: &Source<'_>,
-    provider: &str,
-    listed: Option<&Spanned<Vec<Spanned<String>>>>,
-    servers: &[McpServerEntry],
-) -> Result<(), ConfigError> {
-    for name in listed.map(Spanned::get_ref).into_iter().flatten() {
-        let server = servers.iter().find(|server| server.name == *name.get_ref());
-        if server.is_some_and(|server| server.http.is_some()) {
-            let message = format!(
-                "provider {provider:?} mounts MCP server {:?}, a streamable HTTP server: in-process children \
-                 speak to stdio servers only (an acp provider can hand it to its agent)",
-                name.get_ref()
-            );
+            let message = match server.http {
+                Some(_) => format!(
+                    "acp provider {provider:?} passes MCP server {:?} to its agent, which connects to it with \
+                     `url` and `headers` only: `{key}` would not apply",
+                    server.name
+                ),
+                None => format!(
+                    "acp provider {provider:?} passes MCP server {:?} to its agent, which starts it with \
+                     `command`, `args` and `env` only: `{key}` would not apply (list the variables it needs in \
+                     `env`)",
+                    server.name
+                ),
+            };
             return Err(source.error(Some(name.span()), message));
         }
     }

@@ -178,7 +178,7 @@ impl Diagnostic {
 }
 
 /// `text` cut at a character boundary to at most `max` bytes.
-fn cut(text: &str, max: usize) -> &str {
+pub(crate) fn cut(text: &str, max: usize) -> &str {
     let mut end = text.len().min(max);
     while !text.is_char_boundary(end) {
         end -= 1;

@@ -29,7 +29,6 @@ mod text;
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::Once;
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
@@ -206,7 +205,7 @@ impl Endpoint {
             return Err(ModelError::Config(format!("base URL {base_url:?} must start with http:// or https://")));
         }
         bounds.check()?;
-        install_crypto_provider();
+        crate::tls::install_crypto_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(bounds.timeout.min(Duration::from_secs(30)))
             .build()
@@ -488,15 +487,6 @@ fn jitter(up_to: Duration) -> Duration {
     // Each `RandomState` is freshly keyed: a random number without a crate.
     let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
     up_to.mul_f64((random >> 11) as f64 / (1u64 << 53) as f64)
-}
-
-fn install_crypto_provider() {
-    static INSTALL: Once = Once::new();
-    // An embedding application may have installed its own provider already;
-    // either way one is in place afterwards.
-    INSTALL.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
 }
 
 #[cfg(test)]

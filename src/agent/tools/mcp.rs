@@ -55,6 +55,7 @@
 //! ```
 
 mod error;
+mod http;
 mod render;
 
 use std::path::PathBuf;
@@ -95,25 +96,15 @@ const MAX_SCHEMA: usize = 64 * 1024;
 const CLOSE_EOF_GRACE: Duration = Duration::from_secs(2);
 const CLOSE_TERM_GRACE: Duration = Duration::from_secs(2);
 
-/// One stdio MCP server: how to start it and how its calls are bounded.
+/// One MCP server: how to reach it and how its calls are bounded.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct McpServerConfig {
     /// Its name: the `SERVER` in `mcp__SERVER__TOOL` (letters, digits, `_`, `-`).
     pub name: String,
-    /// The program.
-    pub command: PathBuf,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Variables set as given (after the scrub).
-    pub env: Vec<(String, String)>,
-    /// Names or `PREFIX*` patterns inherited beyond the allowlist (never a
-    /// credential-shaped one).
-    pub inherit_env: Vec<String>,
-    /// Where it runs; default: the child's working directory for a
-    /// per-run server, the runtime's for a shared one.
-    pub cwd: Option<PathBuf>,
-    /// One server per run instead of one per provider shared by its runs.
+    /// A child process on its pipes, or a streamable HTTP endpoint.
+    pub transport: McpTransport,
+    /// One connection per run instead of one per provider shared by its runs.
     pub isolate: bool,
     /// Bounds `initialize` and the first `tools/list` (default 10 s).
     pub initialize_timeout: Duration,
@@ -123,16 +114,79 @@ pub struct McpServerConfig {
     pub max_result_bytes: usize,
 }
 
+/// How an MCP server is reached.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum McpTransport {
+    /// A child process speaking on its stdin and stdout.
+    Stdio {
+        /// The program.
+        command: PathBuf,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Variables set as given (after the scrub).
+        env: Vec<(String, String)>,
+        /// Names or `PREFIX*` patterns inherited beyond the allowlist
+        /// (never a credential-shaped one).
+        inherit_env: Vec<String>,
+        /// Where it runs; default: the child's working directory for a
+        /// per-run server, the runtime's for a shared one.
+        cwd: Option<PathBuf>,
+    },
+    /// Streamable HTTP: JSON-RPC posted to `url`, answers as JSON or an
+    /// event stream.
+    Http {
+        /// An `http://` or `https://` URL.
+        url: String,
+        /// Sent with every request (an `Authorization` header, say); not
+        /// `Accept`, `Mcp-Session-Id` or `Last-Event-Id`, which the
+        /// protocol sets.
+        headers: Vec<(String, String)>,
+    },
+}
+
+impl std::fmt::Debug for McpTransport {
+    /// Header values and variables are left out: they may be credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            McpTransport::Stdio { command, args, env, inherit_env, cwd } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", &env.iter().map(|(name, _)| name).collect::<Vec<_>>())
+                .field("inherit_env", inherit_env)
+                .field("cwd", cwd)
+                .finish(),
+            McpTransport::Http { url, headers } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("headers", &headers.iter().map(|(name, _)| name).collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
 impl McpServerConfig {
-    /// `command args…`, shared by a provider's runs, with the default bounds.
+    /// `command args…` on its pipes, shared by a provider's runs, with the
+    /// default bounds.
     pub fn new(name: impl Into<String>, command: impl Into<PathBuf>, args: Vec<String>) -> Self {
+        let transport =
+            McpTransport::Stdio { command: command.into(), args, env: Vec::new(), inherit_env: Vec::new(), cwd: None };
+        McpServerConfig::over(name, transport)
+    }
+
+    /// The streamable HTTP server at `url`, no headers, shared by a
+    /// provider's runs, with the default bounds.
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
+        McpServerConfig::over(name, McpTransport::Http { url: url.into(), headers: Vec::new() })
+    }
+
+    /// The server reached over `transport`, shared by a provider's runs,
+    /// with the default bounds.
+    pub fn over(name: impl Into<String>, transport: McpTransport) -> Self {
         McpServerConfig {
             name: name.into(),
-            command: command.into(),
-            args,
-            env: Vec::new(),
-            inherit_env: Vec::new(),
-            cwd: None,
+            transport,
             isolate: false,
             initialize_timeout: Duration::from_secs(10),
             call_timeout: Duration::from_secs(60),
@@ -277,13 +331,7 @@ impl Shared {
             .description
             .as_deref()
             .map_or_else(|| format!("Tool {:?} of the MCP server {:?}.", remote.name, self.config.name), str::to_owned);
-        if description.len() > MAX_DESCRIPTION {
-            let mut cut = MAX_DESCRIPTION;
-            while !description.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            description.truncate(cut);
-        }
+        description.truncate(crate::seam::cut(&description, MAX_DESCRIPTION).len());
         Some(ToolSpec { name, description, parameters })
     }
 }
@@ -403,41 +451,35 @@ impl McpServer {
 
     async fn start(&self, generation: u64) -> Result<Arc<Connection>, McpStartError> {
         let config = &self.shared.config;
-        let cwd = match config.cwd.clone().or_else(|| self.shared.cwd.clone()) {
-            Some(cwd) => cwd,
-            None => std::env::current_dir().map_err(McpStartError::NoWorkingDirectory)?,
-        };
-        let env = ChildEnv { inherit: &config.inherit_env, explicit: &config.env };
-        let lease = ProcessLease::new(self.shared.counters.lock().unwrap_or_else(|e| e.into_inner()).clone());
-        let mut process = spawn(&config.command, &config.args, &cwd, env, lease)
-            .map_err(|source| McpStartError::Spawn { command: config.command.clone(), source })?;
-        let pipes = (process.stdout.take().expect("piped"), process.stdin.take().expect("piped"));
         let listener = Listener { shared: Arc::downgrade(&self.shared), generation };
-        let started = tokio::time::timeout(config.initialize_timeout, async {
-            let service = listener.serve(pipes).await.map_err(|e| McpStartError::Initialize(e.to_string()))?;
-            let tools = service.peer().list_all_tools().await.map_err(|e| McpStartError::ListTools(e.to_string()))?;
-            Ok::<_, McpStartError>((service, tools))
-        })
-        .await;
-        let (service, tools) = match started {
-            Ok(Ok(started)) => started,
-            Ok(Err(error)) => {
-                process.kill().await;
-                return Err(error);
+        let (service, tools, process) = match &config.transport {
+            McpTransport::Stdio { command, args, env, inherit_env, cwd } => {
+                let cwd = match cwd.clone().or_else(|| self.shared.cwd.clone()) {
+                    Some(cwd) => cwd,
+                    None => std::env::current_dir().map_err(McpStartError::NoWorkingDirectory)?,
+                };
+                let env = ChildEnv { inherit: inherit_env, explicit: env };
+                let lease = ProcessLease::new(self.shared.counters.lock().unwrap_or_else(|e| e.into_inner()).clone());
+                let mut process = spawn(command, args, &cwd, env, lease)
+                    .map_err(|source| McpStartError::Spawn { command: command.clone(), source })?;
+                let pipes = (process.stdout.take().expect("piped"), process.stdin.take().expect("piped"));
+                match initialize(listener, pipes, config.initialize_timeout).await {
+                    Ok((service, tools)) => (service, tools, Some(process)),
+                    Err(error) => {
+                        process.kill().await;
+                        return Err(error);
+                    }
+                }
             }
-            Err(_) => {
-                process.kill().await;
-                return Err(McpStartError::Timeout(config.initialize_timeout));
+            McpTransport::Http { url, headers } => {
+                let transport = http::transport(url, headers)?;
+                let (service, tools) = initialize(listener, transport, config.initialize_timeout).await?;
+                (service, tools, None)
             }
         };
         self.shared.store(tools);
         let peer = service.peer().clone();
-        Ok(Arc::new(Connection {
-            generation,
-            peer,
-            service: Mutex::new(Some(service)),
-            process: Mutex::new(Some(process)),
-        }))
+        Ok(Arc::new(Connection { generation, peer, service: Mutex::new(Some(service)), process: Mutex::new(process) }))
     }
 
     /// One `tools/call`; every failure is a tool error the model reads.
@@ -479,16 +521,23 @@ impl McpServer {
                 drop(slot);
                 render::render(&result, config.max_result_bytes)
             }
-            Err(error) if !connection.alive() => {
+            Err(error) if !connection.alive() || transport_failed(&error) => {
                 let mut slot = self.shared.slot.lock().await;
                 if slot.generation == connection.generation {
                     self.mark_dead(&mut slot);
                 }
                 tracing::debug!(server = %config.name, %error, "a call ended with its server");
-                ToolOutput::error(format!(
-                    "the MCP server {:?} exited during the call to {tool:?}; it is started again at the next call",
-                    config.name
-                ))
+                ToolOutput::error(match config.transport {
+                    McpTransport::Stdio { .. } => format!(
+                        "the MCP server {:?} exited during the call to {tool:?}; it is started again at the next call",
+                        config.name
+                    ),
+                    McpTransport::Http { .. } => format!(
+                        "the connection to the MCP server {:?} broke during the call to {tool:?}; it is opened \
+                         again at the next call",
+                        config.name
+                    ),
+                })
             }
             Err(error) => ToolOutput::error(format!("the MCP server {:?} refused {tool:?}: {error}", config.name)),
         }
@@ -528,6 +577,44 @@ enum Backoff {
 fn backoff(failures: u32) -> Duration {
     let doubled = 100u64.saturating_mul(1 << failures.saturating_sub(1).min(10));
     Duration::from_millis(doubled.min(5_000))
+}
+
+/// Whether a call failed because its connection did (not the server
+/// answering with an error).
+fn transport_failed(error: &rmcp::ServiceError) -> bool {
+    matches!(error, rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_))
+}
+
+/// `initialize` and the first `tools/list` over `transport`, within `timeout`.
+async fn initialize<T, E, A>(
+    listener: Listener,
+    transport: T,
+    timeout: Duration,
+) -> Result<(RunningService<RoleClient, Listener>, Vec<RemoteTool>), McpStartError>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let started = tokio::time::timeout(timeout, async {
+        let service = listener.serve(transport).await.map_err(|error| {
+            // The transport's own words, without the SDK's type names.
+            let said = match &error {
+                rmcp::service::ClientInitializeError::TransportError { error, .. } => untrusted(&error.error),
+                error => untrusted(error),
+            };
+            McpStartError::Initialize(said)
+        })?;
+        let tools = service.peer().list_all_tools().await.map_err(|e| McpStartError::ListTools(untrusted(&e)))?;
+        Ok((service, tools))
+    });
+    started.await.map_err(|_| McpStartError::Timeout(timeout))?
+}
+
+/// An error that may quote the server, made fit for a model to read:
+/// control characters dropped, at most 300 bytes.
+fn untrusted(error: &dyn std::fmt::Display) -> String {
+    let text: String = error.to_string().chars().filter(|c| !c.is_control()).collect();
+    crate::seam::cut(&text, 300).to_owned()
 }
 
 /// One of a server's tools in an agent's tool set.

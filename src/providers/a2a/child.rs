@@ -425,11 +425,7 @@ fn part_bytes(part: &Part) -> usize {
 fn safe_text(text: &str) -> String {
     let folded: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     let folded = folded.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut end = folded.len().min(160);
-    while !folded.is_char_boundary(end) {
-        end -= 1;
-    }
-    folded[..end].to_owned()
+    crate::seam::cut(&folded, 160).to_owned()
 }
 
 fn reason(what: &str, said: &str) -> String {

@@ -132,7 +132,7 @@ impl Client {
             map.insert(name, value);
         }
         map.insert(HeaderName::from_static("a2a-version"), HeaderValue::from_static(wire::VERSION));
-        install_crypto_provider();
+        crate::tls::install_crypto_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .build()
@@ -353,12 +353,4 @@ impl Events {
             }
         }
     }
-}
-
-fn install_crypto_provider() {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    // An embedding application may have installed its own provider already.
-    INSTALL.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
 }

@@ -49,6 +49,9 @@ pub enum McpStartError {
         /// Why.
         source: io::Error,
     },
+    /// A streamable HTTP server's URL or headers cannot be used.
+    #[error("{0}")]
+    Endpoint(String),
     /// The `initialize` handshake failed.
     #[error("initialize failed: {0}")]
     Initialize(String),

@@ -76,10 +76,7 @@ fn capped(mut text: String, cap: usize) -> String {
         return text;
     }
     let total = text.len();
-    let mut cut = cap;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
+    let cut = crate::seam::cut(&text, cap).len();
     text.truncate(cut);
     text.push_str(&format!("\n[result cut: {cut} of {total} bytes shown]"));
     text
