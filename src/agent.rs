@@ -61,6 +61,7 @@ pub use session::{
     LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, SessionSummary, StoredSession,
     ToolCall, DEFAULT_MAX_LINE_BYTES,
 };
+#[cfg(any(feature = "mcp", feature = "config"))]
 pub(crate) use tools::mcp_header_problem;
 pub use tools::{
     valid_server_name, FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset,

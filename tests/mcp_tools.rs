@@ -499,3 +499,32 @@ fn an_acp_provider_refuses_a_server_setting_its_agent_would_not_see() {
     let config = Config::parse(plain, "f.toml").unwrap();
     assert_eq!(config.provider("agent").unwrap().mcp_servers(), ["files"]);
 }
+
+#[test]
+fn subagents_acp_mounts_the_servers_its_client_sends_and_its_children_inherit_them() {
+    use subagents::providers::{AcpConfig, AcpMcpServer, AcpProvider};
+    let fixture = Fixture::new();
+    let web = http::HttpServer::start(fixture.reports.path(), None);
+    let reports = fixture.reports.path().display().to_string();
+    let stdio = AcpMcpServer::stdio("t", std::env::current_exe().unwrap(), Vec::new())
+        .with_env(stand_in::DIR_VARIABLE, reports);
+    let http = AcpMcpServer::http("web", web.url()).with_header("Authorization", format!("Bearer {}", http::TOKEN));
+    let home = fixture._home.path().join("agent-home").display().to_string();
+    let mut config =
+        AcpConfig::new("agent", env!("CARGO_BIN_EXE_subagents"), vec!["acp".into(), "--home".into(), home]);
+    config.mcp_servers = vec![stdio, http];
+    let provider = fixture.runtime.block_on(async move { AcpProvider::new(config).await.unwrap() });
+    fixture.runtime.subagents().register_provider(provider).unwrap().keep();
+    let subagents = fixture.runtime.subagents();
+    let task = r#"[tool:mcp__t__echo {"text": "a"}] [tool:mcp__web__echo {"text": "b"}] [tool:subagent {"description": "d", "prompt": "[tool:mcp__t__echo {\"text\": \"child\"}]"}]"#;
+    let result = common::lifecycle(&fixture.runtime, &subagents, "agent", fixture.request(task));
+    assert_eq!(result.stop_reason, StopReason::Completed, "{:?}", result.text());
+    let text = result.text();
+    assert!(text.contains("mcp__t__echo: echo: a"), "{text}");
+    assert!(text.contains("mcp__web__echo: echo: b"), "{text}");
+    assert!(text.contains("echo: child"), "the session's child inherits its servers: {text}");
+    let mut pids = fixture.shut_down();
+    pids.retain(|pid| *pid != web.pid());
+    assert_eq!(pids.len(), 1, "one stdio server for the session, shared with its child");
+    assert_gone(&pids);
+}

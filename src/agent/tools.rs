@@ -58,6 +58,7 @@ pub fn valid_server_name(name: &str) -> bool {
 /// requests, if it cannot: a name must be an HTTP token and not one the
 /// protocol sets (`Accept`, `Mcp-Session-Id`, `Mcp-Protocol-Version`,
 /// `Last-Event-Id`); a value must be visible ASCII, spaces or tabs.
+#[cfg(any(feature = "mcp", feature = "config"))]
 pub(crate) fn mcp_header_problem(name: &str, value: &str) -> Option<String> {
     const SET_BY_THE_PROTOCOL: [&str; 4] = ["accept", "mcp-session-id", "mcp-protocol-version", "last-event-id"];
     let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);

@@ -16,6 +16,10 @@
 //!   provider of the file is registered instead and the subagent tools
 //!   offer the ones it names. A system prompt replaces
 //!   the persona section (override) or is appended to the prompt (append).
+//!   The `mcpServers` the client sends (stdio, and streamable HTTP: the
+//!   agent advertises `mcpCapabilities.http`) start with the session and
+//!   their tools join its own, inherited by its children (see
+//!   `acp/mcp_servers.rs`).
 //! - `session/prompt` streams `agent_message_chunk`, `tool_call` and
 //!   `tool_call_update` updates and answers with the stop reason
 //!   (`end_turn`, `max_tokens`, `refusal`, `cancelled`). A failed turn is a
@@ -60,6 +64,7 @@
 //! ```
 
 mod framing;
+mod mcp_servers;
 mod tool_calls;
 
 use std::collections::HashMap;
@@ -69,8 +74,8 @@ use std::sync::{Arc, Mutex};
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, ContentBlock as AcpBlock, Implementation, InitializeRequest,
-    InitializeResponse, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
-    SessionCapabilities, SessionId, SessionNotification, SessionSystemPromptCapabilities,
+    InitializeResponse, McpCapabilities, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest,
+    PromptResponse, SessionCapabilities, SessionId, SessionNotification, SessionSystemPromptCapabilities,
     SessionSystemPromptModeCapabilities, SessionSystemPromptOverrideCapabilities, SystemPromptMode,
 };
 use agent_client_protocol::{v1, Client, Error};
@@ -131,16 +136,21 @@ pub fn serve_acp(options: AcpServeOptions) -> Result<(), ServeError> {
         model,
         options,
         sessions: Mutex::default(),
+        mcp_servers: Mutex::default(),
         tasks,
         closing: CancellationToken::new(),
     });
     let served = runtime.block_on(serve(state.clone()));
     // Close every session (cancel its turns and tasks) before the runtime goes.
     let agents: Vec<Agent> = state.sessions.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, a)| a).collect();
+    let servers = std::mem::take(&mut *state.mcp_servers.lock().unwrap_or_else(|e| e.into_inner()));
     runtime.block_on(async move {
         for agent in agents {
             let _ = agent.shutdown().await;
         }
+        #[cfg(feature = "mcp")]
+        futures_util::future::join_all(servers.iter().map(crate::agent::McpServer::shutdown)).await;
+        drop(servers);
     });
     runtime.shutdown_blocking();
     served.map_err(|e| ServeError::Connection(e.to_string()))
@@ -166,11 +176,18 @@ fn register(
     Ok(())
 }
 
+#[cfg(feature = "mcp")]
+type MountedServer = crate::agent::McpServer;
+#[cfg(not(feature = "mcp"))]
+type MountedServer = ();
+
 struct State {
     subagents: Subagents,
     model: Arc<dyn Model>,
     options: AcpServeOptions,
     sessions: Mutex<HashMap<SessionId, Agent>>,
+    /// The MCP servers clients handed the sessions, closed at exit.
+    mcp_servers: Mutex<Vec<MountedServer>>,
     tasks: TaskService,
     /// Cancelled at stdin EOF: every session's turns end, now and later.
     closing: CancellationToken,
@@ -209,6 +226,7 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
                 );
                 let capabilities = AgentCapabilities::new()
                     .load_session(false)
+                    .mcp_capabilities(McpCapabilities::new().http(cfg!(feature = "mcp")))
                     .prompt_capabilities(PromptCapabilities::new().image(false).audio(false).embedded_context(false))
                     .session_capabilities(SessionCapabilities::new().system_prompt(system_prompt));
                 responder.respond(
@@ -223,10 +241,16 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
             async move |request: NewSessionRequest,
                         responder: v1::Responder<NewSessionResponse>,
                         cx: v1::ConnectionTo<Client>| {
-                match for_new.new_session(&request, cx) {
-                    Ok(id) => responder.respond(NewSessionResponse::new(id)),
-                    Err(message) => responder.respond_with_error(Error::invalid_params().data(Value::String(message))),
-                }
+                // Its MCP servers may take seconds to start: beside the loop.
+                let state = for_new.clone();
+                cx.clone().spawn(async move {
+                    match state.new_session(&request, cx).await {
+                        Ok(id) => responder.respond(NewSessionResponse::new(id)),
+                        Err(message) => {
+                            responder.respond_with_error(Error::invalid_params().data(Value::String(message)))
+                        }
+                    }
+                })
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -302,7 +326,11 @@ fn acp_text(blocks: &[AcpBlock]) -> String {
 }
 
 impl State {
-    fn new_session(&self, request: &NewSessionRequest, cx: v1::ConnectionTo<Client>) -> Result<SessionId, String> {
+    async fn new_session(
+        &self,
+        request: &NewSessionRequest,
+        cx: v1::ConnectionTo<Client>,
+    ) -> Result<SessionId, String> {
         if !request.cwd.is_absolute() {
             return Err("cwd must be absolute".to_owned());
         }
@@ -317,6 +345,11 @@ impl State {
             }
         };
         for tool in self.kit()? {
+            tools.add_shared(approve(tool)).map_err(|e| e.to_string())?;
+        }
+        let (servers, mounted) = mcp_servers::mount(&request.mcp_servers, &request.cwd).await?;
+        self.mcp_servers.lock().unwrap_or_else(|e| e.into_inner()).extend(servers);
+        for tool in mounted {
             tools.add_shared(approve(tool)).map_err(|e| e.to_string())?;
         }
         let update_session = session_id.clone();

@@ -15,17 +15,17 @@ use subagents::config::{Config, Configured};
 use subagents::tool::TaskService;
 use subagents::StopReason;
 
-const TOKEN: &str = "s3cret";
+pub(super) const TOKEN: &str = "s3cret";
 
 /// The stand-in serving HTTP; killed when dropped.
-struct HttpServer {
+pub(super) struct HttpServer {
     child: Child,
     port: u16,
 }
 
 impl HttpServer {
     /// On a free port, or on `port`.
-    fn start(reports: &Path, port: Option<u16>) -> HttpServer {
+    pub(super) fn start(reports: &Path, port: Option<u16>) -> HttpServer {
         let port_file = reports.join(format!("port-{}", port.unwrap_or(0)));
         let _ = std::fs::remove_file(&port_file);
         let mut command = Command::new(std::env::current_exe().unwrap());
@@ -51,7 +51,11 @@ impl HttpServer {
         HttpServer { child, port }
     }
 
-    fn url(&self) -> String {
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub(super) fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
 

@@ -1,13 +1,18 @@
-//! MCP servers' tools for children (feature `mcp`): a stdio server is a
-//! child process speaking the Model Context Protocol, and each tool it
-//! lists becomes a [`Tool`] named `mcp__SERVER__TOOL` with the server's
-//! description and input schema.
+//! MCP servers' tools for children (feature `mcp`): a server speaks the
+//! Model Context Protocol as a child process on its pipes or over
+//! streamable HTTP ([`McpTransport`]), and each tool it lists becomes a
+//! [`Tool`] named `mcp__SERVER__TOOL` with the server's description and
+//! input schema.
 //!
-//! **Process**: spawned like every other child of the runtime — the
-//! scrubbed environment (an allowlist, plus `inherit_env`, plus `env`), its
-//! own process group, stderr discarded — and spoken to through rmcp's
-//! client over its pipes. Closing climbs the dispose ladder: stdin EOF,
-//! SIGTERM to the group, SIGKILL, and nothing of the group survives.
+//! **Process**: a stdio server is spawned like every other child of the
+//! runtime — the scrubbed environment (an allowlist, plus `inherit_env`,
+//! plus `env`), its own process group, stderr discarded — and spoken to
+//! through rmcp's client over its pipes. Closing climbs the dispose
+//! ladder: stdin EOF, SIGTERM to the group, SIGKILL, and nothing of the
+//! group survives. A streamable HTTP server is one MCP session on the
+//! crate's reqwest, each request with the configured headers (see
+//! `http.rs` for redirects, bounds and reconnects); closing ends the
+//! session (`DELETE`).
 //!
 //! **Lifecycle**: an [`McpServer`] starts at its first use (the first run
 //! that mounts it), bounded by [`McpServerConfig::initialize_timeout`] for
@@ -35,6 +40,11 @@
 //! refused at start). The tool filter and the depth rules apply to
 //! mounted tools as to any. An `acp` child gets its provider's servers
 //! only (its agent starts them); a `process` child gets none.
+//!
+//! **Failures**: a server that dies (a stdio process exiting, an HTTP
+//! connection or event stream broken past its reconnects) turns the calls
+//! in flight into tool errors; the next call starts it (or a new session)
+//! after the backoff.
 //!
 //! Any agent an embedder builds can mount one itself:
 //!
