@@ -8,6 +8,9 @@ mod stand_in;
 #[path = "mcp_tools/http.rs"]
 mod http;
 
+#[path = "mcp_tools/ts_sdk.rs"]
+mod ts_sdk;
+
 use crate::common;
 
 use std::path::Path;
