@@ -210,8 +210,16 @@ fn a_server_killed_mid_call_is_a_tool_error_the_run_survives_and_the_next_call_r
 fn cancelling_a_run_sends_the_server_notifications_cancelled_for_its_call() {
     let fixture = Fixture::new();
     fixture.register(vec![fixture.server(false)]);
+    assert_eq!(cancelled_mid_call(&fixture, r#"[tool:mcp__t__sleep {"ms": 60000}]"#), StopReason::Aborted);
+    let pids = fixture.shut_down();
+    assert_gone(&pids);
+}
+
+/// Runs `task` (one sleeping call) on `spawn`, cancels it once the server
+/// sleeps, and waits until the server saw the cancel: the run's stop reason.
+fn cancelled_mid_call(fixture: &Fixture, task: &str) -> StopReason {
     let subagents = fixture.runtime.subagents();
-    let request = fixture.request(r#"[tool:mcp__t__sleep {"ms": 60000}]"#);
+    let request = fixture.request(task);
     let reports = fixture.reports.path().to_path_buf();
     let result = fixture.runtime.within(WAIT_LIMIT, "a cancelled run", async move {
         let run = subagents.start("spawn", request).await.unwrap();
@@ -223,11 +231,28 @@ fn cancelling_a_run_sends_the_server_notifications_cancelled_for_its_call() {
         run.dispose().await.unwrap();
         result
     });
-    assert_eq!(result.stop_reason, StopReason::Aborted);
     let reports = fixture.reports.path().to_path_buf();
     wait_for(&fixture.runtime, "the server to see the cancel", move || !reported(&reports, "cancelled-").is_empty());
-    let pids = fixture.shut_down();
-    assert_gone(&pids);
+    result.stop_reason
+}
+
+/// Runs `task` on `spawn` until every tool it calls is mounted: the
+/// refetch follows a `list_changed` notification, so a run soon after
+/// mounts what the server added.
+fn once_mounted(fixture: &Fixture, task: &str) -> RunResult {
+    let subagents = fixture.runtime.subagents();
+    let task = task.to_owned();
+    fixture.runtime.within(WAIT_LIMIT, "a run that mounts the added tools", async move {
+        loop {
+            let run = subagents.start("spawn", fixture_request(&task)).await.unwrap();
+            let result = run.result().await.unwrap();
+            run.dispose().await.unwrap();
+            if !result.text().contains("no tool named") {
+                return result;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
 }
 
 fn fixture_request(task: &str) -> StartRequest {
@@ -262,20 +287,7 @@ fn a_changed_tool_list_is_fetched_again_and_later_runs_mount_the_new_tool() {
     fixture.register(vec![fixture.server(false)]);
     let changed = fixture.run("[tool:mcp__t__change_tools]");
     assert_eq!(changed.text(), "mcp__t__change_tools: changed");
-    // The refetch follows the notification: a run soon after mounts `added`.
-    let subagents = fixture.runtime.subagents();
-    let request = move || fixture_request("[tool:mcp__t__added]");
-    let after = fixture.runtime.within(WAIT_LIMIT, "a run that mounts the added tool", async move {
-        loop {
-            let run = subagents.start("spawn", request()).await.unwrap();
-            let result = run.result().await.unwrap();
-            run.dispose().await.unwrap();
-            if !result.text().contains("no tool named") {
-                return result;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    });
+    let after = once_mounted(&fixture, "[tool:mcp__t__added]");
     assert_eq!(after.text(), "mcp__t__added: the added tool answers");
     fixture.runtime.within(WAIT_LIMIT, "the direct server to close", async move { server.shutdown().await });
     let pids = fixture.shut_down();

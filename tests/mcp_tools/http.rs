@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{reported, stand_in, wait_for, Fixture};
+use super::{cancelled_mid_call, once_mounted, reported, stand_in, Fixture};
 use crate::common::{self, Within, WAIT_LIMIT};
 use std::sync::Arc;
 use subagents::agent::ScriptedModel;
@@ -39,16 +39,26 @@ impl HttpServer {
         if let Some(port) = port {
             command.env(stand_in::PORT_VARIABLE, port.to_string());
         }
+        HttpServer::spawn(command, &port_file, "the HTTP stand-in")
+    }
+
+    /// Spawns `command`, a server that writes its port to `port_file` once
+    /// it listens.
+    pub(super) fn spawn(mut command: Command, port_file: &Path, what: &str) -> HttpServer {
         let child = command.spawn().unwrap();
         let deadline = Instant::now() + WAIT_LIMIT;
         let port = loop {
-            if let Some(port) = std::fs::read_to_string(&port_file).ok().and_then(|text| text.parse().ok()) {
+            if let Some(port) = std::fs::read_to_string(port_file).ok().and_then(|text| text.parse().ok()) {
                 break port;
             }
-            assert!(Instant::now() < deadline, "the HTTP stand-in did not listen within {WAIT_LIMIT:?}");
+            assert!(Instant::now() < deadline, "{what} did not listen within {WAIT_LIMIT:?}");
             std::thread::sleep(Duration::from_millis(10));
         };
         HttpServer { child, port }
+    }
+
+    pub(super) fn port(&self) -> u16 {
+        self.port
     }
 
     pub(super) fn pid(&self) -> u32 {
@@ -171,22 +181,7 @@ fn cancelling_a_run_tells_the_http_server_to_stop_its_call() {
     let fixture = Fixture::new();
     let server = HttpServer::start(fixture.reports.path(), None);
     fixture.register(vec![with_token("t", server.url())]);
-    let subagents = fixture.runtime.subagents();
-    let request = fixture.request(r#"[tool:mcp__t__sleep {"ms": 60000}]"#);
-    let reports = fixture.reports.path().to_path_buf();
-    let result = fixture.runtime.within(WAIT_LIMIT, "a cancelled run", async move {
-        let run = subagents.start("spawn", request).await.unwrap();
-        while reported(&reports, "sleeping-").is_empty() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        run.cancel();
-        let result = run.result().await.unwrap();
-        run.dispose().await.unwrap();
-        result
-    });
-    assert_eq!(result.stop_reason, StopReason::Aborted);
-    let reports = fixture.reports.path().to_path_buf();
-    wait_for(&fixture.runtime, "the server to see the cancel", move || !reported(&reports, "cancelled-").is_empty());
+    assert_eq!(cancelled_mid_call(&fixture, r#"[tool:mcp__t__sleep {"ms": 60000}]"#), StopReason::Aborted);
     fixture.runtime.shutdown_blocking();
 }
 
@@ -227,25 +222,7 @@ fn a_tool_list_changed_over_http_is_fetched_again_and_a_later_run_mounts_the_new
     let server = HttpServer::start(fixture.reports.path(), None);
     fixture.register(vec![with_token("t", server.url())]);
     assert_eq!(fixture.run("[tool:mcp__t__change_tools]").text(), "mcp__t__change_tools: changed");
-    let subagents = fixture.runtime.subagents();
-    let request = {
-        let fixture_cwd = fixture.cwd.path().to_path_buf();
-        move || {
-            let parent = subagents::Parent::root(&fixture_cwd);
-            subagents::StartRequest::new("[tool:mcp__t__added]", parent, subagents::CancellationToken::new())
-        }
-    };
-    let after = fixture.runtime.within(WAIT_LIMIT, "a run that mounts the added tool", async move {
-        loop {
-            let run = subagents.start("spawn", request()).await.unwrap();
-            let result = run.result().await.unwrap();
-            run.dispose().await.unwrap();
-            if !result.text().contains("no tool named") {
-                return result;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
+    let after = once_mounted(&fixture, "[tool:mcp__t__added]");
     assert_eq!(after.text(), "mcp__t__added: the added tool answers");
     fixture.runtime.shutdown_blocking();
 }

@@ -5,11 +5,12 @@
 //! is installed there with npm once and reused.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::{assert_gone, reported, wait_for, Fixture};
+use super::http::HttpServer;
+use super::{assert_gone, once_mounted, reported, wait_for, Fixture};
 use crate::common::{Within, WAIT_LIMIT};
 use subagents::agent::ScriptedModel;
 use subagents::config::{Config, Configured};
@@ -122,41 +123,18 @@ fn script() -> PathBuf {
     sdk_dir().join("ts_server.mjs")
 }
 
-/// The SDK's streamable HTTP server; killed when dropped.
-struct HttpServer {
-    child: Child,
-    port: u16,
-}
-
-impl HttpServer {
-    fn start(reports: &Path) -> HttpServer {
-        let port_file = reports.join("ts-port");
-        let child = Command::new(node())
-            .arg(script())
-            .args(["http", &port_file.display().to_string(), TOKEN])
-            .env("REPORT_DIR", reports)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + WAIT_LIMIT;
-        let port = loop {
-            if let Some(port) = std::fs::read_to_string(&port_file).ok().and_then(|text| text.parse().ok()) {
-                break port;
-            }
-            assert!(Instant::now() < deadline, "the TypeScript SDK's HTTP server did not listen within {WAIT_LIMIT:?}");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        HttpServer { child, port }
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The SDK's streamable HTTP server (killed when dropped).
+fn http_server(reports: &Path) -> HttpServer {
+    let port_file = reports.join("ts-port");
+    let mut command = Command::new(node());
+    command
+        .arg(script())
+        .args(["http", &port_file.display().to_string(), TOKEN])
+        .env("REPORT_DIR", reports)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    HttpServer::spawn(command, &port_file, "the TypeScript SDK's HTTP server")
 }
 
 /// A `spawn` provider mounting the SDK's server over stdio (`ts`) and
@@ -169,7 +147,7 @@ fn register(fixture: &Fixture, http: &HttpServer) {
         node().display().to_string(),
         script().display().to_string(),
         fixture.reports.path().display().to_string(),
-        http.port,
+        http.port(),
     );
     let file = fixture.reports.path().join("subagents.toml");
     std::fs::write(&file, text).unwrap();
@@ -181,7 +159,7 @@ fn register(fixture: &Fixture, http: &HttpServer) {
 #[test]
 fn servers_on_the_typescript_sdk_answer_a_child_over_stdio_and_streamable_http() {
     let fixture = Fixture::new();
-    let http = HttpServer::start(fixture.reports.path());
+    let http = http_server(fixture.reports.path());
     register(&fixture, &http);
     for server in ["ts", "web"] {
         let task = format!(
@@ -231,7 +209,7 @@ fn reported_names(dir: &Path, prefix: &str) -> Vec<String> {
 #[test]
 fn typescript_sdk_servers_see_cancels_and_their_changed_tool_lists_reach_later_runs() {
     let fixture = Fixture::new();
-    let http = HttpServer::start(fixture.reports.path());
+    let http = http_server(fixture.reports.path());
     register(&fixture, &http);
     let subagents = fixture.runtime.subagents();
     // One run per server: calls to tools not marked read-only run one at a time.
@@ -261,25 +239,7 @@ fn typescript_sdk_servers_see_cancels_and_their_changed_tool_lists_reach_later_r
     wait_for(&fixture.runtime, "both servers to see the cancel", move || reported(&reports, "cancelled-").len() == 2);
     let changed = fixture.run("[tool:mcp__ts__change_tools] [tool:mcp__web__change_tools]");
     assert_eq!(changed.text(), "mcp__ts__change_tools: changed\nmcp__web__change_tools: changed");
-    let subagents = fixture.runtime.subagents();
-    let cwd = fixture.cwd.path().to_path_buf();
-    let after = fixture.runtime.within(WAIT_LIMIT, "a run that mounts both added tools", async move {
-        loop {
-            let parent = subagents::Parent::root(&cwd);
-            let request = subagents::StartRequest::new(
-                "[tool:mcp__ts__added] [tool:mcp__web__added]",
-                parent,
-                subagents::CancellationToken::new(),
-            );
-            let run = subagents.start("spawn", request).await.unwrap();
-            let result = run.result().await.unwrap();
-            run.dispose().await.unwrap();
-            if !result.text().contains("no tool named") {
-                return result;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
+    let after = once_mounted(&fixture, "[tool:mcp__ts__added] [tool:mcp__web__added]");
     assert_eq!(after.text(), "mcp__ts__added: ts added answers\nmcp__web__added: ts added answers");
     let pids = fixture.shut_down();
     assert_gone(&pids);
