@@ -63,6 +63,8 @@ pub use session::{
 };
 #[cfg(any(feature = "mcp", feature = "config"))]
 pub(crate) use tools::mcp_header_problem;
+#[cfg(feature = "mcp")]
+pub(crate) use tools::start_mcp_servers;
 pub use tools::{
     valid_server_name, FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset,
 };

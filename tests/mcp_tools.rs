@@ -543,3 +543,49 @@ fn subagents_acp_mounts_the_servers_its_client_sends_and_its_children_inherit_th
     assert_eq!(pids.len(), 1, "one stdio server for the session, shared with its child");
     assert_gone(&pids);
 }
+
+#[test]
+fn a_process_child_starts_its_own_copies_of_its_providers_servers_or_its_parents() {
+    use subagents::providers::{ProcessConfig, ProcessProvider};
+    let fixture = Fixture::new();
+    let web = http::HttpServer::start(fixture.reports.path(), None);
+    let process = |name: &str, servers: Option<Vec<McpServerConfig>>| {
+        let mut config = ProcessConfig::new(name, fixture._home.path().join(name));
+        config.bin = env!("CARGO_BIN_EXE_subagents").into();
+        config.mcp_servers = servers;
+        let provider = ProcessProvider::new(config).unwrap();
+        fixture.runtime.subagents().register_provider(provider).unwrap().keep();
+    };
+    let headers = vec![("Authorization".to_owned(), format!("Bearer {}", http::TOKEN))];
+    let http = McpServerConfig::over("web", McpTransport::Http { url: web.url(), headers });
+    process("scoped", Some(vec![fixture.server(false), http]));
+    process("inheriting", None);
+    let subagents = fixture.runtime.subagents();
+    let task = r#"[tool:mcp__t__echo {"text": "a"}] [tool:mcp__web__echo {"text": "b"}]"#;
+    let scoped = common::lifecycle(&fixture.runtime, &subagents, "scoped", fixture.request(task));
+    assert_eq!(scoped.text(), "mcp__t__echo: echo: a\nmcp__web__echo: echo: b");
+    let first = fixture.pids();
+    assert_eq!(first.len() - 1, 1, "the child started the stdio server (beside the HTTP stand-in)");
+    let inherited = McpServer::new(fixture.server(false));
+    let parent = fixture.parent_with(std::slice::from_ref(&inherited));
+    let request = child_request(&parent, r#"[tool:mcp__t__echo {"text": "inherited"}]"#);
+    let result = common::lifecycle(&fixture.runtime, &subagents, "inheriting", request);
+    assert_eq!(result.text(), "mcp__t__echo: echo: inherited");
+    let request =
+        child_request(&parent, r#"[tool:mcp__t__echo {"text": "none"}]"#).with_mcp_servers(Vec::<String>::new());
+    let result = common::lifecycle(&fixture.runtime, &subagents, "inheriting", request);
+    assert!(result.text().starts_with("mcp__t__echo error: no tool named"), "{}", result.text());
+    let refused = child_request(&parent, "hi").with_mcp_servers(["nope"]);
+    let refused = fixture.runtime.within(WAIT_LIMIT, "a refused start", async move {
+        subagents.start("inheriting", refused).await.err().map(|error| error.to_string())
+    });
+    assert!(refused.as_deref().is_some_and(|error| error.contains("no MCP server named \"nope\"")), "{refused:?}");
+    // The parent's own server, and one copy for the inheriting child.
+    let mut pids = fixture.pids();
+    pids.retain(|pid| *pid != web.pid());
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    let parents = pids.iter().filter(|pid| !first.contains(pid)).count();
+    assert_eq!(parents, 2);
+    drop(web);
+    close(fixture, vec![inherited]);
+}

@@ -42,6 +42,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use builtin::{ListDir, ReadFile};
 #[cfg(feature = "mcp")]
+pub(crate) use mcp::start_all as start_mcp_servers;
+#[cfg(feature = "mcp")]
 pub use mcp::{McpServer, McpServerConfig, McpServerError, McpStartError, McpTransport, MCP_TOOL_PREFIX};
 
 use super::session::ToolCall;

@@ -666,6 +666,15 @@ impl Config {
         if let Some(timeout) = resolved.durations.get("shutdown_timeout") {
             config.shutdown_timeout = *timeout;
         }
+        // No `mcp_servers` key: each child gets its parent's.
+        #[cfg(feature = "mcp")]
+        if table.mcp_servers.is_some() {
+            config.mcp_servers = Some(self.mcp_server_configs(entry));
+        }
+        #[cfg(not(feature = "mcp"))]
+        if !entry.mcp_servers.is_empty() {
+            return Err("MCP servers need the crate's \"mcp\" feature".to_owned());
+        }
         let provider = ProcessProvider::new(config).map_err(|e| e.to_string())?;
         if context.probe {
             provider.probe().await.map_err(|e| e.to_string())?;

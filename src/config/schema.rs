@@ -122,7 +122,9 @@ impl Kind {
                 "keep_run_dirs",
                 "run_dir_root",
             ],
-            Kind::Process => &["bin", "profile", "patches", "home", "model", "max_tokens", "shutdown_timeout"],
+            Kind::Process => {
+                &["bin", "profile", "patches", "home", "model", "max_tokens", "shutdown_timeout", "mcp_servers"]
+            }
             Kind::Remote => &[
                 "nats",
                 "pool",

@@ -5,7 +5,11 @@
 //! home, session, profile and model route — isolated from the parent's
 //! process, and a process start per run is an acceptable price.
 //!
-//! **Advertises** only `agent_options`: the route (provider, model,
+//! **MCP servers** (feature `mcp`): chosen as for an in-process child and
+//! started by the child runtime, its own copies (see `mcp_servers.rs`);
+//! `mcp_servers` is advertised.
+//!
+//! **Advertises** `agent_options` (and `mcp_servers`): the route (provider, model,
 //! max_tokens, reasoning_effort) crosses the wire as an explicit whitelist
 //! and the provider publishes its route defaults. Structured output, depth
 //! caps, tool filters and personas are rejected at `start` (configure the
@@ -44,6 +48,8 @@
 //! Tool filters cannot be checked against the child's tools from here
 //! (they are advertised off).
 
+#[cfg(feature = "mcp")]
+pub(crate) mod mcp_servers;
 pub(crate) mod profile;
 pub(crate) mod wire;
 
@@ -84,6 +90,10 @@ pub struct ProcessConfig {
     pub shutdown_timeout: Duration,
     /// Where the child runs, its environment and its graces.
     pub child: ChildProcessConfig,
+    /// The MCP servers each child mounts (`None`, the default: its parent
+    /// agent's; `Some(vec![])`: none); each child starts its own copies.
+    #[cfg(feature = "mcp")]
+    pub mcp_servers: Option<Vec<crate::agent::McpServerConfig>>,
 }
 
 impl std::ops::Deref for ProcessConfig {
@@ -136,6 +146,8 @@ impl ProcessConfig {
             route: AgentOptions::default(),
             shutdown_timeout: Duration::from_secs(1),
             child: ChildProcessConfig::default(),
+            #[cfg(feature = "mcp")]
+            mcp_servers: None,
         }
     }
 
@@ -259,6 +271,7 @@ impl ProcessProvider {
             parent_session: None,
             traceparent: None,
             tracestate: None,
+            mcp_servers: Vec::new(),
         };
         let answered = handshake(&connection, &init).await;
         if answered.is_ok() {
@@ -283,7 +296,7 @@ impl Provider for ProcessProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { agent_options: true, ..Capabilities::none() }
+        Capabilities { agent_options: true, mcp_servers: cfg!(feature = "mcp"), ..Capabilities::none() }
     }
 
     fn route_defaults(&self) -> AgentOptions {
@@ -307,6 +320,10 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
         return Err(LaunchError::Aborted);
     }
     let cwd = config.run_cwd(&request.parent.cwd)?;
+    #[cfg(feature = "mcp")]
+    let mcp_servers = mcp_servers::for_child(config.mcp_servers.as_deref(), &request)?;
+    #[cfg(not(feature = "mcp"))]
+    let mcp_servers = Vec::new();
     let route = match &request.agent_options {
         Some(options) => config.route.overridden_by(options),
         None => config.route.clone(),
@@ -332,6 +349,7 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
         parent_session: request.parent.session_id.clone(),
         traceparent: trace.as_ref().map(|trace| trace.traceparent.clone()),
         tracestate: trace.and_then(|trace| trace.tracestate),
+        mcp_servers,
     };
     let outcome = tokio::select! {
         biased;

@@ -67,6 +67,9 @@ struct Server {
     out: mpsc::UnboundedSender<Value>,
     outgoing: Option<mpsc::UnboundedReceiver<Value>>,
     agent: Option<Agent>,
+    /// The MCP servers the session mounted, closed at its end.
+    #[cfg(feature = "mcp")]
+    mcp_servers: Vec<crate::agent::McpServer>,
     turn: Option<tokio::task::JoinHandle<()>>,
     /// The runs the served session starts, for the `shutdown` receipt.
     lineage: Option<LineageScope>,
@@ -118,6 +121,8 @@ impl Server {
             out,
             outgoing: Some(outgoing),
             agent: None,
+            #[cfg(feature = "mcp")]
+            mcp_servers: Vec::new(),
             turn: None,
             lineage: None,
             span: tracing::Span::none(),
@@ -189,7 +194,7 @@ impl Server {
         let method = method.to_owned();
         let params = message.get("params").cloned().unwrap_or(Value::Null);
         let answer = match method.as_str() {
-            "initialize" => Some(self.initialize(&id, params)),
+            "initialize" => Some(self.initialize(&id, params).await),
             "prompt" => self.prompt(&id, params),
             "cancel" => {
                 if let Some(agent) = &self.agent {
@@ -217,7 +222,7 @@ impl Server {
         false
     }
 
-    fn initialize(&mut self, id: &Value, params: Value) -> Value {
+    async fn initialize(&mut self, id: &Value, params: Value) -> Value {
         if self.agent.is_some() {
             return error(id, -32600, "already initialized");
         }
@@ -231,7 +236,11 @@ impl Server {
         if !init.cwd.is_absolute() {
             return error(id, -32602, "cwd must be an absolute path");
         }
-        match self.build_agent(&init) {
+        let mounted = match self.mount_mcp_servers(&init).await {
+            Ok(tools) => tools,
+            Err(message) => return error(id, -32602, &message),
+        };
+        match self.build_agent(&init, mounted) {
             Ok(agent) => {
                 let session_id = agent.id().to_owned();
                 let parent = TraceContext::received(init.traceparent.as_deref(), init.tracestate.as_deref());
@@ -244,7 +253,25 @@ impl Server {
         }
     }
 
-    fn build_agent(&self, init: &Initialize) -> Result<Agent, String> {
+    /// Starts the MCP servers the parent sent: their tools, for the session.
+    #[cfg(feature = "mcp")]
+    async fn mount_mcp_servers(&mut self, init: &Initialize) -> Result<Vec<Arc<dyn Tool>>, String> {
+        let configs = init.mcp_servers.iter().map(crate::providers::process::mcp_servers::from_wire);
+        let configs = configs.collect::<Result<Vec<_>, String>>()?;
+        let (servers, tools) = crate::agent::start_mcp_servers(configs, &init.cwd).await;
+        self.mcp_servers = servers;
+        Ok(tools)
+    }
+
+    #[cfg(not(feature = "mcp"))]
+    async fn mount_mcp_servers(&mut self, init: &Initialize) -> Result<Vec<Arc<dyn Tool>>, String> {
+        match init.mcp_servers.is_empty() {
+            true => Ok(Vec::new()),
+            false => Err("this child was built without MCP servers (the crate's \"mcp\" feature)".to_owned()),
+        }
+    }
+
+    fn build_agent(&self, init: &Initialize, mounted: Vec<Arc<dyn Tool>>) -> Result<Agent, String> {
         let mut profile = Profile::named(&init.profile)?;
         for patch in &init.patches {
             profile.patch(patch)?;
@@ -273,6 +300,10 @@ impl Server {
             if profile.tools.contains(&name) || (delegates && name.starts_with("task_")) {
                 tools.add_shared(tool).map_err(|e| e.to_string())?;
             }
+        }
+        // The parent chose the MCP servers: the profile does not filter them.
+        for tool in mounted {
+            tools.add_shared(tool).map_err(|e| e.to_string())?;
         }
         let out = self.out.clone();
         let mut builder = Agent::builder_shared(model)
@@ -342,6 +373,9 @@ impl Server {
                 tracing::warn!(%error, "the served session was not saved");
             }
         }
+        #[cfg(feature = "mcp")]
+        futures_util::future::join_all(self.mcp_servers.drain(..).map(|server| async move { server.shutdown().await }))
+            .await;
     }
 }
 

@@ -39,7 +39,8 @@
 //! subset of what it would mount otherwise; a name not among them is
 //! refused at start). The tool filter and the depth rules apply to
 //! mounted tools as to any. An `acp` child gets its provider's servers
-//! only (its agent starts them); a `process` child gets none.
+//! only (its agent starts them); a `process` child gets the servers an
+//! in-process child would, as copies its own runtime starts.
 //!
 //! **Failures**: a server that dies (a stdio process exiting, an HTTP
 //! connection or event stream broken past its reconnects) turns the calls
@@ -559,6 +560,26 @@ impl McpServer {
     pub(crate) fn same_as(&self, other: &McpServer) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
+}
+
+/// Starts `configs` together in `cwd` (each server's own `cwd` aside): the
+/// servers, and the tools of each that started (one that did not is left
+/// out, warned, and still returned to be shut down).
+pub(crate) async fn start_all(
+    configs: Vec<McpServerConfig>,
+    cwd: &std::path::Path,
+) -> (Vec<McpServer>, Vec<Arc<dyn Tool>>) {
+    let servers: Vec<McpServer> =
+        configs.into_iter().map(|config| McpServer::in_dir(config, Some(cwd.to_path_buf()))).collect();
+    let started = futures_util::future::join_all(servers.iter().map(McpServer::tools)).await;
+    let mut tools = Vec::new();
+    for (server, listed) in servers.iter().zip(started) {
+        match listed {
+            Ok(listed) => tools.extend(listed),
+            Err(error) => tracing::warn!(server = %server.config().name, %error, "a session's MCP server is left out"),
+        }
+    }
+    (servers, tools)
 }
 
 impl super::Toolset {

@@ -2,7 +2,8 @@
 //! stdio, and the parent's end of a connection.
 //!
 //! Parent → child requests: `initialize {protocol_version, route, profile,
-//! patches, cwd, budget?, parent_session?, traceparent?, tracestate?}` → `{protocol_version, session_id}`; `prompt {prompt}` →
+//! patches, cwd, budget?, parent_session?, traceparent?, tracestate?,
+//! mcp_servers?}` → `{protocol_version, session_id}`; `prompt {prompt}` →
 //! `{reason, usage?}` once the turn ended (`usage`: what the turn's model
 //! calls spent, a [`RunUsage`](crate::seam::RunUsage); an older peer omits it); `shutdown` → `{runs?}` (the child then
 //! exits): `runs` is added by peers that report receipts, the
@@ -62,6 +63,33 @@ pub(crate) struct Initialize {
     /// Its vendor state, when the trace has any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
+    /// The MCP servers the child's session mounts (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<WireMcpServer>,
+}
+
+/// One MCP server a child's session mounts, as the parent resolved it: a
+/// stdio server's `command` (with the variables it inherits from the
+/// parent sent in `env`), or a streamable HTTP server's `url`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WireMcpServer {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<std::path::PathBuf>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<(String, String)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<std::path::PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+    pub initialize_timeout_ms: u64,
+    pub call_timeout_ms: u64,
+    pub max_result_bytes: usize,
 }
 
 /// A child event, streamed while a turn runs.

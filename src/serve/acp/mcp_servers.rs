@@ -23,7 +23,7 @@ pub(super) async fn mount(
     servers: &[AcpMcpServer],
     cwd: &Path,
 ) -> Result<(Vec<crate::agent::McpServer>, Vec<Arc<dyn Tool>>), String> {
-    use crate::agent::{McpServer, McpServerConfig, McpTransport};
+    use crate::agent::{McpServerConfig, McpTransport};
 
     let mut configs: Vec<McpServerConfig> = Vec::with_capacity(servers.len());
     for server in servers {
@@ -61,17 +61,7 @@ pub(super) async fn mount(
         }
         configs.push(McpServerConfig::over(name.clone(), transport));
     }
-    let servers: Vec<McpServer> =
-        configs.into_iter().map(|config| McpServer::in_dir(config, Some(cwd.to_path_buf()))).collect();
-    let started = futures_util::future::join_all(servers.iter().map(McpServer::tools)).await;
-    let mut tools = Vec::new();
-    for (server, listed) in servers.iter().zip(started) {
-        match listed {
-            Ok(listed) => tools.extend(listed),
-            Err(error) => tracing::warn!(server = %server.config().name, %error, "a session's MCP server is left out"),
-        }
-    }
-    Ok((servers, tools))
+    Ok(crate::agent::start_mcp_servers(configs, cwd).await)
 }
 
 /// A build without the MCP client refuses what it could not honour.
