@@ -4,8 +4,8 @@
 //! streamable HTTP servers (advertised as `mcpCapabilities.http`). Their
 //! tools join the session's as `mcp__NAME__TOOL`, so its subagents inherit
 //! them like any parent agent's; they start together when the session is
-//! created, and one that does not start within its 10 s is left out
-//! (logged) while the session goes on. They are closed, their processes
+//! created (at most 32), and one that does not start within its 10 s is
+//! left out (logged) while the session goes on. They are closed, their processes
 //! reaped, when the agent exits. SSE servers are refused, and so is
 //! every server in a build without the `mcp` feature.
 
@@ -16,6 +16,10 @@ use agent_client_protocol::v1::schema::McpServer as AcpMcpServer;
 
 use crate::agent::Tool;
 
+/// The most servers one session starts.
+#[cfg(feature = "mcp")]
+const MAX_SERVERS: usize = 32;
+
 /// The servers of one session, started (each that could be), and their
 /// tools; a list that cannot be honoured is refused before any starts.
 #[cfg(feature = "mcp")]
@@ -25,6 +29,9 @@ pub(super) async fn mount(
 ) -> Result<(Vec<crate::agent::McpServer>, Vec<Arc<dyn Tool>>), String> {
     use crate::agent::{McpServerConfig, McpTransport};
 
+    if servers.len() > MAX_SERVERS {
+        return Err(format!("{} MCP servers for one session; at most {MAX_SERVERS}", servers.len()));
+    }
     let mut configs: Vec<McpServerConfig> = Vec::with_capacity(servers.len());
     for server in servers {
         let (name, transport) = match server {
