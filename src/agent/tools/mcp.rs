@@ -150,8 +150,8 @@ pub enum McpTransport {
         /// An `http://` or `https://` URL.
         url: String,
         /// Sent with every request (an `Authorization` header, say); not
-        /// `Accept`, `Mcp-Session-Id` or `Last-Event-Id`, which the
-        /// protocol sets.
+        /// `Accept`, `Mcp-Session-Id`, `Mcp-Protocol-Version` or
+        /// `Last-Event-Id`, which the protocol sets.
         headers: Vec<(String, String)>,
     },
 }
@@ -550,7 +550,9 @@ impl McpServer {
                     ),
                 })
             }
-            Err(error) => ToolOutput::error(format!("the MCP server {:?} refused {tool:?}: {error}", config.name)),
+            Err(error) => {
+                ToolOutput::error(format!("the MCP server {:?} refused {tool:?}: {}", config.name, untrusted(&error)))
+            }
         }
     }
 }
