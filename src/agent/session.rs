@@ -50,6 +50,7 @@ mod event;
 mod file;
 mod lane;
 mod live;
+mod segment;
 mod store;
 
 pub use error::SessionError;

@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::file::{push_line, write_record, Record};
+use super::file::{push_line, Record};
 use super::lane::{self, AppendTarget, LaneCall};
+use super::segment::push_tagged_line;
 use super::{completed_prefix, SessionError, SessionEvent, SessionHeader};
 
 /// A session: header, events, and (when persisted) its open file.
@@ -28,15 +29,24 @@ pub struct Session {
 
 /// A persisted session's open file, written only on the session lane, and
 /// the first write error (appends do not wait, so an error is reported by
-/// the next append or by the close).
+/// the next append or by the close): a file of its own (the layout of
+/// earlier versions, still continued), or a segment shared with other
+/// sessions, where each line is tagged with the session's id.
 #[derive(Debug)]
 pub(super) struct SessionFile {
     target: AppendTarget,
+    shared: bool,
 }
 
 impl SessionFile {
-    pub(super) fn new(file: File) -> Self {
-        SessionFile { target: AppendTarget { file: Arc::new(file), failed: Arc::default() } }
+    /// A file the session has to itself.
+    pub(super) fn own(file: File) -> Self {
+        SessionFile { target: AppendTarget { file: Arc::new(file), failed: Arc::default() }, shared: false }
+    }
+
+    /// A segment shared with other sessions.
+    pub(super) fn shared(target: AppendTarget) -> Self {
+        SessionFile { target, shared: true }
     }
 
     /// The first write that failed, if any.
@@ -133,16 +143,15 @@ impl Session {
         }
     }
 
-    /// On the lane: raises the depth to `depth` if it is deeper, writing
-    /// the new header at once (the last header line wins on load).
+    /// On the lane: raises the depth to `depth` if it is deeper, queueing
+    /// the new header before anything appended later (the last header line
+    /// wins on load).
     pub(super) fn deepen(&mut self, depth: u32) -> Result<(), SessionError> {
         if depth <= self.header.depth {
             return Ok(());
         }
         self.header.depth = depth;
-        let writer = self.writer.as_ref().expect("a loaded session has its file");
-        write_record(&writer.target.file, &Record::Header(self.header.clone()))
-            .map_err(|source| SessionError::io(&self.header.id, source))
+        self.write_line(&Record::Header(self.header.clone()))
     }
 
     /// On the lane: closes the file without waiting for anything (the
@@ -157,7 +166,11 @@ impl Session {
         let Some(writer) = &self.writer else { return Ok(()) };
         writer.check(&self.header.id)?;
         let mut line = Vec::new();
-        push_line(&mut line, record).map_err(|source| SessionError::io(&self.header.id, source))?;
+        let pushed = match writer.shared {
+            true => push_tagged_line(&mut line, &self.header.id, record),
+            false => push_line(&mut line, record),
+        };
+        pushed.map_err(|source| SessionError::io(&self.header.id, source))?;
         lane::append(&writer.target, line);
         Ok(())
     }
