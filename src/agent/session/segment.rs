@@ -312,6 +312,9 @@ impl Index {
                     Some((tag, _)) if tag == id => serde_json::from_slice::<Record>(&line).map_err(|e| e.to_string()),
                     _ => Err(format!("segment {} holds another session's line here", segment.name)),
                 };
+                // A torn line followed by more of the session (continued
+                // in a later segment after the crash) is no longer its last.
+                torn = false;
                 match parsed {
                     Ok(_) if !whole => torn = true,
                     Ok(Record::Header(h)) if h.id != id => {
@@ -325,13 +328,13 @@ impl Index {
                 }
             }
         }
-        for run in &runs {
-            if let Some(tail) = &self.segments[run.segment].tail {
-                if tail.owner.as_deref() == Some(id) {
-                    torn = true;
-                    bytes += tail.len;
-                }
-            }
+        // Bytes after the last whole line of the segment holding the
+        // session's newest lines, tagged with this session: its last line,
+        // torn.
+        let last = runs.last().and_then(|run| self.segments[run.segment].tail.as_ref());
+        if let Some(tail) = last.filter(|tail| tail.owner.as_deref() == Some(id)) {
+            torn = true;
+            bytes += tail.len;
         }
         if torn {
             tracing::warn!(session = id, "leaving out a torn last session line");
