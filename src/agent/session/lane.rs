@@ -32,6 +32,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::future::IntoFuture;
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 
@@ -50,12 +51,20 @@ enum Job {
     Run(Box<dyn FnOnce() + Send>),
 }
 
-/// A file appends go to, and the first write to it that failed (appends do
-/// not wait, so the failure is reported later, by whoever checks).
+/// A file appends go to, the first write to it that failed (appends do
+/// not wait, so the failure is reported later, by whoever checks), and how
+/// many bytes the lane wrote to it.
 #[derive(Clone, Debug)]
 pub(super) struct AppendTarget {
     pub(super) file: Arc<File>,
     pub(super) failed: Arc<OnceLock<(io::ErrorKind, String)>>,
+    pub(super) written: Arc<AtomicU64>,
+}
+
+impl AppendTarget {
+    pub(super) fn new(file: File) -> Self {
+        AppendTarget { file: Arc::new(file), failed: Arc::default(), written: Arc::default() }
+    }
 }
 
 /// Whole lines for one target.
@@ -103,8 +112,9 @@ impl Gathered {
             if target.failed.get().is_some() {
                 continue;
             }
-            if let Err(error) = (&*target.file).write_all(&lines) {
-                let _ = target.failed.set((error.kind(), error.to_string()));
+            match (&*target.file).write_all(&lines) {
+                Ok(()) => _ = target.written.fetch_add(lines.len() as u64, Ordering::Relaxed),
+                Err(error) => _ = target.failed.set((error.kind(), error.to_string())),
             }
         }
     }
@@ -298,10 +308,7 @@ mod tests {
     #[test]
     fn appends_queued_together_reach_their_files_whole_and_in_order_before_a_later_job() {
         let dir = tempfile::tempdir().unwrap();
-        let open = |name: &str| AppendTarget {
-            file: Arc::new(File::create(dir.path().join(name)).unwrap()),
-            failed: Arc::default(),
-        };
+        let open = |name: &str| AppendTarget::new(File::create(dir.path().join(name)).unwrap());
         let (first, second) = (open("first"), open("second"));
         // Held behind a slow job, the appends are queued together.
         submit(|| std::thread::sleep(std::time::Duration::from_millis(20)));

@@ -9,7 +9,6 @@
 
 use std::fs::File;
 use std::io;
-use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -41,7 +40,7 @@ pub(super) struct SessionFile {
 impl SessionFile {
     /// A file the session has to itself.
     pub(super) fn own(file: File) -> Self {
-        SessionFile { target: AppendTarget { file: Arc::new(file), failed: Arc::default() }, shared: false }
+        SessionFile { target: AppendTarget::new(file), shared: false }
     }
 
     /// A segment shared with other sessions.

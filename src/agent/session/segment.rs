@@ -25,12 +25,12 @@
 //! own. Removing a session appends a removal line: reads then forget its
 //! earlier lines (the bytes stay until the segment is deleted).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::file::{next_line, open_regular, umask_keeps, Line, Record};
@@ -118,6 +118,8 @@ pub(super) struct Index {
     /// Every session seen, with the stretches holding its lines; a session
     /// created here is known before its first line was read back.
     sessions: HashMap<String, Vec<Run>>,
+    /// The sessions in files of their own (`<id>.jsonl`) at the last look.
+    own_files: HashSet<String>,
     writer: Option<Writer>,
 }
 
@@ -131,12 +133,14 @@ impl Index {
             Err(error) => return Err(error),
         };
         let mut found = Vec::new();
+        self.own_files.clear();
         for entry in entries {
             let name = entry?.file_name();
-            if let Some(name) = name.to_str().filter(|n| n.ends_with(SEGMENT_SUFFIX)) {
-                if !self.by_name.contains_key(name) {
-                    found.push(name.to_owned());
-                }
+            let Some(name) = name.to_str() else { continue };
+            if let Some(id) = name.strip_suffix(".jsonl") {
+                self.own_files.insert(id.to_owned());
+            } else if name.ends_with(SEGMENT_SUFFIX) && !self.by_name.contains_key(name) {
+                found.push(name.to_owned());
             }
         }
         found.sort();
@@ -202,6 +206,20 @@ impl Index {
         self.sessions.contains_key(id)
     }
 
+    /// Whether session `id` had a file of its own at the last look.
+    pub(super) fn has_own_file(&self, id: &str) -> bool {
+        self.own_files.contains(id)
+    }
+
+    /// The segment being written, if a new session can go to it without
+    /// a file being created: open, not failed, not full.
+    pub(super) fn open_writer_for_new(&self) -> Option<AppendTarget> {
+        let writer = self.writer.as_ref()?;
+        let usable =
+            writer.target.failed.get().is_none() && writer.target.written.load(Ordering::Relaxed) < SEGMENT_BYTES;
+        usable.then(|| writer.target.clone())
+    }
+
     /// Every session seen.
     pub(super) fn ids(&self) -> impl Iterator<Item = &String> {
         self.sessions.keys()
@@ -226,7 +244,7 @@ impl Index {
             let name = &self.segments[writer.segment].name;
             writer.target.failed.get().is_none()
                 && latest.is_none_or(|latest| latest <= name)
-                && writer.target.file.metadata().is_ok_and(|meta| meta.len() < SEGMENT_BYTES)
+                && writer.target.written.load(Ordering::Relaxed) < SEGMENT_BYTES
         });
         if let Some(writer) = usable {
             return Ok(writer.target.clone());
@@ -257,7 +275,7 @@ impl Index {
             let segment = self.segments.len();
             self.by_name.insert(name.clone(), segment);
             self.segments.push(Segment { name, scanned: 0, tail: None });
-            let target = AppendTarget { file: Arc::new(file), failed: Arc::default() };
+            let target = AppendTarget::new(file);
             self.writer = Some(Writer { segment, target: target.clone() });
             return Ok(target);
         }

@@ -205,11 +205,52 @@ impl SessionStore {
             let created = check_id(&id).map(|()| Session::in_memory_seeded(header, seed));
             return LaneCall::ready(&id, created);
         }
+        if let Err(error) = check_id(&id) {
+            return LaneCall::ready(&id, Err(error));
+        }
+        let (header, seed) = match self.create_queued(header, seed) {
+            Ok(created) => return LaneCall::ready(&id, created),
+            Err(unqueued) => unqueued,
+        };
         let undo_store = self.clone();
         self.on_lane(&id, move |store, _| store.create_now(header, seed)).undo_if_abandoned(move |mut session| {
             session.forget_file();
             let _ = remove_now(&undo_store, session.id());
         })
+    }
+
+    /// Creates a session without waiting for the lane, when nothing on disk
+    /// needs doing: the index has read the directory and the segment being
+    /// written has room. The id is checked against the index (which holds
+    /// what this store created and what it last read of the directory)
+    /// and the header and seed are queued, on the caller's thread, never
+    /// waiting for the disk (an index the lane holds is left to the lane).
+    /// Gives `header` and `seed` back when the lane has to do it.
+    #[allow(clippy::result_large_err)]
+    fn create_queued(
+        &self,
+        header: SessionHeader,
+        seed: Vec<SessionEvent>,
+    ) -> Result<Result<Session, SessionError>, (SessionHeader, Vec<SessionEvent>)> {
+        let Ok(mut indexed) = self.index.try_lock() else { return Err((header, seed)) };
+        let target = match indexed.index.open_writer_for_new() {
+            Some(target) if indexed.looked => target,
+            _ => return Err((header, seed)),
+        };
+        let id = header.id.clone();
+        if indexed.index.holds(&id) || indexed.index.has_own_file(&id) {
+            return Ok(Err(SessionError::Exists(id)));
+        }
+        let mut lines = Vec::new();
+        let pushed = std::iter::once(push_tagged_line(&mut lines, &id, &Record::Header(header.clone())))
+            .chain(seed.iter().map(|event| push_tagged_line(&mut lines, &id, event)))
+            .collect::<io::Result<()>>();
+        if let Err(source) = pushed {
+            return Ok(Err(SessionError::io(&id, source)));
+        }
+        indexed.index.created(&id);
+        lane::append(&target, lines);
+        Ok(Ok(Session::persisted(header, seed, SessionFile::shared(target))))
     }
 
     /// On the lane: check the id is new, queue the header and the seed
