@@ -35,22 +35,26 @@ pub struct Session {
 pub(super) struct SessionFile {
     target: AppendTarget,
     shared: bool,
+    /// Where the session's last queued line ends among the bytes appended
+    /// to the target: once the lane wrote that far, all of it is on disk.
+    end: u64,
 }
 
 impl SessionFile {
     /// A file the session has to itself.
     pub(super) fn own(file: File) -> Self {
-        SessionFile { target: AppendTarget::new(file), shared: false }
+        SessionFile { target: AppendTarget::new(file), shared: false, end: 0 }
     }
 
-    /// A segment shared with other sessions.
-    pub(super) fn shared(target: AppendTarget) -> Self {
-        SessionFile { target, shared: true }
+    /// A segment shared with other sessions, the session's lines so far
+    /// queued up to `end` (what [`lane::append`] answered).
+    pub(super) fn shared(target: AppendTarget, end: u64) -> Self {
+        SessionFile { target, shared: true, end }
     }
 
     /// The first write that failed, if any.
     fn check(&self, id: &str) -> Result<(), SessionError> {
-        match self.target.failed.get() {
+        match self.target.failed() {
             Some((kind, message)) => Err(SessionError::io(id, io::Error::new(*kind, message.clone()))),
             None => Ok(()),
         }
@@ -134,6 +138,11 @@ impl Session {
     /// the call answers once everything appended reached it.
     pub(crate) fn closing(&mut self) -> LaneCall<()> {
         match self.writer.take() {
+            // Every line already written to a segment (which the store keeps
+            // open): nothing left to wait for, and no file to close here.
+            Some(writer) if writer.shared && writer.target.reached(writer.end) => {
+                LaneCall::ready(&self.header.id, writer.finish(&self.header.id))
+            }
             Some(writer) => {
                 let id = self.header.id.clone();
                 LaneCall::new(&self.header.id, move || writer.finish(&id))
@@ -162,7 +171,7 @@ impl Session {
     /// Queues one whole line: a header record or an event (whose own tag
     /// makes it a valid record).
     fn write_line(&mut self, record: &impl Serialize) -> Result<(), SessionError> {
-        let Some(writer) = &self.writer else { return Ok(()) };
+        let Some(writer) = &mut self.writer else { return Ok(()) };
         writer.check(&self.header.id)?;
         let mut line = Vec::new();
         let pushed = match writer.shared {
@@ -170,7 +179,7 @@ impl Session {
             false => push_line(&mut line, record),
         };
         pushed.map_err(|source| SessionError::io(&self.header.id, source))?;
-        lane::append(&writer.target, line);
+        writer.end = lane::append(&writer.target, line);
         Ok(())
     }
 }

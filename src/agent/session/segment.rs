@@ -30,7 +30,6 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::file::{next_line, open_regular, umask_keeps, Line, Record};
@@ -121,6 +120,10 @@ pub(super) struct Index {
     /// The sessions in files of their own (`<id>.jsonl`) at the last look.
     own_files: HashSet<String>,
     writer: Option<Writer>,
+    /// Segments written before the current one, kept open as long as the
+    /// store: a session closing never closes its segment's file on its
+    /// own thread.
+    retired: Vec<AppendTarget>,
 }
 
 impl Index {
@@ -215,8 +218,7 @@ impl Index {
     /// a file being created: open, not failed, not full.
     pub(super) fn open_writer_for_new(&self) -> Option<AppendTarget> {
         let writer = self.writer.as_ref()?;
-        let usable =
-            writer.target.failed.get().is_none() && writer.target.written.load(Ordering::Relaxed) < SEGMENT_BYTES;
+        let usable = writer.target.failed().is_none() && writer.target.written() < SEGMENT_BYTES;
         usable.then(|| writer.target.clone())
     }
 
@@ -242,9 +244,9 @@ impl Index {
         let latest = self.sessions.get(id).into_iter().flatten().map(|run| &self.segments[run.segment].name).max();
         let usable = self.writer.as_ref().filter(|writer| {
             let name = &self.segments[writer.segment].name;
-            writer.target.failed.get().is_none()
+            writer.target.failed().is_none()
                 && latest.is_none_or(|latest| latest <= name)
-                && writer.target.written.load(Ordering::Relaxed) < SEGMENT_BYTES
+                && writer.target.written() < SEGMENT_BYTES
         });
         if let Some(writer) = usable {
             return Ok(writer.target.clone());
@@ -276,7 +278,8 @@ impl Index {
             self.by_name.insert(name.clone(), segment);
             self.segments.push(Segment { name, scanned: 0, tail: None });
             let target = AppendTarget::new(file);
-            self.writer = Some(Writer { segment, target: target.clone() });
+            let previous = self.writer.replace(Writer { segment, target: target.clone() });
+            self.retired.extend(previous.map(|writer| writer.target));
             return Ok(target);
         }
         Err(io::Error::new(io::ErrorKind::AlreadyExists, "no free segment name"))

@@ -249,8 +249,8 @@ impl SessionStore {
             return Ok(Err(SessionError::io(&id, source)));
         }
         indexed.index.created(&id);
-        lane::append(&target, lines);
-        Ok(Ok(Session::persisted(header, seed, SessionFile::shared(target))))
+        let end = lane::append(&target, lines);
+        Ok(Ok(Session::persisted(header, seed, SessionFile::shared(target, end))))
     }
 
     /// On the lane: check the id is new, queue the header and the seed
@@ -283,8 +283,8 @@ impl SessionStore {
         for event in &seed {
             push_tagged_line(&mut lines, &id, event).map_err(io_error)?;
         }
-        lane::append(&target, lines);
-        Ok(Session::persisted(header, seed, SessionFile::shared(target)))
+        let end = lane::append(&target, lines);
+        Ok(Session::persisted(header, seed, SessionFile::shared(target, end)))
     }
 
     /// Loads a session. A torn last line is dropped (with a warning) and cut
@@ -409,7 +409,7 @@ fn load_from_segments(store: &SessionStore, id: &str) -> Result<LoadedSession, S
     let mut events = Vec::new();
     let (header, torn, _) = indexed.index.read(dir, id, store.max_line_bytes, |e| events.push(e))?;
     let target = indexed.index.writer_for(dir, id).map_err(|source| SessionError::io(id, source))?;
-    Ok(LoadedSession { session: Session::persisted(header, events, SessionFile::shared(target)), torn })
+    Ok(LoadedSession { session: Session::persisted(header, events, SessionFile::shared(target, 0)), torn })
 }
 
 /// On the lane: session `id` read to the end, each whole event handed to
