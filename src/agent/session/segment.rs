@@ -53,14 +53,14 @@ const TAG_OPEN: &[u8] = b"{\"session\":\"";
 /// then the record's own fields, then `\n`. Ids are checked to need no
 /// escaping.
 pub(super) fn push_tagged_line(lines: &mut Vec<u8>, id: &str, record: &impl serde::Serialize) -> io::Result<()> {
+    lines.extend_from_slice(TAG_OPEN);
+    lines.extend_from_slice(id.as_bytes());
+    lines.push(b'"');
+    // The record's own `{` becomes the comma after the tag: no bytes move.
     let start = lines.len();
     serde_json::to_writer(&mut *lines, record)?;
     debug_assert_eq!(lines.get(start), Some(&b'{'));
-    let mut tag = Vec::with_capacity(TAG_OPEN.len() + id.len() + 2);
-    tag.extend_from_slice(TAG_OPEN);
-    tag.extend_from_slice(id.as_bytes());
-    tag.extend_from_slice(b"\",");
-    lines.splice(start..start + 1, tag);
+    lines[start] = b',';
     lines.push(b'\n');
     Ok(())
 }

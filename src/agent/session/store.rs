@@ -103,6 +103,14 @@ pub struct SessionStore {
     max_line_bytes: usize,
 }
 
+/// What [`SessionStore::create_queued`] did.
+enum Creation {
+    /// Created (or refused) without the lane.
+    Answered(Result<Session, SessionError>),
+    /// The lane has to create it.
+    ForTheLane(SessionHeader, Vec<SessionEvent>),
+}
+
 /// The index, and whether it has read the directory yet.
 #[derive(Debug, Default)]
 struct Indexed {
@@ -190,15 +198,15 @@ impl SessionStore {
         LaneCall::new(id, move || job(&store, &owned))
     }
 
-    /// Creates a new session and writes its header.
+    /// Creates a new session and queues its header (written before
+    /// anything appended to it).
     pub fn create(&self, header: SessionHeader) -> Result<Session, SessionError> {
         self.creating(header, Vec::new()).wait()
     }
 
-    /// Creates a new session, writes its header, then `seed` (a fork's
-    /// inherited history): the file and its header exist when the call
-    /// answers. A creation whose caller stopped awaiting it is removed
-    /// again.
+    /// Creates a new session and queues its header, then `seed` (a fork's
+    /// inherited history), before anything appended to it. A creation
+    /// whose caller stopped awaiting it is removed again.
     pub(crate) fn creating(&self, header: SessionHeader, seed: Vec<SessionEvent>) -> LaneCall<Session> {
         let id = header.id.clone();
         if self.dir.is_none() {
@@ -209,8 +217,8 @@ impl SessionStore {
             return LaneCall::ready(&id, Err(error));
         }
         let (header, seed) = match self.create_queued(header, seed) {
-            Ok(created) => return LaneCall::ready(&id, created),
-            Err(unqueued) => unqueued,
+            Creation::Answered(created) => return LaneCall::ready(&id, created),
+            Creation::ForTheLane(header, seed) => (header, seed),
         };
         let undo_store = self.clone();
         self.on_lane(&id, move |store, _| store.create_now(header, seed)).undo_if_abandoned(move |mut session| {
@@ -226,31 +234,26 @@ impl SessionStore {
     /// and the header and seed are queued, on the caller's thread, never
     /// waiting for the disk (an index the lane holds is left to the lane).
     /// Gives `header` and `seed` back when the lane has to do it.
-    #[allow(clippy::result_large_err)]
-    fn create_queued(
-        &self,
-        header: SessionHeader,
-        seed: Vec<SessionEvent>,
-    ) -> Result<Result<Session, SessionError>, (SessionHeader, Vec<SessionEvent>)> {
-        let Ok(mut indexed) = self.index.try_lock() else { return Err((header, seed)) };
+    fn create_queued(&self, header: SessionHeader, seed: Vec<SessionEvent>) -> Creation {
+        let Ok(mut indexed) = self.index.try_lock() else { return Creation::ForTheLane(header, seed) };
         let target = match indexed.index.open_writer_for_new() {
             Some(target) if indexed.looked => target,
-            _ => return Err((header, seed)),
+            _ => return Creation::ForTheLane(header, seed),
         };
         let id = header.id.clone();
         if indexed.index.holds(&id) || indexed.index.has_own_file(&id) {
-            return Ok(Err(SessionError::Exists(id)));
+            return Creation::Answered(Err(SessionError::Exists(id)));
         }
         let mut lines = Vec::new();
         let pushed = std::iter::once(push_tagged_line(&mut lines, &id, &Record::Header(header.clone())))
             .chain(seed.iter().map(|event| push_tagged_line(&mut lines, &id, event)))
             .collect::<io::Result<()>>();
         if let Err(source) = pushed {
-            return Ok(Err(SessionError::io(&id, source)));
+            return Creation::Answered(Err(SessionError::io(&id, source)));
         }
         indexed.index.created(&id);
         let end = lane::append(&target, lines);
-        Ok(Ok(Session::persisted(header, seed, SessionFile::shared(target, end))))
+        Creation::Answered(Ok(Session::persisted(header, seed, SessionFile::shared(target, end))))
     }
 
     /// On the lane: check the id is new, queue the header and the seed
