@@ -536,3 +536,22 @@ fn a_sessions_directory_that_is_a_symlink_is_refused_and_its_target_keeps_its_mo
     assert_eq!(std::fs::metadata(&elsewhere).unwrap().permissions().mode() & 0o777, 0o755);
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing was written through the link");
 }
+
+/// `close` (and so a run's dispose) answers only once every line reached the
+/// segment file: read straight from the file, not through the store, they
+/// are all there, however the close was answered.
+#[test]
+fn every_line_is_in_the_segment_file_when_close_returns() {
+    let home = tempfile::tempdir().unwrap();
+    let store = SessionStore::new(home.path());
+    for n in 0..200 {
+        let mut session = store.create(SessionHeader::new(format!("closed-{n}"), home.path())).unwrap();
+        session.append(user(&format!("only {n}"))).unwrap();
+        session.append(SessionEvent::TurnEnd { reason: StopReason::Completed }).unwrap();
+        session.close().unwrap();
+        let text = std::fs::read_to_string(only_segment(home.path())).unwrap();
+        let tag = format!("{{\"session\":\"closed-{n}\",");
+        assert_eq!(text.lines().filter(|line| line.starts_with(&tag)).count(), 3, "session {n}");
+        assert!(text.ends_with('\n'));
+    }
+}

@@ -163,8 +163,14 @@ impl Index {
     /// Reads one segment from where the last scan stopped.
     fn scan(&mut self, dir: &Path, segment: usize) -> Result<(), SessionError> {
         let name = self.segments[segment].name.clone();
-        let (file, len) = open_regular(&dir.join(&name), &name, false)?;
+        let path = dir.join(&name);
         let mut at = self.segments[segment].scanned;
+        // Unchanged since the last scan (most segments, most of the time):
+        // no need to open it.
+        if fs::symlink_metadata(&path).is_ok_and(|meta| meta.is_file() && meta.len() == at) {
+            return Ok(());
+        }
+        let (file, len) = open_regular(&path, &name, false)?;
         if len <= at {
             return Ok(());
         }
