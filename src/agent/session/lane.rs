@@ -66,10 +66,16 @@ struct Target {
     written: AtomicU64,
 }
 
+/// The largest emptied buffer kept for the next lines of a file.
+const SPARE_BYTES: usize = 1 << 20;
+
 /// Lines appended and not yet taken by the lane.
 #[derive(Debug, Default)]
 struct Pending {
     lines: Vec<u8>,
+    /// The buffer the lane wrote last, emptied, for the next lines: a burst
+    /// appends into room already there instead of growing a buffer anew.
+    spare: Vec<u8>,
     /// Bytes ever appended.
     appended: u64,
     /// Whether a [`Job::Flush`] for these lines is queued.
@@ -110,17 +116,24 @@ impl AppendTarget {
     /// kept, and nothing more is written to the file after it (a line
     /// after a torn one would not be the last).
     fn flush(&self) {
-        let lines = {
+        let mut lines = {
             let mut pending = self.pending();
             pending.queued = false;
-            std::mem::take(&mut pending.lines)
+            let spare = std::mem::take(&mut pending.spare);
+            std::mem::replace(&mut pending.lines, spare)
         };
-        if lines.is_empty() || self.failed().is_some() {
-            return;
+        if !lines.is_empty() && self.failed().is_none() {
+            match (&self.0.file).write_all(&lines) {
+                Ok(()) => _ = self.0.written.fetch_add(lines.len() as u64, Ordering::Release),
+                Err(error) => _ = self.0.failed.set((error.kind(), error.to_string())),
+            }
         }
-        match (&self.0.file).write_all(&lines) {
-            Ok(()) => _ = self.0.written.fetch_add(lines.len() as u64, Ordering::Release),
-            Err(error) => _ = self.0.failed.set((error.kind(), error.to_string())),
+        if lines.capacity() <= SPARE_BYTES {
+            lines.clear();
+            let mut pending = self.pending();
+            if pending.spare.capacity() < lines.capacity() {
+                pending.spare = lines;
+            }
         }
     }
 }
@@ -171,7 +184,7 @@ pub(super) fn submit(job: impl FnOnce() + Send + 'static) {
 pub(super) fn append(target: &AppendTarget, lines: Vec<u8>) -> u64 {
     let mut pending = target.pending();
     pending.appended += lines.len() as u64;
-    if pending.lines.is_empty() {
+    if pending.lines.is_empty() && pending.lines.capacity() < lines.len() {
         pending.lines = lines;
     } else {
         pending.lines.extend_from_slice(&lines);
