@@ -13,10 +13,10 @@
 //! whole lines at a time, so a crash tears at most its last line and every
 //! other session's lines in it stay whole. A segment is rotated (new
 //! sessions go to a fresh one) once it passes [`SEGMENT_BYTES`], and
-//! whenever a session is continued whose lines lie in a segment that does
-//! not sort before the one being written: segment names begin with their
-//! creation time, so a session read back in name order, and in file order
-//! within a segment, is in the order it was written.
+//! whenever a session is continued whose lines lie in a segment that sorts
+//! after the one being written: segment names begin with their creation
+//! time, so a session read back in name order, and in file order within a
+//! segment, is in the order it was written.
 //!
 //! Finding a session scans the segments' tails: the [`Index`] remembers, for
 //! every segment, how far it was read, and for every session the stretches
@@ -24,6 +24,13 @@
 //! those stretches, through the same bounded line reader as a file of its
 //! own. Removing a session appends a removal line: reads then forget its
 //! earlier lines (the bytes stay until the segment is deleted).
+//!
+//! Known limits: the index keeps an entry for every session it has seen
+//! (about a hundred bytes each) for as long as the store lives; a duplicate
+//! id created by another process since this store last read the segments
+//! is not seen; loading a session to continue it opens a segment for its
+//! new lines even if none follow; and nothing deletes a segment whose
+//! sessions were all removed.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};

@@ -5,7 +5,14 @@
 //! Each operation is written once, as the job the session lane runs (see
 //! [`lane`](super::lane)); the public methods wait for it on the calling
 //! thread, and the runtime's own paths await the same job through the
-//! `*ing` form (`creating`, `resuming`, `reading`, `removing`).
+//! `*ing` form (`creating`, `resuming`, `reading`, `removing`). Creating is
+//! the one shortcut: once the segment being written is open, a new session
+//! needs nothing from the disk, so it is checked against the index and its
+//! header queued at once, without waiting for the lane.
+//!
+//! New sessions go to shared segments (see [`segment`](super::segment));
+//! a session in a file of its own, from an earlier version, is read,
+//! continued and removed in that file.
 
 use std::collections::HashSet;
 use std::fs;
@@ -97,7 +104,8 @@ pub struct SessionStore {
     /// Set once the directory is known to exist (saves a syscall per session).
     dir_ready: Arc<OnceLock<()>>,
     /// Where in the segments each session's lines are (see
-    /// [`segment`](super::segment)); locked only on the session lane.
+    /// [`segment`](super::segment)): changed on the session lane, and by
+    /// a creation that needs no disk, which only ever tries the lock.
     index: Arc<Mutex<Indexed>>,
     /// The longest line read; a longer one makes the file corrupt.
     max_line_bytes: usize,
