@@ -97,7 +97,7 @@ fn run_prints_the_answer_and_the_tree_of_delegated_runs() {
     let tree: Vec<&str> = stdout.lines().filter(|l| l.contains("─ spawn ")).collect();
     assert_eq!(tree.len(), 2, "{stdout}");
     assert!(tree.iter().all(|line| line.contains(": completed")), "{stdout}");
-    let sessions = std::fs::read_dir(home.path().join("sessions")).unwrap().count();
+    let sessions = subagents::agent::SessionStore::new(home.path()).ids().unwrap().len();
     assert_eq!(sessions, 3, "the parent and two children were persisted");
 }
 

@@ -547,7 +547,8 @@ fn sessions_tree_reaches_a_process_child_in_its_own_home_and_the_runs_it_started
     let child = results[0]["child_id"].as_str().unwrap();
     let session = child.strip_prefix("process:isolated:").unwrap_or_else(|| panic!("{child}"));
     // The child's session is in its own home, `<home>/children/isolated`.
-    assert!(home.join("children/isolated/sessions").join(format!("{session}.jsonl")).is_file());
+    let child_store = subagents::agent::SessionStore::new(home.join("children/isolated"));
+    assert!(child_store.read(session).is_ok(), "the child's session is stored in its own home");
     let output = run(subagents(dir.path()).args(["sessions", "tree", session, "--json", "--home"]).arg(&home));
     assert!(output.status.success(), "{}", text(&output.stderr));
     let tree: Value = serde_json::from_slice(&output.stdout).unwrap();

@@ -57,10 +57,9 @@ fn serve(home: &Path) -> std::process::Child {
 /// its first event legitimately leaves none).
 fn sessions_reload_with(home: &Path, prompted: bool) -> usize {
     let store = SessionStore::new(home);
-    let Ok(entries) = std::fs::read_dir(home.join("sessions")) else { return 0 };
+    let Ok(ids) = store.ids() else { return 0 };
     let mut count = 0;
-    for entry in entries.flatten() {
-        let id = entry.path().file_stem().unwrap().to_str().unwrap().to_owned();
+    for id in ids {
         let loaded = match store.load(&id) {
             Ok(loaded) => loaded,
             // Killed between creating the file and writing its header.
@@ -187,8 +186,7 @@ fn sessions_reload(home: &Path) -> usize {
 }
 
 fn first_session(home: &Path) -> String {
-    let entry = std::fs::read_dir(home.join("sessions")).unwrap().next().unwrap().unwrap();
-    entry.path().file_stem().unwrap().to_str().unwrap().to_owned()
+    SessionStore::new(home).ids().unwrap().swap_remove(0)
 }
 
 #[test]
@@ -209,8 +207,8 @@ fn kill_9_of_a_parent_process_mid_run_leaves_sessions_that_reload() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let sessions = home.path().join("sessions");
-    assert!(eventually(Duration::from_secs(20), || std::fs::read_dir(&sessions).map_or(0, |d| d.count()) >= 8));
+    let store = SessionStore::new(home.path());
+    assert!(eventually(Duration::from_secs(20), || store.ids().map_or(0, |ids| ids.len()) >= 8));
     parent.kill().unwrap(); // SIGKILL
     parent.wait().unwrap();
     assert!(sessions_reload_with(home.path(), false) >= 8);

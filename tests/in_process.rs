@@ -3,7 +3,6 @@
 
 use crate::common;
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,11 +51,9 @@ impl Fixture {
         SessionStore::new(self.home.path())
     }
 
-    fn session_files(&self) -> Vec<PathBuf> {
-        match std::fs::read_dir(self.home.path().join("sessions")) {
-            Ok(entries) => entries.map(|e| e.unwrap().path()).collect(),
-            Err(_) => Vec::new(),
-        }
+    /// Every session the home holds, as a fresh store lists them.
+    fn session_ids(&self) -> Vec<String> {
+        self.store().ids().unwrap()
     }
 }
 
@@ -143,7 +140,7 @@ fn the_route_is_the_parents_overridden_field_by_field_and_picks_the_model() {
     assert_eq!(special.calls(), 1);
     assert_eq!(unknown.code(), "INVALID_REQUEST");
     assert!(unknown.to_string().contains("nowhere"), "{unknown}");
-    assert_eq!(fixture.session_files().len(), 2, "the refused start left no session behind");
+    assert_eq!(fixture.session_ids().len(), 2, "the refused start left no session behind");
 }
 
 #[test]
@@ -271,10 +268,9 @@ fn a_depth_chain_is_refused_one_level_past_the_cap_before_the_child_exists() {
     assert!(refusals[0].starts_with("INVALID_REQUEST"), "{}", refusals[0]);
     assert!(refusals[0].contains("depth 3") && refusals[0].contains("max_depth 2"), "{}", refusals[0]);
     let mut depths: Vec<(u32, bool)> = fixture
-        .session_files()
+        .session_ids()
         .iter()
-        .map(|path| {
-            let id = path.file_stem().unwrap().to_str().unwrap();
+        .map(|id| {
             let (header, _) = fixture.store().read(id).unwrap();
             (header.depth, header.parent_session.is_some())
         })
@@ -299,7 +295,7 @@ fn a_cancel_between_creation_and_publication_disposes_the_child_and_rejects() {
     let request = StartRequest::new("never runs", fixture.parent(), signal);
     let error = fixture.runtime.block_on(async move { subagents.start("spawn", request).await.unwrap_err() });
     assert_eq!(error.code(), "ABORTED");
-    assert!(fixture.session_files().is_empty(), "the child's session was rolled back: {:?}", fixture.session_files());
+    assert!(fixture.session_ids().is_empty(), "the child's session was rolled back: {:?}", fixture.session_ids());
     let live = fixture.runtime.live();
     assert!(live.is_quiescent(), "{live:?}");
 }
@@ -644,7 +640,7 @@ fn a_continuation_resumes_the_same_session_at_the_same_depth() {
     let (header, events) = fixture.store().read(&first_id).unwrap();
     assert_eq!((header.depth, header.parent_session.as_deref()), (2, Some("root")));
     assert_eq!(events.iter().filter(|e| matches!(e, SessionEvent::TurnEnd { .. })).count(), 2);
-    assert_eq!(fixture.session_files().len(), 1);
+    assert_eq!(fixture.session_ids().len(), 1);
 }
 
 #[test]
@@ -687,7 +683,8 @@ fn a_cancelled_child_settles_aborted_and_dispose_leaves_nothing_running() {
         result
     });
     assert_eq!(result.stop_reason, StopReason::Aborted);
-    assert!(fixture.session_files().is_empty(), "in-memory sessions write no files");
+    let written = std::fs::read_dir(fixture.home.path().join("sessions")).map_or(0, |entries| entries.count());
+    assert_eq!(written, 0, "in-memory sessions write no files");
     assert!(fixture.runtime.live().is_quiescent());
 }
 
@@ -735,7 +732,7 @@ fn a_tool_filter_naming_a_tool_the_child_lacks_is_invalid_before_the_child_exist
         assert_eq!(error.code(), "INVALID_REQUEST", "{error}");
         assert!(error.to_string().contains(name) && error.to_string().contains("read_file"), "{error}");
     }
-    assert!(fixture.session_files().is_empty(), "no child session was created");
+    assert!(fixture.session_ids().is_empty(), "no child session was created");
     assert_eq!(model.calls(), 0);
     assert!(fixture.runtime.live().is_quiescent());
 }

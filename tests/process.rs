@@ -58,7 +58,7 @@ fn our_own_binary_serves_a_run_and_its_in_process_grandchildren() {
     );
     // The child kept its own sessions in its own home: the child agent and
     // its two in-process grandchildren.
-    let sessions = std::fs::read_dir(home.path().join("children/sessions")).unwrap().count();
+    let sessions = subagents::agent::SessionStore::new(home.path().join("children")).ids().unwrap().len();
     assert_eq!(sessions, 4);
     no_children_left(&runtime);
     no_process_mentions(home.path());

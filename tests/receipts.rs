@@ -36,10 +36,11 @@ fn delegate(subagents: &Subagents, name: &str, provider: &str, max_depth: MaxDep
     SubagentTool::mount(subagents, config, None).unwrap()
 }
 
-/// Session files under `home` holding at least one prompt (header + a line).
+/// Sessions under `home` holding at least one event (their prompt).
 fn sessions_with_a_turn(home: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(home.join("sessions")) else { return 0 };
-    entries.flatten().filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.lines().count() >= 2)).count()
+    let store = subagents::agent::SessionStore::new(home);
+    let Ok(ids) = store.ids() else { return 0 };
+    ids.iter().filter(|id| store.read(id).is_ok_and(|(_, events)| !events.is_empty())).count()
 }
 
 fn runs(branches: &[Branch]) -> Vec<&Receipt> {

@@ -72,10 +72,17 @@ fn sessions_lists_shows_and_trees_what_a_run_left_and_reports_bad_files() {
 
     // A torn last line is reported beside its session; a corrupt file is
     // reported and the rest still listed (exit 1: not everything was read).
+    // The run wrote its sessions to shared segments, each line tagged.
     let sessions_dir = home.path().join("sessions");
-    let mut torn =
-        std::fs::OpenOptions::new().append(true).open(sessions_dir.join(format!("{root_id}.jsonl"))).unwrap();
-    std::io::Write::write_all(&mut torn, b"{\"type\":\"user\",\"cont").unwrap();
+    let tag = format!("{{\"session\":\"{root_id}\",");
+    let root_segment = std::fs::read_dir(&sessions_dir)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|path| std::fs::read_to_string(path).is_ok_and(|text| text.contains(&tag)))
+        .expect("a segment holds the root's lines");
+    let mut torn = std::fs::OpenOptions::new().append(true).open(root_segment).unwrap();
+    std::io::Write::write_all(&mut torn, format!("{tag}\"type\":\"user\",\"cont").as_bytes()).unwrap();
     std::fs::write(sessions_dir.join("broken.jsonl"), "not json\n{}\n").unwrap();
     let (code, listed, _) = sessions(&["list"]);
     assert_eq!(code, Some(1), "{listed}");

@@ -115,16 +115,10 @@ pub fn serve_children(dir: &Path) -> Vec<(u32, String)> {
 /// The ids of the runs' sessions under `home`: every session but the
 /// client's root (the only one without a parent; it never prompts).
 fn run_session_ids(home: &Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(home.join("sessions")) else { return Vec::new() };
     let store = SessionStore::new(home);
-    entries
-        .flatten()
-        .filter_map(|entry| {
-            let path = entry.path();
-            let id = path.file_stem()?.to_str()?.to_owned();
-            (path.extension()? == "jsonl").then_some(id)
-        })
-        // A file whose header is not written yet is no run's session yet.
+    let Ok(ids) = store.ids() else { return Vec::new() };
+    ids.into_iter()
+        // A session whose header is not written yet is no run's session yet.
         .filter(|id| match store.summarize(id) {
             Ok(summary) => summary.header.parent_session.is_some(),
             Err(SessionError::NotFound(_)) => false,

@@ -45,9 +45,10 @@ fn runs_journal(out: &Path) -> PathBuf {
 fn executions(workers: &[&Worker], prompts: &[String]) -> HashMap<String, usize> {
     let mut counts: HashMap<String, usize> = prompts.iter().map(|p| (p.clone(), 0)).collect();
     for worker in workers {
-        let Ok(dir) = std::fs::read_dir(worker.home.join("sessions")) else { continue };
-        for file in dir.flatten() {
-            let text = std::fs::read_to_string(file.path()).unwrap_or_default();
+        let store = subagents::agent::SessionStore::new(&worker.home);
+        for id in store.ids().unwrap_or_default() {
+            let events = store.read(&id).map(|(_, events)| events).unwrap_or_default();
+            let text = serde_json::to_string(&events).unwrap();
             for prompt in prompts {
                 // JSON-escaped in the file; the prompts hold no quote or backslash.
                 if text.contains(&format!("\"{prompt}\"")) {

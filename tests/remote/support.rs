@@ -234,9 +234,9 @@ impl Worker {
         }
     }
 
-    /// Session files this worker's children wrote.
+    /// Sessions this worker's children wrote.
     pub fn sessions(&self) -> usize {
-        std::fs::read_dir(self.home.join("sessions")).map_or(0, |dir| dir.count())
+        subagents::agent::SessionStore::new(&self.home).ids().map_or(0, |ids| ids.len())
     }
 }
 

@@ -15,7 +15,7 @@
 //! target left as it was.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::OnceLock;
@@ -30,15 +30,11 @@ use super::{SessionError, SessionEvent, SessionHeader};
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(super) enum Record {
     Header(SessionHeader),
+    /// The session was removed: what came before it is forgotten (written
+    /// only to a shared segment, see [`segment`](super::segment)).
+    Removed,
     #[serde(untagged)]
     Event(SessionEvent),
-}
-
-/// One record as one whole line, in one `write`.
-pub(super) fn write_record(file: &File, record: &impl Serialize) -> io::Result<()> {
-    let mut line = Vec::new();
-    push_line(&mut line, record)?;
-    (&*file).write_all(&line)
 }
 
 /// Adds `record` to `lines` as one whole line.
@@ -193,6 +189,7 @@ pub(super) fn read_records(
             }
             Ok(Record::Header(h)) => header = Some(h),
             Ok(Record::Event(e)) => event(e),
+            Ok(Record::Removed) => header = None,
             Err(_) if is_last => break,
             Err(error) => return Err(corrupt(number, error.to_string())),
         }
@@ -208,7 +205,7 @@ pub(super) fn read_records(
 }
 
 /// What [`next_line`] found.
-enum Line {
+pub(super) enum Line {
     /// A line and its `\n`.
     Whole,
     /// A last line without a `\n`.
@@ -221,7 +218,7 @@ enum Line {
 
 /// The next line of `reader` into `line`, without its `\n`, growing `line`
 /// to at most `max` bytes.
-fn next_line(reader: &mut impl BufRead, line: &mut Vec<u8>, max: usize) -> io::Result<Line> {
+pub(super) fn next_line(reader: &mut impl BufRead, line: &mut Vec<u8>, max: usize) -> io::Result<Line> {
     line.clear();
     loop {
         let buffer = reader.fill_buf()?;

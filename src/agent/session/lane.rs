@@ -14,26 +14,28 @@
 //! append submitted before it. A job that panics is contained and logged;
 //! the lane goes on with the next one.
 //!
-//! Appends queued back to back are written together: the lane gathers the
-//! lines of every append waiting in its queue, one buffer per file, and
-//! writes each buffer in one `write` as soon as the queue is empty, a
-//! buffer grows past [`FLUSH_BYTES`], or any other job comes up (so that
-//! job — a read, a close — sees every append before it). A fan-out of a
-//! thousand runs costs a write per file per burst rather than one per
-//! event, and a crash still tears at most the last line of a file: what
-//! reaches it is whole lines, in order.
+//! Appends are written together: an append adds its lines to its file's
+//! pending buffer and wakes the lane only when no flush of that buffer is
+//! queued yet; the flush takes every line gathered by then and writes them
+//! in one `write`. A fan-out of a thousand runs whose sessions share a
+//! segment costs a wake and a write per burst rather than per event, a job
+//! queued after an append still runs after its flush (so a read or a close
+//! sees it), and a crash still tears at most the last line of a file: what
+//! reaches it is whole lines, in order. What waits in a buffer is what was
+//! appended while the lane was busy; every line of it is held in memory by
+//! its session anyway.
 //!
 //! A store operation is written once, as the job it hands the lane, and
 //! returned as a [`LaneCall`]: the synchronous API [`wait`](LaneCall::wait)s
 //! for it, blocking its thread; the runtime's own paths `.await` it.
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::fs::File;
 use std::future::IntoFuture;
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
@@ -43,94 +45,106 @@ use crate::contain::contained_call;
 
 /// What the lane is asked to do.
 enum Job {
-    /// Lines for one file, written together with the appends to the same
-    /// file queued behind them.
-    Append(Append),
-    /// Anything else: it runs once every append before it was written.
+    /// Write what is pending for one file.
+    Flush(AppendTarget),
+    /// Anything else: it runs once every append queued before it was written.
     Run(Box<dyn FnOnce() + Send>),
 }
 
-/// A file appends go to, and the first write to it that failed (appends do
-/// not wait, so the failure is reported later, by whoever checks).
+/// A file appends go to: the lines waiting for the lane, the first write
+/// that failed (appends do not wait, so the failure is reported later, by
+/// whoever checks), and how far the lane has written.
 #[derive(Clone, Debug)]
-pub(super) struct AppendTarget {
-    pub(super) file: Arc<File>,
-    pub(super) failed: Arc<OnceLock<(io::ErrorKind, String)>>,
+pub(super) struct AppendTarget(Arc<Target>);
+
+#[derive(Debug)]
+struct Target {
+    file: File,
+    failed: OnceLock<(io::ErrorKind, String)>,
+    pending: Mutex<Pending>,
+    /// Bytes of appended lines that reached the file.
+    written: AtomicU64,
 }
 
-/// Whole lines for one target.
-struct Append {
-    target: AppendTarget,
+/// The largest emptied buffer kept for the next lines of a file.
+const SPARE_BYTES: usize = 1 << 20;
+
+/// Lines appended and not yet taken by the lane.
+#[derive(Debug, Default)]
+struct Pending {
     lines: Vec<u8>,
+    /// The buffer the lane wrote last, emptied, for the next lines: a burst
+    /// appends into room already there instead of growing a buffer anew.
+    spare: Vec<u8>,
+    /// Bytes ever appended.
+    appended: u64,
+    /// Whether a [`Job::Flush`] for these lines is queued.
+    queued: bool,
 }
 
-/// The most bytes gathered for one file before they are written even
-/// though more appends are queued (it bounds what the lane holds).
-const FLUSH_BYTES: usize = 256 * 1024;
+impl AppendTarget {
+    pub(super) fn new(file: File) -> Self {
+        AppendTarget(Arc::new(Target {
+            file,
+            failed: OnceLock::new(),
+            pending: Mutex::default(),
+            written: AtomicU64::new(0),
+        }))
+    }
 
-/// The appends gathered from the queue, one buffer per file, in the order
-/// each file first came up.
-#[derive(Default)]
-struct Gathered {
-    buffers: Vec<Append>,
-    /// Index in `buffers` by the file's address.
-    index: HashMap<*const File, usize>,
-}
+    /// The first write that failed, if any.
+    pub(super) fn failed(&self) -> Option<&(io::ErrorKind, String)> {
+        self.0.failed.get()
+    }
 
-impl Gathered {
-    fn add(&mut self, append: Append) {
-        let key = Arc::as_ptr(&append.target.file);
-        match self.index.get(&key) {
-            Some(&at) => {
-                let buffer = &mut self.buffers[at].lines;
-                buffer.extend_from_slice(&append.lines);
-                if buffer.len() >= FLUSH_BYTES {
-                    self.write_all();
-                }
+    /// Bytes of appended lines that reached the file.
+    pub(super) fn written(&self) -> u64 {
+        self.0.written.load(Ordering::Acquire)
+    }
+
+    /// Whether every line appended up to `end` (what [`append`] answered)
+    /// reached the file.
+    pub(super) fn reached(&self, end: u64) -> bool {
+        self.written() >= end
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.0.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// On the lane: writes what is pending in one `write`; a failure is
+    /// kept, and nothing more is written to the file after it (a line
+    /// after a torn one would not be the last).
+    fn flush(&self) {
+        let mut lines = {
+            let mut pending = self.pending();
+            pending.queued = false;
+            let spare = std::mem::take(&mut pending.spare);
+            std::mem::replace(&mut pending.lines, spare)
+        };
+        if !lines.is_empty() && self.failed().is_none() {
+            match (&self.0.file).write_all(&lines) {
+                Ok(()) => _ = self.0.written.fetch_add(lines.len() as u64, Ordering::Release),
+                Err(error) => _ = self.0.failed.set((error.kind(), error.to_string())),
             }
-            None => {
-                self.index.insert(key, self.buffers.len());
-                self.buffers.push(append);
+        }
+        if lines.capacity() <= SPARE_BYTES {
+            lines.clear();
+            let mut pending = self.pending();
+            if pending.spare.capacity() < lines.capacity() {
+                pending.spare = lines;
             }
         }
     }
-
-    /// Writes every buffer, each in one `write`; a failure is kept on its
-    /// target.
-    fn write_all(&mut self) {
-        self.index.clear();
-        for Append { target, lines } in self.buffers.drain(..) {
-            if target.failed.get().is_some() {
-                continue;
-            }
-            if let Err(error) = (&*target.file).write_all(&lines) {
-                let _ = target.failed.set((error.kind(), error.to_string()));
-            }
-        }
-    }
 }
 
-/// The lane thread: gathers appends while the queue has more, writes them
-/// before anything else runs and whenever the queue runs dry.
+/// The lane thread: runs each job in the order it was queued.
 fn drain(jobs: mpsc::Receiver<Job>) {
     ON_LANE.with(|on| on.set(true));
-    let mut gathered = Gathered::default();
-    loop {
-        let job = match jobs.try_recv() {
-            Ok(job) => job,
-            Err(mpsc::TryRecvError::Empty) => {
-                gathered.write_all();
-                match jobs.recv() {
-                    Ok(job) => job,
-                    Err(_) => return,
-                }
-            }
-            Err(mpsc::TryRecvError::Disconnected) => return gathered.write_all(),
-        };
+    while let Ok(job) = jobs.recv() {
         match job {
-            Job::Append(append) => gathered.add(append),
+            Job::Flush(target) => target.flush(),
             Job::Run(run) => {
-                gathered.write_all();
                 if let Err(panic) = contained_call(run) {
                     tracing::error!(%panic, "a session file operation panicked");
                 }
@@ -162,10 +176,28 @@ pub(super) fn submit(job: impl FnOnce() + Send + 'static) {
     let _ = queue().send(Job::Run(Box::new(job)));
 }
 
-/// Queues whole `lines` for `target` and returns at once; they reach the
-/// file before any job submitted after them runs.
-pub(super) fn append(target: &AppendTarget, lines: Vec<u8>) {
-    let _ = queue().send(Job::Append(Append { target: target.clone(), lines }));
+/// Queues whole `lines` for `target` and returns at once, with how many
+/// bytes were appended to it so far (for [`AppendTarget::reached`]); they
+/// reach the file before any job submitted after them runs. Lines appended
+/// while a flush is already queued join it: a burst of appends to a file
+/// costs one wake of the lane and one `write`.
+pub(super) fn append(target: &AppendTarget, lines: Vec<u8>) -> u64 {
+    let mut pending = target.pending();
+    pending.appended += lines.len() as u64;
+    if pending.lines.is_empty() && pending.lines.capacity() < lines.len() {
+        pending.lines = lines;
+    } else {
+        pending.lines.extend_from_slice(&lines);
+    }
+    let end = pending.appended;
+    // The flush queued while the buffer holds lines is what keeps a later
+    // job behind them.
+    let wake = !std::mem::replace(&mut pending.queued, true);
+    drop(pending);
+    if wake {
+        let _ = queue().send(Job::Flush(target.clone()));
+    }
+    end
 }
 
 /// Runs `job` on the lane; its answer, or `None` if it panicked. When the
@@ -298,10 +330,7 @@ mod tests {
     #[test]
     fn appends_queued_together_reach_their_files_whole_and_in_order_before_a_later_job() {
         let dir = tempfile::tempdir().unwrap();
-        let open = |name: &str| AppendTarget {
-            file: Arc::new(File::create(dir.path().join(name)).unwrap()),
-            failed: Arc::default(),
-        };
+        let open = |name: &str| AppendTarget::new(File::create(dir.path().join(name)).unwrap());
         let (first, second) = (open("first"), open("second"));
         // Held behind a slow job, the appends are queued together.
         submit(|| std::thread::sleep(std::time::Duration::from_millis(20)));
@@ -319,7 +348,8 @@ mod tests {
         let (first_text, second_text) = read.unwrap();
         assert_eq!(first_text, (0..100).map(|n| format!("{n}\n")).collect::<String>());
         assert_eq!(second_text, (1_000..1_100).map(|n| format!("{n}\n")).collect::<String>());
-        assert!(first.failed.get().is_none() && second.failed.get().is_none());
+        assert!(first.failed().is_none() && second.failed().is_none());
+        assert!(first.reached(first_text.len() as u64) && second.reached(second_text.len() as u64));
     }
 
     #[test]

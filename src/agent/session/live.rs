@@ -9,12 +9,12 @@
 
 use std::fs::File;
 use std::io;
-use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::file::{push_line, write_record, Record};
+use super::file::{push_line, Record};
 use super::lane::{self, AppendTarget, LaneCall};
+use super::segment::push_tagged_line;
 use super::{completed_prefix, SessionError, SessionEvent, SessionHeader};
 
 /// A session: header, events, and (when persisted) its open file.
@@ -28,20 +28,33 @@ pub struct Session {
 
 /// A persisted session's open file, written only on the session lane, and
 /// the first write error (appends do not wait, so an error is reported by
-/// the next append or by the close).
+/// the next append or by the close): a file of its own (the layout of
+/// earlier versions, still continued), or a segment shared with other
+/// sessions, where each line is tagged with the session's id.
 #[derive(Debug)]
 pub(super) struct SessionFile {
     target: AppendTarget,
+    shared: bool,
+    /// Where the session's last queued line ends among the bytes appended
+    /// to the target: once the lane wrote that far, all of it is on disk.
+    end: u64,
 }
 
 impl SessionFile {
-    pub(super) fn new(file: File) -> Self {
-        SessionFile { target: AppendTarget { file: Arc::new(file), failed: Arc::default() } }
+    /// A file the session has to itself.
+    pub(super) fn own(file: File) -> Self {
+        SessionFile { target: AppendTarget::new(file), shared: false, end: 0 }
+    }
+
+    /// A segment shared with other sessions, the session's lines so far
+    /// queued up to `end` (what [`lane::append`] answered).
+    pub(super) fn shared(target: AppendTarget, end: u64) -> Self {
+        SessionFile { target, shared: true, end }
     }
 
     /// The first write that failed, if any.
     fn check(&self, id: &str) -> Result<(), SessionError> {
-        match self.target.failed.get() {
+        match self.target.failed() {
             Some((kind, message)) => Err(SessionError::io(id, io::Error::new(*kind, message.clone()))),
             None => Ok(()),
         }
@@ -125,6 +138,11 @@ impl Session {
     /// the call answers once everything appended reached it.
     pub(crate) fn closing(&mut self) -> LaneCall<()> {
         match self.writer.take() {
+            // Every line already written to a segment (which the store keeps
+            // open): nothing left to wait for, and no file to close here.
+            Some(writer) if writer.shared && writer.target.reached(writer.end) => {
+                LaneCall::ready(&self.header.id, writer.finish(&self.header.id))
+            }
             Some(writer) => {
                 let id = self.header.id.clone();
                 LaneCall::new(&self.header.id, move || writer.finish(&id))
@@ -133,16 +151,15 @@ impl Session {
         }
     }
 
-    /// On the lane: raises the depth to `depth` if it is deeper, writing
-    /// the new header at once (the last header line wins on load).
+    /// On the lane: raises the depth to `depth` if it is deeper, queueing
+    /// the new header before anything appended later (the last header line
+    /// wins on load).
     pub(super) fn deepen(&mut self, depth: u32) -> Result<(), SessionError> {
         if depth <= self.header.depth {
             return Ok(());
         }
         self.header.depth = depth;
-        let writer = self.writer.as_ref().expect("a loaded session has its file");
-        write_record(&writer.target.file, &Record::Header(self.header.clone()))
-            .map_err(|source| SessionError::io(&self.header.id, source))
+        self.write_line(&Record::Header(self.header.clone()))
     }
 
     /// On the lane: closes the file without waiting for anything (the
@@ -154,11 +171,15 @@ impl Session {
     /// Queues one whole line: a header record or an event (whose own tag
     /// makes it a valid record).
     fn write_line(&mut self, record: &impl Serialize) -> Result<(), SessionError> {
-        let Some(writer) = &self.writer else { return Ok(()) };
+        let Some(writer) = &mut self.writer else { return Ok(()) };
         writer.check(&self.header.id)?;
         let mut line = Vec::new();
-        push_line(&mut line, record).map_err(|source| SessionError::io(&self.header.id, source))?;
-        lane::append(&writer.target, line);
+        let pushed = match writer.shared {
+            true => push_tagged_line(&mut line, &self.header.id, record),
+            false => push_line(&mut line, record),
+        };
+        pushed.map_err(|source| SessionError::io(&self.header.id, source))?;
+        writer.end = lane::append(&writer.target, line);
         Ok(())
     }
 }

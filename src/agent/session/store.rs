@@ -5,17 +5,25 @@
 //! Each operation is written once, as the job the session lane runs (see
 //! [`lane`](super::lane)); the public methods wait for it on the calling
 //! thread, and the runtime's own paths await the same job through the
-//! `*ing` form (`creating`, `resuming`, `reading`, `removing`).
+//! `*ing` form (`creating`, `resuming`, `reading`, `removing`). Creating is
+//! the one shortcut: once the segment being written is open, a new session
+//! needs nothing from the disk, so it is checked against the index and its
+//! header queued at once, without waiting for the lane.
+//!
+//! New sessions go to shared segments (see [`segment`](super::segment));
+//! a session in a file of its own, from an earlier version, is read,
+//! continued and removed in that file.
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::collections::HashSet;
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use super::file::{create_private_dir, list_ids, open_regular, push_line, read_records, umask_keeps, Record};
+use super::file::{create_private_dir, list_ids, open_regular, read_records, Record};
 use super::lane::{self, LaneCall};
 use super::live::SessionFile;
+use super::segment::{push_tagged_line, Index};
 use super::{Session, SessionError, SessionEvent, SessionHeader};
 use crate::seam::StopReason;
 
@@ -37,7 +45,8 @@ pub struct StoredSession {
     pub events: Vec<SessionEvent>,
     /// Whether a torn last line (a write cut off by a crash) was left out.
     pub torn: bool,
-    /// The file's size in bytes.
+    /// The bytes its lines take on disk (for a session in a file of its
+    /// own, the file's size).
     pub bytes: u64,
 }
 
@@ -71,7 +80,8 @@ pub struct SessionSummary {
     pub last_stop_reason: Option<StopReason>,
     /// Whether a torn last line (a write cut off by a crash) was left out.
     pub torn: bool,
-    /// The file's size in bytes.
+    /// The bytes its lines take on disk (for a session in a file of its
+    /// own, the file's size).
     pub bytes: u64,
 }
 
@@ -93,8 +103,27 @@ pub struct SessionStore {
     dir: Option<PathBuf>,
     /// Set once the directory is known to exist (saves a syscall per session).
     dir_ready: Arc<OnceLock<()>>,
+    /// Where in the segments each session's lines are (see
+    /// [`segment`](super::segment)): changed on the session lane, and by
+    /// a creation that needs no disk, which only ever tries the lock.
+    index: Arc<Mutex<Indexed>>,
     /// The longest line read; a longer one makes the file corrupt.
     max_line_bytes: usize,
+}
+
+/// What [`SessionStore::create_queued`] did.
+enum Creation {
+    /// Created (or refused) without the lane.
+    Answered(Result<Session, SessionError>),
+    /// The lane has to create it.
+    ForTheLane(SessionHeader, Vec<SessionEvent>),
+}
+
+/// The index, and whether it has read the directory yet.
+#[derive(Debug, Default)]
+struct Indexed {
+    index: Index,
+    looked: bool,
 }
 
 impl SessionStore {
@@ -103,13 +132,19 @@ impl SessionStore {
         SessionStore {
             dir: Some(home.as_ref().join("sessions")),
             dir_ready: Arc::default(),
+            index: Arc::default(),
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         }
     }
 
     /// A store that keeps sessions in memory only.
     pub fn in_memory() -> Self {
-        SessionStore { dir: None, dir_ready: Arc::default(), max_line_bytes: DEFAULT_MAX_LINE_BYTES }
+        SessionStore {
+            dir: None,
+            dir_ready: Arc::default(),
+            index: Arc::default(),
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+        }
     }
 
     /// Reads lines of at most `bytes` (default [`DEFAULT_MAX_LINE_BYTES`]);
@@ -138,9 +173,23 @@ impl SessionStore {
         self.dir.as_deref()
     }
 
-    /// The file a session is persisted in, if persisted.
+    /// The file of its own a session had in the layout of earlier
+    /// versions (`<home>/sessions/<id>.jsonl`), if persisted: such a file
+    /// still loads, lists and continues. New sessions are written to
+    /// shared segments instead (see the module doc).
     pub fn path_of(&self, id: &str) -> Option<PathBuf> {
         self.dir.as_ref().map(|dir| dir.join(format!("{id}.jsonl")))
+    }
+
+    /// On the lane: the index, read up to date with the segments' new
+    /// lines (`fresh`), or at least read once.
+    fn indexed(&self, fresh: bool) -> Result<MutexGuard<'_, Indexed>, io::Error> {
+        let mut indexed = self.index.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Some(dir), true) = (&self.dir, fresh || !indexed.looked) {
+            indexed.index.refresh(dir)?;
+            indexed.looked = true;
+        }
+        Ok(indexed)
     }
 
     /// `job` on the lane with this store, once `id` is known to name a
@@ -157,21 +206,28 @@ impl SessionStore {
         LaneCall::new(id, move || job(&store, &owned))
     }
 
-    /// Creates a new session and writes its header.
+    /// Creates a new session and queues its header (written before
+    /// anything appended to it).
     pub fn create(&self, header: SessionHeader) -> Result<Session, SessionError> {
         self.creating(header, Vec::new()).wait()
     }
 
-    /// Creates a new session, writes its header, then `seed` (a fork's
-    /// inherited history): the file and its header exist when the call
-    /// answers. A creation whose caller stopped awaiting it is removed
-    /// again.
+    /// Creates a new session and queues its header, then `seed` (a fork's
+    /// inherited history), before anything appended to it. A creation
+    /// whose caller stopped awaiting it is removed again.
     pub(crate) fn creating(&self, header: SessionHeader, seed: Vec<SessionEvent>) -> LaneCall<Session> {
         let id = header.id.clone();
         if self.dir.is_none() {
             let created = check_id(&id).map(|()| Session::in_memory_seeded(header, seed));
             return LaneCall::ready(&id, created);
         }
+        if let Err(error) = check_id(&id) {
+            return LaneCall::ready(&id, Err(error));
+        }
+        let (header, seed) = match self.create_queued(header, seed) {
+            Creation::Answered(created) => return LaneCall::ready(&id, created),
+            Creation::ForTheLane(header, seed) => (header, seed),
+        };
         let undo_store = self.clone();
         self.on_lane(&id, move |store, _| store.create_now(header, seed)).undo_if_abandoned(move |mut session| {
             session.forget_file();
@@ -179,38 +235,67 @@ impl SessionStore {
         })
     }
 
-    /// On the lane: create the file, write the header and the seed.
+    /// Creates a session without waiting for the lane, when nothing on disk
+    /// needs doing: the index has read the directory and the segment being
+    /// written has room. The id is checked against the index (which holds
+    /// what this store created and what it last read of the directory)
+    /// and the header and seed are queued, on the caller's thread, never
+    /// waiting for the disk (an index the lane holds is left to the lane).
+    /// Gives `header` and `seed` back when the lane has to do it.
+    fn create_queued(&self, header: SessionHeader, seed: Vec<SessionEvent>) -> Creation {
+        let Ok(mut indexed) = self.index.try_lock() else { return Creation::ForTheLane(header, seed) };
+        let target = match indexed.index.open_writer_for_new() {
+            Some(target) if indexed.looked => target,
+            _ => return Creation::ForTheLane(header, seed),
+        };
+        let id = header.id.clone();
+        if indexed.index.holds(&id) || indexed.index.has_own_file(&id) {
+            return Creation::Answered(Err(SessionError::Exists(id)));
+        }
+        let mut lines = Vec::new();
+        let pushed = std::iter::once(push_tagged_line(&mut lines, &id, &Record::Header(header.clone())))
+            .chain(seed.iter().map(|event| push_tagged_line(&mut lines, &id, event)))
+            .collect::<io::Result<()>>();
+        if let Err(source) = pushed {
+            return Creation::Answered(Err(SessionError::io(&id, source)));
+        }
+        indexed.index.created(&id);
+        let end = lane::append(&target, lines);
+        Creation::Answered(Ok(Session::persisted(header, seed, SessionFile::shared(target, end))))
+    }
+
+    /// On the lane: check the id is new, queue the header and the seed
+    /// for the segment being written (they reach it before anything
+    /// appended after).
     fn create_now(&self, header: SessionHeader, seed: Vec<SessionEvent>) -> Result<Session, SessionError> {
         let id = header.id.clone();
-        let Some(path) = self.path_of(&id) else {
+        let (Some(dir), Some(own_file)) = (self.dir.as_deref(), self.path_of(&id)) else {
             return Ok(Session::in_memory_seeded(header, seed));
         };
         let io_error = |source| SessionError::io(&id, source);
         if self.dir_ready.get().is_none() {
-            create_private_dir(path.parent().expect("a session path has a parent")).map_err(io_error)?;
+            create_private_dir(dir).map_err(io_error)?;
             let _ = self.dir_ready.set(());
         }
-        let file = OpenOptions::new().append(true).create_new(true).mode(0o600).open(&path).map_err(|source| {
-            if source.kind() == io::ErrorKind::AlreadyExists {
-                SessionError::Exists(id.clone())
-            } else {
-                io_error(source)
-            }
-        })?;
-        // The mode above is cut by the umask, never widened; set it exactly
-        // unless the umask leaves it whole (a syscall per file saved).
-        if !umask_keeps(0o600) {
-            file.set_permissions(fs::Permissions::from_mode(0o600)).map_err(io_error)?;
+        // A session of an earlier version, in a file of its own.
+        if fs::symlink_metadata(&own_file).is_ok() {
+            return Err(SessionError::Exists(id));
         }
-        // The header and the seed in one write: whole lines, so a crash
-        // tears at most the last.
+        let mut indexed = self.indexed(false).map_err(io_error)?;
+        if indexed.index.holds(&id) {
+            return Err(SessionError::Exists(id));
+        }
+        let target = indexed.index.writer_for(dir, &id).map_err(io_error)?;
+        indexed.index.created(&id);
+        // The header and the seed in one queued write: whole lines, so a
+        // crash tears at most the last.
         let mut lines = Vec::new();
-        push_line(&mut lines, &Record::Header(header.clone())).map_err(io_error)?;
+        push_tagged_line(&mut lines, &id, &Record::Header(header.clone())).map_err(io_error)?;
         for event in &seed {
-            push_line(&mut lines, event).map_err(io_error)?;
+            push_tagged_line(&mut lines, &id, event).map_err(io_error)?;
         }
-        (&file).write_all(&lines).map_err(io_error)?;
-        Ok(Session::persisted(header, seed, SessionFile::new(file)))
+        let end = lane::append(&target, lines);
+        Ok(Session::persisted(header, seed, SessionFile::shared(target, end)))
     }
 
     /// Loads a session. A torn last line is dropped (with a warning) and cut
@@ -259,15 +344,19 @@ impl SessionStore {
         self.on_lane(id, summarize_now).wait()
     }
 
-    /// The ids of every stored session (the `*.jsonl` files), unsorted;
-    /// none for an in-memory store or a home that has no sessions yet.
+    /// The ids of every stored session (in the segments, and the
+    /// `*.jsonl` files of earlier versions), unsorted; none for an
+    /// in-memory store or a home that has no sessions yet.
     pub fn ids(&self) -> io::Result<Vec<String>> {
         let Some(dir) = self.dir.clone() else { return Ok(Vec::new()) };
-        lane::call_blocking(move || list_ids(&dir))
+        let store = self.clone();
+        lane::call_blocking(move || ids_now(&store, &dir))
             .unwrap_or_else(|| Err(io::Error::other("listing the sessions failed")))
     }
 
-    /// Deletes a session's file (a rolled-back start leaves nothing behind).
+    /// Removes a session (a rolled-back start leaves no session behind): a
+    /// file of its own is deleted, a session in the segments is marked
+    /// removed.
     pub fn remove(&self, id: &str) -> Result<(), SessionError> {
         self.removing(id).wait()
     }
@@ -281,13 +370,26 @@ impl SessionStore {
     }
 }
 
-/// On the lane: [`SessionStore::load`]. One handle reads the file and then
-/// appends to it.
-fn load_now(store: &SessionStore, id: &str) -> Result<LoadedSession, SessionError> {
+/// Session `id`'s file of its own (the layout of earlier versions), if it
+/// has one: `None` when nothing is under that name.
+fn own_file(store: &SessionStore, id: &str, append: bool) -> Result<Option<(PathBuf, fs::File, u64)>, SessionError> {
     let Some(path) = store.path_of(id) else {
         return Err(SessionError::NotFound(id.to_owned()));
     };
-    let (file, len) = open_regular(&path, id, true)?;
+    match open_regular(&path, id, append) {
+        Ok((file, len)) => Ok(Some((path, file, len))),
+        Err(SessionError::NotFound(_)) => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// On the lane: [`SessionStore::load`]. A session in a file of its own is
+/// read and continued through one handle; one in the segments continues
+/// in the segment being written.
+fn load_now(store: &SessionStore, id: &str) -> Result<LoadedSession, SessionError> {
+    let Some((path, file, len)) = own_file(store, id, true)? else {
+        return load_from_segments(store, id);
+    };
     let mut events = Vec::new();
     let (header, valid_len) = match read_records(id, &file, len, store.max_line_bytes, |e| events.push(e)) {
         Err(SessionError::NotFound(_)) => {
@@ -302,39 +404,92 @@ fn load_now(store: &SessionStore, id: &str) -> Result<LoadedSession, SessionErro
         tracing::warn!(session = id, dropped_bytes = len - valid_len, "dropping a torn last session line");
         file.set_len(valid_len).map_err(|source| SessionError::io(id, source))?;
     }
-    Ok(LoadedSession { session: Session::persisted(header, events, SessionFile::new(file)), torn })
+    Ok(LoadedSession { session: Session::persisted(header, events, SessionFile::own(file)), torn })
+}
+
+/// On the lane: [`SessionStore::load`] of a session in the segments. A
+/// torn last line is left out (with a warning) and left where it is: the
+/// segment it ends belongs to a writer that died, and the session goes on
+/// in another.
+fn load_from_segments(store: &SessionStore, id: &str) -> Result<LoadedSession, SessionError> {
+    let dir = store.dir.as_deref().ok_or_else(|| SessionError::NotFound(id.to_owned()))?;
+    let mut indexed = store.indexed(true).map_err(|source| SessionError::io(id, source))?;
+    if !indexed.index.holds(id) {
+        return Err(SessionError::NotFound(id.to_owned()));
+    }
+    let mut events = Vec::new();
+    let (header, torn, _) = indexed.index.read(dir, id, store.max_line_bytes, |e| events.push(e))?;
+    let target = indexed.index.writer_for(dir, id).map_err(|source| SessionError::io(id, source))?;
+    Ok(LoadedSession { session: Session::persisted(header, events, SessionFile::shared(target, 0)), torn })
+}
+
+/// On the lane: session `id` read to the end, each whole event handed to
+/// `event`: its header, whether a torn last line was left out, and its
+/// size on disk.
+fn read_now(
+    store: &SessionStore,
+    id: &str,
+    mut event: impl FnMut(SessionEvent),
+) -> Result<(SessionHeader, bool, u64), SessionError> {
+    if let Some((_, file, len)) = own_file(store, id, false)? {
+        let (header, valid_len) = read_records(id, &file, len, store.max_line_bytes, event)?;
+        return Ok((header, valid_len < len, len));
+    }
+    let dir = store.dir.as_deref().ok_or_else(|| SessionError::NotFound(id.to_owned()))?;
+    let indexed = store.indexed(true).map_err(|source| SessionError::io(id, source))?;
+    if !indexed.index.holds(id) {
+        return Err(SessionError::NotFound(id.to_owned()));
+    }
+    indexed.index.read(dir, id, store.max_line_bytes, &mut event)
 }
 
 /// On the lane: [`SessionStore::inspect`].
 fn inspect_now(store: &SessionStore, id: &str) -> Result<StoredSession, SessionError> {
-    let path = store.path_of(id).ok_or_else(|| SessionError::NotFound(id.to_owned()))?;
-    let (file, len) = open_regular(&path, id, false)?;
     let mut events = Vec::new();
-    let (header, valid_len) = read_records(id, &file, len, store.max_line_bytes, |e| events.push(e))?;
-    Ok(StoredSession { header, events, torn: valid_len < len, bytes: len })
+    let (header, torn, bytes) = read_now(store, id, |e| events.push(e))?;
+    Ok(StoredSession { header, events, torn, bytes })
 }
 
 /// On the lane: [`SessionStore::summarize`].
 fn summarize_now(store: &SessionStore, id: &str) -> Result<SessionSummary, SessionError> {
-    let path = store.path_of(id).ok_or_else(|| SessionError::NotFound(id.to_owned()))?;
-    let (file, len) = open_regular(&path, id, false)?;
     let mut last_stop_reason = None;
-    let (header, valid_len) = read_records(id, &file, len, store.max_line_bytes, |event| {
+    let (header, torn, bytes) = read_now(store, id, |event| {
         if let SessionEvent::TurnEnd { reason } = event {
             last_stop_reason = Some(reason);
         }
     })?;
-    Ok(SessionSummary { header, last_stop_reason, torn: valid_len < len, bytes: len })
+    Ok(SessionSummary { header, last_stop_reason, torn, bytes })
 }
 
-/// On the lane: [`SessionStore::remove`]; a file already gone is removed.
+/// On the lane: [`SessionStore::remove`]. A file of its own is deleted; a
+/// session in the segments gets a removal line, after which it is no
+/// session. A session already gone is removed.
 fn remove_now(store: &SessionStore, id: &str) -> Result<(), SessionError> {
-    let Some(path) = store.path_of(id) else { return Ok(()) };
+    let (Some(dir), Some(path)) = (store.dir.as_deref(), store.path_of(id)) else { return Ok(()) };
     match fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(SessionError::io(id, source)),
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => return Err(SessionError::io(id, source)),
     }
+    let io_error = |source| SessionError::io(id, source);
+    let mut indexed = store.indexed(true).map_err(io_error)?;
+    if indexed.index.holds(id) {
+        let target = indexed.index.writer_for(dir, id).map_err(io_error)?;
+        let mut line = Vec::new();
+        push_tagged_line(&mut line, id, &Record::Removed).map_err(io_error)?;
+        lane::append(&target, line);
+        indexed.index.removed(id);
+    }
+    Ok(())
+}
+
+/// On the lane: [`SessionStore::ids`].
+fn ids_now(store: &SessionStore, dir: &Path) -> io::Result<Vec<String>> {
+    let mut ids = list_ids(dir)?;
+    let mut seen: HashSet<String> = ids.iter().cloned().collect();
+    let indexed = store.indexed(true)?;
+    ids.extend(indexed.index.ids().filter(|id| seen.insert((*id).clone())).cloned());
+    Ok(ids)
 }
 
 /// Whether `id` can name a session file.
