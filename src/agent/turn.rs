@@ -307,7 +307,9 @@ impl Turn<'_> {
                 }
                 continue;
             }
-            match self.run_tools(cancel, deadline).await {
+            // Boxed: held inline, its state would size every turn's
+            // future, also the many that wait on a model call.
+            match Box::pin(self.run_tools(cancel, deadline)).await {
                 Ok(true) => return (StopReason::Completed, None),
                 Ok(false) => {}
                 Err(reason) => return reason,

@@ -184,7 +184,8 @@ pub(super) struct Call<'a> {
 pub(super) struct Endpoint {
     client: reqwest::Client,
     base_url: String,
-    url: String,
+    /// Parsed once: a URL string would be parsed again for every request.
+    url: reqwest::Url,
     headers: HeaderMap,
     bounds: Bounds,
     transient: fn(u16) -> bool,
@@ -211,6 +212,7 @@ impl Endpoint {
             .build()
             .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))?;
         let url = format!("{}/{path}", base_url.trim_end_matches('/'));
+        let url = reqwest::Url::parse(&url).map_err(|e| ModelError::Config(format!("base URL {base_url:?}: {e}")))?;
         let limiter = Limiter::new(bounds.limits);
         Ok(Endpoint { client, base_url: base_url.to_owned(), url, headers, bounds, transient, limiter })
     }
@@ -286,7 +288,7 @@ impl Endpoint {
             call.meter.attempt(permit.waited());
             let request = self
                 .client
-                .post(&self.url)
+                .post(self.url.clone())
                 .headers(self.headers.clone())
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
                 .body(body.clone());

@@ -276,12 +276,12 @@ impl Model for ScriptedModel {
         cancel: CancellationToken,
     ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        let step = self.next_step(&request);
+        let mut step = self.next_step(&request);
         if let Some(requests) = &self.inner.requests {
             requests.lock().unwrap_or_else(|e| e.into_inner()).push(request.clone());
         }
+        // `step` moves in and changes there (no second copy in the future).
         Box::pin(async move {
-            let mut step = step;
             let reply = loop {
                 if cancel.is_cancelled() {
                     return Err(ModelError::Cancelled);
