@@ -478,11 +478,15 @@ impl Drop for Turn<'_> {
     }
 }
 
-/// Resolves at `deadline`, never without one.
-async fn until(deadline: Option<std::time::Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
-        None => std::future::pending().await,
+/// Resolves at `deadline`, never without one. The timer is boxed: a turn
+/// without a deadline (most) holds no timer's room in its state.
+fn until(deadline: Option<std::time::Instant>) -> impl std::future::Future<Output = ()> {
+    let timer = deadline.map(|deadline| Box::pin(tokio::time::sleep_until(deadline.into())));
+    async move {
+        match timer {
+            Some(timer) => timer.await,
+            None => std::future::pending().await,
+        }
     }
 }
 
