@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
-use futures_util::FutureExt;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
@@ -292,18 +291,18 @@ impl RunActor {
         }
     }
 
-    /// Poll `held` once inline — a provider future that is done at once
-    /// needs no spawned future — else spawn it. `done` gets its output, or
-    /// `None` when the slot was cleared first.
+    /// Hand `done` the output of a provider future that was done at once
+    /// (`Slot::hold` polled it), else spawn the held future. `done` gets its
+    /// output, or `None` when the slot was cleared first.
     fn drive<T: 'static>(
         &mut self,
-        mut held: Held<T>,
+        held: Result<T, Held<T>>,
         ctx: &mut Context<Self>,
         done: fn(&mut Self, Option<T>, &mut Context<Self>),
     ) {
-        match (&mut held).now_or_never() {
-            Some(outcome) => done(self, outcome, ctx),
-            None => {
+        match held {
+            Ok(outcome) => done(self, Some(outcome), ctx),
+            Err(held) => {
                 ctx.spawn(held.into_actor(self).map(move |outcome, actor, ctx| done(actor, outcome, ctx)));
             }
         }
@@ -441,12 +440,13 @@ impl RunActor {
         };
         self.running.clear();
         self.settle(RunResult::empty(StopReason::Aborted));
-        let mut hook = self.releasing.hold(self.core.id(), &self.span, contained(|| child.dispose()));
+        let hook = self.releasing.hold(self.core.id(), &self.span, contained(|| child.dispose()));
         self.phase = Phase::DisposingRelease { child };
         // A hook that is done at once needs no timer and no spawned future.
-        if let Some(outcome) = (&mut hook).now_or_never() {
-            return self.on_released(outcome, ctx);
-        }
+        let hook = match hook {
+            Ok(outcome) => return self.on_released(Some(outcome), ctx),
+            Err(held) => held,
+        };
         // Unlike launch and run, the hook is bounded: `drive` cannot serve.
         let bounded = tokio::time::timeout(self.core.config().dispose_timeout, hook);
         ctx.spawn(bounded.into_actor(self).map(|outcome, actor, ctx| {
@@ -495,7 +495,6 @@ impl Actor for RunActor {
             other => return self.phase = other,
         };
         self.phase = Phase::Starting;
-        self.shared.bind_capture(ctx.address().downgrade().recipient());
         let provider = self.shared.entry.provider.clone();
         let launching = self.launching.hold(self.core.id(), &self.span, contained(move || provider.launch(*launch)));
         self.drive(launching, ctx, |actor, outcome, ctx| {
