@@ -389,13 +389,14 @@ impl RunActor {
     /// Deliver the result (only the first call counts). A cancelled run
     /// that did not complete is `Aborted`.
     fn settle(&self, mut result: RunResult) {
+        if self.shared.settled().is_some() {
+            return;
+        }
         if self.token.is_cancelled() && result.stop_reason != StopReason::Completed {
             result.stop_reason = StopReason::Aborted;
         }
-        if self.shared.settled().is_none() {
-            self.log_end(result.stop_reason);
-            telemetry::run_ended(&self.span, &result);
-        }
+        self.log_end(result.stop_reason);
+        telemetry::run_ended(&self.span, &result);
         self.shared.settle(Ok(result), &self.child_id);
     }
 

@@ -35,21 +35,20 @@ impl<T> Slot<T> {
     /// Poll `future` once, as [`Held`] would: `Ok` with its output when it
     /// is done at once; else it goes in the slot and the returned future
     /// polls it from there.
-    pub(crate) fn hold(
-        &mut self,
-        runtime: u64,
-        span: &Span,
-        mut future: LocalBoxFuture<'static, T>,
-    ) -> Result<T, Held<T>> {
+    /// Only a future that waits is boxed.
+    pub(crate) fn hold<F>(&mut self, runtime: u64, span: &Span, mut future: F) -> Result<T, Held<T>>
+    where
+        F: Future<Output = T> + Unpin + 'static,
+    {
         let done = {
             let _entered = span.enter();
-            poll_in_runtime(runtime, || future.as_mut().now_or_never())
+            poll_in_runtime(runtime, || (&mut future).now_or_never())
         };
         if let Some(output) = done {
             return Ok(output);
         }
         let slot = self.0.get_or_insert_with(|| Rc::new(RefCell::new(None)));
-        *slot.borrow_mut() = Some(future);
+        *slot.borrow_mut() = Some(Box::pin(future));
         Err(Held { slot: slot.clone(), runtime, span: span.clone() })
     }
 

@@ -319,9 +319,10 @@ impl Provider for MockProvider {
             if cancel.is_cancelled() {
                 return rollback(LaunchError::Aborted);
             }
-            let prompt = crate::seam::text_of(&request.prompt);
-            let reply = if mock.echo_prompt { format!("{}{prompt}", mock.reply) } else { mock.reply.to_string() };
-            mock.shared.record(|| MockEvent::Prompted(id.clone(), prompt));
+            // The prompt's text only when something reads it.
+            let prompt = || crate::seam::text_of(&request.prompt);
+            let reply = if mock.echo_prompt { format!("{}{}", mock.reply, prompt()) } else { mock.reply.to_string() };
+            mock.shared.record(|| MockEvent::Prompted(id.clone(), prompt()));
             let structured = request
                 .output_schema
                 .as_ref()
