@@ -8,7 +8,9 @@
 //! its syscalls with `strace -c -f`; with `SUBAGENTS_PERF_ONLY=chat` only
 //! the fan-out through the OpenAI chat adapter, for `perf record`; with
 //! `SUBAGENTS_PERF_ONLY=held` only 10,000 live spawn runs, for a heap
-//! profiler.
+//! profiler; with `SUBAGENTS_PERF_ONLY=actor` only the actor-path figures
+//! (mock lifecycle, mock fan-out at 10 and 100,000, cancelling 10,000 live
+//! runs) beside the actix floor.
 //!
 //! Each figure is the best of a few rounds (a shared machine only ever adds
 //! time). Memory per live run comes from a counting global allocator. The
@@ -395,6 +397,25 @@ fn real_path(runtime: &Runtime, subagents: &Subagents) -> Value {
            "persisted_share_of_bare": persisted / bare, "in_memory_share_of_bare": in_memory / bare})
 }
 
+/// `SUBAGENTS_PERF_ONLY=actor`: only the actor-path figures (goals 3, 4
+/// and 5) beside the actix floor, for `perf record`.
+fn actor_path(runtime: &Runtime, subagents: &Subagents) -> Value {
+    let actix_floor = best_us(runtime, 20_000, support::actix_floor);
+    let lifecycle_subagents = subagents.clone();
+    let mock = best_us(runtime, 20_000, move || {
+        let subagents = lifecycle_subagents.clone();
+        async move { lifecycle(&subagents, "mock").await }
+    });
+    let fanout_10 = fan_out(runtime, subagents, "mock", 10);
+    let fanout_100k = fan_out(runtime, subagents, "mock", 100_000);
+    let (_, cancel) = live_runs(runtime, subagents, "held", 10_000);
+    json!({"actix_floor_us": actix_floor, "mock_lifecycle_us": mock, "fanout_10_us_per_run": fanout_10,
+           "fanout_100000_us_per_run": fanout_100k, "cancel_10000_us_per_run": cancel,
+           "goals": {"3_fanout_100000_le_1_5x_fanout_10": goal(fanout_100k / fanout_10, 1.5),
+                     "4_cancel_10000_le_3x_actix": goal(cancel / actix_floor, 3.0),
+                     "5_mock_lifecycle_le_3x_actix": goal(mock / actix_floor, 3.0)}})
+}
+
 fn goal(ratio: f64, bound: f64) -> Value {
     json!({"ratio": (ratio * 100.0).round() / 100.0, "bound": bound, "met": ratio <= bound})
 }
@@ -425,6 +446,12 @@ fn main() {
     // (five rounds), to count its syscalls under `strace -c -f`.
     // `SUBAGENTS_PERF_ONLY=chat`: only the real path, for `perf record`.
     let only = std::env::var("SUBAGENTS_PERF_ONLY").unwrap_or_default();
+    if only == "actor" {
+        println!("{}", actor_path(&runtime, &subagents));
+        runtime.shutdown_blocking();
+        let _ = std::fs::remove_dir_all(&home);
+        return;
+    }
     if only == "persisted" || only == "chat" || only == "held" {
         let figure = match only.as_str() {
             "held" => json!({"spawn_bytes_per_live_run": live_runs(&runtime, &subagents, "spawn-held", 10_000).0}),

@@ -7,7 +7,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use futures_util::future::LocalBoxFuture;
+use futures_util::future::{CatchUnwind, Either, LocalBoxFuture, Map, Ready};
 use futures_util::FutureExt;
 
 /// A caught panic; it displays as the panic's message.
@@ -23,19 +23,24 @@ impl Panicked {
     }
 }
 
+/// A provider future whose panic becomes `Err(Panicked)`: no allocation
+/// of its own (the provider's future is boxed already), and `Unpin`, so a
+/// run can poll it once in place before deciding to keep it.
+pub(crate) type Contained<T> = Either<
+    Map<CatchUnwind<AssertUnwindSafe<LocalBoxFuture<'static, T>>>, fn(std::thread::Result<T>) -> Result<T, Panicked>>,
+    Ready<Result<T, Panicked>>,
+>;
+
 /// Runs `make` and the future it returns, turning a panic in either into
 /// `Err(Panicked)`.
-pub(crate) fn contained<T: 'static>(
-    make: impl FnOnce() -> LocalBoxFuture<'static, T>,
-) -> LocalBoxFuture<'static, Result<T, Panicked>> {
+pub(crate) fn contained<T: 'static>(make: impl FnOnce() -> LocalBoxFuture<'static, T>) -> Contained<T> {
     match catch_unwind(AssertUnwindSafe(make)) {
-        Ok(future) => Box::pin(
-            AssertUnwindSafe(future).catch_unwind().map(|outcome| outcome.map_err(|panic| Panicked::of(&*panic))),
-        ),
-        Err(panic) => {
-            let panicked = Panicked::of(&*panic);
-            Box::pin(async move { Err(panicked) })
+        Ok(future) => {
+            let caught: fn(std::thread::Result<T>) -> Result<T, Panicked> =
+                |outcome| outcome.map_err(|panic| Panicked::of(&*panic));
+            Either::Left(AssertUnwindSafe(future).catch_unwind().map(caught))
         }
+        Err(panic) => Either::Right(futures_util::future::ready(Err(Panicked::of(&*panic)))),
     }
 }
 

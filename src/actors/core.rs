@@ -67,8 +67,9 @@ pub(crate) struct Core {
     events_thread: ArbiterHandle,
     bus: EventBus,
     live: Arc<LiveCounters>,
-    /// Live runs by run id (the runtime's one run table).
-    runs: DashMap<u64, RunControl>,
+    /// Live runs by run id (the runtime's one run table), shared with the
+    /// runs' handles.
+    runs: DashMap<u64, Arc<RunControl>>,
     /// Open families by session id: the runs started under a live run's
     /// session (or a serve scope's), for receipts.
     families: DashMap<String, Arc<Family>>,
@@ -162,7 +163,7 @@ impl Core {
         self.providers.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn insert_run(&self, run_id: u64, control: RunControl) {
+    pub(crate) fn insert_run(&self, run_id: u64, control: Arc<RunControl>) {
         self.runs.insert(run_id, control);
     }
 
@@ -171,7 +172,7 @@ impl Core {
     }
 
     /// The live run `run_id`, if it is still in the table.
-    pub(crate) fn run_control(&self, run_id: u64) -> Option<RunControl> {
+    pub(crate) fn run_control(&self, run_id: u64) -> Option<Arc<RunControl>> {
         self.runs.get(&run_id).map(|entry| entry.value().clone())
     }
 
@@ -198,7 +199,7 @@ impl Core {
     }
 
     /// Every live run, for shutdown.
-    pub(crate) fn live_runs(&self) -> Vec<RunControl> {
+    pub(crate) fn live_runs(&self) -> Vec<Arc<RunControl>> {
         self.runs.iter().map(|entry| entry.value().clone()).collect()
     }
 

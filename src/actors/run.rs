@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
-use futures_util::FutureExt;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
@@ -59,6 +58,10 @@ pub(crate) struct Published {
     pub continuation: bool,
 }
 
+/// What a running child captured (boxed: a run actor lives inline in its
+/// task, and most children capture nothing).
+type Captured = Option<Box<serde_json::Value>>;
+
 /// Where a run is in its life. Each phase owns what only it has: there is
 /// a child from `Running` on, a capture only while the result is unsettled,
 /// a dispose outcome only once `Disposed`.
@@ -68,18 +71,18 @@ enum Phase {
     /// The provider is creating the child.
     Starting,
     /// The child is working; `structured` is what it captured, if anything.
-    Running { child: Box<dyn Child>, structured: Option<serde_json::Value> },
+    Running { child: Box<dyn Child>, structured: Captured },
     /// Cancel requested; waiting (at most the cancel grace) for the child.
-    Cancelling { child: Box<dyn Child>, structured: Option<serde_json::Value> },
+    Cancelling { child: Box<dyn Child>, structured: Captured },
     /// The result is settled; the child awaits dispose.
     Settled { child: Box<dyn Child> },
     /// Dispose requested; waiting (at most the cancel grace) for the child's run to end.
-    DisposingAwaitRun { child: Box<dyn Child>, structured: Option<serde_json::Value> },
+    DisposingAwaitRun { child: Box<dyn Child>, structured: Captured },
     /// The child's dispose hook is running.
     DisposingRelease { child: Box<dyn Child> },
     /// Done; the actor is stopping. `outcome` is how the release went; the
     /// child, when there was one, gives its stop report in `Drop`.
-    Disposed { child: Option<Box<dyn Child>>, outcome: Result<(), SubagentError> },
+    Disposed { child: Option<Box<dyn Child>>, outcome: Result<(), Box<SubagentError>> },
 }
 
 impl Phase {
@@ -99,7 +102,7 @@ impl Phase {
     /// and how its release went (`Disposed` knows already; else `outcome`).
     fn into_remains(self, outcome: Result<(), SubagentError>) -> (Option<Box<dyn Child>>, Result<(), SubagentError>) {
         match self {
-            Phase::Disposed { child, outcome } => (child, outcome),
+            Phase::Disposed { child, outcome } => (child, outcome.map_err(|error| *error)),
             Phase::Running { child, .. }
             | Phase::Cancelling { child, .. }
             | Phase::Settled { child }
@@ -110,13 +113,14 @@ impl Phase {
     }
 }
 
-/// What the caller of `start` is owed. Unless the run was published, the
+/// What the caller of `start` is owed (a refusal boxed: the actor lives
+/// inline in its task, whose allocation is kept small). Unless the run was published, the
 /// reply is sent from `Drop`, once everything the start made is released.
 enum StartReply {
     /// Nothing published yet: a run that ends now refuses `RUNTIME_STOPPED`.
     Awaited(oneshot::Sender<Result<Published, SubagentError>>),
     /// The start is refused with this error.
-    Refused(oneshot::Sender<Result<Published, SubagentError>>, SubagentError),
+    Refused(oneshot::Sender<Result<Published, SubagentError>>, Box<SubagentError>),
     /// The run was handed to the caller (who may have stopped waiting).
     Published,
 }
@@ -138,7 +142,7 @@ impl StartReply {
         if let StartReply::Awaited(reply) | StartReply::Refused(reply, _) =
             std::mem::replace(self, StartReply::Published)
         {
-            *self = StartReply::Refused(reply, error);
+            *self = StartReply::Refused(reply, Box::new(error));
         }
     }
 }
@@ -292,18 +296,18 @@ impl RunActor {
         }
     }
 
-    /// Poll `held` once inline — a provider future that is done at once
-    /// needs no spawned future — else spawn it. `done` gets its output, or
-    /// `None` when the slot was cleared first.
+    /// Hand `done` the output of a provider future that was done at once
+    /// (`Slot::hold` polled it), else spawn the held future. `done` gets its
+    /// output, or `None` when the slot was cleared first.
     fn drive<T: 'static>(
         &mut self,
-        mut held: Held<T>,
+        held: Result<T, Held<T>>,
         ctx: &mut Context<Self>,
         done: fn(&mut Self, Option<T>, &mut Context<Self>),
     ) {
-        match (&mut held).now_or_never() {
-            Some(outcome) => done(self, outcome, ctx),
-            None => {
+        match held {
+            Ok(outcome) => done(self, Some(outcome), ctx),
+            Err(held) => {
                 ctx.spawn(held.into_actor(self).map(move |outcome, actor, ctx| done(actor, outcome, ctx)));
             }
         }
@@ -390,13 +394,14 @@ impl RunActor {
     /// Deliver the result (only the first call counts). A cancelled run
     /// that did not complete is `Aborted`.
     fn settle(&self, mut result: RunResult) {
+        if self.shared.settled().is_some() {
+            return;
+        }
         if self.token.is_cancelled() && result.stop_reason != StopReason::Completed {
             result.stop_reason = StopReason::Aborted;
         }
-        if self.shared.settled().is_none() {
-            self.log_end(result.stop_reason);
-            telemetry::run_ended(&self.span, &result);
-        }
+        self.log_end(result.stop_reason);
+        telemetry::run_ended(&self.span, &result);
         self.shared.settle(Ok(result), &self.child_id);
     }
 
@@ -441,12 +446,13 @@ impl RunActor {
         };
         self.running.clear();
         self.settle(RunResult::empty(StopReason::Aborted));
-        let mut hook = self.releasing.hold(self.core.id(), &self.span, contained(|| child.dispose()));
+        let hook = self.releasing.hold(self.core.id(), &self.span, contained(|| child.dispose()));
         self.phase = Phase::DisposingRelease { child };
         // A hook that is done at once needs no timer and no spawned future.
-        if let Some(outcome) = (&mut hook).now_or_never() {
-            return self.on_released(outcome, ctx);
-        }
+        let hook = match hook {
+            Ok(outcome) => return self.on_released(Some(outcome), ctx),
+            Err(held) => held,
+        };
         // Unlike launch and run, the hook is bounded: `drive` cannot serve.
         let bounded = tokio::time::timeout(self.core.config().dispose_timeout, hook);
         ctx.spawn(bounded.into_actor(self).map(|outcome, actor, ctx| {
@@ -472,16 +478,16 @@ impl RunActor {
             tracing::warn!(parent: &self.span, %diagnostic, "child did not dispose cleanly");
             outcome = Err(SubagentError::DisposeFailed { provider: self.provider().to_owned(), diagnostic });
         }
-        self.phase = Phase::Disposed { child, outcome };
+        self.phase = Phase::Disposed { child, outcome: outcome.map_err(Box::new) };
         ctx.stop();
     }
 }
 
 /// A completed result without a structured value of its own carries what
 /// the child captured.
-fn with_capture(mut result: RunResult, structured: Option<serde_json::Value>) -> RunResult {
+fn with_capture(mut result: RunResult, structured: Captured) -> RunResult {
     if result.stop_reason == StopReason::Completed && result.structured.is_none() {
-        result.structured = structured;
+        result.structured = structured.map(|value| *value);
     }
     result
 }
@@ -495,7 +501,6 @@ impl Actor for RunActor {
             other => return self.phase = other,
         };
         self.phase = Phase::Starting;
-        self.shared.bind_capture(ctx.address().downgrade().recipient());
         let provider = self.shared.entry.provider.clone();
         let launching = self.launching.hold(self.core.id(), &self.span, contained(move || provider.launch(*launch)));
         self.drive(launching, ctx, |actor, outcome, ctx| {
@@ -545,7 +550,7 @@ impl Drop for RunActor {
                 let _ = reply.send(Err(SubagentError::RuntimeStopped));
             }
             StartReply::Refused(reply, error) => {
-                let _ = reply.send(Err(error));
+                let _ = reply.send(Err(*error));
             }
             StartReply::Published => {
                 if self.shared.settled().is_none() {
@@ -576,7 +581,7 @@ impl Handler<Control> for RunActor {
                 };
                 // A run already `Disposed` keeps the outcome it had.
                 let (child, outcome) = self.take_phase().into_remains(Err(forced));
-                self.phase = Phase::Disposed { child, outcome };
+                self.phase = Phase::Disposed { child, outcome: outcome.map_err(Box::new) };
                 ctx.stop();
             }
         }
@@ -607,7 +612,7 @@ impl Handler<CaptureStructured> for RunActor {
     fn handle(&mut self, msg: CaptureStructured, _ctx: &mut Context<Self>) -> Self::Result {
         match &mut self.phase {
             Phase::Running { structured: slot @ None, .. } => {
-                *slot = Some(msg.0);
+                *slot = Some(Box::new(msg.0));
                 Ok(())
             }
             Phase::Running { .. } => Err(CaptureError::AlreadyCaptured),

@@ -26,7 +26,7 @@ use crate::seam::{ContentBlock, LocalAgent, Parent, Receipt, RunResult, Steering
 ///   carry it too, once the child exists.
 pub struct Run {
     pub(crate) child_id: String,
-    pub(crate) control: RunControl,
+    pub(crate) control: Arc<RunControl>,
     pub(crate) local_agent: Option<LocalAgent>,
     /// The actor's mailbox for send-message, when the child supports it.
     pub(crate) steering: Option<Recipient<SendMessage>>,

@@ -6,6 +6,10 @@
 //! announce quiescence while a child's future, and what it holds, still
 //! exists. So the actor spawns a [`Held`] that polls the future out of a
 //! slot the actor owns, and clears the slot when the future must go.
+//!
+//! A future is polled once in place first: one that is done at once (a
+//! mock's launch, most dispose hooks) needs neither the slot's allocation
+//! nor a spawned future.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -14,29 +18,46 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use futures_util::future::LocalBoxFuture;
+use futures_util::FutureExt;
 use tracing::Span;
 
 use super::core::poll_in_runtime;
 
-/// The actor's side: one provider future at a time.
-pub(crate) struct Slot<T>(Rc<RefCell<Option<LocalBoxFuture<'static, T>>>>);
+/// The actor's side: one provider future at a time (the shared cell is
+/// made by the first future that has to wait).
+pub(crate) struct Slot<T>(Option<Rc<RefCell<Option<LocalBoxFuture<'static, T>>>>>);
 
 impl<T> Slot<T> {
     pub(crate) fn empty() -> Self {
-        Slot(Rc::new(RefCell::new(None)))
+        Slot(None)
     }
 
-    /// Put `future` in the slot; the returned future polls it from there,
-    /// inside the run's span.
-    pub(crate) fn hold(&self, runtime: u64, span: &Span, future: LocalBoxFuture<'static, T>) -> Held<T> {
-        *self.0.borrow_mut() = Some(future);
-        Held { slot: self.0.clone(), runtime, span: span.clone() }
+    /// Poll `future` once, as [`Held`] would: `Ok` with its output when it
+    /// is done at once; else it goes in the slot and the returned future
+    /// polls it from there.
+    /// Only a future that waits is boxed.
+    pub(crate) fn hold<F>(&mut self, runtime: u64, span: &Span, mut future: F) -> Result<T, Held<T>>
+    where
+        F: Future<Output = T> + Unpin + 'static,
+    {
+        let done = {
+            let _entered = span.enter();
+            poll_in_runtime(runtime, || (&mut future).now_or_never())
+        };
+        if let Some(output) = done {
+            return Ok(output);
+        }
+        let slot = self.0.get_or_insert_with(|| Rc::new(RefCell::new(None)));
+        *slot.borrow_mut() = Some(Box::pin(future));
+        Err(Held { slot: slot.clone(), runtime, span: span.clone() })
     }
 
     /// Drop the held future now.
     pub(crate) fn clear(&self) {
-        let taken = self.0.borrow_mut().take();
-        drop(taken);
+        if let Some(slot) = &self.0 {
+            let taken = slot.borrow_mut().take();
+            drop(taken);
+        }
     }
 }
 

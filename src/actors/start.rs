@@ -131,7 +131,11 @@ async fn launch(
         admission: admission.map(Box::new),
     });
     let addr = actor.start();
-    let control = RunControl { control: addr.clone().recipient(), token, depth, shared: shared.clone() };
+    // Before the actor is first polled (`started` launches the child): the
+    // mailbox a provider's capture travels to.
+    shared.bind_capture(addr.downgrade().recipient());
+    // One allocation the run table and the caller's `Run` share.
+    let control = Arc::new(RunControl { control: addr.clone().recipient(), token, depth, shared: shared.clone() });
     core.insert_run(shared.run_id, control.clone());
     // Outside tokio's cooperative budget: a caller that starts thousands of
     // runs in one task (a `join_all` fan-out) spends its budget on the first

@@ -296,8 +296,14 @@ impl Provider for MockProvider {
         let id = format!("mock:{}:{number}", self.name);
         let fault = self.fault_at(FaultStage::BeforePublication, number);
         let mock = self.clone();
+        // What the child needs of its request is taken now, so the future
+        // holds a few words, not the whole request.
+        let Launch { request, cancel, context } = launch;
+        let echoed = mock.echo_prompt.then(|| crate::seam::text_of(&request.prompt));
+        let recorded = mock.shared.recording.is_some().then(|| crate::seam::text_of(&request.prompt));
+        let wants_structured = request.output_schema.is_some();
+        drop(request);
         Box::pin(async move {
-            let Launch { request, cancel, context } = launch;
             // Released by drop: on rollback, on a panic, or when an abandoned
             // launch is dropped, as well as when the child goes.
             let resource = ChildResource::new(&mock.shared);
@@ -319,13 +325,15 @@ impl Provider for MockProvider {
             if cancel.is_cancelled() {
                 return rollback(LaunchError::Aborted);
             }
-            let prompt = crate::seam::text_of(&request.prompt);
-            let reply = if mock.echo_prompt { format!("{}{prompt}", mock.reply) } else { mock.reply.to_string() };
-            mock.shared.record(|| MockEvent::Prompted(id.clone(), prompt));
-            let structured = request
-                .output_schema
-                .as_ref()
-                .map(|_| mock.structured.clone().unwrap_or_else(|| json!({ "reply": &reply })));
+            let reply = match echoed {
+                Some(prompt) => format!("{}{prompt}", mock.reply),
+                None => mock.reply.to_string(),
+            };
+            if let Some(prompt) = recorded {
+                mock.shared.record(|| MockEvent::Prompted(id.clone(), prompt));
+            }
+            let structured =
+                wants_structured.then(|| mock.structured.clone().unwrap_or_else(|| json!({ "reply": &reply })));
             let child = MockChild(Rc::new(ChildState {
                 id,
                 number,
