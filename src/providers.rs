@@ -65,3 +65,21 @@ pub use mock::{Fault, FaultStage, MockEvent, MockProvider};
 pub use process::{ProcessConfig, ProcessProvider};
 #[cfg(feature = "remote")]
 pub use remote::{BrokerSettings, RemoteConfig, RemoteError, RemoteProvider};
+
+/// A request's `mcp_servers` must name servers the child would have: the
+/// first name not `available` is refused, naming the ones it could have.
+#[cfg(any(feature = "mcp", feature = "acp"))]
+pub(crate) fn check_mcp_names<'a>(
+    requested: &[String],
+    available: impl Iterator<Item = &'a str> + Clone,
+) -> Result<(), crate::seam::LaunchError> {
+    let Some(unknown) = requested.iter().find(|name| !available.clone().any(|known| known == name.as_str())) else {
+        return Ok(());
+    };
+    let offered: Vec<&str> = available.collect();
+    let offered = if offered.is_empty() { "none".to_owned() } else { offered.join(", ") };
+    Err(crate::seam::LaunchError::Invalid {
+        field: "mcp_servers",
+        reason: format!("the child has no MCP server named {unknown:?} (its servers: {offered})"),
+    })
+}

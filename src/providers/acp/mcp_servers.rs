@@ -124,16 +124,7 @@ pub(super) fn for_run(servers: &[AcpMcpServer], request: &StartRequest) -> Resul
     let Some(names) = &request.mcp_servers else {
         return Ok(servers.iter().map(AcpMcpServer::to_protocol).collect());
     };
-    let mut chosen = Vec::with_capacity(names.len());
-    for name in names {
-        let Some(server) = servers.iter().find(|server| server.name() == name) else {
-            let offered: Vec<&str> = servers.iter().map(AcpMcpServer::name).collect();
-            return Err(LaunchError::Invalid {
-                field: "mcp_servers",
-                reason: format!("the child has no MCP server named {name:?} (its servers: {})", offered.join(", ")),
-            });
-        };
-        chosen.push(server.to_protocol());
-    }
-    Ok(chosen)
+    crate::providers::check_mcp_names(names, servers.iter().map(AcpMcpServer::name))?;
+    let named = names.iter().filter_map(|name| servers.iter().find(|server| server.name() == name));
+    Ok(named.map(AcpMcpServer::to_protocol).collect())
 }

@@ -55,13 +55,7 @@ impl McpMounts {
     /// Only the servers `names` lists; a name not among them is refused.
     pub(super) fn select(&self, names: &[String]) -> Result<McpMounts, LaunchError> {
         let available = self.names();
-        if let Some(unknown) = names.iter().find(|name| !available.contains(name)) {
-            let offered = if available.is_empty() { "none".to_owned() } else { available.join(", ") };
-            return Err(LaunchError::Invalid {
-                field: "mcp_servers",
-                reason: format!("the child has no MCP server named {unknown:?} (its servers: {offered})"),
-            });
-        }
+        crate::providers::check_mcp_names(names, available.iter().map(String::as_str))?;
         let listed = |name: &String| names.contains(name);
         Ok(McpMounts {
             shared: self.shared.iter().filter(|server| listed(&server.config().name)).cloned().collect(),

@@ -29,14 +29,7 @@ pub(super) fn for_child(
     let servers = match &request.mcp_servers {
         None => servers,
         Some(names) => {
-            if let Some(unknown) = names.iter().find(|name| !servers.iter().any(|server| server.name == **name)) {
-                let available: Vec<&str> = servers.iter().map(|server| server.name.as_str()).collect();
-                let offered = if available.is_empty() { "none".to_owned() } else { available.join(", ") };
-                return Err(LaunchError::Invalid {
-                    field: "mcp_servers",
-                    reason: format!("the child has no MCP server named {unknown:?} (its servers: {offered})"),
-                });
-            }
+            crate::providers::check_mcp_names(names, servers.iter().map(|server| server.name.as_str()))?;
             servers.into_iter().filter(|server| names.contains(&server.name)).collect()
         }
     };
