@@ -10,7 +10,8 @@
 //! `SUBAGENTS_PERF_ONLY=held` only 10,000 live spawn runs, for a heap
 //! profiler; with `SUBAGENTS_PERF_ONLY=actor` only the actor-path figures
 //! (mock lifecycle, mock fan-out at 10 and 100,000, cancelling 10,000 live
-//! runs) beside the actix floor.
+//! runs) beside the actix floor; `lifecycle` and `cancel` only the mock
+//! lifecycle or the cancel storm, longer, for `perf record`.
 //!
 //! Each figure is the best of a few rounds (a shared machine only ever adds
 //! time). Memory per live run comes from a counting global allocator. The
@@ -446,8 +447,21 @@ fn main() {
     // (five rounds), to count its syscalls under `strace -c -f`.
     // `SUBAGENTS_PERF_ONLY=chat`: only the real path, for `perf record`.
     let only = std::env::var("SUBAGENTS_PERF_ONLY").unwrap_or_default();
-    if only == "actor" {
-        println!("{}", actor_path(&runtime, &subagents));
+    if only == "actor" || only == "lifecycle" || only == "cancel" {
+        let figure = match only.as_str() {
+            "lifecycle" => json!({"mock_lifecycle_us": best_us(&runtime, 200_000, {
+                let subagents = subagents.clone();
+                move || {
+                    let subagents = subagents.clone();
+                    async move { lifecycle(&subagents, "mock").await }
+                }
+            })}),
+            "cancel" => {
+                json!({"cancel_10000_us_per_run": (0..20).map(|_| live_runs(&runtime, &subagents, "held", 10_000).1).fold(f64::INFINITY, f64::min)})
+            }
+            _ => actor_path(&runtime, &subagents),
+        };
+        println!("{figure}");
         runtime.shutdown_blocking();
         let _ = std::fs::remove_dir_all(&home);
         return;

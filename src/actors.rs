@@ -41,7 +41,7 @@
 //! registry.rs       RegistryActor, Registration: supervises provider actors
 //! core.rs           Core: config, workers, bus, counters, provider, run and family tables
 //! lineage.rs        a quiescent run's receipt, with its family's branches
-//! control.rs        RunControl: a run held by token, state and Recipient<Control>
+//! control.rs        RunControl: a run held by token, state and its actor's Mailbox
 //! provider.rs       ProviderActor: hosts one provider until retired and drained
 //! run_shared.rs     RunShared, Family: result, quiescence, events through the gate, the runs under its session
 //! gate.rs           Gate: Start before End, End once (loom-checked)
@@ -51,11 +51,10 @@
 //! The actors name no agent type: `Run::agent()`, the typed view of
 //! [`Run::local_agent`], is written in the tool layer, which stands on both.
 //!
-//! A lower file reaches a higher one only through an [`actix::Recipient`]
-//! for the one message it sends: a run's structured capture
-//! (`Recipient<CaptureStructured>`), a run's control messages
-//! (`Recipient<Control>`), a retired provider's drain
-//! (`Recipient<ProviderDrained>`).
+//! A lower file reaches a higher one only through a trait object: a run's
+//! mailbox (`control::Mailbox`, for its control messages, steering and the
+//! structured capture; one `RunControl` allocation per run carries it), a
+//! retired provider's drain (an [`actix::Recipient`] of `ProviderDrained`).
 
 mod continuation;
 mod control;

@@ -1,7 +1,6 @@
 //! The run actor: owns one child from launch to quiescence.
 //!
-//! Life of a run, every transition in [`RunActor`]'s methods (before
-//! these, `Created` holds the launch until the actor is started); each
+//! Life of a run, every transition in [`RunActor`]'s methods; each
 //! `Phase` owns what only it has, the child from `Running` on:
 //!
 //! ```text
@@ -13,6 +12,11 @@
 //!  (stops; start rejects)    └──────── Dispose ──────────┴──▶ Disposing ──▶ Disposed (actor stops)
 //! ```
 //!
+//! The actor is made on the start path ([`RunActor::spawn`]), which hands
+//! the provider its launch there and then: a launch and a run that are done
+//! at once (a mock's, a scripted model's first reply) are published and
+//! settled before the actor's task is first polled, so a whole lifecycle
+//! costs the caller two task switches (to the actor at dispose, and back).
 //! Long work — the launch, the child's run, its dispose hook — runs as
 //! futures spawned in the actor's context, so `Cancel` and `Dispose` never
 //! wait behind it. Every provider future is wrapped by [`contained`]: a
@@ -28,16 +32,18 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
-use super::control::{Control, SendMessage};
+use futures_util::future::BoxFuture;
+
+use super::control::{CaptureStructured, Control, Mailbox, RunControl, SendMessage};
 use super::core::Core;
 use super::entry::ProviderRunLease;
-use super::run_shared::{CaptureStructured, RunShared};
+use super::run_shared::RunShared;
 use super::slot::{Held, Slot};
 use crate::contain::{contained, contained_call, Panicked};
 use crate::live::ActorLease;
 use crate::seam::{
-    Admission, CaptureError, Category, Child, Diagnostic, Failure, Launch, LaunchError, LocalAgent, RunResult, Stage,
-    SteeringError, StopReason, SubagentError,
+    Admission, BudgetLease, CaptureError, Category, Child, Diagnostic, Failure, Launch, LaunchError, LocalAgent,
+    ProviderContext, RunResult, Stage, StartRequest, SteeringError, StopReason, SubagentError,
 };
 use crate::telemetry;
 
@@ -52,7 +58,6 @@ type HookOutcome = Result<Result<(), Failure>, Panicked>;
 
 /// What the start path learns when a child is published.
 pub(crate) struct Published {
-    pub id: String,
     pub local_agent: Option<LocalAgent>,
     pub steering: bool,
     pub continuation: bool,
@@ -66,8 +71,6 @@ type Captured = Option<Box<serde_json::Value>>;
 /// a child from `Running` on, a capture only while the result is unsettled,
 /// a dispose outcome only once `Disposed`.
 enum Phase {
-    /// Created; `started` hands the launch to the provider.
-    Created { launch: Box<Launch> },
     /// The provider is creating the child.
     Starting,
     /// The child is working; `structured` is what it captured, if anything.
@@ -94,7 +97,7 @@ impl Phase {
             | Phase::DisposingAwaitRun { child, .. }
             | Phase::DisposingRelease { child } => Some(&**child),
             Phase::Disposed { child, .. } => child.as_deref(),
-            Phase::Created { .. } | Phase::Starting => None,
+            Phase::Starting => None,
         }
     }
 
@@ -108,19 +111,25 @@ impl Phase {
             | Phase::Settled { child }
             | Phase::DisposingAwaitRun { child, .. }
             | Phase::DisposingRelease { child } => (Some(child), outcome),
-            Phase::Created { .. } | Phase::Starting => (None, outcome),
+            Phase::Starting => (None, outcome),
         }
     }
 }
+
+/// Where the start path waits for a publication.
+type PublishReply = oneshot::Sender<Result<Published, SubagentError>>;
 
 /// What the caller of `start` is owed (a refusal boxed: the actor lives
 /// inline in its task, whose allocation is kept small). Unless the run was published, the
 /// reply is sent from `Drop`, once everything the start made is released.
 enum StartReply {
+    /// The start path is making the actor: a publication goes back to it
+    /// by return; anything else makes it wait for a reply (`attach`).
+    Creating,
     /// Nothing published yet: a run that ends now refuses `RUNTIME_STOPPED`.
-    Awaited(oneshot::Sender<Result<Published, SubagentError>>),
-    /// The start is refused with this error.
-    Refused(oneshot::Sender<Result<Published, SubagentError>>, Box<SubagentError>),
+    Awaited(PublishReply),
+    /// The start is refused with this error (told once a reply is attached).
+    Refused(Option<PublishReply>, Box<SubagentError>),
     /// The run was handed to the caller (who may have stopped waiting).
     Published,
 }
@@ -139,11 +148,20 @@ impl StartReply {
 
     /// Refuse the start with `error` (the last refusal is the one told).
     fn refuse(&mut self, error: SubagentError) {
-        if let StartReply::Awaited(reply) | StartReply::Refused(reply, _) =
-            std::mem::replace(self, StartReply::Published)
-        {
-            *self = StartReply::Refused(reply, Box::new(error));
-        }
+        let reply = match std::mem::replace(self, StartReply::Published) {
+            StartReply::Creating | StartReply::Refused(None, _) => None,
+            StartReply::Awaited(reply) | StartReply::Refused(Some(reply), _) => Some(reply),
+            StartReply::Published => return,
+        };
+        *self = StartReply::Refused(reply, Box::new(error));
+    }
+
+    /// The start path waits on `reply` for what the actor has to say.
+    fn attach(&mut self, reply: PublishReply) {
+        *self = match std::mem::replace(self, StartReply::Published) {
+            StartReply::Refused(None, error) => StartReply::Refused(Some(reply), error),
+            _ => StartReply::Awaited(reply),
+        };
     }
 }
 
@@ -151,11 +169,23 @@ impl StartReply {
 pub(crate) struct RunSpawn {
     pub core: Arc<Core>,
     pub shared: Arc<RunShared>,
-    pub launch: Box<Launch>,
-    pub publish: oneshot::Sender<Result<Published, SubagentError>>,
+    pub request: Box<StartRequest>,
+    /// The run's own token (a child of the request's signal).
+    pub token: CancellationToken,
+    pub depth: u32,
+    /// The lease the child holds in its delegation budget, if any.
+    pub budget: Option<BudgetLease>,
     /// The child's place in its delegation budget, held until quiescence
     /// (boxed: the actor lives inline in its task, and most runs have none).
     pub admission: Option<Box<Admission>>,
+}
+
+/// How the start path learns that its run was published.
+pub(crate) enum Launched {
+    /// The child was created and published while the actor was being made.
+    Now(Published),
+    /// The launch waits, or failed: the actor answers here.
+    Later(oneshot::Receiver<Result<Published, SubagentError>>),
 }
 
 pub(crate) struct RunActor {
@@ -165,7 +195,6 @@ pub(crate) struct RunActor {
     span: Span,
     core: Arc<Core>,
     shared: Arc<RunShared>,
-    child_id: String,
     token: CancellationToken,
     launching: Slot<LaunchOutcome>,
     running: Slot<RunOutcome>,
@@ -181,16 +210,57 @@ pub(crate) struct RunActor {
 }
 
 impl RunActor {
-    pub(crate) fn new(spawn: RunSpawn) -> Self {
-        let leases = (ActorLease::run(spawn.core.live()), ProviderRunLease::new(spawn.shared.entry.clone()));
+    /// Makes the run's actor on this worker and hands the provider its
+    /// launch at once; the run is in the run table when this returns.
+    pub(crate) fn spawn(spawn: RunSpawn) -> (Arc<RunControl>, Launched) {
+        let mut made = None;
+        RunActor::create(|ctx| {
+            let control = Arc::new(RunControl {
+                token: spawn.token.clone(),
+                depth: spawn.depth,
+                shared: spawn.shared.clone(),
+                mailbox: ctx.address(),
+            });
+            spawn.core.insert_run(spawn.shared.run_id, control.clone());
+            let context = ProviderContext {
+                run: control.clone(),
+                home: spawn.core.home().clone(),
+                live: spawn.core.live().clone(),
+                budget: spawn.budget,
+            };
+            let mut actor =
+                RunActor::new(spawn.core, spawn.shared, &spawn.request, spawn.token.clone(), spawn.admission);
+            let launch = Launch { request: *spawn.request, cancel: spawn.token, context };
+            let launched = match actor.launch(launch, ctx) {
+                Some(published) => Launched::Now(published),
+                None => {
+                    let (reply, answer) = oneshot::channel();
+                    actor.start_reply.attach(reply);
+                    Launched::Later(answer)
+                }
+            };
+            made = Some((control as Arc<RunControl>, launched));
+            actor
+        });
+        made.expect("the actor is made by its closure")
+    }
+
+    fn new(
+        core: Arc<Core>,
+        shared: Arc<RunShared>,
+        request: &StartRequest,
+        token: CancellationToken,
+        admission: Option<Box<Admission>>,
+    ) -> Self {
+        let leases = (ActorLease::run(core.live()), ProviderRunLease::new(shared.entry.clone()));
         // At WARN, so it is enabled whenever warnings are: a warning from
         // inside a run always says which run wrote it.
         let span = tracing::warn_span!(
             "run",
-            run_id = spawn.shared.run_id,
-            provider = spawn.shared.provider(),
-            parent = spawn.shared.parent_session.as_deref(),
-            depth = spawn.launch.request.child_depth(),
+            run_id = shared.run_id,
+            provider = shared.provider(),
+            parent = shared.parent_session.as_deref(),
+            depth = request.child_depth(),
             label = tracing::field::Empty,
             otel.name = tracing::field::Empty,
             otel.kind = tracing::field::Empty,
@@ -205,32 +275,68 @@ impl RunActor {
             error.type = tracing::field::Empty,
         );
         // Its parent: the caller's span, or a peer's in another process.
-        if let Some(remote) = &spawn.launch.request.trace_parent {
+        if let Some(remote) = &request.trace_parent {
             crate::telemetry::adopt_parent(remote, &span);
         }
         // A label may be the model's words: never on a span that is exported.
-        if let Some(label) = spawn.launch.request.label.as_deref().filter(|_| !telemetry::records_gen_ai()) {
+        if let Some(label) = request.label.as_deref().filter(|_| !telemetry::records_gen_ai()) {
             span.record("label", label);
         }
-        let (provider, info) = (&spawn.shared.entry.provider, &spawn.shared.entry.info);
-        let requested = spawn.launch.request.agent_options.as_ref().and_then(|options| options.model.as_deref());
+        let (provider, info) = (&shared.entry.provider, &shared.entry.info);
+        let requested = request.agent_options.as_ref().and_then(|options| options.model.as_deref());
         let model = requested.or(info.route_defaults.model.as_deref());
-        telemetry::invoke_agent(&span, provider.name(), spawn.shared.run_id, provider.runs_out_of_process(), model);
+        telemetry::invoke_agent(&span, provider.name(), shared.run_id, provider.runs_out_of_process(), model);
         RunActor {
-            token: spawn.launch.cancel.clone(),
-            phase: Phase::Created { launch: spawn.launch },
+            token,
+            phase: Phase::Starting,
             span,
-            core: spawn.core,
-            shared: spawn.shared,
-            child_id: String::new(),
+            core,
+            shared,
             launching: Slot::empty(),
             running: Slot::empty(),
             releasing: Slot::empty(),
-            start_reply: StartReply::Awaited(spawn.publish),
+            start_reply: StartReply::Creating,
             leases: Some(leases),
-            admission: spawn.admission,
+            admission,
             began: Instant::now(),
         }
+    }
+
+    /// Hands the provider its launch (from the start path, before the
+    /// actor's task is first polled): `Some` when the child was created at
+    /// once and is published now; else the actor answers the start later.
+    fn launch(&mut self, launch: Launch, ctx: &mut Context<Self>) -> Option<Published> {
+        let provider = self.shared.entry.provider.clone();
+        let launching = self.launching.hold(self.core.id(), &self.span, contained(move || provider.launch(launch)));
+        let published = match launching {
+            Ok(outcome) => {
+                let published = self.on_launched(outcome, ctx);
+                if published.is_some() {
+                    self.start_reply = StartReply::Published;
+                }
+                published
+            }
+            Err(held) => {
+                ctx.spawn(held.into_actor(self).map(|outcome, actor, ctx| {
+                    let Some(published) = outcome.and_then(|outcome| actor.on_launched(outcome, ctx)) else {
+                        return;
+                    };
+                    if !actor.start_reply.publish(published) {
+                        // The caller gave up on `start`: nobody owns this run, so release it.
+                        actor.begin_dispose(ctx);
+                    }
+                }));
+                None
+            }
+        };
+        // Watch the token only while there is something to cancel: a run
+        // that settled at once is cancelled, if ever, by its dispose.
+        if matches!(self.phase, Phase::Starting | Phase::Running { .. }) {
+            let watcher =
+                self.token.clone().cancelled_owned().into_actor(self).map(|(), actor, ctx| actor.on_cancelled(ctx));
+            ctx.spawn(watcher);
+        }
+        published
     }
 
     fn provider(&self) -> &str {
@@ -247,40 +353,43 @@ impl RunActor {
         std::mem::replace(&mut self.phase, Phase::Starting)
     }
 
-    fn on_launched(&mut self, outcome: LaunchOutcome, ctx: &mut Context<Self>) {
+    /// The provider created the child (or failed to): `Some` with what the
+    /// start path publishes when the child runs.
+    fn on_launched(&mut self, outcome: LaunchOutcome, ctx: &mut Context<Self>) -> Option<Published> {
         if !matches!(self.phase, Phase::Starting) {
-            return;
+            return None;
         }
         let child = match outcome {
             Ok(Ok(child)) => child,
-            Ok(Err(error)) => return self.reject(self.launch_error(error), ctx),
+            Ok(Err(error)) => {
+                self.reject(self.launch_error(error), ctx);
+                return None;
+            }
             Err(panic) => {
                 tracing::error!(parent: &self.span, %panic, "provider launch panicked");
                 let diagnostic = self.diagnostic(Stage::Initialize, Category::Panicked);
                 let provider = self.provider().to_owned();
-                return self.reject(SubagentError::StartupFailed { provider, diagnostic }, ctx);
+                self.reject(SubagentError::StartupFailed { provider, diagnostic }, ctx);
+                return None;
             }
         };
         if self.token.is_cancelled() {
             // Cancelled between creation and publication: dispose, then reject.
             self.start_reply.refuse(SubagentError::Aborted { provider: self.provider().to_owned() });
             self.phase = Phase::DisposingAwaitRun { child, structured: None };
-            return self.release_child(ctx);
+            self.release_child(ctx);
+            return None;
         }
-        self.child_id = child.id();
-        tracing::debug!(parent: &self.span, child = %self.child_id, "run started");
+        self.shared.set_child_id(child.id());
+        tracing::debug!(parent: &self.span, child = %self.shared.child_id(), "run started");
         let local_agent = child.local_agent();
         if let Some(agent) = &local_agent {
             telemetry::conversation(&self.span, agent.session_id());
             // Before the child runs: it may delegate at once.
             self.shared.set_family(self.core.open_family(agent.session_id()));
         }
-        let published = Published {
-            id: self.child_id.clone(),
-            local_agent,
-            steering: child.supports_steering(),
-            continuation: child.supports_continuation(),
-        };
+        let published =
+            Published { local_agent, steering: child.supports_steering(), continuation: child.supports_continuation() };
         // In the span from the first call: a provider may send its prompt
         // before the future is polled, and the span's context goes with it.
         let run = self.span.in_scope(|| self.running.hold(self.core.id(), &self.span, contained(|| child.run())));
@@ -290,10 +399,7 @@ impl RunActor {
                 actor.on_run_finished(outcome, ctx)
             }
         });
-        if !self.start_reply.publish(published) {
-            // The caller gave up on `start`: nobody owns this run, so release it.
-            self.begin_dispose(ctx);
-        }
+        Some(published)
     }
 
     /// Hand `done` the output of a provider future that was done at once
@@ -402,13 +508,13 @@ impl RunActor {
         }
         self.log_end(result.stop_reason);
         telemetry::run_ended(&self.span, &result);
-        self.shared.settle(Ok(result), &self.child_id);
+        self.shared.settle(Ok(result));
     }
 
     /// The run's end line (`RUST_LOG=subagents=debug`), once, as it settles.
     fn log_end(&self, stop_reason: StopReason) {
         let duration = self.began.elapsed();
-        tracing::debug!(parent: &self.span, child = %self.child_id, stop_reason = stop_reason.as_str(), ?duration, "run ended");
+        tracing::debug!(parent: &self.span, child = %self.shared.child_id(), stop_reason = stop_reason.as_str(), ?duration, "run ended");
     }
 
     fn begin_dispose(&mut self, ctx: &mut Context<Self>) {
@@ -494,27 +600,23 @@ fn with_capture(mut result: RunResult, structured: Captured) -> RunResult {
 
 impl Actor for RunActor {
     type Context = Context<Self>;
+}
 
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        let launch = match self.take_phase() {
-            Phase::Created { launch } => launch,
-            other => return self.phase = other,
-        };
-        self.phase = Phase::Starting;
-        let provider = self.shared.entry.provider.clone();
-        let launching = self.launching.hold(self.core.id(), &self.span, contained(move || provider.launch(*launch)));
-        self.drive(launching, ctx, |actor, outcome, ctx| {
-            if let Some(outcome) = outcome {
-                actor.on_launched(outcome, ctx)
-            }
-        });
-        // Watch the token only while there is something to cancel: a run
-        // that settled inline is cancelled, if ever, by its dispose.
-        if matches!(self.phase, Phase::Starting | Phase::Running { .. }) {
-            let watcher =
-                self.token.clone().cancelled_owned().into_actor(self).map(|(), actor, ctx| actor.on_cancelled(ctx));
-            ctx.spawn(watcher);
-        }
+/// The run's mailbox, as the run table, the caller's handles and the
+/// child's context hold it.
+impl Mailbox for Addr<RunActor> {
+    fn control(&self, control: Control) {
+        self.do_send(control);
+    }
+
+    fn steer(&self, message: SendMessage) -> BoxFuture<'static, Result<(), SubagentError>> {
+        let sent = self.send(message);
+        Box::pin(async move { sent.await.unwrap_or(Err(SubagentError::Steering(SteeringError::Disposed))) })
+    }
+
+    fn capture(&self, value: CaptureStructured) -> BoxFuture<'static, Result<(), CaptureError>> {
+        let sent = self.send(value);
+        Box::pin(async move { sent.await.unwrap_or(Err(CaptureError::NotRunning)) })
     }
 }
 
@@ -546,18 +648,21 @@ impl Drop for RunActor {
         }
         match start_reply {
             // A rejected start settles nothing and emits nothing.
+            StartReply::Creating => {}
             StartReply::Awaited(reply) => {
                 let _ = reply.send(Err(SubagentError::RuntimeStopped));
             }
             StartReply::Refused(reply, error) => {
-                let _ = reply.send(Err(*error));
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(*error));
+                }
             }
             StartReply::Published => {
                 if self.shared.settled().is_none() {
                     self.log_end(StopReason::Error);
                     telemetry::run_failed(&self.span, SubagentError::RuntimeStopped.code());
                 }
-                self.shared.settle(Err(SubagentError::RuntimeStopped), &self.child_id);
+                self.shared.settle(Err(SubagentError::RuntimeStopped));
             }
         }
         self.shared.set_quiescent(dispose_outcome);

@@ -4,12 +4,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use actix::Recipient;
-
 use super::control::{RunControl, SendMessage};
 use super::core::Core;
 use super::lineage;
-use crate::seam::{ContentBlock, LocalAgent, Parent, Receipt, RunResult, SteeringError, SubagentError};
+use crate::seam::{ContentBlock, LocalAgent, Parent, Receipt, RunResult, SubagentError};
 
 /// A published run, owned by the caller, who must [`dispose`](Run::dispose)
 /// it on every path. Dropping an undisposed `Run` disposes it in the
@@ -25,11 +23,10 @@ use crate::seam::{ContentBlock, LocalAgent, Parent, Receipt, RunResult, Steering
 ///   id otherwise (`mock:<name>:<n>`, `acp:<name>:<session>`, …). Events
 ///   carry it too, once the child exists.
 pub struct Run {
-    pub(crate) child_id: String,
     pub(crate) control: Arc<RunControl>,
     pub(crate) local_agent: Option<LocalAgent>,
-    /// The actor's mailbox for send-message, when the child supports it.
-    pub(crate) steering: Option<Recipient<SendMessage>>,
+    /// Whether the child takes send-message (through the run's mailbox).
+    pub(crate) steering: bool,
     /// Set when the child can be continued: the runtime and the parent it
     /// was started from.
     pub(crate) continuation: Option<(Arc<Core>, Parent)>,
@@ -40,7 +37,7 @@ impl Run {
     /// The child's own name (see [`Run`]): its session id for in-process
     /// providers, a provider-scoped id otherwise.
     pub fn child_id(&self) -> &str {
-        &self.child_id
+        self.control.shared.child_id()
     }
 
     /// The runtime-minted number this run's events carry (see [`Run`]).
@@ -137,12 +134,12 @@ impl Run {
     pub async fn receipt(&self) -> Receipt {
         let shared = &self.control.shared;
         let _ = shared.quiescent().await;
-        lineage::receipt_of(shared, &self.child_id, lineage::deadline()).await
+        lineage::receipt_of(shared, shared.child_id(), lineage::deadline()).await
     }
 
     /// Send-message, when the child supports it.
     pub fn steering(&self) -> Option<Steering> {
-        self.steering.clone().map(|mailbox| Steering { mailbox })
+        self.steering.then(|| Steering { control: self.control.clone() })
     }
 
     /// Send the dispose request once, whoever asks first.
@@ -162,7 +159,7 @@ impl Drop for Run {
 impl fmt::Debug for Run {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Run")
-            .field("child_id", &self.child_id)
+            .field("child_id", &self.child_id())
             .field("run_id", &self.run_id())
             .field("provider", &self.provider())
             .finish_non_exhaustive()
@@ -172,7 +169,7 @@ impl fmt::Debug for Run {
 /// Steers a running child: each message reaches it as a mailbox message.
 #[derive(Clone)]
 pub struct Steering {
-    mailbox: Recipient<SendMessage>,
+    control: Arc<RunControl>,
 }
 
 impl Steering {
@@ -184,7 +181,7 @@ impl Steering {
     /// Deliver content blocks to the running child. Waits for mailbox room
     /// rather than growing the mailbox without bound.
     pub async fn send_blocks(&self, message: Vec<ContentBlock>) -> Result<(), SubagentError> {
-        self.mailbox.send(SendMessage(message)).await.unwrap_or(Err(SubagentError::Steering(SteeringError::Disposed)))
+        self.control.mailbox.steer(SendMessage(message)).await
     }
 }
 

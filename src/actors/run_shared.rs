@@ -13,26 +13,24 @@
 
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use actix::{Message, WeakRecipient};
-use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 
 use super::entry::ProviderEntry;
 use super::gate::Gate;
 use crate::events::{EventBus, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent};
-use crate::seam::{CaptureError, ProgressSink, RunReporter, RunResult, StopReason, StopReport, SubagentError};
+use crate::seam::{ProgressSink, RunResult, StopReason, StopReport, SubagentError};
 
 pub(crate) struct RunShared {
     pub run_id: u64,
     pub entry: Arc<ProviderEntry>,
     pub parent_session: Option<String>,
+    /// The child's own id, once the provider created it.
+    child_id: OnceLock<String>,
     bus: EventBus,
     gate: Gate<SubagentEvent>,
     result: OnceLock<Result<RunResult, SubagentError>>,
     quiescent: OnceLock<Result<(), SubagentError>>,
     changed: Notify,
-    /// The run actor's mailbox for the one message a provider sends it.
-    capture: OnceLock<WeakRecipient<CaptureStructured>>,
     /// The caller's own receiver of this run's progress, dropped once the
     /// run is quiescent: a run's shared state may outlive it (a receipt's
     /// lineage keeps it), and the sink holds its caller's resources (an
@@ -70,12 +68,6 @@ impl Family {
     }
 }
 
-/// A child hands its validated structured result to its run (docs/contract.md §8). The
-/// first capture of a running child is kept; anything else is refused.
-#[derive(Message)]
-#[rtype(result = "Result<(), CaptureError>")]
-pub(crate) struct CaptureStructured(pub serde_json::Value);
-
 impl RunShared {
     pub(crate) fn new(
         run_id: u64,
@@ -88,12 +80,12 @@ impl RunShared {
             run_id,
             entry,
             parent_session,
+            child_id: OnceLock::new(),
             bus,
             gate: Gate::new(),
             result: OnceLock::new(),
             quiescent: OnceLock::new(),
             changed: Notify::new(),
-            capture: OnceLock::new(),
             progress: RwLock::new(progress),
             family: OnceLock::new(),
             stop_report: OnceLock::new(),
@@ -104,9 +96,14 @@ impl RunShared {
         self.entry.name()
     }
 
-    /// Called by the run actor when it starts.
-    pub(crate) fn bind_capture(&self, capture: WeakRecipient<CaptureStructured>) {
-        let _ = self.capture.set(capture);
+    /// The child's own id (empty until the provider created the child).
+    pub(crate) fn child_id(&self) -> &str {
+        self.child_id.get().map_or("", String::as_str)
+    }
+
+    /// Called by the run actor when the provider created the child.
+    pub(crate) fn set_child_id(&self, id: String) {
+        let _ = self.child_id.set(id);
     }
 
     /// The result, once settled.
@@ -145,6 +142,10 @@ impl RunShared {
     }
 
     async fn wait<T>(&self, read: impl Fn(&Self) -> Option<T>) -> T {
+        // Settled already (a result read after it came): no waiter to register.
+        if let Some(value) = read(self) {
+            return value;
+        }
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
@@ -157,10 +158,10 @@ impl RunShared {
     }
 
     /// Settle the result (first call wins) and send `End` through the gate.
-    pub(crate) fn settle(&self, result: Result<RunResult, SubagentError>, child_id: &str) {
+    pub(crate) fn settle(&self, result: Result<RunResult, SubagentError>) {
         let end = |result: &Result<RunResult, SubagentError>| RunEndInfo {
             run_id: self.run_id,
-            child_id: child_id.to_owned(),
+            child_id: self.child_id().to_owned(),
             provider: self.provider().to_owned(),
             parent_session: self.parent_session.clone(),
             stop_reason: result.as_ref().map_or(StopReason::Error, |r| r.stop_reason),
@@ -190,13 +191,9 @@ impl RunShared {
     }
 }
 
-impl RunReporter for RunShared {
-    fn run_id(&self) -> u64 {
-        self.run_id
-    }
-
+impl RunShared {
     /// Progress from the running child.
-    fn progress(&self, update: ProgressUpdate) {
+    pub(crate) fn progress(&self, update: ProgressUpdate) {
         if let Some(sink) = &*self.progress.read().unwrap_or_else(|e| e.into_inner()) {
             sink.send(&update);
         }
@@ -211,19 +208,11 @@ impl RunReporter for RunShared {
         self.gate.progress(self.bus.is_observed(), event, |event| self.bus.emit(event));
     }
 
-    /// The capture travels to the run actor as a mailbox message.
-    fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), CaptureError>> {
-        let actor = self.capture.get().and_then(WeakRecipient::upgrade);
-        Box::pin(async move {
-            let Some(actor) = actor else {
-                return Err(CaptureError::NotRunning);
-            };
-            actor.send(CaptureStructured(value)).await.unwrap_or(Err(CaptureError::NotRunning))
-        })
+    /// Whether progress would reach a listener or the caller's receiver.
+    pub(crate) fn observes_progress(&self) -> bool {
+        self.bus.is_observed() || self.progress.read().unwrap_or_else(|e| e.into_inner()).is_some()
     }
-}
 
-impl RunShared {
     fn end(&self, end: impl FnOnce() -> RunEndInfo) {
         let end = || SubagentEvent::End(Arc::new(end()));
         self.gate.end(self.bus.is_observed(), end, |event| self.bus.emit(event));

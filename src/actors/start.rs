@@ -6,17 +6,13 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use actix::Actor;
-use tokio::sync::oneshot;
-
-use super::control::RunControl;
 use super::core::Core;
 use super::entry::ProviderEntry;
-use super::run::{RunActor, RunSpawn};
+use super::run::{Launched, RunActor, RunSpawn};
 use super::run_handle::Run;
 use super::run_shared::RunShared;
 use crate::events::RunInfo;
-use crate::seam::{Admission, BudgetLease, Launch, ProviderContext, StartRequest, SubagentError, MAX_DEPTH_CAP};
+use crate::seam::{Admission, BudgetLease, StartRequest, SubagentError, MAX_DEPTH_CAP};
 
 /// Checks `request` against provider `name`, then starts it on a worker.
 pub(crate) async fn start(core: &Arc<Core>, name: &str, request: Box<StartRequest>) -> Result<Run, SubagentError> {
@@ -102,7 +98,8 @@ fn check_values(request: &StartRequest) -> Result<(), SubagentError> {
     Ok(())
 }
 
-/// Runs on a worker: create the run actor there, wait for publication, emit
+/// Runs on a worker: create the run actor there (which hands the provider
+/// its launch), wait for publication unless it happened at once, emit
 /// `Start`, hand back the `Run`.
 async fn launch(
     core: Arc<Core>,
@@ -119,45 +116,42 @@ async fn launch(
     let parent_session = request.parent.session_id.clone();
     let progress = request.progress.clone();
     let shared = Arc::new(RunShared::new(core.mint_run_id(), entry, parent_session, core.bus().clone(), progress));
-    let (publish, published) = oneshot::channel();
-    let (admission, lease) = budget.unzip();
-    let context =
-        ProviderContext { run: shared.clone(), home: core.home().clone(), live: core.live().clone(), budget: lease };
-    let actor = RunActor::new(RunSpawn {
+    let (admission, budget) = budget.unzip();
+    let (control, launched) = RunActor::spawn(RunSpawn {
         core: core.clone(),
         shared: shared.clone(),
-        launch: Box::new(Launch { request: *request, cancel: token.clone(), context }),
-        publish,
+        request,
+        token,
+        depth,
+        budget,
         admission: admission.map(Box::new),
     });
-    let addr = actor.start();
-    // Before the actor is first polled (`started` launches the child): the
-    // mailbox a provider's capture travels to.
-    shared.bind_capture(addr.downgrade().recipient());
-    // One allocation the run table and the caller's `Run` share.
-    let control = Arc::new(RunControl { control: addr.clone().recipient(), token, depth, shared: shared.clone() });
-    core.insert_run(shared.run_id, control.clone());
-    // Outside tokio's cooperative budget: a caller that starts thousands of
-    // runs in one task (a `join_all` fan-out) spends its budget on the first
-    // 128, after which every other publication would answer "pending, poll
-    // me again" — each start was polled hundreds of times at N = 100,000.
-    let published = tokio::task::unconstrained(published).await.unwrap_or(Err(SubagentError::RuntimeStopped))?;
+    let published = match launched {
+        Launched::Now(published) => published,
+        // Outside tokio's cooperative budget: a caller that starts thousands
+        // of runs in one task (a `join_all` fan-out) spends its budget on the
+        // first 128, after which every other publication would answer
+        // "pending, poll me again" — each start was polled hundreds of times
+        // at N = 100,000.
+        Launched::Later(answer) => {
+            tokio::task::unconstrained(answer).await.unwrap_or(Err(SubagentError::RuntimeStopped))?
+        }
+    };
     if let Some(parent_session) = &shared.parent_session {
-        core.adopt(parent_session, &published.id, &shared);
+        core.adopt(parent_session, shared.child_id(), &shared);
     }
     shared.publish(|| RunInfo {
         run_id: shared.run_id,
-        child_id: published.id.clone(),
+        child_id: shared.child_id().to_owned(),
         provider: shared.provider().to_owned(),
         parent_session: shared.parent_session.clone(),
         local: published.local_agent.is_some(),
         label,
     });
     Ok(Run {
-        child_id: published.id,
         control,
         local_agent: published.local_agent,
-        steering: published.steering.then(|| addr.recipient()),
+        steering: published.steering,
         continuation: parent.filter(|_| published.continuation).map(|parent| (core, parent)),
         disposed: AtomicBool::new(false),
     })

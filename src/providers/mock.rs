@@ -293,7 +293,8 @@ impl Provider for MockProvider {
 
     fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
         let number = self.shared.launched.fetch_add(1, Ordering::AcqRel) + 1;
-        let id = format!("mock:{}:{number}", self.name);
+        // Written out only when asked for (`Child::id`) or recorded.
+        let id = move |mock: &MockProvider| child_id(&mock.name, number);
         let fault = self.fault_at(FaultStage::BeforePublication, number);
         let mock = self.clone();
         // What the child needs of its request is taken now, so the future
@@ -307,9 +308,9 @@ impl Provider for MockProvider {
             // Released by drop: on rollback, on a panic, or when an abandoned
             // launch is dropped, as well as when the child goes.
             let resource = ChildResource::new(&mock.shared);
-            mock.shared.record(|| MockEvent::Created(id.clone()));
+            mock.shared.record(|| MockEvent::Created(id(&mock)));
             let rollback = |error: LaunchError| {
-                mock.shared.record(|| MockEvent::RolledBack(id.clone()));
+                mock.shared.record(|| MockEvent::RolledBack(id(&mock)));
                 Err(error)
             };
             let failed = |category| LaunchError::Failed { stage: Stage::Initialize, category };
@@ -326,16 +327,15 @@ impl Provider for MockProvider {
                 return rollback(LaunchError::Aborted);
             }
             let reply = match echoed {
-                Some(prompt) => format!("{}{prompt}", mock.reply),
-                None => mock.reply.to_string(),
+                Some(prompt) => Arc::from(format!("{}{prompt}", mock.reply)),
+                None => mock.reply.clone(),
             };
             if let Some(prompt) = recorded {
-                mock.shared.record(|| MockEvent::Prompted(id.clone(), prompt));
+                mock.shared.record(|| MockEvent::Prompted(id(&mock), prompt));
             }
             let structured =
-                wants_structured.then(|| mock.structured.clone().unwrap_or_else(|| json!({ "reply": &reply })));
+                wants_structured.then(|| mock.structured.clone().unwrap_or_else(|| json!({ "reply": &*reply })));
             let child = MockChild(Rc::new(ChildState {
-                id,
                 number,
                 mock,
                 cancel,
@@ -359,14 +359,18 @@ async fn sleep_unless_cancelled(delay: Duration, cancel: &CancellationToken) -> 
     }
 }
 
+/// A child's id: `mock:<name>:<launch number>`.
+fn child_id(name: &str, number: u64) -> String {
+    format!("mock:{name}:{number}")
+}
+
 struct ChildState {
-    id: String,
     number: u64,
     mock: MockProvider,
     cancel: CancellationToken,
     context: ProviderContext,
     structured: Option<Value>,
-    reply: String,
+    reply: Arc<str>,
     inbox: RefCell<VecDeque<String>>,
     arrived: Notify,
     _resource: ChildResource,
@@ -391,6 +395,10 @@ impl Drop for ChildResource {
 struct MockChild(Rc<ChildState>);
 
 impl ChildState {
+    fn id(&self) -> String {
+        child_id(&self.mock.name, self.number)
+    }
+
     fn result(&self, text: &str, stop_reason: StopReason) -> RunResult {
         let output = if text.is_empty() { Vec::new() } else { vec![ContentBlock::text(text)] };
         RunResult {
@@ -429,7 +437,7 @@ impl ChildState {
         }
         let reply = if self.mock.wait_for_message {
             match self.next_message().await {
-                Some(message) => message,
+                Some(message) => Arc::from(message),
                 None => return self.result("", StopReason::Aborted),
             }
         } else {
@@ -441,7 +449,7 @@ impl ChildState {
         if !self.mock.delay.is_zero() && !sleep_unless_cancelled(self.mock.delay / 2, &self.cancel).await {
             return self.result("", StopReason::Aborted);
         }
-        if !partial.is_empty() {
+        if !partial.is_empty() && self.context.is_progress_observed() {
             self.context.progress(ProgressUpdate::MessageChunk { text: partial.to_owned() });
         }
         if let Some(result) = self.strike(FaultStage::MidRun, partial).await {
@@ -469,20 +477,20 @@ impl ChildState {
 
 impl Child for MockChild {
     fn id(&self) -> String {
-        self.0.id.clone()
+        self.0.id()
     }
 
     fn run(&self) -> LocalBoxFuture<'static, RunResult> {
         let state = self.0.clone();
         Box::pin(async move {
             let result = state.work().await;
-            state.mock.shared.record(|| MockEvent::Finished(state.id.clone(), result.stop_reason));
+            state.mock.shared.record(|| MockEvent::Finished(state.id(), result.stop_reason));
             result
         })
     }
 
     fn cancel(&self) {
-        self.0.mock.shared.record(|| MockEvent::Cancelled(self.0.id.clone()));
+        self.0.mock.shared.record(|| MockEvent::Cancelled(self.0.id()));
     }
 
     fn supports_steering(&self) -> bool {
@@ -493,7 +501,7 @@ impl Child for MockChild {
         let state = self.0.clone();
         Box::pin(async move {
             let text = crate::seam::text_of(&message);
-            state.mock.shared.record(|| MockEvent::Steered(state.id.clone(), text.clone()));
+            state.mock.shared.record(|| MockEvent::Steered(state.id(), text.clone()));
             state.inbox.borrow_mut().push_back(text);
             state.arrived.notify_one();
             Ok(())
@@ -504,7 +512,7 @@ impl Child for MockChild {
         let state = self.0.clone();
         Box::pin(async move {
             let fault = state.mock.fault_at(FaultStage::OnDispose, state.number);
-            state.mock.shared.record(|| MockEvent::Disposed(state.id.clone()));
+            state.mock.shared.record(|| MockEvent::Disposed(state.id()));
             match fault {
                 None => Ok(()),
                 Some(Fault::Error) => Err(Failure::new(Stage::Dispose, Category::ChildError)),

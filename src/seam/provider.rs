@@ -239,6 +239,14 @@ impl ProviderContext {
         self.run.progress(update)
     }
 
+    /// Whether a progress update would reach anyone (an event listener or
+    /// subscriber, or the caller's own progress receiver) right now: a
+    /// provider may skip building one that would be dropped. A listener
+    /// added later hears the updates from then on.
+    pub fn is_progress_observed(&self) -> bool {
+        self.run.observes_progress()
+    }
+
     /// Count a child process as live until the lease is dropped, so
     /// `Runtime::live()` reports it.
     pub fn track_process(&self) -> ProcessLease {
@@ -274,6 +282,11 @@ impl fmt::Debug for ProviderContext {
 pub(crate) trait RunReporter: Send + Sync {
     fn run_id(&self) -> u64;
     fn progress(&self, update: ProgressUpdate);
+    /// Whether `progress` would reach anyone; a wrapper that draws on every
+    /// update (the chaos plan) keeps the default.
+    fn observes_progress(&self) -> bool {
+        true
+    }
     fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), CaptureError>>;
 }
 
