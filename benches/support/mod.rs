@@ -57,6 +57,67 @@ pub async fn actix_floor() {
     Echo.start().send(Ping(1)).await.unwrap();
 }
 
+/// An actor of the cancel storm's floor: watches its token, stops when it
+/// is cancelled, says so as it is dropped.
+pub struct Watcher {
+    token: Option<subagents::CancellationToken>,
+    stopped: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Actor for Watcher {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some(token) = self.token.take() {
+            ctx.spawn(token.cancelled_owned().into_actor(self).map(|(), _, ctx| ctx.stop()));
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        if let Some(stopped) = self.stopped.take() {
+            let _ = stopped.send(());
+        }
+    }
+}
+
+/// What actix itself pays in a cancel storm: `n` live actors (started and
+/// polled once), each watching a child of its own token; every token
+/// cancelled; microseconds per actor until the last one is dropped
+/// (awaited outside tokio's cooperative budget, see [`actix_fan_out`]).
+pub async fn actix_cancel_storm(n: usize) -> f64 {
+    let tokens: Vec<subagents::CancellationToken> = (0..n).map(|_| subagents::CancellationToken::new()).collect();
+    let stopped: Vec<_> = tokens
+        .iter()
+        .map(|token| {
+            let (stopped, dropped) = tokio::sync::oneshot::channel();
+            Watcher { token: Some(token.child_token()), stopped: Some(stopped) }.start();
+            dropped
+        })
+        .collect();
+    // Every actor's task runs once (it is queued before this one) and
+    // registers its watcher.
+    tokio::task::yield_now().await;
+    let began = std::time::Instant::now();
+    tokens.iter().for_each(subagents::CancellationToken::cancel);
+    tokio::task::unconstrained(futures_util::future::join_all(stopped)).await;
+    began.elapsed().as_secs_f64() * 1e6 / n as f64
+}
+
+/// The actix floor of a fan-out: `n` actors started at once, each asked
+/// once (and stopping as it answers); microseconds per actor. Outside
+/// tokio's cooperative budget, as the runtime's own start path is: inside
+/// it, one task awaiting 100,000 replies re-polls most of them on every
+/// wake-up (the budget is spent on the first 128), a cost that grows with
+/// the square of the fan-out.
+pub async fn actix_fan_out(n: usize) -> f64 {
+    let began = std::time::Instant::now();
+    let replies = futures_util::future::join_all((0..n).map(|i| Echo.start().send(Ping(i as u64))));
+    tokio::task::unconstrained(replies).await;
+    began.elapsed().as_secs_f64() * 1e6 / n as f64
+}
+
 /// Criterion with short warm-up and measurement, then the command line.
 pub fn configured(warm_up: Duration, measurement: Duration) -> Criterion {
     Criterion::default().warm_up_time(warm_up).measurement_time(measurement).configure_from_args()
