@@ -213,36 +213,34 @@ impl RunActor {
     /// Makes the run's actor on this worker and hands the provider its
     /// launch at once; the run is in the run table when this returns.
     pub(crate) fn spawn(spawn: RunSpawn) -> (Arc<RunControl>, Launched) {
-        let mut made = None;
-        RunActor::create(|ctx| {
-            let control = Arc::new(RunControl {
-                token: spawn.token.clone(),
-                depth: spawn.depth,
-                shared: spawn.shared.clone(),
-                mailbox: ctx.address(),
-            });
-            spawn.core.insert_run(spawn.shared.run_id, control.clone());
-            let context = ProviderContext {
-                run: control.clone(),
-                home: spawn.core.home().clone(),
-                live: spawn.core.live().clone(),
-                budget: spawn.budget,
-            };
-            let mut actor =
-                RunActor::new(spawn.core, spawn.shared, &spawn.request, spawn.token.clone(), spawn.admission);
-            let launch = Launch { request: *spawn.request, cancel: spawn.token, context };
-            let launched = match actor.launch(launch, ctx) {
-                Some(published) => Launched::Now(published),
-                None => {
-                    let (reply, answer) = oneshot::channel();
-                    actor.start_reply.attach(reply);
-                    Launched::Later(answer)
-                }
-            };
-            made = Some((control as Arc<RunControl>, launched));
-            actor
+        // The context by hand, not `Actor::create`: that makes a second
+        // address to return (two allocations), and the run has its own.
+        let mut ctx = Context::new();
+        let control = Arc::new(RunControl {
+            token: spawn.token.clone(),
+            depth: spawn.depth,
+            shared: spawn.shared.clone(),
+            mailbox: ctx.address(),
         });
-        made.expect("the actor is made by its closure")
+        spawn.core.insert_run(spawn.shared.run_id, control.clone());
+        let context = ProviderContext {
+            run: control.clone(),
+            home: spawn.core.home().clone(),
+            live: spawn.core.live().clone(),
+            budget: spawn.budget,
+        };
+        let mut actor = RunActor::new(spawn.core, spawn.shared, &spawn.request, spawn.token.clone(), spawn.admission);
+        let launch = Launch { request: *spawn.request, cancel: spawn.token, context };
+        let launched = match actor.launch(launch, &mut ctx) {
+            Some(published) => Launched::Now(published),
+            None => {
+                let (reply, answer) = oneshot::channel();
+                actor.start_reply.attach(reply);
+                Launched::Later(answer)
+            }
+        };
+        actix::spawn(ctx.into_future(actor));
+        (control, launched)
     }
 
     fn new(

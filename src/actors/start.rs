@@ -1,26 +1,35 @@
 //! The start path, in contract order (docs/contract.md §3): the synchronous checks
 //! (the delegation budget last, because it reserves), then the run actor
-//! on a worker, publication, `Start`, and the caller's [`Run`].
+//! on a worker (in place when the caller is one), publication, `Start`,
+//! and the caller's [`Run`].
 //! `Subagents::start` and a continuation both come through here.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use super::control::RunControl;
 use super::core::Core;
 use super::entry::ProviderEntry;
 use super::run::{Launched, RunActor, RunSpawn};
 use super::run_handle::Run;
 use super::run_shared::RunShared;
 use crate::events::RunInfo;
-use crate::seam::{Admission, BudgetLease, StartRequest, SubagentError, MAX_DEPTH_CAP};
+use crate::seam::{Admission, BudgetLease, Parent, StartRequest, SubagentError, MAX_DEPTH_CAP};
 
 /// Checks `request` against provider `name`, then starts it on a worker.
 pub(crate) async fn start(core: &Arc<Core>, name: &str, request: Box<StartRequest>) -> Result<Run, SubagentError> {
     let entry = admit(core, name, &request)?;
     let budget = admit_budget(&request)?;
-    // Boxed once here: the request and the launch are large, and a start's
-    // future is moved and held by callers (a fan-out holds thousands).
-    core.on_runtime(Box::pin(launch(core.clone(), entry, request, budget))).await?
+    if core.in_task() {
+        // On a worker already: the actor is made right here, and what the
+        // start then holds is small (the request went to the provider).
+        return launched(make(core.clone(), entry, request, budget)).await;
+    }
+    // Boxed, because until the worker takes it the future holds the
+    // request, and a start's future is held by callers (a fan-out holds
+    // thousands).
+    let core = core.clone();
+    core.clone().on_runtime(Box::pin(async move { launched(make(core, entry, request, budget)).await })).await?
 }
 
 /// The last check, because it reserves: the child's place in the budgets
@@ -98,15 +107,24 @@ fn check_values(request: &StartRequest) -> Result<(), SubagentError> {
     Ok(())
 }
 
-/// Runs on a worker: create the run actor there (which hands the provider
-/// its launch), wait for publication unless it happened at once, emit
-/// `Start`, hand back the `Run`.
-async fn launch(
+/// A run actor just made, and what its publication needs.
+struct Made {
+    core: Arc<Core>,
+    shared: Arc<RunShared>,
+    control: Arc<RunControl>,
+    launched: Launched,
+    label: Option<String>,
+    parent: Option<Parent>,
+}
+
+/// On a worker: make the run actor there, which hands the provider its
+/// launch at once.
+fn make(
     core: Arc<Core>,
     entry: Arc<ProviderEntry>,
     request: Box<StartRequest>,
     budget: Option<(Admission, BudgetLease)>,
-) -> Result<Run, SubagentError> {
+) -> Made {
     let token = request.signal.child_token();
     let depth = request.child_depth();
     let label = request.label.clone();
@@ -126,6 +144,13 @@ async fn launch(
         budget,
         admission: admission.map(Box::new),
     });
+    Made { core, shared, control, launched, label, parent }
+}
+
+/// Wait for publication unless it happened at once, emit `Start`, hand
+/// back the `Run`.
+async fn launched(made: Made) -> Result<Run, SubagentError> {
+    let Made { core, shared, control, launched, label, parent } = made;
     let published = match launched {
         Launched::Now(published) => published,
         // Outside tokio's cooperative budget: a caller that starts thousands

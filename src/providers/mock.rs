@@ -48,9 +48,12 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::future::LocalBoxFuture;
@@ -351,6 +354,17 @@ impl Provider for MockProvider {
     }
 }
 
+/// A dispose with nothing to do and nothing to record.
+struct NothingToRelease;
+
+impl Future for NothingToRelease {
+    type Output = Result<(), Failure>;
+
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+        Poll::Ready(Ok(()))
+    }
+}
+
 /// Sleep for `delay`; false when cancelled first.
 async fn sleep_unless_cancelled(delay: Duration, cancel: &CancellationToken) -> bool {
     tokio::select! {
@@ -361,7 +375,11 @@ async fn sleep_unless_cancelled(delay: Duration, cancel: &CancellationToken) -> 
 
 /// A child's id: `mock:<name>:<launch number>`.
 fn child_id(name: &str, number: u64) -> String {
-    format!("mock:{name}:{number}")
+    use std::fmt::Write;
+    // Sized up front: `format!` would guess short and grow once.
+    let mut id = String::with_capacity("mock::".len() + name.len() + 20);
+    let _ = write!(id, "mock:{name}:{number}");
+    id
 }
 
 struct ChildState {
@@ -509,9 +527,13 @@ impl Child for MockChild {
     }
 
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
+        let fault = self.0.mock.fault_at(FaultStage::OnDispose, self.0.number);
+        if fault.is_none() && self.0.mock.shared.recording.is_none() {
+            // Zero-sized: boxing it allocates nothing.
+            return Box::pin(NothingToRelease);
+        }
         let state = self.0.clone();
         Box::pin(async move {
-            let fault = state.mock.fault_at(FaultStage::OnDispose, state.number);
             state.mock.shared.record(|| MockEvent::Disposed(state.id()));
             match fault {
                 None => Ok(()),
