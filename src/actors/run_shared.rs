@@ -28,8 +28,10 @@ pub(crate) struct RunShared {
     child_id: OnceLock<String>,
     bus: EventBus,
     gate: Gate<SubagentEvent>,
-    result: OnceLock<Result<RunResult, SubagentError>>,
-    quiescent: OnceLock<Result<(), SubagentError>>,
+    /// Boxed, like a failed dispose: both are large, and a live run (most
+    /// of a fan-out's) has neither yet.
+    result: OnceLock<Box<Result<RunResult, SubagentError>>>,
+    quiescent: OnceLock<Result<(), Box<SubagentError>>>,
     changed: Notify,
     /// The caller's own receiver of this run's progress, dropped once the
     /// run is quiescent: a run's shared state may outlive it (a receipt's
@@ -108,12 +110,12 @@ impl RunShared {
 
     /// The result, once settled.
     pub(crate) async fn result(&self) -> Result<RunResult, SubagentError> {
-        self.wait(|shared| shared.result.get().cloned()).await
+        self.wait(|shared| shared.result.get().map(|result| (**result).clone())).await
     }
 
     /// The result, if settled.
     pub(crate) fn settled(&self) -> Option<&Result<RunResult, SubagentError>> {
-        self.result.get()
+        self.result.get().map(|result| &**result)
     }
 
     /// Called by the run actor when its child, which has a session, is launched.
@@ -138,7 +140,7 @@ impl RunShared {
 
     /// How dispose went, once the run is quiescent.
     pub(crate) async fn quiescent(&self) -> Result<(), SubagentError> {
-        self.wait(|shared| shared.quiescent.get().cloned()).await
+        self.wait(|shared| shared.quiescent.get().map(|outcome| outcome.clone().map_err(|error| *error))).await
     }
 
     async fn wait<T>(&self, read: impl Fn(&Self) -> Option<T>) -> T {
@@ -171,7 +173,7 @@ impl RunShared {
             return;
         }
         self.end(|| end(&result));
-        if self.result.set(result).is_ok() {
+        if self.result.set(Box::new(result)).is_ok() {
             self.changed.notify_waiters();
         }
     }
@@ -179,7 +181,7 @@ impl RunShared {
     pub(crate) fn set_quiescent(&self, outcome: Result<(), SubagentError>) {
         let sink = self.progress.write().unwrap_or_else(|e| e.into_inner()).take();
         drop(sink);
-        if self.quiescent.set(outcome).is_ok() {
+        if self.quiescent.set(outcome.map_err(Box::new)).is_ok() {
             self.changed.notify_waiters();
         }
     }
