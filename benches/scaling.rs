@@ -90,8 +90,8 @@ fn scaling(c: &mut Criterion) {
                         let runs: Vec<_> = runs.into_iter().map(Result::unwrap).collect();
                         let began = Instant::now();
                         tokens.iter().for_each(CancellationToken::cancel);
-                        join_all(runs.iter().map(|run| run.result())).await;
-                        join_all(runs.iter().map(|run| run.dispose())).await;
+                        join_all(runs.iter().map(|run| async move { drop(run.result().await) })).await;
+                        join_all(runs.iter().map(|run| async move { drop(run.dispose().await) })).await;
                         total += began.elapsed();
                     }
                     support::record(format!("cancel {n:>5}"), iters * n as u64, total)
@@ -99,6 +99,20 @@ fn scaling(c: &mut Criterion) {
             })
         });
     }
+    group.throughput(Throughput::Elements(10_000));
+    group.bench_function("floor: actix cancel storm 10,000", |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async move {
+                // Timed from the cancel on, as the runs' storm is.
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let per_actor_us = support::actix_cancel_storm(10_000).await;
+                    total += Duration::from_secs_f64(per_actor_us * 10_000.0 / 1e6);
+                }
+                support::record("floor-actix-storm", iters * 10_000, total)
+            })
+        })
+    });
     group.throughput(Throughput::Elements(1_000));
     for (name, provider) in [("persisted", "spawn"), ("in memory", "spawn-in-memory")] {
         group.bench_function(format!("fan-out 1,000 spawn, {name}"), |b| {
@@ -195,6 +209,9 @@ fn print_table() {
     }
     if let (Some(cancel), Some(floor)) = (mean("cancel 10000"), mean("floor-actix")) {
         goal("cancel 10,000 to quiescence ÷ actix floor", cancel / floor, 3.0);
+    }
+    if let (Some(cancel), Some(storm)) = (mean("cancel 10000"), mean("floor-actix-storm")) {
+        goal("cancel 10,000 to quiescence ÷ actix cancel storm of 10,000", cancel / storm, 3.0);
     }
     if let (Some(one), Some(none)) = (mean("listeners   1"), mean("listeners   0")) {
         goal("mock lifecycle with one listener ÷ none", one / none, 1.25);
