@@ -351,7 +351,7 @@ impl AgentParts {
                 model,
                 tools: toolset,
                 system: prompt.rendered(),
-                options,
+                options: shared_route(options),
                 max_steps,
                 session: Mutex::new(session),
                 turn_lock: tokio::sync::Mutex::new(()),
@@ -367,6 +367,24 @@ impl AgentParts {
     }
 }
 
+/// The route `options`, shared with the agents already on the same one
+/// (children of one provider, most often): an agent holds a pointer to it,
+/// not a copy.
+fn shared_route(options: AgentOptions) -> Arc<AgentOptions> {
+    /// A few distinct routes are kept; past that, each agent has its own.
+    const KEPT: usize = 64;
+    static SHARED: Mutex<Vec<Arc<AgentOptions>>> = Mutex::new(Vec::new());
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(kept) = shared.iter().find(|kept| ***kept == options) {
+        return kept.clone();
+    }
+    let options = Arc::new(options);
+    if shared.len() < KEPT {
+        shared.push(options.clone());
+    }
+    options
+}
+
 /// A running agent: run prompts, await idle, cancel, read its session.
 /// Cheap to clone; clones share the agent.
 #[derive(Clone)]
@@ -380,7 +398,7 @@ pub(crate) struct AgentInner {
     model: Arc<dyn Model>,
     tools: Toolset,
     system: Arc<str>,
-    options: AgentOptions,
+    options: Arc<AgentOptions>,
     max_steps: u32,
     session: Mutex<Session>,
     turn_lock: tokio::sync::Mutex<()>,
@@ -506,7 +524,7 @@ impl Agent {
         let parent = Parent::root(self.inner.cwd.to_path_buf())
             .with_session(self.id())
             .with_depth(depth)
-            .with_route(self.inner.options.clone())
+            .with_route(AgentOptions::clone(&self.inner.options))
             .with_agent(LocalAgent::new(self.id(), self.clone()));
         match self.budget() {
             Some(lease) => parent.with_budget_lease(lease),
@@ -545,11 +563,14 @@ impl Agent {
     /// issued right after reaches it even if it has not started yet.
     pub fn prompt(&self, prompt: impl Into<Prompt>) -> impl std::future::Future<Output = TurnOutcome> + Send + '_ {
         let prompt = prompt.into();
-        let cancel = self.inner.lock(&self.inner.cancel).child_token();
+        // The generation's own token, not a child of it: what cancels a
+        // turn is the generation's cancel, and a child would cost a tree
+        // node (over 100 bytes) per turn for nothing.
+        let cancel = self.inner.lock(&self.inner.cancel).clone();
         self.inner.busy.count.fetch_add(1, Ordering::AcqRel);
         let busy = BusyGuard(&self.inner.busy);
         async move {
-            let _busy = busy;
+            let _busy = &busy;
             let _turn = self.inner.turn_lock.lock().await;
             turn::run(&self.inner, prompt.0, cancel).await
         }

@@ -286,7 +286,9 @@ impl Entry {
 pub struct Toolset {
     entries: Vec<Arc<Entry>>,
     gates: Vec<Arc<dyn ToolGate>>,
-    filter: Option<ToolFilter>,
+    /// Shared (clones and children of one filter hold one copy), and
+    /// boxed: most tool sets have none, and the agent holds its set inline.
+    filter: Option<Arc<ToolFilter>>,
     /// The owning agent's delegation depth ([`Tool::offered_at_depth`]).
     depth: u32,
     /// Whether some tool is not offered at `depth`, so the shared list
@@ -368,7 +370,7 @@ impl Toolset {
 
     /// Hides and denies tools the filter does not permit.
     pub fn set_filter(&mut self, filter: ToolFilter) {
-        self.filter = Some(filter);
+        self.filter = Some(Arc::new(filter));
         self.visible = Arc::default();
     }
 

@@ -16,17 +16,17 @@
 
 use std::sync::{Arc, Mutex};
 
-use futures_util::future::join_all;
+use futures_util::future::{join_all, Either};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::model::Finish;
-use super::model::{CallMeter, ChunkSink, ModelError, ModelRequest};
+use super::model::{CallMeter, ChunkSink, ModelError, ModelReply, ModelRequest};
 use super::session::{SessionError, SessionEvent, ToolCall};
 use super::tools::{ToolContext, ToolOutput};
 use super::{Agent, AgentInner};
 use crate::seam::ToolCallStatus;
-use crate::seam::{BudgetLease, Category, ContentBlock, ProgressUpdate, RunUsage, StopReason};
+use crate::seam::{AgentOptions, BudgetLease, Category, ContentBlock, ProgressUpdate, RunUsage, StopReason};
 use crate::telemetry;
 
 /// How a turn ended.
@@ -149,8 +149,14 @@ impl AgentUpdate {
     }
 }
 
-/// Runs one turn; `cancel` is this turn's token.
-pub(crate) async fn run(inner: &Arc<AgentInner>, prompt: Vec<ContentBlock>, cancel: CancellationToken) -> TurnOutcome {
+/// Runs one turn; `cancel` is this turn's token. Call it once the turn
+/// holds the agent's turn lock: the prompt is recorded at once, so the
+/// turn's state does not carry it while the model answers.
+pub(crate) fn run(
+    inner: &Arc<AgentInner>,
+    prompt: Vec<ContentBlock>,
+    cancel: CancellationToken,
+) -> impl std::future::Future<Output = TurnOutcome> + Send + '_ {
     let mut turn = Turn {
         inner,
         open_calls: Vec::new(),
@@ -159,8 +165,13 @@ pub(crate) async fn run(inner: &Arc<AgentInner>, prompt: Vec<ContentBlock>, canc
         usage: RunUsage::default(),
         ended: false,
     };
-    let (reason, error) = turn.drive(prompt, &cancel).await;
-    turn.end(reason, error)
+    match turn.append(SessionEvent::User { content: prompt }) {
+        Err(error) => Either::Left(std::future::ready(turn.end(StopReason::Error, Some(TurnError::session(&error))))),
+        Ok(()) => Either::Right(async move {
+            let (reason, error) = turn.drive(&cancel).await;
+            turn.end(reason, error)
+        }),
+    }
 }
 
 struct Turn<'a> {
@@ -174,11 +185,8 @@ struct Turn<'a> {
 }
 
 impl Turn<'_> {
-    async fn drive(&mut self, prompt: Vec<ContentBlock>, cancel: &CancellationToken) -> Ending {
+    async fn drive(&mut self, cancel: &CancellationToken) -> Ending {
         let inner = self.inner;
-        if let Err(error) = self.append(SessionEvent::User { content: prompt }) {
-            return (StopReason::Error, Some(TurnError::session(&error)));
-        }
         let streamed = Arc::new(Mutex::new(String::new()));
         let chunks = self.chunk_sink(&streamed);
         loop {
@@ -208,16 +216,7 @@ impl Turn<'_> {
                     return (StopReason::Error, Some(TurnError::session(&error)));
                 }
             }
-            let request = ModelRequest {
-                session_id: inner.id.to_string(),
-                system: inner.system.clone(),
-                messages: inner.session().events().into(),
-                tools: inner.tools.visible_specs(),
-                options: inner.options.clone(),
-                chunks: chunks.clone(),
-                meter: CallMeter::default(),
-            };
-            let meter = request.meter.clone();
+            let meter = CallMeter::default();
             self.model_calls += 1;
             let span = tracing::debug_span!(
                 "model_call",
@@ -235,12 +234,14 @@ impl Turn<'_> {
                 error.type = tracing::field::Empty,
             );
             telemetry::chat(&span, inner.model.name());
+            // The request is built in the call, so the turn's state does not
+            // keep its room while the model answers (the model owns it).
             let reply = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Err(ModelError::Cancelled),
                 // The budget's time is up: stop with what the turn has.
                 () = until(deadline) => Err(ModelError::Cancelled),
-                reply = inner.model.complete(request, cancel.clone()).instrument(span.clone()) => reply,
+                reply = in_span(&span, inner.model.complete(self.request(&chunks, &meter), cancel.clone())) => reply,
             };
             match &reply {
                 Ok(reply) => telemetry::chat_answered(
@@ -267,33 +268,8 @@ impl Turn<'_> {
                 (Some(lease), Some(usage)) => lease.charge_tokens(usage.total()),
                 _ => false,
             };
-            let reply = match reply {
-                Ok(reply) => reply,
-                Err(ModelError::Cancelled) => return (StopReason::Aborted, None),
-                Err(error) => {
-                    let streamed = inner.lock(&streamed).clone();
-                    if self.output.is_empty() {
-                        self.output = streamed;
-                    }
-                    let error = TurnError {
-                        kind: TurnErrorKind::Model,
-                        message: error.to_string(),
-                        reason: error.safe_reason(),
-                    };
-                    return (StopReason::Error, Some(error));
-                }
-            };
-            if !reply.text.is_empty() {
-                self.output.clone_from(&reply.text);
-            }
-            let calls = reply.tool_calls.clone();
-            let assistant = SessionEvent::Assistant { text: reply.text, tool_calls: reply.tool_calls };
-            if let Err(error) = self.append(assistant) {
-                return (StopReason::Error, Some(TurnError::session(&error)));
-            }
-            self.open_calls = calls;
-            if let Some(reason) = stop_reason_of(reply.finish) {
-                return (reason, None);
+            if let Some(ending) = self.take_reply(reply, &streamed) {
+                return ending;
             }
             if spent {
                 // The budget's tokens are spent: stop with what the turn has.
@@ -315,6 +291,50 @@ impl Turn<'_> {
                 Err(reason) => return reason,
             }
         }
+    }
+
+    /// The model call's request: the conversation so far, the tools, the route.
+    fn request(&self, chunks: &Option<ChunkSink>, meter: &CallMeter) -> ModelRequest {
+        let inner = self.inner;
+        ModelRequest {
+            session_id: inner.id.to_string(),
+            system: inner.system.clone(),
+            messages: inner.session().events().into(),
+            tools: inner.tools.visible_specs(),
+            options: AgentOptions::clone(&inner.options),
+            chunks: chunks.clone(),
+            meter: meter.clone(),
+        }
+    }
+
+    /// Records the model's answer (its calls become the open ones); the
+    /// turn's end when the answer (or its failure) ends it. A function of
+    /// its own so the reply is not part of the turn's state while its
+    /// tools run.
+    fn take_reply(&mut self, reply: Result<ModelReply, ModelError>, streamed: &Mutex<String>) -> Option<Ending> {
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(ModelError::Cancelled) => return Some((StopReason::Aborted, None)),
+            Err(error) => {
+                let streamed = self.inner.lock(streamed).clone();
+                if self.output.is_empty() {
+                    self.output = streamed;
+                }
+                let error =
+                    TurnError { kind: TurnErrorKind::Model, message: error.to_string(), reason: error.safe_reason() };
+                return Some((StopReason::Error, Some(error)));
+            }
+        };
+        if !reply.text.is_empty() {
+            self.output.clone_from(&reply.text);
+        }
+        let calls = reply.tool_calls.clone();
+        let assistant = SessionEvent::Assistant { text: reply.text, tool_calls: reply.tool_calls };
+        if let Err(error) = self.append(assistant) {
+            return Some((StopReason::Error, Some(TurnError::session(&error))));
+        }
+        self.open_calls = calls;
+        stop_reason_of(reply.finish).map(|reason| (reason, None))
     }
 
     /// Runs the open calls in order, consecutive concurrent ones together.
@@ -475,6 +495,36 @@ impl Drop for Turn<'_> {
         if !self.ended {
             self.end(StopReason::Aborted, None);
         }
+    }
+}
+
+/// `future` polled (and dropped) inside `span`: what `Instrument` does,
+/// holding a reference to the span where `Instrument` holds a copy of it.
+fn in_span<F: std::future::Future + Unpin>(span: &tracing::Span, future: F) -> InSpan<'_, F> {
+    InSpan { span, future: Some(future) }
+}
+
+struct InSpan<'a, F> {
+    span: &'a tracing::Span,
+    /// `None` once dropped (inside the span).
+    future: Option<F>,
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for InSpan<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        let this = &mut *self;
+        let _entered = this.span.enter();
+        let future = this.future.as_mut().expect("an InSpan is not polled after it resolved");
+        std::pin::Pin::new(future).poll(cx)
+    }
+}
+
+impl<F> Drop for InSpan<'_, F> {
+    fn drop(&mut self) {
+        let _entered = self.span.enter();
+        drop(self.future.take());
     }
 }
 

@@ -137,12 +137,15 @@ struct InProcessConfig {
 /// [`InProcessProvider::spawn`] or [`InProcessProvider::fork`]); configure
 /// it with the `with_*` methods before registering it.
 pub struct InProcessProvider {
-    name: String,
+    /// Shared with each run (its diagnostics name the provider).
+    name: Arc<str>,
     config: InProcessConfig,
     fork: bool,
     /// The session store for the runtime home last seen (one per provider
     /// in practice), so the sessions directory is checked once.
-    store: Mutex<Option<(PathBuf, SessionStore)>>,
+    store: Mutex<Option<(PathBuf, Arc<SessionStore>)>>,
+    /// The store of a provider that keeps sessions in memory.
+    in_memory: Arc<SessionStore>,
 }
 
 impl std::fmt::Debug for InProcessProvider {
@@ -171,7 +174,13 @@ impl InProcessProvider {
             #[cfg(feature = "mcp")]
             mcp: None,
         };
-        InProcessProvider { name, config, fork, store: Mutex::new(None) }
+        InProcessProvider {
+            name: name.into(),
+            config,
+            fork,
+            store: Mutex::new(None),
+            in_memory: Arc::new(SessionStore::in_memory()),
+        }
     }
 
     /// Pick models by the route's `provider`.
@@ -263,15 +272,17 @@ impl InProcessProvider {
         }
     }
 
-    fn store(&self, context: &ProviderContext) -> SessionStore {
+    /// Shared: a run holds the store (to roll back a session that never
+    /// ran) without a copy of its own.
+    fn store(&self, context: &ProviderContext) -> Arc<SessionStore> {
         if !self.config.persist {
-            return SessionStore::in_memory();
+            return self.in_memory.clone();
         }
         let mut cached = self.store.lock().unwrap_or_else(|e| e.into_inner());
         match &*cached {
             Some((home, store)) if home == context.home_path() => store.clone(),
             _ => {
-                let store = SessionStore::new(context.home_path());
+                let store = Arc::new(SessionStore::new(context.home_path()));
                 *cached = Some((context.home_path().to_path_buf(), store.clone()));
                 store
             }
@@ -331,7 +342,7 @@ impl InProcessProvider {
             builder = builder.prompt_section(STRUCTURED_SECTION, STRUCTURED_INSTRUCTION);
         }
         Ok(Prepared {
-            provider: self.name.as_str().into(),
+            provider: self.name.clone(),
             builder,
             seed,
             prompt: request.prompt,
@@ -552,7 +563,7 @@ struct Prepared {
     structured: Option<Arc<AtomicBool>>,
     nudges: u32,
     roll_back_unstarted: bool,
-    store: SessionStore,
+    store: Arc<SessionStore>,
     cancel: CancellationToken,
     /// The child's working directory (a per-run MCP server's too).
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
@@ -640,7 +651,7 @@ struct InProcessChild {
     started: Cell<bool>,
     /// A new session that never ran is deleted on dispose (rollback).
     roll_back_unstarted: bool,
-    store: SessionStore,
+    store: Arc<SessionStore>,
     cancel: CancellationToken,
     /// The per-run MCP servers this run started, closed at its dispose.
     #[cfg(feature = "mcp")]
@@ -718,34 +729,51 @@ struct Driver {
 }
 
 impl Driver {
-    async fn run(self, prompt: Vec<ContentBlock>) -> RunResult {
-        let mut outcome = self.agent.prompt(prompt).await;
-        let mut output = std::mem::take(&mut outcome.output);
-        let mut usage = outcome.usage;
-        if let Some(captured) = &self.structured {
-            let missing = |outcome: &TurnOutcome| {
-                outcome.stop_reason == StopReason::Completed && !captured.load(Ordering::Acquire)
-            };
-            let mut nudges = self.nudges;
-            while missing(&outcome) && nudges > 0 && !self.cancel.is_cancelled() {
-                nudges -= 1;
-                outcome = self.agent.prompt(STRUCTURED_NUDGE).await;
-                usage += outcome.usage;
-                if !outcome.output.is_empty() {
-                    output = std::mem::take(&mut outcome.output);
-                }
-            }
-            if missing(&outcome) {
-                // A cancel that lands after a capture-less finish is an abort.
-                let (stop_reason, category) = if self.cancel.is_cancelled() {
-                    (StopReason::Aborted, None)
-                } else {
-                    (StopReason::Error, Some(Category::MissingStructuredOutput))
-                };
-                let failure = category.map(|category| Diagnostic::new(&self.provider, Stage::SessionRun, category));
-                return self.result(output, stop_reason, failure, usage);
+    /// An `async` block, not an `async fn`: the driver is held once in the
+    /// run's state, not once as an argument and again as a local.
+    fn run(self, prompt: Vec<ContentBlock>) -> impl std::future::Future<Output = RunResult> {
+        async move {
+            let mut outcome = self.agent.prompt(prompt).await;
+            let output = std::mem::take(&mut outcome.output);
+            match self.structured.clone() {
+                // Boxed: held inline, the nudges' turns beside the first
+                // outcome would size every run's state, most not structured.
+                Some(captured) => Box::pin(self.nudged(outcome, output, captured)).await,
+                None => self.settled(&outcome, output, outcome.usage),
             }
         }
+    }
+
+    /// A structured run's nudges: re-prompts while the turn finished
+    /// without a capture.
+    async fn nudged(&self, mut outcome: TurnOutcome, mut output: String, captured: Arc<AtomicBool>) -> RunResult {
+        let mut usage = outcome.usage;
+        let missing =
+            |outcome: &TurnOutcome| outcome.stop_reason == StopReason::Completed && !captured.load(Ordering::Acquire);
+        let mut nudges = self.nudges;
+        while missing(&outcome) && nudges > 0 && !self.cancel.is_cancelled() {
+            nudges -= 1;
+            outcome = self.agent.prompt(STRUCTURED_NUDGE).await;
+            usage += outcome.usage;
+            if !outcome.output.is_empty() {
+                output = std::mem::take(&mut outcome.output);
+            }
+        }
+        if missing(&outcome) {
+            // A cancel that lands after a capture-less finish is an abort.
+            let (stop_reason, category) = if self.cancel.is_cancelled() {
+                (StopReason::Aborted, None)
+            } else {
+                (StopReason::Error, Some(Category::MissingStructuredOutput))
+            };
+            let failure = category.map(|category| Diagnostic::new(&self.provider, Stage::SessionRun, category));
+            return self.result(output, stop_reason, failure, usage);
+        }
+        self.settled(&outcome, output, usage)
+    }
+
+    /// The run's result from its last turn.
+    fn settled(&self, outcome: &TurnOutcome, output: String, usage: RunUsage) -> RunResult {
         let failure = outcome.error.as_ref().map(|error| {
             Diagnostic::new(&self.provider, Stage::SessionRun, error.category()).with_reason(error.reason.clone())
         });
