@@ -131,7 +131,7 @@ pub struct AgentBuilder {
     max_steps: u32,
     seed: Vec<SessionEvent>,
     on_update: Option<UpdateSink>,
-    cancel: Option<CancellationToken>,
+    cancel: Option<GivenToken>,
     budget: Option<BudgetLease>,
 }
 
@@ -242,7 +242,17 @@ impl AgentBuilder {
 
     /// Cancelling this token cancels every turn of the agent, now and later.
     pub fn cancel_token(mut self, token: CancellationToken) -> Self {
-        self.cancel = Some(token);
+        self.cancel = Some(GivenToken::Above(token));
+        self
+    }
+
+    /// The agent's cancellation is this token itself: [`Agent::cancel`]
+    /// trips it, and turns after that are cancelled too. For an agent that
+    /// lives as long as one cancellable thing (an in-process run's child,
+    /// whose run's token trips whenever the child is cancelled): it saves
+    /// the token a child of it would cost (over 100 bytes an agent).
+    pub(crate) fn own_cancel_token(mut self, token: CancellationToken) -> Self {
+        self.cancel = Some(GivenToken::Own(token));
         self
     }
 
@@ -316,6 +326,14 @@ impl AgentBuilder {
     }
 }
 
+/// The cancellation token an agent was given.
+enum GivenToken {
+    /// Cancels the agent; [`Agent::cancel`] trips a child of it.
+    Above(CancellationToken),
+    /// Is the agent's own: [`Agent::cancel`] trips it.
+    Own(CancellationToken),
+}
+
 /// How a built agent gets its session.
 enum Opening {
     Resume { store: SessionStore, id: String, depth: u32 },
@@ -331,7 +349,7 @@ struct AgentParts {
     options: AgentOptions,
     max_steps: u32,
     on_update: Option<UpdateSink>,
-    cancel: Option<CancellationToken>,
+    cancel: Option<GivenToken>,
     budget: Option<BudgetLease>,
 }
 
@@ -343,7 +361,14 @@ impl AgentParts {
             prompt.set(SystemPrompt::PERSONA, persona);
         }
         toolset.set_depth(session.header().depth);
-        let root = cancel.unwrap_or_default();
+        let (root, generation) = match cancel {
+            Some(GivenToken::Own(token)) => (token.clone(), token),
+            Some(GivenToken::Above(root)) => (root.clone(), root.child_token()),
+            None => {
+                let root = CancellationToken::new();
+                (root.clone(), root.child_token())
+            }
+        };
         Agent {
             inner: Arc::new(AgentInner {
                 id: session.id().into(),
@@ -356,11 +381,10 @@ impl AgentParts {
                 session: Mutex::new(session),
                 turn_lock: tokio::sync::Mutex::new(()),
                 busy: Busy::default(),
-                cancel: Mutex::new(root.child_token()),
+                cancel: Mutex::new(generation),
                 root_cancel: root,
-                steering: Mutex::new(VecDeque::new()),
+                rare: OnceLock::new(),
                 on_update,
-                teardowns: Mutex::new(Vec::new()),
                 budget: budget.map(OnceLock::from).unwrap_or_default(),
             }),
         }
@@ -407,13 +431,21 @@ pub(crate) struct AgentInner {
     /// The current cancellation generation; [`Agent::cancel`] replaces it.
     cancel: Mutex<CancellationToken>,
     root_cancel: CancellationToken,
-    steering: Mutex<VecDeque<Vec<ContentBlock>>>,
     on_update: Option<UpdateSink>,
-    /// Run by [`Agent::shutdown`], once (tools that own background work).
-    teardowns: Mutex<Vec<Teardown>>,
+    /// Steering messages and cleanups, made on first use.
+    rare: OnceLock<Box<Rare>>,
     /// The delegation budget it holds: set at build, or opened on its first
     /// delegation by a tool configured with one ([`Agent::budget_or_open`]).
     budget: OnceLock<BudgetLease>,
+}
+
+/// What few agents use, made on first use: held inline it would size
+/// every agent (a child waiting on its model holds one).
+#[derive(Default)]
+struct Rare {
+    steering: Mutex<VecDeque<Vec<ContentBlock>>>,
+    /// Run by [`Agent::shutdown`], once (tools that own background work).
+    teardowns: Mutex<Vec<Teardown>>,
 }
 
 /// Async cleanup a tool registers on the agent that owns its work.
@@ -600,7 +632,8 @@ impl Agent {
     /// Queues a message for the running turn: it reaches the model at the
     /// next model call (or at the start of the next turn).
     pub fn steer(&self, message: impl Into<Prompt>) {
-        self.inner.lock(&self.inner.steering).push_back(message.into().0);
+        let rare = self.inner.rare();
+        self.inner.lock(&rare.steering).push_back(message.into().0);
     }
 
     /// Every session event so far.
@@ -620,7 +653,8 @@ impl Agent {
 
     /// Registers cleanup for [`Agent::shutdown`] (a tool's background work).
     pub fn on_shutdown(&self, teardown: impl FnOnce() -> BoxFuture<'static, ()> + Send + 'static) {
-        self.inner.lock(&self.inner.teardowns).push(Box::new(teardown));
+        let rare = self.inner.rare();
+        self.inner.lock(&rare.teardowns).push(Box::new(teardown));
     }
 
     /// Ends the agent's life: cancels its turns, waits until idle, runs the
@@ -629,7 +663,10 @@ impl Agent {
     pub async fn shutdown(&self) -> Result<(), SessionError> {
         self.cancel();
         self.idle().await;
-        let teardowns = std::mem::take(&mut *self.inner.lock(&self.inner.teardowns));
+        let teardowns = match self.inner.rare.get() {
+            Some(rare) => std::mem::take(&mut *self.inner.lock(&rare.teardowns)),
+            None => Vec::new(),
+        };
         for teardown in teardowns {
             teardown().await;
         }
@@ -656,6 +693,23 @@ impl AgentInner {
 
     fn session(&self) -> MutexGuard<'_, Session> {
         self.lock(&self.session)
+    }
+
+    fn rare(&self) -> &Rare {
+        self.rare.get_or_init(Box::default)
+    }
+
+    /// The steering messages queued so far, taken.
+    fn take_steering(&self) -> Vec<Vec<ContentBlock>> {
+        match self.rare.get() {
+            Some(rare) => self.lock(&rare.steering).drain(..).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Whether no steering message is queued.
+    fn no_steering(&self) -> bool {
+        self.rare.get().is_none_or(|rare| self.lock(&rare.steering).is_empty())
     }
 }
 

@@ -210,7 +210,7 @@ impl Turn<'_> {
                     }),
                 );
             }
-            let steering: Vec<_> = inner.lock(&inner.steering).drain(..).collect();
+            let steering = inner.take_steering();
             for content in steering {
                 if let Err(error) = self.append(SessionEvent::User { content }) {
                     return (StopReason::Error, Some(TurnError::session(&error)));
@@ -278,7 +278,7 @@ impl Turn<'_> {
             if self.open_calls.is_empty() {
                 // A message steered in during this last model call still
                 // gets an answer in this turn.
-                if inner.lock(&inner.steering).is_empty() {
+                if inner.no_steering() {
                     return (StopReason::Completed, None);
                 }
                 continue;

@@ -33,11 +33,14 @@ use crate::agent::MCP_TOOL_PREFIX;
 const MCP_TOOL_PREFIX: &str = "mcp__";
 
 use std::cell::{Cell, RefCell};
+use std::future::Ready;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures_util::future::{BoxFuture, LocalBoxFuture};
+use futures_util::future::{BoxFuture, Either, LocalBoxFuture};
+use futures_util::FutureExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -325,7 +328,10 @@ impl InProcessProvider {
             }
         };
         let captured = Arc::new(AtomicBool::new(false));
-        let mut builder = builder.cancel_token(cancel.clone()).on_update(progress_sink(&context));
+        // The launch token is the agent's own: it trips whenever the run is
+        // cancelled or disposed (before `Child::cancel`), and the agent
+        // outlives no run, so it needs no token of its own below it.
+        let mut builder = builder.own_cancel_token(cancel.clone()).on_update(progress_sink(&context));
         let lease = context.budget().cloned().or_else(|| self.config.budget.map(Budget::lease));
         if let Some(lease) = lease {
             // The child spends its tokens and time on this lease and its
@@ -625,7 +631,8 @@ impl Prepared {
 /// Child updates become `Progress` events; they never enter the parent's
 /// conversation.
 fn progress_sink(context: &ProviderContext) -> Arc<dyn Fn(&AgentUpdate) + Send + Sync> {
-    let context = context.clone();
+    // Only the reporter, not the whole context: the sink lives as long as the run.
+    let run = context.run.clone();
     Arc::new(move |update: &AgentUpdate| {
         let progress = match update {
             AgentUpdate::Text(text) => ProgressUpdate::MessageChunk { text: text.clone() },
@@ -636,7 +643,7 @@ fn progress_sink(context: &ProviderContext) -> Arc<dyn Fn(&AgentUpdate) + Send +
                 None => return,
             },
         };
-        context.progress(progress);
+        run.progress(progress);
     })
 }
 
@@ -732,15 +739,23 @@ impl Driver {
     /// An `async` block, not an `async fn`: the driver is held once in the
     /// run's state, not once as an argument and again as a local.
     fn run(self, prompt: Vec<ContentBlock>) -> impl std::future::Future<Output = RunResult> {
-        async move {
-            let mut outcome = self.agent.prompt(prompt).await;
-            let output = std::mem::take(&mut outcome.output);
-            match self.structured.clone() {
-                // Boxed: held inline, the nudges' turns beside the first
-                // outcome would size every run's state, most not structured.
-                Some(captured) => Box::pin(self.nudged(outcome, output, captured)).await,
-                None => self.settled(&outcome, output, outcome.usage),
-            }
+        // One await, whose value is the block's: the first turn's outcome
+        // is never a local beside the turn's future (it would add its
+        // room, ~150 bytes, to every run's state).
+        async move { self.agent.prompt(prompt).then(|outcome| self.after_turn(outcome)).await }
+    }
+
+    /// The result after the first turn, or the structured nudges to run
+    /// first (boxed: held inline, the nudges' turns would size every
+    /// run's state, most not structured).
+    fn after_turn(
+        &self,
+        mut outcome: TurnOutcome,
+    ) -> Either<Ready<RunResult>, Pin<Box<impl std::future::Future<Output = RunResult> + '_>>> {
+        let output = std::mem::take(&mut outcome.output);
+        match &self.structured {
+            Some(captured) => Either::Right(Box::pin(self.nudged(outcome, output, captured.clone()))),
+            None => Either::Left(std::future::ready(self.settled(&outcome, output, outcome.usage))),
         }
     }
 
