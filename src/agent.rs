@@ -383,9 +383,11 @@ impl AgentParts {
                 busy: Busy::default(),
                 cancel: Mutex::new(generation),
                 root_cancel: root,
-                rare: OnceLock::new(),
+                rare: match budget {
+                    Some(lease) => OnceLock::from(Box::new(Rare { budget: OnceLock::from(lease), ..Rare::default() })),
+                    None => OnceLock::new(),
+                },
                 on_update,
-                budget: budget.map(OnceLock::from).unwrap_or_default(),
             }),
         }
     }
@@ -432,11 +434,8 @@ pub(crate) struct AgentInner {
     cancel: Mutex<CancellationToken>,
     root_cancel: CancellationToken,
     on_update: Option<UpdateSink>,
-    /// Steering messages and cleanups, made on first use.
+    /// Steering messages, cleanups and the budget, made on first use.
     rare: OnceLock<Box<Rare>>,
-    /// The delegation budget it holds: set at build, or opened on its first
-    /// delegation by a tool configured with one ([`Agent::budget_or_open`]).
-    budget: OnceLock<BudgetLease>,
 }
 
 /// What few agents use, made on first use: held inline it would size
@@ -446,6 +445,9 @@ struct Rare {
     steering: Mutex<VecDeque<Vec<ContentBlock>>>,
     /// Run by [`Agent::shutdown`], once (tools that own background work).
     teardowns: Mutex<Vec<Teardown>>,
+    /// The delegation budget it holds: set at build, or opened on its first
+    /// delegation by a tool configured with one ([`Agent::budget_or_open`]).
+    budget: OnceLock<BudgetLease>,
 }
 
 /// Async cleanup a tool registers on the agent that owns its work.
@@ -566,13 +568,13 @@ impl Agent {
 
     /// The delegation budget this agent holds, if any.
     pub fn budget(&self) -> Option<BudgetLease> {
-        self.inner.budget.get().cloned()
+        self.inner.budget().cloned()
     }
 
     /// The lease this agent holds, opening `budget` on it first when it
     /// holds none (it becomes the root of that budget's tree).
     pub fn budget_or_open(&self, budget: Budget) -> BudgetLease {
-        self.inner.budget.get_or_init(|| budget.lease()).clone()
+        self.inner.rare().budget.get_or_init(|| budget.lease()).clone()
     }
 
     /// Hands `update` to the agent's update sink, if it has one.
@@ -697,6 +699,11 @@ impl AgentInner {
 
     fn rare(&self) -> &Rare {
         self.rare.get_or_init(Box::default)
+    }
+
+    /// The delegation budget it holds, if any.
+    fn budget(&self) -> Option<&BudgetLease> {
+        self.rare.get().and_then(|rare| rare.budget.get())
     }
 
     /// The steering messages queued so far, taken.

@@ -184,111 +184,122 @@ struct Turn<'a> {
     ended: bool,
 }
 
-impl Turn<'_> {
-    async fn drive(&mut self, cancel: &CancellationToken) -> Ending {
-        let inner = self.inner;
-        let streamed = Arc::new(Mutex::new(String::new()));
-        let chunks = self.chunk_sink(&streamed);
-        loop {
-            // Read each step: a tool may open the agent's budget mid-turn.
-            let budget = inner.budget.get();
-            let deadline = budget.and_then(BudgetLease::deadline);
-            if cancel.is_cancelled() || deadline.is_some_and(|d| d <= std::time::Instant::now()) {
-                return (StopReason::Aborted, None);
-            }
-            if budget.is_some_and(BudgetLease::tokens_spent) {
-                // Spent by this agent or elsewhere in its tree: no more calls.
-                return (StopReason::MaxTokens, None);
-            }
-            if self.model_calls >= inner.max_steps {
-                return (
-                    StopReason::Error,
-                    Some(TurnError {
-                        kind: TurnErrorKind::StepLimit,
-                        message: format!("the turn reached its limit of {} model calls", inner.max_steps),
-                        reason: format!("the turn reached its limit of {} model calls", inner.max_steps),
-                    }),
+impl<'a> Turn<'a> {
+    /// An `async` block, not an `async fn`: the turn and its token are
+    /// held once in the state, not once as arguments and again as locals.
+    fn drive<'t>(
+        &'t mut self,
+        cancel: &'t CancellationToken,
+    ) -> impl std::future::Future<Output = Ending> + Send + use<'a, 't> {
+        async move {
+            let inner = self.inner;
+            let streamed = Arc::new(Mutex::new(String::new()));
+            let chunks = self.chunk_sink(&streamed);
+            loop {
+                // Read each step: a tool may open the agent's budget mid-turn.
+                let budget = inner.budget();
+                let deadline = budget.and_then(BudgetLease::deadline);
+                if cancel.is_cancelled() || deadline.is_some_and(|d| d <= std::time::Instant::now()) {
+                    return (StopReason::Aborted, None);
+                }
+                if budget.is_some_and(BudgetLease::tokens_spent) {
+                    // Spent by this agent or elsewhere in its tree: no more calls.
+                    return (StopReason::MaxTokens, None);
+                }
+                if self.model_calls >= inner.max_steps {
+                    return (
+                        StopReason::Error,
+                        Some(TurnError {
+                            kind: TurnErrorKind::StepLimit,
+                            message: format!("the turn reached its limit of {} model calls", inner.max_steps),
+                            reason: format!("the turn reached its limit of {} model calls", inner.max_steps),
+                        }),
+                    );
+                }
+                let steering = inner.take_steering();
+                for content in steering {
+                    if let Err(error) = self.append(SessionEvent::User { content }) {
+                        return (StopReason::Error, Some(TurnError::session(&error)));
+                    }
+                }
+                let meter = CallMeter::default();
+                self.model_calls += 1;
+                let span = tracing::debug_span!(
+                    "model_call",
+                    model = inner.model.name(),
+                    step = self.model_calls,
+                    otel.name = tracing::field::Empty,
+                    otel.kind = tracing::field::Empty,
+                    otel.status_code = tracing::field::Empty,
+                    gen_ai.operation.name = tracing::field::Empty,
+                    gen_ai.provider.name = tracing::field::Empty,
+                    gen_ai.request.model = tracing::field::Empty,
+                    gen_ai.response.finish_reasons = tracing::field::Empty,
+                    gen_ai.usage.input_tokens = tracing::field::Empty,
+                    gen_ai.usage.output_tokens = tracing::field::Empty,
+                    error.type = tracing::field::Empty,
                 );
-            }
-            let steering = inner.take_steering();
-            for content in steering {
-                if let Err(error) = self.append(SessionEvent::User { content }) {
-                    return (StopReason::Error, Some(TurnError::session(&error)));
+                telemetry::chat(&span, inner.model.name());
+                // Kept (boxed) only when enabled: a span no subscriber wants
+                // is 40 bytes of the turn's state for nothing while it waits.
+                let span = (!span.is_disabled()).then(|| Box::new(span));
+                // The request is built in the call, so the turn's state does not
+                // keep its room while the model answers (the model owns it).
+                let reply = tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => Err(ModelError::Cancelled),
+                    // The budget's time is up: stop with what the turn has.
+                    () = until(deadline) => Err(ModelError::Cancelled),
+                    reply = in_span(span.as_deref(), inner.model.complete(self.request(&chunks, &meter), cancel.clone())) => reply,
+                };
+                let span = span.map_or_else(tracing::Span::none, |span| *span);
+                match &reply {
+                    Ok(reply) => telemetry::chat_answered(
+                        &span,
+                        reply.finish.convention_name(),
+                        reply.usage.as_ref().map(|usage| (usage.input_tokens, usage.output_tokens)),
+                    ),
+                    Err(error) => telemetry::chat_failed(&span, error.kind()),
                 }
-            }
-            let meter = CallMeter::default();
-            self.model_calls += 1;
-            let span = tracing::debug_span!(
-                "model_call",
-                model = inner.model.name(),
-                step = self.model_calls,
-                otel.name = tracing::field::Empty,
-                otel.kind = tracing::field::Empty,
-                otel.status_code = tracing::field::Empty,
-                gen_ai.operation.name = tracing::field::Empty,
-                gen_ai.provider.name = tracing::field::Empty,
-                gen_ai.request.model = tracing::field::Empty,
-                gen_ai.response.finish_reasons = tracing::field::Empty,
-                gen_ai.usage.input_tokens = tracing::field::Empty,
-                gen_ai.usage.output_tokens = tracing::field::Empty,
-                error.type = tracing::field::Empty,
-            );
-            telemetry::chat(&span, inner.model.name());
-            // The request is built in the call, so the turn's state does not
-            // keep its room while the model answers (the model owns it).
-            let reply = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => Err(ModelError::Cancelled),
-                // The budget's time is up: stop with what the turn has.
-                () = until(deadline) => Err(ModelError::Cancelled),
-                reply = in_span(&span, inner.model.complete(self.request(&chunks, &meter), cancel.clone())) => reply,
-            };
-            match &reply {
-                Ok(reply) => telemetry::chat_answered(
-                    &span,
-                    reply.finish.convention_name(),
-                    reply.usage.as_ref().map(|usage| (usage.input_tokens, usage.output_tokens)),
-                ),
-                Err(error) => telemetry::chat_failed(&span, error.kind()),
-            }
-            drop(span);
-            let tokens = reply.as_ref().ok().and_then(|reply| reply.usage).unwrap_or_default();
-            self.usage += RunUsage {
-                input_tokens: tokens.input_tokens,
-                output_tokens: tokens.output_tokens,
-                cache_read_tokens: tokens.cache_read_tokens,
-                cache_write_tokens: tokens.cache_write_tokens,
-                model_calls: 1,
-                attempts: meter.attempts(),
-                limit_wait_ms: u64::try_from(meter.limit_wait().as_millis()).unwrap_or(u64::MAX),
-            };
-            // Charged before the answer is read further: an answer that
-            // stops the turn (its token limit, a refusal) spent them too.
-            let spent = match (inner.budget.get(), reply.as_ref().ok().and_then(|reply| reply.usage)) {
-                (Some(lease), Some(usage)) => lease.charge_tokens(usage.total()),
-                _ => false,
-            };
-            if let Some(ending) = self.take_reply(reply, &streamed) {
-                return ending;
-            }
-            if spent {
-                // The budget's tokens are spent: stop with what the turn has.
-                return (StopReason::MaxTokens, None);
-            }
-            if self.open_calls.is_empty() {
-                // A message steered in during this last model call still
-                // gets an answer in this turn.
-                if inner.no_steering() {
-                    return (StopReason::Completed, None);
+                drop(span);
+                let tokens = reply.as_ref().ok().and_then(|reply| reply.usage).unwrap_or_default();
+                self.usage += RunUsage {
+                    input_tokens: tokens.input_tokens,
+                    output_tokens: tokens.output_tokens,
+                    cache_read_tokens: tokens.cache_read_tokens,
+                    cache_write_tokens: tokens.cache_write_tokens,
+                    model_calls: 1,
+                    attempts: meter.attempts(),
+                    limit_wait_ms: u64::try_from(meter.limit_wait().as_millis()).unwrap_or(u64::MAX),
+                };
+                // Charged before the answer is read further: an answer that
+                // stops the turn (its token limit, a refusal) spent them too.
+                let spent = match (inner.budget(), reply.as_ref().ok().and_then(|reply| reply.usage)) {
+                    (Some(lease), Some(usage)) => lease.charge_tokens(usage.total()),
+                    _ => false,
+                };
+                if let Some(ending) = self.take_reply(reply, &streamed) {
+                    return ending;
                 }
-                continue;
-            }
-            // Boxed: held inline, its state would size every turn's
-            // future, also the many that wait on a model call.
-            match Box::pin(self.run_tools(cancel, deadline)).await {
-                Ok(true) => return (StopReason::Completed, None),
-                Ok(false) => {}
-                Err(reason) => return reason,
+                if spent {
+                    // The budget's tokens are spent: stop with what the turn has.
+                    return (StopReason::MaxTokens, None);
+                }
+                if self.open_calls.is_empty() {
+                    // A message steered in during this last model call still
+                    // gets an answer in this turn.
+                    if inner.no_steering() {
+                        return (StopReason::Completed, None);
+                    }
+                    continue;
+                }
+                // Boxed: held inline, its state would size every turn's
+                // future, also the many that wait on a model call.
+                match Box::pin(self.run_tools(cancel, deadline)).await {
+                    Ok(true) => return (StopReason::Completed, None),
+                    Ok(false) => {}
+                    Err(reason) => return reason,
+                }
             }
         }
     }
@@ -498,14 +509,15 @@ impl Drop for Turn<'_> {
     }
 }
 
-/// `future` polled (and dropped) inside `span`: what `Instrument` does,
-/// holding a reference to the span where `Instrument` holds a copy of it.
-fn in_span<F: std::future::Future + Unpin>(span: &tracing::Span, future: F) -> InSpan<'_, F> {
+/// `future` polled (and dropped) inside `span`, if there is one: what
+/// `Instrument` does, holding a reference to the span where `Instrument`
+/// holds a copy of it.
+fn in_span<F: std::future::Future + Unpin>(span: Option<&tracing::Span>, future: F) -> InSpan<'_, F> {
     InSpan { span, future: Some(future) }
 }
 
 struct InSpan<'a, F> {
-    span: &'a tracing::Span,
+    span: Option<&'a tracing::Span>,
     /// `None` once dropped (inside the span).
     future: Option<F>,
 }
@@ -515,7 +527,7 @@ impl<F: std::future::Future + Unpin> std::future::Future for InSpan<'_, F> {
 
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
         let this = &mut *self;
-        let _entered = this.span.enter();
+        let _entered = this.span.map(tracing::Span::enter);
         let future = this.future.as_mut().expect("an InSpan is not polled after it resolved");
         std::pin::Pin::new(future).poll(cx)
     }
@@ -523,7 +535,7 @@ impl<F: std::future::Future + Unpin> std::future::Future for InSpan<'_, F> {
 
 impl<F> Drop for InSpan<'_, F> {
     fn drop(&mut self) {
-        let _entered = self.span.enter();
+        let _entered = self.span.map(tracing::Span::enter);
         drop(self.future.take());
     }
 }

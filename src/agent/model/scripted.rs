@@ -160,11 +160,13 @@ impl ScriptMatch {
     }
 }
 
+/// One per live session, so kept small (`u32`s: a script has fewer steps
+/// and a model fewer scripts than that).
 struct Binding {
-    /// The index of its script, if one fits.
-    script: Option<usize>,
-    cursor: usize,
     calls: u64,
+    /// The index of its script, if one fits.
+    script: Option<u32>,
+    cursor: u32,
 }
 
 /// Deterministic scripts keyed by session. Cheap to clone (shared state).
@@ -185,7 +187,8 @@ impl std::fmt::Debug for ScriptedModel {
 struct Inner {
     scripts: Vec<(ScriptMatch, Vec<Step>)>,
     fallback: Step,
-    bindings: DashMap<String, Binding>,
+    /// Keyed by a boxed id (16 bytes a slot, not a `String`'s 24).
+    bindings: DashMap<Box<str>, Binding>,
     calls: AtomicU64,
     requests: Option<Mutex<Vec<ModelRequest>>>,
 }
@@ -251,16 +254,18 @@ impl ScriptedModel {
     fn next_step(&self, request: &ModelRequest) -> &Step {
         let inner = &*self.inner;
         let (script, cursor) = {
-            let mut binding = inner.bindings.entry(request.session_id.clone()).or_insert_with(|| Binding {
-                script: inner.scripts.iter().position(|(m, _)| m.fits(request)),
-                cursor: 0,
+            let mut binding = inner.bindings.entry(request.session_id.as_str().into()).or_insert_with(|| Binding {
                 calls: 0,
+                script: inner.scripts.iter().position(|(m, _)| m.fits(request)).and_then(|i| u32::try_from(i).ok()),
+                cursor: 0,
             });
             binding.calls += 1;
-            binding.cursor += 1;
-            (binding.script, binding.cursor - 1)
+            let cursor = binding.cursor;
+            binding.cursor = cursor.saturating_add(1);
+            (binding.script, cursor)
         };
-        script.and_then(|script| inner.scripts[script].1.get(cursor)).unwrap_or(&inner.fallback)
+        let step = |script: u32| inner.scripts[script as usize].1.get(cursor as usize);
+        script.and_then(step).unwrap_or(&inner.fallback)
     }
 }
 
