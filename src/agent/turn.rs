@@ -222,63 +222,41 @@ impl<'a> Turn<'a> {
                         return (StopReason::Error, Some(TurnError::session(&error)));
                     }
                 }
-                let meter = CallMeter::default();
-                self.model_calls += 1;
-                let span = tracing::debug_span!(
-                    "model_call",
-                    model = inner.model.name(),
-                    step = self.model_calls,
-                    otel.name = tracing::field::Empty,
-                    otel.kind = tracing::field::Empty,
-                    otel.status_code = tracing::field::Empty,
-                    gen_ai.operation.name = tracing::field::Empty,
-                    gen_ai.provider.name = tracing::field::Empty,
-                    gen_ai.request.model = tracing::field::Empty,
-                    gen_ai.response.finish_reasons = tracing::field::Empty,
-                    gen_ai.usage.input_tokens = tracing::field::Empty,
-                    gen_ai.usage.output_tokens = tracing::field::Empty,
-                    error.type = tracing::field::Empty,
-                );
-                telemetry::chat(&span, inner.model.name());
-                // Kept (boxed) only when enabled: a span no subscriber wants
-                // is 40 bytes of the turn's state for nothing while it waits.
-                let span = (!span.is_disabled()).then(|| Box::new(span));
-                // The request is built in the call, so the turn's state does not
-                // keep its room while the model answers (the model owns it).
-                let reply = tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => Err(ModelError::Cancelled),
-                    // The budget's time is up: stop with what the turn has.
-                    () = until(deadline) => Err(ModelError::Cancelled),
-                    reply = in_span(span.as_deref(), inner.model.complete(self.request(&chunks, &meter), cancel.clone())) => reply,
+                // A block of its own: the call's span, meter and reply are
+                // not part of the turn's state while its tools run.
+                let (spent, ended) = {
+                    let meter = CallMeter::default();
+                    self.model_calls += 1;
+                    let span = self.model_call_span();
+                    // The request is built in the call, so the turn's state does not
+                    // keep its room while the model answers (the model owns it).
+                    let reply = tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => Err(ModelError::Cancelled),
+                        // The budget's time is up: stop with what the turn has.
+                        () = until(deadline) => Err(ModelError::Cancelled),
+                        reply = in_span(span.as_deref(), inner.model.complete(self.request(&chunks, &meter), cancel.clone())) => reply,
+                    };
+                    chat_ended(span, &reply);
+                    let tokens = reply.as_ref().ok().and_then(|reply| reply.usage).unwrap_or_default();
+                    self.usage += RunUsage {
+                        input_tokens: tokens.input_tokens,
+                        output_tokens: tokens.output_tokens,
+                        cache_read_tokens: tokens.cache_read_tokens,
+                        cache_write_tokens: tokens.cache_write_tokens,
+                        model_calls: 1,
+                        attempts: meter.attempts(),
+                        limit_wait_ms: u64::try_from(meter.limit_wait().as_millis()).unwrap_or(u64::MAX),
+                    };
+                    // Charged before the answer is read further: an answer that
+                    // stops the turn (its token limit, a refusal) spent them too.
+                    let spent = match (inner.budget(), reply.as_ref().ok().and_then(|reply| reply.usage)) {
+                        (Some(lease), Some(usage)) => lease.charge_tokens(usage.total()),
+                        _ => false,
+                    };
+                    (spent, self.take_reply(reply, &streamed))
                 };
-                let span = span.map_or_else(tracing::Span::none, |span| *span);
-                match &reply {
-                    Ok(reply) => telemetry::chat_answered(
-                        &span,
-                        reply.finish.convention_name(),
-                        reply.usage.as_ref().map(|usage| (usage.input_tokens, usage.output_tokens)),
-                    ),
-                    Err(error) => telemetry::chat_failed(&span, error.kind()),
-                }
-                drop(span);
-                let tokens = reply.as_ref().ok().and_then(|reply| reply.usage).unwrap_or_default();
-                self.usage += RunUsage {
-                    input_tokens: tokens.input_tokens,
-                    output_tokens: tokens.output_tokens,
-                    cache_read_tokens: tokens.cache_read_tokens,
-                    cache_write_tokens: tokens.cache_write_tokens,
-                    model_calls: 1,
-                    attempts: meter.attempts(),
-                    limit_wait_ms: u64::try_from(meter.limit_wait().as_millis()).unwrap_or(u64::MAX),
-                };
-                // Charged before the answer is read further: an answer that
-                // stops the turn (its token limit, a refusal) spent them too.
-                let spent = match (inner.budget(), reply.as_ref().ok().and_then(|reply| reply.usage)) {
-                    (Some(lease), Some(usage)) => lease.charge_tokens(usage.total()),
-                    _ => false,
-                };
-                if let Some(ending) = self.take_reply(reply, &streamed) {
+                if let Some(ending) = ended {
                     return ending;
                 }
                 if spent {
@@ -302,6 +280,30 @@ impl<'a> Turn<'a> {
                 }
             }
         }
+    }
+
+    /// The model call's span, after its opening telemetry. Kept (boxed)
+    /// only when enabled: a span no subscriber wants would be 40 bytes of
+    /// the turn's state for nothing while the model answers.
+    fn model_call_span(&self) -> Option<Box<tracing::Span>> {
+        let inner = self.inner;
+        let span = tracing::debug_span!(
+            "model_call",
+            model = inner.model.name(),
+            step = self.model_calls,
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = tracing::field::Empty,
+            gen_ai.provider.name = tracing::field::Empty,
+            gen_ai.request.model = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        telemetry::chat(&span, inner.model.name());
+        (!span.is_disabled()).then(|| Box::new(span))
     }
 
     /// The model call's request: the conversation so far, the tools, the route.
@@ -506,6 +508,19 @@ impl Drop for Turn<'_> {
         if !self.ended {
             self.end(StopReason::Aborted, None);
         }
+    }
+}
+
+/// The model call's closing telemetry.
+fn chat_ended(span: Option<Box<tracing::Span>>, reply: &Result<ModelReply, ModelError>) {
+    let span = span.map_or_else(tracing::Span::none, |span| *span);
+    match reply {
+        Ok(reply) => telemetry::chat_answered(
+            &span,
+            reply.finish.convention_name(),
+            reply.usage.as_ref().map(|usage| (usage.input_tokens, usage.output_tokens)),
+        ),
+        Err(error) => telemetry::chat_failed(&span, error.kind()),
     }
 }
 
