@@ -187,6 +187,7 @@ struct Turn<'a> {
 impl<'a> Turn<'a> {
     /// An `async` block, not an `async fn`: the turn and its token are
     /// held once in the state, not once as arguments and again as locals.
+    #[allow(clippy::manual_async_fn, reason = "an async fn would hold its arguments twice")]
     fn drive<'t>(
         &'t mut self,
         cancel: &'t CancellationToken,

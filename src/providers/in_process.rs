@@ -738,6 +738,7 @@ struct Driver {
 impl Driver {
     /// An `async` block, not an `async fn`: the driver is held once in the
     /// run's state, not once as an argument and again as a local.
+    #[allow(clippy::manual_async_fn, reason = "an async fn would hold the driver twice")]
     fn run(self, prompt: Vec<ContentBlock>) -> impl std::future::Future<Output = RunResult> {
         // One await, whose value is the block's: the first turn's outcome
         // is never a local beside the turn's future (it would add its

@@ -142,7 +142,8 @@ impl SessionStore {
         // With no directory the index is never filled and the directory
         // never made: every in-memory store shares one empty pair, so a
         // run on one costs no index of its own (about 260 bytes).
-        static UNUSED: OnceLock<(Arc<OnceLock<()>>, Arc<Mutex<Indexed>>)> = OnceLock::new();
+        type Unused = (Arc<OnceLock<()>>, Arc<Mutex<Indexed>>);
+        static UNUSED: OnceLock<Unused> = OnceLock::new();
         let (dir_ready, index) = UNUSED.get_or_init(Default::default);
         SessionStore {
             dir: None,
