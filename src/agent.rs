@@ -131,7 +131,7 @@ pub struct AgentBuilder {
     max_steps: u32,
     seed: Vec<SessionEvent>,
     on_update: Option<UpdateSink>,
-    cancel: Option<CancellationToken>,
+    cancel: Option<GivenToken>,
     budget: Option<BudgetLease>,
 }
 
@@ -242,7 +242,17 @@ impl AgentBuilder {
 
     /// Cancelling this token cancels every turn of the agent, now and later.
     pub fn cancel_token(mut self, token: CancellationToken) -> Self {
-        self.cancel = Some(token);
+        self.cancel = Some(GivenToken::Above(token));
+        self
+    }
+
+    /// The agent's cancellation is this token itself: [`Agent::cancel`]
+    /// trips it, and turns after that are cancelled too. For an agent that
+    /// lives as long as one cancellable thing (an in-process run's child,
+    /// whose run's token trips whenever the child is cancelled): it saves
+    /// the token a child of it would cost (over 100 bytes an agent).
+    pub(crate) fn own_cancel_token(mut self, token: CancellationToken) -> Self {
+        self.cancel = Some(GivenToken::Own(token));
         self
     }
 
@@ -316,6 +326,14 @@ impl AgentBuilder {
     }
 }
 
+/// The cancellation token an agent was given.
+enum GivenToken {
+    /// Cancels the agent; [`Agent::cancel`] trips a child of it.
+    Above(CancellationToken),
+    /// Is the agent's own: [`Agent::cancel`] trips it.
+    Own(CancellationToken),
+}
+
 /// How a built agent gets its session.
 enum Opening {
     Resume { store: SessionStore, id: String, depth: u32 },
@@ -331,7 +349,7 @@ struct AgentParts {
     options: AgentOptions,
     max_steps: u32,
     on_update: Option<UpdateSink>,
-    cancel: Option<CancellationToken>,
+    cancel: Option<GivenToken>,
     budget: Option<BudgetLease>,
 }
 
@@ -343,7 +361,14 @@ impl AgentParts {
             prompt.set(SystemPrompt::PERSONA, persona);
         }
         toolset.set_depth(session.header().depth);
-        let root = cancel.unwrap_or_default();
+        let (root, generation) = match cancel {
+            Some(GivenToken::Own(token)) => (token.clone(), token),
+            Some(GivenToken::Above(root)) => (root.clone(), root.child_token()),
+            None => {
+                let root = CancellationToken::new();
+                (root.clone(), root.child_token())
+            }
+        };
         Agent {
             inner: Arc::new(AgentInner {
                 id: session.id().into(),
@@ -351,20 +376,39 @@ impl AgentParts {
                 model,
                 tools: toolset,
                 system: prompt.rendered(),
-                options,
+                options: shared_route(options),
                 max_steps,
                 session: Mutex::new(session),
                 turn_lock: tokio::sync::Mutex::new(()),
                 busy: Busy::default(),
-                cancel: Mutex::new(root.child_token()),
+                cancel: Mutex::new(generation),
                 root_cancel: root,
-                steering: Mutex::new(VecDeque::new()),
+                rare: match budget {
+                    Some(lease) => OnceLock::from(Box::new(Rare { budget: OnceLock::from(lease), ..Rare::default() })),
+                    None => OnceLock::new(),
+                },
                 on_update,
-                teardowns: Mutex::new(Vec::new()),
-                budget: budget.map(OnceLock::from).unwrap_or_default(),
             }),
         }
     }
+}
+
+/// The route `options`, shared with the agents already on the same one
+/// (children of one provider, most often): an agent holds a pointer to it,
+/// not a copy.
+fn shared_route(options: AgentOptions) -> Arc<AgentOptions> {
+    /// A few distinct routes are kept; past that, each agent has its own.
+    const KEPT: usize = 64;
+    static SHARED: Mutex<Vec<Arc<AgentOptions>>> = Mutex::new(Vec::new());
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(kept) = shared.iter().find(|kept| ***kept == options) {
+        return kept.clone();
+    }
+    let options = Arc::new(options);
+    if shared.len() < KEPT {
+        shared.push(options.clone());
+    }
+    options
 }
 
 /// A running agent: run prompts, await idle, cancel, read its session.
@@ -380,7 +424,7 @@ pub(crate) struct AgentInner {
     model: Arc<dyn Model>,
     tools: Toolset,
     system: Arc<str>,
-    options: AgentOptions,
+    options: Arc<AgentOptions>,
     max_steps: u32,
     session: Mutex<Session>,
     turn_lock: tokio::sync::Mutex<()>,
@@ -389,8 +433,16 @@ pub(crate) struct AgentInner {
     /// The current cancellation generation; [`Agent::cancel`] replaces it.
     cancel: Mutex<CancellationToken>,
     root_cancel: CancellationToken,
-    steering: Mutex<VecDeque<Vec<ContentBlock>>>,
     on_update: Option<UpdateSink>,
+    /// Steering messages, cleanups and the budget, made on first use.
+    rare: OnceLock<Box<Rare>>,
+}
+
+/// What few agents use, made on first use: held inline it would size
+/// every agent (a child waiting on its model holds one).
+#[derive(Default)]
+struct Rare {
+    steering: Mutex<VecDeque<Vec<ContentBlock>>>,
     /// Run by [`Agent::shutdown`], once (tools that own background work).
     teardowns: Mutex<Vec<Teardown>>,
     /// The delegation budget it holds: set at build, or opened on its first
@@ -506,7 +558,7 @@ impl Agent {
         let parent = Parent::root(self.inner.cwd.to_path_buf())
             .with_session(self.id())
             .with_depth(depth)
-            .with_route(self.inner.options.clone())
+            .with_route(AgentOptions::clone(&self.inner.options))
             .with_agent(LocalAgent::new(self.id(), self.clone()));
         match self.budget() {
             Some(lease) => parent.with_budget_lease(lease),
@@ -516,13 +568,13 @@ impl Agent {
 
     /// The delegation budget this agent holds, if any.
     pub fn budget(&self) -> Option<BudgetLease> {
-        self.inner.budget.get().cloned()
+        self.inner.budget().cloned()
     }
 
     /// The lease this agent holds, opening `budget` on it first when it
     /// holds none (it becomes the root of that budget's tree).
     pub fn budget_or_open(&self, budget: Budget) -> BudgetLease {
-        self.inner.budget.get_or_init(|| budget.lease()).clone()
+        self.inner.rare().budget.get_or_init(|| budget.lease()).clone()
     }
 
     /// Hands `update` to the agent's update sink, if it has one.
@@ -545,11 +597,14 @@ impl Agent {
     /// issued right after reaches it even if it has not started yet.
     pub fn prompt(&self, prompt: impl Into<Prompt>) -> impl std::future::Future<Output = TurnOutcome> + Send + '_ {
         let prompt = prompt.into();
-        let cancel = self.inner.lock(&self.inner.cancel).child_token();
+        // The generation's own token, not a child of it: what cancels a
+        // turn is the generation's cancel, and a child would cost a tree
+        // node (over 100 bytes) per turn for nothing.
+        let cancel = self.inner.lock(&self.inner.cancel).clone();
         self.inner.busy.count.fetch_add(1, Ordering::AcqRel);
         let busy = BusyGuard(&self.inner.busy);
         async move {
-            let _busy = busy;
+            let _busy = &busy;
             let _turn = self.inner.turn_lock.lock().await;
             turn::run(&self.inner, prompt.0, cancel).await
         }
@@ -579,7 +634,8 @@ impl Agent {
     /// Queues a message for the running turn: it reaches the model at the
     /// next model call (or at the start of the next turn).
     pub fn steer(&self, message: impl Into<Prompt>) {
-        self.inner.lock(&self.inner.steering).push_back(message.into().0);
+        let rare = self.inner.rare();
+        self.inner.lock(&rare.steering).push_back(message.into().0);
     }
 
     /// Every session event so far.
@@ -599,7 +655,8 @@ impl Agent {
 
     /// Registers cleanup for [`Agent::shutdown`] (a tool's background work).
     pub fn on_shutdown(&self, teardown: impl FnOnce() -> BoxFuture<'static, ()> + Send + 'static) {
-        self.inner.lock(&self.inner.teardowns).push(Box::new(teardown));
+        let rare = self.inner.rare();
+        self.inner.lock(&rare.teardowns).push(Box::new(teardown));
     }
 
     /// Ends the agent's life: cancels its turns, waits until idle, runs the
@@ -608,7 +665,10 @@ impl Agent {
     pub async fn shutdown(&self) -> Result<(), SessionError> {
         self.cancel();
         self.idle().await;
-        let teardowns = std::mem::take(&mut *self.inner.lock(&self.inner.teardowns));
+        let teardowns = match self.inner.rare.get() {
+            Some(rare) => std::mem::take(&mut *self.inner.lock(&rare.teardowns)),
+            None => Vec::new(),
+        };
         for teardown in teardowns {
             teardown().await;
         }
@@ -635,6 +695,28 @@ impl AgentInner {
 
     fn session(&self) -> MutexGuard<'_, Session> {
         self.lock(&self.session)
+    }
+
+    fn rare(&self) -> &Rare {
+        self.rare.get_or_init(Box::default)
+    }
+
+    /// The delegation budget it holds, if any.
+    fn budget(&self) -> Option<&BudgetLease> {
+        self.rare.get().and_then(|rare| rare.budget.get())
+    }
+
+    /// The steering messages queued so far, taken.
+    fn take_steering(&self) -> Vec<Vec<ContentBlock>> {
+        match self.rare.get() {
+            Some(rare) => self.lock(&rare.steering).drain(..).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Whether no steering message is queued.
+    fn no_steering(&self) -> bool {
+        self.rare.get().is_none_or(|rare| self.lock(&rare.steering).is_empty())
     }
 }
 

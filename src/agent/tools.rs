@@ -284,9 +284,14 @@ impl Entry {
 /// One agent's tools, gates and filter. Cloning shares the tools.
 #[derive(Clone, Default)]
 pub struct Toolset {
-    entries: Vec<Arc<Entry>>,
-    gates: Vec<Arc<dyn ToolGate>>,
-    filter: Option<ToolFilter>,
+    /// Shared by clones until one changes (each child of a provider holds
+    /// a clone of its set: no list of its own unless it adds or removes).
+    entries: Arc<Vec<Arc<Entry>>>,
+    /// Shared by clones until one adds a gate (most sets have none).
+    gates: Arc<Vec<Arc<dyn ToolGate>>>,
+    /// Shared (clones and children of one filter hold one copy), and
+    /// boxed: most tool sets have none, and the agent holds its set inline.
+    filter: Option<Arc<ToolFilter>>,
     /// The owning agent's delegation depth ([`Tool::offered_at_depth`]).
     depth: u32,
     /// Whether some tool is not offered at `depth`, so the shared list
@@ -337,14 +342,14 @@ impl Toolset {
             return Err(ToolError::InvalidSchema { name: spec.name, reason });
         }
         let dynamic = tool.dynamic();
-        self.entries.push(Arc::new(Entry { spec, schema: OnceLock::new(), tool, exempt, dynamic }));
+        Arc::make_mut(&mut self.entries).push(Arc::new(Entry { spec, schema: OnceLock::new(), tool, exempt, dynamic }));
         self.visible = Arc::default();
         Ok(())
     }
 
     /// Compiles every tool's schema now; the first failure is the error.
     pub fn compile_all(&self) -> Result<(), ToolError> {
-        for entry in &self.entries {
+        for entry in self.entries.iter() {
             entry.compiled().map_err(|reason| ToolError::InvalidSchema {
                 name: entry.spec.name.clone(),
                 reason: reason.to_owned(),
@@ -356,19 +361,21 @@ impl Toolset {
     /// Removes a tool by name; returns whether it was there.
     pub fn remove(&mut self, name: &str) -> bool {
         let before = self.entries.len();
-        self.entries.retain(|entry| entry.spec.name != name);
+        if self.entries.iter().any(|entry| entry.spec.name == name) {
+            Arc::make_mut(&mut self.entries).retain(|entry| entry.spec.name != name);
+        }
         self.visible = Arc::default();
         before != self.entries.len()
     }
 
     /// Adds a pre-execute gate; gates run in the order added.
     pub fn add_gate(&mut self, gate: impl ToolGate) {
-        self.gates.push(Arc::new(gate));
+        Arc::make_mut(&mut self.gates).push(Arc::new(gate));
     }
 
     /// Hides and denies tools the filter does not permit.
     pub fn set_filter(&mut self, filter: ToolFilter) {
-        self.filter = Some(filter);
+        self.filter = Some(Arc::new(filter));
         self.visible = Arc::default();
     }
 
@@ -432,7 +439,7 @@ impl Toolset {
     /// Checks and runs one call. Never fails: every problem is a tool error
     /// the model sees.
     pub async fn execute(&self, call: &ToolCall, context: ToolContext) -> ToolOutput {
-        for gate in &self.gates {
+        for gate in self.gates.iter() {
             if let Err(reason) = gate.check(call) {
                 return ToolOutput::error(format!("tool call {:?} denied: {reason}", call.name));
             }

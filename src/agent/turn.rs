@@ -16,17 +16,17 @@
 
 use std::sync::{Arc, Mutex};
 
-use futures_util::future::join_all;
+use futures_util::future::{join_all, Either};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::model::Finish;
-use super::model::{CallMeter, ChunkSink, ModelError, ModelRequest};
+use super::model::{CallMeter, ChunkSink, ModelError, ModelReply, ModelRequest};
 use super::session::{SessionError, SessionEvent, ToolCall};
 use super::tools::{ToolContext, ToolOutput};
 use super::{Agent, AgentInner};
 use crate::seam::ToolCallStatus;
-use crate::seam::{BudgetLease, Category, ContentBlock, ProgressUpdate, RunUsage, StopReason};
+use crate::seam::{AgentOptions, BudgetLease, Category, ContentBlock, ProgressUpdate, RunUsage, StopReason};
 use crate::telemetry;
 
 /// How a turn ended.
@@ -149,8 +149,14 @@ impl AgentUpdate {
     }
 }
 
-/// Runs one turn; `cancel` is this turn's token.
-pub(crate) async fn run(inner: &Arc<AgentInner>, prompt: Vec<ContentBlock>, cancel: CancellationToken) -> TurnOutcome {
+/// Runs one turn; `cancel` is this turn's token. Call it once the turn
+/// holds the agent's turn lock: the prompt is recorded at once, so the
+/// turn's state does not carry it while the model answers.
+pub(crate) fn run(
+    inner: &Arc<AgentInner>,
+    prompt: Vec<ContentBlock>,
+    cancel: CancellationToken,
+) -> impl std::future::Future<Output = TurnOutcome> + Send + '_ {
     let mut turn = Turn {
         inner,
         open_calls: Vec::new(),
@@ -159,8 +165,13 @@ pub(crate) async fn run(inner: &Arc<AgentInner>, prompt: Vec<ContentBlock>, canc
         usage: RunUsage::default(),
         ended: false,
     };
-    let (reason, error) = turn.drive(prompt, &cancel).await;
-    turn.end(reason, error)
+    match turn.append(SessionEvent::User { content: prompt }) {
+        Err(error) => Either::Left(std::future::ready(turn.end(StopReason::Error, Some(TurnError::session(&error))))),
+        Ok(()) => Either::Right(async move {
+            let (reason, error) = turn.drive(&cancel).await;
+            turn.end(reason, error)
+        }),
+    }
 }
 
 struct Turn<'a> {
@@ -173,148 +184,171 @@ struct Turn<'a> {
     ended: bool,
 }
 
-impl Turn<'_> {
-    async fn drive(&mut self, prompt: Vec<ContentBlock>, cancel: &CancellationToken) -> Ending {
-        let inner = self.inner;
-        if let Err(error) = self.append(SessionEvent::User { content: prompt }) {
-            return (StopReason::Error, Some(TurnError::session(&error)));
-        }
-        let streamed = Arc::new(Mutex::new(String::new()));
-        let chunks = self.chunk_sink(&streamed);
-        loop {
-            // Read each step: a tool may open the agent's budget mid-turn.
-            let budget = inner.budget.get();
-            let deadline = budget.and_then(BudgetLease::deadline);
-            if cancel.is_cancelled() || deadline.is_some_and(|d| d <= std::time::Instant::now()) {
-                return (StopReason::Aborted, None);
-            }
-            if budget.is_some_and(BudgetLease::tokens_spent) {
-                // Spent by this agent or elsewhere in its tree: no more calls.
-                return (StopReason::MaxTokens, None);
-            }
-            if self.model_calls >= inner.max_steps {
-                return (
-                    StopReason::Error,
-                    Some(TurnError {
-                        kind: TurnErrorKind::StepLimit,
-                        message: format!("the turn reached its limit of {} model calls", inner.max_steps),
-                        reason: format!("the turn reached its limit of {} model calls", inner.max_steps),
-                    }),
-                );
-            }
-            let steering: Vec<_> = inner.lock(&inner.steering).drain(..).collect();
-            for content in steering {
-                if let Err(error) = self.append(SessionEvent::User { content }) {
-                    return (StopReason::Error, Some(TurnError::session(&error)));
+impl<'a> Turn<'a> {
+    /// An `async` block, not an `async fn`: the turn and its token are
+    /// held once in the state, not once as arguments and again as locals.
+    #[allow(clippy::manual_async_fn, reason = "an async fn would hold its arguments twice")]
+    fn drive<'t>(
+        &'t mut self,
+        cancel: &'t CancellationToken,
+    ) -> impl std::future::Future<Output = Ending> + Send + use<'a, 't> {
+        async move {
+            let inner = self.inner;
+            let streamed = Arc::new(Mutex::new(String::new()));
+            let chunks = self.chunk_sink(&streamed);
+            loop {
+                // Read each step: a tool may open the agent's budget mid-turn.
+                let budget = inner.budget();
+                let deadline = budget.and_then(BudgetLease::deadline);
+                if cancel.is_cancelled() || deadline.is_some_and(|d| d <= std::time::Instant::now()) {
+                    return (StopReason::Aborted, None);
                 }
-            }
-            let request = ModelRequest {
-                session_id: inner.id.to_string(),
-                system: inner.system.clone(),
-                messages: inner.session().events().into(),
-                tools: inner.tools.visible_specs(),
-                options: inner.options.clone(),
-                chunks: chunks.clone(),
-                meter: CallMeter::default(),
-            };
-            let meter = request.meter.clone();
-            self.model_calls += 1;
-            let span = tracing::debug_span!(
-                "model_call",
-                model = inner.model.name(),
-                step = self.model_calls,
-                otel.name = tracing::field::Empty,
-                otel.kind = tracing::field::Empty,
-                otel.status_code = tracing::field::Empty,
-                gen_ai.operation.name = tracing::field::Empty,
-                gen_ai.provider.name = tracing::field::Empty,
-                gen_ai.request.model = tracing::field::Empty,
-                gen_ai.response.finish_reasons = tracing::field::Empty,
-                gen_ai.usage.input_tokens = tracing::field::Empty,
-                gen_ai.usage.output_tokens = tracing::field::Empty,
-                error.type = tracing::field::Empty,
-            );
-            telemetry::chat(&span, inner.model.name());
-            let reply = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => Err(ModelError::Cancelled),
-                // The budget's time is up: stop with what the turn has.
-                () = until(deadline) => Err(ModelError::Cancelled),
-                reply = inner.model.complete(request, cancel.clone()).instrument(span.clone()) => reply,
-            };
-            match &reply {
-                Ok(reply) => telemetry::chat_answered(
-                    &span,
-                    reply.finish.convention_name(),
-                    reply.usage.as_ref().map(|usage| (usage.input_tokens, usage.output_tokens)),
-                ),
-                Err(error) => telemetry::chat_failed(&span, error.kind()),
-            }
-            drop(span);
-            let tokens = reply.as_ref().ok().and_then(|reply| reply.usage).unwrap_or_default();
-            self.usage += RunUsage {
-                input_tokens: tokens.input_tokens,
-                output_tokens: tokens.output_tokens,
-                cache_read_tokens: tokens.cache_read_tokens,
-                cache_write_tokens: tokens.cache_write_tokens,
-                model_calls: 1,
-                attempts: meter.attempts(),
-                limit_wait_ms: u64::try_from(meter.limit_wait().as_millis()).unwrap_or(u64::MAX),
-            };
-            // Charged before the answer is read further: an answer that
-            // stops the turn (its token limit, a refusal) spent them too.
-            let spent = match (inner.budget.get(), reply.as_ref().ok().and_then(|reply| reply.usage)) {
-                (Some(lease), Some(usage)) => lease.charge_tokens(usage.total()),
-                _ => false,
-            };
-            let reply = match reply {
-                Ok(reply) => reply,
-                Err(ModelError::Cancelled) => return (StopReason::Aborted, None),
-                Err(error) => {
-                    let streamed = inner.lock(&streamed).clone();
-                    if self.output.is_empty() {
-                        self.output = streamed;
+                if budget.is_some_and(BudgetLease::tokens_spent) {
+                    // Spent by this agent or elsewhere in its tree: no more calls.
+                    return (StopReason::MaxTokens, None);
+                }
+                if self.model_calls >= inner.max_steps {
+                    return (
+                        StopReason::Error,
+                        Some(TurnError {
+                            kind: TurnErrorKind::StepLimit,
+                            message: format!("the turn reached its limit of {} model calls", inner.max_steps),
+                            reason: format!("the turn reached its limit of {} model calls", inner.max_steps),
+                        }),
+                    );
+                }
+                let steering = inner.take_steering();
+                for content in steering {
+                    if let Err(error) = self.append(SessionEvent::User { content }) {
+                        return (StopReason::Error, Some(TurnError::session(&error)));
                     }
-                    let error = TurnError {
-                        kind: TurnErrorKind::Model,
-                        message: error.to_string(),
-                        reason: error.safe_reason(),
+                }
+                // A block of its own: the call's span, meter and reply are
+                // not part of the turn's state while its tools run.
+                let (spent, ended) = {
+                    let meter = CallMeter::default();
+                    self.model_calls += 1;
+                    let span = self.model_call_span();
+                    // The request is built in the call, so the turn's state does not
+                    // keep its room while the model answers (the model owns it).
+                    let reply = tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => Err(ModelError::Cancelled),
+                        // The budget's time is up: stop with what the turn has.
+                        () = until(deadline) => Err(ModelError::Cancelled),
+                        reply = in_span(span.as_deref(), inner.model.complete(self.request(&chunks, &meter), cancel.clone())) => reply,
                     };
-                    return (StopReason::Error, Some(error));
+                    chat_ended(span, &reply);
+                    let tokens = reply.as_ref().ok().and_then(|reply| reply.usage).unwrap_or_default();
+                    self.usage += RunUsage {
+                        input_tokens: tokens.input_tokens,
+                        output_tokens: tokens.output_tokens,
+                        cache_read_tokens: tokens.cache_read_tokens,
+                        cache_write_tokens: tokens.cache_write_tokens,
+                        model_calls: 1,
+                        attempts: meter.attempts(),
+                        limit_wait_ms: u64::try_from(meter.limit_wait().as_millis()).unwrap_or(u64::MAX),
+                    };
+                    // Charged before the answer is read further: an answer that
+                    // stops the turn (its token limit, a refusal) spent them too.
+                    let spent = match (inner.budget(), reply.as_ref().ok().and_then(|reply| reply.usage)) {
+                        (Some(lease), Some(usage)) => lease.charge_tokens(usage.total()),
+                        _ => false,
+                    };
+                    (spent, self.take_reply(reply, &streamed))
+                };
+                if let Some(ending) = ended {
+                    return ending;
                 }
-            };
-            if !reply.text.is_empty() {
-                self.output.clone_from(&reply.text);
-            }
-            let calls = reply.tool_calls.clone();
-            let assistant = SessionEvent::Assistant { text: reply.text, tool_calls: reply.tool_calls };
-            if let Err(error) = self.append(assistant) {
-                return (StopReason::Error, Some(TurnError::session(&error)));
-            }
-            self.open_calls = calls;
-            if let Some(reason) = stop_reason_of(reply.finish) {
-                return (reason, None);
-            }
-            if spent {
-                // The budget's tokens are spent: stop with what the turn has.
-                return (StopReason::MaxTokens, None);
-            }
-            if self.open_calls.is_empty() {
-                // A message steered in during this last model call still
-                // gets an answer in this turn.
-                if inner.lock(&inner.steering).is_empty() {
-                    return (StopReason::Completed, None);
+                if spent {
+                    // The budget's tokens are spent: stop with what the turn has.
+                    return (StopReason::MaxTokens, None);
                 }
-                continue;
-            }
-            // Boxed: held inline, its state would size every turn's
-            // future, also the many that wait on a model call.
-            match Box::pin(self.run_tools(cancel, deadline)).await {
-                Ok(true) => return (StopReason::Completed, None),
-                Ok(false) => {}
-                Err(reason) => return reason,
+                if self.open_calls.is_empty() {
+                    // A message steered in during this last model call still
+                    // gets an answer in this turn.
+                    if inner.no_steering() {
+                        return (StopReason::Completed, None);
+                    }
+                    continue;
+                }
+                // Boxed: held inline, its state would size every turn's
+                // future, also the many that wait on a model call.
+                match Box::pin(self.run_tools(cancel, deadline)).await {
+                    Ok(true) => return (StopReason::Completed, None),
+                    Ok(false) => {}
+                    Err(reason) => return reason,
+                }
             }
         }
+    }
+
+    /// The model call's span, after its opening telemetry. Kept (boxed)
+    /// only when enabled: a span no subscriber wants would be 40 bytes of
+    /// the turn's state for nothing while the model answers.
+    fn model_call_span(&self) -> Option<Box<tracing::Span>> {
+        let inner = self.inner;
+        let span = tracing::debug_span!(
+            "model_call",
+            model = inner.model.name(),
+            step = self.model_calls,
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = tracing::field::Empty,
+            gen_ai.provider.name = tracing::field::Empty,
+            gen_ai.request.model = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        telemetry::chat(&span, inner.model.name());
+        (!span.is_disabled()).then(|| Box::new(span))
+    }
+
+    /// The model call's request: the conversation so far, the tools, the route.
+    fn request(&self, chunks: &Option<ChunkSink>, meter: &CallMeter) -> ModelRequest {
+        let inner = self.inner;
+        ModelRequest {
+            session_id: inner.id.to_string(),
+            system: inner.system.clone(),
+            messages: inner.session().events().into(),
+            tools: inner.tools.visible_specs(),
+            options: AgentOptions::clone(&inner.options),
+            chunks: chunks.clone(),
+            meter: meter.clone(),
+        }
+    }
+
+    /// Records the model's answer (its calls become the open ones); the
+    /// turn's end when the answer (or its failure) ends it. A function of
+    /// its own so the reply is not part of the turn's state while its
+    /// tools run.
+    fn take_reply(&mut self, reply: Result<ModelReply, ModelError>, streamed: &Mutex<String>) -> Option<Ending> {
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(ModelError::Cancelled) => return Some((StopReason::Aborted, None)),
+            Err(error) => {
+                let streamed = self.inner.lock(streamed).clone();
+                if self.output.is_empty() {
+                    self.output = streamed;
+                }
+                let error =
+                    TurnError { kind: TurnErrorKind::Model, message: error.to_string(), reason: error.safe_reason() };
+                return Some((StopReason::Error, Some(error)));
+            }
+        };
+        if !reply.text.is_empty() {
+            self.output.clone_from(&reply.text);
+        }
+        let calls = reply.tool_calls.clone();
+        let assistant = SessionEvent::Assistant { text: reply.text, tool_calls: reply.tool_calls };
+        if let Err(error) = self.append(assistant) {
+            return Some((StopReason::Error, Some(TurnError::session(&error))));
+        }
+        self.open_calls = calls;
+        stop_reason_of(reply.finish).map(|reason| (reason, None))
     }
 
     /// Runs the open calls in order, consecutive concurrent ones together.
@@ -475,6 +509,50 @@ impl Drop for Turn<'_> {
         if !self.ended {
             self.end(StopReason::Aborted, None);
         }
+    }
+}
+
+/// The model call's closing telemetry.
+fn chat_ended(span: Option<Box<tracing::Span>>, reply: &Result<ModelReply, ModelError>) {
+    let span = span.map_or_else(tracing::Span::none, |span| *span);
+    match reply {
+        Ok(reply) => telemetry::chat_answered(
+            &span,
+            reply.finish.convention_name(),
+            reply.usage.as_ref().map(|usage| (usage.input_tokens, usage.output_tokens)),
+        ),
+        Err(error) => telemetry::chat_failed(&span, error.kind()),
+    }
+}
+
+/// `future` polled (and dropped) inside `span`, if there is one: what
+/// `Instrument` does, holding a reference to the span where `Instrument`
+/// holds a copy of it.
+fn in_span<F: std::future::Future + Unpin>(span: Option<&tracing::Span>, future: F) -> InSpan<'_, F> {
+    InSpan { span, future: Some(future) }
+}
+
+struct InSpan<'a, F> {
+    span: Option<&'a tracing::Span>,
+    /// `None` once dropped (inside the span).
+    future: Option<F>,
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for InSpan<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        let this = &mut *self;
+        let _entered = this.span.map(tracing::Span::enter);
+        let future = this.future.as_mut().expect("an InSpan is not polled after it resolved");
+        std::pin::Pin::new(future).poll(cx)
+    }
+}
+
+impl<F> Drop for InSpan<'_, F> {
+    fn drop(&mut self) {
+        let _entered = self.span.map(tracing::Span::enter);
+        drop(self.future.take());
     }
 }
 

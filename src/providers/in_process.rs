@@ -33,11 +33,14 @@ use crate::agent::MCP_TOOL_PREFIX;
 const MCP_TOOL_PREFIX: &str = "mcp__";
 
 use std::cell::{Cell, RefCell};
+use std::future::Ready;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures_util::future::{BoxFuture, LocalBoxFuture};
+use futures_util::future::{BoxFuture, Either, LocalBoxFuture};
+use futures_util::FutureExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -137,12 +140,15 @@ struct InProcessConfig {
 /// [`InProcessProvider::spawn`] or [`InProcessProvider::fork`]); configure
 /// it with the `with_*` methods before registering it.
 pub struct InProcessProvider {
-    name: String,
+    /// Shared with each run (its diagnostics name the provider).
+    name: Arc<str>,
     config: InProcessConfig,
     fork: bool,
     /// The session store for the runtime home last seen (one per provider
     /// in practice), so the sessions directory is checked once.
-    store: Mutex<Option<(PathBuf, SessionStore)>>,
+    store: Mutex<Option<(PathBuf, Arc<SessionStore>)>>,
+    /// The store of a provider that keeps sessions in memory.
+    in_memory: Arc<SessionStore>,
 }
 
 impl std::fmt::Debug for InProcessProvider {
@@ -171,7 +177,13 @@ impl InProcessProvider {
             #[cfg(feature = "mcp")]
             mcp: None,
         };
-        InProcessProvider { name, config, fork, store: Mutex::new(None) }
+        InProcessProvider {
+            name: name.into(),
+            config,
+            fork,
+            store: Mutex::new(None),
+            in_memory: Arc::new(SessionStore::in_memory()),
+        }
     }
 
     /// Pick models by the route's `provider`.
@@ -263,15 +275,17 @@ impl InProcessProvider {
         }
     }
 
-    fn store(&self, context: &ProviderContext) -> SessionStore {
+    /// Shared: a run holds the store (to roll back a session that never
+    /// ran) without a copy of its own.
+    fn store(&self, context: &ProviderContext) -> Arc<SessionStore> {
         if !self.config.persist {
-            return SessionStore::in_memory();
+            return self.in_memory.clone();
         }
         let mut cached = self.store.lock().unwrap_or_else(|e| e.into_inner());
         match &*cached {
             Some((home, store)) if home == context.home_path() => store.clone(),
             _ => {
-                let store = SessionStore::new(context.home_path());
+                let store = Arc::new(SessionStore::new(context.home_path()));
                 *cached = Some((context.home_path().to_path_buf(), store.clone()));
                 store
             }
@@ -314,7 +328,10 @@ impl InProcessProvider {
             }
         };
         let captured = Arc::new(AtomicBool::new(false));
-        let mut builder = builder.cancel_token(cancel.clone()).on_update(progress_sink(&context));
+        // The launch token is the agent's own: it trips whenever the run is
+        // cancelled or disposed (before `Child::cancel`), and the agent
+        // outlives no run, so it needs no token of its own below it.
+        let mut builder = builder.own_cancel_token(cancel.clone()).on_update(progress_sink(&context));
         let lease = context.budget().cloned().or_else(|| self.config.budget.map(Budget::lease));
         if let Some(lease) = lease {
             // The child spends its tokens and time on this lease and its
@@ -331,7 +348,7 @@ impl InProcessProvider {
             builder = builder.prompt_section(STRUCTURED_SECTION, STRUCTURED_INSTRUCTION);
         }
         Ok(Prepared {
-            provider: self.name.as_str().into(),
+            provider: self.name.clone(),
             builder,
             seed,
             prompt: request.prompt,
@@ -552,7 +569,7 @@ struct Prepared {
     structured: Option<Arc<AtomicBool>>,
     nudges: u32,
     roll_back_unstarted: bool,
-    store: SessionStore,
+    store: Arc<SessionStore>,
     cancel: CancellationToken,
     /// The child's working directory (a per-run MCP server's too).
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
@@ -614,7 +631,8 @@ impl Prepared {
 /// Child updates become `Progress` events; they never enter the parent's
 /// conversation.
 fn progress_sink(context: &ProviderContext) -> Arc<dyn Fn(&AgentUpdate) + Send + Sync> {
-    let context = context.clone();
+    // Only the reporter, not the whole context: the sink lives as long as the run.
+    let run = context.run.clone();
     Arc::new(move |update: &AgentUpdate| {
         let progress = match update {
             AgentUpdate::Text(text) => ProgressUpdate::MessageChunk { text: text.clone() },
@@ -625,7 +643,7 @@ fn progress_sink(context: &ProviderContext) -> Arc<dyn Fn(&AgentUpdate) + Send +
                 None => return,
             },
         };
-        context.progress(progress);
+        run.progress(progress);
     })
 }
 
@@ -640,7 +658,7 @@ struct InProcessChild {
     started: Cell<bool>,
     /// A new session that never ran is deleted on dispose (rollback).
     roll_back_unstarted: bool,
-    store: SessionStore,
+    store: Arc<SessionStore>,
     cancel: CancellationToken,
     /// The per-run MCP servers this run started, closed at its dispose.
     #[cfg(feature = "mcp")]
@@ -718,34 +736,60 @@ struct Driver {
 }
 
 impl Driver {
-    async fn run(self, prompt: Vec<ContentBlock>) -> RunResult {
-        let mut outcome = self.agent.prompt(prompt).await;
-        let mut output = std::mem::take(&mut outcome.output);
+    /// An `async` block, not an `async fn`: the driver is held once in the
+    /// run's state, not once as an argument and again as a local.
+    #[allow(clippy::manual_async_fn, reason = "an async fn would hold the driver twice")]
+    fn run(self, prompt: Vec<ContentBlock>) -> impl std::future::Future<Output = RunResult> {
+        // One await, whose value is the block's: the first turn's outcome
+        // is never a local beside the turn's future (it would add its
+        // room, ~150 bytes, to every run's state).
+        async move { self.agent.prompt(prompt).then(|outcome| self.after_turn(outcome)).await }
+    }
+
+    /// The result after the first turn, or the structured nudges to run
+    /// first (boxed: held inline, the nudges' turns would size every
+    /// run's state, most not structured).
+    fn after_turn(
+        &self,
+        mut outcome: TurnOutcome,
+    ) -> Either<Ready<RunResult>, Pin<Box<impl std::future::Future<Output = RunResult> + '_>>> {
+        let output = std::mem::take(&mut outcome.output);
+        match &self.structured {
+            Some(captured) => Either::Right(Box::pin(self.nudged(outcome, output, captured.clone()))),
+            None => Either::Left(std::future::ready(self.settled(&outcome, output, outcome.usage))),
+        }
+    }
+
+    /// A structured run's nudges: re-prompts while the turn finished
+    /// without a capture.
+    async fn nudged(&self, mut outcome: TurnOutcome, mut output: String, captured: Arc<AtomicBool>) -> RunResult {
         let mut usage = outcome.usage;
-        if let Some(captured) = &self.structured {
-            let missing = |outcome: &TurnOutcome| {
-                outcome.stop_reason == StopReason::Completed && !captured.load(Ordering::Acquire)
-            };
-            let mut nudges = self.nudges;
-            while missing(&outcome) && nudges > 0 && !self.cancel.is_cancelled() {
-                nudges -= 1;
-                outcome = self.agent.prompt(STRUCTURED_NUDGE).await;
-                usage += outcome.usage;
-                if !outcome.output.is_empty() {
-                    output = std::mem::take(&mut outcome.output);
-                }
-            }
-            if missing(&outcome) {
-                // A cancel that lands after a capture-less finish is an abort.
-                let (stop_reason, category) = if self.cancel.is_cancelled() {
-                    (StopReason::Aborted, None)
-                } else {
-                    (StopReason::Error, Some(Category::MissingStructuredOutput))
-                };
-                let failure = category.map(|category| Diagnostic::new(&self.provider, Stage::SessionRun, category));
-                return self.result(output, stop_reason, failure, usage);
+        let missing =
+            |outcome: &TurnOutcome| outcome.stop_reason == StopReason::Completed && !captured.load(Ordering::Acquire);
+        let mut nudges = self.nudges;
+        while missing(&outcome) && nudges > 0 && !self.cancel.is_cancelled() {
+            nudges -= 1;
+            outcome = self.agent.prompt(STRUCTURED_NUDGE).await;
+            usage += outcome.usage;
+            if !outcome.output.is_empty() {
+                output = std::mem::take(&mut outcome.output);
             }
         }
+        if missing(&outcome) {
+            // A cancel that lands after a capture-less finish is an abort.
+            let (stop_reason, category) = if self.cancel.is_cancelled() {
+                (StopReason::Aborted, None)
+            } else {
+                (StopReason::Error, Some(Category::MissingStructuredOutput))
+            };
+            let failure = category.map(|category| Diagnostic::new(&self.provider, Stage::SessionRun, category));
+            return self.result(output, stop_reason, failure, usage);
+        }
+        self.settled(&outcome, output, usage)
+    }
+
+    /// The run's result from its last turn.
+    fn settled(&self, outcome: &TurnOutcome, output: String, usage: RunUsage) -> RunResult {
         let failure = outcome.error.as_ref().map(|error| {
             Diagnostic::new(&self.provider, Stage::SessionRun, error.category()).with_reason(error.reason.clone())
         });

@@ -25,7 +25,7 @@ use dashmap::DashMap;
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use super::{Finish, Model, ModelError, ModelReply, ModelRequest, Usage};
+use super::{ChunkSink, Finish, Model, ModelError, ModelReply, ModelRequest, Usage};
 use crate::agent::session::ToolCall;
 
 /// One scripted answer.
@@ -124,10 +124,11 @@ impl Step {
 /// A reply that reports no usage gets a rough one, four bytes a token (at
 /// least one each way): the latest user text in, the answer and its tool
 /// calls out. Enough for a delegation budget's token limit to bite in tests.
-fn with_estimated_usage(mut reply: ModelReply, request: &ModelRequest) -> ModelReply {
+/// `prompt_bytes` is the length of the request's latest user text.
+fn with_estimated_usage(mut reply: ModelReply, prompt_bytes: usize) -> ModelReply {
     if reply.usage.is_none() {
         let tokens = |bytes: usize| u64::try_from(bytes / 4 + 1).unwrap_or(u64::MAX);
-        let prompt = request.last_user_text().map_or(0, |text| text.len());
+        let prompt = prompt_bytes;
         let calls: usize = reply.tool_calls.iter().map(|c| c.name.len() + c.arguments.to_string().len()).sum();
         let usage =
             Usage { input_tokens: tokens(prompt), output_tokens: tokens(reply.text.len() + calls), ..Usage::default() };
@@ -159,10 +160,13 @@ impl ScriptMatch {
     }
 }
 
+/// One per live session, so kept small (`u32`s: a script has fewer steps
+/// and a model fewer scripts than that).
 struct Binding {
-    steps: Arc<[Step]>,
-    cursor: usize,
     calls: u64,
+    /// The index of its script, if one fits.
+    script: Option<u32>,
+    cursor: u32,
 }
 
 /// Deterministic scripts keyed by session. Cheap to clone (shared state).
@@ -181,9 +185,10 @@ impl std::fmt::Debug for ScriptedModel {
 }
 
 struct Inner {
-    scripts: Vec<(ScriptMatch, Arc<[Step]>)>,
+    scripts: Vec<(ScriptMatch, Vec<Step>)>,
     fallback: Step,
-    bindings: DashMap<String, Binding>,
+    /// Keyed by a boxed id (16 bytes a slot, not a `String`'s 24).
+    bindings: DashMap<Box<str>, Binding>,
     calls: AtomicU64,
     requests: Option<Mutex<Vec<ModelRequest>>>,
 }
@@ -215,7 +220,7 @@ impl ScriptedModel {
 
     /// Adds a script; earlier scripts win when several fit.
     pub fn script(self, matching: ScriptMatch, steps: Vec<Step>) -> Self {
-        self.edit(|inner| inner.scripts.push((matching, steps.into())))
+        self.edit(|inner| inner.scripts.push((matching, steps)))
     }
 
     /// The step for sessions without a script or past its end.
@@ -244,16 +249,73 @@ impl ScriptedModel {
         self.inner.requests.as_ref().map(|r| r.lock().unwrap_or_else(|e| e.into_inner()).clone()).unwrap_or_default()
     }
 
-    fn next_step(&self, request: &ModelRequest) -> Step {
-        let inner = &self.inner;
-        let mut binding = inner.bindings.entry(request.session_id.clone()).or_insert_with(|| {
-            let steps = inner.scripts.iter().find(|(m, _)| m.fits(request)).map(|(_, s)| s.clone());
-            Binding { steps: steps.unwrap_or_else(|| Arc::new([])), cursor: 0, calls: 0 }
-        });
-        binding.calls += 1;
-        let step = binding.steps.get(binding.cursor).cloned();
-        binding.cursor += 1;
-        step.unwrap_or_else(|| inner.fallback.clone())
+    /// The session's next step, borrowed from the script (or the
+    /// fallback): a call's future walks it without a copy.
+    fn next_step(&self, request: &ModelRequest) -> &Step {
+        let inner = &*self.inner;
+        let (script, cursor) = {
+            let mut binding = inner.bindings.entry(request.session_id.as_str().into()).or_insert_with(|| Binding {
+                calls: 0,
+                script: inner.scripts.iter().position(|(m, _)| m.fits(request)).and_then(|i| u32::try_from(i).ok()),
+                cursor: 0,
+            });
+            binding.calls += 1;
+            let cursor = binding.cursor;
+            binding.cursor = cursor.saturating_add(1);
+            (binding.script, cursor)
+        };
+        let step = |script: u32| inner.scripts[script as usize].1.get(cursor as usize);
+        script.and_then(step).unwrap_or(&inner.fallback)
+    }
+}
+
+/// What a step chain ends in when nothing after its fixed delays reads
+/// the request: the call lets the request go before it waits.
+enum FixedEnd<'a> {
+    Reply(&'a ModelReply),
+    /// The echo's text, made from the request up front.
+    Echo(String),
+    Error(&'a str),
+}
+
+impl<'a> FixedEnd<'a> {
+    /// `None` when a step in the chain reads the request (a delay rule, a
+    /// responder).
+    fn of(mut step: &'a Step, request: &ModelRequest) -> Option<Self> {
+        loop {
+            match step {
+                Step::Delay(_, inner) => step = inner,
+                Step::Reply(reply) => return Some(FixedEnd::Reply(reply)),
+                Step::Echo => {
+                    let prompt = request.last_user_text().unwrap_or_default();
+                    return Some(FixedEnd::Echo(format!("handled: {prompt}")));
+                }
+                Step::Error(message) => return Some(FixedEnd::Error(message)),
+                Step::DelayBy(..) | Step::Respond(_) => return None,
+            }
+        }
+    }
+}
+
+/// Waits out the leading [`Step::Delay`]s of `step` (honouring `cancel`,
+/// checked before each step as well); the first step that is not one.
+async fn wait_through<'a>(mut step: &'a Step, cancel: &CancellationToken) -> Result<&'a Step, ModelError> {
+    loop {
+        if cancel.is_cancelled() {
+            return Err(ModelError::Cancelled);
+        }
+        let Step::Delay(delay, inner) = step else { return Ok(step) };
+        tokio::select! {
+            _ = cancel.cancelled() => return Err(ModelError::Cancelled),
+            _ = tokio::time::sleep(*delay) => step = inner,
+        }
+    }
+}
+
+/// A scripted answer "streams" as one chunk.
+fn stream(chunks: Option<&ChunkSink>, reply: &ModelReply) {
+    if let (Some(sink), false) = (chunks, reply.text.is_empty()) {
+        sink(&reply.text);
     }
 }
 
@@ -276,41 +338,55 @@ impl Model for ScriptedModel {
         cancel: CancellationToken,
     ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        let mut step = self.next_step(&request);
+        let step = self.next_step(&request);
         if let Some(requests) = &self.inner.requests {
             requests.lock().unwrap_or_else(|e| e.into_inner()).push(request.clone());
         }
-        // `step` moves in and changes there (no second copy in the future).
+        let prompt_bytes = request.last_user_text().map_or(0, |text| text.len());
+        if let Some(end) = FixedEnd::of(step, &request) {
+            // The request is dropped here, not held while the call waits:
+            // a run waiting on a long scripted delay keeps no copy of its
+            // conversation.
+            let chunks = request.chunks.clone();
+            return Box::pin(async move {
+                wait_through(step, &cancel).await?;
+                let reply = match end {
+                    FixedEnd::Reply(reply) => reply.clone(),
+                    FixedEnd::Echo(text) => ModelReply::text(text),
+                    FixedEnd::Error(message) => return Err(ModelError::Scripted(message.to_owned())),
+                };
+                stream(chunks.as_ref(), &reply);
+                Ok(with_estimated_usage(reply, prompt_bytes))
+            });
+        }
         Box::pin(async move {
+            let mut step = step;
             let reply = loop {
                 if cancel.is_cancelled() {
                     return Err(ModelError::Cancelled);
                 }
                 match step {
-                    Step::Delay(delay, inner) => {
-                        tokio::select! {
-                            _ = cancel.cancelled() => return Err(ModelError::Cancelled),
-                            _ = tokio::time::sleep(delay) => step = *inner,
+                    Step::Delay(..) => step = wait_through(step, &cancel).await?,
+                    Step::DelayBy(rule, inner) => {
+                        if let Some(delay) = rule(&request) {
+                            tokio::select! {
+                                _ = cancel.cancelled() => return Err(ModelError::Cancelled),
+                                _ = tokio::time::sleep(delay) => {}
+                            }
                         }
+                        step = inner;
                     }
-                    Step::DelayBy(rule, inner) => match rule(&request) {
-                        Some(delay) => step = Step::Delay(delay, inner),
-                        None => step = *inner,
-                    },
-                    Step::Reply(reply) => break reply,
+                    Step::Reply(reply) => break reply.clone(),
                     Step::Echo => {
                         let prompt = request.last_user_text().unwrap_or_default();
                         break ModelReply::text(format!("handled: {prompt}"));
                     }
-                    Step::Error(message) => return Err(ModelError::Scripted(message)),
+                    Step::Error(message) => return Err(ModelError::Scripted(message.clone())),
                     Step::Respond(responder) => break responder(&request)?,
                 }
             };
-            // A scripted answer "streams" as one chunk.
-            if let (Some(sink), false) = (&request.chunks, reply.text.is_empty()) {
-                sink(&reply.text);
-            }
-            Ok(with_estimated_usage(reply, &request))
+            stream(request.chunks.as_ref(), &reply);
+            Ok(with_estimated_usage(reply, prompt_bytes))
         })
     }
 }
