@@ -10,8 +10,9 @@
 //! `SUBAGENTS_PERF_ONLY=held` only 10,000 live spawn runs, for a heap
 //! profiler; with `SUBAGENTS_PERF_ONLY=actor` only the actor-path figures
 //! (mock lifecycle, mock fan-out at 10 and 100,000, cancelling 10,000 live
-//! runs) beside the actix floor; `lifecycle` and `cancel` only the mock
-//! lifecycle or the cancel storm, longer, for `perf record`.
+//! runs) beside the actix floor; `lifecycle`, `cancel` and `floor` only the
+//! mock lifecycle, the cancel storm or the actix floor, longer, for
+//! `perf record` or a heap profiler.
 //!
 //! Each figure is the best of a few rounds (a shared machine only ever adds
 //! time). Memory per live run comes from a counting global allocator. The
@@ -475,8 +476,9 @@ fn main() {
     // (five rounds), to count its syscalls under `strace -c -f`.
     // `SUBAGENTS_PERF_ONLY=chat`: only the real path, for `perf record`.
     let only = std::env::var("SUBAGENTS_PERF_ONLY").unwrap_or_default();
-    if only == "actor" || only == "lifecycle" || only == "cancel" {
+    if only == "actor" || only == "lifecycle" || only == "cancel" || only == "floor" {
         let figure = match only.as_str() {
+            "floor" => json!({"actix_floor_us": best_us(&runtime, 200_000, support::actix_floor)}),
             "lifecycle" => json!({"mock_lifecycle_us": best_us(&runtime, 200_000, {
                 let subagents = subagents.clone();
                 move || {
