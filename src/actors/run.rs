@@ -28,11 +28,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
+use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
-
-use futures_util::future::BoxFuture;
 
 use super::control::{CaptureStructured, Control, Mailbox, RunControl, SendMessage};
 use super::core::Core;
