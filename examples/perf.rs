@@ -100,8 +100,7 @@ async fn lifecycle(subagents: &Subagents, provider: &str) {
 
 /// Starts `n` runs at once, collects and disposes them: microseconds per run.
 fn fan_out(runtime: &Runtime, subagents: &Subagents, provider: &'static str, n: usize) -> f64 {
-    let rounds = if n <= 100 { 50 } else { ROUNDS };
-    (0..rounds)
+    (0..fan_out_rounds(n))
         .map(|_| {
             let subagents = subagents.clone();
             runtime.block_on(async move {
@@ -113,6 +112,15 @@ fn fan_out(runtime: &Runtime, subagents: &Subagents, provider: &'static str, n: 
             })
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// Rounds of a fan-out of `n`: small ones are over in microseconds.
+fn fan_out_rounds(n: usize) -> usize {
+    if n <= 100 {
+        50
+    } else {
+        ROUNDS
+    }
 }
 
 /// Awaits every run's result, then disposes them all. Each result is
@@ -437,8 +445,7 @@ fn actor_path(runtime: &Runtime, subagents: &Subagents) -> Value {
 
 /// The actix fan-out floor of `n` actors, best of the rounds `fan_out` takes.
 fn actix_fan_out(runtime: &Runtime, n: usize) -> f64 {
-    let rounds = if n <= 100 { 50 } else { ROUNDS };
-    (0..rounds).map(|_| runtime.block_on(support::actix_fan_out(n))).fold(f64::INFINITY, f64::min)
+    (0..fan_out_rounds(n)).map(|_| runtime.block_on(support::actix_fan_out(n))).fold(f64::INFINITY, f64::min)
 }
 
 /// The actix cancel storm of 10,000 actors, best of `ROUNDS`.

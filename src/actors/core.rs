@@ -192,9 +192,9 @@ impl Core {
     }
 
     /// Records a published run under its parent session's open family, if any.
-    pub(crate) fn adopt(&self, parent_session: &str, child_id: &str, shared: &Arc<RunShared>) {
+    pub(crate) fn adopt(&self, parent_session: &str, shared: &Arc<RunShared>) {
         if let Some(family) = self.families.get(parent_session) {
-            family.adopt(child_id, shared.clone());
+            family.adopt(shared.clone());
         }
     }
 

@@ -31,15 +31,15 @@ pub(crate) fn branches(family: &Family, deadline: Instant) -> BoxFuture<'static,
     let children = family.adopted();
     Box::pin(async move {
         let mut branches = Vec::with_capacity(children.len());
-        for (child_id, shared) in children {
-            branches.push(branch_of(&shared, &child_id, deadline).await);
+        for shared in children {
+            branches.push(branch_of(&shared, deadline).await);
         }
         branches
     })
 }
 
 /// A descendant's branch: its receipt once quiescent, else unknown.
-async fn branch_of(shared: &Arc<RunShared>, child_id: &str, deadline: Instant) -> Branch {
+async fn branch_of(shared: &Arc<RunShared>, deadline: Instant) -> Branch {
     if tokio::time::timeout_at(deadline, shared.quiescent()).await.is_err() {
         return Branch::unknown(format!(
             "run {} ({}) was not quiescent within {} s of its parent's; its outcome is not known",
@@ -48,12 +48,12 @@ async fn branch_of(shared: &Arc<RunShared>, child_id: &str, deadline: Instant) -
             DESCENDANT_QUIESCENCE_BOUND.as_secs()
         ));
     }
-    Branch::Run(receipt_of(shared, child_id, deadline).await)
+    Branch::Run(receipt_of(shared, deadline).await)
 }
 
 /// The receipt of a quiescent run: its settled stop reason, what its child
 /// reported, and its family's branches.
-pub(crate) async fn receipt_of(shared: &RunShared, child_id: &str, deadline: Instant) -> Receipt {
+pub(crate) async fn receipt_of(shared: &RunShared, deadline: Instant) -> Receipt {
     let (stop_reason, usage) = match shared.settled() {
         Some(Ok(result)) => (result.stop_reason, result.usage),
         // Settled as an infrastructure fault (the runtime stopped under it).
@@ -63,7 +63,7 @@ pub(crate) async fn receipt_of(shared: &RunShared, child_id: &str, deadline: Ins
         Some(family) => branches(family, deadline).await,
         None => Vec::new(),
     };
-    let mut receipt = Receipt::new(shared.run_id, child_id, shared.provider(), stop_reason).with_usage(usage);
+    let mut receipt = Receipt::new(shared.run_id, shared.child_id(), shared.provider(), stop_reason).with_usage(usage);
     if let Some(report) = shared.stop_report() {
         receipt.processes_reaped = report.processes_reaped.clone();
         children.extend(report.children.iter().cloned());

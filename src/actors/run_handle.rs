@@ -134,7 +134,7 @@ impl Run {
     pub async fn receipt(&self) -> Receipt {
         let shared = &self.control.shared;
         let _ = shared.quiescent().await;
-        lineage::receipt_of(shared, shared.child_id(), lineage::deadline()).await
+        lineage::receipt_of(shared, lineage::deadline()).await
     }
 
     /// Send-message, when the child supports it.

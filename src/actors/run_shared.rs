@@ -47,8 +47,8 @@ pub(crate) struct RunShared {
 /// The runs published under one session, in start order.
 pub(crate) struct Family {
     session: String,
-    /// Each adopted run's child id and shared state.
-    children: Mutex<Vec<(String, Arc<RunShared>)>>,
+    /// Each adopted run's shared state (its child id is in it).
+    children: Mutex<Vec<Arc<RunShared>>>,
 }
 
 impl Family {
@@ -60,12 +60,12 @@ impl Family {
         &self.session
     }
 
-    pub(crate) fn adopt(&self, child_id: &str, shared: Arc<RunShared>) {
-        self.children.lock().unwrap_or_else(|e| e.into_inner()).push((child_id.to_owned(), shared));
+    pub(crate) fn adopt(&self, shared: Arc<RunShared>) {
+        self.children.lock().unwrap_or_else(|e| e.into_inner()).push(shared);
     }
 
     /// The runs adopted so far, in start order.
-    pub(crate) fn adopted(&self) -> Vec<(String, Arc<RunShared>)> {
+    pub(crate) fn adopted(&self) -> Vec<Arc<RunShared>> {
         self.children.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }

@@ -28,8 +28,11 @@ pub(crate) async fn start(core: &Arc<Core>, name: &str, request: Box<StartReques
     // Boxed, because until the worker takes it the future holds the
     // request, and a start's future is held by callers (a fan-out holds
     // thousands).
-    let core = core.clone();
-    core.clone().on_runtime(Box::pin(async move { launched(make(core, entry, request, budget)).await })).await?
+    let made = {
+        let core = core.clone();
+        async move { launched(make(core, entry, request, budget)).await }
+    };
+    core.on_runtime(Box::pin(made)).await?
 }
 
 /// The last check, because it reserves: the child's place in the budgets
@@ -163,7 +166,7 @@ async fn launched(made: Made) -> Result<Run, SubagentError> {
         }
     };
     if let Some(parent_session) = &shared.parent_session {
-        core.adopt(parent_session, shared.child_id(), &shared);
+        core.adopt(parent_session, &shared);
     }
     shared.publish(|| RunInfo {
         run_id: shared.run_id,
