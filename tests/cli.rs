@@ -11,6 +11,8 @@ mod batch;
 mod durable;
 #[path = "cli/input.rs"]
 mod input;
+#[path = "cli/lost.rs"]
+mod lost;
 #[path = "cli/models.rs"]
 mod models;
 #[path = "cli/output.rs"]

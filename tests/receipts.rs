@@ -242,9 +242,10 @@ fn fanout_says_how_many_descendants_ctrl_c_stopped() {
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(130), "{stderr}");
-    assert!(stderr.contains("interrupted: 1 runs did not complete; 2 descendants stopped under them"), "{stderr}");
+    assert!(stderr.contains("interrupted: 1 runs stopped; 2 descendants stopped under them"), "{stderr}");
     let line: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!((line["stop_reason"].as_str(), line["stopped_descendants"].as_u64()), (Some("aborted"), Some(2)));
+    assert_eq!(line["interrupted"], true, "stopped by the interruption: not settled");
 }
 
 #[test]

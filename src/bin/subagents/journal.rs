@@ -18,46 +18,106 @@
 //! way) before the run is started, so a resumed batch attaches to a run
 //! still on the broker instead of starting it again. The last line of a
 //! task id wins; it is read, truncated and locked with `OUT`.
+//!
+//! A resumed file is read line by line with a bound ([`resume_line_bound`]),
+//! never whole: a line past it is reported and its task runs again. Only a
+//! regular file can be read back; a device or pipe (`--out /dev/null`) is
+//! written as a stream, neither locked, truncated nor made durable, and
+//! refused with `--resume`.
+//!
+//! A line that cannot be written whole (a full disk, a closed pipe) is
+//! cut back off the file at once, so the file ends with its last whole
+//! line, and the error goes back to the batch, which stops: a result that
+//! was not written is never counted as written. A failed `fdatasync` (the
+//! disk filled after the write was taken) is reported the same way at
+//! the next line or at the end.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::io::{self, BufReader, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::Value;
+use serde::Deserialize;
+
+use crate::tasks::{self, id_key, IdKey};
+use crate::terminal::say;
 
 /// The longest a written line waits to be made durable.
 pub const SYNC_EVERY: Duration = Duration::from_secs(1);
 
-/// What an earlier batch settled for one task id.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The least a resumed file's line may be before it is passed over: a
+/// result line carries its run's output (a child's up to 16 MiB, escaped),
+/// so results are read back with the larger of this and `--max-line-bytes`.
+const RESULT_LINE_FLOOR: u64 = 64 * 1024 * 1024;
+
+/// The bound on one line of a file read back by `--resume`.
+pub fn resume_line_bound(max_line_bytes: u64) -> usize {
+    usize::try_from(max_line_bytes.max(RESULT_LINE_FLOOR)).unwrap_or(usize::MAX)
+}
+
+/// Passed-over lines of a resumed file named one by one; past this, counted.
+const NAMED_OVERLONG_LINES: usize = 10;
+
+/// What an earlier batch settled for one task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Prior {
-    /// The hash of the task line it ran (`task_hash`).
-    pub hash: String,
+    /// The hash of the task line it ran (`task_hash`); `None` when the
+    /// line's hash is not one we wrote, so it matches no task line.
+    pub hash: Option<u64>,
     /// Whether it completed.
     pub completed: bool,
 }
 
-/// The results file, open for appending, and its syncing thread.
+/// A line's hash as result lines carry it (`task_hash`).
+pub fn hash_text(hash: u64) -> String {
+    format!("{hash:016x}")
+}
+
+fn parse_hash(text: &str) -> Option<u64> {
+    u64::from_str_radix(text, 16).ok().filter(|_| text.len() == 16)
+}
+
+/// The results file (or stream), open for appending, and its syncing thread.
 pub struct Journal {
     file: Arc<File>,
+    /// Bytes of whole lines in the file: where a line that could not be
+    /// written whole is cut back to. `None` for a stream.
+    length: Option<u64>,
     dirty: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
+    /// A failed `fdatasync` of the syncing thread, reported at the next line.
+    sync_failure: Arc<Mutex<Option<io::Error>>>,
     syncer: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The fields of a result line that `--resume` reads; the rest (the
+/// output above all) is skipped by the parser, never held.
+#[derive(Deserialize)]
+struct ResultKeys {
+    id: Option<String>,
+    task_hash: Option<String>,
+    stop_reason: Option<String>,
+    /// Stopped by the batch's interruption: not settled.
+    #[serde(default)]
+    interrupted: bool,
 }
 
 /// Opens `path` for a batch: truncated, or with `resume` read for what it
 /// settled (a torn last line cut off). Refused when another batch holds it.
-pub fn open(path: &Path, resume: bool) -> Result<(Journal, HashMap<String, Prior>), String> {
+pub fn open(path: &Path, resume: bool, max_line_bytes: u64) -> Result<(Journal, HashMap<IdKey, Prior>), String> {
     let mut settled = HashMap::new();
-    let journal = open_with(path, resume, |record| {
-        if let (Some(id), Some(hash)) = (record["id"].as_str(), record["task_hash"].as_str()) {
-            let completed = record["stop_reason"] == "completed";
-            settled.insert(id.to_owned(), Prior { hash: hash.to_owned(), completed });
-        }
+    let journal = open_with(path, resume, max_line_bytes, |keys: ResultKeys| {
+        let Some(id) = keys.id else { return };
+        let (Some(hash), false) = (keys.task_hash, keys.interrupted) else {
+            // An interrupted run's line unsettles its task.
+            settled.remove(&id_key(&id));
+            return;
+        };
+        let completed = keys.stop_reason.as_deref() == Some("completed");
+        settled.insert(id_key(&id), Prior { hash: parse_hash(&hash), completed });
     })?;
     Ok((journal, settled))
 }
@@ -75,25 +135,38 @@ pub struct Recorded {
     /// The run's id on its provider.
     pub run: String,
     /// The hash of the task line it ran (`task_hash`).
-    pub hash: String,
+    pub hash: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct RunKeys {
+    id: String,
+    run: String,
+    task_hash: String,
 }
 
 /// Opens the runs journal at `path` like [`open`]: with `resume`, the run
 /// each task id last started.
-pub fn open_runs(path: &Path, resume: bool) -> Result<(Journal, HashMap<String, Recorded>), String> {
+pub fn open_runs(
+    path: &Path,
+    resume: bool,
+    max_line_bytes: u64,
+) -> Result<(Journal, HashMap<IdKey, Recorded>), String> {
     let mut runs = HashMap::new();
-    let journal = open_with(path, resume, |record| {
-        if let (Some(id), Some(run), Some(hash)) =
-            (record["id"].as_str(), record["run"].as_str(), record["task_hash"].as_str())
-        {
-            runs.insert(id.to_owned(), Recorded { run: run.to_owned(), hash: hash.to_owned() });
-        }
+    let journal = open_with(path, resume, max_line_bytes, |keys: RunKeys| {
+        runs.insert(id_key(&keys.id), Recorded { run: keys.run, hash: parse_hash(&keys.task_hash) });
     })?;
     Ok((journal, runs))
 }
 
 /// Opens, locks, then reads every whole line (with `resume`) or truncates.
-fn open_with(path: &Path, resume: bool, each: impl FnMut(Value)) -> Result<Journal, String> {
+/// What is not a regular file is a stream: written, never read back.
+fn open_with<K: for<'de> Deserialize<'de>>(
+    path: &Path,
+    resume: bool,
+    max_line_bytes: u64,
+    each: impl FnMut(K),
+) -> Result<Journal, String> {
     let shown = path.display();
     let file = OpenOptions::new()
         .read(true)
@@ -101,77 +174,128 @@ fn open_with(path: &Path, resume: bool, each: impl FnMut(Value)) -> Result<Journ
         .create(true)
         .open(path)
         .map_err(|e| format!("cannot open {shown}: {e}"))?;
+    let regular = file.metadata().map_err(|e| format!("cannot read {shown}: {e}"))?.is_file();
+    if !regular {
+        if resume {
+            return Err(format!("--resume reads {shown} back, and it is not a regular file"));
+        }
+        let failure = Arc::new(Mutex::new(None));
+        let (dirty, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        return Ok(Journal { file: Arc::new(file), length: None, dirty, stop, sync_failure: failure, syncer: None });
+    }
     if let Err(error) = file.try_lock() {
         return Err(match error {
             std::fs::TryLockError::WouldBlock => format!("{shown} is being written by another batch"),
             std::fs::TryLockError::Error(e) => format!("cannot lock {shown}: {e}"),
         });
     }
-    if resume {
-        read_whole_lines(&file, each).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    } else {
-        file.set_len(0).map_err(|e| format!("cannot truncate {shown}: {e}"))?;
-    }
+    let length = match resume {
+        true => read_whole_lines(&file, path, resume_line_bound(max_line_bytes), each)
+            .map_err(|e| format!("cannot read {shown}: {e}"))?,
+        false => {
+            file.set_len(0).map_err(|e| format!("cannot truncate {shown}: {e}"))?;
+            0
+        }
+    };
     let (file, dirty, stop) = (Arc::new(file), Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let sync_failure = Arc::new(Mutex::new(None));
     let syncer = {
-        let (file, dirty, stop) = (file.clone(), dirty.clone(), stop.clone());
+        let (file, dirty, stop, failure) = (file.clone(), dirty.clone(), stop.clone(), sync_failure.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Acquire) {
                 std::thread::park_timeout(SYNC_EVERY);
                 if dirty.swap(false, Ordering::AcqRel) {
-                    let _ = file.sync_data();
+                    if let Err(error) = file.sync_data() {
+                        failure.lock().unwrap().get_or_insert(error);
+                    }
                 }
             }
         })
     };
-    Ok(Journal { file, dirty, stop, syncer: Some(syncer) })
+    Ok(Journal { file, length: Some(length), dirty, stop, sync_failure, syncer: Some(syncer) })
 }
 
-/// Hands every whole JSON line of an earlier batch's file to `each`; a
-/// last line without its newline (torn by a crash) is cut off, so the next
-/// append starts clean.
-fn read_whole_lines(file: &File, mut each: impl FnMut(Value)) -> std::io::Result<()> {
+/// Hands the keys of every whole line of an earlier batch's file to
+/// `each`, at most `max_bytes` a line (a longer one is reported and
+/// passed over); a last line without its newline (torn by a crash) is cut
+/// off, so the next append starts clean. Answers the length kept.
+fn read_whole_lines<K: for<'de> Deserialize<'de>>(
+    file: &File,
+    path: &Path,
+    max_bytes: usize,
+    mut each: impl FnMut(K),
+) -> io::Result<u64> {
     let mut reader = BufReader::new(file);
     reader.seek(SeekFrom::Start(0))?;
-    let (mut line, mut whole) = (Vec::new(), 0u64);
-    loop {
-        line.clear();
-        let read = reader.read_until(b'\n', &mut line)?;
-        if read == 0 {
-            break;
-        }
-        if line.last() != Some(&b'\n') {
+    let (mut buffer, mut whole, mut number, mut overlong) = (Vec::new(), 0u64, 0usize, 0usize);
+    while let Some(line) = tasks::read_line(&mut reader, &mut buffer, max_bytes)? {
+        if !line.ended {
             break; // torn: everything before it is whole
         }
-        whole += read as u64;
-        if let Ok(record) = serde_json::from_slice::<Value>(&line) {
-            each(record);
+        (whole, number) = (whole + line.bytes, number + 1);
+        if line.overlong {
+            overlong += 1;
+            if overlong <= NAMED_OVERLONG_LINES {
+                say!(
+                    "subagents: {}:{number}: longer than the {max_bytes} bytes a resumed line may be: its task runs again",
+                    path.display()
+                );
+            }
+            continue;
         }
+        if let Ok(keys) = serde_json::from_slice::<K>(&buffer) {
+            each(keys);
+        }
+    }
+    if overlong > NAMED_OVERLONG_LINES {
+        say!("subagents: {}: {} more lines passed over as too long", path.display(), overlong - NAMED_OVERLONG_LINES);
     }
     if whole < file.metadata()?.len() {
         file.set_len(whole)?;
     }
-    Ok(())
-}
-
-impl Write for Journal {
-    /// One whole line per call: the batch writes each record with its
-    /// newline in one `write_all`, and the file is in append mode.
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        let written = (&*self.file).write(bytes)?;
-        self.dirty.store(true, Ordering::Release);
-        Ok(written)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    Ok(whole)
 }
 
 impl Journal {
-    /// The file, to make durable at the batch's end (`sync_data`).
-    pub fn file(&self) -> Arc<File> {
-        self.file.clone()
+    /// Appends one whole line (`bytes` ends with its newline) in one
+    /// write. A line written in part is cut back off, so the file ends with
+    /// a whole line, and the error returned; so is a failed sync since the
+    /// last line.
+    pub fn write_line(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if let Some(error) = self.sync_failure.lock().unwrap().take() {
+            return Err(error);
+        }
+        match (&*self.file).write_all(bytes) {
+            Ok(()) => {
+                if let Some(length) = &mut self.length {
+                    *length += bytes.len() as u64;
+                    self.dirty.store(true, Ordering::Release);
+                }
+                Ok(())
+            }
+            Err(error) => {
+                if let Some(length) = self.length {
+                    let _ = self.file.set_len(length);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Whether the journal is a regular file (else a stream).
+    pub fn is_file(&self) -> bool {
+        self.length.is_some()
+    }
+
+    /// Makes every line written so far durable (a stream: nothing to do).
+    pub fn sync(&self) -> io::Result<()> {
+        if let Some(error) = self.sync_failure.lock().unwrap().take() {
+            return Err(error);
+        }
+        match self.length {
+            Some(_) => self.file.sync_data(),
+            None => Ok(()),
+        }
     }
 }
 
@@ -181,8 +305,8 @@ impl Drop for Journal {
         if let Some(syncer) = self.syncer.take() {
             syncer.thread().unpark();
             let _ = syncer.join();
+            let _ = self.file.sync_data();
         }
-        let _ = self.file.sync_data();
     }
 }
 
@@ -190,29 +314,36 @@ impl Drop for Journal {
 mod tests {
     use super::*;
 
+    const NO_BOUND: u64 = 1024;
+
     #[test]
     fn a_resumed_file_keeps_its_whole_lines_cuts_a_torn_one_and_the_last_line_of_an_id_wins() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.jsonl");
         let lines = [
-            r#"{"id":"a","task_hash":"1","stop_reason":"error"}"#,
-            r#"{"id":"b","task_hash":"2","stop_reason":"completed"}"#,
-            r#"{"id":"a","task_hash":"1","stop_reason":"completed"}"#,
+            r#"{"id":"a","task_hash":"0000000000000001","stop_reason":"error"}"#,
+            r#"{"id":"b","task_hash":"0000000000000002","stop_reason":"completed"}"#,
+            r#"{"id":"a","task_hash":"0000000000000001","stop_reason":"completed"}"#,
             r#"{"line":4,"stop_reason":"completed"}"#,
+            r#"{"id":"d","task_hash":"0000000000000004","stop_reason":"completed"}"#,
+            r#"{"id":"d","task_hash":"0000000000000004","stop_reason":"aborted","interrupted":true}"#,
         ];
         std::fs::write(&path, format!("{}\n{{\"id\":\"c\",\"task_ha", lines.join("\n"))).unwrap();
-        let (mut journal, settled) = open(&path, true).unwrap();
-        assert_eq!(settled.len(), 2, "{settled:?}");
-        assert!(settled["a"].completed && settled["b"].completed);
-        journal.write_all(b"{\"id\":\"c\",\"task_hash\":\"3\",\"stop_reason\":\"completed\"}\n").unwrap();
+        let (mut journal, settled) = open(&path, true, NO_BOUND).unwrap();
+        assert_eq!(settled.len(), 2, "an interrupted line unsettles its task: {settled:?}");
+        assert!(settled[&id_key("a")].completed && settled[&id_key("b")].completed);
+        assert_eq!(settled[&id_key("b")].hash, Some(2));
+        journal
+            .write_line(b"{\"id\":\"c\",\"task_hash\":\"0000000000000003\",\"stop_reason\":\"completed\"}\n")
+            .unwrap();
         // A second batch on the same file is refused while this one holds it.
-        assert!(open(&path, true).err().unwrap().contains("another batch"));
+        assert!(open(&path, true, NO_BOUND).err().unwrap().contains("another batch"));
         drop(journal);
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.lines().all(|line| serde_json::from_str::<Value>(line).is_ok()), "{text}");
-        let (_, settled) = open(&path, true).unwrap();
+        assert!(text.lines().all(|line| serde_json::from_str::<serde_json::Value>(line).is_ok()), "{text}");
+        let (_, settled) = open(&path, true, NO_BOUND).unwrap();
         assert_eq!(settled.len(), 3);
-        let (_, settled) = open(&path, false).unwrap();
+        let (_, settled) = open(&path, false, NO_BOUND).unwrap();
         assert!(settled.is_empty() && std::fs::read(&path).unwrap().is_empty(), "without resume it starts empty");
     }
 
@@ -221,10 +352,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = runs_path(&dir.path().join("out.jsonl"));
         assert!(path.ends_with("out.jsonl.runs"));
-        let lines = [r#"{"id":"a","run":"r1","task_hash":"1"}"#, r#"{"id":"a","run":"r2","task_hash":"1"}"#];
+        let lines = [
+            r#"{"id":"a","run":"r1","task_hash":"0000000000000001"}"#,
+            r#"{"id":"a","run":"r2","task_hash":"0000000000000001"}"#,
+        ];
         std::fs::write(&path, format!("{}\n{}\n{{\"id\":\"b\",\"ru", lines[0], lines[1])).unwrap();
-        let (_, runs) = open_runs(&path, true).unwrap();
+        let (_, runs) = open_runs(&path, true, NO_BOUND).unwrap();
         assert_eq!(runs.len(), 1);
-        assert_eq!(runs["a"].run, "r2", "the last start of a task wins; the torn line is cut");
+        assert_eq!(runs[&id_key("a")].run, "r2", "the last start of a task wins; the torn line is cut");
     }
 }

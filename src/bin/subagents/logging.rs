@@ -28,7 +28,7 @@
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::str::FromStr;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
@@ -67,8 +67,8 @@ pub fn our_lifecycle() -> Targets {
 /// `default`; and, given a trace file, a Chrome trace of the runtime's
 /// spans (each run, its model calls and tool calls, nested runs inside
 /// their parent's tool call) whatever the stderr level. Keep the returned
-/// guard until the work is done: dropping it finishes the file.
-pub fn install(default: Targets, trace: Option<File>) -> Option<FlushGuard> {
+/// [`Trace`] until the work is done, then [`Trace::finish`] it.
+pub fn install(default: Targets, trace: Option<File>) -> Option<Trace> {
     let default = || default.clone();
     let filter = match std::env::var("RUST_LOG") {
         Ok(directives) if !directives.trim().is_empty() => Targets::from_str(&directives).unwrap_or_else(|error| {
@@ -88,22 +88,79 @@ pub fn install(default: Targets, trace: Option<File>) -> Option<FlushGuard> {
         // quote a child or a model, and content is never exported.
         layer.with_filter(filter_fn(|meta| meta.is_span() && meta.fields().field("gen_ai.operation.name").is_some()))
     });
-    let (chrome, guard) = match trace {
+    let (chrome, trace) = match trace {
         Some(file) => {
+            let failure = Arc::new(OnceLock::new());
             let (layer, guard) = ChromeLayerBuilder::new()
-                .writer(BufWriter::new(file))
+                .writer(BufWriter::new(TraceFile { file, failure: failure.clone() }))
                 .trace_style(TraceStyle::Async)
                 .include_args(true)
                 .include_locations(false)
                 .build();
             let spans = Targets::new().with_target("subagents", Level::DEBUG);
-            (Some(layer.with_filter(spans)), Some(guard))
+            (Some(layer.with_filter(spans)), Some(Trace { guard, failure }))
         }
         None => (None, None),
     };
     // Fails only when a subscriber is already set, which nothing here does.
     let _ = tracing_subscriber::registry().with(stderr).with(chrome).with(otlp).try_init();
-    guard
+    trace
+}
+
+/// The `--trace` file being written.
+pub struct Trace {
+    guard: FlushGuard,
+    failure: Arc<OnceLock<String>>,
+}
+
+impl Trace {
+    /// Finishes the file (call once every run's span has closed); answers
+    /// why it is incomplete, when a write failed.
+    pub fn finish(self) -> Result<(), String> {
+        drop(self.guard);
+        self.failure.get().map_or(Ok(()), |failure| Err(failure.clone()))
+    }
+}
+
+/// The trace file under the Chrome layer's writing thread. After its first
+/// failed write (a full disk) it takes every byte and keeps none, with one
+/// warning: the thread neither panics on the error nor falls behind, where
+/// the spans it had not written would pile up in its queue.
+struct TraceFile {
+    file: File,
+    failure: Arc<OnceLock<String>>,
+}
+
+impl TraceFile {
+    fn give_up(&self, error: &io::Error) {
+        if self.failure.set(error.to_string()).is_ok() {
+            terminal::say!("subagents: the trace stopped ({error}): the runs go on, the trace file will be incomplete");
+        }
+    }
+}
+
+impl Write for TraceFile {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        if self.failure.get().is_some() {
+            return Ok(bytes.len());
+        }
+        match self.file.write(bytes) {
+            Err(error) if error.kind() != io::ErrorKind::Interrupted => {
+                self.give_up(&error);
+                Ok(bytes.len())
+            }
+            written => written,
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.failure.get().is_none() {
+            if let Err(error) = self.file.flush() {
+                self.give_up(&error);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The OTLP span export, once [`export`] set it up.

@@ -13,13 +13,18 @@
 //! while writing results to it, clobbers nothing.
 
 use std::collections::HashMap;
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Mutex, OnceLock};
 
-use crate::journal::{self, Prior};
+use serde_json::Value;
+use subagents::CancellationToken;
+
+use crate::journal::{self, Journal, Prior};
+use crate::tasks::IdKey;
+use crate::terminal::say;
 
 /// What a path leads to.
 #[derive(Debug, PartialEq, Eq)]
@@ -34,6 +39,13 @@ enum Identity {
 /// `None` for what cannot be clobbered (devices, pipes) or cannot be
 /// resolved (opening it will say why).
 fn identity(path: &Path) -> Option<Identity> {
+    identity_within(path, MAX_LINK_HOPS)
+}
+
+/// Symbolic links followed by hand, as the kernel would (`ELOOP` past it).
+const MAX_LINK_HOPS: usize = 40;
+
+fn identity_within(path: &Path, hops: usize) -> Option<Identity> {
     match std::fs::metadata(path) {
         Ok(metadata) if metadata.is_file() => {
             Some(Identity::Existing { device: metadata.dev(), inode: metadata.ino() })
@@ -41,6 +53,10 @@ fn identity(path: &Path) -> Option<Identity> {
         Ok(_) => None,
         Err(error) if error.kind() == ErrorKind::NotFound => {
             let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            // A dangling link creates the file it points at: compare that.
+            if let Ok(target) = std::fs::read_link(path) {
+                return identity_within(&parent.join(target), hops.checked_sub(1)?);
+            }
             Some(Identity::ToCreate(parent.canonicalize().ok()?.join(path.file_name()?)))
         }
         Err(_) => None,
@@ -68,30 +84,134 @@ pub fn refuse_shared(tasks: &Path, out: Option<&Path>, trace: Option<&Path>) -> 
 
 /// Where results go, and the trace file when one was asked for.
 pub struct Outputs {
-    pub results: Box<dyn Write + Send>,
+    pub results: Results,
     pub trace: Option<File>,
     /// What `--out` settled before (with `--resume`), by task id.
-    pub settled: HashMap<String, Prior>,
-    /// `--out`'s file, to make durable at the end.
-    pub durable: Option<Arc<File>>,
+    pub settled: HashMap<IdKey, Prior>,
 }
 
 impl Outputs {
     /// Opens `--out` (a [`journal`](crate::journal), read first with
     /// `resume`; else stdout) and creates `--trace`; call after
-    /// [`refuse_shared`], so that neither truncates an input.
-    pub fn open(out: Option<&Path>, trace: Option<&Path>, resume: bool) -> Result<Outputs, String> {
-        let create = |path: &Path| File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()));
-        let (results, settled, durable): (Box<dyn Write + Send>, _, _) = match out {
+    /// [`refuse_shared`], so that neither truncates an input. The first
+    /// result that cannot be written cancels `halt`.
+    pub fn open(
+        out: Option<&Path>,
+        trace: Option<&Path>,
+        resume: bool,
+        max_line_bytes: u64,
+        halt: CancellationToken,
+    ) -> Result<Outputs, String> {
+        let (sink, settled, place) = match out {
             Some(path) => {
-                let (journal, settled) = journal::open(path, resume)?;
-                let durable = journal.file();
-                (Box::new(journal), settled, Some(durable))
+                let (journal, settled) = journal::open(path, resume, max_line_bytes)?;
+                (Sink::Journal(journal), settled, path.display().to_string())
             }
-            None => (Box::new(std::io::stdout()), HashMap::new(), None),
+            None => (Sink::Stdout(std::io::stdout()), HashMap::new(), "stdout".to_owned()),
         };
-        let trace = trace.map(create).transpose()?;
-        Ok(Outputs { results, trace, settled, durable })
+        let trace = match trace {
+            Some(path) => Some(create_trace(path, out)?),
+            None => None,
+        };
+        let results = Results { sink: Mutex::new(sink), place, failure: OnceLock::new(), halt };
+        Ok(Outputs { results, trace, settled })
+    }
+}
+
+/// Creates `--trace`, truncating it only once it is known not to be the
+/// `--out` just opened (a link made between the check and the open would
+/// otherwise empty the results).
+fn create_trace(path: &Path, out: Option<&Path>) -> Result<File, String> {
+    let shown = path.display();
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| format!("cannot create {shown}: {e}"))?;
+    let metadata = file.metadata().map_err(|e| format!("cannot create {shown}: {e}"))?;
+    if metadata.is_file() {
+        let out = out.and_then(|out| std::fs::metadata(out).ok()).filter(std::fs::Metadata::is_file);
+        if out.is_some_and(|out| (out.dev(), out.ino()) == (metadata.dev(), metadata.ino())) {
+            return Err(format!("--out and --trace are the same file ({shown}); name different files"));
+        }
+        file.set_len(0).map_err(|e| format!("cannot truncate {shown}: {e}"))?;
+    }
+    Ok(file)
+}
+
+/// Where result lines go.
+enum Sink {
+    Stdout(std::io::Stdout),
+    Journal(Journal),
+}
+
+/// The batch's results: each line written whole as its run settles, and
+/// the first failure to write one. A result that could not be written is
+/// the batch's error: it is said at once on stderr, no new run starts (the
+/// batch's token is cancelled) and nothing more is written, so the place
+/// holds exactly the lines that were written whole.
+pub struct Results {
+    sink: Mutex<Sink>,
+    /// `--out`'s path, or `stdout`: where the failure says it happened.
+    place: String,
+    failure: OnceLock<String>,
+    halt: CancellationToken,
+}
+
+impl Results {
+    /// Writes `record` as one line; `false` when it was not written (this
+    /// line failed, or an earlier one did).
+    pub fn write(&self, record: &Value) -> bool {
+        if self.failure.get().is_some() {
+            return false;
+        }
+        let line = format!("{record}\n");
+        let mut sink = self.sink.lock().unwrap();
+        let written = match &mut *sink {
+            Sink::Stdout(stdout) => stdout.write_all(line.as_bytes()).and_then(|()| stdout.flush()),
+            Sink::Journal(journal) => journal.write_line(line.as_bytes()),
+        };
+        match written {
+            Ok(()) => true,
+            Err(error) => {
+                self.fail(&error);
+                false
+            }
+        }
+    }
+
+    /// Makes what was written durable (`--out`) or flushes it (stdout), at
+    /// the batch's end; answers the first failure of the batch, if any.
+    pub fn finish(&self) -> Result<(), &str> {
+        if self.failure.get().is_none() {
+            let sink = self.sink.lock().unwrap();
+            let finished = match &*sink {
+                Sink::Stdout(stdout) => stdout.lock().flush(),
+                Sink::Journal(journal) => journal.sync(),
+            };
+            if let Err(error) = finished {
+                self.fail(&error);
+            }
+        }
+        self.failure.get().map_or(Ok(()), |failure| Err(failure.as_str()))
+    }
+
+    /// Whether `--resume` can finish the batch from where results went.
+    pub fn resumable(&self) -> bool {
+        matches!(&*self.sink.lock().unwrap(), Sink::Journal(journal) if journal.is_file())
+    }
+
+    /// Records the first failure, says it and stops the batch.
+    fn fail(&self, error: &std::io::Error) {
+        let what = match error.kind() {
+            ErrorKind::BrokenPipe => format!("{} was closed by its reader ({error})", self.place),
+            _ => format!("cannot write to {}: {error}", self.place),
+        };
+        if self.failure.set(what.clone()).is_ok() {
+            say!("subagents: results lost: {what}. No new run starts and the runs in flight are stopped.");
+            self.halt.cancel();
+        }
     }
 }
 

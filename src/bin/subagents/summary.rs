@@ -47,6 +47,11 @@ pub struct Settled {
     pub reattached: bool,
     /// What its tree spent on models.
     pub usage: RunUsage,
+    /// Whether the batch's interruption stopped it: its line says
+    /// `"interrupted": true` and `--resume` runs it again.
+    pub interrupted: bool,
+    /// Whether its result line was written.
+    pub written: bool,
 }
 
 /// Counts per outcome and a latency histogram of every finished run, plus
@@ -73,6 +78,8 @@ pub struct Tally {
     pub unknown_branches: usize,
     /// What every run's tree spent on models.
     usage: RunUsage,
+    interrupted: usize,
+    unwritten: usize,
 }
 
 impl Tally {
@@ -87,17 +94,20 @@ impl Tally {
         self.stopped_descendants += settled.stopped_descendants;
         self.unknown_branches += settled.unknown_branches;
         self.usage += settled.usage;
+        self.interrupted += usize::from(settled.interrupted);
+        self.unwritten += usize::from(!settled.written);
     }
 
-    /// Runs that did not complete.
-    pub fn incomplete(&self) -> usize {
-        self.incomplete
+    /// Runs the batch's interruption stopped (not settled: `--resume`
+    /// runs them again).
+    pub fn interrupted(&self) -> usize {
+        self.interrupted
     }
 
     /// Every task line of the file was read and became a run that its
     /// provider served.
     pub fn all_ran(&self) -> bool {
-        self.skipped == 0 && !self.unread && self.unserved == 0
+        self.skipped == 0 && !self.unread && self.unserved == 0 && self.unwritten == 0
     }
 
     /// Every run completed (stop reason `completed`).
@@ -119,6 +129,9 @@ impl Tally {
         }
         if self.unserved > 0 {
             let _ = writeln!(out, "  {:<24} {:>6}", "(not served)", self.unserved);
+        }
+        if self.unwritten > 0 {
+            let _ = writeln!(out, "  {:<24} {:>6}", "(result not written)", self.unwritten);
         }
         if self.already_done > 0 {
             let _ = writeln!(out, "  {:<24} {:>6}", "(done before, skipped)", self.already_done);

@@ -69,6 +69,45 @@ pub fn task_id(task: &Task, number: usize, hash: u64) -> String {
     }
 }
 
+/// A task id as a batch keeps it: 128 bits of two keyed hashes of it, so
+/// that a file of long ids costs a batch 16 bytes an id, not the ids. Only
+/// compared within one process (never written).
+pub type IdKey = u128;
+
+/// The [`IdKey`] of `id`.
+pub fn id_key(id: &str) -> IdKey {
+    use std::hash::{Hash, Hasher};
+    let half = |salt: u8| {
+        let mut hasher = std::hash::DefaultHasher::new();
+        (salt, id).hash(&mut hasher);
+        hasher.finish()
+    };
+    (u128::from(half(0)) << 64) | u128::from(half(1))
+}
+
+/// The first line of each task's own `id`: a later line naming the same id
+/// is skipped, by the batch and by `--resume`'s check of the file alike.
+#[derive(Debug, Default)]
+pub struct FirstLines(std::collections::HashMap<IdKey, usize>);
+
+impl FirstLines {
+    /// Whether line `number` runs its task: `Err(first)` when the task
+    /// names its own id and line `first` named it before.
+    pub fn claim(&mut self, task: &Task, id: &str, number: usize) -> Result<(), usize> {
+        if task.id.is_none() {
+            return Ok(()); // line numbers are unique
+        }
+        match self.0.entry(id_key(id)) {
+            std::collections::hash_map::Entry::Occupied(first) if *first.get() != number => Err(*first.get()),
+            std::collections::hash_map::Entry::Occupied(_) => Ok(()),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(number);
+                Ok(())
+            }
+        }
+    }
+}
+
 /// The hash of a line's content (64-bit FNV-1a of its bytes, surrounding
 /// whitespace not counted): what `--resume` compares to tell a changed
 /// line. Stable across builds and machines.
@@ -123,50 +162,57 @@ pub struct TaskLines<R> {
     failed: bool,
 }
 
-/// How a raw line ended up.
-enum Raw {
-    /// The line is in the buffer.
-    Whole,
-    /// The line was longer than the cap; its bytes were dropped.
-    Overlong,
-}
-
 impl<R: BufRead> TaskLines<R> {
     pub fn new(reader: R, max_bytes: u64) -> Self {
         let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
         TaskLines { reader, max_bytes, number: 0, buffer: Vec::new(), failed: false }
     }
+}
 
-    /// Reads the next line into `self.buffer`, keeping at most `max_bytes`
-    /// of it; `None` at the end of the file.
-    fn read_raw(&mut self) -> io::Result<Option<Raw>> {
-        self.buffer.clear();
-        let (mut overlong, mut any) = (false, false);
-        loop {
-            let available = match self.reader.fill_buf() {
-                Ok(available) => available,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-                Err(error) => return Err(error),
-            };
-            if available.is_empty() {
-                // A last line without its newline still counts.
-                return Ok(any.then_some(if overlong { Raw::Overlong } else { Raw::Whole }));
-            }
-            any = true;
-            let newline = available.iter().position(|&b| b == b'\n');
-            let chunk = &available[..newline.unwrap_or(available.len())];
-            if !overlong && self.buffer.len() + chunk.len() > self.max_bytes {
-                overlong = true;
-                self.buffer = Vec::new();
-            }
-            if !overlong {
-                self.buffer.extend_from_slice(chunk);
-            }
-            let consumed = newline.map_or(available.len(), |at| at + 1);
-            self.reader.consume(consumed);
-            if newline.is_some() {
-                return Ok(Some(if overlong { Raw::Overlong } else { Raw::Whole }));
-            }
+/// One line as [`read_line`] found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawLine {
+    /// Longer than the cap: its bytes were dropped, not kept.
+    pub overlong: bool,
+    /// It ended with a newline (a last line without one may be torn).
+    pub ended: bool,
+    /// Its length in the file, newline included.
+    pub bytes: u64,
+}
+
+/// Reads the next line of `reader` into `buffer` (newline not kept),
+/// keeping at most `max_bytes` of it: past the cap the rest of the line is
+/// read and dropped, so memory stays at one cap however long the line;
+/// `None` at the end of the input. The one bounded line reader of the
+/// binary: task files and the results files `--resume` reads back.
+pub fn read_line(reader: &mut impl BufRead, buffer: &mut Vec<u8>, max_bytes: usize) -> io::Result<Option<RawLine>> {
+    buffer.clear();
+    let mut line = RawLine { overlong: false, ended: false, bytes: 0 };
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(available) => available,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        if available.is_empty() {
+            // A last line without its newline still counts.
+            return Ok((line.bytes > 0).then_some(line));
+        }
+        let newline = available.iter().position(|&b| b == b'\n');
+        let chunk = &available[..newline.unwrap_or(available.len())];
+        if !line.overlong && buffer.len() + chunk.len() > max_bytes {
+            line.overlong = true;
+            *buffer = Vec::new();
+        }
+        if !line.overlong {
+            buffer.extend_from_slice(chunk);
+        }
+        let consumed = newline.map_or(available.len(), |at| at + 1);
+        reader.consume(consumed);
+        line.bytes += consumed as u64;
+        if newline.is_some() {
+            line.ended = true;
+            return Ok(Some(line));
         }
     }
 }
@@ -176,7 +222,7 @@ impl<R: BufRead> Iterator for TaskLines<R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         while !self.failed {
-            let raw = match self.read_raw() {
+            let raw = match read_line(&mut self.reader, &mut self.buffer, self.max_bytes) {
                 Ok(raw) => raw?,
                 Err(error) => {
                     self.failed = true;
@@ -185,9 +231,9 @@ impl<R: BufRead> Iterator for TaskLines<R> {
             };
             self.number += 1;
             let number = self.number;
-            let parsed = match raw {
-                Raw::Overlong => Err(format!("longer than the {} bytes --max-line-bytes allows", self.max_bytes)),
-                Raw::Whole => parse(&self.buffer),
+            let parsed = match raw.overlong {
+                true => Err(format!("longer than the {} bytes --max-line-bytes allows", self.max_bytes)),
+                false => parse(&self.buffer),
             };
             match parsed {
                 Ok(Some(task)) => {

@@ -10,11 +10,16 @@
 //! start is named and recorded in `OUT.runs` first ([`crate::journal`]),
 //! and `--resume` attaches to the runs recorded for unsettled tasks
 //! instead of starting them again (`"reattached": true`), starting afresh
-//! only those the provider no longer knows (`"expired_run"`).
+//! only those the provider no longer knows or stopped (`"expired_run"`).
+//!
+//! An interruption (Ctrl-C, or a result that could not be written) settles
+//! nothing: the runs it stopped are written with `"interrupted": true`,
+//! which `--resume` runs again, and the exact command that resumes the
+//! batch is printed.
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufReader, IsTerminal, Write};
+use std::io::{BufReader, IsTerminal};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -28,12 +33,12 @@ use subagents::{Budget, CancellationToken, Parent, StartRequest, StopReason, Sub
 use tokio::sync::mpsc;
 
 use crate::args::{BudgetArgs, ConfigArgs, DurableArgs, HomeArgs, ModelArgs, RemoteArgs};
-use crate::journal::{self, Journal, Prior, Recorded};
+use crate::journal::{self, hash_text, Journal, Prior, Recorded};
 use crate::logging;
-use crate::outputs::{self, Outputs};
+use crate::outputs::{self, Outputs, Results};
 use crate::setup::{cancel_on_ctrl_c, setup};
 use crate::summary::{Settled, Tally};
-use crate::tasks::{self, task_id, Line, Task, TaskLines};
+use crate::tasks::{self, id_key, task_id, FirstLines, IdKey, Line, Task, TaskLines};
 use crate::terminal::say;
 use crate::Ended;
 
@@ -97,10 +102,6 @@ const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
 /// the file, few enough that a file of long lines costs little.
 const READ_AHEAD_LINES: usize = 64;
 
-/// Results go out as they settle, so an interrupted batch still leaves a
-/// valid file of what finished.
-type Sink = Arc<Mutex<Box<dyn Write + Send>>>;
-
 fn fanout(args: FanoutArgs, config: &subagents::config::Config) -> Result<Ended, String> {
     outputs::refuse_shared(&args.tasks, args.out.as_deref(), args.trace.as_deref())?;
     let tasks_file = open_tasks(&args.tasks)?;
@@ -115,26 +116,29 @@ fn fanout(args: FanoutArgs, config: &subagents::config::Config) -> Result<Ended,
     // Refusals from here on stop the runtime (as `setup` drops); files are
     // created last so that a refused batch truncates nothing.
     setup.check_provider(&provider)?;
-    let outputs = Outputs::open(args.out.as_deref(), args.trace.as_deref(), args.durable.resume)?;
+    // Cancelled by Ctrl-C, or by the first result that cannot be written.
+    let batch = CancellationToken::new();
+    let (out, trace_path) = (args.out.as_deref(), args.trace.as_deref());
+    let outputs = Outputs::open(out, trace_path, args.durable.resume, args.max_line_bytes, batch.clone())?;
     check_unchanged(&args.tasks, args.max_line_bytes, &outputs.settled, args.durable.rerun_changed)?;
     // Runs of a provider that detaches them are recorded beside `--out`
     // before they start, so that `--resume` attaches to them again.
     let detaches = setup.subagents.provider(&provider).is_some_and(|info| info.detaches);
-    let (runs, recorded) = match (&args.out, detaches) {
+    let (runs, recorded) = match (out, detaches && outputs.results.resumable()) {
         (Some(out), true) => {
-            let (runs, recorded) = journal::open_runs(&journal::runs_path(out), args.durable.resume)?;
+            let runs_path = journal::runs_path(out);
+            let (runs, recorded) = journal::open_runs(&runs_path, args.durable.resume, args.max_line_bytes)?;
             (Some(Mutex::new(runs)), recorded)
         }
         _ => (None, HashMap::new()),
     };
-    let Outputs { results, trace: trace_file, settled, durable } = outputs;
+    let Outputs { results, trace: trace_file, settled } = outputs;
     // The trace is the runtime's own spans: nothing else to record.
     let trace = logging::install(logging::warnings(), trace_file);
-    let sink: Sink = Arc::new(Mutex::new(results));
+    let results = Arc::new(results);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     // clap keeps an explicit value in 1..=MAX_CONCURRENCY.
     let concurrency = args.concurrency.map_or(4 * cores, |n| n as usize);
-    let batch = CancellationToken::new();
     cancel_on_ctrl_c(&setup.runtime, batch.clone());
     let progress = progress_bar(&args.tasks);
     let _per_provider = crate::live::per_provider(&setup.subagents, &progress);
@@ -146,7 +150,7 @@ fn fanout(args: FanoutArgs, config: &subagents::config::Config) -> Result<Ended,
         cwd: setup.cwd.clone(),
         tasks_path: args.tasks.clone(),
         batch: batch.clone(),
-        sink: sink.clone(),
+        results: results.clone(),
         progress: progress.clone(),
         budget: Some(args.budget.budget()).filter(|b| !b.is_unlimited()).map(Budget::lease),
         settled,
@@ -162,23 +166,29 @@ fn fanout(args: FanoutArgs, config: &subagents::config::Config) -> Result<Ended,
     // A run's stop reason is data (its result line, the summary); only
     // `--strict` makes a run that did not complete fail the batch.
     let mut all_done = tally.all_ran() && (!args.strict || tally.all_completed());
-    let flushed = sink.lock().unwrap().flush();
-    if let Err(error) = flushed.and_then(|()| durable.as_ref().map_or(Ok(()), |file| file.sync_data())) {
-        say!("subagents: cannot write results: {error}");
-        all_done = false;
-    }
+    // A result that could not be written was said when it happened; one
+    // that fails only now (the last sync) is said here.
+    let lost = results.finish().is_err();
+    all_done &= !lost;
     tally.print(elapsed);
-    if batch.is_cancelled() {
+    let interrupted = batch.is_cancelled() && !lost;
+    if interrupted {
         // What the interruption stopped, from the runs' receipts.
         let unknown = match tally.unknown_branches {
             0 => String::new(),
             n => format!(" ({n} branches of the tree could not be known)"),
         };
         say!(
-            "subagents: interrupted: {} runs did not complete; {} descendants stopped under them{unknown}",
-            tally.incomplete(),
+            "subagents: interrupted: {} runs stopped; {} descendants stopped under them{unknown}",
+            tally.interrupted(),
             tally.stopped_descendants
         );
+    }
+    if interrupted || lost {
+        match results.resumable() {
+            true => say!("subagents: to finish the batch: {}", resume_command()),
+            false => say!("subagents: results went to {}: run the batch with --out FILE to resume it", "stdout"),
+        }
     }
     let report = setup.runtime.shutdown();
     if !report.live_after.is_quiescent() {
@@ -187,10 +197,34 @@ fn fanout(args: FanoutArgs, config: &subagents::config::Config) -> Result<Ended,
     }
     if let (Some(path), Some(trace)) = (&args.trace, trace) {
         // Every run's span closed with the runtime; this finishes the file.
-        drop(trace);
-        say!("trace: {} (open it in Perfetto)", path.display());
+        match trace.finish() {
+            Ok(()) => say!("trace: {} (open it in Perfetto)", path.display()),
+            Err(why) => {
+                say!("subagents: the trace {} is incomplete: {why}", path.display());
+                all_done = false;
+            }
+        }
     }
-    Ok(Ended::new(batch.is_cancelled(), all_done))
+    Ok(Ended::new(interrupted, all_done))
+}
+
+/// The command line that resumes this batch: this one, with `--resume`.
+fn resume_command() -> String {
+    let mut words: Vec<String> = std::env::args_os().map(|word| shell_word(&word.to_string_lossy())).collect();
+    if !words.iter().any(|word| word == "--resume") {
+        words.push("--resume".to_owned());
+    }
+    words.join(" ")
+}
+
+/// `word` as a POSIX shell reads it back: bare when it is plain, else in
+/// single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c);
+    match !word.is_empty() && word.chars().all(plain) {
+        true => word.to_owned(),
+        false => format!("'{}'", word.replace('\'', r"'\''")),
+    }
 }
 
 /// With `--resume`: every task line whose id the results file settled
@@ -199,18 +233,23 @@ fn fanout(args: FanoutArgs, config: &subagents::config::Config) -> Result<Ended,
 fn check_unchanged(
     tasks: &Path,
     max_line_bytes: u64,
-    settled: &HashMap<String, Prior>,
+    settled: &HashMap<IdKey, Prior>,
     rerun_changed: bool,
 ) -> Result<(), String> {
     if settled.is_empty() || rerun_changed {
         return Ok(());
     }
     let file = open_tasks(tasks)?;
+    // The lines the batch skips as repeated ids were never run: not checked.
+    let mut first_lines = FirstLines::default();
     for line in TaskLines::new(BufReader::new(file), max_line_bytes) {
         let line = line.map_err(|e| format!("cannot read {}: {e}", tasks.display()))?;
         let Line::Task { number, task, hash } = line else { continue };
         let id = task_id(&task, number, hash);
-        if settled.get(&id).is_some_and(|prior| prior.hash != hash_text(hash)) {
+        if first_lines.claim(&task, &id, number).is_err() {
+            continue;
+        }
+        if settled.get(&id_key(&id)).is_some_and(|prior| prior.hash != Some(hash)) {
             return Err(format!(
                 "{}:{number}: task {id:?} changed since its result was written (--rerun-changed runs it again)",
                 tasks.display()
@@ -218,11 +257,6 @@ fn check_unchanged(
         }
     }
     Ok(())
-}
-
-/// A line's hash as result lines carry it (`task_hash`).
-fn hash_text(hash: u64) -> String {
-    format!("{hash:016x}")
 }
 
 /// Whether a failed run's record names a transient cause: a model endpoint
@@ -326,19 +360,19 @@ struct Batch {
     cwd: PathBuf,
     tasks_path: PathBuf,
     batch: CancellationToken,
-    sink: Sink,
+    results: Arc<Results>,
     progress: ProgressBar,
     /// The batch's budget (`--budget-*`): the batch holds it, every task
     /// run is its child.
     budget: Option<BudgetLease>,
     /// What the results file settled before (`--resume`), by task id.
-    settled: HashMap<String, Prior>,
+    settled: HashMap<IdKey, Prior>,
     durable: DurableArgs,
     /// `OUT.runs`, when the batch's provider detaches its runs: each run's
     /// id is written there before it starts.
     runs: Option<Mutex<Journal>>,
     /// What `OUT.runs` recorded before (`--resume`), by task id.
-    recorded: HashMap<String, Recorded>,
+    recorded: HashMap<IdKey, Recorded>,
 }
 
 impl Batch {
@@ -349,7 +383,7 @@ impl Batch {
         let mut tally = Tally::default();
         let mut in_flight = FuturesUnordered::new();
         // Explicit ids seen, with their lines: one id, one task.
-        let mut ids: HashMap<String, usize> = HashMap::new();
+        let mut first_lines = FirstLines::default();
         let mut reading = true;
         loop {
             tokio::select! {
@@ -364,16 +398,14 @@ impl Batch {
                 line = lines.recv(), if reading && in_flight.len() < concurrency => match line {
                     Some(Ok(Line::Task { number, task, hash })) => {
                         let id = task_id(&task, number, hash);
-                        if task.id.is_some() {
-                            if let Some(first) = ids.insert(id.clone(), number) {
-                                let why = format!("its id {id:?} is line {first}'s too");
-                                say!("subagents: {}:{number}: skipped: {why}", self.tasks_path.display());
-                                tally.skipped += 1;
-                                continue;
-                            }
+                        if let Err(first) = first_lines.claim(&task, &id, number) {
+                            let why = format!("its id {id:?} is line {first}'s too");
+                            say!("subagents: {}:{number}: skipped: {why}", self.tasks_path.display());
+                            tally.skipped += 1;
+                            continue;
                         }
-                        let prior = self.settled.get(&id);
-                        let done = prior.is_some_and(|p| p.hash == hash_text(hash) && (p.completed || !self.durable.rerun_failed));
+                        let prior = self.settled.get(&id_key(&id));
+                        let done = prior.is_some_and(|p| p.hash == Some(hash) && (p.completed || !self.durable.rerun_failed));
                         if done {
                             tally.already_done += 1;
                             self.progress.inc(1);
@@ -412,13 +444,16 @@ impl Batch {
         // A task settled before (run again by --rerun-failed) or whose line
         // changed since starts afresh.
         let (mut attached, mut expired) = (None, None);
-        let unsettled = !self.settled.contains_key(&id);
-        let recorded = self.recorded.get(&id).filter(|r| detaching && unsettled && r.hash == hash_text(hash));
+        let unsettled = !self.settled.contains_key(&id_key(&id));
+        let recorded = self.recorded.get(&id_key(&id)).filter(|r| detaching && unsettled && r.hash == Some(hash));
         if let Some(Recorded { run, .. }) = recorded {
             let attach = Detached::Attach(run.clone());
             let outcome = self.attempt(line, (*task).clone(), timeout, Some(attach)).await?;
+            // A run the earlier batch's interruption stopped is not a result.
+            let stopped = outcome.0["stop_reason"] == "aborted" && !self.batch.is_cancelled();
             match outcome.0["diagnostic"]["category"].as_str() {
                 Some("run-unknown" | "lease-expired") => expired = Some(run.clone()),
+                _ if stopped => expired = Some(run.clone()),
                 _ => attached = Some(outcome),
             }
         }
@@ -439,7 +474,7 @@ impl Batch {
             let Some(next) = self.start_attempt(line, (&id, hash), &task, timeout, detaching).await else { break };
             (last, attempt) = (next, attempt + 1);
         }
-        let (mut record, settled, detail) = last;
+        let (mut record, mut settled, detail) = last;
         record["id"] = json!(id);
         record["task_hash"] = json!(hash_text(hash));
         if attempt > 1 {
@@ -451,11 +486,10 @@ impl Batch {
         if let Some(run) = expired {
             record["expired_run"] = json!(run);
         }
-        {
-            let mut sink = self.sink.lock().unwrap();
-            let _ = sink.write_all(format!("{record}\n").as_bytes());
-            let _ = sink.flush();
+        if settled.interrupted {
+            record["interrupted"] = json!(true);
         }
+        settled.written = self.results.write(&record);
         if self.progress.is_hidden() {
             let label = task.label.as_deref().unwrap_or("task");
             let detail = detail.map(|d| format!(": {d}")).unwrap_or_default();
@@ -483,7 +517,7 @@ impl Batch {
             (Some(runs), true) => {
                 let run = subagents::agent::ids::session_id();
                 let entry = format!("{}\n", json!({"id": id, "run": run, "task_hash": hash_text(hash)}));
-                match runs.lock().unwrap().write_all(entry.as_bytes()) {
+                match runs.lock().unwrap().write_line(entry.as_bytes()) {
                     Ok(()) => Some(Detached::Start(run)),
                     Err(error) => {
                         // Not recorded: run it as a plain start, stopped with this batch if it dies.
@@ -607,11 +641,16 @@ impl Batch {
             detail = Some(format!("timed out after {:.1?}", timeout.unwrap_or_default()));
         }
         let (stopped_descendants, unknown_branches) = stopped;
+        // Stopped by the batch, not by its own timeout: not settled.
+        let interrupted =
+            self.batch.is_cancelled() && !completed && !timed_out.load(std::sync::atomic::Ordering::Acquire);
         let settled = Settled {
             latency,
             completed,
             unserved,
-            outcome,
+            outcome: if interrupted { "interrupted".to_owned() } else { outcome },
+            interrupted,
+            written: false,
             stopped_descendants,
             unknown_branches,
             usage: tree_usage,

@@ -1,0 +1,251 @@
+//! Results that could not be written are the batch's error, never lost in
+//! silence: a full disk under `--out` or `--trace`, a reader of stdout that
+//! went away, two flags that lead to one file, an out file that is not a
+//! file; and an interrupted batch, whose stopped runs are not settled.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{run, subagents, text, write_file};
+use crate::common::line_peer::LinePeer;
+use crate::common::small_disk::SmallDisk;
+
+/// `n` tasks with their own ids, each answered with about 1 KB.
+fn tasks(dir: &Path, n: usize) -> std::path::PathBuf {
+    let filler = "x".repeat(1000);
+    let lines: Vec<String> = (0..n).map(|i| format!("{{\"id\": \"t{i}\", \"prompt\": \"{i} {filler}\"}}")).collect();
+    write_file(dir, "tasks.jsonl", lines.join("\n") + "\n")
+}
+
+/// A mock that echoes its prompt, `delay` long.
+fn echo_config(dir: &Path, delay: &str) -> std::path::PathBuf {
+    let config =
+        format!("[providers.echo]\nkind = \"mock\"\nreply = \"done: \"\necho_prompt = true\ndelay = \"{delay}\"\n");
+    write_file(dir, "echo.toml", config)
+}
+
+/// Each result line of `out`, which must all be whole JSON, by id.
+fn results_by_id(out: &Path) -> HashMap<String, Vec<Value>> {
+    let text = std::fs::read_to_string(out).unwrap();
+    assert!(text.is_empty() || text.ends_with('\n'), "the file ends with a whole line");
+    let mut by_id: HashMap<String, Vec<Value>> = HashMap::new();
+    for line in text.lines() {
+        let record: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("a whole line: {e}: {line:?}"));
+        by_id.entry(record["id"].as_str().unwrap().to_owned()).or_default().push(record);
+    }
+    by_id
+}
+
+#[test]
+fn a_full_disk_under_out_stops_the_batch_with_an_error_and_resume_finishes_it_when_space_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SmallDisk::mount(64 * 1024);
+    let (tasks, config, out) = (tasks(dir.path(), 300), echo_config(dir.path(), "1ms"), disk.join("out.jsonl"));
+    let fanout = |resume: bool| {
+        let mut command = subagents();
+        command.arg("fanout").arg(&tasks).arg("--config").arg(&config).args(["--provider", "echo"]);
+        command.arg("--out").arg(&out).arg("--home").arg(dir.path().join("home")).args(["--concurrency", "8"]);
+        if resume {
+            command.arg("--resume");
+        }
+        run(&mut command)
+    };
+    let output = fanout(false);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "a result that could not be written fails the batch: {stderr}");
+    assert!(stderr.contains("results lost: cannot write to") && stderr.contains("No space left on device"), "{stderr}");
+    assert!(stderr.contains("No new run starts"), "{stderr}");
+    assert!(stderr.contains("to finish the batch: ") && stderr.contains("--resume"), "{stderr}");
+    let written = results_by_id(&out);
+    assert!(!written.is_empty() && written.len() < 300, "some lines fit, not all: {}", written.len());
+
+    // Still full: the resume fails the same way, losing nothing it wrote.
+    let output = fanout(true);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert!(results_by_id(&out).len() >= written.len());
+
+    disk.grow(4 * 1024 * 1024);
+    let output = fanout(true);
+    assert_eq!(output.status.code(), Some(0), "space returned: {}", text(&output.stderr));
+    let finished = results_by_id(&out);
+    assert_eq!(finished.len(), 300, "every task has its result");
+    assert!(finished.values().all(|lines| lines.len() == 1), "each exactly once");
+    assert!(finished.values().all(|lines| lines[0]["stop_reason"] == "completed"));
+}
+
+#[test]
+fn a_reader_of_stdout_that_went_away_fails_the_batch_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tasks, config) = (tasks(dir.path(), 50), echo_config(dir.path(), "5ms"));
+    // A pipe whose reader is gone before the first line.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = subagents()
+        .arg("fanout")
+        .arg(&tasks)
+        .arg("--config")
+        .arg(&config)
+        .args(["--provider", "echo", "--home"])
+        .arg(dir.path().join("home"))
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = Vec::new();
+    std::io::Read::read_to_end(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let output = std::process::Output { status: child.wait().unwrap(), stdout: Vec::new(), stderr };
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("results lost: stdout was closed by its reader"), "{stderr}");
+    assert!(stderr.contains("run the batch with --out FILE"), "{stderr}");
+}
+
+#[test]
+fn a_full_disk_under_trace_stops_the_trace_once_and_the_exit_says_it_is_incomplete() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SmallDisk::mount(32 * 1024);
+    let (tasks, config) = (tasks(dir.path(), 400), echo_config(dir.path(), "0ms"));
+    let output = run(subagents()
+        .arg("fanout")
+        .arg(&tasks)
+        .arg("--config")
+        .arg(&config)
+        .args(["--provider", "echo", "--out"])
+        .arg(dir.path().join("out.jsonl"))
+        .arg("--trace")
+        .arg(disk.join("trace.json"))
+        .arg("--home")
+        .arg(dir.path().join("home")));
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.matches("the trace stopped").count(), 1, "one warning: {stderr}");
+    assert!(stderr.contains("is incomplete: No space left on device"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(results_by_id(&dir.path().join("out.jsonl")).len(), 400, "the results are whole");
+}
+
+#[test]
+fn out_through_a_dangling_link_to_the_trace_is_refused_and_a_device_is_a_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = tasks(dir.path(), 2);
+    let (trace, link) = (dir.path().join("trace.json"), dir.path().join("out.jsonl"));
+    std::os::unix::fs::symlink(&trace, &link).unwrap();
+    let output = run(subagents().arg("fanout").arg(&tasks).arg("--out").arg(&link).arg("--trace").arg(&trace));
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("--out and --trace are the same file"), "{}", text(&output.stderr));
+    assert!(!trace.exists(), "nothing was created");
+
+    let home = dir.path().join("home");
+    let output = run(subagents().arg("fanout").arg(&tasks).args(["--out", "/dev/null", "--home"]).arg(&home));
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let output =
+        run(subagents().arg("fanout").arg(&tasks).args(["--out", "/dev/null", "--resume", "--home"]).arg(&home));
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("/dev/null back, and it is not a regular file"), "{}", text(&output.stderr));
+    assert!(!Path::new("/dev/null.runs").exists());
+}
+
+#[test]
+fn a_task_skipped_for_a_repeated_id_does_not_stop_the_resume_of_the_untouched_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = write_file(
+        dir.path(),
+        "tasks.jsonl",
+        "{\"id\": \"dup\", \"prompt\": \"one\"}\n{\"id\": \"dup\", \"prompt\": \"two\"}\n{\"prompt\": \"three\"}\n",
+    );
+    let out = dir.path().join("out.jsonl");
+    let fanout = |extra: &[&str]| run(subagents().arg("fanout").arg(&tasks).arg("--out").arg(&out).args(extra));
+    let output = fanout(&[]);
+    assert_eq!(output.status.code(), Some(1), "a skipped line: {}", text(&output.stderr));
+    let output = fanout(&["--resume"]);
+    let stderr = text(&output.stderr);
+    assert!(!stderr.contains("changed since"), "{stderr}");
+    assert_eq!(output.status.code(), Some(1), "the repeated id is skipped again, nothing else: {stderr}");
+    assert!(stderr.contains("(done before, skipped)"), "{stderr}");
+    assert_eq!(results_by_id(&out).values().map(Vec::len).sum::<usize>(), 2);
+}
+
+#[test]
+fn resume_reads_an_out_file_in_bounded_memory_and_refuses_what_is_not_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = write_file(dir.path(), "tasks.jsonl", "{\"id\": \"a\", \"prompt\": \"one\"}\n");
+    let out = dir.path().join("out.jsonl");
+    // A 200 MB line, then a settled line for the task.
+    {
+        use std::io::Write;
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&out).unwrap());
+        file.write_all(b"{\"id\": \"junk\", \"output\": \"").unwrap();
+        let block = vec![b'y'; 1 << 20];
+        for _ in 0..200 {
+            file.write_all(&block).unwrap();
+        }
+        file.write_all(b"\"}\n").unwrap();
+    }
+    let (status, peak_kib) = super::peak_rss_kib(
+        subagents()
+            .arg("fanout")
+            .arg(&tasks)
+            .arg("--out")
+            .arg(&out)
+            .arg("--resume")
+            .arg("--home")
+            .arg(dir.path().join("home")),
+    );
+    assert!(status.success(), "{status:?}");
+    assert!(peak_kib < 160 * 1024, "a 200 MB line is never held whole: peak {peak_kib} KiB");
+
+    let zero = dir.path().join("zero");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let output = run(subagents().arg("fanout").arg(&tasks).arg("--out").arg(&zero).arg("--resume"));
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("not a regular file"), "{}", text(&output.stderr));
+}
+
+#[test]
+fn an_interrupted_batch_settles_nothing_it_stopped_and_resume_runs_exactly_those() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tasks, config) = (tasks(dir.path(), 60), echo_config(dir.path(), "300ms"));
+    let out = dir.path().join("out.jsonl");
+    let fanout = |resume: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
+        command.env_remove("RUST_LOG").arg("fanout").arg(&tasks).arg("--config").arg(&config);
+        command.args(["--provider", "echo", "--concurrency", "10", "--out"]).arg(&out);
+        command.arg("--home").arg(dir.path().join("home"));
+        if resume {
+            command.arg("--resume");
+        }
+        command
+    };
+    let peer = LinePeer::spawn(fanout(false), tempfile::tempdir().unwrap());
+    crate::common::blocking::wait_until(Duration::from_secs(60), "ten results", || {
+        std::fs::read(&out).is_ok_and(|bytes| bytes.iter().filter(|&&b| b == b'\n').count() >= 10)
+    });
+    peer.signal(libc::SIGINT);
+    let mut peer = peer;
+    assert_eq!(peer.wait_for_exit(Duration::from_secs(60)).code(), Some(130));
+    let stderr = peer.stderr();
+    assert!(stderr.contains("to finish the batch: ") && stderr.contains(" --resume"), "{stderr}");
+    let first = results_by_id(&out);
+    let interrupted: Vec<&String> =
+        first.iter().filter(|(_, lines)| lines[0]["interrupted"] == true).map(|(id, _)| id).collect();
+    assert!(!interrupted.is_empty(), "runs in flight were stopped: {first:?}");
+    assert!(first.values().flatten().filter(|r| r["interrupted"] == true).all(|r| r["stop_reason"] == "aborted"));
+
+    let output = run(&mut fanout(true));
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let finished = results_by_id(&out);
+    assert_eq!(finished.len(), 60);
+    for (id, lines) in &finished {
+        let settled: Vec<&Value> = lines.iter().filter(|r| r["interrupted"] != true).collect();
+        assert_eq!(settled.len(), 1, "{id} settled exactly once: {lines:?}");
+        assert_eq!(settled[0]["stop_reason"], "completed");
+    }
+    for id in interrupted {
+        assert_eq!(finished[id].len(), 2, "{id}: its interrupted line, then its run on resume");
+    }
+}
