@@ -12,6 +12,8 @@
 mod actors;
 #[cfg(feature = "agent")]
 pub mod agent;
+#[cfg(feature = "batch")]
+pub mod batch;
 #[cfg(any(feature = "acp", feature = "process", feature = "remote"))]
 mod child_process;
 #[cfg(feature = "config")]

@@ -1,7 +1,8 @@
 //! The tests that need every door (feature `cli`): the `subagents` binary
 //! run as a user runs it, and the providers and servers that cross a
 //! process boundary — acp, process, remote on a real broker, mcp — with
-//! crash, budget, receipt and telemetry checks. The suite's layout is
+//! crash, budget, receipt and telemetry checks; and `subagents::batch` as
+//! an embedder drives it. The suite's layout is
 //! described in `suite_core.rs`.
 
 mod common;
@@ -13,6 +14,7 @@ mod a2a;
 mod acp;
 mod acp_agent;
 mod acp_pool;
+mod batch;
 mod budget;
 mod cli;
 mod config;

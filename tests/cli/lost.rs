@@ -146,7 +146,12 @@ fn out_through_a_dangling_link_to_the_trace_is_refused_and_a_device_is_a_stream(
     let output =
         run(subagents().arg("fanout").arg(&tasks).args(["--out", "/dev/null", "--resume", "--home"]).arg(&home));
     assert_eq!(output.status.code(), Some(2));
-    assert!(text(&output.stderr).contains("/dev/null back, and it is not a regular file"), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr)
+            .contains("/dev/null: a resumed batch reads its results back, and this is not a regular file"),
+        "{}",
+        text(&output.stderr)
+    );
     assert!(!Path::new("/dev/null.runs").exists());
 }
 

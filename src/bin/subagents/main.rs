@@ -60,13 +60,10 @@
 
 mod args;
 mod commands;
-mod journal;
 mod live;
 mod logging;
 mod outputs;
 mod setup;
-mod summary;
-mod tasks;
 mod terminal;
 mod timeline;
 

@@ -1,4 +1,4 @@
-//! The tasks file of `fanout`: one JSON object per line, read lazily.
+//! A batch's tasks file: one JSON object per line, read lazily.
 //!
 //! [`TaskLines`] turns any buffered reader into a stream of [`Line`]s, one
 //! per non-blank line: a [`Task`] to run, or the reason the line is skipped.
@@ -24,20 +24,26 @@ pub const DEFAULT_MAX_LINE_BYTES: u64 = 1024 * 1024;
 /// One task line.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Task {
+    /// What the run is asked.
     pub prompt: String,
+    /// A label for the run (events, the tree, its result line).
     #[serde(default)]
     pub label: Option<String>,
+    /// The persona the run takes, where its provider supports one.
     #[serde(default)]
     pub persona: Option<String>,
+    /// The JSON Schema the run's structured output must match.
     #[serde(default)]
     pub output_schema: Option<Value>,
+    /// The deepest delegation below the run.
     #[serde(default)]
     pub max_depth: Option<u32>,
     /// This task's own delegation budget (`{"depth"?, "width"?, "runs"?,
     /// "tokens"?, "deadline_ms"?}`), on top of the batch's.
     #[serde(default, deserialize_with = "budget_object")]
-    pub budget: Option<subagents::Budget>,
+    pub budget: Option<crate::Budget>,
     /// The provider to run this task on (default: the batch's `--provider`).
     #[serde(default)]
     pub provider: Option<String>,
@@ -55,7 +61,7 @@ fn timeout_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Opt
     use serde::de::Error;
     match Option::<String>::deserialize(deserializer)? {
         None => Ok(None),
-        Some(text) => subagents::config::parse_positive_duration(&text).map(Some).map_err(D::Error::custom),
+        Some(text) => crate::config::parse_positive_duration(&text).map(Some).map_err(D::Error::custom),
     }
 }
 
@@ -72,10 +78,10 @@ pub fn task_id(task: &Task, number: usize, hash: u64) -> String {
 /// A task id as a batch keeps it: 128 bits of two keyed hashes of it, so
 /// that a file of long ids costs a batch 16 bytes an id, not the ids. Only
 /// compared within one process (never written).
-pub type IdKey = u128;
+pub(super) type IdKey = u128;
 
 /// The [`IdKey`] of `id`.
-pub fn id_key(id: &str) -> IdKey {
+pub(super) fn id_key(id: &str) -> IdKey {
     use std::hash::{Hash, Hasher};
     let half = |salt: u8| {
         let mut hasher = std::hash::DefaultHasher::new();
@@ -88,12 +94,12 @@ pub fn id_key(id: &str) -> IdKey {
 /// The first line of each task's own `id`: a later line naming the same id
 /// is skipped, by the batch and by `--resume`'s check of the file alike.
 #[derive(Debug, Default)]
-pub struct FirstLines(std::collections::HashMap<IdKey, usize>);
+pub(super) struct FirstLines(std::collections::HashMap<IdKey, usize>);
 
 impl FirstLines {
     /// Whether line `number` runs its task: `Err(first)` when the task
     /// names its own id and line `first` named it before.
-    pub fn claim(&mut self, task: &Task, id: &str, number: usize) -> Result<(), usize> {
+    pub(super) fn claim(&mut self, task: &Task, id: &str, number: usize) -> Result<(), usize> {
         if task.id.is_none() {
             return Ok(()); // line numbers are unique
         }
@@ -118,7 +124,7 @@ pub fn content_hash(bytes: &[u8]) -> u64 {
 
 /// A task's `budget`: a JSON object only (serde would read `[0]` by
 /// position, as a depth of 0), each limit at least 1.
-fn budget_object<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<subagents::Budget>, D::Error> {
+fn budget_object<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<crate::Budget>, D::Error> {
     use serde::de::Error;
     let value = Value::deserialize(deserializer)?;
     if value.is_null() {
@@ -127,7 +133,7 @@ fn budget_object<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Op
     if !value.is_object() {
         return Err(D::Error::custom("budget must be an object such as {\"runs\": 10}"));
     }
-    let budget: subagents::Budget = serde_json::from_value(value).map_err(D::Error::custom)?;
+    let budget: crate::Budget = serde_json::from_value(value).map_err(D::Error::custom)?;
     let zero = [budget.depth.map(u64::from), budget.width.map(u64::from), budget.runs, budget.tokens]
         .contains(&Some(0))
         || budget.deadline.is_some_and(|deadline| deadline.is_zero());
@@ -142,18 +148,25 @@ fn budget_object<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Op
 pub enum Line {
     /// A task, with the [`content_hash`] of its line.
     Task {
+        /// The line's number, from 1.
         number: usize,
+        /// The task.
         task: Box<Task>,
+        /// The [`content_hash`] of the line.
         hash: u64,
     },
+    /// A line that is not a task.
     Skipped {
+        /// The line's number, from 1.
         number: usize,
+        /// Why it is not a task.
         why: String,
     },
 }
 
 /// The lines of a tasks file, each at most `max_bytes` long (newline not
 /// counted). Yields an `Err` when reading fails, and nothing after it.
+#[derive(Debug)]
 pub struct TaskLines<R> {
     reader: R,
     max_bytes: usize,
@@ -163,6 +176,7 @@ pub struct TaskLines<R> {
 }
 
 impl<R: BufRead> TaskLines<R> {
+    /// The lines of `reader`, each at most `max_bytes` long.
     pub fn new(reader: R, max_bytes: u64) -> Self {
         let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
         TaskLines { reader, max_bytes, number: 0, buffer: Vec::new(), failed: false }

@@ -1,8 +1,8 @@
-//! What a `fanout` batch keeps about its finished runs, and the summary it
-//! prints from that.
+//! What a batch keeps about its finished runs, and the summary it prints
+//! from that.
 //!
 //! A batch may run millions of tasks, so nothing here grows with them: a
-//! [`Tally`] holds a count per outcome (a handful of stop reasons and error
+//! [`Summary`] holds a count per outcome (a handful of stop reasons and error
 //! codes) and a [`Latencies`] histogram of fixed size. p50 and p99 come from
 //! the histogram to within about 3 %, which is all a summary line needs.
 //!
@@ -22,68 +22,72 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
-use subagents::seam::RunUsage;
-
-use crate::terminal;
+use crate::seam::RunUsage;
 
 /// One finished run, as the batch counts it.
-pub struct Settled {
-    pub latency: Duration,
+pub(super) struct Finished {
+    pub(super) latency: Duration,
     /// Whether it stopped `completed`.
-    pub completed: bool,
+    pub(super) completed: bool,
     /// Whether its transport could not serve it (a remote run whose
     /// workers were lost, whose caller lost its lease, or whose broker or
     /// pool did not answer): the task did not really run.
-    pub unserved: bool,
+    pub(super) unserved: bool,
     /// The stop reason, `error`, or `rejected (CODE)`: the summary's rows.
-    pub outcome: String,
+    pub(super) outcome: String,
     /// Runs under it that an interruption stopped (from its receipt).
-    pub stopped_descendants: usize,
+    pub(super) stopped_descendants: usize,
     /// Branches of its receipt that could not be known.
-    pub unknown_branches: usize,
+    pub(super) unknown_branches: usize,
     /// Whether it ran more than once (`--retry`).
-    pub retried: bool,
+    pub(super) retried: bool,
     /// Whether it was a run of an earlier batch, attached to again.
-    pub reattached: bool,
+    pub(super) reattached: bool,
     /// What its tree spent on models.
-    pub usage: RunUsage,
+    pub(super) usage: RunUsage,
     /// Whether the batch's interruption stopped it: its line says
     /// `"interrupted": true` and `--resume` runs it again.
-    pub interrupted: bool,
+    pub(super) interrupted: bool,
     /// Whether its result line was written.
-    pub written: bool,
+    pub(super) written: bool,
 }
 
 /// Counts per outcome and a latency histogram of every finished run, plus
-/// the task lines that never became runs.
-#[derive(Default)]
-pub struct Tally {
+/// the task lines that never became runs, and how the batch ended.
+#[derive(Debug, Default)]
+pub struct Summary {
     per_outcome: BTreeMap<String, usize>,
     latencies: Latencies,
     runs: usize,
     incomplete: usize,
     unserved: usize,
     /// Task lines skipped as malformed.
-    pub skipped: usize,
-    /// Tasks an earlier batch settled (`--resume`), not run again.
-    pub already_done: usize,
+    pub(super) skipped: usize,
+    /// Tasks an earlier batch settled (a resume), not run again.
+    pub(super) already_done: usize,
     /// Runs that took more than one attempt.
     retried: usize,
     reattached: usize,
     /// The tasks file failed before its end.
-    pub unread: bool,
+    pub(super) unread: bool,
     /// Runs under the batch's runs that an interruption stopped.
-    pub stopped_descendants: usize,
+    stopped_descendants: usize,
     /// Receipt branches that could not be known.
-    pub unknown_branches: usize,
+    unknown_branches: usize,
     /// What every run's tree spent on models.
     usage: RunUsage,
     interrupted: usize,
     unwritten: usize,
+    elapsed: Duration,
+    /// The batch's token was cancelled (and not by a lost result).
+    was_interrupted: bool,
+    /// Why results could no longer be written.
+    lost: Option<String>,
+    resumable: bool,
 }
 
-impl Tally {
-    pub fn add(&mut self, settled: Settled) {
+impl Summary {
+    pub(super) fn add(&mut self, settled: Finished) {
         self.runs += 1;
         self.incomplete += usize::from(!settled.completed);
         self.unserved += usize::from(settled.unserved);
@@ -98,10 +102,81 @@ impl Tally {
         self.unwritten += usize::from(!settled.written);
     }
 
-    /// Runs the batch's interruption stopped (not settled: `--resume`
-    /// runs them again).
-    pub fn interrupted(&self) -> usize {
+    /// How the batch ended: after `elapsed`, its token `cancelled`,
+    /// results `lost`, from a place a resume can read.
+    pub(super) fn close(&mut self, elapsed: Duration, cancelled: bool, lost: Option<String>, resumable: bool) {
+        self.elapsed = elapsed;
+        self.was_interrupted = cancelled && lost.is_none();
+        self.lost = lost;
+        self.resumable = resumable;
+    }
+
+    /// Runs the batch's interruption stopped (not settled: a resume runs
+    /// them again).
+    pub fn interrupted_runs(&self) -> usize {
         self.interrupted
+    }
+
+    /// Whether the batch's token cancelled it.
+    pub fn was_interrupted(&self) -> bool {
+        self.was_interrupted
+    }
+
+    /// Why results could no longer be written, when that stopped the batch.
+    pub fn lost(&self) -> Option<&str> {
+        self.lost.as_deref()
+    }
+
+    /// Whether a resume can finish the batch (its results file is a
+    /// regular file).
+    pub fn resumable(&self) -> bool {
+        self.resumable
+    }
+
+    /// Runs under the batch's runs that an interruption stopped.
+    pub fn stopped_descendants(&self) -> usize {
+        self.stopped_descendants
+    }
+
+    /// Receipt branches that could not be known.
+    pub fn unknown_branches(&self) -> usize {
+        self.unknown_branches
+    }
+
+    /// Runs carried out, all attempts of a task counting once.
+    pub fn runs(&self) -> usize {
+        self.runs
+    }
+
+    /// Runs per outcome: stop reasons, `error`, `rejected (CODE)`,
+    /// `interrupted`.
+    pub fn outcomes(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.per_outcome.iter().map(|(outcome, count)| (outcome.as_str(), *count))
+    }
+
+    /// Task lines skipped (malformed, or a repeated id).
+    pub fn skipped(&self) -> usize {
+        self.skipped
+    }
+
+    /// Tasks an earlier batch settled, not run again.
+    pub fn done_before(&self) -> usize {
+        self.already_done
+    }
+
+    /// What every run's tree spent on models.
+    pub fn usage(&self) -> &RunUsage {
+        &self.usage
+    }
+
+    /// The latency below which a share `p` of the runs fall (within 3 %).
+    pub fn latency_quantile(&self, p: f64) -> Duration {
+        self.latencies.quantile(p)
+    }
+
+    /// From the first run to the last settled.
+    pub fn elapsed(&self) -> Duration {
+        self.elapsed
     }
 
     /// Every task line of the file was read and became a run that its
@@ -115,37 +190,38 @@ impl Tally {
         self.incomplete == 0
     }
 
-    /// Prints the summary on stderr.
-    pub fn print(&self, elapsed: Duration) {
+    /// Writes the summary for a person (the outcomes are the library's own
+    /// words: nothing here came from a child).
+    pub fn write_to(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let elapsed = self.elapsed;
         let rate = self.runs as f64 / elapsed.as_secs_f64().max(1e-9);
-        let mut out = std::io::stderr().lock();
-        let _ = writeln!(out, "\n{} runs in {:.2?} ({rate:.0} runs/s)", self.runs, elapsed);
-        let _ = writeln!(out, "  {:<24} {:>6}", "stop reason", "runs");
+        writeln!(out, "\n{} runs in {:.2?} ({rate:.0} runs/s)", self.runs, elapsed)?;
+        writeln!(out, "  {:<24} {:>6}", "stop reason", "runs")?;
         for (outcome, count) in &self.per_outcome {
-            let _ = writeln!(out, "  {:<24} {count:>6}", terminal::line(outcome));
+            writeln!(out, "  {outcome:<24} {count:>6}")?;
         }
         if self.skipped > 0 {
-            let _ = writeln!(out, "  {:<24} {:>6}", "(skipped lines)", self.skipped);
+            writeln!(out, "  {:<24} {:>6}", "(skipped lines)", self.skipped)?;
         }
         if self.unserved > 0 {
-            let _ = writeln!(out, "  {:<24} {:>6}", "(not served)", self.unserved);
+            writeln!(out, "  {:<24} {:>6}", "(not served)", self.unserved)?;
         }
         if self.unwritten > 0 {
-            let _ = writeln!(out, "  {:<24} {:>6}", "(result not written)", self.unwritten);
+            writeln!(out, "  {:<24} {:>6}", "(result not written)", self.unwritten)?;
         }
         if self.already_done > 0 {
-            let _ = writeln!(out, "  {:<24} {:>6}", "(done before, skipped)", self.already_done);
+            writeln!(out, "  {:<24} {:>6}", "(done before, skipped)", self.already_done)?;
         }
         if self.reattached > 0 {
-            let _ = writeln!(out, "  {:<24} {:>6}", "(attached again)", self.reattached);
+            writeln!(out, "  {:<24} {:>6}", "(attached again)", self.reattached)?;
         }
         if self.retried > 0 {
-            let _ = writeln!(out, "  {:<24} {:>6}", "(retried)", self.retried);
+            writeln!(out, "  {:<24} {:>6}", "(retried)", self.retried)?;
         }
         let (p50, p99) = (self.latencies.quantile(0.5), self.latencies.quantile(0.99));
-        let _ = writeln!(out, "  latency p50 {p50:.1?}, p99 {p99:.1?}");
+        writeln!(out, "  latency p50 {p50:.1?}, p99 {p99:.1?}")?;
         let usage = &self.usage;
-        let _ = writeln!(
+        writeln!(
             out,
             "  tokens {} (input {}, output {}, cache read {}, cache write {})",
             usage.tokens(),
@@ -153,15 +229,16 @@ impl Tally {
             usage.output_tokens,
             usage.cache_read_tokens,
             usage.cache_write_tokens
-        );
+        )?;
         let waited = Duration::from_millis(usage.limit_wait_ms);
-        let _ = writeln!(
+        writeln!(
             out,
             "  model calls {}, attempts {}, waited on rate limits {:.1}s (all calls together)",
             usage.model_calls,
             usage.attempts,
             waited.as_secs_f64()
-        );
+        )?;
+        Ok(())
     }
 }
 
@@ -173,7 +250,8 @@ const BUCKETS: usize = SUB_BUCKETS * (64 - SUB_BITS as usize + 1);
 
 /// A log-linear histogram of latencies in microseconds (15 KiB, whatever
 /// the number of runs).
-pub struct Latencies {
+#[derive(Debug)]
+pub(super) struct Latencies {
     counts: Box<[u64; BUCKETS]>,
     total: u64,
 }
@@ -185,7 +263,7 @@ impl Default for Latencies {
 }
 
 impl Latencies {
-    pub fn record(&mut self, latency: Duration) {
+    pub(super) fn record(&mut self, latency: Duration) {
         let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
         self.counts[bucket_of(micros)] += 1;
         self.total += 1;
@@ -193,7 +271,7 @@ impl Latencies {
 
     /// The latency below which a share `p` of the runs fall (the middle of
     /// its bucket); zero when nothing was recorded.
-    pub fn quantile(&self, p: f64) -> Duration {
+    pub(super) fn quantile(&self, p: f64) -> Duration {
         if self.total == 0 {
             return Duration::ZERO;
         }

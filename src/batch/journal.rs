@@ -1,4 +1,4 @@
-//! `fanout --out FILE`: a results file that survives the batch's crash.
+//! A batch's results file (`--out`): a journal that survives the batch's crash.
 //!
 //! The file is opened for appending and locked (an exclusive `flock`, so a
 //! second batch on it is refused). Each result line goes out whole in one
@@ -42,11 +42,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::tasks::{self, id_key, IdKey};
-use crate::terminal::say;
+use super::tasks::{self, id_key, IdKey};
+use super::BatchError;
 
 /// The longest a written line waits to be made durable.
-pub const SYNC_EVERY: Duration = Duration::from_secs(1);
+pub(super) const SYNC_EVERY: Duration = Duration::from_secs(1);
 
 /// The least a resumed file's line may be before it is passed over: a
 /// result line carries its run's output (a child's up to 16 MiB, escaped),
@@ -63,16 +63,16 @@ const NAMED_OVERLONG_LINES: usize = 10;
 
 /// What an earlier batch settled for one task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Prior {
+pub(super) struct Prior {
     /// The hash of the task line it ran (`task_hash`); `None` when the
     /// line's hash is not one we wrote, so it matches no task line.
-    pub hash: Option<u64>,
+    pub(super) hash: Option<u64>,
     /// Whether it completed.
-    pub completed: bool,
+    pub(super) completed: bool,
 }
 
 /// A line's hash as result lines carry it (`task_hash`).
-pub fn hash_text(hash: u64) -> String {
+pub(super) fn hash_text(hash: u64) -> String {
     format!("{hash:016x}")
 }
 
@@ -81,7 +81,7 @@ fn parse_hash(text: &str) -> Option<u64> {
 }
 
 /// The results file (or stream), open for appending, and its syncing thread.
-pub struct Journal {
+pub(super) struct Journal {
     file: Arc<File>,
     /// Bytes of whole lines in the file: where a line that could not be
     /// written whole is cut back to. `None` for a stream.
@@ -107,7 +107,11 @@ struct ResultKeys {
 
 /// Opens `path` for a batch: truncated, or with `resume` read for what it
 /// settled (a torn last line cut off). Refused when another batch holds it.
-pub fn open(path: &Path, resume: bool, max_line_bytes: u64) -> Result<(Journal, HashMap<IdKey, Prior>), String> {
+pub(super) fn open(
+    path: &Path,
+    resume: bool,
+    max_line_bytes: u64,
+) -> Result<(Journal, HashMap<IdKey, Prior>), BatchError> {
     let mut settled = HashMap::new();
     let journal = open_with(path, resume, max_line_bytes, |keys: ResultKeys| {
         let Some(id) = keys.id else { return };
@@ -131,11 +135,11 @@ pub fn runs_path(out: &Path) -> std::path::PathBuf {
 
 /// A run an earlier batch started for a task (a line of `OUT.runs`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Recorded {
+pub(super) struct Recorded {
     /// The run's id on its provider.
-    pub run: String,
+    pub(super) run: String,
     /// The hash of the task line it ran (`task_hash`).
-    pub hash: Option<u64>,
+    pub(super) hash: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -147,11 +151,11 @@ struct RunKeys {
 
 /// Opens the runs journal at `path` like [`open`]: with `resume`, the run
 /// each task id last started.
-pub fn open_runs(
+pub(super) fn open_runs(
     path: &Path,
     resume: bool,
     max_line_bytes: u64,
-) -> Result<(Journal, HashMap<IdKey, Recorded>), String> {
+) -> Result<(Journal, HashMap<IdKey, Recorded>), BatchError> {
     let mut runs = HashMap::new();
     let journal = open_with(path, resume, max_line_bytes, |keys: RunKeys| {
         runs.insert(id_key(&keys.id), Recorded { run: keys.run, hash: parse_hash(&keys.task_hash) });
@@ -166,18 +170,14 @@ fn open_with<K: for<'de> Deserialize<'de>>(
     resume: bool,
     max_line_bytes: u64,
     each: impl FnMut(K),
-) -> Result<Journal, String> {
-    let shown = path.display();
-    let file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(path)
-        .map_err(|e| format!("cannot open {shown}: {e}"))?;
-    let regular = file.metadata().map_err(|e| format!("cannot read {shown}: {e}"))?.is_file();
+) -> Result<Journal, BatchError> {
+    let io = |action, source| BatchError::Io { action, path: path.to_owned(), source };
+    let file = OpenOptions::new().read(true).append(true).create(true).open(path).map_err(|e| io("open", e))?;
+    let regular = file.metadata().map_err(|e| io("read", e))?.is_file();
     if !regular {
         if resume {
-            return Err(format!("--resume reads {shown} back, and it is not a regular file"));
+            let why = "a resumed batch reads its results back, and this is not a regular file";
+            return Err(BatchError::NotAFile { path: path.to_owned(), why });
         }
         let failure = Arc::new(Mutex::new(None));
         let (dirty, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
@@ -185,15 +185,14 @@ fn open_with<K: for<'de> Deserialize<'de>>(
     }
     if let Err(error) = file.try_lock() {
         return Err(match error {
-            std::fs::TryLockError::WouldBlock => format!("{shown} is being written by another batch"),
-            std::fs::TryLockError::Error(e) => format!("cannot lock {shown}: {e}"),
+            std::fs::TryLockError::WouldBlock => BatchError::Locked(path.to_owned()),
+            std::fs::TryLockError::Error(e) => io("lock", e),
         });
     }
     let length = match resume {
-        true => read_whole_lines(&file, path, resume_line_bound(max_line_bytes), each)
-            .map_err(|e| format!("cannot read {shown}: {e}"))?,
+        true => read_whole_lines(&file, path, resume_line_bound(max_line_bytes), each).map_err(|e| io("read", e))?,
         false => {
-            file.set_len(0).map_err(|e| format!("cannot truncate {shown}: {e}"))?;
+            file.set_len(0).map_err(|e| io("truncate", e))?;
             0
         }
     };
@@ -206,7 +205,7 @@ fn open_with<K: for<'de> Deserialize<'de>>(
                 std::thread::park_timeout(SYNC_EVERY);
                 if dirty.swap(false, Ordering::AcqRel) {
                     if let Err(error) = file.sync_data() {
-                        failure.lock().unwrap().get_or_insert(error);
+                        failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(error);
                     }
                 }
             }
@@ -236,8 +235,8 @@ fn read_whole_lines<K: for<'de> Deserialize<'de>>(
         if line.overlong {
             overlong += 1;
             if overlong <= NAMED_OVERLONG_LINES {
-                say!(
-                    "subagents: {}:{number}: longer than the {max_bytes} bytes a resumed line may be: its task runs again",
+                tracing::warn!(
+                    "{}:{number}: longer than the {max_bytes} bytes a resumed line may be: its task runs again",
                     path.display()
                 );
             }
@@ -248,7 +247,7 @@ fn read_whole_lines<K: for<'de> Deserialize<'de>>(
         }
     }
     if overlong > NAMED_OVERLONG_LINES {
-        say!("subagents: {}: {} more lines passed over as too long", path.display(), overlong - NAMED_OVERLONG_LINES);
+        tracing::warn!("{}: {} more lines passed over as too long", path.display(), overlong - NAMED_OVERLONG_LINES);
     }
     if whole < file.metadata()?.len() {
         file.set_len(whole)?;
@@ -261,8 +260,8 @@ impl Journal {
     /// write. A line written in part is cut back off, so the file ends with
     /// a whole line, and the error returned; so is a failed sync since the
     /// last line.
-    pub fn write_line(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if let Some(error) = self.sync_failure.lock().unwrap().take() {
+    pub(super) fn write_line(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if let Some(error) = self.sync_failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
             return Err(error);
         }
         match (&*self.file).write_all(bytes) {
@@ -283,13 +282,13 @@ impl Journal {
     }
 
     /// Whether the journal is a regular file (else a stream).
-    pub fn is_file(&self) -> bool {
+    pub(super) fn is_file(&self) -> bool {
         self.length.is_some()
     }
 
     /// Makes every line written so far durable (a stream: nothing to do).
-    pub fn sync(&self) -> io::Result<()> {
-        if let Some(error) = self.sync_failure.lock().unwrap().take() {
+    pub(super) fn sync(&self) -> io::Result<()> {
+        if let Some(error) = self.sync_failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
             return Err(error);
         }
         match self.length {
@@ -337,7 +336,7 @@ mod tests {
             .write_line(b"{\"id\":\"c\",\"task_hash\":\"0000000000000003\",\"stop_reason\":\"completed\"}\n")
             .unwrap();
         // A second batch on the same file is refused while this one holds it.
-        assert!(open(&path, true, NO_BOUND).err().unwrap().contains("another batch"));
+        assert!(matches!(open(&path, true, NO_BOUND).err().unwrap(), BatchError::Locked(_)));
         drop(journal);
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.lines().all(|line| serde_json::from_str::<serde_json::Value>(line).is_ok()), "{text}");

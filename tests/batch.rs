@@ -1,0 +1,99 @@
+//! `subagents::batch` from the public API alone, as an embedder uses it: a
+//! file of tasks under a concurrency cap, a durable results file, an
+//! interruption that settles nothing, and a resume that finishes the batch
+//! with each task settled exactly once.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use subagents::batch::{Batch, Quiet, Report, Settled};
+use subagents::providers::MockProvider;
+use subagents::{CancellationToken, Runtime, SubagentEvent};
+
+/// Counts settled runs and cancels the batch after `stop_after` of them.
+struct StopAfter {
+    settled: AtomicUsize,
+    stop_after: usize,
+    cancel: CancellationToken,
+}
+
+impl Report for StopAfter {
+    fn settled(&self, _: &Settled<'_>) {
+        if self.settled.fetch_add(1, Ordering::SeqCst) + 1 == self.stop_after {
+            self.cancel.cancel();
+        }
+    }
+}
+
+fn lines_by_id(out: &Path) -> HashMap<String, Vec<Value>> {
+    let mut by_id: HashMap<String, Vec<Value>> = HashMap::new();
+    for line in std::fs::read_to_string(out).unwrap().lines() {
+        let record: Value = serde_json::from_str(line).expect("whole lines only");
+        by_id.entry(record["id"].as_str().unwrap().to_owned()).or_default().push(record);
+    }
+    by_id
+}
+
+#[test]
+fn a_batch_runs_under_its_cap_is_interrupted_without_settling_and_resumes_to_each_task_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::builder().workers(2).home(dir.path().join("home")).build().unwrap();
+    let subagents = runtime.subagents();
+    let mock = MockProvider::new("mock").with_delay(Duration::from_millis(5)).with_echo_prompt();
+    // Dropping the guard would unregister the provider: keep it registered.
+    subagents.register_provider(mock).unwrap().keep();
+    let tasks = dir.path().join("tasks.jsonl");
+    let lines: Vec<String> = (0..1000).map(|i| format!("{{\"id\": \"t{i}\", \"prompt\": \"task {i}\"}}")).collect();
+    std::fs::write(&tasks, lines.join("\n") + "\n").unwrap();
+    let out = dir.path().join("out.jsonl");
+
+    // Runs at once, as the runtime's events count them.
+    let running = Arc::new(Mutex::new((0usize, 0usize)));
+    let counted = running.clone();
+    let _listener = subagents.add_listener(move |event: &SubagentEvent| {
+        let mut running = counted.lock().unwrap();
+        match event {
+            SubagentEvent::Start(_) => running.0 += 1,
+            SubagentEvent::End(_) => running.0 -= 1,
+            _ => return,
+        }
+        running.1 = running.1.max(running.0);
+    });
+
+    let cancel = CancellationToken::new();
+    let opened = Batch::new(&subagents, "mock").concurrency(16).out(&out).open(&tasks, cancel.clone()).unwrap();
+    let report = StopAfter { settled: AtomicUsize::new(0), stop_after: 300, cancel };
+    let first = runtime.block_on(opened.run(report));
+    assert!(first.was_interrupted() && first.lost().is_none() && first.resumable());
+    assert!(first.runs() >= 300 && first.runs() < 1000, "{}", first.runs());
+    let peak = running.lock().unwrap().1;
+    assert!(peak <= 16, "at most 16 runs at once, saw {peak}");
+    let written = lines_by_id(&out);
+    let interrupted = written.values().flatten().filter(|line| line["interrupted"] == true).count();
+    assert_eq!(interrupted, first.interrupted_runs());
+
+    let opened = Batch::new(&subagents, "mock").concurrency(16).out(&out).resume(true);
+    let second = runtime.block_on(opened.open(&tasks, CancellationToken::new()).unwrap().run(Quiet));
+    assert!(!second.was_interrupted() && second.all_ran() && second.all_completed());
+    assert_eq!(second.done_before() + second.runs(), 1000);
+    let finished = lines_by_id(&out);
+    assert_eq!(finished.len(), 1000, "every task has a line");
+    for (id, lines) in &finished {
+        let settled: Vec<&Value> = lines.iter().filter(|line| line["interrupted"] != true).collect();
+        assert_eq!(settled.len(), 1, "{id} settled exactly once");
+        let output = settled[0]["output"].as_str().unwrap();
+        assert!(output.ends_with(&format!("task {}", &id[1..])), "{id}: {output}");
+    }
+    assert!(running.lock().unwrap().1 <= 16);
+    drop(runtime);
+    // The batch wrote only what it was told to: its results file and home.
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names.retain(|name| name != "home");
+    assert_eq!(names, ["out.jsonl", "tasks.jsonl"]);
+}
