@@ -93,7 +93,7 @@ where
     }
 }
 pub use continuation::Continuation;
-pub use registry::Registration;
+pub use registry::{Registration, ScopedRegistration};
 pub use run_handle::{Run, Steering};
 pub use runtime::{PhaseReport, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport};
 #[cfg(feature = "process")]

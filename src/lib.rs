@@ -42,9 +42,12 @@ mod tls;
 pub mod tool;
 
 pub use actors::{
-    Continuation, PhaseReport, Registration, Run, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport, Steering,
-    Subagents,
+    Continuation, PhaseReport, Registration, Run, Runtime, RuntimeBuilder, RuntimeTask, ScopedRegistration,
+    ShutdownReport, Steering, Subagents,
 };
 pub use events::SubagentEvent;
-pub use seam::{Budget, ContentBlock, Parent, Receipt, RunResult, StartRequest, StopReason, SubagentError};
+pub use seam::{
+    AgentOptions, Budget, BudgetLease, ContentBlock, Detached, Parent, Receipt, RunResult, StartRequest, StopReason,
+    SubagentError, ToolFilter,
+};
 pub use tokio_util::sync::CancellationToken;

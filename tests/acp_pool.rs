@@ -17,7 +17,7 @@ use common::blocking::eventually;
 use common::{no_children_left, no_process_mentions, processes_mentioning, request_in, runtime_at as runtime};
 use stand_ins::{ignores_eof, logged, logged_at, shell_agent};
 use subagents::providers::{AcpConfig, AcpProvider, PoolConfig, Reuse};
-use subagents::{Registration, Runtime, StopReason, Subagents};
+use subagents::{Runtime, ScopedRegistration, StopReason, Subagents};
 
 /// Our own binary as a pooled ACP agent, its home (and so its command line)
 /// under `home`.
@@ -33,10 +33,10 @@ fn agent_home(home: &Path) -> PathBuf {
     home.join("agent-home")
 }
 
-fn register(runtime: &Runtime, config: AcpConfig) -> (Subagents, Registration) {
+fn register(runtime: &Runtime, config: AcpConfig) -> (Subagents, ScopedRegistration) {
     let subagents = runtime.subagents();
     let provider = runtime.block_on(async move { AcpProvider::new(config).await.unwrap() });
-    let registration = subagents.register_provider(provider).unwrap();
+    let registration = subagents.register_provider(provider).unwrap().scoped();
     (subagents, registration)
 }
 

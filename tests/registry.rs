@@ -24,18 +24,22 @@ async fn duplicate_name_is_rejected_and_the_first_registration_is_untouched() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn list_is_in_insertion_order_and_registrations_are_effect_scoped() {
+async fn list_is_in_insertion_order_and_a_registration_is_kept_unless_removed_or_scoped() {
     let runtime = runtime();
     let subagents = runtime.subagents();
     let mut events = subagents.subscribe();
     let b = subagents.register_provider(MockProvider::new("b")).unwrap();
-    let a = subagents.register_provider(MockProvider::new("a")).unwrap();
+    let a = subagents.register_provider(MockProvider::new("a")).unwrap().scoped();
     subagents.register_provider(MockProvider::new("c")).unwrap().keep();
-    assert_eq!(subagents.provider_names(), vec!["b", "a", "c"]);
+    // A handle dropped without a word keeps its provider registered.
+    drop(subagents.register_provider(MockProvider::new("d")).unwrap());
+    assert_eq!(subagents.provider_names(), vec!["b", "a", "c", "d"]);
 
     b.remove();
     drop(a);
-    assert_eq!(subagents.provider_names(), vec!["c"]);
+    subagents.provider("d").expect("still registered");
+    subagents.register_provider(MockProvider::new("e")).unwrap().scoped().keep();
+    assert_eq!(subagents.provider_names(), vec!["c", "d", "e"]);
     assert!(subagents.provider("a").is_none());
     let error = subagents.start("b", request("hi")).await.unwrap_err();
     assert_eq!(error.code(), "NO_PROVIDER");
@@ -49,7 +53,7 @@ async fn list_is_in_insertion_order_and_registrations_are_effect_scoped() {
             other => panic!("unexpected event {other:?}"),
         });
     }
-    assert_eq!(seen, vec!["+b", "+a", "+c", "-b", "-a"]);
+    assert_eq!(seen, vec!["+b", "+a", "+c", "+d", "-b", "-a", "+e"]);
     runtime.shutdown().await;
 }
 

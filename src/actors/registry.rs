@@ -37,7 +37,7 @@ pub(crate) fn register(
     // the registry starts it.
     registry.do_send(AddProvider(ProviderActor::new(entry.clone(), core.live())));
     core.bus().emit(SubagentEvent::ProviderAdded { name: entry.name().to_owned() });
-    Ok(Registration { core: core.clone(), registry: registry.clone(), key, name: entry.name().to_owned(), kept: false })
+    Ok(Registration { core: core.clone(), registry: registry.clone(), key, name: entry.name().to_owned() })
 }
 
 /// Remove the entry with `key`, if it is still registered.
@@ -48,16 +48,16 @@ fn unregister(core: &Core, registry: &Addr<RegistryActor>, key: u64) {
     }
 }
 
-/// An effect-scoped provider registration: `remove()`, or dropping it,
-/// unregisters the provider (unless `keep()` was called). Removal stops new
-/// starts; runs already returned to callers continue.
-#[must_use = "dropping a Registration unregisters the provider; call keep() to keep it"]
+/// A provider's registration. The provider stays registered for the
+/// runtime's life whatever becomes of this handle; [`remove`](Self::remove)
+/// unregisters it now, and [`scoped`](Self::scoped) makes the handle a
+/// guard that unregisters it when dropped. Removal stops new starts; runs
+/// already returned to callers continue.
 pub struct Registration {
     core: Arc<Core>,
     registry: Addr<RegistryActor>,
     key: u64,
     name: String,
-    kept: bool,
 }
 
 impl Registration {
@@ -68,26 +68,53 @@ impl Registration {
 
     /// Unregister now.
     pub fn remove(self) {
-        drop(self)
+        unregister(&self.core, &self.registry, self.key);
     }
 
-    /// Keep the provider registered for the runtime's whole life.
-    pub fn keep(mut self) {
-        self.kept = true;
-    }
-}
+    /// Keep the provider registered for the runtime's whole life: what
+    /// dropping the handle does too, said out loud.
+    pub fn keep(self) {}
 
-impl Drop for Registration {
-    fn drop(&mut self) {
-        if !self.kept {
-            unregister(&self.core, &self.registry, self.key);
-        }
+    /// A guard that unregisters the provider when it is dropped (or
+    /// [`removed`](ScopedRegistration::remove)): a provider for one scope.
+    pub fn scoped(self) -> ScopedRegistration {
+        ScopedRegistration(Some(self))
     }
 }
 
 impl std::fmt::Debug for Registration {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registration").field("name", &self.name).finish()
+    }
+}
+
+/// A [`Registration`] that unregisters its provider when dropped.
+#[must_use = "dropping a ScopedRegistration unregisters the provider at once"]
+#[derive(Debug)]
+pub struct ScopedRegistration(Option<Registration>);
+
+impl ScopedRegistration {
+    /// The registered name.
+    pub fn name(&self) -> &str {
+        self.0.as_ref().map_or("", Registration::name)
+    }
+
+    /// Unregister now.
+    pub fn remove(self) {
+        drop(self);
+    }
+
+    /// Keep the provider registered after all, for the runtime's life.
+    pub fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ScopedRegistration {
+    fn drop(&mut self) {
+        if let Some(registration) = self.0.take() {
+            registration.remove();
+        }
     }
 }
 

@@ -94,6 +94,42 @@ impl Subagents {
         self.core.bus().subscribe()
     }
 
+    /// Starts a run on `name`, waits for its result and disposes it, on
+    /// every path: a refused start, a failed run, or this future dropped
+    /// half-way (the [`Run`] disposes itself when dropped). The run's
+    /// result; a dispose that fails after it is logged (`tracing`), since
+    /// the result is what the caller came for and the runtime contains
+    /// what the dispose left.
+    pub async fn run_to_end(&self, name: &str, request: StartRequest) -> Result<crate::RunResult, SubagentError> {
+        let run = self.start(name, request).await?;
+        let result = run.result().await;
+        if let Err(error) = run.dispose().await {
+            tracing::warn!(provider = name, run = run.run_id(), %error, "a run's dispose failed after its result");
+        }
+        result
+    }
+
+    /// Runs every request on `name` to its end ([`run_to_end`](Self::run_to_end)),
+    /// at most `concurrency` at once: the next starts when one ends, so a
+    /// thousand requests never ask the provider for more than `concurrency`
+    /// children (a [`Budget`](crate::Budget)'s width refuses instead of
+    /// waiting). Each result with the index of its request, as they end.
+    pub fn fan_out<'a, I>(
+        &'a self,
+        name: &'a str,
+        requests: I,
+        concurrency: usize,
+    ) -> impl futures_util::Stream<Item = (usize, Result<crate::RunResult, SubagentError>)> + Send + 'a
+    where
+        I: IntoIterator<Item = StartRequest>,
+        I::IntoIter: Send + 'a,
+    {
+        use futures_util::StreamExt;
+        futures_util::stream::iter(requests.into_iter().enumerate())
+            .map(move |(index, request)| async move { (index, self.run_to_end(name, request).await) })
+            .buffer_unordered(concurrency.max(1))
+    }
+
     /// Call `listener` for every event, on the runtime's events thread, until
     /// the handle is dropped. A panic or an `Err` is logged and contained.
     /// Events arrive in order and in batches: a listener hears of an event
