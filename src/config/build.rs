@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::schema::{FaultTable, Kind, PoolValue, ProviderTable, ReuseName, StageName, StopName};
+use super::bounds::quoted;
 use super::values::{expand, find_command};
-use super::{parse_duration, parse_positive_duration, Config, ConfigError, ProviderEntry, Source};
+use super::{parse_duration, parse_positive_duration, Config, ConfigError, ProviderEntry, Source, MAX_WRAPS_DEPTH};
 use crate::actors::{Registration, Subagents};
 use crate::agent::{ListDir, Model, ReadFile, Tool};
 use crate::providers::{
@@ -269,8 +270,11 @@ fn chaos_rule(fault: &FaultTable) -> Result<(ChaosStage, ChaosFault, f64), Strin
     Ok((stage, injected, fault.probability))
 }
 
-/// Every `wraps` names another provider and no chain of wrappers loops.
+/// Every `wraps` names another provider, no chain of wrappers loops, and
+/// none goes through more than [`MAX_WRAPS_DEPTH`] chaos providers (each
+/// layer is a call deeper on every run's stack).
 pub(super) fn check_wrappers(source: &Source<'_>, providers: &[ProviderEntry]) -> Result<(), ConfigError> {
+    let by_name: HashMap<&str, &ProviderEntry> = providers.iter().map(|entry| (entry.name.as_str(), entry)).collect();
     for entry in providers {
         let Some(wraps) = &entry.table.wraps else { continue };
         let mut seen = vec![entry.name.as_str()];
@@ -285,15 +289,21 @@ pub(super) fn check_wrappers(source: &Source<'_>, providers: &[ProviderEntry]) -
                 };
                 return Err(source.error(Some(wraps.span()), message));
             }
-            let Some(inner) = providers.iter().find(|candidate| candidate.name == target) else {
-                let message = format!("provider {:?} wraps {target:?}, which no [providers] table defines", entry.name);
+            let Some(inner) = by_name.get(target) else {
+                let message =
+                    format!("provider {:?} wraps {}, which no [providers] table defines", entry.name, quoted(target));
                 return Err(source.error(Some(wraps.span()), message));
             };
+            let Some(inner_wraps) = &inner.table.wraps else { break };
             seen.push(target);
-            match &inner.table.wraps {
-                Some(inner_wraps) => next = inner_wraps,
-                None => break,
+            if seen.len() > MAX_WRAPS_DEPTH {
+                let message = format!(
+                    "provider {:?} wraps a chain of more than {MAX_WRAPS_DEPTH} chaos providers (through {target:?})",
+                    entry.name
+                );
+                return Err(source.error(Some(wraps.span()), message));
             }
+            next = inner_wraps;
         }
     }
     Ok(())

@@ -31,6 +31,7 @@
 //! an agent that advertises `mcpCapabilities.http` (else the provider is
 //! refused when it starts).
 
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -38,6 +39,7 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::bounds::quoted;
 use super::values::{expand, find_command};
 use super::{parse_positive_duration, ConfigError, Source};
 
@@ -195,16 +197,21 @@ pub(super) fn check_listed(
     listed: Option<&Spanned<Vec<Spanned<String>>>>,
     servers: &[McpServerEntry],
 ) -> Result<Vec<String>, ConfigError> {
+    let Some(listed) = listed else { return Ok(Vec::new()) };
+    // Sets, not scans: a generated file may list a thousand servers in
+    // each of a thousand providers.
+    let defined: HashSet<&str> = servers.iter().map(|server| server.name.as_str()).collect();
+    let mut seen = HashSet::new();
     let mut names = Vec::new();
-    for name in listed.map(Spanned::get_ref).into_iter().flatten() {
-        if !servers.iter().any(|server| server.name == *name.get_ref()) {
+    for name in listed.get_ref() {
+        if !defined.contains(name.get_ref().as_str()) {
             let message = format!(
-                "provider {provider:?} mounts MCP server {:?}, which no [mcp_servers] table defines",
-                name.get_ref()
+                "provider {provider:?} mounts MCP server {}, which no [mcp_servers] table defines",
+                quoted(name.get_ref())
             );
             return Err(source.error(Some(name.span()), message));
         }
-        if names.contains(name.get_ref()) {
+        if !seen.insert(name.get_ref().as_str()) {
             let message = format!("provider {provider:?} lists MCP server {:?} twice", name.get_ref());
             return Err(source.error(Some(name.span()), message));
         }
@@ -223,8 +230,9 @@ pub(super) fn check_acp_listed(
     listed: Option<&Spanned<Vec<Spanned<String>>>>,
     servers: &[McpServerEntry],
 ) -> Result<(), ConfigError> {
+    let by_name: HashMap<&str, &McpServerEntry> = servers.iter().map(|server| (server.name.as_str(), server)).collect();
     for name in listed.map(Spanned::get_ref).into_iter().flatten() {
-        let Some(server) = servers.iter().find(|server| server.name == *name.get_ref()) else { continue };
+        let Some(server) = by_name.get(name.get_ref().as_str()) else { continue };
         let unsent = [
             (!server.inherit_env.is_empty(), "inherit_env"),
             (server.cwd.is_some(), "cwd"),
