@@ -63,6 +63,8 @@ pub use session::{
 };
 #[cfg(any(feature = "mcp", feature = "config"))]
 pub(crate) use tools::mcp_header_problem;
+#[cfg(feature = "config")]
+pub(crate) use tools::{header_problem, header_value_fits};
 #[cfg(feature = "mcp")]
 pub(crate) use tools::start_mcp_servers;
 pub use tools::{

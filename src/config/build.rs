@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::schema::{FaultTable, Kind, PoolValue, ProviderTable, ReuseName, StageName, StopName};
 use super::bounds::quoted;
-use super::values::{expand, find_command};
+use super::values::{expand, find_command, http_headers, http_url};
 use super::{parse_duration, parse_positive_duration, Config, ConfigError, ProviderEntry, Source, MAX_WRAPS_DEPTH};
 use crate::actors::{Registration, Subagents};
 use crate::agent::{ListDir, Model, ReadFile, Tool};
@@ -179,15 +179,13 @@ pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) ->
         return Err(source.error(Some(table.kind.span()), message));
     }
     if let Some(url) = &table.url {
-        resolved.url = Some(expand(source, url.get_ref(), url.span())?);
+        resolved.url = Some(http_url(source, "url", url)?);
     } else if kind == Kind::A2a {
         return Err(source.error(Some(table.kind.span()), format!("provider {name:?} of kind \"a2a\" needs a `url`")));
     }
     if let Some(headers) = &table.headers {
         // `${VAR}` keeps a token out of the file: `Authorization = "Bearer ${A2A_TOKEN}"`.
-        for (key, value) in headers.get_ref() {
-            resolved.headers.push((key.clone(), expand(source, value.get_ref(), value.span())?));
-        }
+        resolved.headers = http_headers(source, headers.get_ref(), crate::agent::header_problem)?;
     }
     if let Some(pool) = &table.pool {
         let pooled = table.reuse.as_ref().is_some_and(|reuse| matches!(reuse.get_ref(), ReuseName::Pooled));

@@ -40,7 +40,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::bounds::quoted;
-use super::values::{expand, find_command};
+use super::values::{expand, find_command, http_headers, http_url};
 use super::{parse_positive_duration, ConfigError, Source};
 
 /// One `[mcp_servers.NAME]` table.
@@ -175,18 +175,11 @@ fn http_of(
             source.error(Some(url.span()), format!("MCP server {name:?} has a `url`: `{key}` is for a `command`"))
         );
     }
-    let text = expand(source, url.get_ref(), url.span())?;
-    if !(text.starts_with("http://") || text.starts_with("https://")) {
-        return Err(source.error(Some(url.span()), format!("`url` {text:?} must start with http:// or https://")));
-    }
-    let mut expanded = Vec::new();
-    for (key, value) in headers.map(Spanned::get_ref).into_iter().flatten() {
-        let text = expand(source, value.get_ref(), value.span())?;
-        if let Some(problem) = crate::agent::mcp_header_problem(key, &text) {
-            return Err(source.error(Some(value.span()), format!("MCP server {name:?}: {problem}")));
-        }
-        expanded.push((key.clone(), text));
-    }
+    let text = http_url(source, "url", url)?;
+    let expanded = match headers {
+        Some(headers) => http_headers(source, headers.get_ref(), crate::agent::mcp_header_problem)?,
+        None => Vec::new(),
+    };
     Ok((text, expanded))
 }
 

@@ -1,9 +1,13 @@
 //! The values a table's strings stand for, resolved the same way for
-//! providers and MCP servers: `${VAR}` from the environment, and a command
-//! as the child will be started.
+//! providers, routes and MCP servers: `${VAR}` from the environment, a
+//! command as the child will be started, URLs and headers as an HTTP
+//! client will send them.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use toml::Spanned;
 
 use super::{ConfigError, Source};
 
@@ -41,4 +45,39 @@ pub(super) fn find_command(command: &str) -> Option<PathBuf> {
         return path.is_file().then(|| path.to_path_buf());
     }
     std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(command)).find(|candidate| candidate.is_file())
+}
+
+/// The value of `key` at `span`, `${VAR}`-expanded, as a URL an HTTP
+/// client takes: `http://` or `https://`, and no space or control
+/// character (a newline from a variable would end the request line).
+pub(super) fn http_url(source: &Source<'_>, key: &str, value: &Spanned<String>) -> Result<String, ConfigError> {
+    let url = expand(source, value.get_ref(), value.span())?;
+    let problem = if !(url.starts_with("http://") || url.starts_with("https://")) {
+        format!("`{key}` must start with http:// or https:// (it is {url:?})")
+    } else if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        format!("`{key}` has a space or a control character, which no URL carries")
+    } else {
+        return Ok(url);
+    };
+    Err(source.error(Some(value.span()), problem))
+}
+
+/// `headers`, each value `${VAR}`-expanded, each pair refused at its value
+/// when `problem` finds one (the name a token, the value one line of
+/// visible text, and whatever the protocol adds); the values themselves
+/// (tokens, often) are never shown.
+pub(super) fn http_headers(
+    source: &Source<'_>,
+    headers: &IndexMap<String, Spanned<String>>,
+    problem: impl Fn(&str, &str) -> Option<String>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut expanded = Vec::with_capacity(headers.len());
+    for (name, value) in headers {
+        let text = expand(source, value.get_ref(), value.span())?;
+        if let Some(problem) = problem(name, &text) {
+            return Err(source.error(Some(value.span()), format!("`headers`: {problem}")));
+        }
+        expanded.push((name.clone(), text));
+    }
+    Ok(expanded)
 }

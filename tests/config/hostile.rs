@@ -1,5 +1,6 @@
 //! Hostile files: what is not a regular file, what is too large, too many
-//! tables, names too long, chains of wrappers too deep. Each is refused when the file is read, with its
+//! tables, names too long, chains of wrappers too deep, values an HTTP
+//! request cannot carry. Each is refused when the file is read, with its
 //! place and the key or the bound, in bounded time and memory, and never
 //! with a panic.
 
@@ -159,5 +160,44 @@ fn a_name_longer_than_the_bound_is_refused_at_its_table_and_never_panics() {
     ] {
         let error = parse(&file).unwrap_err();
         assert!(error.contains("\"…, which no [") && error.len() < 300, "{error:.300}");
+    }
+}
+
+#[test]
+fn http_urls_headers_and_keys_are_checked_when_the_file_is_read_with_their_place_and_key() {
+    let mut environment = common::env::lock();
+    environment.set("SUBAGENTS_TEST_NEWLINE", "a\nb");
+    let a2a = |extra: &str| format!("[providers.a]\nkind = \"a2a\"\nurl = \"http://127.0.0.1:9\"\n{extra}");
+    let route = |extra: &str| format!("[models.r]\napi = \"openai-chat\"\nmodel = \"m\"\n{extra}");
+    let cases = [
+        (
+            a2a("headers = { \"Bad Name\" = \"x\" }\n"),
+            "hostile.toml:4:26: `headers`: header name \"Bad Name\" is not an HTTP token",
+        ),
+        (
+            a2a("headers = { authorization = \"${SUBAGENTS_TEST_NEWLINE}\" }\n"),
+            "hostile.toml:4:29: `headers`: the value of header \"authorization\" has a character",
+        ),
+        (
+            "[providers.a]\nkind = \"a2a\"\nurl = \"ftp://x\"\n".to_owned(),
+            "hostile.toml:3:7: `url` must start with http:// or https://",
+        ),
+        (
+            "[providers.a]\nkind = \"a2a\"\nurl = \"http://x/${SUBAGENTS_TEST_NEWLINE}\"\n".to_owned(),
+            "hostile.toml:3:7: `url` ",
+        ),
+        (
+            route("base_url = \"http://x/${SUBAGENTS_TEST_NEWLINE}\"\n"),
+            "hostile.toml:4:12: `base_url` ",
+        ),
+        (
+            route("api_key_env = \"SUBAGENTS_TEST_NEWLINE\"\n"),
+            "hostile.toml:4:15: `api_key_env`: the value of SUBAGENTS_TEST_NEWLINE has a character",
+        ),
+    ];
+    for (file, expected) in cases {
+        let error = parse(&file).map(drop).expect_err(&file);
+        assert!(error.starts_with(expected), "{file}\nwanted: {expected}\ngot:    {error}");
+        assert!(!error.contains("a\nb"), "the value itself is not shown: {error}");
     }
 }
