@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::schema::{FaultTable, Kind, PoolValue, ProviderTable, ReuseName, StageName, StopName};
 use super::bounds::quoted;
-use super::values::{expand, find_command, http_headers, http_url};
+use super::values::{expand, find_command, http_headers, http_url, not_a_directory};
 use super::{parse_duration, parse_positive_duration, Config, ConfigError, ProviderEntry, Source, MAX_WRAPS_DEPTH};
 use crate::actors::{Registration, Subagents};
 use crate::agent::{ListDir, Model, ReadFile, Tool};
@@ -132,9 +132,12 @@ pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) ->
     resolved.bin = table.bin.as_ref().map(path_of).transpose()?;
     resolved.home = table.home.as_ref().map(path_of).transpose()?;
     if let Some(home) = &resolved.home {
+        let span = table.home.as_ref().map(|h| h.span());
         if !home.is_absolute() {
-            let span = table.home.as_ref().map(|h| h.span());
             return Err(source.error(span, "`home` must be an absolute path"));
+        }
+        if let Some(problem) = not_a_directory(home) {
+            return Err(source.error(span, format!("`home` {problem}")));
         }
     }
     // A relative template or patch is read beside the file, as its
@@ -145,6 +148,12 @@ pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) ->
     };
     resolved.template_dir = table.template_dir.as_ref().map(path_of).transpose()?.map(beside_file);
     resolved.run_dir_root = table.run_dir_root.as_ref().map(path_of).transpose()?;
+    // Made when the first agent starts: what stands in its way is named now.
+    if let (Some(root), Some(value)) = (&resolved.run_dir_root, &table.run_dir_root) {
+        if let Some(problem) = not_a_directory(root) {
+            return Err(source.error(Some(value.span()), format!("`run_dir_root` {problem}")));
+        }
+    }
     for patch in table.patches.iter().flat_map(|patches| patches.get_ref()) {
         let path = beside_file(path_of(patch)?);
         if !path.is_file() {

@@ -1,7 +1,7 @@
 //! The values a table's strings stand for, resolved the same way for
 //! providers, routes and MCP servers: `${VAR}` from the environment, a
-//! command as the child will be started, URLs and headers as an HTTP
-//! client will send them.
+//! command as the child will be started, a directory as it will be made,
+//! URLs and headers as an HTTP client will send them.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -45,6 +45,18 @@ pub(super) fn find_command(command: &str) -> Option<PathBuf> {
         return path.is_file().then(|| path.to_path_buf());
     }
     std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(command)).find(|candidate| candidate.is_file())
+}
+
+/// Why `path` cannot be a directory when one is made there (`create_dir_all`,
+/// as a run directory's root is): it, or the nearest of its ancestors that
+/// exists, is something else. `None` when it is one or can become one.
+pub(super) fn not_a_directory(path: &Path) -> Option<String> {
+    let existing = path.ancestors().find(|ancestor| ancestor.symlink_metadata().is_ok())?;
+    match existing.is_dir() {
+        true => None,
+        false if existing == path => Some(format!("{path:?} is not a directory")),
+        false => Some(format!("{path:?} cannot be made a directory: {existing:?} is not a directory")),
+    }
 }
 
 /// The value of `key` at `span`, `${VAR}`-expanded, as a URL an HTTP

@@ -164,6 +164,32 @@ fn a_name_longer_than_the_bound_is_refused_at_its_table_and_never_panics() {
 }
 
 #[test]
+fn a_run_dir_root_that_is_not_a_directory_is_refused_when_the_file_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    for root in [file.clone(), file.join("below")] {
+        let path = dir.path().join("run-dir-root.toml");
+        let config = format!(
+            "[providers.agent]\nkind = \"acp\"\ncommand = \"sh\"\nargs = [\"{{run_dir}}\"]\nrun_dir_root = \"{}\"\n",
+            root.display()
+        );
+        std::fs::write(&path, config).unwrap();
+        let (code, stderr) = list(dir.path(), &path);
+        assert_eq!(code, Some(2), "{stderr}");
+        let expected = format!("subagents: {}:5:16: `run_dir_root` {:?}", path.display(), root.display().to_string());
+        assert!(stderr.starts_with(&expected) && stderr.contains("is not a directory"), "{stderr}");
+    }
+    // One that does not exist yet is made when the first agent starts.
+    let fresh = dir.path().join("roots").join("fresh");
+    let text = format!(
+        "[providers.agent]\nkind = \"acp\"\ncommand = \"sh\"\nargs = [\"{{run_dir}}\"]\nrun_dir_root = \"{}\"\n",
+        fresh.display()
+    );
+    assert!(parse(&text).is_ok());
+}
+
+#[test]
 fn http_urls_headers_and_keys_are_checked_when_the_file_is_read_with_their_place_and_key() {
     let mut environment = common::env::lock();
     environment.set("SUBAGENTS_TEST_NEWLINE", "a\nb");
