@@ -63,10 +63,10 @@ pub use session::{
 };
 #[cfg(any(feature = "mcp", feature = "config"))]
 pub(crate) use tools::mcp_header_problem;
-#[cfg(feature = "config")]
-pub(crate) use tools::{header_problem, header_value_fits};
 #[cfg(feature = "mcp")]
 pub(crate) use tools::start_mcp_servers;
+#[cfg(feature = "config")]
+pub(crate) use tools::{header_problem, header_value_fits};
 pub use tools::{
     valid_server_name, FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset,
 };

@@ -328,7 +328,10 @@ impl Config {
                         let mut checked = Vec::new();
                         for name in names.into_inner() {
                             let message = if !defined.contains(name.get_ref().as_str()) {
-                                format!("[tool] offers {}, which no [providers] table defines", bounds::quoted(name.get_ref()))
+                                format!(
+                                    "[tool] offers {}, which no [providers] table defines",
+                                    bounds::quoted(name.get_ref())
+                                )
                             } else if checked.contains(name.get_ref()) {
                                 format!("[tool] offers {:?} twice", name.get_ref())
                             } else {

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::schema::{FaultTable, Kind, PoolValue, ProviderTable, ReuseName, StageName, StopName};
 use super::bounds::quoted;
+use super::schema::{FaultTable, Kind, PoolValue, ProviderTable, ReuseName, StageName, StopName};
 use super::values::{expand, find_command, http_headers, http_url, not_a_directory};
 use super::{parse_duration, parse_positive_duration, Config, ConfigError, ProviderEntry, Source, MAX_WRAPS_DEPTH};
 use crate::actors::{Registration, Subagents};

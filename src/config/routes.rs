@@ -95,8 +95,10 @@ fn route(source: &Source<'_>, name: &str, table: &RouteTable) -> Result<ModelRou
         };
         // It goes in a header of every request.
         if !crate::agent::header_value_fits(&key) {
-            let message =
-                format!("`api_key_env`: the value of {} has a character an HTTP header cannot carry", variable.get_ref());
+            let message = format!(
+                "`api_key_env`: the value of {} has a character an HTTP header cannot carry",
+                variable.get_ref()
+            );
             return Err(source.error(Some(variable.span()), message));
         }
         route.api_key = Some(key);

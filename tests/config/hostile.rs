@@ -212,10 +212,7 @@ fn http_urls_headers_and_keys_are_checked_when_the_file_is_read_with_their_place
             "[providers.a]\nkind = \"a2a\"\nurl = \"http://x/${SUBAGENTS_TEST_NEWLINE}\"\n".to_owned(),
             "hostile.toml:3:7: `url` ",
         ),
-        (
-            route("base_url = \"http://x/${SUBAGENTS_TEST_NEWLINE}\"\n"),
-            "hostile.toml:4:12: `base_url` ",
-        ),
+        (route("base_url = \"http://x/${SUBAGENTS_TEST_NEWLINE}\"\n"), "hostile.toml:4:12: `base_url` "),
         (
             route("api_key_env = \"SUBAGENTS_TEST_NEWLINE\"\n"),
             "hostile.toml:4:15: `api_key_env`: the value of SUBAGENTS_TEST_NEWLINE has a character",

@@ -341,6 +341,9 @@ mod tests {
             "usage": {"input_tokens": 10, "output_tokens": -1, "cache_read_input_tokens": -7}}"#;
         let reply = Message::whole(body, LIMITS).unwrap().into_reply();
         let usage = reply.usage.unwrap();
-        assert_eq!((reply.text.as_str(), usage.input_tokens, usage.output_tokens, usage.cache_read_tokens), ("ok", 10, 0, 0));
+        assert_eq!(
+            (reply.text.as_str(), usage.input_tokens, usage.output_tokens, usage.cache_read_tokens),
+            ("ok", 10, 0, 0)
+        );
     }
 }
