@@ -43,8 +43,15 @@
 //! missing provider or another wrapper, an ACP command that is not on
 //! `PATH`, a `${VAR}` that is not set, a duration without a unit, an MCP
 //! server a provider's `mcp_servers` lists but no `[mcp_servers]` table
-//! defines (see the `mcp_servers` tables in the README). Each
-//! error is one [`ConfigError`] that reads `FILE:LINE:COL: what is wrong`.
+//! defines (see the `mcp_servers` tables in the README), a URL or a header
+//! an HTTP request cannot carry, a `run_dir_root` or `home` where a file
+//! stands. Each error is one [`ConfigError`] that reads
+//! `FILE:LINE:COL: what is wrong`.
+//!
+//! A file is bounded before the work it would cost ([`MAX_FILE_BYTES`],
+//! [`MAX_ENTRIES`], [`MAX_NAME_BYTES`], [`MAX_WRAPS_DEPTH`]): whatever
+//! `--config` points at (a device, a FIFO, a generated file of a hundred
+//! thousand tables), reading it takes bounded memory and time.
 //!
 //! Secrets never sit in the file: `${VAR}` in a string (an `env` value, an
 //! argument, a command, a URL) is replaced by that environment variable
