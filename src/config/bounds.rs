@@ -25,6 +25,14 @@
 //! assert!(error.to_string().starts_with("example.toml:1:1: "), "{error}");
 //! ```
 
+use std::io::Read;
+use std::path::Path;
+
+use indexmap::IndexMap;
+use toml::Spanned;
+
+use super::{ConfigError, Source};
+
 /// The largest file read, in bytes: a hand-written file is a few KiB.
 pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -37,27 +45,20 @@ pub const MAX_NAME_BYTES: usize = 64;
 /// The most `chaos` providers one chain of `wraps` goes through.
 pub const MAX_WRAPS_DEPTH: usize = 16;
 
-use std::io::Read;
-use std::path::Path;
-
-use indexmap::IndexMap;
-use toml::Spanned;
-
-use super::{ConfigError, Source};
-
 /// The text of the file at `path`, refused before anything is read when it
 /// is not a regular file (a device never ends, a FIFO may never open) or
 /// is larger than [`MAX_FILE_BYTES`]; `Err` says why, without the place.
 pub(super) fn read_file(path: &Path) -> Result<String, String> {
     let cannot = |why: String| format!("cannot read it: {why}");
-    let metadata = std::fs::metadata(path).map_err(|error| cannot(error.to_string()))?;
-    regular(&metadata).map_err(cannot)?;
-    let file = std::fs::File::open(path).map_err(|error| cannot(error.to_string()))?;
+    let failed = |error: std::io::Error| cannot(error.to_string());
+    // Checked before it is opened: opening a FIFO waits for a writer.
+    regular(&std::fs::metadata(path).map_err(failed)?).map_err(cannot)?;
+    let file = std::fs::File::open(path).map_err(failed)?;
     // It may have been replaced since: what was opened is checked again,
     // and read no further than the bound.
-    regular(&file.metadata().map_err(|error| cannot(error.to_string()))?).map_err(cannot)?;
+    regular(&file.metadata().map_err(failed)?).map_err(cannot)?;
     let mut text = String::new();
-    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text).map_err(|error| cannot(error.to_string()))?;
+    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text).map_err(failed)?;
     size(text.len() as u64).map_err(cannot)?;
     Ok(text)
 }

@@ -97,6 +97,9 @@ fn more_tables_than_the_bound_are_refused_at_the_first_past_it_and_quickly() {
     // A generated file of 50,000 is refused as fast (it took 30 s).
     let error = parse_quickly(providers(50_000)).unwrap_err();
     assert!(error.contains("more than 1000 [providers] tables"), "{error}");
+    // The subagent tool's list is bounded too: a provider offered once.
+    let twice = parse("[providers.a]\nkind = \"mock\"\n[tool]\nproviders = [\"a\", \"a\"]\n").unwrap_err();
+    assert!(twice.starts_with("hostile.toml:4:19: [tool] offers \"a\" twice"), "{twice}");
     for (section, table) in
         [("models", "{ api = \"openai-chat\", model = \"m\" }"), ("mcp_servers", "{ command = \"sh\" }")]
     {
