@@ -65,6 +65,8 @@ pub use session::{
 pub(crate) use tools::mcp_header_problem;
 #[cfg(feature = "mcp")]
 pub(crate) use tools::start_mcp_servers;
+#[cfg(feature = "config")]
+pub(crate) use tools::{header_problem, header_value_fits};
 pub use tools::{
     valid_server_name, FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset,
 };

@@ -43,8 +43,15 @@
 //! missing provider or another wrapper, an ACP command that is not on
 //! `PATH`, a `${VAR}` that is not set, a duration without a unit, an MCP
 //! server a provider's `mcp_servers` lists but no `[mcp_servers]` table
-//! defines (see the `mcp_servers` tables in the README). Each
-//! error is one [`ConfigError`] that reads `FILE:LINE:COL: what is wrong`.
+//! defines (see the `mcp_servers` tables in the README), a URL or a header
+//! an HTTP request cannot carry, a `run_dir_root` or `home` where a file
+//! stands. Each error is one [`ConfigError`] that reads
+//! `FILE:LINE:COL: what is wrong`.
+//!
+//! A file is bounded before the work it would cost ([`MAX_FILE_BYTES`],
+//! [`MAX_ENTRIES`], [`MAX_NAME_BYTES`], [`MAX_WRAPS_DEPTH`]): whatever
+//! `--config` points at (a device, a FIFO, a generated file of a hundred
+//! thousand tables), reading it takes bounded memory and time.
 //!
 //! Secrets never sit in the file: `${VAR}` in a string (an `env` value, an
 //! argument, a command, a URL) is replaced by that environment variable
@@ -74,6 +81,7 @@
 //! registers them in file order; the in-process kinds take their models
 //! from the caller (so a front door can probe an endpoint once, up front).
 
+mod bounds;
 mod build;
 mod door;
 mod mcp_servers;
@@ -81,6 +89,7 @@ mod routes;
 mod schema;
 mod values;
 
+use std::collections::HashSet;
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -89,6 +98,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+pub use bounds::{MAX_ENTRIES, MAX_FILE_BYTES, MAX_NAME_BYTES, MAX_WRAPS_DEPTH};
 pub use build::{BuildContext, BuildError, ModelSource, RegisterOutcome};
 pub use door::{Configured, OfferError};
 pub use routes::UnknownModel;
@@ -217,9 +227,16 @@ impl std::error::Error for ConfigError {}
 pub(crate) struct Source<'a> {
     name: &'a str,
     text: &'a str,
+    /// The byte offset each line starts at (the first, 0, included).
+    line_starts: Vec<usize>,
 }
 
 impl<'a> Source<'a> {
+    fn new(name: &'a str, text: &'a str) -> Self {
+        let after_newlines = text.match_indices('\n').map(|(at, _)| at + 1);
+        Source { name, text, line_starts: std::iter::once(0).chain(after_newlines).collect() }
+    }
+
     /// An error at `span` (its start), or at the file when there is none.
     pub(crate) fn error(&self, span: Option<Range<usize>>, message: impl Into<String>) -> ConfigError {
         let place = match span {
@@ -232,12 +249,18 @@ impl<'a> Source<'a> {
         ConfigError { place, message: message.into() }
     }
 
+    /// 1-based line of byte `offset`: a search of the line starts, so a
+    /// file of many tables costs its length once, not once per table.
+    fn line(&self, offset: usize) -> usize {
+        self.line_starts.partition_point(|&start| start <= offset)
+    }
+
     /// 1-based line and column (in characters) of byte `offset`.
     fn line_column(&self, offset: usize) -> (usize, usize) {
-        let before = &self.text[..offset.min(self.text.len())];
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        (line, before[line_start..].chars().count() + 1)
+        let offset = offset.min(self.text.len());
+        let line = self.line(offset);
+        let line_start = self.line_starts[line - 1];
+        (line, self.text.get(line_start..offset).map_or(0, |before| before.chars().count()) + 1)
     }
 }
 
@@ -266,8 +289,7 @@ impl Config {
     /// Reads and checks `path`.
     pub fn read(path: &Path) -> Result<Config, ConfigError> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|error| ConfigError { place: name.clone(), message: format!("cannot read it: {error}") })?;
+        let text = bounds::read_file(path).map_err(|message| ConfigError { place: name.clone(), message })?;
         let mut config = Config::parse(&text, &name)?;
         config.origin = Origin::File(path.to_path_buf());
         Ok(config)
@@ -275,9 +297,13 @@ impl Config {
 
     /// Parses and checks `text`; `name` is the file name errors carry.
     pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
-        let source = Source { name, text };
+        let source = Source::new(name, text);
+        bounds::check_text(&source)?;
         let file: FileTable =
             toml::from_str(text).map_err(|error| source.error(error.span(), error.message().trim_end()))?;
+        bounds::check_tables(&source, "providers", "provider", &file.providers)?;
+        bounds::check_tables(&source, "models", "route", &file.models)?;
+        bounds::check_tables(&source, "mcp_servers", "MCP server", &file.mcp_servers)?;
         let routes = routes::resolve(&source, file.models)?;
         let mcp_servers = mcp_servers::resolve(&source, file.mcp_servers)?;
         let mut providers = Vec::with_capacity(file.providers.len());
@@ -296,7 +322,7 @@ impl Config {
             if kind == Kind::Acp {
                 mcp_servers::check_acp_listed(&source, &name, table.mcp_servers.as_ref(), &mcp_servers)?;
             }
-            let (line, _) = source.line_column(span.start);
+            let line = source.line(span.start);
             providers.push(ProviderEntry { name, kind, line, table, resolved, mcp_servers: mounts });
         }
         build::check_wrappers(&source, &providers)?;
@@ -305,14 +331,21 @@ impl Config {
             Some(tool) => {
                 let names = match tool.providers {
                     Some(names) => {
+                        let defined: HashSet<&str> = providers.iter().map(|entry| entry.name.as_str()).collect();
                         let mut checked = Vec::new();
                         for name in names.into_inner() {
-                            if !providers.iter().any(|entry| entry.name == *name.get_ref()) {
-                                let message =
-                                    format!("[tool] offers {:?}, which no [providers] table defines", name.get_ref());
-                                return Err(source.error(Some(name.span()), message));
-                            }
-                            checked.push(name.into_inner());
+                            let message = if !defined.contains(name.get_ref().as_str()) {
+                                format!(
+                                    "[tool] offers {}, which no [providers] table defines",
+                                    bounds::quoted(name.get_ref())
+                                )
+                            } else if checked.contains(name.get_ref()) {
+                                format!("[tool] offers {:?} twice", name.get_ref())
+                            } else {
+                                checked.push(name.into_inner());
+                                continue;
+                            };
+                            return Err(source.error(Some(name.span()), message));
                         }
                         checked
                     }

@@ -2,8 +2,11 @@
 //! side by side (a pooled `acp` provider running our own `subagents acp`
 //! beside a `spawn` one), task lines and the subagent tool choosing among
 //! them by name, `providers list|check`, and bad files refused with their
-//! place before anything starts; model routes in `routes.rs`.
+//! place before anything starts; model routes in `routes.rs`, hostile files
+//! (devices, sizes, counts, depths) in `hostile.rs`.
 
+#[path = "config/hostile.rs"]
+mod hostile;
 #[path = "config/routes.rs"]
 mod routes;
 

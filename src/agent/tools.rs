@@ -57,23 +57,40 @@ pub fn valid_server_name(name: &str) -> bool {
 }
 
 /// Why `name: value` cannot go with a streamable HTTP MCP server's
-/// requests, if it cannot: a name must be an HTTP token and not one the
-/// protocol sets (`Accept`, `Mcp-Session-Id`, `Mcp-Protocol-Version`,
-/// `Last-Event-Id`); a value must be visible ASCII, spaces or tabs.
+/// requests, if it cannot: [`header_problem`]'s, or a name the protocol
+/// sets (`Accept`, `Mcp-Session-Id`, `Mcp-Protocol-Version`,
+/// `Last-Event-Id`).
 #[cfg(any(feature = "mcp", feature = "config"))]
 pub(crate) fn mcp_header_problem(name: &str, value: &str) -> Option<String> {
     const SET_BY_THE_PROTOCOL: [&str; 4] = ["accept", "mcp-session-id", "mcp-protocol-version", "last-event-id"];
+    if let Some(problem) = header_problem(name, value) {
+        return Some(problem);
+    }
+    SET_BY_THE_PROTOCOL
+        .iter()
+        .any(|set| name.eq_ignore_ascii_case(set))
+        .then(|| format!("header {name:?} is set by the protocol"))
+}
+
+/// Why `name: value` cannot go with an HTTP request, if it cannot: a name
+/// must be an HTTP token, a value visible ASCII, spaces or tabs (a newline
+/// from `${VAR}` would end the header). The value is never shown.
+#[cfg(any(feature = "mcp", feature = "config"))]
+pub(crate) fn header_problem(name: &str, value: &str) -> Option<String> {
     let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
     if name.is_empty() || !name.chars().all(token) {
         return Some(format!("header name {name:?} is not an HTTP token"));
     }
-    if SET_BY_THE_PROTOCOL.iter().any(|set| name.eq_ignore_ascii_case(set)) {
-        return Some(format!("header {name:?} is set by the protocol"));
-    }
-    if !value.chars().all(|c| c == '\t' || (' '..='~').contains(&c)) {
+    if !header_value_fits(value) {
         return Some(format!("the value of header {name:?} has a character an HTTP header cannot carry"));
     }
     None
+}
+
+/// Whether an HTTP header can carry `value`: visible ASCII, spaces, tabs.
+#[cfg(any(feature = "mcp", feature = "config"))]
+pub(crate) fn header_value_fits(value: &str) -> bool {
+    value.chars().all(|c| c == '\t' || (' '..='~').contains(&c))
 }
 
 /// What the model is told about a tool.

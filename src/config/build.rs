@@ -10,9 +10,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::bounds::quoted;
 use super::schema::{FaultTable, Kind, PoolValue, ProviderTable, ReuseName, StageName, StopName};
-use super::values::{expand, find_command};
-use super::{parse_duration, parse_positive_duration, Config, ConfigError, ProviderEntry, Source};
+use super::values::{expand, find_command, http_headers, http_url, not_a_directory};
+use super::{parse_duration, parse_positive_duration, Config, ConfigError, ProviderEntry, Source, MAX_WRAPS_DEPTH};
 use crate::actors::{Registration, Subagents};
 use crate::agent::{ListDir, Model, ReadFile, Tool};
 use crate::providers::{
@@ -131,9 +132,12 @@ pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) ->
     resolved.bin = table.bin.as_ref().map(path_of).transpose()?;
     resolved.home = table.home.as_ref().map(path_of).transpose()?;
     if let Some(home) = &resolved.home {
+        let span = table.home.as_ref().map(|h| h.span());
         if !home.is_absolute() {
-            let span = table.home.as_ref().map(|h| h.span());
             return Err(source.error(span, "`home` must be an absolute path"));
+        }
+        if let Some(problem) = not_a_directory(home) {
+            return Err(source.error(span, format!("`home` {problem}")));
         }
     }
     // A relative template or patch is read beside the file, as its
@@ -144,6 +148,12 @@ pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) ->
     };
     resolved.template_dir = table.template_dir.as_ref().map(path_of).transpose()?.map(beside_file);
     resolved.run_dir_root = table.run_dir_root.as_ref().map(path_of).transpose()?;
+    // Made when the first agent starts: what stands in its way is named now.
+    if let (Some(root), Some(value)) = (&resolved.run_dir_root, &table.run_dir_root) {
+        if let Some(problem) = not_a_directory(root) {
+            return Err(source.error(Some(value.span()), format!("`run_dir_root` {problem}")));
+        }
+    }
     for patch in table.patches.iter().flat_map(|patches| patches.get_ref()) {
         let path = beside_file(path_of(patch)?);
         if !path.is_file() {
@@ -178,15 +188,13 @@ pub(super) fn resolve(source: &Source<'_>, name: &str, table: &ProviderTable) ->
         return Err(source.error(Some(table.kind.span()), message));
     }
     if let Some(url) = &table.url {
-        resolved.url = Some(expand(source, url.get_ref(), url.span())?);
+        resolved.url = Some(http_url(source, "url", url)?);
     } else if kind == Kind::A2a {
         return Err(source.error(Some(table.kind.span()), format!("provider {name:?} of kind \"a2a\" needs a `url`")));
     }
     if let Some(headers) = &table.headers {
         // `${VAR}` keeps a token out of the file: `Authorization = "Bearer ${A2A_TOKEN}"`.
-        for (key, value) in headers.get_ref() {
-            resolved.headers.push((key.clone(), expand(source, value.get_ref(), value.span())?));
-        }
+        resolved.headers = http_headers(source, headers.get_ref(), crate::agent::header_problem)?;
     }
     if let Some(pool) = &table.pool {
         let pooled = table.reuse.as_ref().is_some_and(|reuse| matches!(reuse.get_ref(), ReuseName::Pooled));
@@ -269,8 +277,11 @@ fn chaos_rule(fault: &FaultTable) -> Result<(ChaosStage, ChaosFault, f64), Strin
     Ok((stage, injected, fault.probability))
 }
 
-/// Every `wraps` names another provider and no chain of wrappers loops.
+/// Every `wraps` names another provider, no chain of wrappers loops, and
+/// none goes through more than [`MAX_WRAPS_DEPTH`] chaos providers (each
+/// layer is a call deeper on every run's stack).
 pub(super) fn check_wrappers(source: &Source<'_>, providers: &[ProviderEntry]) -> Result<(), ConfigError> {
+    let by_name: HashMap<&str, &ProviderEntry> = providers.iter().map(|entry| (entry.name.as_str(), entry)).collect();
     for entry in providers {
         let Some(wraps) = &entry.table.wraps else { continue };
         let mut seen = vec![entry.name.as_str()];
@@ -285,15 +296,21 @@ pub(super) fn check_wrappers(source: &Source<'_>, providers: &[ProviderEntry]) -
                 };
                 return Err(source.error(Some(wraps.span()), message));
             }
-            let Some(inner) = providers.iter().find(|candidate| candidate.name == target) else {
-                let message = format!("provider {:?} wraps {target:?}, which no [providers] table defines", entry.name);
+            let Some(inner) = by_name.get(target) else {
+                let message =
+                    format!("provider {:?} wraps {}, which no [providers] table defines", entry.name, quoted(target));
                 return Err(source.error(Some(wraps.span()), message));
             };
+            let Some(inner_wraps) = &inner.table.wraps else { break };
             seen.push(target);
-            match &inner.table.wraps {
-                Some(inner_wraps) => next = inner_wraps,
-                None => break,
+            if seen.len() > MAX_WRAPS_DEPTH {
+                let message = format!(
+                    "provider {:?} wraps a chain of more than {MAX_WRAPS_DEPTH} chaos providers (through {target:?})",
+                    entry.name
+                );
+                return Err(source.error(Some(wraps.span()), message));
             }
+            next = inner_wraps;
         }
     }
     Ok(())

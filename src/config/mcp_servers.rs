@@ -31,6 +31,7 @@
 //! an agent that advertises `mcpCapabilities.http` (else the provider is
 //! refused when it starts).
 
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -38,7 +39,8 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::values::{expand, find_command};
+use super::bounds::quoted;
+use super::values::{expand, find_command, http_headers, http_url};
 use super::{parse_positive_duration, ConfigError, Source};
 
 /// One `[mcp_servers.NAME]` table.
@@ -173,18 +175,11 @@ fn http_of(
             source.error(Some(url.span()), format!("MCP server {name:?} has a `url`: `{key}` is for a `command`"))
         );
     }
-    let text = expand(source, url.get_ref(), url.span())?;
-    if !(text.starts_with("http://") || text.starts_with("https://")) {
-        return Err(source.error(Some(url.span()), format!("`url` {text:?} must start with http:// or https://")));
-    }
-    let mut expanded = Vec::new();
-    for (key, value) in headers.map(Spanned::get_ref).into_iter().flatten() {
-        let text = expand(source, value.get_ref(), value.span())?;
-        if let Some(problem) = crate::agent::mcp_header_problem(key, &text) {
-            return Err(source.error(Some(value.span()), format!("MCP server {name:?}: {problem}")));
-        }
-        expanded.push((key.clone(), text));
-    }
+    let text = http_url(source, "url", url)?;
+    let expanded = match headers {
+        Some(headers) => http_headers(source, headers.get_ref(), crate::agent::mcp_header_problem)?,
+        None => Vec::new(),
+    };
     Ok((text, expanded))
 }
 
@@ -195,16 +190,21 @@ pub(super) fn check_listed(
     listed: Option<&Spanned<Vec<Spanned<String>>>>,
     servers: &[McpServerEntry],
 ) -> Result<Vec<String>, ConfigError> {
+    let Some(listed) = listed else { return Ok(Vec::new()) };
+    // Sets, not scans: a generated file may list a thousand servers in
+    // each of a thousand providers.
+    let defined: HashSet<&str> = servers.iter().map(|server| server.name.as_str()).collect();
+    let mut seen = HashSet::new();
     let mut names = Vec::new();
-    for name in listed.map(Spanned::get_ref).into_iter().flatten() {
-        if !servers.iter().any(|server| server.name == *name.get_ref()) {
+    for name in listed.get_ref() {
+        if !defined.contains(name.get_ref().as_str()) {
             let message = format!(
-                "provider {provider:?} mounts MCP server {:?}, which no [mcp_servers] table defines",
-                name.get_ref()
+                "provider {provider:?} mounts MCP server {}, which no [mcp_servers] table defines",
+                quoted(name.get_ref())
             );
             return Err(source.error(Some(name.span()), message));
         }
-        if names.contains(name.get_ref()) {
+        if !seen.insert(name.get_ref().as_str()) {
             let message = format!("provider {provider:?} lists MCP server {:?} twice", name.get_ref());
             return Err(source.error(Some(name.span()), message));
         }
@@ -223,8 +223,9 @@ pub(super) fn check_acp_listed(
     listed: Option<&Spanned<Vec<Spanned<String>>>>,
     servers: &[McpServerEntry],
 ) -> Result<(), ConfigError> {
+    let by_name: HashMap<&str, &McpServerEntry> = servers.iter().map(|server| (server.name.as_str(), server)).collect();
     for name in listed.map(Spanned::get_ref).into_iter().flatten() {
-        let Some(server) = servers.iter().find(|server| server.name == *name.get_ref()) else { continue };
+        let Some(server) = by_name.get(name.get_ref().as_str()) else { continue };
         let unsent = [
             (!server.inherit_env.is_empty(), "inherit_env"),
             (server.cwd.is_some(), "cwd"),

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use toml::Spanned;
 
 use super::schema::{ApiName, Kind, RouteTable};
-use super::values::expand;
+use super::values::http_url;
 use super::{parse_positive_duration, ConfigError, ProviderEntry, Source};
 use crate::agent::{Api, ModelRoute, ModelSpec, RouteLimits, MODEL_FORMS};
 
@@ -85,11 +85,7 @@ fn route(source: &Source<'_>, name: &str, table: &RouteTable) -> Result<ModelRou
     };
     let mut route = ModelRoute::new(name, api, model, limits);
     if let Some(base_url) = &table.base_url {
-        let url = expand(source, base_url.get_ref(), base_url.span())?;
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(source.error(Some(base_url.span()), "`base_url` must start with http:// or https://"));
-        }
-        route.base_url = Some(url);
+        route.base_url = Some(http_url(source, "base_url", base_url)?);
     }
     if let Some(variable) = &table.api_key_env {
         let key = std::env::var(variable.get_ref()).ok().filter(|key| !key.trim().is_empty());
@@ -97,6 +93,14 @@ fn route(source: &Source<'_>, name: &str, table: &RouteTable) -> Result<ModelRou
             let message = format!("`api_key_env` names {:?}, which is not set in the environment", variable.get_ref());
             return Err(source.error(Some(variable.span()), message));
         };
+        // It goes in a header of every request.
+        if !crate::agent::header_value_fits(&key) {
+            let message = format!(
+                "`api_key_env`: the value of {} has a character an HTTP header cannot carry",
+                variable.get_ref()
+            );
+            return Err(source.error(Some(variable.span()), message));
+        }
         route.api_key = Some(key);
     }
     if let Some(timeout) = &table.timeout {

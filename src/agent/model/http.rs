@@ -159,6 +159,14 @@ pub(super) fn parse_arguments(raw: &str) -> Value {
     serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
 }
 
+/// One count of an answer's usage (`#[serde(default, deserialize_with =
+/// "token_count")]` on an `Option<u64>`): what is not a whole number from
+/// 0 (negative, fractional, a string) reads as absent, so a nonsense count
+/// costs the count, never the answer it came with.
+pub(super) fn token_count<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    Ok(<Value as serde::Deserialize>::deserialize(deserializer)?.as_u64())
+}
+
 /// Statuses worth another try on any endpoint: it may answer differently
 /// soon.
 pub(super) fn transient(status: u16) -> bool {

@@ -15,7 +15,9 @@
 //!    arrival order and only the head of the queue sleeps, so the end of a
 //!    wait releases one caller, not a herd.
 //! 2. The call's answer reports its real usage: [`Permit::settle`] charges
-//!    the difference (or gives the surplus back).
+//!    the difference (or gives the surplus back). One call is charged at
+//!    most a minute of the route's tokens, so no answer's report, however
+//!    large, holds the route for longer than the window `tpm` counts in.
 //! 3. A 429 or 529 that says when to come back (`retry-after`, or a
 //!    provider's rate-limit reset headers, read by [`retry_delay`]) becomes
 //!    [`Limiter::cool_down_until`]: every caller on the route waits until
@@ -173,11 +175,13 @@ impl Limiter {
         self.inner.limits
     }
 
-    /// Waits until a call charged `estimated_tokens` may start; `Err` when
-    /// `cancel` trips first (then nothing is charged or held).
+    /// Waits until a call charged `estimated_tokens` (at most a minute of
+    /// the route's tokens) may start; `Err` when `cancel` trips first (then
+    /// nothing is charged or held).
     pub async fn admit(&self, estimated_tokens: u64, cancel: &CancellationToken) -> Result<Permit, Cancelled> {
         let started = Instant::now();
         let inner = &self.inner;
+        let estimated_tokens = inner.chargeable(estimated_tokens);
         let slot = match &inner.slots {
             Some(slots) => tokio::select! {
                 biased;
@@ -253,6 +257,15 @@ impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, Schedule> {
         self.schedule.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// What one call may be charged: at most a minute of the route's
+    /// tokens. An estimate or a reported usage may say anything (a fault,
+    /// a hostile endpoint: 10^18 tokens would be millennia of debt), and
+    /// one call must not hold the route for longer than the window its
+    /// limit is counted in.
+    fn chargeable(&self, tokens: u64) -> u64 {
+        self.limits.tokens_per_minute.map_or(tokens, |tpm| tokens.min(tpm))
+    }
 }
 
 /// The time `tokens` take at `tpm` tokens a minute.
@@ -273,10 +286,12 @@ impl Permit {
     }
 
     /// Charges the tokens the call really used instead of its estimate
-    /// (0 for an attempt the endpoint refused), and frees its slot. A
-    /// permit dropped without settling keeps its estimate charged.
+    /// (0 for an attempt the endpoint refused; at most a minute of the
+    /// route's tokens, whatever the answer reported), and frees its slot.
+    /// A permit dropped without settling keeps its estimate charged.
     pub fn settle(self, used_tokens: u64) {
         let Some(tpm) = self.inner.limits.tokens_per_minute else { return };
+        let used_tokens = self.inner.chargeable(used_tokens);
         let mut schedule = self.inner.lock();
         if used_tokens >= self.charged {
             schedule.tokens_paid += time_for(used_tokens - self.charged, tpm);
@@ -587,6 +602,25 @@ mod tests {
         limiter.admit(3_000, &cancel).await.unwrap().settle(3_000);
         drop(limiter.admit(0, &cancel).await.unwrap());
         assert_eq!(start.elapsed(), Duration::from_secs(3), "the idle time and the refund bought no burst");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_call_charges_at_most_a_minute_of_the_route_s_tokens_whatever_it_reports() {
+        let limiter = limiter(None, Some(60_000), None); // 1,000 tokens a second
+        let cancel = CancellationToken::new();
+        let start = Instant::now();
+        // An answer that reports 10^18 tokens: a minute of debt, not millennia.
+        limiter.admit(1_000, &cancel).await.unwrap().settle(1_000_000_000_000_000_000);
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        assert_eq!(start.elapsed(), MINUTE);
+        // So does an estimate past the route's minute, and the most a
+        // report can say.
+        let start = Instant::now();
+        let permit = limiter.admit(u64::MAX, &cancel).await.unwrap();
+        assert_eq!(permit.charged(), 60_000);
+        permit.settle(u64::MAX);
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        assert_eq!(start.elapsed(), MINUTE);
     }
 
     #[tokio::test(start_paused = true)]

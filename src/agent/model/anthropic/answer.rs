@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::agent::model::http::{excerpt, parse_arguments, CallLimits};
+use crate::agent::model::http::{excerpt, parse_arguments, token_count, CallLimits};
 use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Usage};
 use crate::agent::session::ToolCall;
 
@@ -81,9 +81,13 @@ struct WireDelta {
 /// Usage counts, each where reported.
 #[derive(Deserialize)]
 struct UsageFields {
+    #[serde(default, deserialize_with = "token_count")]
     input_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "token_count")]
     output_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "token_count")]
     cache_read_input_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "token_count")]
     cache_creation_input_tokens: Option<u64>,
 }
 
@@ -322,5 +326,24 @@ fn not_read(what: &str, error: &serde_json::Error) -> ModelError {
 fn emit(sink: Option<&ChunkSink>, text: &str) {
     if let (Some(sink), false) = (sink, text.is_empty()) {
         sink(text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: CallLimits = CallLimits { calls: 4, argument_bytes: 64 };
+
+    #[test]
+    fn a_usage_count_that_is_negative_reads_as_absent() {
+        let body = br#"{"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": 10, "output_tokens": -1, "cache_read_input_tokens": -7}}"#;
+        let reply = Message::whole(body, LIMITS).unwrap().into_reply();
+        let usage = reply.usage.unwrap();
+        assert_eq!(
+            (reply.text.as_str(), usage.input_tokens, usage.output_tokens, usage.cache_read_tokens),
+            ("ok", 10, 0, 0)
+        );
     }
 }

@@ -17,7 +17,7 @@ use std::fmt;
 use serde::de::{self, IgnoredAny};
 use serde::{Deserialize, Deserializer};
 
-use crate::agent::model::http::{excerpt, parse_arguments, CallLimits};
+use crate::agent::model::http::{excerpt, parse_arguments, token_count, CallLimits};
 use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Usage};
 use crate::agent::session::ToolCall;
 
@@ -106,13 +106,16 @@ struct FunctionPart {
 
 #[derive(Deserialize)]
 struct WireUsage {
+    #[serde(default, deserialize_with = "token_count")]
     prompt_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "token_count")]
     completion_tokens: Option<u64>,
     prompt_tokens_details: Option<PromptDetails>,
 }
 
 #[derive(Deserialize)]
 struct PromptDetails {
+    #[serde(default, deserialize_with = "token_count")]
     cached_tokens: Option<u64>,
 }
 
@@ -351,6 +354,19 @@ mod tests {
         assert_eq!((reply.text.as_str(), reply.finish), ("ab", Finish::MaxTokens));
         let usage = reply.usage.unwrap();
         assert_eq!((usage.input_tokens, usage.cache_read_tokens, usage.output_tokens), (6, 4, 3));
+    }
+
+    #[test]
+    fn a_usage_count_that_is_negative_fractional_or_not_a_number_reads_as_absent() {
+        let body = br#"{"choices": [{"message": {"content": "ok"}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": -3, "prompt_tokens_details": {"cached_tokens": 1.5}}}"#;
+        let usage = parse_completion(body, LIMITS).unwrap().usage.unwrap();
+        assert_eq!((usage.input_tokens, usage.cache_read_tokens, usage.output_tokens), (10, 0, 0));
+        let body = br#"{"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": "10"}}"#;
+        assert_eq!(parse_completion(body, LIMITS).unwrap().usage, None);
+        let mut answer = StreamedAnswer::new(LIMITS);
+        answer.data(br#"{"choices": [{"delta": {"content": "ok"}}], "usage": {"prompt_tokens": -1}}"#, None).unwrap();
+        assert_eq!(answer.into_reply().unwrap().usage, None);
     }
 
     #[test]

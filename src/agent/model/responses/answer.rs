@@ -306,6 +306,16 @@ mod tests {
     }
 
     #[test]
+    fn a_usage_count_that_is_negative_reads_as_absent() {
+        let mut response = Response::new(LIMITS);
+        let completed = r#"{"type": "response.completed", "response": {"status": "completed",
+            "usage": {"input_tokens": 9, "output_tokens": -2, "input_tokens_details": {"cached_tokens": -4}}}}"#;
+        response.event(completed.as_bytes(), None).unwrap();
+        let usage = response.into_reply().usage.unwrap();
+        assert_eq!((usage.input_tokens, usage.cache_read_tokens, usage.output_tokens), (9, 0, 0));
+    }
+
+    #[test]
     fn an_error_event_is_read_from_its_error_or_from_itself() {
         let under = br#"{"type": "error", "error": {"code": "rate_limited", "message": "slow"}}"#;
         let on_event = br#"{"type": "error", "error": "text", "code": "server_error", "message": "boom"}"#;

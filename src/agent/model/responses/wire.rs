@@ -13,6 +13,8 @@ use std::fmt;
 use serde::de::{self, IgnoredAny};
 use serde::{Deserialize, Deserializer};
 
+use crate::agent::model::http::token_count;
+
 /// One streamed event: its `type` says which of the other fields it uses.
 #[derive(Deserialize)]
 pub(super) struct Event {
@@ -53,13 +55,16 @@ pub(super) struct IncompleteDetails {
 
 #[derive(Deserialize)]
 pub(super) struct WireUsage {
+    #[serde(default, deserialize_with = "token_count")]
     pub(super) input_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "token_count")]
     pub(super) output_tokens: Option<u64>,
     pub(super) input_tokens_details: Option<InputDetails>,
 }
 
 #[derive(Deserialize)]
 pub(super) struct InputDetails {
+    #[serde(default, deserialize_with = "token_count")]
     pub(super) cached_tokens: Option<u64>,
 }
 
