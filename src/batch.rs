@@ -324,6 +324,20 @@ pub enum BatchError {
         /// The task's id.
         id: String,
     },
+    /// A task line names a provider the runtime does not have.
+    #[error("{}:{line}: unknown provider {name:?} ({}available: {})", path.display(), suggestion.as_ref().map(|near| format!("did you mean {near:?}? ")).unwrap_or_default(), available.join(", "))]
+    UnknownProvider {
+        /// The tasks file.
+        path: PathBuf,
+        /// The line, from 1.
+        line: usize,
+        /// The name it gave.
+        name: String,
+        /// The registered name nearest it, if one is near.
+        suggestion: Option<String>,
+        /// The registered names.
+        available: Vec<String>,
+    },
     /// [`Batch::resume`] without [`Batch::out`].
     #[error("a resumed batch needs its results file")]
     ResumeWithoutOut,

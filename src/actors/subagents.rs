@@ -53,6 +53,14 @@ impl Subagents {
         self.core.provider_names()
     }
 
+    /// The registered provider whose name is nearest `name`, for a "did
+    /// you mean" after a slip of the keyboard: at most a third of its
+    /// letters apart (two at most), the first of the nearest.
+    pub fn nearest_provider(&self, name: &str) -> Option<String> {
+        let names = self.core.provider_names();
+        nearest(name, names.iter().map(String::as_str)).map(str::to_owned)
+    }
+
     /// Tracks the runs started under `session`, a session that is not a
     /// run of this runtime (the served session of `subagents serve`), for
     /// its receipt. Stops tracking when dropped.
@@ -191,5 +199,57 @@ mod scope {
         fn drop(&mut self) {
             self.core.close_family(&self.family);
         }
+    }
+}
+
+/// The candidate nearest `name` by edit distance (insertions, deletions,
+/// substitutions of characters), when it is close enough to be a slip:
+/// at most a third of `name`'s length (rounded up) and at most two. Long names are not
+/// compared (a slip is short): the work stays small on hostile input.
+fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    const LONGEST: usize = 64;
+    let name: Vec<char> = name.chars().take(LONGEST + 1).collect();
+    if name.len() > LONGEST {
+        return None;
+    }
+    let bound = name.len().div_ceil(3).clamp(1, 2);
+    candidates
+        .into_iter()
+        .filter(|candidate| candidate.chars().count() <= LONGEST)
+        .map(|candidate| (edit_distance(&name, candidate), candidate))
+        .filter(|(distance, _)| *distance <= bound)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// Levenshtein's distance, one row at a time.
+fn edit_distance(from: &[char], to: &str) -> usize {
+    let to: Vec<char> = to.chars().collect();
+    let mut row: Vec<usize> = (0..=to.len()).collect();
+    for (i, a) in from.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, b) in to.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(a != b));
+            diagonal = above;
+        }
+    }
+    row[to.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nearest;
+
+    #[test]
+    fn a_slip_finds_its_name_and_a_stranger_finds_none() {
+        let names = ["codex", "claude", "spawn", "mock"];
+        assert_eq!(nearest("codx", names), Some("codex"));
+        assert_eq!(nearest("spwan", names), Some("spawn"));
+        assert_eq!(nearest("claud", names), Some("claude"));
+        assert_eq!(nearest("gemini", names), None);
+        assert_eq!(nearest("m", names), None);
+        assert_eq!(nearest(&"x".repeat(10_000), names), None);
     }
 }

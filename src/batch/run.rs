@@ -87,7 +87,7 @@ pub(super) fn open(batch: Batch, tasks: &Path, cancel: CancellationToken) -> Res
     let resuming = resume.is_some();
     let (results, settled) = Results::open(out.as_deref(), resuming, max_line_bytes, results, cancel.clone())?;
     let resume = resume.unwrap_or_default();
-    check_unchanged(tasks, max_line_bytes, &settled, resume.rerun_changed)?;
+    check_lines(tasks, max_line_bytes, &subagents, &settled, resume.rerun_changed)?;
     // Runs of a provider that detaches them are recorded beside the
     // results before they start, so that a resume attaches to them again.
     let detaches = subagents.provider(&provider).is_some_and(|info| info.detaches);
@@ -141,16 +141,20 @@ impl Opened {
     }
 }
 
-/// With a resume: every task line whose id the results file settled ran
-/// the same line then, else the batch is refused naming the first changed
-/// line, unless `rerun_changed`.
-fn check_unchanged(
+/// Reads a regular tasks file once before any run: every provider a line
+/// names is registered (else the batch is refused naming the line and the
+/// nearest name), and with a resume every task line whose id the results
+/// file settled ran the same line then (else refused naming the first
+/// changed line, unless `rerun_changed`). A pipe cannot be read twice: its
+/// lines are checked as they run.
+fn check_lines(
     tasks: &Path,
     max_line_bytes: u64,
+    subagents: &Subagents,
     settled: &HashMap<IdKey, Prior>,
     rerun_changed: bool,
 ) -> Result<(), BatchError> {
-    if settled.is_empty() || rerun_changed {
+    if !tasks.is_file() {
         return Ok(());
     }
     let file = open_tasks(tasks)?;
@@ -159,8 +163,17 @@ fn check_unchanged(
     for line in TaskLines::new(BufReader::new(file), max_line_bytes) {
         let line = line.map_err(|source| BatchError::Io { action: "read", path: tasks.to_owned(), source })?;
         let Line::Task { number, task, hash } = line else { continue };
+        if let Some(name) = task.provider.as_deref().filter(|name| !subagents.has_provider(name)) {
+            return Err(BatchError::UnknownProvider {
+                path: tasks.to_owned(),
+                line: number,
+                name: name.to_owned(),
+                suggestion: subagents.nearest_provider(name),
+                available: subagents.provider_names(),
+            });
+        }
         let id = task_id(&task, number, hash);
-        if first_lines.claim(&task, &id, number).is_err() {
+        if first_lines.claim(&task, &id, number).is_err() || rerun_changed {
             continue;
         }
         if settled.get(&id_key(&id)).is_some_and(|prior| prior.hash != Some(hash)) {
@@ -530,6 +543,9 @@ impl Engine {
                     record["diagnostic"] = json!(diagnostic);
                     unserved = diagnostic.category.is_unserved();
                 }
+                // A line naming no provider of the runtime (read from a pipe,
+                // so not checked before the batch) never ran.
+                unserved |= matches!(error, SubagentError::NoProvider(_));
                 (record, format!("rejected ({})", error.code()), Some(error.to_string()))
             }
         };

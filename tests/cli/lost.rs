@@ -254,3 +254,43 @@ fn an_interrupted_batch_settles_nothing_it_stopped_and_resume_runs_exactly_those
         assert_eq!(finished[id].len(), 2, "{id}: its interrupted line, then its run on resume");
     }
 }
+
+#[test]
+fn a_task_line_naming_an_unknown_provider_is_refused_before_anything_runs_with_the_nearest_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = write_file(
+        dir.path(),
+        "tasks.jsonl",
+        "{\"prompt\": \"one\"}\n{\"prompt\": \"two\", \"provider\": \"spwan\"}\n",
+    );
+    let out = dir.path().join("out.jsonl");
+    let output = run(subagents().arg("fanout").arg(&tasks).arg("--out").arg(&out));
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("tasks.jsonl:2: unknown provider \"spwan\" (did you mean \"spawn\"? available:"),
+        "{stderr}"
+    );
+    assert!(std::fs::read(&out).map_or(true, |bytes| bytes.is_empty()), "nothing ran");
+
+    let output = run(subagents().arg("fanout").arg(&tasks).args(["--provider", "mokc"]));
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        text(&output.stderr).contains("unknown provider \"mokc\" (did you mean \"mock\"?"),
+        "{}",
+        text(&output.stderr)
+    );
+
+    // From a pipe the lines cannot be read twice: the line fails at its turn
+    // and the batch says it did not run.
+    let mut child = subagents()
+        .args(["fanout", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), &std::fs::read(&tasks).unwrap()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+}

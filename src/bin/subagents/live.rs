@@ -188,7 +188,11 @@ pub fn per_provider(subagents: &Subagents, bar: &ProgressBar) -> Option<Listener
                 terminal::line(&format!("{provider}: {running} running, {done} done")).into_owned()
             })
             .collect();
-        bar.set_message(format!("\n{}", lines.join("\n")));
+        if bar.is_finished() {
+            return; // an event after the batch: the bar is gone for good
+        }
+        // Every run counts, the tasks' own and the children they start.
+        bar.set_message(format!("\nruns by provider, children included:\n{}", lines.join("\n")));
     };
     Some(subagents.add_listener(listener))
 }

@@ -160,7 +160,12 @@ impl Setup {
         if self.subagents.has_provider(provider) {
             return Ok(());
         }
-        Err(format!("unknown provider {provider:?} (available: {})", self.subagents.provider_names().join(", ")))
+        let hint = self
+            .subagents
+            .nearest_provider(provider)
+            .map(|near| format!("did you mean {near:?}? "))
+            .unwrap_or_default();
+        Err(format!("unknown provider {provider:?} ({hint}available: {})", self.subagents.provider_names().join(", ")))
     }
 }
 
@@ -176,12 +181,13 @@ pub fn toolset(subagents: &Subagents, tasks: &TaskService, offered: &[String], m
 }
 
 /// Trips `token` on the first Ctrl-C; a second one exits 130 at once. The
-/// watch is a task on the runtime.
+/// watch is a task on the runtime. What it says goes above `bar` when one
+/// is drawn, so the bar's own lines stay where it can clear them.
 ///
 /// The handler is registered before this returns, so a Ctrl-C that lands
 /// while the work is being set up cancels it rather than killing the
 /// process mid-write.
-pub fn cancel_on_ctrl_c(runtime: &Runtime, token: subagents::CancellationToken) {
+pub fn cancel_on_ctrl_c(runtime: &Runtime, token: subagents::CancellationToken, bar: Option<indicatif::ProgressBar>) {
     let (registered, ready) = std::sync::mpsc::sync_channel(1);
     drop(runtime.spawn(async move {
         let interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
@@ -190,7 +196,11 @@ pub fn cancel_on_ctrl_c(runtime: &Runtime, token: subagents::CancellationToken) 
         if interrupts.recv().await.is_none() {
             return;
         }
-        eprintln!("\nsubagents: interrupted: cancelling every run (Ctrl-C again to quit at once)");
+        let said = "subagents: interrupted: cancelling every run (Ctrl-C again to quit at once)";
+        match bar.filter(|bar| !bar.is_hidden()) {
+            Some(bar) => bar.println(said),
+            None => eprintln!("\n{said}"),
+        }
         token.cancel();
         if interrupts.recv().await.is_some() {
             std::process::exit(130);

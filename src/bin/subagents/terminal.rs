@@ -43,6 +43,48 @@ fn clean(text: &str, keep: impl Fn(char) -> Option<char>) -> Cow<'_, str> {
     Cow::Owned(text.chars().filter_map(|c| if c.is_control() { keep(c) } else { Some(c) }).collect())
 }
 
+/// A duration as a person reads it: `616µs`, `2.5ms`, `140ms`, `19.5s`,
+/// `2m03s`, `1h05m`.
+pub fn human(duration: std::time::Duration) -> String {
+    let micros = duration.as_micros();
+    let secs = duration.as_secs();
+    match micros {
+        0..1_000 => format!("{micros}µs"),
+        1_000..10_000 => format!("{:.1}ms", duration.as_secs_f64() * 1e3),
+        10_000..1_000_000 => format!("{}ms", duration.as_millis()),
+        1_000_000..60_000_000 => format!("{:.1}s", duration.as_secs_f64()),
+        _ if secs < 3600 => format!("{}m{:02}s", secs / 60, secs % 60),
+        _ => format!("{}h{:02}m", secs / 3600, secs % 3600 / 60),
+    }
+}
+
+/// While held, the terminal on stdin does not echo control keys (`^C`):
+/// a drawn progress bar keeps the lines it knows of, so it can clear them.
+/// The setting is put back when dropped; nothing is done off a terminal.
+pub struct QuietControlKeys(Option<nix::sys::termios::Termios>);
+
+impl QuietControlKeys {
+    pub fn hold() -> QuietControlKeys {
+        use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
+        let stdin = std::io::stdin();
+        let Ok(before) = tcgetattr(&stdin) else { return QuietControlKeys(None) };
+        let mut quiet = before.clone();
+        quiet.local_flags.remove(LocalFlags::ECHOCTL);
+        match tcsetattr(&stdin, SetArg::TCSANOW, &quiet) {
+            Ok(()) => QuietControlKeys(Some(before)),
+            Err(_) => QuietControlKeys(None),
+        }
+    }
+}
+
+impl Drop for QuietControlKeys {
+    fn drop(&mut self) {
+        if let Some(before) = self.0.take() {
+            let _ = nix::sys::termios::tcsetattr(std::io::stdin(), nix::sys::termios::SetArg::TCSANOW, &before);
+        }
+    }
+}
+
 /// Prints one line on stderr, its control characters removed.
 macro_rules! say {
     ($($format:tt)*) => {
@@ -66,6 +108,17 @@ mod tests {
     fn a_line_turns_breaks_into_spaces_and_a_block_keeps_them() {
         assert_eq!(line("one\ntwo\tthree\r\n"), "one two three  ");
         assert_eq!(text("one\ntwo\tthree\r\n\u{1b}[0m"), "one\ntwo\tthree\n[0m");
+    }
+
+    #[test]
+    fn durations_read_in_the_unit_a_person_would_use() {
+        use std::time::Duration;
+        assert_eq!(human(Duration::from_micros(616)), "616µs");
+        assert_eq!(human(Duration::from_micros(2_500)), "2.5ms");
+        assert_eq!(human(Duration::from_millis(140)), "140ms");
+        assert_eq!(human(Duration::from_millis(19_460)), "19.5s");
+        assert_eq!(human(Duration::from_secs(123)), "2m03s");
+        assert_eq!(human(Duration::from_secs(3_900)), "1h05m");
     }
 
     #[test]

@@ -113,7 +113,7 @@ fn write_children(spans: &[Span], parent: Option<&str>, indent: &str, out: &mut 
         let last = n + 1 == children.len();
         let (branch, next) = if last { ("└─ ", "   ") } else { ("├─ ", "│  ") };
         let outcome = match span.ended {
-            Some((ended, reason)) => format!("{reason}, {:.1} ms", (ended - span.started).as_secs_f64() * 1e3),
+            Some((ended, reason)) => format!("{reason}, {}", terminal::human(ended - span.started)),
             None => "still running".to_owned(),
         };
         // The label is often the model's own description of the task.

@@ -16,6 +16,7 @@ use std::fs::File;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -26,7 +27,7 @@ use crate::args::{BudgetArgs, ConfigArgs, DurableArgs, HomeArgs, ModelArgs, Remo
 use crate::logging;
 use crate::outputs;
 use crate::setup::{cancel_on_ctrl_c, setup};
-use crate::terminal::say;
+use crate::terminal::{self, say};
 use crate::Ended;
 
 /// The most runs a batch keeps in flight: more than one machine serves,
@@ -36,7 +37,7 @@ pub const MAX_CONCURRENCY: i64 = batch::MAX_CONCURRENCY as i64;
 /// `subagents fanout`'s flags.
 #[derive(clap::Args, Debug)]
 pub struct FanoutArgs {
-    /// JSON lines: {"prompt": "...", "id"?, "label"?, "persona"?, "output_schema"?, "max_depth"?, "budget"?, "provider"?, "timeout"?}.
+    /// JSON lines: {"prompt": "...", "id"?, "label"?, "persona"?, "output_schema"?, "max_depth"?, "budget"?, "provider"?, "timeout"?}; `-` reads them from stdin.
     tasks: PathBuf,
     /// Most runs in flight at once, 1 to 100000 (default 4 × cores).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_CONCURRENCY))]
@@ -80,7 +81,10 @@ impl FanoutArgs {
     }
 }
 
-fn fanout(args: FanoutArgs, config: &subagents::config::Config) -> Result<Ended, String> {
+fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<Ended, String> {
+    if args.tasks == Path::new("-") {
+        args.tasks = PathBuf::from("/dev/stdin");
+    }
     let mut named = vec![("the tasks file", args.tasks.as_path())];
     named.extend(args.out.as_deref().map(|out| ("--out", out)));
     named.extend(args.trace.as_deref().map(|trace| ("--trace", trace)));
@@ -113,21 +117,24 @@ fn fanout(args: FanoutArgs, config: &subagents::config::Config) -> Result<Ended,
     if let Some(timeout) = durable.timeout {
         batch = batch.timeout(timeout);
     }
+    let progress = progress_bar(&args.tasks);
     batch = match &args.out {
         Some(out) => batch.out(out),
-        None => batch.results_to("stdout", std::io::stdout()),
+        None => batch.results_to("stdout", AboveTheBar(progress.clone())),
     };
     let opened = batch.open(&args.tasks, cancel.clone()).map_err(|e| e.to_string())?;
     let trace_file =
         args.trace.as_deref().map(|trace| outputs::create_trace(trace, args.out.as_deref())).transpose()?;
     // The trace is the runtime's own spans: nothing else to record.
     let trace = logging::install(logging::warnings(), trace_file);
-    cancel_on_ctrl_c(&setup.runtime, cancel.clone());
-    let progress = progress_bar(&args.tasks);
-    let _per_provider = crate::live::per_provider(&setup.subagents, &progress);
-    let terminal = Terminal { progress: progress.clone(), tasks: args.tasks.clone() };
+    cancel_on_ctrl_c(&setup.runtime, cancel.clone(), Some(progress.clone()));
+    let quiet = (!progress.is_hidden()).then(terminal::QuietControlKeys::hold);
+    let per_provider = crate::live::per_provider(&setup.subagents, &progress);
+    let terminal = Terminal { progress: progress.clone(), tasks: args.tasks.clone(), failed: AtomicUsize::new(0) };
     let summary = setup.runtime.block_on(opened.run(terminal));
+    drop(per_provider);
     progress.finish_and_clear();
+    drop(quiet);
     // Runs have started: a failure from here on is reported and makes the
     // batch incomplete (exit 1), never a usage error.
     // A run's stop reason is data (its result line, the summary); only
@@ -171,27 +178,45 @@ fn fanout(args: FanoutArgs, config: &subagents::config::Config) -> Result<Ended,
     Ok(Ended::new(summary.was_interrupted(), all_done))
 }
 
-/// The batch as a person at a terminal sees it: the bar moves, or a plain
-/// line per run when stderr is not a terminal; what goes wrong is said.
+/// The batch as a person at a terminal sees it: the bar moves and each
+/// failure is named above it as it happens, or a plain line per run when
+/// stderr is not a terminal; what goes wrong is said.
 struct Terminal {
     progress: ProgressBar,
     tasks: PathBuf,
+    failed: AtomicUsize,
+}
+
+impl Terminal {
+    /// A line for a person: above the bar while it is drawn.
+    fn say(&self, line: String) {
+        match self.progress.is_hidden() {
+            true => say!("{line}"),
+            false => self.progress.println(terminal::line(&line)),
+        }
+    }
 }
 
 impl Report for Terminal {
     fn settled(&self, settled: &Settled<'_>) {
+        let label = settled.label.unwrap_or("task");
+        let detail = settled.detail.map(|d| format!(": {d}")).unwrap_or_default();
+        let took = terminal::human(settled.latency);
+        let failed = settled.outcome != "completed" && settled.outcome != "interrupted";
         if self.progress.is_hidden() {
-            let label = settled.label.unwrap_or("task");
-            let detail = settled.detail.map(|d| format!(": {d}")).unwrap_or_default();
-            let millis = settled.latency.as_secs_f64() * 1e3;
-            say!("line {}: {label}: {}{detail} ({millis:.1} ms)", settled.line, settled.outcome);
-        } else {
-            self.progress.inc(1);
+            say!("line {}: {label}: {}{detail} ({took})", settled.line, settled.outcome);
+            return;
         }
+        if failed {
+            let failures = self.failed.fetch_add(1, Ordering::Relaxed) + 1;
+            self.progress.set_prefix(format!(" · {failures} failed"));
+            self.say(format!("line {}: {label}: {}{detail} ({took})", settled.line, settled.outcome));
+        }
+        self.progress.inc(1);
     }
 
     fn skipped(&self, line: usize, why: &str) {
-        say!("subagents: {}:{line}: skipped: {why}", self.tasks.display());
+        self.say(format!("subagents: {}:{line}: skipped: {why}", self.tasks.display()));
         self.progress.inc(1);
     }
 
@@ -200,15 +225,35 @@ impl Report for Terminal {
     }
 
     fn tasks_unreadable(&self, error: &std::io::Error) {
-        say!("subagents: cannot read {}: {error}", self.tasks.display());
+        self.say(format!("subagents: cannot read {}: {error}", self.tasks.display()));
     }
 
     fn retrying(&self, line: usize, attempt: u32, outcome: &str, wait: Duration) {
-        say!("subagents: line {line}: attempt {attempt} failed ({outcome}); again in {wait:.1?}");
+        let wait = terminal::human(wait);
+        self.say(format!("subagents: line {line}: attempt {attempt} failed ({outcome}); again in {wait}"));
     }
 
     fn results_lost(&self, why: &str) {
-        say!("subagents: results lost: {why}. No new run starts and the runs in flight are stopped.");
+        self.say(format!("subagents: results lost: {why}. No new run starts and the runs in flight are stopped."));
+    }
+}
+
+/// Stdout for result lines: each written with the bar lifted, so a line
+/// never interleaves with the bar on a terminal nor leaves a stale bar in
+/// the scrollback.
+struct AboveTheBar(ProgressBar);
+
+impl std::io::Write for AboveTheBar {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.suspend(|| std::io::stdout().lock().write(bytes))
+    }
+
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.0.suspend(|| std::io::stdout().lock().write_all(bytes))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stdout().flush()
     }
 }
 
@@ -238,8 +283,12 @@ fn progress_bar(tasks: &Path) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::with_draw_target(count_lines(tasks), ProgressDrawTarget::stderr());
-    if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} tasks done, {per_sec} {msg}") {
-        bar.set_style(style);
+    let template = "{bar:40} {pos}/{len} tasks done{prefix} · {rate} · {elapsed} elapsed · ETA {eta}{msg}";
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        let rate = |state: &indicatif::ProgressState, out: &mut dyn std::fmt::Write| {
+            let _ = write!(out, "{:.1}/s", state.per_sec());
+        };
+        bar.set_style(style.with_key("rate", rate));
     }
     bar
 }

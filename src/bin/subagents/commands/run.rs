@@ -53,7 +53,7 @@ fn run(args: RunArgs, config: &subagents::config::Config) -> Result<Ended, Strin
     let setup = setup(&args.model.model, args.home.given(), provider, &args.remote, config)?;
     offered.iter().try_for_each(|provider| setup.check_provider(provider))?;
     let cancel = CancellationToken::new();
-    cancel_on_ctrl_c(&setup.runtime, cancel.clone());
+    cancel_on_ctrl_c(&setup.runtime, cancel.clone(), None);
     let built = Agent::builder_shared(setup.model.clone())
         .store(SessionStore::new(&setup.home))
         .cwd(&setup.cwd)
