@@ -55,7 +55,7 @@
 //! |---|---|
 //! | `TASK_STATE_COMPLETED` | `completed`: the artifacts' text parts, in order, are the output |
 //! | `TASK_STATE_CANCELED` | `aborted` |
-//! | `TASK_STATE_FAILED`, `TASK_STATE_REJECTED` | `error`, category `child-error`, the agent's status message as the reason, control characters removed and cut at 160 bytes |
+//! | `TASK_STATE_FAILED`, `TASK_STATE_REJECTED` | `error`, category `child-error`, the agent's status message as the reason, made safe ([`safe_line`](crate::seam::safe_line): escapes, control and bidi characters removed) and cut at 160 bytes |
 //! | `TASK_STATE_INPUT_REQUIRED`, `TASK_STATE_AUTH_REQUIRED` | `error`, category `child-error`, saying the task requires input (or authentication), which this provider cannot give; the task is sent `CancelTask`, so it does not wait on the agent for ever |
 //! | a `message` instead of a task | `completed` with its text parts |
 //!

@@ -16,7 +16,8 @@
 //!   text) and, with a structured value, a `structured` artifact holding
 //!   one data part, then the final status: completed → `COMPLETED`,
 //!   aborted → `CANCELED`, error → `FAILED` with the diagnostic as the
-//!   status message, max-tokens → `FAILED`, refusal → `REJECTED`.
+//!   status message (made safe to show, [`crate::seam::safe_line`]: a client
+//!   prints it), max-tokens → `FAILED`, refusal → `REJECTED`.
 //! - `GetTask`, `ListTasks` (newest first, `contextId` and `status`
 //!   filters, `pageSize` ≤ 100, offset page tokens), `CancelTask` (cancels
 //!   the run; answers the task once it settled, at most 10 s later) and

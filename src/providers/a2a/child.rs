@@ -420,11 +420,11 @@ fn part_bytes(part: &Part) -> usize {
     text + raw + url + data
 }
 
-/// The agent's words made safe to show: control characters gone, blanks
-/// folded, at most 160 bytes (cut at a character boundary).
+/// The agent's words made safe to show ([`crate::seam::safe_line`]:
+/// escapes, control and bidi characters gone), blanks folded, at most 160
+/// bytes (cut at a character boundary).
 fn safe_text(text: &str) -> String {
-    let folded: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-    let folded = folded.split_whitespace().collect::<Vec<_>>().join(" ");
+    let folded = crate::seam::safe_line(text).split_whitespace().collect::<Vec<_>>().join(" ");
     crate::seam::cut(&folded, 160).to_owned()
 }
 
@@ -440,8 +440,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_agents_words_lose_control_characters_and_length() {
-        assert_eq!(safe_text("bad\u{1b}[31m input\n\nhere"), "bad [31m input here");
+    fn the_agents_words_lose_escapes_bidi_controls_and_length() {
+        assert_eq!(safe_text("bad\u{1b}[31m input\n\nhere"), "bad input here");
+        assert_eq!(safe_text("disk\u{1b}[2J\u{1b}]52;c;cm0gLXJm\u{7} full\u{202e}!"), "disk full!");
         let long = "é".repeat(200);
         let cut = safe_text(&long);
         assert!(cut.len() <= 160 && cut.chars().all(|c| c == 'é'));
