@@ -32,6 +32,11 @@
 //! - Every request carries `A2A-Version: 1.0` and the configured headers;
 //!   with [`A2aConfig::skill`] the message's `metadata.skill` names the
 //!   agent's skill (how `subagents a2a` picks a provider).
+//! - Redirects are followed (at most 10) only within the origin (scheme,
+//!   host and port) the request went to: the headers may be credentials,
+//!   so a redirect to another origin fails the card read or the call,
+//!   naming that origin, rather than carry them there (or send a request
+//!   without them).
 //! - The task starts with `SendStreamingMessage` when the card's
 //!   `capabilities.streaming` is true, else with `SendMessage` (with
 //!   `returnImmediately: true`), followed by `GetTask` polls until the task
@@ -163,7 +168,8 @@ pub struct A2aConfig {
     /// The agent's base URL: its card is at `{url}/.well-known/agent-card.json`.
     pub url: String,
     /// Headers every request carries (`Authorization` and the like); sent
-    /// marked sensitive, never logged.
+    /// marked sensitive, never logged, never to another origin (a redirect
+    /// there is refused).
     pub headers: Vec<(String, String)>,
     /// Sent as the message's `metadata.skill`: which skill of the agent
     /// should take the task. Not an A2A field; `subagents a2a` reads it

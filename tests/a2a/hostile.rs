@@ -3,10 +3,94 @@
 //! fails with terminal escapes; clients that never finish their requests
 //! or fill the server's task store; a bearer scheme in lower case.
 
-use serde_json::Value;
+use serde_json::{json, Value};
+use subagents::StopReason;
 
-use super::{card, frame, io, message, post, rpc, server_with, status, task};
-use crate::common::loopback::{ok, Loopback, Reply};
+use super::{card, frame, io, message, post, provider_for, reason, rpc, run_on, server_with, status, task};
+use crate::common;
+use crate::common::loopback::{self, ok, Loopback, Reply};
+use crate::common::Within;
+
+const SECRET: &str = "key-SECRET-456";
+
+/// The provider's credentials: a bearer token and an API key.
+fn with_credentials(config: &mut subagents::providers::A2aConfig) {
+    config.headers.push(("Authorization".into(), format!("Bearer {SECRET}")));
+    config.headers.push(("x-api-key".into(), SECRET.into()));
+}
+
+/// A `307` to `location`.
+fn redirect(location: String) -> Reply {
+    loopback::status(307, vec![("location", location)], json!({}))
+}
+
+/// Whether any request `agent` received carried the secret.
+fn saw_secret(agent: &Loopback) -> bool {
+    agent.requests.lock().unwrap().iter().any(|request| request.headers.iter().any(|(_, value)| value.contains(SECRET)))
+}
+
+#[test]
+fn a_card_redirected_to_another_origin_is_refused_and_gets_no_credentials() {
+    let io = io();
+    let elsewhere = io.block_on(Loopback::start_for(|origin| vec![ok(card(origin, true))]));
+    let location = format!("{}/.well-known/agent-card.json", elsewhere.origin);
+    let agent = io.block_on(Loopback::start(vec![redirect(location)]));
+    let runtime = common::runtime();
+    let subagents = runtime.subagents();
+    subagents.register_provider(provider_for(&agent.origin, with_credentials)).unwrap().keep();
+    let error = runtime.within(common::WAIT_LIMIT, "a start on a redirected card", async move {
+        match subagents.start("agent", common::request("hi")).await {
+            Ok(_) => panic!("a start on a card redirected to another origin succeeded"),
+            Err(error) => error,
+        }
+    });
+    assert_eq!(error.code(), "STARTUP_FAILED", "{error}");
+    let said = error.to_string();
+    assert!(said.contains("redirected to another origin") && said.contains(&elsewhere.origin), "{said}");
+    assert!(!saw_secret(&elsewhere), "the other origin received the credentials");
+    assert!(elsewhere.requests.lock().unwrap().is_empty(), "the redirect was not followed at all");
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn a_call_redirected_to_another_origin_fails_the_run_and_gets_no_credentials() {
+    let io = io();
+    let elsewhere = io.block_on(Loopback::start(vec![Reply::Stream {
+        frames: vec![frame(json!({"task": {"id": "task-7", "status": {"state": "TASK_STATE_COMPLETED"}}}))],
+        hang: true,
+    }]));
+    let location = format!("{}/rpc", elsewhere.origin);
+    let agent = io.block_on(Loopback::start_for(|origin| vec![ok(card(origin, true)), redirect(location)]));
+    let runtime = common::runtime();
+    let result = run_on(&runtime, provider_for(&agent.origin, with_credentials), common::request("hi"));
+    assert_eq!(result.stop_reason, StopReason::Error);
+    let said = reason(&result);
+    assert!(said.contains("redirected to another origin") && said.contains(&elsewhere.origin), "{said}");
+    assert!(!saw_secret(&elsewhere), "the other origin received the credentials");
+    assert!(elsewhere.requests.lock().unwrap().is_empty(), "the redirect was not followed at all");
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn a_redirect_within_the_origin_is_followed_with_the_headers() {
+    let io = io();
+    let agent = io.block_on(Loopback::start_for(|origin| {
+        let frames = vec![frame(task("TASK_STATE_WORKING")), frame(status("TASK_STATE_COMPLETED", "moved"))];
+        vec![
+            redirect(format!("{origin}/moved/agent-card.json")),
+            ok(card(origin, true)),
+            Reply::Stream { frames, hang: true },
+        ]
+    }));
+    let runtime = common::runtime();
+    let result = run_on(&runtime, provider_for(&agent.origin, with_credentials), common::request("hi"));
+    assert_eq!(result.stop_reason, StopReason::Completed, "{:?}", result.diagnostic);
+    let requests = agent.requests.lock().unwrap();
+    assert_eq!(requests[1].path, "/moved/agent-card.json");
+    assert_eq!(requests[1].header("x-api-key"), Some(SECRET));
+    drop(requests);
+    runtime.shutdown_blocking();
+}
 
 #[test]
 fn an_agents_failure_reason_reaches_our_servers_clients_without_escapes_or_bidi_controls() {
