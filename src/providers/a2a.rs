@@ -136,7 +136,8 @@ pub struct Limits {
     pub max_card_bytes: usize,
     /// One event, or one JSON-RPC answer (4 MiB).
     pub max_event_bytes: usize,
-    /// Every part of every artifact of the task together (16 MiB).
+    /// Every part of every artifact the task holds, together (16 MiB): an
+    /// artifact replaced counts as its replacement, one appended to grows.
     pub max_artifact_bytes: usize,
     /// `SubscribeToTask` attempts after a stream broke (3).
     pub resubscribe_attempts: u32,

@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 use subagents::StopReason;
 
-use super::{card, frame, io, message, post, provider_for, reason, rpc, run_on, server_with, status, task};
+use super::{artifact, card, frame, io, message, post, provider_for, reason, rpc, run_on, server_with, status, task};
 use crate::common;
 use crate::common::loopback::{self, ok, Loopback, Reply};
 use crate::common::Within;
@@ -89,6 +89,26 @@ fn a_redirect_within_the_origin_is_followed_with_the_headers() {
     assert_eq!(requests[1].path, "/moved/agent-card.json");
     assert_eq!(requests[1].header("x-api-key"), Some(SECRET));
     drop(requests);
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn an_artifact_replaced_many_times_counts_once_against_the_bound() {
+    let io = io();
+    let agent = io.block_on(Loopback::start_for(|origin| {
+        let mut frames = vec![frame(task("TASK_STATE_WORKING"))];
+        for round in 0..8 {
+            let text = format!("{round}").repeat(300);
+            frames.push(frame(artifact("draft", json!([{"text": text}]), false)));
+        }
+        frames.push(frame(status("TASK_STATE_COMPLETED", "done")));
+        vec![ok(card(origin, true)), Reply::Stream { frames, hang: true }]
+    }));
+    let runtime = common::runtime();
+    let provider = provider_for(&agent.origin, |config| config.limits.max_artifact_bytes = 1024);
+    let result = run_on(&runtime, provider, common::request("draft it"));
+    assert_eq!(result.stop_reason, StopReason::Completed, "{:?}", result.diagnostic);
+    assert_eq!(result.text(), "7".repeat(300), "the last replacement is the artifact held");
     runtime.shutdown_blocking();
 }
 

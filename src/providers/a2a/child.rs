@@ -311,19 +311,25 @@ impl Run {
     }
 
     fn artifact(&mut self, artifact: Artifact, append: bool) -> Result<(), Stopped> {
-        let bytes: usize = artifact.parts.iter().map(part_bytes).sum();
         let bound = self.setup.limits.max_artifact_bytes;
-        self.seen.artifact_bytes = self.seen.artifact_bytes.saturating_add(bytes);
-        if self.seen.artifact_bytes > bound {
+        let known = self.seen.artifacts.iter().position(|known| known.artifact_id == artifact.artifact_id);
+        // The bound is on what is held: a replacement frees what it replaces.
+        let replaced = match known {
+            Some(at) if !append => wire::parts_bytes(&self.seen.artifacts[at].parts),
+            _ => 0,
+        };
+        let held = self.seen.artifact_bytes.saturating_sub(replaced).saturating_add(wire::parts_bytes(&artifact.parts));
+        if held > bound {
             return Err(A2aError::Oversized("artifacts", bound).into());
         }
+        self.seen.artifact_bytes = held;
         let text = text_of_parts(&artifact.parts);
         if !text.is_empty() {
             self.context.progress(ProgressUpdate::MessageChunk { text });
         }
-        match self.seen.artifacts.iter_mut().find(|known| known.artifact_id == artifact.artifact_id) {
-            Some(known) if append => known.parts.extend(artifact.parts),
-            Some(known) => *known = artifact,
+        match known {
+            Some(at) if append => self.seen.artifacts[at].parts.extend(artifact.parts),
+            Some(at) => self.seen.artifacts[at] = artifact,
             None => self.seen.artifacts.push(artifact),
         }
         Ok(())
@@ -410,14 +416,6 @@ fn text_of_parts(parts: &[Part]) -> String {
     let blocks: Vec<_> =
         parts.iter().filter_map(|part| part.text.clone()).map(crate::seam::ContentBlock::text).collect();
     text_of(&blocks)
-}
-
-fn part_bytes(part: &Part) -> usize {
-    let text = part.text.as_ref().map_or(0, String::len);
-    let raw = part.raw.as_ref().map_or(0, String::len);
-    let url = part.url.as_ref().map_or(0, String::len);
-    let data = part.data.as_ref().map_or(0, |data| data.to_string().len());
-    text + raw + url + data
 }
 
 /// The agent's words made safe to show ([`crate::seam::safe_line`]:
