@@ -392,12 +392,17 @@ fn post(addr: &str, request: &Value, token: Option<&str>) -> (u16, String) {
 
 /// [`post`], saying `version` in `A2A-Version`.
 fn post_as(addr: &str, request: &Value, token: Option<&str>, version: &str) -> (u16, String) {
+    let auth = token.map(|token| format!("Authorization: Bearer {token}\r\n")).unwrap_or_default();
+    post_raw(addr, request, &format!("A2A-Version: {version}\r\n{auth}"))
+}
+
+/// [`post`] with `headers` (whole lines, each ending `\r\n`).
+fn post_raw(addr: &str, request: &Value, headers: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(common::WAIT_LIMIT)).unwrap();
     let body = request.to_string();
-    let auth = token.map(|token| format!("Authorization: Bearer {token}\r\n")).unwrap_or_default();
     let head = format!(
-        "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nA2A-Version: {version}\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).unwrap();

@@ -29,8 +29,9 @@
 //! # Security
 //!
 //! With a token (`--token-env NAME`: the token is that variable's value),
-//! every JSON-RPC request needs `Authorization: Bearer TOKEN` (else HTTP
-//! 401), and the card declares a bearer scheme. Without one the server
+//! every JSON-RPC request needs `Authorization: Bearer TOKEN` (the scheme
+//! in any case, as RFC 9110 has it; else HTTP 401), and the card declares a
+//! bearer scheme. Without one the server
 //! listens only on a loopback address: any other is refused before it
 //! starts. Requests are bounded (4 MiB), connections to 1024 at once
 //! (more are closed as they arrive); `A2A-Version`, when sent, must be

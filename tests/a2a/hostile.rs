@@ -6,7 +6,10 @@
 use serde_json::{json, Value};
 use subagents::StopReason;
 
-use super::{artifact, card, frame, io, message, post, provider_for, reason, rpc, run_on, server_with, status, task};
+use super::{
+    artifact, card, frame, io, message, post, post_raw, provider_for, reason, rpc, run_on, server, server_with, status,
+    task,
+};
 use crate::common;
 use crate::common::loopback::{self, ok, Loopback, Reply};
 use crate::common::Within;
@@ -132,5 +135,19 @@ fn an_agents_failure_reason_reaches_our_servers_clients_without_escapes_or_bidi_
     assert!(said.contains("disk full exe.txt"), "the agent's words stay: {said:?}");
     for trace in ["\u{1b}", "[2J", "]52;", "cm0gLXJm", "\u{202e}"] {
         assert!(!said.contains(trace), "{trace:?} reached the status message: {said:?}");
+    }
+}
+
+#[test]
+fn bearer_auth_takes_the_scheme_in_any_case() {
+    let server = server(&["--token-env", "A2A_SERVER_TOKEN"], &[("A2A_SERVER_TOKEN", "open-sesame")]);
+    let ping = rpc("GetTask", json!({"id": "none"}));
+    for header in ["bearer open-sesame", "BEARER open-sesame", "Bearer  open-sesame"] {
+        let (status, body) = post_raw(&server.addr, &ping, &format!("Authorization: {header}\r\n"));
+        assert_eq!(status, 200, "{header:?}: {body}");
+    }
+    for header in ["Basic open-sesame", "Bearer", "Beareropen-sesame", "bearer open-sesame2"] {
+        let (status, _) = post_raw(&server.addr, &ping, &format!("Authorization: {header}\r\n"));
+        assert_eq!(status, 401, "{header:?}");
     }
 }

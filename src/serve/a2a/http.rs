@@ -148,7 +148,7 @@ impl Door {
 
     fn authorized(&self, header: Option<&HeaderValue>) -> bool {
         let Some(token) = &self.token else { return true };
-        let Some(given) = header.and_then(|value| value.as_bytes().strip_prefix(b"Bearer ")) else { return false };
+        let Some(given) = header.and_then(|value| bearer_token(value.as_bytes())) else { return false };
         // Compared in time that does not depend on where they differ.
         let expected = token.as_bytes();
         given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
@@ -173,6 +173,14 @@ impl Door {
         response.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache"));
         response
     }
+}
+
+/// The token of an `Authorization` value of the bearer scheme: the scheme
+/// in any case, then one or more spaces (RFC 9110 §11.4).
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at_checked("Bearer".len())?;
+    let spaces = rest.iter().take_while(|&&byte| byte == b' ').count();
+    (scheme.eq_ignore_ascii_case(b"Bearer") && spaces > 0).then(|| &rest[spaces..])
 }
 
 /// One stream's place: what it sent, and whether the task has ended.
