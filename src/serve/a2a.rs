@@ -22,9 +22,11 @@
 //!   filters, `pageSize` ≤ 100, offset page tokens), `CancelTask` (cancels
 //!   the run; answers the task once it settled, at most 10 s later) and
 //!   `SubscribeToTask` (the task, then its events).
-//! - Tasks are kept in memory, at most `max_tasks` (1000); an ended task
-//!   leaves `task_ttl` (1 h) after it ended, or sooner to make room. A
-//!   store full of live tasks refuses new messages (`-32603`).
+//! - Tasks are kept in memory, at most `max_tasks` (1000) holding at most
+//!   `max_task_bytes` (256 MiB) of messages and artifacts together; an
+//!   ended task leaves `task_ttl` (1 h) after it ended, or sooner to make
+//!   room, oldest first. A store full of live tasks refuses new messages
+//!   (`-32603`).
 //!
 //! # Security
 //!
@@ -88,6 +90,8 @@ pub struct A2aServeOptions {
     pub max_tasks: usize,
     /// How long an ended task is kept (1 h).
     pub task_ttl: Duration,
+    /// Most bytes of messages and artifacts the kept tasks hold together (256 MiB).
+    pub max_task_bytes: usize,
     /// How long live runs get to settle at shutdown (5 s).
     pub shutdown_grace: Duration,
 }
@@ -104,6 +108,7 @@ impl std::fmt::Debug for A2aServeOptions {
             .field("public_url", &self.public_url)
             .field("max_tasks", &self.max_tasks)
             .field("task_ttl", &self.task_ttl)
+            .field("max_task_bytes", &self.max_task_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -120,6 +125,7 @@ impl A2aServeOptions {
             public_url: None,
             max_tasks: 1000,
             task_ttl: Duration::from_secs(3600),
+            max_task_bytes: 256 << 20,
             shutdown_grace: Duration::from_secs(5),
         }
     }
@@ -135,8 +141,8 @@ pub fn serve_a2a(options: A2aServeOptions, ready: impl FnOnce(SocketAddr)) -> Re
         );
         return Err(ServeError::Options(reason));
     }
-    if options.max_tasks == 0 {
-        return Err(ServeError::Options("max_tasks is 0: every message would be refused".to_owned()));
+    if options.max_tasks == 0 || options.max_task_bytes == 0 {
+        return Err(ServeError::Options("max_tasks or max_task_bytes is 0: every message would be refused".to_owned()));
     }
     let cwd = std::env::current_dir().map_err(|e| ServeError::Options(format!("no working directory: {e}")))?;
     let mut builder = Runtime::builder();
@@ -162,7 +168,7 @@ pub fn serve_a2a(options: A2aServeOptions, ready: impl FnOnce(SocketAddr)) -> Re
     let service = Arc::new(Service {
         subagents: runtime.subagents(),
         skills,
-        store: Store::new(options.max_tasks, options.task_ttl),
+        store: Store::new(options.max_tasks, options.max_task_bytes, options.task_ttl),
         cwd,
         closing: closing.clone(),
     });

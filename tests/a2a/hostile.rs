@@ -139,6 +139,30 @@ fn an_agents_failure_reason_reaches_our_servers_clients_without_escapes_or_bidi_
 }
 
 #[test]
+fn ended_tasks_are_bounded_in_bytes_as_well_as_in_number() {
+    let server = server(&["--max-task-mib", "1"], &[]);
+    // Each task holds its message and its echo: about 400 KiB.
+    let text = "x".repeat(200 * 1024);
+    let ids: Vec<String> = (0..5)
+        .map(|_| {
+            let (status, body) = post(&server.addr, &rpc("SendMessage", message(&text, None)), None);
+            assert_eq!(status, 200);
+            let sent: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(sent["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", "the task as it ended");
+            sent["result"]["task"]["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let (_, body) = post(&server.addr, &rpc("ListTasks", json!({})), None);
+    let total = serde_json::from_str::<Value>(&body).unwrap()["result"]["totalSize"].as_u64().unwrap();
+    assert!((1..=2).contains(&total), "{total} tasks of ~400 KiB kept under 1 MiB");
+    let get = |id: &str| serde_json::from_str::<Value>(&post(&server.addr, &rpc("GetTask", json!({"id": id})), None).1);
+    let newest = get(&ids[4]).unwrap();
+    let output = newest["result"]["artifacts"][0]["parts"][0]["text"].as_str().unwrap_or_default();
+    assert_eq!(output.len(), "hello from the mock: ".len() + text.len(), "the newest is kept whole");
+    assert_eq!(get(&ids[0]).unwrap()["error"]["code"], -32001, "the oldest ended task left");
+}
+
+#[test]
 fn bearer_auth_takes_the_scheme_in_any_case() {
     let server = server(&["--token-env", "A2A_SERVER_TOKEN"], &[("A2A_SERVER_TOKEN", "open-sesame")]);
     let ping = rpc("GetTask", json!({"id": "none"}));

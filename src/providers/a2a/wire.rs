@@ -131,6 +131,22 @@ pub(crate) fn parts_bytes(parts: &[Part]) -> usize {
     parts.iter().map(Part::bytes).sum()
 }
 
+impl Message {
+    /// The bytes its parts and metadata hold.
+    pub(crate) fn bytes(&self) -> usize {
+        parts_bytes(&self.parts) + self.metadata.as_ref().map_or(0, |metadata| metadata.to_string().len())
+    }
+}
+
+impl Task {
+    /// The bytes its history, artifacts and status message hold.
+    pub(crate) fn bytes(&self) -> usize {
+        let history: usize = self.history.iter().map(Message::bytes).sum();
+        let artifacts: usize = self.artifacts.iter().map(|artifact| parts_bytes(&artifact.parts)).sum();
+        history + artifacts + self.status.message.as_ref().map_or(0, Message::bytes)
+    }
+}
+
 /// `Message`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

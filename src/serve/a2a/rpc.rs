@@ -142,9 +142,7 @@ impl Service {
             artifacts: Vec::new(),
             history: vec![message.clone()],
         };
-        self.store
-            .insert(task, cancel.clone())
-            .map_err(|full| (code::INTERNAL, format!("the server holds {} live tasks, its most", full.0)))?;
+        self.store.insert(task, cancel.clone()).map_err(|full| (code::INTERNAL, full.to_string()))?;
         let mut request =
             StartRequest::with_blocks(vec![ContentBlock::text(text.join("\n"))], Parent::root(&self.cwd), cancel);
         if let Some(schema) = metadata.get("outputSchema").filter(|schema| schema.is_object()) {
