@@ -3,6 +3,10 @@
 //! fails with terminal escapes; clients that never finish their requests
 //! or fill the server's task store; a bearer scheme in lower case.
 
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
 use serde_json::{json, Value};
 use subagents::StopReason;
 
@@ -136,6 +140,51 @@ fn an_agents_failure_reason_reaches_our_servers_clients_without_escapes_or_bidi_
     for trace in ["\u{1b}", "[2J", "]52;", "cm0gLXJm", "\u{202e}"] {
         assert!(!said.contains(trace), "{trace:?} reached the status message: {said:?}");
     }
+}
+
+/// A connection that sent its headers and 10 of the 100 body bytes it announced.
+fn stalled_body(addr: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let head = format!(
+        "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"jsonrpc\""
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream
+}
+
+/// How long until the server closed `stream` (with or without an answer),
+/// failing if it is still open after `limit`; what it answered.
+fn closed_within(stream: &mut TcpStream, limit: Duration) -> (Duration, String) {
+    stream.set_read_timeout(Some(limit)).unwrap();
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    match stream.read_to_end(&mut answer) {
+        Ok(_) => {}
+        Err(error) if error.kind() == ErrorKind::ConnectionReset => {}
+        Err(error) => panic!("the connection was still open after {:?}: {error}", started.elapsed()),
+    }
+    (started.elapsed(), String::from_utf8_lossy(&answer).into_owned())
+}
+
+#[test]
+fn clients_that_never_finish_their_bodies_cannot_hold_the_server() {
+    let server = server(&["--max-connections", "4", "--body-timeout-secs", "2"], &[]);
+    let mut stalled: Vec<TcpStream> = (0..6).map(|_| stalled_body(&server.addr)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // Every slot holds a request that will never be whole: a whole one
+    // still gets one, at once.
+    let started = Instant::now();
+    let (status, body) = post(&server.addr, &rpc("GetTask", json!({"id": "none"})), None);
+    assert_eq!(status, 200, "{body}");
+    assert!(started.elapsed() < Duration::from_secs(1), "answered after {:?}", started.elapsed());
+    let (closed_after, _) = closed_within(&mut stalled[0], Duration::from_secs(1));
+    assert!(closed_after < Duration::from_secs(1), "the oldest unfinished request made room");
+    // A body that never finishes is cut off within its bound.
+    let mut late = stalled_body(&server.addr);
+    let (closed_after, answer) = closed_within(&mut late, Duration::from_secs(10));
+    assert!(closed_after < Duration::from_secs(5), "closed after {closed_after:?}");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("the request body did not arrive within 2 s"), "{answer}");
 }
 
 #[test]

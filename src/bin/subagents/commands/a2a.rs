@@ -48,6 +48,13 @@ pub struct A2aArgs {
     /// (the oldest ended tasks leave first to make room).
     #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     max_task_mib: u32,
+    /// Most connections served at once; when all are taken, a new one
+    /// closes the oldest that has not sent a whole request.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_connections: u32,
+    /// How long a client may take to send a request's body, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    body_timeout_secs: u64,
 }
 
 impl A2aArgs {
@@ -72,6 +79,8 @@ impl A2aArgs {
         options.max_tasks = self.max_tasks as usize;
         options.task_ttl = std::time::Duration::from_secs(self.task_ttl_secs);
         options.max_task_bytes = (self.max_task_mib as usize) << 20;
+        options.max_connections = self.max_connections as usize;
+        options.body_timeout = std::time::Duration::from_secs(self.body_timeout_secs);
         serve_a2a(options, |bound| say!("subagents a2a: listening on {bound}"))
             .map(|()| ExitCode::SUCCESS)
             .map_err(|e| e.to_string())
