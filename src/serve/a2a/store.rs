@@ -210,8 +210,9 @@ impl Tasks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::a2a::wire::{Artifact, Part, Role, TaskArtifactUpdateEvent, TaskStatus};
-    use crate::serve::a2a::rpc::status_event;
+    use crate::providers::a2a::wire::{
+        Artifact, Part, Role, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent,
+    };
 
     /// A submitted task whose message holds `bytes` of text.
     fn task(id: &str, bytes: usize) -> Task {
@@ -233,7 +234,9 @@ mod tests {
     }
 
     fn ended(store: &Store, id: &str) {
-        store.publish(id, status_event(&(id.to_owned(), "ctx".to_owned()), TaskState::Completed, None));
+        let status = TaskStatus { state: TaskState::Completed, message: None, timestamp: None };
+        let update = TaskStatusUpdateEvent { task_id: id.to_owned(), context_id: "ctx".to_owned(), status };
+        store.publish(id, StreamResponse { status_update: Some(update), ..StreamResponse::default() });
     }
 
     fn artifact(store: &Store, id: &str, bytes: usize) {
