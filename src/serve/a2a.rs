@@ -95,7 +95,8 @@ pub struct A2aServeOptions {
     pub task_ttl: Duration,
     /// Most bytes of messages and artifacts the kept tasks hold together (256 MiB).
     pub max_task_bytes: usize,
-    /// Most connections served at once (1024).
+    /// Most connections served at once (1024); when all are taken, a new
+    /// one takes the slot of the oldest that has not sent a whole request.
     pub max_connections: usize,
     /// How long a client may take to send a request's body once its
     /// headers arrived (30 s).

@@ -199,6 +199,7 @@ impl Tasks {
             .find(|id| Some(id.as_str()) != sparing && self.by_id.get(*id).is_some_and(|entry| entry.ended.is_some()));
         match oldest.cloned() {
             Some(id) => {
+                tracing::debug!(task = %id, "an ended task left the store to make room");
                 self.remove(&id);
                 true
             }
