@@ -25,6 +25,7 @@ mod provider;
 mod receipt;
 mod request;
 mod result;
+mod shown;
 mod trace;
 mod usage;
 
@@ -44,5 +45,6 @@ pub use request::{AgentOptions, Capabilities, Capability, Detached, Parent, Star
 #[cfg(any(feature = "mcp", feature = "a2a", feature = "config"))]
 pub(crate) use result::cut;
 pub use result::{Category, Diagnostic, Failure, RunResult, Stage, StopReason};
+pub use shown::{safe_block, safe_line};
 pub(crate) use trace::TraceContext;
 pub use usage::RunUsage;

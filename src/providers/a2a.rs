@@ -32,6 +32,11 @@
 //! - Every request carries `A2A-Version: 1.0` and the configured headers;
 //!   with [`A2aConfig::skill`] the message's `metadata.skill` names the
 //!   agent's skill (how `subagents a2a` picks a provider).
+//! - Redirects are followed (at most 10) only within the origin (scheme,
+//!   host and port) the request went to: the headers may be credentials,
+//!   so a redirect to another origin fails the card read or the call,
+//!   naming that origin, rather than carry them there (or send a request
+//!   without them).
 //! - The task starts with `SendStreamingMessage` when the card's
 //!   `capabilities.streaming` is true, else with `SendMessage` (with
 //!   `returnImmediately: true`), followed by `GetTask` polls until the task
@@ -55,7 +60,7 @@
 //! |---|---|
 //! | `TASK_STATE_COMPLETED` | `completed`: the artifacts' text parts, in order, are the output |
 //! | `TASK_STATE_CANCELED` | `aborted` |
-//! | `TASK_STATE_FAILED`, `TASK_STATE_REJECTED` | `error`, category `child-error`, the agent's status message as the reason, control characters removed and cut at 160 bytes |
+//! | `TASK_STATE_FAILED`, `TASK_STATE_REJECTED` | `error`, category `child-error`, the agent's status message as the reason, made safe ([`safe_line`](crate::seam::safe_line): escapes, control and bidi characters removed) and cut at 160 bytes |
 //! | `TASK_STATE_INPUT_REQUIRED`, `TASK_STATE_AUTH_REQUIRED` | `error`, category `child-error`, saying the task requires input (or authentication), which this provider cannot give; the task is sent `CancelTask`, so it does not wait on the agent for ever |
 //! | a `message` instead of a task | `completed` with its text parts |
 //!
@@ -131,7 +136,8 @@ pub struct Limits {
     pub max_card_bytes: usize,
     /// One event, or one JSON-RPC answer (4 MiB).
     pub max_event_bytes: usize,
-    /// Every part of every artifact of the task together (16 MiB).
+    /// Every part of every artifact the task holds, together (16 MiB): an
+    /// artifact replaced counts as its replacement, one appended to grows.
     pub max_artifact_bytes: usize,
     /// `SubscribeToTask` attempts after a stream broke (3).
     pub resubscribe_attempts: u32,
@@ -163,7 +169,8 @@ pub struct A2aConfig {
     /// The agent's base URL: its card is at `{url}/.well-known/agent-card.json`.
     pub url: String,
     /// Headers every request carries (`Authorization` and the like); sent
-    /// marked sensitive, never logged.
+    /// marked sensitive, never logged, never to another origin (a redirect
+    /// there is refused).
     pub headers: Vec<(String, String)>,
     /// Sent as the message's `metadata.skill`: which skill of the agent
     /// should take the task. Not an A2A field; `subagents a2a` reads it

@@ -553,13 +553,13 @@ impl Transcript {
             };
             let diagnostic = Diagnostic::new(provider, Stage::SessionRun, category);
             // The child's own account, when it gave one: its category, and
-            // a reason kept only as a short line of plain text (the child
-            // is a process, not this crate).
+            // a reason kept only as a short line of plain text, nothing
+            // `safe_line` would remove (the child is a process, not this crate).
             let told = replied.as_ref().ok().map(|reply| &reply["error"]);
             let told_category = told.and_then(|error| Category::deserialize(&error["category"]).ok());
-            let reason = told
-                .and_then(|error| error["reason"].as_str())
-                .filter(|reason| reason.len() <= 200 && reason.chars().all(|c| !c.is_control()));
+            let reason = told.and_then(|error| error["reason"].as_str()).filter(|reason| {
+                reason.len() <= 200 && matches!(crate::seam::safe_line(reason), std::borrow::Cow::Borrowed(_))
+            });
             match (category, told_category) {
                 (Category::ChildError, Some(told)) => {
                     let diagnostic = Diagnostic::new(provider, Stage::SessionRun, told);

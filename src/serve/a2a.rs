@@ -16,24 +16,30 @@
 //!   text) and, with a structured value, a `structured` artifact holding
 //!   one data part, then the final status: completed → `COMPLETED`,
 //!   aborted → `CANCELED`, error → `FAILED` with the diagnostic as the
-//!   status message, max-tokens → `FAILED`, refusal → `REJECTED`.
+//!   status message (made safe to show, [`crate::seam::safe_line`]: a client
+//!   prints it), max-tokens → `FAILED`, refusal → `REJECTED`.
 //! - `GetTask`, `ListTasks` (newest first, `contextId` and `status`
 //!   filters, `pageSize` ≤ 100, offset page tokens), `CancelTask` (cancels
 //!   the run; answers the task once it settled, at most 10 s later) and
 //!   `SubscribeToTask` (the task, then its events).
-//! - Tasks are kept in memory, at most `max_tasks` (1000); an ended task
-//!   leaves `task_ttl` (1 h) after it ended, or sooner to make room. A
-//!   store full of live tasks refuses new messages (`-32603`).
+//! - Tasks are kept in memory, at most `max_tasks` (1000) holding at most
+//!   `max_task_bytes` (256 MiB) of messages and artifacts together; an
+//!   ended task leaves `task_ttl` (1 h) after it ended, or sooner to make
+//!   room, oldest first. A store full of live tasks refuses new messages
+//!   (`-32603`).
 //!
 //! # Security
 //!
 //! With a token (`--token-env NAME`: the token is that variable's value),
-//! every JSON-RPC request needs `Authorization: Bearer TOKEN` (else HTTP
-//! 401), and the card declares a bearer scheme. Without one the server
+//! every JSON-RPC request needs `Authorization: Bearer TOKEN` (the scheme
+//! in any case, as RFC 9110 has it; else HTTP 401), and the card declares a
+//! bearer scheme. Without one the server
 //! listens only on a loopback address: any other is refused before it
-//! starts. Requests are bounded (4 MiB), connections to 1024 at once
-//! (more are closed as they arrive); `A2A-Version`, when sent, must be
-//! 1.x (`-32009`).
+//! starts. Requests are bounded in bytes (4 MiB) and in time (10 s for the
+//! headers, `body_timeout` (30 s) for the body: `408`), connections to
+//! `max_connections` (1024) at once, a new one taking the slot of the
+//! oldest that has not sent a whole request (`slots`); `A2A-Version`, when
+//! sent, must be 1.x (`-32009`).
 //!
 //! # Shutdown
 //!
@@ -48,6 +54,7 @@
 
 mod http;
 mod rpc;
+mod slots;
 mod store;
 
 use std::net::SocketAddr;
@@ -86,6 +93,14 @@ pub struct A2aServeOptions {
     pub max_tasks: usize,
     /// How long an ended task is kept (1 h).
     pub task_ttl: Duration,
+    /// Most bytes of messages and artifacts the kept tasks hold together (256 MiB).
+    pub max_task_bytes: usize,
+    /// Most connections served at once (1024); when all are taken, a new
+    /// one takes the slot of the oldest that has not sent a whole request.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's body once its
+    /// headers arrived (30 s).
+    pub body_timeout: Duration,
     /// How long live runs get to settle at shutdown (5 s).
     pub shutdown_grace: Duration,
 }
@@ -102,6 +117,9 @@ impl std::fmt::Debug for A2aServeOptions {
             .field("public_url", &self.public_url)
             .field("max_tasks", &self.max_tasks)
             .field("task_ttl", &self.task_ttl)
+            .field("max_task_bytes", &self.max_task_bytes)
+            .field("max_connections", &self.max_connections)
+            .field("body_timeout", &self.body_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -118,6 +136,9 @@ impl A2aServeOptions {
             public_url: None,
             max_tasks: 1000,
             task_ttl: Duration::from_secs(3600),
+            max_task_bytes: 256 << 20,
+            max_connections: 1024,
+            body_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(5),
         }
     }
@@ -133,8 +154,9 @@ pub fn serve_a2a(options: A2aServeOptions, ready: impl FnOnce(SocketAddr)) -> Re
         );
         return Err(ServeError::Options(reason));
     }
-    if options.max_tasks == 0 {
-        return Err(ServeError::Options("max_tasks is 0: every message would be refused".to_owned()));
+    if options.max_tasks == 0 || options.max_task_bytes == 0 || options.max_connections == 0 {
+        let reason = "max_tasks, max_task_bytes or max_connections is 0: every message would be refused";
+        return Err(ServeError::Options(reason.to_owned()));
     }
     let cwd = std::env::current_dir().map_err(|e| ServeError::Options(format!("no working directory: {e}")))?;
     let mut builder = Runtime::builder();
@@ -160,7 +182,7 @@ pub fn serve_a2a(options: A2aServeOptions, ready: impl FnOnce(SocketAddr)) -> Re
     let service = Arc::new(Service {
         subagents: runtime.subagents(),
         skills,
-        store: Store::new(options.max_tasks, options.task_ttl),
+        store: Store::new(options.max_tasks, options.max_task_bytes, options.task_ttl),
         cwd,
         closing: closing.clone(),
     });

@@ -66,7 +66,8 @@ fn fanout_prints_labels_without_terminal_controls_and_keeps_them_in_json() {
     let output = run(subagents().arg("fanout").arg(&tasks).arg("--home").arg(home.path()));
     let stderr = text(&output.stderr);
     assert_printable("stderr", &stderr);
-    assert!(stderr.contains("]0;pwnedb") && stderr.contains("c[2Jd"), "the visible text stays: {stderr}");
+    assert!(stderr.contains(" ab: ") && stderr.contains(" cd: "), "the text around the escapes stays: {stderr}");
+    assert!(!stderr.contains("pwned") && !stderr.contains("[2J"), "no escape leaves a trace: {stderr}");
     let mut labels: Vec<String> =
         json_lines(&output.stdout).iter().map(|r| r["label"].as_str().unwrap().to_owned()).collect();
     labels.sort();

@@ -196,3 +196,21 @@ pub fn per_provider(subagents: &Subagents, bar: &ProgressBar) -> Option<Listener
     };
     Some(subagents.add_listener(listener))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rows_title_loses_escapes_and_a_bidi_override() {
+        let row = Row {
+            id: "run-1".to_owned(),
+            provider: "spawn".to_owned(),
+            label: Some("review\u{202e}fdp.exe\u{1b}]0;pwned\u{7}".to_owned()),
+            depth: 0,
+            latest: String::new(),
+            ended: None,
+        };
+        assert_eq!(row.title(), "─ spawn [reviewfdp.exe]");
+    }
+}

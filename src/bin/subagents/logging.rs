@@ -212,7 +212,7 @@ pub fn finish_export() {
     }
 }
 
-/// Stderr, each event's line with its control characters removed.
+/// Stderr, each event's line made safe by [`terminal::line`].
 struct TerminalStderr;
 
 impl Write for TerminalStderr {

@@ -48,8 +48,9 @@
 //! # Output
 //!
 //! JSON result lines go to stdout (or `--out`) as written. Everything meant
-//! for a person goes through [`terminal`], which strips control characters,
-//! and the library's warnings are logged to stderr ([`logging`], `RUST_LOG`).
+//! for a person goes through [`terminal`], which strips escape sequences,
+//! control and bidi characters, and the library's warnings are logged to
+//! stderr ([`logging`], `RUST_LOG`).
 //!
 //! # Layout
 //!

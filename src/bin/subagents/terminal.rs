@@ -1,47 +1,25 @@
-//! Text on its way to a terminal: control characters removed.
+//! Text on its way to a terminal: escapes and controls removed.
 //!
 //! Labels, task text, model answers, a model's descriptions of its
 //! delegations and error reasons all come from someone other than the user
-//! at the keyboard. Printed raw, an `ESC ] 0 ; … BEL` retitles the window,
-//! `ESC [ 2 J` clears the screen, and the one-byte C1 forms (`U+009B` is a
-//! CSI) do the same on terminals that honour them. Everything the CLI writes
-//! for a person (stderr, the `run` answer and tree, log lines) goes through
-//! this module; JSON result lines do not, since JSON already escapes C0 and
+//! at the keyboard. Everything the CLI writes for a person (stderr, the
+//! `run` answer and tree, the live view, log lines) goes through this
+//! module; JSON result lines do not, since JSON already escapes C0 and
 //! their consumers want the text as it was written.
 //!
-//! ```text
-//! line("a\u{1b}]0;pwned\u{7}b") == "a]0;pwnedb"
-//! text("one\n\u{1b}[2Jtwo")     == "one\n[2Jtwo"
-//! ```
+//! What is removed is decided in one place, the library's
+//! [`subagents::seam::safe_line`] (its module says what and why): escape
+//! sequences whole, control characters and bidi controls.
 //!
-//! The removed set is exactly Unicode's `Cc` category: C0 (`U+0000`–`U+001F`),
-//! DEL (`U+007F`) and C1 (`U+0080`–`U+009F`). What remains of an escape
-//! sequence is inert printable text, left visible so the reader sees that
-//! something was there.
+//! ```text
+//! line("a\u{1b}]0;pwned\u{7}b")  == "ab"
+//! text("one\n\u{1b}[2Jtwo")      == "one\ntwo"
+//! line("x\u{202e}fdp.exe")       == "xfdp.exe"
+//! ```
 
-use std::borrow::Cow;
-
-/// `text` for one line of output: every control character removed; line
-/// breaks and tabs become spaces so that words stay apart and a label can
-/// never forge a line of its own.
-pub fn line(text: &str) -> Cow<'_, str> {
-    clean(text, |c| matches!(c, '\n' | '\t' | '\r').then_some(' '))
-}
-
-/// `text` for a block of output (an answer, a tree): control characters
-/// removed except the line breaks and tabs that shape it.
-pub fn text(text: &str) -> Cow<'_, str> {
-    clean(text, |c| matches!(c, '\n' | '\t').then_some(c))
-}
-
-/// `text` with each control character replaced by what `keep` says, or
-/// dropped; borrowed when there is nothing to remove.
-fn clean(text: &str, keep: impl Fn(char) -> Option<char>) -> Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return Cow::Borrowed(text);
-    }
-    Cow::Owned(text.chars().filter_map(|c| if c.is_control() { keep(c) } else { Some(c) }).collect())
-}
+/// `line(text)`: one line of output, line breaks and tabs become spaces;
+/// `text(text)`: a block (an answer, a tree), line breaks and tabs kept.
+pub use subagents::seam::{safe_block as text, safe_line as line};
 
 /// A duration as a person reads it: `616µs`, `2.5ms`, `140ms`, `19.5s`,
 /// `2m03s`, `1h05m`.
@@ -85,7 +63,7 @@ impl Drop for QuietControlKeys {
     }
 }
 
-/// Prints one line on stderr, its control characters removed.
+/// Prints one line on stderr, made safe by [`line`].
 macro_rules! say {
     ($($format:tt)*) => {
         eprintln!("{}", $crate::terminal::line(&format!($($format)*)))
@@ -98,19 +76,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn escape_sequences_lose_their_control_bytes_and_keep_their_text() {
-        assert_eq!(line("a\u{1b}]0;pwned\u{7}b"), "a]0;pwnedb");
-        assert_eq!(line("c\u{1b}[2Jd"), "c[2Jd");
-        assert_eq!(line("e\u{9b}31mf\u{7f}g\u{0}"), "e31mfg");
-    }
-
-    #[test]
-    fn a_line_turns_breaks_into_spaces_and_a_block_keeps_them() {
-        assert_eq!(line("one\ntwo\tthree\r\n"), "one two three  ");
-        assert_eq!(text("one\ntwo\tthree\r\n\u{1b}[0m"), "one\ntwo\tthree\n[0m");
-    }
-
-    #[test]
     fn durations_read_in_the_unit_a_person_would_use() {
         use std::time::Duration;
         assert_eq!(human(Duration::from_micros(616)), "616µs");
@@ -119,11 +84,5 @@ mod tests {
         assert_eq!(human(Duration::from_millis(19_460)), "19.5s");
         assert_eq!(human(Duration::from_secs(123)), "2m03s");
         assert_eq!(human(Duration::from_secs(3_900)), "1h05m");
-    }
-
-    #[test]
-    fn clean_text_is_borrowed_and_other_unicode_passes() {
-        assert!(matches!(line("plain – ünïcödé └─ ✓"), Cow::Borrowed(_)));
-        assert_eq!(text("\u{a0}\u{200b}é"), "\u{a0}\u{200b}é");
     }
 }

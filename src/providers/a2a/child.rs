@@ -311,19 +311,25 @@ impl Run {
     }
 
     fn artifact(&mut self, artifact: Artifact, append: bool) -> Result<(), Stopped> {
-        let bytes: usize = artifact.parts.iter().map(part_bytes).sum();
         let bound = self.setup.limits.max_artifact_bytes;
-        self.seen.artifact_bytes = self.seen.artifact_bytes.saturating_add(bytes);
-        if self.seen.artifact_bytes > bound {
+        let known = self.seen.artifacts.iter().position(|known| known.artifact_id == artifact.artifact_id);
+        // The bound is on what is held: a replacement frees what it replaces.
+        let replaced = match known {
+            Some(at) if !append => wire::parts_bytes(&self.seen.artifacts[at].parts),
+            _ => 0,
+        };
+        let held = self.seen.artifact_bytes.saturating_sub(replaced).saturating_add(wire::parts_bytes(&artifact.parts));
+        if held > bound {
             return Err(A2aError::Oversized("artifacts", bound).into());
         }
+        self.seen.artifact_bytes = held;
         let text = text_of_parts(&artifact.parts);
         if !text.is_empty() {
             self.context.progress(ProgressUpdate::MessageChunk { text });
         }
-        match self.seen.artifacts.iter_mut().find(|known| known.artifact_id == artifact.artifact_id) {
-            Some(known) if append => known.parts.extend(artifact.parts),
-            Some(known) => *known = artifact,
+        match known {
+            Some(at) if append => self.seen.artifacts[at].parts.extend(artifact.parts),
+            Some(at) => self.seen.artifacts[at] = artifact,
             None => self.seen.artifacts.push(artifact),
         }
         Ok(())
@@ -412,19 +418,11 @@ fn text_of_parts(parts: &[Part]) -> String {
     text_of(&blocks)
 }
 
-fn part_bytes(part: &Part) -> usize {
-    let text = part.text.as_ref().map_or(0, String::len);
-    let raw = part.raw.as_ref().map_or(0, String::len);
-    let url = part.url.as_ref().map_or(0, String::len);
-    let data = part.data.as_ref().map_or(0, |data| data.to_string().len());
-    text + raw + url + data
-}
-
-/// The agent's words made safe to show: control characters gone, blanks
-/// folded, at most 160 bytes (cut at a character boundary).
+/// The agent's words made safe to show ([`crate::seam::safe_line`]:
+/// escapes, control and bidi characters gone), blanks folded, at most 160
+/// bytes (cut at a character boundary).
 fn safe_text(text: &str) -> String {
-    let folded: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-    let folded = folded.split_whitespace().collect::<Vec<_>>().join(" ");
+    let folded = crate::seam::safe_line(text).split_whitespace().collect::<Vec<_>>().join(" ");
     crate::seam::cut(&folded, 160).to_owned()
 }
 
@@ -440,8 +438,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_agents_words_lose_control_characters_and_length() {
-        assert_eq!(safe_text("bad\u{1b}[31m input\n\nhere"), "bad [31m input here");
+    fn the_agents_words_lose_escapes_bidi_controls_and_length() {
+        assert_eq!(safe_text("bad\u{1b}[31m input\n\nhere"), "bad input here");
+        assert_eq!(safe_text("disk\u{1b}[2J\u{1b}]52;c;cm0gLXJm\u{7} full\u{202e}!"), "disk full!");
         let long = "é".repeat(200);
         let cut = safe_text(&long);
         assert!(cut.len() <= 160 && cut.chars().all(|c| c == 'é'));

@@ -33,6 +33,10 @@ pub(crate) enum A2aError {
     /// It answered a JSON-RPC error.
     #[error("JSON-RPC error {code}: {message}")]
     Rpc { code: i64, message: String },
+    /// It redirected the request to another origin (`scheme://host:port`),
+    /// which the configured headers must not reach.
+    #[error("redirected to another origin, {0}")]
+    CrossOrigin(String),
 }
 
 impl A2aError {
@@ -46,6 +50,10 @@ impl A2aError {
             A2aError::Oversized(what, bound) => format!("the A2A agent's {what} exceeds {bound} bytes"),
             A2aError::Malformed(_) => "the A2A agent answered something that is not A2A 1.0".to_owned(),
             A2aError::Rpc { code, .. } => format!("the A2A agent answered JSON-RPC error {code}"),
+            A2aError::CrossOrigin(origin) => format!(
+                "the A2A agent redirected to another origin, {origin}: refused, since the provider's headers \
+                 would go there (give that URL in the configuration if it is to be trusted)"
+            ),
         }
     }
 
@@ -135,6 +143,7 @@ impl Client {
         crate::tls::install_crypto_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
+            .redirect(same_origin_redirects())
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         Ok(Client { http, headers: map, bounds })
@@ -260,8 +269,39 @@ async fn http_json_error(status: u16, response: reqwest::Response) -> A2aError {
     A2aError::Rpc { code, message: message.to_owned() }
 }
 
+/// Most redirects followed for one request.
+const MAX_REDIRECTS: usize = 10;
+
+/// A redirect to another origin, refused by [`same_origin_redirects`].
+#[derive(Debug, thiserror::Error)]
+#[error("a redirect to another origin, {0}")]
+struct CrossOrigin(String);
+
+/// Redirects followed only within the origin the request was sent to.
+/// Every request carries the configured headers, credentials among them,
+/// and reqwest strips only `Authorization` and cookies when a redirect
+/// leaves the host: an `x-api-key` would go along. So a redirect to
+/// another scheme, host or port fails the call instead, naming that origin.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let origin = attempt.url().origin();
+        let sent_to = attempt.previous().first().map(reqwest::Url::origin);
+        if sent_to.is_some_and(|sent_to| sent_to != origin) {
+            return attempt.error(CrossOrigin(origin.ascii_serialization()));
+        }
+        match attempt.previous().len() > MAX_REDIRECTS {
+            true => attempt.error(format!("more than {MAX_REDIRECTS} redirects")),
+            false => attempt.follow(),
+        }
+    })
+}
+
 fn transport(error: reqwest::Error) -> A2aError {
-    A2aError::Transport(error.to_string())
+    let refused = std::error::Error::source(&error).and_then(|source| source.downcast_ref::<CrossOrigin>());
+    match refused {
+        Some(CrossOrigin(origin)) => A2aError::CrossOrigin(origin.clone()),
+        None => A2aError::Transport(error.to_string()),
+    }
 }
 
 fn result_of(response: wire::Response) -> Result<Value, A2aError> {

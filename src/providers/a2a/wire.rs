@@ -114,6 +114,37 @@ impl Part {
     pub(crate) fn data(data: Value) -> Part {
         Part { data: Some(data), media_type: Some("application/json".to_owned()), ..Part::default() }
     }
+
+    /// The bytes its payload holds (text, raw, url, data as JSON): what
+    /// the size bounds of both sides count.
+    pub(crate) fn bytes(&self) -> usize {
+        let text = self.text.as_ref().map_or(0, String::len);
+        let raw = self.raw.as_ref().map_or(0, String::len);
+        let url = self.url.as_ref().map_or(0, String::len);
+        let data = self.data.as_ref().map_or(0, |data| data.to_string().len());
+        text + raw + url + data
+    }
+}
+
+/// The bytes the payloads of `parts` hold ([`Part::bytes`]).
+pub(crate) fn parts_bytes(parts: &[Part]) -> usize {
+    parts.iter().map(Part::bytes).sum()
+}
+
+impl Message {
+    /// The bytes its parts and metadata hold.
+    pub(crate) fn bytes(&self) -> usize {
+        parts_bytes(&self.parts) + self.metadata.as_ref().map_or(0, |metadata| metadata.to_string().len())
+    }
+}
+
+impl Task {
+    /// The bytes its history, artifacts and status message hold.
+    pub(crate) fn bytes(&self) -> usize {
+        let history: usize = self.history.iter().map(Message::bytes).sum();
+        let artifacts: usize = self.artifacts.iter().map(|artifact| parts_bytes(&artifact.parts)).sum();
+        history + artifacts + self.status.message.as_ref().map_or(0, Message::bytes)
+    }
 }
 
 /// `Message`.

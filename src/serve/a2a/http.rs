@@ -1,22 +1,25 @@
-//! The HTTP side of the server: hyper's HTTP/1 connections, the card, the
-//! bearer check, bounded request bodies, event streams, and the phased
-//! shutdown.
+//! The HTTP side of the server: hyper's HTTP/1 connections in their
+//! [`slots`](super::slots), the card, the bearer check, request bodies
+//! bounded in bytes and in time, event streams, and the phased shutdown.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
-use hyper::body::{Frame, Incoming};
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONNECTION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::rpc::{to_value, Answer, Service, Stream};
+use super::slots::{Answering, Slots, Standing};
 use super::{card, A2aServeOptions};
 use crate::providers::a2a::wire::{self, code, AgentCard, StreamResponse};
 use crate::serve::signals::StopSignals;
@@ -24,8 +27,6 @@ use crate::serve::ServeError;
 
 /// Largest request body read.
 const MAX_REQUEST_BYTES: usize = 4 << 20;
-/// Most connections served at once.
-const MAX_CONNECTIONS: usize = 1024;
 /// How long a client may take to send a request's headers (the first
 /// request's, or the next one's on a kept-alive connection) before its
 /// connection is closed: a client that opens connections and sends
@@ -39,6 +40,8 @@ struct Door {
     service: Arc<Service>,
     card: Bytes,
     token: Option<String>,
+    /// How long a request's body may take once its headers arrived.
+    body_timeout: std::time::Duration,
 }
 
 pub(super) async fn serve(
@@ -54,31 +57,43 @@ pub(super) async fn serve(
     let url = options.public_url.clone().unwrap_or_else(|| format!("http://{bound}/"));
     let card: AgentCard = card(&service.skills, &url, options.token.is_some());
     let card = Bytes::from(serde_json::to_vec(&card).unwrap_or_default());
-    let door = Arc::new(Door { service: service.clone(), card, token: options.token.clone() });
+    let door = Arc::new(Door {
+        service: service.clone(),
+        card,
+        token: options.token.clone(),
+        body_timeout: options.body_timeout,
+    });
     ready(bound);
+    let slots = Slots::new(options.max_connections);
     let mut connections = tokio::task::JoinSet::new();
     let signal = loop {
         tokio::select! {
             signal = signals.recv() => break signal,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                if connections.len() >= MAX_CONNECTIONS {
-                    tracing::warn!("{MAX_CONNECTIONS} A2A connections are open: closing a new one");
+                let Some(slot) = slots.admit() else {
+                    tracing::warn!("{} A2A connections are answering requests: closing a new one", options.max_connections);
                     drop(stream);
                     continue;
-                }
+                };
                 let door = door.clone();
                 connections.spawn(async move {
+                    let standing = slot.standing();
                     let handler = hyper::service::service_fn(move |request| {
-                        let door = door.clone();
-                        async move { Ok::<_, Infallible>(door.answer(request).await) }
+                        let (door, standing) = (door.clone(), standing.clone());
+                        async move { Ok::<_, Infallible>(door.answer(request, standing).await) }
                     });
                     let connection = hyper::server::conn::http1::Builder::new()
                         .timer(hyper_util::rt::TokioTimer::new())
                         .header_read_timeout(HEADER_TIMEOUT)
                         .serve_connection(TokioIo::new(stream), handler);
-                    if let Err(error) = connection.await {
-                        tracing::debug!(%error, "an A2A connection ended with an error");
+                    tokio::select! {
+                        ended = connection => if let Err(error) = ended {
+                            tracing::debug!(%error, "an A2A connection ended with an error");
+                        },
+                        () = slot.evicted() => {
+                            tracing::debug!("closed an A2A connection without a whole request to make room for a new one");
+                        }
                     }
                 });
             }
@@ -109,7 +124,7 @@ pub(super) async fn serve(
 }
 
 impl Door {
-    async fn answer(&self, request: Request<Incoming>) -> Response<Body> {
+    async fn answer(&self, request: Request<Incoming>, standing: Arc<Standing>) -> Response<Body> {
         let path = request.uri().path();
         if request.method() == Method::GET && path.trim_start_matches('/') == wire::CARD_PATH {
             return json_response(StatusCode::OK, self.card.clone());
@@ -124,12 +139,22 @@ impl Door {
             return response;
         }
         let version = request.headers().get(wire::VERSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let body = match Limited::new(request.into_body(), MAX_REQUEST_BYTES).collect().await {
-            Ok(body) => body.to_bytes(),
-            Err(_) => {
+        let read = Limited::new(request.into_body(), MAX_REQUEST_BYTES).collect();
+        let body = match tokio::time::timeout(self.body_timeout, read).await {
+            Ok(Ok(body)) => body.to_bytes(),
+            Ok(Err(_)) => {
                 return rpc_error(Value::Null, code::INVALID_REQUEST, "the request body is unreadable or exceeds 4 MiB")
             }
+            Err(_) => return body_timed_out(self.body_timeout),
         };
+        // Whole: from here until its response is sent, the connection
+        // keeps its slot.
+        let answering = Answering::begin(standing);
+        self.respond(version, body).await.map(|body| Held { body, _answering: answering }.boxed_unsync())
+    }
+
+    /// The answer to a whole request.
+    async fn respond(&self, version: Option<String>, body: Bytes) -> Response<Body> {
         let request: wire::Request = match serde_json::from_slice(&body) {
             Ok(request) => request,
             Err(_) => return rpc_error(Value::Null, code::PARSE_ERROR, "the body is not a JSON-RPC request"),
@@ -148,7 +173,7 @@ impl Door {
 
     fn authorized(&self, header: Option<&HeaderValue>) -> bool {
         let Some(token) = &self.token else { return true };
-        let Some(given) = header.and_then(|value| value.as_bytes().strip_prefix(b"Bearer ")) else { return false };
+        let Some(given) = header.and_then(|value| bearer_token(value.as_bytes())) else { return false };
         // Compared in time that does not depend on where they differ.
         let expected = token.as_bytes();
         given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
@@ -172,6 +197,41 @@ impl Door {
         response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
         response.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache"));
         response
+    }
+}
+
+/// The token of an `Authorization` value of the bearer scheme: the scheme
+/// in any case, then one or more spaces (RFC 9110 §11.4).
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at_checked("Bearer".len())?;
+    let spaces = rest.iter().take_while(|&&byte| byte == b' ').count();
+    (scheme.eq_ignore_ascii_case(b"Bearer") && spaces > 0).then(|| &rest[spaces..])
+}
+
+/// A response body that keeps its connection answering (in its slot)
+/// until it is sent or dropped; otherwise the body itself.
+struct Held {
+    body: Body,
+    _answering: Answering,
+}
+
+impl hyper::body::Body for Held {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.body).poll_frame(context)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -238,6 +298,17 @@ fn json_response(status: StatusCode, body: Bytes) -> Response<Body> {
     let mut response = Response::new(Full::new(body).boxed_unsync());
     *response.status_mut() = status;
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// A `408` with a JSON-RPC error, closing the connection: its body did
+/// not arrive within `bound`.
+fn body_timed_out(bound: std::time::Duration) -> Response<Body> {
+    let message = format!("the request body did not arrive within {} s", bound.as_secs_f64());
+    let response = wire::Response::error(Value::Null, code::INVALID_REQUEST, &message);
+    let body = Bytes::from(serde_json::to_vec(&response).unwrap_or_default());
+    let mut response = json_response(StatusCode::REQUEST_TIMEOUT, body);
+    response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
     response
 }
 

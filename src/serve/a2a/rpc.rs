@@ -142,9 +142,7 @@ impl Service {
             artifacts: Vec::new(),
             history: vec![message.clone()],
         };
-        self.store
-            .insert(task, cancel.clone())
-            .map_err(|full| (code::INTERNAL, format!("the server holds {} live tasks, its most", full.0)))?;
+        self.store.insert(task, cancel.clone()).map_err(|full| (code::INTERNAL, full.to_string()))?;
         let mut request =
             StartRequest::with_blocks(vec![ContentBlock::text(text.join("\n"))], Parent::root(&self.cwd), cancel);
         if let Some(schema) = metadata.get("outputSchema").filter(|schema| schema.is_object()) {
@@ -182,7 +180,7 @@ impl Service {
             Ok(result) => outcome(result),
             // Cancelled before its run existed.
             Err(_) if cancel.is_cancelled() => (TaskState::Canceled, None),
-            Err(error) => (TaskState::Failed, Some(error.clone())),
+            Err(error) => (TaskState::Failed, Some(account(error))),
         };
         if let Ok(result) = &result {
             let text = result.text();
@@ -250,7 +248,7 @@ impl Service {
 
 /// A run's end as a task state and, for a failure, what to say.
 fn outcome(result: &RunResult) -> (TaskState, Option<String>) {
-    let said = || result.diagnostic.as_ref().map(ToString::to_string);
+    let said = || result.diagnostic.as_ref().map(|diagnostic| account(&diagnostic.to_string()));
     match result.stop_reason {
         StopReason::Completed => (TaskState::Completed, None),
         StopReason::Aborted => (TaskState::Canceled, None),
@@ -258,6 +256,12 @@ fn outcome(result: &RunResult) -> (TaskState, Option<String>) {
         StopReason::MaxTokens => (TaskState::Failed, Some("the run stopped at its token limit".to_owned())),
         StopReason::Refusal => (TaskState::Rejected, Some("the model refused".to_owned())),
     }
+}
+
+/// A failure's account as the task's status message: clients print it, so
+/// it is made safe here, whichever provider (or child) wrote it.
+fn account(said: &str) -> String {
+    crate::seam::safe_line(said).into_owned()
 }
 
 pub(super) fn status_event(ids: &(String, String), state: TaskState, said: Option<String>) -> StreamResponse {
@@ -289,4 +293,20 @@ fn artifact_event(ids: &(String, String), artifact_id: &str, part: Part) -> Stre
 
 pub(super) fn to_value<T: serde::Serialize>(value: &T) -> Value {
     serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::seam::{Category, Diagnostic, Stage};
+
+    #[test]
+    fn a_failures_account_loses_escapes_and_bidi_controls() {
+        let reason = "disk\u{1b}[2J full\u{1b}]52;c;cm0gLXJm\u{7}\u{202e}!";
+        let diagnostic = Diagnostic::new("far", Stage::SessionRun, Category::ChildError).with_reason(reason);
+        let (state, said) = outcome(&RunResult::failed(diagnostic));
+        assert_eq!(state, TaskState::Failed);
+        let said = said.unwrap();
+        assert!(said.ends_with(": disk full!"), "{said}");
+    }
 }

@@ -1,6 +1,11 @@
-//! The server's tasks: one per run, bounded in number, each kept for a
-//! while after it ended, with a broadcast of its events for the streams
-//! that follow it.
+//! The server's tasks: one per run, bounded in number and in the bytes
+//! their messages and artifacts hold together, each kept for a while after
+//! it ended, with a broadcast of its events for the streams that follow it.
+//!
+//! Both bounds make room the same way: the oldest ended task leaves first.
+//! Live tasks never leave; a new task that finds no ended one to evict is
+//! refused. A task that has just ended is kept even past the byte bound
+//! (its client is reading it), until the next task needs the room.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -9,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::providers::a2a::wire::{StreamResponse, Task, TaskState};
+use crate::providers::a2a::wire::{self, Message, StreamResponse, Task, TaskState};
 
 /// Events a slow stream may fall behind by before it is sent a snapshot.
 const EVENT_BUFFER: usize = 256;
@@ -21,17 +26,27 @@ pub(super) struct Entry {
     pub(super) events: broadcast::Sender<StreamResponse>,
     /// Since when it is terminal (the TTL counts from here).
     ended: Option<Instant>,
+    /// What its messages and artifacts hold ([`Task::bytes`]).
+    bytes: usize,
 }
 
-/// Why a task could not be stored.
-#[derive(Debug)]
-pub(super) struct Full(pub(super) usize);
+/// Why a task could not be stored: every task that would have to leave
+/// to make room is live.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Full {
+    #[error("the server holds {0} live tasks, its most")]
+    Tasks(usize),
+    #[error("the server's live tasks and this one would hold more than {0} bytes, its most")]
+    Bytes(usize),
+}
 
-/// The tasks, at most `capacity` of them; ended ones leave `ttl` after
-/// they ended, or sooner, oldest first, to make room.
+/// The tasks, at most `capacity` of them holding at most `max_bytes`;
+/// ended ones leave `ttl` after they ended, or sooner, oldest first, to
+/// make room.
 pub(super) struct Store {
     tasks: Mutex<Tasks>,
     capacity: usize,
+    max_bytes: usize,
     ttl: Duration,
 }
 
@@ -40,11 +55,13 @@ struct Tasks {
     by_id: HashMap<String, Entry>,
     /// Ids in creation order (newest last).
     order: VecDeque<String>,
+    /// What every entry holds, together.
+    bytes: usize,
 }
 
 impl Store {
-    pub(super) fn new(capacity: usize, ttl: Duration) -> Arc<Store> {
-        Arc::new(Store { tasks: Mutex::default(), capacity, ttl })
+    pub(super) fn new(capacity: usize, max_bytes: usize, ttl: Duration) -> Arc<Store> {
+        Arc::new(Store { tasks: Mutex::default(), capacity, max_bytes, ttl })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Tasks> {
@@ -52,7 +69,8 @@ impl Store {
     }
 
     /// Stores a new task, evicting expired (then the oldest ended) tasks
-    /// if the store is full; `Full` when every stored task is live.
+    /// while the store is full in number or in bytes; `Full` when only
+    /// live tasks are left to evict.
     pub(super) fn insert(&self, task: Task, cancel: CancellationToken) -> Result<(), Full> {
         let mut tasks = self.lock();
         let now = Instant::now();
@@ -66,16 +84,23 @@ impl Store {
         for id in expired {
             tasks.remove(&id);
         }
-        if tasks.by_id.len() >= self.capacity {
-            let oldest_ended = tasks.order.iter().find(|id| tasks.by_id.get(*id).is_some_and(|e| e.ended.is_some()));
-            match oldest_ended.cloned() {
-                Some(id) => tasks.remove(&id),
-                None => return Err(Full(self.capacity)),
+        let bytes = task.bytes();
+        loop {
+            let full = if tasks.by_id.len() >= self.capacity {
+                Full::Tasks(self.capacity)
+            } else if tasks.bytes.saturating_add(bytes) > self.max_bytes {
+                Full::Bytes(self.max_bytes)
+            } else {
+                break;
+            };
+            if !tasks.evict_oldest_ended(None) {
+                return Err(full);
             }
         }
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         tasks.order.push_back(task.id.clone());
-        tasks.by_id.insert(task.id.clone(), Entry { task, cancel, events, ended: None });
+        tasks.bytes += bytes;
+        tasks.by_id.insert(task.id.clone(), Entry { task, cancel, events, ended: None, bytes });
         Ok(())
     }
 
@@ -103,21 +128,30 @@ impl Store {
         Some(true)
     }
 
-    /// Applies `event` to the task and sends it to its followers.
+    /// Applies `event` to the task and sends it to its followers; past the
+    /// byte bound, older ended tasks leave.
     pub(super) fn publish(&self, id: &str, event: StreamResponse) {
         let mut tasks = self.lock();
         let Some(entry) = tasks.by_id.get_mut(id) else { return };
+        let before = entry.bytes;
         if let Some(update) = &event.status_update {
+            let replaced = entry.task.status.message.as_ref().map_or(0, Message::bytes);
+            let said = update.status.message.as_ref().map_or(0, Message::bytes);
+            entry.bytes = entry.bytes - replaced + said;
             entry.task.status = update.status.clone();
             if update.status.state.is_terminal() {
                 entry.ended = Some(Instant::now());
             }
         }
         if let Some(update) = &event.artifact_update {
+            entry.bytes += wire::parts_bytes(&update.artifact.parts);
             entry.task.artifacts.push(update.artifact.clone());
         }
         // No follower is no error.
         let _ = entry.events.send(event);
+        let after = entry.bytes;
+        tasks.bytes = tasks.bytes - before + after;
+        while tasks.bytes > self.max_bytes && tasks.evict_oldest_ended(Some(id)) {}
     }
 
     /// Tasks newest first, filtered, from `offset`: the page and the total.
@@ -151,7 +185,108 @@ impl Store {
 
 impl Tasks {
     fn remove(&mut self, id: &str) {
-        self.by_id.remove(id);
+        if let Some(entry) = self.by_id.remove(id) {
+            self.bytes -= entry.bytes;
+        }
         self.order.retain(|known| known != id);
+    }
+
+    /// Evicts the oldest ended task but `sparing`; whether there was one.
+    fn evict_oldest_ended(&mut self, sparing: Option<&str>) -> bool {
+        let oldest = self
+            .order
+            .iter()
+            .find(|id| Some(id.as_str()) != sparing && self.by_id.get(*id).is_some_and(|entry| entry.ended.is_some()));
+        match oldest.cloned() {
+            Some(id) => {
+                tracing::debug!(task = %id, "an ended task left the store to make room");
+                self.remove(&id);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::a2a::wire::{
+        Artifact, Part, Role, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent,
+    };
+
+    /// A submitted task whose message holds `bytes` of text.
+    fn task(id: &str, bytes: usize) -> Task {
+        let message = Message {
+            message_id: format!("m-{id}"),
+            context_id: None,
+            task_id: None,
+            role: Role::User,
+            parts: vec![Part::text("x".repeat(bytes))],
+            metadata: None,
+        };
+        Task {
+            id: id.to_owned(),
+            context_id: None,
+            status: TaskStatus { state: TaskState::Submitted, message: None, timestamp: None },
+            artifacts: Vec::new(),
+            history: vec![message],
+        }
+    }
+
+    fn ended(store: &Store, id: &str) {
+        let status = TaskStatus { state: TaskState::Completed, message: None, timestamp: None };
+        let update = TaskStatusUpdateEvent { task_id: id.to_owned(), context_id: "ctx".to_owned(), status };
+        store.publish(id, StreamResponse { status_update: Some(update), ..StreamResponse::default() });
+    }
+
+    fn artifact(store: &Store, id: &str, bytes: usize) {
+        let artifact =
+            Artifact { artifact_id: "output".to_owned(), name: None, parts: vec![Part::text("y".repeat(bytes))] };
+        let update = TaskArtifactUpdateEvent {
+            task_id: id.to_owned(),
+            context_id: "ctx".to_owned(),
+            artifact,
+            append: false,
+            last_chunk: true,
+        };
+        store.publish(id, StreamResponse { artifact_update: Some(update), ..StreamResponse::default() });
+    }
+
+    #[test]
+    fn a_new_task_makes_room_in_bytes_by_evicting_the_oldest_ended() {
+        let store = Store::new(100, 1000, Duration::from_secs(3600));
+        for id in ["a", "b", "c"] {
+            store.insert(task(id, 300), CancellationToken::new()).unwrap();
+            ended(&store, id);
+        }
+        store.insert(task("d", 300), CancellationToken::new()).unwrap();
+        assert!(store.get("a").is_none(), "the oldest ended task left");
+        assert!(store.get("b").is_some() && store.get("c").is_some() && store.get("d").is_some());
+    }
+
+    #[test]
+    fn live_tasks_stay_and_a_task_that_does_not_fit_beside_them_is_refused() {
+        let store = Store::new(100, 500, Duration::from_secs(3600));
+        store.insert(task("a", 300), CancellationToken::new()).unwrap();
+        let refused = store.insert(task("b", 300), CancellationToken::new()).unwrap_err();
+        assert!(matches!(refused, Full::Bytes(500)), "{refused}");
+        assert!(store.get("a").is_some());
+    }
+
+    #[test]
+    fn a_task_that_grows_past_the_bound_evicts_older_ended_ones_but_stays() {
+        let store = Store::new(100, 1000, Duration::from_secs(3600));
+        store.insert(task("a", 300), CancellationToken::new()).unwrap();
+        ended(&store, "a");
+        store.insert(task("b", 300), CancellationToken::new()).unwrap();
+        artifact(&store, "b", 900);
+        ended(&store, "b");
+        assert!(store.get("a").is_none(), "the older ended task made room");
+        let b = store.get("b").expect("the task that just ended is kept for its client");
+        assert_eq!(b.artifacts.len(), 1);
+        // The next task finds it ended, and evicts it in turn.
+        store.insert(task("c", 300), CancellationToken::new()).unwrap();
+        assert!(store.get("b").is_none() && store.get("c").is_some());
     }
 }

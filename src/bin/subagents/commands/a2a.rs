@@ -44,6 +44,17 @@ pub struct A2aArgs {
     /// How long an ended task stays readable, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
     task_ttl_secs: u64,
+    /// Most MiB of messages and artifacts the kept tasks hold together
+    /// (the oldest ended tasks leave first to make room).
+    #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    max_task_mib: u32,
+    /// Most connections served at once; when all are taken, a new one
+    /// closes the oldest that has not sent a whole request.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_connections: u32,
+    /// How long a client may take to send a request's body, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    body_timeout_secs: u64,
 }
 
 impl A2aArgs {
@@ -67,6 +78,9 @@ impl A2aArgs {
         options.public_url = self.public_url;
         options.max_tasks = self.max_tasks as usize;
         options.task_ttl = std::time::Duration::from_secs(self.task_ttl_secs);
+        options.max_task_bytes = (self.max_task_mib as usize) << 20;
+        options.max_connections = self.max_connections as usize;
+        options.body_timeout = std::time::Duration::from_secs(self.body_timeout_secs);
         serve_a2a(options, |bound| say!("subagents a2a: listening on {bound}"))
             .map(|()| ExitCode::SUCCESS)
             .map_err(|e| e.to_string())
