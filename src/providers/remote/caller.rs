@@ -47,6 +47,37 @@ const PROGRESS_BUFFER: usize = 64;
 /// long runs cost the broker a few dozen reads a second, not a thousand.
 const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 
+/// The pause between two tries of a start's broker write.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// When a start's broker writes must be done by, and the bound that set it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadline {
+    at: Instant,
+    within: Duration,
+}
+
+impl Deadline {
+    /// `within` from now (a start's `publish_timeout`).
+    pub(crate) fn after(within: Duration) -> Deadline {
+        Deadline { at: Instant::now() + within, within }
+    }
+
+    /// The same, but at least `least` from now.
+    pub(crate) fn at_least(self, least: Duration) -> Deadline {
+        Deadline { at: self.at.max(Instant::now() + least), ..self }
+    }
+}
+
+/// What one try of a broker write came to.
+enum Tried<T> {
+    Done(T),
+    /// Failed; another try may do.
+    Failed(String),
+    /// Refused for good: the start fails with this.
+    Refused(Diagnostic),
+}
+
 /// Where one run's outcome lands.
 #[derive(Debug)]
 pub(crate) struct Slot {
@@ -123,6 +154,57 @@ impl Caller {
         self.health().broker_failed(Instant::now());
     }
 
+    /// A start refused at once, with the reason every run waiting now
+    /// fails for: the broker past `broker_patience`, or (a start that
+    /// `needs_worker`) the pool silent past `worker_patience`.
+    pub(crate) fn refusal(&self, needs_worker: bool) -> Result<(), Diagnostic> {
+        let stall = self.health().past_bound(Instant::now(), self.patience, needs_worker);
+        match stall {
+            None => Ok(()),
+            Some(stall) => Err(Diagnostic {
+                stage: Stage::Initialize,
+                ..stall.diagnostic(&self.provider, &self.pool, self.patience)
+            }),
+        }
+    }
+
+    /// Tries a start's broker write until it is done, `deadline` passes,
+    /// or the broker is past `broker_patience` (then it fails at once with
+    /// that bound's reason, like every start while it lasts). Each try is
+    /// bounded by [`OPERATION_TIMEOUT`] and by the broker's patience left.
+    async fn keep_trying<T, F, Fut>(&self, what: &str, deadline: Deadline, mut attempt: F) -> Result<T, Diagnostic>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Tried<T>>,
+    {
+        let mut failure = "no answer".to_owned();
+        loop {
+            self.refusal(false)?;
+            let now = Instant::now();
+            if now >= deadline.at {
+                break;
+            }
+            let patience_left = self.health().broker_patience_left(now, self.patience);
+            let bound = OPERATION_TIMEOUT.min(deadline.at - now).min(patience_left);
+            match tokio::time::timeout(bound, attempt()).await {
+                Ok(Tried::Done(value)) => {
+                    self.health().broker_answered();
+                    return Ok(value);
+                }
+                Ok(Tried::Refused(diagnostic)) => return Err(diagnostic),
+                Ok(Tried::Failed(error)) => failure = error,
+                Err(_) => failure = "timed out".to_owned(),
+            }
+            tracing::debug!(provider = %self.provider, what, %failure, "a remote start's broker write failed; retrying");
+            self.health().broker_failed(Instant::now());
+            tokio::time::sleep(RETRY_PAUSE.min(deadline.at.saturating_duration_since(Instant::now()))).await;
+        }
+        Err(Diagnostic::new(&self.provider, Stage::Initialize, Category::BrokerUnreachable).with_reason(format!(
+            "the broker did not store {what} within {} s (publish_timeout): {failure}",
+            deadline.within.as_secs_f64()
+        )))
+    }
+
     /// What keeps `run` from settling now, if anything.
     pub(crate) fn stall_of(&self, run: &str) -> Option<Stall> {
         let published = self.slots().get(run).map(|slot| slot.published)?;
@@ -155,24 +237,20 @@ impl Caller {
     }
 
     /// Writes this caller as the holder of detached run `run`, whose
-    /// request is at `stream_seq` (0: not acknowledged yet). Tried for up
-    /// to `OPERATION_TIMEOUT` twice.
-    pub(crate) async fn put_holder(&self, run: &str, stream_seq: u64) -> Result<(), Diagnostic> {
+    /// request is at `stream_seq` (0: not acknowledged yet), by `deadline`.
+    pub(crate) async fn put_holder(&self, run: &str, stream_seq: u64, deadline: Deadline) -> Result<(), Diagnostic> {
         let holder = Holder { v: VERSION, run: run.to_owned(), caller: self.id.clone(), stream_seq };
         let bytes = wire::encode(&holder, MAX_MESSAGE_BYTES).expect("a holder is small");
-        let mut failure = String::new();
-        for _ in 0..2 {
-            match tokio::time::timeout(OPERATION_TIMEOUT, self.broker.runs.put(detached_key(run), bytes.clone().into()))
-                .await
-            {
-                Ok(Ok(_)) => return Ok(()),
-                Ok(Err(error)) => failure = error.to_string(),
-                Err(_) => failure = "timed out".to_owned(),
+        self.keep_trying("the detached run's holder", deadline, || {
+            let put = self.broker.runs.put(detached_key(run), bytes.clone().into());
+            async move {
+                match put.await {
+                    Ok(_) => Tried::Done(()),
+                    Err(error) => Tried::Failed(error.to_string()),
+                }
             }
-        }
-        self.health().broker_failed(Instant::now());
-        Err(Diagnostic::new(&self.provider, Stage::Initialize, Category::BrokerUnreachable)
-            .with_reason(format!("the broker did not store the detached run's holder: {failure}")))
+        })
+        .await
     }
 
     /// A detached run's holder record; `Err` when the broker could not be asked.
@@ -191,6 +269,15 @@ impl Caller {
         self.slots().remove(run);
     }
 
+    /// Forgets `run` if `slot` is still its slot (a later attach to the
+    /// same run may have registered its own meanwhile).
+    pub(crate) fn forget_slot(&self, run: &str, slot: &Arc<Slot>) {
+        let mut slots = self.slots();
+        if slots.get(run).is_some_and(|current| Arc::ptr_eq(current, slot)) {
+            slots.remove(run);
+        }
+    }
+
     /// Settles `settled.run`'s slot unless it settled already.
     pub(crate) fn deliver(&self, settled: Settled) {
         let Some(slot) = self.slots().get(&settled.run).cloned() else { return };
@@ -204,57 +291,50 @@ impl Caller {
         });
     }
 
-    /// Publishes a run request durably, retrying within `within` (the run
+    /// Publishes a run request durably, retrying until `deadline` (the run
     /// id is the message id, so a retry is deduplicated); `Ok` is the
     /// stream sequence once JetStream has stored it, `Err` the start's
     /// failure. A broker down past `broker_patience` fails it at once, a
     /// full store without retries. A lease that may have lapsed (this side
     /// was cut off) is written first, so that no worker takes a run sent
     /// after a partition for one of a dead caller.
-    pub(crate) async fn publish(&self, run: &str, request: Vec<u8>, within: Duration) -> Result<u64, Diagnostic> {
+    pub(crate) async fn publish(&self, run: &str, request: Vec<u8>, deadline: Deadline) -> Result<u64, Diagnostic> {
         let subject = self.broker.names.run_subject(&self.pool);
-        let deadline = Instant::now() + within;
-        let refused = |reason: String| {
-            Diagnostic::new(&self.provider, Stage::Initialize, Category::BrokerUnreachable).with_reason(reason)
-        };
-        while Instant::now() < deadline {
-            let down_for = self.health().broker_down_for(Instant::now());
-            if let Some(down_for) = down_for.filter(|down_for| *down_for >= self.patience.broker) {
-                return Err(Diagnostic {
-                    stage: Stage::Initialize,
-                    ..Stall::Broker(down_for).diagnostic(&self.provider, &self.pool, self.patience)
-                });
-            }
-            if self.health().lease_written.elapsed() >= self.broker.lease_ttl / 2 {
-                let _ = self.put_lease().await;
-            }
-            let publish = PublishMessage::build().payload(request.clone().into()).message_id(run);
-            let attempt = async {
-                let ack =
-                    self.broker.jetstream.send_publish(subject.clone(), publish).await.map_err(|e| e.to_string())?;
-                ack.await.map_err(|e| e.to_string())
-            };
-            match tokio::time::timeout(OPERATION_TIMEOUT, attempt).await {
-                Ok(Ok(ack)) => {
-                    self.health().broker_answered();
-                    if let Some(slot) = self.slots().get(run) {
-                        slot.stream_seq.store(ack.sequence, Ordering::Release);
+        let sequence = self
+            .keep_trying("the run", deadline, || {
+                let publish = PublishMessage::build().payload(request.clone().into()).message_id(run);
+                let subject = subject.clone();
+                async move {
+                    if self.health().lease_written.elapsed() >= self.broker.lease_ttl / 2 {
+                        let _ = self.put_lease().await;
                     }
-                    return Ok(ack.sequence);
+                    let sent = self.broker.jetstream.send_publish(subject, publish).await;
+                    match sent.map_err(|e| e.to_string()) {
+                        Ok(ack) => match ack.await.map_err(|e| e.to_string()) {
+                            Ok(ack) => Tried::Done(ack.sequence),
+                            Err(error) => self.publish_failed(error),
+                        },
+                        Err(error) => self.publish_failed(error),
+                    }
                 }
-                Ok(Err(error)) if store_is_full(&error) => {
-                    tracing::warn!(provider = %self.provider, %error, "the broker refused to store a remote run");
-                    return Err(refused("the broker refused to store the run: its store is full".to_owned()));
-                }
-                Ok(Err(error)) => {
-                    tracing::debug!(provider = %self.provider, %error, "a remote run's publish failed; retrying");
-                    self.health().broker_failed(Instant::now());
-                }
-                Err(_) => self.health().broker_failed(Instant::now()),
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            })
+            .await?;
+        if let Some(slot) = self.slots().get(run) {
+            slot.stream_seq.store(sequence, Ordering::Release);
         }
-        Err(refused(format!("the broker did not store the run within {} s (publish_timeout)", within.as_secs_f64())))
+        Ok(sequence)
+    }
+
+    /// A publish the broker refused: for good when its store is full.
+    fn publish_failed<T>(&self, error: String) -> Tried<T> {
+        if !store_is_full(&error) {
+            return Tried::Failed(error);
+        }
+        tracing::warn!(provider = %self.provider, %error, "the broker refused to store a remote run");
+        Tried::Refused(
+            Diagnostic::new(&self.provider, Stage::Initialize, Category::BrokerUnreachable)
+                .with_reason("the broker refused to store the run: its store is full"),
+        )
     }
 
     /// The durable cancel (tombstone) and the fast one (core notice). The
@@ -263,7 +343,10 @@ impl Caller {
     pub(crate) async fn cancel(&self, run: &str, attempts: u32) -> bool {
         let notice = wire::encode(&CancelNotice { v: VERSION, run: run.to_owned() }, MAX_MESSAGE_BYTES);
         if let Ok(notice) = notice {
-            let _ = self.broker.client.publish(self.broker.names.cancel_subject(run), notice.into()).await;
+            // Bounded: a client cut off from its broker queues a publish
+            // only while its outgoing buffer has room, then waits.
+            let subject = self.broker.names.cancel_subject(run);
+            let _ = tokio::time::timeout(OPERATION_TIMEOUT, self.broker.client.publish(subject, notice.into())).await;
         }
         let tombstone = wire::encode(&Tombstone { v: VERSION, run: run.to_owned() }, MAX_MESSAGE_BYTES)
             .expect("a tombstone is small");
@@ -484,7 +567,8 @@ impl Caller {
                 _ = tokio::time::sleep(STATUS_EVERY / 4) => {}
             }
             let connected = self.broker.client.connection_state() == async_nats::connection::State::Connected;
-            if connected && Instant::now() >= status_at && self.waiting().next().is_some() {
+            let wanted = || self.waiting().next().is_some() || self.health().pool_wanted(Instant::now(), self.patience);
+            if connected && Instant::now() >= status_at && wanted() {
                 self.ask_pool().await;
                 status_at = Instant::now() + STATUS_EVERY;
             }
@@ -525,18 +609,25 @@ impl Caller {
         waiting.into_iter()
     }
 
-    /// Asks the pool's workers who is there; any answer is a worker seen.
+    /// Asks the pool's workers who is there; any answer is a worker seen,
+    /// none (no responders, or none in time) a silence.
     async fn ask_pool(&self) {
+        use async_nats::RequestErrorKind;
         let subject = self.broker.names.status_subject(&self.pool);
         let asked = tokio::time::timeout(STATUS_EVERY, self.broker.client.request(subject, "{}".into())).await;
-        let mut health = self.health();
+        let (mut health, now) = (self.health(), Instant::now());
         match asked {
             Ok(Ok(_)) => {
                 health.broker_answered();
-                health.worker_answered(Instant::now());
+                health.worker_answered(now);
             }
-            Ok(Err(error)) if error.kind() == async_nats::RequestErrorKind::NoResponders => health.broker_answered(),
-            _ => {}
+            Ok(Err(error)) if error.kind() == RequestErrorKind::NoResponders => {
+                health.broker_answered();
+                health.worker_silent(now);
+            }
+            Ok(Err(error)) if error.kind() == RequestErrorKind::TimedOut => health.worker_silent(now),
+            Err(_) => health.worker_silent(now),
+            Ok(Err(_)) => {}
         }
     }
 
