@@ -35,8 +35,9 @@
 //! it (writing real bytes) and pause: it takes no runs, answers no status
 //! request while it holds none, and probes again every 2 s. When the disk
 //! or quota is full (`ENOSPC`, `EDQUOT`) the run is handed back to the
-//! pool (a nak: redelivered at once, to a worker with room) rather than
-//! failed; any other cause fails it with the OS's reason.
+//! pool rather than failed (a nak, redelivered after 2 s: past this
+//! worker's own open pull, so to a worker with room); any other cause
+//! fails it with the OS's reason.
 //!
 //! A worker holds no state of its own beyond its home's sessions: kill it
 //! and its runs go to another worker after the ack wait.
@@ -72,6 +73,12 @@ const MAX_CACHED_LEASES: usize = 1024;
 /// How long runs being handed back (after the drain grace) may take
 /// before the worker leaves them to redelivery and exits.
 const HAND_BACK_BOUND: Duration = Duration::from_secs(5);
+
+/// How long a run handed back by a worker that cannot write its home waits
+/// before it is delivered again: past this worker's open pull (at most
+/// [`PULL_EXPIRY`]), so it goes to a worker with room, not straight back
+/// here to be handed back again until its deliveries run out.
+const PAUSED_REDELIVERY: Duration = PULL_EXPIRY.saturating_mul(2);
 
 /// How often a worker that cannot write its home probes it again.
 const HOME_PROBE_EVERY: Duration = Duration::from_secs(2);
@@ -420,10 +427,14 @@ async fn work(
         } {
             // A broken pull (the connection dropped) ends this batch.
             let Ok(message) = message else { break };
-            if shared.drain.is_cancelled() || shared.paused() {
-                // Delivered after SIGTERM, or to a worker that cannot
-                // write its home: straight back to the pool.
+            if shared.drain.is_cancelled() {
+                // Delivered after SIGTERM: straight back to the pool.
                 let _ = message.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;
+                continue;
+            }
+            if shared.paused() {
+                // Delivered to a worker that cannot write its home: back to the pool.
+                let _ = message.ack_with(async_nats::jetstream::AckKind::Nak(Some(PAUSED_REDELIVERY))).await;
                 continue;
             }
             match first.take().or_else(|| semaphore.clone().try_acquire_owned().ok()) {

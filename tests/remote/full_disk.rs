@@ -120,6 +120,38 @@ fn a_worker_whose_disk_fills_pauses_with_the_os_reason_and_hands_its_runs_back()
 }
 
 #[test]
+fn a_pool_whose_only_worker_has_a_full_disk_fails_its_runs_no_worker_in_time() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Tmpfs::mount(&dir.path().join("disk"), "1m");
+    let server = Server::start(dir.path());
+    let full = Worker::start_at(dir.path(), &disk.dir.join("home"), &server.url(), "full", &[]);
+    disk.fill();
+    let mut config = super::support::config(&server.url());
+    config.worker_patience = Duration::from_secs(3);
+    let runtime = crate::common::runtime_at(&dir.path().join("caller"));
+    runtime
+        .subagents()
+        .register_provider(subagents::providers::RemoteProvider::connect(config).unwrap())
+        .unwrap()
+        .keep();
+    let subagents = runtime.subagents();
+    // Handed back and paused, the worker is no worker for the pool: the
+    // run does not wait on it for ever.
+    let result = runtime.within(Duration::from_secs(60), "the run to fail for want of a worker", async move {
+        let run = subagents.start("remote", crate::common::request("anyone with room?")).await.unwrap();
+        let result = run.result().await.unwrap();
+        (result, run.dispose().await)
+    });
+    let (result, disposed) = result;
+    assert!(disposed.is_ok(), "{disposed:?} {result:?}: {}", full.log());
+    assert_eq!(result.stop_reason, subagents::StopReason::Error, "{result:?}");
+    assert_eq!(result.diagnostic.as_ref().map(|d| d.category), Some(subagents::seam::Category::NoWorker), "{result:?}");
+    assert!(full.log().contains("No space left on device"), "{}", full.log());
+    runtime.shutdown_blocking();
+}
+
+#[test]
 fn a_worker_started_on_a_full_disk_refuses_to_start_naming_the_os_reason() {
     let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();

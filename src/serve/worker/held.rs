@@ -14,7 +14,7 @@
 //! | result written | acked |
 //! | result fenced (claim superseded) | left alone |
 //! | handed back on drain | nak'd at once |
-//! | the worker's disk is full | nak'd at once (for a worker with room) |
+//! | the worker's disk is full | nak'd, redelivered after 2 s (to a worker with room) |
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -151,12 +151,12 @@ impl Held {
             }
             Exit::HandBack(why) => {
                 self.shared.count(|r| r.handed_back += 1);
-                let why = match why {
-                    HandBack::Drain => "the worker is draining",
-                    HandBack::NoRoom => "the worker's disk is full",
+                let (why, delay) = match why {
+                    HandBack::Drain => ("the worker is draining", None),
+                    HandBack::NoRoom => ("the worker's disk is full", Some(super::PAUSED_REDELIVERY)),
                 };
                 tracing::warn!(run = %self.request.run, why, "run handed back to the pool");
-                let _ = self.message.ack_with(AckKind::Nak(None)).await;
+                let _ = self.message.ack_with(AckKind::Nak(delay)).await;
             }
         }
     }
