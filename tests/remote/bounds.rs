@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::support::{caller, one_at_a_time, Look, Proxy, Server, Worker, ACK_WAIT_MS, LEASE_TTL_MS};
+use super::support::{caller, category_of, one_at_a_time, Look, Proxy, Server, Worker, ACK_WAIT_MS, LEASE_TTL_MS};
 use crate::common::blocking::eventually;
 use crate::common::WAIT_LIMIT;
 
@@ -270,15 +270,6 @@ fn start_many(
         futures_util::stream::iter(starts).buffer_unordered(at_once).collect::<Vec<_>>().await
     });
     (outcomes, began.elapsed())
-}
-
-/// The category a start's error or result names.
-fn category_of(outcome: &Result<subagents::RunResult, subagents::SubagentError>) -> Option<subagents::seam::Category> {
-    match outcome {
-        Ok(result) => result.diagnostic.as_ref().map(|d| d.category),
-        Err(subagents::SubagentError::StartupFailed { diagnostic, .. }) => Some(diagnostic.category),
-        Err(_) => None,
-    }
 }
 
 #[test]

@@ -439,3 +439,14 @@ impl Drop for Proxy {
         self.cut();
     }
 }
+
+/// The category a start's error or result names.
+pub fn category_of(
+    outcome: &Result<subagents::RunResult, subagents::SubagentError>,
+) -> Option<subagents::seam::Category> {
+    match outcome {
+        Ok(result) => result.diagnostic.as_ref().map(|d| d.category),
+        Err(subagents::SubagentError::StartupFailed { diagnostic, .. }) => Some(diagnostic.category),
+        Err(_) => None,
+    }
+}

@@ -240,16 +240,20 @@ impl Held {
         let disposed = run.dispose().await.is_ok();
         match exit {
             Ok(mut result) => {
-                if result.stop_reason == StopReason::Error {
+                // A failed run, or a child whose session could not be
+                // released, may have met a home that cannot be written: the
+                // worker pauses if so. A run that completed keeps its result.
+                let failed = result.stop_reason == StopReason::Error;
+                if failed || !disposed {
                     match self.shared.home_unwritable().await {
-                        Some(home) if home.full => return Exit::HandBack(HandBack::NoRoom),
-                        Some(home) => {
+                        Some(home) if failed && home.full => return Exit::HandBack(HandBack::NoRoom),
+                        Some(home) if failed => {
                             let diagnostic = result.diagnostic.get_or_insert_with(|| {
                                 Diagnostic::new(&self.shared.provider, Stage::SessionRun, Category::ChildError)
                             });
                             diagnostic.reason = Some(format!("the worker cannot write its home: {}", home.cause));
                         }
-                        None => {}
+                        _ => {}
                     }
                 }
                 let session = session_of(run.child_id());
