@@ -33,7 +33,7 @@ const PROBE_BYTES: usize = 16 * 1024;
 
 /// Creates the home and its sessions directory if missing (private, 0700:
 /// see [`SessionStore`]) and proves the sessions directory writable by
-/// writing [`PROBE_BYTES`] to a file in it and removing it. A full disk or
+/// writing 16 KiB to a file in it and removing it. A full disk or
 /// quota fails it with the OS's reason (`ENOSPC`, `EDQUOT`): local file
 /// systems reserve the blocks a write needs when it is made.
 pub fn check_home(home: &Path) -> Result<(), ServeError> {
