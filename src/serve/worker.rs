@@ -246,7 +246,8 @@ pub(crate) struct Shared {
     report: Mutex<WorkerReport>,
 }
 
-/// Why a worker cannot write its home (found by a probe after a failed run).
+/// Why a worker cannot write its home (found by a probe after a failed run
+/// or a child whose session could not be released).
 pub(crate) struct Unwritable {
     /// The OS's reason.
     cause: String,
@@ -286,10 +287,11 @@ impl Shared {
         what(&mut lock(&self.report));
     }
 
-    /// Probes the home after a failed run: a home that cannot be written
-    /// fails every run at once, so the worker stops taking runs (its pool's
-    /// other workers take them) until a probe succeeds again. `Some` says
-    /// why, with the OS's reason.
+    /// Probes the home after a failed run (or a child whose session could
+    /// not be released): a home that cannot be written fails every run at
+    /// once, so the worker stops taking runs (its pool's other workers take
+    /// them) until a probe succeeds again. `Some` says why, with the OS's
+    /// reason.
     async fn home_unwritable(&self) -> Option<Unwritable> {
         let error = probe_home(&self.home).await.err()?;
         let full = super::preflight::out_of_space(&error);
