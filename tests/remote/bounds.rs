@@ -306,6 +306,31 @@ fn starts_after_the_broker_is_known_unreachable_fail_at_once_and_a_broker_back_i
 }
 
 #[test]
+fn starts_through_an_unhealed_cut_fail_at_once_once_the_broker_patience_passed() {
+    use subagents::seam::Category;
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let proxy = Proxy::start(server.port);
+    let mut config = super::support::config(&proxy.url());
+    config.broker_patience = Duration::from_secs(2);
+    let runtime = crate::common::runtime_at(&dir.path().join("caller"));
+    runtime
+        .subagents()
+        .register_provider(subagents::providers::RemoteProvider::connect(config).unwrap())
+        .unwrap()
+        .keep();
+    proxy.cut();
+    // 20 × broker_patience would be 40 s; each start on its own took 15 s.
+    let (outcomes, took) = start_many(&runtime, 20, 4, Duration::from_secs(60));
+    assert!(took < Duration::from_secs(15), "20 starts through a cut took {took:?}");
+    for outcome in &outcomes {
+        assert_eq!(category_of(outcome), Some(Category::BrokerUnreachable), "{outcome:?}");
+    }
+    runtime.shutdown_blocking();
+}
+
+#[test]
 fn a_pool_known_empty_refuses_starts_at_once_until_a_worker_answers() {
     use subagents::seam::Category;
     let _serial = one_at_a_time();
