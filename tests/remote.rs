@@ -5,7 +5,8 @@
 //! holds the fault drills (`faults`: killed, frozen and lost workers, a
 //! broker restart, a dead caller), cancellation (`cancel`) and the bounds
 //! on what is waited for (`bounds`: partitions, a broker gone, no worker,
-//! a worker's home that cannot be written), re-attach to detached runs
+//! a worker's home that cannot be written; `full_disk`: a worker's disk
+//! that fills), re-attach to detached runs
 //! (`reattach`: a killed and resumed `fanout`). Each test
 //! starts its own server on a free loopback port and stops it; the tests
 //! run one at a time (`support::one_at_a_time`).
@@ -16,6 +17,8 @@ mod bounds;
 mod cancel;
 #[path = "remote/faults.rs"]
 mod faults;
+#[path = "remote/full_disk.rs"]
+mod full_disk;
 #[path = "remote/reattach.rs"]
 mod reattach;
 #[path = "remote/support.rs"]

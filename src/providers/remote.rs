@@ -74,6 +74,10 @@
 //!   pool where no worker answers status requests for
 //!   [`RemoteConfig::worker_patience`] fail `no-worker` (each tombstoned so
 //!   no worker runs it later); a warning says what they wait for meanwhile.
+//!   The bounds are the batch's, not each run's: the pool's silence counts
+//!   from its first unanswered status request, and once a bound is reached
+//!   every start fails at once with the same reason, before anything is
+//!   sent, until the broker or a worker answers again (module `health`).
 //!   A budget deadline is enforced here as well as on the worker. A run a
 //!   worker stopped because this caller's lease expired says so
 //!   (`lease-expired`); a lease that may have lapsed is written again
@@ -232,11 +236,14 @@ pub struct RemoteConfig {
     /// How long runs wait on a broker that answers nothing (the
     /// connection is down, or every write fails) before they fail `Error`
     /// with category `broker-unreachable` (60 s). Starts fail at once
-    /// while it has been down that long.
+    /// while it has been down that long; every write of a start gives up
+    /// when it is reached.
     pub broker_patience: Duration,
     /// How long runs wait while no worker of the pool answers before they
-    /// fail `Error` with category `no-worker` (60 s). Runs queued behind
-    /// busy workers do not count: a busy worker still answers.
+    /// fail `Error` with category `no-worker` (60 s), counted from when the
+    /// pool fell silent, whenever each run was sent; starts fail at once
+    /// while it has been silent that long. Runs queued behind busy workers
+    /// do not count: a busy worker still answers.
     pub worker_patience: Duration,
     /// How long a detached run ([`StartRequest::detached`]) is kept going
     /// once no caller holds it (its caller's lease expired and no caller

@@ -31,6 +31,14 @@
 //! (the broker is gone) are left to be redelivered after their ack wait,
 //! and the last flush waits at most 2 s. Then it exits 0.
 //!
+//! A run that fails while the home cannot be written has the worker probe
+//! it (writing real bytes) and pause: it takes no runs, answers no status
+//! request while it holds none, and probes again every 2 s. When the disk
+//! or quota is full (`ENOSPC`, `EDQUOT`) the run is handed back to the
+//! pool rather than failed (a nak, redelivered after 2 s: past this
+//! worker's own open pull, so to a worker with room); any other cause
+//! fails it with the OS's reason.
+//!
 //! A worker holds no state of its own beyond its home's sessions: kill it
 //! and its runs go to another worker after the ack wait.
 //!
@@ -65,6 +73,12 @@ const MAX_CACHED_LEASES: usize = 1024;
 /// How long runs being handed back (after the drain grace) may take
 /// before the worker leaves them to redelivery and exits.
 const HAND_BACK_BOUND: Duration = Duration::from_secs(5);
+
+/// How long a run handed back by a worker that cannot write its home waits
+/// before it is delivered again: past this worker's open pull (at most
+/// [`PULL_EXPIRY`]), so it goes to a worker with room, not straight back
+/// here to be handed back again until its deliveries run out.
+const PAUSED_REDELIVERY: Duration = PULL_EXPIRY.saturating_mul(2);
 
 /// How often a worker that cannot write its home probes it again.
 const HOME_PROBE_EVERY: Duration = Duration::from_secs(2);
@@ -140,7 +154,7 @@ pub struct WorkerReport {
     pub worker: String,
     /// Results it wrote.
     pub settled: u64,
-    /// Runs it handed back when draining.
+    /// Runs it handed back: when draining, or when its disk was full.
     pub handed_back: u64,
     /// Runs it lost to a newer delivery (it was frozen or cut off).
     pub fenced: u64,
@@ -232,6 +246,27 @@ pub(crate) struct Shared {
     report: Mutex<WorkerReport>,
 }
 
+/// Why a worker cannot write its home (found by a probe after a failed run
+/// or a child whose session could not be released).
+pub(crate) struct Unwritable {
+    /// The OS's reason.
+    cause: String,
+    /// The disk or the quota is full: the run goes back to the pool, for a
+    /// worker with room, rather than failing for this worker's disk.
+    full: bool,
+}
+
+/// [`check_home`](super::preflight::check_home) off the worker's only
+/// thread: it writes a file, which on a busy disk takes milliseconds.
+async fn probe_home(home: &std::path::Path) -> Result<(), super::ServeError> {
+    let home = home.to_owned();
+    match tokio::task::spawn_blocking(move || super::preflight::check_home(&home)).await {
+        Ok(checked) => checked,
+        // The probe panicked: no verdict on the home.
+        Err(_) => Ok(()),
+    }
+}
+
 struct Route {
     run: String,
     caller: String,
@@ -252,19 +287,22 @@ impl Shared {
         what(&mut lock(&self.report));
     }
 
-    /// Probes the home after a failed run: a home that cannot be written
-    /// fails every run at once, so the worker stops taking runs (its pool's
-    /// other workers take them) until a probe succeeds again. `Some` is the
-    /// OS's reason, for the failed run's diagnostic.
-    fn home_unwritable(&self) -> Option<String> {
-        let Err(super::ServeError::Home { source, .. }) = super::preflight::check_home(&self.home) else { return None };
+    /// Probes the home after a failed run (or a child whose session could
+    /// not be released): a home that cannot be written fails every run at
+    /// once, so the worker stops taking runs (its pool's other workers take
+    /// them) until a probe succeeds again. `Some` says why, with the OS's
+    /// reason.
+    async fn home_unwritable(&self) -> Option<Unwritable> {
+        let error = probe_home(&self.home).await.err()?;
+        let full = super::preflight::out_of_space(&error);
+        let super::ServeError::Home { source, .. } = error else { return None };
         let cause = source.to_string();
         let mut paused = lock(&self.paused);
         if paused.is_none() {
             tracing::error!(worker = %self.worker, %cause, home = %self.home.display(), "the worker cannot write its home: it stops taking runs until it can");
             *paused = Some(cause.clone());
         }
-        Some(cause)
+        Some(Unwritable { cause, full })
     }
 
     fn paused(&self) -> bool {
@@ -356,7 +394,7 @@ async fn work(
                 _ = shared.drain.cancelled() => break,
                 _ = tokio::time::sleep(HOME_PROBE_EVERY) => {}
             }
-            if super::preflight::check_home(&shared.home).is_ok() {
+            if probe_home(&shared.home).await.is_ok() {
                 *lock(&shared.paused) = None;
                 tracing::warn!(worker = %worker, "the worker's home can be written again: taking runs");
             }
@@ -391,10 +429,14 @@ async fn work(
         } {
             // A broken pull (the connection dropped) ends this batch.
             let Ok(message) = message else { break };
-            if shared.drain.is_cancelled() || shared.paused() {
-                // Delivered after SIGTERM, or to a worker that cannot
-                // write its home: straight back to the pool.
+            if shared.drain.is_cancelled() {
+                // Delivered after SIGTERM: straight back to the pool.
                 let _ = message.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;
+                continue;
+            }
+            if shared.paused() {
+                // Delivered to a worker that cannot write its home: back to the pool.
+                let _ = message.ack_with(async_nats::jetstream::AckKind::Nak(Some(PAUSED_REDELIVERY))).await;
                 continue;
             }
             match first.take().or_else(|| semaphore.clone().try_acquire_owned().ok()) {
@@ -472,6 +514,11 @@ async fn listen(shared: &Arc<Shared>) -> Result<(), String> {
     tokio::spawn(async move {
         while let Some(message) = status.next().await {
             let Some(reply) = message.reply else { continue };
+            // Paused with nothing held, it is no worker for the pool: its
+            // callers' runs wait for another, or fail `no-worker` in time.
+            if answering.paused() && answering.live_count() == 0 {
+                continue;
+            }
             let status = StatusReply {
                 v: VERSION,
                 worker: answering.worker.clone(),

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::support::{caller, one_at_a_time, Look, Proxy, Server, Worker, ACK_WAIT_MS, LEASE_TTL_MS};
+use super::support::{caller, category_of, one_at_a_time, Look, Proxy, Server, Worker, ACK_WAIT_MS, LEASE_TTL_MS};
 use crate::common::blocking::eventually;
 use crate::common::WAIT_LIMIT;
 
@@ -238,4 +238,200 @@ fn under_cpu_load_every_result_of_300_runs_at_once_arrives_within_a_bound() {
     assert!(results.iter().all(|r| r.stop_reason == subagents::StopReason::Completed), "{results:?}");
     eprintln!("300 loaded runs settled in {:?}", began.elapsed());
     runtime.shutdown_blocking();
+}
+
+/// Starts `count` runs, `at_once` at a time, each detached (so each writes
+/// its holder first, as `fanout --out` does); every start's error or
+/// result, and how long they all took.
+fn start_many(
+    runtime: &subagents::Runtime,
+    count: usize,
+    at_once: usize,
+    limit: Duration,
+) -> (Vec<Result<subagents::RunResult, subagents::SubagentError>>, Duration) {
+    use futures_util::StreamExt;
+    // Run ids are never reused, not even across calls.
+    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let first = STARTED.fetch_add(count, std::sync::atomic::Ordering::Relaxed);
+    let subagents = runtime.subagents();
+    let began = Instant::now();
+    let outcomes = crate::common::Within::within(runtime, limit, "every start to end", async move {
+        let starts = (first..first + count).map(|n| {
+            let subagents = subagents.clone();
+            async move {
+                let mut request = crate::common::request(&format!("task {n}"));
+                request.detached = Some(subagents::seam::Detached::Start(format!("batch-{n}-{}", std::process::id())));
+                let run = subagents.start("remote", request).await?;
+                let result = run.result().await;
+                let _ = run.dispose().await;
+                result
+            }
+        });
+        futures_util::stream::iter(starts).buffer_unordered(at_once).collect::<Vec<_>>().await
+    });
+    (outcomes, began.elapsed())
+}
+
+#[test]
+fn starts_after_the_broker_is_known_unreachable_fail_at_once_and_a_broker_back_is_used_again() {
+    use subagents::seam::Category;
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let mut config = super::support::config(&server.url());
+    config.broker_patience = Duration::from_secs(2);
+    let runtime = crate::common::runtime_at(&dir.path().join("caller"));
+    let provider = subagents::providers::RemoteProvider::connect(config).unwrap();
+    runtime.subagents().register_provider(provider).unwrap().keep();
+    server.kill();
+    // 40 × broker_patience would be 80 s; each start on its own (a holder
+    // written twice, a publish, a rollback) took 15 s, 150 s for the batch.
+    let (outcomes, took) = start_many(&runtime, 40, 4, Duration::from_secs(40));
+    assert!(took < Duration::from_secs(20), "40 starts against a dead broker took {took:?}");
+    for outcome in &outcomes {
+        assert_eq!(category_of(outcome), Some(Category::BrokerUnreachable), "{outcome:?}");
+    }
+    let refused_at_once = outcomes.iter().filter(|o| o.is_err()).count();
+    assert!(refused_at_once >= 30, "the starts after the first wave are refused: {outcomes:?}");
+
+    // The broker comes back: the provider notices, and starts run again.
+    server.restart();
+    let back = crate::common::blocking::eventually(Duration::from_secs(30), || {
+        let (outcomes, _) = start_many(&runtime, 1, 1, WAIT_LIMIT);
+        matches!(&outcomes[0], Ok(result) if result.stop_reason == subagents::StopReason::Completed)
+    });
+    assert!(back, "a start completes once the broker is back");
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn starts_through_an_unhealed_cut_fail_at_once_once_the_broker_patience_passed() {
+    use subagents::seam::Category;
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let proxy = Proxy::start(server.port);
+    let mut config = super::support::config(&proxy.url());
+    config.broker_patience = Duration::from_secs(2);
+    let runtime = crate::common::runtime_at(&dir.path().join("caller"));
+    runtime
+        .subagents()
+        .register_provider(subagents::providers::RemoteProvider::connect(config).unwrap())
+        .unwrap()
+        .keep();
+    proxy.cut();
+    // 20 × broker_patience would be 40 s; each start on its own took 15 s.
+    let (outcomes, took) = start_many(&runtime, 20, 4, Duration::from_secs(60));
+    assert!(took < Duration::from_secs(15), "20 starts through a cut took {took:?}");
+    for outcome in &outcomes {
+        assert_eq!(category_of(outcome), Some(Category::BrokerUnreachable), "{outcome:?}");
+    }
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn a_pool_known_empty_refuses_starts_at_once_until_a_worker_answers() {
+    use subagents::seam::Category;
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    drop(Worker::start(dir.path(), &server.url(), "gone", &[]));
+    let mut config = super::support::config(&server.url());
+    config.worker_patience = Duration::from_secs(2);
+    let runtime = crate::common::runtime_at(&dir.path().join("caller"));
+    runtime
+        .subagents()
+        .register_provider(subagents::providers::RemoteProvider::connect(config).unwrap())
+        .unwrap()
+        .keep();
+    // The first wave waits for the pool once; the rest are refused at once.
+    let (outcomes, took) = start_many(&runtime, 40, 4, Duration::from_secs(90));
+    assert!(
+        took < Duration::from_secs(15),
+        "40 starts on an empty pool took {took:?} (10 waves × 2 s patience = 20 s)"
+    );
+    for outcome in &outcomes {
+        assert_eq!(category_of(outcome), Some(Category::NoWorker), "{outcome:?}");
+    }
+    let refused = outcomes.iter().filter(|o| o.is_err()).count();
+    assert!(refused >= 30, "the starts after the first wave are refused: {outcomes:?}");
+    let Err(subagents::SubagentError::StartupFailed { diagnostic, .. }) = outcomes.iter().find(|o| o.is_err()).unwrap()
+    else {
+        unreachable!()
+    };
+    let reason = diagnostic.reason.as_deref().unwrap_or_default();
+    assert!(reason.contains("pool \"default\"") && reason.contains("worker_patience"), "{reason}");
+
+    // A worker joins: the next starts run on it.
+    let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let back = crate::common::blocking::eventually(Duration::from_secs(30), || {
+        let (outcomes, _) = start_many(&runtime, 1, 1, WAIT_LIMIT);
+        matches!(&outcomes[0], Ok(result) if result.stop_reason == subagents::StopReason::Completed)
+    });
+    assert!(back, "a start completes once a worker answers");
+    runtime.shutdown_blocking();
+}
+
+/// `count` lines of `prompt`, each with its own id.
+fn tasks_of(count: usize, prompt: &str) -> String {
+    (0..count).map(|n| format!("{{\"id\": \"t{n}\", \"prompt\": \"{prompt} {n}\"}}\n")).collect()
+}
+
+#[test]
+fn fanout_with_out_against_a_broker_that_died_fails_its_remaining_starts_at_once() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    drop(Worker::start(dir.path(), &server.url(), "gone", &[]));
+    let out = dir.path().join("out.jsonl");
+    let journal = dir.path().join("out.jsonl.runs");
+    let out_flag = out.to_str().unwrap();
+    let caller = fanout(
+        dir.path(),
+        &tasks_of(300, "never served"),
+        &server.url(),
+        &["--out", out_flag, "--broker-patience", "2s", "--concurrency", "8"],
+    );
+    // The batch is connected and starting runs: the broker dies.
+    assert!(
+        eventually(Duration::from_secs(30), || std::fs::metadata(&journal).is_ok_and(|m| m.len() > 0)),
+        "the batch recorded a run"
+    );
+    server.kill();
+    let killed = Instant::now();
+    // 300 × broker_patience would be 600 s; each start on its own took
+    // 15 s, 560 s for the batch at 8 at once.
+    let (code, _, stderr) = finish(caller, Duration::from_secs(90));
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(45), "300 tasks against a dead broker took {took:?}: {stderr}");
+    assert_eq!(code, Some(1), "{stderr}");
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 300, "every task has its line");
+    for line in &lines {
+        assert_eq!(line["diagnostic"]["category"], "broker-unreachable", "{line}");
+        assert!(line["diagnostic"]["reason"].as_str().unwrap().contains("broker_patience"), "{line}");
+    }
+}
+
+#[test]
+fn fanout_on_an_empty_pool_waits_once_for_the_pool_not_once_per_wave() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    drop(Worker::start(dir.path(), &server.url(), "gone", &[]));
+    let began = Instant::now();
+    let caller =
+        fanout(dir.path(), &tasks_of(48, "anyone"), &server.url(), &["--worker-patience", "3s", "--concurrency", "4"]);
+    // Twelve waves of 4, each waiting its own 3 s, took 40 s and more.
+    let (code, lines, stderr) = finish(caller, Duration::from_secs(90));
+    let took = began.elapsed();
+    assert!(took < Duration::from_secs(20), "48 tasks on an empty pool took {took:?}: {stderr}");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(lines.len(), 48, "{lines:?}");
+    for line in &lines {
+        assert_eq!(line["diagnostic"]["category"], "no-worker", "{line}");
+        assert!(line["diagnostic"]["reason"].as_str().unwrap().contains("worker_patience"), "{line}");
+    }
 }

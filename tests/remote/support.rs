@@ -170,23 +170,15 @@ impl Worker {
     /// Starts worker `name` (its home and log under `dir`) and waits until
     /// it pulls.
     pub fn start(dir: &Path, url: &str, name: &str, extra: &[&str]) -> Worker {
-        let home = dir.join(name);
+        Worker::start_at(dir, &dir.join(name), url, name, extra)
+    }
+
+    /// The same, with its home at `home`.
+    pub fn start_at(dir: &Path, home: &Path, url: &str, name: &str, extra: &[&str]) -> Worker {
         let log = dir.join(format!("{name}.log"));
         let stderr = std::fs::File::create(&log).unwrap();
-        let process = Command::new(env!("CARGO_BIN_EXE_subagents"))
-            .args(["worker", "--nats", url, "--home"])
-            .arg(&home)
-            .args(["--ack-wait-ms", &ACK_WAIT_MS.to_string(), "--lease-ttl-ms", &LEASE_TTL_MS.to_string()])
-            .args(["--max-deliver", "3", "--drain-grace-ms", "2000"])
-            .args(extra)
-            .env_remove("RUST_LOG")
-            .env_remove("SUBAGENTS_HOME")
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("the worker starts");
-        let worker = Worker { name: name.to_owned(), home, log, process: Some(process) };
+        let process = worker_command(dir, home, url, extra).stderr(stderr).spawn().expect("the worker starts");
+        let worker = Worker { name: name.to_owned(), home: home.to_owned(), log, process: Some(process) };
         let deadline = Instant::now() + Duration::from_secs(20);
         while !worker.log().contains("ready on pool") {
             assert!(Instant::now() < deadline, "worker {name} never got ready: {}", worker.log());
@@ -238,6 +230,23 @@ impl Worker {
     pub fn sessions(&self) -> usize {
         subagents::agent::SessionStore::new(&self.home).ids().map_or(0, |ids| ids.len())
     }
+}
+
+/// `subagents worker` with the flags every test uses, working in `dir`,
+/// its home at `home`; stdout discarded.
+pub fn worker_command(dir: &Path, home: &Path, url: &str, extra: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
+    command
+        .args(["worker", "--nats", url, "--home"])
+        .arg(home)
+        .args(["--ack-wait-ms", &ACK_WAIT_MS.to_string(), "--lease-ttl-ms", &LEASE_TTL_MS.to_string()])
+        .args(["--max-deliver", "3", "--drain-grace-ms", "2000"])
+        .args(extra)
+        .env_remove("RUST_LOG")
+        .env_remove("SUBAGENTS_HOME")
+        .current_dir(dir)
+        .stdout(Stdio::null());
+    command
 }
 
 impl Drop for Worker {
@@ -428,5 +437,16 @@ impl Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.cut();
+    }
+}
+
+/// The category a start's error or result names.
+pub fn category_of(
+    outcome: &Result<subagents::RunResult, subagents::SubagentError>,
+) -> Option<subagents::seam::Category> {
+    match outcome {
+        Ok(result) => result.diagnostic.as_ref().map(|d| d.category),
+        Err(subagents::SubagentError::StartupFailed { diagnostic, .. }) => Some(diagnostic.category),
+        Err(_) => None,
     }
 }

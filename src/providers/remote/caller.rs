@@ -22,13 +22,16 @@
 //!   cannot hold results back.
 //!
 //! A result settles a slot once: later ones for the same run are ignored.
+//! A start's own writes, and the refusal of starts past a bound, are in
+//! [`start`].
+
+mod start;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::message::PublishMessage;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
@@ -39,6 +42,8 @@ use super::wire::{
     self, CancelNotice, Holder, Lease, ProgressNotice, RunRecord, Settled, Tombstone, MAX_MESSAGE_BYTES, VERSION,
 };
 use crate::seam::{Category, Diagnostic, ProgressUpdate, RunResult, Stage};
+
+pub(crate) use self::start::Deadline;
 
 /// Progress updates buffered per run before new ones are dropped.
 const PROGRESS_BUFFER: usize = 64;
@@ -154,27 +159,6 @@ impl Caller {
         }
     }
 
-    /// Writes this caller as the holder of detached run `run`, whose
-    /// request is at `stream_seq` (0: not acknowledged yet). Tried for up
-    /// to `OPERATION_TIMEOUT` twice.
-    pub(crate) async fn put_holder(&self, run: &str, stream_seq: u64) -> Result<(), Diagnostic> {
-        let holder = Holder { v: VERSION, run: run.to_owned(), caller: self.id.clone(), stream_seq };
-        let bytes = wire::encode(&holder, MAX_MESSAGE_BYTES).expect("a holder is small");
-        let mut failure = String::new();
-        for _ in 0..2 {
-            match tokio::time::timeout(OPERATION_TIMEOUT, self.broker.runs.put(detached_key(run), bytes.clone().into()))
-                .await
-            {
-                Ok(Ok(_)) => return Ok(()),
-                Ok(Err(error)) => failure = error.to_string(),
-                Err(_) => failure = "timed out".to_owned(),
-            }
-        }
-        self.health().broker_failed(Instant::now());
-        Err(Diagnostic::new(&self.provider, Stage::Initialize, Category::BrokerUnreachable)
-            .with_reason(format!("the broker did not store the detached run's holder: {failure}")))
-    }
-
     /// A detached run's holder record; `Err` when the broker could not be asked.
     pub(crate) async fn holder(&self, run: &str) -> Result<Option<Holder>, ()> {
         let entry = tokio::time::timeout(OPERATION_TIMEOUT, self.broker.runs.entry(detached_key(run))).await;
@@ -191,6 +175,15 @@ impl Caller {
         self.slots().remove(run);
     }
 
+    /// Forgets `run` if `slot` is still its slot (a later attach to the
+    /// same run may have registered its own meanwhile).
+    pub(crate) fn forget_slot(&self, run: &str, slot: &Arc<Slot>) {
+        let mut slots = self.slots();
+        if slots.get(run).is_some_and(|current| Arc::ptr_eq(current, slot)) {
+            slots.remove(run);
+        }
+    }
+
     /// Settles `settled.run`'s slot unless it settled already.
     pub(crate) fn deliver(&self, settled: Settled) {
         let Some(slot) = self.slots().get(&settled.run).cloned() else { return };
@@ -204,66 +197,16 @@ impl Caller {
         });
     }
 
-    /// Publishes a run request durably, retrying within `within` (the run
-    /// id is the message id, so a retry is deduplicated); `Ok` is the
-    /// stream sequence once JetStream has stored it, `Err` the start's
-    /// failure. A broker down past `broker_patience` fails it at once, a
-    /// full store without retries. A lease that may have lapsed (this side
-    /// was cut off) is written first, so that no worker takes a run sent
-    /// after a partition for one of a dead caller.
-    pub(crate) async fn publish(&self, run: &str, request: Vec<u8>, within: Duration) -> Result<u64, Diagnostic> {
-        let subject = self.broker.names.run_subject(&self.pool);
-        let deadline = Instant::now() + within;
-        let refused = |reason: String| {
-            Diagnostic::new(&self.provider, Stage::Initialize, Category::BrokerUnreachable).with_reason(reason)
-        };
-        while Instant::now() < deadline {
-            let down_for = self.health().broker_down_for(Instant::now());
-            if let Some(down_for) = down_for.filter(|down_for| *down_for >= self.patience.broker) {
-                return Err(Diagnostic {
-                    stage: Stage::Initialize,
-                    ..Stall::Broker(down_for).diagnostic(&self.provider, &self.pool, self.patience)
-                });
-            }
-            if self.health().lease_written.elapsed() >= self.broker.lease_ttl / 2 {
-                let _ = self.put_lease().await;
-            }
-            let publish = PublishMessage::build().payload(request.clone().into()).message_id(run);
-            let attempt = async {
-                let ack =
-                    self.broker.jetstream.send_publish(subject.clone(), publish).await.map_err(|e| e.to_string())?;
-                ack.await.map_err(|e| e.to_string())
-            };
-            match tokio::time::timeout(OPERATION_TIMEOUT, attempt).await {
-                Ok(Ok(ack)) => {
-                    self.health().broker_answered();
-                    if let Some(slot) = self.slots().get(run) {
-                        slot.stream_seq.store(ack.sequence, Ordering::Release);
-                    }
-                    return Ok(ack.sequence);
-                }
-                Ok(Err(error)) if store_is_full(&error) => {
-                    tracing::warn!(provider = %self.provider, %error, "the broker refused to store a remote run");
-                    return Err(refused("the broker refused to store the run: its store is full".to_owned()));
-                }
-                Ok(Err(error)) => {
-                    tracing::debug!(provider = %self.provider, %error, "a remote run's publish failed; retrying");
-                    self.health().broker_failed(Instant::now());
-                }
-                Err(_) => self.health().broker_failed(Instant::now()),
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        Err(refused(format!("the broker did not store the run within {} s (publish_timeout)", within.as_secs_f64())))
-    }
-
     /// The durable cancel (tombstone) and the fast one (core notice). The
     /// tombstone write is tried up to `attempts` times: it is what keeps a
     /// queued run from ever running.
     pub(crate) async fn cancel(&self, run: &str, attempts: u32) -> bool {
         let notice = wire::encode(&CancelNotice { v: VERSION, run: run.to_owned() }, MAX_MESSAGE_BYTES);
         if let Ok(notice) = notice {
-            let _ = self.broker.client.publish(self.broker.names.cancel_subject(run), notice.into()).await;
+            // Bounded: a client cut off from its broker queues a publish
+            // only while its outgoing buffer has room, then waits.
+            let subject = self.broker.names.cancel_subject(run);
+            let _ = tokio::time::timeout(OPERATION_TIMEOUT, self.broker.client.publish(subject, notice.into())).await;
         }
         let tombstone = wire::encode(&Tombstone { v: VERSION, run: run.to_owned() }, MAX_MESSAGE_BYTES)
             .expect("a tombstone is small");
@@ -484,7 +427,8 @@ impl Caller {
                 _ = tokio::time::sleep(STATUS_EVERY / 4) => {}
             }
             let connected = self.broker.client.connection_state() == async_nats::connection::State::Connected;
-            if connected && Instant::now() >= status_at && self.waiting().next().is_some() {
+            let wanted = || self.waiting().next().is_some() || self.health().pool_wanted(Instant::now(), self.patience);
+            if connected && Instant::now() >= status_at && wanted() {
                 self.ask_pool().await;
                 status_at = Instant::now() + STATUS_EVERY;
             }
@@ -525,18 +469,25 @@ impl Caller {
         waiting.into_iter()
     }
 
-    /// Asks the pool's workers who is there; any answer is a worker seen.
+    /// Asks the pool's workers who is there; any answer is a worker seen,
+    /// none (no responders, or none in time) a silence.
     async fn ask_pool(&self) {
+        use async_nats::RequestErrorKind;
         let subject = self.broker.names.status_subject(&self.pool);
         let asked = tokio::time::timeout(STATUS_EVERY, self.broker.client.request(subject, "{}".into())).await;
-        let mut health = self.health();
+        let (mut health, now) = (self.health(), Instant::now());
         match asked {
             Ok(Ok(_)) => {
                 health.broker_answered();
-                health.worker_answered(Instant::now());
+                health.worker_answered(now);
             }
-            Ok(Err(error)) if error.kind() == async_nats::RequestErrorKind::NoResponders => health.broker_answered(),
-            _ => {}
+            Ok(Err(error)) if error.kind() == RequestErrorKind::NoResponders => {
+                health.broker_answered();
+                health.worker_silent(now);
+            }
+            Ok(Err(error)) if error.kind() == RequestErrorKind::TimedOut => health.worker_silent(now),
+            Err(_) => health.worker_silent(now),
+            Ok(Err(_)) => {}
         }
     }
 
@@ -657,13 +608,6 @@ fn without_credentials(url: &str) -> &str {
         (None, Some(at)) => &url[at + 1..],
         _ => url,
     }
-}
-
-/// Whether a publish error is JetStream refusing to store more (its store
-/// or the stream's limits are full): retrying will not help.
-fn store_is_full(error: &str) -> bool {
-    let error = error.to_ascii_lowercase();
-    ["insufficient resources", "maximum bytes", "maximum messages", "storage"].iter().any(|mark| error.contains(mark))
 }
 
 /// The stream sequence a max-deliveries advisory names.

@@ -11,8 +11,8 @@ use futures_util::future::LocalBoxFuture;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
-use super::broker::check_name;
-use super::caller::{Caller, SlotReceivers};
+use super::broker::{check_name, OPERATION_TIMEOUT};
+use super::caller::{Caller, Deadline, SlotReceivers};
 use super::wire::{self, Lineage, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
 use crate::agent::ids;
 use crate::seam::{
@@ -30,10 +30,12 @@ pub(crate) struct Timing {
 }
 
 /// Publishes the run and returns once JetStream has stored it (or, for
-/// [`Detached::Attach`], finds the run started earlier). Every failure and
-/// a cancel roll back (tombstone, delete, forget) before this resolves;
-/// the rollback runs on the I/O runtime, so it completes even if the run
-/// actor stops waiting for this launch.
+/// [`Detached::Attach`], finds the run started earlier). A broker known
+/// unreachable, or a pool known silent, past its bound fails the start at
+/// once, before anything is sent. Every other failure and a cancel roll
+/// back (tombstone, delete, forget) on the I/O runtime: the rollback
+/// completes even if nobody waits for it, and the start does not wait for
+/// it (against a dead broker it only times out).
 pub(crate) async fn launch(
     caller: Arc<Caller>,
     io: Handle,
@@ -47,6 +49,9 @@ pub(crate) async fn launch(
     if let Some(detached) = &request.detached {
         check_name("run", detached.run_id()).map_err(|reason| LaunchError::Invalid { field: "detached", reason })?;
     }
+    // An attach needs no worker: a stored result is collected without one.
+    let needs_worker = !matches!(request.detached, Some(Detached::Attach(_)));
+    caller.refusal(needs_worker).map_err(LaunchError::Diagnosed)?;
     let (run, detached) = match request.detached {
         Some(Detached::Attach(run)) => return attach(caller, io, timing, run, cancel, context).await,
         Some(Detached::Start(run)) => (run, true),
@@ -75,31 +80,40 @@ pub(crate) async fn launch(
         field: "prompt",
         reason: format!("the run request is {size} bytes; the remote wire carries at most {MAX_MESSAGE_BYTES}"),
     })?;
-    let (_slot, receivers) = caller.register(&run);
-    let published = io.spawn({
+    let (slot, receivers) = caller.register(&run);
+    let (told, published) = tokio::sync::oneshot::channel();
+    io.spawn({
         let (caller, run, cancel) = (caller.clone(), run.clone(), cancel.clone());
         async move {
+            // One deadline for every write of the start.
+            let deadline = Deadline::after(timing.publish_timeout);
             // A detached run's holder exists before its request does, so an
             // attach can tell a run that was never stored from one queued.
-            let held = if detached { caller.put_holder(&run, 0).await } else { Ok(()) };
+            let held = if detached { caller.put_holder(&run, 0, deadline).await } else { Ok(()) };
             let published = match held {
-                Ok(()) => caller.publish(&run, bytes, timing.publish_timeout).await,
+                Ok(()) => caller.publish(&run, bytes, deadline).await,
                 Err(error) => Err(error),
+            };
+            let published = match published {
+                // Best effort: an attach that finds no sequence restarts the run.
+                Ok(seq) if detached && !cancel.is_cancelled() => {
+                    let _ = caller.put_holder(&run, seq, deadline.at_least(OPERATION_TIMEOUT)).await;
+                    Ok(seq)
+                }
+                published => published,
             };
             if let Err(error) = &published {
                 tracing::warn!(provider = %caller.provider, %error, "the broker did not acknowledge a remote run");
             }
-            if published.is_err() || cancel.is_cancelled() {
+            let stored = published.is_ok();
+            let _ = told.send(published);
+            if !stored || cancel.is_cancelled() {
                 // The request may be stored even if its ack was lost: the
                 // tombstone makes sure no worker ever runs it.
                 caller.cancel(&run, 1).await;
                 caller.delete_request(&run).await;
-                caller.forget(&run);
-            } else if let (true, Ok(seq)) = (detached, &published) {
-                // Best effort: an attach that finds no sequence restarts the run.
-                let _ = caller.put_holder(&run, *seq).await;
+                caller.forget_slot(&run, &slot);
             }
-            published
         }
     });
     let published = tokio::select! {
@@ -144,6 +158,7 @@ async fn attach(
                 Diagnostic::new(&caller.provider, Stage::Initialize, Category::RunUnknown).with_reason(why.to_owned())
             };
             let (state, holder) = loop {
+                caller.refusal(false)?;
                 match (caller.state(&run).await, caller.holder(&run).await) {
                     (Ok(state), Ok(holder)) => break (state, holder),
                     _ if tokio::time::Instant::now() >= deadline => return Err(unreachable("its state")),
@@ -173,7 +188,8 @@ async fn attach(
                 }
             }
             caller.note_stream_seq(&run, seq);
-            caller.put_holder(&run, seq).await.map_err(|_| unreachable("its holder"))?;
+            let deadline = Deadline::after(timing.publish_timeout);
+            caller.put_holder(&run, seq, deadline).await.map_err(|_| unreachable("its holder"))?;
             Ok(())
         }
     });

@@ -14,6 +14,7 @@
 //! | result written | acked |
 //! | result fenced (claim superseded) | left alone |
 //! | handed back on drain | nak'd at once |
+//! | the worker's disk is full | nak'd, redelivered after 2 s (to a worker with room) |
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -66,7 +67,16 @@ enum Exit {
     /// receipt's branches of what ran under the run here.
     Finished(Box<RunResult>, Option<String>, bool, Vec<Branch>),
     Superseded,
-    HandBack,
+    HandBack(HandBack),
+}
+
+/// Why a worker hands a run back to the pool.
+#[derive(Clone, Copy)]
+enum HandBack {
+    /// The worker is draining (SIGTERM) and the grace ran out.
+    Drain,
+    /// The worker's disk or quota is full: another worker has room.
+    NoRoom,
 }
 
 enum Check {
@@ -139,10 +149,14 @@ impl Held {
                 self.shared.count(|r| r.fenced += 1);
                 tracing::warn!(run = %self.request.run, attempt = self.attempt, "run superseded by a newer delivery; its child was cancelled and its result fenced out");
             }
-            Exit::HandBack => {
+            Exit::HandBack(why) => {
                 self.shared.count(|r| r.handed_back += 1);
-                tracing::warn!(run = %self.request.run, "run handed back on drain");
-                let _ = self.message.ack_with(AckKind::Nak(None)).await;
+                let (why, delay) = match why {
+                    HandBack::Drain => ("the worker is draining", None),
+                    HandBack::NoRoom => ("the worker's disk is full", Some(super::PAUSED_REDELIVERY)),
+                };
+                tracing::warn!(run = %self.request.run, why, "run handed back to the pool");
+                let _ = self.message.ack_with(AckKind::Nak(delay)).await;
             }
         }
     }
@@ -202,8 +216,9 @@ impl Held {
         let run = match self.start(signal.clone()).await {
             Ok(run) => run,
             Err(error) => {
-                let reason = match self.shared.home_unwritable() {
-                    Some(cause) => format!("the worker cannot write its home: {cause}"),
+                let reason = match self.shared.home_unwritable().await {
+                    Some(home) if home.full => return Exit::HandBack(HandBack::NoRoom),
+                    Some(home) => format!("the worker cannot write its home: {}", home.cause),
                     None => format!("the worker refused the run: {error}"),
                 };
                 let diagnostic = Diagnostic::new(&self.shared.provider, Stage::Initialize, Category::StartupFailed)
@@ -225,12 +240,20 @@ impl Held {
         let disposed = run.dispose().await.is_ok();
         match exit {
             Ok(mut result) => {
-                if result.stop_reason == StopReason::Error {
-                    if let Some(cause) = self.shared.home_unwritable() {
-                        let diagnostic = result.diagnostic.get_or_insert_with(|| {
-                            Diagnostic::new(&self.shared.provider, Stage::SessionRun, Category::ChildError)
-                        });
-                        diagnostic.reason = Some(format!("the worker cannot write its home: {cause}"));
+                // A failed run, or a child whose session could not be
+                // released, may have met a home that cannot be written: the
+                // worker pauses if so. A run that completed keeps its result.
+                let failed = result.stop_reason == StopReason::Error;
+                if failed || !disposed {
+                    match self.shared.home_unwritable().await {
+                        Some(home) if failed && home.full => return Exit::HandBack(HandBack::NoRoom),
+                        Some(home) if failed => {
+                            let diagnostic = result.diagnostic.get_or_insert_with(|| {
+                                Diagnostic::new(&self.shared.provider, Stage::SessionRun, Category::ChildError)
+                            });
+                            diagnostic.reason = Some(format!("the worker cannot write its home: {}", home.cause));
+                        }
+                        _ => {}
                     }
                 }
                 let session = session_of(run.child_id());
@@ -275,7 +298,7 @@ impl Held {
         loop {
             tokio::select! {
                 result = &mut result => {
-                    let mut result = result.map_err(|_| Exit::HandBack)?;
+                    let mut result = result.map_err(|_| Exit::HandBack(HandBack::Drain))?;
                     if let (Some(stop), StopReason::Aborted) = (stopped, result.stop_reason) {
                         result.diagnostic = result.diagnostic.or_else(|| Stop::diagnostic(stop, &self.shared.provider));
                     }
@@ -284,7 +307,7 @@ impl Held {
                 _ = remote_cancel.cancelled(), if !signal.is_cancelled() => signal.cancel(),
                 _ = self.shared.hand_back.cancelled() => {
                     signal.cancel();
-                    return Err(Exit::HandBack);
+                    return Err(Exit::HandBack(HandBack::Drain));
                 }
                 _ = tick.tick() => {
                     // Checked before acking: a superseded delivery must not
