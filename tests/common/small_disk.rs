@@ -33,22 +33,50 @@ impl SmallDisk {
     pub fn grow(&self, bytes: u64) {
         mount(&["-o", &format!("remount,size={bytes}")], self.dir.path());
     }
+
+    /// Writes a ballast file until the disk refuses; that refusal.
+    pub fn fill(&self) -> std::io::Error {
+        use std::io::Write;
+        let mut ballast = std::fs::File::create(self.ballast()).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        loop {
+            if let Err(error) = ballast.write_all(&chunk) {
+                return error;
+            }
+        }
+    }
+
+    /// Removes the ballast [`fill`](Self::fill) wrote: space returns.
+    pub fn free(&self) {
+        std::fs::remove_file(self.ballast()).unwrap();
+    }
+
+    fn ballast(&self) -> PathBuf {
+        self.dir.path().join("ballast")
+    }
 }
 
 fn mount(options: &[&str], on: &Path) {
-    let output = Command::new("mount").args(options).arg(on).output();
-    match output {
+    let how = "these drills mount a small tmpfs: run the tests as root with CAP_SYS_ADMIN \
+               (in a container: --cap-add SYS_ADMIN, or --privileged) and util-linux's mount";
+    match Command::new("mount").args(options).arg(on).output() {
         Ok(output) if output.status.success() => {}
         Ok(output) => panic!(
-            "this test needs a small tmpfs and could not mount one ({}): run the suite as root (mount needs CAP_SYS_ADMIN)",
+            "cannot mount a tmpfs on {} ({}: {}): {how}",
+            on.display(),
+            output.status,
             String::from_utf8_lossy(&output.stderr).trim()
         ),
-        Err(error) => panic!("this test needs `mount` (util-linux) to make a small disk: {error}"),
+        Err(error) => panic!("cannot run mount ({error}): {how}"),
     }
 }
 
 impl Drop for SmallDisk {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+        let unmounted = Command::new("umount").arg(self.dir.path()).status().is_ok_and(|s| s.success());
+        if !unmounted {
+            // Something still holds it open: detach it now, freed when let go.
+            let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+        }
     }
 }

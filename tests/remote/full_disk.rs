@@ -7,78 +7,22 @@
 //! `CAP_SYS_ADMIN`; the test fails saying so without it) and unmounted
 //! when the test ends, however it ends.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use subagents::seam::Category;
 
 use super::support::{caller, category_of, one_at_a_time, worker_command, Server, Worker};
 use crate::common::blocking::eventually;
+use crate::common::small_disk::SmallDisk;
 use crate::common::{output_within, Within, WAIT_LIMIT};
-
-/// A small tmpfs mounted on a directory of its own; unmounted on drop.
-struct Tmpfs {
-    dir: PathBuf,
-}
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(dir).unwrap();
-        let how = "the full-disk drills mount a tmpfs: run the tests as root with CAP_SYS_ADMIN \
-                   (in a container: --cap-add SYS_ADMIN, or --privileged) and util-linux's mount";
-        let mounted =
-            Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(dir).output();
-        match mounted {
-            Ok(output) if output.status.success() => Tmpfs { dir: dir.to_owned() },
-            Ok(output) => panic!(
-                "cannot mount a tmpfs on {} ({}: {}): {how}",
-                dir.display(),
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ),
-            Err(error) => panic!("cannot run mount ({error}): {how}"),
-        }
-    }
-
-    /// Writes a ballast file until the disk refuses; that refusal.
-    fn fill(&self) -> std::io::Error {
-        use std::io::Write;
-        let mut ballast = std::fs::File::create(self.ballast()).unwrap();
-        let chunk = vec![0u8; 64 * 1024];
-        loop {
-            if let Err(error) = ballast.write_all(&chunk) {
-                return error;
-            }
-        }
-    }
-
-    fn free(&self) {
-        std::fs::remove_file(self.ballast()).unwrap();
-    }
-
-    fn ballast(&self) -> PathBuf {
-        self.dir.join("ballast")
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let unmounted = Command::new("umount").arg(&self.dir).status().is_ok_and(|s| s.success());
-        if !unmounted {
-            // Something still holds it open: detach it now, freed when let go.
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        }
-    }
-}
 
 #[test]
 fn a_worker_whose_disk_fills_pauses_with_the_os_reason_and_hands_its_runs_back() {
     let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let disk = Tmpfs::mount(&dir.path().join("disk"), "1m");
+    let disk = SmallDisk::mount(1 << 20);
     let server = Server::start(dir.path());
-    let full = Worker::start_at(dir.path(), &disk.dir.join("home"), &server.url(), "full", &["--concurrency", "4"]);
+    let full = Worker::start_at(dir.path(), &disk.join("home"), &server.url(), "full", &["--concurrency", "4"]);
     let refused = disk.fill();
     assert_eq!(refused.raw_os_error(), Some(libc::ENOSPC), "the ballast filled the disk: {refused}");
     let runtime = caller(dir.path(), &server);
@@ -127,9 +71,9 @@ fn a_worker_whose_disk_fills_pauses_with_the_os_reason_and_hands_its_runs_back()
 fn a_pool_whose_only_worker_has_a_full_disk_fails_its_runs_no_worker_in_time() {
     let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let disk = Tmpfs::mount(&dir.path().join("disk"), "1m");
+    let disk = SmallDisk::mount(1 << 20);
     let server = Server::start(dir.path());
-    let full = Worker::start_at(dir.path(), &disk.dir.join("home"), &server.url(), "full", &[]);
+    let full = Worker::start_at(dir.path(), &disk.join("home"), &server.url(), "full", &[]);
     disk.fill();
     let mut config = super::support::config(&server.url());
     config.worker_patience = Duration::from_secs(3);
@@ -169,9 +113,9 @@ fn a_pool_whose_only_worker_has_a_full_disk_fails_its_runs_no_worker_in_time() {
 fn a_worker_started_on_a_full_disk_refuses_to_start_naming_the_os_reason() {
     let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let disk = Tmpfs::mount(&dir.path().join("disk"), "1m");
+    let disk = SmallDisk::mount(1 << 20);
     let server = Server::start(dir.path());
-    let home = disk.dir.join("home");
+    let home = disk.join("home");
     // The home exists already (a worker ran here before the disk filled).
     std::fs::create_dir_all(home.join("sessions")).unwrap();
     let refused = disk.fill();
