@@ -262,14 +262,17 @@ impl Connection {
     /// Closes the session (stdin EOF) and climbs the dispose ladder.
     async fn close(&self) {
         let service = self.service.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(mut service) = service {
-            let _ = service.close_with_timeout(CLOSE_EOF_GRACE).await;
-        }
-        let process = self.process.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(process) = process {
-            if process.dispose(tokio::time::sleep(CLOSE_EOF_GRACE), CLOSE_TERM_GRACE).await.is_err() {
-                tracing::error!("an MCP server's process group survived its dispose");
+        let end_session = async move {
+            if let Some(mut service) = service {
+                let _ = service.close_with_timeout(CLOSE_EOF_GRACE).await;
             }
+        };
+        let process = self.process.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let Some(process) = process else { return end_session.await };
+        // The ladder looks for the server's descendants before the session
+        // ends: a server exiting at EOF would orphan them.
+        if process.dispose(end_session, || tokio::time::sleep(CLOSE_EOF_GRACE), CLOSE_TERM_GRACE).await.is_err() {
+            tracing::error!("an MCP server's process tree survived its dispose");
         }
     }
 }
