@@ -20,7 +20,7 @@ const MAX_DESCRIPTION: usize = 4096;
 
 /// The largest input schema (as JSON) mounted: the model is sent every
 /// schema at every request.
-pub(super) const MAX_SCHEMA: usize = 64 * 1024;
+const MAX_SCHEMA: usize = 64 * 1024;
 
 /// One server's last listing as a model is shown it.
 #[derive(Default)]

@@ -29,8 +29,8 @@ pub(super) const MAX_TOOLS: usize = 256;
 pub(super) const MAX_PAGES: usize = 64;
 
 /// The most tools one listing keeps, as JSON: 256 tools of the largest
-/// schema a tool may have.
-pub(super) const MAX_LISTING_BYTES: usize = MAX_TOOLS * super::catalog::MAX_SCHEMA;
+/// schema a tool may have (64 KiB, `catalog.rs`).
+pub(super) const MAX_LISTING_BYTES: usize = 16 * 1024 * 1024;
 
 /// One server's tools as listed.
 #[derive(Debug, Default)]
