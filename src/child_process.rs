@@ -24,6 +24,13 @@
 //! read `/proc`, so they run on a blocking thread, never on the actor
 //! thread that climbs the ladder.
 //!
+//! **Orphans**: what escapes the scans — a descendant whose parent exited
+//! before a scan saw it — goes to init, unless the program asked for it
+//! ([`adopt_orphans`], the `subagents` binary does): then it is ours, is
+//! collected when it exits, and is killed once no child of ours is left
+//! (the last dispose), or at the latest when the program drops its
+//! [`AdoptedOrphans`], since it cannot say which child it came from.
+//!
 //! **Configuration**: what both providers let a user set about their child
 //! (where it runs, its environment, its graces) is one
 //! [`ChildProcessConfig`], held by `AcpConfig` and `ProcessConfig` alike.
@@ -32,6 +39,8 @@ mod tree;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
@@ -200,6 +209,60 @@ pub(crate) struct ChildEnv<'a> {
     pub explicit: &'a [(String, String)],
 }
 
+/// Whether this process adopts its children's orphans ([`adopt_orphans`]).
+static ADOPTING: AtomicBool = AtomicBool::new(false);
+
+/// While [`ADOPTING`], the children spawned here and not yet reaped: every
+/// other child of this process is an adopted orphan. Held across a spawn,
+/// so a sweep never takes a child being born for one.
+static SPAWNED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Makes this process the reaper of its children's orphans (Linux's
+/// `PR_SET_CHILD_SUBREAPER`): a descendant of a child whose own parent
+/// exits is re-parented here rather than to init, collected when it
+/// exits, and killed once no child of the runtime is left — a dispose then
+/// leaves nothing behind, whatever escaped the ladder's scans (a double
+/// fork, the orphans of a child that died on its own).
+///
+/// Process-wide, and so the program's call, never a library's: every
+/// child of the process that the runtime did not spawn is taken for such an
+/// orphan. Call it only in a program whose child processes all come from
+/// the runtime, and hold what it returns until the program ends; the
+/// `subagents` binary does, for `main`.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn adopt_orphans() -> std::io::Result<AdoptedOrphans> {
+    nix::sys::prctl::set_child_subreaper(true)?;
+    ADOPTING.store(true, Ordering::Release);
+    Ok(AdoptedOrphans { _private: () })
+}
+
+/// This process adopts its children's orphans ([`adopt_orphans`]) while it
+/// is held. Dropping it kills every orphan still adopted and collects it,
+/// blocking briefly on `/proc`: the program's last act, never an actor's.
+#[derive(Debug)]
+#[must_use = "dropping it kills the adopted orphans at once: hold it until the program ends"]
+pub struct AdoptedOrphans {
+    _private: (),
+}
+
+impl Drop for AdoptedOrphans {
+    fn drop(&mut self) {
+        tree::kill_adopted_orphans();
+    }
+}
+
+/// The children spawned here and not yet reaped, while adopting orphans.
+fn spawned_children() -> Option<MutexGuard<'static, Vec<u32>>> {
+    ADOPTING.load(Ordering::Acquire).then(|| SPAWNED.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// `pid` is reaped (or about to be, by its dropped `Child`): no longer ours.
+fn forget(pid: u32) {
+    if let Some(mut spawned) = spawned_children() {
+        spawned.retain(|&child| child != pid);
+    }
+}
+
 /// A spawned child: its pipes, its process, and the lease that counts it
 /// in `Runtime::live()` until it is reaped.
 pub(crate) struct Spawned {
@@ -236,8 +299,12 @@ pub(crate) fn spawn(
         .stderr(Stdio::null())
         .process_group(0)
         .kill_on_drop(true);
+    let mut spawned = spawned_children();
     let mut child = command.spawn()?;
     let pid = child.id().unwrap_or(0);
+    if let Some(spawned) = spawned.as_mut() {
+        spawned.push(pid);
+    }
     Ok(Spawned { stdin: child.stdin.take(), stdout: child.stdout.take(), child, pid, lease: Some(lease) })
 }
 
@@ -286,6 +353,7 @@ impl Spawned {
     /// After the reap: whatever the child left goes too; the kernel is
     /// given a moment to take what SIGKILL hit.
     async fn sweep(mut self, mut tree: Tree) -> Result<(), Failure> {
+        forget(self.pid);
         let mut survives = true;
         for _ in 0..20 {
             survives = tree.scan().await;
@@ -309,6 +377,7 @@ impl Drop for Spawned {
     /// a forced shutdown) takes its whole process group down with it (no
     /// scan for descendants here: a drop must not block on `/proc`).
     fn drop(&mut self) {
+        forget(self.pid);
         if self.lease.is_some() {
             if let Some(group) = nix_pid(self.pid) {
                 let _ = killpg(group, Signal::SIGKILL);

@@ -15,19 +15,25 @@
 //! orphans of a child that died on its own before its dispose — has been
 //! re-parented to init (or to whichever ancestor is a subreaper) and cannot
 //! be told from anyone else's process, so it is not found (unless it kept
-//! the child's process group). The runtime does not make itself a
-//! subreaper (`PR_SET_CHILD_SUBREAPER`): the attribute is process-wide, so
-//! a library that set it would make its host the parent of every orphan of
-//! the host's own children — zombies the host never waits for — and an
-//! adopted orphan still would not say which child it came from. When the
-//! host is a subreaper (its choice), a known descendant that ends up our
-//! zombie is reaped here. Without procfs only the group is seen.
+//! the child's process group). A library does not make its host a
+//! subreaper (`PR_SET_CHILD_SUBREAPER`): the attribute is process-wide,
+//! and would make the host the parent of every orphan of the host's own
+//! children — zombies the host never waits for. A program whose children
+//! all come from the runtime asks for it (`adopt_orphans` in the module
+//! above); then the orphans are ours, and a scan collects those that
+//! exited and, once no child of ours is left, kills the others (as does
+//! the end of the program): an orphan cannot say which child it came
+//! from, so only then is it surely no live child's. A known descendant
+//! that ends up our zombie is collected either way. Without procfs only
+//! the group is seen.
 
 use std::collections::HashMap;
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
+
+use super::spawned_children;
 
 /// A process by identity: its pid and its start time (clock ticks after boot).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,6 +142,7 @@ impl Tree {
             }
         }
         let ours = std::process::id();
+        adopted_orphans(&table, ours, false);
         let mut alive = false;
         for stat in &table {
             let in_tree = stat.group == self.child || self.descendants.contains(&stat.identity);
@@ -167,6 +174,40 @@ impl Tree {
                 let _ = kill(pid, signal);
             }
         }
+    }
+}
+
+/// When this process adopts orphans: collects those that exited, and
+/// kills the others once no child spawned here is left, or at once with
+/// `kill_all` (a later scan collects them). Our children the runtime did
+/// not spawn are the orphans. Whether any is left.
+fn adopted_orphans(table: &[Stat], ours: u32, kill_all: bool) -> bool {
+    let Some(spawned) = spawned_children() else { return false };
+    let mut left = false;
+    let orphans = table.iter().filter(|stat| stat.parent == ours && !spawned.contains(&stat.identity.pid));
+    for orphan in orphans {
+        let Some(pid) = nix_pid(orphan.identity.pid) else { continue };
+        left = true;
+        if !orphan.alive() {
+            let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+        } else if kill_all || spawned.is_empty() {
+            tracing::warn!(pid = orphan.identity.pid, "an orphan of a disposed child is killed");
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+    }
+    left
+}
+
+/// Kills and collects every adopted orphan (the program ends), within
+/// about 200 ms: one that SIGKILL cannot end is left to init.
+pub(super) fn kill_adopted_orphans() {
+    let ours = std::process::id();
+    for _ in 0..20 {
+        let Some(table) = processes() else { return };
+        if !adopted_orphans(&table, ours, true) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 

@@ -1,7 +1,7 @@
 //! Hostile MCP servers: one that paginates `tools/list` for ever, one that
 //! floods `notifications/tools/list_changed`, one whose tools cannot be
-//! mounted, one that never answers `initialize`, and one that leaves a
-//! grandchild in a session of its own.
+//! mounted, one that never answers `initialize`, and ones that leave a
+//! grandchild in a session of its own or an orphan.
 
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use subagents::agent::{McpServerConfig, McpTransport};
 use subagents::StopReason;
 
 use super::{alive, assert_gone, reported, stand_in, Fixture};
+use crate::common;
 
 impl Fixture {
     /// A stand-in server misbehaving as `mode` (`STAND_IN_MCP_HOSTILE`).
@@ -105,14 +106,47 @@ fn a_grandchild_a_server_started_in_a_session_of_its_own_is_gone_after_the_dispo
     fixture.register(vec![fixture.server(true)]);
     let result = fixture.run("[tool:mcp__t__daemon]");
     assert!(result.text().starts_with("mcp__t__daemon: "), "{}", result.text());
-    let grandchildren = reported(fixture.reports.path(), "grandchild-");
-    assert_eq!(grandchildren.len(), 1);
-    let survived = alive(grandchildren[0]);
-    if survived {
-        // Not left behind by a failing test.
-        std::process::Command::new("kill").args(["-KILL", &grandchildren[0].to_string()]).status().unwrap();
-    }
-    assert!(!survived, "the server's grandchild in its own session survived the run's dispose");
+    assert_grandchild_gone(
+        fixture.reports.path(),
+        "the server's grandchild in its own session survived the run's dispose",
+    );
     let pids = fixture.shut_down();
     assert_gone(&pids);
+}
+
+/// Asserts that the grandchild the stand-in reported is gone (killing it
+/// if not, so a failing test leaves nothing behind).
+fn assert_grandchild_gone(reports: &std::path::Path, what: &str) {
+    let grandchildren = reported(reports, "grandchild-");
+    assert_eq!(grandchildren.len(), 1, "the stand-in started one grandchild");
+    let survived = alive(grandchildren[0]);
+    if survived {
+        std::process::Command::new("kill").args(["-KILL", &grandchildren[0].to_string()]).status().unwrap();
+    }
+    assert!(!survived, "{what}");
+}
+
+#[test]
+fn the_binary_adopts_the_orphan_of_a_double_fork_and_leaves_nothing_when_it_ends() {
+    let (reports, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let config = reports.path().join("subagents.toml");
+    let text = format!(
+        "[mcp_servers.t]\ncommand = {:?}\nenv = {{ {} = {:?} }}\n\n\
+         [providers.spawn]\nkind = \"spawn\"\nmcp_servers = [\"t\"]\n",
+        std::env::current_exe().unwrap().display().to_string(),
+        stand_in::DIR_VARIABLE,
+        reports.path().display().to_string(),
+    );
+    std::fs::write(&config, text).unwrap();
+    let task = r#"[tool:subagent {"description": "d", "prompt": "[tool:mcp__t__orphan]"}]"#;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_subagents"));
+    command.args(["run", task, "--config"]).arg(&config).arg("--home").arg(home.path()).env_remove("RUST_LOG");
+    let output = common::output_within(&mut command, common::WAIT_LIMIT, "subagents run");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_grandchild_gone(
+        reports.path(),
+        &format!("the orphan of the server's double fork outlived the binary: {stderr}"),
+    );
+    assert_gone(&reported(reports.path(), "pid-"));
 }

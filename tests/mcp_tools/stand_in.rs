@@ -14,7 +14,8 @@
 //! many `tools/list` requests it was sent and the most it had in hand at
 //! once (each takes 2 ms), and `daemon` starts `sleep 600`
 //! in a session of its own (`setsid`), writing `DIR/grandchild-PID` with
-//! that grandchild's pid. With `STAND_IN_MCP_HOSTILE` set it misbehaves
+//! that grandchild's pid; `orphan` does the same through a shell that
+//! exits at once (a double fork: the grandchild is re-parented at once). With `STAND_IN_MCP_HOSTILE` set it misbehaves
 //! from the start: `paginate` hands out a cursor with every page of
 //! `tools/list` (each page after the first one more tool) for ever, and
 //! `huge_schema` also lists `huge`, whose input schema is over 64 KiB.
@@ -152,6 +153,7 @@ impl StandIn {
             ),
             tool("list_count", "How many tools/list it answered.", json!({"type": "object"})),
             tool("daemon", "Starts a grandchild in its own session.", json!({"type": "object"})),
+            tool("orphan", "Starts a grandchild whose parent exits.", json!({"type": "object"})),
         ];
         if self.added.load(Ordering::SeqCst) {
             tools.push(tool("added", "Added at run time.", json!({"type": "object"})));
@@ -252,6 +254,13 @@ impl ServerHandler for StandIn {
                 // Left running: the server does not wait for it.
                 std::mem::forget(grandchild);
                 CallToolResult::success(vec![ContentBlock::text(pid.to_string())])
+            }
+            "orphan" => {
+                let script = "setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $!";
+                let shell = std::process::Command::new("sh").args(["-c", script]).output().unwrap();
+                let pid = String::from_utf8_lossy(&shell.stdout).trim().to_owned();
+                std::fs::write(self.dir.join(format!("grandchild-{pid}")), "").unwrap();
+                CallToolResult::success(vec![ContentBlock::text(pid)])
             }
             other => return Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         };
