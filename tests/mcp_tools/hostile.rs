@@ -150,3 +150,26 @@ fn the_binary_adopts_the_orphan_of_a_double_fork_and_leaves_nothing_when_it_ends
     );
     assert_gone(&reported(reports.path(), "pid-"));
 }
+
+#[test]
+fn a_process_childs_call_of_a_server_that_never_initialized_says_why() {
+    use subagents::providers::{ProcessConfig, ProcessProvider};
+    let fixture = Fixture::new();
+    let mut silent = McpServerConfig::new("h", "sleep", vec!["30".to_owned()]);
+    silent.initialize_timeout = Duration::from_millis(300);
+    let mut config = ProcessConfig::new("process", fixture._home.path().join("process"));
+    config.bin = env!("CARGO_BIN_EXE_subagents").into();
+    config.mcp_servers = Some(vec![silent]);
+    fixture.runtime.subagents().register_provider(ProcessProvider::new(config).unwrap()).unwrap().keep();
+    let request = fixture.request("[tool:mcp__h__echo]");
+    let result = common::lifecycle(&fixture.runtime, &fixture.runtime.subagents(), "process", request);
+    assert!(
+        result.text().starts_with(
+            "mcp__h__echo error: no tool named \"mcp__h__echo\": the MCP server \"h\" did not start: no answer to \
+             initialize within 300ms"
+        ),
+        "{}",
+        result.text()
+    );
+    fixture.shut_down();
+}

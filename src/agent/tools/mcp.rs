@@ -591,6 +591,12 @@ impl super::Toolset {
             }
             Err(error) => tracing::warn!(server = %name, %error, "a child starts without an MCP server's tools"),
         }
+        self.note_mcp_server(server);
+    }
+
+    /// Remembers `server` as mounted (its tools added or not): a call of
+    /// one of its tools that is not there is told why.
+    pub(crate) fn note_mcp_server(&mut self, server: &McpServer) {
         if !self.mcp_mounted.iter().any(|known| known.same_as(server)) {
             Arc::make_mut(&mut self.mcp_mounted).push(server.clone());
         }
