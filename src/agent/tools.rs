@@ -447,7 +447,7 @@ impl Toolset {
         let available = available.join(", ");
         #[cfg(feature = "mcp")]
         if let Some(why) = self.why_mcp_missing(name) {
-            tracing::warn!(tool = name, "a call of an MCP tool that is not mounted: {why}");
+            tracing::warn!(tool = ?name, "a call of an MCP tool that is not mounted: {why}");
             return format!("no tool named {name:?}: {why}; available: {available}");
         }
         format!("no tool named {name:?}; available: {available}")

@@ -40,7 +40,7 @@ fn a_server_paginating_for_ever_is_listed_to_the_page_bound_and_its_tools_answer
 }
 
 #[test]
-fn a_flood_of_list_changed_notifications_makes_at_most_one_refresh_after_the_running_one() {
+fn a_flood_of_list_changed_notifications_is_listed_one_refresh_at_a_time_and_calls_still_answer() {
     let fixture = Fixture::new();
     fixture.register(vec![fixture.server(false)]);
     let flood = fixture.run(r#"[tool:mcp__t__flood {"n": 5000}]"#);

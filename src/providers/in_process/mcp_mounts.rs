@@ -6,10 +6,10 @@
 //!
 //! A server that cannot start does not fail the run: the child starts
 //! without its tools (a warning says which server and why, and so does a
-//! call of one of them), or with the
-//! tools it listed last when it ran before (a call starts it again), so
-//! one broken server never takes every delegation down with it; a launch
-//! never waits out a dying server's backoff.
+//! call of one of them), or with the tools it listed last when it ran
+//! before (a call starts it again), so one broken server never takes
+//! every delegation down with it; a launch never waits out a dying
+//! server's backoff.
 //!
 //! Which servers a child mounts: its provider's when the provider scopes
 //! them, else its parent agent's (the same connections; an `isolate` one
