@@ -7,29 +7,48 @@
 //! `providers` module doc, "Child environment").
 //!
 //! **Ladder**: close stdin, wait for the child to exit until the EOF phase
-//! ends; SIGTERM the process group, wait `grace`; SIGKILL the group. The
-//! child is reaped, and the ladder fails loudly (`Err`) if anything of its
-//! process group still lives afterwards. The caller says when the EOF phase
-//! ends: a fixed `dispose_eof_grace` (`tokio::time::sleep`), or sooner when
-//! it knows the child is idle (the `acp` provider's `dispose_idle_eof_grace`).
-//! Signals go through `nix` (no `unsafe`); the survivor check scans
-//! `/proc`, so it runs on a blocking thread, never on the actor thread that
-//! climbs the ladder.
+//! ends; SIGTERM the process group and the child's descendants, wait
+//! `grace`; SIGKILL them. The child is reaped, and the ladder fails loudly
+//! (`Err`) if anything of its tree still lives afterwards. The caller says
+//! when the EOF phase ends: a fixed `dispose_eof_grace`
+//! (`tokio::time::sleep`), or sooner when it knows the child is idle (the
+//! `acp` provider's `dispose_idle_eof_grace`). An owner whose protocol
+//! client holds the child's stdin hands the ladder the closing of it: the
+//! ladder looks for descendants first, since a child that exits at EOF
+//! leaves its grandchildren to init, out of reach.
+//!
+//! **Descendants**: the process group alone does not hold a grandchild
+//! that made a session or group of its own (`setsid`); `tree.rs` finds
+//! them by their parent links in `/proc`, and says what that guarantees
+//! and what escapes it. Signals go through `nix` (no `unsafe`); the scans
+//! read `/proc`, so they run on a blocking thread, never on the actor
+//! thread that climbs the ladder.
+//!
+//! **Orphans**: what escapes the scans — a descendant whose parent exited
+//! before a scan saw it — goes to init, unless the program asked for it
+//! ([`adopt_orphans`], the `subagents` binary does): then it is ours, is
+//! collected when it exits, and is killed once no child of ours is left
+//! (the last dispose), or at the latest when the program drops its
+//! [`AdoptedOrphans`], since it cannot say which child it came from.
 //!
 //! **Configuration**: what both providers let a user set about their child
 //! (where it runs, its environment, its graces) is one
 //! [`ChildProcessConfig`], held by `AcpConfig` and `ProcessConfig` alike.
 
+mod tree;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use tokio::io::AsyncRead;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio_util::codec::{AnyDelimiterCodec, FramedRead};
 
+use self::tree::{nix_pid, Tree};
 use crate::live::ProcessLease;
 use crate::seam::{Category, Failure, LaunchError, Stage};
 
@@ -190,6 +209,60 @@ pub(crate) struct ChildEnv<'a> {
     pub explicit: &'a [(String, String)],
 }
 
+/// Whether this process adopts its children's orphans ([`adopt_orphans`]).
+static ADOPTING: AtomicBool = AtomicBool::new(false);
+
+/// While [`ADOPTING`], the children spawned here and not yet reaped: every
+/// other child of this process is an adopted orphan. Held across a spawn,
+/// so a sweep never takes a child being born for one.
+static SPAWNED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Makes this process the reaper of its children's orphans (Linux's
+/// `PR_SET_CHILD_SUBREAPER`): a descendant of a child whose own parent
+/// exits is re-parented here rather than to init, collected when it
+/// exits, and killed once no child of the runtime is left — a dispose then
+/// leaves nothing behind, whatever escaped the ladder's scans (a double
+/// fork, the orphans of a child that died on its own).
+///
+/// Process-wide, and so the program's call, never a library's: every
+/// child of the process that the runtime did not spawn is taken for such an
+/// orphan. Call it only in a program whose child processes all come from
+/// the runtime, and hold what it returns until the program ends; the
+/// `subagents` binary does, for `main`.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn adopt_orphans() -> std::io::Result<AdoptedOrphans> {
+    nix::sys::prctl::set_child_subreaper(true)?;
+    ADOPTING.store(true, Ordering::Release);
+    Ok(AdoptedOrphans { _private: () })
+}
+
+/// This process adopts its children's orphans ([`adopt_orphans`]) while it
+/// is held. Dropping it kills every orphan still adopted and collects it,
+/// blocking briefly on `/proc`: the program's last act, never an actor's.
+#[derive(Debug)]
+#[must_use = "dropping it kills the adopted orphans at once: hold it until the program ends"]
+pub struct AdoptedOrphans {
+    _private: (),
+}
+
+impl Drop for AdoptedOrphans {
+    fn drop(&mut self) {
+        tree::kill_adopted_orphans();
+    }
+}
+
+/// The children spawned here and not yet reaped, while adopting orphans.
+fn spawned_children() -> Option<MutexGuard<'static, Vec<u32>>> {
+    ADOPTING.load(Ordering::Acquire).then(|| SPAWNED.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// `pid` is reaped (or about to be, by its dropped `Child`): no longer ours.
+fn forget(pid: u32) {
+    if let Some(mut spawned) = spawned_children() {
+        spawned.retain(|&child| child != pid);
+    }
+}
+
 /// A spawned child: its pipes, its process, and the lease that counts it
 /// in `Runtime::live()` until it is reaped.
 pub(crate) struct Spawned {
@@ -226,107 +299,91 @@ pub(crate) fn spawn(
         .stderr(Stdio::null())
         .process_group(0)
         .kill_on_drop(true);
+    let mut spawned = spawned_children();
     let mut child = command.spawn()?;
     let pid = child.id().unwrap_or(0);
+    if let Some(spawned) = spawned.as_mut() {
+        spawned.push(pid);
+    }
     Ok(Spawned { stdin: child.stdin.take(), stdout: child.stdout.take(), child, pid, lease: Some(lease) })
 }
 
 impl Spawned {
-    /// The dispose ladder; `Ok` once the child and its whole process group
-    /// are gone. The child may exit on its own until `eof_phase` ends.
-    pub(crate) async fn dispose(
+    /// The dispose ladder; `Ok` once the child and its whole tree are
+    /// gone. The child's descendants are looked for first; then its input
+    /// ends (stdin, if still held here, and `close_input`: the owner's
+    /// protocol client may hold it); then the child may exit on its own
+    /// until the phase `eof_phase` makes (from that moment) ends.
+    pub(crate) async fn dispose<Eof: std::future::Future<Output = ()>>(
         mut self,
-        eof_phase: impl std::future::Future<Output = ()>,
+        close_input: impl std::future::Future<Output = ()>,
+        eof_phase: impl FnOnce() -> Eof,
         grace: Duration,
     ) -> Result<(), Failure> {
+        let mut tree = Tree::of(self.pid);
+        tree.scan().await;
         drop(self.stdin.take()); // EOF
+        close_input.await;
         let exited = tokio::select! {
             biased;
             _ = self.child.wait() => true,
-            () = eof_phase => false,
+            () = eof_phase() => false,
         };
         if !exited {
-            signal_group(self.pid, Signal::SIGTERM);
+            tree.scan().await;
+            tree.signal(Signal::SIGTERM);
             if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
-                signal_group(self.pid, Signal::SIGKILL);
+                tree.scan().await;
+                tree.signal(Signal::SIGKILL);
                 let _ = self.child.wait().await;
             }
         }
-        // Whatever the child left in its group goes too; give the kernel a
-        // moment to take what SIGKILL hit.
+        self.sweep(tree).await
+    }
+
+    /// Kills the tree at once and reaps the child (a failed start).
+    pub(crate) async fn kill(mut self) {
+        let mut tree = Tree::of(self.pid);
+        tree.scan().await;
+        tree.signal(Signal::SIGKILL);
+        let _ = self.child.wait().await;
+        let _ = self.sweep(tree).await;
+    }
+
+    /// After the reap: whatever the child left goes too; the kernel is
+    /// given a moment to take what SIGKILL hit.
+    async fn sweep(mut self, mut tree: Tree) -> Result<(), Failure> {
+        forget(self.pid);
+        let mut survives = true;
         for _ in 0..20 {
-            if !group_survives(self.pid).await {
+            survives = tree.scan().await;
+            if !survives {
                 break;
             }
-            signal_group(self.pid, Signal::SIGKILL);
+            tree.signal(Signal::SIGKILL);
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         drop(self.lease.take());
-        if group_survives(self.pid).await {
-            tracing::error!(pid = self.pid, "a child's process group survived SIGKILL");
+        if survives && tree.scan().await {
+            tracing::error!(pid = self.pid, "a child's process tree survived SIGKILL");
             return Err(Failure::new(Stage::Dispose, Category::TimedOut));
         }
         Ok(())
-    }
-
-    /// Kills the group at once and reaps the child (a failed start).
-    pub(crate) async fn kill(mut self) {
-        signal_group(self.pid, Signal::SIGKILL);
-        let _ = self.child.wait().await;
-        drop(self.lease.take());
     }
 }
 
 impl Drop for Spawned {
     /// A child dropped without its ladder (a dispose that ran out of time,
-    /// a forced shutdown) takes its whole process group down with it.
+    /// a forced shutdown) takes its whole process group down with it (no
+    /// scan for descendants here: a drop must not block on `/proc`).
     fn drop(&mut self) {
+        forget(self.pid);
         if self.lease.is_some() {
-            signal_group(self.pid, Signal::SIGKILL);
+            if let Some(group) = nix_pid(self.pid) {
+                let _ = killpg(group, Signal::SIGKILL);
+            }
         }
     }
-}
-
-/// The process group `pgid` names; `None` for 0 (no child), which `killpg`
-/// would take for our own group.
-fn process_group(pgid: u32) -> Option<Pid> {
-    i32::try_from(pgid).ok().filter(|&pgid| pgid > 0).map(Pid::from_raw)
-}
-
-fn signal_group(pgid: u32, signal: Signal) {
-    if let Some(group) = process_group(pgid) {
-        // A group already gone (ESRCH) is what we wanted.
-        let _ = killpg(group, signal);
-    }
-}
-
-/// [`group_alive`] on a blocking thread: its `/proc` scan is file I/O, which
-/// must not stall the actor thread a dispose runs on.
-async fn group_survives(pgid: u32) -> bool {
-    // A scan that could not finish proves nothing gone: count it as a survivor.
-    tokio::task::spawn_blocking(move || group_alive(pgid)).await.unwrap_or(true)
-}
-
-/// Whether a process of group `pgid` still runs. Zombies do not count:
-/// an orphan that died waits for its reaper, which may not be us. Blocking:
-/// from async code call [`group_survives`].
-fn group_alive(pgid: u32) -> bool {
-    let Some(group) = process_group(pgid) else { return false };
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        // No procfs: ask the kernel whether the group exists at all
-        // (zombies included, so this errs towards "alive").
-        return killpg(group, None).is_ok();
-    };
-    entries.flatten().any(|entry| {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { return false };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-        // `pid (comm) state ppid pgrp …`; comm may hold spaces and parens.
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
-        let mut fields = after.split_whitespace();
-        let state = fields.next().unwrap_or("Z");
-        let pgrp = fields.nth(1).and_then(|f| f.parse::<u32>().ok());
-        pgrp == Some(pgid) && state != "Z" && state != "X"
-    })
 }
 
 #[cfg(test)]
@@ -363,10 +420,56 @@ mod tests {
         let env = ChildEnv { inherit: &[], explicit: &[] };
         let spawned = spawn(Path::new("sleep"), &["30".to_owned()], Path::new("/"), env, lease).unwrap();
         let pid = spawned.pid;
-        assert!(group_survives(pid).await, "a sleeping child is alive");
+        assert!(Tree::of(pid).scan().await, "a sleeping child is alive");
         spawned.kill().await;
-        assert!(!group_survives(pid).await, "killed and reaped");
-        assert!(!group_survives(0).await);
+        assert!(!Tree::of(pid).scan().await, "killed and reaped");
+        assert!(!Tree::of(0).scan().await);
+    }
+
+    /// A child running `script` under `sh`, and the pid of the grandchild
+    /// it reports on its first line.
+    async fn with_grandchild(script: &str) -> (Spawned, u32) {
+        let lease = ProcessLease::new(std::sync::Arc::default());
+        let env = ChildEnv { inherit: &[], explicit: &[] };
+        let args = ["-c".to_owned(), script.to_owned()];
+        let mut spawned = spawn(Path::new("sh"), &args, Path::new("/"), env, lease).unwrap();
+        let first = lines(spawned.stdout.take().unwrap()).next().await.unwrap().unwrap();
+        let grandchild = std::str::from_utf8(&first).unwrap().trim().parse().unwrap();
+        (spawned, grandchild)
+    }
+
+    /// Whether `pid` runs (a zombie does not).
+    fn running(pid: u32) -> bool {
+        tree::running(pid)
+    }
+
+    #[tokio::test]
+    async fn dispose_kills_a_grandchild_that_left_for_a_session_of_its_own() {
+        let (spawned, grandchild) = with_grandchild("setsid sleep 600 & echo $!; exec sleep 600").await;
+        assert!(running(grandchild));
+        spawned
+            .dispose(async {}, || tokio::time::sleep(Duration::from_millis(50)), Duration::from_millis(200))
+            .await
+            .unwrap();
+        assert!(!running(grandchild), "the grandchild in its own session survived the dispose");
+    }
+
+    #[tokio::test]
+    async fn dispose_kills_the_new_session_of_a_child_that_exits_at_eof() {
+        // `read` returns at EOF and the child exits, orphaning its grandchild.
+        let (spawned, grandchild) = with_grandchild("setsid sleep 600 & echo $!; read line").await;
+        spawned
+            .dispose(async {}, || tokio::time::sleep(Duration::from_secs(5)), Duration::from_millis(200))
+            .await
+            .unwrap();
+        assert!(!running(grandchild), "the orphaned grandchild survived the dispose");
+    }
+
+    #[tokio::test]
+    async fn a_failed_start_kills_the_grandchildren_too() {
+        let (spawned, grandchild) = with_grandchild("setsid sleep 600 & echo $!; exec sleep 600").await;
+        spawned.kill().await;
+        assert!(!running(grandchild));
     }
 
     #[test]

@@ -53,6 +53,8 @@ pub mod spawn;
 
 #[cfg(any(feature = "acp", feature = "process"))]
 pub use crate::child_process::ChildProcessConfig;
+#[cfg(all(any(feature = "acp", feature = "process"), any(target_os = "linux", target_os = "android")))]
+pub use crate::child_process::{adopt_orphans, AdoptedOrphans};
 #[cfg(feature = "a2a")]
 pub use a2a::{A2aConfig, A2aError, A2aProvider, Limits as A2aLimits};
 #[cfg(feature = "acp")]

@@ -11,6 +11,9 @@ mod http;
 #[path = "mcp_tools/ts_sdk.rs"]
 mod ts_sdk;
 
+#[path = "mcp_tools/hostile.rs"]
+mod hostile;
+
 use crate::common;
 
 use std::path::Path;

@@ -317,6 +317,10 @@ pub struct Toolset {
     /// What the model sees, computed once and shared by clones; every
     /// change replaces it.
     visible: Arc<OnceLock<Arc<[ToolSpec]>>>,
+    /// The MCP servers mounted, with tools or without: a call of one of
+    /// their tools that is not there is told why.
+    #[cfg(feature = "mcp")]
+    mcp_mounted: Arc<Vec<McpServer>>,
 }
 
 impl std::fmt::Debug for Toolset {
@@ -453,6 +457,19 @@ impl Toolset {
         self.entries.iter().find(|entry| entry.spec.name == name)
     }
 
+    /// What a call of `name`, which is not there, is told: the tools that
+    /// are, and for an MCP server's tool why it is not (also warned).
+    fn no_tool_named(&self, name: &str) -> String {
+        let available: Vec<_> = self.specs().into_iter().map(|spec| spec.name).collect();
+        let available = available.join(", ");
+        #[cfg(feature = "mcp")]
+        if let Some(why) = self.why_mcp_missing(name) {
+            tracing::warn!(tool = ?name, "a call of an MCP tool that is not mounted: {why}");
+            return format!("no tool named {name:?}: {why}; available: {available}");
+        }
+        format!("no tool named {name:?}; available: {available}")
+    }
+
     /// Checks and runs one call. Never fails: every problem is a tool error
     /// the model sees.
     pub async fn execute(&self, call: &ToolCall, context: ToolContext) -> ToolOutput {
@@ -470,8 +487,7 @@ impl Toolset {
             return ToolOutput::error(format!("tool {:?} is not available to this agent", call.name));
         }
         let Some(entry) = entry.filter(|e| !e.dynamic || e.tool.available()) else {
-            let available: Vec<_> = self.specs().into_iter().map(|spec| spec.name).collect();
-            return ToolOutput::error(format!("no tool named {:?}; available: {}", call.name, available.join(", ")));
+            return ToolOutput::error(self.no_tool_named(&call.name));
         };
         if let Value::String(raw) = &call.arguments {
             if serde_json::from_str::<Value>(raw).is_err() {

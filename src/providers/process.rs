@@ -277,8 +277,8 @@ impl ProcessProvider {
         if answered.is_ok() {
             let _ = tokio::time::timeout(config.shutdown_timeout, connection.request("shutdown", json!({}))).await;
         }
-        connection.close_input().await;
-        let _ = spawned.dispose(tokio::time::sleep(config.dispose_eof_grace), config.dispose_grace).await;
+        let eof_phase = || tokio::time::sleep(config.dispose_eof_grace);
+        let _ = spawned.dispose(connection.close_input(), eof_phase, config.dispose_grace).await;
         answered.map(drop).map_err(|category| {
             let category = serde_json::to_value(category).ok().and_then(|c| c.as_str().map(str::to_owned));
             ProbeError::Initialize { category: category.unwrap_or_default() }
@@ -480,14 +480,17 @@ impl Child for ProcessChild {
         Box::pin(async move {
             let reply = tokio::time::timeout(shutdown_timeout, shared.connection.request("shutdown", json!({}))).await;
             let runs = reported_runs(reply.ok());
-            shared.connection.close_input().await;
             let spawned = shared.spawned.borrow_mut().take();
             let Some(spawned) = spawned else {
+                shared.connection.close_input().await;
                 *shared.report.borrow_mut() = StopReport::new().with_children(runs);
                 return Ok(());
             };
             let pid = spawned.pid;
-            let released = spawned.dispose(tokio::time::sleep(eof_grace), grace).await;
+            // The ladder looks for the child's descendants before its input
+            // closes: a child exiting at EOF would orphan them.
+            let close_input = shared.connection.close_input();
+            let released = spawned.dispose(close_input, || tokio::time::sleep(eof_grace), grace).await;
             // The ladder reaps the child whether or not its group went quietly.
             *shared.report.borrow_mut() = StopReport::new().with_process(pid).with_children(runs);
             released

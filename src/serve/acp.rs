@@ -348,10 +348,14 @@ impl State {
             tools.add_shared(approve(tool)).map_err(|e| e.to_string())?;
         }
         let (servers, mounted) = mcp_servers::mount(&request.mcp_servers, &request.cwd).await?;
-        self.mcp_servers.lock().unwrap_or_else(|e| e.into_inner()).extend(servers);
         for tool in mounted {
             tools.add_shared(approve(tool)).map_err(|e| e.to_string())?;
         }
+        #[cfg(feature = "mcp")]
+        for server in &servers {
+            tools.note_mcp_server(server);
+        }
+        self.mcp_servers.lock().unwrap_or_else(|e| e.into_inner()).extend(servers);
         let update_session = session_id.clone();
         let mut builder = Agent::builder_shared(self.model.clone())
             .store(SessionStore::new(&self.options.home))

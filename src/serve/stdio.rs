@@ -305,6 +305,10 @@ impl Server {
         for tool in mounted {
             tools.add_shared(tool).map_err(|e| e.to_string())?;
         }
+        #[cfg(feature = "mcp")]
+        for server in &self.mcp_servers {
+            tools.note_mcp_server(server);
+        }
         let out = self.out.clone();
         let mut builder = Agent::builder_shared(model)
             .store(SessionStore::new(&self.options.home))

@@ -9,6 +9,17 @@
 //! sends `notifications/tools/list_changed`. Each server writes
 //! `DIR/pid-PID` when it starts.
 //!
+//! Tools a hostile server would have: `flood {n}` sends
+//! `notifications/tools/list_changed` n times, `list_count` answers how
+//! many `tools/list` requests it was sent and the most it had in hand at
+//! once (each takes 2 ms), and `daemon` starts `sleep 600`
+//! in a session of its own (`setsid`), writing `DIR/grandchild-PID` with
+//! that grandchild's pid; `orphan` does the same through a shell that
+//! exits at once (a double fork: the grandchild is re-parented at once). With `STAND_IN_MCP_HOSTILE` set it misbehaves
+//! from the start: `paginate` hands out a cursor with every page of
+//! `tools/list` (each page after the first one more tool) for ever, and
+//! `huge_schema` also lists `huge`, whose input schema is over 64 KiB.
+//!
 //! With `STAND_IN_MCP_HTTP` also set (to a file name), it serves the same
 //! tools over streamable HTTP at `http://127.0.0.1:PORT/mcp` instead,
 //! writing PORT to that file once it listens: on `STAND_IN_MCP_PORT` if
@@ -18,7 +29,7 @@
 //! `STAND_IN_MCP_TOKEN` is set.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +49,8 @@ pub const HTTP_VARIABLE: &str = "STAND_IN_MCP_HTTP";
 pub const PORT_VARIABLE: &str = "STAND_IN_MCP_PORT";
 /// The bearer token every request must carry.
 pub const TOKEN_VARIABLE: &str = "STAND_IN_MCP_TOKEN";
+/// How it misbehaves from the start: `paginate` or `huge_schema`.
+pub const HOSTILE_VARIABLE: &str = "STAND_IN_MCP_HOSTILE";
 
 #[cfg(target_os = "linux")]
 #[used]
@@ -49,7 +62,8 @@ extern "C" fn serve_when_asked() {
     let dir = PathBuf::from(dir);
     std::fs::write(dir.join(format!("pid-{}", std::process::id())), "").unwrap();
     let io = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let server = StandIn { dir, added: Arc::default() };
+    let hostile = std::env::var(HOSTILE_VARIABLE).unwrap_or_default();
+    let server = StandIn { dir, added: Arc::default(), lists: Arc::default(), hostile: hostile.into() };
     match std::env::var_os(HTTP_VARIABLE) {
         Some(port_file) => io.block_on(serve_http(server, PathBuf::from(port_file))),
         None => io.block_on(async move {
@@ -112,6 +126,10 @@ async fn serve_http(server: StandIn, port_file: PathBuf) {
 struct StandIn {
     dir: PathBuf,
     added: Arc<AtomicBool>,
+    /// `tools/list` requests answered, in hand, and the most in hand at once.
+    lists: Arc<[AtomicUsize; 3]>,
+    /// `STAND_IN_MCP_HOSTILE`.
+    hostile: Arc<str>,
 }
 
 fn tool(name: &'static str, description: &'static str, schema: Value) -> Tool {
@@ -128,9 +146,21 @@ impl StandIn {
             tool("fail", "Always fails.", json!({"type": "object"})),
             tool("sleep", "Sleeps ms.", json!({"type": "object", "properties": {"ms": {"type": "integer"}}})),
             tool("change_tools", "Adds the tool `added`.", json!({"type": "object"})),
+            tool(
+                "flood",
+                "Sends list_changed n times.",
+                json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+            ),
+            tool("list_count", "How many tools/list it answered.", json!({"type": "object"})),
+            tool("daemon", "Starts a grandchild in its own session.", json!({"type": "object"})),
+            tool("orphan", "Starts a grandchild whose parent exits.", json!({"type": "object"})),
         ];
         if self.added.load(Ordering::SeqCst) {
             tools.push(tool("added", "Added at run time.", json!({"type": "object"})));
+        }
+        if &*self.hostile == "huge_schema" {
+            let huge = json!({"type": "object", "description": "x".repeat(70 * 1024)});
+            tools.push(Tool::new("huge", "Its schema is too large.", huge.as_object().unwrap().clone()));
         }
         tools
     }
@@ -144,10 +174,26 @@ impl ServerHandler for StandIn {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        let [answered, in_hand, most] = &*self.lists;
+        answered.fetch_add(1, Ordering::SeqCst);
+        most.fetch_max(in_hand.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        in_hand.fetch_sub(1, Ordering::SeqCst);
+        if &*self.hostile != "paginate" {
+            return Ok(ListToolsResult::with_all_items(self.tools()));
+        }
+        // Page n + 1 after page n, for ever: one more tool each.
+        let page: u64 = request.and_then(|request| request.cursor).and_then(|cursor| cursor.parse().ok()).unwrap_or(0);
+        let tools = match page {
+            0 => self.tools(),
+            n => vec![Tool::new(format!("filler_{n}"), "One more.", serde_json::Map::new())],
+        };
+        let mut result = ListToolsResult::with_all_items(tools);
+        result.next_cursor = Some((page + 1).to_string());
+        Ok(result)
     }
 
     async fn call_tool(
@@ -184,6 +230,38 @@ impl ServerHandler for StandIn {
                 CallToolResult::success(vec![ContentBlock::text("changed")])
             }
             "added" => CallToolResult::success(vec![ContentBlock::text("the added tool answers")]),
+            "flood" => {
+                for _ in 0..arguments["n"].as_u64().unwrap_or(0) {
+                    let _ = context.peer.notify_tool_list_changed().await;
+                }
+                CallToolResult::success(vec![ContentBlock::text("flooded")])
+            }
+            "list_count" => {
+                let [answered, _, most] = &*self.lists;
+                let counts = format!("{} {}", answered.load(Ordering::SeqCst), most.load(Ordering::SeqCst));
+                CallToolResult::success(vec![ContentBlock::text(counts)])
+            }
+            "daemon" => {
+                // Not a group leader, so `setsid` makes the session in place and execs `sleep`.
+                let grandchild = std::process::Command::new("setsid")
+                    .args(["sleep", "600"])
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap();
+                let pid = grandchild.id();
+                std::fs::write(self.dir.join(format!("grandchild-{pid}")), "").unwrap();
+                // Left running: the server does not wait for it.
+                std::mem::forget(grandchild);
+                CallToolResult::success(vec![ContentBlock::text(pid.to_string())])
+            }
+            "orphan" => {
+                let script = "setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $!";
+                let shell = std::process::Command::new("sh").args(["-c", script]).output().unwrap();
+                let pid = String::from_utf8_lossy(&shell.stdout).trim().to_owned();
+                std::fs::write(self.dir.join(format!("grandchild-{pid}")), "").unwrap();
+                CallToolResult::success(vec![ContentBlock::text(pid)])
+            }
             other => return Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         };
         Ok(result.into())

@@ -180,6 +180,12 @@ fn main() -> ExitCode {
         return refused(&message);
     }
     command.install_log();
+    // Every child of this program comes from its runtime, so whatever a
+    // child leaves behind is the runtime's to collect and, at the end, to
+    // stop (a dispose leaves nothing, not even a double fork's orphan).
+    let _orphans = subagents::providers::adopt_orphans()
+        .inspect_err(|error| tracing::warn!(%error, "cannot adopt the orphans of child processes"))
+        .ok();
     let outcome = command.run();
     // Every command's runtime is down by now; what is left is the export.
     logging::finish_export();

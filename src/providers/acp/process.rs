@@ -230,24 +230,33 @@ impl AgentProcess {
         self.remove_run_dir().await;
     }
 
-    /// The dispose ladder: close the connection (stdin EOF), wait for the
-    /// EOF phase ([`Activity::eof_phase`]), SIGTERM the group, wait
-    /// `graces.term`, SIGKILL.
+    /// The dispose ladder: look for the agent's descendants, close the
+    /// connection (stdin EOF), wait for the EOF phase
+    /// ([`Activity::eof_phase`]), SIGTERM the group and the descendants,
+    /// wait `graces.term`, SIGKILL.
     pub(super) async fn dispose(&self, graces: Graces) -> Result<(), Failure> {
+        let spawned = lock(&self.spawned).take();
+        let disposed = match spawned {
+            // The ladder looks for the agent's descendants before the
+            // connection ends: an agent exiting at EOF would orphan them.
+            Some(spawned) => spawned.dispose(self.close_input(), || self.activity.eof_phase(graces), graces.term).await,
+            None => {
+                self.close_input().await;
+                Ok(())
+            }
+        };
+        self.remove_run_dir().await;
+        disposed
+    }
+
+    /// Ends the connection, which closes its writer on the way out: stdin EOF.
+    async fn close_input(&self) {
         let task = self.end_connection();
-        // The connection closes its writer on the way out: stdin EOF.
         if let Some(mut task) = task {
             if tokio::time::timeout(Duration::from_secs(1), &mut task).await.is_err() {
                 task.abort(); // dropping the connection closes the child's stdin
             }
         }
-        let spawned = lock(&self.spawned).take();
-        let disposed = match spawned {
-            Some(spawned) => spawned.dispose(self.activity.eof_phase(graces), graces.term).await,
-            None => Ok(()),
-        };
-        self.remove_run_dir().await;
-        disposed
     }
 
     /// Removes the private directory once the process is gone.

@@ -5,10 +5,11 @@
 //! working directory and closed at the run's dispose.
 //!
 //! A server that cannot start does not fail the run: the child starts
-//! without its tools (a warning says which server and why), or with the
-//! tools it listed last when it ran before (a call starts it again), so
-//! one broken server never takes every delegation down with it; a launch
-//! never waits out a dying server's backoff.
+//! without its tools (a warning says which server and why, and so does a
+//! call of one of them), or with the tools it listed last when it ran
+//! before (a call starts it again), so one broken server never takes
+//! every delegation down with it; a launch never waits out a dying
+//! server's backoff.
 //!
 //! Which servers a child mounts: its provider's when the provider scopes
 //! them, else its parent agent's (the same connections; an `isolate` one
@@ -94,18 +95,7 @@ impl McpMounts {
                     return Err(LaunchError::Aborted);
                 }
             };
-            let tools = match tools {
-                Ok(tools) => tools,
-                Err(error) => {
-                    tracing::warn!(server = %server.config().name, %error, "a child starts without an MCP server's tools");
-                    continue;
-                }
-            };
-            for tool in tools {
-                if let Err(error) = toolset.add_shared(tool) {
-                    tracing::warn!(server = %server.config().name, %error, "an MCP tool was not mounted");
-                }
-            }
+            toolset.mount_mcp(server, tools);
         }
         Ok(owned)
     }
