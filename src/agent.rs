@@ -57,6 +57,8 @@ pub use model::{
 pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;
 pub(crate) use session::completed_prefix;
+#[cfg(feature = "config")]
+pub(crate) use session::kind_of;
 pub use session::{
     LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, SessionSummary, StoredSession,
     ToolCall, DEFAULT_MAX_LINE_BYTES,

@@ -68,5 +68,7 @@ mod store;
 pub use error::SessionError;
 pub(crate) use event::completed_prefix;
 pub use event::{SessionEvent, SessionHeader, ToolCall};
+#[cfg(feature = "config")]
+pub(crate) use file::kind_of;
 pub use live::Session;
 pub use store::{LoadedSession, SessionStore, SessionSummary, StoredSession, DEFAULT_MAX_LINE_BYTES};

@@ -65,21 +65,10 @@ pub(super) fn read_file(path: &Path) -> Result<String, String> {
 
 /// A regular file within [`MAX_FILE_BYTES`].
 fn regular(metadata: &std::fs::Metadata) -> Result<(), String> {
-    use std::os::unix::fs::FileTypeExt;
-    let kind = metadata.file_type();
-    if kind.is_file() {
-        return size(metadata.len());
+    match crate::agent::kind_of(metadata.file_type()) {
+        None => size(metadata.len()),
+        Some(what) => Err(format!("it is {what}, not a regular file")),
     }
-    let what = if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "a device"
-    };
-    Err(format!("it is {what}, not a regular file"))
 }
 
 /// `bytes` of text, within [`MAX_FILE_BYTES`].

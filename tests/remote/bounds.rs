@@ -314,12 +314,7 @@ fn starts_through_an_unhealed_cut_fail_at_once_once_the_broker_patience_passed()
     let proxy = Proxy::start(server.port);
     let mut config = super::support::config(&proxy.url());
     config.broker_patience = Duration::from_secs(2);
-    let runtime = crate::common::runtime_at(&dir.path().join("caller"));
-    runtime
-        .subagents()
-        .register_provider(subagents::providers::RemoteProvider::connect(config).unwrap())
-        .unwrap()
-        .keep();
+    let runtime = super::support::caller_with(dir.path(), config);
     proxy.cut();
     // 20 × broker_patience would be 40 s; each start on its own took 15 s.
     let (outcomes, took) = start_many(&runtime, 20, 4, Duration::from_secs(60));
@@ -339,12 +334,7 @@ fn a_pool_known_empty_refuses_starts_at_once_until_a_worker_answers() {
     drop(Worker::start(dir.path(), &server.url(), "gone", &[]));
     let mut config = super::support::config(&server.url());
     config.worker_patience = Duration::from_secs(2);
-    let runtime = crate::common::runtime_at(&dir.path().join("caller"));
-    runtime
-        .subagents()
-        .register_provider(subagents::providers::RemoteProvider::connect(config).unwrap())
-        .unwrap()
-        .keep();
+    let runtime = super::support::caller_with(dir.path(), config);
     // The first wave waits for the pool once; the rest are refused at once.
     let (outcomes, took) = start_many(&runtime, 40, 4, Duration::from_secs(90));
     assert!(

@@ -77,12 +77,7 @@ fn a_pool_whose_only_worker_has_a_full_disk_fails_its_runs_no_worker_in_time() {
     disk.fill();
     let mut config = super::support::config(&server.url());
     config.worker_patience = Duration::from_secs(3);
-    let runtime = crate::common::runtime_at(&dir.path().join("caller"));
-    runtime
-        .subagents()
-        .register_provider(subagents::providers::RemoteProvider::connect(config).unwrap())
-        .unwrap()
-        .keep();
+    let runtime = super::support::caller_with(dir.path(), config);
     let run_one = |prompt: &'static str| {
         let subagents = runtime.subagents();
         runtime.within(Duration::from_secs(60), "a run to settle", async move {

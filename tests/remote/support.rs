@@ -362,8 +362,14 @@ impl Look {
 /// The caller's runtime, at `dir/caller`, with the `remote` provider on
 /// `server` registered.
 pub fn caller(dir: &Path, server: &Server) -> subagents::Runtime {
+    caller_with(dir, config(&server.url()))
+}
+
+/// The caller's runtime, at `dir/caller`, with a `remote` provider of
+/// `config` registered.
+pub fn caller_with(dir: &Path, config: RemoteConfig) -> subagents::Runtime {
     let runtime = crate::common::runtime_at(&dir.join("caller"));
-    runtime.subagents().register_provider(provider(&server.url())).unwrap().keep();
+    runtime.subagents().register_provider(RemoteProvider::connect(config).unwrap()).unwrap().keep();
     runtime
 }
 

@@ -16,7 +16,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -134,20 +134,10 @@ pub(super) fn open_regular(path: &Path, id: &str, append: bool) -> Result<(File,
         Err(error) => return Err(io_error(error)),
     };
     let metadata = file.metadata().map_err(io_error)?;
-    let kind = metadata.file_type();
-    if kind.is_file() {
-        return Ok((file, metadata.len()));
+    match kind_of(metadata.file_type()) {
+        None => Ok((file, metadata.len())),
+        Some(found) => Err(not_regular(found)),
     }
-    let found = if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "a device"
-    };
-    Err(not_regular(found))
 }
 
 /// Reads a session file of `len` bytes line by line: the header (the last
@@ -237,5 +227,20 @@ pub(super) fn next_line(reader: &mut impl BufRead, line: &mut Vec<u8>, max: usiz
         if ends {
             return Ok(Line::Whole);
         }
+    }
+}
+
+/// What a file is when it is not a regular file (`a directory`, `a FIFO`,
+/// `a socket`, `a device`, `a symbolic link`), for an error that says so;
+/// `None` for a regular file.
+pub(crate) fn kind_of(kind: std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    match () {
+        () if kind.is_file() => None,
+        () if kind.is_dir() => Some("a directory"),
+        () if kind.is_fifo() => Some("a FIFO"),
+        () if kind.is_socket() => Some("a socket"),
+        () if kind.is_symlink() => Some("a symbolic link"),
+        () => Some("a device"),
     }
 }
