@@ -227,3 +227,20 @@ fn a_file_whose_header_names_another_session_is_reported_not_shown_under_that_na
     assert_eq!(shown.status.code(), Some(2));
     assert!(text(&shown.stderr).contains("not the file's"), "{}", text(&shown.stderr));
 }
+
+#[test]
+fn a_reader_that_went_away_ends_the_listing_quietly() {
+    let (home, sessions) = home_with_sessions();
+    for n in 0..200 {
+        forge(&sessions, &format!("s{n:03}"), None, 0, &[]);
+    }
+    let home = home.path().to_str().unwrap();
+    for command in [vec!["sessions", "list", "--home", home], vec!["providers", "list"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let output = subagents().args(&command).stdout(writer).stderr(std::process::Stdio::piped()).output().unwrap();
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{command:?}: {stderr}");
+        assert!(!stderr.contains("Broken pipe") && !stderr.contains("panicked"), "{command:?}: {stderr}");
+    }
+}

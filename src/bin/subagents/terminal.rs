@@ -63,6 +63,21 @@ impl Drop for QuietControlKeys {
     }
 }
 
+/// Writes `text` and a newline to stdout (made safe by the caller). A
+/// reader that went away (`| head`) ends the output quietly; any other
+/// failure is said on stderr, once.
+pub fn out(text: &str) {
+    use std::io::Write;
+    static FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let written = writeln!(std::io::stdout().lock(), "{text}");
+    if let Err(error) = written {
+        let quiet = error.kind() == std::io::ErrorKind::BrokenPipe;
+        if !quiet && !FAILED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            say!("subagents: cannot write to stdout: {error}");
+        }
+    }
+}
+
 /// Prints one line on stderr, made safe by [`line`].
 macro_rules! say {
     ($($format:tt)*) => {

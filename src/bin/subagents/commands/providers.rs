@@ -229,7 +229,7 @@ fn names(capabilities: Capabilities) -> String {
 
 fn print(rows: &[Row], json: bool) {
     if json {
-        println!("{}", Value::Array(rows.iter().map(Row::json).collect()));
+        terminal::out(&Value::Array(rows.iter().map(Row::json).collect()).to_string());
         return;
     }
     let width = |column: fn(&Row) -> usize, title: &str| rows.iter().map(column).max().unwrap_or(0).max(title.len());
@@ -241,21 +241,21 @@ fn print(rows: &[Row], json: bool) {
     if checked {
         title = format!("{title:<width$}  STATUS", width = name + kind + capabilities + defined + 6);
     }
-    println!("{title}");
+    terminal::out(&title);
     for row in rows {
         let mut line =
             format!("{:name$}  {:kind$}  {:capabilities$}  {}", row.name, row.kind, row.capabilities, row.defined);
         if checked {
             line = format!("{line:<width$}  {}", row.status, width = name + kind + capabilities + defined + 6);
         }
-        println!("{}", terminal::line(&line));
+        terminal::out(&terminal::line(&line));
         for (server, tools) in &row.mcp {
             let tools = match tools {
                 Ok(tools) if tools.is_empty() => "no tools".to_owned(),
                 Ok(tools) => tools.join(", "),
                 Err(error) => format!("failed: {error}"),
             };
-            println!("{}", terminal::line(&format!("  mcp {server}: {tools}")));
+            terminal::out(&terminal::line(&format!("  mcp {server}: {tools}")));
         }
     }
 }

@@ -91,12 +91,12 @@ fn run(args: RunArgs, config: &subagents::config::Config) -> Result<Ended, Strin
         .instrument(span)
     });
     let spans = timeline.finish(&setup.runtime);
-    println!("{}", terminal::text(&outcome.output));
-    println!();
+    terminal::out(&terminal::text(&outcome.output));
+    terminal::out("");
     let parent_line = format!("parent {} ({}): {}", parent.id(), parent.model_name(), outcome.stop_reason);
-    println!("{}", terminal::line(&parent_line));
+    terminal::out(&terminal::line(&parent_line));
     print!("{}", tree(&spans, parent.id()));
-    println!("{}", terminal::line(&format!("sessions: {}", setup.home.join("sessions").display())));
+    terminal::out(&terminal::line(&format!("sessions: {}", setup.home.join("sessions").display())));
     let mut all_done = outcome.stop_reason == StopReason::Completed;
     if let Some(error) = &outcome.error {
         // The error may quote the model endpoint's own words.

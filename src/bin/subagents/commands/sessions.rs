@@ -131,11 +131,15 @@ fn summary(session: &SessionSummary) -> Value {
     })
 }
 
-/// Stdout, buffered: a tree of 20,000 lines is not 20,000 flushes. A write
-/// that fails (a closed pipe) is reported, not a panic.
+/// Stdout, buffered: a tree of 20,000 lines is not 20,000 flushes. A reader
+/// that went away (`| head`) ends the output quietly; another failure is
+/// reported, not a panic.
 fn write_out(write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<(), String> {
     let mut out = BufWriter::new(std::io::stdout().lock());
-    write(&mut out).and_then(|()| out.flush()).map_err(|e| format!("cannot write to stdout: {e}"))
+    match write(&mut out).and_then(|()| out.flush()) {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("cannot write to stdout: {error}")),
+        _ => Ok(()),
+    }
 }
 
 fn list(store: &SessionStore, as_json: bool) -> Result<Ended, String> {
