@@ -43,6 +43,7 @@ use futures_util::future::BoxFuture;
 
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use model::endpoint_var;
 #[cfg(feature = "config")]
 pub(crate) use model::MODEL_FORMS;
 pub use model::{

@@ -182,10 +182,29 @@ impl ModelSpec {
         #[cfg(feature = "openai")]
         if !matches!(self, ModelSpec::Scripted) {
             let (model, base_url, probe) = self.build_http().map_err(|e| (None, e))?;
-            probe.await.map_err(|e| (Some(base_url), e))?;
+            probe.await.map_err(|e| (Some(base_url.clone()), e))?;
+            self.warn_keyless(&base_url);
             return Ok(model);
         }
         self.build().map_err(|e| (None, e))
+    }
+
+    /// Says once per endpoint that a model named by the environment calls
+    /// it without a key (a local server may want none; a hosted one answers
+    /// 401 to every call), naming the variables that would give it one.
+    #[cfg(feature = "openai")]
+    fn warn_keyless(&self, base_url: &str) {
+        static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+        let (_, Some(key)) = self.endpoint_env() else { return };
+        if matches!(self, ModelSpec::Route(_) | ModelSpec::Scripted) || endpoint_var(key).is_some() {
+            return;
+        }
+        let variables = if key == "SUBAGENTS_API_KEY" { "SUBAGENTS_API_KEY or OPENAI_API_KEY" } else { key };
+        let mut warned = WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !warned.iter().any(|url| url == base_url) {
+            warned.push(base_url.to_owned());
+            tracing::warn!("calls to the model endpoint {base_url} carry no API key: set {variables} if it needs one");
+        }
     }
 
     /// An HTTP model, its base URL, and a probe of its endpoint.
@@ -521,4 +540,17 @@ pub trait Model: Send + Sync + 'static {
         request: ModelRequest,
         cancel: CancellationToken,
     ) -> BoxFuture<'_, Result<ModelReply, ModelError>>;
+}
+
+/// The variables every OpenAI client reads, beside ours: ours win when both
+/// are set.
+const OPENAI_ECOSYSTEM: [(&str, &str); 2] =
+    [("SUBAGENTS_BASE_URL", "OPENAI_BASE_URL"), ("SUBAGENTS_API_KEY", "OPENAI_API_KEY")];
+
+/// The value of an endpoint's variable `name` (set to more than blanks),
+/// else of the ecosystem's name for the same thing (`OPENAI_API_KEY` for
+/// `SUBAGENTS_API_KEY`, `OPENAI_BASE_URL` for `SUBAGENTS_BASE_URL`).
+pub(crate) fn endpoint_var(name: &str) -> Option<String> {
+    let set = |name: &str| std::env::var(name).ok().filter(|value| !value.trim().is_empty());
+    set(name).or_else(|| OPENAI_ECOSYSTEM.iter().find(|(ours, _)| *ours == name).and_then(|(_, theirs)| set(theirs)))
 }

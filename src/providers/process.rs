@@ -130,7 +130,15 @@ impl ProcessConfig {
             return;
         }
         self.inherit_env.extend(inherited.iter().map(|name| (*name).to_owned()));
-        if let Some(key) = key.and_then(|name| Some((name, std::env::var(name).ok()?))) {
+        // A value found under the ecosystem's name (`OPENAI_BASE_URL`) is
+        // handed over under ours, which the child reads first.
+        for name in inherited {
+            let unset = std::env::var(name).ok().filter(|value| !value.trim().is_empty()).is_none();
+            if let Some(value) = crate::agent::endpoint_var(name).filter(|_| unset) {
+                self.env.push(((*name).to_owned(), value));
+            }
+        }
+        if let Some(key) = key.and_then(|name| Some((name, crate::agent::endpoint_var(name)?))) {
             self.env.push((key.0.to_owned(), key.1));
         }
     }

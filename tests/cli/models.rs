@@ -62,3 +62,39 @@ fn an_unreachable_anthropic_endpoint_is_refused_before_any_run() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("unreachable") && stderr.contains(&closed_port.to_string()), "{stderr}");
 }
+
+#[test]
+fn openai_models_honour_openai_base_url_and_openai_api_key_and_ours_win_over_them() {
+    use crate::common::loopback::{ok, Loopback};
+    let home = tempfile::tempdir().unwrap();
+    let answer = serde_json::json!({"id": "c", "object": "chat.completion", "choices": [{"index": 0,
+        "message": {"role": "assistant", "content": "hello back"}, "finish_reason": "stop"}]});
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // Each run's probe of the endpoint takes a connection of its own.
+    let server = runtime.block_on(Loopback::start((0..6).map(|_| ok(answer.clone())).collect()));
+    let run_with = |extra: &[(&str, &str)]| {
+        let mut command = subagents();
+        command.args(["run", "hello", "--model", "openai:gpt-test", "--home"]).arg(home.path());
+        command.env_remove("SUBAGENTS_BASE_URL").env_remove("SUBAGENTS_API_KEY");
+        command.env("OPENAI_BASE_URL", format!("{}/v1", server.origin)).env("OPENAI_API_KEY", "sk-theirs");
+        for (name, value) in extra {
+            command.env(name, value);
+        }
+        run(&mut command)
+    };
+    let output = run_with(&[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("hello back"), "{}", text(&output.stdout));
+    let output = run_with(&[("SUBAGENTS_API_KEY", "sk-ours")]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(!text(&output.stderr).contains("no API key"), "{}", text(&output.stderr));
+    // No key at all: the calls go, and the user is told once.
+    let output = run_with(&[("OPENAI_API_KEY", "")]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.matches("carry no API key: set SUBAGENTS_API_KEY or OPENAI_API_KEY").count(), 1, "{stderr}");
+    let requests = server.requests.lock().unwrap();
+    let keys: Vec<Option<&str>> =
+        requests.iter().filter(|r| r.path.ends_with("/chat/completions")).map(|r| r.header("authorization")).collect();
+    assert_eq!(keys, [Some("Bearer sk-theirs"), Some("Bearer sk-ours"), None]);
+}

@@ -122,9 +122,10 @@ impl OpenAiConfig {
         }
     }
 
-    /// From `SUBAGENTS_BASE_URL` (default the OpenAI API), `SUBAGENTS_MODEL`
-    /// (required), `SUBAGENTS_API_KEY` (optional) and the bounds' variables
-    /// (see [`OpenAiConfig`]; each optional, a whole number).
+    /// From `SUBAGENTS_BASE_URL` (else `OPENAI_BASE_URL`, else the OpenAI
+    /// API), `SUBAGENTS_MODEL` (required), `SUBAGENTS_API_KEY` (else
+    /// `OPENAI_API_KEY`; optional) and the bounds' variables (see
+    /// [`OpenAiConfig`]; each optional, a whole number).
     pub fn from_env() -> Result<Self, ModelError> {
         Self::from_env_for(None)
     }
@@ -136,8 +137,9 @@ impl OpenAiConfig {
             .map(str::to_owned)
             .or_else(|| env_var("SUBAGENTS_MODEL"))
             .ok_or_else(|| ModelError::Config("set SUBAGENTS_MODEL to the model name".to_owned()))?;
-        let base_url = env_var("SUBAGENTS_BASE_URL").unwrap_or_else(|| Self::DEFAULT_BASE_URL.to_owned());
-        let mut config = OpenAiConfig { api_key: env_var("SUBAGENTS_API_KEY"), ..Self::new(base_url, model) };
+        let endpoint_var = crate::agent::endpoint_var;
+        let base_url = endpoint_var("SUBAGENTS_BASE_URL").unwrap_or_else(|| Self::DEFAULT_BASE_URL.to_owned());
+        let mut config = OpenAiConfig { api_key: endpoint_var("SUBAGENTS_API_KEY"), ..Self::new(base_url, model) };
         let bounds = EnvBounds::read()?;
         config.apply_env_bounds(&bounds);
         config.max_tokens = bounds.max_tokens;
