@@ -43,6 +43,7 @@ use futures_util::future::BoxFuture;
 
 use tokio_util::sync::CancellationToken;
 
+#[cfg(any(feature = "openai", feature = "process"))]
 pub(crate) use model::endpoint_var;
 #[cfg(feature = "config")]
 pub(crate) use model::MODEL_FORMS;

@@ -544,12 +544,14 @@ pub trait Model: Send + Sync + 'static {
 
 /// The variables every OpenAI client reads, beside ours: ours win when both
 /// are set.
+#[cfg(any(feature = "openai", feature = "process"))]
 const OPENAI_ECOSYSTEM: [(&str, &str); 2] =
     [("SUBAGENTS_BASE_URL", "OPENAI_BASE_URL"), ("SUBAGENTS_API_KEY", "OPENAI_API_KEY")];
 
 /// The value of an endpoint's variable `name` (set to more than blanks),
 /// else of the ecosystem's name for the same thing (`OPENAI_API_KEY` for
 /// `SUBAGENTS_API_KEY`, `OPENAI_BASE_URL` for `SUBAGENTS_BASE_URL`).
+#[cfg(any(feature = "openai", feature = "process"))]
 pub(crate) fn endpoint_var(name: &str) -> Option<String> {
     let set = |name: &str| std::env::var(name).ok().filter(|value| !value.trim().is_empty());
     set(name).or_else(|| OPENAI_ECOSYSTEM.iter().find(|(ours, _)| *ours == name).and_then(|(_, theirs)| set(theirs)))

@@ -58,6 +58,7 @@ pub fn check_home(home: &Path) -> Result<(), ServeError> {
 
 /// Whether a home check failed because the disk or the user's quota is
 /// full: a state that passes, unlike a home that is not a directory.
+#[cfg(feature = "remote")]
 pub(crate) fn out_of_space(error: &ServeError) -> bool {
     let ServeError::Home { source, .. } = error else { return false };
     matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
