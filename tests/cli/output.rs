@@ -162,3 +162,20 @@ fn library_logs_reach_stderr_at_the_level_rust_log_asks_for() {
     assert!(!stderr.contains("child turn failed"), "RUST_LOG=off silences it: {stderr}");
     assert!(stderr.contains("line 1:"), "the CLI's own lines stay: {stderr}");
 }
+
+#[test]
+fn help_matches_its_checked_in_snapshots() {
+    // `SUBAGENTS_BLESS=1` rewrites the snapshots from the binary.
+    let bless = std::env::var_os("SUBAGENTS_BLESS").is_some();
+    for (args, name) in [(&["--help"][..], "subagents"), (&["fanout", "--help"], "fanout"), (&["run", "--help"], "run")]
+    {
+        let output = run(subagents().args(args));
+        assert!(output.status.success(), "{args:?}");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/cli/help/{name}.txt"));
+        if bless {
+            std::fs::write(&path, &output.stdout).unwrap();
+        }
+        let snapshot = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text(&output.stdout), snapshot, "{args:?} changed: SUBAGENTS_BLESS=1 rewrites {}", path.display());
+    }
+}

@@ -88,24 +88,31 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run one prompt on a parent agent that can delegate to subagents.
-    Run(run::RunArgs),
-    /// Serve this crate's agent over the Agent Client Protocol on stdio.
-    Acp(acp::AcpArgs),
-    /// Serve this runtime's delegation as MCP tools on stdio (for an MCP client).
-    Mcp(mcp::McpArgs),
-    /// Serve one session of a full runtime over stdio (the `process` provider's child).
-    Serve(serve::ServeArgs),
-    /// Read stored sessions: list them, show one, or the delegation tree under one.
-    Sessions(sessions::SessionsArgs),
     /// Run every task line of a JSONL file as a subagent, in parallel.
+    #[command(
+        after_help = "Example (the scripted demo model: no key, no network):\n  subagents fanout examples/tasks.jsonl --out results.jsonl\n  subagents fanout examples/tasks.jsonl --out results.jsonl --resume   # after a Ctrl-C"
+    )]
     Fanout(fanout::FanoutArgs),
-    /// Run the `remote` provider's runs for a pool, pulled from NATS JetStream.
-    Worker(worker::WorkerArgs),
+    /// Run one prompt on a parent agent that can delegate to subagents.
+    #[command(after_help = "Example:\n  subagents run \"review src/ and delegate one subagent per module\"")]
+    Run(run::RunArgs),
+    /// Read stored sessions: list them, show one, or the delegation tree under one.
+    #[command(after_help = "Example:\n  subagents sessions list --home .subagents")]
+    Sessions(sessions::SessionsArgs),
     /// The providers the configuration defines.
     Providers(providers::ProvidersArgs),
+    /// Serve this runtime's delegation as MCP tools on stdio (for an MCP client).
+    Mcp(mcp::McpArgs),
+    /// Serve this crate's agent over the Agent Client Protocol on stdio.
+    Acp(acp::AcpArgs),
     /// Serve this runtime as an Agent2Agent (A2A 1.0) server over HTTP.
     A2a(a2a::A2aArgs),
+    /// Run the `remote` provider's runs for a pool, pulled from NATS JetStream.
+    Worker(worker::WorkerArgs),
+    /// Serve one session of a full runtime over stdio (the `process`
+    /// provider's child; not for a person).
+    #[command(hide = true)]
+    Serve(serve::ServeArgs),
 }
 
 impl Command {
