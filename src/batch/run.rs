@@ -85,9 +85,15 @@ pub(super) fn open(batch: Batch, tasks: &Path, cancel: CancellationToken) -> Res
         return Err(BatchError::NotAFile { path: tasks.to_owned(), why });
     }
     let resuming = resume.is_some();
-    let (results, settled) = Results::open(out.as_deref(), resuming, max_line_bytes, results, cancel.clone())?;
     let resume = resume.unwrap_or_default();
-    check_lines(tasks, max_line_bytes, &subagents, &settled, resume.rerun_changed)?;
+    // A fresh batch truncates its results file: its lines are checked first.
+    if !resuming {
+        check_lines(tasks, max_line_bytes, &subagents, &HashMap::new(), false)?;
+    }
+    let (results, settled) = Results::open(out.as_deref(), resuming, max_line_bytes, results, cancel.clone())?;
+    if resuming {
+        check_lines(tasks, max_line_bytes, &subagents, &settled, resume.rerun_changed)?;
+    }
     // Runs of a provider that detaches them are recorded beside the
     // results before they start, so that a resume attaches to them again.
     let detaches = subagents.provider(&provider).is_some_and(|info| info.detaches);

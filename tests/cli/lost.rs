@@ -263,7 +263,8 @@ fn a_task_line_naming_an_unknown_provider_is_refused_before_anything_runs_with_t
         "tasks.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\", \"provider\": \"spwan\"}\n",
     );
-    let out = dir.path().join("out.jsonl");
+    // An earlier batch's results, which a refused batch must not touch.
+    let out = write_file(dir.path(), "out.jsonl", "{\"id\": \"earlier\"}\n");
     let output = run(subagents().arg("fanout").arg(&tasks).arg("--out").arg(&out));
     let stderr = text(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
@@ -271,7 +272,7 @@ fn a_task_line_naming_an_unknown_provider_is_refused_before_anything_runs_with_t
         stderr.contains("tasks.jsonl:2: unknown provider \"spwan\" (did you mean \"spawn\"? available:"),
         "{stderr}"
     );
-    assert!(std::fs::read(&out).map_or(true, |bytes| bytes.is_empty()), "nothing ran");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "{\"id\": \"earlier\"}\n", "nothing ran, nothing truncated");
 
     let output = run(subagents().arg("fanout").arg(&tasks).args(["--provider", "mokc"]));
     assert_eq!(output.status.code(), Some(2));
