@@ -18,7 +18,7 @@
 //!     .resume(true) // run only what results.jsonl has not settled
 //!     .open("tasks.jsonl", CancellationToken::new())?;
 //! let summary = opened.run(Quiet).await;
-//! assert!(summary.all_ran() && !summary.lost());
+//! assert!(summary.all_ran() && summary.lost().is_none());
 //! # Ok(()) }
 //! ```
 //!
