@@ -157,7 +157,10 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
     if summary.was_interrupted() || lost {
         match summary.resumable() {
             true => say!("subagents: to finish the batch: {}", resume_command()),
-            false => say!("subagents: results went to stdout: run the batch with --out FILE to resume it"),
+            false => {
+                let went = args.out.as_deref().map_or("stdout".into(), |out| out.display().to_string());
+                say!("subagents: results went to {went}, which cannot be read back: run the batch with --out FILE to resume it");
+            }
         }
     }
     let report = setup.runtime.shutdown();
