@@ -668,10 +668,10 @@ where
 }
 
 /// An error that may quote the server, made fit for a model to read:
-/// control characters dropped, at most 300 bytes.
+/// escapes and control and bidi characters dropped (`seam::safe_line`), at
+/// most 300 bytes.
 fn untrusted(error: &dyn std::fmt::Display) -> String {
-    let text: String = error.to_string().chars().filter(|c| !c.is_control()).collect();
-    crate::seam::cut(&text, 300).to_owned()
+    crate::seam::cut(&crate::seam::safe_line(&error.to_string()), 300).to_owned()
 }
 
 /// One of a server's tools in an agent's tool set.
