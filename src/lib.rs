@@ -8,6 +8,7 @@
 )]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unused_must_use)]
+#![forbid(unsafe_code)]
 
 mod actors;
 #[cfg(feature = "agent")]

@@ -59,6 +59,8 @@
 //! declared once in [`args`]; [`setup`] builds the runtime the working
 //! commands share and shuts it down once. This file only dispatches.
 
+#![forbid(unsafe_code)]
+
 mod args;
 mod commands;
 mod live;
