@@ -6,13 +6,13 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
 
 use serde_json::Value;
 use subagents::batch::{Batch, Quiet, Report, Settled};
 use subagents::providers::MockProvider;
-use subagents::{CancellationToken, Runtime, SubagentEvent};
+use subagents::{CancellationToken, Runtime};
 
 /// Counts settled runs and cancels the batch after `stop_after` of them.
 struct StopAfter {
@@ -52,17 +52,7 @@ fn a_batch_runs_under_its_cap_is_interrupted_without_settling_and_resumes_to_eac
     let out = dir.path().join("out.jsonl");
 
     // Runs at once, as the runtime's events count them.
-    let running = Arc::new(Mutex::new((0usize, 0usize)));
-    let counted = running.clone();
-    let _listener = subagents.add_listener(move |event: &SubagentEvent| {
-        let mut running = counted.lock().unwrap();
-        match event {
-            SubagentEvent::Start(_) => running.0 += 1,
-            SubagentEvent::End(_) => running.0 -= 1,
-            _ => return,
-        }
-        running.1 = running.1.max(running.0);
-    });
+    let (_listener, peak) = crate::common::peak_running(&subagents);
 
     let cancel = CancellationToken::new();
     let opened = Batch::new(&subagents, "mock").concurrency(16).out(&out).open(&tasks, cancel.clone()).unwrap();
@@ -70,8 +60,7 @@ fn a_batch_runs_under_its_cap_is_interrupted_without_settling_and_resumes_to_eac
     let first = runtime.block_on(opened.run(report));
     assert!(first.was_interrupted() && first.lost().is_none() && first.resumable());
     assert!(first.runs() >= 300 && first.runs() < 1000, "{}", first.runs());
-    let peak = running.lock().unwrap().1;
-    assert!(peak <= 16, "at most 16 runs at once, saw {peak}");
+    assert!(peak() <= 16, "at most 16 runs at once, saw {}", peak());
     let written = lines_by_id(&out);
     let interrupted = written.values().flatten().filter(|line| line["interrupted"] == true).count();
     assert_eq!(interrupted, first.interrupted_runs());
@@ -88,7 +77,7 @@ fn a_batch_runs_under_its_cap_is_interrupted_without_settling_and_resumes_to_eac
         let output = settled[0]["output"].as_str().unwrap();
         assert!(output.ends_with(&format!("task {}", &id[1..])), "{id}: {output}");
     }
-    assert!(running.lock().unwrap().1 <= 16);
+    assert!(peak() <= 16);
     drop(runtime);
     // The batch wrote only what it was told to: its results file and home.
     let mut names: Vec<String> =

@@ -330,22 +330,11 @@ async fn abandoning_start_midway_leaves_nothing_running() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fan_out_runs_a_thousand_requests_never_more_than_its_cap_at_once_and_disposes_each() {
     use futures_util::StreamExt;
-    use std::sync::{Arc, Mutex};
     let runtime = runtime();
     let subagents = runtime.subagents();
     // The registration handle is dropped at once: the provider stays.
     drop(subagents.register_provider(MockProvider::new("m").with_delay(Duration::from_millis(2))).unwrap());
-    let running = Arc::new(Mutex::new((0usize, 0usize)));
-    let counted = running.clone();
-    let _listener = subagents.add_listener(move |event: &subagents::SubagentEvent| {
-        let mut running = counted.lock().unwrap();
-        match event {
-            subagents::SubagentEvent::Start(_) => running.0 += 1,
-            subagents::SubagentEvent::End(_) => running.0 -= 1,
-            _ => return,
-        }
-        running.1 = running.1.max(running.0);
-    });
+    let (_listener, peak) = common::peak_running(&subagents);
     let requests = (0..1000).map(|n| request(&format!("task {n}")));
     let mut seen = vec![false; 1000];
     let mut results = subagents.fan_out("m", requests, 8);
@@ -355,7 +344,6 @@ async fn fan_out_runs_a_thousand_requests_never_more_than_its_cap_at_once_and_di
     }
     assert!(seen.iter().all(|&s| s));
     assert!(common::eventually(Duration::from_secs(5), || runtime.live().is_quiescent()).await, "each run disposed");
-    let peak = running.lock().unwrap().1;
-    assert!(peak <= 8, "at most 8 runs at once, saw {peak}");
+    assert!(peak() <= 8, "at most 8 runs at once, saw {}", peak());
     runtime.shutdown().await;
 }

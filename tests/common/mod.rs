@@ -279,3 +279,21 @@ fn running_tests() -> std::collections::BTreeSet<(String, String)> {
         .filter(|(id, name)| *id != main && name != "watchdog" && !name.starts_with("tokio") && !name.is_empty())
         .collect()
 }
+
+/// The most runs of `subagents` alive at once since this was made, as its
+/// events count them (Start up, End down); keep the handle while counting.
+pub fn peak_running(subagents: &Subagents) -> (subagents::events::ListenerHandle, impl Fn() -> usize) {
+    use std::sync::{Arc, Mutex};
+    let running = Arc::new(Mutex::new((0usize, 0usize)));
+    let counted = running.clone();
+    let listener = subagents.add_listener(move |event: &subagents::SubagentEvent| {
+        let mut running = counted.lock().unwrap();
+        match event {
+            subagents::SubagentEvent::Start(_) => running.0 += 1,
+            subagents::SubagentEvent::End(_) => running.0 -= 1,
+            _ => return,
+        }
+        running.1 = running.1.max(running.0);
+    });
+    (listener, move || running.lock().unwrap().1)
+}
