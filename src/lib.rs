@@ -41,6 +41,8 @@ pub mod telemetry;
 mod tls;
 #[cfg(feature = "agent")]
 pub mod tool;
+#[cfg(any(feature = "a2a", feature = "acp", feature = "process"))]
+mod wire;
 
 pub use actors::{
     Continuation, PhaseReport, Registration, Run, Runtime, RuntimeBuilder, RuntimeTask, ScopedRegistration,

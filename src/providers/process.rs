@@ -50,8 +50,6 @@
 
 #[cfg(feature = "mcp")]
 pub(crate) mod mcp_servers;
-pub(crate) mod profile;
-pub(crate) mod wire;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -64,12 +62,12 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use self::wire::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
 use crate::child_process::{spawn, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
 use crate::seam::{
     AgentOptions, Branch, BudgetLease, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch,
     LaunchError, ProgressUpdate, Provider, ProviderContext, RunResult, RunUsage, Stage, StopReason, StopReport,
 };
+use crate::wire::process::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
 
 /// Configuration of a [`ProcessProvider`].
 #[derive(Clone, Debug)]
@@ -243,7 +241,8 @@ impl ProcessProvider {
                 std::fs::read(path).map_err(|source| ConfigError::UnreadablePatch { path: path_of(), source })?;
             let patch: Value = serde_json::from_slice(&text)
                 .map_err(|source| ConfigError::PatchNotJson { path: path_of(), source })?;
-            profile::check_patch(&patch).map_err(|reason| ConfigError::InvalidPatch { path: path_of(), reason })?;
+            crate::wire::process::profile::check_patch(&patch)
+                .map_err(|reason| ConfigError::InvalidPatch { path: path_of(), reason })?;
             patches.push(patch);
         }
         Ok(ProcessProvider { config, patches })

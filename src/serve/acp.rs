@@ -86,11 +86,11 @@ use tracing::Instrument as _;
 use self::tool_calls::{Approved, ToolCallIds};
 use super::ServeError;
 use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};
-use crate::providers::acp::acp_stop_of;
 use crate::seam::TraceContext;
 use crate::seam::{Category, ContentBlock, Diagnostic, Stage};
 use crate::telemetry;
 use crate::tool::{delegating_tools, register_delegating_spawn, TaskService, DEFAULT_MAX_DEPTH};
+use crate::wire::acp::acp_stop_of;
 use crate::{Runtime, Subagents};
 
 /// How `subagents acp` serves.

@@ -25,9 +25,9 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::{lock, Route, Shared};
-use crate::providers::remote::broker::{cancel_key, check_name, detached_key, state_key, OPERATION_TIMEOUT};
-use crate::providers::remote::wire::{self, Claim, Holder, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
 use crate::seam::{Branch, Category, Diagnostic, Parent, RunResult, Stage, StartRequest, StopReason};
+use crate::wire::remote::broker::{cancel_key, check_name, detached_key, state_key, OPERATION_TIMEOUT};
+use crate::wire::remote::{self as wire, Claim, Holder, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
 
 /// How long a finished run keeps trying to write its result through a
 /// broker outage before leaving the delivery to be redelivered.
