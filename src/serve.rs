@@ -21,11 +21,11 @@
 mod a2a;
 #[cfg(all(feature = "acp", feature = "agent"))]
 mod acp;
-#[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp"))]
+#[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp-server"))]
 mod framing;
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-server")]
 mod mcp;
-#[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp", feature = "process", feature = "remote"))]
+#[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp-server", feature = "process", feature = "remote"))]
 mod pipes;
 mod preflight;
 mod signals;
@@ -38,7 +38,7 @@ mod worker;
 pub use a2a::{serve_a2a, A2aServeOptions};
 #[cfg(all(feature = "acp", feature = "agent"))]
 pub use acp::{serve_acp, AcpServeOptions};
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-server")]
 pub use mcp::{serve_mcp, ChildProvider as McpChildProvider, McpServeOptions};
 pub use preflight::{check_home, reachable_model};
 #[cfg(feature = "process")]

@@ -48,7 +48,7 @@
 //! Tool filters cannot be checked against the child's tools from here
 //! (they are advertised off).
 
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-client")]
 pub(crate) mod mcp_servers;
 
 use std::cell::RefCell;
@@ -90,7 +90,7 @@ pub struct ProcessConfig {
     pub child: ChildProcessConfig,
     /// The MCP servers each child mounts (`None`, the default: its parent
     /// agent's; `Some(vec![])`: none); each child starts its own copies.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     pub mcp_servers: Option<Vec<crate::agent::McpServerConfig>>,
 }
 
@@ -152,7 +152,7 @@ impl ProcessConfig {
             route: AgentOptions::default(),
             shutdown_timeout: Duration::from_secs(1),
             child: ChildProcessConfig::default(),
-            #[cfg(feature = "mcp")]
+            #[cfg(feature = "mcp-client")]
             mcp_servers: None,
         }
     }
@@ -303,7 +303,7 @@ impl Provider for ProcessProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { agent_options: true, mcp_servers: cfg!(feature = "mcp"), ..Capabilities::none() }
+        Capabilities { agent_options: true, mcp_servers: cfg!(feature = "mcp-client"), ..Capabilities::none() }
     }
 
     fn route_defaults(&self) -> AgentOptions {
@@ -327,9 +327,9 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
         return Err(LaunchError::Aborted);
     }
     let cwd = config.run_cwd(&request.parent.cwd)?;
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     let mcp_servers = mcp_servers::for_child(config.mcp_servers.as_deref(), &request)?;
-    #[cfg(not(feature = "mcp"))]
+    #[cfg(not(feature = "mcp-client"))]
     let mcp_servers = Vec::new();
     let route = match &request.agent_options {
         Some(options) => config.route.overridden_by(options),

@@ -31,7 +31,7 @@ use super::ServeError;
 use crate::actors::LineageScope;
 use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Tool, Toolset};
 use crate::child_process::lines;
-#[cfg(any(feature = "mcp", feature = "remote"))]
+#[cfg(any(feature = "mcp-server", feature = "remote"))]
 use crate::providers::ProcessConfig;
 use crate::seam::ContentBlock;
 use crate::seam::TraceContext;
@@ -68,7 +68,7 @@ struct Server {
     outgoing: Option<mpsc::UnboundedReceiver<Value>>,
     agent: Option<Agent>,
     /// The MCP servers the session mounted, closed at its end.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     mcp_servers: Vec<crate::agent::McpServer>,
     turn: Option<tokio::task::JoinHandle<()>>,
     /// The runs the served session starts, for the `shutdown` receipt.
@@ -79,7 +79,7 @@ struct Server {
 
 /// A served door's own `process` provider, without a configuration file:
 /// children under `home` running `spec` (see [`ProcessConfig::route_child_model`]).
-#[cfg(any(feature = "mcp", feature = "remote"))]
+#[cfg(any(feature = "mcp-server", feature = "remote"))]
 pub(crate) fn door_process_provider(
     name: &str,
     home: std::path::PathBuf,
@@ -121,7 +121,7 @@ impl Server {
             out,
             outgoing: Some(outgoing),
             agent: None,
-            #[cfg(feature = "mcp")]
+            #[cfg(feature = "mcp-client")]
             mcp_servers: Vec::new(),
             turn: None,
             lineage: None,
@@ -254,7 +254,7 @@ impl Server {
     }
 
     /// Starts the MCP servers the parent sent: their tools, for the session.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     async fn mount_mcp_servers(&mut self, init: &Initialize) -> Result<Vec<Arc<dyn Tool>>, String> {
         let configs = init.mcp_servers.iter().map(from_wire);
         let configs = configs.collect::<Result<Vec<_>, String>>()?;
@@ -263,11 +263,11 @@ impl Server {
         Ok(tools)
     }
 
-    #[cfg(not(feature = "mcp"))]
+    #[cfg(not(feature = "mcp-client"))]
     async fn mount_mcp_servers(&mut self, init: &Initialize) -> Result<Vec<Arc<dyn Tool>>, String> {
         match init.mcp_servers.is_empty() {
             true => Ok(Vec::new()),
-            false => Err("this child was built without MCP servers (the crate's \"mcp\" feature)".to_owned()),
+            false => Err("this child was built without MCP servers (the crate's \"mcp-client\" feature)".to_owned()),
         }
     }
 
@@ -305,7 +305,7 @@ impl Server {
         for tool in mounted {
             tools.add_shared(tool).map_err(|e| e.to_string())?;
         }
-        #[cfg(feature = "mcp")]
+        #[cfg(feature = "mcp-client")]
         for server in &self.mcp_servers {
             tools.note_mcp_server(server);
         }
@@ -377,7 +377,7 @@ impl Server {
                 tracing::warn!(%error, "the served session was not saved");
             }
         }
-        #[cfg(feature = "mcp")]
+        #[cfg(feature = "mcp-client")]
         futures_util::future::join_all(self.mcp_servers.drain(..).map(|server| async move { server.shutdown().await }))
             .await;
     }
@@ -393,7 +393,7 @@ fn last_assistant_text(events: &[SessionEvent]) -> Option<String> {
 }
 
 /// A server as the child's session mounts it.
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-client")]
 fn from_wire(wire: &crate::wire::process::WireMcpServer) -> Result<crate::agent::McpServerConfig, String> {
     use crate::agent::{McpServerConfig, McpTransport};
     use std::time::Duration;
