@@ -28,15 +28,12 @@ pub struct HomeArgs {
 }
 
 impl HomeArgs {
-    /// `--home` as given; `None` leaves the choice to the runtime, which
-    /// falls back the same way [`HomeArgs::resolve`] does.
-    pub fn given(&self) -> Option<PathBuf> {
-        self.home.clone()
-    }
-
-    /// `--home`, else `$SUBAGENTS_HOME`, else `.subagents`.
+    /// `--home`, else `$SUBAGENTS_HOME`, else `.subagents`: the binary
+    /// always tells the runtime its home (a runtime told none keeps a
+    /// private temporary one).
     pub fn resolve(&self) -> PathBuf {
-        self.given()
+        self.home
+            .clone()
             .or_else(|| std::env::var_os(HOME_ENV).map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from(".subagents"))
     }

@@ -86,23 +86,19 @@ fn remote(provider: &str, args: &RemoteArgs, config: &Config) -> Result<Option<R
     RemoteProvider::connect(config).map(Some).map_err(|e| e.to_string())
 }
 
-/// The runtime (home: `home`, else `$SUBAGENTS_HOME`, else `.subagents` in
-/// the working directory), the default model, and every provider of
+/// The runtime (home: `home`), the default model, and every provider of
 /// `config` registered, plus the flag-built `remote` one when `provider`
 /// asks for it.
 pub fn setup(
     model_spec: &str,
-    home: Option<PathBuf>,
+    home: PathBuf,
     provider: &str,
     remote_args: &RemoteArgs,
     config: &Config,
 ) -> Result<Setup, String> {
     let remote = remote(provider, remote_args, config)?;
     let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
-    let mut builder = Runtime::builder().cancel_grace(Duration::from_millis(500));
-    if let Some(home) = home {
-        builder = builder.home(home);
-    }
+    let builder = Runtime::builder().cancel_grace(Duration::from_millis(500)).home(home);
     let runtime = CommandRuntime(Some(builder.build().map_err(|e| format!("cannot start the runtime: {e}"))?));
     let home = runtime.home();
     let subagents = runtime.subagents();

@@ -74,7 +74,7 @@ impl A2aArgs {
             }
         }
         options.model = self.model.model;
-        options.home = self.home.given();
+        options.home = Some(self.home.resolve());
         options.public_url = self.public_url;
         options.max_tasks = self.max_tasks as usize;
         options.task_ttl = std::time::Duration::from_secs(self.task_ttl_secs);

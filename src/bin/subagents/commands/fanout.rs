@@ -93,7 +93,7 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
         Some(provider) => provider.clone(),
         None => config.tool_providers().first().cloned().ok_or("the configuration defines no provider")?,
     };
-    let setup = setup(&args.model.model, args.home.given(), &provider, &args.remote, config)?;
+    let setup = setup(&args.model.model, args.home.resolve(), &provider, &args.remote, config)?;
     // Refusals from here on stop the runtime (as `setup` drops); files are
     // created last so that a refused batch truncates nothing.
     setup.check_provider(&provider)?;

@@ -46,7 +46,7 @@ impl McpArgs {
         let McpArgs { provider, config, model, home, max_depth, concurrency, max_background_tasks } = self;
         let mut options = McpServeOptions {
             model: model.model,
-            home: home.given(),
+            home: Some(home.resolve()),
             max_depth,
             concurrency: concurrency.map(|n| n as usize),
             max_background_tasks: max_background_tasks.map(|n| n as usize),

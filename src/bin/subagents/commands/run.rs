@@ -50,7 +50,7 @@ fn run(args: RunArgs, config: &subagents::config::Config) -> Result<Ended, Strin
         None => config.tool_providers().to_vec(),
     };
     let provider = args.provider.as_deref().unwrap_or_default();
-    let setup = setup(&args.model.model, args.home.given(), provider, &args.remote, config)?;
+    let setup = setup(&args.model.model, args.home.resolve(), provider, &args.remote, config)?;
     offered.iter().try_for_each(|provider| setup.check_provider(provider))?;
     let cancel = CancellationToken::new();
     cancel_on_ctrl_c(&setup.runtime, cancel.clone(), None);
