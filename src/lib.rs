@@ -50,7 +50,7 @@ pub use actors::{
 };
 pub use events::SubagentEvent;
 pub use seam::{
-    AgentOptions, Budget, BudgetLease, ContentBlock, Detached, Parent, Receipt, RunResult, StartRequest, StopReason,
-    SubagentError, ToolFilter,
+    AgentOptions, Budget, BudgetLease, ContentBlock, Detached, DisposeError, Parent, Receipt, RegisterError, RunResult,
+    StartError, StartRequest, SteeringError, StopReason, SubagentError, ToolFilter,
 };
 pub use tokio_util::sync::CancellationToken;

@@ -33,7 +33,7 @@ pub use crate::live::ProcessLease;
 pub(crate) use budget::{admit as budget_admit, Admission};
 pub use budget::{Budget, BudgetExhausted, BudgetLease, BudgetLimit};
 pub use content::{text_of, ContentBlock};
-pub use error::{SteeringError, SubagentError};
+pub use error::{DisposeError, RegisterError, StartError, SteeringError, SubagentError};
 /// The boxed, `!Send` future a [`Provider`] and a [`Child`] return (they
 /// run on their run actor's thread).
 pub use futures_util::future::LocalBoxFuture;

@@ -44,8 +44,8 @@ use crate::agent::{
 use crate::seam::ProgressUpdate;
 use crate::seam::{
     AgentOptions, Budget, Capabilities, CaptureError, Category, Child, ContentBlock, Diagnostic, Failure, Launch,
-    LaunchError, LocalAgent, Provider, ProviderContext, RunResult, RunUsage, Stage, StartRequest, StopReason,
-    SubagentError,
+    LaunchError, LocalAgent, Provider, ProviderContext, RunResult, RunUsage, Stage, StartRequest, SteeringError,
+    StopReason,
 };
 
 /// The name of the capture tool a structured child gets.
@@ -630,7 +630,7 @@ impl Child for InProcessChild {
         true
     }
 
-    fn send_message(&self, message: Vec<ContentBlock>) -> LocalBoxFuture<'static, Result<(), SubagentError>> {
+    fn send_message(&self, message: Vec<ContentBlock>) -> LocalBoxFuture<'static, Result<(), SteeringError>> {
         self.agent.steer(message);
         Box::pin(async { Ok(()) })
     }

@@ -267,7 +267,7 @@ impl Held {
 
     /// Starts the local child, acking progress while it starts (a
     /// `process` child takes a process start and a handshake).
-    async fn start(&self, signal: CancellationToken) -> Result<crate::Run, crate::SubagentError> {
+    async fn start(&self, signal: CancellationToken) -> Result<crate::Run, crate::StartError> {
         let start = self.shared.subagents.start(&self.shared.provider, self.start_request(signal));
         tokio::pin!(start);
         let mut tick = tokio::time::interval(self.shared.tick);
