@@ -6,7 +6,7 @@ use subagents::agent::{Agent, SessionStore};
 use subagents::{CancellationToken, StopReason};
 use tracing::Instrument;
 
-use crate::args::{ConfigArgs, HomeArgs, ModelArgs, RemoteArgs};
+use crate::args::{RemoteArgs, Sources, TelemetryArgs};
 use crate::setup::{cancel_on_ctrl_c, setup, toolset};
 use crate::terminal::{self, say};
 use crate::timeline::{tree, Timeline};
@@ -22,18 +22,16 @@ pub struct RunArgs {
     #[arg(long)]
     provider: Option<String>,
     #[command(flatten)]
-    config: ConfigArgs,
-    #[command(flatten)]
-    model: ModelArgs,
-    #[command(flatten)]
-    home: HomeArgs,
+    sources: Sources,
     #[command(flatten)]
     remote: RemoteArgs,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
 }
 
 impl RunArgs {
     pub fn run(self) -> Result<ExitCode, String> {
-        let config = self.config.load()?;
+        let config = self.sources.config.load()?;
         run(self, &config).map(ExitCode::from)
     }
 }
@@ -50,7 +48,7 @@ fn run(args: RunArgs, config: &subagents::config::Config) -> Result<Ended, Strin
         None => config.tool_providers().to_vec(),
     };
     let provider = args.provider.as_deref().unwrap_or_default();
-    let setup = setup(&args.model.model, args.home.resolve(), provider, &args.remote, config)?;
+    let setup = setup(&args.sources.model.model, args.sources.home.resolve(), provider, &args.remote, config)?;
     offered.iter().try_for_each(|provider| setup.check_provider(provider))?;
     let cancel = CancellationToken::new();
     cancel_on_ctrl_c(&setup.runtime, cancel.clone(), None);
