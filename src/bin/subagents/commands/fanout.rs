@@ -26,7 +26,7 @@ use subagents::CancellationToken;
 use crate::args::{BudgetArgs, DurableArgs, RemoteArgs, Sources, TelemetryArgs};
 use crate::logging;
 use crate::outputs;
-use crate::setup::{cancel_on_ctrl_c, setup};
+use crate::setup::{cancel_on_ctrl_c, setup, Shown};
 use crate::terminal::{self, say};
 use crate::Ended;
 
@@ -125,7 +125,7 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
         args.trace.as_deref().map(|trace| outputs::create_trace(trace, args.out.as_deref())).transpose()?;
     // The trace is the runtime's own spans: nothing else to record.
     let trace = logging::install(logging::warnings(), trace_file);
-    cancel_on_ctrl_c(&setup.runtime, cancel.clone(), Some(progress.clone()));
+    cancel_on_ctrl_c(&setup.runtime, cancel.clone(), Shown::Bar(progress.clone()));
     let quiet = (!progress.is_hidden()).then(terminal::QuietControlKeys::hold);
     let per_provider = crate::live::per_provider(&setup.subagents, &progress);
     let terminal = Terminal { progress: progress.clone(), tasks: args.tasks.clone(), failed: AtomicUsize::new(0) };

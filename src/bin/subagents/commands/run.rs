@@ -7,8 +7,8 @@ use subagents::{CancellationToken, StopReason};
 use tracing::Instrument;
 
 use crate::args::{RemoteArgs, Sources, TelemetryArgs};
-use crate::setup::{cancel_on_ctrl_c, setup, toolset};
-use crate::terminal::{self, say};
+use crate::setup::{cancel_on_ctrl_c, setup, toolset, Shown};
+use crate::terminal::{self, say, QuietControlKeys};
 use crate::timeline::{tree, Timeline};
 use crate::Ended;
 
@@ -51,7 +51,6 @@ fn run(args: RunArgs, config: &subagents::config::Config) -> Result<Ended, Strin
     let setup = setup(&args.sources.model.model, args.sources.home.resolve(), provider, &args.remote, config)?;
     offered.iter().try_for_each(|provider| setup.check_provider(provider))?;
     let cancel = CancellationToken::new();
-    cancel_on_ctrl_c(&setup.runtime, cancel.clone(), None);
     let built = Agent::builder_shared(setup.model.clone())
         .store(SessionStore::new(&setup.home))
         .cwd(&setup.cwd)
@@ -59,7 +58,10 @@ fn run(args: RunArgs, config: &subagents::config::Config) -> Result<Ended, Strin
         .cancel_token(cancel.clone())
         .build();
     let parent = built.map_err(|error| format!("cannot create the parent agent: {error}"))?;
-    let timeline = Timeline::record(&setup.runtime);
+    let timeline = Timeline::record(&setup.runtime, parent.id(), &format!("parent ({})", parent.model_name()));
+    cancel_on_ctrl_c(&setup.runtime, cancel.clone(), Shown::Live(timeline.live()));
+    // The echo of ^C would land inside the drawn tree, a line it does not count.
+    let _quiet = QuietControlKeys::hold();
     // The parent is no run: its own span roots the trace its runs hang
     // under (filled only when exported, so log lines stay short).
     let span = tracing::info_span!(
