@@ -58,12 +58,6 @@ fn admit(core: &Core, name: &str, request: &StartRequest) -> Result<Arc<Provider
         return Err(StartError::unsupported(name, missing));
     }
     check_values(request)?;
-    if request.detached.is_some() && !entry.info.detaches {
-        return Err(StartError::invalid(
-            "detached",
-            format!("provider {name:?} cannot keep a run for a later caller to attach to"),
-        ));
-    }
     if let Some(schema) = &request.output_schema {
         crate::schema::check_subset(schema).map_err(|violations| StartError::UnsupportedSchema { violations })?;
     }
