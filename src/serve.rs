@@ -96,4 +96,8 @@ pub enum ServeError {
     /// Reading or writing stdio failed, or the protocol layer gave up.
     #[error("the connection failed: {0}")]
     Connection(String),
+    /// A worker's broker could not be reached or set up, or dropped the
+    /// worker's subscriptions.
+    #[error("the broker: {0}")]
+    Broker(String),
 }

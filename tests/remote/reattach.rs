@@ -138,7 +138,10 @@ fn a_run_that_finished_while_its_caller_was_away_is_collected_by_attach_and_not_
         StartError::StartupFailed { diagnostic, .. } => assert_eq!(diagnostic.category, Category::RunUnknown),
         other => panic!("expected STARTUP_FAILED run-unknown, got {other:?}"),
     }
-    assert_eq!(refused, StartError::UnsupportedCapability { provider: "mock".into(), capability: Capability::Detached });
+    assert_eq!(
+        refused,
+        StartError::UnsupportedCapability { provider: "mock".into(), capability: Capability::Detached }
+    );
     assert_eq!(refused.code(), "UNSUPPORTED_CAPABILITY", "{refused}");
     assert!(refused.to_string().contains("\"detached\" capability"), "{refused}");
     runtime.shutdown_blocking();
