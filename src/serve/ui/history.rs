@@ -180,10 +180,7 @@ impl History {
         let mut nodes: HashMap<String, Value> = HashMap::new();
         for listed in &listing.sessions {
             let header = &listed.summary.header;
-            let kind = match listed.store {
-                None => "in-process",
-                Some(_) => "process",
-            };
+            let kind = kind_of(listed, &listing.stores);
             nodes.insert(
                 header.id.clone(),
                 json!({
@@ -232,6 +229,16 @@ impl History {
                 if !batch_children.contains(child) {
                     batch_children.push(child.clone());
                 }
+            }
+        }
+        // A process or ACP child's run is named `KIND:PROVIDER:SESSION`,
+        // and its agent's session, in the child's own home, names no
+        // parent: the run is that parent.
+        let runs: Vec<String> = nodes.keys().filter(|id| id.contains(':')).cloned().collect();
+        for run in runs {
+            let Some((_, session)) = run.rsplit_once(':') else { continue };
+            if let Some(node) = nodes.get_mut(session).filter(|node| node.get("parent").is_none_or(Value::is_null)) {
+                node["parent"] = json!(run);
             }
         }
         let root_node = match root {
@@ -288,6 +295,18 @@ fn store_of<'a>(listed: &Listed, listing: &'a Listing) -> &'a SessionStore {
     listed.store.map_or(&listing.stores[0], |nested| &listing.stores[nested + 1])
 }
 
+/// Where a session ran: `in-process` for the home's own, else the name of
+/// the child's home under `<home>/children` (a process provider's name).
+fn kind_of(listed: &Listed, stores: &[SessionStore]) -> String {
+    let Some(nested) = listed.store else { return "in-process".to_owned() };
+    let home = stores[nested + 1].dir().and_then(Path::parent);
+    let name = home.and_then(|home| {
+        let children = stores[0].dir()?.parent()?.join("children");
+        home.strip_prefix(children).ok()?.components().next()?.as_os_str().to_str().map(str::to_owned)
+    });
+    name.unwrap_or_else(|| "child home".to_owned())
+}
+
 fn brief(listed: &Listed, stores: &[SessionStore]) -> Value {
     let summary = &listed.summary;
     let home = match listed.store {
@@ -302,7 +321,7 @@ fn brief(listed: &Listed, stores: &[SessionStore]) -> Value {
         "last_stop_reason": summary.last_stop_reason.map(|reason| reason.as_str()),
         "bytes": summary.bytes,
         "torn": summary.torn,
-        "kind": if listed.store.is_none() { "in-process" } else { "process" },
+        "kind": kind_of(listed, stores),
         "home": home,
     })
 }
