@@ -110,7 +110,8 @@ fn screenshots() -> PathBuf {
 
 /// A fan-out run to its end with `args`, its stderr on failure.
 fn fanout(dir: &Path, args: &[&str]) {
-    let output = Command::new(BIN).arg("fanout").args(args).current_dir(dir).env_remove("SUBAGENTS_HOME").output().unwrap();
+    let output =
+        Command::new(BIN).arg("fanout").args(args).current_dir(dir).env_remove("SUBAGENTS_HOME").output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
 }
 
@@ -122,7 +123,13 @@ fn ui_requires_its_token_and_every_answer_carries_a_strict_policy_and_no_cors() 
     assert!(served.token.len() >= 32, "a random token of 128 bits: {}", served.token);
 
     let wrong = "0".repeat(served.token.len());
-    for target in ["/".to_owned(), "/app.js".to_owned(), "/api/live".to_owned(), format!("/?token={wrong}"), format!("/api/sessions?token={wrong}")] {
+    for target in [
+        "/".to_owned(),
+        "/app.js".to_owned(),
+        "/api/live".to_owned(),
+        format!("/?token={wrong}"),
+        format!("/api/sessions?token={wrong}"),
+    ] {
         let (status, headers, _) = served.get(&target);
         assert_eq!(status, 401, "{target} without the right token");
         assert!(header(&headers, "content-security-policy").is_some(), "even a refusal carries the policy");
@@ -133,7 +140,10 @@ fn ui_requires_its_token_and_every_answer_carries_a_strict_policy_and_no_cors() 
         assert_eq!(status, 200, "{target}");
         let policy = header(&headers, "content-security-policy").unwrap();
         assert!(policy.contains("default-src 'self'") && policy.contains("script-src 'self'"), "{policy}");
-        assert!(!policy.contains("unsafe-inline") && !policy.contains("unsafe-eval") && !policy.contains('*'), "{policy}");
+        assert!(
+            !policy.contains("unsafe-inline") && !policy.contains("unsafe-eval") && !policy.contains('*'),
+            "{policy}"
+        );
         assert_eq!(header(&headers, "x-content-type-options"), Some("nosniff"));
         assert_eq!(header(&headers, "referrer-policy"), Some("no-referrer"), "the URL carries the token");
         assert!(headers.iter().all(|(name, _)| !name.starts_with("access-control-")), "no CORS: {headers:?}");
@@ -177,7 +187,10 @@ fn ui_answers_unknown_paths_and_traversals_with_refusals_never_a_file() {
         let (status, _, body) = served.get(&target);
         assert_eq!(status, expected, "{target}");
         let body = String::from_utf8_lossy(&body);
-        assert!(!body.contains("SECRET-BYTES") && !body.contains("root:") && !body.contains("[package]"), "{target}: {body}");
+        assert!(
+            !body.contains("SECRET-BYTES") && !body.contains("root:") && !body.contains("[package]"),
+            "{target}: {body}"
+        );
     }
     // Without a batch there is no event stream to open.
     assert_eq!(served.get(&format!("/api/events?token={token}")).0, 404);
@@ -222,12 +235,28 @@ fn the_live_view_of_a_running_fanout_updates_without_a_reload() {
     let mut tasks = String::new();
     for n in 0..60 {
         let provider = if n % 10 == 3 { "failing" } else { "slow" };
-        tasks.push_str(&format!("{{\"prompt\": \"task {n}\", \"label\": \"task {n}\", \"provider\": \"{provider}\"}}\n"));
+        tasks.push_str(&format!(
+            "{{\"prompt\": \"task {n}\", \"label\": \"task {n}\", \"provider\": \"{provider}\"}}\n"
+        ));
     }
     std::fs::write(dir.path().join("tasks.jsonl"), tasks).unwrap();
     let mut command = Command::new(BIN);
     command
-        .args(["fanout", "tasks.jsonl", "--config", "slow.toml", "--provider", "slow", "--concurrency", "2", "--ui", "--out", "out.jsonl", "--home", "home"])
+        .args([
+            "fanout",
+            "tasks.jsonl",
+            "--config",
+            "slow.toml",
+            "--provider",
+            "slow",
+            "--concurrency",
+            "2",
+            "--ui",
+            "--out",
+            "out.jsonl",
+            "--home",
+            "home",
+        ])
         .current_dir(dir.path());
     let served = Served::start(command);
 
@@ -236,16 +265,31 @@ fn the_live_view_of_a_running_fanout_updates_without_a_reload() {
     let settled = "const v = document.querySelector('#figures .figure .value'); return v && v.textContent;";
     let first = browser.wait_for(PATIENCE, "the live figures", settled);
     browser.run("window.__stillTheSamePage = true; return true;", &[]);
-    let later = browser.wait_for(PATIENCE, "the settled count to change", &format!("const v = document.querySelector('#figures .figure .value').textContent; return v !== {first} && v;"));
+    let later = browser.wait_for(
+        PATIENCE,
+        "the settled count to change",
+        &format!("const v = document.querySelector('#figures .figure .value').textContent; return v !== {first} && v;"),
+    );
     assert!(later.as_str().unwrap().ends_with("/ 60"), "the ETA knows the batch's size: {later}");
     // A failure is named as it happens, with its outcome.
-    let failure = browser.wait_for(PATIENCE, "a failure listed", "const f = document.querySelector('#failures li'); return f && f.textContent;");
+    let failure = browser.wait_for(
+        PATIENCE,
+        "a failure listed",
+        "const f = document.querySelector('#failures li'); return f && f.textContent;",
+    );
     assert!(failure.as_str().unwrap().contains("error"), "{failure}");
     // The providers table counts the runs the runtime's events told of.
     let providers = browser.wait_for(PATIENCE, "per-provider figures", "return [...document.querySelectorAll('#providers td')].map(td => td.textContent).join(' ').includes('slow') && document.querySelector('#providers').textContent;");
     assert!(providers.as_str().unwrap().contains("failing"), "{providers}");
     browser.screenshot(&screenshots().join("live.png"));
-    assert_eq!(browser.run("return window.__stillTheSamePage === true && performance.getEntriesByType('navigation').length;", &[]), json!(1), "updated in place, never reloaded");
+    assert_eq!(
+        browser.run(
+            "return window.__stillTheSamePage === true && performance.getEntriesByType('navigation').length;",
+            &[]
+        ),
+        json!(1),
+        "updated in place, never reloaded"
+    );
     assert_eq!(browser.run("return document.getElementById('status').textContent;", &[]), json!("live"));
 }
 
@@ -273,7 +317,18 @@ fn a_tree_of_three_kinds_of_children_renders_and_expands() {
     std::fs::write(dir.path().join("tasks.jsonl"), lines).unwrap();
     let mut command = Command::new(BIN);
     command
-        .args(["fanout", "tasks.jsonl", "--config", "kinds.toml", "--concurrency", "4", "--ui", "--out", "out.jsonl", "--home"])
+        .args([
+            "fanout",
+            "tasks.jsonl",
+            "--config",
+            "kinds.toml",
+            "--concurrency",
+            "4",
+            "--ui",
+            "--out",
+            "out.jsonl",
+            "--home",
+        ])
         .arg(&home)
         .current_dir(dir.path());
     let served = Served::start(command);
@@ -307,7 +362,11 @@ fn a_tree_of_three_kinds_of_children_renders_and_expands() {
     );
     assert_eq!(shown, json!(["check the docs", "review the parser"]), "unfolded: the children, labelled");
     browser.run("document.getElementById('expand-all').click(); return true;", &[]);
-    assert_eq!(browser.run("return document.querySelectorAll('#waterfall .lane').length;", &[]), json!(12), "every timed node on the timeline (the batch itself has no times)");
+    assert_eq!(
+        browser.run("return document.querySelectorAll('#waterfall .lane').length;", &[]),
+        json!(12),
+        "every timed node on the timeline (the batch itself has no times)"
+    );
     browser.screenshot(&screenshots().join("trees.png"));
 }
 
@@ -321,9 +380,16 @@ fn a_transcript_shows_its_tool_calls_and_hostile_child_output_stays_text() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let megabyte = "m".repeat(1 << 20);
-    let tasks = format!("{}\n{}\n", json!({"prompt": format!("{HOSTILE}; second part"), "label": HOSTILE}), json!({"prompt": megabyte}));
+    let tasks = format!(
+        "{}\n{}\n",
+        json!({"prompt": format!("{HOSTILE}; second part"), "label": HOSTILE}),
+        json!({"prompt": megabyte})
+    );
     std::fs::write(dir.path().join("tasks.jsonl"), tasks).unwrap();
-    fanout(dir.path(), &["tasks.jsonl", "--out", "out.jsonl", "--max-line-bytes", "4000000", "--home", home.to_str().unwrap()]);
+    fanout(
+        dir.path(),
+        &["tasks.jsonl", "--out", "out.jsonl", "--max-line-bytes", "4000000", "--home", home.to_str().unwrap()],
+    );
     let out = dir.path().join("out.jsonl");
     let served = ui(&home, &["--out", out.to_str().unwrap()]);
     let sessions = served.api("sessions?limit=100");
@@ -332,7 +398,13 @@ fn a_transcript_shows_its_tool_calls_and_hostile_child_output_stays_text() {
         .unwrap()
         .iter()
         .map(|s| s["id"].as_str().unwrap().to_owned())
-        .find(|id| served.api(&format!("session?id={id}"))["events"].as_array().unwrap().iter().any(|e| e["tool_calls"].as_array().is_some_and(|c| !c.is_empty())))
+        .find(|id| {
+            served.api(&format!("session?id={id}"))["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["tool_calls"].as_array().is_some_and(|c| !c.is_empty()))
+        })
         .expect("the hostile task's session delegated");
 
     let browser = Browser::start();
@@ -346,7 +418,8 @@ fn a_transcript_shows_its_tool_calls_and_hostile_child_output_stays_text() {
     // The user message is the hostile text, shown exactly, escapes visible.
     let user = browser.run("return document.querySelector('#transcript .event.user pre').textContent;", &[]);
     assert_eq!(user, json!(format!("{escaped}; second part")), "the DOM text is the source, escaped");
-    let injected = "return document.querySelectorAll('main script, main img, main a, main iframe, main object').length;";
+    let injected =
+        "return document.querySelectorAll('main script, main img, main a, main iframe, main object').length;";
     assert_eq!(browser.run(injected, &[]), json!(0), "no element came from the child's text");
     assert_eq!(browser.run("return typeof window.__pwned;", &[]), json!("undefined"), "no script of the child's ran");
     assert_eq!(browser.alert(), None, "no alert");
@@ -367,7 +440,11 @@ fn a_transcript_shows_its_tool_calls_and_hostile_child_output_stays_text() {
         .find(|id| served.api(&format!("session?id={id}"))["events"][0]["text"]["left_out_bytes"].as_u64().is_some())
         .expect("the megabyte session, cut by the server");
     browser.open(&format!("{}#transcripts/{megabyte_session}", served.url));
-    let folded = browser.wait_for(PATIENCE, "the folded megabyte", "const p = document.querySelector('#transcript .event.user pre'); return p && p.textContent.length;");
+    let folded = browser.wait_for(
+        PATIENCE,
+        "the folded megabyte",
+        "const p = document.querySelector('#transcript .event.user pre'); return p && p.textContent.length;",
+    );
     assert_eq!(folded, json!(2000));
     browser.run("document.querySelector('#transcript .event.user .more').click(); return true;", &[]);
     let unfolded = browser.run("const e = document.querySelector('#transcript .event.user'); return [e.querySelector('pre').textContent.length, e.querySelector('.note').textContent];", &[]);
@@ -378,7 +455,11 @@ fn a_transcript_shows_its_tool_calls_and_hostile_child_output_stays_text() {
     browser.open(&format!("{}#transcripts", served.url));
     browser.wait_for(PATIENCE, "the sessions list", "return document.querySelectorAll('#sessions li').length;");
     browser.run("const s = document.getElementById('search'); s.value = 'pwned'; s.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter'})); return true;", &[]);
-    let hits = browser.wait_for(PATIENCE, "search hits", "const n = document.getElementById('search-note').textContent; return n.includes('match') && n;");
+    let hits = browser.wait_for(
+        PATIENCE,
+        "search hits",
+        "const n = document.getElementById('search-note').textContent; return n.includes('match') && n;",
+    );
     assert!(!hits.as_str().unwrap().starts_with("0 "), "{hits}");
     assert_eq!(browser.run(injected, &[]), json!(0));
     assert_eq!(browser.alert(), None);
@@ -400,7 +481,11 @@ fn a_page_of_ten_thousand_runs_stays_responsive() {
 
     let browser = Browser::start();
     browser.open(&served.url);
-    browser.wait_for(PATIENCE, "all 10,000 settled", "const v = document.querySelector('#figures .figure .value'); return v && v.textContent === '10,000';");
+    browser.wait_for(
+        PATIENCE,
+        "all 10,000 settled",
+        "const v = document.querySelector('#figures .figure .value'); return v && v.textContent === '10,000';",
+    );
     // Scrolled to the end: the last rows appear, and only rows in view exist.
     let took = browser.run(
         "const box = document.getElementById('runs'); const t = performance.now(); box.scrollTop = box.scrollHeight; \
@@ -412,6 +497,10 @@ fn a_page_of_ten_thousand_runs_stays_responsive() {
     assert!(took.as_f64().unwrap() < 2000.0, "a scroll handled in under 2 s: {took} ms");
     let filtered = browser.run("const f = document.getElementById('runs-filter'); f.value = 'failed'; f.dispatchEvent(new Event('change')); return true;", &[]);
     assert_eq!(filtered, json!(true));
-    browser.wait_for(PATIENCE, "the failed runs alone", "return document.getElementById('runs-count').textContent === '103 runs';");
+    browser.wait_for(
+        PATIENCE,
+        "the failed runs alone",
+        "return document.getElementById('runs-count').textContent === '103 runs';",
+    );
     assert_eq!(browser.run("return document.getElementById('figures').textContent.includes('103');", &[]), json!(true));
 }

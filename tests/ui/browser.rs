@@ -46,7 +46,13 @@ fn installed() {
 
 /// An HTTP/1.1 exchange on a connection closed after it (chunked bodies
 /// decoded): the status, the headers (names lowercased) and the body.
-pub fn http(address: SocketAddr, method: &str, target: &str, host: &str, body: Option<&Value>) -> (u16, Vec<(String, String)>, Vec<u8>) {
+pub fn http(
+    address: SocketAddr,
+    method: &str,
+    target: &str,
+    host: &str,
+    body: Option<&Value>,
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let mut stream = TcpStream::connect(address).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     let body = body.map(|body| body.to_string()).unwrap_or_default();
@@ -100,7 +106,9 @@ fn whole(answer: &[u8]) -> bool {
 fn dechunk(mut body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(end) = body.windows(2).position(|w| w == b"\r\n") {
-        let size = std::str::from_utf8(&body[..end]).ok().and_then(|s| usize::from_str_radix(s.split(';').next()?.trim(), 16).ok());
+        let size = std::str::from_utf8(&body[..end])
+            .ok()
+            .and_then(|s| usize::from_str_radix(s.split(';').next()?.trim(), 16).ok());
         let Some(size) = size.filter(|&size| size > 0) else { break };
         let start = end + 2;
         out.extend_from_slice(&body[start..(start + size).min(body.len())]);
@@ -136,8 +144,16 @@ impl Browser {
             std::thread::sleep(Duration::from_millis(100));
         }
         let mut browser = Browser { driver, address, session: String::new(), _one: one };
-        let args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900", "--hide-scrollbars"];
-        let capabilities = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {"args": args}}}});
+        let args = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,900",
+            "--hide-scrollbars",
+        ];
+        let capabilities =
+            json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {"args": args}}}});
         let created = browser.command("POST", "/session", Some(&capabilities));
         browser.session = created["sessionId"].as_str().expect("a WebDriver session").to_owned();
         browser
