@@ -199,7 +199,10 @@ impl History {
                 node["kind"] = json!(run.provider);
                 node["label"] = json!(run.label);
                 node["state"] = json!(run.stop_reason.as_deref().unwrap_or("running"));
-                node["start_ms"] = json!(run.started_ms);
+                // The earlier of the session's creation and the run's start
+                // event (events reach listeners a moment late).
+                let created = node.get("start_ms").and_then(Value::as_u64).unwrap_or(u64::MAX);
+                node["start_ms"] = json!(created.min(run.started_ms));
                 node["end_ms"] = json!(run.ended_ms);
                 if run.parent.is_none() {
                     batch_children.push(id.clone());

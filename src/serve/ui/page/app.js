@@ -300,6 +300,16 @@ const Trees = {
   render() {
     const tree = $('tree');
     clear(tree);
+    // The tree's span of time: every bar is placed on it, so the bars
+    // down the tree are its waterfall.
+    const timed = this.nodes.filter((node) => node.start_ms);
+    const first = timed.length ? Math.min(...timed.map((n) => n.start_ms)) : 0;
+    // A run still going ends, for now, now.
+    const endOf = (node) => node.end_ms || (node.state === 'running' ? Math.max(Date.now(), node.start_ms) : node.start_ms);
+    const last = timed.length ? Math.max(...timed.map(endOf)) : 0;
+    const span = Math.max(last - first, 1);
+    clear($('waterfall'));
+    if (timed.length) $('waterfall').append(el('span', {}, 'from ' + time(first)), el('span', {}, human(span) + ' in all'));
     // The flat depth-first list nests into lists, one per open parent.
     const open = [tree];
     for (const node of this.nodes) {
@@ -316,8 +326,17 @@ const Trees = {
         node.tokens ? el('span', { class: 'tokens' }, count(node.tokens) + ' tokens') : null,
         node.children ? el('span', { class: 'kids' }, ' · ' + count(node.children) + ' children') : null);
       if (node.session) title.addEventListener('click', () => go('transcripts', node.id));
-      item.appendChild(toggle);
-      item.appendChild(title);
+      const track = el('span', { class: 'track' });
+      if (node.start_ms) {
+        const ended = endOf(node);
+        const bar = el('span', { class: 'bar ' + outcomeClass(node.state) + (node.end_ms ? '' : ' open'), title: (node.label || node.id) + ': ' + (node.end_ms ? human(node.end_ms - node.start_ms) : node.state === 'running' ? 'running' : 'end not recorded') });
+        bar.style.left = ((node.start_ms - first) / span) * 100 + '%';
+        bar.style.width = Math.max(((ended - node.start_ms) / span) * 100, 0.5) + '%';
+        track.appendChild(bar);
+      }
+      const row = el('div', { class: 'row' }, toggle, title, track);
+      row.style.paddingLeft = Math.min(node.level, 24) * 18 + 'px';
+      item.appendChild(row);
       const kids = el('ul', {});
       kids.hidden = node.level > 0;
       item.appendChild(kids);
@@ -326,39 +345,17 @@ const Trees = {
         toggle.addEventListener('click', () => {
           kids.hidden = !kids.hidden;
           toggle.textContent = kids.hidden ? '▸' : '▾';
-          this.waterfall();
         });
       }
       parent.appendChild(item);
       open[node.level + 1] = kids;
     }
-    this.waterfall();
   },
   setAll(hidden) {
     for (const item of $('tree').querySelectorAll('li.has-children')) {
       if (item.dataset.level === '0') continue;
       item.querySelector(':scope > ul').hidden = hidden;
-      item.querySelector(':scope > .toggle').textContent = hidden ? '▸' : '▾';
-    }
-    this.waterfall();
-  },
-  // One bar per node in view, placed on the tree's span of time.
-  waterfall() {
-    const box = $('waterfall');
-    clear(box);
-    const visible = [...$('tree').querySelectorAll('li.node')].filter((item) => item.offsetParent !== null).map((item) => item.dataset.id);
-    const byId = new Map(this.nodes.map((node) => [node.id, node]));
-    const timed = visible.map((id) => byId.get(id)).filter((node) => node && node.start_ms);
-    if (!timed.length) { box.appendChild(el('p', { class: 'note' }, 'no times recorded for these nodes')); return; }
-    const start = Math.min(...timed.map((n) => n.start_ms));
-    const end = Math.max(...timed.map((n) => n.end_ms || n.start_ms));
-    const span = Math.max(end - start, 1);
-    box.appendChild(el('div', { class: 'axis' }, el('span', {}, time(start)), el('span', {}, human(span))));
-    for (const node of timed) {
-      const bar = el('div', { class: 'bar ' + outcomeClass(node.state) + (node.end_ms ? '' : ' open'), title: (node.label || node.id) + ': ' + (node.end_ms ? human(node.end_ms - node.start_ms) : 'end not recorded') });
-      bar.style.left = ((node.start_ms - start) / span) * 100 + '%';
-      bar.style.width = Math.max(((node.end_ms || node.start_ms) - node.start_ms) / span * 100, 0.5) + '%';
-      box.appendChild(el('div', { class: 'lane' }, el('span', { class: 'lane-label' }, '  '.repeat(Math.min(node.level, 12)) + (node.label || node.id.slice(0, 12))), el('div', { class: 'track' }, bar)));
+      item.querySelector(':scope > .row > .toggle').textContent = hidden ? '▸' : '▾';
     }
   },
 };
