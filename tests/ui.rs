@@ -354,7 +354,10 @@ fn a_tree_of_three_kinds_of_children_renders_and_expands() {
     }
     let bars = "return [...document.querySelectorAll('#tree .bar')].filter(bar => bar.offsetParent !== null).length;";
     assert_eq!(browser.run(bars, &[]), json!(4), "the waterfall shows what the tree shows");
-    browser.run("document.querySelector('#tree li.node[data-kind=\"inproc\"] > .row > .toggle').click(); return true;", &[]);
+    browser.run(
+        "document.querySelector('#tree li.node[data-kind=\"inproc\"] > .row > .toggle').click(); return true;",
+        &[],
+    );
     let shown = browser.run(
         "const li = document.querySelector('#tree li.node[data-level=\"1\"][data-kind=\"inproc\"]'); \
          return [...li.querySelectorAll('li.node')].filter(n => n.offsetParent !== null).map(n => n.querySelector('.label').textContent).sort();",
@@ -362,11 +365,7 @@ fn a_tree_of_three_kinds_of_children_renders_and_expands() {
     );
     assert_eq!(shown, json!(["check the docs", "review the parser"]), "unfolded: the children, labelled");
     browser.run("document.getElementById('expand-all').click(); return true;", &[]);
-    assert_eq!(
-        browser.run(bars, &[]),
-        json!(12),
-        "every timed node on the timeline (the batch itself has no times)"
-    );
+    assert_eq!(browser.run(bars, &[]), json!(12), "every timed node on the timeline (the batch itself has no times)");
     browser.screenshot(&screenshots().join("trees.png"));
 }
 
