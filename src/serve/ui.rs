@@ -60,7 +60,7 @@ pub use board::{Board, Both};
 use crate::serve::ServeError;
 use crate::CancellationToken;
 
-/// How `subagents ui` serves; see the [module](self).
+/// How `subagents ui` serves; see [`serve_ui`].
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct UiOptions {
@@ -169,9 +169,19 @@ impl Drop for UiServer {
     }
 }
 
-/// Binds `options.listen` and serves the page on a thread of its own
-/// (with its own small runtime), showing `board` when given and the
-/// sessions of `options.home`.
+/// Binds `options.listen` and serves the web view on a thread of its own
+/// (with its own small runtime): the Live view of `board` when given, and
+/// the trees and transcripts of the sessions of `options.home`.
+///
+/// The page, its script and its style are embedded in the binary; nothing
+/// is fetched from elsewhere. Every request must carry the token (random
+/// unless [`UiOptions::token`] sets it) in its query, as the address in
+/// [`UiServer::url`] does; on loopback its `Host` must be a loopback name.
+/// No CORS header is sent, and every answer carries a Content-Security-Policy
+/// with no inline script, `nosniff` and no referrer. The page puts every
+/// text of a model or an agent into the page as text, never as HTML, with
+/// control characters and bidi overrides shown as escapes; connections,
+/// event streams and every answer are bounded.
 pub fn serve_ui(options: UiOptions, board: Option<Board>) -> Result<UiServer, ServeError> {
     let token = match options.token.clone() {
         Some(token) if valid_token(&token) => token,

@@ -202,7 +202,10 @@ impl State {
 }
 
 /// The live state of one batch, shared by its sources and the server;
-/// cheap to clone. See the [module](self).
+/// cheap to clone: a batch's [`Report`] (as `fanout --ui` feeds it), a
+/// followed results file ([`Board::follow`]) and the runtime's events
+/// ([`Board::watch`]) may all feed one board, which
+/// [`serve_ui`](crate::serve::serve_ui) shows.
 #[derive(Clone, Debug)]
 pub struct Board {
     inner: Arc<Inner>,
