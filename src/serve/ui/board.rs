@@ -144,6 +144,9 @@ struct ProviderFigures {
     running: u64,
     done: u64,
     failed: u64,
+    /// Of the batch's settled runs on this provider (their trees included).
+    tokens: u64,
+    limit_wait_ms: u64,
 }
 
 #[derive(Debug, Default)]
@@ -181,6 +184,12 @@ impl State {
         *self.outcomes.entry(row.outcome.clone()).or_default() += 1;
         self.tokens = self.tokens.saturating_add(row.tokens);
         self.limit_wait_ms = self.limit_wait_ms.saturating_add(row.limit_wait_ms);
+        // A task run's provider, as the runtime's events named it.
+        let provider = row.child.as_ref().and_then(|child| self.runs.get(child)).map(|run| run.provider.clone());
+        if let Some(figures) = provider.and_then(|provider| self.providers.get_mut(&provider)) {
+            figures.tokens = figures.tokens.saturating_add(row.tokens);
+            figures.limit_wait_ms = figures.limit_wait_ms.saturating_add(row.limit_wait_ms);
+        }
         self.first_ms.get_or_insert(row.at_ms);
         self.last_ms = Some(row.at_ms);
         if row.failed() {
@@ -377,7 +386,14 @@ impl Board {
         let providers: Vec<Value> = state
             .providers
             .iter()
-            .map(|(name, figures)| json!({"name": name, "running": figures.running, "done": figures.done, "failed": figures.failed}))
+            .map(|(name, figures)| {
+                serde_json::to_value(figures)
+                    .map(|mut value| {
+                        value["name"] = json!(name);
+                        value
+                    })
+                    .unwrap_or_default()
+            })
             .collect();
         json!({
             "elapsed_ms": elapsed_ms,
@@ -485,6 +501,26 @@ mod tests {
         let interrupted = Row::from_record(&json!({"stop_reason": "cancelled", "interrupted": true}), None, None, 0);
         assert_eq!(interrupted.outcome, "interrupted");
         assert!(!interrupted.failed());
+    }
+
+    #[test]
+    fn a_task_runs_tokens_and_waits_count_for_the_provider_its_start_event_named() {
+        let board = Board::new();
+        let start = crate::events::RunInfo {
+            run_id: 1,
+            child_id: "c1".to_owned(),
+            provider: "spawn".to_owned(),
+            parent_session: None,
+            local: true,
+            label: None,
+        };
+        board.note(&SubagentEvent::Start(Arc::new(start)));
+        let record = json!({"child_id": "c1", "stop_reason": "completed", "tree_usage": {"input_tokens": 5, "output_tokens": 2, "limit_wait_ms": 40}});
+        board.change(|state| state.add(Row::from_record(&record, None, None, 0)));
+        let providers = &board.snapshot()["providers"];
+        assert_eq!(providers[0]["name"], "spawn");
+        assert_eq!((providers[0]["tokens"].as_u64(), providers[0]["limit_wait_ms"].as_u64()), (Some(7), Some(40)));
+        assert_eq!(providers[0]["running"], 1, "its end event has not come");
     }
 
     #[test]

@@ -174,12 +174,12 @@ const Live = {
     }
     const providers = $('providers');
     clear(providers);
-    providers.appendChild(el('tr', {}, el('th', {}, 'provider'), el('th', {}, 'running'), el('th', {}, 'done'), el('th', {}, 'not completed')));
+    providers.appendChild(el('tr', {}, el('th', {}, 'provider'), el('th', {}, 'running'), el('th', {}, 'done'), el('th', {}, 'not completed'), el('th', { title: 'of its tasks, their children included' }, 'task tokens'), el('th', { title: 'on rate limits, by its tasks' }, 'task waits')));
     if (!(s.providers || []).length) {
       providers.appendChild(el('tr', {}, el('td', { class: 'note' }, s.following_file ? 'a results file does not name providers' : 'no runs yet')));
     }
     for (const p of s.providers || []) {
-      providers.appendChild(el('tr', {}, el('td', {}, p.name), el('td', { class: 'num' }, count(p.running)), el('td', { class: 'num' }, count(p.done)), el('td', { class: 'num' }, count(p.failed))));
+      providers.appendChild(el('tr', {}, el('td', {}, p.name), el('td', { class: 'num' }, count(p.running)), el('td', { class: 'num' }, count(p.done)), el('td', { class: 'num' }, count(p.failed)), el('td', { class: 'num' }, count(p.tokens)), el('td', { class: 'num' }, human(p.limit_wait_ms))));
     }
     $('failure-count').textContent = s.failed ? '(' + count(s.failed) + '; newest first)' : '';
     const failures = $('failures');
