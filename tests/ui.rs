@@ -62,7 +62,7 @@ impl Served {
         std::thread::spawn(move || while said.recv().is_ok() {});
         let authority = url.trim_start_matches("http://").split('/').next().unwrap();
         let address: SocketAddr = authority.parse().unwrap();
-        let token = url.split("token=").nth(1).unwrap().to_owned();
+        let token = url.split("token=").nth(1).unwrap().split('#').next().unwrap().to_owned();
         Served { child, url, address, token }
     }
 
@@ -222,6 +222,38 @@ fn ui_caps_its_event_streams_and_a_closed_one_gives_its_place_back() {
         (status == "200").then_some(stream)
     });
     assert!(again.is_some(), "closed streams give their places back");
+}
+
+#[test]
+fn run_ui_serves_the_parents_tree_with_its_running_children() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("slow.toml"),
+        "[providers.slow]\nkind = \"mock\"\nreply = \"done\"\ndelay = \"30s\"\n",
+    )
+    .unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .args(["run", "look at a; look at b", "--provider", "slow", "--config", "slow.toml", "--home", "home", "--ui"])
+        .current_dir(dir.path());
+    let served = Served::start(command);
+    let parent = served.url.split("#trees/").nth(1).expect("the address opens on the parent's tree").to_owned();
+    let start = std::time::Instant::now();
+    let tree = loop {
+        let tree = served.api(&format!("tree?id={parent}"));
+        if tree["nodes"].as_array().is_some_and(|nodes| nodes.len() == 3) {
+            break tree;
+        }
+        assert!(start.elapsed() < PATIENCE, "the parent and its two children: {tree}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let children: Vec<(&str, &str, &str)> = tree["nodes"].as_array().unwrap()[1..]
+        .iter()
+        .map(|node| (node["kind"].as_str().unwrap(), node["state"].as_str().unwrap(), node["label"].as_str().unwrap()))
+        .collect();
+    assert_eq!(children, [("slow", "running", "look at a"), ("slow", "running", "look at b")]);
+    assert_eq!(tree["nodes"][1]["parent"], json!(parent));
+    assert_eq!(served.api("live")["providers"][0]["running"], 2);
 }
 
 #[test]

@@ -29,6 +29,10 @@ pub struct RunArgs {
     home: HomeArgs,
     #[command(flatten)]
     remote: RemoteArgs,
+    /// Serve a web view of the run's tree on loopback while it runs (its
+    /// address, with its token, is printed on stderr).
+    #[arg(long)]
+    ui: bool,
 }
 
 impl RunArgs {
@@ -61,6 +65,7 @@ fn run(args: RunArgs, config: &subagents::config::Config) -> Result<Ended, Strin
         .cancel_token(cancel.clone())
         .build();
     let parent = built.map_err(|error| format!("cannot create the parent agent: {error}"))?;
+    let ui = args.ui.then(|| crate::commands::ui::serve_run(&setup.home, &setup.subagents, parent.id())).transpose()?;
     let timeline = Timeline::record(&setup.runtime);
     // The parent is no run: its own span roots the trace its runs hang
     // under (filled only when exported, so log lines stay short).
@@ -90,6 +95,7 @@ fn run(args: RunArgs, config: &subagents::config::Config) -> Result<Ended, Strin
         }
         .instrument(span)
     });
+    drop(ui);
     let spans = timeline.finish(&setup.runtime);
     terminal::out(&terminal::text(&outcome.output));
     terminal::out("");

@@ -3,6 +3,9 @@
 //! transcripts, and with `--out` the batch writing that results file,
 //! followed as it grows.
 //!
+//! `fanout --ui` and `run --ui` serve the same page while they work
+//! ([`serve_batch`], [`serve_run`]).
+//!
 //! It prints the page's address (with its token) on stderr once it
 //! listens, serves until SIGINT, SIGTERM or SIGHUP and exits 0; it exits 2
 //! with one line when it cannot start.
@@ -69,4 +72,18 @@ pub fn serve_batch(home: &std::path::Path) -> Result<(Board, UiServer), String> 
     let server = serve_ui(UiOptions::new().home(home), Some(board.clone())).map_err(|e| e.to_string())?;
     say!("subagents: the batch's web view: {}", server.url());
     Ok((board, server))
+}
+
+/// The web view of `run`'s tree (`run --ui`): the runtime's events feed
+/// it while the handle is held; the address opens on the parent's tree.
+pub fn serve_run(
+    home: &std::path::Path,
+    subagents: &subagents::Subagents,
+    parent: &str,
+) -> Result<(UiServer, subagents::events::ListenerHandle), String> {
+    let board = Board::new();
+    let events = board.watch(subagents);
+    let server = serve_ui(UiOptions::new().home(home), Some(board)).map_err(|e| e.to_string())?;
+    say!("subagents: the run's web view: {}#trees/{parent}", server.url());
+    Ok((server, events))
 }

@@ -191,6 +191,7 @@ const Live = {
         el('span', { class: 'bad' }, row.outcome), row.detail ? ': ' : '', row.detail ? el('span', { class: 'reason' }, row.detail) : null));
     }
     Runs.update(s.settled);
+    Trees.refresh();
   },
 };
 
@@ -265,6 +266,14 @@ const Trees = {
   rootsOffset: 0,
   current: null,
   nodes: [],
+  // The nodes unfolded by hand, kept across the tree's refreshes.
+  unfolded: new Set(),
+  lastRefresh: 0,
+  // While a batch runs, the tree in view is read again every 2 s.
+  refresh() {
+    if (!this.current || $('view-trees').hidden || Date.now() - this.lastRefresh < 2000) return;
+    this.load(this.current, true);
+  },
   open(id) {
     this.loadRoots();
     if (id && id !== this.current) this.load(id);
@@ -285,7 +294,9 @@ const Trees = {
       pager($('roots-pager'), this.rootsOffset, 50, answer.total, (offset) => { this.rootsOffset = offset; this.loadRoots(); });
     }).catch(() => {});
   },
-  load(id) {
+  load(id, again) {
+    if (!again) this.unfolded.clear();
+    this.lastRefresh = Date.now();
     this.current = id;
     $('tree-title').textContent = shown(id === 'batch' ? 'This batch' : 'Tree under ' + id);
     api('tree', { id }).then((answer) => {
@@ -338,13 +349,15 @@ const Trees = {
       row.style.paddingLeft = Math.min(node.level, 24) * 18 + 'px';
       item.appendChild(row);
       const kids = el('ul', {});
-      kids.hidden = node.level > 0;
+      kids.hidden = node.level > 0 && !this.unfolded.has(node.id);
       item.appendChild(kids);
       if (node.children) {
         item.classList.add('has-children');
+        toggle.textContent = kids.hidden ? '▸' : '▾';
         toggle.addEventListener('click', () => {
           kids.hidden = !kids.hidden;
           toggle.textContent = kids.hidden ? '▸' : '▾';
+          if (kids.hidden) this.unfolded.delete(node.id); else this.unfolded.add(node.id);
         });
       }
       parent.appendChild(item);
@@ -356,6 +369,7 @@ const Trees = {
       if (item.dataset.level === '0') continue;
       item.querySelector(':scope > ul').hidden = hidden;
       item.querySelector(':scope > .row > .toggle').textContent = hidden ? '▸' : '▾';
+      if (hidden) this.unfolded.delete(item.dataset.id); else this.unfolded.add(item.dataset.id);
     }
   },
 };
