@@ -407,6 +407,10 @@ fn event_json(event: &SessionEvent) -> Value {
             json!({"type": "tool_result", "call_id": cut(call_id), "name": cut(name), "content": cut(content), "is_error": is_error})
         }
         SessionEvent::TurnEnd { reason } => json!({"type": "turn_end", "reason": reason.as_str()}),
+        // An event of a kind this view does not know yet is shown as its
+        // JSON (as text, like everything else).
+        #[allow(unreachable_patterns)]
+        other => json!({"type": "other", "json": cut(&serde_json::to_string(other).unwrap_or_default())}),
     }
 }
 
@@ -426,6 +430,8 @@ fn event_text(event: &SessionEvent) -> String {
         }
         SessionEvent::ToolResult { name, content, .. } => format!("{name}\n{content}"),
         SessionEvent::TurnEnd { reason } => reason.as_str().to_owned(),
+        #[allow(unreachable_patterns)]
+        other => serde_json::to_string(other).unwrap_or_default(),
     }
 }
 

@@ -459,7 +459,7 @@ const Transcripts = {
       case 'turn_end':
         return el('div', { class: 'event turn-end' }, '— turn end: ', el('span', { class: outcomeClass(event.reason) }, event.reason));
       default:
-        return el('div', { class: 'event' }, JSON.stringify(event));
+        return el('div', { class: 'event' }, el('h3', {}, String(event.type)), folded(event.json || JSON.stringify(event)));
     }
   },
 };
