@@ -190,7 +190,8 @@ impl History {
                 }),
             );
         }
-        let mut batch_children = Vec::new();
+        // The batch's task runs, in the order met (a set beside, for 10,000s).
+        let (mut batch_children, mut batch_set) = (Vec::new(), HashSet::new());
         if let Some(board) = board {
             let state = board.lock();
             for (id, run) in &state.runs {
@@ -204,7 +205,7 @@ impl History {
                 let created = node.get("start_ms").and_then(Value::as_u64).unwrap_or(u64::MAX);
                 node["start_ms"] = json!(created.min(run.started_ms));
                 node["end_ms"] = json!(run.ended_ms);
-                if run.parent.is_none() {
+                if run.parent.is_none() && batch_set.insert(id.clone()) {
                     batch_children.push(id.clone());
                 }
             }
@@ -229,7 +230,7 @@ impl History {
                         }
                     }
                 }
-                if !batch_children.contains(child) {
+                if batch_set.insert(child.clone()) {
                     batch_children.push(child.clone());
                 }
             }

@@ -269,9 +269,11 @@ const Trees = {
   // The nodes unfolded by hand, kept across the tree's refreshes.
   unfolded: new Set(),
   lastRefresh: 0,
-  // While a batch runs, the tree in view is read again every 2 s.
+  // While a batch runs, the tree in view is read again every 2 s (a large
+  // one only by its reload button: redrawing thousands of rows stalls).
   refresh() {
     if (!this.current || $('view-trees').hidden || Date.now() - this.lastRefresh < 2000) return;
+    if (this.nodes.length > 500) return;
     this.load(this.current, true);
   },
   open(id) {
@@ -472,6 +474,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('runs-query').addEventListener('input', (e) => { Runs.query = e.target.value; Runs.reset(); });
   $('expand-all').addEventListener('click', () => Trees.setAll(false));
   $('collapse-all').addEventListener('click', () => Trees.setAll(true));
+  $('reload-tree').addEventListener('click', () => { if (Trees.current) Trees.load(Trees.current, true); });
   $('search').addEventListener('keydown', (e) => { if (e.key === 'Enter') Transcripts.search(e.target.value.trim()); });
   window.addEventListener('hashchange', route);
   window.addEventListener('resize', () => Runs.draw());
