@@ -207,7 +207,9 @@ pub fn serve_ui(options: UiOptions, board: Option<Board>) -> Result<UiServer, Se
                     Ok(listener) => http::serve(listener, door, max_connections, halt).await,
                     Err(error) => tracing::warn!(%error, "the web view cannot use its port"),
                 }
-            })
+            });
+            // A store read still going (a long search) is not waited for.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
         })
         .map_err(ServeError::Runtime)?;
     Ok(UiServer { url, address, stop, thread: Some(thread) })
