@@ -25,3 +25,4 @@ mod process;
 mod receipts;
 mod remote;
 mod telemetry;
+mod ui;
