@@ -17,9 +17,12 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::agent::model::http::{excerpt, parse_arguments, token_count, CallLimits};
+use crate::agent::model::http::{excerpt, not_read, parse_arguments, token_count, Answer, CallLimits};
 use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Usage};
 use crate::agent::session::ToolCall;
+
+/// What an answer that cannot be read is not.
+const ANSWER: &str = "a Messages answer";
 
 /// Most content blocks one answer may open; far above what a model writes,
 /// and each costs bytes of the stream besides.
@@ -119,7 +122,7 @@ pub(super) struct Message {
     stop_reason: Option<String>,
     usage: Option<WireUsage>,
     /// `message_stop` arrived.
-    pub(super) stopped: bool,
+    stopped: bool,
 }
 
 /// The usage as the API counts it: cached input apart from the rest.
@@ -146,7 +149,8 @@ impl Message {
 
     /// Takes one streamed event's payload.
     pub(super) fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
-        let event: Event = serde_json::from_slice(data).map_err(|error| not_read("a streamed event", &error))?;
+        let event: Event =
+            serde_json::from_slice(data).map_err(|error| not_read(ANSWER, "a streamed event", &error))?;
         let Some(kind) = event.kind.as_deref() else {
             return Err(ModelError::Malformed("a streamed event has no type".to_owned()));
         };
@@ -174,7 +178,7 @@ impl Message {
 
     /// Takes a whole (non-streamed) message.
     pub(super) fn whole(body: &[u8], limits: CallLimits) -> Result<Self, ModelError> {
-        let whole: WholeMessage = serde_json::from_slice(body).map_err(|error| not_read("the body", &error))?;
+        let whole: WholeMessage = serde_json::from_slice(body).map_err(|error| not_read(ANSWER, "the body", &error))?;
         let Some(content) = whole.content else {
             return Err(ModelError::Malformed("the body has no content".to_owned()));
         };
@@ -271,11 +275,6 @@ impl Message {
         self.usage = Some(merged);
     }
 
-    /// Whether the answer got as far as its stop reason.
-    pub(super) fn finished(&self) -> bool {
-        self.stopped || self.stop_reason.is_some()
-    }
-
     pub(super) fn into_reply(self) -> ModelReply {
         let mut text = String::new();
         let mut tool_calls = Vec::new();
@@ -310,17 +309,35 @@ impl Message {
     }
 }
 
-fn index_of(event: &Event) -> Result<u64, ModelError> {
-    event.index.ok_or_else(|| ModelError::Malformed("a content block event has no index".to_owned()))
+impl Answer for Message {
+    fn streamed(limits: CallLimits) -> Self {
+        Message::new(limits)
+    }
+
+    fn whole_reply(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
+        Ok(Message::whole(body, limits)?.into_reply())
+    }
+
+    fn data(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
+        self.event(data, sink)
+    }
+
+    fn ended(&self) -> bool {
+        self.stopped
+    }
+
+    /// Whether the answer got as far as its stop reason.
+    fn finished(&self) -> bool {
+        self.stopped || self.stop_reason.is_some()
+    }
+
+    fn reply(self) -> Result<ModelReply, ModelError> {
+        Ok(self.into_reply())
+    }
 }
 
-/// Why `what` could not be read: not JSON at all, or JSON of the wrong
-/// shape (the message says which field).
-fn not_read(what: &str, error: &serde_json::Error) -> ModelError {
-    match error.classify() {
-        serde_json::error::Category::Data => ModelError::Malformed(format!("{what} is not a Messages answer: {error}")),
-        _ => ModelError::Malformed(format!("{what} is not JSON")),
-    }
+fn index_of(event: &Event) -> Result<u64, ModelError> {
+    event.index.ok_or_else(|| ModelError::Malformed("a content block event has no index".to_owned()))
 }
 
 fn emit(sink: Option<&ChunkSink>, text: &str) {

@@ -17,9 +17,12 @@ use std::fmt;
 use serde::de::{self, IgnoredAny};
 use serde::{Deserialize, Deserializer};
 
-use crate::agent::model::http::{excerpt, parse_arguments, token_count, CallLimits};
+use crate::agent::model::http::{excerpt, not_read, parse_arguments, token_count, Answer, CallLimits};
 use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Usage};
 use crate::agent::session::ToolCall;
+
+/// What an answer that cannot be read is not.
+const ANSWER: &str = "a chat completion";
 
 /// A whole chat completion.
 #[derive(Deserialize)]
@@ -171,10 +174,10 @@ pub(super) struct StreamedAnswer {
     refusal: String,
     calls: Vec<PartialCall>,
     limits: CallLimits,
-    pub(super) finish_reason: Option<String>,
+    finish_reason: Option<String>,
     usage: Option<Usage>,
     /// `data: [DONE]` arrived.
-    pub(super) done: bool,
+    done: bool,
 }
 
 impl StreamedAnswer {
@@ -196,7 +199,8 @@ impl StreamedAnswer {
             self.done = true;
             return Ok(());
         }
-        let chunk: Chunk = serde_json::from_slice(data).map_err(|error| not_read("a streamed event", &error))?;
+        let chunk: Chunk =
+            serde_json::from_slice(data).map_err(|error| not_read(ANSWER, "a streamed event", &error))?;
         if let Some(StreamError::Object { message: Some(message) }) = &chunk.error {
             return Err(ModelError::Transport(format!("the stream reported an error: {}", excerpt(message))));
         }
@@ -270,9 +274,37 @@ impl StreamedAnswer {
     }
 }
 
+impl Answer for StreamedAnswer {
+    fn streamed(limits: CallLimits) -> Self {
+        StreamedAnswer::new(limits)
+    }
+
+    fn whole_reply(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
+        parse_completion(body, limits)
+    }
+
+    fn data(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
+        StreamedAnswer::data(self, data, sink)
+    }
+
+    fn ended(&self) -> bool {
+        self.done
+    }
+
+    /// A stream that closes without `[DONE]` after the finish reason has
+    /// still finished (some servers leave it out).
+    fn finished(&self) -> bool {
+        self.done || self.finish_reason.is_some()
+    }
+
+    fn reply(self) -> Result<ModelReply, ModelError> {
+        self.into_reply()
+    }
+}
+
 /// Parses a whole (non-streamed) chat completion.
 pub(super) fn parse_completion(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
-    let completion: Completion = serde_json::from_slice(body).map_err(|error| not_read("the body", &error))?;
+    let completion: Completion = serde_json::from_slice(body).map_err(|error| not_read(ANSWER, "the body", &error))?;
     let Some(choice) = completion.choices.and_then(|choices| choices.into_iter().next()) else {
         return Err(ModelError::Malformed("the body has no choices".to_owned()));
     };
@@ -295,15 +327,6 @@ pub(super) fn parse_completion(body: &[u8], limits: CallLimits) -> Result<ModelR
         _ => message.content.0,
     };
     Ok(ModelReply { text, tool_calls, finish, usage: completion.usage.as_ref().and_then(usage_of) })
-}
-
-/// Why `what` could not be read: not JSON at all, or JSON of the wrong
-/// shape (the message says which field).
-fn not_read(what: &str, error: &serde_json::Error) -> ModelError {
-    match error.classify() {
-        serde_json::error::Category::Data => ModelError::Malformed(format!("{what} is not a chat completion: {error}")),
-        _ => ModelError::Malformed(format!("{what} is not JSON")),
-    }
 }
 
 fn finish_of(reason: Option<&str>, has_calls: bool, refused: bool) -> Finish {

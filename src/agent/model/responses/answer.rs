@@ -19,9 +19,12 @@ use std::collections::HashMap;
 
 use super::wire::{Event, WireError, WireItem, WireResponse};
 
-use crate::agent::model::http::{excerpt, parse_arguments, CallLimits};
+use crate::agent::model::http::{excerpt, not_read, parse_arguments, Answer, CallLimits};
 use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Usage};
 use crate::agent::session::ToolCall;
+
+/// What an answer that cannot be read is not.
+const ANSWER: &str = "a Responses answer";
 
 /// Most output items one answer may open; far above what a model writes.
 const MAX_ITEMS: usize = 4096;
@@ -63,14 +66,10 @@ impl Response {
         Response { items: Vec::new(), positions: HashMap::new(), calls: 0, limits, ending: None, usage: None }
     }
 
-    /// Whether the response has ended (completed or incomplete).
-    pub(super) fn ended(&self) -> bool {
-        self.ending.is_some()
-    }
-
     /// Takes one streamed event's payload.
     pub(super) fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
-        let event: Event = serde_json::from_slice(data).map_err(|error| not_read("a streamed event", &error))?;
+        let event: Event =
+            serde_json::from_slice(data).map_err(|error| not_read(ANSWER, "a streamed event", &error))?;
         let Some(kind) = event.kind.as_deref() else {
             return Err(ModelError::Malformed("a streamed event has no type".to_owned()));
         };
@@ -137,7 +136,7 @@ impl Response {
 
     /// Takes a whole (non-streamed) response object.
     pub(super) fn whole(body: &[u8], limits: CallLimits) -> Result<Self, ModelError> {
-        let whole: WireResponse = serde_json::from_slice(body).map_err(|error| not_read("the body", &error))?;
+        let whole: WireResponse = serde_json::from_slice(body).map_err(|error| not_read(ANSWER, "the body", &error))?;
         if whole.output.is_none() {
             return Err(ModelError::Malformed("the body has no output".to_owned()));
         }
@@ -253,19 +252,31 @@ impl Response {
     }
 }
 
-fn index_of(event: &Event) -> Result<u64, ModelError> {
-    event.output_index.ok_or_else(|| ModelError::Malformed("an output event has no output_index".to_owned()))
+impl Answer for Response {
+    fn streamed(limits: CallLimits) -> Self {
+        Response::new(limits)
+    }
+
+    fn whole_reply(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
+        Ok(Response::whole(body, limits)?.into_reply())
+    }
+
+    fn data(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
+        self.event(data, sink)
+    }
+
+    /// Whether the response has ended (completed or incomplete).
+    fn ended(&self) -> bool {
+        self.ending.is_some()
+    }
+
+    fn reply(self) -> Result<ModelReply, ModelError> {
+        Ok(self.into_reply())
+    }
 }
 
-/// Why `what` could not be read: not JSON at all, or JSON of the wrong
-/// shape (the message says which field).
-fn not_read(what: &str, error: &serde_json::Error) -> ModelError {
-    match error.classify() {
-        serde_json::error::Category::Data => {
-            ModelError::Malformed(format!("{what} is not a Responses answer: {error}"))
-        }
-        _ => ModelError::Malformed(format!("{what} is not JSON")),
-    }
+fn index_of(event: &Event) -> Result<u64, ModelError> {
+    event.output_index.ok_or_else(|| ModelError::Malformed("an output event has no output_index".to_owned()))
 }
 
 /// A failure the endpoint reported mid-answer, with its code and message.

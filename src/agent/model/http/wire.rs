@@ -1,0 +1,60 @@
+//! What the adapters' wires spell alike, written once: a tool call's
+//! arguments as text, a user message's content (its text, or typed parts
+//! with images as data URLs), and why an answer could not be read.
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::agent::model::ModelError;
+use crate::seam::{text_of, ContentBlock};
+
+/// A tool call's arguments as the JSON text the model wrote: kept as it
+/// came when it was not JSON, else written out.
+pub(in crate::agent::model) fn arguments_text(arguments: &Value) -> Cow<'_, str> {
+    match arguments {
+        Value::String(raw) => Cow::Borrowed(raw.as_str()),
+        other => Cow::Owned(other.to_string()),
+    }
+}
+
+/// A message's content: one string when it is all text, else typed parts
+/// (`P`, as the wire spells a part).
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(in crate::agent::model) enum Content<'a, P> {
+    Text(Cow<'a, str>),
+    Parts(Vec<P>),
+}
+
+/// A user message's `content`: its text when every block is text, else
+/// each block as a part, made by `text`, or by `image` from the image's
+/// data URL.
+pub(in crate::agent::model) fn user_content<'a, P>(
+    content: &'a [ContentBlock],
+    text: impl Fn(&'a str) -> P,
+    image: impl Fn(String) -> P,
+) -> Content<'a, P> {
+    if content.iter().all(|block| block.as_text().is_some()) {
+        return Content::Text(Cow::Owned(text_of(content)));
+    }
+    let parts = content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Image { mime_type, data } => image(format!("data:{mime_type};base64,{data}")),
+            other => text(other.as_text().unwrap_or_default()),
+        })
+        .collect();
+    Content::Parts(parts)
+}
+
+/// Why `what` could not be read as `answer` (`"a chat completion"`, …):
+/// not JSON at all, or JSON of the wrong shape (the message says which
+/// field).
+pub(in crate::agent::model) fn not_read(answer: &str, what: &str, error: &serde_json::Error) -> ModelError {
+    match error.classify() {
+        serde_json::error::Category::Data => ModelError::Malformed(format!("{what} is not {answer}: {error}")),
+        _ => ModelError::Malformed(format!("{what} is not JSON")),
+    }
+}
