@@ -7,6 +7,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::adapters::{
+    an_endless_stream_ends_at_the_call_deadline, assert_failed_with,
+    cancelling_mid_stream_aborts_and_closes_the_connection,
+};
 use common::loopback::{endless_stream, ok, within_20_s, Loopback, Reply};
 use serde_json::{json, Value};
 use subagents::agent::{
@@ -202,27 +206,7 @@ async fn a_stream_that_breaks_off_is_an_error_keeping_the_streamed_text() {
 async fn cancelling_mid_stream_closes_the_connection_and_aborts_the_turn() {
     let server =
         Loopback::start(vec![chat_stream(vec![delta(json!({"content": "thinking"}), None)], false, true)]).await;
-    let (tx, mut first_chunk) = tokio::sync::mpsc::unbounded_channel();
-    let agent = Agent::builder(OpenAiModel::new(config(&server)).unwrap())
-        .on_update(Arc::new(move |update: &AgentUpdate| {
-            if matches!(update, AgentUpdate::Text(_)) {
-                let _ = tx.send(());
-            }
-        }))
-        .build()
-        .unwrap();
-    let canceller = agent.clone();
-    tokio::spawn(async move {
-        first_chunk.recv().await;
-        canceller.cancel();
-    });
-    let outcome = tokio::time::timeout(Duration::from_secs(20), agent.prompt("think")).await.unwrap();
-    assert_eq!(outcome.stop_reason, StopReason::Aborted);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !server.client_closed.load(Ordering::SeqCst) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(server.client_closed.load(Ordering::SeqCst), "the server saw the connection close");
+    cancelling_mid_stream_aborts_and_closes_the_connection(&server, OpenAiModel::new(config(&server)).unwrap()).await;
 }
 
 #[tokio::test]
@@ -340,13 +324,6 @@ async fn a_non_transient_server_status_is_not_retried_and_an_html_page_becomes_o
     }
 }
 
-/// The run ended `error` with `reason` as its safe diagnostic reason.
-fn assert_failed_with(outcome: &subagents::agent::TurnOutcome, reason: &str) {
-    assert_eq!(outcome.stop_reason, StopReason::Error, "output of {} bytes", outcome.output.len());
-    let error = outcome.error.as_ref().unwrap();
-    assert_eq!(error.reason, reason, "{error:?}");
-}
-
 /// An assistant message with `n` calls of `list_dir`, each with `arguments`.
 fn tool_calls(n: usize, arguments: &str) -> Vec<Value> {
     (0..n)
@@ -445,13 +422,11 @@ async fn tool_call_arguments_past_their_bound_fail_the_model_call() {
 
 #[tokio::test]
 async fn keep_alive_comments_forever_end_at_the_call_deadline() {
-    let server = Loopback::start(vec![endless_stream(": keep-alive\n\n", Duration::from_millis(10))]).await;
-    let started = Instant::now();
-    let config = config(&server).with_call_deadline(Duration::from_millis(500));
-    let outcome = within_20_s(agent_on(config).prompt("hi")).await;
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
-    assert_failed_with(&outcome, "the model call passed its deadline of 0.5 s");
-    assert!(common::eventually(Duration::from_secs(10), || server.client_closed.load(Ordering::SeqCst)).await);
+    let comments = endless_stream(": keep-alive\n\n", Duration::from_millis(10));
+    an_endless_stream_ends_at_the_call_deadline(comments, |server| {
+        agent_on(config(server).with_call_deadline(Duration::from_millis(500)))
+    })
+    .await;
 }
 
 #[tokio::test]

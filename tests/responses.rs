@@ -8,14 +8,18 @@ use crate::common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::adapters::{
+    an_endless_answer_fails_past_its_bound, an_endless_stream_ends_at_the_call_deadline, ask, assert_failed_with,
+    cancelling_mid_stream_aborts_and_closes_the_connection, each_fails_without_running_a_call,
+    each_stream_ends_the_run_error, endless_after,
+};
 use common::loopback::{endless_stream, event, ok, status, within_20_s, Loopback, Reply};
 use serde_json::{json, Value};
 use subagents::agent::{
-    Agent, AgentUpdate, Finish, FnTool, Model, ModelError, ModelReply, ModelRequest, ModelSpec, OpenAiConfig,
-    OpenAiResponsesModel, SessionEvent, ToolOutput, TurnOutcome, Usage,
+    Agent, AgentUpdate, Finish, FnTool, Model, ModelSpec, OpenAiConfig, OpenAiResponsesModel, ToolOutput, Usage,
 };
 use subagents::seam::AgentOptions;
-use subagents::{CancellationToken, ContentBlock, StopReason};
+use subagents::StopReason;
 
 fn config(server: &Loopback) -> OpenAiConfig {
     OpenAiConfig::new(format!("{}/v1", server.origin), "gpt-test")
@@ -26,20 +30,6 @@ fn config(server: &Loopback) -> OpenAiConfig {
 
 fn agent_on(config: OpenAiConfig) -> Agent {
     Agent::builder(OpenAiResponsesModel::new(config).unwrap()).build().unwrap()
-}
-
-/// One model call of `prompt`, straight to the adapter.
-async fn ask(model: &OpenAiResponsesModel, prompt: &str) -> Result<ModelReply, ModelError> {
-    let request = ModelRequest {
-        session_id: "s".to_owned(),
-        system: Arc::from("You help."),
-        messages: Arc::from(vec![SessionEvent::User { content: vec![ContentBlock::text(prompt)] }]),
-        tools: Arc::from(Vec::new()),
-        options: AgentOptions::default(),
-        chunks: None,
-        meter: Default::default(),
-    };
-    within_20_s(model.complete(request, CancellationToken::new())).await
 }
 
 fn usage() -> Value {
@@ -118,11 +108,6 @@ fn completed(items: Vec<String>) -> Reply {
 fn text_output(text: &str) -> Value {
     json!([{"type": "message", "id": "msg_0", "status": "completed", "role": "assistant",
         "content": [{"type": "output_text", "text": text, "annotations": []}]}])
-}
-
-fn assert_failed_with(outcome: &TurnOutcome, reason: &str) {
-    assert_eq!(outcome.stop_reason, StopReason::Error, "output of {} bytes", outcome.output.len());
-    assert_eq!(outcome.error.as_ref().unwrap().reason, reason, "{:?}", outcome.error);
 }
 
 #[tokio::test]
@@ -292,17 +277,14 @@ async fn a_429_is_retried_after_its_retry_after_and_a_400_fails_at_once_with_its
 
 #[tokio::test]
 async fn answers_past_their_bounds_fail_without_running_any_call() {
-    // An endless stream of text deltas.
+    // An endless stream of text deltas, after the item they add to.
     let delta =
         frame("response.output_text.delta", json!({"output_index": 0, "content_index": 0, "delta": "y".repeat(8192)}));
-    let Reply::Endless { mut head, chunk, every } = endless_stream(delta, Duration::from_millis(1)) else {
-        unreachable!()
-    };
-    head.push_str(&message_item(0, &[])[0]); // the item the deltas add to
-    let server = Loopback::start(vec![Reply::Endless { head, chunk, every }]).await;
-    let outcome = within_20_s(agent_on(config(&server).with_max_answer_bytes(256 * 1024)).prompt("hi")).await;
-    assert_failed_with(&outcome, "the model's answer is larger than 256 KiB");
-    assert!(server.saw_client_close().await);
+    let endless = endless_after(&message_item(0, &[])[0], delta);
+    an_endless_answer_fails_past_its_bound(endless, |server| {
+        agent_on(config(server).with_max_answer_bytes(256 * 1024))
+    })
+    .await;
 
     let calls: Vec<String> = (0..5).flat_map(|i| call_item(i, &format!("call_{i}"), "list_dir", &["{}"])).collect();
     let arguments = format!("{{\"path\": \"{}\"}}", "a".repeat(4096));
@@ -311,14 +293,10 @@ async fn answers_past_their_bounds_fail_without_running_any_call() {
         (calls, "the model's answer asks for more than 3 tool calls"),
         (call_item(0, "call_0", "list_dir", &pieces), "a tool call's arguments are larger than 1 KiB"),
     ];
-    for (items, reason) in cases {
-        let server = Loopback::start(vec![completed(items), ok(response("completed", text_output("done")))]).await;
-        let agent = agent_on(config(&server).with_tool_call_limits(3, 1024));
-        let outcome = within_20_s(agent.prompt("list")).await;
-        assert_failed_with(&outcome, reason);
-        assert_eq!(server.bodies().len(), 1, "{reason}");
-        assert!(!agent.events().iter().any(|e| matches!(e, SessionEvent::ToolResult { .. })), "no call ran");
-    }
+    let done = || ok(response("completed", text_output("done")));
+    let cases = cases.map(|(items, reason)| (vec![completed(items), done()], reason));
+    each_fails_without_running_a_call(cases, "list", |server| agent_on(config(server).with_tool_call_limits(3, 1024)))
+        .await;
 }
 
 #[tokio::test]
@@ -327,23 +305,8 @@ async fn cancelling_mid_stream_closes_the_connection_and_aborts_the_turn() {
     frames.truncate(1);
     frames.extend(message_item(0, &["thinking"])[..3].to_vec());
     let server = Loopback::start(vec![Reply::Stream { frames, hang: true }]).await;
-    let (tx, mut first_chunk) = tokio::sync::mpsc::unbounded_channel();
-    let agent = Agent::builder(OpenAiResponsesModel::new(config(&server)).unwrap())
-        .on_update(Arc::new(move |update: &AgentUpdate| {
-            if matches!(update, AgentUpdate::Text(_)) {
-                let _ = tx.send(());
-            }
-        }))
-        .build()
-        .unwrap();
-    let canceller = agent.clone();
-    tokio::spawn(async move {
-        first_chunk.recv().await;
-        canceller.cancel();
-    });
-    let outcome = within_20_s(agent.prompt("think")).await;
-    assert_eq!(outcome.stop_reason, StopReason::Aborted);
-    assert!(server.saw_client_close().await, "the server saw the connection close");
+    let model = OpenAiResponsesModel::new(config(&server)).unwrap();
+    cancelling_mid_stream_aborts_and_closes_the_connection(&server, model).await;
 }
 
 #[tokio::test]
@@ -355,13 +318,7 @@ async fn malformed_events_and_a_stream_without_its_ending_end_the_run_error() {
         (vec![orphan], "malformed model response"),
         (message_item(0, &["half"]), "ended before the answer finished"),
     ];
-    for (frames, expected) in cases {
-        let server = Loopback::start(vec![Reply::Stream { frames, hang: false }]).await;
-        let outcome = within_20_s(agent_on(config(&server).with_retries(0, Duration::ZERO)).prompt("hi")).await;
-        assert_eq!(outcome.stop_reason, StopReason::Error);
-        let message = outcome.error.unwrap().message;
-        assert!(message.contains(expected), "{expected}: {message}");
-    }
+    each_stream_ends_the_run_error(cases, |server| agent_on(config(server).with_retries(0, Duration::ZERO))).await;
     let server = Loopback::start(vec![ok(json!({"object": "response", "status": "completed"}))]).await;
     let outcome = within_20_s(agent_on(config(&server).with_stream(false)).prompt("hi")).await;
     assert!(outcome.error.unwrap().message.starts_with("malformed model response"));
@@ -369,13 +326,11 @@ async fn malformed_events_and_a_stream_without_its_ending_end_the_run_error() {
 
 #[tokio::test]
 async fn keep_alive_comments_forever_end_at_the_call_deadline() {
-    let server = Loopback::start(vec![endless_stream(": keep-alive\n\n", Duration::from_millis(10))]).await;
-    let started = Instant::now();
-    let outcome =
-        within_20_s(agent_on(config(&server).with_call_deadline(Duration::from_millis(500))).prompt("hi")).await;
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
-    assert_failed_with(&outcome, "the model call passed its deadline of 0.5 s");
-    assert!(server.saw_client_close().await);
+    let comments = endless_stream(": keep-alive\n\n", Duration::from_millis(10));
+    an_endless_stream_ends_at_the_call_deadline(comments, |server| {
+        agent_on(config(server).with_call_deadline(Duration::from_millis(500)))
+    })
+    .await;
 }
 
 #[test]

@@ -10,6 +10,8 @@
 //! still running, so no wait without a bound can hang the suite.
 #![allow(dead_code)]
 
+#[cfg(feature = "openai")]
+pub mod adapters;
 pub mod env;
 pub mod line_peer;
 pub mod loopback;
