@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 pub(super) use config::{http_config, http_model, Defaults};
 pub(super) use text::{describe, excerpt, one_line};
-pub(super) use wire::{arguments_text, not_read, user_content, Content};
+pub(super) use wire::{arguments_text, functions, not_read, user_content, Content, Function};
 
 use super::limit::{retry_delay, Limiter, Permit, RouteLimits};
 use super::{CallMeter, ChunkSink, ModelError, ModelReply, ModelRequest, Oversize};
@@ -184,11 +184,11 @@ fn rate_limited(status: u16) -> bool {
 /// stream's payloads one at a time until it has ended.
 pub(super) trait Answer: Sized {
     /// An answer about to be streamed, its tool calls held to `limits`.
-    fn streamed(limits: CallLimits) -> Self;
+    fn new(limits: CallLimits) -> Self;
     /// A whole (non-streamed) body's answer.
-    fn whole_reply(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError>;
+    fn whole(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError>;
     /// Takes one streamed payload; its text goes to `sink` as it comes.
-    fn data(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError>;
+    fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError>;
     /// Whether the stream said its last word: nothing more is read.
     fn ended(&self) -> bool;
     /// Whether the answer got as far as its ending, once the stream closed.
@@ -196,7 +196,7 @@ pub(super) trait Answer: Sized {
         self.ended()
     }
     /// The reply the answer makes.
-    fn reply(self) -> Result<ModelReply, ModelError>;
+    fn into_reply(self) -> Result<ModelReply, ModelError>;
 }
 
 /// What the limiter needs of one call besides its body: the answer's
@@ -310,7 +310,7 @@ impl Endpoint {
             if stream && is_event_stream(&response) {
                 return self.read_stream::<A>(response, sink).await;
             }
-            let reply = A::whole_reply(&self.read_whole(response).await?, self.bounds.calls)?;
+            let reply = A::whole(&self.read_whole(response).await?, self.bounds.calls)?;
             if let (Some(sink), false) = (sink, reply.text.is_empty()) {
                 sink(&reply.text);
             }
@@ -327,17 +327,17 @@ impl Endpoint {
         sink: Option<&ChunkSink>,
     ) -> Result<ModelReply, ModelError> {
         let mut events = self.events(response);
-        let mut answer = A::streamed(self.bounds.calls);
+        let mut answer = A::new(self.bounds.calls);
         while !answer.ended() {
             match events.next_data().await? {
-                Some(data) => answer.data(&data, sink)?,
+                Some(data) => answer.event(&data, sink)?,
                 None => break,
             }
         }
         if !answer.finished() {
             return Err(ModelError::BrokeOff("the stream ended before the answer finished".to_owned()));
         }
-        answer.reply()
+        answer.into_reply()
     }
 
     /// Posts `body`, retrying what is worth retrying, and returns the first

@@ -135,49 +135,8 @@ struct WireUsage {
 }
 
 impl Message {
-    pub(super) fn new(limits: CallLimits) -> Self {
-        Message {
-            blocks: Vec::new(),
-            positions: HashMap::new(),
-            calls: 0,
-            limits,
-            stop_reason: None,
-            usage: None,
-            stopped: false,
-        }
-    }
-
-    /// Takes one streamed event's payload.
-    pub(super) fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
-        let event: Event =
-            serde_json::from_slice(data).map_err(|error| not_read(ANSWER, "a streamed event", &error))?;
-        let Some(kind) = event.kind.as_deref() else {
-            return Err(ModelError::Malformed("a streamed event has no type".to_owned()));
-        };
-        match kind {
-            "message_start" => self.merge_usage(event.message.and_then(|message| message.usage)),
-            "content_block_start" => self.start_block(index_of(&event)?, event.content_block, sink)?,
-            "content_block_delta" => self.delta(index_of(&event)?, event.delta, sink)?,
-            "message_delta" => {
-                if let Some(reason) = event.delta.and_then(|delta| delta.stop_reason) {
-                    self.stop_reason = Some(reason);
-                }
-                self.merge_usage(event.usage);
-            }
-            "message_stop" => self.stopped = true,
-            "error" => {
-                let error = event.error.unwrap_or(ErrorBody { kind: None, message: None });
-                let kind = error.kind.as_deref().unwrap_or("error");
-                let message = error.message.as_deref().unwrap_or_default();
-                return Err(ModelError::BrokeOff(format!("the stream reported {kind}: {}", excerpt(message))));
-            }
-            _ => {} // content_block_stop, ping, and types added since
-        }
-        Ok(())
-    }
-
     /// Takes a whole (non-streamed) message.
-    pub(super) fn whole(body: &[u8], limits: CallLimits) -> Result<Self, ModelError> {
+    fn from_body(body: &[u8], limits: CallLimits) -> Result<Self, ModelError> {
         let whole: WholeMessage = serde_json::from_slice(body).map_err(|error| not_read(ANSWER, "the body", &error))?;
         let Some(content) = whole.content else {
             return Err(ModelError::Malformed("the body has no content".to_owned()));
@@ -274,8 +233,64 @@ impl Message {
         merged.cache_write = usage.cache_creation_input_tokens.unwrap_or(merged.cache_write);
         self.usage = Some(merged);
     }
+}
 
-    pub(super) fn into_reply(self) -> ModelReply {
+impl Answer for Message {
+    fn new(limits: CallLimits) -> Self {
+        Message {
+            blocks: Vec::new(),
+            positions: HashMap::new(),
+            calls: 0,
+            limits,
+            stop_reason: None,
+            usage: None,
+            stopped: false,
+        }
+    }
+
+    fn whole(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
+        Message::from_body(body, limits)?.into_reply()
+    }
+
+    /// Takes one streamed event's payload.
+    fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
+        let event: Event =
+            serde_json::from_slice(data).map_err(|error| not_read(ANSWER, "a streamed event", &error))?;
+        let Some(kind) = event.kind.as_deref() else {
+            return Err(ModelError::Malformed("a streamed event has no type".to_owned()));
+        };
+        match kind {
+            "message_start" => self.merge_usage(event.message.and_then(|message| message.usage)),
+            "content_block_start" => self.start_block(index_of(&event)?, event.content_block, sink)?,
+            "content_block_delta" => self.delta(index_of(&event)?, event.delta, sink)?,
+            "message_delta" => {
+                if let Some(reason) = event.delta.and_then(|delta| delta.stop_reason) {
+                    self.stop_reason = Some(reason);
+                }
+                self.merge_usage(event.usage);
+            }
+            "message_stop" => self.stopped = true,
+            "error" => {
+                let error = event.error.unwrap_or(ErrorBody { kind: None, message: None });
+                let kind = error.kind.as_deref().unwrap_or("error");
+                let message = error.message.as_deref().unwrap_or_default();
+                return Err(ModelError::BrokeOff(format!("the stream reported {kind}: {}", excerpt(message))));
+            }
+            _ => {} // content_block_stop, ping, and types added since
+        }
+        Ok(())
+    }
+
+    fn ended(&self) -> bool {
+        self.stopped
+    }
+
+    /// Whether the answer got as far as its stop reason.
+    fn finished(&self) -> bool {
+        self.stopped || self.stop_reason.is_some()
+    }
+
+    fn into_reply(self) -> Result<ModelReply, ModelError> {
         let mut text = String::new();
         let mut tool_calls = Vec::new();
         for block in self.blocks {
@@ -305,34 +320,7 @@ impl Message {
             cache_read_tokens: u.cache_read,
             cache_write_tokens: u.cache_write,
         });
-        ModelReply { text, tool_calls, finish, usage }
-    }
-}
-
-impl Answer for Message {
-    fn streamed(limits: CallLimits) -> Self {
-        Message::new(limits)
-    }
-
-    fn whole_reply(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
-        Ok(Message::whole(body, limits)?.into_reply())
-    }
-
-    fn data(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
-        self.event(data, sink)
-    }
-
-    fn ended(&self) -> bool {
-        self.stopped
-    }
-
-    /// Whether the answer got as far as its stop reason.
-    fn finished(&self) -> bool {
-        self.stopped || self.stop_reason.is_some()
-    }
-
-    fn reply(self) -> Result<ModelReply, ModelError> {
-        Ok(self.into_reply())
+        Ok(ModelReply { text, tool_calls, finish, usage })
     }
 }
 
@@ -356,7 +344,7 @@ mod tests {
     fn a_usage_count_that_is_negative_reads_as_absent() {
         let body = br#"{"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
             "usage": {"input_tokens": 10, "output_tokens": -1, "cache_read_input_tokens": -7}}"#;
-        let reply = Message::whole(body, LIMITS).unwrap().into_reply();
+        let reply = Message::whole(body, LIMITS).unwrap();
         let usage = reply.usage.unwrap();
         assert_eq!(
             (reply.text.as_str(), usage.input_tokens, usage.output_tokens, usage.cache_read_tokens),

@@ -1,5 +1,5 @@
 //! What the adapters' wires spell alike, written once: a tool call's
-//! arguments as text, a user message's content (its text, or typed parts
+//! arguments as text, the OpenAI wires' function tools, a user message's content (its text, or typed parts
 //! with images as data URLs), and why an answer could not be read.
 
 use std::borrow::Cow;
@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::agent::model::ModelError;
+use crate::agent::model::{ModelError, ModelRequest};
 use crate::seam::{text_of, ContentBlock};
 
 /// A tool call's arguments as the JSON text the model wrote: kept as it
@@ -17,6 +17,23 @@ pub(in crate::agent::model) fn arguments_text(arguments: &Value) -> Cow<'_, str>
         Value::String(raw) => Cow::Borrowed(raw.as_str()),
         other => Cow::Owned(other.to_string()),
     }
+}
+
+/// A tool the model may call, as the OpenAI wires name its function.
+#[derive(Serialize)]
+pub(in crate::agent::model) struct Function<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+/// The request's tools as the OpenAI wires name their functions.
+pub(in crate::agent::model) fn functions(request: &ModelRequest) -> impl Iterator<Item = Function<'_>> {
+    request.tools.iter().map(|tool| Function {
+        name: &tool.name,
+        description: &tool.description,
+        parameters: &tool.parameters,
+    })
 }
 
 /// A message's content: one string when it is all text, else typed parts

@@ -181,44 +181,6 @@ pub(super) struct StreamedAnswer {
 }
 
 impl StreamedAnswer {
-    pub(super) fn new(limits: CallLimits) -> Self {
-        StreamedAnswer {
-            text: String::new(),
-            refusal: String::new(),
-            calls: Vec::new(),
-            limits,
-            finish_reason: None,
-            usage: None,
-            done: false,
-        }
-    }
-
-    /// Takes one `data:` payload of the stream.
-    pub(super) fn data(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
-        if data == b"[DONE]" {
-            self.done = true;
-            return Ok(());
-        }
-        let chunk: Chunk =
-            serde_json::from_slice(data).map_err(|error| not_read(ANSWER, "a streamed event", &error))?;
-        if let Some(StreamError::Object { message: Some(message) }) = &chunk.error {
-            return Err(ModelError::Transport(format!("the stream reported an error: {}", excerpt(message))));
-        }
-        if let Some(usage) = chunk.usage.as_ref().and_then(usage_of) {
-            self.usage = Some(usage);
-        }
-        let Some(choice) = chunk.choices.and_then(|choices| choices.into_iter().next()) else {
-            return Ok(());
-        };
-        if let Some(delta) = choice.delta {
-            self.delta(delta, sink)?;
-        }
-        if let Some(reason) = choice.finish_reason {
-            self.finish_reason = Some(reason);
-        }
-        Ok(())
-    }
-
     fn delta(&mut self, delta: Delta, sink: Option<&ChunkSink>) -> Result<(), ModelError> {
         if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
             self.text.push_str(&text);
@@ -254,8 +216,62 @@ impl StreamedAnswer {
         }
         Ok(())
     }
+}
 
-    pub(super) fn into_reply(self) -> Result<ModelReply, ModelError> {
+impl Answer for StreamedAnswer {
+    fn new(limits: CallLimits) -> Self {
+        StreamedAnswer {
+            text: String::new(),
+            refusal: String::new(),
+            calls: Vec::new(),
+            limits,
+            finish_reason: None,
+            usage: None,
+            done: false,
+        }
+    }
+
+    fn whole(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
+        parse_completion(body, limits)
+    }
+
+    /// Takes one `data:` payload of the stream.
+    fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
+        if data == b"[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let chunk: Chunk =
+            serde_json::from_slice(data).map_err(|error| not_read(ANSWER, "a streamed event", &error))?;
+        if let Some(StreamError::Object { message: Some(message) }) = &chunk.error {
+            return Err(ModelError::Transport(format!("the stream reported an error: {}", excerpt(message))));
+        }
+        if let Some(usage) = chunk.usage.as_ref().and_then(usage_of) {
+            self.usage = Some(usage);
+        }
+        let Some(choice) = chunk.choices.and_then(|choices| choices.into_iter().next()) else {
+            return Ok(());
+        };
+        if let Some(delta) = choice.delta {
+            self.delta(delta, sink)?;
+        }
+        if let Some(reason) = choice.finish_reason {
+            self.finish_reason = Some(reason);
+        }
+        Ok(())
+    }
+
+    fn ended(&self) -> bool {
+        self.done
+    }
+
+    /// A stream that closes without `[DONE]` after the finish reason has
+    /// still finished (some servers leave it out).
+    fn finished(&self) -> bool {
+        self.done || self.finish_reason.is_some()
+    }
+
+    fn into_reply(self) -> Result<ModelReply, ModelError> {
         let tool_calls: Vec<ToolCall> = self
             .calls
             .into_iter()
@@ -274,36 +290,8 @@ impl StreamedAnswer {
     }
 }
 
-impl Answer for StreamedAnswer {
-    fn streamed(limits: CallLimits) -> Self {
-        StreamedAnswer::new(limits)
-    }
-
-    fn whole_reply(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
-        parse_completion(body, limits)
-    }
-
-    fn data(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
-        StreamedAnswer::data(self, data, sink)
-    }
-
-    fn ended(&self) -> bool {
-        self.done
-    }
-
-    /// A stream that closes without `[DONE]` after the finish reason has
-    /// still finished (some servers leave it out).
-    fn finished(&self) -> bool {
-        self.done || self.finish_reason.is_some()
-    }
-
-    fn reply(self) -> Result<ModelReply, ModelError> {
-        self.into_reply()
-    }
-}
-
 /// Parses a whole (non-streamed) chat completion.
-pub(super) fn parse_completion(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
+fn parse_completion(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
     let completion: Completion = serde_json::from_slice(body).map_err(|error| not_read(ANSWER, "the body", &error))?;
     let Some(choice) = completion.choices.and_then(|choices| choices.into_iter().next()) else {
         return Err(ModelError::Malformed("the body has no choices".to_owned()));
@@ -388,7 +376,7 @@ mod tests {
         let body = br#"{"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": "10"}}"#;
         assert_eq!(parse_completion(body, LIMITS).unwrap().usage, None);
         let mut answer = StreamedAnswer::new(LIMITS);
-        answer.data(br#"{"choices": [{"delta": {"content": "ok"}}], "usage": {"prompt_tokens": -1}}"#, None).unwrap();
+        answer.event(br#"{"choices": [{"delta": {"content": "ok"}}], "usage": {"prompt_tokens": -1}}"#, None).unwrap();
         assert_eq!(answer.into_reply().unwrap().usage, None);
     }
 
@@ -412,7 +400,7 @@ mod tests {
             r#"{"usage": {"prompt_tokens": 2, "completion_tokens": 1}, "choices": []}"#,
             "[DONE]",
         ] {
-            answer.data(data.as_bytes(), None).unwrap();
+            answer.event(data.as_bytes(), None).unwrap();
         }
         let reply = answer.into_reply().unwrap();
         assert_eq!(reply.text, "hi");
@@ -424,6 +412,6 @@ mod tests {
 
         let mut wide = StreamedAnswer::new(LIMITS);
         let too_many = r#"{"choices": [{"delta": {"tool_calls": [{"index": 4, "function": {"name": "x"}}]}}]}"#;
-        assert!(matches!(wide.data(too_many.as_bytes(), None), Err(ModelError::Oversized(_))));
+        assert!(matches!(wide.event(too_many.as_bytes(), None), Err(ModelError::Oversized(_))));
     }
 }

@@ -8,9 +8,8 @@
 use std::borrow::Cow;
 
 use serde::Serialize;
-use serde_json::Value;
 
-use crate::agent::model::http::{arguments_text, user_content, Content};
+use crate::agent::model::http::{arguments_text, functions, user_content, Content, Function};
 use crate::agent::model::ModelRequest;
 use crate::agent::session::{SessionEvent, ToolCall};
 
@@ -97,13 +96,6 @@ pub(super) struct Tool<'a> {
     function: Function<'a>,
 }
 
-#[derive(Serialize)]
-struct Function<'a> {
-    name: &'a str,
-    description: &'a str,
-    parameters: &'a Value,
-}
-
 /// The conversation as messages: the system prompt first (when there is
 /// one), then each event but the turn ends.
 pub(super) fn messages(request: &ModelRequest) -> Vec<Message<'_>> {
@@ -129,14 +121,7 @@ pub(super) fn messages(request: &ModelRequest) -> Vec<Message<'_>> {
 
 /// The request's tools as the wire names them.
 pub(super) fn tools(request: &ModelRequest) -> Vec<Tool<'_>> {
-    request
-        .tools
-        .iter()
-        .map(|tool| Tool {
-            kind: "function",
-            function: Function { name: &tool.name, description: &tool.description, parameters: &tool.parameters },
-        })
-        .collect()
+    functions(request).map(|function| Tool { kind: "function", function }).collect()
 }
 
 fn wire_call(call: &ToolCall) -> WireCall<'_> {

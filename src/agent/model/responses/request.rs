@@ -5,9 +5,8 @@
 use std::borrow::Cow;
 
 use serde::Serialize;
-use serde_json::Value;
 
-use crate::agent::model::http::{arguments_text, user_content, Content};
+use crate::agent::model::http::{arguments_text, functions, user_content, Content, Function};
 use crate::agent::model::ModelRequest;
 use crate::agent::session::SessionEvent;
 
@@ -56,9 +55,8 @@ pub(super) enum Part<'a> {
 pub(super) struct Tool<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
-    name: &'a str,
-    description: &'a str,
-    parameters: &'a Value,
+    #[serde(flatten)]
+    function: Function<'a>,
 }
 
 /// The conversation as input items: each event but the turn ends, an
@@ -92,14 +90,5 @@ pub(super) fn input(request: &ModelRequest) -> Vec<InputItem<'_>> {
 
 /// The request's tools as the API names them.
 pub(super) fn tools(request: &ModelRequest) -> Vec<Tool<'_>> {
-    request
-        .tools
-        .iter()
-        .map(|tool| Tool {
-            kind: "function",
-            name: &tool.name,
-            description: &tool.description,
-            parameters: &tool.parameters,
-        })
-        .collect()
+    functions(request).map(|function| Tool { kind: "function", function }).collect()
 }
