@@ -5,10 +5,11 @@
 
 use crate::common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::adapters::{
+    a_greeting_streams_to_the_listener, adding_through_the_tool_completes_with_42,
     an_endless_answer_fails_past_its_bound, an_endless_stream_ends_at_the_call_deadline, ask, assert_failed_with,
     cancelling_mid_stream_aborts_and_closes_the_connection, each_fails_without_running_a_call,
     each_stream_ends_the_run_error, endless_after,
@@ -16,8 +17,7 @@ use common::adapters::{
 use common::loopback::{endless_stream, event, ok, status, within_20_s, Loopback, Reply};
 use serde_json::{json, Value};
 use subagents::agent::{
-    Agent, AgentUpdate, AnthropicConfig, AnthropicModel, Finish, FnTool, Model, ModelError, ModelSpec, ToolOutput,
-    Usage,
+    Agent, AgentUpdate, AnthropicConfig, AnthropicModel, Finish, Model, ModelError, ModelSpec, Usage,
 };
 use subagents::seam::AgentOptions;
 use subagents::StopReason;
@@ -96,22 +96,9 @@ async fn a_streamed_answer_reaches_listeners_and_the_request_carries_key_version
         stream(message(text_block(0, &["again"]), "end_turn", usage)),
     ])
     .await;
-    let chunks = Arc::new(Mutex::new(Vec::new()));
-    let sink = chunks.clone();
     let model = AnthropicModel::new(config(&server)).unwrap();
     assert_eq!(model.name(), "anthropic:claude-test");
-    let agent = Agent::builder(model)
-        .persona("You greet.")
-        .on_update(Arc::new(move |update: &AgentUpdate| {
-            if let AgentUpdate::Text(text) = update {
-                sink.lock().unwrap().push(text.clone());
-            }
-        }))
-        .build()
-        .unwrap();
-    let outcome = agent.prompt("greet").await;
-    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "Hello"));
-    assert_eq!(*chunks.lock().unwrap(), ["Hel", "lo"]);
+    a_greeting_streams_to_the_listener(model, AgentOptions::default()).await;
 
     {
         let requests = server.requests.lock().unwrap();
@@ -148,15 +135,7 @@ async fn a_tool_use_round_trips_through_the_agent_as_a_tool_result_in_the_next_r
         stream(message(text_block(0, &["42"]), "end_turn", usage)),
     ])
     .await;
-    let add = FnTool::new(
-        "add",
-        "Adds.",
-        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
-        |args| ToolOutput::ok((args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap()).to_string()),
-    );
-    let agent = Agent::builder(AnthropicModel::new(config(&server)).unwrap()).tool(add).build().unwrap();
-    let outcome = agent.prompt("add 2 and 40").await;
-    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "42"));
+    adding_through_the_tool_completes_with_42(AnthropicModel::new(config(&server)).unwrap()).await;
 
     let bodies = server.bodies();
     let tool = &bodies[0]["tools"][0];

@@ -8,14 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::adapters::{
-    an_endless_stream_ends_at_the_call_deadline, assert_failed_with,
+    adding_through_the_tool_completes_with_42, an_endless_stream_ends_at_the_call_deadline, assert_failed_with,
     cancelling_mid_stream_aborts_and_closes_the_connection,
 };
 use common::loopback::{endless_stream, ok, within_20_s, Loopback, Reply};
 use serde_json::{json, Value};
-use subagents::agent::{
-    Agent, AgentUpdate, FnTool, Model, ModelError, OpenAiConfig, OpenAiModel, SessionEvent, ToolOutput,
-};
+use subagents::agent::{Agent, AgentUpdate, Model, ModelError, OpenAiConfig, OpenAiModel, SessionEvent};
 use subagents::seam::AgentOptions;
 use subagents::StopReason;
 
@@ -122,15 +120,7 @@ async fn a_streamed_tool_call_round_trips_through_the_agent() {
         chat_stream(vec![delta(json!({"content": "42"}), None), delta(json!({}), Some("stop"))], true, false),
     ])
     .await;
-    let add = FnTool::new(
-        "add",
-        "Adds.",
-        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
-        |args| ToolOutput::ok((args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap()).to_string()),
-    );
-    let agent = Agent::builder(OpenAiModel::new(config(&server)).unwrap()).tool(add).build().unwrap();
-    let outcome = agent.prompt("add 2 and 40").await;
-    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "42"));
+    adding_through_the_tool_completes_with_42(OpenAiModel::new(config(&server)).unwrap()).await;
 
     let bodies = server.bodies();
     assert_eq!(bodies[0]["tools"][0]["function"]["name"], "add");

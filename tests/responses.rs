@@ -5,19 +5,18 @@
 
 use crate::common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::adapters::{
+    a_greeting_streams_to_the_listener, adding_through_the_tool_completes_with_42,
     an_endless_answer_fails_past_its_bound, an_endless_stream_ends_at_the_call_deadline, ask, assert_failed_with,
     cancelling_mid_stream_aborts_and_closes_the_connection, each_fails_without_running_a_call,
     each_stream_ends_the_run_error, endless_after,
 };
 use common::loopback::{endless_stream, event, ok, status, within_20_s, Loopback, Reply};
 use serde_json::{json, Value};
-use subagents::agent::{
-    Agent, AgentUpdate, Finish, FnTool, Model, ModelSpec, OpenAiConfig, OpenAiResponsesModel, ToolOutput, Usage,
-};
+use subagents::agent::{Agent, AgentUpdate, Finish, Model, ModelSpec, OpenAiConfig, OpenAiResponsesModel, Usage};
 use subagents::seam::AgentOptions;
 use subagents::StopReason;
 
@@ -113,8 +112,6 @@ fn text_output(text: &str) -> Value {
 #[tokio::test]
 async fn a_streamed_answer_reaches_listeners_and_the_request_carries_instructions_input_and_route() {
     let server = Loopback::start(vec![completed(message_item(0, &["Hel", "lo"]))]).await;
-    let chunks = Arc::new(Mutex::new(Vec::new()));
-    let sink = chunks.clone();
     let model = OpenAiResponsesModel::new(config(&server)).unwrap();
     assert_eq!(model.name(), "openai-responses:gpt-test");
     let route = AgentOptions {
@@ -123,19 +120,7 @@ async fn a_streamed_answer_reaches_listeners_and_the_request_carries_instruction
         reasoning_effort: Some("low".into()),
         ..Default::default()
     };
-    let agent = Agent::builder(model)
-        .persona("You greet.")
-        .options(route)
-        .on_update(Arc::new(move |update: &AgentUpdate| {
-            if let AgentUpdate::Text(text) = update {
-                sink.lock().unwrap().push(text.clone());
-            }
-        }))
-        .build()
-        .unwrap();
-    let outcome = agent.prompt("greet").await;
-    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "Hello"));
-    assert_eq!(*chunks.lock().unwrap(), ["Hel", "lo"]);
+    a_greeting_streams_to_the_listener(model, route).await;
 
     let requests = server.requests.lock().unwrap();
     assert_eq!(requests[0].path, "/v1/responses");
@@ -155,15 +140,7 @@ async fn a_function_call_round_trips_through_the_agent_as_its_output_in_the_next
         completed(message_item(0, &["42"])),
     ])
     .await;
-    let add = FnTool::new(
-        "add",
-        "Adds.",
-        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
-        |args| ToolOutput::ok((args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap()).to_string()),
-    );
-    let agent = Agent::builder(OpenAiResponsesModel::new(config(&server)).unwrap()).tool(add).build().unwrap();
-    let outcome = agent.prompt("add 2 and 40").await;
-    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "42"));
+    adding_through_the_tool_completes_with_42(OpenAiResponsesModel::new(config(&server)).unwrap()).await;
 
     let bodies = server.bodies();
     let tool = &bodies[0]["tools"][0];

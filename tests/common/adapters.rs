@@ -3,10 +3,14 @@
 //! each test file builds its adapter and its wire's frames, and hands them
 //! here with the assertions it pins.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use subagents::agent::{Agent, AgentUpdate, Model, ModelError, ModelReply, ModelRequest, SessionEvent, TurnOutcome};
+use serde_json::json;
+use subagents::agent::{
+    Agent, AgentUpdate, FnTool, Model, ModelError, ModelReply, ModelRequest, SessionEvent, Tool, ToolOutput,
+    TurnOutcome,
+};
 use subagents::seam::AgentOptions;
 use subagents::{CancellationToken, ContentBlock, StopReason};
 
@@ -17,6 +21,45 @@ pub fn assert_failed_with(outcome: &TurnOutcome, reason: &str) {
     assert_eq!(outcome.stop_reason, StopReason::Error, "output of {} bytes", outcome.output.len());
     let error = outcome.error.as_ref().unwrap();
     assert_eq!(error.reason, reason, "{error:?}");
+}
+
+/// `model`, as "You greet." and with `options`, streams "Hello" for
+/// "greet" in the chunks "Hel" and "lo", each reaching the listener as
+/// it arrives.
+pub async fn a_greeting_streams_to_the_listener(model: impl Model, options: AgentOptions) {
+    let chunks = Arc::new(Mutex::new(Vec::new()));
+    let sink = chunks.clone();
+    let agent = Agent::builder(model)
+        .persona("You greet.")
+        .options(options)
+        .on_update(Arc::new(move |update: &AgentUpdate| {
+            if let AgentUpdate::Text(text) = update {
+                sink.lock().unwrap().push(text.clone());
+            }
+        }))
+        .build()
+        .unwrap();
+    let outcome = agent.prompt("greet").await;
+    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "Hello"));
+    assert_eq!(*chunks.lock().unwrap(), ["Hel", "lo"]);
+}
+
+/// The tool `add(a, b)`.
+pub fn add_tool() -> impl Tool {
+    FnTool::new(
+        "add",
+        "Adds.",
+        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
+        |args| ToolOutput::ok((args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap()).to_string()),
+    )
+}
+
+/// `model` with [`add_tool`] answers "add 2 and 40" with "42" (its
+/// endpoint asks for the call, then answers with the sum).
+pub async fn adding_through_the_tool_completes_with_42(model: impl Model) {
+    let agent = Agent::builder(model).tool(add_tool()).build().unwrap();
+    let outcome = agent.prompt("add 2 and 40").await;
+    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "42"));
 }
 
 /// One model call of `prompt`, straight to the adapter.
