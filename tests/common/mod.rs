@@ -139,6 +139,17 @@ pub fn runtime_at(home: &Path) -> Runtime {
         .expect("runtime builds")
 }
 
+/// A runtime at `home` with graces suited to in-process children.
+pub fn in_process_runtime(home: &Path) -> Runtime {
+    Runtime::builder()
+        .workers(2)
+        .home(home)
+        .cancel_grace(Duration::from_millis(200))
+        .dispose_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
 /// Start on `provider`, collect the result, dispose.
 pub fn lifecycle(runtime: &Runtime, subagents: &Subagents, provider: &str, request: StartRequest) -> RunResult {
     let (subagents, provider) = (subagents.clone(), provider.to_owned());
