@@ -4,12 +4,13 @@
 use crate::common;
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::adapters::{
-    adding_through_the_tool_completes_with_42, an_endless_stream_ends_at_the_call_deadline, assert_failed_with,
-    cancelling_mid_stream_aborts_and_closes_the_connection,
+    a_greeting_streams_to_the_listener, adding_through_the_tool_completes_with_42,
+    an_endless_stream_ends_at_the_call_deadline, assert_failed_with,
+    cancelling_mid_stream_aborts_and_closes_the_connection, keep_alive_forever, openai_config,
 };
 use common::loopback::{endless_stream, ok, within_20_s, Loopback, Reply};
 use serde_json::{json, Value};
@@ -40,10 +41,7 @@ fn chat_stream(events: Vec<Value>, done: bool, hang: bool) -> Reply {
 }
 
 fn config(server: &Loopback) -> OpenAiConfig {
-    OpenAiConfig::new(format!("{}/v1", server.origin), "test-model")
-        .with_api_key("sk-test")
-        .with_retries(2, Duration::from_millis(10))
-        .with_timeout(Duration::from_secs(10))
+    openai_config(server, "test-model")
 }
 
 fn agent_on(config: OpenAiConfig) -> Agent {
@@ -85,19 +83,7 @@ async fn a_streamed_reply_reaches_listeners_chunk_by_chunk() {
         false,
     )])
     .await;
-    let chunks = Arc::new(Mutex::new(Vec::new()));
-    let sink = chunks.clone();
-    let agent = Agent::builder(OpenAiModel::new(config(&server)).unwrap())
-        .on_update(Arc::new(move |update: &AgentUpdate| {
-            if let AgentUpdate::Text(text) = update {
-                sink.lock().unwrap().push(text.clone());
-            }
-        }))
-        .build()
-        .unwrap();
-    let outcome = agent.prompt("greet").await;
-    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "Hello"));
-    assert_eq!(*chunks.lock().unwrap(), ["Hel", "lo"]);
+    a_greeting_streams_to_the_listener(Agent::builder(OpenAiModel::new(config(&server)).unwrap())).await;
     assert_eq!(server.bodies()[0]["stream"], true);
 }
 
@@ -412,11 +398,8 @@ async fn tool_call_arguments_past_their_bound_fail_the_model_call() {
 
 #[tokio::test]
 async fn keep_alive_comments_forever_end_at_the_call_deadline() {
-    let comments = endless_stream(": keep-alive\n\n", Duration::from_millis(10));
-    an_endless_stream_ends_at_the_call_deadline(comments, |server| {
-        agent_on(config(server).with_call_deadline(Duration::from_millis(500)))
-    })
-    .await;
+    let deadline = |server: &Loopback| agent_on(config(server).with_call_deadline(Duration::from_millis(500)));
+    an_endless_stream_ends_at_the_call_deadline(keep_alive_forever(), deadline).await;
 }
 
 #[tokio::test]

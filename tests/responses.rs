@@ -12,19 +12,16 @@ use common::adapters::{
     a_greeting_streams_to_the_listener, adding_through_the_tool_completes_with_42,
     an_endless_answer_fails_past_its_bound, an_endless_stream_ends_at_the_call_deadline, ask, assert_failed_with,
     cancelling_mid_stream_aborts_and_closes_the_connection, each_fails_without_running_a_call,
-    each_stream_ends_the_run_error, endless_after,
+    each_stream_ends_the_run_error, endless_after, keep_alive_forever, openai_config,
 };
-use common::loopback::{endless_stream, event, ok, status, within_20_s, Loopback, Reply};
+use common::loopback::{event, ok, status, within_20_s, Loopback, Reply};
 use serde_json::{json, Value};
 use subagents::agent::{Agent, AgentUpdate, Finish, Model, ModelSpec, OpenAiConfig, OpenAiResponsesModel, Usage};
 use subagents::seam::AgentOptions;
 use subagents::StopReason;
 
 fn config(server: &Loopback) -> OpenAiConfig {
-    OpenAiConfig::new(format!("{}/v1", server.origin), "gpt-test")
-        .with_api_key("sk-test")
-        .with_retries(2, Duration::from_millis(10))
-        .with_timeout(Duration::from_secs(10))
+    openai_config(server, "gpt-test")
 }
 
 fn agent_on(config: OpenAiConfig) -> Agent {
@@ -120,7 +117,7 @@ async fn a_streamed_answer_reaches_listeners_and_the_request_carries_instruction
         reasoning_effort: Some("low".into()),
         ..Default::default()
     };
-    a_greeting_streams_to_the_listener(model, route).await;
+    a_greeting_streams_to_the_listener(Agent::builder(model).persona("You greet.").options(route)).await;
 
     let requests = server.requests.lock().unwrap();
     assert_eq!(requests[0].path, "/v1/responses");
@@ -303,11 +300,8 @@ async fn malformed_events_and_a_stream_without_its_ending_end_the_run_error() {
 
 #[tokio::test]
 async fn keep_alive_comments_forever_end_at_the_call_deadline() {
-    let comments = endless_stream(": keep-alive\n\n", Duration::from_millis(10));
-    an_endless_stream_ends_at_the_call_deadline(comments, |server| {
-        agent_on(config(server).with_call_deadline(Duration::from_millis(500)))
-    })
-    .await;
+    let deadline = |server: &Loopback| agent_on(config(server).with_call_deadline(Duration::from_millis(500)));
+    an_endless_stream_ends_at_the_call_deadline(keep_alive_forever(), deadline).await;
 }
 
 #[test]

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use subagents::agent::{
-    Agent, AgentUpdate, FnTool, Model, ModelError, ModelReply, ModelRequest, SessionEvent, Tool, ToolOutput,
-    TurnOutcome,
+    Agent, AgentBuilder, AgentUpdate, FnTool, Model, ModelError, ModelReply, ModelRequest, OpenAiConfig, SessionEvent,
+    Tool, ToolOutput, TurnOutcome,
 };
 use subagents::seam::AgentOptions;
 use subagents::{CancellationToken, ContentBlock, StopReason};
@@ -23,15 +23,12 @@ pub fn assert_failed_with(outcome: &TurnOutcome, reason: &str) {
     assert_eq!(error.reason, reason, "{error:?}");
 }
 
-/// `model`, as "You greet." and with `options`, streams "Hello" for
-/// "greet" in the chunks "Hel" and "lo", each reaching the listener as
-/// it arrives.
-pub async fn a_greeting_streams_to_the_listener(model: impl Model, options: AgentOptions) {
+/// The agent `builder` makes streams "Hello" for "greet" in the chunks
+/// "Hel" and "lo", each reaching the listener as it arrives.
+pub async fn a_greeting_streams_to_the_listener(builder: AgentBuilder) {
     let chunks = Arc::new(Mutex::new(Vec::new()));
     let sink = chunks.clone();
-    let agent = Agent::builder(model)
-        .persona("You greet.")
-        .options(options)
+    let agent = builder
         .on_update(Arc::new(move |update: &AgentUpdate| {
             if let AgentUpdate::Text(text) = update {
                 sink.lock().unwrap().push(text.clone());
@@ -42,6 +39,15 @@ pub async fn a_greeting_streams_to_the_listener(model: impl Model, options: Agen
     let outcome = agent.prompt("greet").await;
     assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "Hello"));
     assert_eq!(*chunks.lock().unwrap(), ["Hel", "lo"]);
+}
+
+/// An OpenAI configuration of `model` on `server`'s `/v1`, with a key and
+/// short bounds for tests.
+pub fn openai_config(server: &Loopback, model: &str) -> OpenAiConfig {
+    OpenAiConfig::new(format!("{}/v1", server.origin), model)
+        .with_api_key("sk-test")
+        .with_retries(2, Duration::from_millis(10))
+        .with_timeout(Duration::from_secs(10))
 }
 
 /// The tool `add(a, b)`.
@@ -142,6 +148,11 @@ pub async fn an_endless_stream_ends_at_the_call_deadline(reply: Reply, agent_on:
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     assert_failed_with(&outcome, "the model call passed its deadline of 0.5 s");
     assert!(server.saw_client_close().await);
+}
+
+/// A stream of SSE keep-alive comments that never ends.
+pub fn keep_alive_forever() -> Reply {
+    super::loopback::endless_stream(": keep-alive\n\n", Duration::from_millis(10))
 }
 
 /// An endless stream that opens with `first` (the block or item its

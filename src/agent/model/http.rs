@@ -18,7 +18,13 @@
 //!   answer reports.
 //! - [`Endpoint::read_whole`] and [`Events`] read an answer: a whole body or
 //!   a server-sent event stream, each bounded in bytes as a whole and in the
-//!   time between two chunks.
+//!   time between two chunks. [`Endpoint::complete`] is an adapter's whole
+//!   call: its body sent, its answer read whole or streamed into the
+//!   adapter's [`Answer`] (its wire's reading of the payloads), text passed
+//!   to the listener as it comes.
+//! - `config` declares each adapter's configuration and gives each model
+//!   its handle and `Model` impl (`http_config!`, `http_model!`); `wire`
+//!   holds what the wires spell alike.
 //! - [`bounded_call`] holds one model call to its deadline and drops it the
 //!   moment the caller cancels; dropping the request closes its connection.
 //! - [`CallLimits`] bounds an answer's tool calls and their arguments, the
@@ -39,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 
 pub(super) use config::{http_config, http_model, Defaults};
 pub(super) use text::{describe, excerpt, one_line};
-pub(super) use wire::{arguments_text, functions, not_read, user_content, Content, Function};
+pub(super) use wire::{arguments_text, functions, kind_of, not_read, read_event, user_content, Content, Function};
 
 use super::limit::{retry_delay, Limiter, Permit, RouteLimits};
 use super::{CallMeter, ChunkSink, ModelError, ModelReply, ModelRequest, Oversize};

@@ -17,7 +17,9 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::agent::model::http::{excerpt, not_read, parse_arguments, token_count, Answer, CallLimits};
+use crate::agent::model::http::{
+    excerpt, kind_of, not_read, parse_arguments, read_event, token_count, Answer, CallLimits,
+};
 use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Usage};
 use crate::agent::session::ToolCall;
 
@@ -254,12 +256,8 @@ impl Answer for Message {
 
     /// Takes one streamed event's payload.
     fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
-        let event: Event =
-            serde_json::from_slice(data).map_err(|error| not_read(ANSWER, "a streamed event", &error))?;
-        let Some(kind) = event.kind.as_deref() else {
-            return Err(ModelError::Malformed("a streamed event has no type".to_owned()));
-        };
-        match kind {
+        let event: Event = read_event(ANSWER, data)?;
+        match kind_of(event.kind.as_deref())? {
             "message_start" => self.merge_usage(event.message.and_then(|message| message.usage)),
             "content_block_start" => self.start_block(index_of(&event)?, event.content_block, sink)?,
             "content_block_delta" => self.delta(index_of(&event)?, event.delta, sink)?,

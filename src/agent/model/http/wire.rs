@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -64,6 +65,17 @@ pub(in crate::agent::model) fn user_content<'a, P>(
         })
         .collect();
     Content::Parts(parts)
+}
+
+/// One streamed event's payload, read as `E`; not `answer`'s event, it
+/// is refused as [`not_read`] says.
+pub(in crate::agent::model) fn read_event<E: DeserializeOwned>(answer: &str, data: &[u8]) -> Result<E, ModelError> {
+    serde_json::from_slice(data).map_err(|error| not_read(answer, "a streamed event", &error))
+}
+
+/// A streamed event's `type`, which every typed event has.
+pub(in crate::agent::model) fn kind_of(kind: Option<&str>) -> Result<&str, ModelError> {
+    kind.ok_or_else(|| ModelError::Malformed("a streamed event has no type".to_owned()))
 }
 
 /// Why `what` could not be read as `answer` (`"a chat completion"`, …):

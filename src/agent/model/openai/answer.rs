@@ -17,7 +17,7 @@ use std::fmt;
 use serde::de::{self, IgnoredAny};
 use serde::{Deserialize, Deserializer};
 
-use crate::agent::model::http::{excerpt, not_read, parse_arguments, token_count, Answer, CallLimits};
+use crate::agent::model::http::{excerpt, not_read, parse_arguments, read_event, token_count, Answer, CallLimits};
 use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Usage};
 use crate::agent::session::ToolCall;
 
@@ -241,8 +241,7 @@ impl Answer for StreamedAnswer {
             self.done = true;
             return Ok(());
         }
-        let chunk: Chunk =
-            serde_json::from_slice(data).map_err(|error| not_read(ANSWER, "a streamed event", &error))?;
+        let chunk: Chunk = read_event(ANSWER, data)?;
         if let Some(StreamError::Object { message: Some(message) }) = &chunk.error {
             return Err(ModelError::Transport(format!("the stream reported an error: {}", excerpt(message))));
         }

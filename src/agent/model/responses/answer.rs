@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use super::wire::{Event, WireError, WireItem, WireResponse};
 
-use crate::agent::model::http::{excerpt, not_read, parse_arguments, Answer, CallLimits};
+use crate::agent::model::http::{excerpt, kind_of, not_read, parse_arguments, read_event, Answer, CallLimits};
 use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Usage};
 use crate::agent::session::ToolCall;
 
@@ -166,11 +166,8 @@ impl Answer for Response {
 
     /// Takes one streamed event's payload.
     fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
-        let event: Event =
-            serde_json::from_slice(data).map_err(|error| not_read(ANSWER, "a streamed event", &error))?;
-        let Some(kind) = event.kind.as_deref() else {
-            return Err(ModelError::Malformed("a streamed event has no type".to_owned()));
-        };
+        let event: Event = read_event(ANSWER, data)?;
+        let kind = kind_of(event.kind.as_deref())?;
         match kind {
             "response.output_item.added" => {
                 self.open(index_of(&event)?, event.item.as_ref())?;
