@@ -98,7 +98,7 @@ async fn a_streamed_answer_reaches_listeners_and_the_request_carries_key_version
     .await;
     let model = AnthropicModel::new(config(&server)).unwrap();
     assert_eq!(model.name(), "anthropic:claude-test");
-    a_greeting_streams_to_the_listener(model, AgentOptions::default()).await;
+    a_greeting_streams_to_the_listener(Agent::builder(model).persona("You greet.")).await;
 
     {
         let requests = server.requests.lock().unwrap();
