@@ -215,7 +215,7 @@ macro_rules! http_config {
 /// `config` (an [`http_config!`] configuration), `name` and `endpoint: Endpoint`,
 /// and an `async fn complete_inner(&self, ModelRequest, CancellationToken)`:
 /// its `Debug` (the name only: the configuration holds the key),
-/// `with_limiter`, `limiter`, `check_reachable`, and its [`Model`](crate::agent::Model)
+/// `with_limiter`, `limiter`, `check_reachable`, `probed`, and its [`Model`](crate::agent::Model)
 /// impl, each call held to the configured `call_deadline`.
 macro_rules! http_model {
     ($model:ident) => {
@@ -243,6 +243,15 @@ macro_rules! http_model {
             /// timeout, at most 5 s): a cheap check before a batch of runs.
             pub async fn check_reachable(&self) -> Result<(), $crate::agent::ModelError> {
                 self.endpoint.check_reachable().await
+            }
+
+            /// The model, shared, and a probe of its endpoint.
+            pub(in crate::agent::model) fn probed(
+                self,
+            ) -> (std::sync::Arc<dyn $crate::agent::Model>, $crate::agent::model::Probe) {
+                let model = std::sync::Arc::new(self);
+                let held = model.clone();
+                (model, Box::pin(async move { held.check_reachable().await }))
             }
         }
 
