@@ -67,6 +67,7 @@ pub use session::{
 };
 #[cfg(any(feature = "mcp-client", feature = "config"))]
 pub(crate) use tools::mcp_header_problem;
+pub(crate) use tools::reads_only;
 #[cfg(all(feature = "mcp-client", feature = "process"))]
 pub(crate) use tools::start_mcp_servers;
 #[cfg(feature = "config")]

@@ -73,14 +73,14 @@ providers = ["agent", "cheap"]
 fn fanout_on(dir: &Path, tasks: &str, provider: &str, config: &Path) -> Command {
     let path = dir.join("tasks.jsonl");
     std::fs::write(&path, tasks).unwrap();
+    fanout(dir, &path, &["--provider", provider], config)
+}
+
+/// `fanout` of the task file `tasks` with `flags`, on `config`, its home
+/// under `dir`.
+fn fanout(dir: &Path, tasks: &Path, flags: &[&str], config: &Path) -> Command {
     let mut command = subagents(dir);
-    command
-        .arg("fanout")
-        .arg(&path)
-        .args(["--provider", provider, "--config"])
-        .arg(config)
-        .arg("--home")
-        .arg(dir.join("home"));
+    command.arg("fanout").arg(tasks).args(flags).arg("--config").arg(config).arg("--home").arg(dir.join("home"));
     command
 }
 
@@ -102,13 +102,7 @@ fn fanout_runs_each_task_on_the_provider_its_line_names() {
         r#"{"prompt": "again over acp", "provider": "agent"}"#,
     ];
     std::fs::write(&tasks, lines.join("\n")).unwrap();
-    let output = run(subagents(dir.path())
-        .arg("fanout")
-        .arg(&tasks)
-        .arg("--config")
-        .arg(&config)
-        .arg("--home")
-        .arg(dir.path().join("home")));
+    let output = run(&mut fanout(dir.path(), &tasks, &[], &config));
     assert!(output.status.success(), "{}", text(&output.stderr));
     let mut results = result_lines(&output.stdout);
     results.sort_by_key(|result| result["line"].as_u64());
@@ -390,13 +384,7 @@ fn each_acp_process_gets_a_private_run_dir_from_the_template_removed_unless_kept
         std::fs::write(&tasks, "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n{\"prompt\": \"c\"}\n").unwrap();
         let log = dir.path().join(format!("{provider}.log"));
         std::fs::remove_file(&log).ok(); // earlier fanouts' probes
-        let output = run(subagents(dir.path())
-            .arg("fanout")
-            .arg(&tasks)
-            .args(["--concurrency", "1", "--provider", provider, "--config"])
-            .arg(&config)
-            .arg("--home")
-            .arg(dir.path().join("home")));
+        let output = run(&mut fanout(dir.path(), &tasks, &["--concurrency", "1", "--provider", provider], &config));
         assert!(output.status.success(), "{provider}: {}", text(&output.stderr));
         let results = result_lines(&output.stdout);
         assert_eq!(results.len(), 3);

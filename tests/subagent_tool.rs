@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::tool_results;
+use crate::common::{self, tool_results};
 use serde_json::{json, Value};
 use subagents::agent::{Agent, ScriptMatch, ScriptedModel, SessionEvent, Step, ToolError, Toolset};
 use subagents::providers::{InProcessProvider, MockProvider};
@@ -14,14 +14,7 @@ use subagents::{Runtime, StopReason, Subagents};
 
 fn runtime() -> (Runtime, tempfile::TempDir) {
     let home = tempfile::tempdir().unwrap();
-    let runtime = Runtime::builder()
-        .workers(2)
-        .home(home.path())
-        .cancel_grace(Duration::from_millis(200))
-        .dispose_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    (runtime, home)
+    (common::in_process_runtime(home.path()), home)
 }
 
 fn delegate(prompt: &str) -> Step {
