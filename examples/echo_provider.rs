@@ -89,7 +89,7 @@ fn main() {
     subagents.register_provider(echo).expect("a unique name").keep();
 
     runtime.block_on(async move {
-        let request = StartRequest::new("hello", Parent::root("."), CancellationToken::new());
+        let request = StartRequest::new("hello", Parent::root("/tmp"), CancellationToken::new());
         let run = subagents.start("echo", request).await.expect("started");
         let result = run.result().await.expect("settled");
         run.dispose().await.expect("disposed"); // the caller owns the run: always dispose
@@ -97,7 +97,7 @@ fn main() {
         println!("{} answered {:?}", run.child_id(), result.text());
 
         // Cancelled while it waits: the run settles `aborted`.
-        let request = StartRequest::new("never mind", Parent::root("."), CancellationToken::new());
+        let request = StartRequest::new("never mind", Parent::root("/tmp"), CancellationToken::new());
         let run = subagents.start("echo", request).await.expect("started");
         run.cancel();
         let result = run.result().await.expect("settled");
@@ -106,7 +106,7 @@ fn main() {
         println!("{} stopped: {:?}", run.child_id(), result.stop_reason);
 
         // A request for something it does not advertise is refused at start.
-        let request = StartRequest::new("hi", Parent::root("."), CancellationToken::new()).with_persona("a pirate");
+        let request = StartRequest::new("hi", Parent::root("/tmp"), CancellationToken::new()).with_persona("a pirate");
         let refused = subagents.start("echo", request).await.expect_err("persona is not advertised");
         println!("refused: {refused}");
     });

@@ -36,7 +36,7 @@
 //! subagents.register_provider(MockProvider::new("mock").with_reply("42")).unwrap().keep();
 //!
 //! let result = runtime.block_on(async move {
-//!     let request = StartRequest::new("What is six times seven?", Parent::root("."), CancellationToken::new());
+//!     let request = StartRequest::new("What is six times seven?", Parent::root("/tmp"), CancellationToken::new());
 //!     let run = subagents.start("mock", request).await.unwrap();
 //!     let result = run.result().await.unwrap();
 //!     run.dispose().await.unwrap(); // the caller owns the run: always dispose
