@@ -160,7 +160,12 @@ impl Scratch {
     fn command(&self, program: &str) -> Command {
         let mut command = Command::new(program);
         let path = format!("{}:{}", self.dir.path().join("bin").display(), std::env::var("PATH").unwrap_or_default());
-        command.env_clear().current_dir(self.work()).env("PATH", path).env("HOME", self.dir.path()).env("LANG", "C.UTF-8");
+        command
+            .env_clear()
+            .current_dir(self.work())
+            .env("PATH", path)
+            .env("HOME", self.dir.path())
+            .env("LANG", "C.UTF-8");
         for name in STAND_IN_VARIABLES {
             command.env(name, format!("stand-in-{}", name.to_lowercase()));
         }
@@ -293,7 +298,9 @@ fn every_shell_block_of_the_readme_and_the_guide_runs_or_names_real_flags() {
     assert!(blocks.iter().any(|block| !block.no_run), "no runnable shell block found: is the extractor broken?");
     let readme_main_job = "cargo run --release -- fanout examples/tasks.jsonl";
     assert!(
-        blocks.iter().any(|block| block.place.starts_with("README.md") && !block.no_run && block.body.contains(readme_main_job)),
+        blocks
+            .iter()
+            .any(|block| block.place.starts_with("README.md") && !block.no_run && block.body.contains(readme_main_job)),
         "the README runs `{readme_main_job}` as written"
     );
     for block in &blocks {
@@ -323,7 +330,8 @@ fn every_toml_block_of_the_readme_and_the_guide_loads() {
         }
     }
     for (place, file) in files {
-        let output = run(scratch.command(env!("CARGO_BIN_EXE_subagents")).args(["providers", "list", "--config"]).arg(&file));
+        let output =
+            run(scratch.command(env!("CARGO_BIN_EXE_subagents")).args(["providers", "list", "--config"]).arg(&file));
         assert!(output.status.success(), "{place}: the configuration does not load: {}", text(&output.stderr));
     }
 }
@@ -414,7 +422,11 @@ fn provider_file(kind: &str, key: Option<&str>) -> String {
 fn the_configuration_reference_lists_exactly_the_keys_each_kind_takes() {
     let documented = documented_keys();
     let kinds = ["spawn", "fork", "mock", "acp", "process", "remote", "a2a", "chaos"];
-    assert_eq!(documented.keys().map(String::as_str).collect::<BTreeSet<_>>(), kinds.into_iter().collect(), "the kinds the reference covers");
+    assert_eq!(
+        documented.keys().map(String::as_str).collect::<BTreeSet<_>>(),
+        kinds.into_iter().collect(),
+        "the kinds the reference covers"
+    );
     let every_key: BTreeSet<&str> = documented.values().flatten().map(String::as_str).collect();
     for kind in kinds {
         Config::parse(&provider_file(kind, None), "baseline.toml")
@@ -423,12 +435,17 @@ fn the_configuration_reference_lists_exactly_the_keys_each_kind_takes() {
             let file = provider_file(kind, Some(key));
             let loaded = Config::parse(&file, "reference.toml");
             if documented[kind].contains(key) {
-                loaded.unwrap_or_else(|error| panic!("the reference lists `{key}` for `{kind}`, but it does not load: {error}\n{file}"));
+                loaded.unwrap_or_else(|error| {
+                    panic!("the reference lists `{key}` for `{kind}`, but it does not load: {error}\n{file}")
+                });
             } else {
                 let error = loaded.err().unwrap_or_else(|| {
                     panic!("`{key}` loads on a `{kind}` provider: list it under `{kind}` in docs/src/configuration.md")
                 });
-                assert!(error.message().contains(key), "`{key}` on a `{kind}` provider is refused for another reason: {error}");
+                assert!(
+                    error.message().contains(key),
+                    "`{key}` on a `{kind}` provider is refused for another reason: {error}"
+                );
             }
         }
     }
@@ -437,7 +454,10 @@ fn the_configuration_reference_lists_exactly_the_keys_each_kind_takes() {
     assert!(error.message().contains("no_such_key"), "an unknown key is refused by name: {error}");
     if let Some(accepted) = error.message().split("expected one of").nth(1) {
         for key in accepted.split('`').skip(1).step_by(2) {
-            assert!(key == "kind" || every_key.contains(key), "the loader takes `{key}`, which docs/src/configuration.md does not list");
+            assert!(
+                key == "kind" || every_key.contains(key),
+                "the loader takes `{key}`, which docs/src/configuration.md does not list"
+            );
         }
     }
 }
@@ -532,7 +552,11 @@ fn every_relative_link_and_anchor_of_the_readme_and_the_guide_leads_somewhere() 
             let place = format!("{}:{line}", shown(&file));
             assert!(linked.exists(), "{place}: {target} leads to no file");
             if !fragment.is_empty() {
-                assert!(anchors(&linked).contains(fragment), "{place}: {target}: no heading of {} has the anchor #{fragment}", shown(&linked));
+                assert!(
+                    anchors(&linked).contains(fragment),
+                    "{place}: {target}: no heading of {} has the anchor #{fragment}",
+                    shown(&linked)
+                );
             }
             checked += 1;
         }
@@ -542,9 +566,15 @@ fn every_relative_link_and_anchor_of_the_readme_and_the_guide_leads_somewhere() 
 
 #[test]
 fn the_link_checker_finds_links_and_anchors_as_github_makes_them() {
-    assert_eq!(anchor(" §7.1 Child environment and the dispose ladder (acp and process)"), "71-child-environment-and-the-dispose-ladder-acp-and-process");
+    assert_eq!(
+        anchor(" §7.1 Child environment and the dispose ladder (acp and process)"),
+        "71-child-environment-and-the-dispose-ladder-acp-and-process"
+    );
     assert_eq!(anchor(" `spawn`, `fork`"), "spawn-fork");
-    assert_eq!(anchor(" Rate limits are shared per route, per process"), "rate-limits-are-shared-per-route-per-process");
+    assert_eq!(
+        anchor(" Rate limits are shared per route, per process"),
+        "rate-limits-are-shared-per-route-per-process"
+    );
     let found = links("see [a](a.md#x) and `[not](code.md)`\n```\n[no](in-block.md)\n```\n[label]: b.md\n");
     assert_eq!(found, vec![(1, "a.md#x".to_owned()), (5, "b.md".to_owned())]);
 }
