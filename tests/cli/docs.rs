@@ -578,3 +578,46 @@ fn the_link_checker_finds_links_and_anchors_as_github_makes_them() {
     let found = links("see [a](a.md#x) and `[not](code.md)`\n```\n[no](in-block.md)\n```\n[label]: b.md\n");
     assert_eq!(found, vec![(1, "a.md#x".to_owned()), (5, "b.md".to_owned())]);
 }
+
+/// The subcommands a person runs (`help` aside).
+fn doors() -> Vec<String> {
+    subcommands(&help(&[])).into_iter().filter(|name| name != "help").collect()
+}
+
+#[test]
+fn every_subcommand_has_its_place_in_the_guide_and_every_flag_is_documented() {
+    let summary = std::fs::read_to_string(project().join("docs/src/SUMMARY.md")).unwrap();
+    let command_line = std::fs::read_to_string(project().join("docs/src/command-line.md")).unwrap();
+    let places: Vec<String> = summary
+        .lines()
+        .filter_map(|line| {
+            line.split_once('[').and_then(|(_, rest)| rest.split_once(']')).map(|(title, _)| title.to_owned())
+        })
+        .chain(command_line.lines().filter_map(|line| line.strip_prefix("## ")).map(str::to_lowercase))
+        .collect();
+    let guide: String = markdown_files().iter().map(|file| std::fs::read_to_string(file).unwrap()).collect();
+    let doors = doors();
+    assert!(doors.len() >= 8, "`subagents --help` lists {doors:?}");
+    for door in &doors {
+        assert!(
+            places.iter().any(|place| place.split_whitespace().next() == Some(door.as_str())),
+            "`subagents {door}` has no chapter in docs/src/SUMMARY.md and no section in command-line.md"
+        );
+        let sub_help = help(&[door]);
+        let flags = sub_help.split([' ', ',', '\n', '[', ']']).filter_map(|token| {
+            let name: String =
+                token.strip_prefix("--")?.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
+            (!name.is_empty()).then(|| format!("--{name}"))
+        });
+        for flag in flags {
+            let flag = flag.as_str();
+            let documented = guide
+                .match_indices(flag)
+                .any(|(at, _)| !guide[at + flag.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-'));
+            assert!(
+                documented || flag == "--help",
+                "`subagents {door} {flag}` is in --help but nowhere in the README or the guide"
+            );
+        }
+    }
+}
