@@ -65,7 +65,9 @@
 //! | `acp` | the `acp` provider; with `agent` also `subagents acp`'s server side | agent-client-protocol, nix |
 //! | `process` | the `process` provider and `subagents serve` (implies `agent`) | nix |
 //! | `remote` | the `remote` provider and `subagents worker` (implies `process`) | async-nats |
-//! | `mcp` | `subagents mcp`'s server side and the MCP servers children mount (implies `process`) | rmcp, reqwest, rustls |
+//! | `mcp-client` | the MCP servers whose tools children mount, over stdio or streamable HTTP (implies `agent`) | rmcp (client), reqwest, rustls, nix |
+//! | `mcp-server` | `subagents mcp`'s server side (implies `process`) | rmcp (server) |
+//! | `mcp` | both sides of MCP | |
 //! | `config` | the configuration file: named providers of every kind built in, model routes (implies `agent`) | toml, indexmap |
 //! | `batch` | `subagents fanout`'s engine: task lines, a durable results journal, resume (implies `config`) | none more |
 //! | `a2a` | the `a2a` provider; with `config` also `subagents a2a`'s server side (implies `agent`) | reqwest, rustls, hyper's HTTP/1 server |
@@ -111,7 +113,7 @@ pub mod seam;
     doc(cfg(any(
         all(feature = "acp", feature = "agent"),
         all(feature = "a2a", feature = "config"),
-        feature = "mcp",
+        feature = "mcp-server",
         feature = "process",
         feature = "remote"
     )))
