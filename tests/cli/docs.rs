@@ -13,7 +13,10 @@
 //! - A ```` ```toml ```` block is loaded by the binary (`providers list
 //!   --config`), with stand-ins on `PATH` for the agents and servers the docs
 //!   name and stand-in values for the variables they read; `toml,no-run`
-//!   marks one that is not a configuration file.
+//!   marks one that is not a configuration file; a ```` ```json ```` block
+//!   must parse.
+//! - Every subcommand `--help` lists has a chapter or section, and every
+//!   flag it lists is mentioned somewhere in the README or the guide.
 //!
 //! The Rust examples are compiled and run as doc tests (`src/lib.rs`).
 
@@ -618,6 +621,17 @@ fn every_subcommand_has_its_place_in_the_guide_and_every_flag_is_documented() {
                 documented || flag == "--help",
                 "`subagents {door} {flag}` is in --help but nowhere in the README or the guide"
             );
+        }
+    }
+}
+
+#[test]
+fn every_json_block_of_the_readme_and_the_guide_is_json() {
+    let blocks: Vec<Block> = all_blocks().into_iter().filter(|block| block.language == "json").collect();
+    assert!(!blocks.is_empty(), "no json block found: is the extractor broken?");
+    for block in blocks {
+        if let Err(error) = serde_json::from_str::<serde_json::Value>(&block.body) {
+            panic!("{}: not JSON: {error}", block.place);
         }
     }
 }
