@@ -635,3 +635,45 @@ fn every_json_block_of_the_readme_and_the_guide_is_json() {
         }
     }
 }
+
+/// The keys of each table under `## Other tables` of the reference, by the
+/// table's name as a file spells it (`models.NAME`, `tool`).
+fn documented_tables() -> BTreeMap<String, BTreeSet<String>> {
+    let reference = std::fs::read_to_string(project().join("docs/src/configuration.md")).unwrap();
+    let section = reference.split("\n## Other tables").nth(1).expect("the reference has `## Other tables`");
+    let section = section.split("\n## ").next().unwrap();
+    let mut tables: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut table = String::new();
+    for line in section.lines() {
+        if let Some(heading) = line.strip_prefix("### `[").and_then(|rest| rest.split_once("]`")) {
+            table = heading.0.to_owned();
+        } else if let Some(row) = line.strip_prefix("| `") {
+            tables.entry(table.clone()).or_default().insert(row.split('`').next().unwrap().to_owned());
+        }
+    }
+    tables
+}
+
+#[test]
+fn the_configuration_reference_lists_exactly_the_keys_of_the_other_tables() {
+    let tables = documented_tables();
+    assert_eq!(tables.keys().map(String::as_str).collect::<Vec<_>>(), ["mcp_servers.NAME", "models.NAME", "tool"]);
+    for (table, documented) in tables {
+        let header = table.replace("NAME", "checked");
+        let error = Config::parse(&format!("[{header}]\nno_such_key = 1\n"), "table.toml").unwrap_err();
+        let accepted: BTreeSet<String> = error
+            .message()
+            .split_once("expected")
+            .unwrap_or_else(|| panic!("[{header}]: an unknown key's error names the accepted ones: {error}"))
+            .1
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            documented, accepted,
+            "[{table}]: the keys docs/src/configuration.md lists (left) and the loader takes (right)"
+        );
+    }
+}
