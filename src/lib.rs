@@ -13,7 +13,7 @@
 //!
 //! # Three doors
 //!
-//! - **The root**: the twenty names most programs use ([`Runtime`],
+//! - **The root**: the names most programs use ([`Runtime`],
 //!   [`Subagents`], [`Run`], [`StartRequest`], [`Parent`], [`RunResult`],
 //!   [`StopReason`], [`CancellationToken`], …), and [`prelude`] to import
 //!   them with the built-in providers in one line.

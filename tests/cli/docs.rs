@@ -269,7 +269,10 @@ fn check_command(block: &Block, words: &[&str]) {
     }
     let Some(subcommand) = words.get(at).copied() else { return };
     let mut helps = vec![top.clone()];
-    if !is_placeholder(subcommand) {
+    if is_placeholder(subcommand) {
+        // `subagents COMMAND … --flag`: some subcommand takes the flag.
+        helps.extend(doors().iter().map(|name| help(&[name])));
+    } else {
         assert!(
             subcommands(&top).contains(subcommand),
             "{}: `subagents {subcommand}` is not a subcommand",
