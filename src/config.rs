@@ -43,7 +43,7 @@
 //! missing provider or another wrapper, an ACP command that is not on
 //! `PATH`, a `${VAR}` that is not set, a duration without a unit, an MCP
 //! server a provider's `mcp_servers` lists but no `[mcp_servers]` table
-//! defines (see the `mcp_servers` tables in the README), a URL or a header
+//! defines (see the guide's "MCP tools for children"), a URL or a header
 //! an HTTP request cannot carry, a `run_dir_root` or `home` where a file
 //! stands. Each error is one [`ConfigError`] that reads
 //! `FILE:LINE:COL: what is wrong`.

@@ -166,6 +166,26 @@ struct Threads {
 /// Owns the actor system. Build with [`Runtime::builder`]; stop with
 /// [`Runtime::shutdown`] (dropping it stops the threads without the
 /// graceful phases).
+///
+/// It runs on threads of its own, so a program needs no async runtime of
+/// its own to use it: [`Runtime::block_on`] runs a future on one of its
+/// workers (next to the runs it starts), and the report of
+/// [`Runtime::shutdown_blocking`] says whether anything was left alive.
+///
+/// ```
+/// use std::time::Duration;
+/// use subagents::Runtime;
+///
+/// let runtime = Runtime::builder()
+///     .workers(2)
+///     .home(std::env::temp_dir().join("subagents-doc-runtime"))
+///     .cancel_grace(Duration::from_millis(500))
+///     .build()
+///     .unwrap();
+/// assert_eq!(runtime.block_on(async { 6 * 7 }), 42);
+/// let report = runtime.shutdown_blocking();
+/// assert!(report.live_after.is_quiescent());
+/// ```
 pub struct Runtime {
     core: Arc<Core>,
     registry: Addr<RegistryActor>,

@@ -133,6 +133,14 @@ impl Failure {
 /// where one is known, a fixed-wording reason ("the model endpoint answered
 /// 404"). Never stderr, paths, task text, environment values, credentials
 /// or protocol payloads; at most [`Diagnostic::MAX_BYTES`] when serialised.
+///
+/// ```
+/// use subagents::seam::{Category, Diagnostic, Stage};
+///
+/// let diagnostic = Diagnostic::new("spawn", Stage::SessionRun, Category::Model)
+///     .with_reason("the model endpoint answered 404");
+/// assert_eq!(diagnostic.to_string(), "provider \"spawn\", stage session-run, category model: the model endpoint answered 404");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diagnostic {
     /// The provider that ran the child.
@@ -196,7 +204,20 @@ impl fmt::Display for Diagnostic {
     }
 }
 
-/// The terminal outcome of a run.
+/// The terminal outcome of a run. A provider's [`Child::run`] builds one
+/// with [`RunResult::completed`], [`RunResult::empty`] or
+/// [`RunResult::failed`]:
+///
+/// ```
+/// use subagents::seam::{Category, Diagnostic, RunResult, Stage, StopReason};
+///
+/// assert_eq!(RunResult::completed("done").text(), "done");
+/// assert_eq!(RunResult::empty(StopReason::Aborted).stop_reason, StopReason::Aborted);
+/// let failed = RunResult::failed(Diagnostic::new("echo", Stage::SessionRun, Category::ChildError));
+/// assert_eq!(failed.stop_reason, StopReason::Error);
+/// ```
+///
+/// [`Child::run`]: crate::seam::Child::run
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     /// The child's last non-empty assistant message, else its accumulated
