@@ -533,7 +533,10 @@ impl Engine {
                         }
                         completed = result.stop_reason == StopReason::Completed;
                         unserved = result.diagnostic.as_ref().is_some_and(|d| d.category.is_unserved());
-                        let detail = result.diagnostic.and_then(|d| d.reason);
+                        let detail = result.diagnostic.map(|d| match d.explanation() {
+                            Some(explanation) => format!("{}: {explanation}", d.category_name()),
+                            None => d.category_name(),
+                        });
                         (record, result.stop_reason.to_string(), detail)
                     }
                     Err(error) => {

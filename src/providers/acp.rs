@@ -92,7 +92,7 @@ use self::dispose::{Activity, Graces};
 pub use self::mcp_servers::AcpMcpServer;
 use self::pool::Pool;
 pub use self::pool::PoolConfig;
-use self::process::{AgentProcess, Answer, Route};
+use self::process::{AgentProcess, Answer, Fault, Route};
 use self::run_dir::RunDir;
 pub use self::run_dir::RunDirs;
 use crate::child_process::{lines, spawn, ChildEnv, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
@@ -315,14 +315,18 @@ impl AcpProvider {
                 cx.send_request(initialize()).block_task().await
             });
         let answered = tokio::time::timeout(HANDSHAKE_TIMEOUT, probe).await;
+        let failure = match &answered {
+            Ok(Ok(_)) => None,
+            Ok(Err(error)) => Some(process::probe_account(&config, &mut spawned, error).await),
+            Err(_) => Some(ProbeFailure::TimedOut),
+        };
         spawned.kill().await;
         if let Some(run_dir) = run_dir {
             run_dir.discard().await;
         }
-        let response = match answered {
-            Ok(Ok(response)) => response,
-            Ok(Err(error)) => return Err(failed(ProbeFailure::Initialize(error.message))),
-            Err(_) => return Err(failed(ProbeFailure::TimedOut)),
+        let response = match (answered, failure) {
+            (Ok(Ok(response)), _) => response,
+            (_, failure) => return Err(failed(failure.unwrap_or(ProbeFailure::TimedOut))),
         };
         let features = features(&response);
         if let Some(server) = mcp_servers::refused_by_agent(&config.mcp_servers, features.mcp_http) {
@@ -450,8 +454,9 @@ async fn start(
     if request.prompt.iter().any(|block| block.as_text().is_none()) {
         return Err(LaunchError::Invalid { field: "prompt", reason: "the acp provider sends text only".to_owned() });
     }
-    let failed = |category: Option<Category>| {
-        category.map_or(LaunchError::Aborted, |category| LaunchError::Failed { stage: Stage::Initialize, category })
+    let failed = |fault: Option<Fault>| match fault {
+        None => LaunchError::Aborted,
+        Some(fault) => LaunchError::Diagnosed(diagnostic_of(&config.name, Stage::Initialize, fault)),
     };
     let system_prompt = request.persona.clone().filter(|_| features.system_prompt).map(|persona| {
         let mode = if features.override_prompt { SystemPromptMode::Override } else { SystemPromptMode::Append };
@@ -481,7 +486,11 @@ async fn start(
         };
         match opened {
             Ok(session_id) => break (process, session_id),
-            Err(category) => {
+            Err(fault) => {
+                let fault = match fault {
+                    Some(fault) => Some(process.account(&config, fault).await),
+                    None => None,
+                };
                 // Nothing outlives a failed start: a per-run process is
                 // killed, a pooled one retired (its state after a failed
                 // session/new is unknown).
@@ -489,9 +498,9 @@ async fn start(
                     None => process.kill().await,
                     Some(pool) => pool.give_back(process, false).await,
                 }
-                let crashed = category == Some(Category::ChildCrashed);
+                let crashed = fault.as_ref().is_some_and(|fault| fault.category == Category::ChildCrashed);
                 if pool.is_none() || !crashed || dead_pooled >= MAX_DEAD_POOLED {
-                    return Err(failed(category));
+                    return Err(failed(fault));
                 }
                 dead_pooled += 1;
             }
@@ -499,14 +508,14 @@ async fn start(
     };
     Ok(Box::new(AcpChild {
         id: format!("acp:{}:{}", config.name, session_id),
-        provider: config.name.clone(),
+        graces: Graces::of(&config),
+        config: Rc::new(config),
         prompt: RefCell::new(Some(text_of(&request.prompt))),
         process,
         session_id,
         text,
         answer: RefCell::new(None),
         pool,
-        graces: Graces::of(&config),
         cancel,
         reaped: Rc::new(Cell::new(None)),
     }))
@@ -635,9 +644,21 @@ fn choose(permission: Permission, request: &RequestPermissionRequest) -> Request
     }
 }
 
+/// The diagnostic of a failure: the fixed category, the agent's account
+/// as its detail.
+fn diagnostic_of(provider: &str, stage: Stage, fault: Fault) -> Diagnostic {
+    let diagnostic = Diagnostic::new(provider, stage, fault.category);
+    match fault.said {
+        Some(said) => diagnostic.with_detail(said),
+        None => diagnostic,
+    }
+}
+
 struct AcpChild {
     id: String,
-    provider: String,
+    /// The provider's configuration: its name, and the environment whose
+    /// values an account of a failure must not show.
+    config: Rc<AcpConfig>,
     prompt: RefCell<Option<String>>,
     process: Arc<AgentProcess>,
     session_id: SessionId,
@@ -664,19 +685,23 @@ impl Child for AcpChild {
         let prompt = self.prompt.borrow_mut().take().unwrap_or_default();
         let mut answer = self.process.prompt(&self.session_id, prompt);
         *self.answer.borrow_mut() = Some(answer.clone());
-        let (text, provider, cancel) = (self.text.clone(), self.provider.clone(), self.cancel.clone());
+        let (text, cancel) = (self.text.clone(), self.cancel.clone());
+        let (process, config) = (self.process.clone(), self.config.clone());
         Box::pin(async move {
             // A sender gone without an answer: the connection went with it.
-            let answered =
-                answer.wait_for(Option::is_some).await.map_or(Answer::Failed(Category::ChildCrashed), |answer| {
-                    answer.unwrap_or(Answer::Failed(Category::ChildCrashed))
-                });
-            let (stop_reason, category) = match answered {
-                Answer::Stopped(stop) => (stop, Category::ChildError),
-                Answer::Failed(category) => (StopReason::Error, category),
+            let crashed = || Answer::Failed(Fault::from(Category::ChildCrashed));
+            let answered = match answer.wait_for(Option::is_some).await {
+                Ok(answer) => answer.clone().unwrap_or_else(crashed),
+                Err(_) => crashed(),
             };
-            let diagnostic = (stop_reason == StopReason::Error && !cancel.is_cancelled())
-                .then(|| Diagnostic::new(&provider, Stage::SessionRun, category));
+            let (stop_reason, fault) = match answered {
+                Answer::Stopped(stop) => (stop, Fault::from(Category::ChildError)),
+                Answer::Failed(fault) => (StopReason::Error, fault),
+            };
+            let diagnostic = match stop_reason == StopReason::Error && !cancel.is_cancelled() {
+                true => Some(diagnostic_of(&config.name, Stage::SessionRun, process.account(&config, fault).await)),
+                false => None,
+            };
             let output = std::mem::take(&mut *text.lock().unwrap_or_else(|e| e.into_inner()));
             RunResult {
                 output: if output.is_empty() { Vec::new() } else { vec![ContentBlock::text(output)] },
@@ -716,7 +741,7 @@ impl Child for AcpChild {
                         process.cancel(&session_id);
                     }
                     let waited = tokio::time::timeout(pool.cancel_grace(), answer.wait_for(Option::is_some)).await;
-                    matches!(waited, Ok(Ok(answered)) if answered.is_some_and(Answer::leaves_process_sound))
+                    matches!(waited, Ok(Ok(answered)) if answered.as_ref().is_some_and(Answer::leaves_process_sound))
                 }
             };
             process.forget(&session_id);
