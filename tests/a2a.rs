@@ -76,8 +76,9 @@ fn run_on(runtime: &Runtime, provider: A2aProvider, request: StartRequest) -> Ru
     common::lifecycle(runtime, &subagents, "agent", request)
 }
 
+/// The failure's reason in our words and the agent's own, as a person reads them.
 fn reason(result: &RunResult) -> String {
-    result.diagnostic.as_ref().and_then(|d| d.reason.clone()).unwrap_or_default()
+    result.diagnostic.as_ref().and_then(|d| d.explanation()).unwrap_or_default()
 }
 
 fn method_of(body: &Value) -> &str {
@@ -315,6 +316,9 @@ fn a_failed_task_is_an_error_with_the_agents_bounded_message() {
     let reason = reason(&result);
     assert!(reason.starts_with("the A2A agent's task failed: disk full"), "{reason}");
     assert!(reason.len() <= 256, "{}", reason.len());
+    let diagnostic = result.diagnostic.as_ref().unwrap();
+    assert_eq!(diagnostic.reason.as_deref(), Some("the A2A agent's task failed"), "our words stay fixed");
+    assert!(diagnostic.detail.as_deref().unwrap().starts_with("disk full disk full"), "the agent's words: {diagnostic:?}");
     runtime.shutdown_blocking();
 }
 

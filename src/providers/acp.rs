@@ -41,8 +41,12 @@
 //! `dispose_idle_eof_grace` past the agent's last line (see `dispose.rs`):
 //! agents that never exit on EOF cost half a second, not six, once their
 //! run finished. Child output lines are capped, so a child that
-//! floods stdout cannot grow memory without bound. Diagnostics carry only
-//! stage and category, never stderr (discarded) or payloads.
+//! floods stdout cannot grow memory without bound. A failure's diagnostic
+//! carries its stage and category and, as its `detail`, the agent's
+//! account: its error answer (code, message, data), how it exited (after a
+//! crash, waited for a moment) and the last lines of its stderr, made one
+//! safe line with the values of `env` replaced (`child_process/account.rs`;
+//! a pooled process's stderr is shared by its sessions).
 //!
 //! **Reuse** ([`AcpConfig::reuse`]): `PerRun` (the default) is all of the
 //! above, one process per run. `Pooled` keeps initialized processes in a

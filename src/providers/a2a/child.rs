@@ -349,16 +349,15 @@ impl Run {
                 self.completed(&parts).await
             }
             TaskState::Canceled => self.with_task(RunResult::empty(StopReason::Aborted)),
-            TaskState::Failed => self.failed(Category::ChildError, reason("the A2A agent's task failed", &said)),
-            TaskState::Rejected => self.failed(Category::ChildError, reason("the A2A agent rejected the task", &said)),
+            TaskState::Failed => self.failed_saying("the A2A agent's task failed", &said),
+            TaskState::Rejected => self.failed_saying("the A2A agent rejected the task", &said),
             TaskState::InputRequired => {
-                let why = "the A2A agent's task requires input, which this provider cannot give";
-                self.failed(Category::ChildError, reason(why, &said))
+                self.failed_saying("the A2A agent's task requires input, which this provider cannot give", &said)
             }
-            TaskState::AuthRequired => {
-                let why = "the A2A agent's task requires authentication, which this provider cannot give";
-                self.failed(Category::ChildError, reason(why, &said))
-            }
+            TaskState::AuthRequired => self.failed_saying(
+                "the A2A agent's task requires authentication, which this provider cannot give",
+                &said,
+            ),
             TaskState::Submitted | TaskState::Working | TaskState::Unspecified => {
                 self.failed(Category::Protocol, "the A2A agent's task ended in no final state".to_owned())
             }
@@ -394,6 +393,19 @@ impl Run {
         self.with_task(RunResult::failed(diagnostic))
     }
 
+    /// A `child-error` result: `why` in our words, and the agent's status
+    /// message, when it gave one, as the detail (logged whole at debug).
+    fn failed_saying(&self, why: &str, said: &str) -> RunResult {
+        if !self.seen.status_text.is_empty() {
+            let provider = &self.setup.provider;
+            tracing::debug!(%provider, status = %self.seen.status_text, "{why}");
+        }
+        let diagnostic = Diagnostic::new(&self.setup.provider, Stage::SessionRun, Category::ChildError)
+            .with_reason(why)
+            .with_detail(said);
+        self.with_task(RunResult::failed(diagnostic))
+    }
+
     fn with_task(&self, mut result: RunResult) -> RunResult {
         result.child_session = self.seen.task_id.clone();
         result
@@ -426,12 +438,6 @@ fn safe_text(text: &str) -> String {
     crate::seam::cut(&folded, 160).to_owned()
 }
 
-fn reason(what: &str, said: &str) -> String {
-    match said.is_empty() {
-        true => what.to_owned(),
-        false => format!("{what}: {said}"),
-    }
-}
 
 #[cfg(test)]
 mod tests {
