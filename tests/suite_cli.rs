@@ -19,6 +19,7 @@ mod budget;
 mod cli;
 mod config;
 mod crash;
+mod explained;
 mod mcp;
 mod mcp_tools;
 mod process;

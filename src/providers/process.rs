@@ -421,9 +421,9 @@ async fn handshake(connection: &Connection, init: &Initialize) -> Result<String,
 /// How long a failed child's exit status and last stderr are waited for.
 const ACCOUNT_WAIT: Duration = Duration::from_secs(1);
 
-/// The child's account of a failure of `category`: `said` (its error
-/// answer), how it exited and the tail of its stderr — after a crash both
-/// are waited for a moment — with the values of the environment the
+/// The child's account of a failed start of `category`: `said` (its
+/// error answer), how it exited and the tail of its stderr (each waited
+/// for a moment), with the values of the environment the
 /// provider set for it replaced; the whole logged at debug.
 async fn account_of(
     config: &ProcessConfig,
@@ -431,9 +431,12 @@ async fn account_of(
     category: Category,
     said: Option<&str>,
 ) -> String {
-    let (exit, stderr) = match category {
-        Category::ChildCrashed => (spawned.exit_within(ACCOUNT_WAIT).await, spawned.stderr.settled(ACCOUNT_WAIT).await),
-        _ => (None, spawned.stderr.last_lines()),
+    // Waited for whatever the category: the wrong program may have
+    // answered before it exited, or may live on (then only a moment lost).
+    let exit = spawned.exit_within(ACCOUNT_WAIT).await;
+    let stderr = match exit {
+        Some(_) => spawned.stderr.settled(ACCOUNT_WAIT).await,
+        None => spawned.stderr.last_lines(),
     };
     let text = redacted(&account(said, exit, &stderr), &config.env);
     tracing::debug!(provider = %config.name, ?category, account = %text, "a process child failed");

@@ -105,10 +105,7 @@ pub(super) async fn probe_account(
     error: &agent_client_protocol::Error,
 ) -> super::ProbeFailure {
     let fault = Fault::of(error);
-    let (exit, stderr) = match fault.category {
-        Category::ChildCrashed => (spawned.exit_within(ACCOUNT_WAIT).await, spawned.stderr.settled(ACCOUNT_WAIT).await),
-        _ => (None, spawned.stderr.last_lines()),
-    };
+    let (exit, stderr) = exit_and_stderr(spawned).await;
     let said = fault.said.clone().unwrap_or_else(|| error.message.clone());
     let fault = Fault { said: Some(said), ..fault }.accounted(config, exit, stderr);
     let shown = crate::seam::Diagnostic::new(&config.name, crate::seam::Stage::Initialize, fault.category)
@@ -118,13 +115,25 @@ pub(super) async fn probe_account(
     super::ProbeFailure::Initialize(shown)
 }
 
+/// How an agent that failed its handshake exited (waited for a moment:
+/// one that died may still be exiting, and the wrong program may live on)
+/// and the last of its stderr (the rest waited for, once it exited).
+async fn exit_and_stderr(spawned: &mut Spawned) -> (Option<String>, String) {
+    let exit = spawned.exit_within(ACCOUNT_WAIT).await;
+    let stderr = match exit {
+        Some(_) => spawned.stderr.settled(ACCOUNT_WAIT).await,
+        None => spawned.stderr.last_lines(),
+    };
+    (exit, stderr)
+}
+
 /// How long a failed agent's exit status and last stderr are waited for.
 const ACCOUNT_WAIT: Duration = Duration::from_secs(1);
 
-/// An agent's error answer in words: `the agent answered error -32603:
-/// Internal error: <its data>`.
+/// An error answer in words: `JSON-RPC error -32603: Internal error: <its
+/// data>`.
 fn words_of(error: &agent_client_protocol::Error) -> String {
-    let mut words = format!("the agent answered error {}: {}", error.code.value(), error.message);
+    let mut words = format!("JSON-RPC error {}: {}", error.code.value(), error.message);
     match &error.data {
         None | Some(serde_json::Value::Null) => {}
         Some(serde_json::Value::String(data)) => {
@@ -224,13 +233,7 @@ impl AgentProcess {
             Err(fault) => {
                 let fault = match fault {
                     Some(fault) => {
-                        let crashed = fault.category == Category::ChildCrashed;
-                        let exit = if crashed { spawned.exit_within(ACCOUNT_WAIT).await } else { None };
-                        let stderr = if crashed {
-                            spawned.stderr.settled(ACCOUNT_WAIT).await
-                        } else {
-                            spawned.stderr.last_lines()
-                        };
+                        let (exit, stderr) = exit_and_stderr(&mut spawned).await;
                         Some(fault.accounted(config, exit, stderr))
                     }
                     None => None,
