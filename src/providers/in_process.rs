@@ -397,6 +397,7 @@ impl InProcessProvider {
             .store(store.clone())
             .session_id(info.session_id)
             .parent(info.parent_session, info.depth)
+            .recorded_as(&*self.name, request.label.clone())
             .cwd(info.cwd)
             .toolset(toolset)
             .options(route)

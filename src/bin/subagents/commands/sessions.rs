@@ -1,12 +1,19 @@
 //! `subagents sessions list | show ID | tree ID [--json]`: read what the
 //! subagents did, from the session files under `<home>/sessions/`.
 //!
-//! - `list`: every session, oldest first: id, parent, depth, created, the
-//!   last turn's stop reason, size.
+//! - `list`: every session, newest first: id, the provider that ran it,
+//!   its state (the last turn's stop reason, `open` while a turn has not
+//!   ended), created, turns, tool calls (and how many failed), size, and
+//!   its label or the first words of its first prompt. `--provider`,
+//!   `--state`, `--since` (`30m`, `2h`, `7d`, or a `YYYY-MM-DD` date, UTC)
+//!   and `--limit` narrow it.
 //! - `show ID`: the transcript: user messages, answers with their tool
 //!   calls, tool results, turn ends.
 //! - `tree ID`: the delegation tree under a session (its children by
 //!   lineage), each with its last stop reason.
+//!
+//! `show` and `tree` take any unique prefix of a session id; a prefix that
+//! several ids share is refused, naming them.
 //!
 //! Reading never repairs or changes a file. A torn last line (a write cut
 //! off by a crash) is reported beside the session; a corrupt or unreadable
@@ -66,18 +73,85 @@ pub struct SessionsArgs {
 /// What `sessions` was asked to do.
 #[derive(clap::Subcommand, Debug)]
 enum Query {
-    /// Every session: id, parent, depth, created, last stop reason, size.
-    List,
+    /// Every session, newest first: id, provider, state, created, turns,
+    /// tool calls, size, label or first prompt.
+    List(ListFilters),
     /// One session's transcript.
     Show {
-        /// The session id.
+        /// The session id, or any unique prefix of it.
         id: String,
     },
     /// The delegation tree under a session.
     Tree {
-        /// The session id.
+        /// The session id, or any unique prefix of it.
         id: String,
     },
+}
+
+/// What `sessions list` keeps.
+#[derive(clap::Args, Debug, Default)]
+struct ListFilters {
+    /// Only sessions this provider ran (`-` for those no provider did: top-level ones).
+    #[arg(long)]
+    provider: Option<String>,
+    /// Only sessions in this state: a stop reason (`completed`, `error`,
+    /// `aborted`, …), `open` (a turn not ended) or `torn`.
+    #[arg(long)]
+    state: Option<String>,
+    /// Only sessions created since: a span back from now (`30m`, `2h`,
+    /// `7d`) or a date (`YYYY-MM-DD`, UTC).
+    #[arg(long, value_parser = since)]
+    since: Option<u64>,
+    /// At most this many sessions (the newest).
+    #[arg(long)]
+    limit: Option<usize>,
+}
+
+impl ListFilters {
+    fn keeps(&self, session: &SessionSummary) -> bool {
+        let provider = session.header.provider.as_deref().unwrap_or("-");
+        self.provider.as_ref().is_none_or(|wanted| wanted == provider)
+            && self.state.as_ref().is_none_or(|wanted| {
+                *wanted == state(session) || (wanted == "torn" && session.torn)
+            })
+            && self.since.is_none_or(|since| session.header.created_at_ms >= since)
+    }
+}
+
+/// `--since` as milliseconds since the epoch.
+fn since(text: &str) -> Result<u64, String> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    if let Some((digits, unit)) = text.char_indices().last().map(|(at, unit)| (&text[..at], unit)) {
+        let unit_ms = match unit {
+            's' => Some(1_000),
+            'm' => Some(60_000),
+            'h' => Some(3_600_000),
+            'd' => Some(86_400_000),
+            _ => None,
+        };
+        if let (Some(unit_ms), Ok(count)) = (unit_ms, digits.parse::<u64>()) {
+            return Ok(now.saturating_sub(count.saturating_mul(unit_ms)));
+        }
+    }
+    let parts: Vec<&str> = text.split('-').collect();
+    if let [year, month, day] = parts[..] {
+        if let (Ok(year), Ok(month), Ok(day)) = (year.parse::<i64>(), month.parse::<u32>(), day.parse::<u32>()) {
+            if (1..=12).contains(&month) && (1..=31).contains(&day) {
+                return Ok(days_from_civil(year, month, day).max(0) as u64 * 86_400_000);
+            }
+        }
+    }
+    Err(format!("{text:?} is neither a span back from now (30m, 2h, 7d) nor a date (YYYY-MM-DD)"))
+}
+
+/// A session's state: the last turn's stop reason, `open` while a turn
+/// has not ended, `-` when none ever began.
+fn state(session: &SessionSummary) -> String {
+    match (session.open_turn, session.last_stop_reason) {
+        (true, _) => "open".to_owned(),
+        (false, Some(reason)) => reason.to_string(),
+        (false, None) => "-".to_owned(),
+    }
 }
 
 impl SessionsArgs {
@@ -100,16 +174,46 @@ fn sessions(args: SessionsArgs) -> Result<Ended, String> {
         store = store.with_max_line_bytes(bytes);
     }
     match args.query {
-        Query::List => list(&store, args.json),
-        Query::Show { id } => show(&store, &id, args.json),
+        Query::List(filters) => list(&store, &filters, args.json),
+        Query::Show { id } => {
+            let ids = store.ids().unwrap_or_default();
+            show(&store, &unique(&id, ids)?, args.json)
+        }
         Query::Tree { id } => {
             let nested = nested_stores(&home, max_line_bytes);
-            tree(&store, &nested, &id, args.json)
+            let ids = std::iter::once(&store).chain(&nested).flat_map(|store| store.ids().unwrap_or_default());
+            tree(&store, &nested, &unique(&id, ids)?, args.json)
         }
     }
 }
 
-/// Every session of the store in brief, oldest first (unreadable ones last).
+/// The session `id` names: itself when a session has it, else the one id
+/// it is a prefix of; a prefix several ids share is refused naming them
+/// (the first ten). An id no session has goes on as given, for the store
+/// to say why.
+fn unique(id: &str, ids: impl IntoIterator<Item = String>) -> Result<String, String> {
+    let mut matching: Vec<String> = ids.into_iter().filter(|known| known.starts_with(id)).collect();
+    matching.sort();
+    matching.dedup();
+    if id.is_empty() || matching.is_empty() || matching.iter().any(|known| known == id) {
+        return Ok(id.to_owned());
+    }
+    if let [only] = &matching[..] {
+        return Ok(only.clone());
+    }
+    let shown: Vec<String> = matching.iter().take(10).map(|known| terminal::line(known).into_owned()).collect();
+    let more = matching.len().saturating_sub(10);
+    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+    Err(format!(
+        "session id prefix {:?} is ambiguous: {} sessions match ({}{more})",
+        terminal::line(id),
+        matching.len(),
+        shown.join(", ")
+    ))
+}
+
+/// Every session of the store in brief, oldest first (unreadable ones last;
+/// `list` shows them newest first).
 fn read_all(store: &SessionStore) -> Result<Vec<Listed>, String> {
     let ids =
         store.ids().map_err(|e| format!("cannot list {}: {e}", store.dir().unwrap_or(&PathBuf::new()).display()))?;
@@ -125,10 +229,37 @@ fn summary(session: &SessionSummary) -> Value {
         "parent": session.header.parent_session,
         "depth": session.header.depth,
         "created_at_ms": session.header.created_at_ms,
+        "provider": session.header.provider,
+        "label": session.header.label,
+        "first_prompt": session.first_prompt,
+        "state": state(session),
         "last_stop_reason": session.last_stop_reason,
+        "turns": session.turns,
+        "tool_calls": session.tool_calls,
+        "tool_calls_failed": session.tool_calls_failed,
         "bytes": session.bytes,
         "torn": session.torn,
     })
+}
+
+/// A session's label, else the first words of its first prompt (at most
+/// 60 characters, one line).
+fn described(session: &SessionSummary) -> String {
+    let (text, quoted) = match (&session.header.label, &session.first_prompt) {
+        (Some(label), _) => (label.as_str(), false),
+        (None, Some(prompt)) => (prompt.as_str(), true),
+        (None, None) => return String::new(),
+    };
+    let words = terminal::line(text).split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut cut: String = words.chars().take(60).collect();
+    if cut.len() < words.len() {
+        cut.push('…');
+    }
+    if quoted {
+        format!("\"{cut}\"")
+    } else {
+        cut
+    }
 }
 
 /// Stdout, buffered: a tree of 20,000 lines is not 20,000 flushes. A reader
@@ -142,9 +273,14 @@ fn write_out(write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Resul
     }
 }
 
-fn list(store: &SessionStore, as_json: bool) -> Result<Ended, String> {
-    let listed = read_all(store)?;
+fn list(store: &SessionStore, filters: &ListFilters, as_json: bool) -> Result<Ended, String> {
+    let mut listed = read_all(store)?;
     let unreadable = listed.iter().filter(|l| l.read.is_err()).count();
+    // Newest first, the unreadable ones still last; then the filters.
+    let split = listed.iter().position(|l| l.read.is_err()).unwrap_or(listed.len());
+    listed[..split].reverse();
+    listed.retain(|l| l.read.as_ref().map_or(true, |session| filters.keeps(session)));
+    listed.truncate(filters.limit.unwrap_or(usize::MAX));
     if as_json {
         let sessions: Vec<Value> = listed
             .iter()
@@ -161,19 +297,24 @@ fn list(store: &SessionStore, as_json: bool) -> Result<Ended, String> {
         write_out(|out| {
             writeln!(
                 out,
-                "{:<38} {:<38} {:>5} {:<24} {:<12} {:>9}",
-                "id", "parent", "depth", "created", "last stop", "bytes"
+                "{:<38} {:<12} {:<10} {:<21} {:>5} {:>11} {:>9}  {}",
+                "id", "provider", "state", "created", "turns", "tools", "bytes", "label or prompt"
             )?;
             for l in &listed {
                 let line = match &l.read {
                     Ok(s) => format!(
-                        "{:<38} {:<38} {:>5} {:<24} {:<12} {:>9}{}",
+                        "{:<38} {:<12} {:<10} {:<21} {:>5} {:>11} {:>9}  {}{}",
                         s.header.id,
-                        s.header.parent_session.as_deref().unwrap_or("-"),
-                        s.header.depth,
+                        s.header.provider.as_deref().map_or("-".to_owned(), |p| p.chars().take(12).collect()),
+                        state(s),
                         created(s.header.created_at_ms),
-                        s.last_stop_reason.map_or("-".to_owned(), |r| r.to_string()),
+                        s.turns,
+                        match s.tool_calls_failed {
+                            0 => s.tool_calls.to_string(),
+                            failed => format!("{} ({failed}✗)", s.tool_calls),
+                        },
                         s.bytes,
+                        described(s),
                         if s.torn { "  (torn last line left out)" } else { "" }
                     ),
                     Err(error) => format!("{:<38} unreadable: {error}", l.id),
@@ -444,6 +585,18 @@ fn created(ms: u64) -> String {
     format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z", rest / 3600, rest % 3600 / 60, rest % 60)
 }
 
+/// A proleptic Gregorian date as days since 1970-01-01 (Howard Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year.rem_euclid(400);
+    let mp = i64::from((month + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 as a proleptic Gregorian date (Howard Hinnant's
 /// `civil_from_days`).
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
@@ -460,7 +613,24 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests {
-    use super::created;
+    use super::{created, days_from_civil, unique};
+
+    #[test]
+    fn a_date_and_its_days_since_the_epoch_agree_both_ways() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2025, 12, 1) * 86_400_000, 1_764_547_200_000);
+        assert_eq!(created(days_from_civil(2000, 2, 29) as u64 * 86_400_000), "2000-02-29 00:00:00Z");
+    }
+
+    #[test]
+    fn an_id_prefix_names_one_session_or_is_refused_naming_the_candidates() {
+        let ids = || ["ab12".to_owned(), "ab34".to_owned(), "cd56".to_owned(), "ab".to_owned()];
+        assert_eq!(unique("cd", ids()).unwrap(), "cd56");
+        assert_eq!(unique("ab", ids()).unwrap(), "ab", "a whole id wins over the ids it begins");
+        assert_eq!(unique("zz", ids()).unwrap(), "zz", "no match goes on for the store to refuse");
+        let refused = unique("ab1", ["ab12".to_owned(), "ab13".to_owned()]).unwrap_err();
+        assert!(refused.contains("ambiguous") && refused.contains("ab12, ab13"), "{refused}");
+    }
 
     #[test]
     fn creation_times_read_as_utc_dates() {
