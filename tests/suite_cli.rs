@@ -26,3 +26,4 @@ mod process;
 mod receipts;
 mod remote;
 mod telemetry;
+mod transcripts;

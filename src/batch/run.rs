@@ -525,6 +525,9 @@ impl Engine {
                         if let Some(session) = &result.child_session {
                             record["child_session"] = json!(session);
                         }
+                        if result.tool_calls_failed > 0 {
+                            record["tool_calls_failed"] = json!(result.tool_calls_failed);
+                        }
                         if let Err(error) = disposed {
                             record["dispose_error"] = json!(error.to_string());
                         }

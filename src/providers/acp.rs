@@ -69,6 +69,11 @@ mod mcp_servers;
 mod pool;
 mod process;
 mod run_dir;
+#[cfg(feature = "agent")]
+mod transcript;
+#[cfg(not(feature = "agent"))]
+#[path = "acp/transcript_off.rs"]
+mod transcript;
 
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
@@ -99,6 +104,7 @@ pub use self::pool::PoolConfig;
 use self::process::{AgentProcess, Answer, Fault, Route};
 use self::run_dir::RunDir;
 pub use self::run_dir::RunDirs;
+use self::transcript::{Recording, Stores, Transcript};
 use crate::child_process::{lines, spawn, ChildEnv, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
 use crate::live::LiveCounters;
 use crate::live::ProcessLease;
@@ -256,6 +262,8 @@ pub struct AcpProvider {
     features: AgentFeatures,
     /// The warm pool, under `Reuse::Pooled`.
     pool: Option<Arc<Pool>>,
+    /// Where the runs' transcripts are recorded (see `transcript.rs`).
+    stores: Arc<Stores>,
 }
 
 /// Why an ACP agent could not be probed ([`AcpProvider::new`]): the
@@ -340,7 +348,7 @@ impl AcpProvider {
             Reuse::PerRun => None,
             Reuse::Pooled(pool) => Some(Pool::new(config.clone(), pool.clone())),
         };
-        Ok(AcpProvider { features, config, pool })
+        Ok(AcpProvider { features, config, pool, stores: Arc::default() })
     }
 }
 
@@ -423,7 +431,8 @@ impl Provider for AcpProvider {
 
     fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
         let (config, features, pool) = (self.config.clone(), self.features, self.pool.clone());
-        Box::pin(async move { start(config, features, pool, launch).await })
+        let stores = self.stores.clone();
+        Box::pin(async move { start(config, features, (pool, stores), launch).await })
     }
 
     /// Drains the pool (pooled mode): every process climbs the dispose
@@ -447,7 +456,7 @@ const MAX_DEAD_POOLED: usize = 3;
 async fn start(
     config: AcpConfig,
     features: AgentFeatures,
-    pool: Option<Arc<Pool>>,
+    (pool, stores): (Option<Arc<Pool>>, Arc<Stores>),
     launch: Launch,
 ) -> Result<Box<dyn Child>, LaunchError> {
     let Launch { request, cancel, context } = launch;
@@ -475,6 +484,7 @@ async fn start(
     // a dead pooled process never fails a run. A fresh process that crashes
     // fails the start.
     let mut dead_pooled = 0;
+    let transcript = Arc::new(Transcript::default());
     let (process, session_id) = loop {
         let process = match &pool {
             None => {
@@ -482,7 +492,12 @@ async fn start(
             }
             Some(pool) => pool.checkout(&cwd, &cancel, &context).await.map_err(failed)?,
         };
-        let route = Route { text: text.clone(), progress: context.clone(), delegated: DelegatedText::default() };
+        let route = Route {
+            text: text.clone(),
+            progress: context.clone(),
+            delegated: DelegatedText::default(),
+            transcript: transcript.clone(),
+        };
         let opened = tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(None),
@@ -510,8 +525,19 @@ async fn start(
             }
         }
     };
+    let id = format!("acp:{}:{}", config.name, session_id);
+    let recording = Recording {
+        parent_session: request.parent.session_id.clone(),
+        depth: request.child_depth(),
+        cwd: cwd.clone(),
+        persona: request.persona.clone(),
+        provider: config.name.clone(),
+        label: request.label.clone(),
+    };
+    transcript.open(&stores, context.home_path(), &transcript::session_id_of(&id), recording).await;
     Ok(Box::new(AcpChild {
-        id: format!("acp:{}:{}", config.name, session_id),
+        id,
+        transcript,
         graces: Graces::of(&config),
         config: Rc::new(config),
         prompt: RefCell::new(Some(text_of(&request.prompt))),
@@ -546,6 +572,7 @@ fn progress_status(status: ToolCallStatus) -> Progress {
 /// last update goes on, as a [`ProgressUpdate::Delegated`] message chunk:
 /// a grandchild's activity reaches the top caller one level down.
 fn note_update(route: &Route, update: SessionUpdate) {
+    route.transcript.note(&update);
     let progress = &route.progress;
     let update = match update {
         SessionUpdate::AgentMessageChunk(ContentChunk { content: AcpBlock::Text(chunk), .. }) => {
@@ -660,6 +687,8 @@ fn diagnostic_of(provider: &str, stage: Stage, fault: Fault) -> Diagnostic {
 
 struct AcpChild {
     id: String,
+    /// The run's transcript in the parent's home.
+    transcript: Arc<Transcript>,
     /// The provider's configuration: its name, and the environment whose
     /// values an account of a failure must not show.
     config: Rc<AcpConfig>,
@@ -687,7 +716,9 @@ impl Child for AcpChild {
 
     fn run(&self) -> LocalBoxFuture<'static, RunResult> {
         let prompt = self.prompt.borrow_mut().take().unwrap_or_default();
+        self.transcript.prompt(&prompt);
         let mut answer = self.process.prompt(&self.session_id, prompt);
+        let transcript = self.transcript.clone();
         *self.answer.borrow_mut() = Some(answer.clone());
         let (text, cancel) = (self.text.clone(), self.cancel.clone());
         let (process, config) = (self.process.clone(), self.config.clone());
@@ -706,6 +737,7 @@ impl Child for AcpChild {
                 true => Some(diagnostic_of(&config.name, Stage::SessionRun, process.account(&config, fault).await)),
                 false => None,
             };
+            transcript.end(stop_reason, diagnostic.as_ref()).await;
             let output = std::mem::take(&mut *text.lock().unwrap_or_else(|e| e.into_inner()));
             RunResult {
                 output: if output.is_empty() { Vec::new() } else { vec![ContentBlock::text(output)] },
@@ -715,6 +747,7 @@ impl Child for AcpChild {
                 child_session: None,
                 // ACP reports no token usage for a prompt turn.
                 usage: RunUsage::default(),
+                tool_calls_failed: transcript.tool_calls_failed(),
             }
         })
     }

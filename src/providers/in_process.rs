@@ -814,6 +814,7 @@ impl Driver {
             diagnostic: failure.filter(|_| stop_reason == StopReason::Error),
             child_session: None,
             usage,
+            tool_calls_failed: 0,
         }
     }
 }

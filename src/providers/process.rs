@@ -74,6 +74,7 @@ use crate::child_process::{
 use crate::seam::{
     AgentOptions, Branch, BudgetLease, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch,
     LaunchError, ProgressUpdate, Provider, ProviderContext, RunResult, RunUsage, Stage, StopReason, StopReport,
+    ToolCallStatus,
 };
 
 /// Configuration of a [`ProcessProvider`].
@@ -612,6 +613,8 @@ struct Transcript {
     turn_end: Option<TurnEndReason>,
     /// The child streamed more than [`MAX_OUTPUT`].
     overflowed: bool,
+    /// Tool calls the child reported failed.
+    tool_calls_failed: u32,
 }
 
 impl Transcript {
@@ -626,6 +629,9 @@ impl Transcript {
             }
             ChildEvent::AssistantMessage { text } if !text.trim().is_empty() => self.last_message = Some(text),
             ChildEvent::TurnEnd { reason } => self.turn_end = Some(reason),
+            ChildEvent::ToolCall { status: ToolCallStatus::Failed, .. } => {
+                self.tool_calls_failed = self.tool_calls_failed.saturating_add(1);
+            }
             _ => {}
         }
     }
@@ -671,6 +677,7 @@ impl Transcript {
             diagnostic,
             child_session: None,
             usage,
+            tool_calls_failed: self.tool_calls_failed,
         }
     }
 }

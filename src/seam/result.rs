@@ -283,6 +283,15 @@ pub struct RunResult {
     /// for a provider whose child reports none.
     #[serde(default, skip_serializing_if = "RunUsage::is_empty")]
     pub usage: RunUsage,
+    /// The tool calls the child reported failed (an out-of-process agent's
+    /// own tools: a run may complete with some of them failed); 0 where
+    /// the provider cannot tell.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tool_calls_failed: u32,
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }
 
 impl RunResult {
@@ -295,6 +304,7 @@ impl RunResult {
             diagnostic: None,
             child_session: None,
             usage: RunUsage::default(),
+            tool_calls_failed: 0,
         }
     }
 
@@ -307,6 +317,7 @@ impl RunResult {
             diagnostic: None,
             child_session: None,
             usage: RunUsage::default(),
+            tool_calls_failed: 0,
         }
     }
 

@@ -40,6 +40,8 @@ pub(super) struct Route {
     pub progress: ProviderContext,
     /// What each delegating tool call showed last.
     pub delegated: DelegatedText,
+    /// The session's transcript in the parent's home.
+    pub transcript: Arc<super::transcript::Transcript>,
 }
 
 type Routes = Arc<Mutex<HashMap<SessionId, Route>>>;
@@ -435,6 +437,7 @@ fn connection(
     ended: CancellationToken,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let Seen { routes, broken, activity } = seen;
+    let asked = routes.clone();
     let transport = transport(spawned, broken, activity);
     let permission = config.permission;
     async move {
@@ -456,7 +459,11 @@ fn connection(
                 async move |request: RequestPermissionRequest,
                             responder: v1::Responder<RequestPermissionResponse>,
                             _cx: Connection| {
-                    responder.respond(RequestPermissionResponse::new(choose(permission, &request)))
+                    let outcome = choose(permission, &request);
+                    if let Some(route) = lock(&asked).get(&request.session_id) {
+                        route.transcript.permission(&request, &outcome);
+                    }
+                    responder.respond(RequestPermissionResponse::new(outcome))
                 },
                 agent_client_protocol::on_receive_request!(),
             )

@@ -572,9 +572,18 @@ fn push(parent: &mut Value, key: &str, node: Value) {
     }
 }
 
+/// What the tree says of a session: the provider that ran it, then its
+/// depth, last stop reason, failed tool calls and a torn line.
 fn outcome(session: &SessionSummary) -> String {
     let reason = session.last_stop_reason.map_or("no finished turn".to_owned(), |r| r.to_string());
-    format!("(depth {}, {reason}{})", session.header.depth, if session.torn { ", torn last line" } else { "" })
+    let provider = session.header.provider.as_deref().map(|p| format!("{} ", terminal::line(p))).unwrap_or_default();
+    let failed = match session.tool_calls_failed {
+        0 => String::new(),
+        1 => ", 1 tool call failed".to_owned(),
+        n => format!(", {n} tool calls failed"),
+    };
+    let torn = if session.torn { ", torn last line" } else { "" };
+    format!("{provider}(depth {}, {reason}{failed}{torn})", session.header.depth)
 }
 
 /// A creation time as UTC `YYYY-MM-DD hh:mm:ss`.
