@@ -61,6 +61,8 @@ pub use prompt::SystemPrompt;
 pub(crate) use session::completed_prefix;
 #[cfg(feature = "config")]
 pub(crate) use session::kind_of;
+#[cfg(any(feature = "acp", feature = "a2a"))]
+pub(crate) use session::HomeStores;
 pub use session::{
     LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, SessionSummary, StoredSession,
     ToolCall, DEFAULT_MAX_LINE_BYTES,

@@ -139,6 +139,29 @@ impl SessionSummary {
     }
 }
 
+/// The stores of the homes a provider's runs record out-of-process
+/// children's transcripts into: one per home, made on first use (a store
+/// writes segments of its own, so several share a home).
+#[cfg(any(feature = "acp", feature = "a2a"))]
+#[derive(Debug, Default)]
+pub(crate) struct HomeStores(Mutex<Option<(PathBuf, Arc<SessionStore>)>>);
+
+#[cfg(any(feature = "acp", feature = "a2a"))]
+impl HomeStores {
+    /// The store of `home`.
+    pub(crate) fn of(&self, home: &Path) -> Arc<SessionStore> {
+        let mut cached = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match &*cached {
+            Some((path, store)) if path == home => store.clone(),
+            _ => {
+                let store = Arc::new(SessionStore::new(home));
+                *cached = Some((home.to_owned(), store.clone()));
+                store
+            }
+        }
+    }
+}
+
 /// The longest session line a store reads by default: far above what a
 /// run writes (a model answer is bounded at 64 MiB by default), and a
 /// bound on what reading one file may hold.

@@ -23,14 +23,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use agent_client_protocol::v1::schema::{
     Content, ContentBlock as AcpBlock, ContentChunk, RequestPermissionOutcome, RequestPermissionRequest,
     SessionUpdate, ToolCallContent, ToolCallStatus,
 };
 
-use crate::agent::{Session, SessionEvent, SessionHeader, SessionStore, ToolCall};
+pub(super) use crate::agent::HomeStores as Stores;
+use crate::agent::{Session, SessionEvent, SessionHeader, ToolCall};
 use crate::seam::{cut, Diagnostic, StopReason};
 
 /// The most of one piece of text (a message, a tool's output) kept.
@@ -38,25 +39,6 @@ pub(crate) const MAX_PIECE_BYTES: usize = 64 * 1024;
 
 /// The most one transcript keeps before its marker.
 pub(crate) const MAX_TRANSCRIPT_BYTES: usize = 4 << 20;
-
-/// The session stores of the homes the provider's runs record into, one
-/// per home (a store writes segments of its own; several share a home).
-#[derive(Debug, Default)]
-pub(super) struct Stores(Mutex<Option<(PathBuf, Arc<SessionStore>)>>);
-
-impl Stores {
-    fn for_home(&self, home: &Path) -> Arc<SessionStore> {
-        let mut cached = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match &*cached {
-            Some((path, store)) if path == home => store.clone(),
-            _ => {
-                let store = Arc::new(SessionStore::new(home));
-                *cached = Some((home.to_owned(), store.clone()));
-                store
-            }
-        }
-    }
-}
 
 /// What a child's session header records of its run.
 #[derive(Debug)]
@@ -110,7 +92,7 @@ impl Transcript {
         header.depth = recording.depth;
         header.persona = recording.persona;
         (header.provider, header.label) = (Some(recording.provider), recording.label);
-        let store = stores.for_home(home);
+        let store = stores.of(home);
         match store.creating(header, Vec::new()).await {
             Ok(session) => self.lock().session = Some(session),
             Err(error) => tracing::warn!(session = id, %error, "an ACP child's transcript cannot be recorded"),
