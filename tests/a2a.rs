@@ -318,7 +318,10 @@ fn a_failed_task_is_an_error_with_the_agents_bounded_message() {
     assert!(reason.len() <= 256, "{}", reason.len());
     let diagnostic = result.diagnostic.as_ref().unwrap();
     assert_eq!(diagnostic.reason.as_deref(), Some("the A2A agent's task failed"), "our words stay fixed");
-    assert!(diagnostic.detail.as_deref().unwrap().starts_with("disk full disk full"), "the agent's words: {diagnostic:?}");
+    assert!(
+        diagnostic.detail.as_deref().unwrap().starts_with("disk full disk full"),
+        "the agent's words: {diagnostic:?}"
+    );
     runtime.shutdown_blocking();
 }
 

@@ -158,7 +158,10 @@ fn a_contained_panic_carries_its_message() {
     let home = tempfile::tempdir().unwrap();
     let runtime = runtime(home.path());
     let subagents = runtime.subagents();
-    subagents.register_provider(MockProvider::new("panics").with_fault(FaultStage::MidRun, Fault::Panic)).unwrap().keep();
+    subagents
+        .register_provider(MockProvider::new("panics").with_fault(FaultStage::MidRun, Fault::Panic))
+        .unwrap()
+        .keep();
     let result = lifecycle(&runtime, &subagents, "panics", common::request("work"));
     assert_eq!(result.stop_reason, StopReason::Error);
     assert_eq!(diagnostic(&result).category, Category::Panicked);
@@ -187,10 +190,8 @@ fn fanout_shows_an_acp_childs_reason_on_its_line_and_in_its_result() {
     let dir = tempfile::tempdir().unwrap();
     let then = "take\necho 'model endpoint http://127.0.0.1:9/v1 unreachable' >&2\nexit 5";
     let agent = shell_agent(dir.path(), "dead-endpoint", then);
-    let config = format!(
-        "[providers.agent]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{:?}]\n",
-        agent.args[0].as_str()
-    );
+    let config =
+        format!("[providers.agent]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{:?}]\n", agent.args[0].as_str());
     let (results, stderr) = fanout(dir.path(), &config, "{\"prompt\": \"fix it\", \"label\": \"fixer\"}\n", false);
     let detail = results[0]["diagnostic"]["detail"].as_str().unwrap_or_default();
     assert!(detail.contains("exited with status 5") && detail.contains("unreachable"), "{results:?}");
@@ -222,4 +223,19 @@ fn a_detail_is_made_safe_again_when_read_from_a_peer() {
     let read: Diagnostic = serde_json::from_str(&json).unwrap();
     let detail = read.detail.unwrap();
     assert!(detail.starts_with("ab x") && detail.len() <= Diagnostic::MAX_DETAIL_BYTES + 3, "{detail:.40}");
+}
+
+#[test]
+fn runs_final_tree_shows_why_each_failed_child_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[providers.cheap]\nkind = \"spawn\"\n\n[providers.boom]\nkind = \"chaos\"\nwraps = \"cheap\"\nseed = 1\nfaults = [{ stage = \"run\", fault = \"panic\", probability = 1.0 }]\n";
+    std::fs::write(dir.path().join("subagents.toml"), config).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
+    command.env_remove("SUBAGENTS_HOME").env_remove("RUST_LOG").env_remove("RUST_BACKTRACE").current_dir(dir.path());
+    command.args(["run", "review the parser; check the docs", "--provider", "boom", "--config", "subagents.toml"]);
+    command.arg("--home").arg(dir.path().join("home"));
+    let output = common::output_within(&mut command, common::WAIT_LIMIT, "run");
+    let tree = String::from_utf8_lossy(&output.stdout);
+    let failed = tree.lines().filter(|l| l.contains(": error (panicked: chaos: injected panic mid-run), ")).count();
+    assert_eq!(failed, 2, "each child's line says why: {tree}");
 }

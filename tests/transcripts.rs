@@ -113,9 +113,9 @@ cat > /dev/null"#;
     let store = SessionStore::new(home.path());
     let stored = store.inspect("acp:chatty:s1").unwrap();
     assert!(stored.bytes < 4_400_000, "bounded: {} bytes", stored.bytes);
-    let marker = stored.events.iter().any(|event| {
-        matches!(event, SessionEvent::Assistant { text, .. } if text.contains("the transcript was cut here"))
-    });
+    let marker = stored.events.iter().any(
+        |event| matches!(event, SessionEvent::Assistant { text, .. } if text.contains("the transcript was cut here")),
+    );
     assert!(marker, "a marker says where it was cut");
     assert!(matches!(stored.events.last(), Some(SessionEvent::TurnEnd { reason: StopReason::Completed })));
 }

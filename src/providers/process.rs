@@ -426,12 +426,7 @@ const ACCOUNT_WAIT: Duration = Duration::from_secs(1);
 /// error answer), how it exited and the tail of its stderr (each waited
 /// for a moment), with the values of the environment the
 /// provider set for it replaced; the whole logged at debug.
-async fn account_of(
-    config: &ProcessConfig,
-    spawned: &mut Spawned,
-    category: Category,
-    said: Option<&str>,
-) -> String {
+async fn account_of(config: &ProcessConfig, spawned: &mut Spawned, category: Category, said: Option<&str>) -> String {
     // Waited for whatever the category: the wrong program may have
     // answered before it exited, or may live on (then only a moment lost).
     let exit = spawned.exit_within(ACCOUNT_WAIT).await;
@@ -552,7 +547,8 @@ impl Child for ProcessChild {
                 report(&context, &event);
                 transcript.note(event);
             }
-            let mut result = transcript.result(&provider, replied, shared.connection.is_broken(), cancel.is_cancelled());
+            let mut result =
+                transcript.result(&provider, replied, shared.connection.is_broken(), cancel.is_cancelled());
             if let Some(diagnostic) = result.diagnostic.take() {
                 let account = shared.account(&provider, &env, diagnostic.category).await;
                 result.diagnostic = Some(diagnostic.with_detail(account));

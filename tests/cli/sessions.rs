@@ -286,7 +286,10 @@ fn list_shows_who_ran_each_session_its_state_and_words_newest_first_and_filters(
     let listed = text(&sessions_in(home.path(), &["list"]).stdout);
     let rows: Vec<&str> = listed.lines().skip(1).collect();
     assert_eq!(rows.iter().map(|r| &r[..8]).collect::<Vec<_>>(), ["bbc-open", "bbb-chil", "aaa-old "], "{listed}");
-    assert!(rows[0].contains("spawn") && rows[0].contains(" open ") && rows[0].contains("\"still thinking"), "{listed}");
+    assert!(
+        rows[0].contains("spawn") && rows[0].contains(" open ") && rows[0].contains("\"still thinking"),
+        "{listed}"
+    );
     assert!(rows[0].ends_with("…\""), "a long prompt is cut: {listed}");
     let child = rows[1];
     assert!(child.contains("codex") && child.contains("completed") && child.contains("2 (1✗)"), "{listed}");
@@ -308,7 +311,10 @@ fn list_shows_who_ran_each_session_its_state_and_words_newest_first_and_filters(
     assert_eq!(only(&["--limit", "1"]), ["bbc-open"]);
     let listed: Value = serde_json::from_slice(&sessions_in(home.path(), &["list", "--json"]).stdout).unwrap();
     let child = listed["sessions"].as_array().unwrap().iter().find(|s| s["id"] == "bbb-child").unwrap().clone();
-    assert_eq!((&child["tool_calls"], &child["tool_calls_failed"], &child["state"]), (&json!(2), &json!(1), &json!("completed")));
+    assert_eq!(
+        (&child["tool_calls"], &child["tool_calls_failed"], &child["state"]),
+        (&json!(2), &json!(1), &json!("completed"))
+    );
     let refused = sessions_in(home.path(), &["list", "--since", "yesterday"]);
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
 }

@@ -429,10 +429,8 @@ impl Run {
             TaskState::InputRequired => {
                 self.failed_saying("the A2A agent's task requires input, which this provider cannot give", &said)
             }
-            TaskState::AuthRequired => self.failed_saying(
-                "the A2A agent's task requires authentication, which this provider cannot give",
-                &said,
-            ),
+            TaskState::AuthRequired => self
+                .failed_saying("the A2A agent's task requires authentication, which this provider cannot give", &said),
             TaskState::Submitted | TaskState::Working | TaskState::Unspecified => {
                 self.failed(Category::Protocol, "the A2A agent's task ended in no final state".to_owned())
             }
@@ -512,7 +510,6 @@ fn safe_text(text: &str) -> String {
     let folded = crate::seam::safe_line(text).split_whitespace().collect::<Vec<_>>().join(" ");
     crate::seam::cut(&folded, 160).to_owned()
 }
-
 
 #[cfg(test)]
 mod tests {

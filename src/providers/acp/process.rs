@@ -194,7 +194,10 @@ impl AgentProcess {
             Err(error) => {
                 tracing::warn!(provider = %config.name, %error, "could not spawn an ACP child");
                 let said = format!("could not start {}: {error}", config.command.display());
-                return Err(Some(Fault { category: Category::StartupFailed, said: Some(redacted(&said, &config.env)) }));
+                return Err(Some(Fault {
+                    category: Category::StartupFailed,
+                    said: Some(redacted(&said, &config.env)),
+                }));
             }
         };
         let (routes, broken, ended) = (Routes::default(), Arc::new(AtomicBool::new(false)), CancellationToken::new());

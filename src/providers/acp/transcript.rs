@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use agent_client_protocol::v1::schema::{
-    Content, ContentBlock as AcpBlock, ContentChunk, RequestPermissionOutcome, RequestPermissionRequest,
-    SessionUpdate, ToolCallContent, ToolCallStatus,
+    Content, ContentBlock as AcpBlock, ContentChunk, RequestPermissionOutcome, RequestPermissionRequest, SessionUpdate,
+    ToolCallContent, ToolCallStatus,
 };
 
 pub(super) use crate::agent::HomeStores as Stores;
@@ -170,7 +170,10 @@ impl Transcript {
         let answer = match outcome {
             RequestPermissionOutcome::Selected(selected) => {
                 let chosen = request.options.iter().find(|option| option.option_id == selected.option_id);
-                chosen.map_or_else(|| selected.option_id.to_string(), |option| format!("{} ({:?})", option.name, option.kind))
+                chosen.map_or_else(
+                    || selected.option_id.to_string(),
+                    |option| format!("{} ({:?})", option.name, option.kind),
+                )
             }
             _ => "cancelled (no option of the policy's kind)".to_owned(),
         };
@@ -224,7 +227,8 @@ impl Recorder {
         let size = match &event {
             SessionEvent::User { content } => crate::seam::text_of(content).len(),
             SessionEvent::Assistant { text, tool_calls } => {
-                text.len() + tool_calls.iter().map(|call| call.name.len() + call.arguments.to_string().len()).sum::<usize>()
+                text.len()
+                    + tool_calls.iter().map(|call| call.name.len() + call.arguments.to_string().len()).sum::<usize>()
             }
             SessionEvent::ToolResult { content, .. } => content.len(),
             SessionEvent::TurnEnd { .. } => 0,

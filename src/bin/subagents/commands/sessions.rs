@@ -111,9 +111,7 @@ impl ListFilters {
     fn keeps(&self, session: &SessionSummary) -> bool {
         let provider = session.header.provider.as_deref().unwrap_or("-");
         self.provider.as_ref().is_none_or(|wanted| wanted == provider)
-            && self.state.as_ref().is_none_or(|wanted| {
-                *wanted == state(session) || (wanted == "torn" && session.torn)
-            })
+            && self.state.as_ref().is_none_or(|wanted| *wanted == state(session) || (wanted == "torn" && session.torn))
             && self.since.is_none_or(|since| session.header.created_at_ms >= since)
     }
 }
@@ -297,8 +295,8 @@ fn list(store: &SessionStore, filters: &ListFilters, as_json: bool) -> Result<En
         write_out(|out| {
             writeln!(
                 out,
-                "{:<38} {:<12} {:<10} {:<21} {:>5} {:>11} {:>9}  {}",
-                "id", "provider", "state", "created", "turns", "tools", "bytes", "label or prompt"
+                "{:<38} {:<12} {:<10} {:<21} {:>5} {:>11} {:>9}  label or prompt",
+                "id", "provider", "state", "created", "turns", "tools", "bytes"
             )?;
             for l in &listed {
                 let line = match &l.read {
