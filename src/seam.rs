@@ -42,7 +42,7 @@ pub(crate) use provider::RunReporter;
 pub use provider::{CaptureError, Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};
 pub use receipt::{Branch, Receipt, StopReport};
 pub use request::{AgentOptions, Capabilities, Capability, Detached, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP};
-#[cfg(any(feature = "mcp", feature = "a2a", feature = "config"))]
+#[cfg(any(feature = "agent", feature = "acp"))]
 pub(crate) use result::cut;
 pub use result::{Category, Diagnostic, Failure, RunResult, Stage, StopReason};
 pub use shown::{safe_block, safe_line};

@@ -15,7 +15,10 @@ use crate::seam::{Diagnostic, StopReason};
 #[derive(Debug, Default)]
 pub(super) struct Stores;
 
+/// What `transcript.rs` would record in the header: built either way, read
+/// only there.
 #[derive(Debug)]
+#[allow(dead_code)]
 pub(super) struct Recording {
     pub parent_session: Option<String>,
     pub depth: u32,
