@@ -13,7 +13,9 @@
 //!   lineage), each with its last stop reason.
 //!
 //! `show` and `tree` take any unique prefix of a session id; a prefix that
-//! several ids share is refused, naming them.
+//! several ids share is refused, naming them. Both also read the homes of
+//! process children under `<home>/children`, and `show` takes a process
+//! run's child id (`process:NAME:SESSION`) for its session there.
 //!
 //! Reading never repairs or changes a file. A torn last line (a write cut
 //! off by a crash) is reported beside the session; a corrupt or unreadable
@@ -174,8 +176,15 @@ fn sessions(args: SessionsArgs) -> Result<Ended, String> {
     match args.query {
         Query::List(filters) => list(&store, &filters, args.json),
         Query::Show { id } => {
-            let ids = store.ids().unwrap_or_default();
-            show(&store, &unique(&id, ids)?, args.json)
+            // A process child's run id names its session in its own home.
+            let id =
+                id.strip_prefix("process:").and_then(|rest| rest.split_once(':')).map_or(id.as_str(), |(_, id)| id);
+            let nested = nested_stores(&home, max_line_bytes);
+            let stores: Vec<&SessionStore> = std::iter::once(&store).chain(&nested).collect();
+            let id = unique(id, stores.iter().flat_map(|store| store.ids().unwrap_or_default()))?;
+            // The home's own store first; else the child home that holds it.
+            let holder = stores.iter().copied().find(|store| store.ids().is_ok_and(|ids| ids.contains(&id)));
+            show(holder.unwrap_or(&store), &id, args.json)
         }
         Query::Tree { id } => {
             let nested = nested_stores(&home, max_line_bytes);
