@@ -42,8 +42,8 @@ pub(super) struct A2aChild {
 /// child's session (the same store and format as an in-process child's,
 /// linked by lineage): the prompt, each status the agent reported with
 /// its message, the artifacts' text (or the agent's answer), a failure's
-/// whole account and the end. Each piece is kept to 64 KiB and the
-/// statuses to the last 256; written once the run settles.
+/// whole account and the end. Each piece is kept to 64 KiB, the statuses
+/// to the last 256 of 4 KiB each; written once the run settles.
 pub(super) struct Record {
     pub(super) stores: std::sync::Arc<crate::agent::HomeStores>,
     pub(super) header: crate::agent::SessionHeader,
@@ -51,8 +51,10 @@ pub(super) struct Record {
 
 /// The most of one piece of a transcript kept.
 const MAX_PIECE_BYTES: usize = 64 * 1024;
-/// The most statuses a transcript keeps (the last ones).
+/// The most statuses a transcript keeps (the last ones), and of each
+/// status message: 1 MiB in all at most.
 const MAX_STATUSES: usize = 256;
+const MAX_STATUS_BYTES: usize = 4096;
 
 fn piece(text: &str) -> String {
     match text.len() <= MAX_PIECE_BYTES {
@@ -375,7 +377,7 @@ impl Run {
             let text = text_of_parts(&message.parts);
             if !text.is_empty() {
                 self.context.progress(ProgressUpdate::MessageChunk { text: text.clone() });
-                noted = format!("{noted}: {}", piece(&text));
+                noted = format!("{noted}: {}", crate::seam::cut(&text, MAX_STATUS_BYTES));
                 self.seen.status_text = text;
             }
         }
