@@ -119,3 +119,19 @@ cat > /dev/null"#;
     assert!(marker, "a marker says where it was cut");
     assert!(matches!(stored.events.last(), Some(SessionEvent::TurnEnd { reason: StopReason::Completed })));
 }
+
+#[test]
+fn fanouts_result_line_counts_the_tool_calls_the_agent_reported_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = shell_agent(dir.path(), "busy", BUSY);
+    let config = format!("[providers.agent]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{:?}]\n", agent.args[0]);
+    std::fs::write(dir.path().join("subagents.toml"), config).unwrap();
+    std::fs::write(dir.path().join("tasks.jsonl"), "{\"prompt\": \"fix the parser\"}\n").unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
+    command.env_remove("RUST_LOG").env_remove("SUBAGENTS_HOME").current_dir(dir.path());
+    command.args(["fanout", "tasks.jsonl", "--config", "subagents.toml", "--home", "home"]);
+    let output = common::output_within(&mut command, common::WAIT_LIMIT, "fanout");
+    let line: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+    assert_eq!(line["stop_reason"], "completed", "{line}");
+    assert_eq!(line["tool_calls_failed"], 1, "a completed run still says a tool call failed: {line}");
+}
