@@ -159,7 +159,7 @@ pub(crate) use provider::RunReporter;
 pub use provider::{CaptureError, Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};
 pub use receipt::{Branch, Receipt, StopReport};
 pub use request::{AgentOptions, Capabilities, Capability, Detached, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP};
-#[cfg(any(feature = "mcp-client", feature = "a2a", feature = "config"))]
+#[cfg(any(feature = "agent", feature = "acp", feature = "mcp-client", feature = "a2a", feature = "config"))]
 pub(crate) use result::cut;
 pub use result::{Category, Diagnostic, Failure, RunResult, Stage, StopReason};
 pub use shown::{safe_block, safe_line};

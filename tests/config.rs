@@ -545,6 +545,10 @@ fn sessions_tree_reaches_a_process_child_in_its_own_home_and_the_runs_it_started
     let tree: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(tree["id"], session, "{tree}");
     assert_eq!(tree["children"].as_array().map(Vec::len), Some(2), "the two runs it started: {tree}");
+    // `show` finds it there too, by the run's child id.
+    let output = run(subagents(dir.path()).args(["sessions", "show", child, "--home"]).arg(&home));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("user: check the parser; check the docs"), "{}", text(&output.stdout));
 }
 
 #[test]

@@ -84,7 +84,13 @@ impl RuntimeBuilder {
     }
 
     /// Start the threads and the registry.
+    ///
+    /// The first runtime of a process also chains a panic hook that keeps
+    /// a panic the runtime contains off stderr unless `RUST_BACKTRACE` is
+    /// set: it settles its run `Error` with the panic's message as the
+    /// diagnostic's detail, and is logged at error (see `contain.rs`).
     pub fn build(self) -> std::io::Result<Runtime> {
+        crate::contain::quiet_contained_panics();
         let (home, own_home) = match self.home.or_else(|| std::env::var_os("SUBAGENTS_HOME").map(PathBuf::from)) {
             Some(home) => (home, None),
             None => {

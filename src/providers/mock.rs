@@ -425,6 +425,7 @@ impl ChildState {
             diagnostic: None,
             child_session: None,
             usage: RunUsage::default(),
+            tool_calls_failed: 0,
         }
     }
 

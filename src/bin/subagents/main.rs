@@ -135,7 +135,6 @@ impl Command {
     /// once its trace file is open.
     fn install_log(&self) {
         match self {
-            Command::Acp(_) | Command::Mcp(_) => drop(logging::install(logging::our_warnings(), None)),
             Command::Worker(_) | Command::A2a(_) => drop(logging::install(logging::our_lifecycle(), None)),
             Command::Fanout(_) => {}
             _ => drop(logging::install(logging::warnings(), None)),
