@@ -53,7 +53,9 @@ use tokio::io::AsyncRead;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio_util::codec::{AnyDelimiterCodec, FramedRead};
 
-pub(crate) use self::account::{account, exit_words, redacted, StderrTail};
+#[cfg(any(feature = "acp", feature = "process"))]
+pub(crate) use self::account::{account, redacted};
+pub(crate) use self::account::{exit_words, StderrTail};
 use self::tree::{nix_pid, Tree};
 use crate::live::ProcessLease;
 use crate::seam::{Category, Failure, LaunchError, Stage};
