@@ -98,4 +98,5 @@ pub use run_handle::{Run, Steering};
 pub use runtime::{PhaseReport, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport};
 #[cfg(feature = "process")]
 pub(crate) use subagents::LineageScope;
+pub(crate) use subagents::nearest;
 pub use subagents::Subagents;

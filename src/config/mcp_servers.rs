@@ -45,7 +45,6 @@ use super::{parse_positive_duration, ConfigError, Source};
 
 /// One `[mcp_servers.NAME]` table.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(super) struct McpServerTable {
     command: Option<Spanned<String>>,
     args: Option<Vec<Spanned<String>>>,

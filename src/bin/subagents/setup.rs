@@ -97,6 +97,13 @@ pub fn setup(
     remote_args: &RemoteArgs,
     config: &Config,
 ) -> Result<Setup, String> {
+    // What the command uses must be there before anything starts; the
+    // file's other providers are built if they can be.
+    let used: Vec<&str> = match provider {
+        "" => config.tool_providers().iter().map(String::as_str).collect(),
+        provider => vec![provider],
+    };
+    config.check_used(&used).map_err(|e| e.to_string())?;
     let remote = remote(provider, remote_args, config)?;
     let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
     let mut builder = Runtime::builder().cancel_grace(Duration::from_millis(500));
@@ -114,11 +121,12 @@ pub fn setup(
     check_home(&home).map_err(|e| e.to_string())?;
     let source = |spec: Option<&str>| models.get(spec);
     let context = BuildContext { subagents: &subagents, tasks: &tasks, home: &home, models: &source, probe: false };
-    config
-        .register_blocking(&context)
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .for_each(|registration| registration.keep());
+    for (_, outcome) in config.register_used_blocking(&context, &used).map_err(|e| e.to_string())? {
+        match outcome {
+            Ok(registration) => registration.keep(),
+            Err(error) => say!("subagents: left out, as this command does not use it: {error}"),
+        }
+    }
     if let Some(remote) = remote {
         subagents.register_provider(remote).map_err(|e| e.to_string())?.keep();
     }
