@@ -96,7 +96,7 @@ pub use continuation::Continuation;
 pub use registry::{Registration, ScopedRegistration};
 pub use run_handle::{Run, Steering};
 pub use runtime::{PhaseReport, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport};
+pub(crate) use subagents::nearest;
 #[cfg(feature = "process")]
 pub(crate) use subagents::LineageScope;
-pub(crate) use subagents::nearest;
 pub use subagents::Subagents;

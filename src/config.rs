@@ -106,8 +106,8 @@ use toml::Spanned;
 pub use bounds::{MAX_ENTRIES, MAX_FILE_BYTES, MAX_NAME_BYTES, MAX_WRAPS_DEPTH};
 pub use build::{BuildContext, BuildError, ModelSource, RegisterOutcome};
 pub use door::{Configured, OfferError};
-pub use routes::UnknownModel;
 pub use kinds::{Kind, KindCapabilities};
+pub use routes::UnknownModel;
 use schema::FileTable;
 
 use crate::agent::{ModelRoute, ModelSpec};
@@ -340,7 +340,8 @@ impl Config {
         for (name, table) in provider_tables {
             let span = table.span();
             if !table.get_ref().is_table() {
-                return Err(source.error(Some(span), format!("provider {} is a table: [providers.NAME]", bounds::quoted(&name))));
+                return Err(source
+                    .error(Some(span), format!("provider {} is a table: [providers.NAME]", bounds::quoted(&name))));
             }
             let (kind, kind_span) = kinds::kind_of(&source, table.get_ref().get("kind"), span.clone())?;
             let checking = kinds::Checking { source: &source, name: &name, kind_span, mcp_servers: &mcp_servers };
@@ -482,7 +483,11 @@ impl Tables {
         use keys::{fields_of, TableKeys};
         Tables {
             root: TableKeys { what: "the top level", place: "the top level", keys: fields_of::<FileTable>().to_vec() },
-            route: TableKeys { what: "a model route", place: "[models.NAME]", keys: fields_of::<schema::RouteTable>().to_vec() },
+            route: TableKeys {
+                what: "a model route",
+                place: "[models.NAME]",
+                keys: fields_of::<schema::RouteTable>().to_vec(),
+            },
             tool: TableKeys { what: "[tool]", place: "[tool]", keys: fields_of::<schema::ToolTable>().to_vec() },
             mcp_server: TableKeys {
                 what: "an MCP server",
@@ -496,7 +501,7 @@ impl Tables {
     /// Every table but a provider of `kind`.
     fn besides(&self, kind: Kind) -> Vec<keys::TableKeys> {
         let kinds = self.kinds.iter().filter(|table| table.what != kind.table_keys().what);
-        [&self.route, &self.tool, &self.mcp_server].into_iter().chain(kinds).cloned().collect()
+        kinds.chain([&self.route, &self.tool, &self.mcp_server]).cloned().collect()
     }
 
     /// The keys of the file's top level, of each route, of `[tool]` and

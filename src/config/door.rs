@@ -93,7 +93,9 @@ impl Configured {
         for (name, outcome) in self.config.register_used_blocking(&context, &used)? {
             match outcome {
                 Ok(registration) => registration.keep(),
-                Err(error) => tracing::warn!(provider = %name, %error, "a provider the door does not offer is left out"),
+                Err(error) => {
+                    tracing::warn!(provider = %name, %error, "a provider the door does not offer is left out")
+                }
             }
         }
         Ok(())

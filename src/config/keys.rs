@@ -85,12 +85,16 @@ pub(super) fn check_table(
     this: &TableKeys,
     elsewhere: &[TableKeys],
 ) -> Result<(), ConfigError> {
-    for (key, _) in entries.iter() {
+    for (key, value) in entries.iter() {
         let key_name = key.get_ref().as_ref();
         if this.keys.contains(&key_name) {
             continue;
         }
-        return Err(source.error(Some(key.span()), unknown_key(key_name, this, elsewhere)));
+        // A key of another table is shown at its value (what was set where
+        // it does not apply), an unknown one at the key itself.
+        let belongs = elsewhere.iter().any(|table| table.keys.contains(&key_name));
+        let span = if belongs { value.span() } else { key.span() };
+        return Err(source.error(Some(span), unknown_key(key_name, this, elsewhere)));
     }
     Ok(())
 }
@@ -98,7 +102,8 @@ pub(super) fn check_table(
 /// Why `key` is not one of `this`'s, and where it would be.
 pub(super) fn unknown_key(key: &str, this: &TableKeys, elsewhere: &[TableKeys]) -> String {
     let shown = shown(key);
-    let homes: Vec<&str> = elsewhere.iter().filter(|table| table.keys.contains(&key)).map(|table| table.place).collect();
+    let homes: Vec<&str> =
+        elsewhere.iter().filter(|table| table.keys.contains(&key)).map(|table| table.place).collect();
     let takes = format!("{} takes {}", this.what, keys_listed(&this.keys));
     match (homes.as_slice(), crate::actors::nearest(key, this.keys.iter().copied())) {
         ([], Some(near)) => format!("{shown} is not a key of {} (did you mean `{near}`?): {takes}", this.what),
@@ -110,7 +115,10 @@ pub(super) fn unknown_key(key: &str, this: &TableKeys, elsewhere: &[TableKeys]) 
 /// A key as a message shows it: in backquotes when it is a plain word,
 /// else quoted and cut (a quoted key may hold anything).
 fn shown(key: &str) -> String {
-    match !key.is_empty() && key.len() <= super::MAX_NAME_BYTES && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+    match !key.is_empty()
+        && key.len() <= super::MAX_NAME_BYTES
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
         true => format!("`{key}`"),
         false => super::bounds::quoted(key),
     }
@@ -136,7 +144,10 @@ fn keys_listed(keys: &[&str]) -> String {
 }
 
 /// Reads `T` from `value` (its keys checked first), each error at its place.
-pub(super) fn read<T: de::DeserializeOwned>(source: &Source<'_>, value: Spanned<DeValue<'_>>) -> Result<T, ConfigError> {
+pub(super) fn read<T: de::DeserializeOwned>(
+    source: &Source<'_>,
+    value: Spanned<DeValue<'_>>,
+) -> Result<T, ConfigError> {
     let span = value.span();
     T::deserialize(toml::de::ValueDeserializer::from(value)).map_err(|error| located(source, span, &error))
 }
@@ -168,7 +179,10 @@ mod tests {
         let this = TableKeys { what: "a spawn provider", place: "[providers.NAME]", keys: vec!["model", "tools"] };
         let route = TableKeys { what: "a route", place: "[models.NAME]", keys: vec!["rpm", "model"] };
         let message = unknown_key("rpm", &this, std::slice::from_ref(&route));
-        assert_eq!(message, "`rpm` is a key of [models.NAME], not of a spawn provider: a spawn provider takes `model` and `tools`");
+        assert_eq!(
+            message,
+            "`rpm` is a key of [models.NAME], not of a spawn provider: a spawn provider takes `model` and `tools`"
+        );
         assert!(unknown_key("modle", &this, std::slice::from_ref(&route)).contains("(did you mean `model`?)"));
         assert!(unknown_key("a\u{1b}[2J", &this, &[route]).starts_with("\"a\\u{1b}[2J\" is not a key"));
     }

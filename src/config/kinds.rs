@@ -221,7 +221,11 @@ pub(super) struct Building<'a> {
 }
 
 /// The kind `kind` names, or an error at its place naming the kinds.
-pub(super) fn kind_of(source: &Source<'_>, kind: Option<&Spanned<DeValue<'_>>>, table_span: Range<usize>) -> Result<(Kind, Range<usize>), ConfigError> {
+pub(super) fn kind_of(
+    source: &Source<'_>,
+    kind: Option<&Spanned<DeValue<'_>>>,
+    table_span: Range<usize>,
+) -> Result<(Kind, Range<usize>), ConfigError> {
     let known: Vec<&str> = Kind::all().map(Kind::name).collect();
     let Some(kind) = kind else {
         let message = format!("a provider needs a `kind`: {}", known.join(", "));

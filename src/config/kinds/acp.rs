@@ -128,9 +128,12 @@ fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box
                 return Err(source.error(Some(spanned.span()), "`pool` applies only with reuse = \"pooled\""));
             }
             if !value.get_ref().is_table() {
-                return Err(source.error(Some(spanned.span()), "an acp provider's `pool` is a table, such as { size = 2 }"));
+                return Err(
+                    source.error(Some(spanned.span()), "an acp provider's `pool` is a table, such as { size = 2 }")
+                );
             }
-            let pool_keys = TableKeys { what: "an acp `pool`", place: "an acp `pool`", keys: fields_of::<PoolTable>().to_vec() };
+            let pool_keys =
+                TableKeys { what: "an acp `pool`", place: "an acp `pool`", keys: fields_of::<PoolTable>().to_vec() };
             keys::check(source, &value, &pool_keys, &[])?;
             Some(pool(checking, spanned.span(), keys::read(source, value)?)?)
         }
@@ -138,7 +141,11 @@ fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box
         _ => None,
     };
     // `{run_dir}` is written in the file: the keys about it need it there.
-    let names_run_dir = table.args.iter().flat_map(|args| args.get_ref()).map(|arg| arg.get_ref())
+    let names_run_dir = table
+        .args
+        .iter()
+        .flat_map(|args| args.get_ref())
+        .map(|arg| arg.get_ref())
         .chain(child.env_written())
         .any(|text| text.contains("{run_dir}"));
     let run_dir_keys = [
@@ -191,13 +198,13 @@ fn pool(checking: &Checking<'_, '_>, span: std::ops::Range<usize>, table: PoolTa
 impl Checked for Acp {
     fn resolve(&mut self, checking: &Checking<'_, '_>) -> Result<(), ConfigError> {
         let source = checking.source;
-        self.child.resolve(checking)?;
         let command = self.table.command.as_ref().expect("checked");
         let text = expand(source, command.get_ref(), command.span())?;
         let found = find_command(&text).ok_or_else(|| {
             source.error(Some(command.span()), format!("command {text:?} is not a file and not on PATH"))
         })?;
         self.command = Some(found);
+        self.child.resolve(checking)?;
         self.args.clear();
         for arg in self.table.args.iter().flat_map(|args| args.get_ref()) {
             self.args.push(expand(source, arg.get_ref(), arg.span())?);

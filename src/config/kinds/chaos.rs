@@ -120,8 +120,10 @@ impl Checked for Chaos {
 
     fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, String>> {
         let built = building.wrapped.ok_or_else(|| "the wrapped provider was not built".to_owned()).map(|inner| {
-            let schedule =
-                self.schedule.iter().fold(ChaosSchedule::new(), |schedule, (stage, fault, p)| schedule.rule(*stage, *fault, *p));
+            let schedule = self
+                .schedule
+                .iter()
+                .fold(ChaosSchedule::new(), |schedule, (stage, fault, p)| schedule.rule(*stage, *fault, *p));
             Arc::new(ChaosProvider::wrap(building.name.to_owned(), inner, schedule, self.seed)) as Arc<dyn Provider>
         });
         async move { built }.boxed_local()

@@ -50,7 +50,10 @@ pub(super) struct ChildProcess {
 
 impl ChildProcess {
     /// Reads the shared keys of `table`.
-    pub(super) fn check(checking: &Checking<'_, '_>, table: &Spanned<DeValue<'_>>) -> Result<ChildProcess, ConfigError> {
+    pub(super) fn check(
+        checking: &Checking<'_, '_>,
+        table: &Spanned<DeValue<'_>>,
+    ) -> Result<ChildProcess, ConfigError> {
         let table: Table = keys::read(checking.source, table.clone())?;
         let eof_grace = checking.duration("dispose_eof_grace", &table.dispose_eof_grace)?;
         let grace = checking.duration("dispose_grace", &table.dispose_grace)?;

@@ -77,18 +77,28 @@ struct InProcess {
     budget: Option<Budget>,
 }
 
-fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>, fork: bool) -> Result<Box<dyn Checked>, ConfigError> {
+fn check(
+    checking: &Checking<'_, '_>,
+    table: Spanned<DeValue<'_>>,
+    fork: bool,
+) -> Result<Box<dyn Checked>, ConfigError> {
     let source = checking.source;
     let budget_value = table.get_ref().get("budget").cloned();
     let table: Table = keys::read(source, table)?;
     let mut budget = None;
     if let (Some(value), Some(spanned)) = (budget_value, &table.budget) {
-        let budget_keys = keys::TableKeys { what: "`budget`", place: "`budget`", keys: fields_of::<BudgetTable>().to_vec() };
+        let budget_keys =
+            keys::TableKeys { what: "`budget`", place: "`budget`", keys: fields_of::<BudgetTable>().to_vec() };
         keys::check(source, &value, &budget_keys, &[])?;
         let limits: BudgetTable = keys::read(source, value)?;
         let span = spanned.span();
-        let mut parsed =
-            Budget { depth: limits.depth, width: limits.width, runs: limits.runs, tokens: limits.tokens, deadline: None };
+        let mut parsed = Budget {
+            depth: limits.depth,
+            width: limits.width,
+            runs: limits.runs,
+            tokens: limits.tokens,
+            deadline: None,
+        };
         if let Some(deadline) = &limits.deadline {
             let deadline = parse_positive_duration(deadline)
                 .map_err(|e| source.error(Some(span.clone()), format!("`budget.deadline`: {e}")))?;
