@@ -60,6 +60,9 @@ static HOMES: &[&Home] = &[
     &chaos::HOME,
 ];
 
+/// A kind's check of its table.
+pub(super) type CheckFn = fn(&Checking<'_, '_>, Spanned<DeValue<'_>>) -> Result<Box<dyn Checked>, ConfigError>;
+
 /// One kind's home: what the dispatch needs from its file.
 pub(super) struct Home {
     /// `kind = "NAME"`.
@@ -69,7 +72,7 @@ pub(super) struct Home {
     /// Its keys besides `kind`: the fields of its table's structs.
     pub(super) keys: fn() -> Vec<&'static str>,
     /// Checks its table (its keys already are) into a provider to resolve and build.
-    pub(super) check: fn(&Checking<'_, '_>, Spanned<DeValue<'_>>) -> Result<Box<dyn Checked>, ConfigError>,
+    pub(super) check: CheckFn,
     /// What `providers list` says it advertises.
     pub(super) capabilities: KindCapabilities,
 }

@@ -39,6 +39,7 @@ const CAPABILITIES: KindCapabilities = KindCapabilities::Fixed(crate::providers:
 const CAPABILITIES: KindCapabilities = KindCapabilities::NotBuilt("a2a");
 
 #[derive(Debug, Deserialize)]
+#[cfg_attr(not(feature = "a2a"), allow(dead_code))]
 struct Table {
     url: Option<Spanned<String>>,
     headers: Option<Spanned<IndexMap<String, Spanned<String>>>>,

@@ -46,6 +46,7 @@ const CAPABILITIES: KindCapabilities = KindCapabilities::FromAgent;
 const CAPABILITIES: KindCapabilities = KindCapabilities::NotBuilt("acp");
 
 #[derive(Debug, Deserialize)]
+#[cfg_attr(not(feature = "acp"), allow(dead_code))]
 struct Table {
     command: Option<Spanned<String>>,
     args: Option<Spanned<Vec<Spanned<String>>>>,

@@ -24,6 +24,7 @@ use crate::config::ConfigError;
 
 /// The shared keys, read from the kind's own table.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(not(any(feature = "acp", feature = "process")), allow(dead_code))]
 pub(super) struct Table {
     env: Option<Spanned<IndexMap<String, Spanned<String>>>>,
     inherit_env: Option<Spanned<Vec<String>>>,
@@ -39,6 +40,7 @@ pub(super) fn keys() -> &'static [&'static str] {
 
 /// The shared keys as checked and, once resolved, expanded.
 #[derive(Debug)]
+#[cfg_attr(not(any(feature = "acp", feature = "process")), allow(dead_code))]
 pub(super) struct ChildProcess {
     table: Table,
     eof_grace: Option<Duration>,

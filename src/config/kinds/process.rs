@@ -41,6 +41,7 @@ const CAPABILITIES: KindCapabilities = KindCapabilities::Fixed(crate::providers:
 const CAPABILITIES: KindCapabilities = KindCapabilities::NotBuilt("process");
 
 #[derive(Debug, Deserialize)]
+#[cfg_attr(not(feature = "process"), allow(dead_code))]
 struct Table {
     bin: Option<Spanned<String>>,
     profile: Option<Spanned<String>>,
