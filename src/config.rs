@@ -37,16 +37,22 @@
 //! did before it read a file: `spawn`, `fork` and `mock`, with the tool on
 //! `spawn`.
 //!
-//! Everything is checked when the file is read, before anything starts:
-//! an unknown key or kind, a value of the wrong type, a key that does not
-//! apply to the provider's kind, a `chaos` provider wrapping itself, a
-//! missing provider or another wrapper, an ACP command that is not on
-//! `PATH`, a `${VAR}` that is not set, a duration without a unit, an MCP
-//! server a provider's `mcp_servers` lists but no `[mcp_servers]` table
-//! defines (see the `mcp_servers` tables in the README), a URL or a header
-//! an HTTP request cannot carry, a `run_dir_root` or `home` where a file
-//! stands. Each error is one [`ConfigError`] that reads
-//! `FILE:LINE:COL: what is wrong`.
+//! What the file says is checked when it is read, before anything starts:
+//! an unknown key or kind, a value of the wrong type, a key of another
+//! table (named with where it belongs and the keys this table takes), a
+//! `chaos` provider wrapping itself, a missing provider or another
+//! wrapper, a duration without a unit, an MCP server a provider's
+//! `mcp_servers` lists but no `[mcp_servers]` table defines (see the
+//! `mcp_servers` tables in the README). Each error is one [`ConfigError`]
+//! that reads `FILE:LINE:COL: what is wrong`.
+//!
+//! What a provider needs from the environment (an ACP command on `PATH`,
+//! a `${VAR}` that is set, a URL or a header an HTTP request can carry
+//! once expanded, a `run_dir_root` or `home` where no file stands) is
+//! resolved when the file is read too, but a fault stays with its
+//! provider ([`ProviderEntry::problem`]): a command fails only for the
+//! providers it uses ([`Config::check_used`], [`Config::register_used`]).
+//! Each kind's keys, checks and build live in its own home (`kinds/`).
 //!
 //! A file is bounded before the work it would cost ([`MAX_FILE_BYTES`],
 //! [`MAX_ENTRIES`], [`MAX_NAME_BYTES`], [`MAX_WRAPS_DEPTH`]): whatever
