@@ -136,10 +136,12 @@ pub fn setup(
 /// The default model (`--model`) and every other model the configuration's
 /// in-process providers name, each built and probed once: every provider
 /// naming one model shares it, and so its limiter (a route's limiter is
-/// shared however often it is built).
+/// shared however often it is built). The default must work; another that
+/// cannot be built or reached fails only the providers naming it (each is
+/// then left out, or refused when the command uses it).
 pub struct Models {
     pub default: Arc<dyn Model>,
-    named: HashMap<Option<String>, Arc<dyn Model>>,
+    named: HashMap<Option<String>, Result<Arc<dyn Model>, String>>,
 }
 
 impl Models {
@@ -148,17 +150,18 @@ impl Models {
         let mut named = HashMap::new();
         for spec in config.models() {
             let built = match &spec {
-                Some(spec) if spec != default => model(spec, config, runtime)?,
-                _ => default_model.clone(),
+                Some(spec) if spec != default => model(spec, config, runtime),
+                _ => Ok(default_model.clone()),
             };
             named.insert(spec, built);
         }
         Ok(Models { default: default_model, named })
     }
 
-    /// The model a provider naming `spec` gets (`None`: the default).
+    /// The model a provider naming `spec` gets (`None`: the default), or
+    /// why it could not be built.
     pub fn get(&self, spec: Option<&str>) -> Result<Arc<dyn Model>, String> {
-        Ok(self.named.get(&spec.map(str::to_owned)).cloned().unwrap_or_else(|| self.default.clone()))
+        self.named.get(&spec.map(str::to_owned)).cloned().unwrap_or_else(|| Ok(self.default.clone()))
     }
 }
 
