@@ -353,7 +353,12 @@ impl Config {
             let checking = kinds::Checking { source: &source, name: &name, kind_span, mcp_servers: &mcp_servers };
             let mut checked = kinds::check(&checking, kind, table, &tables.besides(kind))?;
             let mounts = mcp_servers::check_listed(&source, &name, checked.mcp_servers(), &mcp_servers)?;
-            let problem = checked.resolve(&checking).err();
+            // A server it mounts that the environment cannot serve is its problem too.
+            let mounted_problem = || {
+                let mounted = mcp_servers.iter().filter(|server| mounts.contains(&server.name));
+                mounted.filter_map(|server| server.problem.clone()).next()
+            };
+            let problem = checked.resolve(&checking).err().or_else(mounted_problem);
             let line = source.line(span.start);
             providers.push(ProviderEntry { name, kind, line, checked, problem, mcp_servers: mounts });
         }

@@ -154,3 +154,20 @@ fn providers_list_prints_each_kinds_capabilities_as_the_built_provider_advertise
     let a2a = listed.as_array().unwrap().iter().find(|row| row["name"] == "a").unwrap();
     assert_eq!(a2a["capabilities"], "output_schema", "{listed}");
 }
+
+#[test]
+fn an_mcp_server_the_environment_cannot_serve_is_a_problem_of_the_providers_mounting_it_only() {
+    let text = "[mcp_servers.files]\ncommand = \"no-such-mcp-server\"\n\n[mcp_servers.web]\nurl = \"https://x/mcp\"\n\
+                headers = { Authorization = \"Bearer ${SUBAGENTS_TEST_NEVER_SET}\" }\n\n\
+                [providers.plain]\nkind = \"spawn\"\nmcp_servers = []\n\n\
+                [providers.files]\nkind = \"spawn\"\nmcp_servers = [\"files\"]\n\n\
+                [providers.web]\nkind = \"spawn\"\nmcp_servers = [\"web\"]\n";
+    let config = Config::parse(text, "servers.toml").expect("the file itself is sound");
+    assert!(config.provider("plain").unwrap().problem().is_none());
+    let files = config.provider("files").unwrap().problem().expect("its server's program is missing").to_string();
+    assert_eq!(files, "servers.toml:2:11: command \"no-such-mcp-server\" is not a file and not on PATH");
+    let web = config.provider("web").unwrap().problem().expect("its server's variable is unset").to_string();
+    assert_eq!(web, "servers.toml:6:29: ${SUBAGENTS_TEST_NEVER_SET} is not set in the environment");
+    assert!(config.check_used(&["plain"]).is_ok());
+    assert_eq!(config.check_used(&["files"]).unwrap_err().to_string(), files);
+}

@@ -21,7 +21,7 @@ use toml::Spanned;
 
 use super::{Building, Checked, Checking, Home, KindCapabilities};
 use crate::config::keys::{self, fields_of};
-use crate::config::values::{http_headers, http_url};
+use crate::config::values::{check_written_http, http_headers, http_url};
 use crate::config::ConfigError;
 use crate::seam::Provider;
 
@@ -66,6 +66,8 @@ fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box
     if table.url.is_none() {
         return Err(checking.needs("a2a", "a `url`"));
     }
+    let headers = table.headers.as_ref().map(Spanned::get_ref);
+    check_written_http(checking.source, table.url.as_ref(), headers, crate::agent::header_problem)?;
     let mut durations = Vec::new();
     for (key, value) in [
         ("connect_timeout", &table.connect_timeout),
