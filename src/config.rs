@@ -324,7 +324,7 @@ impl Config {
         let root = DeTable::parse(text).map_err(|error| source.error(error.span(), error.message().trim_end()))?;
         let root_span = root.span();
         let mut root = root.into_inner();
-        let tables = Tables::new();
+        let tables = schema::Tables::new();
         tables.check(&source, &root)?;
         let provider_tables = match root.remove("providers") {
             None => IndexMap::new(),
@@ -476,67 +476,6 @@ impl Config {
             }
         }
         models
-    }
-}
-
-/// Every table a file may hold, with its keys: a key in the wrong one is
-/// named with where it belongs.
-struct Tables {
-    root: keys::TableKeys,
-    route: keys::TableKeys,
-    tool: keys::TableKeys,
-    mcp_server: keys::TableKeys,
-    kinds: Vec<keys::TableKeys>,
-}
-
-impl Tables {
-    fn new() -> Tables {
-        use keys::{fields_of, TableKeys};
-        Tables {
-            root: TableKeys { what: "the top level", place: "the top level", keys: fields_of::<FileTable>().to_vec() },
-            route: TableKeys {
-                what: "a model route",
-                place: "[models.NAME]",
-                keys: fields_of::<schema::RouteTable>().to_vec(),
-            },
-            tool: TableKeys { what: "[tool]", place: "[tool]", keys: fields_of::<schema::ToolTable>().to_vec() },
-            mcp_server: TableKeys {
-                what: "an MCP server",
-                place: "[mcp_servers.NAME]",
-                keys: fields_of::<mcp_servers::McpServerTable>().to_vec(),
-            },
-            kinds: Kind::all().map(Kind::table_keys).collect(),
-        }
-    }
-
-    /// Every table but a provider of `kind`.
-    fn besides(&self, kind: Kind) -> Vec<keys::TableKeys> {
-        let kinds = self.kinds.iter().filter(|table| table.what != kind.table_keys().what);
-        kinds.chain([&self.route, &self.tool, &self.mcp_server]).cloned().collect()
-    }
-
-    /// The keys of the file's top level, of each route, of `[tool]` and
-    /// of each MCP server (a provider's are its kind's to check).
-    fn check(&self, source: &Source<'_>, root: &DeTable<'_>) -> Result<(), ConfigError> {
-        let all = |this: &keys::TableKeys| -> Vec<keys::TableKeys> {
-            [&self.root, &self.route, &self.tool, &self.mcp_server]
-                .into_iter()
-                .chain(&self.kinds)
-                .filter(|table| table.place != this.place)
-                .cloned()
-                .collect()
-        };
-        keys::check_table(source, root, &self.root, &all(&self.root))?;
-        let section = |name: &str| root.get(name).and_then(|value| value.get_ref().as_table());
-        for (name, this) in [("models", &self.route), ("mcp_servers", &self.mcp_server)] {
-            for (_, table) in section(name).into_iter().flat_map(|tables| tables.iter()) {
-                keys::check(source, table, this, &all(this))?;
-            }
-        }
-        if let Some(tool) = root.get("tool") {
-            keys::check(source, tool, &self.tool, &all(&self.tool))?;
-        }
-        Ok(())
     }
 }
 

@@ -12,7 +12,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::bounds::quoted;
-use super::kinds::Building;
 use super::{Config, ConfigError, ProviderEntry, Source, MAX_WRAPS_DEPTH};
 use crate::actors::{Registration, Subagents};
 use crate::agent::Model;
@@ -57,6 +56,19 @@ pub(super) fn check_wrappers(source: &Source<'_>, providers: &[ProviderEntry]) -
         }
     }
     Ok(())
+}
+
+/// What building one provider may use.
+pub(super) struct Building<'a> {
+    /// The provider's name.
+    pub(super) name: &'a str,
+    /// The whole configuration: `[tool]`, `[mcp_servers]`.
+    pub(super) config: &'a Config,
+    pub(super) context: &'a BuildContext<'a>,
+    /// The `[mcp_servers]` names its children mount.
+    pub(super) mcp_servers: &'a [String],
+    /// The provider it wraps, built.
+    pub(super) wrapped: Option<Arc<dyn Provider>>,
 }
 
 /// Where in-process providers get their models.

@@ -42,10 +42,10 @@ use futures_util::future::LocalBoxFuture;
 use toml::de::DeValue;
 use toml::Spanned;
 
-use super::build::BuildContext;
+pub(super) use super::build::Building;
 use super::keys::TableKeys;
 use super::mcp_servers::McpServerEntry;
-use super::{parse_duration, Config, ConfigError, Source};
+use super::{parse_duration, ConfigError, Source};
 use crate::seam::{Capabilities, Provider};
 
 /// Every kind, in the order `subagents providers` and messages list them.
@@ -208,19 +208,6 @@ pub(super) trait Checked: fmt::Debug + Send + Sync {
 
     /// Builds its provider.
     fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, String>>;
-}
-
-/// What building one provider may use.
-pub(super) struct Building<'a> {
-    /// The provider's name.
-    pub(super) name: &'a str,
-    /// The whole configuration: `[tool]`, `[mcp_servers]`.
-    pub(super) config: &'a Config,
-    pub(super) context: &'a BuildContext<'a>,
-    /// The `[mcp_servers]` names its children mount.
-    pub(super) mcp_servers: &'a [String],
-    /// The provider it wraps, built.
-    pub(super) wrapped: Option<Arc<dyn Provider>>,
 }
 
 /// The kind `kind` names, or an error at its place naming the kinds.

@@ -6,7 +6,12 @@
 
 use indexmap::IndexMap;
 use serde::Deserialize;
+use toml::de::DeTable;
 use toml::Spanned;
+
+use super::keys::{self, fields_of, TableKeys};
+use super::kinds::Kind;
+use super::{ConfigError, Source};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -53,4 +58,64 @@ pub(super) enum ApiName {
 pub(super) struct ToolTable {
     pub(super) providers: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) max_depth: Option<Spanned<u32>>,
+}
+
+/// Every table a file may hold, with its keys: a key in the wrong one is
+/// named with where it belongs.
+pub(super) struct Tables {
+    root: TableKeys,
+    route: TableKeys,
+    tool: TableKeys,
+    mcp_server: TableKeys,
+    kinds: Vec<TableKeys>,
+}
+
+impl Tables {
+    pub(super) fn new() -> Tables {
+        Tables {
+            root: TableKeys { what: "the top level", place: "the top level", keys: fields_of::<FileTable>().to_vec() },
+            route: TableKeys {
+                what: "a model route",
+                place: "[models.NAME]",
+                keys: fields_of::<RouteTable>().to_vec(),
+            },
+            tool: TableKeys { what: "[tool]", place: "[tool]", keys: fields_of::<ToolTable>().to_vec() },
+            mcp_server: TableKeys {
+                what: "an MCP server",
+                place: "[mcp_servers.NAME]",
+                keys: fields_of::<super::mcp_servers::McpServerTable>().to_vec(),
+            },
+            kinds: Kind::all().map(Kind::table_keys).collect(),
+        }
+    }
+
+    /// Every table but a provider of `kind`.
+    pub(super) fn besides(&self, kind: Kind) -> Vec<TableKeys> {
+        let kinds = self.kinds.iter().filter(|table| table.what != kind.table_keys().what);
+        kinds.chain([&self.route, &self.tool, &self.mcp_server]).cloned().collect()
+    }
+
+    /// The keys of the file's top level, of each route, of `[tool]` and
+    /// of each MCP server (a provider's are its kind's to check).
+    pub(super) fn check(&self, source: &Source<'_>, root: &DeTable<'_>) -> Result<(), ConfigError> {
+        let all = |this: &TableKeys| -> Vec<TableKeys> {
+            [&self.root, &self.route, &self.tool, &self.mcp_server]
+                .into_iter()
+                .chain(&self.kinds)
+                .filter(|table| table.place != this.place)
+                .cloned()
+                .collect()
+        };
+        keys::check_table(source, root, &self.root, &all(&self.root))?;
+        let section = |name: &str| root.get(name).and_then(|value| value.get_ref().as_table());
+        for (name, this) in [("models", &self.route), ("mcp_servers", &self.mcp_server)] {
+            for (_, table) in section(name).into_iter().flat_map(|tables| tables.iter()) {
+                keys::check(source, table, this, &all(this))?;
+            }
+        }
+        if let Some(tool) = root.get("tool") {
+            keys::check(source, tool, &self.tool, &all(&self.tool))?;
+        }
+        Ok(())
+    }
 }
