@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use subagents::agent::{ListDir, Model, ReadFile, Tool, Toolset};
 use subagents::config::{BuildContext, Config};
-use subagents::providers::{RemoteConfig, RemoteProvider};
 use subagents::serve::{check_home, reachable_model};
 use subagents::tool::{delegating_kit, TaskService};
 use subagents::{Runtime, ShutdownReport, Subagents};
@@ -70,26 +69,38 @@ fn model(spec: &str, config: &Config, runtime: &Runtime) -> Result<Arc<dyn Model
     runtime.block_on(async move { reachable_model(&spec).await }).map_err(|e| e.to_string())
 }
 
-/// The `remote` provider from `--nats`/`--pool`, connected, when `provider`
-/// is `remote` and the configuration defines no provider of that name:
-/// before the runtime exists, so an unreachable server is a usage error
-/// (exit 2) with nothing to stop.
-fn remote(provider: &str, args: &RemoteArgs, config: &Config) -> Result<Option<RemoteProvider>, String> {
+/// The `remote` provider of `--nats`/`--pool`, when `provider` is `remote`
+/// and the configuration defines no provider of that name: the flags'
+/// values as a `[providers.remote]` table, checked, resolved and built by
+/// the remote kind exactly as a file's would be.
+fn remote(provider: &str, args: &RemoteArgs, config: &Config) -> Result<Option<Config>, String> {
     if provider != "remote" || config.provider("remote").is_some() {
         return Ok(None);
     }
     let url = args.url().ok_or("--provider remote needs --nats URL (or SUBAGENTS_NATS_URL)")?;
-    let mut config = RemoteConfig::new("remote", url).with_pool(args.pool.clone());
-    config.broker_patience = args.broker_patience;
-    config.worker_patience = args.worker_patience;
-    config.detached_ttl = args.detached_ttl;
-    RemoteProvider::connect(config).map(Some).map_err(|e| e.to_string())
+    // A JSON string is a TOML basic string: quotes, backslashes and
+    // control characters escaped.
+    let quoted = |text: &str| serde_json::Value::from(text).to_string();
+    let millis = |duration: Duration| format!("\"{}ms\"", duration.as_millis());
+    let table = format!(
+        "[providers.remote]\nkind = \"remote\"\nnats = {}\npool = {}\nbroker_patience = {}\nworker_patience = {}\n\
+         detached_ttl = {}\n",
+        quoted(&url),
+        quoted(&args.pool),
+        millis(args.broker_patience),
+        millis(args.worker_patience),
+        millis(args.detached_ttl),
+    );
+    let flags = Config::parse(&table, "--nats and --pool").map_err(|e| e.to_string())?;
+    flags.check_used(&["remote"]).map_err(|e| e.to_string())?;
+    Ok(Some(flags))
 }
 
 /// The runtime (home: `home`, else `$SUBAGENTS_HOME`, else `.subagents` in
-/// the working directory), the default model, and every provider of
-/// `config` registered, plus the flag-built `remote` one when `provider`
-/// asks for it.
+/// the working directory), the default model, and the providers of
+/// `config` registered (what `provider` uses must build; another that
+/// cannot is left out, said on stderr), plus the flag-built `remote` one
+/// when `provider` asks for it.
 pub fn setup(
     model_spec: &str,
     home: Option<PathBuf>,
@@ -128,7 +139,9 @@ pub fn setup(
         }
     }
     if let Some(remote) = remote {
-        subagents.register_provider(remote).map_err(|e| e.to_string())?.keep();
+        for (_, outcome) in remote.register_used_blocking(&context, &["remote"]).map_err(|e| e.to_string())? {
+            outcome.map_err(|e| e.to_string())?.keep();
+        }
     }
     Ok(Setup { runtime, subagents, model: models.default, tasks, cwd, home })
 }
