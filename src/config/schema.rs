@@ -91,7 +91,7 @@ impl Tables {
 
     /// Every table but a provider of `kind`.
     pub(super) fn besides(&self, kind: Kind) -> Vec<TableKeys> {
-        let kinds = self.kinds.iter().filter(|table| table.what != kind.table_keys().what);
+        let kinds = self.kinds.iter().filter(|table| table.what != kind.home().what);
         kinds.chain([&self.route, &self.tool, &self.mcp_server]).cloned().collect()
     }
 
