@@ -65,16 +65,16 @@ pub use session::{
     LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, SessionSummary, StoredSession,
     ToolCall, DEFAULT_MAX_LINE_BYTES,
 };
-#[cfg(any(feature = "mcp", feature = "config"))]
+#[cfg(any(feature = "mcp-client", feature = "config"))]
 pub(crate) use tools::mcp_header_problem;
-#[cfg(feature = "mcp")]
+#[cfg(all(feature = "mcp-client", feature = "process"))]
 pub(crate) use tools::start_mcp_servers;
 #[cfg(feature = "config")]
 pub(crate) use tools::{header_problem, header_value_fits};
 pub use tools::{
     valid_server_name, FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset,
 };
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-client")]
 pub use tools::{McpServer, McpServerConfig, McpServerError, McpStartError, McpTransport, MCP_TOOL_PREFIX};
 pub use turn::{AgentUpdate, TurnError, TurnErrorKind, TurnOutcome};
 

@@ -35,6 +35,10 @@
 //! (where it runs, its environment, its graces) is one
 //! [`ChildProcessConfig`], held by `AcpConfig` and `ProcessConfig` alike.
 
+// A stdio MCP server (feature `mcp-client` alone) is spawned and reaped
+// here without a provider's configuration or ladder around it.
+#![cfg_attr(not(any(feature = "acp", feature = "process")), allow(dead_code, unreachable_pub))]
+
 mod tree;
 
 use std::path::{Path, PathBuf};

@@ -15,7 +15,7 @@ mod actors;
 pub mod agent;
 #[cfg(feature = "batch")]
 pub mod batch;
-#[cfg(any(feature = "acp", feature = "process", feature = "remote"))]
+#[cfg(any(feature = "acp", feature = "process", feature = "mcp-client"))]
 mod child_process;
 #[cfg(feature = "config")]
 pub mod config;
@@ -30,17 +30,19 @@ pub mod seam;
 #[cfg(any(
     all(feature = "acp", feature = "agent"),
     all(feature = "a2a", feature = "config"),
-    feature = "mcp",
+    feature = "mcp-server",
     feature = "process",
     feature = "remote"
 ))]
 pub mod serve;
 mod sync;
 pub mod telemetry;
-#[cfg(any(feature = "openai", feature = "a2a", feature = "mcp"))]
+#[cfg(any(feature = "openai", feature = "a2a", feature = "mcp-client"))]
 mod tls;
 #[cfg(feature = "agent")]
 pub mod tool;
+#[cfg(any(feature = "a2a", feature = "acp", feature = "process"))]
+mod wire;
 
 pub use actors::{
     Continuation, PhaseReport, Registration, Run, Runtime, RuntimeBuilder, RuntimeTask, ScopedRegistration,
@@ -48,7 +50,7 @@ pub use actors::{
 };
 pub use events::SubagentEvent;
 pub use seam::{
-    AgentOptions, Budget, BudgetLease, ContentBlock, Detached, Parent, Receipt, RunResult, StartRequest, StopReason,
-    SubagentError, ToolFilter,
+    AgentOptions, Budget, BudgetLease, ContentBlock, Detached, DisposeError, Parent, Receipt, RegisterError, RunResult,
+    StartError, StartRequest, SteeringError, StopReason, SubagentError, ToolFilter,
 };
 pub use tokio_util::sync::CancellationToken;

@@ -70,7 +70,7 @@ pub use remote::{BrokerSettings, RemoteConfig, RemoteError, RemoteProvider};
 
 /// A request's `mcp_servers` must name servers the child would have: the
 /// first name not `available` is refused, naming the ones it could have.
-#[cfg(any(feature = "mcp", feature = "acp"))]
+#[cfg(any(feature = "mcp-client", feature = "acp"))]
 pub(crate) fn check_mcp_names<'a>(
     requested: &[String],
     available: impl Iterator<Item = &'a str> + Clone,

@@ -33,7 +33,7 @@ pub use crate::live::ProcessLease;
 pub(crate) use budget::{admit as budget_admit, Admission};
 pub use budget::{Budget, BudgetExhausted, BudgetLease, BudgetLimit};
 pub use content::{text_of, ContentBlock};
-pub use error::{SteeringError, SubagentError};
+pub use error::{DisposeError, RegisterError, StartError, SteeringError, SubagentError};
 /// The boxed, `!Send` future a [`Provider`] and a [`Child`] return (they
 /// run on their run actor's thread).
 pub use futures_util::future::LocalBoxFuture;
@@ -42,7 +42,7 @@ pub(crate) use provider::RunReporter;
 pub use provider::{CaptureError, Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};
 pub use receipt::{Branch, Receipt, StopReport};
 pub use request::{AgentOptions, Capabilities, Capability, Detached, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP};
-#[cfg(any(feature = "mcp", feature = "a2a", feature = "config"))]
+#[cfg(any(feature = "mcp-client", feature = "a2a", feature = "config"))]
 pub(crate) use result::cut;
 pub use result::{Category, Diagnostic, Failure, RunResult, Stage, StopReason};
 pub use shown::{safe_block, safe_line};

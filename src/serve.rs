@@ -21,11 +21,11 @@
 mod a2a;
 #[cfg(all(feature = "acp", feature = "agent"))]
 mod acp;
-#[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp"))]
+#[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp-server"))]
 mod framing;
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-server")]
 mod mcp;
-#[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp", feature = "process", feature = "remote"))]
+#[cfg(any(all(feature = "acp", feature = "agent"), feature = "mcp-server", feature = "process", feature = "remote"))]
 mod pipes;
 mod preflight;
 mod signals;
@@ -38,7 +38,7 @@ mod worker;
 pub use a2a::{serve_a2a, A2aServeOptions};
 #[cfg(all(feature = "acp", feature = "agent"))]
 pub use acp::{serve_acp, AcpServeOptions};
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-server")]
 pub use mcp::{serve_mcp, ChildProvider as McpChildProvider, McpServeOptions};
 pub use preflight::{check_home, reachable_model};
 #[cfg(feature = "process")]
@@ -49,7 +49,7 @@ pub use worker::{serve_worker, WorkerOptions, WorkerProvider, WorkerReport};
 use std::path::PathBuf;
 
 use crate::agent::ModelError;
-use crate::seam::SubagentError;
+use crate::seam::{RegisterError, SubagentError};
 
 /// Why serving ended in failure (a clean EOF or `shutdown` is `Ok`).
 #[derive(Debug, thiserror::Error)]
@@ -81,7 +81,10 @@ pub enum ServeError {
     Runtime(#[source] std::io::Error),
     /// The runtime refused a provider the server needs.
     #[error("cannot register a provider: {0}")]
-    Provider(#[from] SubagentError),
+    Provider(#[from] RegisterError),
+    /// The runtime refused the subagent tool the server offers.
+    #[error("cannot offer the subagent tool: {0}")]
+    Tool(#[from] SubagentError),
     /// The options cannot be honoured together (an unknown provider, a
     /// depth cap the provider does not enforce, a provider that cannot be
     /// configured).

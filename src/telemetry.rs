@@ -173,7 +173,7 @@ pub(crate) fn served(agent: &str, session: &str, model: Option<&str>, parent: Op
 /// `execute_tool {tool}`, a `server` span whose remote parent is the
 /// caller's when it sent its trace context; the runs the call starts are
 /// inside it. A span that records nothing while not exporting.
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-server")]
 pub(crate) fn served_tool(tool: &str, parent: Option<&TraceContext>) -> Span {
     if !records_gen_ai() {
         return Span::none();

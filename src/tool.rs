@@ -61,7 +61,7 @@ pub fn register_delegating_spawn(
     subagents: &Subagents,
     tasks: &TaskService,
     model: Arc<dyn crate::agent::Model>,
-) -> Result<(), SubagentError> {
+) -> Result<(), crate::RegisterError> {
     let kit = shared_delegating_toolset(subagents, tasks, "spawn", DEFAULT_MAX_DEPTH);
     let spawn = InProcessProvider::spawn("spawn", model).with_tools(Arc::new(move |_: &ChildInfo| kit()));
     subagents.register_provider(spawn)?.keep();

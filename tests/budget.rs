@@ -16,7 +16,7 @@ use subagents::providers::{ChildInfo, InProcessProvider, MockProvider};
 use subagents::seam::{BudgetLease, BudgetLimit};
 use subagents::tool::{shared_delegating_toolset, MaxDepth, SubagentTool, SubagentToolConfig, TaskService};
 use subagents::{
-    Budget, CancellationToken, Parent, Runtime, StartRequest, StopReason, SubagentError, SubagentEvent, Subagents,
+    Budget, CancellationToken, Parent, Runtime, StartError, StartRequest, StopReason, SubagentEvent, Subagents,
 };
 
 fn runtime(home: &std::path::Path) -> Runtime {
@@ -229,7 +229,7 @@ fn start_at_once(
     threads: usize,
     count: usize,
     request: impl Fn() -> StartRequest + Send + Sync + 'static,
-) -> Vec<Result<subagents::Run, SubagentError>> {
+) -> Vec<Result<subagents::Run, StartError>> {
     let request = Arc::new(request);
     let barrier = Arc::new(std::sync::Barrier::new(threads));
     let handles: Vec<_> = (0..threads)
@@ -248,7 +248,7 @@ fn start_at_once(
     handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
 }
 
-fn start(runtime: &Runtime, subagents: &Subagents, request: StartRequest) -> Result<subagents::Run, SubagentError> {
+fn start(runtime: &Runtime, subagents: &Subagents, request: StartRequest) -> Result<subagents::Run, StartError> {
     let subagents = subagents.clone();
     runtime.block_on(async move { subagents.start("mock", request).await })
 }
@@ -275,7 +275,7 @@ fn exactly_the_total_runs_are_admitted_of_a_thousand_concurrent_starts() {
     assert_eq!(runs.len(), 137, "no over-admission, no under-admission");
     for error in refused.into_iter().map(Result::unwrap_err) {
         assert_eq!(error.code(), "BUDGET_EXHAUSTED");
-        assert!(matches!(error, SubagentError::BudgetExhausted(e) if e.limit == BudgetLimit::Runs && e.of == 137));
+        assert!(matches!(error, StartError::BudgetExhausted(e) if e.limit == BudgetLimit::Runs && e.of == 137));
     }
     assert_eq!(lease.runs_used(), 137);
     dispose_all(&runtime, runs.into_iter().map(Result::unwrap).collect());
@@ -297,9 +297,7 @@ fn exactly_the_width_is_admitted_of_a_thousand_concurrent_starts_and_freed_on_di
     });
     let (runs, refused): (Vec<_>, Vec<_>) = outcomes.into_iter().partition(Result::is_ok);
     assert_eq!(runs.len(), 50);
-    assert!(refused
-        .iter()
-        .all(|r| matches!(r, Err(SubagentError::BudgetExhausted(e)) if e.limit == BudgetLimit::Width)));
+    assert!(refused.iter().all(|r| matches!(r, Err(StartError::BudgetExhausted(e)) if e.limit == BudgetLimit::Width)));
     assert_eq!(lease.live_children(), 50);
     assert_eq!(lease.runs_used(), 50, "a refused start used no run");
     dispose_all(&runtime, runs.into_iter().map(Result::unwrap).collect());

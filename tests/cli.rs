@@ -19,6 +19,8 @@ mod models;
 mod output;
 #[path = "cli/sessions.rs"]
 mod sessions;
+#[path = "cli/terminal.rs"]
+mod terminal;
 
 use crate::common;
 

@@ -778,3 +778,52 @@ fn a_continuation_takes_the_options_of_a_start_and_keeps_the_parent() {
     let info = second_start.expect("the continuation's Start carries its label");
     assert_eq!(info.parent_session.as_deref(), Some("root"), "the parent is the previous run's");
 }
+
+/// Set in the copy of this test binary that the test below starts in an
+/// empty working directory.
+const NO_HOME_CHILD: &str = "SUBAGENTS_TEST_NO_HOME_CHILD";
+
+#[test]
+fn a_runtime_told_no_home_writes_nothing_to_the_working_directory_and_removes_its_own() {
+    if std::env::var_os(NO_HOME_CHILD).is_some() {
+        // The child: a runtime without `.home()` runs a spawn child whose
+        // session is persisted, then shuts down; it prints where it kept it.
+        let runtime = Runtime::builder().workers(1).build().unwrap();
+        let subagents = runtime.subagents();
+        subagents.register_provider(InProcessProvider::spawn("spawn", scripted(ScriptedModel::new()))).unwrap().keep();
+        let cwd = std::env::current_dir().unwrap();
+        let result = runtime.block_on(async move {
+            let request = StartRequest::new("hello", Parent::root(cwd), CancellationToken::new());
+            subagents.run_to_end("spawn", request).await.unwrap()
+        });
+        assert_eq!(result.stop_reason, StopReason::Completed);
+        let home = runtime.home();
+        assert!(SessionStore::new(&home).ids().unwrap().len() == 1, "the session was kept under {home:?}");
+        println!("home={}", home.display());
+        runtime.shutdown_blocking();
+        return;
+    }
+    let cwd = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "in_process::a_runtime_told_no_home_writes_nothing_to_the_working_directory_and_removes_its_own",
+        ])
+        .args(["--nocapture", "--test-threads", "1"])
+        .current_dir(cwd.path())
+        .env(NO_HOME_CHILD, "1")
+        .env_remove("SUBAGENTS_HOME")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let home = stdout
+        .lines()
+        .find_map(|line| line.split_once("home=").map(|(_, home)| home))
+        .unwrap_or_else(|| panic!("no home named: {stdout}"));
+    let home = std::path::Path::new(home);
+    assert!(!home.starts_with(cwd.path()), "{home:?} is under the working directory");
+    assert!(!home.exists(), "{home:?} outlived its runtime");
+    let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().flatten().map(|entry| entry.file_name()).collect();
+    assert!(left.is_empty(), "the runtime wrote {left:?} to its working directory");
+}

@@ -219,3 +219,44 @@ fn the_circle_finder_finds_a_circle_and_passes_a_line() {
     let used = paths_used("use super::values::{expand};\nuse crate::agent::Model;\n// crate::x\n", &module);
     assert_eq!(used, [vec!["config".to_owned(), "values".to_owned()], vec!["agent".to_owned(), "Model".to_owned()]]);
 }
+
+/// Whether each module on `path` below the root is declared `pub mod` by
+/// its parent: a path a user of the crate could name too.
+fn public_all_the_way(src: &Path, path: &[String]) -> bool {
+    let Some(file) = file_of(src, path) else { return true };
+    let depth = module_of(src, &file).len();
+    (1..=depth).all(|len| {
+        let parent = file_of(src, &path[..len - 1]).unwrap_or_else(|| src.join("lib.rs"));
+        let text = std::fs::read_to_string(parent).unwrap();
+        text.lines().any(|line| line.trim() == format!("pub mod {};", path[len - 1]))
+    })
+}
+
+#[test]
+fn the_doors_of_serve_reach_providers_only_through_what_the_crate_makes_public() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![src.join("serve.rs")];
+    let mut dirs = vec![src.join("serve")];
+    while let Some(dir) = dirs.pop() {
+        for path in std::fs::read_dir(&dir).unwrap().flatten().map(|entry| entry.path()) {
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let mut private = Vec::new();
+    for file in &files {
+        let module = module_of(&src, file);
+        for path in paths_used(&std::fs::read_to_string(file).unwrap(), &module) {
+            if path.first().is_some_and(|room| room == "providers") && !public_all_the_way(&src, &path) {
+                private.push(format!("{}: {}", file.strip_prefix(&src).unwrap().display(), path.join("::")));
+            }
+        }
+    }
+    assert!(private.is_empty(), "serve/ reaches into crate-private modules of providers: {private:#?}");
+    // The check sees such a path: the modules the wire types left.
+    assert!(!public_all_the_way(&src, &["providers".into(), "a2a".into(), "client".into()]));
+    assert!(public_all_the_way(&src, &["providers".into(), "process".into(), "ConfigError".into()]));
+}

@@ -153,7 +153,7 @@ async fn start_rejects_a_schema_outside_the_subset_listing_every_violation() {
         "required": ["a", "missing"]
     });
     let error = subagents.start("m", request("hi").with_output_schema(schema)).await.unwrap_err();
-    let subagents::SubagentError::UnsupportedSchema { violations } = &error else {
+    let subagents::StartError::UnsupportedSchema { violations } = &error else {
         panic!("expected UNSUPPORTED_SCHEMA, got {error:?}");
     };
     assert_eq!(error.code(), "UNSUPPORTED_SCHEMA");

@@ -154,7 +154,7 @@ async fn startup_faults_reject_with_a_safe_diagnostic_and_leave_nothing() {
         let mock = MockProvider::new(name).with_fault(FaultStage::BeforePublication, fault);
         subagents.register_provider(mock.clone()).unwrap().keep();
         let error = subagents.start(name, request("secret task text")).await.unwrap_err();
-        let subagents::SubagentError::StartupFailed { diagnostic, .. } = &error else {
+        let subagents::StartError::StartupFailed { diagnostic, .. } = &error else {
             panic!("{name}: expected STARTUP_FAILED, got {error:?}");
         };
         assert_eq!(diagnostic.category, category);
@@ -229,7 +229,7 @@ async fn dispose_faults_are_reported_but_the_run_still_quiesces() {
             .await
             .expect("dispose is bounded")
             .unwrap_err();
-        let subagents::SubagentError::DisposeFailed { diagnostic, .. } = &error else {
+        let subagents::DisposeError::DisposeFailed { diagnostic, .. } = &error else {
             panic!("{name}: expected DISPOSE_FAILED, got {error:?}");
         };
         assert_eq!(diagnostic.category, category, "{name}");

@@ -11,7 +11,7 @@ use super::core::Core;
 use super::run_handle::Run;
 use super::run_shared::RunShared;
 use super::start::start;
-use crate::seam::{LocalAgent, Parent, StartRequest, SubagentError};
+use crate::seam::{LocalAgent, Parent, StartError, StartRequest};
 
 impl Run {
     /// Resume, when the child supports it: a new run continuing this child's
@@ -41,7 +41,7 @@ impl Continuation {
 
     /// [`Continuation::start_with`] a plain request: `prompt`, `signal`,
     /// no options.
-    pub async fn start(&self, prompt: impl Into<String>, signal: CancellationToken) -> Result<Run, SubagentError> {
+    pub async fn start(&self, prompt: impl Into<String>, signal: CancellationToken) -> Result<Run, StartError> {
         self.start_with(StartRequest::new(prompt, self.parent.clone(), signal)).await
     }
 
@@ -52,7 +52,7 @@ impl Continuation {
     /// options (label, persona, output schema, tool filter, route, depth
     /// cap) as for any start, and the same checks; its parent is replaced
     /// by the previous run's. The session keeps its id, depth and cwd.
-    pub async fn start_with(&self, mut request: StartRequest) -> Result<Run, SubagentError> {
+    pub async fn start_with(&self, mut request: StartRequest) -> Result<Run, StartError> {
         let _ = self.previous.result().await;
         if let Some(control) = self.core.run_control(self.previous.run_id) {
             control.dispose();

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::run_shared::RunShared;
 use crate::events::ProgressUpdate;
-use crate::seam::{CaptureError, ContentBlock, RunReporter, SubagentError};
+use crate::seam::{CaptureError, ContentBlock, RunReporter, SteeringError};
 
 /// Control messages: `do_send`, so they never wait for mailbox room.
 #[derive(Message, Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub(crate) enum Control {
 /// Steer the running child (a data message: sent with `send`, so the
 /// mailbox stays bounded).
 #[derive(Message)]
-#[rtype(result = "Result<(), SubagentError>")]
+#[rtype(result = "Result<(), SteeringError>")]
 pub(crate) struct SendMessage(pub Vec<ContentBlock>);
 
 /// A child hands its validated structured result to its run (docs/contract.md §8). The
@@ -46,7 +46,7 @@ pub(crate) struct CaptureStructured(pub serde_json::Value);
 /// mailbox drops a control message and fails the others.
 pub(crate) trait Mailbox: Send + Sync + 'static {
     fn control(&self, control: Control);
-    fn steer(&self, message: SendMessage) -> BoxFuture<'static, Result<(), SubagentError>>;
+    fn steer(&self, message: SendMessage) -> BoxFuture<'static, Result<(), SteeringError>>;
     fn capture(&self, value: CaptureStructured) -> BoxFuture<'static, Result<(), CaptureError>>;
 }
 

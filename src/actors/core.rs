@@ -20,7 +20,7 @@ use super::entry::ProviderEntry;
 use super::run_shared::{Family, RunShared};
 use crate::events::EventBus;
 use crate::live::LiveCounters;
-use crate::seam::SubagentError;
+use crate::seam::StartError;
 
 thread_local! {
     /// The id of the runtime whose worker this thread is.
@@ -249,7 +249,7 @@ impl Core {
 
     /// Run `future` on a worker: inline when the caller already is one
     /// (no thread crossing), else on the next worker in turn.
-    pub(crate) async fn on_runtime<F, T>(&self, future: F) -> Result<T, SubagentError>
+    pub(crate) async fn on_runtime<F, T>(&self, future: F) -> Result<T, StartError>
     where
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
@@ -262,8 +262,8 @@ impl Core {
             let _ = reply.send(output);
         });
         if !spawned {
-            return Err(SubagentError::RuntimeStopped);
+            return Err(StartError::RuntimeStopped);
         }
-        outcome.await.map_err(|_| SubagentError::RuntimeStopped)
+        outcome.await.map_err(|_| StartError::RuntimeStopped)
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use actix::{Message, Recipient};
 
-use crate::seam::{Provider, ProviderInfo};
+use crate::seam::{Capability, Provider, ProviderInfo};
 use crate::sync::{AtomicUsize, Ordering};
 
 /// A retired provider's last run has ended.
@@ -32,7 +32,9 @@ impl ProviderEntry {
     pub(crate) fn new(key: u64, provider: Arc<dyn Provider>, drained: Recipient<ProviderDrained>) -> Self {
         let info = ProviderInfo {
             name: provider.name().to_owned(),
-            capabilities: provider.capabilities(),
+            // One table of what a start may ask: `detached` is the
+            // provider's `offers_detached`, whatever `capabilities` says.
+            capabilities: provider.capabilities().with(Capability::Detached, provider.offers_detached()),
             inherits_parent_context: provider.inherits_parent_context(),
             route_defaults: provider.route_defaults(),
             detaches: provider.offers_detached(),

@@ -16,22 +16,22 @@ use super::entry::{ProviderDrained, ProviderEntry};
 use super::provider::{ProviderActor, StopProvider};
 use crate::events::SubagentEvent;
 use crate::live::ActorLease;
-use crate::seam::{Provider, SubagentError};
+use crate::seam::{Provider, RegisterError};
 
 /// Add `provider` to the table; fails if the name is taken.
 pub(crate) fn register(
     core: &Arc<Core>,
     registry: &Addr<RegistryActor>,
     provider: Arc<dyn Provider>,
-) -> Result<Registration, SubagentError> {
+) -> Result<Registration, RegisterError> {
     static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
     if !core.is_accepting() {
-        return Err(SubagentError::RuntimeStopped);
+        return Err(RegisterError::RuntimeStopped);
     }
     let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
     let entry = Arc::new(ProviderEntry::new(key, provider, registry.clone().recipient()));
     if !core.insert_provider(entry.clone()) {
-        return Err(SubagentError::DuplicateProvider(entry.name().to_owned()));
+        return Err(RegisterError::DuplicateProvider(entry.name().to_owned()));
     }
     // The actor (and its place in `live()`) exists before `register` returns;
     // the registry starts it.

@@ -41,8 +41,8 @@ use super::slot::{Held, Slot};
 use crate::contain::{contained, contained_call, Panicked};
 use crate::live::ActorLease;
 use crate::seam::{
-    Admission, BudgetLease, CaptureError, Category, Child, Diagnostic, Failure, Launch, LaunchError, LocalAgent,
-    ProviderContext, RunResult, Stage, StartRequest, SteeringError, StopReason, SubagentError,
+    Admission, BudgetLease, CaptureError, Category, Child, Diagnostic, DisposeError, Failure, Launch, LaunchError,
+    LocalAgent, ProviderContext, RunResult, Stage, StartError, StartRequest, SteeringError, StopReason, SubagentError,
 };
 use crate::telemetry;
 
@@ -84,7 +84,7 @@ enum Phase {
     DisposingRelease { child: Box<dyn Child> },
     /// Done; the actor is stopping. `outcome` is how the release went; the
     /// child, when there was one, gives its stop report in `Drop`.
-    Disposed { child: Option<Box<dyn Child>>, outcome: Result<(), Box<SubagentError>> },
+    Disposed { child: Option<Box<dyn Child>>, outcome: Result<(), Box<DisposeError>> },
 }
 
 impl Phase {
@@ -102,7 +102,7 @@ impl Phase {
 
     /// What is left at the end of the line: the child, if one was created,
     /// and how its release went (`Disposed` knows already; else `outcome`).
-    fn into_remains(self, outcome: Result<(), SubagentError>) -> (Option<Box<dyn Child>>, Result<(), SubagentError>) {
+    fn into_remains(self, outcome: Result<(), DisposeError>) -> (Option<Box<dyn Child>>, Result<(), DisposeError>) {
         match self {
             Phase::Disposed { child, outcome } => (child, outcome.map_err(|error| *error)),
             Phase::Running { child, .. }
@@ -116,7 +116,7 @@ impl Phase {
 }
 
 /// Where the start path waits for a publication.
-type PublishReply = oneshot::Sender<Result<Published, SubagentError>>;
+type PublishReply = oneshot::Sender<Result<Published, StartError>>;
 
 /// What the caller of `start` is owed (a refusal boxed: the actor lives
 /// inline in its task, whose allocation is kept small). Unless the run was published, the
@@ -128,7 +128,7 @@ enum StartReply {
     /// Nothing published yet: a run that ends now refuses `RUNTIME_STOPPED`.
     Awaited(PublishReply),
     /// The start is refused with this error (told once a reply is attached).
-    Refused(Option<PublishReply>, Box<SubagentError>),
+    Refused(Option<PublishReply>, Box<StartError>),
     /// The run was handed to the caller (who may have stopped waiting).
     Published,
 }
@@ -146,7 +146,7 @@ impl StartReply {
     }
 
     /// Refuse the start with `error` (the last refusal is the one told).
-    fn refuse(&mut self, error: SubagentError) {
+    fn refuse(&mut self, error: StartError) {
         let reply = match std::mem::replace(self, StartReply::Published) {
             StartReply::Creating | StartReply::Refused(None, _) => None,
             StartReply::Awaited(reply) | StartReply::Refused(Some(reply), _) => Some(reply),
@@ -184,7 +184,7 @@ pub(crate) enum Launched {
     /// The child was created and published while the actor was being made.
     Now(Published),
     /// The launch waits, or failed: the actor answers here.
-    Later(oneshot::Receiver<Result<Published, SubagentError>>),
+    Later(oneshot::Receiver<Result<Published, StartError>>),
 }
 
 pub(crate) struct RunActor {
@@ -366,13 +366,13 @@ impl RunActor {
                 tracing::error!(parent: &self.span, %panic, "provider launch panicked");
                 let diagnostic = self.diagnostic(Stage::Initialize, Category::Panicked);
                 let provider = self.provider().to_owned();
-                self.reject(SubagentError::StartupFailed { provider, diagnostic }, ctx);
+                self.reject(StartError::StartupFailed { provider, diagnostic }, ctx);
                 return None;
             }
         };
         if self.token.is_cancelled() {
             // Cancelled between creation and publication: dispose, then reject.
-            self.start_reply.refuse(SubagentError::Aborted { provider: self.provider().to_owned() });
+            self.start_reply.refuse(StartError::Aborted { provider: self.provider().to_owned() });
             self.phase = Phase::DisposingAwaitRun { child, structured: None };
             self.release_child(ctx);
             return None;
@@ -416,21 +416,21 @@ impl RunActor {
         }
     }
 
-    fn launch_error(&self, error: LaunchError) -> SubagentError {
+    fn launch_error(&self, error: LaunchError) -> StartError {
         let provider = self.provider().to_owned();
         match error {
-            LaunchError::Aborted => SubagentError::Aborted { provider },
+            LaunchError::Aborted => StartError::Aborted { provider },
             LaunchError::Failed { stage, category } => {
-                SubagentError::StartupFailed { diagnostic: self.diagnostic(stage, category), provider }
+                StartError::StartupFailed { diagnostic: self.diagnostic(stage, category), provider }
             }
-            LaunchError::Diagnosed(diagnostic) => SubagentError::StartupFailed { diagnostic, provider },
-            LaunchError::Invalid { field, reason } => SubagentError::InvalidRequest { field, reason },
+            LaunchError::Diagnosed(diagnostic) => StartError::StartupFailed { diagnostic, provider },
+            LaunchError::Invalid { field, reason } => StartError::InvalidRequest { field, reason },
         }
     }
 
     /// The start fails while `Starting` (there is no child yet): stop now;
     /// `Drop` replies once everything is released.
-    fn reject(&mut self, error: SubagentError, ctx: &mut Context<Self>) {
+    fn reject(&mut self, error: StartError, ctx: &mut Context<Self>) {
         tracing::debug!(parent: &self.span, %error, duration = ?self.began.elapsed(), "run refused");
         telemetry::run_failed(&self.span, error.code());
         self.start_reply.refuse(error);
@@ -448,7 +448,7 @@ impl RunActor {
                     if matches!(actor.phase, Phase::Starting) {
                         tracing::warn!(parent: &actor.span, "launch ignored cancellation; abandoned");
                         let provider = actor.provider().to_owned();
-                        actor.reject(SubagentError::Aborted { provider }, ctx);
+                        actor.reject(StartError::Aborted { provider }, ctx);
                     }
                 });
             }
@@ -579,7 +579,7 @@ impl RunActor {
         let (child, mut outcome) = self.take_phase().into_remains(Ok(()));
         if let Some(diagnostic) = failure {
             tracing::warn!(parent: &self.span, %diagnostic, "child did not dispose cleanly");
-            outcome = Err(SubagentError::DisposeFailed { provider: self.provider().to_owned(), diagnostic });
+            outcome = Err(DisposeError::DisposeFailed { provider: self.provider().to_owned(), diagnostic });
         }
         self.phase = Phase::Disposed { child, outcome: outcome.map_err(Box::new) };
         ctx.stop();
@@ -606,9 +606,9 @@ impl Mailbox for Addr<RunActor> {
         self.do_send(control);
     }
 
-    fn steer(&self, message: SendMessage) -> BoxFuture<'static, Result<(), SubagentError>> {
+    fn steer(&self, message: SendMessage) -> BoxFuture<'static, Result<(), SteeringError>> {
         let sent = self.send(message);
-        Box::pin(async move { sent.await.unwrap_or(Err(SubagentError::Steering(SteeringError::Disposed))) })
+        Box::pin(async move { sent.await.unwrap_or(Err(SteeringError::Disposed)) })
     }
 
     fn capture(&self, value: CaptureStructured) -> BoxFuture<'static, Result<(), CaptureError>> {
@@ -647,7 +647,7 @@ impl Drop for RunActor {
             // A rejected start settles nothing and emits nothing.
             StartReply::Creating => {}
             StartReply::Awaited(reply) => {
-                let _ = reply.send(Err(SubagentError::RuntimeStopped));
+                let _ = reply.send(Err(StartError::RuntimeStopped));
             }
             StartReply::Refused(reply, error) => {
                 if let Some(reply) = reply {
@@ -677,7 +677,7 @@ impl Handler<Control> for RunActor {
                 if !matches!(self.phase, Phase::Starting) {
                     self.settle(RunResult::empty(StopReason::Aborted));
                 }
-                let forced = SubagentError::DisposeFailed {
+                let forced = DisposeError::DisposeFailed {
                     provider: self.provider().to_owned(),
                     diagnostic: self.diagnostic(Stage::Shutdown, Category::TimedOut),
                 };
@@ -691,18 +691,18 @@ impl Handler<Control> for RunActor {
 }
 
 impl Handler<SendMessage> for RunActor {
-    type Result = ResponseFuture<Result<(), SubagentError>>;
+    type Result = ResponseFuture<Result<(), SteeringError>>;
 
     fn handle(&mut self, msg: SendMessage, _ctx: &mut Context<Self>) -> Self::Result {
         let Phase::Running { child, .. } = &self.phase else {
-            return Box::pin(async { Err(SubagentError::Steering(SteeringError::NotRunning)) });
+            return Box::pin(async { Err(SteeringError::NotRunning) });
         };
         let provider = self.provider().to_owned();
         let delivery = contained(|| child.send_message(msg.0)).instrument(self.span.clone());
         Box::pin(async move {
             delivery.await.unwrap_or_else(|panic| {
                 tracing::error!(%provider, %panic, "child send_message panicked"); // inside the run's span
-                Err(SubagentError::Steering(SteeringError::ChildFailed))
+                Err(SteeringError::ChildFailed)
             })
         })
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::control::{RunControl, SendMessage};
 use super::core::Core;
 use super::lineage;
-use crate::seam::{ContentBlock, LocalAgent, Parent, Receipt, RunResult, SubagentError};
+use crate::seam::{ContentBlock, DisposeError, LocalAgent, Parent, Receipt, RunResult, SteeringError, SubagentError};
 
 /// A published run, owned by the caller, who must [`dispose`](Run::dispose)
 /// it on every path. Dropping an undisposed `Run` disposes it in the
@@ -84,7 +84,7 @@ impl Run {
     /// reaped). Idempotent and safe to call concurrently: every call returns
     /// after quiescence. `Err(DISPOSE_FAILED)` says the child had to be
     /// forced down (its dispose hook failed, panicked or timed out).
-    pub async fn dispose(&self) -> Result<(), SubagentError> {
+    pub async fn dispose(&self) -> Result<(), DisposeError> {
         self.request_dispose();
         self.control.shared.quiescent().await
     }
@@ -119,7 +119,7 @@ impl Run {
     /// assert!(receipt.children.is_empty() && receipt.is_complete());
     /// assert!(runtime.shutdown_blocking().live_after.is_quiescent());
     /// ```
-    pub async fn cancel_and_wait(&self) -> Result<Receipt, SubagentError> {
+    pub async fn cancel_and_wait(&self) -> Result<Receipt, DisposeError> {
         self.cancel();
         let disposed = self.dispose().await;
         let receipt = self.receipt().await;
@@ -174,13 +174,13 @@ pub struct Steering {
 
 impl Steering {
     /// Deliver a text message to the running child.
-    pub async fn send(&self, text: impl Into<String>) -> Result<(), SubagentError> {
+    pub async fn send(&self, text: impl Into<String>) -> Result<(), SteeringError> {
         self.send_blocks(vec![ContentBlock::text(text)]).await
     }
 
     /// Deliver content blocks to the running child. Waits for mailbox room
     /// rather than growing the mailbox without bound.
-    pub async fn send_blocks(&self, message: Vec<ContentBlock>) -> Result<(), SubagentError> {
+    pub async fn send_blocks(&self, message: Vec<ContentBlock>) -> Result<(), SteeringError> {
         self.control.mailbox.steer(SendMessage(message)).await
     }
 }

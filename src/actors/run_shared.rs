@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use super::entry::ProviderEntry;
 use super::gate::Gate;
 use crate::events::{EventBus, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent};
-use crate::seam::{ProgressSink, RunResult, StopReason, StopReport, SubagentError};
+use crate::seam::{DisposeError, ProgressSink, RunResult, StopReason, StopReport, SubagentError};
 
 pub(crate) struct RunShared {
     pub run_id: u64,
@@ -31,7 +31,7 @@ pub(crate) struct RunShared {
     /// Boxed, like a failed dispose: both are large, and a live run (most
     /// of a fan-out's) has neither yet.
     result: OnceLock<Box<Result<RunResult, SubagentError>>>,
-    quiescent: OnceLock<Result<(), Box<SubagentError>>>,
+    quiescent: OnceLock<Result<(), Box<DisposeError>>>,
     changed: Notify,
     /// The caller's own receiver of this run's progress, dropped once the
     /// run is quiescent: a run's shared state may outlive it (a receipt's
@@ -139,7 +139,7 @@ impl RunShared {
     }
 
     /// How dispose went, once the run is quiescent.
-    pub(crate) async fn quiescent(&self) -> Result<(), SubagentError> {
+    pub(crate) async fn quiescent(&self) -> Result<(), DisposeError> {
         self.wait(|shared| shared.quiescent.get().map(|outcome| outcome.clone().map_err(|error| *error))).await
     }
 
@@ -178,7 +178,7 @@ impl RunShared {
         }
     }
 
-    pub(crate) fn set_quiescent(&self, outcome: Result<(), SubagentError>) {
+    pub(crate) fn set_quiescent(&self, outcome: Result<(), DisposeError>) {
         let sink = self.progress.write().unwrap_or_else(|e| e.into_inner()).take();
         drop(sink);
         if self.quiescent.set(outcome.map_err(Box::new)).is_ok() {

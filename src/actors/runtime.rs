@@ -49,7 +49,9 @@ impl RuntimeBuilder {
     }
 
     /// Home directory for sessions and provider state (default:
-    /// `$SUBAGENTS_HOME`, else `.subagents` in the current directory).
+    /// `$SUBAGENTS_HOME`, else a private temporary directory of the
+    /// runtime's own, removed when the runtime is dropped: a runtime
+    /// writes nowhere it was not told to, the working directory least).
     pub fn home(mut self, home: impl Into<PathBuf>) -> Self {
         self.home = Some(home.into());
         self
@@ -83,10 +85,11 @@ impl RuntimeBuilder {
 
     /// Start the threads and the registry.
     pub fn build(self) -> std::io::Result<Runtime> {
-        let home = match self.home {
-            Some(home) => home,
+        let (home, own_home) = match self.home.or_else(|| std::env::var_os("SUBAGENTS_HOME").map(PathBuf::from)) {
+            Some(home) => (home, None),
             None => {
-                std::env::var_os("SUBAGENTS_HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".subagents"))
+                let own = OwnHome::create()?;
+                (own.0.clone(), Some(own))
             }
         };
         let home: Arc<std::path::Path> = Arc::from(std::path::absolute(&home)?);
@@ -121,7 +124,36 @@ impl RuntimeBuilder {
         })?;
         let (core, registry, system) =
             ready_rx.recv().map_err(|_| std::io::Error::other("the actor system failed to start"))?;
-        Ok(Runtime { core, registry, threads: Some(Threads { system, thread, exited: exited_rx }) })
+        Ok(Runtime { core, registry, threads: Some(Threads { system, thread, exited: exited_rx }), own_home })
+    }
+}
+
+/// The home a runtime told none makes for itself: a private directory
+/// under the system's temporary one, removed with the runtime.
+#[derive(Debug)]
+struct OwnHome(PathBuf);
+
+impl OwnHome {
+    fn create() -> std::io::Result<OwnHome> {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let mut attempt = 0u32;
+        loop {
+            let dir = std::env::temp_dir().join(format!("subagents-home-{}-{nanos:x}-{attempt}", std::process::id()));
+            let mut builder = std::fs::DirBuilder::new();
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+            match builder.create(&dir) {
+                Ok(()) => return Ok(OwnHome(dir)),
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists && attempt < 64 => attempt += 1,
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+impl Drop for OwnHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -138,6 +170,9 @@ pub struct Runtime {
     core: Arc<Core>,
     registry: Addr<RegistryActor>,
     threads: Option<Threads>,
+    /// Removed once the threads are stopped (declared last, so a dropped
+    /// runtime removes it after stopping them too).
+    own_home: Option<OwnHome>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -220,6 +255,8 @@ impl Runtime {
         threads.system.stop();
         let _ = threads.exited.await;
         let _ = threads.thread.join();
+        // Its sessions and children's files go with it, now nothing runs.
+        drop(self.own_home.take());
         report.elapsed = started.elapsed();
         report.live_after = self.core.live().snapshot();
         report

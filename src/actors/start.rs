@@ -14,10 +14,10 @@ use super::run::{Launched, RunActor, RunSpawn};
 use super::run_handle::Run;
 use super::run_shared::RunShared;
 use crate::events::RunInfo;
-use crate::seam::{Admission, BudgetLease, Parent, StartRequest, SubagentError, MAX_DEPTH_CAP};
+use crate::seam::{Admission, BudgetLease, Parent, StartError, StartRequest, MAX_DEPTH_CAP};
 
 /// Checks `request` against provider `name`, then starts it on a worker.
-pub(crate) async fn start(core: &Arc<Core>, name: &str, request: Box<StartRequest>) -> Result<Run, SubagentError> {
+pub(crate) async fn start(core: &Arc<Core>, name: &str, request: Box<StartRequest>) -> Result<Run, StartError> {
     let entry = admit(core, name, &request)?;
     let budget = admit_budget(&request)?;
     if core.in_task() {
@@ -38,55 +38,49 @@ pub(crate) async fn start(core: &Arc<Core>, name: &str, request: Box<StartReques
 /// The last check, because it reserves: the child's place in the budgets
 /// its start answers to (the parent's lease and the request's), and the
 /// lease the child will hold. A start refused later gives its run back.
-fn admit_budget(request: &StartRequest) -> Result<Option<(Admission, BudgetLease)>, SubagentError> {
+fn admit_budget(request: &StartRequest) -> Result<Option<(Admission, BudgetLease)>, StartError> {
     let admitted = match (request.parent.budget.as_ref(), request.budget.as_ref()) {
         (None, None) => return Ok(None),
         (Some(one), None) | (None, Some(one)) => crate::seam::budget_admit(&[one]),
         (Some(parent), Some(own)) => crate::seam::budget_admit(&[parent, own]),
     };
-    admitted.map_err(SubagentError::BudgetExhausted)
+    admitted.map_err(StartError::BudgetExhausted)
 }
 
 /// The synchronous checks, in contract order.
-fn admit(core: &Core, name: &str, request: &StartRequest) -> Result<Arc<ProviderEntry>, SubagentError> {
+fn admit(core: &Core, name: &str, request: &StartRequest) -> Result<Arc<ProviderEntry>, StartError> {
     if !core.is_accepting() {
-        return Err(SubagentError::RuntimeStopped);
+        return Err(StartError::RuntimeStopped);
     }
-    let entry = core.provider(name).ok_or_else(|| SubagentError::NoProvider(name.to_owned()))?;
+    let entry = core.provider(name).ok_or_else(|| StartError::NoProvider(name.to_owned()))?;
     let capabilities = entry.info.capabilities;
     if let Some(missing) = request.requested_capabilities().find(|c| !capabilities.supports(*c)) {
-        return Err(SubagentError::unsupported(name, missing));
+        return Err(StartError::unsupported(name, missing));
     }
     check_values(request)?;
-    if request.detached.is_some() && !entry.info.detaches {
-        return Err(SubagentError::invalid(
-            "detached",
-            format!("provider {name:?} cannot keep a run for a later caller to attach to"),
-        ));
-    }
     if let Some(schema) = &request.output_schema {
-        crate::schema::check_subset(schema).map_err(|violations| SubagentError::UnsupportedSchema { violations })?;
+        crate::schema::check_subset(schema).map_err(|violations| StartError::UnsupportedSchema { violations })?;
     }
     if request.signal.is_cancelled() {
-        return Err(SubagentError::Aborted { provider: name.to_owned() });
+        return Err(StartError::Aborted { provider: name.to_owned() });
     }
     Ok(entry)
 }
 
-fn check_values(request: &StartRequest) -> Result<(), SubagentError> {
+fn check_values(request: &StartRequest) -> Result<(), StartError> {
     if request.prompt.is_empty() || request.prompt.iter().all(|b| b.as_text().is_some_and(|t| t.trim().is_empty())) {
-        return Err(SubagentError::invalid("prompt", "must contain at least one non-empty block"));
+        return Err(StartError::invalid("prompt", "must contain at least one non-empty block"));
     }
     if let Some(max_depth) = request.max_depth {
         if max_depth > MAX_DEPTH_CAP {
-            return Err(SubagentError::invalid(
+            return Err(StartError::invalid(
                 "max_depth",
                 format!("{max_depth} is above the largest representable cap {MAX_DEPTH_CAP}"),
             ));
         }
         let child_depth = request.child_depth();
         if child_depth > max_depth {
-            return Err(SubagentError::invalid(
+            return Err(StartError::invalid(
                 "max_depth",
                 format!("the child would have depth {child_depth}, deeper than max_depth {max_depth}"),
             ));
@@ -94,18 +88,18 @@ fn check_values(request: &StartRequest) -> Result<(), SubagentError> {
     }
     if let Some(filter) = &request.tool_filter {
         if filter.allow.is_none() && filter.deny.is_none() {
-            return Err(SubagentError::invalid("tool_filter", "needs an allow or a deny list"));
+            return Err(StartError::invalid("tool_filter", "needs an allow or a deny list"));
         }
         let names = filter.allow.iter().chain(filter.deny.iter()).flatten();
         if names.into_iter().any(|n| n.trim().is_empty()) {
-            return Err(SubagentError::invalid("tool_filter", "tool names must not be empty"));
+            return Err(StartError::invalid("tool_filter", "tool names must not be empty"));
         }
     }
     if request.persona.as_deref().is_some_and(|p| p.trim().is_empty()) {
-        return Err(SubagentError::invalid("persona", "must not be empty"));
+        return Err(StartError::invalid("persona", "must not be empty"));
     }
     if request.agent_options.as_ref().is_some_and(|o| o.max_tokens == Some(0)) {
-        return Err(SubagentError::invalid("agent_options.max_tokens", "must be positive"));
+        return Err(StartError::invalid("agent_options.max_tokens", "must be positive"));
     }
     Ok(())
 }
@@ -152,7 +146,7 @@ fn make(
 
 /// Wait for publication unless it happened at once, emit `Start`, hand
 /// back the `Run`.
-async fn launched(made: Made) -> Result<Run, SubagentError> {
+async fn launched(made: Made) -> Result<Run, StartError> {
     let Made { core, shared, control, launched, label, parent } = made;
     let published = match launched {
         Launched::Now(published) => published,
@@ -162,7 +156,7 @@ async fn launched(made: Made) -> Result<Run, SubagentError> {
         // "pending, poll me again" — each start was polled hundreds of times
         // at N = 100,000.
         Launched::Later(answer) => {
-            tokio::task::unconstrained(answer).await.unwrap_or(Err(SubagentError::RuntimeStopped))?
+            tokio::task::unconstrained(answer).await.unwrap_or(Err(StartError::RuntimeStopped))?
         }
     };
     if let Some(parent_session) = &shared.parent_session {

@@ -12,7 +12,7 @@ use super::registry::{self, Registration, RegistryActor};
 use super::run_handle::Run;
 use crate::events::{EventStream, ListenerHandle, ListenerOutcome, SubagentEvent};
 use crate::live::Live;
-use crate::seam::{Provider, ProviderInfo, StartRequest, SubagentError};
+use crate::seam::{Provider, ProviderInfo, RegisterError, StartError, StartRequest, SubagentError};
 
 /// A `Clone + Send + Sync` handle on a runtime's registry, usable from any
 /// thread or async runtime.
@@ -29,12 +29,12 @@ impl Subagents {
 
     /// Register a provider under its name. A duplicate name fails with
     /// `DUPLICATE_PROVIDER` and leaves the first registration untouched.
-    pub fn register_provider(&self, provider: impl Provider) -> Result<Registration, SubagentError> {
+    pub fn register_provider(&self, provider: impl Provider) -> Result<Registration, RegisterError> {
         self.register_shared(Arc::new(provider))
     }
 
     /// Register a provider the caller also keeps a handle on.
-    pub fn register_shared(&self, provider: Arc<dyn Provider>) -> Result<Registration, SubagentError> {
+    pub fn register_shared(&self, provider: Arc<dyn Provider>) -> Result<Registration, RegisterError> {
         registry::register(&self.core, &self.registry, provider)
     }
 
@@ -85,7 +85,7 @@ impl Subagents {
         &'a self,
         name: &'a str,
         request: StartRequest,
-    ) -> impl Future<Output = Result<Run, SubagentError>> + Send + 'a {
+    ) -> impl Future<Output = Result<Run, StartError>> + Send + 'a {
         // The request is boxed before the future exists: a fan-out holds
         // thousands of these futures, and each would carry the request.
         let mut request = Box::new(request);

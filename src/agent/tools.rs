@@ -27,7 +27,7 @@
 //! ```
 
 mod builtin;
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-client")]
 mod mcp;
 
 use std::panic::AssertUnwindSafe;
@@ -41,9 +41,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use builtin::{ListDir, ReadFile};
-#[cfg(feature = "mcp")]
+#[cfg(all(feature = "mcp-client", feature = "process"))]
 pub(crate) use mcp::start_all as start_mcp_servers;
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-client")]
 pub use mcp::{McpServer, McpServerConfig, McpServerError, McpStartError, McpTransport, MCP_TOOL_PREFIX};
 
 use super::session::ToolCall;
@@ -60,7 +60,7 @@ pub fn valid_server_name(name: &str) -> bool {
 /// requests, if it cannot: [`header_problem`]'s, or a name the protocol
 /// sets (`Accept`, `Mcp-Session-Id`, `Mcp-Protocol-Version`,
 /// `Last-Event-Id`).
-#[cfg(any(feature = "mcp", feature = "config"))]
+#[cfg(any(feature = "mcp-client", feature = "config"))]
 pub(crate) fn mcp_header_problem(name: &str, value: &str) -> Option<String> {
     const SET_BY_THE_PROTOCOL: [&str; 4] = ["accept", "mcp-session-id", "mcp-protocol-version", "last-event-id"];
     if let Some(problem) = header_problem(name, value) {
@@ -75,7 +75,7 @@ pub(crate) fn mcp_header_problem(name: &str, value: &str) -> Option<String> {
 /// Why `name: value` cannot go with an HTTP request, if it cannot: a name
 /// must be an HTTP token, a value visible ASCII, spaces or tabs (a newline
 /// from `${VAR}` would end the header). The value is never shown.
-#[cfg(any(feature = "mcp", feature = "config"))]
+#[cfg(any(feature = "mcp-client", feature = "config"))]
 pub(crate) fn header_problem(name: &str, value: &str) -> Option<String> {
     let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
     if name.is_empty() || !name.chars().all(token) {
@@ -88,7 +88,7 @@ pub(crate) fn header_problem(name: &str, value: &str) -> Option<String> {
 }
 
 /// Whether an HTTP header can carry `value`: visible ASCII, spaces, tabs.
-#[cfg(any(feature = "mcp", feature = "config"))]
+#[cfg(any(feature = "mcp-client", feature = "config"))]
 pub(crate) fn header_value_fits(value: &str) -> bool {
     value.chars().all(|c| c == '\t' || (' '..='~').contains(&c))
 }
@@ -200,7 +200,7 @@ pub trait Tool: Send + Sync + 'static {
 
     /// The MCP server whose tool this is: an agent's children inherit the
     /// servers its tools come from. Default: none.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     fn mcp_server(&self) -> Option<McpServer> {
         None
     }
@@ -319,7 +319,7 @@ pub struct Toolset {
     visible: Arc<OnceLock<Arc<[ToolSpec]>>>,
     /// The MCP servers mounted, with tools or without: a call of one of
     /// their tools that is not there is told why.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     mcp_mounted: Arc<Vec<McpServer>>,
 }
 
@@ -444,7 +444,7 @@ impl Toolset {
     }
 
     /// Whether the tool named `name` only reads ([`Tool::read_only`]).
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-server")]
     pub(crate) fn read_only(&self, name: &str) -> bool {
         self.entry(name).is_some_and(|entry| entry.tool.read_only())
     }
@@ -462,7 +462,7 @@ impl Toolset {
     fn no_tool_named(&self, name: &str) -> String {
         let available: Vec<_> = self.specs().into_iter().map(|spec| spec.name).collect();
         let available = available.join(", ");
-        #[cfg(feature = "mcp")]
+        #[cfg(feature = "mcp-client")]
         if let Some(why) = self.why_mcp_missing(name) {
             tracing::warn!(tool = ?name, "a call of an MCP tool that is not mounted: {why}");
             return format!("no tool named {name:?}: {why}; available: {available}");

@@ -19,7 +19,7 @@ use super::summary::{Finished, Summary};
 use super::tasks::{id_key, task_id, FirstLines, IdKey, Line, Task, TaskLines};
 use super::{Batch, BatchError, Report, Resume};
 use crate::seam::{BudgetLease, Detached, RunUsage};
-use crate::{Budget, CancellationToken, Parent, StartRequest, StopReason, SubagentError, Subagents};
+use crate::{Budget, CancellationToken, Parent, StartError, StartRequest, StopReason, Subagents};
 
 /// The first wait before a retry; it doubles each time, up to
 /// [`MAX_RETRY_WAIT`], with jitter.
@@ -545,13 +545,13 @@ impl Engine {
             Err(error) => {
                 let mut record =
                     json!({"line": line, "label": task.label, "error": error.to_string(), "code": error.code()});
-                if let SubagentError::StartupFailed { diagnostic, .. } = &error {
+                if let StartError::StartupFailed { diagnostic, .. } = &error {
                     record["diagnostic"] = json!(diagnostic);
                     unserved = diagnostic.category.is_unserved();
                 }
                 // A line naming no provider of the runtime (read from a pipe,
                 // so not checked before the batch) never ran.
-                unserved |= matches!(error, SubagentError::NoProvider(_));
+                unserved |= matches!(error, StartError::NoProvider(_));
                 (record, format!("rejected ({})", error.code()), Some(error.to_string()))
             }
         };

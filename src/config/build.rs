@@ -119,7 +119,7 @@ pub enum BuildError {
     },
     /// The registry refused it (a name taken, a closed runtime).
     #[error(transparent)]
-    Register(#[from] crate::SubagentError),
+    Register(#[from] crate::RegisterError),
     /// The private runtime the builds run on could not start.
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),

@@ -101,7 +101,6 @@
 
 mod child;
 pub(crate) mod client;
-pub(crate) mod wire;
 
 use std::fmt;
 use std::rc::Rc;
@@ -112,9 +111,9 @@ use futures_util::future::LocalBoxFuture;
 
 use self::child::{A2aChild, Setup};
 use self::client::{Binding, Bounds, Client, Endpoint};
-use self::wire::AgentCard;
 use crate::schema::CompiledSchema;
 use crate::seam::{Capabilities, Category, Child, Diagnostic, Launch, LaunchError, Provider, Stage};
+use crate::wire::a2a::{self as wire, AgentCard};
 
 /// The bounds of every exchange with the agent.
 #[derive(Clone, Copy, Debug)]

@@ -77,7 +77,7 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     Content, ContentBlock as AcpBlock, ContentChunk, Implementation, InitializeRequest, InitializeResponse,
     PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest, SelectedPermissionOutcome, SessionId,
-    SessionUpdate, StopReason as AcpStop, SystemPrompt, SystemPromptMode, ToolCallContent, ToolCallStatus,
+    SessionUpdate, SystemPrompt, SystemPromptMode, ToolCallContent, ToolCallStatus,
 };
 use agent_client_protocol::{v1, ByteStreams, Client};
 use futures_util::future::LocalBoxFuture;
@@ -103,25 +103,6 @@ use crate::seam::{
     RunResult, RunUsage, Stage, StopReason, StopReport,
 };
 use crate::seam::{ProgressUpdate, ToolCallStatus as Progress};
-
-/// Our stop reasons and ACP's, for both ends: this client and the agent in
-/// [`agent`]. `Error` has none: a failed turn is an error answer, and an
-/// ACP reason not listed (`max_turn_requests`, …) is an error to us.
-const STOP_REASONS: [(StopReason, AcpStop); 4] = [
-    (StopReason::Completed, AcpStop::EndTurn),
-    (StopReason::MaxTokens, AcpStop::MaxTokens),
-    (StopReason::Refusal, AcpStop::Refusal),
-    (StopReason::Aborted, AcpStop::Cancelled),
-];
-
-fn stop_reason_of(acp: AcpStop) -> StopReason {
-    STOP_REASONS.iter().find(|(_, theirs)| *theirs == acp).map_or(StopReason::Error, |(ours, _)| *ours)
-}
-
-#[cfg(any(feature = "agent", test))]
-pub(crate) fn acp_stop_of(stop: StopReason) -> Option<AcpStop> {
-    STOP_REASONS.iter().find(|(ours, _)| *ours == stop).map(|(_, theirs)| *theirs)
-}
 
 /// How permission requests are answered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -737,16 +718,6 @@ impl Child for AcpChild {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stop_reasons_map_both_ways_and_error_is_an_error_answer_not_a_reason() {
-        for stop in [StopReason::Completed, StopReason::MaxTokens, StopReason::Refusal, StopReason::Aborted] {
-            let acp = acp_stop_of(stop).expect("every outcome but Error has an ACP reason");
-            assert_eq!(stop_reason_of(acp), stop);
-        }
-        assert_eq!(acp_stop_of(StopReason::Error), None);
-        assert_eq!(stop_reason_of(AcpStop::MaxTurnRequests), StopReason::Error);
-    }
 
     #[test]
     fn a_tool_calls_growing_content_yields_only_what_is_new_even_when_its_head_was_cut() {

@@ -38,7 +38,7 @@ use crate::mix::splitmix64;
 use crate::seam::ProgressUpdate;
 use crate::seam::{
     AgentOptions, Capabilities, CaptureError, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError,
-    LocalAgent, Provider, ProviderContext, RunReporter, RunResult, Stage, StopReport, SubagentError,
+    LocalAgent, Provider, ProviderContext, RunReporter, RunResult, Stage, SteeringError, StopReport,
 };
 
 /// Where a fault strikes.
@@ -325,7 +325,7 @@ impl Child for ChaosChild {
         self.inner.supports_steering()
     }
 
-    fn send_message(&self, message: Vec<ContentBlock>) -> LocalBoxFuture<'static, Result<(), SubagentError>> {
+    fn send_message(&self, message: Vec<ContentBlock>) -> LocalBoxFuture<'static, Result<(), SteeringError>> {
         self.inner.send_message(message)
     }
 

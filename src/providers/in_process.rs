@@ -22,15 +22,7 @@
 //! between creation and publication) has its session file deleted, so a
 //! rejected start leaves nothing behind.
 
-#[cfg(feature = "mcp")]
 mod mcp_mounts;
-
-#[cfg(feature = "mcp")]
-use crate::agent::MCP_TOOL_PREFIX;
-/// No MCP tool is mounted without the feature; the filter's check needs
-/// the prefix all the same.
-#[cfg(not(feature = "mcp"))]
-const MCP_TOOL_PREFIX: &str = "mcp__";
 
 use std::cell::{Cell, RefCell};
 use std::future::Ready;
@@ -44,6 +36,7 @@ use futures_util::FutureExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use self::mcp_mounts::{McpMounts, RunMounts, MCP_TOOL_PREFIX};
 use crate::agent::{
     completed_prefix, ids, Agent, AgentBuilder, AgentError, AgentUpdate, ListDir, Model, ReadFile, SessionEvent,
     SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
@@ -51,8 +44,8 @@ use crate::agent::{
 use crate::seam::ProgressUpdate;
 use crate::seam::{
     AgentOptions, Budget, Capabilities, CaptureError, Category, Child, ContentBlock, Diagnostic, Failure, Launch,
-    LaunchError, LocalAgent, Provider, ProviderContext, RunResult, RunUsage, Stage, StartRequest, StopReason,
-    SubagentError,
+    LaunchError, LocalAgent, Provider, ProviderContext, RunResult, RunUsage, Stage, StartRequest, SteeringError,
+    StopReason,
 };
 
 /// The name of the capture tool a structured child gets.
@@ -132,8 +125,7 @@ struct InProcessConfig {
     /// The budget a run gets when its request carries none.
     budget: Option<Budget>,
     /// The MCP servers whose tools each child mounts; `None`: its parent's.
-    #[cfg(feature = "mcp")]
-    mcp: Option<Arc<mcp_mounts::McpMounts>>,
+    mcp: Option<Arc<McpMounts>>,
 }
 
 /// The provider behind `spawn` and `fork` (build one with
@@ -177,7 +169,6 @@ impl InProcessProvider {
             max_steps: 64,
             persona: None,
             budget: None,
-            #[cfg(feature = "mcp")]
             mcp: None,
         };
         InProcessProvider {
@@ -246,36 +237,18 @@ impl InProcessProvider {
     /// (an empty list: none); the tool filter applies to them as to any
     /// tool. A server with `isolate` is started per run. Without this a
     /// child mounts its parent agent's servers, sharing their connections.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     pub fn with_mcp_servers(mut self, servers: Vec<crate::agent::McpServerConfig>) -> Self {
-        self.config.mcp = Some(Arc::new(mcp_mounts::McpMounts::new(servers)));
+        self.config.mcp = Some(Arc::new(McpMounts::new(servers)));
         self
     }
 
     /// The MCP servers its children mount when it scopes them: the shared
     /// ones as they run, a per-run one as a fresh, unstarted server (to
     /// list its tools). Empty when its children inherit their parent's.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     pub fn mcp_servers(&self) -> Vec<crate::agent::McpServer> {
         self.config.mcp.as_ref().map(|mounts| mounts.servers()).unwrap_or_default()
-    }
-
-    /// What one child mounts: the provider's servers, else its parent
-    /// agent's, narrowed by the request's `mcp_servers`.
-    #[cfg(feature = "mcp")]
-    fn mcp_for(&self, request: &StartRequest) -> Result<Arc<mcp_mounts::McpMounts>, LaunchError> {
-        let mounts = match &self.config.mcp {
-            Some(mounts) => mounts.clone(),
-            None => {
-                let parent = request.parent.agent.as_ref().and_then(|agent| agent.downcast::<Agent>());
-                let servers = parent.map(|agent| agent.toolset().mcp_servers()).unwrap_or_default();
-                Arc::new(mcp_mounts::McpMounts::inherited(servers))
-            }
-        };
-        match &request.mcp_servers {
-            Some(names) => Ok(Arc::new(mounts.select(names)?)),
-            None => Ok(mounts),
-        }
     }
 
     /// Shared: a run holds the store (to roll back a session that never
@@ -303,22 +276,8 @@ impl InProcessProvider {
             return Err(LaunchError::Aborted);
         }
         let store = self.store(&context);
-        #[cfg(feature = "mcp")]
-        let mcp = self.mcp_for(&request)?;
-        #[cfg(feature = "mcp")]
+        let mcp = McpMounts::for_child(self.config.mcp.as_ref(), &request)?;
         let servers = mcp.names();
-        #[cfg(not(feature = "mcp"))]
-        let servers: Vec<String> = match request.mcp_servers.iter().flatten().next() {
-            Some(name) => {
-                return Err(LaunchError::Invalid {
-                    field: "mcp_servers",
-                    reason: format!(
-                        "the child has no MCP server named {name:?} (MCP needs the crate's \"mcp\" feature)"
-                    ),
-                })
-            }
-            None => Vec::new(),
-        };
         let cwd = match request.resumes().and_then(|previous| previous.downcast::<Agent>()) {
             Some(previous) => previous.header().cwd.clone(),
             None => request.parent.cwd.clone(),
@@ -361,9 +320,7 @@ impl InProcessProvider {
             store,
             cancel,
             cwd,
-            #[cfg(feature = "mcp")]
             mcp,
-            #[cfg(feature = "mcp")]
             live: context.live.clone(),
         })
     }
@@ -444,17 +401,10 @@ impl InProcessProvider {
         let mut toolset = previous.toolset();
         toolset.remove(STRUCTURED_OUTPUT_TOOL);
         // MCP tools are mounted afresh (a per-run server closed with its run).
-        #[cfg(feature = "mcp")]
-        {
-            let mounted: Vec<String> = toolset
-                .names()
-                .into_iter()
-                .filter(|name| name.starts_with(crate::agent::MCP_TOOL_PREFIX))
-                .map(str::to_owned)
-                .collect();
-            for name in mounted {
-                toolset.remove(&name);
-            }
+        let mounted: Vec<String> =
+            toolset.names().into_iter().filter(|name| name.starts_with(MCP_TOOL_PREFIX)).map(str::to_owned).collect();
+        for name in mounted {
+            toolset.remove(&name);
         }
         apply_filter(&mut toolset, request, servers)?;
         let (model, route) = match &request.agent_options {
@@ -521,17 +471,12 @@ impl Provider for InProcessProvider {
     }
 
     fn shutdown(&self) -> LocalBoxFuture<'static, ()> {
-        #[cfg(feature = "mcp")]
-        {
-            let mounts = self.config.mcp.clone();
-            Box::pin(async move {
-                if let Some(mounts) = mounts {
-                    mounts.shutdown().await;
-                }
-            })
-        }
-        #[cfg(not(feature = "mcp"))]
-        Box::pin(async {})
+        let mounts = self.config.mcp.clone();
+        Box::pin(async move {
+            if let Some(mounts) = mounts {
+                mounts.shutdown().await;
+            }
+        })
     }
 }
 
@@ -575,12 +520,9 @@ struct Prepared {
     store: Arc<SessionStore>,
     cancel: CancellationToken,
     /// The child's working directory (a per-run MCP server's too).
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     cwd: PathBuf,
-    #[cfg(feature = "mcp")]
-    mcp: Arc<mcp_mounts::McpMounts>,
+    mcp: Arc<McpMounts>,
     /// Where a started MCP server's process is counted (the runtime's).
-    #[cfg(feature = "mcp")]
     live: Arc<crate::live::LiveCounters>,
 }
 
@@ -597,16 +539,11 @@ impl Prepared {
             events.truncate(completed_prefix(&events).len());
             builder = builder.seed(events);
         }
-        #[cfg(feature = "mcp")]
-        let mcp_owned = match self.mcp.is_empty() {
-            true => Vec::new(),
-            false => self.mcp.mount(builder.toolset_mut(), &self.cwd, &self.live, &self.cancel).await?,
-        };
+        let mcp_owned = self.mcp.mount(builder.toolset_mut(), &self.cwd, &self.live, &self.cancel).await?;
         // The builder checks that the cwd is a directory.
         let built = builder.build_async().await;
-        #[cfg(feature = "mcp")]
         if built.is_err() {
-            mcp_mounts::close_all(&mcp_owned).await;
+            mcp_owned.close().await;
         }
         let agent = built.map_err(|error| match error {
             AgentError::Cwd(_) => invalid_cwd(),
@@ -625,7 +562,6 @@ impl Prepared {
             store: self.store,
             cancel: self.cancel,
             agent,
-            #[cfg(feature = "mcp")]
             mcp_owned,
         }))
     }
@@ -664,8 +600,7 @@ struct InProcessChild {
     store: Arc<SessionStore>,
     cancel: CancellationToken,
     /// The per-run MCP servers this run started, closed at its dispose.
-    #[cfg(feature = "mcp")]
-    mcp_owned: Vec<crate::agent::McpServer>,
+    mcp_owned: RunMounts,
 }
 
 impl Child for InProcessChild {
@@ -698,7 +633,7 @@ impl Child for InProcessChild {
         true
     }
 
-    fn send_message(&self, message: Vec<ContentBlock>) -> LocalBoxFuture<'static, Result<(), SubagentError>> {
+    fn send_message(&self, message: Vec<ContentBlock>) -> LocalBoxFuture<'static, Result<(), SteeringError>> {
         self.agent.steer(message);
         Box::pin(async { Ok(()) })
     }
@@ -711,13 +646,11 @@ impl Child for InProcessChild {
         let agent = self.agent.clone();
         let roll_back = self.roll_back_unstarted && !self.started.get();
         let store = self.store.clone();
-        #[cfg(feature = "mcp")]
         let mcp_owned = self.mcp_owned.clone();
         Box::pin(async move {
             // Cancels its turns and background tasks, awaits them, closes.
             let mut released = agent.shutdown().await;
-            #[cfg(feature = "mcp")]
-            mcp_mounts::close_all(&mcp_owned).await;
+            mcp_owned.close().await;
             if roll_back && released.is_ok() {
                 released = store.removing(agent.id()).await;
             }

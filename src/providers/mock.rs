@@ -64,7 +64,7 @@ use tokio_util::sync::CancellationToken;
 use crate::seam::ProgressUpdate;
 use crate::seam::{
     Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider, ProviderContext,
-    RunResult, RunUsage, Stage, StopReason, SubagentError,
+    RunResult, RunUsage, Stage, SteeringError, StopReason,
 };
 
 /// Where in a run's life a fault strikes.
@@ -518,7 +518,7 @@ impl Child for MockChild {
         true
     }
 
-    fn send_message(&self, message: Vec<ContentBlock>) -> LocalBoxFuture<'static, Result<(), SubagentError>> {
+    fn send_message(&self, message: Vec<ContentBlock>) -> LocalBoxFuture<'static, Result<(), SteeringError>> {
         let state = self.0.clone();
         Box::pin(async move {
             let text = crate::seam::text_of(&message);

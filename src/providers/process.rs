@@ -48,10 +48,8 @@
 //! Tool filters cannot be checked against the child's tools from here
 //! (they are advertised off).
 
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-client")]
 pub(crate) mod mcp_servers;
-pub(crate) mod profile;
-pub(crate) mod wire;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -64,12 +62,12 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use self::wire::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
 use crate::child_process::{spawn, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
 use crate::seam::{
     AgentOptions, Branch, BudgetLease, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch,
     LaunchError, ProgressUpdate, Provider, ProviderContext, RunResult, RunUsage, Stage, StopReason, StopReport,
 };
+use crate::wire::process::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
 
 /// Configuration of a [`ProcessProvider`].
 #[derive(Clone, Debug)]
@@ -92,7 +90,7 @@ pub struct ProcessConfig {
     pub child: ChildProcessConfig,
     /// The MCP servers each child mounts (`None`, the default: its parent
     /// agent's; `Some(vec![])`: none); each child starts its own copies.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     pub mcp_servers: Option<Vec<crate::agent::McpServerConfig>>,
 }
 
@@ -154,7 +152,7 @@ impl ProcessConfig {
             route: AgentOptions::default(),
             shutdown_timeout: Duration::from_secs(1),
             child: ChildProcessConfig::default(),
-            #[cfg(feature = "mcp")]
+            #[cfg(feature = "mcp-client")]
             mcp_servers: None,
         }
     }
@@ -230,7 +228,7 @@ impl ProcessProvider {
     /// What a process provider advertises: the child's route, and the MCP
     /// servers it mounts when the child side is built.
     pub const CAPABILITIES: Capabilities =
-        Capabilities { agent_options: true, mcp_servers: cfg!(feature = "mcp"), ..Capabilities::none() };
+        Capabilities { agent_options: true, mcp_servers: cfg!(feature = "mcp-client"), ..Capabilities::none() };
 
     /// Checks the configuration: the home must be absolute, the binary
     /// must exist, every patch must load and apply to a profile.
@@ -248,7 +246,8 @@ impl ProcessProvider {
                 std::fs::read(path).map_err(|source| ConfigError::UnreadablePatch { path: path_of(), source })?;
             let patch: Value = serde_json::from_slice(&text)
                 .map_err(|source| ConfigError::PatchNotJson { path: path_of(), source })?;
-            profile::check_patch(&patch).map_err(|reason| ConfigError::InvalidPatch { path: path_of(), reason })?;
+            crate::wire::process::profile::check_patch(&patch)
+                .map_err(|reason| ConfigError::InvalidPatch { path: path_of(), reason })?;
             patches.push(patch);
         }
         Ok(ProcessProvider { config, patches })
@@ -333,9 +332,9 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
         return Err(LaunchError::Aborted);
     }
     let cwd = config.run_cwd(&request.parent.cwd)?;
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     let mcp_servers = mcp_servers::for_child(config.mcp_servers.as_deref(), &request)?;
-    #[cfg(not(feature = "mcp"))]
+    #[cfg(not(feature = "mcp-client"))]
     let mcp_servers = Vec::new();
     let route = match &request.agent_options {
         Some(options) => config.route.overridden_by(options),

@@ -190,11 +190,9 @@
 //! runtime.shutdown_blocking();
 //! ```
 
-pub(crate) mod broker;
 pub(crate) mod caller;
 mod child;
 mod health;
-pub(crate) mod wire;
 
 use std::fmt;
 use std::sync::{Arc, OnceLock, Weak};
@@ -202,12 +200,13 @@ use std::time::Duration;
 
 use futures_util::future::LocalBoxFuture;
 
-pub use self::broker::BrokerSettings;
 use self::caller::Caller;
 use self::child::Timing;
 use self::health::Patience;
 use crate::agent::ids;
 use crate::seam::{Capabilities, Child, Launch, LaunchError, Provider};
+use crate::wire::remote::broker;
+pub use crate::wire::remote::broker::BrokerSettings;
 
 /// Configuration of a [`RemoteProvider`].
 #[derive(Clone, Debug)]

@@ -1,21 +1,31 @@
-//! The typed errors `start`, `dispose`, registration and steering return.
+//! The typed errors of each operation: registration ([`RegisterError`]),
+//! `start` ([`StartError`]), `dispose` ([`DisposeError`]) and steering
+//! ([`SteeringError`]), each with only the variants that operation can
+//! meet, and [`SubagentError`], every one of them, for code that handles
+//! several operations in one place (each converts into it with `?`).
 //!
 //! Code matches on the variants, logs their messages, and keys on
-//! [`SubagentError::code`], which never changes:
+//! `code()`, which never changes and is the same for a variant in its
+//! operation's type and in the umbrella:
 //!
 //! ```
 //! use subagents::seam::Capability;
-//! use subagents::SubagentError;
+//! use subagents::{StartError, SubagentError};
 //!
-//! let error = SubagentError::UnsupportedCapability { provider: "plain".into(), capability: Capability::Persona };
+//! let error = StartError::UnsupportedCapability { provider: "plain".into(), capability: Capability::Persona };
 //! assert_eq!(error.code(), "UNSUPPORTED_CAPABILITY");
 //! assert_eq!(error.to_string(), r#"subagent provider "plain" does not support the "persona" capability"#);
+//! let umbrella = SubagentError::from(error);
+//! assert_eq!(umbrella.code(), "UNSUPPORTED_CAPABILITY");
 //! ```
 
 use super::{BudgetExhausted, Capability, Diagnostic};
 
-/// Everything the seam can refuse or fail with. `code()` is stable; the
-/// message names the offending provider, capability or field.
+/// Everything the seam can refuse or fail with, for code that handles
+/// several operations at once ([`Subagents::run_to_end`](crate::Subagents::run_to_end),
+/// [`Run::result`](crate::Run::result)); each operation's own error
+/// converts into it. `code()` is stable; the message names the offending
+/// provider, capability or field.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SubagentError {
@@ -84,6 +94,175 @@ pub enum SubagentError {
     BudgetExhausted(BudgetExhausted),
 }
 
+/// Why a provider was not registered.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegisterError {
+    /// A provider of this name is already registered.
+    #[error("a subagent provider named {0:?} is already registered")]
+    DuplicateProvider(String),
+    /// The runtime is shutting down or gone.
+    #[error("the subagents runtime is stopped")]
+    RuntimeStopped,
+}
+
+/// Why a start was refused or failed. No child is left behind: whatever
+/// the provider made of it was rolled back.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// No provider of this name is registered.
+    #[error("no subagent provider registered for {0:?}")]
+    NoProvider(String),
+    /// The request asks for a start-time feature the provider lacks.
+    #[error("subagent provider {provider:?} does not support the \"{capability}\" capability")]
+    UnsupportedCapability {
+        /// The provider asked.
+        provider: String,
+        /// The first unmet capability, in check order.
+        capability: Capability,
+    },
+    /// A request value is out of range or malformed.
+    #[error("invalid subagent request: {field}: {reason}")]
+    InvalidRequest {
+        /// The offending field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The output schema leaves the supported subset.
+    #[error("output_schema is outside the supported subset: {}", violations.join("; "))]
+    UnsupportedSchema {
+        /// Every path-qualified violation.
+        violations: Vec<String>,
+    },
+    /// The start was cancelled.
+    #[error("subagent start on provider {provider:?} was aborted")]
+    Aborted {
+        /// The provider asked.
+        provider: String,
+    },
+    /// The provider could not create the child.
+    #[error("subagent provider {provider:?} failed to start a child ({diagnostic})")]
+    StartupFailed {
+        /// The provider asked.
+        provider: String,
+        /// Safe facts about the failure.
+        diagnostic: Diagnostic,
+    },
+    /// The runtime is shutting down or gone.
+    #[error("the subagents runtime is stopped")]
+    RuntimeStopped,
+    /// The start would exceed the delegation budget it answers to.
+    #[error("{0}")]
+    BudgetExhausted(BudgetExhausted),
+}
+
+/// Why a run was not released cleanly ([`Run::dispose`](crate::Run::dispose)).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DisposeError {
+    /// The child could not be released cleanly: it was forced down, and
+    /// this says where.
+    #[error("subagent provider {provider:?} could not dispose a child cleanly ({diagnostic})")]
+    DisposeFailed {
+        /// The provider asked.
+        provider: String,
+        /// Safe facts about the failure.
+        diagnostic: Diagnostic,
+    },
+    /// The runtime is shutting down or gone.
+    #[error("the subagents runtime is stopped")]
+    RuntimeStopped,
+}
+
+impl RegisterError {
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RegisterError::DuplicateProvider(_) => "DUPLICATE_PROVIDER",
+            RegisterError::RuntimeStopped => "RUNTIME_STOPPED",
+        }
+    }
+}
+
+impl StartError {
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StartError::NoProvider(_) => "NO_PROVIDER",
+            StartError::UnsupportedCapability { .. } => "UNSUPPORTED_CAPABILITY",
+            StartError::InvalidRequest { .. } => "INVALID_REQUEST",
+            StartError::UnsupportedSchema { .. } => "UNSUPPORTED_SCHEMA",
+            StartError::Aborted { .. } => "ABORTED",
+            StartError::StartupFailed { .. } => "STARTUP_FAILED",
+            StartError::RuntimeStopped => "RUNTIME_STOPPED",
+            StartError::BudgetExhausted(_) => "BUDGET_EXHAUSTED",
+        }
+    }
+
+    pub(crate) fn unsupported(provider: &str, capability: Capability) -> Self {
+        StartError::UnsupportedCapability { provider: provider.to_owned(), capability }
+    }
+
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        StartError::InvalidRequest { field, reason: reason.into() }
+    }
+}
+
+impl DisposeError {
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DisposeError::DisposeFailed { .. } => "DISPOSE_FAILED",
+            DisposeError::RuntimeStopped => "RUNTIME_STOPPED",
+        }
+    }
+}
+
+impl From<RegisterError> for SubagentError {
+    fn from(error: RegisterError) -> Self {
+        match error {
+            RegisterError::DuplicateProvider(name) => SubagentError::DuplicateProvider(name),
+            RegisterError::RuntimeStopped => SubagentError::RuntimeStopped,
+        }
+    }
+}
+
+impl From<StartError> for SubagentError {
+    fn from(error: StartError) -> Self {
+        match error {
+            StartError::NoProvider(name) => SubagentError::NoProvider(name),
+            StartError::UnsupportedCapability { provider, capability } => {
+                SubagentError::UnsupportedCapability { provider, capability }
+            }
+            StartError::InvalidRequest { field, reason } => SubagentError::InvalidRequest { field, reason },
+            StartError::UnsupportedSchema { violations } => SubagentError::UnsupportedSchema { violations },
+            StartError::Aborted { provider } => SubagentError::Aborted { provider },
+            StartError::StartupFailed { provider, diagnostic } => SubagentError::StartupFailed { provider, diagnostic },
+            StartError::RuntimeStopped => SubagentError::RuntimeStopped,
+            StartError::BudgetExhausted(exhausted) => SubagentError::BudgetExhausted(exhausted),
+        }
+    }
+}
+
+impl From<DisposeError> for SubagentError {
+    fn from(error: DisposeError) -> Self {
+        match error {
+            DisposeError::DisposeFailed { provider, diagnostic } => {
+                SubagentError::DisposeFailed { provider, diagnostic }
+            }
+            DisposeError::RuntimeStopped => SubagentError::RuntimeStopped,
+        }
+    }
+}
+
+impl From<SteeringError> for SubagentError {
+    fn from(error: SteeringError) -> Self {
+        SubagentError::Steering(error)
+    }
+}
+
 impl SubagentError {
     /// The stable error code.
     pub fn code(&self) -> &'static str {
@@ -99,14 +278,6 @@ impl SubagentError {
             SubagentError::RuntimeStopped => "RUNTIME_STOPPED",
             SubagentError::BudgetExhausted(_) => "BUDGET_EXHAUSTED",
         }
-    }
-
-    pub(crate) fn unsupported(provider: &str, capability: Capability) -> Self {
-        SubagentError::UnsupportedCapability { provider: provider.to_owned(), capability }
-    }
-
-    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
-        SubagentError::InvalidRequest { field, reason: reason.into() }
     }
 }
 
@@ -131,10 +302,10 @@ impl SubagentError {
 ///     run.dispose().await.unwrap();
 ///     (settled, steering.send("gone").await.unwrap_err())
 /// });
-/// assert_eq!(settled, SubagentError::Steering(SteeringError::NotRunning));
+/// assert_eq!(settled, SteeringError::NotRunning);
 /// assert_eq!(settled.code(), "INVALID_REQUEST");
-/// assert_eq!(settled.to_string(), "invalid subagent request: message: the run is no longer running");
-/// assert_eq!(disposed, SubagentError::Steering(SteeringError::Disposed));
+/// assert_eq!(SubagentError::from(settled).to_string(), "invalid subagent request: message: the run is no longer running");
+/// assert_eq!(disposed, SteeringError::Disposed);
 /// runtime.shutdown_blocking();
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -153,4 +324,11 @@ pub enum SteeringError {
     /// The child's `send_message` panicked (the runtime contained it).
     #[error("the child failed to take the message")]
     ChildFailed,
+}
+
+impl SteeringError {
+    /// The stable error code: the message was refused, `INVALID_REQUEST`.
+    pub fn code(&self) -> &'static str {
+        "INVALID_REQUEST"
+    }
 }

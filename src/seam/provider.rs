@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     AgentOptions, Capabilities, Category, ContentBlock, Diagnostic, Failure, RunResult, Stage, StartRequest,
-    SteeringError, StopReport, SubagentError,
+    SteeringError, StopReport,
 };
 use super::{BudgetLease, ProgressUpdate};
 use crate::live::{LiveCounters, ProcessLease};
@@ -121,9 +121,9 @@ pub trait Child: 'static {
     }
 
     /// Deliver a message to the running child.
-    fn send_message(&self, message: Vec<ContentBlock>) -> LocalBoxFuture<'static, Result<(), SubagentError>> {
+    fn send_message(&self, message: Vec<ContentBlock>) -> LocalBoxFuture<'static, Result<(), SteeringError>> {
         let _ = message;
-        Box::pin(async { Err(SubagentError::Steering(SteeringError::Unsupported)) })
+        Box::pin(async { Err(SteeringError::Unsupported) })
     }
 
     /// Release everything the child holds: close its session, reap its
@@ -145,7 +145,7 @@ pub trait Child: 'static {
 }
 
 /// Why a launch produced no child. The provider has rolled back already.
-/// The run actor turns it into the [`SubagentError`] `start` returns
+/// The run actor turns it into the [`StartError`](crate::StartError) `start` returns
 /// (`ABORTED`, `STARTUP_FAILED`, `INVALID_REQUEST`).
 ///
 /// ```

@@ -30,6 +30,11 @@ pub struct Capabilities {
     /// Honours `mcp_servers` (which MCP servers the child mounts).
     #[serde(default)]
     pub mcp_servers: bool,
+    /// Keeps a `detached` run for a later caller to attach to. The runtime
+    /// sets it from [`Provider::offers_detached`](crate::seam::Provider::offers_detached),
+    /// whatever `capabilities()` says.
+    #[serde(default)]
+    pub detached: bool,
 }
 
 impl Capabilities {
@@ -42,6 +47,7 @@ impl Capabilities {
             persona: true,
             agent_options: true,
             mcp_servers: true,
+            detached: true,
         }
     }
 
@@ -54,6 +60,7 @@ impl Capabilities {
             persona: false,
             agent_options: false,
             mcp_servers: false,
+            detached: false,
         }
     }
 
@@ -66,6 +73,7 @@ impl Capabilities {
             Capability::Persona => self.persona,
             Capability::AgentOptions => self.agent_options,
             Capability::McpServers => self.mcp_servers,
+            Capability::Detached => self.detached,
         }
     }
 
@@ -78,6 +86,7 @@ impl Capabilities {
             Capability::Persona => &mut self.persona,
             Capability::AgentOptions => &mut self.agent_options,
             Capability::McpServers => &mut self.mcp_servers,
+            Capability::Detached => &mut self.detached,
         };
         *slot = on;
         self
@@ -99,17 +108,21 @@ pub enum Capability {
     AgentOptions,
     /// `mcp_servers`
     McpServers,
+    /// `detached`: a run kept for a later caller to attach to (a provider
+    /// advertises it with [`Provider::offers_detached`](crate::seam::Provider::offers_detached)).
+    Detached,
 }
 
 impl Capability {
     /// Every capability, in the order `start` checks them.
-    pub const CHECK_ORDER: [Capability; 6] = [
+    pub const CHECK_ORDER: [Capability; 7] = [
         Capability::OutputSchema,
         Capability::DepthLimit,
         Capability::ToolFilter,
         Capability::Persona,
         Capability::AgentOptions,
         Capability::McpServers,
+        Capability::Detached,
     ];
 
     /// The stable name used in error messages.
@@ -121,6 +134,7 @@ impl Capability {
             Capability::Persona => "persona",
             Capability::AgentOptions => "agent_options",
             Capability::McpServers => "mcp_servers",
+            Capability::Detached => "detached",
         }
     }
 }
@@ -463,6 +477,7 @@ impl StartRequest {
             Capability::Persona => self.persona.is_some(),
             Capability::AgentOptions => self.agent_options.is_some(),
             Capability::McpServers => self.mcp_servers.is_some(),
+            Capability::Detached => self.detached.is_some(),
         })
     }
 

@@ -47,14 +47,14 @@ impl TraceContext {
     }
 
     /// A context a peer put in a request's `_meta` (MCP, ACP).
-    #[cfg(any(feature = "mcp", all(feature = "acp", feature = "agent")))]
+    #[cfg(any(feature = "mcp-server", all(feature = "acp", feature = "agent")))]
     pub(crate) fn from_meta(meta: &serde_json::Map<String, serde_json::Value>) -> Option<TraceContext> {
         let field = |key: &str| meta.get(key).and_then(serde_json::Value::as_str);
         TraceContext::received(field("traceparent"), field("tracestate"))
     }
 
     /// This context as `_meta` fields (MCP, ACP).
-    #[cfg(any(feature = "mcp", feature = "acp"))]
+    #[cfg(any(feature = "mcp-client", feature = "acp"))]
     pub(crate) fn into_meta(self) -> serde_json::Map<String, serde_json::Value> {
         let mut meta = serde_json::Map::new();
         meta.insert("traceparent".to_owned(), self.traceparent.into());

@@ -69,8 +69,8 @@ use self::store::Store;
 use super::ServeError;
 use crate::agent::ModelSpec;
 use crate::config::Configured;
-use crate::providers::a2a::wire::{AgentCapabilities, AgentCard, AgentInterface, AgentSkill, JSONRPC, VERSION};
 use crate::tool::TaskService;
+use crate::wire::a2a::{AgentCapabilities, AgentCard, AgentInterface, AgentSkill, JSONRPC, VERSION};
 use crate::Runtime;
 
 /// How `subagents a2a` serves.

@@ -86,11 +86,11 @@ use tracing::Instrument as _;
 use self::tool_calls::{Approved, ToolCallIds};
 use super::ServeError;
 use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};
-use crate::providers::acp::acp_stop_of;
 use crate::seam::TraceContext;
 use crate::seam::{Category, ContentBlock, Diagnostic, Stage};
 use crate::telemetry;
 use crate::tool::{delegating_tools, register_delegating_spawn, TaskService, DEFAULT_MAX_DEPTH};
+use crate::wire::acp::acp_stop_of;
 use crate::{Runtime, Subagents};
 
 /// How `subagents acp` serves.
@@ -148,7 +148,7 @@ pub fn serve_acp(options: AcpServeOptions) -> Result<(), ServeError> {
         for agent in agents {
             let _ = agent.shutdown().await;
         }
-        #[cfg(feature = "mcp")]
+        #[cfg(feature = "mcp-client")]
         futures_util::future::join_all(servers.iter().map(crate::agent::McpServer::shutdown)).await;
         drop(servers);
     });
@@ -176,9 +176,9 @@ fn register(
     Ok(())
 }
 
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-client")]
 type MountedServer = crate::agent::McpServer;
-#[cfg(not(feature = "mcp"))]
+#[cfg(not(feature = "mcp-client"))]
 type MountedServer = ();
 
 struct State {
@@ -226,7 +226,7 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
                 );
                 let capabilities = AgentCapabilities::new()
                     .load_session(false)
-                    .mcp_capabilities(McpCapabilities::new().http(cfg!(feature = "mcp")))
+                    .mcp_capabilities(McpCapabilities::new().http(cfg!(feature = "mcp-client")))
                     .prompt_capabilities(PromptCapabilities::new().image(false).audio(false).embedded_context(false))
                     .session_capabilities(SessionCapabilities::new().system_prompt(system_prompt));
                 responder.respond(
@@ -351,7 +351,7 @@ impl State {
         for tool in mounted {
             tools.add_shared(approve(tool)).map_err(|e| e.to_string())?;
         }
-        #[cfg(feature = "mcp")]
+        #[cfg(feature = "mcp-client")]
         for server in &servers {
             tools.note_mcp_server(server);
         }

@@ -116,7 +116,7 @@ pub(crate) struct StdoutLines {
 }
 
 // The framings of `acp` and `mcp` use all of it; `serve` alone writes lines.
-#[cfg_attr(not(any(all(feature = "acp", feature = "agent"), feature = "mcp")), allow(dead_code))]
+#[cfg_attr(not(any(all(feature = "acp", feature = "agent"), feature = "mcp-server")), allow(dead_code))]
 impl StdoutLines {
     /// This process's stdout.
     pub(crate) fn new() -> Self {

@@ -31,14 +31,14 @@ use super::ServeError;
 use crate::actors::LineageScope;
 use crate::agent::{Agent, AgentUpdate, ListDir, ModelSpec, ReadFile, SessionEvent, SessionStore, Tool, Toolset};
 use crate::child_process::lines;
-use crate::providers::process::profile::{Profile, PROFILE_TOOLS};
-use crate::providers::process::wire::{ChildEvent, Initialize, TurnEndReason, PROTOCOL_VERSION};
-#[cfg(any(feature = "mcp", feature = "remote"))]
-use crate::providers::process::ProcessConfig;
+#[cfg(any(feature = "mcp-server", feature = "remote"))]
+use crate::providers::ProcessConfig;
 use crate::seam::ContentBlock;
 use crate::seam::TraceContext;
 use crate::telemetry;
 use crate::tool::{delegating_tools, register_delegating_spawn, TaskService, DEFAULT_MAX_DEPTH};
+use crate::wire::process::profile::{Profile, PROFILE_TOOLS};
+use crate::wire::process::{ChildEvent, Initialize, TurnEndReason, PROTOCOL_VERSION};
 use crate::Runtime;
 
 /// How deep the served session's delegation tree may go, counted in its
@@ -68,7 +68,7 @@ struct Server {
     outgoing: Option<mpsc::UnboundedReceiver<Value>>,
     agent: Option<Agent>,
     /// The MCP servers the session mounted, closed at its end.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     mcp_servers: Vec<crate::agent::McpServer>,
     turn: Option<tokio::task::JoinHandle<()>>,
     /// The runs the served session starts, for the `shutdown` receipt.
@@ -79,7 +79,7 @@ struct Server {
 
 /// A served door's own `process` provider, without a configuration file:
 /// children under `home` running `spec` (see [`ProcessConfig::route_child_model`]).
-#[cfg(any(feature = "mcp", feature = "remote"))]
+#[cfg(any(feature = "mcp-server", feature = "remote"))]
 pub(crate) fn door_process_provider(
     name: &str,
     home: std::path::PathBuf,
@@ -121,7 +121,7 @@ impl Server {
             out,
             outgoing: Some(outgoing),
             agent: None,
-            #[cfg(feature = "mcp")]
+            #[cfg(feature = "mcp-client")]
             mcp_servers: Vec::new(),
             turn: None,
             lineage: None,
@@ -254,20 +254,20 @@ impl Server {
     }
 
     /// Starts the MCP servers the parent sent: their tools, for the session.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     async fn mount_mcp_servers(&mut self, init: &Initialize) -> Result<Vec<Arc<dyn Tool>>, String> {
-        let configs = init.mcp_servers.iter().map(crate::providers::process::mcp_servers::from_wire);
+        let configs = init.mcp_servers.iter().map(from_wire);
         let configs = configs.collect::<Result<Vec<_>, String>>()?;
         let (servers, tools) = crate::agent::start_mcp_servers(configs, &init.cwd).await;
         self.mcp_servers = servers;
         Ok(tools)
     }
 
-    #[cfg(not(feature = "mcp"))]
+    #[cfg(not(feature = "mcp-client"))]
     async fn mount_mcp_servers(&mut self, init: &Initialize) -> Result<Vec<Arc<dyn Tool>>, String> {
         match init.mcp_servers.is_empty() {
             true => Ok(Vec::new()),
-            false => Err("this child was built without MCP servers (the crate's \"mcp\" feature)".to_owned()),
+            false => Err("this child was built without MCP servers (the crate's \"mcp-client\" feature)".to_owned()),
         }
     }
 
@@ -305,7 +305,7 @@ impl Server {
         for tool in mounted {
             tools.add_shared(tool).map_err(|e| e.to_string())?;
         }
-        #[cfg(feature = "mcp")]
+        #[cfg(feature = "mcp-client")]
         for server in &self.mcp_servers {
             tools.note_mcp_server(server);
         }
@@ -377,7 +377,7 @@ impl Server {
                 tracing::warn!(%error, "the served session was not saved");
             }
         }
-        #[cfg(feature = "mcp")]
+        #[cfg(feature = "mcp-client")]
         futures_util::future::join_all(self.mcp_servers.drain(..).map(|server| async move { server.shutdown().await }))
             .await;
     }
@@ -390,4 +390,31 @@ fn last_assistant_text(events: &[SessionEvent]) -> Option<String> {
         SessionEvent::Assistant { text, .. } if !text.trim().is_empty() => Some(text.clone()),
         _ => None,
     })
+}
+
+/// A server as the child's session mounts it.
+#[cfg(feature = "mcp-client")]
+fn from_wire(wire: &crate::wire::process::WireMcpServer) -> Result<crate::agent::McpServerConfig, String> {
+    use crate::agent::{McpServerConfig, McpTransport};
+    use std::time::Duration;
+
+    if !crate::agent::valid_server_name(&wire.name) {
+        return Err(format!("MCP server name {:?} cannot be part of tool names", wire.name));
+    }
+    let transport = match (&wire.command, &wire.url) {
+        (Some(command), None) => McpTransport::Stdio {
+            command: command.clone(),
+            args: wire.args.clone(),
+            env: wire.env.clone(),
+            inherit_env: Vec::new(),
+            cwd: wire.cwd.clone(),
+        },
+        (None, Some(url)) => McpTransport::Http { url: url.clone(), headers: wire.headers.clone() },
+        _ => return Err(format!("MCP server {:?} needs exactly one of a command and a url", wire.name)),
+    };
+    let mut config = McpServerConfig::over(wire.name.clone(), transport);
+    config.initialize_timeout = Duration::from_millis(wire.initialize_timeout_ms.max(1));
+    config.call_timeout = Duration::from_millis(wire.call_timeout_ms.max(1));
+    config.max_result_bytes = wire.max_result_bytes.max(1);
+    Ok(config)
 }

@@ -59,9 +59,9 @@ use tokio_util::sync::CancellationToken;
 use super::signals::StopSignals;
 use crate::agent::{ids, ModelSpec};
 use crate::events::SubagentEvent;
-use crate::providers::remote::broker::{self, Broker, BrokerSettings};
-use crate::providers::remote::wire::{self, CancelNotice, ProgressNotice, StatusReply, MAX_PROGRESS_BYTES, VERSION};
 use crate::tool::{register_delegating_spawn, TaskService};
+use crate::wire::remote::broker::{self, Broker, BrokerSettings};
+use crate::wire::remote::{self as wire, CancelNotice, ProgressNotice, StatusReply, MAX_PROGRESS_BYTES, VERSION};
 use crate::{Runtime, Subagents};
 
 /// How long one pull waits for runs before asking again.

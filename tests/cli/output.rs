@@ -164,6 +164,23 @@ fn library_logs_reach_stderr_at_the_level_rust_log_asks_for() {
 }
 
 #[test]
+fn a_flag_is_offered_only_where_it_does_something() {
+    // `--otlp` exports the spans of runs: `sessions` and `providers` run none.
+    for args in [&["sessions", "list"][..], &["providers", "list"]] {
+        let output = run(subagents().args(args).args(["--otlp", "http://127.0.0.1:4318"]));
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(text(&output.stderr).contains("unexpected argument '--otlp'"), "{}", text(&output.stderr));
+    }
+    // The remote-only flags stand under one heading of their own.
+    let help = text(&run(subagents().args(["run", "--help"])).stdout);
+    let remote = help.split("The remote provider (--provider remote):").nth(1).expect("a remote heading");
+    let remote = remote.split("\n\n").next().unwrap();
+    for flag in ["--nats", "--pool", "--broker-patience", "--worker-patience", "--detached-ttl"] {
+        assert!(remote.contains(flag), "{flag} is not under the remote heading: {help}");
+    }
+}
+
+#[test]
 fn help_matches_its_checked_in_snapshots() {
     // `SUBAGENTS_BLESS=1` rewrites the snapshots from the binary.
     let bless = std::env::var_os("SUBAGENTS_BLESS").is_some();

@@ -13,6 +13,7 @@
 pub mod env;
 pub mod line_peer;
 pub mod loopback;
+pub mod pty;
 pub mod small_disk;
 
 use std::path::Path;

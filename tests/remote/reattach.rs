@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use subagents::providers::MockProvider;
-use subagents::seam::{Category, Detached};
-use subagents::{StopReason, SubagentError};
+use subagents::seam::{Capability, Category, Detached};
+use subagents::{StartError, StopReason};
 
 use super::support::{one_at_a_time, provider, Look, Server, Worker};
 use crate::common::blocking::eventually;
@@ -135,11 +135,12 @@ fn a_run_that_finished_while_its_caller_was_away_is_collected_by_attach_and_not_
         }
     });
     match &unknown {
-        SubagentError::StartupFailed { diagnostic, .. } => assert_eq!(diagnostic.category, Category::RunUnknown),
+        StartError::StartupFailed { diagnostic, .. } => assert_eq!(diagnostic.category, Category::RunUnknown),
         other => panic!("expected STARTUP_FAILED run-unknown, got {other:?}"),
     }
-    assert_eq!(refused.code(), "INVALID_REQUEST", "{refused}");
-    assert!(refused.to_string().contains("detached"), "{refused}");
+    assert_eq!(refused, StartError::UnsupportedCapability { provider: "mock".into(), capability: Capability::Detached });
+    assert_eq!(refused.code(), "UNSUPPORTED_CAPABILITY", "{refused}");
+    assert!(refused.to_string().contains("\"detached\" capability"), "{refused}");
     runtime.shutdown_blocking();
 }
 

@@ -559,6 +559,7 @@ impl McpServer {
 /// Starts `configs` together in `cwd` (each server's own `cwd` aside): the
 /// servers, and the tools of each that started (one that did not is left
 /// out, warned, and still returned to be shut down).
+#[cfg(feature = "process")]
 pub(crate) async fn start_all(
     configs: Vec<McpServerConfig>,
     cwd: &std::path::Path,

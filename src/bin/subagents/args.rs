@@ -28,15 +28,12 @@ pub struct HomeArgs {
 }
 
 impl HomeArgs {
-    /// `--home` as given; `None` leaves the choice to the runtime, which
-    /// falls back the same way [`HomeArgs::resolve`] does.
-    pub fn given(&self) -> Option<PathBuf> {
-        self.home.clone()
-    }
-
-    /// `--home`, else `$SUBAGENTS_HOME`, else `.subagents`.
+    /// `--home`, else `$SUBAGENTS_HOME`, else `.subagents`: the binary
+    /// always tells the runtime its home (a runtime told none keeps a
+    /// private temporary one).
     pub fn resolve(&self) -> PathBuf {
-        self.given()
+        self.home
+            .clone()
             .or_else(|| std::env::var_os(HOME_ENV).map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from(".subagents"))
     }
@@ -77,6 +74,30 @@ impl ConfigArgs {
     }
 }
 
+/// `--config`, `--model` and `--home`: where the providers, the model and
+/// the sessions of a command that runs agents come from.
+#[derive(clap::Args, Clone, Debug)]
+#[command(next_help_heading = "Providers, model and home")]
+pub struct Sources {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub home: HomeArgs,
+}
+
+/// `--otlp URL` of the commands that run agents.
+#[derive(clap::Args, Clone, Debug, Default)]
+#[command(next_help_heading = "Telemetry")]
+pub struct TelemetryArgs {
+    /// Export the runs' spans (OpenTelemetry GenAI conventions) to this
+    /// OTLP/HTTP collector, e.g. `http://127.0.0.1:4318` (default: the
+    /// OTEL_EXPORTER_OTLP_ENDPOINT variable, else no export).
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+}
+
 /// `--model SPEC` of the commands whose configuration may name routes.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ModelArgs {
@@ -89,6 +110,7 @@ pub struct ModelArgs {
 /// `--nats` and `--pool` of `run` and `fanout`: where `--provider remote`
 /// sends its runs.
 #[derive(clap::Args, Clone, Debug, Default)]
+#[command(next_help_heading = "The remote provider (--provider remote)")]
 pub struct RemoteArgs {
     /// NATS server of the `remote` provider (default `$SUBAGENTS_NATS_URL`).
     #[arg(long, value_name = "URL")]
@@ -127,6 +149,7 @@ impl RemoteArgs {
 /// the batch), and the runs, tokens and time of every task's tree count
 /// together. A task line's own `budget` binds its tree as well.
 #[derive(Clone, Debug, Default, clap::Args)]
+#[command(next_help_heading = "The batch's budget")]
 pub struct BudgetArgs {
     /// Levels of delegation below the batch (1: the task runs only).
     #[arg(long, value_name = "LEVELS", value_parser = clap::value_parser!(u32).range(1..))]
@@ -163,6 +186,7 @@ impl BudgetArgs {
 /// What makes a long batch survive its crash and its runs' transient
 /// failures (see [`crate::journal`]).
 #[derive(Clone, Debug, Default, clap::Args)]
+#[command(next_help_heading = "Long batches: resume, retry, timeout")]
 pub struct DurableArgs {
     /// With --out: skip the tasks the file already settled and run the rest
     /// (a task whose line changed since is refused, exit 2); a remote run

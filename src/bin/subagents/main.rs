@@ -81,11 +81,6 @@ use crate::commands::{a2a, acp, fanout, mcp, providers, run, serve, sessions, wo
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// Export the runs' spans (OpenTelemetry GenAI conventions) to this
-    /// OTLP/HTTP collector, e.g. `http://127.0.0.1:4318` (default: the
-    /// OTEL_EXPORTER_OTLP_ENDPOINT variable, else no export).
-    #[arg(long, global = true, value_name = "URL")]
-    otlp: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -118,6 +113,20 @@ enum Command {
 }
 
 impl Command {
+    /// `--otlp` of the commands that run agents.
+    fn otlp(&self) -> Option<&str> {
+        let telemetry = match self {
+            Command::Run(args) => &args.telemetry,
+            Command::Fanout(args) => &args.telemetry,
+            Command::Mcp(args) => &args.telemetry,
+            Command::Acp(args) => &args.telemetry,
+            Command::A2a(args) => &args.telemetry,
+            Command::Worker(args) => &args.telemetry,
+            Command::Sessions(_) | Command::Providers(_) | Command::Serve(_) => return None,
+        };
+        telemetry.otlp.as_deref()
+    }
+
     /// What the command logs to stderr; `fanout` installs its log itself,
     /// once its trace file is open.
     fn install_log(&self) {
@@ -184,8 +193,8 @@ fn refused(message: &str) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let Cli { command, otlp } = Cli::parse();
-    if let Err(message) = logging::export(otlp.as_deref()) {
+    let Cli { command } = Cli::parse();
+    if let Err(message) = logging::export(command.otlp()) {
         return refused(&message);
     }
     command.install_log();

@@ -96,14 +96,13 @@ fn remote(provider: &str, args: &RemoteArgs, config: &Config) -> Result<Option<C
     Ok(Some(flags))
 }
 
-/// The runtime (home: `home`, else `$SUBAGENTS_HOME`, else `.subagents` in
-/// the working directory), the default model, and the providers of
+/// The runtime (home: `home`), the default model, and the providers of
 /// `config` registered (what `provider` uses must build; another that
 /// cannot is left out, said on stderr), plus the flag-built `remote` one
 /// when `provider` asks for it.
 pub fn setup(
     model_spec: &str,
-    home: Option<PathBuf>,
+    home: PathBuf,
     provider: &str,
     remote_args: &RemoteArgs,
     config: &Config,
@@ -117,10 +116,7 @@ pub fn setup(
     config.check_used(&used).map_err(|e| e.to_string())?;
     let remote = remote(provider, remote_args, config)?;
     let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
-    let mut builder = Runtime::builder().cancel_grace(Duration::from_millis(500));
-    if let Some(home) = home {
-        builder = builder.home(home);
-    }
+    let builder = Runtime::builder().cancel_grace(Duration::from_millis(500)).home(home);
     let runtime = CommandRuntime(Some(builder.build().map_err(|e| format!("cannot start the runtime: {e}"))?));
     let home = runtime.home();
     let subagents = runtime.subagents();
@@ -204,14 +200,24 @@ pub fn toolset(subagents: &Subagents, tasks: &TaskService, offered: &[String], m
     tools
 }
 
+/// What is on the terminal while work runs, for a line said above it.
+pub enum Shown {
+    /// `fanout`'s progress bar (hidden off a terminal: the line goes to
+    /// stderr as it is).
+    Bar(indicatif::ProgressBar),
+    /// `run`'s live tree.
+    Live(crate::live::Live),
+}
+
 /// Trips `token` on the first Ctrl-C; a second one exits 130 at once. The
-/// watch is a task on the runtime. What it says goes above `bar` when one
-/// is drawn, so the bar's own lines stay where it can clear them.
+/// watch is a task on the runtime. What it says goes above what is
+/// `shown`, so the bar's or the tree's own lines stay where they can be
+/// cleared.
 ///
 /// The handler is registered before this returns, so a Ctrl-C that lands
 /// while the work is being set up cancels it rather than killing the
 /// process mid-write.
-pub fn cancel_on_ctrl_c(runtime: &Runtime, token: subagents::CancellationToken, bar: Option<indicatif::ProgressBar>) {
+pub fn cancel_on_ctrl_c(runtime: &Runtime, token: subagents::CancellationToken, shown: Shown) {
     let (registered, ready) = std::sync::mpsc::sync_channel(1);
     drop(runtime.spawn(async move {
         let interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
@@ -221,9 +227,10 @@ pub fn cancel_on_ctrl_c(runtime: &Runtime, token: subagents::CancellationToken, 
             return;
         }
         let said = "subagents: interrupted: cancelling every run (Ctrl-C again to quit at once)";
-        match bar.filter(|bar| !bar.is_hidden()) {
-            Some(bar) => bar.println(said),
-            None => eprintln!("\n{said}"),
+        match shown {
+            Shown::Bar(bar) if !bar.is_hidden() => bar.println(said),
+            Shown::Live(live) => live.above(said),
+            _ => eprintln!("\n{said}"),
         }
         token.cancel();
         if interrupts.recv().await.is_some() {

@@ -10,7 +10,7 @@ use subagents::{Runtime, RuntimeTask, StopReason, SubagentEvent};
 use tokio::sync::Notify;
 
 use crate::live::Live;
-use crate::terminal::{self, say};
+use crate::terminal;
 
 #[derive(Clone, Debug)]
 pub struct Span {
@@ -31,17 +31,21 @@ pub struct Span {
 pub struct Timeline {
     finish: Arc<Notify>,
     drained: RuntimeTask<Vec<Span>>,
+    live: Live,
 }
 
 impl Timeline {
-    pub fn record(runtime: &Runtime) -> Timeline {
+    /// Records the runs under session `root`, drawn live under `title`.
+    pub fn record(runtime: &Runtime, root: &str, title: &str) -> Timeline {
         let origin = Instant::now();
         let finish = Arc::new(Notify::new());
         let mut stream = runtime.subagents().subscribe();
         let finishing = finish.clone();
+        let live = Live::on_stderr(root, title);
+        let drawn = live.clone();
         let drained = runtime.spawn(async move {
-            let mut spans = BTreeMap::new();
-            let mut live = Live::on_stderr();
+            let (mut spans, live) = (BTreeMap::new(), drawn);
+            let mut clock = tokio::time::interval(crate::live::TICK_EVERY);
             loop {
                 tokio::select! {
                     event = stream.recv() => match event {
@@ -49,9 +53,12 @@ impl Timeline {
                             live.note(&event);
                             note(&mut spans, origin, &event);
                         }
-                        Err(EventRecvError::Lagged(missed)) => say!("subagents: the run tree missed {missed} events"),
+                        Err(EventRecvError::Lagged(missed)) => {
+                            live.above(&format!("subagents: the run tree missed {missed} events"));
+                        }
                         Err(EventRecvError::Closed) => break,
                     },
+                    _ = clock.tick() => live.tick(),
                     _ = finishing.notified() => break,
                 }
             }
@@ -62,7 +69,12 @@ impl Timeline {
             live.finish();
             spans.into_values().collect()
         });
-        Timeline { finish, drained }
+        Timeline { finish, drained, live }
+    }
+
+    /// The live view, to say something above it.
+    pub fn live(&self) -> Live {
+        self.live.clone()
     }
 
     /// Every span recorded, once the queued events are drained. Call after

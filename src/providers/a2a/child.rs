@@ -9,12 +9,12 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::client::{A2aError, Client, Endpoint};
-use super::wire::{self, method, Artifact, Message, Part, Role, StreamResponse, Task, TaskState};
 use super::Limits;
 use crate::schema::CompiledSchema;
 use crate::seam::{
     text_of, Category, Child, Diagnostic, Failure, ProgressUpdate, ProviderContext, RunResult, Stage, StopReason,
 };
+use crate::wire::a2a::{self as wire, method, Artifact, Message, Part, Role, StreamResponse, Task, TaskState};
 
 /// What a run needs of its provider.
 pub(super) struct Setup {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Value};
 
-use super::wire::{self, method, AgentCard};
+use crate::wire::a2a::{self as wire, method, AgentCard};
 
 /// Why talking to the agent failed.
 #[derive(Debug, thiserror::Error)]

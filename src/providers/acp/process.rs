@@ -29,11 +29,12 @@ use tokio_util::sync::CancellationToken;
 use super::dispose::{Activity, Graces};
 use super::run_dir::RunDir;
 use super::Connection;
-use super::{choose, initialize, note_update, stop_reason_of, transport, AcpConfig, DelegatedText};
+use super::{choose, initialize, note_update, transport, AcpConfig, DelegatedText};
 use crate::child_process::Spawned;
 use crate::child_process::HANDSHAKE_TIMEOUT;
 use crate::live::ProcessLease;
 use crate::seam::{Category, Failure, ProviderContext, StopReason};
+use crate::wire::acp::stop_reason_of;
 
 /// Where one session's updates go: its run's answer text and progress.
 pub(super) struct Route {

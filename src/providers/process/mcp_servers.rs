@@ -8,10 +8,10 @@
 
 use std::time::Duration;
 
-use super::wire::WireMcpServer;
 use crate::agent::{Agent, McpServerConfig, McpTransport};
 use crate::child_process::inherited;
 use crate::seam::{LaunchError, StartRequest};
+use crate::wire::process::WireMcpServer;
 
 /// What one child mounts, on the wire.
 pub(super) fn for_child(
@@ -59,29 +59,6 @@ fn to_wire(config: &McpServerConfig) -> WireMcpServer {
         McpTransport::Http { url, headers } => (wire.url, wire.headers) = (Some(url.clone()), headers.clone()),
     }
     wire
-}
-
-/// A server as the child's session mounts it.
-pub(crate) fn from_wire(wire: &WireMcpServer) -> Result<McpServerConfig, String> {
-    if !crate::agent::valid_server_name(&wire.name) {
-        return Err(format!("MCP server name {:?} cannot be part of tool names", wire.name));
-    }
-    let transport = match (&wire.command, &wire.url) {
-        (Some(command), None) => McpTransport::Stdio {
-            command: command.clone(),
-            args: wire.args.clone(),
-            env: wire.env.clone(),
-            inherit_env: Vec::new(),
-            cwd: wire.cwd.clone(),
-        },
-        (None, Some(url)) => McpTransport::Http { url: url.clone(), headers: wire.headers.clone() },
-        _ => return Err(format!("MCP server {:?} needs exactly one of a command and a url", wire.name)),
-    };
-    let mut config = McpServerConfig::over(wire.name.clone(), transport);
-    config.initialize_timeout = Duration::from_millis(wire.initialize_timeout_ms.max(1));
-    config.call_timeout = Duration::from_millis(wire.call_timeout_ms.max(1));
-    config.max_result_bytes = wire.max_result_bytes.max(1);
-    Ok(config)
 }
 
 fn millis(duration: Duration) -> u64 {

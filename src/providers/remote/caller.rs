@@ -36,12 +36,13 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::broker::{cancel_key, detached_key, state_key, Broker, OPERATION_TIMEOUT};
 use super::health::{Health, Patience, Stall, FAILED_WRITES_BEFORE_RECONNECT, SAY_EVERY, STATUS_EVERY};
-use super::wire::{
-    self, CancelNotice, Holder, Lease, ProgressNotice, RunRecord, Settled, Tombstone, MAX_MESSAGE_BYTES, VERSION,
-};
 use crate::seam::{Category, Diagnostic, ProgressUpdate, RunResult, Stage};
+use crate::wire::remote::broker::{cancel_key, detached_key, state_key, Broker, OPERATION_TIMEOUT};
+use crate::wire::remote::{
+    self as wire, CancelNotice, Holder, Lease, ProgressNotice, RunRecord, Settled, Tombstone, MAX_MESSAGE_BYTES,
+    VERSION,
+};
 
 pub(crate) use self::start::Deadline;
 

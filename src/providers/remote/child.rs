@@ -11,14 +11,14 @@ use futures_util::future::LocalBoxFuture;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
-use super::broker::{check_name, OPERATION_TIMEOUT};
 use super::caller::{Caller, Deadline, SlotReceivers};
-use super::wire::{self, Lineage, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
 use crate::agent::ids;
 use crate::seam::{
     Branch, BudgetLease, Category, Child, Detached, Diagnostic, Failure, Launch, LaunchError, ProviderContext,
     RunResult, Stage, StopReason, StopReport,
 };
+use crate::wire::remote::broker::{check_name, OPERATION_TIMEOUT};
+use crate::wire::remote::{self as wire, Lineage, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
 
 /// The launch-time knobs a child needs from the provider's config.
 #[derive(Clone, Copy, Debug)]

@@ -21,9 +21,9 @@ use tokio::sync::broadcast;
 use super::rpc::{to_value, Answer, Service, Stream};
 use super::slots::{Answering, Slots, Standing};
 use super::{card, A2aServeOptions};
-use crate::providers::a2a::wire::{self, code, AgentCard, StreamResponse};
 use crate::serve::signals::StopSignals;
 use crate::serve::ServeError;
+use crate::wire::a2a::{self as wire, code, AgentCard, StreamResponse};
 
 /// Largest request body read.
 const MAX_REQUEST_BYTES: usize = 4 << 20;

@@ -9,11 +9,11 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::store::Store;
-use crate::providers::a2a::wire::{
-    self, code, method, Artifact, Message, Part, Response, Role, StreamResponse, Task, TaskArtifactUpdateEvent,
+use crate::seam::{ContentBlock, Parent, ProgressSink, ProgressUpdate, RunResult, StartRequest, StopReason};
+use crate::wire::a2a::{
+    self as wire, code, method, Artifact, Message, Part, Response, Role, StreamResponse, Task, TaskArtifactUpdateEvent,
     TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
-use crate::seam::{ContentBlock, Parent, ProgressSink, ProgressUpdate, RunResult, StartRequest, StopReason};
 use crate::Subagents;
 
 /// Most tasks a `ListTasks` page holds.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::providers::a2a::wire::{self, Message, StreamResponse, Task, TaskState};
+use crate::wire::a2a::{self as wire, Message, StreamResponse, Task, TaskState};
 
 /// Events a slow stream may fall behind by before it is sent a snapshot.
 const EVENT_BUFFER: usize = 256;
@@ -211,9 +211,7 @@ impl Tasks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::a2a::wire::{
-        Artifact, Part, Role, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent,
-    };
+    use crate::wire::a2a::{Artifact, Part, Role, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent};
 
     /// A submitted task whose message holds `bytes` of text.
     fn task(id: &str, bytes: usize) -> Task {

@@ -17,12 +17,12 @@ use agent_client_protocol::v1::schema::McpServer as AcpMcpServer;
 use crate::agent::Tool;
 
 /// The most servers one session starts.
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-client")]
 const MAX_SERVERS: usize = 32;
 
 /// The servers of one session, started (each that could be), and their
 /// tools; a list that cannot be honoured is refused before any starts.
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-client")]
 pub(super) async fn mount(
     servers: &[AcpMcpServer],
     cwd: &Path,
@@ -72,7 +72,7 @@ pub(super) async fn mount(
 }
 
 /// A build without the MCP client refuses what it could not honour.
-#[cfg(not(feature = "mcp"))]
+#[cfg(not(feature = "mcp-client"))]
 pub(super) async fn mount(servers: &[AcpMcpServer], _cwd: &Path) -> Result<(Vec<()>, Vec<Arc<dyn Tool>>), String> {
     match servers.is_empty() {
         true => Ok((Vec::new(), Vec::new())),

@@ -25,9 +25,9 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::{lock, Route, Shared};
-use crate::providers::remote::broker::{cancel_key, check_name, detached_key, state_key, OPERATION_TIMEOUT};
-use crate::providers::remote::wire::{self, Claim, Holder, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
 use crate::seam::{Branch, Category, Diagnostic, Parent, RunResult, Stage, StartRequest, StopReason};
+use crate::wire::remote::broker::{cancel_key, check_name, detached_key, state_key, OPERATION_TIMEOUT};
+use crate::wire::remote::{self as wire, Claim, Holder, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
 
 /// How long a finished run keeps trying to write its result through a
 /// broker outage before leaving the delivery to be redelivered.
@@ -267,7 +267,7 @@ impl Held {
 
     /// Starts the local child, acking progress while it starts (a
     /// `process` child takes a process start and a handshake).
-    async fn start(&self, signal: CancellationToken) -> Result<crate::Run, crate::SubagentError> {
+    async fn start(&self, signal: CancellationToken) -> Result<crate::Run, crate::StartError> {
         let start = self.shared.subagents.start(&self.shared.provider, self.start_request(signal));
         tokio::pin!(start);
         let mut tick = tokio::time::interval(self.shared.tick);

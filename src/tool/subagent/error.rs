@@ -2,7 +2,7 @@
 //! the tool error the calling model reads, worded so that it knows what to
 //! do next.
 
-use crate::seam::{BudgetExhausted, StopReason, SubagentError};
+use crate::seam::{BudgetExhausted, StartError, StopReason, SubagentError};
 
 use super::super::tasks::TaskLimit;
 
@@ -25,7 +25,7 @@ pub enum DelegationError {
     },
     /// The runtime or the provider refused the start.
     #[error("could not start the subagent: {0}")]
-    Start(SubagentError),
+    Start(StartError),
     /// A background task was refused: the session holds too many.
     #[error(transparent)]
     TaskLimit(#[from] TaskLimit),
@@ -46,13 +46,13 @@ pub enum DelegationError {
 
 impl DelegationError {
     /// The error for a start that `error` refused.
-    pub(super) fn refused_start(error: SubagentError) -> Self {
+    pub(super) fn refused_start(error: StartError) -> Self {
         let code = error.code();
         match error {
             // Cancelled before the child was published: still a cancelled run.
-            SubagentError::Aborted { .. } => DelegationError::Cancelled,
+            StartError::Aborted { .. } => DelegationError::Cancelled,
             // Said so that the model stops delegating and finishes by itself.
-            SubagentError::BudgetExhausted(exhausted) => DelegationError::BudgetExhausted { code, exhausted },
+            StartError::BudgetExhausted(exhausted) => DelegationError::BudgetExhausted { code, exhausted },
             error => DelegationError::Start(error),
         }
     }

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use subagents::serve::{serve_a2a, A2aServeOptions};
 
-use crate::args::{ConfigArgs, HomeArgs, ModelArgs};
+use crate::args::{Sources, TelemetryArgs};
 use crate::terminal::say;
 
 /// `subagents a2a`'s flags.
@@ -29,12 +29,6 @@ pub struct A2aArgs {
     /// one, spawn.
     #[arg(long)]
     provider: Option<String>,
-    #[command(flatten)]
-    config: ConfigArgs,
-    #[command(flatten)]
-    model: ModelArgs,
-    #[command(flatten)]
-    home: HomeArgs,
     /// The URL the card gives for the JSON-RPC interface (default `http://ADDR/`).
     #[arg(long, value_name = "URL")]
     public_url: Option<String>,
@@ -55,6 +49,10 @@ pub struct A2aArgs {
     /// How long a client may take to send a request's body, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     body_timeout_secs: u64,
+    #[command(flatten)]
+    sources: Sources,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
 }
 
 impl A2aArgs {
@@ -66,15 +64,15 @@ impl A2aArgs {
             let token = std::env::var(name).ok().filter(|token| !token.trim().is_empty());
             options.token = Some(token.ok_or_else(|| format!("--token-env names {name}, which is not set"))?);
         }
-        match self.config.located() {
-            true => options.configured = Some(self.config.configured(self.provider.as_deref())?),
+        match self.sources.config.located() {
+            true => options.configured = Some(self.sources.config.configured(self.provider.as_deref())?),
             false if self.provider.as_deref().is_none_or(|name| name == "spawn") => {}
             false => {
                 return Err("--provider names a provider of a configuration file; without one, a2a offers spawn".into())
             }
         }
-        options.model = self.model.model;
-        options.home = self.home.given();
+        options.model = self.sources.model.model;
+        options.home = Some(self.sources.home.resolve());
         options.public_url = self.public_url;
         options.max_tasks = self.max_tasks as usize;
         options.task_ttl = std::time::Duration::from_secs(self.task_ttl_secs);

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use subagents::serve::{serve_acp, AcpServeOptions};
 
-use crate::args::{ConfigArgs, HomeArgs};
+use crate::args::{ConfigArgs, HomeArgs, TelemetryArgs};
 
 /// `subagents acp`'s flags.
 #[derive(clap::Args, Debug)]
@@ -26,6 +26,8 @@ pub struct AcpArgs {
     provider: Option<String>,
     #[command(flatten)]
     config: ConfigArgs,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
 }
 
 impl AcpArgs {
@@ -33,7 +35,7 @@ impl AcpArgs {
     /// providers serve the sessions' subagent tools; without one, a `spawn`
     /// provider. Exit 0 at the client's EOF (or a stop signal).
     pub fn run(self) -> Result<ExitCode, String> {
-        let AcpArgs { home, model, approve, provider, config } = self;
+        let AcpArgs { home, model, approve, provider, config, .. } = self;
         let mut options = AcpServeOptions { home: home.resolve(), model, approve, ..Default::default() };
         // Never `./subagents.toml`: an ACP agent runs in its client's
         // directory, whose file may well define this very agent (each probe

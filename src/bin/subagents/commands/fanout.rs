@@ -23,10 +23,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use subagents::batch::{self, Batch, Report, Resume, Settled};
 use subagents::CancellationToken;
 
-use crate::args::{BudgetArgs, ConfigArgs, DurableArgs, HomeArgs, ModelArgs, RemoteArgs};
+use crate::args::{BudgetArgs, DurableArgs, RemoteArgs, Sources, TelemetryArgs};
 use crate::logging;
 use crate::outputs;
-use crate::setup::{cancel_on_ctrl_c, setup};
+use crate::setup::{cancel_on_ctrl_c, setup, Shown};
 use crate::terminal::{self, say};
 use crate::Ended;
 
@@ -53,30 +53,28 @@ pub struct FanoutArgs {
     /// configuration's `[tool]` offers; built in: `spawn`).
     #[arg(long)]
     provider: Option<String>,
-    #[command(flatten)]
-    config: ConfigArgs,
-    #[command(flatten)]
-    model: ModelArgs,
     /// Write a Chrome trace-event JSON of every run's lifecycle here.
     #[arg(long)]
     trace: Option<PathBuf>,
-    #[command(flatten)]
-    home: HomeArgs,
     /// Exit 1 when any run did not complete (default: only when a task
     /// line could not be run or results could not be written).
     #[arg(long)]
     strict: bool,
+    #[command(flatten)]
+    sources: Sources,
     #[command(flatten)]
     remote: RemoteArgs,
     #[command(flatten)]
     budget: BudgetArgs,
     #[command(flatten)]
     durable: DurableArgs,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
 }
 
 impl FanoutArgs {
     pub fn run(self) -> Result<ExitCode, String> {
-        let config = self.config.load()?;
+        let config = self.sources.config.load()?;
         fanout(self, &config).map(ExitCode::from)
     }
 }
@@ -93,7 +91,7 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
         Some(provider) => provider.clone(),
         None => config.tool_providers().first().cloned().ok_or("the configuration defines no provider")?,
     };
-    let setup = setup(&args.model.model, args.home.given(), &provider, &args.remote, config)?;
+    let setup = setup(&args.sources.model.model, args.sources.home.resolve(), &provider, &args.remote, config)?;
     // Refusals from here on stop the runtime (as `setup` drops); files are
     // created last so that a refused batch truncates nothing.
     setup.check_provider(&provider)?;
@@ -127,7 +125,7 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
         args.trace.as_deref().map(|trace| outputs::create_trace(trace, args.out.as_deref())).transpose()?;
     // The trace is the runtime's own spans: nothing else to record.
     let trace = logging::install(logging::warnings(), trace_file);
-    cancel_on_ctrl_c(&setup.runtime, cancel.clone(), Some(progress.clone()));
+    cancel_on_ctrl_c(&setup.runtime, cancel.clone(), Shown::Bar(progress.clone()));
     let quiet = (!progress.is_hidden()).then(terminal::QuietControlKeys::hold);
     let per_provider = crate::live::per_provider(&setup.subagents, &progress);
     let terminal = Terminal { progress: progress.clone(), tasks: args.tasks.clone(), failed: AtomicUsize::new(0) };

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use subagents::serve::ServeError;
 use subagents::serve::{serve_mcp, McpServeOptions};
 
-use crate::args::{ConfigArgs, HomeArgs, ModelArgs};
+use crate::args::{Sources, TelemetryArgs};
 use crate::commands::fanout::MAX_CONCURRENCY;
 
 /// `subagents mcp`'s flags.
@@ -18,12 +18,6 @@ pub struct McpArgs {
     /// without one, spawn (default), fork or process.
     #[arg(long)]
     provider: Option<String>,
-    #[command(flatten)]
-    config: ConfigArgs,
-    #[command(flatten)]
-    model: ModelArgs,
-    #[command(flatten)]
-    home: HomeArgs,
     /// How deep children may delegate (spawn and fork; default 3).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(subagents::seam::MAX_DEPTH_CAP)))]
     max_depth: Option<u32>,
@@ -33,6 +27,10 @@ pub struct McpArgs {
     /// Most unfinished background tasks per session, 1 to 100000 (default 1000); past it a start is a tool error.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     max_background_tasks: Option<u32>,
+    #[command(flatten)]
+    sources: Sources,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
 }
 
 /// `--model` said of the children a client's calls start.
@@ -43,10 +41,17 @@ impl McpArgs {
     /// Exit 0 at the client's EOF (or a stop signal); a refusal before
     /// serving is exit 2.
     pub fn run(self) -> Result<ExitCode, String> {
-        let McpArgs { provider, config, model, home, max_depth, concurrency, max_background_tasks } = self;
+        let McpArgs {
+            provider,
+            sources: Sources { config, model, home },
+            max_depth,
+            concurrency,
+            max_background_tasks,
+            ..
+        } = self;
         let mut options = McpServeOptions {
             model: model.model,
-            home: home.given(),
+            home: Some(home.resolve()),
             max_depth,
             concurrency: concurrency.map(|n| n as usize),
             max_background_tasks: max_background_tasks.map(|n| n as usize),

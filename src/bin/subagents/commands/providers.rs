@@ -76,7 +76,7 @@ fn check(config: &Config, name: Option<&str>, model: &str, home: HomeArgs, json:
     }
     // The runtime and the default model first, with no provider yet.
     let none = Config::parse("", "no providers").expect("an empty file is valid");
-    let setup = match setup(model, home.given(), "", &RemoteArgs::default(), &none) {
+    let setup = match setup(model, home.resolve(), "", &RemoteArgs::default(), &none) {
         Ok(setup) => setup,
         Err(error) => {
             say!("subagents: check failed: {error}");

@@ -6,9 +6,9 @@ use subagents::agent::{Agent, SessionStore};
 use subagents::{CancellationToken, StopReason};
 use tracing::Instrument;
 
-use crate::args::{ConfigArgs, HomeArgs, ModelArgs, RemoteArgs};
-use crate::setup::{cancel_on_ctrl_c, setup, toolset};
-use crate::terminal::{self, say};
+use crate::args::{RemoteArgs, Sources, TelemetryArgs};
+use crate::setup::{cancel_on_ctrl_c, setup, toolset, Shown};
+use crate::terminal::{self, say, QuietControlKeys};
 use crate::timeline::{tree, Timeline};
 use crate::Ended;
 
@@ -22,18 +22,16 @@ pub struct RunArgs {
     #[arg(long)]
     provider: Option<String>,
     #[command(flatten)]
-    config: ConfigArgs,
-    #[command(flatten)]
-    model: ModelArgs,
-    #[command(flatten)]
-    home: HomeArgs,
+    sources: Sources,
     #[command(flatten)]
     remote: RemoteArgs,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
 }
 
 impl RunArgs {
     pub fn run(self) -> Result<ExitCode, String> {
-        let config = self.config.load()?;
+        let config = self.sources.config.load()?;
         run(self, &config).map(ExitCode::from)
     }
 }
@@ -50,10 +48,9 @@ fn run(args: RunArgs, config: &subagents::config::Config) -> Result<Ended, Strin
         None => config.tool_providers().to_vec(),
     };
     let provider = args.provider.as_deref().unwrap_or_default();
-    let setup = setup(&args.model.model, args.home.given(), provider, &args.remote, config)?;
+    let setup = setup(&args.sources.model.model, args.sources.home.resolve(), provider, &args.remote, config)?;
     offered.iter().try_for_each(|provider| setup.check_provider(provider))?;
     let cancel = CancellationToken::new();
-    cancel_on_ctrl_c(&setup.runtime, cancel.clone(), None);
     let built = Agent::builder_shared(setup.model.clone())
         .store(SessionStore::new(&setup.home))
         .cwd(&setup.cwd)
@@ -61,7 +58,10 @@ fn run(args: RunArgs, config: &subagents::config::Config) -> Result<Ended, Strin
         .cancel_token(cancel.clone())
         .build();
     let parent = built.map_err(|error| format!("cannot create the parent agent: {error}"))?;
-    let timeline = Timeline::record(&setup.runtime);
+    let timeline = Timeline::record(&setup.runtime, parent.id(), &format!("parent ({})", parent.model_name()));
+    cancel_on_ctrl_c(&setup.runtime, cancel.clone(), Shown::Live(timeline.live()));
+    // The echo of ^C would land inside the drawn tree, a line it does not count.
+    let _quiet = QuietControlKeys::hold();
     // The parent is no run: its own span roots the trace its runs hang
     // under (filled only when exported, so log lines stay short).
     let span = tracing::info_span!(

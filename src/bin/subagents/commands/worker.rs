@@ -11,7 +11,7 @@ use std::time::Duration;
 use subagents::providers::BrokerSettings;
 use subagents::serve::{serve_worker, WorkerOptions, WorkerProvider};
 
-use crate::args::{nats_url_from_env, ConfigArgs, HomeArgs};
+use crate::args::{nats_url_from_env, ConfigArgs, HomeArgs, TelemetryArgs};
 use crate::terminal::say;
 
 /// `subagents worker`'s flags.
@@ -52,6 +52,8 @@ pub struct WorkerArgs {
     /// How long live runs may finish after SIGTERM before they are handed back, in ms.
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     drain_grace_ms: u64,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
 }
 
 impl WorkerArgs {

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::message::PublishMessage;
 
-use super::super::broker::{detached_key, OPERATION_TIMEOUT};
-use super::super::wire::{self, Holder, MAX_MESSAGE_BYTES, VERSION};
 use super::Caller;
 use crate::seam::{Category, Diagnostic, Stage};
+use crate::wire::remote::broker::{detached_key, OPERATION_TIMEOUT};
+use crate::wire::remote::{self as wire, Holder, MAX_MESSAGE_BYTES, VERSION};
 
 /// The pause between two tries of a start's broker write.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);

@@ -11,6 +11,8 @@
 //! Fields are added within a version only when an older reader may ignore
 //! them (unknown fields are ignored); anything else bumps [`VERSION`].
 
+pub(crate) mod broker;
+
 use std::fmt;
 
 use serde::de::DeserializeOwned;

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, kv, stream};
 
-use super::wire::MAX_MESSAGE_BYTES;
+use super::MAX_MESSAGE_BYTES;
 
 /// Broker-side settings: used when this side creates the stream, a pool's
 /// consumer or a bucket; adopted from the broker when they already exist.

@@ -15,6 +15,8 @@
 //! `blocked`, `aborted`, `error`; tool call statuses ([`ToolCallStatus`]):
 //! `pending`, `completed`, `failed`.
 
+pub(crate) mod profile;
+
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
