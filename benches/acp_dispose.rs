@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 mod stand_ins;
 mod support;
 
-use criterion::{criterion_group, Criterion, SamplingMode};
+use criterion::{Criterion, SamplingMode};
 use subagents::providers::{AcpConfig, AcpProvider};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
 
@@ -103,18 +103,8 @@ fn print_verdict() {
     }
 }
 
-fn configured() -> Criterion {
-    support::configured(Duration::from_secs(1), Duration::from_secs(6))
-}
-
-criterion_group! {
-    name = benches;
-    config = configured();
-    targets = acp_dispose
-}
-
-fn main() {
-    benches();
-    Criterion::default().configure_from_args().final_summary();
-    print_verdict();
+support::bench_main! {
+    config = support::configured(Duration::from_secs(1), Duration::from_secs(6));
+    targets = acp_dispose;
+    report = print_verdict;
 }

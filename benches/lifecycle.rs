@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use criterion::{criterion_group, Criterion, Throughput};
+use criterion::{Criterion, Throughput};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -68,17 +68,7 @@ fn lifecycle(c: &mut Criterion) {
         })
     });
 
-    group.bench_function("floor: actix actor start + request + stop", |b| {
-        b.iter_custom(|iters| {
-            runtime.block_on(async move {
-                let began = Instant::now();
-                for _ in 0..iters {
-                    support::actix_floor().await;
-                }
-                support::record("floor-actix", iters, began.elapsed())
-            })
-        })
-    });
+    support::bench_actix_floor(&mut group, &runtime);
 
     group.bench_function("mock, inside the runtime", |b| {
         b.iter_custom(|iters| {
@@ -186,18 +176,8 @@ fn print_ratios() {
     }
 }
 
-fn configured() -> Criterion {
-    support::configured(Duration::from_secs(1), Duration::from_secs(3)).sample_size(30)
-}
-
-criterion_group! {
-    name = benches;
-    config = configured();
-    targets = lifecycle
-}
-
-fn main() {
-    benches();
-    Criterion::default().configure_from_args().final_summary();
-    print_ratios();
+support::bench_main! {
+    config = support::configured(Duration::from_secs(1), Duration::from_secs(3)).sample_size(30);
+    targets = lifecycle;
+    report = print_ratios;
 }

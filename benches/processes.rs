@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use criterion::{criterion_group, Criterion};
+use criterion::Criterion;
 use subagents::providers::{AcpConfig, AcpProvider, ProcessConfig, ProcessProvider, RemoteConfig, RemoteProvider};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
 
@@ -153,18 +153,8 @@ fn print_ratios() {
     }
 }
 
-fn configured() -> Criterion {
-    support::configured(Duration::from_secs(1), Duration::from_secs(4))
-}
-
-criterion_group! {
-    name = benches;
-    config = configured();
-    targets = processes
-}
-
-fn main() {
-    benches();
-    Criterion::default().configure_from_args().final_summary();
-    print_ratios();
+support::bench_main! {
+    config = support::configured(Duration::from_secs(1), Duration::from_secs(4));
+    targets = processes;
+    report = print_ratios;
 }

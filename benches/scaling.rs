@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
+use criterion::{BenchmarkId, Criterion, Throughput};
 use futures_util::future::join_all;
 use subagents::agent::ScriptedModel;
 use subagents::providers::{InProcessProvider, MockProvider};
@@ -49,17 +49,7 @@ fn scaling(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("scaling");
     group.sample_size(10);
-    group.bench_function("floor: actix actor start + request + stop", |b| {
-        b.iter_custom(|iters| {
-            runtime.block_on(async move {
-                let began = Instant::now();
-                for _ in 0..iters {
-                    support::actix_floor().await;
-                }
-                support::record("floor-actix", iters, began.elapsed())
-            })
-        })
-    });
+    support::bench_actix_floor(&mut group, &runtime);
     for (provider, sizes) in [("mock", &[10usize, 100, 1_000, 10_000, 100_000][..]), ("spawn", &[10, 100, 1_000][..])] {
         for &n in sizes {
             group.throughput(Throughput::Elements(n as u64));
@@ -218,18 +208,8 @@ fn print_table() {
     }
 }
 
-fn configured() -> Criterion {
-    support::configured(Duration::from_millis(500), Duration::from_secs(2))
-}
-
-criterion_group! {
-    name = benches;
-    config = configured();
-    targets = scaling
-}
-
-fn main() {
-    benches();
-    Criterion::default().configure_from_args().final_summary();
-    print_table();
+support::bench_main! {
+    config = support::configured(Duration::from_millis(500), Duration::from_secs(2));
+    targets = scaling;
+    report = print_table;
 }

@@ -1,5 +1,6 @@
 //! The quick performance report: every figure beside its floor, measured in
-//! one process, printed as one JSON object (keys documented in the README).
+//! one process, printed as one JSON object (keys documented in the guide's
+//! performance chapter, `docs/src/performance.md`).
 //!
 //! `cargo build --release --bin subagents && cargo run --release --example perf`
 //!

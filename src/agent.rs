@@ -61,12 +61,15 @@ pub use prompt::SystemPrompt;
 pub(crate) use session::completed_prefix;
 #[cfg(feature = "config")]
 pub(crate) use session::kind_of;
+#[cfg(any(feature = "acp", feature = "a2a"))]
+pub(crate) use session::HomeStores;
 pub use session::{
     LoadedSession, Session, SessionError, SessionEvent, SessionHeader, SessionStore, SessionSummary, StoredSession,
     ToolCall, DEFAULT_MAX_LINE_BYTES,
 };
 #[cfg(any(feature = "mcp-client", feature = "config"))]
 pub(crate) use tools::mcp_header_problem;
+pub(crate) use tools::reads_only;
 #[cfg(all(feature = "mcp-client", feature = "process"))]
 pub(crate) use tools::start_mcp_servers;
 #[cfg(feature = "config")]
@@ -130,6 +133,8 @@ pub struct AgentBuilder {
     depth: u32,
     cwd: Option<PathBuf>,
     persona: Option<String>,
+    /// The provider and label the session's header records.
+    recorded: (Option<String>, Option<String>),
     prompt: SystemPrompt,
     toolset: Toolset,
     pending_tools: Vec<Arc<dyn Tool>>,
@@ -177,6 +182,13 @@ impl AgentBuilder {
     pub fn parent(mut self, parent_session: Option<String>, depth: u32) -> Self {
         self.parent_session = parent_session;
         self.depth = depth;
+        self
+    }
+
+    /// The provider that runs this agent as a child and the run's label,
+    /// recorded in a new session's header for `subagents sessions list`.
+    pub fn recorded_as(mut self, provider: impl Into<String>, label: Option<String>) -> Self {
+        self.recorded = (Some(provider.into()), label);
         self
     }
 
@@ -315,6 +327,7 @@ impl AgentBuilder {
             header.parent_session = self.parent_session;
             header.depth = self.depth;
             header.persona = self.persona.clone();
+            (header.provider, header.label) = self.recorded;
             Opening::Create { store: self.store, header, seed: self.seed }
         };
         let parts = AgentParts {
@@ -497,6 +510,7 @@ impl Agent {
             session_id: None,
             resume: false,
             parent_session: None,
+            recorded: (None, None),
             depth: 0,
             cwd: None,
             persona: None,

@@ -39,6 +39,7 @@
 // here without a provider's configuration or ladder around it.
 #![cfg_attr(not(any(feature = "acp", feature = "process")), allow(dead_code, unreachable_pub))]
 
+mod account;
 mod tree;
 
 use std::path::{Path, PathBuf};
@@ -52,6 +53,7 @@ use tokio::io::AsyncRead;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio_util::codec::{AnyDelimiterCodec, FramedRead};
 
+pub(crate) use self::account::{account, exit_words, redacted, StderrTail};
 use self::tree::{nix_pid, Tree};
 use crate::live::ProcessLease;
 use crate::seam::{Category, Failure, LaunchError, Stage};
@@ -278,12 +280,14 @@ pub(crate) struct Spawned {
     pub stdout: Option<ChildStdout>,
     /// Its pid, which is also its process group id.
     pub pid: u32,
+    /// The last of what it wrote on stderr (see `account.rs`).
+    pub stderr: StderrTail,
     lease: Option<ProcessLease>,
 }
 
 /// Spawns `program args…` in `cwd` with the environment `env` builds,
-/// stdin and stdout piped, stderr discarded (it may carry secrets, and
-/// diagnostics never include it), in a new process group.
+/// stdin and stdout piped, stderr drained by a task that keeps only its
+/// tail (for a failure's account: `account.rs`), in a new process group.
 pub(crate) fn spawn(
     program: &Path,
     args: &[String],
@@ -300,7 +304,7 @@ pub(crate) fn spawn(
         .envs(env.explicit.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
     let mut spawned = spawned_children();
@@ -309,10 +313,26 @@ pub(crate) fn spawn(
     if let Some(spawned) = spawned.as_mut() {
         spawned.push(pid);
     }
-    Ok(Spawned { stdin: child.stdin.take(), stdout: child.stdout.take(), child, pid, lease: Some(lease) })
+    let stderr = child.stderr.take().map_or_else(StderrTail::none, StderrTail::read);
+    Ok(Spawned { stdin: child.stdin.take(), stdout: child.stdout.take(), child, pid, stderr, lease: Some(lease) })
 }
 
 impl Spawned {
+    /// How the child exited, in words, once it has (checked until `within`
+    /// passes: a child whose output just ended may still be exiting).
+    pub(crate) async fn exit_within(&mut self, within: Duration) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(exit_words(status));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The dispose ladder; `Ok` once the child and its whole tree are
     /// gone. The child's descendants are looked for first; then its input
     /// ends (stdin, if still held here, and `close_input`: the owner's

@@ -43,7 +43,7 @@
 //! `chaos` provider wrapping itself, a missing provider or another
 //! wrapper, a duration without a unit, an MCP server a provider's
 //! `mcp_servers` lists but no `[mcp_servers]` table defines (see the
-//! `mcp_servers` tables in the README). Each error is one [`ConfigError`]
+//! guide's "MCP tools for children"). Each error is one [`ConfigError`]
 //! that reads `FILE:LINE:COL: what is wrong`.
 //!
 //! What a provider needs from the environment (an ACP command on `PATH`,

@@ -4,8 +4,20 @@
 //! is logged instead of silently killing an actor (actix does not restart
 //! an actor whose handler panicked). Used by runs, provider actors and the
 //! event bus.
+//!
+//! A contained panic is reported where it belongs — the run's result (its
+//! message as the diagnostic's detail) and an error in the log — so the
+//! default panic hook's text on stderr would only say it twice, with a
+//! backtrace when one is captured. [`quiet_contained_panics`] (called when
+//! a runtime is built) chains a hook that is silent for a panic raised
+//! inside containment unless `RUST_BACKTRACE` is set; every other panic
+//! goes to the hook that was there before.
 
+use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::Once;
+use std::task::{Context, Poll};
 
 use futures_util::future::{CatchUnwind, Either, LocalBoxFuture, Map, Ready};
 use futures_util::FutureExt;
@@ -27,18 +39,21 @@ impl Panicked {
 /// of its own (the provider's future is boxed already), and `Unpin`, so a
 /// run can poll it once in place before deciding to keep it.
 pub(crate) type Contained<T> = Either<
-    Map<CatchUnwind<AssertUnwindSafe<LocalBoxFuture<'static, T>>>, fn(std::thread::Result<T>) -> Result<T, Panicked>>,
+    Map<
+        CatchUnwind<AssertUnwindSafe<Inside<LocalBoxFuture<'static, T>>>>,
+        fn(std::thread::Result<T>) -> Result<T, Panicked>,
+    >,
     Ready<Result<T, Panicked>>,
 >;
 
 /// Runs `make` and the future it returns, turning a panic in either into
 /// `Err(Panicked)`.
 pub(crate) fn contained<T: 'static>(make: impl FnOnce() -> LocalBoxFuture<'static, T>) -> Contained<T> {
-    match catch_unwind(AssertUnwindSafe(make)) {
+    match catch_unwind(AssertUnwindSafe(|| inside(make))) {
         Ok(future) => {
             let caught: fn(std::thread::Result<T>) -> Result<T, Panicked> =
                 |outcome| outcome.map_err(|panic| Panicked::of(&*panic));
-            Either::Left(AssertUnwindSafe(future).catch_unwind().map(caught))
+            Either::Left(AssertUnwindSafe(Inside(future)).catch_unwind().map(caught))
         }
         Err(panic) => Either::Right(futures_util::future::ready(Err(Panicked::of(&*panic)))),
     }
@@ -46,7 +61,57 @@ pub(crate) fn contained<T: 'static>(make: impl FnOnce() -> LocalBoxFuture<'stati
 
 /// Runs `call`, turning a panic into `Err(Panicked)`.
 pub(crate) fn contained_call<T>(call: impl FnOnce() -> T) -> Result<T, Panicked> {
-    catch_unwind(AssertUnwindSafe(call)).map_err(|panic| Panicked::of(&*panic))
+    catch_unwind(AssertUnwindSafe(|| inside(call))).map_err(|panic| Panicked::of(&*panic))
+}
+
+thread_local! {
+    /// How deep this thread is inside contained code now.
+    static CONTAINING: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Runs `call` marked as inside containment (the mark is taken off as a
+/// panic unwinds through, after the hook has seen it).
+fn inside<T>(call: impl FnOnce() -> T) -> T {
+    struct Mark;
+    impl Drop for Mark {
+        fn drop(&mut self) {
+            CONTAINING.with(|depth| depth.set(depth.get().saturating_sub(1)));
+        }
+    }
+    CONTAINING.with(|depth| depth.set(depth.get() + 1));
+    let _mark = Mark;
+    call()
+}
+
+/// A future each of whose polls is [`inside`] containment.
+pub(crate) struct Inside<F>(F);
+
+impl<F: std::future::Future + Unpin> std::future::Future for Inside<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        inside(|| Pin::new(&mut self.0).poll(cx))
+    }
+}
+
+/// Chains, once per process, a panic hook that is silent for a panic
+/// raised inside containment unless `RUST_BACKTRACE` is set (its message
+/// and place go to the log at debug; the runtime reports it as the run's
+/// failure); any other panic goes to the hook that was there before.
+pub(crate) fn quiet_contained_panics() {
+    static CHAINED: Once = Once::new();
+    CHAINED.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let contained = CONTAINING.with(Cell::get) > 0;
+            if contained && std::env::var_os("RUST_BACKTRACE").is_none_or(|value| value == "0") {
+                let message = panic_message(info.payload());
+                tracing::debug!(location = ?info.location(), message, "a panic was contained");
+                return;
+            }
+            before(info);
+        }));
+    });
 }
 
 /// The text of a panic payload, when it is a string.

@@ -33,7 +33,7 @@ use serde::Serialize;
 
 pub use crate::live::Live;
 pub(crate) use crate::seam::ProgressUpdate;
-use crate::seam::{ContentBlock, StopReason};
+use crate::seam::{ContentBlock, Diagnostic, StopReason};
 
 pub(crate) use bus::EventBus;
 pub use bus::{EventRecvError, EventStream, ListenerError, ListenerHandle, ListenerOutcome};
@@ -111,6 +111,9 @@ pub struct RunEndInfo {
     /// An owned copy of the child's last assistant message; absent when the
     /// run failed at the infrastructure level.
     pub last_message: Option<Vec<ContentBlock>>,
+    /// Why it failed, when its result says (the result's own diagnostic).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnostic: Option<Diagnostic>,
 }
 
 /// Live progress from a running child.

@@ -4,16 +4,18 @@
 //! | provider | when to choose it |
 //! |---|---|
 //! | [`mock`] | tests, demos and fault injection of your own lifecycles |
-//! | [`spawn`] | a fresh in-process child agent: cheap, isolated subtasks |
-//! | [`fork`] | an in-process child that inherits the parent's completed turns |
-//! | [`process`] | a fresh full `subagents` runtime per run, in its own process |
-//! | [`acp`] | any agent process speaking the Agent Client Protocol (this crate's `subagents acp` included) |
-//! | [`a2a`] | a task on a remote agent that speaks the Agent2Agent protocol (this crate's `subagents a2a` included) |
-//! | [`remote`] | runs on `subagents worker` processes, on other machines too, through NATS JetStream |
+//! | `spawn` | a fresh in-process child agent: cheap, isolated subtasks |
+//! | `fork` | an in-process child that inherits the parent's completed turns |
+//! | `process` | a fresh full `subagents` runtime per run, in its own process |
+//! | `acp` | any agent process speaking the Agent Client Protocol (this crate's `subagents acp` included) |
+//! | `a2a` | a task on a remote agent that speaks the Agent2Agent protocol (this crate's `subagents a2a` included) |
+//! | `remote` | runs on `subagents worker` processes, on other machines too, through NATS JetStream |
 //! | [`chaos`] | wraps any provider with seeded fault injection, to test your own lifecycles |
 //!
-//! `spawn` and `fork` are one type, [`InProcessProvider`] (built with
-//! [`InProcessProvider::spawn`] or [`InProcessProvider::fork`]).
+//! Each has a submodule of its own below (those of the features this build
+//! has; see the crate's feature table). `spawn` and `fork` are one type,
+//! `InProcessProvider` (built with `InProcessProvider::spawn` or
+//! `InProcessProvider::fork`).
 //!
 //! # Child environment
 //!

@@ -14,6 +14,8 @@
 //!   stdio JSON-RPC (the child of the `process` provider).
 //! - [`serve_worker`]: `subagents worker`, a runtime that runs the `remote`
 //!   provider's runs pulled from a NATS JetStream broker.
+//! - [`serve_ui`]: `subagents ui` and `--ui`, the web view of runs: a
+//!   batch live, delegation trees, transcripts.
 //! - [`check_home`] and [`reachable_model`]: what the commands check before
 //!   any work (the home, the model endpoint).
 
@@ -31,6 +33,8 @@ mod preflight;
 mod signals;
 #[cfg(feature = "process")]
 mod stdio;
+#[cfg(feature = "ui")]
+mod ui;
 #[cfg(feature = "remote")]
 mod worker;
 
@@ -43,6 +47,8 @@ pub use mcp::{serve_mcp, ChildProvider as McpChildProvider, McpServeOptions};
 pub use preflight::{check_home, reachable_model};
 #[cfg(feature = "process")]
 pub use stdio::{serve_stdio, ServeOptions};
+#[cfg(feature = "ui")]
+pub use ui::{serve_ui, Board, Both, UiOptions, UiServer};
 #[cfg(feature = "remote")]
 pub use worker::{serve_worker, WorkerOptions, WorkerProvider, WorkerReport};
 
@@ -96,4 +102,8 @@ pub enum ServeError {
     /// Reading or writing stdio failed, or the protocol layer gave up.
     #[error("the connection failed: {0}")]
     Connection(String),
+    /// A worker's broker could not be reached or set up, or dropped the
+    /// worker's subscriptions.
+    #[error("the broker: {0}")]
+    Broker(String),
 }

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use subagents::providers::{A2aConfig, A2aProvider};
 use subagents::seam::ProgressSink;
 use subagents::seam::{Category, ProgressUpdate};
-use subagents::{RunResult, Runtime, StartRequest, StopReason};
+use subagents::{CancellationToken, Parent, RunResult, Runtime, StartRequest, StopReason};
 
 /// A card that offers the JSON-RPC binding at `origin`, streaming or not.
 fn card(origin: &str, streaming: bool) -> Value {
@@ -76,8 +76,9 @@ fn run_on(runtime: &Runtime, provider: A2aProvider, request: StartRequest) -> Ru
     common::lifecycle(runtime, &subagents, "agent", request)
 }
 
+/// The failure's reason in our words and the agent's own, as a person reads them.
 fn reason(result: &RunResult) -> String {
-    result.diagnostic.as_ref().and_then(|d| d.reason.clone()).unwrap_or_default()
+    result.diagnostic.as_ref().and_then(|d| d.explanation()).unwrap_or_default()
 }
 
 fn method_of(body: &Value) -> &str {
@@ -315,6 +316,12 @@ fn a_failed_task_is_an_error_with_the_agents_bounded_message() {
     let reason = reason(&result);
     assert!(reason.starts_with("the A2A agent's task failed: disk full"), "{reason}");
     assert!(reason.len() <= 256, "{}", reason.len());
+    let diagnostic = result.diagnostic.as_ref().unwrap();
+    assert_eq!(diagnostic.reason.as_deref(), Some("the A2A agent's task failed"), "our words stay fixed");
+    assert!(
+        diagnostic.detail.as_deref().unwrap().starts_with("disk full disk full"),
+        "the agent's words: {diagnostic:?}"
+    );
     runtime.shutdown_blocking();
 }
 
@@ -784,4 +791,48 @@ fn cancelling_a_run_on_our_server_cancels_its_task_there() {
     let cancelled = common::blocking::eventually(Duration::from_secs(30), || state() == "TASK_STATE_CANCELED");
     assert!(cancelled, "CancelTask reached the server: the task is {}", state());
     runtime.shutdown_blocking();
+}
+
+#[test]
+fn a_tasks_statuses_and_failure_are_kept_in_the_parents_home_as_the_childs_session() {
+    let io = io();
+    let agent = io.block_on(Loopback::start_for(|origin| {
+        let frames = vec![
+            frame(task("TASK_STATE_WORKING")),
+            frame(status("TASK_STATE_WORKING", "reading the repository")),
+            frame(status("TASK_STATE_FAILED", "disk full")),
+        ];
+        vec![ok(card(origin, true)), Reply::Stream { frames, hang: true }]
+    }));
+    let home = tempfile::tempdir().unwrap();
+    let runtime = common::runtime_at(home.path());
+    let parent = Parent::root(home.path()).with_session("a2a-parent");
+    let request = StartRequest::new("save it", parent, CancellationToken::new()).with_label("saver");
+    let result = run_on(&runtime, provider_for(&agent.origin, |_| {}), request);
+    assert_eq!(result.stop_reason, StopReason::Error);
+    runtime.shutdown_blocking();
+    let store = subagents::agent::SessionStore::new(home.path());
+    let child = store
+        .ids()
+        .unwrap()
+        .into_iter()
+        .filter_map(|id| store.inspect(&id).ok())
+        .find(|session| session.header.parent_session.as_deref() == Some("a2a-parent"))
+        .expect("the child's session, linked to its parent");
+    assert_eq!((child.header.provider.as_deref(), child.header.label.as_deref()), (Some("agent"), Some("saver")));
+    let shown: Vec<String> = child
+        .events
+        .iter()
+        .map(|event| match event {
+            subagents::agent::SessionEvent::User { content } => format!("user: {}", subagents::seam::text_of(content)),
+            subagents::agent::SessionEvent::Assistant { text, .. } => text.clone(),
+            subagents::agent::SessionEvent::TurnEnd { reason } => format!("end: {reason}"),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(shown[0], "user: save it", "{shown:?}");
+    assert!(shown.iter().any(|line| line.ends_with("Working: reading the repository")), "{shown:?}");
+    assert!(shown.iter().any(|line| line.ends_with("Failed: disk full")), "{shown:?}");
+    assert!(shown.iter().any(|line| line.starts_with("[the run failed:") && line.contains("disk full")), "{shown:?}");
+    assert_eq!(shown.last().unwrap(), "end: error");
 }

@@ -5,17 +5,22 @@
 
 use crate::common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::adapters::{
+    a_greeting_streams_to_the_listener, adding_through_the_tool_completes_with_42,
+    an_endless_answer_fails_past_its_bound, an_endless_stream_ends_at_the_call_deadline, ask, assert_failed_with,
+    cancelling_mid_stream_aborts_and_closes_the_connection, each_fails_without_running_a_call,
+    each_stream_ends_the_run_error, endless_after,
+};
 use common::loopback::{endless_stream, event, ok, status, within_20_s, Loopback, Reply};
 use serde_json::{json, Value};
 use subagents::agent::{
-    Agent, AgentUpdate, AnthropicConfig, AnthropicModel, Finish, FnTool, Model, ModelError, ModelReply, ModelRequest,
-    ModelSpec, SessionEvent, ToolOutput, TurnOutcome, Usage,
+    Agent, AgentUpdate, AnthropicConfig, AnthropicModel, Finish, Model, ModelError, ModelSpec, Usage,
 };
 use subagents::seam::AgentOptions;
-use subagents::{CancellationToken, ContentBlock, StopReason};
+use subagents::StopReason;
 
 fn config(server: &Loopback) -> AnthropicConfig {
     AnthropicConfig::new(&server.origin, "claude-test")
@@ -26,20 +31,6 @@ fn config(server: &Loopback) -> AnthropicConfig {
 
 fn agent_on(config: AnthropicConfig) -> Agent {
     Agent::builder(AnthropicModel::new(config).unwrap()).build().unwrap()
-}
-
-/// One model call of `prompt`, straight to the adapter.
-async fn ask(model: &AnthropicModel, prompt: &str) -> Result<ModelReply, ModelError> {
-    let request = ModelRequest {
-        session_id: "s".to_owned(),
-        system: Arc::from("You help."),
-        messages: Arc::from(vec![SessionEvent::User { content: vec![ContentBlock::text(prompt)] }]),
-        tools: Arc::from(Vec::new()),
-        options: AgentOptions::default(),
-        chunks: None,
-        meter: Default::default(),
-    };
-    within_20_s(model.complete(request, CancellationToken::new())).await
 }
 
 /// A streamed message: `message_start`, `blocks` (each a list of events),
@@ -97,11 +88,6 @@ fn whole(content: Value, stop_reason: &str) -> Reply {
         "usage": {"input_tokens": 5, "output_tokens": 3}}))
 }
 
-fn assert_failed_with(outcome: &TurnOutcome, reason: &str) {
-    assert_eq!(outcome.stop_reason, StopReason::Error, "output of {} bytes", outcome.output.len());
-    assert_eq!(outcome.error.as_ref().unwrap().reason, reason, "{:?}", outcome.error);
-}
-
 #[tokio::test]
 async fn a_streamed_answer_reaches_listeners_and_the_request_carries_key_version_system_and_max_tokens() {
     let usage = json!({"output_tokens": 2});
@@ -110,22 +96,9 @@ async fn a_streamed_answer_reaches_listeners_and_the_request_carries_key_version
         stream(message(text_block(0, &["again"]), "end_turn", usage)),
     ])
     .await;
-    let chunks = Arc::new(Mutex::new(Vec::new()));
-    let sink = chunks.clone();
     let model = AnthropicModel::new(config(&server)).unwrap();
     assert_eq!(model.name(), "anthropic:claude-test");
-    let agent = Agent::builder(model)
-        .persona("You greet.")
-        .on_update(Arc::new(move |update: &AgentUpdate| {
-            if let AgentUpdate::Text(text) = update {
-                sink.lock().unwrap().push(text.clone());
-            }
-        }))
-        .build()
-        .unwrap();
-    let outcome = agent.prompt("greet").await;
-    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "Hello"));
-    assert_eq!(*chunks.lock().unwrap(), ["Hel", "lo"]);
+    a_greeting_streams_to_the_listener(Agent::builder(model).persona("You greet.")).await;
 
     {
         let requests = server.requests.lock().unwrap();
@@ -162,15 +135,7 @@ async fn a_tool_use_round_trips_through_the_agent_as_a_tool_result_in_the_next_r
         stream(message(text_block(0, &["42"]), "end_turn", usage)),
     ])
     .await;
-    let add = FnTool::new(
-        "add",
-        "Adds.",
-        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
-        |args| ToolOutput::ok((args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap()).to_string()),
-    );
-    let agent = Agent::builder(AnthropicModel::new(config(&server)).unwrap()).tool(add).build().unwrap();
-    let outcome = agent.prompt("add 2 and 40").await;
-    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "42"));
+    adding_through_the_tool_completes_with_42(AnthropicModel::new(config(&server)).unwrap()).await;
 
     let bodies = server.bodies();
     let tool = &bodies[0]["tools"][0];
@@ -315,16 +280,12 @@ async fn a_400_fails_at_once_with_one_line_of_the_endpoints_message() {
 async fn a_stream_past_the_answer_bound_fails_and_closes_the_connection() {
     let delta =
         json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "y".repeat(8192)}});
-    let Reply::Endless { mut head, chunk, every } =
-        endless_stream(event("content_block_delta", &delta), Duration::from_millis(1))
-    else {
-        unreachable!()
-    };
-    head.push_str(&text_block(0, &[])[0]); // the block the deltas add to
-    let server = Loopback::start(vec![Reply::Endless { head, chunk, every }]).await;
-    let outcome = within_20_s(agent_on(config(&server).with_max_answer_bytes(256 * 1024)).prompt("hi")).await;
-    assert_failed_with(&outcome, "the model's answer is larger than 256 KiB");
-    assert!(server.saw_client_close().await);
+    // The block the deltas add to comes first.
+    let endless = endless_after(&text_block(0, &[])[0], event("content_block_delta", &delta));
+    an_endless_answer_fails_past_its_bound(endless, |server| {
+        agent_on(config(server).with_max_answer_bytes(256 * 1024))
+    })
+    .await;
 
     let big = whole(json!([{"type": "text", "text": "x".repeat(300 * 1024)}]), "end_turn");
     let server = Loopback::start(vec![big]).await;
@@ -345,14 +306,9 @@ async fn more_tool_calls_than_the_cap_or_arguments_past_their_bound_fail_without
             "a tool call's arguments are larger than 1 KiB",
         ),
     ];
-    for (frames, reason) in cases {
-        let server = Loopback::start(vec![stream(frames), whole(json!([]), "end_turn")]).await;
-        let agent = agent_on(config(&server).with_tool_call_limits(3, 1024));
-        let outcome = within_20_s(agent.prompt("list")).await;
-        assert_failed_with(&outcome, reason);
-        assert_eq!(server.bodies().len(), 1, "{reason}");
-        assert!(!agent.events().iter().any(|e| matches!(e, SessionEvent::ToolResult { .. })), "no call ran");
-    }
+    let cases = cases.map(|(frames, reason)| (vec![stream(frames), whole(json!([]), "end_turn")], reason));
+    each_fails_without_running_a_call(cases, "list", |server| agent_on(config(server).with_tool_call_limits(3, 1024)))
+        .await;
 }
 
 #[tokio::test]
@@ -361,23 +317,8 @@ async fn cancelling_mid_stream_closes_the_connection_and_aborts_the_turn() {
     frames.truncate(1);
     frames.extend(text_block(0, &["thinking"]).into_iter().take(2));
     let server = Loopback::start(vec![Reply::Stream { frames, hang: true }]).await;
-    let (tx, mut first_chunk) = tokio::sync::mpsc::unbounded_channel();
-    let agent = Agent::builder(AnthropicModel::new(config(&server)).unwrap())
-        .on_update(Arc::new(move |update: &AgentUpdate| {
-            if matches!(update, AgentUpdate::Text(_)) {
-                let _ = tx.send(());
-            }
-        }))
-        .build()
-        .unwrap();
-    let canceller = agent.clone();
-    tokio::spawn(async move {
-        first_chunk.recv().await;
-        canceller.cancel();
-    });
-    let outcome = within_20_s(agent.prompt("think")).await;
-    assert_eq!(outcome.stop_reason, StopReason::Aborted);
-    assert!(server.saw_client_close().await, "the server saw the connection close");
+    cancelling_mid_stream_aborts_and_closes_the_connection(&server, AnthropicModel::new(config(&server)).unwrap())
+        .await;
 }
 
 #[tokio::test]
@@ -394,13 +335,7 @@ async fn malformed_events_and_a_stream_without_its_stop_end_the_run_error() {
         (vec![delta(7)], "malformed model response"),
         (text_block(0, &["half"]), "ended before the answer finished"),
     ];
-    for (frames, expected) in cases {
-        let server = Loopback::start(vec![stream(frames)]).await;
-        let outcome = within_20_s(agent_on(config(&server).with_retries(0, Duration::ZERO)).prompt("hi")).await;
-        assert_eq!(outcome.stop_reason, StopReason::Error);
-        let message = outcome.error.unwrap().message;
-        assert!(message.contains(expected), "{expected}: {message}");
-    }
+    each_stream_ends_the_run_error(cases, |server| agent_on(config(server).with_retries(0, Duration::ZERO))).await;
     let server = Loopback::start(vec![ok(json!({"type": "message", "content": "text"}))]).await;
     let outcome = within_20_s(agent_on(config(&server).with_stream(false)).prompt("hi")).await;
     assert!(outcome.error.unwrap().message.starts_with("malformed model response"));
@@ -408,14 +343,11 @@ async fn malformed_events_and_a_stream_without_its_stop_end_the_run_error() {
 
 #[tokio::test]
 async fn pings_forever_end_at_the_call_deadline() {
-    let server =
-        Loopback::start(vec![endless_stream(event("ping", &json!({"type": "ping"})), Duration::from_millis(10))]).await;
-    let started = Instant::now();
-    let outcome =
-        within_20_s(agent_on(config(&server).with_call_deadline(Duration::from_millis(500))).prompt("hi")).await;
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
-    assert_failed_with(&outcome, "the model call passed its deadline of 0.5 s");
-    assert!(server.saw_client_close().await);
+    let pings = endless_stream(event("ping", &json!({"type": "ping"})), Duration::from_millis(10));
+    an_endless_stream_ends_at_the_call_deadline(pings, |server| {
+        agent_on(config(server).with_call_deadline(Duration::from_millis(500)))
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 //! partial output.
 
 use crate::common;
+use common::in_process_runtime as runtime;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,16 +19,6 @@ use subagents::tool::{shared_delegating_toolset, MaxDepth, SubagentTool, Subagen
 use subagents::{
     Budget, CancellationToken, Parent, Runtime, StartError, StartRequest, StopReason, SubagentEvent, Subagents,
 };
-
-fn runtime(home: &std::path::Path) -> Runtime {
-    Runtime::builder()
-        .workers(2)
-        .home(home)
-        .cancel_grace(Duration::from_millis(200))
-        .dispose_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap()
-}
 
 /// The text of the latest tool result of the current turn, if any.
 fn latest_result(messages: &[SessionEvent]) -> Option<&str> {

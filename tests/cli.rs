@@ -2,11 +2,14 @@
 //!
 //! This file holds the everyday paths; `cli/` holds the hardening checks by
 //! concern: what the binary accepts (`input`), which models it speaks to
-//! (`models`), what it prints (`output`) and
-//! how a batch ends and what it costs (`batch`).
+//! (`models`), what it prints (`output`),
+//! how a batch ends and what it costs (`batch`), and whether the README and
+//! the guide say what it does (`docs`).
 
 #[path = "cli/batch.rs"]
 mod batch;
+#[path = "cli/docs.rs"]
+mod docs;
 #[path = "cli/durable.rs"]
 mod durable;
 #[path = "cli/input.rs"]

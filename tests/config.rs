@@ -75,14 +75,14 @@ providers = ["agent", "cheap"]
 fn fanout_on(dir: &Path, tasks: &str, provider: &str, config: &Path) -> Command {
     let path = dir.join("tasks.jsonl");
     std::fs::write(&path, tasks).unwrap();
+    fanout(dir, &path, &["--provider", provider], config)
+}
+
+/// `fanout` of the task file `tasks` with `flags`, on `config`, its home
+/// under `dir`.
+fn fanout(dir: &Path, tasks: &Path, flags: &[&str], config: &Path) -> Command {
     let mut command = subagents(dir);
-    command
-        .arg("fanout")
-        .arg(&path)
-        .args(["--provider", provider, "--config"])
-        .arg(config)
-        .arg("--home")
-        .arg(dir.join("home"));
+    command.arg("fanout").arg(tasks).args(flags).arg("--config").arg(config).arg("--home").arg(dir.join("home"));
     command
 }
 
@@ -104,13 +104,7 @@ fn fanout_runs_each_task_on_the_provider_its_line_names() {
         r#"{"prompt": "again over acp", "provider": "agent"}"#,
     ];
     std::fs::write(&tasks, lines.join("\n")).unwrap();
-    let output = run(subagents(dir.path())
-        .arg("fanout")
-        .arg(&tasks)
-        .arg("--config")
-        .arg(&config)
-        .arg("--home")
-        .arg(dir.path().join("home")));
+    let output = run(&mut fanout(dir.path(), &tasks, &[], &config));
     assert!(output.status.success(), "{}", text(&output.stderr));
     let mut results = result_lines(&output.stdout);
     results.sort_by_key(|result| result["line"].as_u64());
@@ -393,13 +387,7 @@ fn each_acp_process_gets_a_private_run_dir_from_the_template_removed_unless_kept
         std::fs::write(&tasks, "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n{\"prompt\": \"c\"}\n").unwrap();
         let log = dir.path().join(format!("{provider}.log"));
         std::fs::remove_file(&log).ok(); // earlier fanouts' probes
-        let output = run(subagents(dir.path())
-            .arg("fanout")
-            .arg(&tasks)
-            .args(["--concurrency", "1", "--provider", provider, "--config"])
-            .arg(&config)
-            .arg("--home")
-            .arg(dir.path().join("home")));
+        let output = run(&mut fanout(dir.path(), &tasks, &["--concurrency", "1", "--provider", provider], &config));
         assert!(output.status.success(), "{provider}: {}", text(&output.stderr));
         let results = result_lines(&output.stdout);
         assert_eq!(results.len(), 3);
@@ -565,6 +553,10 @@ fn sessions_tree_reaches_a_process_child_in_its_own_home_and_the_runs_it_started
     let tree: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(tree["id"], session, "{tree}");
     assert_eq!(tree["children"].as_array().map(Vec::len), Some(2), "the two runs it started: {tree}");
+    // `show` finds it there too, by the run's child id.
+    let output = run(subagents(dir.path()).args(["sessions", "show", child, "--home"]).arg(&home));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("user: check the parser; check the docs"), "{}", text(&output.stdout));
 }
 
 #[test]

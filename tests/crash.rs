@@ -214,6 +214,37 @@ fn kill_9_of_a_parent_process_mid_run_leaves_sessions_that_reload() {
     assert!(sessions_reload_with(home.path(), false) >= 8);
 }
 
+/// A fresh home holding `lines` as `output.txt`, the random output a
+/// stand-in child writes, and that file's path.
+fn written_output(lines: &[String]) -> (tempfile::TempDir, PathBuf) {
+    let home = tempfile::tempdir().unwrap();
+    let output = home.path().join("output.txt");
+    std::fs::write(&output, lines.join("\n")).unwrap();
+    (home, output)
+}
+
+/// A run on the provider `random`, from `cwd`, settles `error` within 20 s
+/// and leaves no process behind once disposed.
+fn a_random_run_ends_in_error_and_leaves_no_process(
+    runtime: &subagents::Runtime,
+    cwd: &Path,
+) -> Result<(), TestCaseError> {
+    let subagents = runtime.subagents();
+    let cwd = cwd.to_path_buf();
+    let began = Instant::now();
+    let result = runtime.block_on(async move {
+        let request = StartRequest::new("go", Parent::root(&cwd), CancellationToken::new());
+        let run = subagents.start("random", request).await.unwrap();
+        let result = run.result().await.unwrap();
+        run.dispose().await.unwrap();
+        result
+    });
+    prop_assert!(began.elapsed() < Duration::from_secs(20));
+    prop_assert_eq!(result.stop_reason, StopReason::Error);
+    prop_assert_eq!(runtime.live().processes, 0);
+    Ok(())
+}
+
 /// Sends `lines` to a fresh `subagents serve`, then EOF; every reply must
 /// be a JSON-RPC result or error, and the process must exit in time.
 fn serve_survives(lines: &[String]) -> Result<(), TestCaseError> {
@@ -287,9 +318,7 @@ proptest! {
 
     #[test]
     fn random_child_output_ends_a_process_run_cleanly(lines in prop::collection::vec("[ -~]{0,60}", 1..6)) {
-        let home = tempfile::tempdir().unwrap();
-        let output = home.path().join("output.txt");
-        std::fs::write(&output, lines.join("\n")).unwrap();
+        let (home, output) = written_output(&lines);
         // Run by the shell as `sh serve --home …` from `home`: a freshly
         // written script exec'd directly can fail with ETXTBSY.
         let script = home.path().join("serve");
@@ -306,24 +335,12 @@ proptest! {
         let runtime = runtime(home.path());
         let subagents = runtime.subagents();
         subagents.register_provider(ProcessProvider::new(config).unwrap()).unwrap().keep();
-        let cwd = home.path().to_path_buf();
-        let began = Instant::now();
-        let result = runtime.block_on(async move {
-            let run = subagents.start("random", StartRequest::new("go", Parent::root(&cwd), CancellationToken::new())).await.unwrap();
-            let result = run.result().await.unwrap();
-            run.dispose().await.unwrap();
-            result
-        });
-        prop_assert!(began.elapsed() < Duration::from_secs(20));
-        prop_assert_eq!(result.stop_reason, StopReason::Error);
-        prop_assert_eq!(runtime.live().processes, 0);
+        a_random_run_ends_in_error_and_leaves_no_process(&runtime, home.path())?;
     }
 
     #[test]
     fn random_acp_agent_output_ends_the_run_cleanly(lines in prop::collection::vec("[ -~]{0,60}", 1..6)) {
-        let home = tempfile::tempdir().unwrap();
-        let output = home.path().join("output.txt");
-        std::fs::write(&output, lines.join("\n")).unwrap();
+        let (home, output) = written_output(&lines);
         let script = home.path().join("agent");
         std::fs::write(&script, format!(
             r#"#!/bin/sh
@@ -348,18 +365,7 @@ cat '{}'
         config.dispose_grace = Duration::from_millis(200);
         let provider = runtime.block_on(async move { AcpProvider::new(config).await.unwrap() });
         subagents.register_provider(provider).unwrap().keep();
-        let cwd = home.path().to_path_buf();
-        let began = Instant::now();
-        let result = runtime.block_on(async move {
-            let request = StartRequest::new("go", Parent::root(&cwd), CancellationToken::new());
-            let run = subagents.start("random", request).await.unwrap();
-            let result = run.result().await.unwrap();
-            run.dispose().await.unwrap();
-            result
-        });
-        prop_assert!(began.elapsed() < Duration::from_secs(20));
-        prop_assert_eq!(result.stop_reason, StopReason::Error);
-        prop_assert_eq!(runtime.live().processes, 0);
+        a_random_run_ends_in_error_and_leaves_no_process(&runtime, home.path())?;
     }
 }
 

@@ -25,13 +25,7 @@ struct Fixture {
 impl Fixture {
     fn new() -> Fixture {
         let home = tempfile::tempdir().unwrap();
-        let runtime = Runtime::builder()
-            .workers(2)
-            .home(home.path())
-            .cancel_grace(Duration::from_millis(200))
-            .dispose_timeout(Duration::from_secs(2))
-            .build()
-            .unwrap();
+        let runtime = common::in_process_runtime(home.path());
         Fixture { runtime, home, cwd: tempfile::tempdir().unwrap() }
     }
 

@@ -4,14 +4,17 @@
 use crate::common;
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::adapters::{
+    a_greeting_streams_to_the_listener, adding_through_the_tool_completes_with_42,
+    an_endless_stream_ends_at_the_call_deadline, assert_failed_with,
+    cancelling_mid_stream_aborts_and_closes_the_connection, keep_alive_forever, openai_config,
+};
 use common::loopback::{endless_stream, ok, within_20_s, Loopback, Reply};
 use serde_json::{json, Value};
-use subagents::agent::{
-    Agent, AgentUpdate, FnTool, Model, ModelError, OpenAiConfig, OpenAiModel, SessionEvent, ToolOutput,
-};
+use subagents::agent::{Agent, AgentUpdate, Model, ModelError, OpenAiConfig, OpenAiModel, SessionEvent};
 use subagents::seam::AgentOptions;
 use subagents::StopReason;
 
@@ -38,10 +41,7 @@ fn chat_stream(events: Vec<Value>, done: bool, hang: bool) -> Reply {
 }
 
 fn config(server: &Loopback) -> OpenAiConfig {
-    OpenAiConfig::new(format!("{}/v1", server.origin), "test-model")
-        .with_api_key("sk-test")
-        .with_retries(2, Duration::from_millis(10))
-        .with_timeout(Duration::from_secs(10))
+    openai_config(server, "test-model")
 }
 
 fn agent_on(config: OpenAiConfig) -> Agent {
@@ -83,19 +83,7 @@ async fn a_streamed_reply_reaches_listeners_chunk_by_chunk() {
         false,
     )])
     .await;
-    let chunks = Arc::new(Mutex::new(Vec::new()));
-    let sink = chunks.clone();
-    let agent = Agent::builder(OpenAiModel::new(config(&server)).unwrap())
-        .on_update(Arc::new(move |update: &AgentUpdate| {
-            if let AgentUpdate::Text(text) = update {
-                sink.lock().unwrap().push(text.clone());
-            }
-        }))
-        .build()
-        .unwrap();
-    let outcome = agent.prompt("greet").await;
-    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "Hello"));
-    assert_eq!(*chunks.lock().unwrap(), ["Hel", "lo"]);
+    a_greeting_streams_to_the_listener(Agent::builder(OpenAiModel::new(config(&server)).unwrap())).await;
     assert_eq!(server.bodies()[0]["stream"], true);
 }
 
@@ -118,15 +106,7 @@ async fn a_streamed_tool_call_round_trips_through_the_agent() {
         chat_stream(vec![delta(json!({"content": "42"}), None), delta(json!({}), Some("stop"))], true, false),
     ])
     .await;
-    let add = FnTool::new(
-        "add",
-        "Adds.",
-        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
-        |args| ToolOutput::ok((args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap()).to_string()),
-    );
-    let agent = Agent::builder(OpenAiModel::new(config(&server)).unwrap()).tool(add).build().unwrap();
-    let outcome = agent.prompt("add 2 and 40").await;
-    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "42"));
+    adding_through_the_tool_completes_with_42(OpenAiModel::new(config(&server)).unwrap()).await;
 
     let bodies = server.bodies();
     assert_eq!(bodies[0]["tools"][0]["function"]["name"], "add");
@@ -202,27 +182,7 @@ async fn a_stream_that_breaks_off_is_an_error_keeping_the_streamed_text() {
 async fn cancelling_mid_stream_closes_the_connection_and_aborts_the_turn() {
     let server =
         Loopback::start(vec![chat_stream(vec![delta(json!({"content": "thinking"}), None)], false, true)]).await;
-    let (tx, mut first_chunk) = tokio::sync::mpsc::unbounded_channel();
-    let agent = Agent::builder(OpenAiModel::new(config(&server)).unwrap())
-        .on_update(Arc::new(move |update: &AgentUpdate| {
-            if matches!(update, AgentUpdate::Text(_)) {
-                let _ = tx.send(());
-            }
-        }))
-        .build()
-        .unwrap();
-    let canceller = agent.clone();
-    tokio::spawn(async move {
-        first_chunk.recv().await;
-        canceller.cancel();
-    });
-    let outcome = tokio::time::timeout(Duration::from_secs(20), agent.prompt("think")).await.unwrap();
-    assert_eq!(outcome.stop_reason, StopReason::Aborted);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !server.client_closed.load(Ordering::SeqCst) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(server.client_closed.load(Ordering::SeqCst), "the server saw the connection close");
+    cancelling_mid_stream_aborts_and_closes_the_connection(&server, OpenAiModel::new(config(&server)).unwrap()).await;
 }
 
 #[tokio::test]
@@ -340,13 +300,6 @@ async fn a_non_transient_server_status_is_not_retried_and_an_html_page_becomes_o
     }
 }
 
-/// The run ended `error` with `reason` as its safe diagnostic reason.
-fn assert_failed_with(outcome: &subagents::agent::TurnOutcome, reason: &str) {
-    assert_eq!(outcome.stop_reason, StopReason::Error, "output of {} bytes", outcome.output.len());
-    let error = outcome.error.as_ref().unwrap();
-    assert_eq!(error.reason, reason, "{error:?}");
-}
-
 /// An assistant message with `n` calls of `list_dir`, each with `arguments`.
 fn tool_calls(n: usize, arguments: &str) -> Vec<Value> {
     (0..n)
@@ -445,13 +398,8 @@ async fn tool_call_arguments_past_their_bound_fail_the_model_call() {
 
 #[tokio::test]
 async fn keep_alive_comments_forever_end_at_the_call_deadline() {
-    let server = Loopback::start(vec![endless_stream(": keep-alive\n\n", Duration::from_millis(10))]).await;
-    let started = Instant::now();
-    let config = config(&server).with_call_deadline(Duration::from_millis(500));
-    let outcome = within_20_s(agent_on(config).prompt("hi")).await;
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
-    assert_failed_with(&outcome, "the model call passed its deadline of 0.5 s");
-    assert!(common::eventually(Duration::from_secs(10), || server.client_closed.load(Ordering::SeqCst)).await);
+    let deadline = |server: &Loopback| agent_on(config(server).with_call_deadline(Duration::from_millis(500)));
+    an_endless_stream_ends_at_the_call_deadline(keep_alive_forever(), deadline).await;
 }
 
 #[tokio::test]

@@ -88,7 +88,11 @@ fn start_time_features_other_than_the_route_are_refused_and_a_bad_route_is_reape
     });
     assert_eq!(persona.code(), "UNSUPPORTED_CAPABILITY");
     assert_eq!(route.code(), "STARTUP_FAILED");
-    assert!(!route.to_string().contains("nowhere"), "diagnostics carry no payload: {route}");
+    // Our words stay fixed; the child's own account is the detail.
+    let subagents::StartError::StartupFailed { diagnostic, .. } = &route else { panic!("{route:?}") };
+    assert_eq!((diagnostic.category, diagnostic.reason.as_deref()), (Category::ChildError, None));
+    let detail = diagnostic.detail.as_deref().unwrap_or_default();
+    assert!(detail.contains("-32602") && detail.contains("unknown model provider \"nowhere\""), "{route}");
     assert_eq!(bad_cwd.code(), "INVALID_REQUEST");
     assert_eq!(cancelled.code(), "ABORTED");
     no_children_left(&runtime);

@@ -34,13 +34,11 @@ use common::blocking::eventually;
 use common::{request, runtime_at, Within, WAIT_LIMIT};
 use subagents::seam::ProgressUpdate;
 use subagents::{CancellationToken, Parent, StartRequest, StopReason, SubagentEvent};
-use support::{caller, one_at_a_time, provider, wire_id, Look, Server, Worker};
+use support::{broker, caller, one_at_a_time, provider, wire_id, Look, Server, Worker};
 
 #[test]
 fn two_workers_share_fifty_runs_and_each_settles_once_with_its_worker_session() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let workers =
         [Worker::start(dir.path(), &server.url(), "w1", &[]), Worker::start(dir.path(), &server.url(), "w2", &[])];
     let runtime = caller(dir.path(), &server);
@@ -103,9 +101,7 @@ fn two_workers_share_fifty_runs_and_each_settles_once_with_its_worker_session() 
 
 #[test]
 fn fanout_runs_a_tasks_file_on_workers_and_refuses_an_unreachable_broker() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let tasks = dir.path().join("tasks.jsonl");
     std::fs::write(&tasks, "{\"prompt\": \"one\"}\n{\"prompt\": \"two\", \"label\": \"second\"}\n").unwrap();
@@ -155,9 +151,7 @@ fn a_start_while_the_broker_is_down_fails_startup_with_a_safe_diagnostic() {
 fn start_time_features_cross_the_wire_and_the_worker_enforces_them() {
     use subagents::agent::SessionStore;
     use subagents::seam::{Capabilities, ToolFilter};
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
@@ -216,9 +210,7 @@ fn start_time_features_cross_the_wire_and_the_worker_enforces_them() {
 
 #[test]
 fn a_process_worker_isolates_each_run_and_refuses_loudly_what_it_cannot_enforce() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let _worker = Worker::start(dir.path(), &server.url(), "iso", &["--provider", "process", "--pool", "isolated"]);
     let runtime = runtime_at(&dir.path().join("caller"));
     let subagents = runtime.subagents();
@@ -249,9 +241,7 @@ fn a_process_worker_isolates_each_run_and_refuses_loudly_what_it_cannot_enforce(
 
 #[test]
 fn malformed_and_oversized_messages_are_dropped_and_nothing_crashes() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let runtime = runtime_at(&dir.path().join("caller"));
     let subagents = runtime.subagents();
@@ -295,9 +285,7 @@ fn malformed_and_oversized_messages_are_dropped_and_nothing_crashes() {
 
 #[test]
 fn sigterm_drains_a_worker_its_live_run_finishes_and_it_exits_zero() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let look = Look::new(&server.url());
     let mut worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let runtime = caller(dir.path(), &server);
@@ -334,9 +322,7 @@ fn sigterm_drains_a_worker_its_live_run_finishes_and_it_exits_zero() {
 
 #[test]
 fn a_remote_child_inherits_what_is_left_of_its_budget() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
@@ -353,9 +339,7 @@ fn a_remote_child_inherits_what_is_left_of_its_budget() {
 
 #[test]
 fn a_worker_runs_its_runs_on_a_provider_of_its_configuration_file() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let file = dir.path().join("worker.toml");
     std::fs::write(&file, "[providers.cheap]\nkind = \"spawn\"\n\n[providers.echo]\nkind = \"mock\"\nreply = \"echoed: \"\necho_prompt = true\n").unwrap();
     let config = file.display().to_string();

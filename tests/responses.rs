@@ -5,41 +5,27 @@
 
 use crate::common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::loopback::{endless_stream, event, ok, status, within_20_s, Loopback, Reply};
-use serde_json::{json, Value};
-use subagents::agent::{
-    Agent, AgentUpdate, Finish, FnTool, Model, ModelError, ModelReply, ModelRequest, ModelSpec, OpenAiConfig,
-    OpenAiResponsesModel, SessionEvent, ToolOutput, TurnOutcome, Usage,
+use common::adapters::{
+    a_greeting_streams_to_the_listener, adding_through_the_tool_completes_with_42,
+    an_endless_answer_fails_past_its_bound, an_endless_stream_ends_at_the_call_deadline, ask, assert_failed_with,
+    cancelling_mid_stream_aborts_and_closes_the_connection, each_fails_without_running_a_call,
+    each_stream_ends_the_run_error, endless_after, keep_alive_forever, openai_config,
 };
+use common::loopback::{event, ok, status, within_20_s, Loopback, Reply};
+use serde_json::{json, Value};
+use subagents::agent::{Agent, AgentUpdate, Finish, Model, ModelSpec, OpenAiConfig, OpenAiResponsesModel, Usage};
 use subagents::seam::AgentOptions;
-use subagents::{CancellationToken, ContentBlock, StopReason};
+use subagents::StopReason;
 
 fn config(server: &Loopback) -> OpenAiConfig {
-    OpenAiConfig::new(format!("{}/v1", server.origin), "gpt-test")
-        .with_api_key("sk-test")
-        .with_retries(2, Duration::from_millis(10))
-        .with_timeout(Duration::from_secs(10))
+    openai_config(server, "gpt-test")
 }
 
 fn agent_on(config: OpenAiConfig) -> Agent {
     Agent::builder(OpenAiResponsesModel::new(config).unwrap()).build().unwrap()
-}
-
-/// One model call of `prompt`, straight to the adapter.
-async fn ask(model: &OpenAiResponsesModel, prompt: &str) -> Result<ModelReply, ModelError> {
-    let request = ModelRequest {
-        session_id: "s".to_owned(),
-        system: Arc::from("You help."),
-        messages: Arc::from(vec![SessionEvent::User { content: vec![ContentBlock::text(prompt)] }]),
-        tools: Arc::from(Vec::new()),
-        options: AgentOptions::default(),
-        chunks: None,
-        meter: Default::default(),
-    };
-    within_20_s(model.complete(request, CancellationToken::new())).await
 }
 
 fn usage() -> Value {
@@ -120,16 +106,9 @@ fn text_output(text: &str) -> Value {
         "content": [{"type": "output_text", "text": text, "annotations": []}]}])
 }
 
-fn assert_failed_with(outcome: &TurnOutcome, reason: &str) {
-    assert_eq!(outcome.stop_reason, StopReason::Error, "output of {} bytes", outcome.output.len());
-    assert_eq!(outcome.error.as_ref().unwrap().reason, reason, "{:?}", outcome.error);
-}
-
 #[tokio::test]
 async fn a_streamed_answer_reaches_listeners_and_the_request_carries_instructions_input_and_route() {
     let server = Loopback::start(vec![completed(message_item(0, &["Hel", "lo"]))]).await;
-    let chunks = Arc::new(Mutex::new(Vec::new()));
-    let sink = chunks.clone();
     let model = OpenAiResponsesModel::new(config(&server)).unwrap();
     assert_eq!(model.name(), "openai-responses:gpt-test");
     let route = AgentOptions {
@@ -138,19 +117,7 @@ async fn a_streamed_answer_reaches_listeners_and_the_request_carries_instruction
         reasoning_effort: Some("low".into()),
         ..Default::default()
     };
-    let agent = Agent::builder(model)
-        .persona("You greet.")
-        .options(route)
-        .on_update(Arc::new(move |update: &AgentUpdate| {
-            if let AgentUpdate::Text(text) = update {
-                sink.lock().unwrap().push(text.clone());
-            }
-        }))
-        .build()
-        .unwrap();
-    let outcome = agent.prompt("greet").await;
-    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "Hello"));
-    assert_eq!(*chunks.lock().unwrap(), ["Hel", "lo"]);
+    a_greeting_streams_to_the_listener(Agent::builder(model).persona("You greet.").options(route)).await;
 
     let requests = server.requests.lock().unwrap();
     assert_eq!(requests[0].path, "/v1/responses");
@@ -170,15 +137,7 @@ async fn a_function_call_round_trips_through_the_agent_as_its_output_in_the_next
         completed(message_item(0, &["42"])),
     ])
     .await;
-    let add = FnTool::new(
-        "add",
-        "Adds.",
-        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
-        |args| ToolOutput::ok((args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap()).to_string()),
-    );
-    let agent = Agent::builder(OpenAiResponsesModel::new(config(&server)).unwrap()).tool(add).build().unwrap();
-    let outcome = agent.prompt("add 2 and 40").await;
-    assert_eq!((outcome.stop_reason, outcome.output.as_str()), (StopReason::Completed, "42"));
+    adding_through_the_tool_completes_with_42(OpenAiResponsesModel::new(config(&server)).unwrap()).await;
 
     let bodies = server.bodies();
     let tool = &bodies[0]["tools"][0];
@@ -292,17 +251,14 @@ async fn a_429_is_retried_after_its_retry_after_and_a_400_fails_at_once_with_its
 
 #[tokio::test]
 async fn answers_past_their_bounds_fail_without_running_any_call() {
-    // An endless stream of text deltas.
+    // An endless stream of text deltas, after the item they add to.
     let delta =
         frame("response.output_text.delta", json!({"output_index": 0, "content_index": 0, "delta": "y".repeat(8192)}));
-    let Reply::Endless { mut head, chunk, every } = endless_stream(delta, Duration::from_millis(1)) else {
-        unreachable!()
-    };
-    head.push_str(&message_item(0, &[])[0]); // the item the deltas add to
-    let server = Loopback::start(vec![Reply::Endless { head, chunk, every }]).await;
-    let outcome = within_20_s(agent_on(config(&server).with_max_answer_bytes(256 * 1024)).prompt("hi")).await;
-    assert_failed_with(&outcome, "the model's answer is larger than 256 KiB");
-    assert!(server.saw_client_close().await);
+    let endless = endless_after(&message_item(0, &[])[0], delta);
+    an_endless_answer_fails_past_its_bound(endless, |server| {
+        agent_on(config(server).with_max_answer_bytes(256 * 1024))
+    })
+    .await;
 
     let calls: Vec<String> = (0..5).flat_map(|i| call_item(i, &format!("call_{i}"), "list_dir", &["{}"])).collect();
     let arguments = format!("{{\"path\": \"{}\"}}", "a".repeat(4096));
@@ -311,14 +267,10 @@ async fn answers_past_their_bounds_fail_without_running_any_call() {
         (calls, "the model's answer asks for more than 3 tool calls"),
         (call_item(0, "call_0", "list_dir", &pieces), "a tool call's arguments are larger than 1 KiB"),
     ];
-    for (items, reason) in cases {
-        let server = Loopback::start(vec![completed(items), ok(response("completed", text_output("done")))]).await;
-        let agent = agent_on(config(&server).with_tool_call_limits(3, 1024));
-        let outcome = within_20_s(agent.prompt("list")).await;
-        assert_failed_with(&outcome, reason);
-        assert_eq!(server.bodies().len(), 1, "{reason}");
-        assert!(!agent.events().iter().any(|e| matches!(e, SessionEvent::ToolResult { .. })), "no call ran");
-    }
+    let done = || ok(response("completed", text_output("done")));
+    let cases = cases.map(|(items, reason)| (vec![completed(items), done()], reason));
+    each_fails_without_running_a_call(cases, "list", |server| agent_on(config(server).with_tool_call_limits(3, 1024)))
+        .await;
 }
 
 #[tokio::test]
@@ -327,23 +279,8 @@ async fn cancelling_mid_stream_closes_the_connection_and_aborts_the_turn() {
     frames.truncate(1);
     frames.extend(message_item(0, &["thinking"])[..3].to_vec());
     let server = Loopback::start(vec![Reply::Stream { frames, hang: true }]).await;
-    let (tx, mut first_chunk) = tokio::sync::mpsc::unbounded_channel();
-    let agent = Agent::builder(OpenAiResponsesModel::new(config(&server)).unwrap())
-        .on_update(Arc::new(move |update: &AgentUpdate| {
-            if matches!(update, AgentUpdate::Text(_)) {
-                let _ = tx.send(());
-            }
-        }))
-        .build()
-        .unwrap();
-    let canceller = agent.clone();
-    tokio::spawn(async move {
-        first_chunk.recv().await;
-        canceller.cancel();
-    });
-    let outcome = within_20_s(agent.prompt("think")).await;
-    assert_eq!(outcome.stop_reason, StopReason::Aborted);
-    assert!(server.saw_client_close().await, "the server saw the connection close");
+    let model = OpenAiResponsesModel::new(config(&server)).unwrap();
+    cancelling_mid_stream_aborts_and_closes_the_connection(&server, model).await;
 }
 
 #[tokio::test]
@@ -355,13 +292,7 @@ async fn malformed_events_and_a_stream_without_its_ending_end_the_run_error() {
         (vec![orphan], "malformed model response"),
         (message_item(0, &["half"]), "ended before the answer finished"),
     ];
-    for (frames, expected) in cases {
-        let server = Loopback::start(vec![Reply::Stream { frames, hang: false }]).await;
-        let outcome = within_20_s(agent_on(config(&server).with_retries(0, Duration::ZERO)).prompt("hi")).await;
-        assert_eq!(outcome.stop_reason, StopReason::Error);
-        let message = outcome.error.unwrap().message;
-        assert!(message.contains(expected), "{expected}: {message}");
-    }
+    each_stream_ends_the_run_error(cases, |server| agent_on(config(server).with_retries(0, Duration::ZERO))).await;
     let server = Loopback::start(vec![ok(json!({"object": "response", "status": "completed"}))]).await;
     let outcome = within_20_s(agent_on(config(&server).with_stream(false)).prompt("hi")).await;
     assert!(outcome.error.unwrap().message.starts_with("malformed model response"));
@@ -369,13 +300,8 @@ async fn malformed_events_and_a_stream_without_its_ending_end_the_run_error() {
 
 #[tokio::test]
 async fn keep_alive_comments_forever_end_at_the_call_deadline() {
-    let server = Loopback::start(vec![endless_stream(": keep-alive\n\n", Duration::from_millis(10))]).await;
-    let started = Instant::now();
-    let outcome =
-        within_20_s(agent_on(config(&server).with_call_deadline(Duration::from_millis(500))).prompt("hi")).await;
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
-    assert_failed_with(&outcome, "the model call passed its deadline of 0.5 s");
-    assert!(server.saw_client_close().await);
+    let deadline = |server: &Loopback| agent_on(config(server).with_call_deadline(Duration::from_millis(500)));
+    an_endless_stream_ends_at_the_call_deadline(keep_alive_forever(), deadline).await;
 }
 
 #[test]

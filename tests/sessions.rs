@@ -45,6 +45,12 @@ fn only_segment(home: &Path) -> PathBuf {
     found[0].clone()
 }
 
+/// Appends `bytes` to the one segment under `home`, as a writer cut short
+/// would have left them.
+fn append_to_only_segment(home: &Path, bytes: &[u8]) {
+    std::fs::OpenOptions::new().append(true).open(only_segment(home)).unwrap().write_all(bytes).unwrap();
+}
+
 #[test]
 fn a_session_round_trips_through_a_shared_segment() {
     let home = tempfile::tempdir().unwrap();
@@ -130,10 +136,7 @@ fn a_torn_last_line_in_a_shared_segment_keeps_every_other_session_whole() {
     torn.close().unwrap();
     other.close().unwrap();
     drop(store);
-    let segment = only_segment(home.path());
-    let mut file = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
-    file.write_all(br#"{"session":"torn","type":"user","content":[{"type":"te"#).unwrap();
-    drop(file);
+    append_to_only_segment(home.path(), br#"{"session":"torn","type":"user","content":[{"type":"te"#);
 
     // Another process reads the segment its writer left.
     let store = SessionStore::new(home.path());
@@ -254,13 +257,7 @@ fn a_complete_but_unparsable_last_line_counts_as_torn() {
     session.append(user("kept")).unwrap();
     session.close().unwrap();
     drop(store);
-    let segment = only_segment(home.path());
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(&segment)
-        .unwrap()
-        .write_all(b"{\"session\":\"seg-nl\",\"type\":\"us\n")
-        .unwrap();
+    append_to_only_segment(home.path(), b"{\"session\":\"seg-nl\",\"type\":\"us\n");
     let loaded = SessionStore::new(home.path()).load("seg-nl").unwrap();
     assert!(loaded.torn);
     assert_eq!(loaded.session.events(), &[user("kept")]);
@@ -284,13 +281,10 @@ fn a_corrupt_line_before_the_last_is_an_error_naming_the_line() {
     session.append(user("one")).unwrap();
     session.close().unwrap();
     drop(store);
-    let segment = only_segment(home.path());
-    let mut file = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
-    file.write_all(
+    append_to_only_segment(
+        home.path(),
         b"{\"session\":\"seg-corrupt\",garbage}\n{\"session\":\"seg-corrupt\",\"type\":\"user\",\"content\":[]}\n",
-    )
-    .unwrap();
-    drop(file);
+    );
     match SessionStore::new(home.path()).load("seg-corrupt") {
         Err(SessionError::Corrupt { line, .. }) => assert_eq!(line, 3),
         other => panic!("expected a corrupt-session error, got {other:?}"),
@@ -375,13 +369,7 @@ fn a_file_killed_before_its_header_was_written_is_no_session() {
 
     // In a segment: a header torn at its end is no session, and not listed.
     drop(store);
-    let segment = only_segment(home.path());
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(&segment)
-        .unwrap()
-        .write_all(b"{\"session\":\"cut\",\"type\":\"head")
-        .unwrap();
+    append_to_only_segment(home.path(), b"{\"session\":\"cut\",\"type\":\"head");
     let store = SessionStore::new(home.path());
     assert!(matches!(store.load("cut"), Err(SessionError::NotFound(_))));
     assert!(!store.ids().unwrap().contains(&"cut".to_owned()));

@@ -7,7 +7,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use actix::prelude::*;
-use criterion::Criterion;
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion};
 
 /// Total (runs, time) per bench, over every sample criterion took.
 static TOTALS: Mutex<BTreeMap<String, (u64, Duration)>> = Mutex::new(BTreeMap::new());
@@ -55,6 +56,23 @@ impl Handler<Ping> for Echo {
 /// One actix floor iteration: start an actor, one request, stop.
 pub async fn actix_floor() {
     Echo.start().send(Ping(1)).await.unwrap();
+}
+
+/// The actix floor's bench in `group`: an actor started, asked once and
+/// stopped, `iters` times in a row on `runtime` (recorded as
+/// `floor-actix`).
+pub fn bench_actix_floor(group: &mut BenchmarkGroup<'_, WallTime>, runtime: &subagents::Runtime) {
+    group.bench_function("floor: actix actor start + request + stop", |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async move {
+                let began = std::time::Instant::now();
+                for _ in 0..iters {
+                    actix_floor().await;
+                }
+                record("floor-actix", iters, began.elapsed())
+            })
+        })
+    });
 }
 
 /// An actor of the cancel storm's floor: watches its token, stops when it
@@ -132,3 +150,26 @@ pub fn clear_sessions(home: &std::path::Path) {
         }
     }
 }
+
+/// A bench's `main`: its criterion group (`targets` under `config`), the
+/// summary, then `report` (what it prints beside criterion: ratios, goals).
+/// (The quick report, `examples/perf`, shares this module and has no use
+/// for it.)
+#[allow(unused_macros)]
+macro_rules! bench_main {
+    (config = $config:expr; targets = $targets:path; report = $report:path $(;)?) => {
+        criterion::criterion_group! {
+            name = benches;
+            config = $config;
+            targets = $targets
+        }
+
+        fn main() {
+            benches();
+            criterion::Criterion::default().configure_from_args().final_summary();
+            $report();
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use bench_main;

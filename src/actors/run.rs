@@ -364,7 +364,7 @@ impl RunActor {
             }
             Err(panic) => {
                 tracing::error!(parent: &self.span, %panic, "provider launch panicked");
-                let diagnostic = self.diagnostic(Stage::Initialize, Category::Panicked);
+                let diagnostic = self.diagnostic(Stage::Initialize, Category::Panicked).with_detail(panic.to_string());
                 let provider = self.provider().to_owned();
                 self.reject(StartError::StartupFailed { provider, diagnostic }, ctx);
                 return None;
@@ -458,13 +458,25 @@ impl RunActor {
                 ctx.run_later(grace, |actor, _ctx| match actor.take_phase() {
                     Phase::Cancelling { child, .. } => {
                         actor.phase = Phase::Settled { child };
-                        actor.settle(RunResult::empty(StopReason::Aborted));
+                        actor.settle(actor.grace_ran_out());
                     }
                     other => actor.phase = other,
                 });
             }
             other => self.phase = other,
         }
+    }
+
+    /// The result of a child still running when its cancel grace ran out:
+    /// `Aborted`, and a `timed-out` diagnostic that tells it from one that
+    /// stopped when asked.
+    fn grace_ran_out(&self) -> RunResult {
+        let grace = self.core.config().cancel_grace;
+        tracing::debug!(parent: &self.span, ?grace, "the child ignored cancel for its grace");
+        let diagnostic = self
+            .diagnostic(Stage::SessionRun, Category::TimedOut)
+            .with_reason(format!("the child was still running {grace:?} after it was told to stop"));
+        RunResult { diagnostic: Some(diagnostic), ..RunResult::empty(StopReason::Aborted) }
     }
 
     fn cancel_child(&self) {
@@ -478,7 +490,7 @@ impl RunActor {
     fn on_run_finished(&mut self, outcome: RunOutcome, ctx: &mut Context<Self>) {
         let result = outcome.unwrap_or_else(|panic| {
             tracing::error!(parent: &self.span, %panic, "child run panicked");
-            RunResult::failed(self.diagnostic(Stage::SessionRun, Category::Panicked))
+            RunResult::failed(self.diagnostic(Stage::SessionRun, Category::Panicked).with_detail(panic.to_string()))
         });
         match self.take_phase() {
             Phase::Running { child, structured } | Phase::Cancelling { child, structured } => {
@@ -525,12 +537,12 @@ impl RunActor {
                 self.phase = Phase::DisposingAwaitRun { child, structured };
                 self.token.cancel();
                 self.cancel_child();
-                ctx.run_later(grace, |actor, ctx| actor.release_child(ctx));
+                ctx.run_later(grace, |actor, ctx| actor.release_after_grace(ctx));
             }
             Phase::Cancelling { child, structured } => {
                 self.phase = Phase::DisposingAwaitRun { child, structured };
                 self.token.cancel();
-                ctx.run_later(grace, |actor, ctx| actor.release_child(ctx));
+                ctx.run_later(grace, |actor, ctx| actor.release_after_grace(ctx));
             }
             Phase::Settled { child } => {
                 self.phase = Phase::DisposingAwaitRun { child, structured: None };
@@ -539,6 +551,15 @@ impl RunActor {
             }
             other => self.phase = other,
         }
+    }
+
+    /// The cancel grace of a dispose ran out: a run still going settles
+    /// timed out, then the child is released.
+    fn release_after_grace(&mut self, ctx: &mut Context<Self>) {
+        if matches!(self.phase, Phase::DisposingAwaitRun { .. }) {
+            self.settle(self.grace_ran_out());
+        }
+        self.release_child(ctx);
     }
 
     /// Stop waiting for the child's run and call its dispose hook (bounded).

@@ -168,6 +168,7 @@ impl RunShared {
             parent_session: self.parent_session.clone(),
             stop_reason: result.as_ref().map_or(StopReason::Error, |r| r.stop_reason),
             last_message: result.as_ref().ok().map(|r| r.output.clone()),
+            diagnostic: result.as_ref().ok().and_then(|r| r.diagnostic.clone()),
         };
         if self.result.get().is_some() {
             return;

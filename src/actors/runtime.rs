@@ -84,7 +84,13 @@ impl RuntimeBuilder {
     }
 
     /// Start the threads and the registry.
+    ///
+    /// The first runtime of a process also chains a panic hook that keeps
+    /// a panic the runtime contains off stderr unless `RUST_BACKTRACE` is
+    /// set: it settles its run `Error` with the panic's message as the
+    /// diagnostic's detail, and is logged at error (see `contain.rs`).
     pub fn build(self) -> std::io::Result<Runtime> {
+        crate::contain::quiet_contained_panics();
         let (home, own_home) = match self.home.or_else(|| std::env::var_os("SUBAGENTS_HOME").map(PathBuf::from)) {
             Some(home) => (home, None),
             None => {
@@ -166,6 +172,26 @@ struct Threads {
 /// Owns the actor system. Build with [`Runtime::builder`]; stop with
 /// [`Runtime::shutdown`] (dropping it stops the threads without the
 /// graceful phases).
+///
+/// It runs on threads of its own, so a program needs no async runtime of
+/// its own to use it: [`Runtime::block_on`] runs a future on one of its
+/// workers (next to the runs it starts), and the report of
+/// [`Runtime::shutdown_blocking`] says whether anything was left alive.
+///
+/// ```
+/// use std::time::Duration;
+/// use subagents::Runtime;
+///
+/// let runtime = Runtime::builder()
+///     .workers(2)
+///     .home(std::env::temp_dir().join("subagents-doc-runtime"))
+///     .cancel_grace(Duration::from_millis(500))
+///     .build()
+///     .unwrap();
+/// assert_eq!(runtime.block_on(async { 6 * 7 }), 42);
+/// let report = runtime.shutdown_blocking();
+/// assert!(report.live_after.is_quiescent());
+/// ```
 pub struct Runtime {
     core: Arc<Core>,
     registry: Addr<RegistryActor>,

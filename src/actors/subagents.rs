@@ -16,6 +16,25 @@ use crate::seam::{Provider, ProviderInfo, RegisterError, StartError, StartReques
 
 /// A `Clone + Send + Sync` handle on a runtime's registry, usable from any
 /// thread or async runtime.
+///
+/// ```
+/// use futures_util::StreamExt;
+/// use subagents::providers::MockProvider;
+/// use subagents::{CancellationToken, Parent, Runtime, StartRequest};
+///
+/// let runtime = Runtime::builder().build().unwrap();
+/// let subagents = runtime.subagents();
+/// subagents.register_provider(MockProvider::new("mock").with_echo_prompt()).unwrap().keep();
+/// assert_eq!(subagents.provider_names(), ["mock"]);
+///
+/// let answers = runtime.block_on(async move {
+///     // Ten requests, at most three children at once, each disposed.
+///     let requests = (0..10).map(|n| StartRequest::new(format!("task {n}"), Parent::root("/tmp"), CancellationToken::new()));
+///     subagents.fan_out("mock", requests, 3).map(|(_, result)| result.unwrap().text()).collect::<Vec<_>>().await
+/// });
+/// assert_eq!(answers.len(), 10);
+/// runtime.shutdown_blocking();
+/// ```
 #[derive(Clone)]
 pub struct Subagents {
     core: Arc<Core>,

@@ -214,23 +214,20 @@ impl ModelSpec {
             ModelSpec::OpenAi(name) => {
                 let config = OpenAiConfig::from_env_for(name.as_deref())?;
                 let base_url = config.base_url.clone();
-                let model = Arc::new(OpenAiModel::new(config)?);
-                let held = model.clone();
-                (model, base_url, Box::pin(async move { held.check_reachable().await }))
+                let (model, probe) = OpenAiModel::new(config)?.probed();
+                (model, base_url, probe)
             }
             ModelSpec::OpenAiResponses(name) => {
                 let config = OpenAiConfig::from_env_for(name.as_deref())?;
                 let base_url = config.base_url.clone();
-                let model = Arc::new(OpenAiResponsesModel::new(config)?);
-                let held = model.clone();
-                (model, base_url, Box::pin(async move { held.check_reachable().await }))
+                let (model, probe) = OpenAiResponsesModel::new(config)?.probed();
+                (model, base_url, probe)
             }
             ModelSpec::Anthropic(name) => {
                 let config = AnthropicConfig::from_env_for(name.as_deref())?;
                 let base_url = config.base_url.clone();
-                let model = Arc::new(AnthropicModel::new(config)?);
-                let held = model.clone();
-                (model, base_url, Box::pin(async move { held.check_reachable().await }))
+                let (model, probe) = AnthropicModel::new(config)?.probed();
+                (model, base_url, probe)
             }
             ModelSpec::Route(route) => route.build_http()?,
             ModelSpec::Scripted => unreachable!("the scripted model is no HTTP model"),

@@ -71,4 +71,6 @@ pub use event::{SessionEvent, SessionHeader, ToolCall};
 #[cfg(feature = "config")]
 pub(crate) use file::kind_of;
 pub use live::Session;
+#[cfg(any(feature = "acp", feature = "a2a"))]
+pub(crate) use store::HomeStores;
 pub use store::{LoadedSession, SessionStore, SessionSummary, StoredSession, DEFAULT_MAX_LINE_BYTES};

@@ -156,6 +156,22 @@ impl ToolOutput {
     }
 }
 
+/// [`Tool::concurrent`] and [`Tool::read_only`], both yes, inside a
+/// `Tool` impl: a tool that only reads may run beside the answer's other
+/// concurrent calls.
+macro_rules! reads_only {
+    () => {
+        fn concurrent(&self) -> bool {
+            true
+        }
+
+        fn read_only(&self) -> bool {
+            true
+        }
+    };
+}
+pub(crate) use reads_only;
+
 /// A tool.
 pub trait Tool: Send + Sync + 'static {
     /// Name, description and parameter schema (read once, when added).

@@ -525,6 +525,9 @@ impl Engine {
                         if let Some(session) = &result.child_session {
                             record["child_session"] = json!(session);
                         }
+                        if result.tool_calls_failed > 0 {
+                            record["tool_calls_failed"] = json!(result.tool_calls_failed);
+                        }
                         if let Err(error) = disposed {
                             record["dispose_error"] = json!(error.to_string());
                         }
@@ -533,7 +536,10 @@ impl Engine {
                         }
                         completed = result.stop_reason == StopReason::Completed;
                         unserved = result.diagnostic.as_ref().is_some_and(|d| d.category.is_unserved());
-                        let detail = result.diagnostic.and_then(|d| d.reason);
+                        let detail = result.diagnostic.map(|d| match d.explanation() {
+                            Some(explanation) => format!("{}: {explanation}", d.category_name()),
+                            None => d.category_name(),
+                        });
                         (record, result.stop_reason.to_string(), detail)
                     }
                     Err(error) => {

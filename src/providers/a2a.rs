@@ -109,7 +109,7 @@ use std::time::Duration;
 
 use futures_util::future::LocalBoxFuture;
 
-use self::child::{A2aChild, Setup};
+use self::child::{A2aChild, Record, Setup};
 use self::client::{Binding, Bounds, Client, Endpoint};
 use crate::schema::CompiledSchema;
 use crate::seam::{Capabilities, Category, Child, Diagnostic, Launch, LaunchError, Provider, Stage};
@@ -209,6 +209,8 @@ pub struct A2aProvider {
     config: A2aConfig,
     /// The card, once read (a failed read is tried again at the next start).
     card: Arc<Mutex<Option<Arc<AgentCard>>>>,
+    /// Where the runs' transcripts are kept (see `child.rs`).
+    stores: Arc<crate::agent::HomeStores>,
 }
 
 impl A2aProvider {
@@ -223,7 +225,7 @@ impl A2aProvider {
         }
         // The headers are checked here, where a mistake can be named.
         client(&config).map_err(A2aError)?;
-        Ok(A2aProvider { config, card: Arc::default() })
+        Ok(A2aProvider { config, card: Arc::default(), stores: Arc::default() })
     }
 }
 
@@ -261,6 +263,7 @@ impl Provider for A2aProvider {
     fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
         let config = self.config.clone();
         let cache = self.card.clone();
+        let stores = self.stores.clone();
         let name = config.name.clone();
         let diagnosed = move |reason: String| {
             LaunchError::Diagnosed(
@@ -317,8 +320,15 @@ impl Provider for A2aProvider {
                 limits: config.limits,
             };
             let prompt = crate::seam::text_of(&launch.request.prompt);
+            let id = format!("a2a-{}", crate::agent::ids::session_id());
+            let request = &launch.request;
+            let mut header = crate::agent::SessionHeader::new(&id, request.parent.cwd.clone());
+            header.parent_session = request.parent.session_id.clone();
+            header.depth = request.child_depth();
+            (header.provider, header.label) = (Some(config.name.clone()), request.label.clone());
             let child = A2aChild {
-                id: format!("a2a-{}", crate::agent::ids::session_id()),
+                record: Rc::new(Record { stores, header }),
+                id,
                 setup: Rc::new(setup),
                 prompt,
                 schema,

@@ -41,8 +41,12 @@
 //! `dispose_idle_eof_grace` past the agent's last line (see `dispose.rs`):
 //! agents that never exit on EOF cost half a second, not six, once their
 //! run finished. Child output lines are capped, so a child that
-//! floods stdout cannot grow memory without bound. Diagnostics carry only
-//! stage and category, never stderr (discarded) or payloads.
+//! floods stdout cannot grow memory without bound. A failure's diagnostic
+//! carries its stage and category and, as its `detail`, the agent's
+//! account: its error answer (code, message, data), how it exited (after a
+//! crash, waited for a moment) and the last lines of its stderr, made one
+//! safe line with the values of `env` replaced (`child_process/account.rs`;
+//! a pooled process's stderr is shared by its sessions).
 //!
 //! **Reuse** ([`AcpConfig::reuse`]): `PerRun` (the default) is all of the
 //! above, one process per run. `Pooled` keeps initialized processes in a
@@ -65,6 +69,11 @@ mod mcp_servers;
 mod pool;
 mod process;
 mod run_dir;
+#[cfg(feature = "agent")]
+mod transcript;
+#[cfg(not(feature = "agent"))]
+#[path = "acp/transcript_off.rs"]
+mod transcript;
 
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
@@ -92,9 +101,10 @@ use self::dispose::{Activity, Graces};
 pub use self::mcp_servers::AcpMcpServer;
 use self::pool::Pool;
 pub use self::pool::PoolConfig;
-use self::process::{AgentProcess, Answer, Route};
+use self::process::{AgentProcess, Answer, Fault, Route};
 use self::run_dir::RunDir;
 pub use self::run_dir::RunDirs;
+use self::transcript::{Recording, Stores, Transcript};
 use crate::child_process::{lines, spawn, ChildEnv, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
 use crate::live::LiveCounters;
 use crate::live::ProcessLease;
@@ -233,6 +243,8 @@ pub struct AcpProvider {
     features: AgentFeatures,
     /// The warm pool, under `Reuse::Pooled`.
     pool: Option<Arc<Pool>>,
+    /// Where the runs' transcripts are recorded (see `transcript.rs`).
+    stores: Arc<Stores>,
 }
 
 /// Why an ACP agent could not be probed ([`AcpProvider::new`]): the
@@ -296,14 +308,18 @@ impl AcpProvider {
                 cx.send_request(initialize()).block_task().await
             });
         let answered = tokio::time::timeout(HANDSHAKE_TIMEOUT, probe).await;
+        let failure = match &answered {
+            Ok(Ok(_)) => None,
+            Ok(Err(error)) => Some(process::probe_account(&config, &mut spawned, error).await),
+            Err(_) => Some(ProbeFailure::TimedOut),
+        };
         spawned.kill().await;
         if let Some(run_dir) = run_dir {
             run_dir.discard().await;
         }
-        let response = match answered {
-            Ok(Ok(response)) => response,
-            Ok(Err(error)) => return Err(failed(ProbeFailure::Initialize(error.message))),
-            Err(_) => return Err(failed(ProbeFailure::TimedOut)),
+        let response = match (answered, failure) {
+            (Ok(Ok(response)), _) => response,
+            (_, failure) => return Err(failed(failure.unwrap_or(ProbeFailure::TimedOut))),
         };
         let features = features(&response);
         if let Some(server) = mcp_servers::refused_by_agent(&config.mcp_servers, features.mcp_http) {
@@ -313,7 +329,7 @@ impl AcpProvider {
             Reuse::PerRun => None,
             Reuse::Pooled(pool) => Some(Pool::new(config.clone(), pool.clone())),
         };
-        Ok(AcpProvider { features, config, pool })
+        Ok(AcpProvider { features, config, pool, stores: Arc::default() })
     }
 }
 
@@ -396,7 +412,8 @@ impl Provider for AcpProvider {
 
     fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
         let (config, features, pool) = (self.config.clone(), self.features, self.pool.clone());
-        Box::pin(async move { start(config, features, pool, launch).await })
+        let stores = self.stores.clone();
+        Box::pin(async move { start(config, features, (pool, stores), launch).await })
     }
 
     /// Drains the pool (pooled mode): every process climbs the dispose
@@ -420,7 +437,7 @@ const MAX_DEAD_POOLED: usize = 3;
 async fn start(
     config: AcpConfig,
     features: AgentFeatures,
-    pool: Option<Arc<Pool>>,
+    (pool, stores): (Option<Arc<Pool>>, Arc<Stores>),
     launch: Launch,
 ) -> Result<Box<dyn Child>, LaunchError> {
     let Launch { request, cancel, context } = launch;
@@ -431,8 +448,9 @@ async fn start(
     if request.prompt.iter().any(|block| block.as_text().is_none()) {
         return Err(LaunchError::Invalid { field: "prompt", reason: "the acp provider sends text only".to_owned() });
     }
-    let failed = |category: Option<Category>| {
-        category.map_or(LaunchError::Aborted, |category| LaunchError::Failed { stage: Stage::Initialize, category })
+    let failed = |fault: Option<Fault>| match fault {
+        None => LaunchError::Aborted,
+        Some(fault) => LaunchError::Diagnosed(diagnostic_of(&config.name, Stage::Initialize, fault)),
     };
     let system_prompt = request.persona.clone().filter(|_| features.system_prompt).map(|persona| {
         let mode = if features.override_prompt { SystemPromptMode::Override } else { SystemPromptMode::Append };
@@ -447,6 +465,7 @@ async fn start(
     // a dead pooled process never fails a run. A fresh process that crashes
     // fails the start.
     let mut dead_pooled = 0;
+    let transcript = Arc::new(Transcript::default());
     let (process, session_id) = loop {
         let process = match &pool {
             None => {
@@ -454,7 +473,12 @@ async fn start(
             }
             Some(pool) => pool.checkout(&cwd, &cancel, &context).await.map_err(failed)?,
         };
-        let route = Route { text: text.clone(), progress: context.clone(), delegated: DelegatedText::default() };
+        let route = Route {
+            text: text.clone(),
+            progress: context.clone(),
+            delegated: DelegatedText::default(),
+            transcript: transcript.clone(),
+        };
         let opened = tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(None),
@@ -462,7 +486,11 @@ async fn start(
         };
         match opened {
             Ok(session_id) => break (process, session_id),
-            Err(category) => {
+            Err(fault) => {
+                let fault = match fault {
+                    Some(fault) => Some(process.account(&config, fault).await),
+                    None => None,
+                };
                 // Nothing outlives a failed start: a per-run process is
                 // killed, a pooled one retired (its state after a failed
                 // session/new is unknown).
@@ -470,24 +498,35 @@ async fn start(
                     None => process.kill().await,
                     Some(pool) => pool.give_back(process, false).await,
                 }
-                let crashed = category == Some(Category::ChildCrashed);
+                let crashed = fault.as_ref().is_some_and(|fault| fault.category == Category::ChildCrashed);
                 if pool.is_none() || !crashed || dead_pooled >= MAX_DEAD_POOLED {
-                    return Err(failed(category));
+                    return Err(failed(fault));
                 }
                 dead_pooled += 1;
             }
         }
     };
-    Ok(Box::new(AcpChild {
-        id: format!("acp:{}:{}", config.name, session_id),
+    let id = format!("acp:{}:{}", config.name, session_id);
+    let recording = Recording {
+        parent_session: request.parent.session_id.clone(),
+        depth: request.child_depth(),
+        cwd: cwd.clone(),
+        persona: request.persona.clone(),
         provider: config.name.clone(),
+        label: request.label.clone(),
+    };
+    transcript.open(&stores, context.home_path(), &transcript::session_id_of(&id), recording).await;
+    Ok(Box::new(AcpChild {
+        id,
+        transcript,
+        graces: Graces::of(&config),
+        config: Rc::new(config),
         prompt: RefCell::new(Some(text_of(&request.prompt))),
         process,
         session_id,
         text,
         answer: RefCell::new(None),
         pool,
-        graces: Graces::of(&config),
         cancel,
         reaped: Rc::new(Cell::new(None)),
     }))
@@ -514,6 +553,7 @@ fn progress_status(status: ToolCallStatus) -> Progress {
 /// last update goes on, as a [`ProgressUpdate::Delegated`] message chunk:
 /// a grandchild's activity reaches the top caller one level down.
 fn note_update(route: &Route, update: SessionUpdate) {
+    route.transcript.note(&update);
     let progress = &route.progress;
     let update = match update {
         SessionUpdate::AgentMessageChunk(ContentChunk { content: AcpBlock::Text(chunk), .. }) => {
@@ -616,9 +656,23 @@ fn choose(permission: Permission, request: &RequestPermissionRequest) -> Request
     }
 }
 
+/// The diagnostic of a failure: the fixed category, the agent's account
+/// as its detail.
+fn diagnostic_of(provider: &str, stage: Stage, fault: Fault) -> Diagnostic {
+    let diagnostic = Diagnostic::new(provider, stage, fault.category);
+    match fault.said {
+        Some(said) => diagnostic.with_detail(said),
+        None => diagnostic,
+    }
+}
+
 struct AcpChild {
     id: String,
-    provider: String,
+    /// The run's transcript in the parent's home.
+    transcript: Arc<Transcript>,
+    /// The provider's configuration: its name, and the environment whose
+    /// values an account of a failure must not show.
+    config: Rc<AcpConfig>,
     prompt: RefCell<Option<String>>,
     process: Arc<AgentProcess>,
     session_id: SessionId,
@@ -643,21 +697,28 @@ impl Child for AcpChild {
 
     fn run(&self) -> LocalBoxFuture<'static, RunResult> {
         let prompt = self.prompt.borrow_mut().take().unwrap_or_default();
+        self.transcript.prompt(&prompt);
         let mut answer = self.process.prompt(&self.session_id, prompt);
+        let transcript = self.transcript.clone();
         *self.answer.borrow_mut() = Some(answer.clone());
-        let (text, provider, cancel) = (self.text.clone(), self.provider.clone(), self.cancel.clone());
+        let (text, cancel) = (self.text.clone(), self.cancel.clone());
+        let (process, config) = (self.process.clone(), self.config.clone());
         Box::pin(async move {
             // A sender gone without an answer: the connection went with it.
-            let answered =
-                answer.wait_for(Option::is_some).await.map_or(Answer::Failed(Category::ChildCrashed), |answer| {
-                    answer.unwrap_or(Answer::Failed(Category::ChildCrashed))
-                });
-            let (stop_reason, category) = match answered {
-                Answer::Stopped(stop) => (stop, Category::ChildError),
-                Answer::Failed(category) => (StopReason::Error, category),
+            let crashed = || Answer::Failed(Fault::from(Category::ChildCrashed));
+            let answered = match answer.wait_for(Option::is_some).await {
+                Ok(answer) => answer.clone().unwrap_or_else(crashed),
+                Err(_) => crashed(),
             };
-            let diagnostic = (stop_reason == StopReason::Error && !cancel.is_cancelled())
-                .then(|| Diagnostic::new(&provider, Stage::SessionRun, category));
+            let (stop_reason, fault) = match answered {
+                Answer::Stopped(stop) => (stop, Fault::from(Category::ChildError)),
+                Answer::Failed(fault) => (StopReason::Error, fault),
+            };
+            let diagnostic = match stop_reason == StopReason::Error && !cancel.is_cancelled() {
+                true => Some(diagnostic_of(&config.name, Stage::SessionRun, process.account(&config, fault).await)),
+                false => None,
+            };
+            transcript.end(stop_reason, diagnostic.as_ref()).await;
             let output = std::mem::take(&mut *text.lock().unwrap_or_else(|e| e.into_inner()));
             RunResult {
                 output: if output.is_empty() { Vec::new() } else { vec![ContentBlock::text(output)] },
@@ -667,6 +728,7 @@ impl Child for AcpChild {
                 child_session: None,
                 // ACP reports no token usage for a prompt turn.
                 usage: RunUsage::default(),
+                tool_calls_failed: transcript.tool_calls_failed(),
             }
         })
     }
@@ -697,7 +759,7 @@ impl Child for AcpChild {
                         process.cancel(&session_id);
                     }
                     let waited = tokio::time::timeout(pool.cancel_grace(), answer.wait_for(Option::is_some)).await;
-                    matches!(waited, Ok(Ok(answered)) if answered.is_some_and(Answer::leaves_process_sound))
+                    matches!(waited, Ok(Ok(answered)) if answered.as_ref().is_some_and(Answer::leaves_process_sound))
                 }
             };
             process.forget(&session_id);

@@ -357,6 +357,7 @@ impl InProcessProvider {
             .store(store.clone())
             .session_id(info.session_id)
             .parent(info.parent_session, info.depth)
+            .recorded_as(&*self.name, request.label.clone())
             .cwd(info.cwd)
             .toolset(toolset)
             .options(route)
@@ -749,6 +750,7 @@ impl Driver {
             diagnostic: failure.filter(|_| stop_reason == StopReason::Error),
             child_session: None,
             usage,
+            tool_calls_failed: 0,
         }
     }
 }

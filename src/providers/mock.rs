@@ -22,8 +22,7 @@
 //! ```
 //! use std::time::Duration;
 //! use subagents::providers::{Fault, FaultStage, MockProvider};
-//! use subagents::{Parent, Runtime, StartRequest, StopReason};
-//! use tokio_util::sync::CancellationToken;
+//! use subagents::{CancellationToken, Parent, Runtime, StartRequest, StopReason};
 //!
 //! let runtime = Runtime::builder().workers(1).build().unwrap();
 //! let subagents = runtime.subagents();
@@ -429,6 +428,7 @@ impl ChildState {
             diagnostic: None,
             child_session: None,
             usage: RunUsage::default(),
+            tool_calls_failed: 0,
         }
     }
 

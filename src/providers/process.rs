@@ -30,7 +30,10 @@
 //! `Aborted` after the runtime's grace even if the child ignores it).
 //! Dispose sends a bounded `shutdown`, then closes stdin and climbs the
 //! ladder EOF → SIGTERM → SIGKILL, and fails loudly if the child's process
-//! group survives. Diagnostics carry only stage and category.
+//! group survives. A failure's diagnostic carries its stage and category,
+//! the child's own reason when it gave one, and as its `detail` the
+//! child's account: its error answer, how it exited (after a crash) and
+//! the last lines of its stderr, with the values of `env` replaced.
 //!
 //! **Receipts**: the `shutdown` reply carries the receipts of the runs the
 //! child's session started (`runs`); the run's receipt lists them under it
@@ -62,10 +65,13 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::child_process::{spawn, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
+use crate::child_process::{
+    account, exit_words, redacted, spawn, ChildProcessConfig, Spawned, StderrTail, HANDSHAKE_TIMEOUT, MAX_OUTPUT,
+};
 use crate::seam::{
     AgentOptions, Branch, BudgetLease, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch,
     LaunchError, ProgressUpdate, Provider, ProviderContext, RunResult, RunUsage, Stage, StopReason, StopReport,
+    ToolCallStatus,
 };
 use crate::wire::process::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
 
@@ -291,7 +297,7 @@ impl ProcessProvider {
         }
         let eof_phase = || tokio::time::sleep(config.dispose_eof_grace);
         let _ = spawned.dispose(connection.close_input(), eof_phase, config.dispose_grace).await;
-        answered.map(drop).map_err(|category| {
+        answered.map(drop).map_err(|(category, _)| {
             let category = serde_json::to_value(category).ok().and_then(|c| c.as_str().map(str::to_owned));
             ProbeError::Initialize { category: category.unwrap_or_default() }
         })
@@ -322,10 +328,6 @@ impl Provider for ProcessProvider {
     }
 }
 
-fn failed(stage: Stage, category: Category) -> LaunchError {
-    LaunchError::Failed { stage, category }
-}
-
 async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Result<Box<dyn Child>, LaunchError> {
     let Launch { request, cancel, context } = launch;
     if cancel.is_cancelled() {
@@ -343,7 +345,10 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
     let mut spawned = spawn(&config.bin, &config.serve_args(), &cwd, config.child_env(), context.track_process())
         .map_err(|error| {
             tracing::warn!(provider = %config.name, %error, "could not spawn a process child");
-            failed(Stage::Initialize, Category::StartupFailed)
+            let said = redacted(&format!("could not start {}: {error}", config.bin.display()), &config.env);
+            LaunchError::Diagnosed(
+                Diagnostic::new(&config.name, Stage::Initialize, Category::StartupFailed).with_detail(said),
+            )
         })?;
     let (events, received) = mpsc::unbounded_channel();
     let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
@@ -370,11 +375,18 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
     };
     let session_id = match outcome {
         Ok(session_id) => session_id,
-        Err(category) => {
+        Err(None) => {
+            drop(connection);
+            spawned.kill().await;
+            return Err(LaunchError::Aborted);
+        }
+        Err(Some((category, said))) => {
+            let account = account_of(&config, &mut spawned, category, said.as_deref()).await;
             // Reap before rejecting: nothing outlives a failed start.
             drop(connection);
             spawned.kill().await;
-            return Err(category.map_or(LaunchError::Aborted, |c| failed(Stage::Initialize, c)));
+            let diagnostic = Diagnostic::new(&config.name, Stage::Initialize, category).with_detail(account);
+            return Err(LaunchError::Diagnosed(diagnostic));
         }
     };
     Ok(Box::new(ProcessChild {
@@ -383,6 +395,7 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
         prompt: RefCell::new(Some(request.prompt)),
         shared: Rc::new(Shared {
             connection,
+            stderr: spawned.stderr.clone(),
             spawned: RefCell::new(Some(spawned)),
             report: RefCell::new(StopReport::new().with_children([Branch::unknown(NOT_DISPOSED)])),
         }),
@@ -391,26 +404,82 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
         cancel,
         shutdown_timeout: config.shutdown_timeout,
         grace: (config.dispose_eof_grace, config.dispose_grace),
+        env: config.env.clone().into(),
     }))
 }
 
-/// `initialize`: the child's session id, or why it gave none.
-async fn handshake(connection: &Connection, init: &Initialize) -> Result<String, Category> {
+/// `initialize`: the child's session id, or why it gave none (and its
+/// error answer's words, when it gave one).
+async fn handshake(connection: &Connection, init: &Initialize) -> Result<String, (Category, Option<String>)> {
     let params = serde_json::to_value(init).expect("serialisable");
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, connection.request("initialize", params)).await {
-        Ok(Ok(reply)) => reply["session_id"].as_str().map(str::to_owned).ok_or(Category::Protocol),
-        Ok(Err(WireError::Remote(_))) => Err(Category::ChildError),
-        Ok(Err(WireError::Protocol)) => Err(Category::Protocol),
-        Ok(Err(WireError::Closed)) => Err(Category::ChildCrashed),
-        Err(_) => Err(Category::TimedOut),
+        Ok(Ok(reply)) => reply["session_id"].as_str().map(str::to_owned).ok_or((Category::Protocol, None)),
+        Ok(Err(WireError::Remote(code, message))) => {
+            Err((Category::ChildError, Some(format!("the child answered error {code}: {message}"))))
+        }
+        Ok(Err(WireError::Protocol)) => Err((Category::Protocol, None)),
+        Ok(Err(WireError::Closed)) => Err((Category::ChildCrashed, None)),
+        Err(_) => Err((Category::TimedOut, None)),
     }
+}
+
+/// How long a failed child's exit status and last stderr are waited for.
+const ACCOUNT_WAIT: Duration = Duration::from_secs(1);
+
+/// The child's account of a failed start of `category`: `said` (its
+/// error answer), how it exited and the tail of its stderr (each waited
+/// for a moment), with the values of the environment the
+/// provider set for it replaced; the whole logged at debug.
+async fn account_of(config: &ProcessConfig, spawned: &mut Spawned, category: Category, said: Option<&str>) -> String {
+    // Waited for whatever the category: the wrong program may have
+    // answered before it exited, or may live on (then only a moment lost).
+    let exit = spawned.exit_within(ACCOUNT_WAIT).await;
+    let stderr = match exit {
+        Some(_) => spawned.stderr.settled(ACCOUNT_WAIT).await,
+        None => spawned.stderr.last_lines(),
+    };
+    let text = redacted(&account(said, exit, &stderr), &config.env);
+    tracing::debug!(provider = %config.name, ?category, account = %text, "a process child failed");
+    text
 }
 
 struct Shared {
     connection: Connection,
     spawned: RefCell<Option<Spawned>>,
+    /// The tail of the child's stderr.
+    stderr: StderrTail,
     /// What dispose learned: the runs the child reported, the pid reaped.
     report: RefCell<StopReport>,
+}
+
+impl Shared {
+    /// The child's account of a run's failure of `category`: after a
+    /// crash, how it exited and the rest of its stderr (each waited for a
+    /// moment); else its stderr so far; `env`'s values replaced. The whole
+    /// is logged at debug.
+    async fn account(&self, provider: &str, env: &[(String, String)], category: Category) -> String {
+        let (mut exit, mut stderr) = (None, self.stderr.last_lines());
+        if category == Category::ChildCrashed {
+            let deadline = tokio::time::Instant::now() + ACCOUNT_WAIT;
+            exit = loop {
+                // Borrowed only for the check: a dispose may need it between.
+                let status = self.spawned.try_borrow_mut().ok().and_then(|mut spawned| {
+                    spawned.as_mut().and_then(|spawned| spawned.child.try_wait().ok().flatten())
+                });
+                if let Some(status) = status {
+                    break Some(exit_words(status));
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    break None;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            stderr = self.stderr.settled(ACCOUNT_WAIT).await;
+        }
+        let text = redacted(&account(None, exit, &stderr), env);
+        tracing::debug!(%provider, ?category, account = %text, "a process child's run failed");
+        text
+    }
 }
 
 /// A child's runs before its dispose finished (a forced shutdown).
@@ -425,7 +494,7 @@ fn reported_runs(reply: Option<Result<Value, WireError>>) -> Vec<Branch> {
             }),
             None => vec![Branch::unknown("the serve child did not report its runs (a peer without receipts)")],
         },
-        Some(Err(WireError::Remote(_))) => {
+        Some(Err(WireError::Remote(..))) => {
             vec![Branch::unknown("the serve child refused shutdown: its runs are not known")]
         }
         Some(Err(_)) => vec![Branch::unknown("the serve child ended before it reported its runs")],
@@ -444,6 +513,9 @@ struct ProcessChild {
     cancel: CancellationToken,
     shutdown_timeout: Duration,
     grace: (Duration, Duration),
+    /// The variables the provider set for the child: their values never
+    /// show in an account of its failure.
+    env: Rc<[(String, String)]>,
 }
 
 impl Child for ProcessChild {
@@ -458,6 +530,7 @@ impl Child for ProcessChild {
         let provider = self.provider.clone();
         let cancel = self.cancel.clone();
         let context = self.context.clone();
+        let env = self.env.clone();
         Box::pin(async move {
             let answer = shared.connection.request("prompt", json!({"prompt": prompt}));
             tokio::pin!(answer);
@@ -478,7 +551,13 @@ impl Child for ProcessChild {
                 report(&context, &event);
                 transcript.note(event);
             }
-            transcript.result(&provider, replied, shared.connection.is_broken(), cancel.is_cancelled())
+            let mut result =
+                transcript.result(&provider, replied, shared.connection.is_broken(), cancel.is_cancelled());
+            if let Some(diagnostic) = result.diagnostic.take() {
+                let account = shared.account(&provider, &env, diagnostic.category).await;
+                result.diagnostic = Some(diagnostic.with_detail(account));
+            }
+            result
         })
     }
 
@@ -534,6 +613,8 @@ struct Transcript {
     turn_end: Option<TurnEndReason>,
     /// The child streamed more than [`MAX_OUTPUT`].
     overflowed: bool,
+    /// Tool calls the child reported failed.
+    tool_calls_failed: u32,
 }
 
 impl Transcript {
@@ -548,6 +629,9 @@ impl Transcript {
             }
             ChildEvent::AssistantMessage { text } if !text.trim().is_empty() => self.last_message = Some(text),
             ChildEvent::TurnEnd { reason } => self.turn_end = Some(reason),
+            ChildEvent::ToolCall { status: ToolCallStatus::Failed, .. } => {
+                self.tool_calls_failed = self.tool_calls_failed.saturating_add(1);
+            }
             _ => {}
         }
     }
@@ -593,6 +677,7 @@ impl Transcript {
             diagnostic,
             child_session: None,
             usage,
+            tool_calls_failed: self.tool_calls_failed,
         }
     }
 }

@@ -37,6 +37,13 @@ impl ContentBlock {
 }
 
 /// The concatenated text of every text block.
+///
+/// ```
+/// use subagents::seam::text_of;
+/// use subagents::ContentBlock;
+///
+/// assert_eq!(text_of(&[ContentBlock::text("six times "), ContentBlock::text("seven")]), "six times seven");
+/// ```
 pub fn text_of(blocks: &[ContentBlock]) -> String {
     blocks.iter().filter_map(ContentBlock::as_text).collect()
 }

@@ -15,6 +15,15 @@ pub const MAX_DEPTH_CAP: u32 = 1024;
 
 /// Start-time features a provider enforces. A request asking for one the
 /// provider does not advertise is rejected before any child exists.
+///
+/// ```
+/// use subagents::seam::{Capabilities, Capability};
+///
+/// // A provider that applies a persona and nothing else.
+/// let advertised = Capabilities::none().with(Capability::Persona, true);
+/// assert!(advertised.supports(Capability::Persona));
+/// assert!(!advertised.supports(Capability::OutputSchema));
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Capabilities {
     /// Enforces `output_schema` (structured output).
@@ -175,6 +184,15 @@ impl AgentOptions {
 }
 
 /// Which tools a child may see and call. At least one list must be present.
+///
+/// ```
+/// use subagents::ToolFilter;
+///
+/// let read_only = ToolFilter::allow(["read_file", "list_dir"]);
+/// assert!(read_only.permits("read_file"));
+/// assert!(!read_only.permits("subagent"));
+/// assert!(!ToolFilter::deny(["subagent"]).permits("subagent"));
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolFilter {
     /// Only these tools (when present).

@@ -129,10 +129,27 @@ impl Failure {
     }
 }
 
-/// Safe facts about a failure: provider name, stage, a fixed category and,
-/// where one is known, a fixed-wording reason ("the model endpoint answered
-/// 404"). Never stderr, paths, task text, environment values, credentials
-/// or protocol payloads; at most [`Diagnostic::MAX_BYTES`] when serialised.
+/// Safe facts about a failure: provider name, stage, a fixed category,
+/// where one is known a fixed-wording reason ("the model endpoint answered
+/// 404"), and where the child said why, a `detail` in its own words (an
+/// agent's error answer, its exit status and the tail of its stderr, an A2A
+/// agent's status message, a panic's message).
+///
+/// `reason` is this crate's wording only. `detail` is someone else's text
+/// made safe: one line through [`safe_line`](super::safe_line) (escapes,
+/// control and bidi characters gone), at most
+/// [`Diagnostic::MAX_DETAIL_BYTES`], and the providers that spawn a child
+/// replace the values of the environment they set for it before it gets
+/// here. A deserialised one is made safe again. The whole is at most
+/// [`Diagnostic::MAX_BYTES`] when serialised.
+///
+/// ```
+/// use subagents::seam::{Category, Diagnostic, Stage};
+///
+/// let diagnostic = Diagnostic::new("spawn", Stage::SessionRun, Category::Model)
+///     .with_reason("the model endpoint answered 404");
+/// assert_eq!(diagnostic.to_string(), "provider \"spawn\", stage session-run, category model: the model endpoint answered 404");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diagnostic {
     /// The provider that ran the child.
@@ -144,6 +161,16 @@ pub struct Diagnostic {
     /// A fixed-wording reason built by this crate (never a payload).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What the child said of the failure, made safe and bounded (see
+    /// [`Diagnostic`]); set through [`Diagnostic::with_detail`].
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "safe_detail")]
+    pub detail: Option<String>,
+}
+
+/// A deserialised `detail`, made safe as [`Diagnostic::with_detail`] makes it.
+fn safe_detail<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    let detail = Option::<String>::deserialize(deserializer)?;
+    Ok(detail.and_then(|detail| Diagnostic::safe_detail(&detail)))
 }
 
 impl Diagnostic {
@@ -151,11 +178,14 @@ impl Diagnostic {
     pub const MAX_BYTES: usize = 4096;
     const MAX_PROVIDER_BYTES: usize = 256;
     const MAX_REASON_BYTES: usize = 256;
+    /// Upper bound on a `detail` (a few lines of a child's stderr).
+    pub const MAX_DETAIL_BYTES: usize = 600;
 
     /// A diagnostic; a provider name longer than 256 bytes is cut at a
     /// character boundary so the whole stays far below the cap.
     pub fn new(provider: &str, stage: Stage, category: Category) -> Self {
-        Diagnostic { provider: cut(provider, Self::MAX_PROVIDER_BYTES).to_owned(), stage, category, reason: None }
+        let provider = cut(provider, Self::MAX_PROVIDER_BYTES).to_owned();
+        Diagnostic { provider, stage, category, reason: None, detail: None }
     }
 
     /// The same diagnostic with a fixed-wording reason (cut at 256 bytes).
@@ -164,6 +194,47 @@ impl Diagnostic {
         let reason = reason.into();
         self.reason = Some(cut(&reason, Self::MAX_REASON_BYTES).to_owned());
         self
+    }
+
+    /// The same diagnostic with the child's own account of the failure:
+    /// made one safe line ([`safe_line`](super::safe_line)), blanks folded,
+    /// cut at [`Diagnostic::MAX_DETAIL_BYTES`] with a trailing `…`. Blank
+    /// text sets none. Text that may hold the values of a child's
+    /// environment must have them replaced before it comes here.
+    pub fn with_detail(mut self, detail: impl AsRef<str>) -> Self {
+        self.detail = Self::safe_detail(detail.as_ref());
+        self
+    }
+
+    fn safe_detail(detail: &str) -> Option<String> {
+        let line = super::safe_line(detail);
+        let mut folded = String::with_capacity(line.len().min(Self::MAX_DETAIL_BYTES + 4));
+        for word in line.split_whitespace() {
+            if folded.len() + word.len() + 1 > Self::MAX_DETAIL_BYTES {
+                let room = Self::MAX_DETAIL_BYTES.saturating_sub(folded.len() + 1);
+                if !folded.is_empty() && room > 0 {
+                    folded.push(' ');
+                }
+                folded.push_str(cut(word, room));
+                folded.push('…');
+                break;
+            }
+            if !folded.is_empty() {
+                folded.push(' ');
+            }
+            folded.push_str(word);
+        }
+        (!folded.is_empty()).then_some(folded)
+    }
+
+    /// What a person reads of the failure beyond its category: the
+    /// reason, the detail, both (`reason: detail`), or `None`.
+    pub fn explanation(&self) -> Option<String> {
+        match (&self.reason, &self.detail) {
+            (Some(reason), Some(detail)) => Some(format!("{reason}: {detail}")),
+            (Some(said), None) | (None, Some(said)) => Some(said.clone()),
+            (None, None) => None,
+        }
     }
 
     /// The stage's serialised name (`session-run`, …).
@@ -189,14 +260,27 @@ pub(crate) fn cut(text: &str, max: usize) -> &str {
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "provider {:?}, stage {}, category {}", self.provider, self.stage_name(), self.category_name())?;
-        match &self.reason {
-            Some(reason) => write!(f, ": {reason}"),
+        match self.explanation() {
+            Some(explanation) => write!(f, ": {explanation}"),
             None => Ok(()),
         }
     }
 }
 
-/// The terminal outcome of a run.
+/// The terminal outcome of a run. A provider's [`Child::run`] builds one
+/// with [`RunResult::completed`], [`RunResult::empty`] or
+/// [`RunResult::failed`]:
+///
+/// ```
+/// use subagents::seam::{Category, Diagnostic, RunResult, Stage, StopReason};
+///
+/// assert_eq!(RunResult::completed("done").text(), "done");
+/// assert_eq!(RunResult::empty(StopReason::Aborted).stop_reason, StopReason::Aborted);
+/// let failed = RunResult::failed(Diagnostic::new("echo", Stage::SessionRun, Category::ChildError));
+/// assert_eq!(failed.stop_reason, StopReason::Error);
+/// ```
+///
+/// [`Child::run`]: crate::seam::Child::run
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     /// The child's last non-empty assistant message, else its accumulated
@@ -220,6 +304,15 @@ pub struct RunResult {
     /// for a provider whose child reports none.
     #[serde(default, skip_serializing_if = "RunUsage::is_empty")]
     pub usage: RunUsage,
+    /// The tool calls the child reported failed (an out-of-process agent's
+    /// own tools: a run may complete with some of them failed); 0 where
+    /// the provider cannot tell.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tool_calls_failed: u32,
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }
 
 impl RunResult {
@@ -232,6 +325,7 @@ impl RunResult {
             diagnostic: None,
             child_session: None,
             usage: RunUsage::default(),
+            tool_calls_failed: 0,
         }
     }
 
@@ -244,6 +338,7 @@ impl RunResult {
             diagnostic: None,
             child_session: None,
             usage: RunUsage::default(),
+            tool_calls_failed: 0,
         }
     }
 

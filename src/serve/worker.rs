@@ -57,6 +57,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::signals::StopSignals;
+use super::ServeError;
 use crate::agent::{ids, ModelSpec};
 use crate::events::SubagentEvent;
 use crate::tool::{register_delegating_spawn, TaskService};
@@ -162,15 +163,15 @@ pub struct WorkerReport {
 
 /// Runs a worker until SIGTERM, SIGINT or SIGHUP, then drains. `ready` is called
 /// with the worker's id once it is pulling.
-pub fn serve_worker(options: WorkerOptions, ready: impl FnOnce(&str)) -> Result<WorkerReport, String> {
-    broker::check_name("pool", &options.pool)?;
-    let model = ModelSpec::parse(&options.model).and_then(|spec| spec.build()).map_err(|e| e.to_string())?;
-    super::preflight::check_home(&options.home).map_err(|e| e.to_string())?;
+pub fn serve_worker(options: WorkerOptions, ready: impl FnOnce(&str)) -> Result<WorkerReport, ServeError> {
+    broker::check_name("pool", &options.pool).map_err(ServeError::Options)?;
+    let model = ModelSpec::parse(&options.model).and_then(|spec| spec.build())?;
+    super::preflight::check_home(&options.home)?;
     let runtime = Runtime::builder()
         .home(&options.home)
         .cancel_grace(Duration::from_millis(500))
         .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+        .map_err(ServeError::Runtime)?;
     let subagents = runtime.subagents();
     let provider = match register_provider(&subagents, &options, model) {
         Ok(provider) => provider,
@@ -179,22 +180,22 @@ pub fn serve_worker(options: WorkerOptions, ready: impl FnOnce(&str)) -> Result<
             return Err(error);
         }
     };
-    let io = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let io = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ServeError::Runtime)?;
     let outcome = io.block_on(work(subagents, options, provider, ready));
     runtime.shutdown_blocking();
-    outcome
+    outcome.map_err(ServeError::Broker)
 }
 
 fn register_provider(
     subagents: &Subagents,
     options: &WorkerOptions,
     model: Arc<dyn crate::agent::Model>,
-) -> Result<Arc<str>, String> {
+) -> Result<Arc<str>, ServeError> {
     #[cfg(feature = "config")]
     if let Some(configured) = &options.configured {
         configured
             .register_blocking(subagents, &TaskService::new(), &options.home, model)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| ServeError::Options(e.to_string()))?;
         return Ok(configured.provider().into());
     }
     let registered = match options.provider {
@@ -203,17 +204,16 @@ fn register_provider(
             register_delegating_spawn(subagents, &TaskService::new(), model).map(|()| "spawn")
         }
         WorkerProvider::Process => {
-            let spec = ModelSpec::parse(&options.model).map_err(|e| e.to_string())?;
+            let spec = ModelSpec::parse(&options.model)?;
             let provider = super::stdio::door_process_provider("process", options.home.join("children"), &spec)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| ServeError::Options(e.to_string()))?;
             subagents.register_provider(provider).map(|registration| {
                 registration.keep();
                 "process"
             })
         }
     };
-    let name = registered.map_err(|e| e.to_string())?;
-    Ok(name.into())
+    Ok(registered?.into())
 }
 
 /// What every held run of this worker shares.

@@ -391,13 +391,11 @@ impl SubagentTool {
     /// [`begin`](Self::begin), then for a foreground run
     /// [`finish`](ForegroundRun::finish): the tool's answer, or the tool
     /// error the model reads (the [`DelegationError`]'s message).
-    pub async fn delegate(&self, delegation: Delegation, context: &ToolContext) -> Result<Delegated, String> {
-        let delegated = match self.begin(delegation, context).await {
-            Ok(Begun::Foreground(run)) => run.finish().await,
-            Ok(Begun::Background { task_id }) => Ok(Delegated::Background { task_id }),
-            Err(error) => Err(error),
-        };
-        delegated.map_err(|error| error.to_string())
+    pub async fn delegate(&self, delegation: Delegation, context: &ToolContext) -> Result<Delegated, DelegationError> {
+        match self.begin(delegation, context).await? {
+            Begun::Foreground(run) => run.finish().await,
+            Begun::Background { task_id } => Ok(Delegated::Background { task_id }),
+        }
     }
 
     /// The spec as a caller sees it whose children do (`true`) or do not
@@ -530,7 +528,7 @@ impl Tool for SubagentTool {
         Box::pin(async move {
             match self.delegate(Delegation::from_arguments(&arguments), &context).await {
                 Ok(delegated) => ToolOutput::ok(delegated.to_json().to_string()),
-                Err(message) => ToolOutput::error(message),
+                Err(error) => ToolOutput::error(error.to_string()),
             }
         })
     }

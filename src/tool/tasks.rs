@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, Tool, ToolContext, ToolOutput, ToolSpec, WeakAgent};
+use crate::agent::{reads_only, Agent, Tool, ToolContext, ToolOutput, ToolSpec, WeakAgent};
 
 /// The unfinished background tasks one session may hold at once, unless
 /// [`TaskService::with_max_live`] says otherwise.
@@ -466,13 +466,7 @@ impl Tool for TaskOutputTool {
         }
     }
 
-    fn concurrent(&self) -> bool {
-        true
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
+    reads_only!();
 
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
         Box::pin(async move {
@@ -504,13 +498,7 @@ impl Tool for TaskListTool {
         }
     }
 
-    fn concurrent(&self) -> bool {
-        true
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
+    reads_only!();
 
     fn call(&self, _arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
         let tasks = self.0.list(&context.session_id);

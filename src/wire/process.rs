@@ -172,9 +172,10 @@ impl From<TurnEndReason> for StopReason {
 /// Why a call to the child failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum WireError {
-    /// The child answered with a JSON-RPC error.
+    /// The child answered with a JSON-RPC error: its code and message
+    /// (at most 1 KiB, not yet made safe to show).
     #[error("the child answered with JSON-RPC error {0}")]
-    Remote(i64),
+    Remote(i64, String),
     /// The child broke the protocol (garbage, an oversized line, …).
     #[error("the child broke the protocol")]
     Protocol,
@@ -317,7 +318,10 @@ async fn read_loop(
             };
             let outcome = match (message.get("result"), message.get("error")) {
                 (Some(result), None) => Ok(result.clone()),
-                (None, Some(error)) => Err(WireError::Remote(error["code"].as_i64().unwrap_or(0))),
+                (None, Some(error)) => {
+                    let message = crate::seam::cut(error["message"].as_str().unwrap_or_default(), 1024).to_owned();
+                    Err(WireError::Remote(error["code"].as_i64().unwrap_or(0), message))
+                }
                 _ => Err(WireError::Protocol),
             };
             let _ = reply.send(outcome);

@@ -244,3 +244,100 @@ fn a_reader_that_went_away_ends_the_listing_quietly() {
         assert!(!stderr.contains("Broken pipe") && !stderr.contains("panicked"), "{command:?}: {stderr}");
     }
 }
+
+/// A session with a header of its own choosing (`extra` merged in) and
+/// `events`, without the turn end `forge` adds when `open`.
+fn forge_with(sessions: &Path, id: &str, extra: Value, events: &[Value], open: bool) {
+    let mut header = json!({"type": "header", "id": id, "parent_session": null, "depth": 0, "cwd": "/tmp",
+        "persona": null, "created_at_ms": 1_764_547_200_000u64});
+    header.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    let mut lines = vec![header.to_string()];
+    lines.extend(events.iter().map(Value::to_string));
+    if !open {
+        lines.push(json!({"type": "turn_end", "reason": "completed"}).to_string());
+    }
+    std::fs::write(sessions.join(format!("{id}.jsonl")), lines.join("\n") + "\n").unwrap();
+}
+
+#[test]
+fn list_shows_who_ran_each_session_its_state_and_words_newest_first_and_filters() {
+    let (home, sessions) = home_with_sessions();
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let user = |text: &str| json!({"type": "user", "content": [{"type": "text", "text": text}]});
+    let calls = json!({"type": "assistant", "text": "", "tool_calls": [
+        {"id": "c1", "name": "read_file", "arguments": {}}, {"id": "c2", "name": "bash", "arguments": {}}]});
+    let failed = json!({"type": "tool_result", "call_id": "c2", "name": "bash", "content": "bubblewrap is unavailable", "is_error": true});
+    forge_with(&sessions, "aaa-old", json!({"created_at_ms": 1_000u64}), &[user("an old question")], false);
+    forge_with(
+        &sessions,
+        "bbb-child",
+        json!({"created_at_ms": now_ms - 1_000, "provider": "codex", "label": "fix\u{1b}[2J the parser", "parent_session": "aaa-old", "depth": 1}),
+        &[user("please fix the parser"), calls, failed],
+        false,
+    );
+    forge_with(
+        &sessions,
+        "bbc-open",
+        json!({"created_at_ms": now_ms, "provider": "spawn"}),
+        &[user("still thinking about a very long question that goes on and on and on well past sixty characters")],
+        true,
+    );
+
+    let listed = text(&sessions_in(home.path(), &["list"]).stdout);
+    let rows: Vec<&str> = listed.lines().skip(1).collect();
+    assert_eq!(rows.iter().map(|r| &r[..8]).collect::<Vec<_>>(), ["bbc-open", "bbb-chil", "aaa-old "], "{listed}");
+    assert!(
+        rows[0].contains("spawn") && rows[0].contains(" open ") && rows[0].contains("\"still thinking"),
+        "{listed}"
+    );
+    assert!(rows[0].ends_with("…\""), "a long prompt is cut: {listed}");
+    let child = rows[1];
+    assert!(child.contains("codex") && child.contains("completed") && child.contains("2 (1✗)"), "{listed}");
+    assert!(child.contains("fix the parser") && !child.contains('\u{1b}'), "the label, made safe: {listed}");
+    assert!(rows[2].contains(" - ") && rows[2].contains("\"an old question\""), "{listed}");
+
+    let only = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["list", "--json"];
+        all.extend_from_slice(args);
+        let listed: Value = serde_json::from_slice(&sessions_in(home.path(), &all).stdout).unwrap();
+        listed["sessions"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(only(&["--provider", "codex"]), ["bbb-child"]);
+    assert_eq!(only(&["--provider", "-"]), ["aaa-old"]);
+    assert_eq!(only(&["--state", "open"]), ["bbc-open"]);
+    assert_eq!(only(&["--state", "completed"]), ["bbb-child", "aaa-old"]);
+    assert_eq!(only(&["--since", "1h"]), ["bbc-open", "bbb-child"]);
+    assert_eq!(only(&["--since", "1970-01-02"]), ["bbc-open", "bbb-child"]);
+    assert_eq!(only(&["--limit", "1"]), ["bbc-open"]);
+    let listed: Value = serde_json::from_slice(&sessions_in(home.path(), &["list", "--json"]).stdout).unwrap();
+    let child = listed["sessions"].as_array().unwrap().iter().find(|s| s["id"] == "bbb-child").unwrap().clone();
+    assert_eq!(
+        (&child["tool_calls"], &child["tool_calls_failed"], &child["state"]),
+        (&json!(2), &json!(1), &json!("completed"))
+    );
+    let refused = sessions_in(home.path(), &["list", "--since", "yesterday"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+}
+
+#[test]
+fn show_and_tree_take_a_unique_id_prefix_and_an_ambiguous_one_names_the_candidates() {
+    let (home, sessions) = home_with_sessions();
+    forge(&sessions, "f00d-root", None, 0, &[]);
+    forge(&sessions, "f00e-child", Some("f00d-root"), 1, &[]);
+    forge(&sessions, "beef", None, 0, &[]);
+
+    let shown = sessions_in(home.path(), &["show", "be"]);
+    assert_eq!(shown.status.code(), Some(0), "{}", text(&shown.stderr));
+    assert!(text(&shown.stdout).starts_with("session beef "), "{}", text(&shown.stdout));
+    let tree = sessions_in(home.path(), &["tree", "f00d"]);
+    assert_eq!(tree.status.code(), Some(0), "{}", text(&tree.stderr));
+    assert_eq!(text(&tree.stdout), "f00d-root (depth 0, completed)\n└─ f00e-child (depth 1, completed)\n");
+
+    let ambiguous = sessions_in(home.path(), &["show", "f00"]);
+    assert_eq!(ambiguous.status.code(), Some(2));
+    let said = text(&ambiguous.stderr);
+    assert!(said.contains("ambiguous") && said.contains("f00d-root, f00e-child"), "{said}");
+    let unknown = sessions_in(home.path(), &["tree", "cafe"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(text(&unknown.stderr).contains("no session"), "{}", text(&unknown.stderr));
+}

@@ -10,6 +10,8 @@
 //! still running, so no wait without a bound can hang the suite.
 #![allow(dead_code)]
 
+#[cfg(feature = "openai")]
+pub mod adapters;
 pub mod env;
 pub mod line_peer;
 pub mod loopback;
@@ -136,6 +138,17 @@ pub fn runtime_at(home: &Path) -> Runtime {
         .dispose_timeout(Duration::from_secs(10))
         .build()
         .expect("runtime builds")
+}
+
+/// A runtime at `home` with graces suited to in-process children.
+pub fn in_process_runtime(home: &Path) -> Runtime {
+    Runtime::builder()
+        .workers(2)
+        .home(home)
+        .cancel_grace(Duration::from_millis(200))
+        .dispose_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
 }
 
 /// Start on `provider`, collect the result, dispose.

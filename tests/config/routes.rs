@@ -13,7 +13,7 @@ use subagents::seam::ContentBlock;
 use subagents::CancellationToken;
 
 use super::common::loopback::{ok, status, Loopback};
-use super::{result_lines, run, subagents, text};
+use super::{fanout, result_lines, run, text};
 
 /// Config files are read by the library exactly as the binary reads them;
 /// these cases need no process.
@@ -174,13 +174,7 @@ fn fanout_runs_a_provider_on_a_configured_route_and_each_line_says_what_it_used(
     std::fs::write(&config, file).unwrap();
     let tasks = dir.path().join("tasks.jsonl");
     std::fs::write(&tasks, (0..5).map(|n| format!("{{\"prompt\": \"task {n}\"}}\n")).collect::<String>()).unwrap();
-    let output = run(subagents(dir.path())
-        .arg("fanout")
-        .arg(&tasks)
-        .args(["--provider", "worker", "--config"])
-        .arg(&config)
-        .arg("--home")
-        .arg(dir.path().join("home")));
+    let output = run(&mut fanout(dir.path(), &tasks, &["--provider", "worker"], &config));
     let stderr = text(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     let lines = result_lines(&output.stdout);
@@ -243,13 +237,7 @@ fn fanout_runs_anthropic_and_responses_routes_end_to_end_with_each_run_s_usage()
         .map(|(n, provider)| format!("{{\"prompt\": \"task {n}\", \"provider\": \"{provider}\"}}\n"))
         .collect();
     std::fs::write(&tasks, lines).unwrap();
-    let output = run(subagents(dir.path())
-        .arg("fanout")
-        .arg(&tasks)
-        .arg("--config")
-        .arg(&config)
-        .arg("--home")
-        .arg(dir.path().join("home")));
+    let output = run(&mut fanout(dir.path(), &tasks, &[], &config));
     let stderr = text(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     let lines = result_lines(&output.stdout);

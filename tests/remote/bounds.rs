@@ -5,7 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::support::{caller, category_of, one_at_a_time, Look, Proxy, Server, Worker, ACK_WAIT_MS, LEASE_TTL_MS};
+use super::support::{
+    broker, caller, category_of, one_at_a_time, Look, Proxy, Server, Worker, ACK_WAIT_MS, LEASE_TTL_MS,
+};
 use crate::common::blocking::eventually;
 use crate::common::WAIT_LIMIT;
 
@@ -49,9 +51,7 @@ fn finish(child: std::process::Child, within: Duration) -> (Option<i32>, Vec<ser
 
 #[test]
 fn a_caller_cut_off_past_its_lease_loses_only_its_runs_in_flight_says_why_and_runs_what_it_sends_after() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let look = Look::new(&server.url());
     let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let proxy = Proxy::start(server.port);
@@ -110,9 +110,7 @@ fn fanout_fails_its_runs_with_the_cause_when_the_broker_is_gone_for_good() {
 
 #[test]
 fn fanout_on_a_pool_with_no_worker_fails_after_the_worker_patience_or_the_budget_deadline() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     // The callers bucket's lease TTL comes from whoever creates it: a
     // worker that came and went.
     drop(Worker::start(dir.path(), &server.url(), "gone", &[]));
@@ -164,9 +162,7 @@ fn a_worker_stopped_while_the_broker_is_down_exits_within_its_drain_bound() {
 
 #[test]
 fn a_worker_that_cannot_write_its_home_stops_taking_runs_and_the_caller_hears_why() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let broken = Worker::start(dir.path(), &server.url(), "w1", &["--concurrency", "2"]);
     // Root writes through any mode: a home whose sessions directory is now
     // a regular file cannot take a session file.
@@ -203,9 +199,7 @@ fn a_worker_that_cannot_write_its_home_stops_taking_runs_and_the_caller_hears_wh
 
 #[test]
 fn under_cpu_load_every_result_of_300_runs_at_once_arrives_within_a_bound() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let _workers =
         [Worker::start(dir.path(), &server.url(), "w1", &[]), Worker::start(dir.path(), &server.url(), "w2", &[])];
     let runtime = caller(dir.path(), &server);
@@ -308,9 +302,7 @@ fn starts_after_the_broker_is_known_unreachable_fail_at_once_and_a_broker_back_i
 #[test]
 fn starts_through_an_unhealed_cut_fail_at_once_once_the_broker_patience_passed() {
     use subagents::seam::Category;
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let proxy = Proxy::start(server.port);
     let mut config = super::support::config(&proxy.url());
     config.broker_patience = Duration::from_secs(2);
@@ -328,9 +320,7 @@ fn starts_through_an_unhealed_cut_fail_at_once_once_the_broker_patience_passed()
 #[test]
 fn a_pool_known_empty_refuses_starts_at_once_until_a_worker_answers() {
     use subagents::seam::Category;
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     drop(Worker::start(dir.path(), &server.url(), "gone", &[]));
     let mut config = super::support::config(&server.url());
     config.worker_patience = Duration::from_secs(2);
@@ -407,9 +397,7 @@ fn fanout_with_out_against_a_broker_that_died_fails_its_remaining_starts_at_once
 
 #[test]
 fn fanout_on_an_empty_pool_waits_once_for_the_pool_not_once_per_wave() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     drop(Worker::start(dir.path(), &server.url(), "gone", &[]));
     let began = Instant::now();
     let caller =

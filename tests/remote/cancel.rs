@@ -5,16 +5,14 @@ use std::time::{Duration, Instant};
 
 use subagents::StopReason;
 
-use super::support::{caller, one_at_a_time, wire_id, Look, Server, Worker};
+use super::support::{broker, caller, wire_id, Look, Worker};
 use crate::common::blocking::eventually;
 use crate::common::request;
 use crate::common::{Within, WAIT_LIMIT};
 
 #[test]
 fn a_run_cancelled_before_any_worker_picked_it_up_never_runs() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let look = Look::new(&server.url());
     let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();
@@ -53,9 +51,7 @@ fn a_run_cancelled_before_any_worker_picked_it_up_never_runs() {
 
 #[test]
 fn a_cancel_storm_of_100_remote_runs_aborts_them_all_and_leaves_no_child() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let look = Look::new(&server.url());
     let workers = [
         Worker::start(dir.path(), &server.url(), "w1", &["--concurrency", "16"]),
@@ -95,9 +91,7 @@ fn a_cancel_storm_of_100_remote_runs_aborts_them_all_and_leaves_no_child() {
 
 #[test]
 fn dispose_reports_a_vanished_worker_instead_of_waiting_for_it() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let look = Look::new(&server.url());
     let mut worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let runtime = caller(dir.path(), &server);
@@ -126,9 +120,7 @@ fn dispose_reports_a_vanished_worker_instead_of_waiting_for_it() {
 
 #[test]
 fn a_cancelled_remote_runs_receipt_lists_what_ran_under_it_on_the_worker() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let runtime = caller(dir.path(), &server);
     let subagents = runtime.subagents();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use subagents::seam::Category;
 use subagents::{RunResult, StopReason};
 
-use super::support::{caller, one_at_a_time, wire_id, Look, Server, Worker};
+use super::support::{broker, caller, one_at_a_time, wire_id, Look, Server, Worker};
 use crate::common::blocking::eventually;
 use crate::common::request;
 use crate::common::{Within, WAIT_LIMIT};
@@ -32,9 +32,7 @@ fn run_all(runtime: &subagents::Runtime, prompts: Vec<String>) -> Vec<(String, R
 
 #[test]
 fn a_killed_worker_s_runs_are_redelivered_and_each_of_200_settles_once() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let mut workers: Vec<Worker> =
         ["w1", "w2", "w3"].iter().map(|name| Worker::start(dir.path(), &server.url(), name, &[])).collect();
     let runtime = caller(dir.path(), &server);
@@ -71,9 +69,7 @@ fn a_killed_worker_s_runs_are_redelivered_and_each_of_200_settles_once() {
 
 #[test]
 fn a_run_whose_every_worker_dies_settles_worker_lost_after_max_deliver() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let look = Look::new(&server.url());
     // The first worker creates the consumer with `--max-deliver 3`.
     let mut first = Worker::start(dir.path(), &server.url(), "w1", &[]);
@@ -116,9 +112,7 @@ fn a_run_whose_every_worker_dies_settles_worker_lost_after_max_deliver() {
 
 #[test]
 fn a_frozen_worker_is_fenced_out_and_cancels_its_child() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let look = Look::new(&server.url());
     let frozen = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let runtime = caller(dir.path(), &server);
@@ -159,9 +153,7 @@ fn a_frozen_worker_is_fenced_out_and_cancels_its_child() {
 
 #[test]
 fn workers_cancel_the_runs_of_a_caller_that_died_once_its_lease_expires() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let look = Look::new(&server.url());
     let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let tasks = dir.path().join("tasks.jsonl");

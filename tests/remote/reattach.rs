@@ -17,7 +17,7 @@ use subagents::providers::MockProvider;
 use subagents::seam::{Capability, Category, Detached};
 use subagents::{StartError, StopReason};
 
-use super::support::{one_at_a_time, provider, Look, Server, Worker};
+use super::support::{broker, provider, Look, Worker};
 use crate::common::blocking::eventually;
 use crate::common::request;
 use crate::common::{runtime_at, Within, WAIT_LIMIT};
@@ -62,9 +62,7 @@ fn executions(workers: &[&Worker], prompts: &[String]) -> HashMap<String, usize>
 
 #[test]
 fn a_run_that_finished_while_its_caller_was_away_is_collected_by_attach_and_not_run_again() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let look = Look::new(&server.url());
     let worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     // Longer than the lease TTL (2 s) and the worker's check after it: a
@@ -138,7 +136,10 @@ fn a_run_that_finished_while_its_caller_was_away_is_collected_by_attach_and_not_
         StartError::StartupFailed { diagnostic, .. } => assert_eq!(diagnostic.category, Category::RunUnknown),
         other => panic!("expected STARTUP_FAILED run-unknown, got {other:?}"),
     }
-    assert_eq!(refused, StartError::UnsupportedCapability { provider: "mock".into(), capability: Capability::Detached });
+    assert_eq!(
+        refused,
+        StartError::UnsupportedCapability { provider: "mock".into(), capability: Capability::Detached }
+    );
     assert_eq!(refused.code(), "UNSUPPORTED_CAPABILITY", "{refused}");
     assert!(refused.to_string().contains("\"detached\" capability"), "{refused}");
     runtime.shutdown_blocking();
@@ -146,9 +147,7 @@ fn a_run_that_finished_while_its_caller_was_away_is_collected_by_attach_and_not_
 
 #[test]
 fn a_remote_fanout_killed_again_and_again_and_resumed_runs_every_task_exactly_once() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let w1 = Worker::start(dir.path(), &server.url(), "w1", &["--concurrency", "16"]);
     let w2 = Worker::start(dir.path(), &server.url(), "w2", &["--concurrency", "16"]);
     let count = 400;
@@ -201,9 +200,7 @@ fn a_remote_fanout_killed_again_and_again_and_resumed_runs_every_task_exactly_on
 
 #[test]
 fn a_recorded_run_the_broker_does_not_know_is_started_again_and_its_line_says_so() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let tasks = dir.path().join("tasks.jsonl");
     std::fs::write(&tasks, "{\"id\": \"t1\", \"prompt\": \"again\"}\n").unwrap();
@@ -239,9 +236,7 @@ fn a_recorded_run_the_broker_does_not_know_is_started_again_and_its_line_says_so
 
 #[test]
 fn a_killed_batchs_runs_wait_for_a_resume_only_their_detached_ttl_and_then_start_again() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let look = Look::new(&server.url());
     let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let tasks = dir.path().join("tasks.jsonl");
@@ -292,9 +287,7 @@ fn a_killed_batchs_runs_wait_for_a_resume_only_their_detached_ttl_and_then_start
 
 #[test]
 fn a_run_attached_to_by_a_second_caller_is_cancelled_through_the_new_handle() {
-    let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let (_serial, dir, server) = broker();
     let look = Look::new(&server.url());
     let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let runtime = runtime_at(&dir.path().join("caller"));

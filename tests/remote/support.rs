@@ -94,6 +94,16 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// A test's serial slot, its temporary directory and a broker started in
+/// it; bound as `let (_serial, dir, server) = broker();` they drop in the
+/// right order (the broker, then its directory, then the slot).
+pub fn broker() -> (MutexGuard<'static, ()>, tempfile::TempDir, Server) {
+    let serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    (serial, dir, server)
+}
+
 /// A JetStream server on a loopback port with its own store; killed on drop.
 pub struct Server {
     pub port: u16,

@@ -43,7 +43,6 @@
 //! let agent = Agent::builder(model).build().unwrap();
 //! ```
 
-use futures_util::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
@@ -55,8 +54,8 @@ use answer::Message;
 pub use config::AnthropicConfig;
 use request::MessagesRequest;
 
-use super::http::{bounded_call, endpoint_handle, is_event_stream, transient, Call, Endpoint};
-use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest};
+use super::http::{http_model, transient, Endpoint};
+use super::{ModelError, ModelReply, ModelRequest};
 
 /// The API version every request names.
 const API_VERSION: &str = "2023-06-01";
@@ -68,12 +67,7 @@ pub struct AnthropicModel {
     endpoint: Endpoint,
 }
 
-impl std::fmt::Debug for AnthropicModel {
-    /// The name only: the configuration holds the key.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AnthropicModel").field("name", &self.name).finish_non_exhaustive()
-    }
-}
+http_model!(AnthropicModel);
 
 impl AnthropicModel {
     /// An adapter for `config`.
@@ -93,8 +87,6 @@ impl AnthropicModel {
         Ok(AnthropicModel { name: format!("anthropic:{}", config.model), config, endpoint })
     }
 
-    endpoint_handle!();
-
     fn body<'a>(&'a self, request: &'a ModelRequest) -> Result<MessagesRequest<'a>, ModelError> {
         let options = &request.options;
         if options.reasoning_effort.is_some() {
@@ -113,54 +105,7 @@ impl AnthropicModel {
     async fn complete_inner(&self, request: ModelRequest, cancel: CancellationToken) -> Result<ModelReply, ModelError> {
         let body = self.body(&request)?;
         let max_tokens = request.options.max_tokens.map_or(self.config.max_tokens, u64::from);
-        let call = Call { max_tokens, meter: &request.meter, cancel: &cancel };
-        self.endpoint.call(&body, call, |response| self.read_answer(response, &request)).await
-    }
-
-    async fn read_answer(&self, response: reqwest::Response, request: &ModelRequest) -> Result<ModelReply, ModelError> {
-        let limits = self.endpoint.bounds().calls;
-        if self.config.stream && is_event_stream(&response) {
-            return self.read_stream(response, request.chunks.as_ref()).await;
-        }
-        let bytes = self.endpoint.read_whole(response).await?;
-        let reply = Message::whole(&bytes, limits)?.into_reply();
-        if let (Some(sink), false) = (&request.chunks, reply.text.is_empty()) {
-            sink(&reply.text);
-        }
-        Ok(reply)
-    }
-
-    async fn read_stream(
-        &self,
-        response: reqwest::Response,
-        sink: Option<&ChunkSink>,
-    ) -> Result<ModelReply, ModelError> {
-        let mut events = self.endpoint.events(response);
-        let mut message = Message::new(self.endpoint.bounds().calls);
-        while !message.stopped {
-            match events.next_data().await? {
-                Some(data) => message.event(&data, sink)?,
-                None => break,
-            }
-        }
-        if !message.finished() {
-            return Err(ModelError::BrokeOff("the stream ended before the answer finished".to_owned()));
-        }
-        Ok(message.into_reply())
-    }
-}
-
-impl Model for AnthropicModel {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn complete(
-        &self,
-        request: ModelRequest,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
-        Box::pin(bounded_call(cancel.clone(), self.config.call_deadline, self.complete_inner(request, cancel)))
+        self.endpoint.complete::<Message>(&body, max_tokens, self.config.stream, &request, &cancel).await
     }
 }
 

@@ -18,7 +18,13 @@
 //!   answer reports.
 //! - [`Endpoint::read_whole`] and [`Events`] read an answer: a whole body or
 //!   a server-sent event stream, each bounded in bytes as a whole and in the
-//!   time between two chunks.
+//!   time between two chunks. [`Endpoint::complete`] is an adapter's whole
+//!   call: its body sent, its answer read whole or streamed into the
+//!   adapter's [`Answer`] (its wire's reading of the payloads), text passed
+//!   to the listener as it comes.
+//! - `config` declares each adapter's configuration and gives each model
+//!   its handle and `Model` impl (`http_config!`, `http_model!`); `wire`
+//!   holds what the wires spell alike.
 //! - [`bounded_call`] holds one model call to its deadline and drops it the
 //!   moment the caller cancels; dropping the request closes its connection.
 //! - [`CallLimits`] bounds an answer's tool calls and their arguments, the
@@ -26,6 +32,7 @@
 
 mod config;
 mod text;
+mod wire;
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
@@ -36,11 +43,12 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-pub(super) use config::{endpoint_handle, http_config, Defaults};
+pub(super) use config::{http_config, http_model, Defaults};
 pub(super) use text::{describe, excerpt, one_line};
+pub(super) use wire::{arguments_text, functions, kind_of, not_read, read_event, user_content, Content, Function};
 
 use super::limit::{retry_delay, Limiter, Permit, RouteLimits};
-use super::{CallMeter, ModelError, ModelReply, Oversize};
+use super::{CallMeter, ChunkSink, ModelError, ModelReply, ModelRequest, Oversize};
 
 /// Longest streamed line accepted; a longer one is a malformed stream.
 const MAX_LINE: usize = 4 * 1024 * 1024;
@@ -178,6 +186,25 @@ fn rate_limited(status: u16) -> bool {
     matches!(status, 429 | 529)
 }
 
+/// One adapter's answer, as its wire spells it: read whole, or fed a
+/// stream's payloads one at a time until it has ended.
+pub(super) trait Answer: Sized {
+    /// An answer about to be streamed, its tool calls held to `limits`.
+    fn new(limits: CallLimits) -> Self;
+    /// A whole (non-streamed) body's answer.
+    fn whole(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError>;
+    /// Takes one streamed payload; its text goes to `sink` as it comes.
+    fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError>;
+    /// Whether the stream said its last word: nothing more is read.
+    fn ended(&self) -> bool;
+    /// Whether the answer got as far as its ending, once the stream closed.
+    fn finished(&self) -> bool {
+        self.ended()
+    }
+    /// The reply the answer makes.
+    fn into_reply(self) -> Result<ModelReply, ModelError>;
+}
+
 /// What the limiter needs of one call besides its body: the answer's
 /// token limit (with the body's size, the tokens charged ahead), where its
 /// tries are recorded, and when to stop waiting.
@@ -225,10 +252,6 @@ impl Endpoint {
         Ok(Endpoint { client, base_url: base_url.to_owned(), url, headers, bounds, transient, limiter })
     }
 
-    pub(super) fn bounds(&self) -> &Bounds {
-        &self.bounds
-    }
-
     /// Every try passes `limiter` instead of the endpoint's own.
     pub(super) fn with_limiter(mut self, limiter: Limiter) -> Self {
         self.limiter = limiter;
@@ -273,6 +296,54 @@ impl Endpoint {
             permit.settle(usage.total());
         }
         reply
+    }
+
+    /// One adapter's call: `body` sent as [`Endpoint::call`] does, charged
+    /// `max_tokens` ahead, and its answer read as `A`: streamed when
+    /// `stream` is asked and the endpoint streams, else whole (its text
+    /// then reaches the request's listener at once).
+    pub(super) async fn complete<A: Answer>(
+        &self,
+        body: &impl Serialize,
+        max_tokens: u64,
+        stream: bool,
+        request: &ModelRequest,
+        cancel: &CancellationToken,
+    ) -> Result<ModelReply, ModelError> {
+        let call = Call { max_tokens, meter: &request.meter, cancel };
+        let sink = request.chunks.as_ref();
+        self.call(body, call, |response| async move {
+            if stream && is_event_stream(&response) {
+                return self.read_stream::<A>(response, sink).await;
+            }
+            let reply = A::whole(&self.read_whole(response).await?, self.bounds.calls)?;
+            if let (Some(sink), false) = (sink, reply.text.is_empty()) {
+                sink(&reply.text);
+            }
+            Ok(reply)
+        })
+        .await
+    }
+
+    /// A streamed answer, read until it ends; a stream that closes before
+    /// the answer finished broke off.
+    async fn read_stream<A: Answer>(
+        &self,
+        response: reqwest::Response,
+        sink: Option<&ChunkSink>,
+    ) -> Result<ModelReply, ModelError> {
+        let mut events = self.events(response);
+        let mut answer = A::new(self.bounds.calls);
+        while !answer.ended() {
+            match events.next_data().await? {
+                Some(data) => answer.event(&data, sink)?,
+                None => break,
+            }
+        }
+        if !answer.finished() {
+            return Err(ModelError::BrokeOff("the stream ended before the answer finished".to_owned()));
+        }
+        answer.into_reply()
     }
 
     /// Posts `body`, retrying what is worth retrying, and returns the first

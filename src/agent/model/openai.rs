@@ -47,7 +47,6 @@
 //! let agent = Agent::builder(model).build().unwrap();
 //! ```
 
-use futures_util::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use tokio_util::sync::CancellationToken;
 
@@ -55,12 +54,12 @@ mod answer;
 mod config;
 mod request;
 
-use answer::{parse_completion, StreamedAnswer};
+use answer::StreamedAnswer;
 pub use config::OpenAiConfig;
 use request::{ChatRequest, StreamOptions};
 
-use super::http::{bounded_call, endpoint_handle, is_event_stream, transient, Call, Endpoint};
-use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest};
+use super::http::{http_model, transient, Endpoint};
+use super::{ModelError, ModelReply, ModelRequest};
 
 /// The OpenAI-compatible adapter.
 pub struct OpenAiModel {
@@ -69,12 +68,7 @@ pub struct OpenAiModel {
     endpoint: Endpoint,
 }
 
-impl std::fmt::Debug for OpenAiModel {
-    /// The name only: the configuration holds the key.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAiModel").field("name", &self.name).finish_non_exhaustive()
-    }
-}
+http_model!(OpenAiModel);
 
 impl OpenAiModel {
     /// An adapter for `config`.
@@ -83,8 +77,6 @@ impl OpenAiModel {
             Endpoint::new(&config.base_url, "chat/completions", bearer(&config)?, config.bounds(), transient)?;
         Ok(OpenAiModel { name: format!("openai:{}", config.model), config, endpoint })
     }
-
-    endpoint_handle!();
 
     fn body<'a>(&'a self, request: &'a ModelRequest) -> ChatRequest<'a> {
         let options = &request.options;
@@ -102,39 +94,7 @@ impl OpenAiModel {
     async fn complete_inner(&self, request: ModelRequest, cancel: CancellationToken) -> Result<ModelReply, ModelError> {
         let body = self.body(&request);
         let max_tokens = request.options.max_tokens.or(self.config.max_tokens).map_or(0, u64::from);
-        let call = Call { max_tokens, meter: &request.meter, cancel: &cancel };
-        self.endpoint.call(&body, call, |response| self.read_answer(response, &request)).await
-    }
-
-    async fn read_answer(&self, response: reqwest::Response, request: &ModelRequest) -> Result<ModelReply, ModelError> {
-        if self.config.stream && is_event_stream(&response) {
-            return self.read_stream(response, request.chunks.as_ref()).await;
-        }
-        let bytes = self.endpoint.read_whole(response).await?;
-        let reply = parse_completion(&bytes, self.endpoint.bounds().calls)?;
-        if let (Some(sink), false) = (&request.chunks, reply.text.is_empty()) {
-            sink(&reply.text);
-        }
-        Ok(reply)
-    }
-
-    async fn read_stream(
-        &self,
-        response: reqwest::Response,
-        sink: Option<&ChunkSink>,
-    ) -> Result<ModelReply, ModelError> {
-        let mut events = self.endpoint.events(response);
-        let mut answer = StreamedAnswer::new(self.endpoint.bounds().calls);
-        while !answer.done {
-            match events.next_data().await? {
-                Some(data) => answer.data(&data, sink)?,
-                None => break,
-            }
-        }
-        if !answer.done && answer.finish_reason.is_none() {
-            return Err(ModelError::BrokeOff("the stream ended before the answer finished".to_owned()));
-        }
-        answer.into_reply()
+        self.endpoint.complete::<StreamedAnswer>(&body, max_tokens, self.config.stream, &request, &cancel).await
     }
 }
 
@@ -148,18 +108,4 @@ pub(super) fn bearer(config: &OpenAiConfig) -> Result<HeaderMap, ModelError> {
         headers.insert(AUTHORIZATION, value);
     }
     Ok(headers)
-}
-
-impl Model for OpenAiModel {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn complete(
-        &self,
-        request: ModelRequest,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
-        Box::pin(bounded_call(cancel.clone(), self.config.call_deadline, self.complete_inner(request, cancel)))
-    }
 }

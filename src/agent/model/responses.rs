@@ -36,7 +36,6 @@
 //! let agent = Agent::builder(model).build().unwrap();
 //! ```
 
-use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 mod answer;
@@ -46,9 +45,9 @@ mod wire;
 use answer::Response;
 use request::{Reasoning, ResponsesRequest};
 
-use super::http::{bounded_call, endpoint_handle, is_event_stream, transient, Call, Endpoint};
+use super::http::{http_model, transient, Endpoint};
 use super::openai::{bearer, OpenAiConfig};
-use super::{ChunkSink, Model, ModelError, ModelReply, ModelRequest};
+use super::{ModelError, ModelReply, ModelRequest};
 
 /// The OpenAI Responses adapter.
 pub struct OpenAiResponsesModel {
@@ -57,12 +56,7 @@ pub struct OpenAiResponsesModel {
     endpoint: Endpoint,
 }
 
-impl std::fmt::Debug for OpenAiResponsesModel {
-    /// The name only: the configuration holds the key.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAiResponsesModel").field("name", &self.name).finish_non_exhaustive()
-    }
-}
+http_model!(OpenAiResponsesModel);
 
 impl OpenAiResponsesModel {
     /// An adapter for `config` (its `base_url` up to, not including,
@@ -71,8 +65,6 @@ impl OpenAiResponsesModel {
         let endpoint = Endpoint::new(&config.base_url, "responses", bearer(&config)?, config.bounds(), transient)?;
         Ok(OpenAiResponsesModel { name: format!("openai-responses:{}", config.model), config, endpoint })
     }
-
-    endpoint_handle!();
 
     fn body<'a>(&'a self, request: &'a ModelRequest) -> ResponsesRequest<'a> {
         let options = &request.options;
@@ -91,49 +83,6 @@ impl OpenAiResponsesModel {
     async fn complete_inner(&self, request: ModelRequest, cancel: CancellationToken) -> Result<ModelReply, ModelError> {
         let body = self.body(&request);
         let max_tokens = request.options.max_tokens.or(self.config.max_tokens).map_or(0, u64::from);
-        let call = Call { max_tokens, meter: &request.meter, cancel: &cancel };
-        self.endpoint.call(&body, call, |response| self.read_answer(response, &request)).await
-    }
-
-    async fn read_answer(&self, response: reqwest::Response, request: &ModelRequest) -> Result<ModelReply, ModelError> {
-        if self.config.stream && is_event_stream(&response) {
-            return self.read_stream(response, request.chunks.as_ref()).await;
-        }
-        let bytes = self.endpoint.read_whole(response).await?;
-        let reply = Response::whole(&bytes, self.endpoint.bounds().calls)?.into_reply();
-        if let (Some(sink), false) = (&request.chunks, reply.text.is_empty()) {
-            sink(&reply.text);
-        }
-        Ok(reply)
-    }
-
-    async fn read_stream(
-        &self,
-        response: reqwest::Response,
-        sink: Option<&ChunkSink>,
-    ) -> Result<ModelReply, ModelError> {
-        let mut events = self.endpoint.events(response);
-        let mut answer = Response::new(self.endpoint.bounds().calls);
-        while !answer.ended() {
-            match events.next_data().await? {
-                Some(data) => answer.event(&data, sink)?,
-                None => return Err(ModelError::BrokeOff("the stream ended before the answer finished".to_owned())),
-            }
-        }
-        Ok(answer.into_reply())
-    }
-}
-
-impl Model for OpenAiResponsesModel {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn complete(
-        &self,
-        request: ModelRequest,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'_, Result<ModelReply, ModelError>> {
-        Box::pin(bounded_call(cancel.clone(), self.config.call_deadline, self.complete_inner(request, cancel)))
+        self.endpoint.complete::<Response>(&body, max_tokens, self.config.stream, &request, &cancel).await
     }
 }

@@ -149,16 +149,8 @@ impl ModelRoute {
     /// The route's model, its base URL, and a probe of its endpoint.
     #[cfg(feature = "openai")]
     pub(super) fn build_http(&self) -> Result<(Arc<dyn Model>, String, super::Probe), ModelError> {
-        use super::{AnthropicConfig, AnthropicModel, OpenAiConfig, OpenAiModel, OpenAiResponsesModel, Probe};
+        use super::{AnthropicConfig, AnthropicModel, OpenAiConfig, OpenAiModel, OpenAiResponsesModel};
         let limiter = self.limiter.clone();
-        macro_rules! probed {
-            ($model:expr) => {{
-                let model = Arc::new($model);
-                let held = model.clone();
-                let probe: Probe = Box::pin(async move { held.check_reachable().await });
-                (model as Arc<dyn Model>, probe)
-            }};
-        }
         let ((model, probe), base_url) = match self.api {
             Api::OpenAiChat | Api::OpenAiResponses => {
                 let base_url = self.base_url.clone().unwrap_or_else(|| OpenAiConfig::DEFAULT_BASE_URL.to_owned());
@@ -168,8 +160,8 @@ impl ModelRoute {
                 config.timeout = self.timeout.unwrap_or(config.timeout);
                 config.max_retries = self.retries.unwrap_or(config.max_retries);
                 let model = match self.api {
-                    Api::OpenAiChat => probed!(OpenAiModel::new(config)?.with_limiter(limiter)),
-                    _ => probed!(OpenAiResponsesModel::new(config)?.with_limiter(limiter)),
+                    Api::OpenAiChat => OpenAiModel::new(config)?.with_limiter(limiter).probed(),
+                    _ => OpenAiResponsesModel::new(config)?.with_limiter(limiter).probed(),
                 };
                 (model, base_url)
             }
@@ -180,7 +172,7 @@ impl ModelRoute {
                 config.max_tokens = self.max_tokens.map_or(config.max_tokens, u64::from);
                 config.timeout = self.timeout.unwrap_or(config.timeout);
                 config.max_retries = self.retries.unwrap_or(config.max_retries);
-                (probed!(AnthropicModel::new(config)?.with_limiter(limiter)), base_url)
+                (AnthropicModel::new(config)?.with_limiter(limiter).probed(), base_url)
             }
         };
         Ok((model, base_url, probe))

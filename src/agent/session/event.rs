@@ -25,13 +25,28 @@ pub struct SessionHeader {
     pub persona: Option<String>,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_at_ms: u64,
+    /// The provider that ran the session as a child, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The run's label, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
 }
 
 impl SessionHeader {
     /// A top-level header created now.
     pub fn new(id: impl Into<String>, cwd: impl Into<PathBuf>) -> Self {
         let created_at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        SessionHeader { id: id.into(), parent_session: None, depth: 0, cwd: cwd.into(), persona: None, created_at_ms }
+        SessionHeader {
+            id: id.into(),
+            parent_session: None,
+            depth: 0,
+            cwd: cwd.into(),
+            persona: None,
+            created_at_ms,
+            provider: None,
+            label: None,
+        }
     }
 }
 

@@ -61,12 +61,11 @@ impl StoredSession {
 
     /// What [`SessionStore::summarize`] tells of the same file.
     pub fn summary(&self) -> SessionSummary {
-        SessionSummary {
-            header: self.header.clone(),
-            last_stop_reason: self.last_stop_reason(),
-            torn: self.torn,
-            bytes: self.bytes,
+        let mut summary = SessionSummary::of(self.header.clone(), self.torn, self.bytes);
+        for event in &self.events {
+            summary.note(event);
         }
+        summary
     }
 }
 
@@ -83,6 +82,84 @@ pub struct SessionSummary {
     /// The bytes its lines take on disk (for a session in a file of its
     /// own, the file's size).
     pub bytes: u64,
+    /// The first user message's text, cut at [`SessionSummary::PROMPT_BYTES`]
+    /// (someone else's words: made safe where it is shown).
+    pub first_prompt: Option<String>,
+    /// Turns that ended.
+    pub turns: u32,
+    /// Tool calls the model asked for.
+    pub tool_calls: u32,
+    /// Tool results that were errors.
+    pub tool_calls_failed: u32,
+    /// A user message came after the last turn end: a turn still running,
+    /// or one its process did not live to end.
+    pub open_turn: bool,
+}
+
+impl SessionSummary {
+    /// How much of the first prompt a summary keeps.
+    pub const PROMPT_BYTES: usize = 200;
+
+    fn of(header: SessionHeader, torn: bool, bytes: u64) -> Self {
+        SessionSummary {
+            header,
+            last_stop_reason: None,
+            torn,
+            bytes,
+            first_prompt: None,
+            turns: 0,
+            tool_calls: 0,
+            tool_calls_failed: 0,
+            open_turn: false,
+        }
+    }
+
+    /// Counts one event of the session, in order.
+    fn note(&mut self, event: &SessionEvent) {
+        match event {
+            SessionEvent::User { content } => {
+                if self.first_prompt.is_none() {
+                    let text = crate::seam::text_of(content);
+                    self.first_prompt = Some(crate::seam::cut(&text, Self::PROMPT_BYTES).to_owned());
+                }
+                self.open_turn = true;
+            }
+            SessionEvent::Assistant { tool_calls, .. } => {
+                self.tool_calls = self.tool_calls.saturating_add(tool_calls.len() as u32);
+            }
+            SessionEvent::ToolResult { is_error, .. } => {
+                self.tool_calls_failed = self.tool_calls_failed.saturating_add(u32::from(*is_error));
+            }
+            SessionEvent::TurnEnd { reason } => {
+                self.last_stop_reason = Some(*reason);
+                self.turns = self.turns.saturating_add(1);
+                self.open_turn = false;
+            }
+        }
+    }
+}
+
+/// The stores of the homes a provider's runs record out-of-process
+/// children's transcripts into: one per home, made on first use (a store
+/// writes segments of its own, so several share a home).
+#[cfg(any(feature = "acp", feature = "a2a"))]
+#[derive(Debug, Default)]
+pub(crate) struct HomeStores(Mutex<Option<(PathBuf, Arc<SessionStore>)>>);
+
+#[cfg(any(feature = "acp", feature = "a2a"))]
+impl HomeStores {
+    /// The store of `home`.
+    pub(crate) fn of(&self, home: &Path) -> Arc<SessionStore> {
+        let mut cached = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match &*cached {
+            Some((path, store)) if path == home => store.clone(),
+            _ => {
+                let store = Arc::new(SessionStore::new(home));
+                *cached = Some((home.to_owned(), store.clone()));
+                store
+            }
+        }
+    }
 }
 
 /// The longest session line a store reads by default: far above what a
@@ -458,13 +535,10 @@ fn inspect_now(store: &SessionStore, id: &str) -> Result<StoredSession, SessionE
 
 /// On the lane: [`SessionStore::summarize`].
 fn summarize_now(store: &SessionStore, id: &str) -> Result<SessionSummary, SessionError> {
-    let mut last_stop_reason = None;
-    let (header, torn, bytes) = read_now(store, id, |event| {
-        if let SessionEvent::TurnEnd { reason } = event {
-            last_stop_reason = Some(reason);
-        }
-    })?;
-    Ok(SessionSummary { header, last_stop_reason, torn, bytes })
+    let mut summary = SessionSummary::of(SessionHeader::new("", ""), false, 0);
+    let (header, torn, bytes) = read_now(store, id, |event| summary.note(&event))?;
+    (summary.header, summary.torn, summary.bytes) = (header, torn, bytes);
+    Ok(summary)
 }
 
 /// On the lane: [`SessionStore::remove`]. A file of its own is deleted; a

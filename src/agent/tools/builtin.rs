@@ -16,7 +16,7 @@ use cap_std::fs::Dir;
 use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 
-use super::{Tool, ToolContext, ToolOutput, ToolSpec};
+use super::{reads_only, Tool, ToolContext, ToolOutput, ToolSpec};
 
 /// Largest file `read_file` returns whole; longer files are cut with a note.
 const READ_LIMIT: usize = 256 * 1024;
@@ -45,34 +45,20 @@ impl Tool for ReadFile {
         }
     }
 
-    fn concurrent(&self) -> bool {
-        true
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
+    reads_only!();
 
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
         Box::pin(async move {
-            let requested = arguments["path"].as_str().unwrap_or_default().to_owned();
-            let relative = match lexical(&context.cwd, &requested) {
-                Ok(relative) => relative,
-                Err(outside) => return ToolOutput::error(outside.to_string()),
+            let requested = arguments["path"].as_str().unwrap_or_default();
+            let (bytes, total) = match beneath(&context, requested, ("read", "read"), read_beneath).await {
+                Ok(read) => read,
+                Err(refused) => return refused,
             };
-            let cwd = context.cwd.clone();
-            let read = tokio::task::spawn_blocking(move || read_beneath(&cwd, &relative)).await;
-            match read {
-                Ok(Ok((bytes, total))) => {
-                    let mut text = String::from_utf8_lossy(&bytes).into_owned();
-                    if total > bytes.len() as u64 {
-                        text.push_str(&format!("\n[truncated: the file has {total} bytes]"));
-                    }
-                    ToolOutput::ok(text)
-                }
-                Ok(Err(error)) => ToolOutput::error(refusal(&requested, "read", &error)),
-                Err(_) => ToolOutput::error(format!("cannot read {requested:?}: the read failed")),
+            let mut text = String::from_utf8_lossy(&bytes).into_owned();
+            if total > bytes.len() as u64 {
+                text.push_str(&format!("\n[truncated: the file has {total} bytes]"));
             }
+            ToolOutput::ok(text)
         })
     }
 }
@@ -90,27 +76,14 @@ impl Tool for ListDir {
         }
     }
 
-    fn concurrent(&self) -> bool {
-        true
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
+    reads_only!();
 
     fn call(&self, arguments: Value, context: ToolContext) -> BoxFuture<'_, ToolOutput> {
         Box::pin(async move {
-            let requested = arguments["path"].as_str().unwrap_or(".").to_owned();
-            let relative = match lexical(&context.cwd, &requested) {
-                Ok(relative) => relative,
-                Err(outside) => return ToolOutput::error(outside.to_string()),
-            };
-            let cwd = context.cwd.clone();
-            let listed = tokio::task::spawn_blocking(move || list_beneath(&cwd, &relative)).await;
-            let mut names = match listed {
-                Ok(Ok(names)) => names,
-                Ok(Err(error)) => return ToolOutput::error(refusal(&requested, "list", &error)),
-                Err(_) => return ToolOutput::error(format!("cannot list {requested:?}: the listing failed")),
+            let requested = arguments["path"].as_str().unwrap_or(".");
+            let mut names = match beneath(&context, requested, ("list", "listing"), list_beneath).await {
+                Ok(names) => names,
+                Err(refused) => return refused,
             };
             names.sort();
             let total = names.len();
@@ -121,6 +94,25 @@ impl Tool for ListDir {
             }
             ToolOutput::ok(listing)
         })
+    }
+}
+
+/// `work` done on the blocking pool on `requested`, a path under the
+/// session's cwd: one that escapes it is refused before anything is looked
+/// at. A refusal is the model's error output, `verb` and `noun` naming the
+/// work ("cannot read …: the read failed").
+async fn beneath<T: Send + 'static>(
+    context: &ToolContext,
+    requested: &str,
+    (verb, noun): (&str, &str),
+    work: fn(&Path, &Path) -> io::Result<T>,
+) -> Result<T, ToolOutput> {
+    let relative = lexical(&context.cwd, requested).map_err(|outside| ToolOutput::error(outside.to_string()))?;
+    let cwd = context.cwd.clone();
+    match tokio::task::spawn_blocking(move || work(&cwd, &relative)).await {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(error)) => Err(ToolOutput::error(refusal(requested, verb, &error))),
+        Err(_) => Err(ToolOutput::error(format!("cannot {verb} {requested:?}: the {noun} failed"))),
     }
 }
 

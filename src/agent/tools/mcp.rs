@@ -6,7 +6,7 @@
 //!
 //! **Process**: a stdio server is spawned like every other child of the
 //! runtime — the scrubbed environment (an allowlist, plus `inherit_env`,
-//! plus `env`), its own process group, stderr discarded — and spoken to
+//! plus `env`), its own process group, stderr drained (only its tail is kept) — and spoken to
 //! through rmcp's client over its pipes. Closing climbs the dispose
 //! ladder: stdin EOF, SIGTERM to the group, SIGKILL, and nothing of the
 //! group survives. A streamable HTTP server is one MCP session on the

@@ -11,4 +11,5 @@ pub mod providers;
 pub mod run;
 pub mod serve;
 pub mod sessions;
+pub mod ui;
 pub mod worker;

@@ -44,23 +44,20 @@ use tracing_subscriber::Layer;
 
 use crate::terminal;
 
-/// Warnings and errors from everywhere: the default of `run` and `fanout`.
+/// Our warnings, and only errors from other crates: the default of every
+/// command but the services. A dependency's warning is not ours to show
+/// (the ACP crate warns about every error reply it sends or gets: a child
+/// that is the wrong program would print one per line it echoed); what it
+/// means reaches the person as the run's diagnostic. `RUST_LOG` shows it.
 pub fn warnings() -> Targets {
-    Targets::new().with_default(Level::WARN)
-}
-
-/// Our warnings, and only errors from other crates: the default of
-/// `subagents acp`, whose protocol crate warns about every error reply it
-/// sends (a client's bad request is not our warning).
-pub fn our_warnings() -> Targets {
     Targets::new().with_target("subagents", Level::WARN).with_default(Level::ERROR)
 }
 
-/// Our lifecycle lines (info) and everyone's warnings: the default of
-/// `subagents worker`, a long-lived service whose operator wants to see it
-/// start, drain and stop.
+/// Our lifecycle lines (info) and warnings, only errors from other
+/// crates: the default of `subagents worker` and `a2a`, long-lived
+/// services whose operator wants to see them start, drain and stop.
 pub fn our_lifecycle() -> Targets {
-    Targets::new().with_target("subagents", Level::INFO).with_default(Level::WARN)
+    Targets::new().with_target("subagents", Level::INFO).with_default(Level::ERROR)
 }
 
 /// Installs the stderr log with the level `RUST_LOG` asks for, else

@@ -13,6 +13,7 @@
 //!   an MCP client (see `subagents::serve::serve_mcp`).
 //! - `subagents a2a --listen ADDR`: the runtime as an Agent2Agent server
 //!   (see `subagents::serve::serve_a2a`); the `a2a` provider is its client.
+//! - `subagents ui`: a web view of a home's runs (and `fanout --ui`).
 //! - `subagents providers list`: the providers a configuration defines.
 //!
 //! `run` and `fanout` take their providers from a configuration file
@@ -74,7 +75,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::commands::{a2a, acp, fanout, mcp, providers, run, serve, sessions, worker};
+use crate::commands::{a2a, acp, fanout, mcp, providers, run, serve, sessions, ui, worker};
 
 #[derive(Parser)]
 #[command(name = "subagents", version, about = "Delegate work to supervised child agents")]
@@ -96,6 +97,9 @@ enum Command {
     /// Read stored sessions: list them, show one, or the delegation tree under one.
     #[command(after_help = "Example:\n  subagents sessions list --home .subagents")]
     Sessions(sessions::SessionsArgs),
+    /// A web view of the runs: a batch live, delegation trees, transcripts.
+    #[command(after_help = "Example:\n  subagents ui --home .subagents --out results.jsonl")]
+    Ui(ui::UiArgs),
     /// The providers the configuration defines.
     Providers(providers::ProvidersArgs),
     /// Serve this runtime's delegation as MCP tools on stdio (for an MCP client).
@@ -122,7 +126,7 @@ impl Command {
             Command::Acp(args) => &args.telemetry,
             Command::A2a(args) => &args.telemetry,
             Command::Worker(args) => &args.telemetry,
-            Command::Sessions(_) | Command::Providers(_) | Command::Serve(_) => return None,
+            Command::Sessions(_) | Command::Providers(_) | Command::Serve(_) | Command::Ui(_) => return None,
         };
         telemetry.otlp.as_deref()
     }
@@ -131,7 +135,6 @@ impl Command {
     /// once its trace file is open.
     fn install_log(&self) {
         match self {
-            Command::Acp(_) | Command::Mcp(_) => drop(logging::install(logging::our_warnings(), None)),
             Command::Worker(_) | Command::A2a(_) => drop(logging::install(logging::our_lifecycle(), None)),
             Command::Fanout(_) => {}
             _ => drop(logging::install(logging::warnings(), None)),
@@ -148,6 +151,7 @@ impl Command {
             Command::Fanout(args) => args.run(),
             Command::Worker(args) => args.run(),
             Command::Providers(args) => args.run(),
+            Command::Ui(args) => args.run(),
             Command::A2a(args) => args.run(),
         }
     }

@@ -20,6 +20,8 @@ pub struct Span {
     pub label: Option<String>,
     pub started: Duration,
     pub ended: Option<(Duration, StopReason)>,
+    /// Why it failed, in words: the reason and the child's own account.
+    pub failure: Option<String>,
 }
 
 /// Records Start and End of every run from now on: a task on one of the
@@ -97,12 +99,17 @@ fn note(spans: &mut BTreeMap<u64, Span>, origin: Instant, event: &SubagentEvent)
                 label: info.label.clone(),
                 started: now,
                 ended: None,
+                failure: None,
             };
             spans.insert(info.run_id, span);
         }
         SubagentEvent::End(end) => {
             if let Some(span) = spans.get_mut(&end.run_id) {
                 span.ended = Some((now, end.stop_reason));
+                span.failure = end.diagnostic.as_ref().map(|d| match d.explanation() {
+                    Some(explanation) => format!("{}: {explanation}", d.category_name()),
+                    None => d.category_name(),
+                });
             }
         }
         _ => {}
@@ -125,7 +132,13 @@ fn write_children(spans: &[Span], parent: Option<&str>, indent: &str, out: &mut 
         let last = n + 1 == children.len();
         let (branch, next) = if last { ("└─ ", "   ") } else { ("├─ ", "│  ") };
         let outcome = match span.ended {
-            Some((ended, reason)) => format!("{reason}, {}", terminal::human(ended - span.started)),
+            Some((ended, reason)) => match &span.failure {
+                // The child's account: its own words, made safe again here.
+                Some(failure) => {
+                    format!("{reason} ({}), {}", terminal::line(failure), terminal::human(ended - span.started))
+                }
+                None => format!("{reason}, {}", terminal::human(ended - span.started)),
+            },
             None => "still running".to_owned(),
         };
         // The label is often the model's own description of the task.

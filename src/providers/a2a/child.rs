@@ -33,6 +33,34 @@ pub(super) struct A2aChild {
     pub(super) schema: Option<(Value, Rc<CompiledSchema>)>,
     pub(super) cancel: CancellationToken,
     pub(super) context: ProviderContext,
+    /// Where the task's transcript goes: the parent's home, as this
+    /// child's session.
+    pub(super) record: Rc<Record>,
+}
+
+/// The transcript of a run's task, kept in the parent's home as the
+/// child's session (the same store and format as an in-process child's,
+/// linked by lineage): the prompt, each status the agent reported with
+/// its message, the artifacts' text (or the agent's answer), a failure's
+/// whole account and the end. Each piece is kept to 64 KiB, the statuses
+/// to the last 256 of 4 KiB each; written once the run settles.
+pub(super) struct Record {
+    pub(super) stores: std::sync::Arc<crate::agent::HomeStores>,
+    pub(super) header: crate::agent::SessionHeader,
+}
+
+/// The most of one piece of a transcript kept.
+const MAX_PIECE_BYTES: usize = 64 * 1024;
+/// The most statuses a transcript keeps (the last ones), and of each
+/// status message: 1 MiB in all at most.
+const MAX_STATUSES: usize = 256;
+const MAX_STATUS_BYTES: usize = 4096;
+
+fn piece(text: &str) -> String {
+    match text.len() <= MAX_PIECE_BYTES {
+        true => text.to_owned(),
+        false => format!("{}…", crate::seam::cut(text, MAX_PIECE_BYTES)),
+    }
 }
 
 impl Child for A2aChild {
@@ -50,7 +78,12 @@ impl Child for A2aChild {
             seen: Seen::default(),
         };
         let cancel = self.cancel.clone();
-        Box::pin(run.drive(cancel))
+        let (record, prompt, home) = (self.record.clone(), self.prompt.clone(), self.context.home_path().to_owned());
+        Box::pin(async move {
+            let (result, seen) = run.drive(cancel).await;
+            record.write(&home, &prompt, &seen, &result).await;
+            result
+        })
     }
 
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
@@ -69,6 +102,38 @@ struct Seen {
     artifact_bytes: usize,
     /// The agent answered with a message instead of a task.
     answer: Option<Message>,
+    /// Each status the task reported (its state, and its message when it
+    /// had one), the last [`MAX_STATUSES`], for the transcript.
+    statuses: std::collections::VecDeque<String>,
+}
+
+impl Record {
+    /// Writes the transcript; one that cannot be written is logged.
+    async fn write(&self, home: &std::path::Path, prompt: &str, seen: &Seen, result: &RunResult) {
+        use crate::agent::SessionEvent;
+        let said = |text: String| SessionEvent::Assistant { text: piece(&text), tool_calls: Vec::new() };
+        let mut events = vec![SessionEvent::User { content: vec![crate::seam::ContentBlock::text(piece(prompt))] }];
+        events.extend(seen.statuses.iter().map(|status| said(format!("status {status}"))));
+        for artifact in &seen.artifacts {
+            let name = artifact.name.as_deref().unwrap_or(&artifact.artifact_id);
+            events.push(said(format!("artifact {name}: {}", text_of_parts(&artifact.parts))));
+        }
+        if let Some(answer) = &seen.answer {
+            events.push(said(text_of_parts(&answer.parts)));
+        }
+        if let Some(diagnostic) = &result.diagnostic {
+            events.push(said(format!("[the run failed: {diagnostic}]")));
+        }
+        events.push(SessionEvent::TurnEnd { reason: result.stop_reason });
+        let id = self.header.id.clone();
+        let written = match self.stores.of(home).creating(self.header.clone(), events).await {
+            Ok(mut session) => session.closing().await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = written {
+            tracing::warn!(session = %id, %error, "an A2A child's transcript was not saved");
+        }
+    }
 }
 
 /// Why a run stopped before the task reached a state worth mapping.
@@ -98,7 +163,13 @@ struct Run {
 }
 
 impl Run {
-    async fn drive(mut self, cancel: CancellationToken) -> RunResult {
+    /// The run to its result, and what the task said on the way.
+    async fn drive(mut self, cancel: CancellationToken) -> (RunResult, Seen) {
+        let result = self.settled(cancel).await;
+        (result, self.seen)
+    }
+
+    async fn settled(&mut self, cancel: CancellationToken) -> RunResult {
         // A cancel before the agent named the task lets the exchange read
         // on, within the cancel bound, until it does: `CancelTask` needs
         // the name, and a task left unnamed would run on at the agent.
@@ -301,13 +372,19 @@ impl Run {
 
     fn status(&mut self, status: wire::TaskStatus) {
         self.seen.state = Some(status.state);
+        let mut noted = format!("{:?}", status.state);
         if let Some(message) = status.message {
             let text = text_of_parts(&message.parts);
             if !text.is_empty() {
                 self.context.progress(ProgressUpdate::MessageChunk { text: text.clone() });
+                noted = format!("{noted}: {}", crate::seam::cut(&text, MAX_STATUS_BYTES));
                 self.seen.status_text = text;
             }
         }
+        if self.seen.statuses.len() == MAX_STATUSES {
+            self.seen.statuses.pop_front();
+        }
+        self.seen.statuses.push_back(noted);
     }
 
     fn artifact(&mut self, artifact: Artifact, append: bool) -> Result<(), Stopped> {
@@ -336,7 +413,7 @@ impl Run {
     }
 
     /// The task's last state as a result.
-    async fn settle(self) -> RunResult {
+    async fn settle(&self) -> RunResult {
         if let Some(message) = &self.seen.answer {
             let parts = message.parts.clone();
             return self.completed(&parts).await;
@@ -349,16 +426,13 @@ impl Run {
                 self.completed(&parts).await
             }
             TaskState::Canceled => self.with_task(RunResult::empty(StopReason::Aborted)),
-            TaskState::Failed => self.failed(Category::ChildError, reason("the A2A agent's task failed", &said)),
-            TaskState::Rejected => self.failed(Category::ChildError, reason("the A2A agent rejected the task", &said)),
+            TaskState::Failed => self.failed_saying("the A2A agent's task failed", &said),
+            TaskState::Rejected => self.failed_saying("the A2A agent rejected the task", &said),
             TaskState::InputRequired => {
-                let why = "the A2A agent's task requires input, which this provider cannot give";
-                self.failed(Category::ChildError, reason(why, &said))
+                self.failed_saying("the A2A agent's task requires input, which this provider cannot give", &said)
             }
-            TaskState::AuthRequired => {
-                let why = "the A2A agent's task requires authentication, which this provider cannot give";
-                self.failed(Category::ChildError, reason(why, &said))
-            }
+            TaskState::AuthRequired => self
+                .failed_saying("the A2A agent's task requires authentication, which this provider cannot give", &said),
             TaskState::Submitted | TaskState::Working | TaskState::Unspecified => {
                 self.failed(Category::Protocol, "the A2A agent's task ended in no final state".to_owned())
             }
@@ -394,6 +468,19 @@ impl Run {
         self.with_task(RunResult::failed(diagnostic))
     }
 
+    /// A `child-error` result: `why` in our words, and the agent's status
+    /// message, when it gave one, as the detail (logged whole at debug).
+    fn failed_saying(&self, why: &str, said: &str) -> RunResult {
+        if !self.seen.status_text.is_empty() {
+            let provider = &self.setup.provider;
+            tracing::debug!(%provider, status = %self.seen.status_text, "{why}");
+        }
+        let diagnostic = Diagnostic::new(&self.setup.provider, Stage::SessionRun, Category::ChildError)
+            .with_reason(why)
+            .with_detail(said);
+        self.with_task(RunResult::failed(diagnostic))
+    }
+
     fn with_task(&self, mut result: RunResult) -> RunResult {
         result.child_session = self.seen.task_id.clone();
         result
@@ -424,13 +511,6 @@ fn text_of_parts(parts: &[Part]) -> String {
 fn safe_text(text: &str) -> String {
     let folded = crate::seam::safe_line(text).split_whitespace().collect::<Vec<_>>().join(" ");
     crate::seam::cut(&folded, 160).to_owned()
-}
-
-fn reason(what: &str, said: &str) -> String {
-    match said.is_empty() {
-        true => what.to_owned(),
-        false => format!("{what}: {said}"),
-    }
 }
 
 #[cfg(test)]

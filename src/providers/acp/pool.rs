@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::dispose::Graces;
-use super::process::AgentProcess;
+use super::process::{AgentProcess, Fault};
 use super::AcpConfig;
 use crate::live::{LiveCounters, ProcessLease};
 use crate::seam::{Category, ProviderContext};
@@ -130,7 +130,7 @@ impl Pool {
         cwd: &Path,
         cancel: &CancellationToken,
         context: &ProviderContext,
-    ) -> Result<Arc<AgentProcess>, Option<Category>> {
+    ) -> Result<Arc<AgentProcess>, Option<Fault>> {
         let first = {
             let mut state = self.lock();
             if state.warm_with.is_none() {
@@ -150,7 +150,7 @@ impl Pool {
             return Ok(process);
         }
         if self.lock().closed {
-            return Err(Some(Category::StartupFailed));
+            return Err(Some(Fault::from(Category::StartupFailed)));
         }
         let process = Arc::new(AgentProcess::start(&self.acp, cwd, context.track_process(), cancel).await?);
         let admitted = {
@@ -162,7 +162,7 @@ impl Pool {
         };
         if !admitted {
             process.kill().await;
-            return Err(Some(Category::StartupFailed));
+            return Err(Some(Fault::from(Category::StartupFailed)));
         }
         self.refill();
         Ok(process)
@@ -272,7 +272,8 @@ impl Pool {
                             None
                         }
                         Ok(process) => Some(process),
-                        Err(category) => {
+                        Err(fault) => {
+                            let category = fault.map(|fault| fault.category);
                             tracing::warn!(provider = %pool.acp.name, ?category, "could not warm an ACP process");
                             None
                         }

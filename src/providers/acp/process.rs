@@ -30,8 +30,7 @@ use super::dispose::{Activity, Graces};
 use super::run_dir::RunDir;
 use super::Connection;
 use super::{choose, initialize, note_update, transport, AcpConfig, DelegatedText};
-use crate::child_process::Spawned;
-use crate::child_process::HANDSHAKE_TIMEOUT;
+use crate::child_process::{account, redacted, Spawned, StderrTail, HANDSHAKE_TIMEOUT};
 use crate::live::ProcessLease;
 use crate::seam::{Category, Failure, ProviderContext, StopReason};
 use crate::wire::acp::stop_reason_of;
@@ -42,25 +41,114 @@ pub(super) struct Route {
     pub progress: ProviderContext,
     /// What each delegating tool call showed last.
     pub delegated: DelegatedText,
+    /// The session's transcript in the parent's home.
+    pub transcript: Arc<super::transcript::Transcript>,
 }
 
 type Routes = Arc<Mutex<HashMap<SessionId, Route>>>;
 
 /// How the agent answered one `session/prompt`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Answer {
     /// It answered with a stop reason.
     Stopped(StopReason),
     /// It answered with an error, or the connection failed first.
-    Failed(Category),
+    Failed(Fault),
 }
 
 impl Answer {
     /// Whether the process may serve another session after this answer:
     /// an error answer is the agent's own, a dead or babbling peer is not.
-    pub(super) fn leaves_process_sound(self) -> bool {
-        !matches!(self, Answer::Failed(Category::ChildCrashed | Category::Protocol | Category::TimedOut))
+    pub(super) fn leaves_process_sound(&self) -> bool {
+        !matches!(self, Answer::Failed(fault) if matches!(fault.category, Category::ChildCrashed | Category::Protocol | Category::TimedOut))
     }
+}
+
+/// Why a start, a session or a prompt failed: a category, and the agent's
+/// own account when there is one (its error answer, its exit, its stderr).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Fault {
+    pub category: Category,
+    /// The agent's words: its error answer, later the whole account.
+    pub said: Option<String>,
+}
+
+impl From<Category> for Fault {
+    fn from(category: Category) -> Self {
+        Fault { category, said: None }
+    }
+}
+
+impl Fault {
+    /// What the connection's error says: a transport gone is a crash (the
+    /// account comes from the process), an error answer is the agent's.
+    fn of(error: &agent_client_protocol::Error) -> Fault {
+        let category = category_of(error);
+        let said = (category == Category::ChildError).then(|| words_of(error));
+        Fault { category, said }
+    }
+
+    /// The fault with the agent's whole account: its words, how it exited
+    /// (a crash waits a moment for that, and for the rest of its stderr),
+    /// the tail of its stderr; the values of the environment `config` set
+    /// for it replaced. The whole text is logged at debug.
+    fn accounted(self, config: &AcpConfig, exit: Option<String>, stderr: String) -> Fault {
+        let text = redacted(&account(self.said.as_deref(), exit, &stderr), &config.env);
+        tracing::debug!(provider = %config.name, category = ?self.category, account = %text, "an ACP agent failed");
+        Fault { category: self.category, said: (!text.is_empty()).then_some(text) }
+    }
+}
+
+/// Why a probe's `initialize` failed, with the agent's account (its error
+/// answer, or how it exited and the tail of its stderr), made one safe,
+/// bounded line: the probe's error is shown as it is.
+pub(super) async fn probe_account(
+    config: &AcpConfig,
+    spawned: &mut Spawned,
+    error: &agent_client_protocol::Error,
+) -> super::ProbeFailure {
+    let fault = Fault::of(error);
+    let (exit, stderr) = exit_and_stderr(spawned).await;
+    let said = fault.said.clone().unwrap_or_else(|| error.message.clone());
+    let fault = Fault { said: Some(said), ..fault }.accounted(config, exit, stderr);
+    let shown = crate::seam::Diagnostic::new(&config.name, crate::seam::Stage::Initialize, fault.category)
+        .with_detail(fault.said.unwrap_or_default())
+        .detail
+        .unwrap_or_default();
+    super::ProbeFailure::Initialize(shown)
+}
+
+/// How an agent that failed its handshake exited (waited for a moment:
+/// one that died may still be exiting, and the wrong program may live on)
+/// and the last of its stderr (the rest waited for, once it exited).
+async fn exit_and_stderr(spawned: &mut Spawned) -> (Option<String>, String) {
+    let exit = spawned.exit_within(ACCOUNT_WAIT).await;
+    let stderr = match exit {
+        Some(_) => spawned.stderr.settled(ACCOUNT_WAIT).await,
+        None => spawned.stderr.last_lines(),
+    };
+    (exit, stderr)
+}
+
+/// How long a failed agent's exit status and last stderr are waited for.
+const ACCOUNT_WAIT: Duration = Duration::from_secs(1);
+
+/// An error answer in words: `JSON-RPC error -32603: Internal error: <its
+/// data>`.
+fn words_of(error: &agent_client_protocol::Error) -> String {
+    let mut words = format!("JSON-RPC error {}: {}", error.code.value(), error.message);
+    match &error.data {
+        None | Some(serde_json::Value::Null) => {}
+        Some(serde_json::Value::String(data)) => {
+            words.push_str(": ");
+            words.push_str(crate::seam::cut(data, 4096));
+        }
+        Some(data) => {
+            words.push_str(": ");
+            words.push_str(crate::seam::cut(&data.to_string(), 4096));
+        }
+    }
+    words
 }
 
 /// A spawned and initialized ACP agent.
@@ -80,6 +168,8 @@ pub(super) struct AgentProcess {
     spawned: Mutex<Option<Spawned>>,
     /// Its private directory, removed once it is reaped.
     run_dir: Mutex<Option<RunDir>>,
+    /// The tail of its stderr (shared by a pooled process's sessions).
+    stderr: StderrTail,
     /// The process id (also its process group id).
     pub pid: u32,
 }
@@ -99,11 +189,18 @@ impl AgentProcess {
         cwd: &Path,
         lease: ProcessLease,
         cancel: &CancellationToken,
-    ) -> Result<AgentProcess, Option<Category>> {
-        let (mut spawned, run_dir) = config.spawn_agent(cwd, lease).await.map_err(|error| {
-            tracing::warn!(provider = %config.name, %error, "could not spawn an ACP child");
-            Some(Category::StartupFailed)
-        })?;
+    ) -> Result<AgentProcess, Option<Fault>> {
+        let (mut spawned, run_dir) = match config.spawn_agent(cwd, lease).await {
+            Ok(spawned) => spawned,
+            Err(error) => {
+                tracing::warn!(provider = %config.name, %error, "could not spawn an ACP child");
+                let said = format!("could not start {}: {error}", config.command.display());
+                return Err(Some(Fault {
+                    category: Category::StartupFailed,
+                    said: Some(redacted(&said, &config.env)),
+                }));
+            }
+        };
         let (routes, broken, ended) = (Routes::default(), Arc::new(AtomicBool::new(false)), CancellationToken::new());
         let activity = Arc::new(Activity::default());
         let (ready, connected) = oneshot::channel::<Connection>();
@@ -112,17 +209,17 @@ impl AgentProcess {
         let serve = connection(&mut spawned, config, seen, ready, closed, ended.clone());
         let task = tokio::spawn(serve);
         let handshake = async {
-            let cx = connected.await.map_err(|_| Category::ChildCrashed)?;
-            cx.send_request(initialize()).block_task().await.map_err(|e| category_of(&e))?;
-            Ok::<_, Category>(cx)
+            let cx = connected.await.map_err(|_| Fault::from(Category::ChildCrashed))?;
+            cx.send_request(initialize()).block_task().await.map_err(|e| Fault::of(&e))?;
+            Ok::<_, Fault>(cx)
         };
         let outcome = tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(None),
             outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake) => match outcome {
                 Ok(Ok(ready)) => Ok(ready),
-                Ok(Err(category)) => Err(Some(category)),
-                Err(_) => Err(Some(Category::TimedOut)),
+                Ok(Err(fault)) => Err(Some(fault)),
+                Err(_) => Err(Some(Fault::from(Category::TimedOut))),
             },
         };
         match outcome {
@@ -135,17 +232,25 @@ impl AgentProcess {
                 close: Mutex::new(Some(close)),
                 task: Mutex::new(Some(task)),
                 pid: spawned.pid,
+                stderr: spawned.stderr.clone(),
                 spawned: Mutex::new(Some(spawned)),
                 run_dir: Mutex::new(run_dir),
             }),
-            Err(category) => {
+            Err(fault) => {
+                let fault = match fault {
+                    Some(fault) => {
+                        let (exit, stderr) = exit_and_stderr(&mut spawned).await;
+                        Some(fault.accounted(config, exit, stderr))
+                    }
+                    None => None,
+                };
                 // Reap before rejecting: nothing outlives a failed start.
                 task.abort();
                 spawned.kill().await;
                 if let Some(run_dir) = run_dir {
                     run_dir.remove().await;
                 }
-                Err(category)
+                Err(fault)
             }
         }
     }
@@ -168,7 +273,7 @@ impl AgentProcess {
         system_prompt: Option<SystemPrompt>,
         mcp_servers: Vec<McpServer>,
         route: Route,
-    ) -> Result<SessionId, Category> {
+    ) -> Result<SessionId, Fault> {
         let mut request = NewSessionRequest::new(cwd).mcp_servers(mcp_servers);
         if let Some(system_prompt) = system_prompt {
             request = request.system_prompt(system_prompt);
@@ -176,8 +281,8 @@ impl AgentProcess {
         let answered = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.cx.send_request(request).block_task()).await;
         let session_id = match answered {
             Ok(Ok(answer)) => answer.session_id,
-            Ok(Err(error)) => return Err(category_of(&error)),
-            Err(_) => return Err(Category::TimedOut),
+            Ok(Err(error)) => return Err(Fault::of(&error)),
+            Err(_) => return Err(Fault::from(Category::TimedOut)),
         };
         lock(&self.routes).insert(session_id.clone(), route);
         Ok(session_id)
@@ -198,17 +303,43 @@ impl AgentProcess {
             let answered = sent.block_task().await;
             let outcome = match answered {
                 Ok(response) => Answer::Stopped(stop_reason_of(response.stop_reason)),
-                Err(_) if broken.load(Ordering::Acquire) => Answer::Failed(Category::Protocol),
-                Err(error) => Answer::Failed(category_of(&error)),
+                Err(_) if broken.load(Ordering::Acquire) => Answer::Failed(Fault::from(Category::Protocol)),
+                Err(error) => Answer::Failed(Fault::of(&error)),
             };
             // Only the agent's own answer ends its prompt: a connection that
             // closed first (a dispose mid-prompt) leaves it still working.
-            if matches!(outcome, Answer::Stopped(_) | Answer::Failed(Category::ChildError)) {
+            let own = |answer: &Answer| match answer {
+                Answer::Stopped(_) => true,
+                Answer::Failed(fault) => fault.category == Category::ChildError,
+            };
+            if own(&outcome) {
                 activity.prompt_answered();
             }
             let _ = answer.send(Some(outcome));
         });
         answered
+    }
+
+    /// `fault` (a session's or a prompt's) with the agent's whole account:
+    /// after a crash its exit and the rest of its stderr are waited for
+    /// (at most a second each), else the stderr so far is taken.
+    pub(super) async fn account(&self, config: &AcpConfig, fault: Fault) -> Fault {
+        if fault.category != Category::ChildCrashed {
+            return fault.accounted(config, None, self.stderr.last_lines());
+        }
+        let deadline = tokio::time::Instant::now() + ACCOUNT_WAIT;
+        let exit = loop {
+            let status = lock(&self.spawned).as_mut().and_then(|spawned| spawned.child.try_wait().ok().flatten());
+            if let Some(status) = status {
+                break Some(crate::child_process::exit_words(status));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let stderr = self.stderr.settled(ACCOUNT_WAIT).await;
+        fault.accounted(config, exit, stderr)
     }
 
     /// `session/cancel` for the session's running prompt.
@@ -310,6 +441,7 @@ fn connection(
     ended: CancellationToken,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let Seen { routes, broken, activity } = seen;
+    let asked = routes.clone();
     let transport = transport(spawned, broken, activity);
     let permission = config.permission;
     async move {
@@ -331,7 +463,11 @@ fn connection(
                 async move |request: RequestPermissionRequest,
                             responder: v1::Responder<RequestPermissionResponse>,
                             _cx: Connection| {
-                    responder.respond(RequestPermissionResponse::new(choose(permission, &request)))
+                    let outcome = choose(permission, &request);
+                    if let Some(route) = lock(&asked).get(&request.session_id) {
+                        route.transcript.permission(&request, &outcome);
+                    }
+                    responder.respond(RequestPermissionResponse::new(outcome))
                 },
                 agent_client_protocol::on_receive_request!(),
             )

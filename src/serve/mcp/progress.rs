@@ -288,6 +288,7 @@ mod tests {
                 parent_session: Some("root-child".to_owned()),
                 stop_reason: StopReason::Completed,
                 last_message: None,
+                diagnostic: None,
             })),
         ] {
             pending.note(tree.describe(&event));

@@ -17,9 +17,14 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::agent::model::http::{excerpt, parse_arguments, token_count, CallLimits};
+use crate::agent::model::http::{
+    excerpt, kind_of, not_read, parse_arguments, read_event, token_count, Answer, CallLimits,
+};
 use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Usage};
 use crate::agent::session::ToolCall;
+
+/// What an answer that cannot be read is not.
+const ANSWER: &str = "a Messages answer";
 
 /// Most content blocks one answer may open; far above what a model writes,
 /// and each costs bytes of the stream besides.
@@ -119,7 +124,7 @@ pub(super) struct Message {
     stop_reason: Option<String>,
     usage: Option<WireUsage>,
     /// `message_stop` arrived.
-    pub(super) stopped: bool,
+    stopped: bool,
 }
 
 /// The usage as the API counts it: cached input apart from the rest.
@@ -132,49 +137,9 @@ struct WireUsage {
 }
 
 impl Message {
-    pub(super) fn new(limits: CallLimits) -> Self {
-        Message {
-            blocks: Vec::new(),
-            positions: HashMap::new(),
-            calls: 0,
-            limits,
-            stop_reason: None,
-            usage: None,
-            stopped: false,
-        }
-    }
-
-    /// Takes one streamed event's payload.
-    pub(super) fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
-        let event: Event = serde_json::from_slice(data).map_err(|error| not_read("a streamed event", &error))?;
-        let Some(kind) = event.kind.as_deref() else {
-            return Err(ModelError::Malformed("a streamed event has no type".to_owned()));
-        };
-        match kind {
-            "message_start" => self.merge_usage(event.message.and_then(|message| message.usage)),
-            "content_block_start" => self.start_block(index_of(&event)?, event.content_block, sink)?,
-            "content_block_delta" => self.delta(index_of(&event)?, event.delta, sink)?,
-            "message_delta" => {
-                if let Some(reason) = event.delta.and_then(|delta| delta.stop_reason) {
-                    self.stop_reason = Some(reason);
-                }
-                self.merge_usage(event.usage);
-            }
-            "message_stop" => self.stopped = true,
-            "error" => {
-                let error = event.error.unwrap_or(ErrorBody { kind: None, message: None });
-                let kind = error.kind.as_deref().unwrap_or("error");
-                let message = error.message.as_deref().unwrap_or_default();
-                return Err(ModelError::BrokeOff(format!("the stream reported {kind}: {}", excerpt(message))));
-            }
-            _ => {} // content_block_stop, ping, and types added since
-        }
-        Ok(())
-    }
-
     /// Takes a whole (non-streamed) message.
-    pub(super) fn whole(body: &[u8], limits: CallLimits) -> Result<Self, ModelError> {
-        let whole: WholeMessage = serde_json::from_slice(body).map_err(|error| not_read("the body", &error))?;
+    fn from_body(body: &[u8], limits: CallLimits) -> Result<Self, ModelError> {
+        let whole: WholeMessage = serde_json::from_slice(body).map_err(|error| not_read(ANSWER, "the body", &error))?;
         let Some(content) = whole.content else {
             return Err(ModelError::Malformed("the body has no content".to_owned()));
         };
@@ -270,13 +235,60 @@ impl Message {
         merged.cache_write = usage.cache_creation_input_tokens.unwrap_or(merged.cache_write);
         self.usage = Some(merged);
     }
+}
+
+impl Answer for Message {
+    fn new(limits: CallLimits) -> Self {
+        Message {
+            blocks: Vec::new(),
+            positions: HashMap::new(),
+            calls: 0,
+            limits,
+            stop_reason: None,
+            usage: None,
+            stopped: false,
+        }
+    }
+
+    fn whole(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
+        Message::from_body(body, limits)?.into_reply()
+    }
+
+    /// Takes one streamed event's payload.
+    fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
+        let event: Event = read_event(ANSWER, data)?;
+        match kind_of(event.kind.as_deref())? {
+            "message_start" => self.merge_usage(event.message.and_then(|message| message.usage)),
+            "content_block_start" => self.start_block(index_of(&event)?, event.content_block, sink)?,
+            "content_block_delta" => self.delta(index_of(&event)?, event.delta, sink)?,
+            "message_delta" => {
+                if let Some(reason) = event.delta.and_then(|delta| delta.stop_reason) {
+                    self.stop_reason = Some(reason);
+                }
+                self.merge_usage(event.usage);
+            }
+            "message_stop" => self.stopped = true,
+            "error" => {
+                let error = event.error.unwrap_or(ErrorBody { kind: None, message: None });
+                let kind = error.kind.as_deref().unwrap_or("error");
+                let message = error.message.as_deref().unwrap_or_default();
+                return Err(ModelError::BrokeOff(format!("the stream reported {kind}: {}", excerpt(message))));
+            }
+            _ => {} // content_block_stop, ping, and types added since
+        }
+        Ok(())
+    }
+
+    fn ended(&self) -> bool {
+        self.stopped
+    }
 
     /// Whether the answer got as far as its stop reason.
-    pub(super) fn finished(&self) -> bool {
+    fn finished(&self) -> bool {
         self.stopped || self.stop_reason.is_some()
     }
 
-    pub(super) fn into_reply(self) -> ModelReply {
+    fn into_reply(self) -> Result<ModelReply, ModelError> {
         let mut text = String::new();
         let mut tool_calls = Vec::new();
         for block in self.blocks {
@@ -306,21 +318,12 @@ impl Message {
             cache_read_tokens: u.cache_read,
             cache_write_tokens: u.cache_write,
         });
-        ModelReply { text, tool_calls, finish, usage }
+        Ok(ModelReply { text, tool_calls, finish, usage })
     }
 }
 
 fn index_of(event: &Event) -> Result<u64, ModelError> {
     event.index.ok_or_else(|| ModelError::Malformed("a content block event has no index".to_owned()))
-}
-
-/// Why `what` could not be read: not JSON at all, or JSON of the wrong
-/// shape (the message says which field).
-fn not_read(what: &str, error: &serde_json::Error) -> ModelError {
-    match error.classify() {
-        serde_json::error::Category::Data => ModelError::Malformed(format!("{what} is not a Messages answer: {error}")),
-        _ => ModelError::Malformed(format!("{what} is not JSON")),
-    }
 }
 
 fn emit(sink: Option<&ChunkSink>, text: &str) {
@@ -339,7 +342,7 @@ mod tests {
     fn a_usage_count_that_is_negative_reads_as_absent() {
         let body = br#"{"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
             "usage": {"input_tokens": 10, "output_tokens": -1, "cache_read_input_tokens": -7}}"#;
-        let reply = Message::whole(body, LIMITS).unwrap().into_reply();
+        let reply = Message::whole(body, LIMITS).unwrap();
         let usage = reply.usage.unwrap();
         assert_eq!(
             (reply.text.as_str(), usage.input_tokens, usage.output_tokens, usage.cache_read_tokens),

@@ -17,9 +17,12 @@ use std::fmt;
 use serde::de::{self, IgnoredAny};
 use serde::{Deserialize, Deserializer};
 
-use crate::agent::model::http::{excerpt, parse_arguments, token_count, CallLimits};
+use crate::agent::model::http::{excerpt, not_read, parse_arguments, read_event, token_count, Answer, CallLimits};
 use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Usage};
 use crate::agent::session::ToolCall;
+
+/// What an answer that cannot be read is not.
+const ANSWER: &str = "a chat completion";
 
 /// A whole chat completion.
 #[derive(Deserialize)]
@@ -171,50 +174,13 @@ pub(super) struct StreamedAnswer {
     refusal: String,
     calls: Vec<PartialCall>,
     limits: CallLimits,
-    pub(super) finish_reason: Option<String>,
+    finish_reason: Option<String>,
     usage: Option<Usage>,
     /// `data: [DONE]` arrived.
-    pub(super) done: bool,
+    done: bool,
 }
 
 impl StreamedAnswer {
-    pub(super) fn new(limits: CallLimits) -> Self {
-        StreamedAnswer {
-            text: String::new(),
-            refusal: String::new(),
-            calls: Vec::new(),
-            limits,
-            finish_reason: None,
-            usage: None,
-            done: false,
-        }
-    }
-
-    /// Takes one `data:` payload of the stream.
-    pub(super) fn data(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
-        if data == b"[DONE]" {
-            self.done = true;
-            return Ok(());
-        }
-        let chunk: Chunk = serde_json::from_slice(data).map_err(|error| not_read("a streamed event", &error))?;
-        if let Some(StreamError::Object { message: Some(message) }) = &chunk.error {
-            return Err(ModelError::Transport(format!("the stream reported an error: {}", excerpt(message))));
-        }
-        if let Some(usage) = chunk.usage.as_ref().and_then(usage_of) {
-            self.usage = Some(usage);
-        }
-        let Some(choice) = chunk.choices.and_then(|choices| choices.into_iter().next()) else {
-            return Ok(());
-        };
-        if let Some(delta) = choice.delta {
-            self.delta(delta, sink)?;
-        }
-        if let Some(reason) = choice.finish_reason {
-            self.finish_reason = Some(reason);
-        }
-        Ok(())
-    }
-
     fn delta(&mut self, delta: Delta, sink: Option<&ChunkSink>) -> Result<(), ModelError> {
         if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
             self.text.push_str(&text);
@@ -250,8 +216,61 @@ impl StreamedAnswer {
         }
         Ok(())
     }
+}
 
-    pub(super) fn into_reply(self) -> Result<ModelReply, ModelError> {
+impl Answer for StreamedAnswer {
+    fn new(limits: CallLimits) -> Self {
+        StreamedAnswer {
+            text: String::new(),
+            refusal: String::new(),
+            calls: Vec::new(),
+            limits,
+            finish_reason: None,
+            usage: None,
+            done: false,
+        }
+    }
+
+    fn whole(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
+        parse_completion(body, limits)
+    }
+
+    /// Takes one `data:` payload of the stream.
+    fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
+        if data == b"[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let chunk: Chunk = read_event(ANSWER, data)?;
+        if let Some(StreamError::Object { message: Some(message) }) = &chunk.error {
+            return Err(ModelError::Transport(format!("the stream reported an error: {}", excerpt(message))));
+        }
+        if let Some(usage) = chunk.usage.as_ref().and_then(usage_of) {
+            self.usage = Some(usage);
+        }
+        let Some(choice) = chunk.choices.and_then(|choices| choices.into_iter().next()) else {
+            return Ok(());
+        };
+        if let Some(delta) = choice.delta {
+            self.delta(delta, sink)?;
+        }
+        if let Some(reason) = choice.finish_reason {
+            self.finish_reason = Some(reason);
+        }
+        Ok(())
+    }
+
+    fn ended(&self) -> bool {
+        self.done
+    }
+
+    /// A stream that closes without `[DONE]` after the finish reason has
+    /// still finished (some servers leave it out).
+    fn finished(&self) -> bool {
+        self.done || self.finish_reason.is_some()
+    }
+
+    fn into_reply(self) -> Result<ModelReply, ModelError> {
         let tool_calls: Vec<ToolCall> = self
             .calls
             .into_iter()
@@ -271,8 +290,8 @@ impl StreamedAnswer {
 }
 
 /// Parses a whole (non-streamed) chat completion.
-pub(super) fn parse_completion(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
-    let completion: Completion = serde_json::from_slice(body).map_err(|error| not_read("the body", &error))?;
+fn parse_completion(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
+    let completion: Completion = serde_json::from_slice(body).map_err(|error| not_read(ANSWER, "the body", &error))?;
     let Some(choice) = completion.choices.and_then(|choices| choices.into_iter().next()) else {
         return Err(ModelError::Malformed("the body has no choices".to_owned()));
     };
@@ -295,15 +314,6 @@ pub(super) fn parse_completion(body: &[u8], limits: CallLimits) -> Result<ModelR
         _ => message.content.0,
     };
     Ok(ModelReply { text, tool_calls, finish, usage: completion.usage.as_ref().and_then(usage_of) })
-}
-
-/// Why `what` could not be read: not JSON at all, or JSON of the wrong
-/// shape (the message says which field).
-fn not_read(what: &str, error: &serde_json::Error) -> ModelError {
-    match error.classify() {
-        serde_json::error::Category::Data => ModelError::Malformed(format!("{what} is not a chat completion: {error}")),
-        _ => ModelError::Malformed(format!("{what} is not JSON")),
-    }
 }
 
 fn finish_of(reason: Option<&str>, has_calls: bool, refused: bool) -> Finish {
@@ -365,7 +375,7 @@ mod tests {
         let body = br#"{"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": "10"}}"#;
         assert_eq!(parse_completion(body, LIMITS).unwrap().usage, None);
         let mut answer = StreamedAnswer::new(LIMITS);
-        answer.data(br#"{"choices": [{"delta": {"content": "ok"}}], "usage": {"prompt_tokens": -1}}"#, None).unwrap();
+        answer.event(br#"{"choices": [{"delta": {"content": "ok"}}], "usage": {"prompt_tokens": -1}}"#, None).unwrap();
         assert_eq!(answer.into_reply().unwrap().usage, None);
     }
 
@@ -389,7 +399,7 @@ mod tests {
             r#"{"usage": {"prompt_tokens": 2, "completion_tokens": 1}, "choices": []}"#,
             "[DONE]",
         ] {
-            answer.data(data.as_bytes(), None).unwrap();
+            answer.event(data.as_bytes(), None).unwrap();
         }
         let reply = answer.into_reply().unwrap();
         assert_eq!(reply.text, "hi");
@@ -401,6 +411,6 @@ mod tests {
 
         let mut wide = StreamedAnswer::new(LIMITS);
         let too_many = r#"{"choices": [{"delta": {"tool_calls": [{"index": 4, "function": {"name": "x"}}]}}]}"#;
-        assert!(matches!(wide.data(too_many.as_bytes(), None), Err(ModelError::Oversized(_))));
+        assert!(matches!(wide.event(too_many.as_bytes(), None), Err(ModelError::Oversized(_))));
     }
 }

@@ -8,11 +8,10 @@
 use std::borrow::Cow;
 
 use serde::Serialize;
-use serde_json::Value;
 
+use crate::agent::model::http::{arguments_text, functions, user_content, Content, Function};
 use crate::agent::model::ModelRequest;
 use crate::agent::session::{SessionEvent, ToolCall};
-use crate::seam::{text_of, ContentBlock};
 
 /// One request body.
 #[derive(Serialize)]
@@ -45,7 +44,7 @@ pub(super) enum Message<'a> {
         content: &'a str,
     },
     User {
-        content: UserContent<'a>,
+        content: Content<'a, Part<'a>>,
     },
     Assistant {
         content: &'a str,
@@ -56,14 +55,6 @@ pub(super) enum Message<'a> {
         tool_call_id: &'a str,
         content: &'a str,
     },
-}
-
-/// A user message: one string when it is all text, else typed parts.
-#[derive(Serialize)]
-#[serde(untagged)]
-pub(super) enum UserContent<'a> {
-    Text(String),
-    Parts(Vec<Part<'a>>),
 }
 
 /// A part of a user message.
@@ -105,13 +96,6 @@ pub(super) struct Tool<'a> {
     function: Function<'a>,
 }
 
-#[derive(Serialize)]
-struct Function<'a> {
-    name: &'a str,
-    description: &'a str,
-    parameters: &'a Value,
-}
-
 /// The conversation as messages: the system prompt first (when there is
 /// one), then each event but the turn ends.
 pub(super) fn messages(request: &ModelRequest) -> Vec<Message<'_>> {
@@ -121,7 +105,10 @@ pub(super) fn messages(request: &ModelRequest) -> Vec<Message<'_>> {
     }
     for event in request.messages.iter() {
         messages.push(match event {
-            SessionEvent::User { content } => Message::User { content: user_content(content) },
+            SessionEvent::User { content } => {
+                let image = |url| Part::ImageUrl { image_url: ImageUrl { url } };
+                Message::User { content: user_content(content, |text| Part::Text { text }, image) }
+            }
             SessionEvent::Assistant { text, tool_calls } => {
                 Message::Assistant { content: text, tool_calls: tool_calls.iter().map(wire_call).collect() }
             }
@@ -134,36 +121,10 @@ pub(super) fn messages(request: &ModelRequest) -> Vec<Message<'_>> {
 
 /// The request's tools as the wire names them.
 pub(super) fn tools(request: &ModelRequest) -> Vec<Tool<'_>> {
-    request
-        .tools
-        .iter()
-        .map(|tool| Tool {
-            kind: "function",
-            function: Function { name: &tool.name, description: &tool.description, parameters: &tool.parameters },
-        })
-        .collect()
+    functions(request).map(|function| Tool { kind: "function", function }).collect()
 }
 
 fn wire_call(call: &ToolCall) -> WireCall<'_> {
-    let arguments = match &call.arguments {
-        Value::String(raw) => Cow::Borrowed(raw.as_str()),
-        other => Cow::Owned(other.to_string()),
-    };
+    let arguments = arguments_text(&call.arguments);
     WireCall { id: &call.id, kind: "function", function: FunctionCall { name: &call.name, arguments } }
-}
-
-fn user_content(content: &[ContentBlock]) -> UserContent<'_> {
-    if content.iter().all(|block| block.as_text().is_some()) {
-        return UserContent::Text(text_of(content));
-    }
-    let parts = content
-        .iter()
-        .map(|block| match block {
-            ContentBlock::Image { mime_type, data } => {
-                Part::ImageUrl { image_url: ImageUrl { url: format!("data:{mime_type};base64,{data}") } }
-            }
-            other => Part::Text { text: other.as_text().unwrap_or_default() },
-        })
-        .collect();
-    UserContent::Parts(parts)
 }

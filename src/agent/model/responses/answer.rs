@@ -19,9 +19,12 @@ use std::collections::HashMap;
 
 use super::wire::{Event, WireError, WireItem, WireResponse};
 
-use crate::agent::model::http::{excerpt, parse_arguments, CallLimits};
+use crate::agent::model::http::{excerpt, kind_of, not_read, parse_arguments, read_event, Answer, CallLimits};
 use crate::agent::model::{ChunkSink, Finish, ModelError, ModelReply, Usage};
 use crate::agent::session::ToolCall;
+
+/// What an answer that cannot be read is not.
+const ANSWER: &str = "a Responses answer";
 
 /// Most output items one answer may open; far above what a model writes.
 const MAX_ITEMS: usize = 4096;
@@ -59,85 +62,9 @@ pub(super) struct Response {
 }
 
 impl Response {
-    pub(super) fn new(limits: CallLimits) -> Self {
-        Response { items: Vec::new(), positions: HashMap::new(), calls: 0, limits, ending: None, usage: None }
-    }
-
-    /// Whether the response has ended (completed or incomplete).
-    pub(super) fn ended(&self) -> bool {
-        self.ending.is_some()
-    }
-
-    /// Takes one streamed event's payload.
-    pub(super) fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
-        let event: Event = serde_json::from_slice(data).map_err(|error| not_read("a streamed event", &error))?;
-        let Some(kind) = event.kind.as_deref() else {
-            return Err(ModelError::Malformed("a streamed event has no type".to_owned()));
-        };
-        match kind {
-            "response.output_item.added" => {
-                self.open(index_of(&event)?, event.item.as_ref())?;
-            }
-            "response.output_text.delta" | "response.refusal.delta" => {
-                let part = event.delta.as_str().unwrap_or_default();
-                let Item::Message { text, refusal } = self.item(index_of(&event)?)? else {
-                    return Err(ModelError::Malformed(format!("a {kind} for an output item that is no message")));
-                };
-                if kind == "response.output_text.delta" {
-                    text.push_str(part);
-                    if let (Some(sink), false) = (sink, part.is_empty()) {
-                        sink(part);
-                    }
-                } else {
-                    refusal.push_str(part);
-                }
-            }
-            "response.function_call_arguments.delta" | "response.function_call_arguments.done" => {
-                let limits = self.limits;
-                let index = index_of(&event)?;
-                let Item::Call { arguments, .. } = self.item(index)? else {
-                    return Err(ModelError::Malformed(format!("a {kind} for an output item that is no call")));
-                };
-                if kind.ends_with(".delta") {
-                    let part = event.delta.as_str().unwrap_or_default();
-                    limits.check_arguments(arguments.len() + part.len())?;
-                    arguments.push_str(part);
-                } else if let Some(whole) = event.arguments.as_str() {
-                    limits.check_arguments(whole.len())?;
-                    whole.clone_into(arguments);
-                }
-            }
-            "response.output_item.done" => {
-                let index = index_of(&event)?;
-                let item = event.item.as_ref();
-                if !self.positions.contains_key(&index) {
-                    self.open(index, item)?;
-                }
-                let limits = self.limits;
-                let whole = item.and_then(|item| item.arguments.as_str());
-                if let (Item::Call { arguments, .. }, Some(whole)) = (self.item(index)?, whole) {
-                    limits.check_arguments(whole.len())?;
-                    whole.clone_into(arguments);
-                }
-            }
-            "response.completed" | "response.incomplete" => self.end(event.response.as_ref())?,
-            "response.failed" => {
-                let error = event.response.and_then(|response| response.error.0).unwrap_or_default();
-                return Err(failure("the response failed", &error));
-            }
-            "error" => {
-                // The error's fields sit on the event, or under `error`.
-                let error = event.error.0.unwrap_or(WireError { code: event.code, message: event.message });
-                return Err(failure("the stream reported an error", &error));
-            }
-            _ => {} // response.created, content parts, reasoning, types added since
-        }
-        Ok(())
-    }
-
     /// Takes a whole (non-streamed) response object.
-    pub(super) fn whole(body: &[u8], limits: CallLimits) -> Result<Self, ModelError> {
-        let whole: WireResponse = serde_json::from_slice(body).map_err(|error| not_read("the body", &error))?;
+    fn from_body(body: &[u8], limits: CallLimits) -> Result<Self, ModelError> {
+        let whole: WireResponse = serde_json::from_slice(body).map_err(|error| not_read(ANSWER, "the body", &error))?;
         if whole.output.is_none() {
             return Err(ModelError::Malformed("the body has no output".to_owned()));
         }
@@ -226,8 +153,88 @@ impl Response {
             None => Err(ModelError::Malformed(format!("an event for output item {index}, which was never added"))),
         }
     }
+}
 
-    pub(super) fn into_reply(self) -> ModelReply {
+impl Answer for Response {
+    fn new(limits: CallLimits) -> Self {
+        Response { items: Vec::new(), positions: HashMap::new(), calls: 0, limits, ending: None, usage: None }
+    }
+
+    fn whole(body: &[u8], limits: CallLimits) -> Result<ModelReply, ModelError> {
+        Response::from_body(body, limits)?.into_reply()
+    }
+
+    /// Takes one streamed event's payload.
+    fn event(&mut self, data: &[u8], sink: Option<&ChunkSink>) -> Result<(), ModelError> {
+        let event: Event = read_event(ANSWER, data)?;
+        let kind = kind_of(event.kind.as_deref())?;
+        match kind {
+            "response.output_item.added" => {
+                self.open(index_of(&event)?, event.item.as_ref())?;
+            }
+            "response.output_text.delta" | "response.refusal.delta" => {
+                let part = event.delta.as_str().unwrap_or_default();
+                let Item::Message { text, refusal } = self.item(index_of(&event)?)? else {
+                    return Err(ModelError::Malformed(format!("a {kind} for an output item that is no message")));
+                };
+                if kind == "response.output_text.delta" {
+                    text.push_str(part);
+                    if let (Some(sink), false) = (sink, part.is_empty()) {
+                        sink(part);
+                    }
+                } else {
+                    refusal.push_str(part);
+                }
+            }
+            "response.function_call_arguments.delta" | "response.function_call_arguments.done" => {
+                let limits = self.limits;
+                let index = index_of(&event)?;
+                let Item::Call { arguments, .. } = self.item(index)? else {
+                    return Err(ModelError::Malformed(format!("a {kind} for an output item that is no call")));
+                };
+                if kind.ends_with(".delta") {
+                    let part = event.delta.as_str().unwrap_or_default();
+                    limits.check_arguments(arguments.len() + part.len())?;
+                    arguments.push_str(part);
+                } else if let Some(whole) = event.arguments.as_str() {
+                    limits.check_arguments(whole.len())?;
+                    whole.clone_into(arguments);
+                }
+            }
+            "response.output_item.done" => {
+                let index = index_of(&event)?;
+                let item = event.item.as_ref();
+                if !self.positions.contains_key(&index) {
+                    self.open(index, item)?;
+                }
+                let limits = self.limits;
+                let whole = item.and_then(|item| item.arguments.as_str());
+                if let (Item::Call { arguments, .. }, Some(whole)) = (self.item(index)?, whole) {
+                    limits.check_arguments(whole.len())?;
+                    whole.clone_into(arguments);
+                }
+            }
+            "response.completed" | "response.incomplete" => self.end(event.response.as_ref())?,
+            "response.failed" => {
+                let error = event.response.and_then(|response| response.error.0).unwrap_or_default();
+                return Err(failure("the response failed", &error));
+            }
+            "error" => {
+                // The error's fields sit on the event, or under `error`.
+                let error = event.error.0.unwrap_or(WireError { code: event.code, message: event.message });
+                return Err(failure("the stream reported an error", &error));
+            }
+            _ => {} // response.created, content parts, reasoning, types added since
+        }
+        Ok(())
+    }
+
+    /// Whether the response has ended (completed or incomplete).
+    fn ended(&self) -> bool {
+        self.ending.is_some()
+    }
+
+    fn into_reply(self) -> Result<ModelReply, ModelError> {
         let (mut text, mut refusal, mut tool_calls) = (String::new(), String::new(), Vec::new());
         for item in self.items {
             match item {
@@ -249,23 +256,12 @@ impl Response {
             _ => Finish::Stop,
         };
         let text = if text.is_empty() { refusal } else { text };
-        ModelReply { text, tool_calls, finish, usage: self.usage }
+        Ok(ModelReply { text, tool_calls, finish, usage: self.usage })
     }
 }
 
 fn index_of(event: &Event) -> Result<u64, ModelError> {
     event.output_index.ok_or_else(|| ModelError::Malformed("an output event has no output_index".to_owned()))
-}
-
-/// Why `what` could not be read: not JSON at all, or JSON of the wrong
-/// shape (the message says which field).
-fn not_read(what: &str, error: &serde_json::Error) -> ModelError {
-    match error.classify() {
-        serde_json::error::Category::Data => {
-            ModelError::Malformed(format!("{what} is not a Responses answer: {error}"))
-        }
-        _ => ModelError::Malformed(format!("{what} is not JSON")),
-    }
 }
 
 /// A failure the endpoint reported mid-answer, with its code and message.
@@ -296,7 +292,7 @@ mod tests {
             response.event(data.as_bytes(), None).unwrap();
         }
         assert!(response.ended());
-        let reply = response.into_reply();
+        let reply = response.into_reply().unwrap();
         assert_eq!(
             (reply.tool_calls[0].id.as_str(), &reply.tool_calls[0].arguments),
             ("c1", &serde_json::json!({"a": 1}))
@@ -311,7 +307,7 @@ mod tests {
         let completed = r#"{"type": "response.completed", "response": {"status": "completed",
             "usage": {"input_tokens": 9, "output_tokens": -2, "input_tokens_details": {"cached_tokens": -4}}}}"#;
         response.event(completed.as_bytes(), None).unwrap();
-        let usage = response.into_reply().usage.unwrap();
+        let usage = response.into_reply().unwrap().usage.unwrap();
         assert_eq!((usage.input_tokens, usage.cache_read_tokens, usage.output_tokens), (9, 0, 0));
     }
 

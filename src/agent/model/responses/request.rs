@@ -5,11 +5,10 @@
 use std::borrow::Cow;
 
 use serde::Serialize;
-use serde_json::Value;
 
+use crate::agent::model::http::{arguments_text, functions, user_content, Content, Function};
 use crate::agent::model::ModelRequest;
 use crate::agent::session::SessionEvent;
-use crate::seam::{text_of, ContentBlock};
 
 /// One request body.
 #[derive(Serialize)]
@@ -39,17 +38,9 @@ pub(super) struct Reasoning<'a> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(super) enum InputItem<'a> {
-    Message { role: &'static str, content: Content<'a> },
+    Message { role: &'static str, content: Content<'a, Part<'a>> },
     FunctionCall { call_id: &'a str, name: &'a str, arguments: Cow<'a, str> },
     FunctionCallOutput { call_id: &'a str, output: &'a str },
-}
-
-/// A message's content: one string when it is all text, else typed parts.
-#[derive(Serialize)]
-#[serde(untagged)]
-pub(super) enum Content<'a> {
-    Text(Cow<'a, str>),
-    Parts(Vec<Part<'a>>),
 }
 
 #[derive(Serialize)]
@@ -64,9 +55,8 @@ pub(super) enum Part<'a> {
 pub(super) struct Tool<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
-    name: &'a str,
-    description: &'a str,
-    parameters: &'a Value,
+    #[serde(flatten)]
+    function: Function<'a>,
 }
 
 /// The conversation as input items: each event but the turn ends, an
@@ -76,17 +66,16 @@ pub(super) fn input(request: &ModelRequest) -> Vec<InputItem<'_>> {
     for event in request.messages.iter() {
         match event {
             SessionEvent::User { content } => {
-                input.push(InputItem::Message { role: "user", content: user_content(content) })
+                let content =
+                    user_content(content, |text| Part::InputText { text }, |image_url| Part::InputImage { image_url });
+                input.push(InputItem::Message { role: "user", content })
             }
             SessionEvent::Assistant { text, tool_calls } => {
                 if !text.is_empty() {
                     input.push(InputItem::Message { role: "assistant", content: Content::Text(Cow::Borrowed(text)) });
                 }
                 for call in tool_calls {
-                    let arguments = match &call.arguments {
-                        Value::String(raw) => Cow::Borrowed(raw.as_str()),
-                        other => Cow::Owned(other.to_string()),
-                    };
+                    let arguments = arguments_text(&call.arguments);
                     input.push(InputItem::FunctionCall { call_id: &call.id, name: &call.name, arguments });
                 }
             }
@@ -101,30 +90,5 @@ pub(super) fn input(request: &ModelRequest) -> Vec<InputItem<'_>> {
 
 /// The request's tools as the API names them.
 pub(super) fn tools(request: &ModelRequest) -> Vec<Tool<'_>> {
-    request
-        .tools
-        .iter()
-        .map(|tool| Tool {
-            kind: "function",
-            name: &tool.name,
-            description: &tool.description,
-            parameters: &tool.parameters,
-        })
-        .collect()
-}
-
-fn user_content(content: &[ContentBlock]) -> Content<'_> {
-    if content.iter().all(|block| block.as_text().is_some()) {
-        return Content::Text(Cow::Owned(text_of(content)));
-    }
-    let parts = content
-        .iter()
-        .map(|block| match block {
-            ContentBlock::Image { mime_type, data } => {
-                Part::InputImage { image_url: format!("data:{mime_type};base64,{data}") }
-            }
-            other => Part::InputText { text: other.as_text().unwrap_or_default() },
-        })
-        .collect();
-    Content::Parts(parts)
+    functions(request).map(|function| Tool { kind: "function", function }).collect()
 }

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use subagents::batch::{self, Batch, Report, Resume, Settled};
+use subagents::serve::Both;
 use subagents::CancellationToken;
 
 use crate::args::{BudgetArgs, DurableArgs, RemoteArgs, Sources, TelemetryArgs};
@@ -60,6 +61,10 @@ pub struct FanoutArgs {
     /// line could not be run or results could not be written).
     #[arg(long)]
     strict: bool,
+    /// Serve a web view of the batch on loopback while it runs (its
+    /// address, with its token, is printed on stderr).
+    #[arg(long)]
+    ui: bool,
     #[command(flatten)]
     sources: Sources,
     #[command(flatten)]
@@ -129,7 +134,18 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
     let quiet = (!progress.is_hidden()).then(terminal::QuietControlKeys::hold);
     let per_provider = crate::live::per_provider(&setup.subagents, &progress);
     let terminal = Terminal { progress: progress.clone(), tasks: args.tasks.clone(), failed: AtomicUsize::new(0) };
-    let summary = setup.runtime.block_on(opened.run(terminal));
+    let ui = args.ui.then(|| crate::commands::ui::serve_batch(&setup.home)).transpose()?;
+    let summary = match &ui {
+        Some((board, _server)) => {
+            board.expect(count_lines(&args.tasks).unwrap_or(0));
+            let _events = board.watch(&setup.subagents);
+            let summary = setup.runtime.block_on(opened.run(Both(terminal, board.clone())));
+            board.finish();
+            summary
+        }
+        None => setup.runtime.block_on(opened.run(terminal)),
+    };
+    drop(ui);
     drop(per_provider);
     progress.finish_and_clear();
     drop(quiet);

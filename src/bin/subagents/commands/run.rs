@@ -21,6 +21,10 @@ pub struct RunArgs {
     /// (default: what the configuration's `[tool]` offers; built in: `spawn`).
     #[arg(long)]
     provider: Option<String>,
+    /// Serve a web view of the run's tree on loopback while it runs (its
+    /// address, with its token, is printed on stderr).
+    #[arg(long)]
+    ui: bool,
     #[command(flatten)]
     sources: Sources,
     #[command(flatten)]
@@ -58,6 +62,7 @@ fn run(args: RunArgs, config: &subagents::config::Config) -> Result<Ended, Strin
         .cancel_token(cancel.clone())
         .build();
     let parent = built.map_err(|error| format!("cannot create the parent agent: {error}"))?;
+    let ui = args.ui.then(|| crate::commands::ui::serve_run(&setup.home, &setup.subagents, parent.id())).transpose()?;
     let timeline = Timeline::record(&setup.runtime, parent.id(), &format!("parent ({})", parent.model_name()));
     cancel_on_ctrl_c(&setup.runtime, cancel.clone(), Shown::Live(timeline.live()));
     // The echo of ^C would land inside the drawn tree, a line it does not count.
@@ -90,6 +95,7 @@ fn run(args: RunArgs, config: &subagents::config::Config) -> Result<Ended, Strin
         }
         .instrument(span)
     });
+    drop(ui);
     let spans = timeline.finish(&setup.runtime);
     terminal::out(&terminal::text(&outcome.output));
     terminal::out("");

@@ -1,12 +1,21 @@
 //! `subagents sessions list | show ID | tree ID [--json]`: read what the
 //! subagents did, from the session files under `<home>/sessions/`.
 //!
-//! - `list`: every session, oldest first: id, parent, depth, created, the
-//!   last turn's stop reason, size.
+//! - `list`: every session, newest first: id, the provider that ran it,
+//!   its state (the last turn's stop reason, `open` while a turn has not
+//!   ended), created, turns, tool calls (and how many failed), size, and
+//!   its label or the first words of its first prompt. `--provider`,
+//!   `--state`, `--since` (`30m`, `2h`, `7d`, or a `YYYY-MM-DD` date, UTC)
+//!   and `--limit` narrow it.
 //! - `show ID`: the transcript: user messages, answers with their tool
 //!   calls, tool results, turn ends.
 //! - `tree ID`: the delegation tree under a session (its children by
 //!   lineage), each with its last stop reason.
+//!
+//! `show` and `tree` take any unique prefix of a session id; a prefix that
+//! several ids share is refused, naming them. Both also read the homes of
+//! process children under `<home>/children`, and `show` takes a process
+//! run's child id (`process:NAME:SESSION`) for its session there.
 //!
 //! Reading never repairs or changes a file. A torn last line (a write cut
 //! off by a crash) is reported beside the session; a corrupt or unreadable
@@ -36,6 +45,9 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 use subagents::agent::{SessionEvent, SessionStore, SessionSummary};
 
+mod list;
+
+use self::list::{state, ListFilters};
 use crate::args::HomeArgs;
 use crate::terminal::{self, say};
 use crate::Ended;
@@ -66,16 +78,17 @@ pub struct SessionsArgs {
 /// What `sessions` was asked to do.
 #[derive(clap::Subcommand, Debug)]
 enum Query {
-    /// Every session: id, parent, depth, created, last stop reason, size.
-    List,
+    /// Every session, newest first: id, provider, state, created, turns,
+    /// tool calls, size, label or first prompt.
+    List(ListFilters),
     /// One session's transcript.
     Show {
-        /// The session id.
+        /// The session id, or any unique prefix of it.
         id: String,
     },
     /// The delegation tree under a session.
     Tree {
-        /// The session id.
+        /// The session id, or any unique prefix of it.
         id: String,
     },
 }
@@ -100,16 +113,53 @@ fn sessions(args: SessionsArgs) -> Result<Ended, String> {
         store = store.with_max_line_bytes(bytes);
     }
     match args.query {
-        Query::List => list(&store, args.json),
-        Query::Show { id } => show(&store, &id, args.json),
+        Query::List(filters) => list::list(&store, &filters, args.json),
+        Query::Show { id } => {
+            // A process child's run id names its session in its own home.
+            let id =
+                id.strip_prefix("process:").and_then(|rest| rest.split_once(':')).map_or(id.as_str(), |(_, id)| id);
+            let nested = nested_stores(&home, max_line_bytes);
+            let stores: Vec<&SessionStore> = std::iter::once(&store).chain(&nested).collect();
+            let id = unique(id, stores.iter().flat_map(|store| store.ids().unwrap_or_default()))?;
+            // The home's own store first; else the child home that holds it.
+            let holder = stores.iter().copied().find(|store| store.ids().is_ok_and(|ids| ids.contains(&id)));
+            show(holder.unwrap_or(&store), &id, args.json)
+        }
         Query::Tree { id } => {
             let nested = nested_stores(&home, max_line_bytes);
-            tree(&store, &nested, &id, args.json)
+            let ids = std::iter::once(&store).chain(&nested).flat_map(|store| store.ids().unwrap_or_default());
+            tree(&store, &nested, &unique(&id, ids)?, args.json)
         }
     }
 }
 
-/// Every session of the store in brief, oldest first (unreadable ones last).
+/// The session `id` names: itself when a session has it, else the one id
+/// it is a prefix of; a prefix several ids share is refused naming them
+/// (the first ten). An id no session has goes on as given, for the store
+/// to say why.
+fn unique(id: &str, ids: impl IntoIterator<Item = String>) -> Result<String, String> {
+    let mut matching: Vec<String> = ids.into_iter().filter(|known| known.starts_with(id)).collect();
+    matching.sort();
+    matching.dedup();
+    if id.is_empty() || matching.is_empty() || matching.iter().any(|known| known == id) {
+        return Ok(id.to_owned());
+    }
+    if let [only] = &matching[..] {
+        return Ok(only.clone());
+    }
+    let shown: Vec<String> = matching.iter().take(10).map(|known| terminal::line(known).into_owned()).collect();
+    let more = matching.len().saturating_sub(10);
+    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+    Err(format!(
+        "session id prefix {:?} is ambiguous: {} sessions match ({}{more})",
+        terminal::line(id),
+        matching.len(),
+        shown.join(", ")
+    ))
+}
+
+/// Every session of the store in brief, oldest first (unreadable ones last;
+/// `list` shows them newest first).
 fn read_all(store: &SessionStore) -> Result<Vec<Listed>, String> {
     let ids =
         store.ids().map_err(|e| format!("cannot list {}: {e}", store.dir().unwrap_or(&PathBuf::new()).display()))?;
@@ -125,7 +175,14 @@ fn summary(session: &SessionSummary) -> Value {
         "parent": session.header.parent_session,
         "depth": session.header.depth,
         "created_at_ms": session.header.created_at_ms,
+        "provider": session.header.provider,
+        "label": session.header.label,
+        "first_prompt": session.first_prompt,
+        "state": state(session),
         "last_stop_reason": session.last_stop_reason,
+        "turns": session.turns,
+        "tool_calls": session.tool_calls,
+        "tool_calls_failed": session.tool_calls_failed,
         "bytes": session.bytes,
         "torn": session.torn,
     })
@@ -140,51 +197,6 @@ fn write_out(write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Resul
         Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("cannot write to stdout: {error}")),
         _ => Ok(()),
     }
-}
-
-fn list(store: &SessionStore, as_json: bool) -> Result<Ended, String> {
-    let listed = read_all(store)?;
-    let unreadable = listed.iter().filter(|l| l.read.is_err()).count();
-    if as_json {
-        let sessions: Vec<Value> = listed
-            .iter()
-            .map(|l| match &l.read {
-                Ok(session) => summary(session),
-                Err(error) => json!({"id": l.id, "error": error}),
-            })
-            .collect();
-        write_out(|out| writeln!(out, "{}", json!({ "sessions": sessions })))?;
-    } else if listed.is_empty() {
-        let dir = store.dir().unwrap_or(&PathBuf::new()).display().to_string();
-        write_out(|out| writeln!(out, "no sessions under {}", terminal::line(&dir)))?;
-    } else {
-        write_out(|out| {
-            writeln!(
-                out,
-                "{:<38} {:<38} {:>5} {:<24} {:<12} {:>9}",
-                "id", "parent", "depth", "created", "last stop", "bytes"
-            )?;
-            for l in &listed {
-                let line = match &l.read {
-                    Ok(s) => format!(
-                        "{:<38} {:<38} {:>5} {:<24} {:<12} {:>9}{}",
-                        s.header.id,
-                        s.header.parent_session.as_deref().unwrap_or("-"),
-                        s.header.depth,
-                        created(s.header.created_at_ms),
-                        s.last_stop_reason.map_or("-".to_owned(), |r| r.to_string()),
-                        s.bytes,
-                        if s.torn { "  (torn last line left out)" } else { "" }
-                    ),
-                    Err(error) => format!("{:<38} unreadable: {error}", l.id),
-                };
-                writeln!(out, "{}", terminal::line(&line))?;
-            }
-            Ok(())
-        })?;
-    }
-    // A corrupt file is reported, not fatal; it still counts as work not done.
-    Ok(if unreadable == 0 { Ended::Completed } else { Ended::Incomplete })
 }
 
 fn show(store: &SessionStore, id: &str, as_json: bool) -> Result<Ended, String> {
@@ -431,9 +443,18 @@ fn push(parent: &mut Value, key: &str, node: Value) {
     }
 }
 
+/// What the tree says of a session: the provider that ran it, then its
+/// depth, last stop reason, failed tool calls and a torn line.
 fn outcome(session: &SessionSummary) -> String {
     let reason = session.last_stop_reason.map_or("no finished turn".to_owned(), |r| r.to_string());
-    format!("(depth {}, {reason}{})", session.header.depth, if session.torn { ", torn last line" } else { "" })
+    let provider = session.header.provider.as_deref().map(|p| format!("{} ", terminal::line(p))).unwrap_or_default();
+    let failed = match session.tool_calls_failed {
+        0 => String::new(),
+        1 => ", 1 tool call failed".to_owned(),
+        n => format!(", {n} tool calls failed"),
+    };
+    let torn = if session.torn { ", torn last line" } else { "" };
+    format!("{provider}(depth {}, {reason}{failed}{torn})", session.header.depth)
 }
 
 /// A creation time as UTC `YYYY-MM-DD hh:mm:ss`.
@@ -442,6 +463,18 @@ fn created(ms: u64) -> String {
     let (days, rest) = (secs / 86_400, secs % 86_400);
     let (year, month, day) = civil_from_days(days as i64);
     format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z", rest / 3600, rest % 3600 / 60, rest % 60)
+}
+
+/// A proleptic Gregorian date as days since 1970-01-01 (Howard Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year.rem_euclid(400);
+    let mp = i64::from((month + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// Days since 1970-01-01 as a proleptic Gregorian date (Howard Hinnant's
@@ -460,7 +493,24 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests {
-    use super::created;
+    use super::{created, days_from_civil, unique};
+
+    #[test]
+    fn a_date_and_its_days_since_the_epoch_agree_both_ways() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2025, 12, 1) * 86_400_000, 1_764_547_200_000);
+        assert_eq!(created(days_from_civil(2000, 2, 29) as u64 * 86_400_000), "2000-02-29 00:00:00Z");
+    }
+
+    #[test]
+    fn an_id_prefix_names_one_session_or_is_refused_naming_the_candidates() {
+        let ids = || ["ab12".to_owned(), "ab34".to_owned(), "cd56".to_owned(), "ab".to_owned()];
+        assert_eq!(unique("cd", ids()).unwrap(), "cd56");
+        assert_eq!(unique("ab", ids()).unwrap(), "ab", "a whole id wins over the ids it begins");
+        assert_eq!(unique("zz", ids()).unwrap(), "zz", "no match goes on for the store to refuse");
+        let refused = unique("ab1", ["ab12".to_owned(), "ab13".to_owned()]).unwrap_err();
+        assert!(refused.contains("ambiguous") && refused.contains("ab12, ab13"), "{refused}");
+    }
 
     #[test]
     fn creation_times_read_as_utc_dates() {

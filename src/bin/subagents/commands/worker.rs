@@ -92,7 +92,8 @@ impl WorkerArgs {
         options.broker = broker;
         options.drain_grace = Duration::from_millis(self.drain_grace_ms);
         let pool = options.pool.clone();
-        let report = serve_worker(options, |worker| say!("subagents worker {worker}: ready on pool {pool} at {url}"))?;
+        let report = serve_worker(options, |worker| say!("subagents worker {worker}: ready on pool {pool} at {url}"))
+            .map_err(|error| error.to_string())?;
         say!(
             "subagents worker {}: drained ({} results written, {} handed back, {} fenced out)",
             report.worker,

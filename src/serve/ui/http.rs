@@ -1,0 +1,403 @@
+//! The web view's HTTP side: hyper's HTTP/1 connections, capped; the token
+//! and host checks; the fixed table of paths (nothing is read from disk by
+//! a path); the headers every answer carries; the JSON answers and the
+//! event stream.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, HOST};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::board::Board;
+use super::history::History;
+use crate::CancellationToken;
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+const PAGE: &str = include_str!("page/index.html");
+const SCRIPT: &str = include_str!("page/app.js");
+const STYLE: &str = include_str!("page/app.css");
+
+/// What every answer carries: no script but ours, no other origin, no
+/// framing, no sniffing, no referrer (the URL holds the token), no cache.
+const SECURITY_HEADERS: [(&str, &str); 6] = [
+    (
+        "content-security-policy",
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
+         object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+    ("x-frame-options", "DENY"),
+    ("cache-control", "no-store"),
+    ("cross-origin-resource-policy", "same-origin"),
+];
+
+/// How long a client may take to send a request's headers.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most rows one page of runs holds.
+const MAX_PAGE: usize = 500;
+/// Events of one stream are at most this often (changes in between are
+/// sent together).
+const STREAM_EVERY: Duration = Duration::from_millis(250);
+/// A comment on an idle stream, so proxies and the browser keep it.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// The longest query string read.
+const MAX_QUERY: usize = 4096;
+
+/// What every connection shares.
+pub(super) struct Door {
+    token: String,
+    address: SocketAddr,
+    board: Option<Board>,
+    history: Arc<History>,
+    streams: Arc<Semaphore>,
+    page: Bytes,
+    stop: CancellationToken,
+}
+
+impl Door {
+    pub(super) fn new(
+        token: String,
+        address: SocketAddr,
+        board: Option<Board>,
+        home: Option<std::path::PathBuf>,
+        max_streams: usize,
+    ) -> Door {
+        // The token is letters, digits, `-` and `_` (checked): safe in the page.
+        let page = Bytes::from(PAGE.replace("__TOKEN__", &token));
+        Door {
+            token,
+            address,
+            board,
+            history: Arc::new(History::new(home)),
+            streams: Arc::new(Semaphore::new(max_streams.max(1))),
+            page,
+            stop: CancellationToken::new(),
+        }
+    }
+}
+
+pub(super) async fn serve(
+    listener: tokio::net::TcpListener,
+    door: Door,
+    max_connections: usize,
+    stop: CancellationToken,
+) {
+    let door = Arc::new(Door { stop: stop.clone(), ..door });
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tracing::warn!("{max_connections} web view connections are open: closing a new one");
+                    continue;
+                };
+                let door = door.clone();
+                connections.spawn(async move {
+                    let _slot = slot;
+                    let handler = hyper::service::service_fn(move |request| {
+                        let door = door.clone();
+                        async move { Ok::<_, Infallible>(door.answer(request).await) }
+                    });
+                    let connection = hyper::server::conn::http1::Builder::new()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(HEADER_TIMEOUT)
+                        .max_buf_size(64 * 1024)
+                        .serve_connection(TokioIo::new(stream), handler);
+                    if let Err(error) = connection.await {
+                        tracing::debug!(%error, "a web view connection ended with an error");
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    let drained = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(1), drained).await.is_err() {
+        connections.abort_all();
+    }
+}
+
+impl Door {
+    async fn answer(&self, request: Request<Incoming>) -> Response<Body> {
+        let mut response = self.route(&request).await;
+        for (name, value) in SECURITY_HEADERS {
+            response.headers_mut().insert(name, HeaderValue::from_static(value));
+        }
+        response
+    }
+
+    async fn route(&self, request: &Request<Incoming>) -> Response<Body> {
+        if request.method() != Method::GET {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served");
+        }
+        if !self.host_allowed(request.headers().get(HOST)) {
+            return text(StatusCode::MISDIRECTED_REQUEST, "this server answers only to its own address");
+        }
+        let query = match request.uri().query().map(parse_query) {
+            Some(None) => return text(StatusCode::BAD_REQUEST, "the query is malformed or too long"),
+            Some(Some(query)) => query,
+            None => HashMap::new(),
+        };
+        if !self.authorized(query.get("token").map(String::as_str)) {
+            return text(StatusCode::UNAUTHORIZED, "open the address the server printed: it carries the token");
+        }
+        let number =
+            |key: &str, default: usize| query.get(key).and_then(|v| v.parse::<usize>().ok()).unwrap_or(default);
+        let word = |key: &str| query.get(key).map(String::as_str).unwrap_or_default().to_owned();
+        match request.uri().path() {
+            "/" => asset("text/html; charset=utf-8", self.page.clone()),
+            "/app.js" => asset("text/javascript; charset=utf-8", Bytes::from_static(SCRIPT.as_bytes())),
+            "/app.css" => asset("text/css; charset=utf-8", Bytes::from_static(STYLE.as_bytes())),
+            "/api/live" => json_ok(&match &self.board {
+                Some(board) => board.snapshot(),
+                None => json!({"board": false}),
+            }),
+            "/api/runs" => json_ok(&self.runs(number("offset", 0), number("limit", 100), &word("filter"), &word("q"))),
+            "/api/events" => self.events(),
+            "/api/sessions" => {
+                let (offset, limit, filter) = (number("offset", 0), number("limit", 100).min(MAX_PAGE), word("q"));
+                self.blocking(move |history, _| Some(Ok(history.sessions(offset, limit, &filter)))).await
+            }
+            "/api/roots" => {
+                let (offset, limit) = (number("offset", 0), number("limit", 50).min(MAX_PAGE));
+                self.blocking(move |history, _| Some(Ok(history.roots(offset, limit)))).await
+            }
+            "/api/search" => {
+                let query = word("q");
+                self.blocking(move |history, _| Some(Ok(history.search(&query)))).await
+            }
+            "/api/session" => {
+                let id = word("id");
+                if !valid_id(&id) {
+                    return text(StatusCode::BAD_REQUEST, "a session id is letters, digits, `-`, `_`, `.` or `:`");
+                }
+                self.blocking(move |history, _| history.transcript(&id)).await
+            }
+            "/api/tree" => {
+                let id = word("id");
+                if !valid_id(&id) {
+                    return text(StatusCode::BAD_REQUEST, "a session id is letters, digits, `-`, `_`, `.` or `:`");
+                }
+                self.blocking(move |history, board| history.tree(&id, board.as_ref()).map(Ok)).await
+            }
+            _ => text(StatusCode::NOT_FOUND, "not found"),
+        }
+    }
+
+    /// Runs a read of the store off the runtime's thread; `None` is a 404.
+    async fn blocking(
+        &self,
+        read: impl FnOnce(&History, Option<Board>) -> Option<Result<Value, String>> + Send + 'static,
+    ) -> Response<Body> {
+        let (history, board) = (self.history.clone(), self.board.clone());
+        match tokio::task::spawn_blocking(move || read(&history, board)).await {
+            Ok(Some(Ok(value))) => json_ok(&value),
+            Ok(Some(Err(why))) => json_status(StatusCode::UNPROCESSABLE_ENTITY, &json!({"error": why})),
+            Ok(None) => json_status(StatusCode::NOT_FOUND, &json!({"error": "no such session"})),
+            Err(_) => json_status(StatusCode::INTERNAL_SERVER_ERROR, &json!({"error": "the read failed"})),
+        }
+    }
+
+    fn runs(&self, offset: usize, limit: usize, filter: &str, query: &str) -> Value {
+        let Some(board) = &self.board else { return json!({"total": 0, "offset": 0, "rows": []}) };
+        let state = board.lock();
+        let limit = limit.clamp(1, MAX_PAGE);
+        let wanted = |row: &&super::board::Row| {
+            let kept = match filter {
+                "failed" => row.failed(),
+                "completed" => row.outcome == "completed",
+                _ => true,
+            };
+            let text = |field: &Option<String>| field.as_deref().is_some_and(|value| value.contains(query));
+            kept && (query.is_empty()
+                || text(&row.label)
+                || text(&row.id)
+                || text(&row.detail)
+                || row.outcome.contains(query))
+        };
+        if filter.is_empty() && query.is_empty() {
+            let rows: Vec<_> = state.rows.iter().skip(offset).take(limit).collect();
+            return json!({"total": state.rows.len(), "offset": offset, "rows": rows});
+        }
+        let matching: Vec<_> = state.rows.iter().filter(wanted).collect();
+        let rows: Vec<_> = matching.iter().skip(offset).take(limit).collect();
+        json!({"total": matching.len(), "offset": offset, "rows": rows})
+    }
+
+    /// The board's snapshot now, then again after every change (at most
+    /// every [`STREAM_EVERY`]), as server-sent events.
+    fn events(&self) -> Response<Body> {
+        let Some(board) = self.board.clone() else {
+            return text(StatusCode::NOT_FOUND, "no batch to follow: this view shows only the home");
+        };
+        let Ok(permit) = self.streams.clone().try_acquire_owned() else {
+            return text(StatusCode::SERVICE_UNAVAILABLE, "too many open views: close one");
+        };
+        let stream = Stream { changes: board.changes(), board, _permit: permit, first: true, stop: self.stop.clone() };
+        let events = futures_util::stream::unfold(stream, |mut stream| async move {
+            let frame = stream.next().await?;
+            Some((Ok::<_, Infallible>(Frame::data(frame)), stream))
+        });
+        let mut response = Response::new(StreamBody::new(events).boxed_unsync());
+        response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        response.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        response
+    }
+
+    fn authorized(&self, given: Option<&str>) -> bool {
+        let (Some(given), expected) = (given, self.token.as_bytes()) else { return false };
+        // Compared in time that does not depend on where they differ.
+        given.len() == expected.len() && given.bytes().zip(expected).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
+    }
+
+    /// On loopback, the `Host` must be a loopback name with our port: a
+    /// page of another site that rebinds its name to 127.0.0.1 is refused.
+    fn host_allowed(&self, host: Option<&HeaderValue>) -> bool {
+        if !self.address.ip().is_loopback() {
+            return true;
+        }
+        let Some(host) = host.and_then(|value| value.to_str().ok()) else { return false };
+        let port = self.address.port().to_string();
+        let Some((name, given_port)) = host.rsplit_once(':') else { return false };
+        given_port == port && matches!(name, "127.0.0.1" | "localhost" | "[::1]")
+    }
+}
+
+/// One open event stream, holding its place among the capped streams.
+struct Stream {
+    board: Board,
+    changes: tokio::sync::watch::Receiver<u64>,
+    _permit: OwnedSemaphorePermit,
+    first: bool,
+    stop: CancellationToken,
+}
+
+impl Stream {
+    async fn next(&mut self) -> Option<Bytes> {
+        if std::mem::take(&mut self.first) {
+            self.changes.mark_unchanged();
+            return Some(live_event(&self.board));
+        }
+        tokio::select! {
+            changed = self.changes.changed() => {
+                changed.ok()?;
+                // Changes in the next moment go out together.
+                tokio::time::sleep(STREAM_EVERY).await;
+                self.changes.mark_unchanged();
+                Some(live_event(&self.board))
+            }
+            () = tokio::time::sleep(KEEP_ALIVE) => Some(Bytes::from_static(b": still here\n\n")),
+            () = self.stop.cancelled() => None,
+        }
+    }
+}
+
+fn live_event(board: &Board) -> Bytes {
+    let mut frame = b"event: live\ndata: ".to_vec();
+    frame.extend_from_slice(&serde_json::to_vec(&board.snapshot()).unwrap_or_default());
+    frame.extend_from_slice(b"\n\n");
+    Bytes::from(frame)
+}
+
+/// The query's pairs, percent-decoded; `None` when too long or not UTF-8.
+fn parse_query(query: &str) -> Option<HashMap<String, String>> {
+    if query.len() > MAX_QUERY {
+        return None;
+    }
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .take(32)
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            Some((decode(key)?, decode(value)?))
+        })
+        .collect()
+}
+
+fn decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        match bytes[index] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(index + 1..index + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                index += 2;
+            }
+            byte => out.push(byte),
+        }
+        index += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A session or child id as runs mint them: no path can be made of it.
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 200
+        && !id.starts_with('.')
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+}
+
+fn asset(content_type: &'static str, body: Bytes) -> Response<Body> {
+    let mut response = Response::new(Full::new(body).boxed_unsync());
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+fn text(status: StatusCode, message: &'static str) -> Response<Body> {
+    let mut response = asset("text/plain; charset=utf-8", Bytes::from_static(message.as_bytes()));
+    *response.status_mut() = status;
+    response
+}
+
+fn json_ok(value: &Value) -> Response<Body> {
+    json_status(StatusCode::OK, value)
+}
+
+fn json_status(status: StatusCode, value: &Value) -> Response<Body> {
+    let mut response = asset("application/json", Bytes::from(serde_json::to_vec(value).unwrap_or_default()));
+    *response.status_mut() = status;
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_is_percent_decoded_and_a_bad_escape_refused() {
+        let query = parse_query("token=ab%2Fc&q=a+b&empty").unwrap();
+        assert_eq!((query["token"].as_str(), query["q"].as_str(), query["empty"].as_str()), ("ab/c", "a b", ""));
+        assert!(parse_query("q=%zz").is_none());
+        assert!(parse_query("q=%ff").is_none(), "not UTF-8");
+    }
+
+    #[test]
+    fn ids_that_could_name_a_path_are_refused() {
+        assert!(valid_id("532264b8-88c8-4de6-8932-25b5a213c785") && valid_id("mock:echo:3"));
+        for id in ["", "../x", "..", "a/b", ".hidden", "a\\b", "a%2fb"] {
+            assert!(!valid_id(id), "{id}");
+        }
+    }
+}

@@ -1,0 +1,537 @@
+//! `subagents ui` and `fanout --ui`: the web view, over plain HTTP (the
+//! token, the headers, the paths that are not there) and in a real headless
+//! Chromium (the live view updating, a tree of three kinds of children, a
+//! transcript's tool call, hostile child output kept as text, 10,000 runs).
+//! The browser tests leave screenshots of the views under
+//! `target/tmp/ui-screenshots/`.
+
+#[path = "ui/browser.rs"]
+mod browser;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use browser::{http, Browser};
+
+const BIN: &str = env!("CARGO_BIN_EXE_subagents");
+
+/// Generous: a loaded two-core machine, a cold browser.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+/// A command serving the web view (`ui` or `fanout --ui`), stopped on drop.
+struct Served {
+    child: Child,
+    url: String,
+    address: SocketAddr,
+    token: String,
+}
+
+impl Served {
+    /// Starts `command` and reads its stderr up to the line with the
+    /// page's address.
+    fn start(mut command: Command) -> Served {
+        let mut child = command
+            .env_remove("SUBAGENTS_HOME")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (lines, said) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let url = loop {
+            let line = said.recv_timeout(PATIENCE).expect("the command printed the page's address");
+            if let Some(at) = line.find("http://") {
+                break line[at..].trim().to_owned();
+            }
+        };
+        // Keep draining, so the command never blocks on a full pipe.
+        std::thread::spawn(move || while said.recv().is_ok() {});
+        let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+        let address: SocketAddr = authority.parse().unwrap();
+        let token = url.split("token=").nth(1).unwrap().split('#').next().unwrap().to_owned();
+        Served { child, url, address, token }
+    }
+
+    fn get(&self, target: &str) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        http(self.address, "GET", target, &self.address.to_string(), None)
+    }
+
+    fn api(&self, path: &str) -> Value {
+        let separator = if path.contains('?') { '&' } else { '?' };
+        let (status, _, body) = self.get(&format!("/api/{path}{separator}token={}", self.token));
+        assert_eq!(status, 200, "/api/{path}: {}", String::from_utf8_lossy(&body));
+        serde_json::from_slice(&body).unwrap()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        // SIGINT, as a person stops it; then make sure.
+        let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ui(home: &Path, extra: &[&str]) -> Served {
+    let mut command = Command::new(BIN);
+    command.arg("ui").arg("--home").arg(home).args(extra);
+    Served::start(command)
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+}
+
+fn screenshots() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tmp/ui-screenshots")
+}
+
+/// A fan-out run to its end with `args`, its stderr on failure.
+fn fanout(dir: &Path, args: &[&str]) {
+    let output =
+        Command::new(BIN).arg("fanout").args(args).current_dir(dir).env_remove("SUBAGENTS_HOME").output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[test]
+fn ui_requires_its_token_and_every_answer_carries_a_strict_policy_and_no_cors() {
+    let home = tempfile::tempdir().unwrap();
+    let served = ui(home.path(), &[]);
+    assert!(served.url.starts_with("http://127.0.0.1:"), "loopback by default: {}", served.url);
+    assert!(served.token.len() >= 32, "a random token of 128 bits: {}", served.token);
+
+    let wrong = "0".repeat(served.token.len());
+    for target in [
+        "/".to_owned(),
+        "/app.js".to_owned(),
+        "/api/live".to_owned(),
+        format!("/?token={wrong}"),
+        format!("/api/sessions?token={wrong}"),
+    ] {
+        let (status, headers, _) = served.get(&target);
+        assert_eq!(status, 401, "{target} without the right token");
+        assert!(header(&headers, "content-security-policy").is_some(), "even a refusal carries the policy");
+    }
+    for target in ["/", "/app.js", "/app.css", "/api/live", "/api/sessions", "/api/roots"] {
+        let target = format!("{target}?token={}", served.token);
+        let (status, headers, body) = served.get(&target);
+        assert_eq!(status, 200, "{target}");
+        let policy = header(&headers, "content-security-policy").unwrap();
+        assert!(policy.contains("default-src 'self'") && policy.contains("script-src 'self'"), "{policy}");
+        assert!(
+            !policy.contains("unsafe-inline") && !policy.contains("unsafe-eval") && !policy.contains('*'),
+            "{policy}"
+        );
+        assert_eq!(header(&headers, "x-content-type-options"), Some("nosniff"));
+        assert_eq!(header(&headers, "referrer-policy"), Some("no-referrer"), "the URL carries the token");
+        assert!(headers.iter().all(|(name, _)| !name.starts_with("access-control-")), "no CORS: {headers:?}");
+        if target.starts_with("/?") {
+            let page = String::from_utf8(body).unwrap();
+            // No inline script: every script element names its source.
+            assert_eq!(page.matches("<script").count(), page.matches("<script src=").count(), "{page}");
+            assert!(!page.contains("http://") && !page.contains("https://"), "nothing fetched from elsewhere");
+        }
+    }
+    // A page elsewhere that rebinds its name to loopback is not answered.
+    let target = format!("/api/live?token={}", served.token);
+    let (status, _, _) = http(served.address, "GET", &target, &format!("evil.example:{}", served.address.port()), None);
+    assert_eq!(status, 421);
+    let (status, _, _) = http(served.address, "POST", &target, &served.address.to_string(), Some(&json!({})));
+    assert_eq!(status, 405);
+}
+
+#[test]
+fn ui_answers_unknown_paths_and_traversals_with_refusals_never_a_file() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("secret.jsonl"), "[package] root:x:0:0 SECRET-BYTES").unwrap();
+    let served = ui(home.path(), &[]);
+    let token = &served.token;
+    let cases = [
+        (format!("/../Cargo.toml?token={token}"), 404),
+        (format!("/%2e%2e/%2e%2e/etc/passwd?token={token}"), 404),
+        (format!("/app.js/../../Cargo.toml?token={token}"), 404),
+        (format!("//etc/passwd?token={token}"), 404),
+        (format!("/index.html?token={token}"), 404),
+        (format!("/api/nothing?token={token}"), 404),
+        (format!("/api/session?id=../secret&token={token}"), 400),
+        (format!("/api/session?id=..%2F..%2Fetc%2Fpasswd&token={token}"), 400),
+        (format!("/api/session?id=%2Fetc%2Fpasswd&token={token}"), 400),
+        (format!("/api/tree?id=..&token={token}"), 400),
+        (format!("/api/session?id=no-such-session&token={token}"), 404),
+        (format!("/api/tree?id=no-such-session&token={token}"), 404),
+        (format!("/api/live?q=%zz&token={token}"), 400),
+    ];
+    for (target, expected) in cases {
+        let (status, _, body) = served.get(&target);
+        assert_eq!(status, expected, "{target}");
+        let body = String::from_utf8_lossy(&body);
+        assert!(
+            !body.contains("SECRET-BYTES") && !body.contains("root:") && !body.contains("[package]"),
+            "{target}: {body}"
+        );
+    }
+    // Without a batch there is no event stream to open.
+    assert_eq!(served.get(&format!("/api/events?token={token}")).0, 404);
+}
+
+#[test]
+fn ui_caps_its_event_streams_and_a_closed_one_gives_its_place_back() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    std::fs::write(&out, "").unwrap();
+    let served = ui(&dir.path().join("home"), &["--out", out.to_str().unwrap()]);
+    let open_stream = || {
+        let mut stream = std::net::TcpStream::connect(served.address).unwrap();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        let request = format!("GET /api/events?token={} HTTP/1.1\r\nHost: {}\r\n\r\n", served.token, served.address);
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).unwrap();
+        (String::from_utf8_lossy(&head[9..12]).into_owned(), stream)
+    };
+    let streams: Vec<_> = (0..8).map(|_| open_stream()).collect();
+    assert!(streams.iter().all(|(status, _)| status == "200"));
+    assert_eq!(open_stream().0, "503", "a ninth view is refused");
+    drop(streams);
+    let again = (0..100).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        let (status, stream) = open_stream();
+        (status == "200").then_some(stream)
+    });
+    assert!(again.is_some(), "closed streams give their places back");
+}
+
+#[test]
+fn run_ui_serves_the_parents_tree_with_its_running_children() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("slow.toml"),
+        "[providers.slow]\nkind = \"mock\"\nreply = \"done\"\ndelay = \"30s\"\n",
+    )
+    .unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .args(["run", "look at a; look at b", "--provider", "slow", "--config", "slow.toml", "--home", "home", "--ui"])
+        .current_dir(dir.path());
+    let served = Served::start(command);
+    let parent = served.url.split("#trees/").nth(1).expect("the address opens on the parent's tree").to_owned();
+    let start = std::time::Instant::now();
+    let tree = loop {
+        let tree = served.api(&format!("tree?id={parent}"));
+        if tree["nodes"].as_array().is_some_and(|nodes| nodes.len() == 3) {
+            break tree;
+        }
+        assert!(start.elapsed() < PATIENCE, "the parent and its two children: {tree}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let children: Vec<(&str, &str, &str)> = tree["nodes"].as_array().unwrap()[1..]
+        .iter()
+        .map(|node| (node["kind"].as_str().unwrap(), node["state"].as_str().unwrap(), node["label"].as_str().unwrap()))
+        .collect();
+    assert_eq!(children, [("slow", "running", "look at a"), ("slow", "running", "look at b")]);
+    assert_eq!(tree["nodes"][1]["parent"], json!(parent));
+    assert_eq!(served.api("live")["providers"][0]["running"], 2);
+}
+
+#[test]
+fn the_live_view_of_a_running_fanout_updates_without_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("slow.toml"),
+        "[providers.slow]\nkind = \"mock\"\nreply = \"ok\"\ndelay = \"300ms\"\n\n[providers.failing]\nkind = \"mock\"\nreply = \"no\"\ndelay = \"300ms\"\nstop_reason = \"error\"\n",
+    )
+    .unwrap();
+    let mut tasks = String::new();
+    for n in 0..60 {
+        let provider = if n % 10 == 3 { "failing" } else { "slow" };
+        tasks.push_str(&format!(
+            "{{\"prompt\": \"task {n}\", \"label\": \"task {n}\", \"provider\": \"{provider}\"}}\n"
+        ));
+    }
+    std::fs::write(dir.path().join("tasks.jsonl"), tasks).unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .args([
+            "fanout",
+            "tasks.jsonl",
+            "--config",
+            "slow.toml",
+            "--provider",
+            "slow",
+            "--concurrency",
+            "2",
+            "--ui",
+            "--out",
+            "out.jsonl",
+            "--home",
+            "home",
+        ])
+        .current_dir(dir.path());
+    let served = Served::start(command);
+
+    let browser = Browser::start();
+    browser.open(&served.url);
+    let settled = "const v = document.querySelector('#figures .figure .value'); return v && v.textContent;";
+    let first = browser.wait_for(PATIENCE, "the live figures", settled);
+    browser.run("window.__stillTheSamePage = true; return true;", &[]);
+    let later = browser.wait_for(
+        PATIENCE,
+        "the settled count to change",
+        &format!("const v = document.querySelector('#figures .figure .value').textContent; return v !== {first} && v;"),
+    );
+    assert!(later.as_str().unwrap().ends_with("/ 60"), "the ETA knows the batch's size: {later}");
+    // A failure is named as it happens, with its outcome.
+    let failure = browser.wait_for(
+        PATIENCE,
+        "a failure listed",
+        "const f = document.querySelector('#failures li'); return f && f.textContent;",
+    );
+    assert!(failure.as_str().unwrap().contains("error"), "{failure}");
+    // The providers table counts the runs the runtime's events told of.
+    let providers = browser.wait_for(PATIENCE, "per-provider figures", "return [...document.querySelectorAll('#providers td')].map(td => td.textContent).join(' ').includes('slow') && document.querySelector('#providers').textContent;");
+    assert!(providers.as_str().unwrap().contains("failing"), "{providers}");
+    browser.screenshot(&screenshots().join("live.png"));
+    assert_eq!(
+        browser.run(
+            "return window.__stillTheSamePage === true && performance.getEntriesByType('navigation').length;",
+            &[]
+        ),
+        json!(1),
+        "updated in place, never reloaded"
+    );
+    assert_eq!(browser.run("return document.getElementById('status').textContent;", &[]), json!("live"));
+}
+
+#[test]
+fn a_tree_of_three_kinds_of_children_renders_and_expands() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    // In-process (spawn), a process child and an ACP child (this crate's
+    // own `subagents acp`, its sessions in a home under the batch's), and
+    // a slow mock that holds the batch open while the tree is read.
+    let config = format!(
+        "[providers.inproc]\nkind = \"spawn\"\n\n[providers.proc]\nkind = \"process\"\nbin = \"{BIN}\"\n\n\
+         [providers.acpkid]\nkind = \"acp\"\ncommand = \"{BIN}\"\nargs = [\"acp\", \"--home\", \"{acp_home}\"]\n\n\
+         [providers.hold]\nkind = \"mock\"\nreply = \"held\"\ndelay = \"300s\"\n",
+        acp_home = home.join("children/acpkid").display()
+    );
+    std::fs::write(dir.path().join("kinds.toml"), config).unwrap();
+    let tasks = [
+        json!({"prompt": "review the parser; check the docs", "provider": "inproc", "label": "in-process parent"}),
+        json!({"prompt": "split this; and that", "provider": "proc", "label": "process parent"}),
+        json!({"prompt": "ask the agent; and more", "provider": "acpkid", "label": "acp parent"}),
+        json!({"prompt": "hold", "provider": "hold", "label": "holding"}),
+    ];
+    let lines: String = tasks.iter().map(|task| format!("{task}\n")).collect();
+    std::fs::write(dir.path().join("tasks.jsonl"), lines).unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .args([
+            "fanout",
+            "tasks.jsonl",
+            "--config",
+            "kinds.toml",
+            "--concurrency",
+            "4",
+            "--ui",
+            "--out",
+            "out.jsonl",
+            "--home",
+        ])
+        .arg(&home)
+        .current_dir(dir.path());
+    let served = Served::start(command);
+    let start = std::time::Instant::now();
+    while served.api("live")["settled"].as_u64() != Some(3) {
+        assert!(start.elapsed() < PATIENCE, "three runs settle: {}", served.api("live"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let browser = Browser::start();
+    browser.open(&format!("{}#trees/batch", served.url));
+    let kinds = browser.wait_for(PATIENCE, "the batch's tree", "const n = [...document.querySelectorAll('#tree li.node[data-level=\"1\"]')]; return n.length === 4 && n.map(li => li.dataset.kind).sort().join(',');");
+    assert_eq!(kinds, json!("acpkid,hold,inproc,proc"), "a node per task, each with its provider");
+    // Every kind's child delegated in turn: the agent's session (in the
+    // child's own home for process and ACP) and its two children.
+    for (kind, descendants) in [("inproc", 2), ("proc", 3), ("acpkid", 3)] {
+        let script = format!(
+            "const li = document.querySelector('#tree li.node[data-level=\"1\"][data-kind=\"{kind}\"]'); \
+             const hidden = [...li.querySelectorAll('li.node')].filter(n => n.offsetParent === null).length; \
+             return [li.querySelectorAll('li.node').length, hidden];"
+        );
+        assert_eq!(browser.run(&script, &[]), json!([descendants, descendants]), "{kind}: folded at first");
+    }
+    let bars = "return [...document.querySelectorAll('#tree .bar')].filter(bar => bar.offsetParent !== null).length;";
+    assert_eq!(browser.run(bars, &[]), json!(4), "the waterfall shows what the tree shows");
+    browser.run(
+        "document.querySelector('#tree li.node[data-kind=\"inproc\"] > .row > .toggle').click(); return true;",
+        &[],
+    );
+    let shown = browser.run(
+        "const li = document.querySelector('#tree li.node[data-level=\"1\"][data-kind=\"inproc\"]'); \
+         return [...li.querySelectorAll('li.node')].filter(n => n.offsetParent !== null).map(n => n.querySelector('.label').textContent).sort();",
+        &[],
+    );
+    assert_eq!(shown, json!(["check the docs", "review the parser"]), "unfolded: the children, labelled");
+    browser.run("document.getElementById('expand-all').click(); return true;", &[]);
+    assert_eq!(browser.run(bars, &[]), json!(12), "every timed node on the timeline (the batch itself has no times)");
+    browser.screenshot(&screenshots().join("trees.png"));
+}
+
+/// What a child writes that must stay text: markup, a script URL, an
+/// image that runs code when it fails, a bidi override, an escape.
+const HOSTILE: &str = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2; alert(2)\">\
+                       <a href=\"javascript:alert(3)\">click</a> invoice\u{202e}fdp.exe \u{1b}[2J";
+
+#[test]
+fn a_transcript_shows_its_tool_calls_and_hostile_child_output_stays_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let megabyte = "m".repeat(1 << 20);
+    let tasks = format!(
+        "{}\n{}\n",
+        json!({"prompt": format!("{HOSTILE}; second part"), "label": HOSTILE}),
+        json!({"prompt": megabyte})
+    );
+    std::fs::write(dir.path().join("tasks.jsonl"), tasks).unwrap();
+    fanout(
+        dir.path(),
+        &["tasks.jsonl", "--out", "out.jsonl", "--max-line-bytes", "4000000", "--home", home.to_str().unwrap()],
+    );
+    let out = dir.path().join("out.jsonl");
+    let served = ui(&home, &["--out", out.to_str().unwrap()]);
+    let sessions = served.api("sessions?limit=100");
+    let with_calls = sessions["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .find(|id| {
+            served.api(&format!("session?id={id}"))["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["tool_calls"].as_array().is_some_and(|c| !c.is_empty()))
+        })
+        .expect("the hostile task's session delegated");
+
+    let browser = Browser::start();
+    browser.open(&format!("{}#transcripts/{with_calls}", served.url));
+    let call = browser.wait_for(PATIENCE, "a tool call", "const c = document.querySelector('#transcript .tool-call'); return c && [c.querySelector('.tool').textContent, c.querySelector('pre').textContent];");
+    assert_eq!(call[0], json!("subagent"));
+    let arguments = call[1].as_str().unwrap();
+    let escaped = HOSTILE.replace('\u{202e}', "\\u{202e}").replace('\u{1b}', "\\u{001b}");
+    assert!(arguments.contains("<script>window.__pwned = 1</script>"), "the markup, as text: {arguments}");
+    assert!(!arguments.contains('\u{202e}'), "no bidi override reaches the page");
+    // The user message is the hostile text, shown exactly, escapes visible.
+    let user = browser.run("return document.querySelector('#transcript .event.user pre').textContent;", &[]);
+    assert_eq!(user, json!(format!("{escaped}; second part")), "the DOM text is the source, escaped");
+    let injected =
+        "return document.querySelectorAll('main script, main img, main a, main iframe, main object').length;";
+    assert_eq!(browser.run(injected, &[]), json!(0), "no element came from the child's text");
+    assert_eq!(browser.run("return typeof window.__pwned;", &[]), json!("undefined"), "no script of the child's ran");
+    assert_eq!(browser.alert(), None, "no alert");
+    browser.screenshot(&screenshots().join("transcripts.png"));
+
+    // The failures and labels of the live view are text too.
+    browser.open(&format!("{}#live", served.url));
+    let label = browser.wait_for(PATIENCE, "the runs list", "const r = [...document.querySelectorAll('#runs .run span:nth-child(2)')].find(s => s.textContent.includes('pwned')); return r && r.textContent;");
+    assert_eq!(label, json!(escaped));
+    assert_eq!(browser.run(injected, &[]), json!(0));
+
+    // A megabyte line is folded: the page holds a short piece until asked.
+    let megabyte_session = sessions["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .find(|id| served.api(&format!("session?id={id}"))["events"][0]["text"]["left_out_bytes"].as_u64().is_some())
+        .expect("the megabyte session, cut by the server");
+    browser.open(&format!("{}#transcripts/{megabyte_session}", served.url));
+    let folded = browser.wait_for(
+        PATIENCE,
+        "the folded megabyte",
+        "const p = document.querySelector('#transcript .event.user pre'); return p && p.textContent.length;",
+    );
+    assert_eq!(folded, json!(2000));
+    browser.run("document.querySelector('#transcript .event.user .more').click(); return true;", &[]);
+    let unfolded = browser.run("const e = document.querySelector('#transcript .event.user'); return [e.querySelector('pre').textContent.length, e.querySelector('.note').textContent];", &[]);
+    assert_eq!(unfolded[0], json!(256 * 1024), "unfolded up to what the server sends");
+    assert!(unfolded[1].as_str().unwrap().contains("more bytes not sent"), "{unfolded}");
+
+    // Search across sessions finds the hostile text, shown as text.
+    browser.open(&format!("{}#transcripts", served.url));
+    browser.wait_for(PATIENCE, "the sessions list", "return document.querySelectorAll('#sessions li').length;");
+    browser.run("const s = document.getElementById('search'); s.value = 'pwned'; s.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter'})); return true;", &[]);
+    let hits = browser.wait_for(
+        PATIENCE,
+        "search hits",
+        "const n = document.getElementById('search-note').textContent; return n.includes('match') && n;",
+    );
+    assert!(!hits.as_str().unwrap().starts_with("0 "), "{hits}");
+    assert_eq!(browser.run(injected, &[]), json!(0));
+    assert_eq!(browser.alert(), None);
+}
+
+#[test]
+fn a_page_of_ten_thousand_runs_stays_responsive() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let mut lines = String::new();
+    for line in 1..=10_000 {
+        let outcome = if line % 97 == 0 { "error" } else { "completed" };
+        let record = json!({"line": line, "label": format!("task {line}"), "id": format!("L{line}"), "stop_reason": outcome,
+            "output": "done", "latency_ms": 12.5, "usage": {"input_tokens": 3, "output_tokens": 4}});
+        lines.push_str(&format!("{record}\n"));
+    }
+    std::fs::write(&out, lines).unwrap();
+    let served = ui(&dir.path().join("home"), &["--out", out.to_str().unwrap()]);
+
+    let browser = Browser::start();
+    browser.open(&served.url);
+    browser.wait_for(
+        PATIENCE,
+        "all 10,000 settled",
+        "const v = document.querySelector('#figures .figure .value'); return v && v.textContent === '10,000';",
+    );
+    // Scrolled to the end: the last rows appear, and only rows in view exist.
+    let took = browser.run(
+        "const box = document.getElementById('runs'); const t = performance.now(); box.scrollTop = box.scrollHeight; \
+         box.dispatchEvent(new Event('scroll')); return performance.now() - t;",
+        &[],
+    );
+    let last = browser.wait_for(PATIENCE, "the last row", "const rows = [...document.querySelectorAll('#runs .run')]; const l = rows.find(r => r.firstChild.textContent === '10000'); return l && rows.length;");
+    assert!(last.as_u64().unwrap() < 100, "a window of rows, not 10,000: {last}");
+    assert!(took.as_f64().unwrap() < 2000.0, "a scroll handled in under 2 s: {took} ms");
+    let filtered = browser.run("const f = document.getElementById('runs-filter'); f.value = 'failed'; f.dispatchEvent(new Event('change')); return true;", &[]);
+    assert_eq!(filtered, json!(true));
+    browser.wait_for(
+        PATIENCE,
+        "the failed runs alone",
+        "return document.getElementById('runs-count').textContent === '103 runs';",
+    );
+    assert_eq!(browser.run("return document.getElementById('figures').textContent.includes('103');", &[]), json!(true));
+}
