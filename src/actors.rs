@@ -96,6 +96,8 @@ pub use continuation::Continuation;
 pub use registry::{Registration, ScopedRegistration};
 pub use run_handle::{Run, Steering};
 pub use runtime::{PhaseReport, Runtime, RuntimeBuilder, RuntimeTask, ShutdownReport};
+#[cfg(feature = "config")]
+pub(crate) use subagents::nearest;
 #[cfg(feature = "process")]
 pub(crate) use subagents::LineageScope;
 pub use subagents::Subagents;

@@ -37,16 +37,22 @@
 //! did before it read a file: `spawn`, `fork` and `mock`, with the tool on
 //! `spawn`.
 //!
-//! Everything is checked when the file is read, before anything starts:
-//! an unknown key or kind, a value of the wrong type, a key that does not
-//! apply to the provider's kind, a `chaos` provider wrapping itself, a
-//! missing provider or another wrapper, an ACP command that is not on
-//! `PATH`, a `${VAR}` that is not set, a duration without a unit, an MCP
-//! server a provider's `mcp_servers` lists but no `[mcp_servers]` table
-//! defines (see the guide's "MCP tools for children"), a URL or a header
-//! an HTTP request cannot carry, a `run_dir_root` or `home` where a file
-//! stands. Each error is one [`ConfigError`] that reads
-//! `FILE:LINE:COL: what is wrong`.
+//! What the file says is checked when it is read, before anything starts:
+//! an unknown key or kind, a value of the wrong type, a key of another
+//! table (named with where it belongs and the keys this table takes), a
+//! `chaos` provider wrapping itself, a missing provider or another
+//! wrapper, a duration without a unit, an MCP server a provider's
+//! `mcp_servers` lists but no `[mcp_servers]` table defines (see the
+//! guide's "MCP tools for children"). Each error is one [`ConfigError`]
+//! that reads `FILE:LINE:COL: what is wrong`.
+//!
+//! What a provider needs from the environment (an ACP command on `PATH`,
+//! a `${VAR}` that is set, a URL or a header an HTTP request can carry
+//! once expanded, a `run_dir_root` or `home` where no file stands) is
+//! resolved when the file is read too, but a fault stays with its
+//! provider ([`ProviderEntry::problem`]): a command fails only for the
+//! providers it uses ([`Config::check_used`], [`Config::register_used`]).
+//! Each kind's keys, checks and build live in its own home (`kinds/`).
 //!
 //! A file is bounded before the work it would cost ([`MAX_FILE_BYTES`],
 //! [`MAX_ENTRIES`], [`MAX_NAME_BYTES`], [`MAX_WRAPS_DEPTH`]): whatever
@@ -84,6 +90,8 @@
 mod bounds;
 mod build;
 mod door;
+mod keys;
+mod kinds;
 mod mcp_servers;
 mod routes;
 mod schema;
@@ -96,14 +104,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use indexmap::IndexMap;
+use serde::Deserialize;
+use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 pub use bounds::{MAX_ENTRIES, MAX_FILE_BYTES, MAX_NAME_BYTES, MAX_WRAPS_DEPTH};
 pub use build::{BuildContext, BuildError, ModelSource, RegisterOutcome};
 pub use door::{Configured, OfferError};
+pub use kinds::{Kind, KindCapabilities};
 pub use routes::UnknownModel;
-pub use schema::Kind;
-use schema::{FileTable, ProviderTable};
+use schema::FileTable;
 
 use crate::agent::{ModelRoute, ModelSpec};
 
@@ -171,9 +182,11 @@ pub struct ProviderEntry {
     name: String,
     kind: Kind,
     line: usize,
-    table: ProviderTable,
-    /// Its `${VAR}`-expanded strings, checked at load.
-    resolved: build::Resolved,
+    /// Its table, checked by its kind and resolved against the environment.
+    checked: Box<dyn kinds::Checked>,
+    /// Why it cannot be built in this environment (an unset `${VAR}`, a
+    /// program not on `PATH`): kept with it, not with the file.
+    problem: Option<ConfigError>,
     /// The MCP servers its children mount (`mcp_servers`), checked at load.
     mcp_servers: Vec<String>,
 }
@@ -197,6 +210,15 @@ impl ProviderEntry {
     /// The MCP servers its children mount, by `[mcp_servers]` name.
     pub fn mcp_servers(&self) -> &[String] {
         &self.mcp_servers
+    }
+
+    /// Why this provider cannot be built here, with its place: what the
+    /// environment lacks (an unset `${VAR}`, a program not on `PATH`, a
+    /// directory that cannot be one). `None` when nothing is missing. Only
+    /// a command that uses the provider fails for it
+    /// ([`Config::check_used`]).
+    pub fn problem(&self) -> Option<&ConfigError> {
+        self.problem.as_ref()
     }
 }
 
@@ -299,31 +321,46 @@ impl Config {
     pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         let source = Source::new(name, text);
         bounds::check_text(&source)?;
-        let file: FileTable =
-            toml::from_str(text).map_err(|error| source.error(error.span(), error.message().trim_end()))?;
-        bounds::check_tables(&source, "providers", "provider", &file.providers)?;
+        let root = DeTable::parse(text).map_err(|error| source.error(error.span(), error.message().trim_end()))?;
+        let root_span = root.span();
+        let mut root = root.into_inner();
+        let tables = schema::Tables::new();
+        tables.check(&source, &root)?;
+        let provider_tables = match root.remove("providers") {
+            None => IndexMap::new(),
+            Some(providers) => match providers.into_inner() {
+                DeValue::Table(providers) => {
+                    providers.into_iter().map(|(name, table)| (name.into_inner().into_owned(), table)).collect()
+                }
+                _ => return Err(source.error(Some(root_span), "`providers` holds tables: [providers.NAME]")),
+            },
+        };
+        let file = FileTable::deserialize(toml::de::Deserializer::from(Spanned::new(root_span.clone(), root)))
+            .map_err(|error| keys::located(&source, root_span, &error))?;
+        bounds::check_tables(&source, "providers", "provider", &provider_tables)?;
         bounds::check_tables(&source, "models", "route", &file.models)?;
         bounds::check_tables(&source, "mcp_servers", "MCP server", &file.mcp_servers)?;
         let routes = routes::resolve(&source, file.models)?;
         let mcp_servers = mcp_servers::resolve(&source, file.mcp_servers)?;
-        let mut providers = Vec::with_capacity(file.providers.len());
-        for (name, table) in file.providers {
+        let mut providers = Vec::with_capacity(provider_tables.len());
+        for (name, table) in provider_tables {
             let span = table.span();
-            let table = table.into_inner();
-            let kind = *table.kind.get_ref();
-            for (key, key_span) in schema::keys_set(&table) {
-                if !kind.accepts(key) {
-                    let message = format!("`{key}` does not apply to a provider of kind {:?}", kind.name());
-                    return Err(source.error(Some(key_span), message));
-                }
+            if !table.get_ref().is_table() {
+                return Err(source
+                    .error(Some(span), format!("provider {} is a table: [providers.NAME]", bounds::quoted(&name))));
             }
-            let resolved = build::resolve(&source, &name, &table)?;
-            let mounts = mcp_servers::check_listed(&source, &name, table.mcp_servers.as_ref(), &mcp_servers)?;
-            if kind == Kind::Acp {
-                mcp_servers::check_acp_listed(&source, &name, table.mcp_servers.as_ref(), &mcp_servers)?;
-            }
+            let (kind, kind_span) = kinds::kind_of(&source, table.get_ref().get("kind"), span.clone())?;
+            let checking = kinds::Checking { source: &source, name: &name, kind_span, mcp_servers: &mcp_servers };
+            let mut checked = kinds::check(&checking, kind, table, &tables.besides(kind))?;
+            let mounts = mcp_servers::check_listed(&source, &name, checked.mcp_servers(), &mcp_servers)?;
+            // A server it mounts that the environment cannot serve is its problem too.
+            let mounted_problem = || {
+                let mounted = mcp_servers.iter().filter(|server| mounts.contains(&server.name));
+                mounted.filter_map(|server| server.problem.clone()).next()
+            };
+            let problem = checked.resolve(&checking).err().or_else(mounted_problem);
             let line = source.line(span.start);
-            providers.push(ProviderEntry { name, kind, line, table, resolved, mcp_servers: mounts });
+            providers.push(ProviderEntry { name, kind, line, checked, problem, mcp_servers: mounts });
         }
         build::check_wrappers(&source, &providers)?;
         routes::check_models(&source, &providers, &routes)?;
@@ -430,9 +467,9 @@ impl Config {
     /// caller's default), so a front door can build and probe each once.
     pub fn models(&self) -> Vec<Option<String>> {
         let mut models = Vec::new();
-        for entry in &self.providers {
-            if matches!(entry.kind, Kind::Spawn | Kind::Fork) {
-                let model = entry.table.model.as_ref().map(|m| m.get_ref().clone());
+        for entry in self.providers.iter().filter(|entry| entry.checked.in_process()) {
+            {
+                let model = entry.checked.in_process_model().map(|m| m.get_ref().clone());
                 if !models.contains(&model) {
                     models.push(model);
                 }

@@ -658,8 +658,11 @@ fn an_a2a_provider_is_checked_where_the_file_defines_it() {
     let error = Config::parse(foreign, "client.toml").unwrap_err().to_string();
     assert!(error.contains("nats"), "{error}");
     let unset = "[providers.far]\nkind = \"a2a\"\nurl = \"http://127.0.0.1:1\"\nheaders = { Authorization = \"Bearer ${A2A_TEST_UNSET_TOKEN}\" }\n";
-    let error = Config::parse(unset, "client.toml").unwrap_err().to_string();
-    assert!(error.contains("A2A_TEST_UNSET_TOKEN} is not set"), "{error}");
+    // The environment's fault stays with the provider: only what uses it fails.
+    let config = Config::parse(unset, "client.toml").unwrap();
+    let error = config.provider("far").unwrap().problem().unwrap().to_string();
+    assert!(error.starts_with("client.toml:4:29: ${A2A_TEST_UNSET_TOKEN} is not set"), "{error}");
+    assert!(config.check_used(&["far"]).is_err());
     let fine = "[providers.far]\nkind = \"a2a\"\nurl = \"http://127.0.0.1:1\"\nidle_timeout = \"2m\"\n";
     assert!(Config::parse(fine, "client.toml").is_ok());
 }

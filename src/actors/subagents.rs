@@ -225,7 +225,7 @@ mod scope {
 /// substitutions of characters), when it is close enough to be a slip:
 /// at most a third of `name`'s length (rounded up) and at most two. Long names are not
 /// compared (a slip is short): the work stays small on hostile input.
-fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     const LONGEST: usize = 64;
     let name: Vec<char> = name.chars().take(LONGEST + 1).collect();
     if name.len() > LONGEST {

@@ -62,7 +62,8 @@ impl Configured {
     }
 
     /// Builds and registers every provider of the file on `subagents`
-    /// (kept for the registry's life). In-process providers without a
+    /// (kept for the registry's life): the offered ones must build; another
+    /// that cannot (an unset `${VAR}`, say) is left out with a warning. In-process providers without a
     /// `model` get `default`; the others build theirs from the name, a
     /// route of the file or a command-line form
     /// ([`Config::model_spec`]), one model per name, so the providers
@@ -88,8 +89,15 @@ impl Configured {
             Ok(model)
         };
         let context = super::BuildContext { subagents, tasks, home, models: &models, probe: false };
-        let registered = self.config.register_blocking(&context)?;
-        registered.into_iter().for_each(|registration| registration.keep());
+        let used: Vec<&str> = self.offered.iter().map(String::as_str).collect();
+        for (name, outcome) in self.config.register_used_blocking(&context, &used)? {
+            match outcome {
+                Ok(registration) => registration.keep(),
+                Err(error) => {
+                    tracing::warn!(provider = %name, %error, "a provider the door does not offer is left out")
+                }
+            }
+        }
         Ok(())
     }
 

@@ -22,9 +22,11 @@
 //! `env` (its variables are sent as given; nothing is inherited for it,
 //! and the agent, not the runtime, bounds its calls).
 //!
-//! Checked when the file is read: the command is a file or on `PATH`,
-//! `${VAR}` is set, durations have units, the name fits a tool name
-//! (`mcp__NAME__TOOL`), and every name a provider lists has a table.
+//! Checked when the file is read: durations have units, the name fits a
+//! tool name (`mcp__NAME__TOOL`), and every name a provider lists has a
+//! table. Resolved then too, but kept with the server (and so with each
+//! provider mounting it) rather than failing the file: the command is a
+//! file or on `PATH`, `${VAR}` is set.
 //! A streamable HTTP server has a `url` and `headers` whose values may use
 //! `${VAR}` (an `Authorization: Bearer ${TOKEN}`, say), and takes the
 //! bounds and `isolate` as a stdio one does; an `acp` provider hands it to
@@ -40,12 +42,11 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::bounds::quoted;
-use super::values::{expand, find_command, http_headers, http_url};
+use super::values::{check_written_http, expand, find_command, http_headers, http_url};
 use super::{parse_positive_duration, ConfigError, Source};
 
 /// One `[mcp_servers.NAME]` table.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(super) struct McpServerTable {
     command: Option<Spanned<String>>,
     args: Option<Vec<Spanned<String>>>,
@@ -77,6 +78,9 @@ pub(super) struct McpServerEntry {
     pub(super) timeout: Option<Duration>,
     pub(super) initialize_timeout: Option<Duration>,
     pub(super) max_result_bytes: Option<usize>,
+    /// What the environment lacks for it (an unset `${VAR}`, a program not
+    /// on `PATH`): a provider mounting it has this problem too.
+    pub(super) problem: Option<ConfigError>,
 }
 
 /// Checks and resolves every table, each error at its place.
@@ -94,7 +98,7 @@ pub(super) fn resolve(
             );
             return Err(source.error(Some(span), message));
         }
-        let (command_path, http) = match (&table.command, &table.url) {
+        match (&table.command, &table.url) {
             (Some(_), Some(url)) => {
                 return Err(
                     source.error(Some(url.span()), format!("MCP server {name:?} has both a `command` and a `url`"))
@@ -103,29 +107,21 @@ pub(super) fn resolve(
             (None, None) => {
                 return Err(source.error(Some(span), format!("MCP server {name:?} needs a `command` or a `url`")))
             }
-            (Some(command), None) => {
+            (Some(_), None) => {
                 if let Some(headers) = &table.headers {
                     return Err(source.error(Some(headers.span()), "`headers` go with a `url`, not a `command`"));
                 }
-                let text = expand(source, command.get_ref(), command.span())?;
-                let path = find_command(&text).ok_or_else(|| {
-                    source.error(Some(command.span()), format!("command {text:?} is not a file and not on PATH"))
-                })?;
-                (Some(path), None)
             }
-            (None, Some(url)) => (None, Some(http_of(source, &name, url, table.headers.as_ref(), &table)?)),
-        };
-        let mut args = Vec::new();
-        for arg in table.args.iter().flatten() {
-            args.push(expand(source, arg.get_ref(), arg.span())?);
+            (None, Some(url)) => {
+                check_http_keys(source, &name, url, &table)?;
+                let headers = table.headers.as_ref().map(Spanned::get_ref);
+                check_written_http(source, Some(url), headers, crate::agent::mcp_header_problem)?;
+            }
         }
-        let mut env = Vec::new();
-        for (key, value) in table.env.iter().flatten() {
-            env.push((key.clone(), expand(source, value.get_ref(), value.span())?));
-        }
-        let cwd = match &table.cwd {
-            Some(cwd) => Some(PathBuf::from(expand(source, cwd.get_ref(), cwd.span())?)),
-            None => None,
+        // What the environment says is kept with the server, not the file.
+        let (command_path, http, args, env, cwd, problem) = match environment(source, &table) {
+            Ok((command, http, args, env, cwd)) => (command, http, args, env, cwd, None),
+            Err(problem) => (None, None, Vec::new(), Vec::new(), None, Some(problem)),
         };
         let duration = |key: &str, value: &Option<Spanned<String>>| -> Result<Option<Duration>, ConfigError> {
             let Some(value) = value else { return Ok(None) };
@@ -151,19 +147,61 @@ pub(super) fn resolve(
             initialize_timeout: duration("initialize_timeout", &table.initialize_timeout)?,
             max_result_bytes,
             name,
+            problem,
         });
     }
     Ok(servers)
 }
 
-/// A `url` table's URL and headers, expanded; the stdio keys are refused.
-fn http_of(
+/// The program (or URL and headers), arguments, variables and directory a
+/// server's table names, `${VAR}`-expanded and looked up.
+type Environment =
+    (Option<PathBuf>, Option<(String, Vec<(String, String)>)>, Vec<String>, Vec<(String, String)>, Option<PathBuf>);
+
+fn environment(source: &Source<'_>, table: &McpServerTable) -> Result<Environment, ConfigError> {
+    let command = match &table.command {
+        Some(command) => {
+            let text = expand(source, command.get_ref(), command.span())?;
+            let path = find_command(&text).ok_or_else(|| {
+                source.error(Some(command.span()), format!("command {text:?} is not a file and not on PATH"))
+            })?;
+            Some(path)
+        }
+        None => None,
+    };
+    let http = match &table.url {
+        Some(url) => {
+            let text = http_url(source, "url", url)?;
+            let headers = match &table.headers {
+                Some(headers) => http_headers(source, headers.get_ref(), crate::agent::mcp_header_problem)?,
+                None => Vec::new(),
+            };
+            Some((text, headers))
+        }
+        None => None,
+    };
+    let mut args = Vec::new();
+    for arg in table.args.iter().flatten() {
+        args.push(expand(source, arg.get_ref(), arg.span())?);
+    }
+    let mut env = Vec::new();
+    for (key, value) in table.env.iter().flatten() {
+        env.push((key.clone(), expand(source, value.get_ref(), value.span())?));
+    }
+    let cwd = match &table.cwd {
+        Some(cwd) => Some(PathBuf::from(expand(source, cwd.get_ref(), cwd.span())?)),
+        None => None,
+    };
+    Ok((command, http, args, env, cwd))
+}
+
+/// A `url` table takes none of the stdio keys.
+fn check_http_keys(
     source: &Source<'_>,
     name: &str,
     url: &Spanned<String>,
-    headers: Option<&Spanned<IndexMap<String, Spanned<String>>>>,
     table: &McpServerTable,
-) -> Result<(String, Vec<(String, String)>), ConfigError> {
+) -> Result<(), ConfigError> {
     let stdio_only = [
         ("args", table.args.is_some()),
         ("env", table.env.is_some()),
@@ -175,12 +213,7 @@ fn http_of(
             source.error(Some(url.span()), format!("MCP server {name:?} has a `url`: `{key}` is for a `command`"))
         );
     }
-    let text = http_url(source, "url", url)?;
-    let expanded = match headers {
-        Some(headers) => http_headers(source, headers.get_ref(), crate::agent::mcp_header_problem)?,
-        None => Vec::new(),
-    };
-    Ok((text, expanded))
+    Ok(())
 }
 
 /// The names a provider lists, each checked against the tables.

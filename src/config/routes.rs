@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use toml::Spanned;
 
-use super::schema::{ApiName, Kind, RouteTable};
+use super::schema::{ApiName, RouteTable};
 use super::values::http_url;
 use super::{parse_positive_duration, ConfigError, ProviderEntry, Source};
 use crate::agent::{Api, ModelRoute, ModelSpec, RouteLimits, MODEL_FORMS};
@@ -149,8 +149,8 @@ pub(super) fn check_models(
     providers: &[ProviderEntry],
     routes: &[Arc<ModelRoute>],
 ) -> Result<(), ConfigError> {
-    for entry in providers.iter().filter(|entry| matches!(entry.kind, Kind::Spawn | Kind::Fork)) {
-        if let Some(model) = &entry.table.model {
+    for entry in providers {
+        if let Some(model) = entry.checked.in_process_model() {
             spec(routes, model.get_ref()).map_err(|why| source.error(Some(model.span()), why.to_string()))?;
         }
     }

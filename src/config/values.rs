@@ -93,3 +93,26 @@ pub(super) fn http_headers(
     }
     Ok(expanded)
 }
+
+/// The `url` and `headers` the file writes out in full (no `${VAR}`),
+/// checked as [`http_url`] and [`http_headers`] check them: their faults
+/// are the file's, found when it is read; the others wait for the
+/// environment.
+pub(super) fn check_written_http(
+    source: &Source<'_>,
+    url: Option<&Spanned<String>>,
+    headers: Option<&IndexMap<String, Spanned<String>>>,
+    problem: impl Fn(&str, &str) -> Option<String>,
+) -> Result<(), ConfigError> {
+    let written = |value: &Spanned<String>| !value.get_ref().contains("${");
+    if let Some(url) = url.filter(|url| written(url)) {
+        http_url(source, "url", url)?;
+    }
+    let literal: IndexMap<String, Spanned<String>> = headers
+        .into_iter()
+        .flatten()
+        .filter(|(_, value)| written(value))
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    http_headers(source, &literal, problem).map(drop)
+}

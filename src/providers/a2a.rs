@@ -214,6 +214,10 @@ pub struct A2aProvider {
 }
 
 impl A2aProvider {
+    /// What an A2A provider advertises: structured output, checked on the
+    /// agent's answer; nothing else crosses the protocol.
+    pub const CAPABILITIES: Capabilities = Capabilities { output_schema: true, ..Capabilities::none() };
+
     /// Checks the configuration; nothing is contacted until the first start.
     pub fn new(config: A2aConfig) -> Result<A2aProvider, A2aError> {
         if !(config.url.starts_with("http://") || config.url.starts_with("https://")) {
@@ -249,7 +253,7 @@ impl Provider for A2aProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { output_schema: true, ..Capabilities::none() }
+        A2aProvider::CAPABILITIES
     }
 
     fn runs_out_of_process(&self) -> bool {

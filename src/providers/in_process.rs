@@ -150,6 +150,9 @@ impl std::fmt::Debug for InProcessProvider {
 }
 
 impl InProcessProvider {
+    /// What an in-process provider advertises: every start-time capability.
+    pub const CAPABILITIES: Capabilities = Capabilities::all();
+
     /// Children on `model`, sessions persisted under the runtime's home,
     /// `read_file` and `list_dir`, one structured nudge, 64 steps a turn.
     pub(crate) fn new(name: String, model: Arc<dyn Model>, fork: bool) -> Self {
@@ -446,7 +449,7 @@ impl Provider for InProcessProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::all()
+        InProcessProvider::CAPABILITIES
     }
 
     fn inherits_parent_context(&self) -> bool {

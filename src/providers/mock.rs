@@ -154,11 +154,14 @@ struct MockShared {
 }
 
 impl MockProvider {
+    /// What a mock advertises until [`MockProvider::with_capabilities`] says otherwise.
+    pub const DEFAULT_CAPABILITIES: Capabilities = Capabilities::all();
+
     /// A mock named `name` that completes at once with the reply `done`.
     pub fn new(name: impl Into<String>) -> Self {
         MockProvider {
             name: Arc::from(name.into()),
-            capabilities: Capabilities::all(),
+            capabilities: MockProvider::DEFAULT_CAPABILITIES,
             inherits_parent_context: false,
             reply: Arc::from("done"),
             stop_reason: StopReason::Completed,

@@ -231,6 +231,11 @@ pub struct ProcessProvider {
 }
 
 impl ProcessProvider {
+    /// What a process provider advertises: the child's route, and the MCP
+    /// servers it mounts when the child side is built.
+    pub const CAPABILITIES: Capabilities =
+        Capabilities { agent_options: true, mcp_servers: cfg!(feature = "mcp-client"), ..Capabilities::none() };
+
     /// Checks the configuration: the home must be absolute, the binary
     /// must exist, every patch must load and apply to a profile.
     pub fn new(config: ProcessConfig) -> Result<Self, ConfigError> {
@@ -309,7 +314,7 @@ impl Provider for ProcessProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { agent_options: true, mcp_servers: cfg!(feature = "mcp-client"), ..Capabilities::none() }
+        ProcessProvider::CAPABILITIES
     }
 
     fn route_defaults(&self) -> AgentOptions {

@@ -260,8 +260,7 @@ impl RemoteConfig {
             name: name.into(),
             url: url.into(),
             pool: "default".to_owned(),
-            // The wire carries no MCP server names: a worker mounts its own.
-            capabilities: Capabilities { mcp_servers: false, ..Capabilities::all() },
+            capabilities: RemoteProvider::DEFAULT_CAPABILITIES,
             broker: BrokerSettings::default(),
             connect_timeout: Duration::from_secs(5),
             publish_timeout: Duration::from_secs(10),
@@ -296,6 +295,11 @@ pub struct RemoteProvider {
 }
 
 impl RemoteProvider {
+    /// What a remote provider advertises unless its config says otherwise:
+    /// everything a worker's spawn child enforces, but `mcp_servers` (the
+    /// wire carries no server names: a worker mounts its own).
+    pub const DEFAULT_CAPABILITIES: Capabilities = Capabilities { mcp_servers: false, ..Capabilities::all() };
+
     /// Connects to the broker, creates or binds the stream, the pool's
     /// consumer settings and the buckets, takes a lease and starts
     /// listening. Blocks the calling thread up to `connect_timeout` (call it

@@ -16,8 +16,14 @@ use crate::common;
 /// pin took minutes, or for ever.
 const QUICKLY: Duration = Duration::from_secs(20);
 
+/// The file, or its first fault: of the file, or of a provider in this
+/// environment (its [`ProviderEntry::problem`](subagents::config::ProviderEntry::problem)).
 fn parse(text: &str) -> Result<Config, String> {
-    Config::parse(text, "hostile.toml").map_err(|error| error.to_string())
+    let config = Config::parse(text, "hostile.toml").map_err(|error| error.to_string())?;
+    match config.providers().iter().find_map(|entry| entry.problem()) {
+        Some(problem) => Err(problem.to_string()),
+        None => Ok(config),
+    }
 }
 
 /// Whether `text` parses, failing the test when that takes longer than
@@ -177,11 +183,10 @@ fn a_run_dir_root_that_is_not_a_directory_is_refused_when_the_file_is_read() {
             "[providers.agent]\nkind = \"acp\"\ncommand = \"sh\"\nargs = [\"{{run_dir}}\"]\nrun_dir_root = \"{}\"\n",
             root.display()
         );
-        std::fs::write(&path, config).unwrap();
-        let (code, stderr) = list(dir.path(), &path);
-        assert_eq!(code, Some(2), "{stderr}");
-        let expected = format!("subagents: {}:5:16: `run_dir_root` {:?}", path.display(), root.display().to_string());
-        assert!(stderr.starts_with(&expected) && stderr.contains("is not a directory"), "{stderr}");
+        std::fs::write(&path, &config).unwrap();
+        let error = parse(&config).unwrap_err();
+        let expected = format!("hostile.toml:5:16: `run_dir_root` {:?}", root.display().to_string());
+        assert!(error.starts_with(&expected) && error.contains("is not a directory"), "{error}");
     }
     // One that does not exist yet is made when the first agent starts.
     let fresh = dir.path().join("roots").join("fresh");

@@ -79,7 +79,7 @@ model = "openai:gpt-4o"
 fn a_bad_model_route_or_a_model_that_names_nothing_is_refused_at_its_place() {
     let route = |extra: &str| format!("[models.x]\napi = \"openai-chat\"\nmodel = \"m\"\n{extra}");
     let cases = [
-        (route("bogus = 1\n"), "routes.toml:4:1: unknown field `bogus`"),
+        (route("bogus = 1\n"), "routes.toml:4:1: `bogus` is not a key of a model route: a model route takes `api`,"),
         ("[models.x]\napi = \"gemini\"\nmodel = \"m\"\n".to_owned(), "routes.toml:2:7: unknown variant `gemini`"),
         (
             "[models.x]\napi = \"anthropic\"\nmodel = \"m\"\nmax_tokens = 0\n".to_owned(),

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use subagents::agent::{ListDir, Model, ReadFile, Tool, Toolset};
 use subagents::config::{BuildContext, Config};
-use subagents::providers::{RemoteConfig, RemoteProvider};
 use subagents::serve::{check_home, reachable_model};
 use subagents::tool::{delegating_kit, TaskService};
 use subagents::{Runtime, ShutdownReport, Subagents};
@@ -70,25 +69,37 @@ fn model(spec: &str, config: &Config, runtime: &Runtime) -> Result<Arc<dyn Model
     runtime.block_on(async move { reachable_model(&spec).await }).map_err(|e| e.to_string())
 }
 
-/// The `remote` provider from `--nats`/`--pool`, connected, when `provider`
-/// is `remote` and the configuration defines no provider of that name:
-/// before the runtime exists, so an unreachable server is a usage error
-/// (exit 2) with nothing to stop.
-fn remote(provider: &str, args: &RemoteArgs, config: &Config) -> Result<Option<RemoteProvider>, String> {
+/// The `remote` provider of `--nats`/`--pool`, when `provider` is `remote`
+/// and the configuration defines no provider of that name: the flags'
+/// values as a `[providers.remote]` table, checked, resolved and built by
+/// the remote kind exactly as a file's would be.
+fn remote(provider: &str, args: &RemoteArgs, config: &Config) -> Result<Option<Config>, String> {
     if provider != "remote" || config.provider("remote").is_some() {
         return Ok(None);
     }
     let url = args.url().ok_or("--provider remote needs --nats URL (or SUBAGENTS_NATS_URL)")?;
-    let mut config = RemoteConfig::new("remote", url).with_pool(args.pool.clone());
-    config.broker_patience = args.broker_patience;
-    config.worker_patience = args.worker_patience;
-    config.detached_ttl = args.detached_ttl;
-    RemoteProvider::connect(config).map(Some).map_err(|e| e.to_string())
+    // A JSON string is a TOML basic string: quotes, backslashes and
+    // control characters escaped.
+    let quoted = |text: &str| serde_json::Value::from(text).to_string();
+    let millis = |duration: Duration| format!("\"{}ms\"", duration.as_millis());
+    let table = format!(
+        "[providers.remote]\nkind = \"remote\"\nnats = {}\npool = {}\nbroker_patience = {}\nworker_patience = {}\n\
+         detached_ttl = {}\n",
+        quoted(&url),
+        quoted(&args.pool),
+        millis(args.broker_patience),
+        millis(args.worker_patience),
+        millis(args.detached_ttl),
+    );
+    let flags = Config::parse(&table, "--nats and --pool").map_err(|e| e.to_string())?;
+    flags.check_used(&["remote"]).map_err(|e| e.to_string())?;
+    Ok(Some(flags))
 }
 
-/// The runtime (home: `home`), the default model, and every provider of
-/// `config` registered, plus the flag-built `remote` one when `provider`
-/// asks for it.
+/// The runtime (home: `home`), the default model, and the providers of
+/// `config` registered (what `provider` uses must build; another that
+/// cannot is left out, said on stderr), plus the flag-built `remote` one
+/// when `provider` asks for it.
 pub fn setup(
     model_spec: &str,
     home: PathBuf,
@@ -96,6 +107,13 @@ pub fn setup(
     remote_args: &RemoteArgs,
     config: &Config,
 ) -> Result<Setup, String> {
+    // What the command uses must be there before anything starts; the
+    // file's other providers are built if they can be.
+    let used: Vec<&str> = match provider {
+        "" => config.tool_providers().iter().map(String::as_str).collect(),
+        provider => vec![provider],
+    };
+    config.check_used(&used).map_err(|e| e.to_string())?;
     let remote = remote(provider, remote_args, config)?;
     let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
     let builder = Runtime::builder().cancel_grace(Duration::from_millis(500)).home(home);
@@ -110,13 +128,16 @@ pub fn setup(
     check_home(&home).map_err(|e| e.to_string())?;
     let source = |spec: Option<&str>| models.get(spec);
     let context = BuildContext { subagents: &subagents, tasks: &tasks, home: &home, models: &source, probe: false };
-    config
-        .register_blocking(&context)
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .for_each(|registration| registration.keep());
+    for (_, outcome) in config.register_used_blocking(&context, &used).map_err(|e| e.to_string())? {
+        match outcome {
+            Ok(registration) => registration.keep(),
+            Err(error) => say!("subagents: left out, as this command does not use it: {error}"),
+        }
+    }
     if let Some(remote) = remote {
-        subagents.register_provider(remote).map_err(|e| e.to_string())?.keep();
+        for (_, outcome) in remote.register_used_blocking(&context, &["remote"]).map_err(|e| e.to_string())? {
+            outcome.map_err(|e| e.to_string())?.keep();
+        }
     }
     Ok(Setup { runtime, subagents, model: models.default, tasks, cwd, home })
 }
@@ -124,10 +145,12 @@ pub fn setup(
 /// The default model (`--model`) and every other model the configuration's
 /// in-process providers name, each built and probed once: every provider
 /// naming one model shares it, and so its limiter (a route's limiter is
-/// shared however often it is built).
+/// shared however often it is built). The default must work; another that
+/// cannot be built or reached fails only the providers naming it (each is
+/// then left out, or refused when the command uses it).
 pub struct Models {
     pub default: Arc<dyn Model>,
-    named: HashMap<Option<String>, Arc<dyn Model>>,
+    named: HashMap<Option<String>, Result<Arc<dyn Model>, String>>,
 }
 
 impl Models {
@@ -136,17 +159,18 @@ impl Models {
         let mut named = HashMap::new();
         for spec in config.models() {
             let built = match &spec {
-                Some(spec) if spec != default => model(spec, config, runtime)?,
-                _ => default_model.clone(),
+                Some(spec) if spec != default => model(spec, config, runtime),
+                _ => Ok(default_model.clone()),
             };
             named.insert(spec, built);
         }
         Ok(Models { default: default_model, named })
     }
 
-    /// The model a provider naming `spec` gets (`None`: the default).
+    /// The model a provider naming `spec` gets (`None`: the default), or
+    /// why it could not be built.
     pub fn get(&self, spec: Option<&str>) -> Result<Arc<dyn Model>, String> {
-        Ok(self.named.get(&spec.map(str::to_owned)).cloned().unwrap_or_else(|| self.default.clone()))
+        self.named.get(&spec.map(str::to_owned)).cloned().unwrap_or_else(|| Ok(self.default.clone()))
     }
 }
 

@@ -1,7 +1,10 @@
 //! `subagents providers list|check`: the providers a configuration defines.
 //!
 //! `list` reads the file only: each provider's name, kind, the start-time
-//! capabilities its kind advertises, and where it is defined. `check
+//! capabilities its kind advertises (its provider's own constant), and
+//! where it is defined; a provider the environment cannot serve (an unset
+//! `${VAR}`, a program not on `PATH`) is listed with why, and `list` still
+//! succeeds. `check
 //! [NAME]` builds each provider (or NAME alone) as `run` and `fanout`
 //! would, and more: an ACP agent answers `initialize`, a model endpoint is
 //! probed, a NATS server is connected, a process child is started and
@@ -12,7 +15,7 @@ use std::process::ExitCode;
 
 use serde_json::{json, Value};
 
-use subagents::config::{BuildContext, Config, Kind, ProviderEntry};
+use subagents::config::{BuildContext, Config, KindCapabilities, ProviderEntry};
 use subagents::seam::Capabilities;
 
 use crate::args::{ConfigArgs, HomeArgs, ModelArgs, RemoteArgs};
@@ -173,15 +176,16 @@ impl Row {
             0 => config.origin().to_string(),
             line => format!("{}:{line}", config.origin()),
         };
-        let capabilities = match entry.kind() {
-            Kind::Spawn | Kind::Fork | Kind::Mock => names(Capabilities::all()),
-            Kind::Remote => names(Capabilities { mcp_servers: false, ..Capabilities::all() }),
-            Kind::Process => names(Capabilities { agent_options: true, ..Capabilities::none() }),
-            Kind::Acp => "from the agent's initialize (see check)".to_owned(),
-            Kind::A2a => names(Capabilities { output_schema: true, ..Capabilities::none() }),
-            Kind::Chaos => "the wrapped provider's".to_owned(),
+        let capabilities = match entry.kind().capabilities() {
+            KindCapabilities::Fixed(capabilities) => names(capabilities),
+            KindCapabilities::FromAgent => "from the agent's initialize (see check)".to_owned(),
+            KindCapabilities::Wrapped => "the wrapped provider's".to_owned(),
+            KindCapabilities::NotBuilt(feature) => format!("not built (feature {feature:?})"),
+            _ => "unknown".to_owned(),
         };
-        let (name, kind, status, mcp) = (entry.name().to_owned(), entry.kind().name(), String::new(), Vec::new());
+        // What the environment lacks for it: shown, and only `check` fails for it.
+        let status = entry.problem().map(|problem| format!("failed: {problem}")).unwrap_or_default();
+        let (name, kind, mcp) = (entry.name().to_owned(), entry.kind().name(), Vec::new());
         Row { name, kind, capabilities, defined, status, mcp }
     }
 
