@@ -154,7 +154,7 @@ pub struct Config {
     tool_providers: Vec<String>,
     tool_max_depth: u32,
     /// `[mcp_servers.NAME]`, in file order.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    #[cfg_attr(not(feature = "mcp-client"), allow(dead_code))]
     mcp_servers: Vec<mcp_servers::McpServerEntry>,
 }
 

@@ -277,13 +277,13 @@ impl Config {
     }
 
     /// The `[mcp_servers]` tables `entry` lists, as its children mount them.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     pub fn mcp_server_configs(&self, entry: &ProviderEntry) -> Vec<crate::agent::McpServerConfig> {
         self.mcp_server_configs_named(&entry.mcp_servers)
     }
 
     /// The `[mcp_servers]` tables `names` names, in that order.
-    #[cfg_attr(not(any(feature = "mcp", feature = "acp")), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "mcp-client", feature = "acp")), allow(dead_code))]
     pub(super) fn mcp_server_entries<'a>(
         &'a self,
         names: &'a [String],
@@ -292,7 +292,7 @@ impl Config {
     }
 
     /// The `[mcp_servers]` tables `names` names, as children mount them.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     pub(super) fn mcp_server_configs_named(&self, names: &[String]) -> Vec<crate::agent::McpServerConfig> {
         use crate::agent::{McpServerConfig, McpTransport};
         self.mcp_server_entries(names)
@@ -318,7 +318,7 @@ impl Config {
     }
 
     /// `provider` with the servers `names` names mounted in its children.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-client")]
     pub(super) fn mount_mcp_servers(
         &self,
         provider: InProcessProvider,
@@ -327,7 +327,7 @@ impl Config {
         Ok(provider.with_mcp_servers(self.mcp_server_configs_named(names)))
     }
 
-    #[cfg(not(feature = "mcp"))]
+    #[cfg(not(feature = "mcp-client"))]
     pub(super) fn mount_mcp_servers(
         &self,
         provider: InProcessProvider,
@@ -335,7 +335,7 @@ impl Config {
     ) -> Result<InProcessProvider, String> {
         match names.is_empty() {
             true => Ok(provider),
-            false => Err("MCP servers need the crate's \"mcp\" feature".to_owned()),
+            false => Err("MCP servers need the crate's \"mcp-client\" feature".to_owned()),
         }
     }
 }

@@ -63,7 +63,7 @@ pub(super) struct McpServerTable {
 
 /// A server as resolved when the file was read.
 #[derive(Clone, Debug)]
-#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+#[cfg_attr(not(feature = "mcp-client"), allow(dead_code))]
 pub(super) struct McpServerEntry {
     pub(super) name: String,
     /// The program; `None` for a streamable HTTP server.

@@ -141,13 +141,13 @@ impl Process {
             config.shutdown_timeout = timeout;
         }
         // No `mcp_servers` key: each child gets its parent's.
-        #[cfg(feature = "mcp")]
+        #[cfg(feature = "mcp-client")]
         if table.mcp_servers.is_some() {
             config.mcp_servers = Some(building.config.mcp_server_configs_named(building.mcp_servers));
         }
-        #[cfg(not(feature = "mcp"))]
+        #[cfg(not(feature = "mcp-client"))]
         if !building.mcp_servers.is_empty() {
-            return Err("MCP servers need the crate's \"mcp\" feature".to_owned());
+            return Err("MCP servers need the crate's \"mcp-client\" feature".to_owned());
         }
         let provider = ProcessProvider::new(config).map_err(|e| e.to_string())?;
         if building.context.probe {

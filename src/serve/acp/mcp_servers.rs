@@ -76,6 +76,6 @@ pub(super) async fn mount(
 pub(super) async fn mount(servers: &[AcpMcpServer], _cwd: &Path) -> Result<(Vec<()>, Vec<Arc<dyn Tool>>), String> {
     match servers.is_empty() {
         true => Ok((Vec::new(), Vec::new())),
-        false => Err("this agent was built without MCP servers (the crate's \"mcp\" feature)".to_owned()),
+        false => Err("this agent was built without MCP servers (the crate's \"mcp-client\" feature)".to_owned()),
     }
 }
