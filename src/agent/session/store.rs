@@ -203,6 +203,47 @@ struct Indexed {
     looked: bool,
 }
 
+/// How deep under `<home>/children` [`SessionStore::of_children`] looks
+/// for the homes of process children (a child's children live under its
+/// own home).
+const NESTED_HOME_LEVELS: usize = 8;
+/// The most directories it looks into there.
+const NESTED_HOME_DIRS: usize = 10_000;
+
+impl SessionStore {
+    /// The session stores of the `process` children under `home`: every
+    /// directory below `<home>/children` (symlinks not followed) holding a
+    /// `sessions` directory, breadth first, at most 8 levels deep and
+    /// 10,000 directories in all.
+    pub fn of_children(home: &Path) -> Vec<SessionStore> {
+        let is_dir = |path: &Path| fs::symlink_metadata(path).is_ok_and(|meta| meta.is_dir());
+        let mut stores = Vec::new();
+        let mut level = vec![home.join("children")];
+        let mut visited = 0;
+        for _ in 0..NESTED_HOME_LEVELS {
+            let mut next = Vec::new();
+            for dir in level {
+                if visited == NESTED_HOME_DIRS || !is_dir(&dir) {
+                    continue;
+                }
+                visited += 1;
+                if is_dir(&dir.join("sessions")) {
+                    stores.push(SessionStore::new(&dir));
+                }
+                let Ok(entries) = fs::read_dir(&dir) else { continue };
+                next.extend(
+                    entries
+                        .flatten()
+                        .map(|entry| entry.path())
+                        .filter(|path| path.file_name().is_some_and(|name| name != "sessions") && is_dir(path)),
+                );
+            }
+            level = next;
+        }
+        stores
+    }
+}
+
 impl SessionStore {
     /// A store under `<home>/sessions/` (created on first use).
     pub fn new(home: impl AsRef<Path>) -> Self {

@@ -51,6 +51,8 @@ struct Row {
     latest: String,
     started: Instant,
     ended: Option<(StopReason, Duration)>,
+    /// Why it failed, when its result says.
+    why: Option<String>,
 }
 
 /// The live tree of one `run`: a handle, shared by the task that feeds it
@@ -108,6 +110,7 @@ impl Live {
                     latest: String::new(),
                     started: Instant::now(),
                     ended: None,
+                    why: None,
                 };
                 if !view.terminal {
                     terminal::say!("{} started", row.title());
@@ -118,8 +121,17 @@ impl Live {
                 let terminal = view.terminal;
                 if let Some(row) = view.rows.get_mut(&end.run_id) {
                     row.ended = Some((end.stop_reason, row.started.elapsed()));
+                    row.why = end.diagnostic.as_ref().map(|diagnostic| match diagnostic.explanation() {
+                        Some(explanation) => format!("{}: {explanation}", diagnostic.category_name()),
+                        None => diagnostic.category_name(),
+                    });
                     if !terminal {
-                        terminal::say!("{} {}", row.title(), end.stop_reason.as_str());
+                        match &row.why {
+                            Some(why) => {
+                                terminal::say!("{} {} ({})", row.title(), end.stop_reason.as_str(), terminal::line(why))
+                            }
+                            None => terminal::say!("{} {}", row.title(), end.stop_reason.as_str()),
+                        }
                     }
                 }
             }
@@ -238,7 +250,10 @@ impl View {
     /// `─ provider [label] state time: latest`.
     fn describe(&self, row: &Row) -> String {
         let state = match row.ended {
-            Some((reason, took)) => format!("{} {}", reason.as_str(), terminal::human(took)),
+            Some((reason, took)) => match &row.why {
+                Some(why) => format!("{} {} ({why})", reason.as_str(), terminal::human(took)),
+                None => format!("{} {}", reason.as_str(), terminal::human(took)),
+            },
             None if row.latest.is_empty() => format!("running {}", terminal::human(row.started.elapsed())),
             None => format!("running {}: {}", terminal::human(row.started.elapsed()), row.latest),
         };
@@ -318,6 +333,7 @@ mod tests {
             latest: String::new(),
             started: Instant::now(),
             ended: None,
+            why: None,
         };
         assert_eq!(row.title(), "─ spawn [reviewfdp.exe]");
     }

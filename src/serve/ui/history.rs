@@ -21,9 +21,6 @@ use crate::agent::{SessionEvent, SessionStore, SessionSummary};
 
 /// How long a read listing serves before it is read again.
 const LISTING_FRESH_FOR: Duration = Duration::from_secs(2);
-/// How deep and how many directories under `<home>/children` are looked at.
-const NESTED_HOME_LEVELS: usize = 8;
-const NESTED_HOME_DIRS: usize = 10_000;
 /// The most nodes one tree answer holds; the rest is counted.
 const MAX_TREE_NODES: usize = 5_000;
 /// The longest string of a transcript sent whole; longer ones are cut and
@@ -333,7 +330,7 @@ fn brief(listed: &Listed, stores: &[SessionStore]) -> Value {
 /// The home's store and its process children's, every session listed.
 fn read_listing(home: &Path) -> Listing {
     let mut listing = Listing { stores: vec![SessionStore::new(home)], ..Listing::default() };
-    listing.stores.extend(nested_stores(home));
+    listing.stores.extend(SessionStore::of_children(home));
     let mut seen = HashSet::new();
     for (index, store) in listing.stores.iter().enumerate() {
         let Ok(ids) = store.ids() else { continue };
@@ -357,37 +354,6 @@ fn read_listing(home: &Path) -> Listing {
     listing.by_id =
         listing.sessions.iter().enumerate().map(|(index, listed)| (listed.summary.header.id.clone(), index)).collect();
     listing
-}
-
-/// The stores of process children under `<home>/children`: every
-/// directory there (symlinks not followed) holding `sessions`, breadth
-/// first, bounded in depth and count.
-fn nested_stores(home: &Path) -> Vec<SessionStore> {
-    let is_dir = |path: &Path| std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_dir());
-    let mut stores = Vec::new();
-    let mut level = vec![home.join("children")];
-    let mut visited = 0;
-    for _ in 0..NESTED_HOME_LEVELS {
-        let mut next = Vec::new();
-        for dir in level {
-            if visited == NESTED_HOME_DIRS || !is_dir(&dir) {
-                continue;
-            }
-            visited += 1;
-            if is_dir(&dir.join("sessions")) {
-                stores.push(SessionStore::new(&dir));
-            }
-            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-            next.extend(
-                entries
-                    .flatten()
-                    .map(|entry| entry.path())
-                    .filter(|path| path.file_name().is_some_and(|name| name != "sessions") && is_dir(path)),
-            );
-        }
-        level = next;
-    }
-    stores
 }
 
 /// An event as the page shows it, its long texts cut.

@@ -118,7 +118,7 @@ fn sessions(args: SessionsArgs) -> Result<Ended, String> {
             // A process child's run id names its session in its own home.
             let id =
                 id.strip_prefix("process:").and_then(|rest| rest.split_once(':')).map_or(id.as_str(), |(_, id)| id);
-            let nested = nested_stores(&home, max_line_bytes);
+            let nested = children_stores(&home, max_line_bytes);
             let stores: Vec<&SessionStore> = std::iter::once(&store).chain(&nested).collect();
             let id = unique(id, stores.iter().flat_map(|store| store.ids().unwrap_or_default()))?;
             // The home's own store first; else the child home that holds it.
@@ -126,7 +126,7 @@ fn sessions(args: SessionsArgs) -> Result<Ended, String> {
             show(holder.unwrap_or(&store), &id, args.json)
         }
         Query::Tree { id } => {
-            let nested = nested_stores(&home, max_line_bytes);
+            let nested = children_stores(&home, max_line_bytes);
             let ids = std::iter::once(&store).chain(&nested).flat_map(|store| store.ids().unwrap_or_default());
             tree(&store, &nested, &unique(&id, ids)?, args.json)
         }
@@ -288,42 +288,11 @@ fn walk(sessions: &[SessionSummary], root: usize) -> Vec<Visit> {
     visits
 }
 
-/// How deep under `<home>/children` the tree looks for the homes of
-/// process children (a child's children live under its own home).
-const NESTED_HOME_LEVELS: usize = 8;
-/// The most directories the tree looks into there.
-const NESTED_HOME_DIRS: usize = 10_000;
-
-/// The session stores of process children under `<home>/children`: every
-/// directory there (symlinks not followed) holding a `sessions` directory,
-/// breadth first, bounded in depth and count.
-fn nested_stores(home: &Path, max_line_bytes: Option<usize>) -> Vec<SessionStore> {
-    let is_dir = |path: &Path| std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_dir());
-    let mut stores = Vec::new();
-    let mut level = vec![home.join("children")];
-    let mut visited = 0;
-    for _ in 0..NESTED_HOME_LEVELS {
-        let mut next = Vec::new();
-        for dir in level {
-            if visited == NESTED_HOME_DIRS || !is_dir(&dir) {
-                continue;
-            }
-            visited += 1;
-            if is_dir(&dir.join("sessions")) {
-                let store = SessionStore::new(&dir);
-                stores.push(max_line_bytes.map_or(store.clone(), |bytes| store.with_max_line_bytes(bytes)));
-            }
-            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-            next.extend(
-                entries
-                    .flatten()
-                    .map(|entry| entry.path())
-                    .filter(|path| path.file_name().is_some_and(|name| name != "sessions") && is_dir(path)),
-            );
-        }
-        level = next;
-    }
-    stores
+/// The stores of the process children under `home`, each reading lines of
+/// at most `max_line_bytes` when given.
+fn children_stores(home: &Path, max_line_bytes: Option<usize>) -> Vec<SessionStore> {
+    let stores = SessionStore::of_children(home).into_iter();
+    stores.map(|store| max_line_bytes.map_or(store.clone(), |bytes| store.with_max_line_bytes(bytes))).collect()
 }
 
 fn tree(store: &SessionStore, nested: &[SessionStore], id: &str, as_json: bool) -> Result<Ended, String> {
