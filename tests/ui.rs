@@ -76,6 +76,20 @@ impl Served {
         assert_eq!(status, 200, "/api/{path}: {}", String::from_utf8_lossy(&body));
         serde_json::from_slice(&body).unwrap()
     }
+
+    /// `/api/{path}` once `ready` holds of it, asked every 200 ms within
+    /// [`PATIENCE`]; past it the test fails saying `what` it waited for.
+    fn api_until(&self, path: &str, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        let start = std::time::Instant::now();
+        loop {
+            let answer = self.api(path);
+            if ready(&answer) {
+                return answer;
+            }
+            assert!(start.elapsed() < PATIENCE, "{what}: {answer}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 }
 
 impl Drop for Served {
@@ -238,15 +252,9 @@ fn run_ui_serves_the_parents_tree_with_its_running_children() {
         .current_dir(dir.path());
     let served = Served::start(command);
     let parent = served.url.split("#trees/").nth(1).expect("the address opens on the parent's tree").to_owned();
-    let start = std::time::Instant::now();
-    let tree = loop {
-        let tree = served.api(&format!("tree?id={parent}"));
-        if tree["nodes"].as_array().is_some_and(|nodes| nodes.len() == 3) {
-            break tree;
-        }
-        assert!(start.elapsed() < PATIENCE, "the parent and its two children: {tree}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let tree = served.api_until(&format!("tree?id={parent}"), "the parent and its two children", |tree| {
+        tree["nodes"].as_array().is_some_and(|nodes| nodes.len() == 3)
+    });
     let children: Vec<(&str, &str, &str)> = tree["nodes"].as_array().unwrap()[1..]
         .iter()
         .map(|node| (node["kind"].as_str().unwrap(), node["state"].as_str().unwrap(), node["label"].as_str().unwrap()))
@@ -364,11 +372,7 @@ fn a_tree_of_three_kinds_of_children_renders_and_expands() {
         .arg(&home)
         .current_dir(dir.path());
     let served = Served::start(command);
-    let start = std::time::Instant::now();
-    while served.api("live")["settled"].as_u64() != Some(3) {
-        assert!(start.elapsed() < PATIENCE, "three runs settle: {}", served.api("live"));
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    served.api_until("live", "three runs settle", |live| live["settled"].as_u64() == Some(3));
 
     let browser = Browser::start();
     browser.open(&format!("{}#trees/batch", served.url));
