@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use subagents::agent::{Model, ModelRequest, ModelSpec, SessionEvent};
+use subagents::agent::{Limiter, Model, ModelRequest, ModelSpec, SessionEvent};
 use subagents::seam::ContentBlock;
 use subagents::CancellationToken;
 
@@ -284,12 +284,21 @@ fn request(prompt: &str) -> ModelRequest {
 /// Two models built from one route, as two providers naming it get: the
 /// first is refused with `retry-after: 1`, and the second, asking while
 /// the route cools down, waits it out too instead of meeting a 429.
-async fn a_429_on_one_model_pauses_the_other(first: Arc<dyn Model>, second: Arc<dyn Model>, server: &Loopback) {
+async fn a_429_on_one_model_pauses_the_other(
+    first: Arc<dyn Model>,
+    second: Arc<dyn Model>,
+    limiter: &Limiter,
+    server: &Loopback,
+) {
     let asked = request("first");
     let meter = asked.meter.clone();
     let refused_first = tokio::spawn(async move { first.complete(asked, CancellationToken::new()).await });
-    let reached = super::common::eventually(Duration::from_secs(10), || server.requests.lock().unwrap().len() == 1);
-    assert!(reached.await, "the first call reached the stand-in");
+    // Not only sent: the 429 came back and set the route's cool-down, so the
+    // second call is certain to meet it.
+    let refused = super::common::eventually(Duration::from_secs(10), || {
+        server.requests.lock().unwrap().len() == 1 && limiter.cooling_until().is_some()
+    });
+    assert!(refused.await, "the first call reached the stand-in and met its 429");
     let asked = request("second");
     let waited = asked.meter.clone();
     let reply = second.complete(asked, CancellationToken::new()).await.expect("the second call is answered");
@@ -321,7 +330,8 @@ fn every_model_built_from_an_anthropic_or_responses_route_shares_its_limiter() {
             panic!("{name} names a route")
         };
         assert_eq!(first.limiter(), second.limiter(), "{name}: one limiter");
+        let limiter = first.limiter().clone();
         let (first, second) = (first.build().unwrap(), second.build().unwrap());
-        io.block_on(a_429_on_one_model_pauses_the_other(first, second, server));
+        io.block_on(a_429_on_one_model_pauses_the_other(first, second, &limiter, server));
     }
 }
