@@ -46,6 +46,35 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tracing::Span;
 
+/// A span declaring, empty, every OpenTelemetry and GenAI field the table
+/// above names (a field never recorded is never exported), after the
+/// span's own fields: one list, so the spans cannot drift apart.
+macro_rules! gen_ai_span {
+    ($level:ident, $name:literal, $($field:tt)*) => {
+        tracing::span!(
+            tracing::Level::$level,
+            $name,
+            $($field)*
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = tracing::field::Empty,
+            gen_ai.agent.name = tracing::field::Empty,
+            gen_ai.agent.id = tracing::field::Empty,
+            gen_ai.conversation.id = tracing::field::Empty,
+            gen_ai.provider.name = tracing::field::Empty,
+            gen_ai.request.model = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.tool.name = tracing::field::Empty,
+            gen_ai.tool.call.id = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        )
+    };
+}
+pub(crate) use gen_ai_span;
+
 use crate::seam::{RunResult, StopReason, TraceContext};
 
 /// The context of the span we are in, to send to a child: only while
@@ -142,16 +171,7 @@ pub(crate) fn invoke_agent(span: &Span, provider: &str, run_id: u64, out_of_proc
 /// peer's run when the peer sent its trace context.
 #[cfg(any(feature = "process", all(feature = "acp", feature = "agent")))]
 pub(crate) fn served(agent: &str, session: &str, model: Option<&str>, parent: Option<&TraceContext>) -> Span {
-    let span = tracing::warn_span!(
-        "served",
-        agent,
-        otel.name = tracing::field::Empty,
-        otel.kind = tracing::field::Empty,
-        gen_ai.operation.name = tracing::field::Empty,
-        gen_ai.agent.name = tracing::field::Empty,
-        gen_ai.conversation.id = tracing::field::Empty,
-        gen_ai.request.model = tracing::field::Empty,
-    );
+    let span = gen_ai_span!(WARN, "served", agent,);
     if !fill(&span) {
         return span;
     }
@@ -178,14 +198,7 @@ pub(crate) fn served_tool(tool: &str, parent: Option<&TraceContext>) -> Span {
     if !records_gen_ai() {
         return Span::none();
     }
-    let span = tracing::warn_span!(
-        "served_tool",
-        tool,
-        otel.name = tracing::field::Empty,
-        otel.kind = tracing::field::Empty,
-        gen_ai.operation.name = tracing::field::Empty,
-        gen_ai.tool.name = tracing::field::Empty,
-    );
+    let span = gen_ai_span!(WARN, "served_tool", tool,);
     if !fill(&span) {
         return span;
     }

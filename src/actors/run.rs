@@ -252,24 +252,14 @@ impl RunActor {
         let leases = (ActorLease::run(core.live()), ProviderRunLease::new(shared.entry.clone()));
         // At WARN, so it is enabled whenever warnings are: a warning from
         // inside a run always says which run wrote it.
-        let span = tracing::warn_span!(
+        let span = telemetry::gen_ai_span!(
+            WARN,
             "run",
             run_id = shared.run_id,
             provider = shared.provider(),
             parent = shared.parent_session.as_deref(),
             depth = request.child_depth(),
             label = tracing::field::Empty,
-            otel.name = tracing::field::Empty,
-            otel.kind = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-            gen_ai.operation.name = tracing::field::Empty,
-            gen_ai.agent.name = tracing::field::Empty,
-            gen_ai.agent.id = tracing::field::Empty,
-            gen_ai.conversation.id = tracing::field::Empty,
-            gen_ai.request.model = tracing::field::Empty,
-            gen_ai.usage.input_tokens = tracing::field::Empty,
-            gen_ai.usage.output_tokens = tracing::field::Empty,
-            error.type = tracing::field::Empty,
         );
         // Its parent: the caller's span, or a peer's in another process.
         if let Some(remote) = &request.trace_parent {

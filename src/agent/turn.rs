@@ -288,21 +288,7 @@ impl<'a> Turn<'a> {
     /// the turn's state for nothing while the model answers.
     fn model_call_span(&self) -> Option<Box<tracing::Span>> {
         let inner = self.inner;
-        let span = tracing::debug_span!(
-            "model_call",
-            model = inner.model.name(),
-            step = self.model_calls,
-            otel.name = tracing::field::Empty,
-            otel.kind = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-            gen_ai.operation.name = tracing::field::Empty,
-            gen_ai.provider.name = tracing::field::Empty,
-            gen_ai.request.model = tracing::field::Empty,
-            gen_ai.response.finish_reasons = tracing::field::Empty,
-            gen_ai.usage.input_tokens = tracing::field::Empty,
-            gen_ai.usage.output_tokens = tracing::field::Empty,
-            error.type = tracing::field::Empty,
-        );
+        let span = telemetry::gen_ai_span!(DEBUG, "model_call", model = inner.model.name(), step = self.model_calls,);
         telemetry::chat(&span, inner.model.name());
         (!span.is_disabled()).then(|| Box::new(span))
     }
@@ -397,16 +383,7 @@ impl<'a> Turn<'a> {
                     call_id: call.id.clone(),
                     cancel: cancel.clone(),
                 };
-                let span = tracing::debug_span!(
-                    "tool_call",
-                    tool = %call.name,
-                    call_id = %call.id,
-                    otel.name = tracing::field::Empty,
-                    otel.kind = tracing::field::Empty,
-                    gen_ai.operation.name = tracing::field::Empty,
-                    gen_ai.tool.name = tracing::field::Empty,
-                    gen_ai.tool.call.id = tracing::field::Empty,
-                );
+                let span = telemetry::gen_ai_span!(DEBUG, "tool_call", tool = %call.name, call_id = %call.id,);
                 telemetry::execute_tool(&span, &call.name, &call.id);
                 inner.tools.execute(call, context).instrument(span)
             });
