@@ -2,7 +2,8 @@
 //! ([`continuing_lines`]) and the stdio threads ([`pipes`](super::pipes)):
 //! the stdin loop's handling of over-long lines and of the end of input, the
 //! excerpt a parse error quotes, and the bounded drain at EOF. Each framing
-//! keeps its own judge of a line and its own book of requests in flight.
+//! keeps its own judge of a line and its own book of requests in flight,
+//! kept in a [`Ledger`] that wakes whoever waits on it.
 //!
 //! **The end of input** is any of: EOF on stdin, a failed read, a stop
 //! signal (SIGINT, SIGTERM, SIGHUP: see [`signals`](super::signals)) and
@@ -17,10 +18,12 @@
 
 use std::future::Future;
 use std::io;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::io::AsyncRead;
+use tokio::sync::watch;
 use tokio_util::bytes::{Bytes, BytesMut};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
@@ -35,6 +38,43 @@ pub(crate) const EOF_ANSWER_BOUND: Duration = Duration::from_secs(30);
 
 /// How much of a bad line an error reply quotes, in characters.
 pub(crate) const EXCERPT_CHARS: usize = 64;
+
+/// A framing's book of requests in flight, and a wake-up for whoever waits
+/// on it each time an answer settles something.
+pub(crate) struct Ledger<B> {
+    book: Mutex<B>,
+    answered: watch::Sender<u64>,
+}
+
+impl<B: Default> Default for Ledger<B> {
+    fn default() -> Self {
+        Ledger { book: Mutex::default(), answered: watch::Sender::new(0) }
+    }
+}
+
+impl<B> Ledger<B> {
+    /// The book, for reading or a change that wakes no one.
+    pub(crate) fn book(&self) -> MutexGuard<'_, B> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An answer went out: `settle` updates the book, then the waits wake.
+    pub(crate) fn answered(&self, settle: impl FnOnce(&mut B)) {
+        settle(&mut self.book());
+        self.answered.send_modify(|answers| *answers += 1);
+    }
+
+    /// Waits until `done` holds for the book.
+    pub(crate) async fn wait_until(&self, done: impl Fn(&B) -> bool) {
+        // Subscribed before the check, so an answer in between still wakes us.
+        let mut answered = self.answered.subscribe();
+        while !done(&self.book()) {
+            if answered.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
 
 /// Enough bytes for [`EXCERPT_CHARS`] characters of any width.
 const EXCERPT_BYTES: usize = EXCERPT_CHARS * 4;

@@ -41,7 +41,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, MutexGuard};
 
 use agent_client_protocol::{Error, ErrorCode, Lines, RawJsonRpcId, RawJsonRpcMessage, RawJsonRpcParams};
 use agent_client_protocol::{RawJsonRpcRequest, TransportFrame};
@@ -49,10 +49,10 @@ use futures_util::{Sink, Stream};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::framing::{drain_at_eof, excerpt, id_list, StdinLines};
+use crate::serve::framing::{drain_at_eof, excerpt, id_list, Ledger, StdinLines};
 use crate::serve::pipes::StdoutLines;
 
 /// The most requests unanswered at once: it bounds what the crate queues
@@ -89,9 +89,7 @@ struct Book {
 /// requests in flight.
 struct Output {
     stdout: StdoutLines,
-    book: Mutex<Book>,
-    /// Bumped after every answer, to wake waits on the book.
-    answered: watch::Sender<u64>,
+    ledger: Ledger<Book>,
 }
 
 /// What becomes of one input line.
@@ -142,7 +140,7 @@ async fn read_input(output: Arc<Output>, forward: mpsc::Sender<String>, closing:
             Verdict::Initialize(line, id) => {
                 let sent = forward.send(line).await.is_ok();
                 if sent {
-                    output.wait_until(|book| book.handshake != Handshake::Answering(id.clone())).await;
+                    output.ledger.wait_until(|book| book.handshake != Handshake::Answering(id.clone())).await;
                 }
                 sent
             }
@@ -151,7 +149,7 @@ async fn read_input(output: Arc<Output>, forward: mpsc::Sender<String>, closing:
             break;
         }
     }
-    let settled = output.wait_until(|book| book.in_flight == 0);
+    let settled = output.ledger.wait_until(|book| book.in_flight == 0);
     let unanswered = || {
         let ids = output.book().pending.keys().map(|id| serde_json::to_string(id).unwrap_or_default()).collect();
         format!("requests unanswered: {}", id_list(ids))
@@ -162,11 +160,11 @@ async fn read_input(output: Arc<Output>, forward: mpsc::Sender<String>, closing:
 
 impl Output {
     fn new() -> Self {
-        Output { stdout: StdoutLines::new(), book: Mutex::default(), answered: watch::Sender::new(0) }
+        Output { stdout: StdoutLines::new(), ledger: Ledger::default() }
     }
 
     fn book(&self) -> MutexGuard<'_, Book> {
-        self.book.lock().unwrap_or_else(|e| e.into_inner())
+        self.ledger.book()
     }
 
     /// Writes one whole line.
@@ -191,30 +189,18 @@ impl Output {
     }
 
     fn settle(&self, id: &RawJsonRpcId, succeeded: bool) {
-        let mut book = self.book();
-        if let Some(count) = book.pending.get_mut(id) {
-            *count -= 1;
-            if *count == 0 {
-                book.pending.remove(id);
+        self.ledger.answered(|book| {
+            if let Some(count) = book.pending.get_mut(id) {
+                *count -= 1;
+                if *count == 0 {
+                    book.pending.remove(id);
+                }
+                book.in_flight -= 1;
             }
-            book.in_flight -= 1;
-        }
-        if book.handshake == Handshake::Answering(id.clone()) {
-            book.handshake = if succeeded { Handshake::Done } else { Handshake::Waiting };
-        }
-        drop(book);
-        self.answered.send_modify(|answers| *answers += 1);
-    }
-
-    /// Waits until `done` holds for the book.
-    async fn wait_until(&self, done: impl Fn(&Book) -> bool) {
-        // Subscribed before the check, so an answer in between still wakes us.
-        let mut answered = self.answered.subscribe();
-        while !done(&self.book()) {
-            if answered.changed().await.is_err() {
-                return;
+            if book.handshake == Handshake::Answering(id.clone()) {
+                book.handshake = if succeeded { Handshake::Done } else { Handshake::Waiting };
             }
-        }
+        });
     }
 
     fn judge(&self, line: Vec<u8>) -> Verdict {

@@ -58,7 +58,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, MutexGuard};
 
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, ClientRequest, GetMeta, JsonRpcMessage, ProgressToken, ProtocolVersion,
@@ -67,10 +67,10 @@ use rmcp::model::{
 use rmcp::service::RoleServer;
 use rmcp::transport::Transport;
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::framing::{drain_at_eof, excerpt, id_list, StdinLines};
+use crate::serve::framing::{drain_at_eof, excerpt, id_list, Ledger, StdinLines};
 use crate::serve::pipes::StdoutLines;
 
 /// The most requests unanswered at once: it bounds what the SDK holds and
@@ -163,11 +163,9 @@ impl Book {
 /// requests in flight.
 struct Output {
     stdout: StdoutLines,
-    book: Mutex<Book>,
+    ledger: Ledger<Book>,
     /// The protocol versions a session may begin with.
     versions: &'static [ProtocolVersion],
-    /// Bumped after every settled request, to wake waits on the book.
-    answered: watch::Sender<u64>,
 }
 
 /// What becomes of one input line.
@@ -231,18 +229,18 @@ async fn read_input(output: Arc<Output>, forward: mpsc::Sender<ClientJsonRpcMess
             break;
         }
     }
-    let settled = output.wait_until(|book| book.pending.is_empty());
+    let settled = output.ledger.wait_until(|book| book.pending.is_empty());
     drain_at_eof(&closing, &output.stdout, "call", || output.book().unanswered(), settled).await;
     // Dropping `forward` ends the SDK's input: the session returns.
 }
 
 impl Output {
     fn new(versions: &'static [ProtocolVersion]) -> Self {
-        Output { stdout: StdoutLines::new(), book: Mutex::default(), versions, answered: watch::Sender::new(0) }
+        Output { stdout: StdoutLines::new(), ledger: Ledger::default(), versions }
     }
 
     fn book(&self) -> MutexGuard<'_, Book> {
-        self.book.lock().unwrap_or_else(|e| e.into_inner())
+        self.ledger.book()
     }
 
     /// Writes one whole line.
@@ -294,19 +292,7 @@ impl Output {
     }
 
     fn settle(&self, id: &RequestId) {
-        self.book().settle(id);
-        self.answered.send_modify(|answers| *answers += 1);
-    }
-
-    /// Waits until `done` holds for the book.
-    async fn wait_until(&self, done: impl Fn(&Book) -> bool) {
-        // Subscribed before the check, so an answer in between still wakes us.
-        let mut answered = self.answered.subscribe();
-        while !done(&self.book()) {
-            if answered.changed().await.is_err() {
-                return;
-            }
-        }
+        self.ledger.answered(|book| book.settle(id));
     }
 
     fn judge(&self, line: &[u8]) -> Verdict {
