@@ -104,7 +104,7 @@ pub use self::pool::PoolConfig;
 use self::process::{AgentProcess, Answer, Fault, Route};
 use self::run_dir::RunDir;
 pub use self::run_dir::RunDirs;
-use self::transcript::{Recording, Stores, Transcript};
+use self::transcript::{Stores, Transcript};
 use crate::child_process::{lines, spawn, ChildEnv, ChildProcessConfig, Spawned, HANDSHAKE_TIMEOUT, MAX_OUTPUT};
 use crate::live::LiveCounters;
 use crate::live::ProcessLease;
@@ -225,6 +225,19 @@ impl std::ops::DerefMut for AcpConfig {
     fn deref_mut(&mut self) -> &mut ChildProcessConfig {
         &mut self.child
     }
+}
+
+/// What a child's session header records of its run (read only where
+/// transcripts are recorded: with the `agent` feature).
+#[derive(Debug)]
+#[cfg_attr(not(feature = "agent"), allow(dead_code))]
+struct Recording {
+    parent_session: Option<String>,
+    depth: u32,
+    cwd: PathBuf,
+    persona: Option<String>,
+    provider: String,
+    label: Option<String>,
 }
 
 /// What the agent said it can do.

@@ -22,7 +22,7 @@
 //! it (none is expected before the prompt) is not recorded.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use agent_client_protocol::v1::schema::{
@@ -30,6 +30,7 @@ use agent_client_protocol::v1::schema::{
     ToolCallContent, ToolCallStatus,
 };
 
+use super::Recording;
 pub(super) use crate::agent::HomeStores as Stores;
 use crate::agent::{Session, SessionEvent, SessionHeader, ToolCall};
 use crate::seam::{cut, Diagnostic, StopReason};
@@ -39,17 +40,6 @@ pub(crate) const MAX_PIECE_BYTES: usize = 64 * 1024;
 
 /// The most one transcript keeps before its marker.
 pub(crate) const MAX_TRANSCRIPT_BYTES: usize = 4 << 20;
-
-/// What a child's session header records of its run.
-#[derive(Debug)]
-pub(super) struct Recording {
-    pub parent_session: Option<String>,
-    pub depth: u32,
-    pub cwd: PathBuf,
-    pub persona: Option<String>,
-    pub provider: String,
-    pub label: Option<String>,
-}
 
 /// One ACP session's transcript as it is recorded.
 #[derive(Debug, Default)]

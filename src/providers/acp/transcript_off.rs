@@ -3,30 +3,18 @@
 //! (the tool calls it reports failed are still counted).
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use agent_client_protocol::v1::schema::{
     RequestPermissionOutcome, RequestPermissionRequest, SessionUpdate, ToolCallStatus,
 };
 
+use super::Recording;
 use crate::seam::{Diagnostic, StopReason};
 
 #[derive(Debug, Default)]
 pub(super) struct Stores;
-
-/// What `transcript.rs` would record in the header: built either way, read
-/// only there.
-#[derive(Debug)]
-#[allow(dead_code)]
-pub(super) struct Recording {
-    pub parent_session: Option<String>,
-    pub depth: u32,
-    pub cwd: PathBuf,
-    pub persona: Option<String>,
-    pub provider: String,
-    pub label: Option<String>,
-}
 
 /// The tool calls reported failed, by id.
 #[derive(Debug, Default)]
