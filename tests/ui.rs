@@ -114,6 +114,17 @@ fn ui(home: &Path, extra: &[&str]) -> Served {
     Served::start(command)
 }
 
+/// The binary with `args`, run in `dir` after writing `files` there, its
+/// web view served.
+fn served_in(dir: &Path, files: &[(&str, &str)], args: &[&str]) -> Served {
+    for (name, contents) in files {
+        std::fs::write(dir.join(name), contents).unwrap();
+    }
+    let mut command = Command::new(BIN);
+    command.args(args).current_dir(dir);
+    Served::start(command)
+}
+
 fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
     headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
 }
@@ -241,16 +252,9 @@ fn ui_caps_its_event_streams_and_a_closed_one_gives_its_place_back() {
 #[test]
 fn run_ui_serves_the_parents_tree_with_its_running_children() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("slow.toml"),
-        "[providers.slow]\nkind = \"mock\"\nreply = \"done\"\ndelay = \"30s\"\n",
-    )
-    .unwrap();
-    let mut command = Command::new(BIN);
-    command
-        .args(["run", "look at a; look at b", "--provider", "slow", "--config", "slow.toml", "--home", "home", "--ui"])
-        .current_dir(dir.path());
-    let served = Served::start(command);
+    let config = "[providers.slow]\nkind = \"mock\"\nreply = \"done\"\ndelay = \"30s\"\n";
+    let args = ["run", "look at a; look at b", "--provider", "slow", "--config", "slow.toml", "--home", "home", "--ui"];
+    let served = served_in(dir.path(), &[("slow.toml", config)], &args);
     let parent = served.url.split("#trees/").nth(1).expect("the address opens on the parent's tree").to_owned();
     let tree = served.api_until(&format!("tree?id={parent}"), "the parent and its two children", |tree| {
         tree["nodes"].as_array().is_some_and(|nodes| nodes.len() == 3)
@@ -267,11 +271,7 @@ fn run_ui_serves_the_parents_tree_with_its_running_children() {
 #[test]
 fn the_live_view_of_a_running_fanout_updates_without_a_reload() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("slow.toml"),
-        "[providers.slow]\nkind = \"mock\"\nreply = \"ok\"\ndelay = \"300ms\"\n\n[providers.failing]\nkind = \"mock\"\nreply = \"no\"\ndelay = \"300ms\"\nstop_reason = \"error\"\n",
-    )
-    .unwrap();
+    let config = "[providers.slow]\nkind = \"mock\"\nreply = \"ok\"\ndelay = \"300ms\"\n\n[providers.failing]\nkind = \"mock\"\nreply = \"no\"\ndelay = \"300ms\"\nstop_reason = \"error\"\n";
     let mut tasks = String::new();
     for n in 0..60 {
         let provider = if n % 10 == 3 { "failing" } else { "slow" };
@@ -279,26 +279,9 @@ fn the_live_view_of_a_running_fanout_updates_without_a_reload() {
             "{{\"prompt\": \"task {n}\", \"label\": \"task {n}\", \"provider\": \"{provider}\"}}\n"
         ));
     }
-    std::fs::write(dir.path().join("tasks.jsonl"), tasks).unwrap();
-    let mut command = Command::new(BIN);
-    command
-        .args([
-            "fanout",
-            "tasks.jsonl",
-            "--config",
-            "slow.toml",
-            "--provider",
-            "slow",
-            "--concurrency",
-            "2",
-            "--ui",
-            "--out",
-            "out.jsonl",
-            "--home",
-            "home",
-        ])
-        .current_dir(dir.path());
-    let served = Served::start(command);
+    let args = ["fanout", "tasks.jsonl", "--config", "slow.toml", "--provider", "slow", "--concurrency", "2"];
+    let args = [&args[..], &["--ui", "--out", "out.jsonl", "--home", "home"]].concat();
+    let served = served_in(dir.path(), &[("slow.toml", config), ("tasks.jsonl", &tasks)], &args);
 
     let browser = Browser::start();
     browser.open(&served.url);
