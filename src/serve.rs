@@ -55,7 +55,7 @@ pub use worker::{serve_worker, WorkerOptions, WorkerProvider, WorkerReport};
 use std::path::PathBuf;
 
 use crate::agent::ModelError;
-use crate::seam::{RegisterError, SubagentError};
+use crate::seam::{RegisterError, StartError};
 
 /// Why serving ended in failure (a clean EOF or `shutdown` is `Ok`).
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +90,7 @@ pub enum ServeError {
     Provider(#[from] RegisterError),
     /// The runtime refused the subagent tool the server offers.
     #[error("cannot offer the subagent tool: {0}")]
-    Tool(#[from] SubagentError),
+    Tool(#[from] StartError),
     /// The options cannot be honoured together (an unknown provider, a
     /// depth cap the provider does not enforce, a provider that cannot be
     /// configured).

@@ -47,7 +47,7 @@ pub use tasks::{
 use crate::actors::Subagents;
 use crate::agent::{ListDir, ReadFile, Tool, Toolset};
 use crate::providers::{ChildInfo, InProcessProvider};
-use crate::seam::SubagentError;
+use crate::seam::StartError;
 
 /// How deep the built-in doors let a delegation tree grow when nothing
 /// says otherwise: children, grandchildren and great-grandchildren.
@@ -76,7 +76,7 @@ pub fn delegating_tools(
     tasks: &TaskService,
     provider: &str,
     max_depth: u32,
-) -> Result<Vec<Arc<dyn Tool>>, SubagentError> {
+) -> Result<Vec<Arc<dyn Tool>>, StartError> {
     let config = SubagentToolConfig::new(provider).with_max_depth(MaxDepth::Limit(max_depth));
     let subagent = SubagentTool::mount(subagents, config, Some(tasks.clone()))?;
     let mut tools: Vec<Arc<dyn Tool>> = vec![Arc::new(ReadFile), Arc::new(ListDir), Arc::new(subagent)];

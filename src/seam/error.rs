@@ -23,75 +23,28 @@ use super::{BudgetExhausted, Capability, Diagnostic};
 
 /// Everything the seam can refuse or fail with, for code that handles
 /// several operations at once ([`Subagents::run_to_end`](crate::Subagents::run_to_end),
-/// [`Run::result`](crate::Run::result)); each operation's own error
-/// converts into it. `code()` is stable; the message names the offending
-/// provider, capability or field.
+/// [`Run::result`](crate::Run::result)): each operation's own error,
+/// wrapped as it is (its message unchanged), and the runtime stopped, said
+/// one way whichever operation met it. `code()` is the wrapped error's.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SubagentError {
-    /// A provider of this name is already registered.
-    #[error("a subagent provider named {0:?} is already registered")]
-    DuplicateProvider(String),
-    /// No provider of this name is registered.
-    #[error("no subagent provider registered for {0:?}")]
-    NoProvider(String),
-    /// The request asks for a start-time feature the provider lacks.
-    #[error("subagent provider {provider:?} does not support the \"{capability}\" capability")]
-    UnsupportedCapability {
-        /// The provider asked.
-        provider: String,
-        /// The first unmet capability, in check order.
-        capability: Capability,
-    },
-    /// A request value is out of range or malformed.
-    #[error("invalid subagent request: {field}: {reason}")]
-    InvalidRequest {
-        /// The offending field.
-        field: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
+    /// A provider was not registered.
+    #[error(transparent)]
+    Register(RegisterError),
+    /// A start was refused or failed.
+    #[error(transparent)]
+    Start(StartError),
+    /// A run was not released cleanly.
+    #[error(transparent)]
+    Dispose(DisposeError),
     /// A steering message did not reach the run's child. Its code is
     /// `INVALID_REQUEST`, the message names the `message` field.
     #[error("invalid subagent request: message: {0}")]
     Steering(SteeringError),
-    /// The output schema leaves the supported subset.
-    #[error("output_schema is outside the supported subset: {}", violations.join("; "))]
-    UnsupportedSchema {
-        /// Every path-qualified violation.
-        violations: Vec<String>,
-    },
-    /// The start was cancelled; everything partial was rolled back.
-    #[error("subagent start on provider {provider:?} was aborted")]
-    Aborted {
-        /// The provider asked.
-        provider: String,
-    },
-    /// The provider could not create the child; everything partial was
-    /// rolled back.
-    #[error("subagent provider {provider:?} failed to start a child ({diagnostic})")]
-    StartupFailed {
-        /// The provider asked.
-        provider: String,
-        /// Safe facts about the failure.
-        diagnostic: Diagnostic,
-    },
-    /// A child could not be released cleanly: it was forced down, and this
-    /// says where.
-    #[error("subagent provider {provider:?} could not dispose a child cleanly ({diagnostic})")]
-    DisposeFailed {
-        /// The provider asked.
-        provider: String,
-        /// Safe facts about the failure.
-        diagnostic: Diagnostic,
-    },
     /// The runtime is shutting down or gone.
     #[error("the subagents runtime is stopped")]
     RuntimeStopped,
-    /// The start would exceed the delegation budget it answers to; no child
-    /// was created. The message names the limit and the numbers.
-    #[error("{0}")]
-    BudgetExhausted(BudgetExhausted),
 }
 
 /// Why a provider was not registered.
@@ -223,8 +176,8 @@ impl DisposeError {
 impl From<RegisterError> for SubagentError {
     fn from(error: RegisterError) -> Self {
         match error {
-            RegisterError::DuplicateProvider(name) => SubagentError::DuplicateProvider(name),
             RegisterError::RuntimeStopped => SubagentError::RuntimeStopped,
+            error => SubagentError::Register(error),
         }
     }
 }
@@ -232,16 +185,8 @@ impl From<RegisterError> for SubagentError {
 impl From<StartError> for SubagentError {
     fn from(error: StartError) -> Self {
         match error {
-            StartError::NoProvider(name) => SubagentError::NoProvider(name),
-            StartError::UnsupportedCapability { provider, capability } => {
-                SubagentError::UnsupportedCapability { provider, capability }
-            }
-            StartError::InvalidRequest { field, reason } => SubagentError::InvalidRequest { field, reason },
-            StartError::UnsupportedSchema { violations } => SubagentError::UnsupportedSchema { violations },
-            StartError::Aborted { provider } => SubagentError::Aborted { provider },
-            StartError::StartupFailed { provider, diagnostic } => SubagentError::StartupFailed { provider, diagnostic },
             StartError::RuntimeStopped => SubagentError::RuntimeStopped,
-            StartError::BudgetExhausted(exhausted) => SubagentError::BudgetExhausted(exhausted),
+            error => SubagentError::Start(error),
         }
     }
 }
@@ -249,10 +194,8 @@ impl From<StartError> for SubagentError {
 impl From<DisposeError> for SubagentError {
     fn from(error: DisposeError) -> Self {
         match error {
-            DisposeError::DisposeFailed { provider, diagnostic } => {
-                SubagentError::DisposeFailed { provider, diagnostic }
-            }
             DisposeError::RuntimeStopped => SubagentError::RuntimeStopped,
+            error => SubagentError::Dispose(error),
         }
     }
 }
@@ -264,19 +207,14 @@ impl From<SteeringError> for SubagentError {
 }
 
 impl SubagentError {
-    /// The stable error code.
+    /// The stable error code: the wrapped error's.
     pub fn code(&self) -> &'static str {
         match self {
-            SubagentError::DuplicateProvider(_) => "DUPLICATE_PROVIDER",
-            SubagentError::NoProvider(_) => "NO_PROVIDER",
-            SubagentError::UnsupportedCapability { .. } => "UNSUPPORTED_CAPABILITY",
-            SubagentError::InvalidRequest { .. } | SubagentError::Steering(_) => "INVALID_REQUEST",
-            SubagentError::UnsupportedSchema { .. } => "UNSUPPORTED_SCHEMA",
-            SubagentError::Aborted { .. } => "ABORTED",
-            SubagentError::StartupFailed { .. } => "STARTUP_FAILED",
-            SubagentError::DisposeFailed { .. } => "DISPOSE_FAILED",
+            SubagentError::Register(error) => error.code(),
+            SubagentError::Start(error) => error.code(),
+            SubagentError::Dispose(error) => error.code(),
+            SubagentError::Steering(error) => error.code(),
             SubagentError::RuntimeStopped => "RUNTIME_STOPPED",
-            SubagentError::BudgetExhausted(_) => "BUDGET_EXHAUSTED",
         }
     }
 }

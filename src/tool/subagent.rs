@@ -58,7 +58,7 @@ use super::tasks::TaskService;
 use crate::actors::{Run, Subagents};
 use crate::agent::{Tool, ToolContext, ToolOutput, ToolSpec};
 use crate::seam::{
-    AgentOptions, Budget, Capability, ProgressSink, RunResult, StartRequest, StopReason, SubagentError, ToolFilter,
+    AgentOptions, Budget, Capability, ProgressSink, RunResult, StartError, StartRequest, StopReason, ToolFilter,
 };
 
 /// The delegation depth cap the tool sends with each start.
@@ -290,9 +290,9 @@ impl SubagentTool {
         subagents: &Subagents,
         config: SubagentToolConfig,
         tasks: Option<TaskService>,
-    ) -> Result<SubagentTool, SubagentError> {
+    ) -> Result<SubagentTool, StartError> {
         let info =
-            subagents.provider(&config.provider).ok_or_else(|| SubagentError::NoProvider(config.provider.clone()))?;
+            subagents.provider(&config.provider).ok_or_else(|| StartError::NoProvider(config.provider.clone()))?;
         let needs = [
             (matches!(config.max_depth, MaxDepth::Limit(_)), Capability::DepthLimit),
             (config.tool_filter.is_some(), Capability::ToolFilter),
@@ -300,16 +300,10 @@ impl SubagentTool {
             (config.agent_options.is_some(), Capability::AgentOptions),
         ];
         if let Some((_, missing)) = needs.iter().find(|(needed, c)| *needed && !info.capabilities.supports(*c)) {
-            return Err(SubagentError::UnsupportedCapability {
-                provider: config.provider.clone(),
-                capability: *missing,
-            });
+            return Err(StartError::unsupported(&config.provider, *missing));
         }
         if config.enable_run_in_background && tasks.is_none() {
-            return Err(SubagentError::InvalidRequest {
-                field: "enable_run_in_background",
-                reason: "background runs need a task service".to_owned(),
-            });
+            return Err(StartError::invalid("enable_run_in_background", "background runs need a task service"));
         }
         Ok(SubagentTool { config, subagents: subagents.clone(), tasks, run_limit: None })
     }

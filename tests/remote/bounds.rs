@@ -336,7 +336,8 @@ fn a_pool_known_empty_refuses_starts_at_once_until_a_worker_answers() {
     }
     let refused = outcomes.iter().filter(|o| o.is_err()).count();
     assert!(refused >= 30, "the starts after the first wave are refused: {outcomes:?}");
-    let Err(subagents::SubagentError::StartupFailed { diagnostic, .. }) = outcomes.iter().find(|o| o.is_err()).unwrap()
+    let Err(subagents::SubagentError::Start(subagents::StartError::StartupFailed { diagnostic, .. })) =
+        outcomes.iter().find(|o| o.is_err()).unwrap()
     else {
         unreachable!()
     };

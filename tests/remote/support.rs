@@ -462,7 +462,9 @@ pub fn category_of(
 ) -> Option<subagents::seam::Category> {
     match outcome {
         Ok(result) => result.diagnostic.as_ref().map(|d| d.category),
-        Err(subagents::SubagentError::StartupFailed { diagnostic, .. }) => Some(diagnostic.category),
+        Err(subagents::SubagentError::Start(subagents::StartError::StartupFailed { diagnostic, .. })) => {
+            Some(diagnostic.category)
+        }
         Err(_) => None,
     }
 }
