@@ -17,14 +17,14 @@ use crate::Ended;
 pub struct RunArgs {
     /// The task.
     prompt: String,
-    /// The one provider the parent's subagent tool delegates to
-    /// (default: what the configuration's `[tool]` offers; built in: `spawn`).
-    #[arg(long)]
-    provider: Option<String>,
     /// Serve a web view of the run's tree on loopback while it runs (its
     /// address, with its token, is printed on stderr).
     #[arg(long)]
     ui: bool,
+    /// The one provider the parent's subagent tool delegates to
+    /// (default: what the configuration's `[tool]` offers; built in: `spawn`).
+    #[arg(long)]
+    provider: Option<String>,
     #[command(flatten)]
     sources: Sources,
     #[command(flatten)]
@@ -35,15 +35,15 @@ pub struct RunArgs {
 
 impl RunArgs {
     pub fn run(self) -> Result<ExitCode, String> {
-        let config = self.sources.config.load()?;
-        run(self, &config).map(ExitCode::from)
+        run(self).map(ExitCode::from)
     }
 }
 
 /// Prints the answer and the tree of delegated runs. The parent's turn
 /// decides how it ended: completed, interrupted by Ctrl-C (its session is
 /// still closed whole), or anything else, which is incomplete.
-fn run(args: RunArgs, config: &subagents::config::Config) -> Result<Ended, String> {
+fn run(args: RunArgs) -> Result<Ended, String> {
+    let config = &args.sources.config.load()?;
     if args.prompt.trim().is_empty() {
         return Err("the prompt is empty: give the task to run".to_owned());
     }
