@@ -53,6 +53,20 @@ pub mod remote;
 #[cfg(feature = "agent")]
 pub mod spawn;
 
+/// Every provider kind's home in the configuration, in the order lists
+/// show them: `config` declares one module per name
+/// (`src/config/kinds/NAME.rs`, owning the kind's keys, checks, build and
+/// capabilities) through this list, so a new kind is added here, beside
+/// its provider's module, and nowhere else in the crate's own lists.
+#[cfg(feature = "config")]
+macro_rules! kinds {
+    ($declare:ident) => {
+        $declare! { in_process, mock, acp, process, remote, a2a, chaos }
+    };
+}
+#[cfg(feature = "config")]
+pub(crate) use kinds;
+
 #[cfg(any(feature = "acp", feature = "process"))]
 pub use crate::child_process::ChildProcessConfig;
 #[cfg(all(any(feature = "acp", feature = "process"), any(target_os = "linux", target_os = "android")))]

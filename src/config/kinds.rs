@@ -12,8 +12,8 @@
 //! ([`ProviderEntry::problem`](super::ProviderEntry::problem)): a provider
 //! whose variable is unset blocks only the commands that use it.
 //!
-//! Adding a kind is a file here beside the provider's own, a line in
-//! [`HOMES`], and its feature in `Cargo.toml`:
+//! Adding a kind is a file here beside the provider's own, its name in the
+//! providers' list of kinds, and its feature in `Cargo.toml`:
 //!
 //! ```
 //! use subagents::config::{Config, Kind};
@@ -24,14 +24,7 @@
 //! assert!(error.message().starts_with("`rpm` is a key of [models.NAME], not of a spawn provider"), "{error}");
 //! ```
 
-mod a2a;
-mod acp;
-mod chaos;
 mod child_process;
-mod in_process;
-mod mock;
-mod process;
-mod remote;
 
 use std::fmt;
 use std::ops::Range;
@@ -48,17 +41,20 @@ use super::mcp_servers::McpServerEntry;
 use super::{parse_duration, ConfigError, Source};
 use crate::seam::{Capabilities, Provider};
 
-/// Every kind, in the order `subagents providers` and messages list them.
-static HOMES: &[&Home] = &[
-    &in_process::SPAWN,
-    &in_process::FORK,
-    &mock::HOME,
-    &acp::HOME,
-    &process::HOME,
-    &remote::HOME,
-    &a2a::HOME,
-    &chaos::HOME,
-];
+/// One module per kind, in the order of the providers' list of kinds (the
+/// order `subagents providers` and messages list them), each with its
+/// `HOMES`.
+macro_rules! homes {
+    ($($kind:ident),*) => {
+        $(mod $kind;)*
+
+        /// Every kind, in order.
+        fn homes() -> impl Iterator<Item = &'static Home> {
+            [$($kind::HOMES),*].into_iter().flatten().copied()
+        }
+    };
+}
+crate::providers::kinds!(homes);
 
 /// A kind's check of its table.
 pub(super) type CheckFn = fn(&Checking<'_, '_>, Spanned<DeValue<'_>>) -> Result<Box<dyn Checked>, ConfigError>;
@@ -84,7 +80,7 @@ pub struct Kind(&'static Home);
 impl Kind {
     /// Every kind this crate knows (built or not), in a fixed order.
     pub fn all() -> impl Iterator<Item = Kind> {
-        HOMES.iter().map(|home| Kind(home))
+        homes().map(Kind)
     }
 
     /// The kind the file spells `name`.

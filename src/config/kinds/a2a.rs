@@ -25,7 +25,10 @@ use crate::config::values::{check_written_http, http_headers, http_url};
 use crate::config::ConfigError;
 use crate::seam::Provider;
 
-pub(in crate::config) static HOME: Home = Home {
+/// The homes this file keeps.
+pub(super) static HOMES: &[&Home] = &[&HOME];
+
+static HOME: Home = Home {
     name: "a2a",
     what: "an a2a provider",
     keys: || fields_of::<Table>().to_vec(),

@@ -32,7 +32,10 @@ use crate::config::values::{expand, find_command, not_a_directory};
 use crate::config::{parse_duration, ConfigError};
 use crate::seam::Provider;
 
-pub(in crate::config) static HOME: Home = Home {
+/// The homes this file keeps.
+pub(super) static HOMES: &[&Home] = &[&HOME];
+
+static HOME: Home = Home {
     name: "acp",
     what: "an acp provider",
     keys: || [fields_of::<Table>(), child_process::keys()].concat(),

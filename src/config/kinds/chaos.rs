@@ -22,7 +22,10 @@ use crate::config::{parse_duration, ConfigError};
 use crate::providers::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage};
 use crate::seam::Provider;
 
-pub(in crate::config) static HOME: Home = Home {
+/// The homes this file keeps.
+pub(super) static HOMES: &[&Home] = &[&HOME];
+
+static HOME: Home = Home {
     name: "chaos",
     what: "a chaos provider",
     keys: || fields_of::<Table>().to_vec(),

@@ -27,8 +27,11 @@ use crate::providers::{ChildInfo, InProcessProvider, ToolFactory};
 use crate::seam::{AgentOptions, Budget, Provider};
 use crate::tool::delegating_kit;
 
+/// The homes this file keeps.
+pub(super) static HOMES: &[&Home] = &[&SPAWN, &FORK];
+
 /// `kind = "spawn"`: a fresh child.
-pub(in crate::config) static SPAWN: Home = Home {
+static SPAWN: Home = Home {
     name: "spawn",
     what: "a spawn provider",
     keys: || fields_of::<Table>().to_vec(),
@@ -37,7 +40,7 @@ pub(in crate::config) static SPAWN: Home = Home {
 };
 
 /// `kind = "fork"`: a child seeded with its parent's completed turns.
-pub(in crate::config) static FORK: Home = Home {
+static FORK: Home = Home {
     name: "fork",
     what: "a fork provider",
     keys: || fields_of::<Table>().to_vec(),

@@ -24,7 +24,10 @@ use crate::config::ConfigError;
 use crate::providers::MockProvider;
 use crate::seam::{Provider, StopReason};
 
-pub(in crate::config) static HOME: Home = Home {
+/// The homes this file keeps.
+pub(super) static HOMES: &[&Home] = &[&HOME];
+
+static HOME: Home = Home {
     name: "mock",
     what: "a mock provider",
     keys: || fields_of::<Table>().to_vec(),

@@ -27,7 +27,10 @@ use crate::config::values::{expand, not_a_directory};
 use crate::config::ConfigError;
 use crate::seam::Provider;
 
-pub(in crate::config) static HOME: Home = Home {
+/// The homes this file keeps.
+pub(super) static HOMES: &[&Home] = &[&HOME];
+
+static HOME: Home = Home {
     name: "process",
     what: "a process provider",
     keys: || [fields_of::<Table>(), child_process::keys()].concat(),

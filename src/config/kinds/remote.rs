@@ -24,7 +24,10 @@ use crate::config::values::expand;
 use crate::config::ConfigError;
 use crate::seam::Provider;
 
-pub(in crate::config) static HOME: Home = Home {
+/// The homes this file keeps.
+pub(super) static HOMES: &[&Home] = &[&HOME];
+
+static HOME: Home = Home {
     name: "remote",
     what: "a remote provider",
     keys: || fields_of::<Table>().to_vec(),
