@@ -110,12 +110,14 @@ pub struct BuildContext<'a> {
 pub enum BuildError {
     /// The provider could not be built: its model, its tools, its MCP
     /// servers, its agent's probe, its broker.
-    #[error("provider {name:?}: {reason}")]
+    #[error("provider {name:?}: {source}")]
     Provider {
         /// The provider of the file.
         name: String,
-        /// What went wrong, in words.
-        reason: String,
+        /// What went wrong: the provider's own error (or the problem its
+        /// table has in this environment).
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The registry refused it (a name taken, a closed runtime).
     #[error(transparent)]
@@ -266,9 +268,9 @@ impl Config {
             built.insert(inner.name.as_str(), provider.clone());
             wrapped = Some(provider);
         }
-        let failed = |reason: String| BuildError::Provider { name: entry.name.clone(), reason };
+        let failed = |source| BuildError::Provider { name: entry.name.clone(), source };
         if let Some(problem) = &entry.problem {
-            return Err(failed(problem.to_string()));
+            return Err(failed(problem.clone().into()));
         }
         let building = Building { name: &entry.name, config: self, context, mcp_servers: &entry.mcp_servers, wrapped };
         let provider = entry.checked.build(building).await.map_err(failed)?;

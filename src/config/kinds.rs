@@ -56,6 +56,21 @@ macro_rules! homes {
 }
 crate::providers::kinds!(homes);
 
+/// Why a kind could not build its provider: the provider's own error.
+pub(super) type BuildFailure = Box<dyn std::error::Error + Send + Sync>;
+
+/// A kind whose provider this build of the crate leaves out.
+#[derive(Debug, thiserror::Error)]
+#[error("{kind} providers need the crate's {feature:?} feature")]
+#[cfg_attr(
+    all(feature = "a2a", feature = "acp", feature = "process", feature = "remote", feature = "mcp-client"),
+    allow(dead_code)
+)]
+pub(super) struct FeatureOff {
+    pub(super) kind: &'static str,
+    pub(super) feature: &'static str,
+}
+
 /// A kind's check of its table.
 pub(super) type CheckFn = fn(&Checking<'_, '_>, Spanned<DeValue<'_>>) -> Result<Box<dyn Checked>, ConfigError>;
 
@@ -203,7 +218,7 @@ pub(super) trait Checked: fmt::Debug + Send + Sync {
     }
 
     /// Builds its provider.
-    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, String>>;
+    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, BuildFailure>>;
 }
 
 /// The kind `kind` names, or an error at its place naming the kinds.

@@ -201,8 +201,22 @@ impl fmt::Debug for A2aConfig {
 
 /// Why an [`A2aProvider`] could not be set up.
 #[derive(Debug, thiserror::Error)]
-#[error("a2a provider: {0}")]
-pub struct A2aError(String);
+#[non_exhaustive]
+pub enum A2aError {
+    /// The agent's address is not an HTTP one.
+    #[error("a2a provider: url {0:?} must start with http:// or https://")]
+    Url(String),
+    /// A configured header's name is not a header name.
+    #[error("a2a provider: header name {0:?} is invalid")]
+    HeaderName(String),
+    /// A configured header's value is not a header value (its value is
+    /// not repeated: it may be a credential).
+    #[error("a2a provider: the value of header {0} is not a header value")]
+    HeaderValue(String),
+    /// The HTTP client could not be built.
+    #[error("a2a provider: cannot build the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
 
 /// The `a2a` provider: runs as tasks on one remote A2A agent.
 pub struct A2aProvider {
@@ -221,15 +235,15 @@ impl A2aProvider {
     /// Checks the configuration; nothing is contacted until the first start.
     pub fn new(config: A2aConfig) -> Result<A2aProvider, A2aError> {
         if !(config.url.starts_with("http://") || config.url.starts_with("https://")) {
-            return Err(A2aError(format!("url {:?} must start with http:// or https://", config.url)));
+            return Err(A2aError::Url(config.url.clone()));
         }
         // The headers are checked here, where a mistake can be named.
-        client(&config).map_err(A2aError)?;
+        client(&config)?;
         Ok(A2aProvider { config, card: Arc::default(), stores: Arc::default() })
     }
 }
 
-fn client(config: &A2aConfig) -> Result<Client, String> {
+fn client(config: &A2aConfig) -> Result<Client, A2aError> {
     let limits = &config.limits;
     let bounds = Bounds {
         card_timeout: limits.card_timeout,
@@ -272,7 +286,7 @@ impl Provider for A2aProvider {
         };
         let client = match client(&config) {
             Ok(client) => Rc::new(client),
-            Err(reason) => return Box::pin(async move { Err(diagnosed(reason)) }),
+            Err(reason) => return Box::pin(async move { Err(diagnosed(reason.to_string())) }),
         };
         let schema = match &launch.request.output_schema {
             None => None,

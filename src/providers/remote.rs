@@ -281,8 +281,22 @@ impl RemoteConfig {
 
 /// Why a [`RemoteProvider`] could not be set up.
 #[derive(Debug, thiserror::Error)]
-#[error("remote provider: {0}")]
-pub struct RemoteError(String);
+#[non_exhaustive]
+pub enum RemoteError {
+    /// The pool's name cannot name the broker's subjects and streams.
+    #[error("remote provider: pool {0:?} must be 1 to 64 letters, digits, '_' or '-'")]
+    PoolName(String),
+    /// Its I/O thread could not start.
+    #[error("remote provider: cannot start its I/O thread: {0}")]
+    Io(#[source] std::io::Error),
+    /// Its I/O thread stopped before setup ended.
+    #[error("remote provider: its I/O thread stopped during setup")]
+    Stopped,
+    /// The broker could not be reached, or its stream, consumers or
+    /// buckets could not be created or bound: the broker's words.
+    #[error("remote provider: {0}")]
+    Broker(String),
+}
 
 /// The `remote` provider: the caller's side of distributed fan-out.
 ///
@@ -305,8 +319,8 @@ impl RemoteProvider {
     /// listening. Blocks the calling thread up to `connect_timeout` (call it
     /// before entering async code, or from `spawn_blocking`).
     pub fn connect(config: RemoteConfig) -> Result<RemoteProvider, RemoteError> {
-        broker::check_name("pool", &config.pool).map_err(RemoteError)?;
-        let io = IoRuntime::new().map_err(|e| RemoteError(format!("cannot start its I/O thread: {e}")))?;
+        broker::check_name("pool", &config.pool).map_err(|_| RemoteError::PoolName(config.pool.clone()))?;
+        let io = IoRuntime::new().map_err(RemoteError::Io)?;
         let caller_id = ids::caller_id();
         // The connection's event callback exists before the caller does.
         let caller_cell: Arc<OnceLock<Weak<Caller>>> = Arc::default();
@@ -340,10 +354,7 @@ impl RemoteProvider {
         io.handle().spawn(async move {
             let _ = sender.send(setup.await);
         });
-        let caller = received
-            .recv()
-            .map_err(|_| RemoteError("its I/O thread stopped during setup".to_owned()))?
-            .map_err(RemoteError)?;
+        let caller = received.recv().map_err(|_| RemoteError::Stopped)?.map_err(RemoteError::Broker)?;
         let _ = caller_cell.set(Arc::downgrade(&caller));
         Ok(RemoteProvider { config, caller, io })
     }

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use toml::de::DeValue;
 use toml::Spanned;
 
-use super::{Building, Checked, Checking, Home, KindCapabilities};
+use super::{BuildFailure, Building, Checked, Checking, Home, KindCapabilities};
 use crate::config::keys::{self, fields_of};
 use crate::config::values::{check_written_http, http_headers, http_url};
 use crate::config::ConfigError;
@@ -96,7 +96,7 @@ impl Checked for A2a {
         Ok(())
     }
 
-    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, String>> {
+    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, BuildFailure>> {
         let built = self.provider(building);
         async move { built }.boxed_local()
     }
@@ -104,7 +104,7 @@ impl Checked for A2a {
 
 impl A2a {
     #[cfg(feature = "a2a")]
-    fn provider(&self, building: Building<'_>) -> Result<Arc<dyn Provider>, String> {
+    fn provider(&self, building: Building<'_>) -> Result<Arc<dyn Provider>, BuildFailure> {
         use crate::providers::{A2aConfig, A2aProvider};
         let mut config = A2aConfig::new(building.name, self.url.clone().ok_or("its url was not resolved")?);
         config.headers = self.headers.clone();
@@ -118,11 +118,11 @@ impl A2a {
             };
             *slot = *value;
         }
-        A2aProvider::new(config).map(|p| Arc::new(p) as Arc<dyn Provider>).map_err(|e| e.to_string())
+        A2aProvider::new(config).map(|p| Arc::new(p) as Arc<dyn Provider>).map_err(BuildFailure::from)
     }
 
     #[cfg(not(feature = "a2a"))]
-    fn provider(&self, _: Building<'_>) -> Result<Arc<dyn Provider>, String> {
-        Err("a2a providers need the crate's \"a2a\" feature".to_owned())
+    fn provider(&self, _: Building<'_>) -> Result<Arc<dyn Provider>, BuildFailure> {
+        Err(super::FeatureOff { kind: "a2a", feature: "a2a" }.into())
     }
 }

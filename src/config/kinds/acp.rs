@@ -25,7 +25,7 @@ use toml::de::DeValue;
 use toml::Spanned;
 
 use super::child_process::{self, ChildProcess};
-use super::{Building, Checked, Checking, Home, KindCapabilities};
+use super::{BuildFailure, Building, Checked, Checking, Home, KindCapabilities};
 use crate::config::keys::{self, fields_of, TableKeys};
 use crate::config::mcp_servers::check_acp_listed;
 use crate::config::values::{expand, find_command, not_a_directory};
@@ -240,14 +240,14 @@ impl Checked for Acp {
         self.table.mcp_servers.as_ref()
     }
 
-    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, String>> {
+    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, BuildFailure>> {
         self.provider(building).boxed_local()
     }
 }
 
 impl Acp {
     #[cfg(feature = "acp")]
-    async fn provider(&self, building: Building<'_>) -> Result<Arc<dyn Provider>, String> {
+    async fn provider(&self, building: Building<'_>) -> Result<Arc<dyn Provider>, BuildFailure> {
         use crate::providers::{AcpConfig, AcpMcpServer, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
         let command = self.command.clone().ok_or("its command was not resolved")?;
         let mut config = AcpConfig::new(building.name, command, self.args.clone());
@@ -290,11 +290,11 @@ impl Acp {
             pool.cancel_grace = settings.cancel_grace.unwrap_or(pool.cancel_grace);
             config.reuse = Reuse::Pooled(pool);
         }
-        AcpProvider::new(config).await.map(|p| Arc::new(p) as Arc<dyn Provider>).map_err(|e| e.to_string())
+        AcpProvider::new(config).await.map(|p| Arc::new(p) as Arc<dyn Provider>).map_err(BuildFailure::from)
     }
 
     #[cfg(not(feature = "acp"))]
-    async fn provider(&self, _: Building<'_>) -> Result<Arc<dyn Provider>, String> {
-        Err("acp providers need the crate's \"acp\" feature".to_owned())
+    async fn provider(&self, _: Building<'_>) -> Result<Arc<dyn Provider>, BuildFailure> {
+        Err(super::FeatureOff { kind: "acp", feature: "acp" }.into())
     }
 }

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use toml::de::DeValue;
 use toml::Spanned;
 
-use super::{Building, Checked, Checking, Home, KindCapabilities};
+use super::{BuildFailure, Building, Checked, Checking, Home, KindCapabilities};
 use crate::config::keys::{self, fields_of, TableKeys};
 use crate::config::{parse_duration, ConfigError};
 use crate::providers::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage};
@@ -121,8 +121,8 @@ impl Checked for Chaos {
         Some(&self.wraps)
     }
 
-    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, String>> {
-        let built = building.wrapped.ok_or_else(|| "the wrapped provider was not built".to_owned()).map(|inner| {
+    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, BuildFailure>> {
+        let built = building.wrapped.ok_or_else(|| BuildFailure::from("the wrapped provider was not built")).map(|inner| {
             let schedule = self
                 .schedule
                 .iter()

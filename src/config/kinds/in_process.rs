@@ -19,7 +19,7 @@ use serde::Deserialize;
 use toml::de::DeValue;
 use toml::Spanned;
 
-use super::{Building, Checked, Checking, Home, KindCapabilities};
+use super::{BuildFailure, Building, Checked, Checking, Home, KindCapabilities};
 use crate::agent::{ListDir, ReadFile, Tool};
 use crate::config::keys::{self, fields_of};
 use crate::config::{parse_positive_duration, ConfigError};
@@ -141,13 +141,13 @@ impl Checked for InProcess {
         self.table.mcp_servers.as_ref()
     }
 
-    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, String>> {
+    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, BuildFailure>> {
         async move { self.provider(&building).map(|provider| Arc::new(provider) as Arc<dyn Provider>) }.boxed_local()
     }
 }
 
 impl InProcess {
-    fn provider(&self, building: &Building<'_>) -> Result<InProcessProvider, String> {
+    fn provider(&self, building: &Building<'_>) -> Result<InProcessProvider, BuildFailure> {
         let table = &self.table;
         let model = building.context.models.model(table.model.as_ref().map(|m| m.get_ref().as_str()))?;
         let name = building.name.to_owned();

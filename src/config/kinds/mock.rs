@@ -18,7 +18,7 @@ use serde::Deserialize;
 use toml::de::DeValue;
 use toml::Spanned;
 
-use super::{Building, Checked, Checking, Home, KindCapabilities};
+use super::{BuildFailure, Building, Checked, Checking, Home, KindCapabilities};
 use crate::config::keys::{self, fields_of};
 use crate::config::ConfigError;
 use crate::providers::MockProvider;
@@ -66,7 +66,7 @@ fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box
 }
 
 impl Checked for Mock {
-    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, String>> {
+    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, BuildFailure>> {
         let table = &self.table;
         let mut mock = MockProvider::new(building.name);
         if let Some(reply) = &table.reply {

@@ -21,7 +21,7 @@ use toml::de::DeValue;
 use toml::Spanned;
 
 use super::child_process::{self, ChildProcess};
-use super::{Building, Checked, Checking, Home, KindCapabilities};
+use super::{BuildFailure, Building, Checked, Checking, Home, KindCapabilities};
 use crate::config::keys::{self, fields_of};
 use crate::config::values::{expand, not_a_directory};
 use crate::config::ConfigError;
@@ -113,14 +113,14 @@ impl Checked for Process {
         self.table.mcp_servers.as_ref()
     }
 
-    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, String>> {
+    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, BuildFailure>> {
         self.provider(building).boxed_local()
     }
 }
 
 impl Process {
     #[cfg(feature = "process")]
-    async fn provider(&self, building: Building<'_>) -> Result<Arc<dyn Provider>, String> {
+    async fn provider(&self, building: Building<'_>) -> Result<Arc<dyn Provider>, BuildFailure> {
         use crate::providers::{ProcessConfig, ProcessProvider};
         let table = &self.table;
         let home = self.home.clone().unwrap_or_else(|| building.context.home.join("children").join(building.name));
@@ -136,7 +136,7 @@ impl Process {
         if let Some(model) = &table.model {
             // The child's route, and the endpoint's variables and key it
             // is handed (credential-shaped names are never inherited).
-            let spec = crate::agent::ModelSpec::parse(model.get_ref()).map_err(|e| e.to_string())?;
+            let spec = crate::agent::ModelSpec::parse(model.get_ref())?;
             config.route_child_model(&spec);
         }
         config.route.max_tokens = table.max_tokens.as_ref().map(|max| *max.get_ref());
@@ -150,17 +150,17 @@ impl Process {
         }
         #[cfg(not(feature = "mcp-client"))]
         if !building.mcp_servers.is_empty() {
-            return Err("MCP servers need the crate's \"mcp-client\" feature".to_owned());
+            return Err(super::FeatureOff { kind: "MCP servers of process", feature: "mcp-client" }.into());
         }
-        let provider = ProcessProvider::new(config).map_err(|e| e.to_string())?;
+        let provider = ProcessProvider::new(config)?;
         if building.context.probe {
-            provider.probe().await.map_err(|e| e.to_string())?;
+            provider.probe().await?;
         }
         Ok(Arc::new(provider))
     }
 
     #[cfg(not(feature = "process"))]
-    async fn provider(&self, _: Building<'_>) -> Result<Arc<dyn Provider>, String> {
-        Err("process providers need the crate's \"process\" feature".to_owned())
+    async fn provider(&self, _: Building<'_>) -> Result<Arc<dyn Provider>, BuildFailure> {
+        Err(super::FeatureOff { kind: "process", feature: "process" }.into())
     }
 }

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use toml::de::DeValue;
 use toml::Spanned;
 
-use super::{Building, Checked, Checking, Home, KindCapabilities};
+use super::{BuildFailure, Building, Checked, Checking, Home, KindCapabilities};
 use crate::config::keys::{self, fields_of};
 use crate::config::values::expand;
 use crate::config::ConfigError;
@@ -107,7 +107,7 @@ impl Checked for Remote {
         Ok(())
     }
 
-    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, String>> {
+    fn build<'a>(&'a self, building: Building<'a>) -> LocalBoxFuture<'a, Result<Arc<dyn Provider>, BuildFailure>> {
         let built = self.provider(building);
         async move { built }.boxed_local()
     }
@@ -115,7 +115,7 @@ impl Checked for Remote {
 
 impl Remote {
     #[cfg(feature = "remote")]
-    fn provider(&self, building: Building<'_>) -> Result<Arc<dyn Provider>, String> {
+    fn provider(&self, building: Building<'_>) -> Result<Arc<dyn Provider>, BuildFailure> {
         use crate::providers::{RemoteConfig, RemoteProvider};
         let url = self.nats.clone().ok_or("its broker was not resolved")?;
         let mut config = RemoteConfig::new(building.name, url);
@@ -133,11 +133,11 @@ impl Remote {
             };
             *slot = *value;
         }
-        RemoteProvider::connect(config).map(|p| Arc::new(p) as Arc<dyn Provider>).map_err(|e| e.to_string())
+        RemoteProvider::connect(config).map(|p| Arc::new(p) as Arc<dyn Provider>).map_err(BuildFailure::from)
     }
 
     #[cfg(not(feature = "remote"))]
-    fn provider(&self, _: Building<'_>) -> Result<Arc<dyn Provider>, String> {
-        Err("remote providers need the crate's \"remote\" feature".to_owned())
+    fn provider(&self, _: Building<'_>) -> Result<Arc<dyn Provider>, BuildFailure> {
+        Err(super::FeatureOff { kind: "remote", feature: "remote" }.into())
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Value};
 
+use super::A2aError as SetupError;
 use crate::wire::a2a::{self as wire, method, AgentCard};
 
 /// Why talking to the agent failed.
@@ -129,13 +130,11 @@ impl Client {
         headers: &[(String, String)],
         connect_timeout: Duration,
         bounds: Bounds,
-    ) -> Result<Client, String> {
+    ) -> Result<Client, SetupError> {
         let mut map = HeaderMap::new();
         for (name, value) in headers {
-            let name =
-                HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("header name {name:?} is invalid"))?;
-            let mut value = HeaderValue::from_str(value)
-                .map_err(|_| format!("the value of header {name} is not a header value"))?;
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| SetupError::HeaderName(name.clone()))?;
+            let mut value = HeaderValue::from_str(value).map_err(|_| SetupError::HeaderValue(name.to_string()))?;
             value.set_sensitive(true);
             map.insert(name, value);
         }
@@ -145,7 +144,7 @@ impl Client {
             .connect_timeout(connect_timeout)
             .redirect(same_origin_redirects())
             .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            .map_err(SetupError::Client)?;
         Ok(Client { http, headers: map, bounds })
     }
 
