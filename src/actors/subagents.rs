@@ -12,7 +12,7 @@ use super::registry::{self, Registration, RegistryActor};
 use super::run_handle::Run;
 use crate::events::{EventStream, ListenerHandle, ListenerOutcome, SubagentEvent};
 use crate::live::Live;
-use crate::seam::{Provider, ProviderInfo, RegisterError, StartError, StartRequest, SubagentError};
+use crate::seam::{Provider, ProviderInfo, RegisterError, RunResult, StartError, StartRequest, SubagentError};
 
 /// A `Clone + Send + Sync` handle on a runtime's registry, usable from any
 /// thread or async runtime.
@@ -127,7 +127,7 @@ impl Subagents {
     /// result; a dispose that fails after it is logged (`tracing`), since
     /// the result is what the caller came for and the runtime contains
     /// what the dispose left.
-    pub async fn run_to_end(&self, name: &str, request: StartRequest) -> Result<crate::RunResult, SubagentError> {
+    pub async fn run_to_end(&self, name: &str, request: StartRequest) -> Result<RunResult, SubagentError> {
         let run = self.start(name, request).await?;
         let result = run.result().await;
         if let Err(error) = run.dispose().await {
@@ -146,7 +146,7 @@ impl Subagents {
         name: &'a str,
         requests: I,
         concurrency: usize,
-    ) -> impl futures_util::Stream<Item = (usize, Result<crate::RunResult, SubagentError>)> + Send + 'a
+    ) -> impl futures_util::Stream<Item = (usize, Result<RunResult, SubagentError>)> + Send + 'a
     where
         I: IntoIterator<Item = StartRequest>,
         I::IntoIter: Send + 'a,
