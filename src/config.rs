@@ -113,7 +113,7 @@ pub use bounds::{MAX_ENTRIES, MAX_FILE_BYTES, MAX_NAME_BYTES, MAX_WRAPS_DEPTH};
 pub use build::{BuildContext, BuildError, ModelSource, RegisterOutcome};
 pub use door::{Configured, OfferError};
 pub use kinds::{Kind, KindCapabilities};
-pub use routes::UnknownModel;
+pub use routes::{ModelError, UnknownModel};
 use schema::FileTable;
 
 use crate::agent::{ModelRoute, ModelSpec};
@@ -149,7 +149,7 @@ providers = ["spawn"]
 #[derive(Debug)]
 pub struct Config {
     origin: Origin,
-    routes: Vec<Arc<ModelRoute>>,
+    routes: Vec<routes::RouteEntry>,
     providers: Vec<ProviderEntry>,
     tool_providers: Vec<String>,
     tool_max_depth: u32,
@@ -363,7 +363,7 @@ impl Config {
             providers.push(ProviderEntry { name, kind, line, checked, problem, mcp_servers: mounts });
         }
         build::check_wrappers(&source, &providers)?;
-        routes::check_models(&source, &providers, &routes)?;
+        routes::check_models(&source, &mut providers, &routes)?;
         let (tool_providers, tool_max_depth) = match file.tool {
             Some(tool) => {
                 let names = match tool.providers {
@@ -435,18 +435,27 @@ impl Config {
         self.tool_max_depth
     }
 
-    /// Every model route (`[models.NAME]`), in file order.
-    pub fn routes(&self) -> &[Arc<ModelRoute>] {
-        &self.routes
+    /// Every model route (`[models.NAME]`), in file order, served or not
+    /// by this environment ([`Config::route_problem`]).
+    pub fn routes(&self) -> impl ExactSizeIterator<Item = &Arc<ModelRoute>> {
+        self.routes.iter().map(|entry| &entry.route)
     }
 
     /// The route named `name`.
     pub fn route(&self, name: &str) -> Option<&Arc<ModelRoute>> {
-        self.routes.iter().find(|route| route.name == name)
+        self.routes().find(|route| route.name == name)
+    }
+
+    /// What this environment lacks to serve the route named `name` (its
+    /// key's variable unset), if anything: only a command that uses the
+    /// route fails for it.
+    pub fn route_problem(&self, name: &str) -> Option<&ConfigError> {
+        self.routes.iter().find(|entry| entry.route.name == name).and_then(|entry| entry.problem.as_ref())
     }
 
     /// The model `spec` names: a route of this file (sharing its limiter),
-    /// else one of [`ModelSpec::parse`]'s forms; `Err` says which names exist.
+    /// else one of [`ModelSpec::parse`]'s forms; `Err` says which names
+    /// exist, or why this environment cannot serve the route.
     ///
     /// ```
     /// use subagents::agent::ModelSpec;
@@ -459,7 +468,7 @@ impl Config {
     /// assert_eq!(config.model_spec("scripted").unwrap(), ModelSpec::Scripted);
     /// assert!(config.model_spec("slow").unwrap_err().to_string().contains("(fast)"));
     /// ```
-    pub fn model_spec(&self, spec: &str) -> Result<ModelSpec, UnknownModel> {
+    pub fn model_spec(&self, spec: &str) -> Result<ModelSpec, ModelError> {
         routes::spec(&self.routes, spec)
     }
 

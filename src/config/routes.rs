@@ -30,11 +30,20 @@ use super::values::http_url;
 use super::{parse_positive_duration, ConfigError, ProviderEntry, Source};
 use crate::agent::{Api, ModelRoute, ModelSpec, RouteLimits, MODEL_FORMS};
 
+/// A route of the file, and what this environment lacks to serve it (its
+/// key's variable unset): a fault that stays with the route, so only a
+/// command that uses it fails.
+#[derive(Debug)]
+pub(super) struct RouteEntry {
+    pub(super) route: Arc<ModelRoute>,
+    pub(super) problem: Option<ConfigError>,
+}
+
 /// Every route of the file, in file order, each checked.
 pub(super) fn resolve(
     source: &Source<'_>,
     tables: indexmap::IndexMap<String, Spanned<RouteTable>>,
-) -> Result<Vec<Arc<ModelRoute>>, ConfigError> {
+) -> Result<Vec<RouteEntry>, ConfigError> {
     let mut routes = Vec::with_capacity(tables.len());
     for (name, table) in tables {
         let span = table.span();
@@ -43,12 +52,17 @@ pub(super) fn resolve(
             let message = format!("route name {name:?} would read as a model of the command line: pick another");
             return Err(source.error(Some(span), message));
         }
-        routes.push(Arc::new(route(source, &name, &table)?));
+        let (route, problem) = route(source, &name, &table)?;
+        routes.push(RouteEntry { route: Arc::new(route), problem });
     }
     Ok(routes)
 }
 
-fn route(source: &Source<'_>, name: &str, table: &RouteTable) -> Result<ModelRoute, ConfigError> {
+fn route(
+    source: &Source<'_>,
+    name: &str,
+    table: &RouteTable,
+) -> Result<(ModelRoute, Option<ConfigError>), ConfigError> {
     let api = match table.api.get_ref() {
         ApiName::OpenAiChat => Api::OpenAiChat,
         ApiName::OpenAiResponses => Api::OpenAiResponses,
@@ -87,21 +101,27 @@ fn route(source: &Source<'_>, name: &str, table: &RouteTable) -> Result<ModelRou
     if let Some(base_url) = &table.base_url {
         route.base_url = Some(http_url(source, "base_url", base_url)?);
     }
+    let mut problem = None;
     if let Some(variable) = &table.api_key_env {
         let key = std::env::var(variable.get_ref()).ok().filter(|key| !key.trim().is_empty());
-        let Some(key) = key else {
-            let message = format!("`api_key_env` names {:?}, which is not set in the environment", variable.get_ref());
-            return Err(source.error(Some(variable.span()), message));
-        };
-        // It goes in a header of every request.
-        if !crate::agent::header_value_fits(&key) {
-            let message = format!(
-                "`api_key_env`: the value of {} has a character an HTTP header cannot carry",
-                variable.get_ref()
-            );
-            return Err(source.error(Some(variable.span()), message));
+        match key {
+            None => {
+                let message = format!(
+                    "route {name:?}: `api_key_env` names {:?}, which is not set in the environment",
+                    variable.get_ref()
+                );
+                problem = Some(source.error(Some(variable.span()), message));
+            }
+            // It goes in a header of every request.
+            Some(key) if !crate::agent::header_value_fits(&key) => {
+                let message = format!(
+                    "route {name:?}: `api_key_env`: the value of {} has a character an HTTP header cannot carry",
+                    variable.get_ref()
+                );
+                problem = Some(source.error(Some(variable.span()), message));
+            }
+            Some(key) => route.api_key = Some(key),
         }
-        route.api_key = Some(key);
     }
     if let Some(timeout) = &table.timeout {
         let duration = parse_positive_duration(timeout.get_ref())
@@ -110,22 +130,40 @@ fn route(source: &Source<'_>, name: &str, table: &RouteTable) -> Result<ModelRou
     }
     route.max_tokens = table.max_tokens.as_ref().map(|v| *v.get_ref());
     route.retries = table.retries.as_ref().map(|v| *v.get_ref());
-    Ok(route)
+    Ok((route, problem))
 }
 
 /// The model `spec` names: a route of the file, else a command-line form.
-pub(super) fn spec(routes: &[Arc<ModelRoute>], spec: &str) -> Result<ModelSpec, UnknownModel> {
-    if let Some(route) = routes.iter().find(|route| route.name == spec) {
-        return Ok(ModelSpec::Route(route.clone()));
+pub(super) fn spec(routes: &[RouteEntry], spec: &str) -> Result<ModelSpec, ModelError> {
+    if let Some(entry) = routes.iter().find(|entry| entry.route.name == spec) {
+        return match &entry.problem {
+            Some(problem) => Err(ModelError::Unusable(problem.clone())),
+            None => Ok(ModelSpec::Route(entry.route.clone())),
+        };
     }
-    ModelSpec::parse(spec).map_err(|_| UnknownModel {
-        spec: spec.to_owned(),
-        routes: routes.iter().map(|route| route.name.clone()).collect(),
+    ModelSpec::parse(spec).map_err(|_| {
+        ModelError::Unknown(UnknownModel {
+            spec: spec.to_owned(),
+            routes: routes.iter().map(|entry| entry.route.name.clone()).collect(),
+        })
     })
 }
 
+/// Why [`Config::model_spec`](super::Config::model_spec) has no model for a name.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// Neither a route of the file nor a command-line form.
+    #[error(transparent)]
+    Unknown(#[from] UnknownModel),
+    /// A route of the file that this environment cannot serve (its key's
+    /// variable is unset): where and why.
+    #[error("{0}")]
+    Unusable(ConfigError),
+}
+
 /// A `--model` or a provider's `model` that is neither a route of the file
-/// nor a command-line form ([`Config::model_spec`](super::Config::model_spec)).
+/// nor a command-line form.
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("unknown model {spec:?}: not a [models] route ({}), {MODEL_FORMS}", routes_named(.routes))]
 pub struct UnknownModel {
@@ -143,15 +181,22 @@ fn routes_named(routes: &[String]) -> String {
     }
 }
 
-/// Every in-process provider's `model` names something that exists.
+/// Every in-process provider's `model` names something that exists; a
+/// provider whose route this environment cannot serve takes the route's
+/// problem as its own (it blocks only the commands that use it).
 pub(super) fn check_models(
     source: &Source<'_>,
-    providers: &[ProviderEntry],
-    routes: &[Arc<ModelRoute>],
+    providers: &mut [ProviderEntry],
+    routes: &[RouteEntry],
 ) -> Result<(), ConfigError> {
     for entry in providers {
-        if let Some(model) = entry.checked.in_process_model() {
-            spec(routes, model.get_ref()).map_err(|why| source.error(Some(model.span()), why.to_string()))?;
+        let Some(model) = entry.checked.in_process_model() else { continue };
+        match spec(routes, model.get_ref()) {
+            Ok(_) => {}
+            Err(ModelError::Unusable(problem)) => {
+                entry.problem.get_or_insert(problem);
+            }
+            Err(ModelError::Unknown(why)) => return Err(source.error(Some(model.span()), why.to_string())),
         }
     }
     Ok(())

@@ -221,14 +221,16 @@ fn http_urls_headers_and_keys_are_checked_when_the_file_is_read_with_their_place
             "hostile.toml:3:7: `url` ",
         ),
         (route("base_url = \"http://x/${SUBAGENTS_TEST_NEWLINE}\"\n"), "hostile.toml:4:12: `base_url` "),
-        (
-            route("api_key_env = \"SUBAGENTS_TEST_NEWLINE\"\n"),
-            "hostile.toml:4:15: `api_key_env`: the value of SUBAGENTS_TEST_NEWLINE has a character",
-        ),
     ];
     for (file, expected) in cases {
         let error = parse(&file).map(drop).expect_err(&file);
         assert!(error.starts_with(expected), "{file}\nwanted: {expected}\ngot:    {error}");
         assert!(!error.contains("a\nb"), "the value itself is not shown: {error}");
     }
+    // A key unfit for a header is the route's problem, said without the key.
+    let config = parse(&route("api_key_env = \"SUBAGENTS_TEST_NEWLINE\"\n")).expect("the file itself is sound");
+    let problem = config.route_problem("r").expect("the route cannot be served").to_string();
+    let said = "hostile.toml:4:15: route \"r\": `api_key_env`: the value of SUBAGENTS_TEST_NEWLINE has a character";
+    assert!(problem.starts_with(said), "{problem}");
+    assert!(!problem.contains("a\nb"), "the value itself is not shown: {problem}");
 }

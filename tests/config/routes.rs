@@ -89,10 +89,6 @@ fn a_bad_model_route_or_a_model_that_names_nothing_is_refused_at_its_place() {
         (route("rpm = 0\n"), "routes.toml:4:7: `rpm` must be at least 1"),
         (route("max_concurrent = 0\n"), "routes.toml:4:18: `max_concurrent` must be at least 1"),
         (route("tpm = -5\n"), "routes.toml:4:7: invalid value"),
-        (
-            route("api_key_env = \"SUBAGENTS_TEST_UNSET_ROUTE_KEY\"\n"),
-            "routes.toml:4:15: `api_key_env` names \"SUBAGENTS_TEST_UNSET_ROUTE_KEY\", which is not set",
-        ),
         (route("timeout = \"5\"\n"), "routes.toml:4:11: `timeout`: \"5\" needs a unit"),
         (route("base_url = \"ftp://x\"\n"), "routes.toml:4:12: `base_url` must start with http:// or https://"),
         (
@@ -112,6 +108,45 @@ fn a_bad_model_route_or_a_model_that_names_nothing_is_refused_at_its_place() {
         let error = parse(&file).expect_err(&file);
         assert!(error.contains(expected), "{file}\nwanted: {expected}\ngot:    {error}");
     }
+}
+
+#[test]
+fn a_route_whose_key_is_unset_blocks_only_what_uses_it() {
+    let text =
+        "[models.paid]\napi = \"openai-chat\"\nmodel = \"m\"\napi_key_env = \"SUBAGENTS_TEST_UNSET_ROUTE_KEY\"\n\n\
+                [providers.cheap]\nkind = \"spawn\"\n\n[providers.dear]\nkind = \"spawn\"\nmodel = \"paid\"\n";
+    let config = parse(text).expect("the file itself is sound");
+    let problem = config.route_problem("paid").expect("the route is unusable here").to_string();
+    let said =
+        "routes.toml:4:15: route \"paid\": `api_key_env` names \"SUBAGENTS_TEST_UNSET_ROUTE_KEY\", which is not set";
+    assert!(problem.starts_with(said), "{problem}");
+    assert_eq!(config.model_spec("paid").unwrap_err().to_string(), problem, "asking for it says why");
+    assert!(config.check_used(&["cheap"]).is_ok(), "a provider on another model is not blocked");
+    let blocked = config.check_used(&["dear"]).expect_err("the provider on the route is");
+    assert_eq!(blocked.to_string(), problem);
+
+    // From the command line: `providers list` shows it, `run` on the other
+    // provider works, and `run` on the route's provider says why.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("routes.toml"), text).unwrap();
+    let command = |args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_subagents"));
+        command.args(args).args(["--config", "routes.toml"]).current_dir(dir.path());
+        command.env_remove("SUBAGENTS_TEST_UNSET_ROUTE_KEY").env_remove("SUBAGENTS_HOME");
+        command.output().unwrap()
+    };
+    let listed = command(&["providers", "list"]);
+    assert!(listed.status.success(), "{}", text_of(&listed.stderr));
+    assert!(text_of(&listed.stdout).contains("SUBAGENTS_TEST_UNSET_ROUTE_KEY"), "{}", text_of(&listed.stdout));
+    let cheap = command(&["run", "check a", "--provider", "cheap", "--home", "home"]);
+    assert!(cheap.status.success(), "{}", text_of(&cheap.stderr));
+    let dear = command(&["run", "check a", "--provider", "dear", "--home", "home"]);
+    assert_eq!(dear.status.code(), Some(2), "{}", text_of(&dear.stderr));
+    assert!(text_of(&dear.stderr).contains("SUBAGENTS_TEST_UNSET_ROUTE_KEY"), "{}", text_of(&dear.stderr));
+}
+
+fn text_of(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// A chat-completions stand-in on loopback answering every request with
