@@ -826,7 +826,7 @@ fn a_tasks_statuses_and_failure_are_kept_in_the_parents_home_as_the_childs_sessi
         .map(|event| match event {
             subagents::agent::SessionEvent::User { content } => format!("user: {}", subagents::seam::text_of(content)),
             subagents::agent::SessionEvent::Assistant { text, .. } => text.clone(),
-            subagents::agent::SessionEvent::TurnEnd { reason } => format!("end: {reason}"),
+            subagents::agent::SessionEvent::TurnEnd { reason, .. } => format!("end: {reason}"),
             other => format!("{other:?}"),
         })
         .collect();

@@ -32,7 +32,7 @@ fn add_tool() -> impl Tool {
 
 fn last_turn_end(agent: &Agent) -> Option<StopReason> {
     agent.events().iter().rev().find_map(|event| match event {
-        SessionEvent::TurnEnd { reason } => Some(*reason),
+        SessionEvent::TurnEnd { reason, .. } => Some(*reason),
         _ => None,
     })
 }

@@ -90,7 +90,13 @@ fn spawn_publishes_the_session_before_start_returns() {
     assert_eq!((result.stop_reason, result.text()), (StopReason::Completed, "handled: work".to_owned()));
     // Disposed: the turn end is on disk.
     let (_, events) = fixture.store().read(&header.id).unwrap();
-    assert_eq!(events.last(), Some(&SessionEvent::TurnEnd { reason: StopReason::Completed }));
+    assert!(
+        matches!(
+            events.last(),
+            Some(SessionEvent::TurnEnd { reason: StopReason::Completed, duration_ms: Some(_), usage: Some(_) })
+        ),
+        "{events:?}"
+    );
     assert!(fixture.runtime.live().is_quiescent());
 }
 
@@ -335,7 +341,7 @@ fn a_fork_taken_mid_turn_inherits_completed_turns_only_and_never_echoes_them() {
             SessionEvent::User { content } => format!("user: {}", subagents::seam::text_of(content)),
             SessionEvent::Assistant { text, tool_calls } => format!("assistant: {text} ({} calls)", tool_calls.len()),
             SessionEvent::ToolResult { .. } => "tool result".to_owned(),
-            SessionEvent::TurnEnd { reason } => format!("turn end: {reason}"),
+            SessionEvent::TurnEnd { reason, .. } => format!("turn end: {reason}"),
         })
         .collect();
     assert_eq!(

@@ -157,7 +157,7 @@ async fn cancelling_a_call_cancels_its_run_and_frees_its_place() {
         sessions(&served.dir.path().join("home")).into_iter().find(|events| format!("{events:?}").contains("[slow]"));
     assert_eq!(
         slow.and_then(|events| events.last().cloned()),
-        Some(SessionEvent::TurnEnd { reason: StopReason::Aborted })
+        Some(SessionEvent::TurnEnd { reason: StopReason::Aborted, duration_ms: None, usage: None })
     );
     assert!(served.close().await.0.success());
 }

@@ -76,7 +76,7 @@ fn a_session_round_trips_through_a_shared_segment() {
             content: "x".into(),
             is_error: false,
         },
-        SessionEvent::TurnEnd { reason: StopReason::MaxTokens },
+        SessionEvent::TurnEnd { reason: StopReason::MaxTokens, duration_ms: None, usage: None },
     ];
     for event in &events {
         session.append(event.clone()).unwrap();
@@ -190,11 +190,15 @@ fn concurrent_sessions_interleave_in_one_segment_and_each_reads_back_its_own() {
 fn listing_and_summaries_cover_segments_and_old_format_files_and_removal() {
     let home = tempfile::tempdir().unwrap();
     let store = SessionStore::new(home.path());
-    old_format(home.path(), "old", &[user("before"), SessionEvent::TurnEnd { reason: StopReason::Completed }]);
+    old_format(
+        home.path(),
+        "old",
+        &[user("before"), SessionEvent::TurnEnd { reason: StopReason::Completed, duration_ms: None, usage: None }],
+    );
     for id in ["new", "gone"] {
         let mut session = store.create(SessionHeader::new(id, home.path())).unwrap();
         session.append(user("hi")).unwrap();
-        session.append(SessionEvent::TurnEnd { reason: StopReason::Refusal }).unwrap();
+        session.append(SessionEvent::TurnEnd { reason: StopReason::Refusal, duration_ms: None, usage: None }).unwrap();
         session.close().unwrap();
     }
     assert!(matches!(store.create(SessionHeader::new("old", home.path())), Err(SessionError::Exists(_))));
@@ -332,7 +336,10 @@ async fn an_agent_turn_is_on_disk_when_the_turn_ends() {
     // Read while the agent is still open: every event is already on disk.
     let loaded = store.load(agent.id()).unwrap();
     assert_eq!(loaded.session.events(), &agent.events()[..]);
-    assert_eq!(loaded.session.events().last(), Some(&SessionEvent::TurnEnd { reason: StopReason::Completed }));
+    assert_eq!(
+        loaded.session.events().last(),
+        Some(&SessionEvent::TurnEnd { reason: StopReason::Completed, duration_ms: None, usage: None })
+    );
 }
 
 #[tokio::test]
@@ -475,7 +482,11 @@ fn a_summary_tells_what_a_full_read_does_without_keeping_the_events() {
     let path = old_format(
         home.path(),
         "summed",
-        &[user("hello"), SessionEvent::TurnEnd { reason: StopReason::Refusal }, user("again")],
+        &[
+            user("hello"),
+            SessionEvent::TurnEnd { reason: StopReason::Refusal, duration_ms: None, usage: None },
+            user("again"),
+        ],
     );
     let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
     file.write_all(br#"{"type":"turn_end","rea"#).unwrap();
@@ -535,7 +546,9 @@ fn every_line_is_in_the_segment_file_when_close_returns() {
     for n in 0..200 {
         let mut session = store.create(SessionHeader::new(format!("closed-{n}"), home.path())).unwrap();
         session.append(user(&format!("only {n}"))).unwrap();
-        session.append(SessionEvent::TurnEnd { reason: StopReason::Completed }).unwrap();
+        session
+            .append(SessionEvent::TurnEnd { reason: StopReason::Completed, duration_ms: None, usage: None })
+            .unwrap();
         session.close().unwrap();
         let text = std::fs::read_to_string(only_segment(home.path())).unwrap();
         let tag = format!("{{\"session\":\"closed-{n}\",");

@@ -21,7 +21,7 @@ use subagents::{CancellationToken, Parent, Runtime, StartRequest, StopReason};
 fn parent_session(home: &Path, id: &str) {
     let store = SessionStore::new(home);
     let mut session = store.create(SessionHeader::new(id, home)).unwrap();
-    session.append(SessionEvent::TurnEnd { reason: StopReason::Completed }).unwrap();
+    session.append(SessionEvent::TurnEnd { reason: StopReason::Completed, duration_ms: None, usage: None }).unwrap();
     session.close().unwrap();
 }
 
@@ -117,7 +117,10 @@ cat > /dev/null"#;
         |event| matches!(event, SessionEvent::Assistant { text, .. } if text.contains("the transcript was cut here")),
     );
     assert!(marker, "a marker says where it was cut");
-    assert!(matches!(stored.events.last(), Some(SessionEvent::TurnEnd { reason: StopReason::Completed })));
+    assert!(matches!(
+        stored.events.last(),
+        Some(SessionEvent::TurnEnd { reason: StopReason::Completed, duration_ms: None, usage: None })
+    ));
 }
 
 #[test]

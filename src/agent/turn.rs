@@ -164,6 +164,7 @@ pub(crate) fn run(
         model_calls: 0,
         usage: RunUsage::default(),
         ended: false,
+        started: std::time::Instant::now(),
     };
     match turn.append(SessionEvent::User { content: prompt }) {
         Err(error) => Either::Left(std::future::ready(turn.end(StopReason::Error, Some(TurnError::session(&error))))),
@@ -182,6 +183,8 @@ struct Turn<'a> {
     model_calls: u32,
     usage: RunUsage,
     ended: bool,
+    /// When the turn began, for its length in the session.
+    started: std::time::Instant,
 }
 
 impl<'a> Turn<'a> {
@@ -441,7 +444,8 @@ impl<'a> Turn<'a> {
                     error.get_or_insert(TurnError::session(&e));
                 }
             }
-            let closed = session.append(SessionEvent::TurnEnd { reason });
+            let duration_ms = Some(self.started.elapsed().as_millis().try_into().unwrap_or(u64::MAX));
+            let closed = session.append(SessionEvent::TurnEnd { reason, duration_ms, usage: Some(self.usage) });
             if let Err(e) = closed {
                 tracing::warn!(session = %inner.id, error = %e, "could not persist a turn end");
                 error.get_or_insert(TurnError::session(&e));

@@ -272,7 +272,14 @@ fn list_shows_who_ran_each_session_its_state_and_words_newest_first_and_filters(
         &sessions,
         "bbb-child",
         json!({"created_at_ms": now_ms - 1_000, "provider": "codex", "label": "fix\u{1b}[2J the parser", "parent_session": "aaa-old", "depth": 1}),
-        &[user("please fix the parser"), calls, failed],
+        &[
+            user("please fix the parser"),
+            calls,
+            failed,
+            json!({"type": "turn_end", "reason": "completed", "duration_ms": 19_500,
+                "usage": {"input_tokens": 1_000, "output_tokens": 234}}),
+            user("and the tests"),
+        ],
         false,
     );
     forge_with(
@@ -293,6 +300,7 @@ fn list_shows_who_ran_each_session_its_state_and_words_newest_first_and_filters(
     assert!(rows[0].ends_with("…\""), "a long prompt is cut: {listed}");
     let child = rows[1];
     assert!(child.contains("codex") && child.contains("completed") && child.contains("2 (1✗)"), "{listed}");
+    assert!(child.contains(" 19.5s ") && child.contains(" 1234 "), "its time and tokens: {listed}");
     assert!(child.contains("fix the parser") && !child.contains('\u{1b}'), "the label, made safe: {listed}");
     assert!(rows[2].contains(" - ") && rows[2].contains("\"an old question\""), "{listed}");
 
@@ -315,6 +323,7 @@ fn list_shows_who_ran_each_session_its_state_and_words_newest_first_and_filters(
         (&child["tool_calls"], &child["tool_calls_failed"], &child["state"]),
         (&json!(2), &json!(1), &json!("completed"))
     );
+    assert_eq!((&child["duration_ms"], &child["usage"]["output_tokens"]), (&json!(19_500), &json!(234)));
     let refused = sessions_in(home.path(), &["list", "--since", "yesterday"]);
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
 }

@@ -108,7 +108,7 @@ fn no_progress_follows_a_cancelled_call() {
     let notice = raw.next_line();
     assert!(notice.contains("notifications/progress") && notice.contains("p2"), "{notice}");
     raw.notify("notifications/cancelled", json!({"requestId": 2}));
-    let aborted = Some(&SessionEvent::TurnEnd { reason: StopReason::Aborted });
+    let aborted = Some(&SessionEvent::TurnEnd { reason: StopReason::Aborted, duration_ms: None, usage: None });
     wait_until(ANSWER_WITHIN, "the run to end aborted", || sessions(&raw.home()).iter().any(|e| e.last() == aborted));
     // Longer than progress waits between two notifications.
     std::thread::sleep(Duration::from_millis(400));

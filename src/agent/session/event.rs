@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::seam::{ContentBlock, StopReason};
+use crate::seam::{ContentBlock, RunUsage, StopReason};
 
 /// Who a session is: written as the first line of its file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +94,12 @@ pub enum SessionEvent {
     TurnEnd {
         /// Why the turn ended.
         reason: StopReason,
+        /// How long the turn took, where the recorder knows.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
+        /// What the turn's model calls spent, where the recorder knows.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<RunUsage>,
     },
 }
 

@@ -25,7 +25,7 @@ use super::lane::{self, LaneCall};
 use super::live::SessionFile;
 use super::segment::{push_tagged_line, Index};
 use super::{Session, SessionError, SessionEvent, SessionHeader};
-use crate::seam::StopReason;
+use crate::seam::{RunUsage, StopReason};
 
 /// A session read back from disk.
 #[derive(Debug)]
@@ -54,7 +54,7 @@ impl StoredSession {
     /// How the last turn ended, if one did.
     pub fn last_stop_reason(&self) -> Option<StopReason> {
         self.events.iter().rev().find_map(|event| match event {
-            SessionEvent::TurnEnd { reason } => Some(*reason),
+            SessionEvent::TurnEnd { reason, .. } => Some(*reason),
             _ => None,
         })
     }
@@ -94,6 +94,13 @@ pub struct SessionSummary {
     /// A user message came after the last turn end: a turn still running,
     /// or one its process did not live to end.
     pub open_turn: bool,
+    /// How long its ended turns took, summed over the turns whose recorder
+    /// knew (`None`: none did).
+    pub duration_ms: Option<u64>,
+    /// What its ended turns' model calls spent, summed (turns whose
+    /// recorder knew: an in-process child's; an ACP or A2A child does not
+    /// say).
+    pub usage: RunUsage,
 }
 
 impl SessionSummary {
@@ -111,6 +118,8 @@ impl SessionSummary {
             tool_calls: 0,
             tool_calls_failed: 0,
             open_turn: false,
+            duration_ms: None,
+            usage: RunUsage::default(),
         }
     }
 
@@ -130,9 +139,15 @@ impl SessionSummary {
             SessionEvent::ToolResult { is_error, .. } => {
                 self.tool_calls_failed = self.tool_calls_failed.saturating_add(u32::from(*is_error));
             }
-            SessionEvent::TurnEnd { reason } => {
+            SessionEvent::TurnEnd { reason, duration_ms, usage } => {
                 self.last_stop_reason = Some(*reason);
                 self.turns = self.turns.saturating_add(1);
+                if let Some(ms) = duration_ms {
+                    self.duration_ms = Some(self.duration_ms.unwrap_or(0).saturating_add(*ms));
+                }
+                if let Some(usage) = usage {
+                    self.usage += *usage;
+                }
                 self.open_turn = false;
             }
         }

@@ -124,7 +124,7 @@ impl Record {
         if let Some(diagnostic) = &result.diagnostic {
             events.push(said(format!("[the run failed: {diagnostic}]")));
         }
-        events.push(SessionEvent::TurnEnd { reason: result.stop_reason });
+        events.push(SessionEvent::TurnEnd { reason: result.stop_reason, duration_ms: None, usage: None });
         let id = self.header.id.clone();
         let written = match self.stores.of(home).creating(self.header.clone(), events).await {
             Ok(mut session) => session.closing().await,

@@ -190,7 +190,7 @@ impl Transcript {
                 recorder.append(SessionEvent::Assistant { text, tool_calls: Vec::new() });
             }
             recorder.cut = false; // the end is always written
-            recorder.append(SessionEvent::TurnEnd { reason: stop_reason });
+            recorder.append(SessionEvent::TurnEnd { reason: stop_reason, duration_ms: None, usage: None });
             recorder.session.take().map(|mut session| session.closing())
         };
         if let Some(closing) = closing {

@@ -373,7 +373,7 @@ fn event_json(event: &SessionEvent) -> Value {
         SessionEvent::ToolResult { call_id, name, content, is_error } => {
             json!({"type": "tool_result", "call_id": cut(call_id), "name": cut(name), "content": cut(content), "is_error": is_error})
         }
-        SessionEvent::TurnEnd { reason } => json!({"type": "turn_end", "reason": reason.as_str()}),
+        SessionEvent::TurnEnd { reason, .. } => json!({"type": "turn_end", "reason": reason.as_str()}),
         // An event of a kind this view does not know yet is shown as its
         // JSON (as text, like everything else).
         #[allow(unreachable_patterns)]
@@ -396,7 +396,7 @@ fn event_text(event: &SessionEvent) -> String {
             all
         }
         SessionEvent::ToolResult { name, content, .. } => format!("{name}\n{content}"),
-        SessionEvent::TurnEnd { reason } => reason.as_str().to_owned(),
+        SessionEvent::TurnEnd { reason, .. } => reason.as_str().to_owned(),
         #[allow(unreachable_patterns)]
         other => serde_json::to_string(other).unwrap_or_default(),
     }

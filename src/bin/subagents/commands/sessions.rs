@@ -183,6 +183,8 @@ fn summary(session: &SessionSummary) -> Value {
         "turns": session.turns,
         "tool_calls": session.tool_calls,
         "tool_calls_failed": session.tool_calls_failed,
+        "duration_ms": session.duration_ms,
+        "usage": session.usage,
         "bytes": session.bytes,
         "torn": session.torn,
     })
@@ -234,7 +236,7 @@ fn show(store: &SessionStore, id: &str, as_json: bool) -> Result<Ended, String> 
                 let kind = if *is_error { "error" } else { "result" };
                 out.push(format!("  ← {name} [{call_id}] {kind}: {content}"));
             }
-            SessionEvent::TurnEnd { reason } => out.push(format!("— turn end: {reason}")),
+            SessionEvent::TurnEnd { reason, .. } => out.push(format!("— turn end: {reason}")),
         }
     }
     if session.torn {

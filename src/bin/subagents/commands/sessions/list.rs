@@ -1,4 +1,5 @@
-//! `subagents sessions list`: every session in brief, newest first, and
+//! `subagents sessions list`: every session in brief (its provider, state,
+//! turns, tool calls, time, tokens and size), newest first, and
 //! the filters that narrow it (`--provider`, `--state`, `--since`,
 //! `--limit`).
 
@@ -119,13 +120,13 @@ pub(super) fn list(store: &SessionStore, filters: &ListFilters, as_json: bool) -
         write_out(|out| {
             writeln!(
                 out,
-                "{:<38} {:<12} {:<10} {:<21} {:>5} {:>11} {:>9}  label or prompt",
-                "id", "provider", "state", "created", "turns", "tools", "bytes"
+                "{:<38} {:<12} {:<10} {:<21} {:>5} {:>11} {:>8} {:>9} {:>9}  label or prompt",
+                "id", "provider", "state", "created", "turns", "tools", "time", "tokens", "bytes"
             )?;
             for l in &listed {
                 let line = match &l.read {
                     Ok(s) => format!(
-                        "{:<38} {:<12} {:<10} {:<21} {:>5} {:>11} {:>9}  {}{}",
+                        "{:<38} {:<12} {:<10} {:<21} {:>5} {:>11} {:>8} {:>9} {:>9}  {}{}",
                         s.header.id,
                         s.header.provider.as_deref().map_or("-".to_owned(), |p| p.chars().take(12).collect()),
                         state(s),
@@ -134,6 +135,14 @@ pub(super) fn list(store: &SessionStore, filters: &ListFilters, as_json: bool) -
                         match s.tool_calls_failed {
                             0 => s.tool_calls.to_string(),
                             failed => format!("{} ({failed}✗)", s.tool_calls),
+                        },
+                        s.duration_ms.map_or("-".to_owned(), |ms| match ms {
+                            0 => "<1ms".to_owned(),
+                            ms => terminal::human(std::time::Duration::from_millis(ms)),
+                        }),
+                        match s.usage.tokens() {
+                            0 => "-".to_owned(),
+                            tokens => tokens.to_string(),
                         },
                         s.bytes,
                         described(s),
