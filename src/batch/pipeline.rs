@@ -1,0 +1,794 @@
+//! Pipelines: task lines that wait for others and use their results.
+//!
+//! A task line is a *step* when it says `after` (the ids it waits for) or
+//! `for_each` (a list of an earlier result to map over). A file with any
+//! step is read whole and its graph checked before anything runs: an
+//! `after` or a template naming an id no line has, two lines with one id,
+//! steps that wait for each other in a circle, a field outside the earlier
+//! step's output schema — each refuses the batch naming its lines
+//! ([`PipelineError`]). A file without steps runs as a flat batch, streamed
+//! as before, at no extra cost.
+//!
+//! ```text
+//! {"id": "triage", "prompt": "List the failing tests.", "output_schema": {…"failing": […]…}}
+//! {"id": "fix", "for_each": "{{triage.structured.failing}}", "prompt": "Fix {{item.name}}."}
+//! {"id": "report", "after": ["fix"], "prompt": "Write the report:\n{{fix.outputs}}"}
+//! ```
+//!
+//! # Running
+//!
+//! A step starts when every step it waits for has settled — those in its
+//! `after` and those its templates name. Its prompt is then rendered over
+//! their results ([`template`](super::template)); independent steps run
+//! side by side up to the batch's concurrency, and the batch's budget,
+//! retries and timeouts apply to each run as to any task.
+//!
+//! A `for_each` step runs once per element of its list (`{{item}}`,
+//! `{{index}}`), each run with its own id: `fix[0]`, `fix[1]`, … or, with
+//! `"key": "name"`, the element's `name` (`fix[parser]`). A list longer than
+//! its `max_items` ([`DEFAULT_MAX_ITEMS`]), or not a list, fails the step.
+//! The map has settled when every element's run has; a step after it sees
+//! `{{fix.outputs}}` and `{{fix.results}}` in element order.
+//!
+//! # Failures
+//!
+//! A step whose dependency did not complete does not run: its result line
+//! says `"skipped": "after fix[3]: error: …"`. With `"on_failure":
+//! "continue"` it runs anyway, the failures visible to its template
+//! (`{{review.completed}}`, `{{review.error}}`). A template that cannot
+//! render (an inserted value past its bound, a field the result lacks)
+//! fails its step with the reason, before any run.
+//!
+//! # Durable
+//!
+//! With `--out`, every step's result line (a map's: one per element)
+//! carries `inputs_hash`, the hash of the prompt it ran. A resumed
+//! pipeline reuses each settled result whose line and inputs are
+//! unchanged, so a map over a reused result expands to the same runs and
+//! a reduce over reused results sees the same prompt; it runs only what
+//! did not settle. A line changed with `--rerun-changed` runs again, and
+//! the steps after it see new inputs and run again too. A step is written
+//! once, when it settles, so a batch killed at any moment and resumed
+//! runs each step to one result.
+
+use std::collections::{HashMap, VecDeque};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use serde_json::{json, Value};
+
+use super::journal::hash_text;
+use super::run::Engine;
+use super::summary::Summary;
+use super::tasks::{content_hash, id_key, task_id, Line, OnFailure, Task};
+use super::template::Templates;
+use super::{Report, Settled, MAX_CONCURRENCY};
+
+/// The most elements a `for_each` runs unless its line says `max_items`.
+pub const DEFAULT_MAX_ITEMS: usize = 1000;
+
+/// The longest error text of a dependency quoted in a skip reason.
+const QUOTED_ERROR_BYTES: usize = 200;
+
+/// The longest key a `for_each` element's run id carries.
+const MAX_KEY_BYTES: usize = 64;
+
+/// Why a pipeline was refused before any run (line numbers from 1).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PipelineError {
+    /// Two lines give one id.
+    #[error("lines {first} and {line} both have the id {id:?}: a pipeline's ids name one line each")]
+    Duplicate {
+        /// The id.
+        id: String,
+        /// The first line with it.
+        first: usize,
+        /// The later line.
+        line: usize,
+    },
+    /// An `after` or a template names an id no line has.
+    #[error("line {line}: {what} names {name:?}, which is no line's id{}", suggestion.as_ref().map(|near| format!(" (did you mean {near:?}?)")).unwrap_or_default())]
+    UnknownId {
+        /// The line.
+        line: usize,
+        /// Where it was named (`after`, `{{review.output}}`).
+        what: String,
+        /// The name.
+        name: String,
+        /// The id nearest it, if one is near.
+        suggestion: Option<String>,
+    },
+    /// Steps that wait for each other, in the order they wait.
+    #[error("lines {} wait for each other in a circle ({}): no step of it could start", lines.iter().map(usize::to_string).collect::<Vec<_>>().join(", "), ids.join(" → "))]
+    Cycle {
+        /// The lines of the circle.
+        lines: Vec<usize>,
+        /// Their ids.
+        ids: Vec<String>,
+    },
+    /// A template names what the step it reads cannot give.
+    #[error("line {line}: {{{{{reference}}}}}: {why}")]
+    Reference {
+        /// The line.
+        line: usize,
+        /// The name as written (`review.outputs`).
+        reference: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A line's pipeline fields cannot be used as written.
+    #[error("line {line}: {why}")]
+    Line {
+        /// The line.
+        line: usize,
+        /// What is wrong, and how to put it right.
+        why: String,
+    },
+}
+
+/// One step of a checked pipeline.
+#[derive(Debug)]
+struct Step {
+    line: usize,
+    task: Box<Task>,
+    id: String,
+    hash: u64,
+    /// The steps it waits for (indices), each once.
+    waits_for: Vec<usize>,
+    /// The steps that wait for it.
+    dependents: Vec<usize>,
+}
+
+impl Step {
+    fn is_map(&self) -> bool {
+        self.task.for_each.is_some()
+    }
+}
+
+/// A tasks file read whole and checked as a graph; see the [module](self).
+#[derive(Debug)]
+pub(super) struct Pipeline {
+    steps: Vec<Step>,
+    /// Lines that are not tasks, reported as the batch starts.
+    skipped: Vec<(usize, String)>,
+    templates: Templates,
+}
+
+/// The result fields a template may read of a step, and of a map.
+const STEP_FIELDS: [&str; 6] = ["output", "structured", "stop_reason", "completed", "error", "skipped"];
+const MAP_FIELDS: [&str; 3] = ["outputs", "results", "completed"];
+
+impl Pipeline {
+    /// Checks `lines` (every line of the file) as a pipeline.
+    pub(super) fn check(lines: Vec<Line>) -> Result<Pipeline, PipelineError> {
+        let templates = Templates::new();
+        let (mut steps, mut skipped) = (Vec::new(), Vec::new());
+        let mut index_of: HashMap<String, usize> = HashMap::new();
+        for line in lines {
+            match line {
+                Line::Task { number, task, hash } => {
+                    let id = task_id(&task, number, hash);
+                    if let Some(&first) = index_of.get(&id) {
+                        let first = steps.get(first).map_or(0, |step: &Step| step.line);
+                        return Err(PipelineError::Duplicate { id, first, line: number });
+                    }
+                    index_of.insert(id.clone(), steps.len());
+                    steps.push(Step { line: number, task, id, hash, waits_for: Vec::new(), dependents: Vec::new() });
+                }
+                Line::Skipped { number, why } => skipped.push((number, why)),
+            }
+        }
+        let ids: Vec<&str> = steps.iter().map(|step| step.id.as_str()).collect();
+        let unknown = |line: usize, what: String, name: &str| PipelineError::UnknownId {
+            line,
+            what,
+            name: name.to_owned(),
+            suggestion: crate::actors::nearest(name, ids.iter().copied()).map(str::to_owned),
+        };
+        let mut waits: Vec<Vec<usize>> = Vec::with_capacity(steps.len());
+        for step in &steps {
+            let (line, task) = (step.line, &step.task);
+            if !step.is_map() && (task.max_items.is_some() || task.key.is_some()) {
+                return Err(PipelineError::Line { line, why: "max_items and key belong to a for_each line".into() });
+            }
+            if task.max_items.is_some_and(|max| max == 0 || max > MAX_CONCURRENCY) {
+                let why = format!("max_items must be 1 to {MAX_CONCURRENCY}");
+                return Err(PipelineError::Line { line, why });
+            }
+            let mut waits_for = Vec::new();
+            for name in &task.after {
+                let &at = index_of.get(name).ok_or_else(|| unknown(line, "after".into(), name))?;
+                waits_for.push(at);
+            }
+            let mut references = Vec::new();
+            if step.task.is_step() {
+                let in_prompt = templates.references(&task.prompt).map_err(|why| PipelineError::Line {
+                    line,
+                    why: format!("its prompt is not a template: {why}"),
+                })?;
+                references.extend(in_prompt);
+            }
+            if let Some(for_each) = &task.for_each {
+                let in_list = templates.expression_references(for_each).map_err(|why| PipelineError::Line {
+                    line,
+                    why: format!("its for_each is not an expression: {why}"),
+                })?;
+                if let Some(name) = in_list.iter().find(|name| is_item_name(name)) {
+                    let why = format!("for_each names {{{{{name}}}}}, which is set only in its runs' prompts");
+                    return Err(PipelineError::Line { line, why });
+                }
+                references.extend(in_list);
+            }
+            for reference in references {
+                let mut path = reference.split('.');
+                let root = path.next().unwrap_or_default();
+                if is_item_name(root) {
+                    if !step.is_map() {
+                        let why = format!("{{{{{root}}}}} is set only in a for_each line");
+                        return Err(PipelineError::Reference { line, reference, why });
+                    }
+                    continue;
+                }
+                let &at = index_of.get(root).ok_or_else(|| unknown(line, format!("{{{{{reference}}}}}"), root))?;
+                let field: Vec<&str> = path.collect();
+                check_field(&steps[at], &field).map_err(|why| PipelineError::Reference {
+                    line,
+                    reference: reference.clone(),
+                    why,
+                })?;
+                waits_for.push(at);
+            }
+            waits_for.sort_unstable();
+            waits_for.dedup();
+            waits.push(waits_for);
+        }
+        for (index, waits_for) in waits.into_iter().enumerate() {
+            for &at in &waits_for {
+                steps[at].dependents.push(index);
+            }
+            steps[index].waits_for = waits_for;
+        }
+        if let Some(circle) = find_cycle(&steps) {
+            let lines = circle.iter().map(|&at| steps[at].line).collect();
+            let ids = circle.iter().map(|&at| steps[at].id.clone()).collect();
+            return Err(PipelineError::Cycle { lines, ids });
+        }
+        Ok(Pipeline { steps, skipped, templates })
+    }
+}
+
+fn is_item_name(name: &str) -> bool {
+    name == "item" || name == "index"
+}
+
+/// Whether `field` (the path after a step's id) is one its result has:
+/// a step's fields or a map's, and within `structured` the properties
+/// its output schema declares.
+fn check_field(step: &Step, field: &[&str]) -> Result<(), String> {
+    let Some((&first, rest)) = field.split_first() else { return Ok(()) };
+    let (fields, kind) = match step.is_map() {
+        true => (&MAP_FIELDS[..], "a for_each step"),
+        false => (&STEP_FIELDS[..], "a step"),
+    };
+    if !fields.contains(&first) {
+        return Err(format!("{} is {kind}: its results are {}", step.id, fields.join(", ")));
+    }
+    if first != "structured" {
+        return Ok(());
+    }
+    let Some(mut schema) = step.task.output_schema.as_ref() else {
+        return Err(format!("{} has no output_schema, so no structured result", step.id));
+    };
+    for name in rest {
+        let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return Ok(()) };
+        schema = properties.get(*name).ok_or_else(|| {
+            let declared: Vec<&str> = properties.keys().map(String::as_str).collect();
+            format!("{name:?} is not in {}'s output_schema (it declares {})", step.id, declared.join(", "))
+        })?;
+    }
+    Ok(())
+}
+
+/// A circle of steps that wait for each other, in waiting order, if any.
+fn find_cycle(steps: &[Step]) -> Option<Vec<usize>> {
+    // Kahn's order: what it cannot reach waits, directly or not, on a circle.
+    let mut pending: Vec<usize> = steps.iter().map(|step| step.waits_for.len()).collect();
+    let mut ready: Vec<usize> = (0..steps.len()).filter(|&at| pending[at] == 0).collect();
+    while let Some(at) = ready.pop() {
+        for &dependent in &steps[at].dependents {
+            pending[dependent] -= 1;
+            if pending[dependent] == 0 {
+                ready.push(dependent);
+            }
+        }
+    }
+    let start = (0..steps.len()).find(|&at| pending[at] > 0)?;
+    // Walk back along unsettled waits until a step repeats: that is the circle.
+    let (mut seen, mut walk, mut at) = (HashMap::new(), Vec::new(), start);
+    while !seen.contains_key(&at) {
+        seen.insert(at, walk.len());
+        walk.push(at);
+        at = *steps[at].waits_for.iter().find(|&&before| pending[before] > 0)?;
+    }
+    let mut circle = walk.split_off(seen[&at]);
+    circle.reverse(); // each waits for the one before it
+    circle.rotate_right(1);
+    Some(circle)
+}
+
+/// What a settled step (or map element) gives the steps after it.
+#[derive(Clone, Debug)]
+struct Outcome {
+    completed: bool,
+    /// Why it did not complete, for a skip reason: `"error: …"`.
+    why: Option<String>,
+    /// Its id (a map element's own).
+    id: String,
+    /// What its dependents' templates read.
+    view: Value,
+}
+
+impl Outcome {
+    /// The outcome of a result line.
+    fn of(record: &Value) -> Outcome {
+        let stop_reason = record.get("stop_reason").cloned().unwrap_or(Value::Null);
+        let completed = stop_reason == "completed";
+        let error = record
+            .get("error")
+            .or_else(|| record["diagnostic"].get("reason"))
+            .and_then(Value::as_str)
+            .map(|text| super::template::cut(text, QUOTED_ERROR_BYTES));
+        let skipped = record.get("skipped").and_then(Value::as_str);
+        let why = (!completed).then(|| match (skipped, stop_reason.as_str(), &error) {
+            (Some(skipped), _, _) => format!("skipped ({})", super::template::cut(skipped, QUOTED_ERROR_BYTES)),
+            (None, Some(reason), Some(error)) => format!("{reason}: {error}"),
+            (None, Some(reason), None) => reason.to_owned(),
+            (None, None, Some(error)) => format!("error: {error}"),
+            (None, None, None) => "error".to_owned(),
+        });
+        let view = json!({
+            "output": record.get("output").cloned().unwrap_or_else(|| json!("")),
+            "structured": record.get("structured").cloned().unwrap_or(Value::Null),
+            "stop_reason": stop_reason,
+            "completed": completed,
+            "error": error,
+            "skipped": skipped,
+        });
+        Outcome { completed, why, id: record["id"].as_str().unwrap_or_default().to_owned(), view }
+    }
+
+    /// The outcome of a map from its elements'.
+    fn of_map(id: &str, elements: &[Outcome]) -> Outcome {
+        let failed = elements.iter().find(|element| !element.completed);
+        let view = json!({
+            "outputs": elements.iter().map(|element| element.view["output"].clone()).collect::<Vec<_>>(),
+            "results": elements.iter().map(|element| element.view.clone()).collect::<Vec<_>>(),
+            "completed": failed.is_none(),
+        });
+        Outcome {
+            completed: failed.is_none(),
+            why: failed.map(|element| format!("{}: {}", element.id, element.why.as_deref().unwrap_or("error"))),
+            id: id.to_owned(),
+            view,
+        }
+    }
+
+    /// Why a step after this one is skipped.
+    fn skip_reason(&self) -> String {
+        match &self.why {
+            // A map names its failed element itself.
+            Some(why) if why.starts_with(&format!("{}[", self.id)) => format!("after {why}"),
+            Some(why) => format!("after {}: {why}", self.id),
+            None => format!("after {}", self.id),
+        }
+    }
+}
+
+/// Where a step is in its run.
+#[derive(Debug)]
+enum State {
+    /// Waiting for this many steps to settle.
+    Waiting(usize),
+    /// Its run (or its map's runs) started; a map holds its elements'
+    /// outcomes as they settle.
+    Running { elements: Vec<Option<Outcome>>, left: usize },
+    /// Settled: what its dependents see.
+    Settled(Outcome),
+}
+
+/// One run to start: a step, or one element of a map.
+struct Unit {
+    step: usize,
+    element: Option<usize>,
+    id: String,
+    task: Box<Task>,
+    inputs: u64,
+    extra: Vec<(&'static str, Value)>,
+}
+
+impl Engine {
+    /// Runs `pipeline`: each step when what it waits for has settled, at
+    /// most `concurrency` runs at once; `prior` holds the result lines a
+    /// resumed batch reuses, by id.
+    pub(super) async fn run_pipeline(
+        &self,
+        pipeline: Pipeline,
+        prior: HashMap<String, Value>,
+        concurrency: usize,
+        report: &dyn Report,
+    ) -> Summary {
+        let mut summary = Summary::default();
+        for (line, why) in &pipeline.skipped {
+            report.skipped(*line, why);
+            summary.skipped += 1;
+        }
+        let Pipeline { steps, templates, .. } = pipeline;
+        let steps: &[Step] = &steps;
+        let mut run = PipelineRun {
+            engine: self,
+            steps,
+            templates: &templates,
+            prior,
+            states: steps.iter().map(|step| State::Waiting(step.waits_for.len())).collect(),
+            queue: VecDeque::new(),
+            summary,
+            report,
+        };
+        let mut newly: Vec<usize> = (0..steps.len()).filter(|&at| steps[at].waits_for.is_empty()).collect();
+        let mut in_flight = FuturesUnordered::new();
+        loop {
+            while let Some(at) = newly.pop() {
+                if !self.cancel.is_cancelled() {
+                    newly.extend(run.open(at));
+                }
+            }
+            while in_flight.len() < concurrency && !self.cancel.is_cancelled() {
+                let Some(unit) = run.queue.pop_front() else { break };
+                let Unit { step, element, id, task, inputs, extra } = unit;
+                let hash = steps[step].hash;
+                in_flight.push(async move {
+                    let finished = self.run_one(steps[step].line, task, id, hash, Some(inputs), extra, report).await;
+                    (step, element, finished)
+                });
+            }
+            let Some((step, element, finished)) = in_flight.next().await else { break };
+            let Some((finished, record)) = finished else { continue };
+            let interrupted = finished.interrupted;
+            run.summary.add(finished);
+            if !interrupted {
+                newly.extend(run.settle_run(step, element, &record));
+            }
+        }
+        let waiting = run.waiting();
+        let mut summary = run.summary;
+        summary.pipeline = Some(super::summary::Graph {
+            steps: steps.len(),
+            maps: steps.iter().filter(|step| step.is_map()).count(),
+            waiting,
+        });
+        summary
+    }
+}
+
+/// A pipeline as it runs: the steps' states and the runs ready to start.
+struct PipelineRun<'a> {
+    engine: &'a Engine,
+    steps: &'a [Step],
+    templates: &'a Templates,
+    /// Result lines of an earlier batch, by id.
+    prior: HashMap<String, Value>,
+    states: Vec<State>,
+    queue: VecDeque<Unit>,
+    summary: Summary,
+    report: &'a dyn Report,
+}
+
+impl PipelineRun<'_> {
+    /// A step whose waits are over: skipped, failed before any run, reused
+    /// from an earlier batch, or queued (a map: its elements). Answers the
+    /// steps this settled that are now ready.
+    fn open(&mut self, at: usize) -> Vec<usize> {
+        let step = &self.steps[at];
+        let before: Vec<&Outcome> = step
+            .waits_for
+            .iter()
+            .filter_map(|&before| match &self.states[before] {
+                State::Settled(outcome) => Some(outcome),
+                _ => None,
+            })
+            .collect();
+        let failed = before.iter().find(|outcome| !outcome.completed);
+        if let (Some(failed), OnFailure::Skip) = (failed, step.task.on_failure) {
+            let reason = failed.skip_reason();
+            let record = json!({"line": step.line, "label": step.task.label, "skipped": reason});
+            return self.settle_unrun(at, None, step.id.clone(), content_hash(reason.as_bytes()), record);
+        }
+        let mut context = serde_json::Map::new();
+        for outcome in &before {
+            context.insert(outcome.id.clone(), outcome.view.clone());
+        }
+        let mut context = Value::Object(context);
+        let Some(for_each) = &step.task.for_each else {
+            return self.queue_or_reuse(at, None, step.id.clone(), &context, Vec::new());
+        };
+        let max = step.task.max_items.unwrap_or(DEFAULT_MAX_ITEMS);
+        let items = self.templates.list(for_each, &context).and_then(|items| match items.len() <= max {
+            true => Ok(items),
+            false => Err(format!("for_each gave {} elements, more than its max_items of {max}", items.len())),
+        });
+        let items = match items.and_then(|items| element_ids(step, &items).map(|ids| (items, ids))) {
+            Ok(both) => both,
+            Err(why) => {
+                let record = json!({"line": step.line, "label": step.task.label, "error": why});
+                return self.settle_unrun(at, None, step.id.clone(), content_hash(why.as_bytes()), record);
+            }
+        };
+        let (items, ids) = items;
+        if items.is_empty() {
+            return self.settle(at, Outcome::of_map(&step.id, &[]));
+        }
+        self.states[at] = State::Running { elements: vec![None; items.len()], left: items.len() };
+        let mut ready = Vec::new();
+        for (index, (item, id)) in items.into_iter().zip(ids).enumerate() {
+            context["item"] = item.clone();
+            context["index"] = json!(index);
+            let extra = vec![("map", json!(step.id)), ("index", json!(index))];
+            ready.extend(self.queue_or_reuse(at, Some(index), id, &context, extra));
+        }
+        ready
+    }
+
+    /// Renders a run's prompt and reuses its earlier result when its line
+    /// and inputs are unchanged, else queues it; a prompt that cannot
+    /// render fails the run before it starts.
+    fn queue_or_reuse(
+        &mut self,
+        at: usize,
+        element: Option<usize>,
+        id: String,
+        context: &Value,
+        extra: Vec<(&'static str, Value)>,
+    ) -> Vec<usize> {
+        let step = &self.steps[at];
+        let prompt = match step.task.is_step() {
+            true => self.templates.render(&step.task.prompt, context),
+            false => Ok(step.task.prompt.clone()),
+        };
+        let prompt = match prompt {
+            Ok(prompt) => prompt,
+            Err(why) => {
+                let why = format!("its prompt could not be made: {why}");
+                let mut record = json!({"line": step.line, "label": step.task.label, "error": why});
+                for (key, value) in extra {
+                    record[key] = value;
+                }
+                return self.settle_unrun(at, element, id, content_hash(why.as_bytes()), record);
+            }
+        };
+        let inputs = content_hash(prompt.as_bytes());
+        if let Some(record) = self.reusable(step, &id, inputs) {
+            self.summary.already_done += 1;
+            self.report.done_before();
+            return self.settle_run(at, element, &record);
+        }
+        let mut task = step.task.clone();
+        task.prompt = prompt;
+        if element.is_some() {
+            // An element's run is named by its own id wherever it is shown.
+            task.label = Some(match &task.label {
+                Some(label) => format!("{label} {id}"),
+                None => id.clone(),
+            });
+        }
+        self.queue.push_back(Unit { step: at, element, id, task, inputs, extra });
+        Vec::new()
+    }
+
+    /// The earlier result of `id`, when a resume may keep it: written for
+    /// this line and these inputs, and complete unless `--rerun-failed`.
+    fn reusable(&self, step: &Step, id: &str, inputs: u64) -> Option<Value> {
+        let record = self.prior.get(id)?;
+        let prior = self.engine.settled.get(&id_key(id))?;
+        let same = prior.hash == Some(step.hash) && record["inputs_hash"] == hash_text(inputs).as_str();
+        (same && (prior.completed || !self.engine.resume.rerun_failed)).then(|| record.clone())
+    }
+
+    /// A run that will not start (skipped, or its prompt or list could not
+    /// be made): its result line written (or the earlier batch's reused),
+    /// then settled.
+    fn settle_unrun(&mut self, at: usize, element: Option<usize>, id: String, inputs: u64, mut record: Value) -> Vec<usize> {
+        let step = &self.steps[at];
+        if let Some(earlier) = self.reusable(step, &id, inputs) {
+            self.summary.already_done += 1;
+            self.report.done_before();
+            return self.settle_run(at, element, &earlier);
+        }
+        record["id"] = json!(id);
+        record["task_hash"] = json!(hash_text(step.hash));
+        record["inputs_hash"] = json!(hash_text(inputs));
+        let written = self.engine.results.write(&record, self.report);
+        let outcome = if record.get("skipped").is_some() { "skipped" } else { "error" };
+        let detail = record.get("skipped").or_else(|| record.get("error")).and_then(Value::as_str);
+        self.report.settled(&Settled {
+            line: step.line,
+            label: step.task.label.as_deref(),
+            outcome,
+            detail,
+            latency: std::time::Duration::ZERO,
+            record: &record,
+            written,
+        });
+        self.summary.add_unrun(outcome, written);
+        if !written {
+            return Vec::new(); // results are lost: the batch stops
+        }
+        self.settle_run(at, element, &record)
+    }
+
+    /// A run's result: the step settles (a map when its last element
+    /// has). Answers the steps now ready.
+    fn settle_run(&mut self, at: usize, element: Option<usize>, record: &Value) -> Vec<usize> {
+        let outcome = Outcome::of(record);
+        let Some(index) = element else { return self.settle(at, outcome) };
+        let State::Running { elements, left } = &mut self.states[at] else { return Vec::new() };
+        if elements[index].replace(outcome).is_none() {
+            *left -= 1;
+        }
+        if *left > 0 {
+            return Vec::new();
+        }
+        let elements: Vec<Outcome> = elements.iter_mut().filter_map(Option::take).collect();
+        let outcome = Outcome::of_map(&self.steps[at].id, &elements);
+        self.settle(at, outcome)
+    }
+
+    fn settle(&mut self, at: usize, outcome: Outcome) -> Vec<usize> {
+        self.states[at] = State::Settled(outcome);
+        let mut ready = Vec::new();
+        for &dependent in &self.steps[at].dependents {
+            if let State::Waiting(left) = &mut self.states[dependent] {
+                *left -= 1;
+                if *left == 0 {
+                    ready.push(dependent);
+                }
+            }
+        }
+        ready
+    }
+
+    /// The steps that did not settle, each with the ids it still waits for.
+    fn waiting(&self) -> Vec<(usize, String, Vec<String>)> {
+        let unsettled = |at: usize| !matches!(self.states[at], State::Settled(_));
+        (0..self.steps.len())
+            .filter(|&at| unsettled(at))
+            .map(|at| {
+                let step = &self.steps[at];
+                let on = step.waits_for.iter().filter(|&&before| unsettled(before));
+                (step.line, step.id.clone(), on.map(|&before| self.steps[before].id.clone()).collect())
+            })
+            .collect()
+    }
+}
+
+/// Each element's run id: `ID[index]`, or `ID[key]` with the step's
+/// `key` (the element's field, made a plain name and bounded; two
+/// elements with one key fail the step).
+fn element_ids(step: &Step, items: &[Value]) -> Result<Vec<String>, String> {
+    let Some(key) = &step.task.key else {
+        return Ok((0..items.len()).map(|index| format!("{}[{index}]", step.id)).collect());
+    };
+    let mut seen = HashMap::new();
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            let name = match &item[key.as_str()] {
+                Value::String(text) => text.clone(),
+                Value::Number(number) => number.to_string(),
+                other => return Err(format!("element {index}'s {key:?} is {}, not text or a number", super::template::kind_of(other))),
+            };
+            let plain: String = name
+                .chars()
+                .map(|c| if c.is_alphanumeric() || "._:/-".contains(c) { c } else { '_' })
+                .collect();
+            let plain = super::template::cut(&plain, MAX_KEY_BYTES);
+            if let Some(first) = seen.insert(plain.clone(), index) {
+                return Err(format!("elements {first} and {index} have one {key:?} ({plain}): keys must differ"));
+            }
+            Ok(format!("{}[{plain}]", step.id))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(text: &str) -> Result<Pipeline, PipelineError> {
+        let lines = super::super::tasks::TaskLines::new(text.as_bytes(), 1 << 20).map(Result::unwrap).collect();
+        Pipeline::check(lines)
+    }
+
+    #[test]
+    fn an_after_naming_no_line_is_refused_with_its_line_and_the_nearest_id() {
+        let error = check("{\"id\": \"review\", \"prompt\": \"a\"}\n{\"after\": [\"reveiw\"], \"prompt\": \"b\"}\n")
+            .unwrap_err();
+        assert_eq!(error.to_string(), "line 2: after names \"reveiw\", which is no line's id (did you mean \"review\"?)");
+    }
+
+    #[test]
+    fn a_circle_is_refused_naming_its_lines_in_waiting_order() {
+        let error = check(
+            "{\"id\": \"a\", \"after\": [\"c\"], \"prompt\": \"a\"}\n{\"id\": \"free\", \"prompt\": \"f\"}\n\
+             {\"id\": \"b\", \"after\": [\"a\"], \"prompt\": \"b\"}\n{\"id\": \"c\", \"prompt\": \"{{b.output}}\", \"after\": [\"free\"]}\n",
+        )
+        .unwrap_err();
+        let PipelineError::Cycle { lines, ids } = &error else { panic!("{error}") };
+        assert_eq!(ids.len(), 3, "{error}");
+        let mut sorted = lines.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, [1, 3, 4], "{error}");
+        // Each id waits for the one before it, the first for the last.
+        let at = |id: &str| ids.iter().position(|x| x == id).unwrap();
+        assert_eq!((at("a") + ids.len() - 1) % 3, at("c"), "{error}");
+        assert!(error.to_string().starts_with("lines "), "{error}");
+    }
+
+    #[test]
+    fn a_step_waiting_for_itself_is_a_circle_of_one() {
+        let error = check("{\"id\": \"a\", \"after\": [\"a\"], \"prompt\": \"a\"}\n").unwrap_err();
+        assert!(matches!(&error, PipelineError::Cycle { lines, .. } if lines == &[1]), "{error}");
+    }
+
+    #[test]
+    fn two_lines_with_one_id_are_refused_naming_both() {
+        let error = check("{\"id\": \"a\", \"prompt\": \"x\"}\n{\"id\": \"a\", \"after\": [], \"for_each\": \"[1]\", \"prompt\": \"y\"}\n")
+            .unwrap_err();
+        assert_eq!(error.to_string(), "lines 1 and 2 both have the id \"a\": a pipeline's ids name one line each");
+    }
+
+    #[test]
+    fn references_are_checked_against_ids_fields_and_output_schemas() {
+        let schema = r#"{"type": "object", "properties": {"failing": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}}}}"#;
+        let triage = format!("{{\"id\": \"triage\", \"prompt\": \"t\", \"output_schema\": {schema}}}\n");
+        let step = |prompt: &str| format!("{triage}{{\"id\": \"s\", \"after\": [\"triage\"], \"prompt\": \"{prompt}\"}}\n");
+        assert!(check(&step("{{triage.structured.failing[0].name}} {{triage.output}}")).is_ok());
+        let error = check(&step("{{triage.structured.flaky}}")).unwrap_err();
+        assert!(error.to_string().starts_with("line 2: {{triage.structured.flaky}}: \"flaky\" is not in triage's output_schema"), "{error}");
+        let error = check(&step("{{triage.outputs}}")).unwrap_err();
+        assert!(error.to_string().contains("triage is a step: its results are output, structured"), "{error}");
+        let error = check(&step("{{trage.output}}")).unwrap_err();
+        assert_eq!(error.to_string(), "line 2: {{trage.output}} names \"trage\", which is no line's id (did you mean \"triage\"?)");
+        let error = check(&step("{{item}}")).unwrap_err();
+        assert!(error.to_string().contains("set only in a for_each line"), "{error}");
+        let error = check(&step("{{ triage.output ")).unwrap_err();
+        assert!(error.to_string().starts_with("line 2: its prompt is not a template"), "{error}");
+    }
+
+    #[test]
+    fn a_template_reference_is_a_dependency_and_a_flat_line_is_not_a_template() {
+        let pipeline = check(
+            "{\"id\": \"a\", \"prompt\": \"{{ literal }}\"}\n{\"id\": \"m\", \"for_each\": \"{{a.structured}}\", \"prompt\": \"{{item}}\"}\n{\"id\": \"r\", \"after\": [\"a\"], \"prompt\": \"{{m.outputs}}\"}\n",
+        );
+        let error = pipeline.unwrap_err();
+        assert!(error.to_string().contains("a has no output_schema"), "{error}");
+        let pipeline = check(
+            "{\"id\": \"a\", \"prompt\": \"{{ literal }}\"}\n{\"id\": \"m\", \"for_each\": \"{{a.output}}\", \"prompt\": \"{{item}}\"}\n{\"id\": \"r\", \"after\": [\"a\"], \"prompt\": \"{{m.outputs}}\"}\n",
+        )
+        .unwrap();
+        assert_eq!(pipeline.steps[1].waits_for, [0]);
+        assert_eq!(pipeline.steps[2].waits_for, [0, 1]);
+    }
+
+    #[test]
+    fn element_ids_come_from_the_index_or_a_plain_bounded_key() {
+        let lines = |text: &str| check(text).unwrap();
+        let by_index = lines("{\"id\": \"fix\", \"for_each\": \"[1, 2]\", \"prompt\": \"p\"}\n");
+        assert_eq!(element_ids(&by_index.steps[0], &[json!(1), json!(2)]).unwrap(), ["fix[0]", "fix[1]"]);
+        let by_key = lines("{\"id\": \"fix\", \"for_each\": \"[]\", \"key\": \"name\", \"prompt\": \"p\"}\n");
+        let items = [json!({"name": "parser"}), json!({"name": "a b\u{1b}[2J"})];
+        assert_eq!(element_ids(&by_key.steps[0], &items).unwrap(), ["fix[parser]", "fix[a_b__2J]"]);
+        let error = element_ids(&by_key.steps[0], &[json!({"name": "x"}), json!({"name": "x"})]).unwrap_err();
+        assert!(error.contains("keys must differ"), "{error}");
+    }
+}
