@@ -69,10 +69,10 @@ use std::time::Duration;
 use crate::{Budget, CancellationToken, Subagents};
 
 pub use journal::{resume_line_bound, runs_path};
+pub use pipeline::PipelineError;
 pub use results::refuse_shared;
 pub use run::{Opened, Settled};
 pub use summary::Summary;
-pub use pipeline::PipelineError;
 pub use tasks::{content_hash, read_line, task_id, Line, OnFailure, RawLine, Task, TaskLines, DEFAULT_MAX_LINE_BYTES};
 pub use template::{MAX_INSERTED_BYTES, MAX_PROMPT_BYTES};
 

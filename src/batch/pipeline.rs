@@ -51,17 +51,13 @@
 //! once, when it settles, so a batch killed at any moment and resumed
 //! runs each step to one result.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::{json, Value};
 
-use super::journal::hash_text;
-use super::run::Engine;
-use super::summary::Summary;
-use super::tasks::{content_hash, id_key, task_id, Line, OnFailure, Task};
+use super::tasks::{task_id, Line, Task};
 use super::template::Templates;
-use super::{Report, Settled, MAX_CONCURRENCY};
+use super::MAX_CONCURRENCY;
 
 /// The most elements a `for_each` runs unless its line says `max_items`.
 pub const DEFAULT_MAX_ITEMS: usize = 1000;
@@ -128,19 +124,19 @@ pub enum PipelineError {
 
 /// One step of a checked pipeline.
 #[derive(Debug)]
-struct Step {
-    line: usize,
-    task: Box<Task>,
-    id: String,
-    hash: u64,
+pub(super) struct Step {
+    pub(super) line: usize,
+    pub(super) task: Box<Task>,
+    pub(super) id: String,
+    pub(super) hash: u64,
     /// The steps it waits for (indices), each once.
-    waits_for: Vec<usize>,
+    pub(super) waits_for: Vec<usize>,
     /// The steps that wait for it.
-    dependents: Vec<usize>,
+    pub(super) dependents: Vec<usize>,
 }
 
 impl Step {
-    fn is_map(&self) -> bool {
+    pub(super) fn is_map(&self) -> bool {
         self.task.for_each.is_some()
     }
 }
@@ -148,10 +144,10 @@ impl Step {
 /// A tasks file read whole and checked as a graph; see the [module](self).
 #[derive(Debug)]
 pub(super) struct Pipeline {
-    steps: Vec<Step>,
+    pub(super) steps: Vec<Step>,
     /// Lines that are not tasks, reported as the batch starts.
-    skipped: Vec<(usize, String)>,
-    templates: Templates,
+    pub(super) skipped: Vec<(usize, String)>,
+    pub(super) templates: Templates,
 }
 
 /// The result fields a template may read of a step, and of a map.
@@ -202,10 +198,9 @@ impl Pipeline {
             }
             let mut references = Vec::new();
             if step.task.is_step() {
-                let in_prompt = templates.references(&task.prompt).map_err(|why| PipelineError::Line {
-                    line,
-                    why: format!("its prompt is not a template: {why}"),
-                })?;
+                let in_prompt = templates
+                    .references(&task.prompt)
+                    .map_err(|why| PipelineError::Line { line, why: format!("its prompt is not a template: {why}") })?;
                 references.extend(in_prompt);
             }
             if let Some(for_each) = &task.for_each {
@@ -318,19 +313,19 @@ fn find_cycle(steps: &[Step]) -> Option<Vec<usize>> {
 
 /// What a settled step (or map element) gives the steps after it.
 #[derive(Clone, Debug)]
-struct Outcome {
-    completed: bool,
+pub(super) struct Outcome {
+    pub(super) completed: bool,
     /// Why it did not complete, for a skip reason: `"error: …"`.
     why: Option<String>,
     /// Its id (a map element's own).
-    id: String,
+    pub(super) id: String,
     /// What its dependents' templates read.
-    view: Value,
+    pub(super) view: Value,
 }
 
 impl Outcome {
     /// The outcome of a result line.
-    fn of(record: &Value) -> Outcome {
+    pub(super) fn of(record: &Value) -> Outcome {
         let stop_reason = record.get("stop_reason").cloned().unwrap_or(Value::Null);
         let completed = stop_reason == "completed";
         let error = record
@@ -358,7 +353,7 @@ impl Outcome {
     }
 
     /// The outcome of a map from its elements'.
-    fn of_map(id: &str, elements: &[Outcome]) -> Outcome {
+    pub(super) fn of_map(id: &str, elements: &[Outcome]) -> Outcome {
         let failed = elements.iter().find(|element| !element.completed);
         let view = json!({
             "outputs": elements.iter().map(|element| element.view["output"].clone()).collect::<Vec<_>>(),
@@ -374,7 +369,7 @@ impl Outcome {
     }
 
     /// Why a step after this one is skipped.
-    fn skip_reason(&self) -> String {
+    pub(super) fn skip_reason(&self) -> String {
         match &self.why {
             // A map names its failed element itself.
             Some(why) if why.starts_with(&format!("{}[", self.id)) => format!("after {why}"),
@@ -384,296 +379,10 @@ impl Outcome {
     }
 }
 
-/// Where a step is in its run.
-#[derive(Debug)]
-enum State {
-    /// Waiting for this many steps to settle.
-    Waiting(usize),
-    /// Its run (or its map's runs) started; a map holds its elements'
-    /// outcomes as they settle.
-    Running { elements: Vec<Option<Outcome>>, left: usize },
-    /// Settled: what its dependents see.
-    Settled(Outcome),
-}
-
-/// One run to start: a step, or one element of a map.
-struct Unit {
-    step: usize,
-    element: Option<usize>,
-    id: String,
-    task: Box<Task>,
-    inputs: u64,
-    extra: Vec<(&'static str, Value)>,
-}
-
-impl Engine {
-    /// Runs `pipeline`: each step when what it waits for has settled, at
-    /// most `concurrency` runs at once; `prior` holds the result lines a
-    /// resumed batch reuses, by id.
-    pub(super) async fn run_pipeline(
-        &self,
-        pipeline: Pipeline,
-        prior: HashMap<String, Value>,
-        concurrency: usize,
-        report: &dyn Report,
-    ) -> Summary {
-        let mut summary = Summary::default();
-        for (line, why) in &pipeline.skipped {
-            report.skipped(*line, why);
-            summary.skipped += 1;
-        }
-        let Pipeline { steps, templates, .. } = pipeline;
-        let steps: &[Step] = &steps;
-        let mut run = PipelineRun {
-            engine: self,
-            steps,
-            templates: &templates,
-            prior,
-            states: steps.iter().map(|step| State::Waiting(step.waits_for.len())).collect(),
-            queue: VecDeque::new(),
-            summary,
-            report,
-        };
-        let mut newly: Vec<usize> = (0..steps.len()).filter(|&at| steps[at].waits_for.is_empty()).collect();
-        let mut in_flight = FuturesUnordered::new();
-        loop {
-            while let Some(at) = newly.pop() {
-                if !self.cancel.is_cancelled() {
-                    newly.extend(run.open(at));
-                }
-            }
-            while in_flight.len() < concurrency && !self.cancel.is_cancelled() {
-                let Some(unit) = run.queue.pop_front() else { break };
-                let Unit { step, element, id, task, inputs, extra } = unit;
-                let hash = steps[step].hash;
-                in_flight.push(async move {
-                    let finished = self.run_one(steps[step].line, task, id, hash, Some(inputs), extra, report).await;
-                    (step, element, finished)
-                });
-            }
-            let Some((step, element, finished)) = in_flight.next().await else { break };
-            let Some((finished, record)) = finished else { continue };
-            let interrupted = finished.interrupted;
-            run.summary.add(finished);
-            if !interrupted {
-                newly.extend(run.settle_run(step, element, &record));
-            }
-        }
-        let waiting = run.waiting();
-        let mut summary = run.summary;
-        summary.pipeline = Some(super::summary::Graph {
-            steps: steps.len(),
-            maps: steps.iter().filter(|step| step.is_map()).count(),
-            waiting,
-        });
-        summary
-    }
-}
-
-/// A pipeline as it runs: the steps' states and the runs ready to start.
-struct PipelineRun<'a> {
-    engine: &'a Engine,
-    steps: &'a [Step],
-    templates: &'a Templates,
-    /// Result lines of an earlier batch, by id.
-    prior: HashMap<String, Value>,
-    states: Vec<State>,
-    queue: VecDeque<Unit>,
-    summary: Summary,
-    report: &'a dyn Report,
-}
-
-impl PipelineRun<'_> {
-    /// A step whose waits are over: skipped, failed before any run, reused
-    /// from an earlier batch, or queued (a map: its elements). Answers the
-    /// steps this settled that are now ready.
-    fn open(&mut self, at: usize) -> Vec<usize> {
-        let step = &self.steps[at];
-        let before: Vec<&Outcome> = step
-            .waits_for
-            .iter()
-            .filter_map(|&before| match &self.states[before] {
-                State::Settled(outcome) => Some(outcome),
-                _ => None,
-            })
-            .collect();
-        let failed = before.iter().find(|outcome| !outcome.completed);
-        if let (Some(failed), OnFailure::Skip) = (failed, step.task.on_failure) {
-            let reason = failed.skip_reason();
-            let record = json!({"line": step.line, "label": step.task.label, "skipped": reason});
-            return self.settle_unrun(at, None, step.id.clone(), content_hash(reason.as_bytes()), record);
-        }
-        let mut context = serde_json::Map::new();
-        for outcome in &before {
-            context.insert(outcome.id.clone(), outcome.view.clone());
-        }
-        let mut context = Value::Object(context);
-        let Some(for_each) = &step.task.for_each else {
-            return self.queue_or_reuse(at, None, step.id.clone(), &context, Vec::new());
-        };
-        let max = step.task.max_items.unwrap_or(DEFAULT_MAX_ITEMS);
-        let items = self.templates.list(for_each, &context).and_then(|items| match items.len() <= max {
-            true => Ok(items),
-            false => Err(format!("for_each gave {} elements, more than its max_items of {max}", items.len())),
-        });
-        let items = match items.and_then(|items| element_ids(step, &items).map(|ids| (items, ids))) {
-            Ok(both) => both,
-            Err(why) => {
-                let record = json!({"line": step.line, "label": step.task.label, "error": why});
-                return self.settle_unrun(at, None, step.id.clone(), content_hash(why.as_bytes()), record);
-            }
-        };
-        let (items, ids) = items;
-        if items.is_empty() {
-            return self.settle(at, Outcome::of_map(&step.id, &[]));
-        }
-        self.states[at] = State::Running { elements: vec![None; items.len()], left: items.len() };
-        let mut ready = Vec::new();
-        for (index, (item, id)) in items.into_iter().zip(ids).enumerate() {
-            context["item"] = item.clone();
-            context["index"] = json!(index);
-            let extra = vec![("map", json!(step.id)), ("index", json!(index))];
-            ready.extend(self.queue_or_reuse(at, Some(index), id, &context, extra));
-        }
-        ready
-    }
-
-    /// Renders a run's prompt and reuses its earlier result when its line
-    /// and inputs are unchanged, else queues it; a prompt that cannot
-    /// render fails the run before it starts.
-    fn queue_or_reuse(
-        &mut self,
-        at: usize,
-        element: Option<usize>,
-        id: String,
-        context: &Value,
-        extra: Vec<(&'static str, Value)>,
-    ) -> Vec<usize> {
-        let step = &self.steps[at];
-        let prompt = match step.task.is_step() {
-            true => self.templates.render(&step.task.prompt, context),
-            false => Ok(step.task.prompt.clone()),
-        };
-        let prompt = match prompt {
-            Ok(prompt) => prompt,
-            Err(why) => {
-                let why = format!("its prompt could not be made: {why}");
-                let mut record = json!({"line": step.line, "label": step.task.label, "error": why});
-                for (key, value) in extra {
-                    record[key] = value;
-                }
-                return self.settle_unrun(at, element, id, content_hash(why.as_bytes()), record);
-            }
-        };
-        let inputs = content_hash(prompt.as_bytes());
-        if let Some(record) = self.reusable(step, &id, inputs) {
-            self.summary.already_done += 1;
-            self.report.done_before();
-            return self.settle_run(at, element, &record);
-        }
-        let mut task = step.task.clone();
-        task.prompt = prompt;
-        if element.is_some() {
-            // An element's run is named by its own id wherever it is shown.
-            task.label = Some(match &task.label {
-                Some(label) => format!("{label} {id}"),
-                None => id.clone(),
-            });
-        }
-        self.queue.push_back(Unit { step: at, element, id, task, inputs, extra });
-        Vec::new()
-    }
-
-    /// The earlier result of `id`, when a resume may keep it: written for
-    /// this line and these inputs, and complete unless `--rerun-failed`.
-    fn reusable(&self, step: &Step, id: &str, inputs: u64) -> Option<Value> {
-        let record = self.prior.get(id)?;
-        let prior = self.engine.settled.get(&id_key(id))?;
-        let same = prior.hash == Some(step.hash) && record["inputs_hash"] == hash_text(inputs).as_str();
-        (same && (prior.completed || !self.engine.resume.rerun_failed)).then(|| record.clone())
-    }
-
-    /// A run that will not start (skipped, or its prompt or list could not
-    /// be made): its result line written (or the earlier batch's reused),
-    /// then settled.
-    fn settle_unrun(&mut self, at: usize, element: Option<usize>, id: String, inputs: u64, mut record: Value) -> Vec<usize> {
-        let step = &self.steps[at];
-        if let Some(earlier) = self.reusable(step, &id, inputs) {
-            self.summary.already_done += 1;
-            self.report.done_before();
-            return self.settle_run(at, element, &earlier);
-        }
-        record["id"] = json!(id);
-        record["task_hash"] = json!(hash_text(step.hash));
-        record["inputs_hash"] = json!(hash_text(inputs));
-        let written = self.engine.results.write(&record, self.report);
-        let outcome = if record.get("skipped").is_some() { "skipped" } else { "error" };
-        let detail = record.get("skipped").or_else(|| record.get("error")).and_then(Value::as_str);
-        self.report.settled(&Settled {
-            line: step.line,
-            label: step.task.label.as_deref(),
-            outcome,
-            detail,
-            latency: std::time::Duration::ZERO,
-            record: &record,
-            written,
-        });
-        self.summary.add_unrun(outcome, written);
-        if !written {
-            return Vec::new(); // results are lost: the batch stops
-        }
-        self.settle_run(at, element, &record)
-    }
-
-    /// A run's result: the step settles (a map when its last element
-    /// has). Answers the steps now ready.
-    fn settle_run(&mut self, at: usize, element: Option<usize>, record: &Value) -> Vec<usize> {
-        let outcome = Outcome::of(record);
-        let Some(index) = element else { return self.settle(at, outcome) };
-        let State::Running { elements, left } = &mut self.states[at] else { return Vec::new() };
-        if elements[index].replace(outcome).is_none() {
-            *left -= 1;
-        }
-        if *left > 0 {
-            return Vec::new();
-        }
-        let elements: Vec<Outcome> = elements.iter_mut().filter_map(Option::take).collect();
-        let outcome = Outcome::of_map(&self.steps[at].id, &elements);
-        self.settle(at, outcome)
-    }
-
-    fn settle(&mut self, at: usize, outcome: Outcome) -> Vec<usize> {
-        self.states[at] = State::Settled(outcome);
-        let mut ready = Vec::new();
-        for &dependent in &self.steps[at].dependents {
-            if let State::Waiting(left) = &mut self.states[dependent] {
-                *left -= 1;
-                if *left == 0 {
-                    ready.push(dependent);
-                }
-            }
-        }
-        ready
-    }
-
-    /// The steps that did not settle, each with the ids it still waits for.
-    fn waiting(&self) -> Vec<(usize, String, Vec<String>)> {
-        let unsettled = |at: usize| !matches!(self.states[at], State::Settled(_));
-        (0..self.steps.len())
-            .filter(|&at| unsettled(at))
-            .map(|at| {
-                let step = &self.steps[at];
-                let on = step.waits_for.iter().filter(|&&before| unsettled(before));
-                (step.line, step.id.clone(), on.map(|&before| self.steps[before].id.clone()).collect())
-            })
-            .collect()
-    }
-}
-
 /// Each element's run id: `ID[index]`, or `ID[key]` with the step's
 /// `key` (the element's field, made a plain name and bounded; two
 /// elements with one key fail the step).
-fn element_ids(step: &Step, items: &[Value]) -> Result<Vec<String>, String> {
+pub(super) fn element_ids(step: &Step, items: &[Value]) -> Result<Vec<String>, String> {
     let Some(key) = &step.task.key else {
         return Ok((0..items.len()).map(|index| format!("{}[{index}]", step.id)).collect());
     };
@@ -685,12 +394,15 @@ fn element_ids(step: &Step, items: &[Value]) -> Result<Vec<String>, String> {
             let name = match &item[key.as_str()] {
                 Value::String(text) => text.clone(),
                 Value::Number(number) => number.to_string(),
-                other => return Err(format!("element {index}'s {key:?} is {}, not text or a number", super::template::kind_of(other))),
+                other => {
+                    return Err(format!(
+                        "element {index}'s {key:?} is {}, not text or a number",
+                        super::template::kind_of(other)
+                    ))
+                }
             };
-            let plain: String = name
-                .chars()
-                .map(|c| if c.is_alphanumeric() || "._:/-".contains(c) { c } else { '_' })
-                .collect();
+            let plain: String =
+                name.chars().map(|c| if c.is_alphanumeric() || "._:/-".contains(c) { c } else { '_' }).collect();
             let plain = super::template::cut(&plain, MAX_KEY_BYTES);
             if let Some(first) = seen.insert(plain.clone(), index) {
                 return Err(format!("elements {first} and {index} have one {key:?} ({plain}): keys must differ"));
@@ -713,7 +425,10 @@ mod tests {
     fn an_after_naming_no_line_is_refused_with_its_line_and_the_nearest_id() {
         let error = check("{\"id\": \"review\", \"prompt\": \"a\"}\n{\"after\": [\"reveiw\"], \"prompt\": \"b\"}\n")
             .unwrap_err();
-        assert_eq!(error.to_string(), "line 2: after names \"reveiw\", which is no line's id (did you mean \"review\"?)");
+        assert_eq!(
+            error.to_string(),
+            "line 2: after names \"reveiw\", which is no line's id (did you mean \"review\"?)"
+        );
     }
 
     #[test]
@@ -751,14 +466,23 @@ mod tests {
     fn references_are_checked_against_ids_fields_and_output_schemas() {
         let schema = r#"{"type": "object", "properties": {"failing": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}}}}"#;
         let triage = format!("{{\"id\": \"triage\", \"prompt\": \"t\", \"output_schema\": {schema}}}\n");
-        let step = |prompt: &str| format!("{triage}{{\"id\": \"s\", \"after\": [\"triage\"], \"prompt\": \"{prompt}\"}}\n");
+        let step =
+            |prompt: &str| format!("{triage}{{\"id\": \"s\", \"after\": [\"triage\"], \"prompt\": \"{prompt}\"}}\n");
         assert!(check(&step("{{triage.structured.failing[0].name}} {{triage.output}}")).is_ok());
         let error = check(&step("{{triage.structured.flaky}}")).unwrap_err();
-        assert!(error.to_string().starts_with("line 2: {{triage.structured.flaky}}: \"flaky\" is not in triage's output_schema"), "{error}");
+        assert!(
+            error
+                .to_string()
+                .starts_with("line 2: {{triage.structured.flaky}}: \"flaky\" is not in triage's output_schema"),
+            "{error}"
+        );
         let error = check(&step("{{triage.outputs}}")).unwrap_err();
         assert!(error.to_string().contains("triage is a step: its results are output, structured"), "{error}");
         let error = check(&step("{{trage.output}}")).unwrap_err();
-        assert_eq!(error.to_string(), "line 2: {{trage.output}} names \"trage\", which is no line's id (did you mean \"triage\"?)");
+        assert_eq!(
+            error.to_string(),
+            "line 2: {{trage.output}} names \"trage\", which is no line's id (did you mean \"triage\"?)"
+        );
         let error = check(&step("{{item}}")).unwrap_err();
         assert!(error.to_string().contains("set only in a for_each line"), "{error}");
         let error = check(&step("{{ triage.output ")).unwrap_err();

@@ -13,6 +13,8 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+mod steps;
+
 use super::journal::{self, hash_text, Journal, Prior, Recorded};
 use super::pipeline::Pipeline;
 use super::results::{self, Results};

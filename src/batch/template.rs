@@ -113,8 +113,7 @@ impl Templates {
     /// `source` rendered over `context` (an object of the names it uses),
     /// each value and the whole bounded.
     pub(super) fn render(&self, source: &str, context: &Value) -> Result<String, String> {
-        let rendered =
-            self.env.render_str(source, TemplateValue::from(Serde(context))).map_err(|e| describe(&e))?;
+        let rendered = self.env.render_str(source, TemplateValue::from(Serde(context))).map_err(|e| describe(&e))?;
         if rendered.len() > MAX_PROMPT_BYTES {
             return Err(format!(
                 "the rendered prompt is {} bytes, more than the {MAX_PROMPT_BYTES} a prompt may be: cut what it \
@@ -215,7 +214,10 @@ mod tests {
             .unwrap();
         assert_eq!(names, ["fix.outputs", "item", "triage.structured.failing"]);
         assert!(templates.references("{{ unclosed").is_err());
-        assert_eq!(templates.expression_references("{{ triage.structured.failing }}").unwrap(), ["triage.structured.failing"]);
+        assert_eq!(
+            templates.expression_references("{{ triage.structured.failing }}").unwrap(),
+            ["triage.structured.failing"]
+        );
     }
 
     #[test]

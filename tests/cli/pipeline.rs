@@ -154,7 +154,9 @@ fn an_oversized_inserted_value_fails_its_step_with_the_way_out_and_truncate_fits
     let (by_id, _) = results(&out);
     let error = by_id["whole"]["error"].as_str().unwrap();
     assert!(
-        error.contains("an inserted value is 65545 bytes, more than the 65536 one value may be: cut it with |truncate(N)"),
+        error.contains(
+            "an inserted value is 65545 bytes, more than the 65536 one value may be: cut it with |truncate(N)"
+        ),
         "{error}"
     );
     assert!(by_id["whole"].get("run_id").is_none(), "refused before any run");
@@ -238,7 +240,8 @@ fn a_pipeline_killed_again_and_again_and_resumed_settles_each_step_once_and_the_
         if out.exists() {
             command.arg("--resume");
         }
-        let mut child = command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+        let mut child =
+            command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         while lines_in(&out) < target && std::time::Instant::now() < deadline {
             if child.try_wait().unwrap().is_some() {
@@ -265,7 +268,8 @@ fn a_pipeline_killed_again_and_again_and_resumed_settles_each_step_once_and_the_
     for (i, output) in outputs.iter().enumerate() {
         assert_eq!(output, &format!("handled: fix t{i} [delay:30]"));
     }
-    let expected = format!("handled: report{} [delay:30]", outputs.iter().map(|o| format!(" | {o}")).collect::<String>());
+    let expected =
+        format!("handled: report{} [delay:30]", outputs.iter().map(|o| format!(" | {o}")).collect::<String>());
     assert_eq!(by_id["report"]["output"], expected.as_str());
     // A finished pipeline resumed runs nothing.
     let again = run(&mut resume);
