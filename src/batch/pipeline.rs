@@ -192,7 +192,7 @@ impl Pipeline {
                 return Err(PipelineError::Line { line, why });
             }
             let mut waits_for = Vec::new();
-            for name in &task.after {
+            for name in task.after.iter().flatten() {
                 let &at = index_of.get(name).ok_or_else(|| unknown(line, "after".into(), name))?;
                 waits_for.push(at);
             }

@@ -54,10 +54,10 @@ pub struct Task {
     /// How long the run may take (`500ms`, `10m`; default `--timeout`).
     #[serde(default, deserialize_with = "timeout_text")]
     pub timeout: Option<std::time::Duration>,
-    /// The ids of the tasks this one waits for (a pipeline step; see
-    /// [`pipeline`](super::pipeline)).
+    /// The ids of the tasks this one waits for: a line that says it (even
+    /// `[]`) is a pipeline step; see [`pipeline`](super::pipeline).
     #[serde(default)]
-    pub after: Vec<String>,
+    pub after: Option<Vec<String>>,
     /// A template naming a list of an earlier result: one run per element
     /// (`{{item}}`, `{{index}}` in the prompt).
     #[serde(default)]
@@ -92,7 +92,7 @@ impl Task {
     /// over an earlier result): such a line needs the whole file checked
     /// before any run.
     pub fn is_step(&self) -> bool {
-        !self.after.is_empty() || self.for_each.is_some()
+        self.after.is_some() || self.for_each.is_some()
     }
 }
 

@@ -65,12 +65,13 @@ impl Engine {
             summary,
             report,
         };
-        let mut newly: Vec<usize> = (0..steps.len()).filter(|&at| steps[at].waits_for.is_empty()).collect();
+        // Popped from the end: the file's first ready step starts first.
+        let mut newly: Vec<usize> = (0..steps.len()).rev().filter(|&at| steps[at].waits_for.is_empty()).collect();
         let mut in_flight = FuturesUnordered::new();
         loop {
             while let Some(at) = newly.pop() {
                 if !self.cancel.is_cancelled() {
-                    newly.extend(run.open(at));
+                    newly.extend(run.open(at).into_iter().rev());
                 }
             }
             while in_flight.len() < concurrency && !self.cancel.is_cancelled() {
@@ -87,7 +88,7 @@ impl Engine {
             let interrupted = finished.interrupted;
             run.summary.add(finished);
             if !interrupted {
-                newly.extend(run.settle_run(step, element, &record));
+                newly.extend(run.settle_run(step, element, &record).into_iter().rev());
             }
         }
         let waiting = run.waiting();
