@@ -279,3 +279,58 @@ fn a_pipeline_killed_again_and_again_and_resumed_settles_each_step_once_and_the_
     assert!(done.trim_end().ends_with(&format!(" {}", WIDTH + 2)), "{stderr}");
     assert_eq!(results(&out).1.values().sum::<usize>(), WIDTH + 2);
 }
+
+#[test]
+fn a_changed_line_rerun_with_rerun_changed_invalidates_the_steps_after_it_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = |review: &str| {
+        format!(
+            "{{\"id\": \"review\", \"prompt\": \"{review}\"}}\n{{\"id\": \"summary\", \"after\": [], \"prompt\": \"sum up {{{{review.output}}}}\"}}\n{{\"id\": \"other\", \"prompt\": \"unrelated\"}}\n"
+        )
+    };
+    let tasks = write_file(dir.path(), "tasks.jsonl", lines("review the parser"));
+    let out = dir.path().join("out.jsonl");
+    assert!(run(&mut fanout(dir.path(), &tasks, &out, &[])).status.success());
+    write_file(dir.path(), "tasks.jsonl", lines("review the lexer"));
+    let refused = run(&mut fanout(dir.path(), &tasks, &out, &["--resume"]));
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(text(&refused.stderr).contains(":1: task \"review\" changed"), "{}", text(&refused.stderr));
+    let output = run(&mut fanout(dir.path(), &tasks, &out, &["--resume", "--rerun-changed"]));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let (by_id, lines) = results(&out);
+    assert_eq!(by_id["summary"]["output"], "handled: sum up handled: review the lexer");
+    assert_eq!((lines["review"], lines["summary"], lines["other"]), (2, 2, 1), "{lines:?}");
+}
+
+#[test]
+fn an_interrupted_pipeline_names_the_steps_still_waiting_and_a_resume_finishes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = write_file(
+        dir.path(),
+        "tasks.jsonl",
+        "{\"id\": \"slow\", \"prompt\": \"think [slow]\"}\n{\"id\": \"after_slow\", \"after\": [\"slow\"], \"prompt\": \"then\"}\n",
+    );
+    let out = dir.path().join("out.jsonl");
+    let child = fanout(dir.path(), &tasks, &out, &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling our own child, which has not been reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let output = child.wait_with_output().unwrap();
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("pipeline: 2 steps (0 for_each), 0 settled, 2 waiting"), "{stderr}");
+    assert!(stderr.contains("line 2: \"after_slow\" waits for \"slow\""), "{stderr}");
+    // The slow step answers at once when it is no longer slow.
+    write_file(
+        dir.path(),
+        "tasks.jsonl",
+        "{\"id\": \"slow\", \"prompt\": \"think\"}\n{\"id\": \"after_slow\", \"after\": [\"slow\"], \"prompt\": \"then\"}\n",
+    );
+    let output = run(&mut fanout(dir.path(), &tasks, &out, &["--resume"]));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let (by_id, _) = results(&out);
+    assert_eq!(by_id["after_slow"]["output"], "handled: then");
+}
