@@ -145,8 +145,6 @@ impl Step {
 #[derive(Debug)]
 pub(super) struct Pipeline {
     pub(super) steps: Vec<Step>,
-    /// Lines that are not tasks, reported as the batch starts.
-    pub(super) skipped: Vec<(usize, String)>,
     pub(super) templates: Templates,
 }
 
@@ -158,7 +156,7 @@ impl Pipeline {
     /// Checks `lines` (every line of the file) as a pipeline.
     pub(super) fn check(lines: Vec<Line>) -> Result<Pipeline, PipelineError> {
         let templates = Templates::new();
-        let (mut steps, mut skipped) = (Vec::new(), Vec::new());
+        let mut steps = Vec::new();
         let mut index_of: HashMap<String, usize> = HashMap::new();
         for line in lines {
             match line {
@@ -171,7 +169,11 @@ impl Pipeline {
                     index_of.insert(id.clone(), steps.len());
                     steps.push(Step { line: number, task, id, hash, waits_for: Vec::new(), dependents: Vec::new() });
                 }
-                Line::Skipped { number, why } => skipped.push((number, why)),
+                Line::Skipped { number, why } => {
+                    // A step may name it: a pipeline is whole or refused.
+                    let why = format!("not a task ({why}); a pipeline is checked whole: mend or remove the line");
+                    return Err(PipelineError::Line { line: number, why });
+                }
             }
         }
         let ids: Vec<&str> = steps.iter().map(|step| step.id.as_str()).collect();
@@ -248,7 +250,15 @@ impl Pipeline {
             let ids = circle.iter().map(|&at| steps[at].id.clone()).collect();
             return Err(PipelineError::Cycle { lines, ids });
         }
-        Ok(Pipeline { steps, skipped, templates })
+        // An element's id is its map's: no line may take one.
+        for step in &steps {
+            let Some((map, _)) = step.id.split_once('[') else { continue };
+            if let Some(&at) = index_of.get(map).filter(|&&at| steps[at].is_map()) {
+                let why = format!("its id {:?} is one line {}'s for_each gives its runs", step.id, steps[at].line);
+                return Err(PipelineError::Line { line: step.line, why });
+            }
+        }
+        Ok(Pipeline { steps, templates })
     }
 }
 
@@ -447,6 +457,19 @@ mod tests {
         let at = |id: &str| ids.iter().position(|x| x == id).unwrap();
         assert_eq!((at("a") + ids.len() - 1) % 3, at("c"), "{error}");
         assert!(error.to_string().starts_with("lines "), "{error}");
+    }
+
+    #[test]
+    fn a_malformed_line_and_an_id_a_map_gives_its_runs_are_refused() {
+        let error =
+            check("{\"id\": \"a\", \"prompt\": \"x\"}\n{\"prompt\": 3}\n{\"after\": [\"a\"], \"prompt\": \"y\"}\n")
+                .unwrap_err();
+        assert!(error.to_string().starts_with("line 2: not a task (invalid type"), "{error}");
+        let error = check(
+            "{\"id\": \"fix\", \"for_each\": \"[1]\", \"prompt\": \"x\"}\n{\"id\": \"fix[0]\", \"prompt\": \"y\"}\n",
+        )
+        .unwrap_err();
+        assert_eq!(error.to_string(), "line 2: its id \"fix[0]\" is one line 1's for_each gives its runs");
     }
 
     #[test]

@@ -48,12 +48,7 @@ impl Engine {
         concurrency: usize,
         report: &dyn Report,
     ) -> Summary {
-        let mut summary = Summary::default();
-        for (line, why) in &pipeline.skipped {
-            report.skipped(*line, why);
-            summary.skipped += 1;
-        }
-        let Pipeline { steps, templates, .. } = pipeline;
+        let Pipeline { steps, templates } = pipeline;
         let steps: &[Step] = &steps;
         let mut run = PipelineRun {
             engine: self,
@@ -62,7 +57,7 @@ impl Engine {
             prior,
             states: steps.iter().map(|step| State::Waiting(step.waits_for.len())).collect(),
             queue: VecDeque::new(),
-            summary,
+            summary: Summary::default(),
             report,
         };
         // Popped from the end: the file's first ready step starts first.
