@@ -99,6 +99,10 @@ fn outcome_of(record: &Value) -> String {
     if let Some(reason) = record.get("stop_reason").and_then(Value::as_str) {
         return bounded(reason);
     }
+    // A pipeline step not run after a failure before it.
+    if record.get("skipped").is_some() {
+        return "skipped".to_owned();
+    }
     match record.get("code").and_then(Value::as_str) {
         Some(code) => format!("rejected ({})", bounded(code)),
         None => "error".to_owned(),
@@ -108,7 +112,7 @@ fn outcome_of(record: &Value) -> String {
 /// Why a result line's run failed: its error, its timeout, or its
 /// diagnostic's reason.
 fn detail_of(record: &Value) -> Option<String> {
-    if let Some(error) = record.get("error").and_then(Value::as_str) {
+    if let Some(error) = record.get("error").or_else(|| record.get("skipped")).and_then(Value::as_str) {
         return Some(bounded(error));
     }
     if record.get("reason").and_then(Value::as_str) == Some("timeout") {
@@ -498,6 +502,12 @@ mod tests {
         );
         assert_eq!((row.tokens, row.latency_ms), (7, 12));
         assert!(row.failed());
+        let skipped = Row::from_record(&json!({"line": 2, "skipped": "after review: error: it broke"}), None, None, 0);
+        assert_eq!(
+            (skipped.outcome.as_str(), skipped.detail.as_deref()),
+            ("skipped", Some("after review: error: it broke"))
+        );
+        assert!(skipped.failed());
         let interrupted = Row::from_record(&json!({"stop_reason": "cancelled", "interrupted": true}), None, None, 0);
         assert_eq!(interrupted.outcome, "interrupted");
         assert!(!interrupted.failed());
