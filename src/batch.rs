@@ -236,6 +236,12 @@ pub trait Report: Send + Sync {
     /// A task an earlier batch settled, not run again.
     fn done_before(&self) {}
 
+    /// A pipeline's `for_each` line became `runs` runs (each settles on
+    /// its own; none when its list was empty), where a flat line is one.
+    fn expanded(&self, line: usize, runs: usize) {
+        let _ = (line, runs);
+    }
+
     /// The tasks file failed before its end: no more lines are run.
     fn tasks_unreadable(&self, error: &std::io::Error) {
         let _ = error;
@@ -263,6 +269,10 @@ impl<R: Report + ?Sized> Report for &R {
 
     fn done_before(&self) {
         (**self).done_before();
+    }
+
+    fn expanded(&self, line: usize, runs: usize) {
+        (**self).expanded(line, runs);
     }
 
     fn tasks_unreadable(&self, error: &std::io::Error) {

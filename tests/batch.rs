@@ -125,6 +125,23 @@ fn a_pipeline_maps_under_the_cap_resumes_after_an_interruption_and_its_reduce_se
     assert!(reduce.contains("200 outputs, last ") && reduce.ends_with("element 199"), "{reduce}");
     assert!(peak() <= 8, "at most 8 runs at once, saw {}", peak());
 
+    // Resumed once more: nothing runs, and the map still tells how wide it is.
+    #[derive(Clone, Default)]
+    struct Widths(std::sync::Arc<std::sync::Mutex<Vec<(usize, usize)>>>, std::sync::Arc<AtomicUsize>);
+    impl Report for Widths {
+        fn expanded(&self, line: usize, runs: usize) {
+            self.0.lock().unwrap().push((line, runs));
+        }
+        fn done_before(&self) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let widths = Widths::default();
+    let opened = Batch::new(&subagents, "mock").out(&out).resume(true).open(&tasks, CancellationToken::new()).unwrap();
+    let third = runtime.block_on(opened.run(widths.clone()));
+    assert_eq!((third.runs(), widths.1.load(Ordering::SeqCst)), (0, 201));
+    assert_eq!(*widths.0.lock().unwrap(), [(1, 200)]);
+
     // A circle is a typed refusal an embedder can match, before any run.
     std::fs::write(&tasks, "{\"id\": \"a\", \"after\": [\"b\"], \"prompt\": \"a\"}\n{\"id\": \"b\", \"after\": [\"a\"], \"prompt\": \"b\"}\n")
         .unwrap();

@@ -149,8 +149,10 @@ impl PipelineRun<'_> {
         };
         let (items, ids) = items;
         if items.is_empty() {
+            self.report.expanded(step.line, 0);
             return self.settle(at, Outcome::of_map(&step.id, &[]));
         }
+        self.report.expanded(step.line, items.len());
         self.states[at] = State::Running { elements: vec![None; items.len()], left: items.len() };
         let mut ready = Vec::new();
         for (index, (item, id)) in items.into_iter().zip(ids).enumerate() {

@@ -437,6 +437,11 @@ impl Report for Board {
         self.change(|state| state.done_before += 1);
     }
 
+    fn expanded(&self, _line: usize, runs: usize) {
+        // The line was counted as one run.
+        self.change(|state| state.total = state.total.map(|total| (total + runs as u64).saturating_sub(1)));
+    }
+
     fn retrying(&self, _line: usize, _attempt: u32, _outcome: &str, _wait: Duration) {
         self.change(|state| state.retries += 1);
     }
@@ -465,6 +470,11 @@ impl<A: Report, B: Report> Report for Both<A, B> {
     fn done_before(&self) {
         self.0.done_before();
         self.1.done_before();
+    }
+
+    fn expanded(&self, line: usize, runs: usize) {
+        self.0.expanded(line, runs);
+        self.1.expanded(line, runs);
     }
 
     fn tasks_unreadable(&self, error: &std::io::Error) {
