@@ -146,6 +146,17 @@ impl Step {
 pub(super) struct Pipeline {
     pub(super) steps: Vec<Step>,
     pub(super) templates: Templates,
+    /// Each step's index, by id.
+    index_of: HashMap<String, usize>,
+}
+
+impl Pipeline {
+    /// Whether a later step reads the result of `id` (a step's id, or one
+    /// of its map's elements', `fix[0]`).
+    pub(super) fn is_read_by_others(&self, id: &str) -> bool {
+        let at = self.index_of.get(id).or_else(|| id.split_once('[').and_then(|(map, _)| self.index_of.get(map)));
+        at.is_some_and(|&at| !self.steps[at].dependents.is_empty())
+    }
 }
 
 /// The result fields a template may read of a step, and of a map.
@@ -258,7 +269,7 @@ impl Pipeline {
                 return Err(PipelineError::Line { line: step.line, why });
             }
         }
-        Ok(Pipeline { steps, templates })
+        Ok(Pipeline { steps, templates, index_of })
     }
 }
 

@@ -108,7 +108,9 @@ pub(super) fn open(batch: Batch, tasks: &Path, cancel: CancellationToken) -> Res
     }
     // A resumed pipeline's steps read the results they reuse.
     let prior = match (&pipeline, &out) {
-        (Some(_), Some(out)) if resuming => journal::read_records(out, max_line_bytes)?,
+        (Some(pipeline), Some(out)) if resuming => {
+            journal::read_records(out, max_line_bytes, |id| pipeline.is_read_by_others(id))?
+        }
         _ => HashMap::new(),
     };
     // Runs of a provider that detaches them are recorded beside the

@@ -48,7 +48,7 @@ impl Engine {
         concurrency: usize,
         report: &dyn Report,
     ) -> Summary {
-        let Pipeline { steps, templates } = pipeline;
+        let Pipeline { steps, templates, .. } = pipeline;
         let steps: &[Step] = &steps;
         let mut run = PipelineRun {
             engine: self,
@@ -261,7 +261,10 @@ impl PipelineRun<'_> {
     /// A run's result: the step settles (a map when its last element
     /// has). Answers the steps now ready.
     fn settle_run(&mut self, at: usize, element: Option<usize>, record: &Value) -> Vec<usize> {
-        let outcome = Outcome::of(record);
+        let mut outcome = Outcome::of(record);
+        if self.steps[at].dependents.is_empty() {
+            outcome.view = Value::Null; // no template reads it: not held
+        }
         let Some(index) = element else { return self.settle(at, outcome) };
         let State::Running { elements, left } = &mut self.states[at] else { return Vec::new() };
         if elements[index].replace(outcome).is_none() {
