@@ -334,3 +334,23 @@ fn an_interrupted_pipeline_names_the_steps_still_waiting_and_a_resume_finishes_t
     let (by_id, _) = results(&out);
     assert_eq!(by_id["after_slow"]["output"], "handled: then");
 }
+
+#[test]
+fn rerun_failed_runs_a_failed_step_again_and_in_turn_the_step_skipped_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = write_file(
+        dir.path(),
+        "tasks.jsonl",
+        "{\"id\": \"a\", \"prompt\": \"x [fail]\"}\n{\"id\": \"b\", \"after\": [\"a\"], \"prompt\": \"y\"}\n{\"id\": \"c\", \"prompt\": \"z\"}\n",
+    );
+    let out = dir.path().join("out.jsonl");
+    assert!(run(&mut fanout(dir.path(), &tasks, &out, &[])).status.success());
+    let plain = run(&mut fanout(dir.path(), &tasks, &out, &["--resume"]));
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    assert_eq!(results(&out).1.values().sum::<usize>(), 3, "a plain resume keeps the failure and the skip");
+    let again = run(&mut fanout(dir.path(), &tasks, &out, &["--resume", "--rerun-failed"]));
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    let (by_id, lines) = results(&out);
+    assert_eq!((lines["a"], lines["b"], lines["c"]), (2, 2, 1), "{lines:?}");
+    assert_eq!(by_id["b"]["skipped"], "after a: error: the scripted model failed");
+}
