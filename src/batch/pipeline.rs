@@ -19,7 +19,20 @@
 //!
 //! A step starts when every step it waits for has settled — those in its
 //! `after` and those its templates name. Its prompt is then rendered over
-//! their results ([`template`](super::template)); independent steps run
+//! their results (minijinja, Jinja's syntax):
+//!
+//! ```text
+//! {{review.output}}                     a step's answer (text)
+//! {{triage.structured.failing[0].name}} a field of its structured output
+//! {{review.completed}} {{review.stop_reason}} {{review.error}} {{review.skipped}}
+//! {{fix.outputs}} {{fix.results}}       a map's answers (whole results), in element order
+//! {{item}} {{index}}                    in a for_each step: its element
+//! {{review.output|truncate(2000)}}      at most 2000 bytes of it
+//! ```
+//!
+//! Text goes in as it is, any other value as JSON; each inserted value is
+//! at most [`MAX_INSERTED_BYTES`](super::MAX_INSERTED_BYTES) and the prompt
+//! [`MAX_PROMPT_BYTES`](super::MAX_PROMPT_BYTES). Independent steps run
 //! side by side up to the batch's concurrency, and the batch's budget,
 //! retries and timeouts apply to each run as to any task.
 //!
