@@ -354,3 +354,22 @@ fn rerun_failed_runs_a_failed_step_again_and_in_turn_the_step_skipped_after_it()
     assert_eq!((lines["a"], lines["b"], lines["c"]), (2, 2, 1), "{lines:?}");
     assert_eq!(by_id["b"]["skipped"], "after a: error: the scripted model failed");
 }
+
+#[test]
+fn a_step_added_to_a_finished_flat_batch_runs_alone_on_resume_over_the_flat_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let flat = "{\"id\": \"one\", \"prompt\": \"first\"}\n{\"id\": \"two\", \"prompt\": \"second\"}\n";
+    let tasks = write_file(dir.path(), "tasks.jsonl", flat);
+    let out = dir.path().join("out.jsonl");
+    assert!(run(&mut fanout(dir.path(), &tasks, &out, &[])).status.success());
+    write_file(
+        dir.path(),
+        "tasks.jsonl",
+        format!("{flat}{{\"id\": \"both\", \"prompt\": \"{{{{one.output}}}} + {{{{two.output}}}}\", \"after\": []}}\n"),
+    );
+    let output = run(&mut fanout(dir.path(), &tasks, &out, &["--resume"]));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let (by_id, lines) = results(&out);
+    assert_eq!((lines["one"], lines["two"], lines["both"]), (1, 1, 1), "{lines:?}");
+    assert_eq!(by_id["both"]["output"], "handled: handled: first + handled: second");
+}

@@ -211,11 +211,14 @@ impl PipelineRun<'_> {
     }
 
     /// The earlier result of `id`, when a resume may keep it: written for
-    /// this line and these inputs, and complete unless `--rerun-failed`.
+    /// this line and (a step's) these inputs, and complete unless
+    /// `--rerun-failed`. A flat line's prompt is its line: a result a flat
+    /// batch wrote for it is kept too.
     fn reusable(&self, step: &Step, id: &str, inputs: u64) -> Option<Value> {
         let record = self.prior.get(id)?;
         let prior = self.engine.settled.get(&id_key(id))?;
-        let same = prior.hash == Some(step.hash) && record["inputs_hash"] == hash_text(inputs).as_str();
+        let same_inputs = !step.task.is_step() || record["inputs_hash"] == hash_text(inputs).as_str();
+        let same = prior.hash == Some(step.hash) && same_inputs;
         (same && (prior.completed || !self.engine.resume.rerun_failed)).then(|| record.clone())
     }
 
