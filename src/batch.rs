@@ -26,7 +26,8 @@
 //!
 //! One JSON object per line ([`Task`]): `{"prompt": "...", "id"?, "label"?,
 //! "persona"?, "output_schema"?, "max_depth"?, "budget"?, "provider"?,
-//! "timeout"?}`. The file is streamed, a few dozen lines ahead of the runs,
+//! "timeout"?}`, and for a pipeline step `"after"?, "for_each"?,
+//! "max_items"?, "key"?, "on_failure"?` (see [`pipeline`]). The file is streamed, a few dozen lines ahead of the runs,
 //! each line at most `max_line_bytes` long; a malformed line is skipped
 //! with its reason ([`Report::skipped`]), never fatal. Memory follows the
 //! concurrency, not the length of the file: a settled run leaves only its
@@ -55,10 +56,12 @@
 //! only those the provider no longer knows or stopped (`"expired_run"`).
 
 mod journal;
+pub mod pipeline;
 mod results;
 mod run;
 mod summary;
 mod tasks;
+mod template;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -66,10 +69,12 @@ use std::time::Duration;
 use crate::{Budget, CancellationToken, Subagents};
 
 pub use journal::{resume_line_bound, runs_path};
+pub use pipeline::PipelineError;
 pub use results::refuse_shared;
 pub use run::{Opened, Settled};
 pub use summary::Summary;
-pub use tasks::{content_hash, read_line, task_id, Line, RawLine, Task, TaskLines, DEFAULT_MAX_LINE_BYTES};
+pub use tasks::{content_hash, read_line, task_id, Line, OnFailure, RawLine, Task, TaskLines, DEFAULT_MAX_LINE_BYTES};
+pub use template::{MAX_INSERTED_BYTES, MAX_PROMPT_BYTES};
 
 /// The most runs a batch keeps in flight.
 pub const MAX_CONCURRENCY: usize = 100_000;
@@ -231,6 +236,12 @@ pub trait Report: Send + Sync {
     /// A task an earlier batch settled, not run again.
     fn done_before(&self) {}
 
+    /// A pipeline's `for_each` line became `runs` runs (each settles on
+    /// its own; none when its list was empty), where a flat line is one.
+    fn expanded(&self, line: usize, runs: usize) {
+        let _ = (line, runs);
+    }
+
     /// The tasks file failed before its end: no more lines are run.
     fn tasks_unreadable(&self, error: &std::io::Error) {
         let _ = error;
@@ -258,6 +269,10 @@ impl<R: Report + ?Sized> Report for &R {
 
     fn done_before(&self) {
         (**self).done_before();
+    }
+
+    fn expanded(&self, line: usize, runs: usize) {
+        (**self).expanded(line, runs);
     }
 
     fn tasks_unreadable(&self, error: &std::io::Error) {
@@ -337,6 +352,15 @@ pub enum BatchError {
         suggestion: Option<String>,
         /// The registered names.
         available: Vec<String>,
+    },
+    /// A pipeline's graph or templates cannot run as written.
+    #[error("{}: {error}", path.display())]
+    Pipeline {
+        /// The tasks file.
+        path: PathBuf,
+        /// What is wrong, with its lines.
+        #[source]
+        error: PipelineError,
     },
     /// [`Batch::resume`] without [`Batch::out`].
     #[error("a resumed batch needs its results file")]

@@ -86,3 +86,70 @@ fn a_batch_runs_under_its_cap_is_interrupted_without_settling_and_resumes_to_eac
     names.retain(|name| name != "home");
     assert_eq!(names, ["out.jsonl", "tasks.jsonl"]);
 }
+
+#[test]
+fn a_pipeline_maps_under_the_cap_resumes_after_an_interruption_and_its_reduce_sees_every_element() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::builder().workers(2).home(dir.path().join("home")).build().unwrap();
+    let subagents = runtime.subagents();
+    let mock = MockProvider::new("mock").with_delay(Duration::from_millis(5)).with_echo_prompt();
+    subagents.register_provider(mock).unwrap().keep();
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(
+        &tasks,
+        concat!(
+            "{\"id\": \"each\", \"for_each\": \"range(200)\", \"prompt\": \"element {{item}}\"}\n",
+            "{\"id\": \"all\", \"after\": [\"each\"], \"prompt\": \"{{each.outputs|length}} outputs, last {{each.outputs[199]}}\"}\n",
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("out.jsonl");
+    let (_listener, peak) = crate::common::peak_running(&subagents);
+
+    let cancel = CancellationToken::new();
+    let opened = Batch::new(&subagents, "mock").concurrency(8).out(&out).open(&tasks, cancel.clone()).unwrap();
+    let first = runtime.block_on(opened.run(StopAfter { settled: AtomicUsize::new(0), stop_after: 50, cancel }));
+    assert!(first.was_interrupted() && first.runs() < 201, "{}", first.runs());
+    let waiting: Vec<(usize, String)> = first.waiting_steps().map(|(line, id, _)| (line, id.to_owned())).collect();
+    assert_eq!(waiting, [(1, "each".to_owned()), (2, "all".to_owned())]);
+
+    let opened = Batch::new(&subagents, "mock").concurrency(8).out(&out).resume(true);
+    let second = runtime.block_on(opened.open(&tasks, CancellationToken::new()).unwrap().run(Quiet));
+    assert!(second.all_ran() && second.all_completed() && second.waiting_steps().next().is_none());
+    let finished = lines_by_id(&out);
+    assert_eq!(finished.len(), 201, "200 elements and the reduce");
+    for (id, lines) in &finished {
+        assert_eq!(lines.iter().filter(|line| line["interrupted"] != true).count(), 1, "{id} settled once");
+    }
+    let reduce = finished["all"][0]["output"].as_str().unwrap();
+    assert!(reduce.contains("200 outputs, last ") && reduce.ends_with("element 199"), "{reduce}");
+    assert!(peak() <= 8, "at most 8 runs at once, saw {}", peak());
+
+    // Resumed once more: nothing runs, and the map still tells how wide it is.
+    #[derive(Clone, Default)]
+    struct Widths(std::sync::Arc<std::sync::Mutex<Vec<(usize, usize)>>>, std::sync::Arc<AtomicUsize>);
+    impl Report for Widths {
+        fn expanded(&self, line: usize, runs: usize) {
+            self.0.lock().unwrap().push((line, runs));
+        }
+        fn done_before(&self) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let widths = Widths::default();
+    let opened = Batch::new(&subagents, "mock").out(&out).resume(true).open(&tasks, CancellationToken::new()).unwrap();
+    let third = runtime.block_on(opened.run(widths.clone()));
+    assert_eq!((third.runs(), widths.1.load(Ordering::SeqCst)), (0, 201));
+    assert_eq!(*widths.0.lock().unwrap(), [(1, 200)]);
+
+    // A circle is a typed refusal an embedder can match, before any run.
+    std::fs::write(&tasks, "{\"id\": \"a\", \"after\": [\"b\"], \"prompt\": \"a\"}\n{\"id\": \"b\", \"after\": [\"a\"], \"prompt\": \"b\"}\n")
+        .unwrap();
+    let refused =
+        Batch::new(&subagents, "mock").out(dir.path().join("other.jsonl")).open(&tasks, CancellationToken::new());
+    let error = refused.unwrap_err();
+    assert!(
+        matches!(&error, subagents::batch::BatchError::Pipeline { error: subagents::batch::PipelineError::Cycle { lines, .. }, .. } if lines.len() == 2),
+        "{error}"
+    );
+}

@@ -20,6 +20,8 @@ mod lost;
 mod models;
 #[path = "cli/output.rs"]
 mod output;
+#[path = "cli/pipeline.rs"]
+mod pipeline;
 #[path = "cli/sessions.rs"]
 mod sessions;
 #[path = "cli/terminal.rs"]

@@ -126,6 +126,40 @@ pub(super) fn open(
     Ok((journal, settled))
 }
 
+/// The result lines of an earlier batch's file by task id (the last of an
+/// id wins; an interrupted run's line unsettles its id), each line read
+/// whole with the bound of [`resume_line_bound`]: what a resumed pipeline
+/// hands its steps' templates (the answers only of the ids `read_by_others`
+/// names; of the rest, what says how they ended). Read after [`open`] cut
+/// a torn last line.
+pub(super) fn read_records(
+    path: &Path,
+    max_line_bytes: u64,
+    read_by_others: impl Fn(&str) -> bool,
+) -> Result<HashMap<String, serde_json::Value>, BatchError> {
+    let io = |source| BatchError::Io { action: "read", path: path.to_owned(), source };
+    let mut reader = BufReader::new(File::open(path).map_err(io)?);
+    let (mut buffer, mut records) = (Vec::new(), HashMap::new());
+    while let Some(line) = tasks::read_line(&mut reader, &mut buffer, resume_line_bound(max_line_bytes)).map_err(io)? {
+        if line.overlong || !line.ended {
+            continue; // reported by `open`; its task runs again
+        }
+        let Ok(mut record) = serde_json::from_slice::<serde_json::Value>(&buffer) else { continue };
+        let Some(id) = record["id"].as_str().map(str::to_owned) else { continue };
+        if !read_by_others(&id) {
+            if let Some(fields) = record.as_object_mut() {
+                fields.remove("output");
+                fields.remove("structured");
+            }
+        }
+        match record["interrupted"] == true {
+            true => records.remove(&id),
+            false => records.insert(id, record),
+        };
+    }
+    Ok(records)
+}
+
 /// The runs journal beside `out` (`OUT.runs`).
 pub fn runs_path(out: &Path) -> std::path::PathBuf {
     let mut name = out.as_os_str().to_owned();

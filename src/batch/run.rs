@@ -13,7 +13,10 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+mod steps;
+
 use super::journal::{self, hash_text, Journal, Prior, Recorded};
+use super::pipeline::Pipeline;
 use super::results::{self, Results};
 use super::summary::{Finished, Summary};
 use super::tasks::{id_key, task_id, FirstLines, IdKey, Line, Task, TaskLines};
@@ -54,7 +57,7 @@ pub struct Settled<'a> {
 /// to [`run`](Opened::run).
 pub struct Opened {
     batch: Engine,
-    lines: mpsc::Receiver<std::io::Result<Line>>,
+    work: Work,
     concurrency: usize,
     results: Arc<Results>,
 }
@@ -67,6 +70,14 @@ impl std::fmt::Debug for Opened {
             .field("concurrency", &self.concurrency)
             .finish_non_exhaustive()
     }
+}
+
+/// What an opened batch runs.
+enum Work {
+    /// A flat file: its lines as they are read.
+    Lines(mpsc::Receiver<std::io::Result<Line>>),
+    /// A pipeline, checked whole, with the result lines a resume reuses.
+    Pipeline(Box<Pipeline>, HashMap<String, Value>),
 }
 
 /// [`Batch::open`].
@@ -87,13 +98,21 @@ pub(super) fn open(batch: Batch, tasks: &Path, cancel: CancellationToken) -> Res
     let resuming = resume.is_some();
     let resume = resume.unwrap_or_default();
     // A fresh batch truncates its results file: its lines are checked first.
-    if !resuming {
-        check_lines(tasks, max_line_bytes, &subagents, &HashMap::new(), false)?;
+    let mut pipeline = None;
+    if !resuming && check_lines(tasks, max_line_bytes, &subagents, &HashMap::new(), false)? {
+        pipeline = Some(read_pipeline(tasks, max_line_bytes)?);
     }
     let (results, settled) = Results::open(out.as_deref(), resuming, max_line_bytes, results, cancel.clone())?;
-    if resuming {
-        check_lines(tasks, max_line_bytes, &subagents, &settled, resume.rerun_changed)?;
+    if resuming && check_lines(tasks, max_line_bytes, &subagents, &settled, resume.rerun_changed)? {
+        pipeline = Some(read_pipeline(tasks, max_line_bytes)?);
     }
+    // A resumed pipeline's steps read the results they reuse.
+    let prior = match (&pipeline, &out) {
+        (Some(pipeline), Some(out)) if resuming => {
+            journal::read_records(out, max_line_bytes, |id| pipeline.is_read_by_others(id))?
+        }
+        _ => HashMap::new(),
+    };
     // Runs of a provider that detaches them are recorded beside the
     // results before they start, so that a resume attaches to them again.
     let detaches = subagents.provider(&provider).is_some_and(|info| info.detaches);
@@ -120,8 +139,11 @@ pub(super) fn open(batch: Batch, tasks: &Path, cancel: CancellationToken) -> Res
         runs,
         recorded,
     };
-    let lines = read_ahead(TaskLines::new(BufReader::new(tasks_file), max_line_bytes));
-    Ok(Opened { batch, lines, concurrency, results })
+    let work = match pipeline {
+        Some(pipeline) => Work::Pipeline(Box::new(pipeline), prior),
+        None => Work::Lines(read_ahead(TaskLines::new(BufReader::new(tasks_file), max_line_bytes))),
+    };
+    Ok(Opened { batch, work, concurrency, results })
 }
 
 impl Opened {
@@ -136,9 +158,12 @@ impl Opened {
     /// was interrupted, or results could not be written).
     pub async fn run(self, report: impl Report) -> Summary {
         let report: &dyn Report = &report;
-        let Opened { batch, lines, concurrency, results } = self;
+        let Opened { batch, work, concurrency, results } = self;
         let started = Instant::now();
-        let mut summary = batch.run_all(lines, concurrency, report).await;
+        let mut summary = match work {
+            Work::Lines(lines) => batch.run_all(lines, concurrency, report).await,
+            Work::Pipeline(pipeline, prior) => batch.run_pipeline(*pipeline, prior, concurrency, report).await,
+        };
         // A result that could not be written was said when it happened; one
         // that fails only now (the last sync) is said here.
         let lost = results.finish(report).err().map(str::to_owned);
@@ -152,23 +177,26 @@ impl Opened {
 /// nearest name), and with a resume every task line whose id the results
 /// file settled ran the same line then (else refused naming the first
 /// changed line, unless `rerun_changed`). A pipe cannot be read twice: its
-/// lines are checked as they run.
+/// lines are checked as they run. Answers whether a line is a pipeline
+/// step (then the file is read again, whole, by [`read_pipeline`]).
 fn check_lines(
     tasks: &Path,
     max_line_bytes: u64,
     subagents: &Subagents,
     settled: &HashMap<IdKey, Prior>,
     rerun_changed: bool,
-) -> Result<(), BatchError> {
+) -> Result<bool, BatchError> {
     if !tasks.is_file() {
-        return Ok(());
+        return Ok(false);
     }
+    let mut steps = false;
     let file = open_tasks(tasks)?;
     // The lines the batch skips as repeated ids were never run: not checked.
     let mut first_lines = FirstLines::default();
     for line in TaskLines::new(BufReader::new(file), max_line_bytes) {
         let line = line.map_err(|source| BatchError::Io { action: "read", path: tasks.to_owned(), source })?;
         let Line::Task { number, task, hash } = line else { continue };
+        steps |= task.is_step();
         if let Some(name) = task.provider.as_deref().filter(|name| !subagents.has_provider(name)) {
             return Err(BatchError::UnknownProvider {
                 path: tasks.to_owned(),
@@ -186,7 +214,16 @@ fn check_lines(
             return Err(BatchError::Changed { path: tasks.to_owned(), line: number, id });
         }
     }
-    Ok(())
+    Ok(steps)
+}
+
+/// The tasks file read whole and checked as a pipeline.
+fn read_pipeline(tasks: &Path, max_line_bytes: u64) -> Result<Pipeline, BatchError> {
+    let file = open_tasks(tasks)?;
+    let lines = TaskLines::new(BufReader::new(file), max_line_bytes)
+        .collect::<std::io::Result<Vec<Line>>>()
+        .map_err(|source| BatchError::Io { action: "read", path: tasks.to_owned(), source })?;
+    Pipeline::check(lines).map_err(|error| BatchError::Pipeline { path: tasks.to_owned(), error })
 }
 
 /// Whether a failed run's record names a transient cause: a model endpoint
@@ -261,18 +298,18 @@ impl Drop for AbortOnDrop {
 /// failed.
 type Attempt = (Value, Finished, Option<String>);
 
-struct Engine {
+pub(super) struct Engine {
     subagents: Subagents,
     provider: String,
     cwd: PathBuf,
     tasks_path: PathBuf,
-    cancel: CancellationToken,
-    results: Arc<Results>,
+    pub(super) cancel: CancellationToken,
+    pub(super) results: Arc<Results>,
     /// The batch's budget: the batch holds it, every task run is its child.
     budget: Option<BudgetLease>,
     /// What the results file settled before (a resume), by task id.
-    settled: HashMap<IdKey, Prior>,
-    resume: Resume,
+    pub(super) settled: HashMap<IdKey, Prior>,
+    pub(super) resume: Resume,
     retry: u32,
     timeout: Option<Duration>,
     /// `OUT.runs`, when the batch's provider detaches its runs: each run's
@@ -302,13 +339,18 @@ impl Engine {
                 // Finished runs first: they make room for the next line.
                 biased;
                 Some(finished) = in_flight.next(), if !in_flight.is_empty() => {
-                    if let Some(finished) = finished {
+                    if let Some((finished, _)) = finished {
                         summary.add(finished);
                     }
                 }
                 () = self.cancel.cancelled(), if reading => reading = false,
                 line = lines.recv(), if reading && in_flight.len() < concurrency => match line {
                     Some(Ok(Line::Task { number, task, hash })) => {
+                        if task.is_step() {
+                            report.skipped(number, "after and for_each need a tasks file that is a regular file: a pipeline is checked whole before it runs");
+                            summary.skipped += 1;
+                            continue;
+                        }
                         let id = task_id(&task, number, hash);
                         if let Err(first) = first_lines.claim(&task, &id, number) {
                             report.skipped(number, &format!("its id {id:?} is line {first}'s too"));
@@ -322,7 +364,7 @@ impl Engine {
                             report.done_before();
                             continue;
                         }
-                        in_flight.push(self.run_one(number, task, id, hash, report));
+                        in_flight.push(self.run_one(number, task, id, hash, None, Vec::new(), report));
                     }
                     Some(Ok(Line::Skipped { number, why })) => {
                         report.skipped(number, &why);
@@ -342,16 +384,20 @@ impl Engine {
     }
 
     /// Runs one task (again after a transient failure, up to `retry`
-    /// times) and writes its result line; `None` when the batch was
+    /// times) and writes its result line (with a pipeline step's
+    /// `inputs_hash` and `extra` fields); `None` when the batch was
     /// cancelled before it started.
-    async fn run_one(
+    #[expect(clippy::too_many_arguments, reason = "one task's run: what it is, where it is from, who hears of it")]
+    pub(super) async fn run_one(
         &self,
         line: usize,
         task: Box<Task>,
         id: String,
         hash: u64,
+        inputs: Option<u64>,
+        extra: Vec<(&'static str, Value)>,
         report: &dyn Report,
-    ) -> Option<Finished> {
+    ) -> Option<(Finished, Value)> {
         let timeout = task.timeout.or(self.timeout);
         let provider = task.provider.as_deref().unwrap_or(&self.provider);
         let detaching = self.runs.is_some() && self.subagents.provider(provider).is_some_and(|info| info.detaches);
@@ -394,6 +440,12 @@ impl Engine {
         let (mut record, mut finished, detail) = last;
         record["id"] = json!(id);
         record["task_hash"] = json!(hash_text(hash));
+        if let Some(inputs) = inputs {
+            record["inputs_hash"] = json!(hash_text(inputs));
+        }
+        for (key, value) in extra {
+            record[key] = value;
+        }
         if attempt > 1 {
             record["attempts"] = json!(attempt);
         }
@@ -417,7 +469,7 @@ impl Engine {
             written: finished.written,
         };
         report.settled(&settled);
-        Some(Finished { retried: attempt > 1, reattached: reattached && attempt == 1, ..finished })
+        Some((Finished { retried: attempt > 1, reattached: reattached && attempt == 1, ..finished }, record))
     }
 
     /// A fresh run of a task; with `detaching`, under a new run id written

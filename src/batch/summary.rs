@@ -84,9 +84,44 @@ pub struct Summary {
     /// Why results could no longer be written.
     lost: Option<String>,
     resumable: bool,
+    /// A pipeline's graph, when the batch was one.
+    pub(super) pipeline: Option<Graph>,
+    /// Pipeline steps settled without a run (skipped after a failure, or
+    /// a prompt or list that could not be made).
+    unrun: usize,
 }
 
+/// A pipeline's steps as the batch ended.
+#[derive(Debug, Default)]
+pub(super) struct Graph {
+    /// Its steps (task lines).
+    pub(super) steps: usize,
+    /// Of them, `for_each` maps.
+    pub(super) maps: usize,
+    /// The steps that did not settle: line, id, and the ids each still
+    /// waits for.
+    pub(super) waiting: Vec<(usize, String, Vec<String>)>,
+}
+
+/// Waiting steps named one by one in the summary; past this, counted.
+const NAMED_WAITING: usize = 10;
+
 impl Summary {
+    /// A pipeline step settled without a run, with `outcome` (`skipped`,
+    /// `error`).
+    pub(super) fn add_unrun(&mut self, outcome: &str, written: bool) {
+        self.unrun += 1;
+        self.incomplete += 1;
+        self.unwritten += usize::from(!written);
+        *self.per_outcome.entry(outcome.to_owned()).or_default() += 1;
+    }
+
+    /// A pipeline's steps that did not settle (an interrupted or stopped
+    /// batch), each with its line, id and the ids it still waits for.
+    pub fn waiting_steps(&self) -> impl Iterator<Item = (usize, &str, &[String])> {
+        self.pipeline.iter().flat_map(|graph| graph.waiting.iter()).map(|(line, id, on)| (*line, id.as_str(), &on[..]))
+    }
+
     pub(super) fn add(&mut self, settled: Finished) {
         self.runs += 1;
         self.incomplete += usize::from(!settled.completed);
@@ -200,6 +235,9 @@ impl Summary {
         for (outcome, count) in &self.per_outcome {
             writeln!(out, "  {outcome:<24} {count:>6}")?;
         }
+        if self.unrun > 0 {
+            writeln!(out, "  {:<24} {:>6}", "(steps not run)", self.unrun)?;
+        }
         if self.skipped > 0 {
             writeln!(out, "  {:<24} {:>6}", "(skipped lines)", self.skipped)?;
         }
@@ -217,6 +255,25 @@ impl Summary {
         }
         if self.retried > 0 {
             writeln!(out, "  {:<24} {:>6}", "(retried)", self.retried)?;
+        }
+        if let Some(graph) = &self.pipeline {
+            let settled = graph.steps - graph.waiting.len();
+            writeln!(
+                out,
+                "  pipeline: {} steps ({} for_each), {settled} settled, {} waiting",
+                graph.steps,
+                graph.maps,
+                graph.waiting.len()
+            )?;
+            for (line, id, on) in graph.waiting.iter().take(NAMED_WAITING) {
+                match on.is_empty() {
+                    true => writeln!(out, "    line {line}: {id:?} did not finish")?,
+                    false => writeln!(out, "    line {line}: {id:?} waits for {}", quoted(on))?,
+                }
+            }
+            if graph.waiting.len() > NAMED_WAITING {
+                writeln!(out, "    and {} more steps", graph.waiting.len() - NAMED_WAITING)?;
+            }
         }
         let (p50, p99) = (self.latencies.quantile(0.5), self.latencies.quantile(0.99));
         writeln!(out, "  latency p50 {p50:.1?}, p99 {p99:.1?}")?;
@@ -240,6 +297,15 @@ impl Summary {
         )?;
         Ok(())
     }
+}
+
+/// Ids quoted and listed, at most [`NAMED_WAITING`] of them.
+fn quoted(ids: &[String]) -> String {
+    let mut listed: Vec<String> = ids.iter().take(NAMED_WAITING).map(|id| format!("{id:?}")).collect();
+    if ids.len() > NAMED_WAITING {
+        listed.push(format!("{} more", ids.len() - NAMED_WAITING));
+    }
+    listed.join(", ")
 }
 
 /// Sub-buckets per power of two: the relative error is at most 1/32.

@@ -54,6 +54,46 @@ pub struct Task {
     /// How long the run may take (`500ms`, `10m`; default `--timeout`).
     #[serde(default, deserialize_with = "timeout_text")]
     pub timeout: Option<std::time::Duration>,
+    /// The ids of the tasks this one waits for: a line that says it (even
+    /// `[]`) is a pipeline step; see [`pipeline`](super::pipeline).
+    #[serde(default)]
+    pub after: Option<Vec<String>>,
+    /// A template naming a list of an earlier result: one run per element
+    /// (`{{item}}`, `{{index}}` in the prompt).
+    #[serde(default)]
+    pub for_each: Option<String>,
+    /// The most elements a `for_each` runs (default
+    /// [`DEFAULT_MAX_ITEMS`](super::pipeline::DEFAULT_MAX_ITEMS)).
+    #[serde(default)]
+    pub max_items: Option<usize>,
+    /// The field of each `for_each` element that names its run
+    /// (`fix[parser]`), instead of its index (`fix[0]`).
+    #[serde(default)]
+    pub key: Option<String>,
+    /// What this task does when a task it waits for did not complete.
+    #[serde(default)]
+    pub on_failure: OnFailure,
+}
+
+/// What a pipeline step does when a step it waits for did not complete.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum OnFailure {
+    /// It does not run: its result line says `"skipped"` and why.
+    #[default]
+    Skip,
+    /// It runs, the failures visible to its template.
+    Continue,
+}
+
+impl Task {
+    /// Whether the task is a pipeline step (it waits for others or maps
+    /// over an earlier result): such a line needs the whole file checked
+    /// before any run.
+    pub fn is_step(&self) -> bool {
+        self.after.is_some() || self.for_each.is_some()
+    }
 }
 
 /// A task's `timeout`: a duration with its unit, more than zero.

@@ -3,7 +3,8 @@
 //!
 //! For each turn it reads the task (the latest user message) and:
 //! - with a `structured_output` tool, captures a value built from the
-//!   tool's schema;
+//!   tool's schema (a node's first `examples` entry where it has one, so
+//!   a task can script the list a pipeline maps over);
 //! - with a delegating tool (parameters `description` and `prompt`) and a
 //!   task listing parts separated by `;`, delegates each part, then
 //!   summarises the answers;
@@ -224,9 +225,13 @@ fn one_line(text: &str) -> String {
     }
 }
 
-/// A value satisfying `schema` (the structured-output subset): required
-/// properties, first enum value, first `oneOf` branch, the task as text.
+/// A value satisfying `schema` (the structured-output subset): its first
+/// of `examples` where it gives them, else required properties, first
+/// enum value, first `oneOf` branch, the task as text.
 fn example_value(schema: &Value, task: &str) -> Value {
+    if let Some(example) = schema.get("examples").and_then(Value::as_array).and_then(|examples| examples.first()) {
+        return example.clone();
+    }
     if let Some(value) = schema.get("const") {
         return value.clone();
     }
@@ -333,6 +338,14 @@ mod tests {
         request.messages = Arc::from(messages);
         let answer = model.complete(request, CancellationToken::new()).await.unwrap();
         assert_eq!(answer.text, "mcp__a__echo: hi\nmcp__a__fail error: it broke");
+    }
+
+    #[test]
+    fn a_schema_node_with_examples_gives_its_first_and_others_are_built() {
+        let schema = json!({"type": "object", "required": ["failing", "n"], "properties": {
+            "failing": {"type": "array", "items": {"type": "string"}, "examples": [["a", "b"], ["c"]]},
+            "n": {"type": "integer"}}});
+        assert_eq!(example_value(&schema, "t"), json!({"failing": ["a", "b"], "n": 1}));
     }
 
     #[test]

@@ -99,6 +99,10 @@ fn outcome_of(record: &Value) -> String {
     if let Some(reason) = record.get("stop_reason").and_then(Value::as_str) {
         return bounded(reason);
     }
+    // A pipeline step not run after a failure before it.
+    if record.get("skipped").is_some() {
+        return "skipped".to_owned();
+    }
     match record.get("code").and_then(Value::as_str) {
         Some(code) => format!("rejected ({})", bounded(code)),
         None => "error".to_owned(),
@@ -108,7 +112,7 @@ fn outcome_of(record: &Value) -> String {
 /// Why a result line's run failed: its error, its timeout, or its
 /// diagnostic's reason.
 fn detail_of(record: &Value) -> Option<String> {
-    if let Some(error) = record.get("error").and_then(Value::as_str) {
+    if let Some(error) = record.get("error").or_else(|| record.get("skipped")).and_then(Value::as_str) {
         return Some(bounded(error));
     }
     if record.get("reason").and_then(Value::as_str) == Some("timeout") {
@@ -433,6 +437,11 @@ impl Report for Board {
         self.change(|state| state.done_before += 1);
     }
 
+    fn expanded(&self, _line: usize, runs: usize) {
+        // The line was counted as one run.
+        self.change(|state| state.total = state.total.map(|total| (total + runs as u64).saturating_sub(1)));
+    }
+
     fn retrying(&self, _line: usize, _attempt: u32, _outcome: &str, _wait: Duration) {
         self.change(|state| state.retries += 1);
     }
@@ -461,6 +470,11 @@ impl<A: Report, B: Report> Report for Both<A, B> {
     fn done_before(&self) {
         self.0.done_before();
         self.1.done_before();
+    }
+
+    fn expanded(&self, line: usize, runs: usize) {
+        self.0.expanded(line, runs);
+        self.1.expanded(line, runs);
     }
 
     fn tasks_unreadable(&self, error: &std::io::Error) {
@@ -498,6 +512,12 @@ mod tests {
         );
         assert_eq!((row.tokens, row.latency_ms), (7, 12));
         assert!(row.failed());
+        let skipped = Row::from_record(&json!({"line": 2, "skipped": "after review: error: it broke"}), None, None, 0);
+        assert_eq!(
+            (skipped.outcome.as_str(), skipped.detail.as_deref()),
+            ("skipped", Some("after review: error: it broke"))
+        );
+        assert!(skipped.failed());
         let interrupted = Row::from_record(&json!({"stop_reason": "cancelled", "interrupted": true}), None, None, 0);
         assert_eq!(interrupted.outcome, "interrupted");
         assert!(!interrupted.failed());

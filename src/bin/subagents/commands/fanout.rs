@@ -241,6 +241,14 @@ impl Report for Terminal {
         self.progress.inc(1);
     }
 
+    fn expanded(&self, _line: usize, runs: usize) {
+        // The bar counted the line as one run.
+        match runs {
+            0 => self.progress.dec_length(1),
+            runs => self.progress.inc_length(runs as u64 - 1),
+        }
+    }
+
     fn tasks_unreadable(&self, error: &std::io::Error) {
         self.say(format!("subagents: cannot read {}: {error}", self.tasks.display()));
     }
