@@ -6,10 +6,21 @@
 //! kind = "acp"
 //! command = "codex-acp"
 //! env = { OPENAI_API_KEY = "${OPENAI_API_KEY}" }
-//! permission = "allow"
+//! permission = "ask"
+//! permission_rules = [
+//!   { kind = "read", permission = "allow" },
+//!   { kind = "edit", path = "/srv/repo", permission = "allow" },
+//!   { title = "*rm -rf*", permission = "reject" },
+//! ]
 //! reuse = "pooled"
 //! pool = { size = 2 }
 //! ```
+//!
+//! `permission` is what the agent's permission requests get when no rule
+//! of `permission_rules` matches (`reject` unless set); the first rule
+//! that matches decides. `ask` goes to the nearest door with someone to
+//! ask, for `permission_timeout` (ten minutes unless set); see
+//! [`crate::seam::Rules`].
 //!
 //! What it advertises is learnt from the agent's `initialize` when it is
 //! built, so `providers list` cannot say; `providers check` does.
@@ -30,7 +41,7 @@ use crate::config::keys::{self, fields_of, TableKeys};
 use crate::config::mcp_servers::check_acp_listed;
 use crate::config::values::{expand, find_command, not_a_directory};
 use crate::config::{parse_duration, ConfigError};
-use crate::seam::Provider;
+use crate::seam::{Policy, Provider, Rule, Rules};
 
 pub(in crate::config) static HOME: Home = Home {
     name: "acp",
@@ -52,6 +63,11 @@ struct Table {
     args: Option<Spanned<Vec<Spanned<String>>>>,
     mcp_servers: Option<Spanned<Vec<Spanned<String>>>>,
     permission: Option<Spanned<PermissionName>>,
+    /// Named here so it is a key of the kind; its entries are read from
+    /// the raw table ([`permission_rules`]), each at its own place.
+    #[allow(dead_code)]
+    permission_rules: Option<Spanned<toml::Value>>,
+    permission_timeout: Option<Spanned<String>>,
     reuse: Option<Spanned<ReuseName>>,
     /// Read as a [`PoolTable`] once its keys are checked.
     pool: Option<Spanned<toml::Value>>,
@@ -77,7 +93,33 @@ struct PoolTable {
 enum PermissionName {
     Allow,
     Reject,
+    Ask,
 }
+
+impl From<PermissionName> for Policy {
+    fn from(name: PermissionName) -> Policy {
+        match name {
+            PermissionName::Allow => Policy::Allow,
+            PermissionName::Reject => Policy::Reject,
+            PermissionName::Ask => Policy::Ask,
+        }
+    }
+}
+
+/// One entry of `permission_rules`.
+#[derive(Debug, Deserialize)]
+#[serde(expecting = "a table such as { kind = \"read\", permission = \"allow\" }")]
+struct RuleTable {
+    kind: Option<String>,
+    tool: Option<String>,
+    title: Option<String>,
+    path: Option<String>,
+    permission: PermissionName,
+}
+
+/// The kinds of call ACP names: a rule's `kind` is one of them.
+const CALL_KINDS: [&str; 10] =
+    ["read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -101,6 +143,9 @@ struct Pool {
 #[cfg_attr(not(feature = "acp"), allow(dead_code))]
 struct Acp {
     table: Table,
+    /// `permission` and `permission_rules`, read.
+    rules: Rules,
+    permission_timeout: Option<Duration>,
     child: ChildProcess,
     pool: Option<Pool>,
     dispose_idle_eof_grace: Option<Duration>,
@@ -117,7 +162,15 @@ fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box
     let source = checking.source;
     let child = ChildProcess::check(checking, &table)?;
     let pool_value = table.get_ref().get("pool").cloned();
+    let rules_value = table.get_ref().get("permission_rules").cloned();
     let table: Table = keys::read(source, table)?;
+    let permission_timeout = checking.duration("permission_timeout", &table.permission_timeout)?;
+    if permission_timeout.is_some_and(|timeout| timeout.is_zero()) {
+        let span = table.permission_timeout.as_ref().map(Spanned::span);
+        return Err(source.error(span, "`permission_timeout` must be longer than zero"));
+    }
+    let otherwise = table.permission.as_ref().map_or(Policy::Reject, |name| Policy::from(*name.get_ref()));
+    let rules = permission_rules(checking, rules_value, otherwise)?;
     if table.command.is_none() {
         return Err(checking.needs("acp", "a `command`"));
     }
@@ -167,6 +220,8 @@ fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box
     let file_dir = Path::new(source.name).parent().map(Path::to_path_buf);
     Ok(Box::new(Acp {
         table,
+        rules,
+        permission_timeout,
         child,
         pool,
         dispose_idle_eof_grace,
@@ -176,6 +231,70 @@ fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box
         template_dir: None,
         run_dir_root: None,
     }))
+}
+
+/// `permission_rules = [ … ]`: each a table naming some of `kind`, `tool`,
+/// `title` and an absolute `path`, and its `permission`.
+fn permission_rules(
+    checking: &Checking<'_, '_>,
+    value: Option<Spanned<DeValue<'_>>>,
+    otherwise: Policy,
+) -> Result<Rules, ConfigError> {
+    let source = checking.source;
+    let mut rules = Rules::new(otherwise);
+    let Some(value) = value else { return Ok(rules) };
+    let span = value.span();
+    let Some(entries) = value.get_ref().as_array() else {
+        return Err(source.error(
+            Some(span),
+            "`permission_rules` is a list of tables, such as [{ kind = \"read\", permission = \"allow\" }]",
+        ));
+    };
+    let rule_keys = TableKeys {
+        what: "a permission rule",
+        place: "a `permission_rules` entry",
+        keys: fields_of::<RuleTable>().to_vec(),
+    };
+    for entry in entries {
+        let at = entry.span();
+        if !entry.get_ref().is_table() {
+            return Err(source.error(
+                Some(at),
+                "each permission rule is a table, such as { kind = \"read\", permission = \"allow\" }",
+            ));
+        }
+        keys::check(source, entry, &rule_keys, &[])?;
+        let read: RuleTable = keys::read(source, entry.clone())?;
+        let mut rule = Rule::new(read.permission.into());
+        if read.kind.is_none() && read.tool.is_none() && read.title.is_none() && read.path.is_none() {
+            return Err(source.error(
+                Some(at),
+                "a permission rule names at least one of `kind`, `tool`, `title` and `path` (for every request, set `permission`)",
+            ));
+        }
+        if let Some(kind) = read.kind {
+            if !CALL_KINDS.contains(&kind.as_str()) {
+                let message = format!("a rule's `kind` is one of {}, not {kind:?}", CALL_KINDS.join(", "));
+                return Err(source.error(Some(at), message));
+            }
+            rule = rule.kind(kind);
+        }
+        if let Some(tool) = read.tool {
+            rule = rule.tool(tool);
+        }
+        if let Some(title) = read.title {
+            rule = rule.title(title);
+        }
+        if let Some(path) = read.path {
+            let path = PathBuf::from(expand(source, &path, at.clone())?);
+            if !path.is_absolute() {
+                return Err(source.error(Some(at), format!("a rule's `path` is absolute, not {path:?}")));
+            }
+            rule = rule.path(path);
+        }
+        rules = rules.with(rule);
+    }
+    Ok(rules)
 }
 
 fn pool(checking: &Checking<'_, '_>, span: std::ops::Range<usize>, table: PoolTable) -> Result<Pool, ConfigError> {
@@ -245,7 +364,7 @@ impl Checked for Acp {
 impl Acp {
     #[cfg(feature = "acp")]
     async fn provider(&self, building: Building<'_>) -> Result<Arc<dyn Provider>, String> {
-        use crate::providers::{AcpConfig, AcpMcpServer, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
+        use crate::providers::{AcpConfig, AcpMcpServer, AcpProvider, PoolConfig, Reuse, RunDirs};
         let command = self.command.clone().ok_or("its command was not resolved")?;
         let mut config = AcpConfig::new(building.name, command, self.args.clone());
         config.child = self.child.config();
@@ -269,11 +388,9 @@ impl Acp {
                 },
             })
             .collect();
-        if let Some(permission) = &self.table.permission {
-            config.permission = match permission.get_ref() {
-                PermissionName::Allow => Permission::Allow,
-                PermissionName::Reject => Permission::Reject,
-            };
+        config.permission = self.rules.clone();
+        if let Some(timeout) = self.permission_timeout {
+            config.permission_timeout = timeout;
         }
         if let Some(grace) = self.dispose_idle_eof_grace {
             config.dispose_idle_eof_grace = grace;

@@ -10,7 +10,7 @@ use agent_client_protocol::v1::schema::{
     RequestPermissionOutcome, RequestPermissionRequest, SessionUpdate, ToolCallStatus,
 };
 
-use crate::seam::{Diagnostic, StopReason};
+use crate::seam::{Answer, Diagnostic, StopReason};
 
 #[derive(Debug, Default)]
 pub(super) struct Stores;
@@ -52,7 +52,7 @@ impl Transcript {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(failed);
     }
 
-    pub(super) fn permission(&self, _: &RequestPermissionRequest, _: &RequestPermissionOutcome) {}
+    pub(super) fn permission(&self, _: &RequestPermissionRequest, _: &RequestPermissionOutcome, _: &Answer) {}
 
     pub(super) async fn end(&self, _: StopReason, _: Option<&Diagnostic>) {}
 

@@ -1,0 +1,250 @@
+//! docs/contract.md §7.6 `acp`, approvals: an ACP child's permission
+//! request is decided by its provider's rules, or climbs to the nearest
+//! approver and its answer goes back to exactly that child; no approver, no
+//! answer in time, a cancel or a dispose is a reject; "allow always" holds
+//! for its run only; the child gets only an option it offered; each
+//! decision is in the child's transcript, saying who answered.
+//!
+//! The stand-in agent asks about calls it announced, and writes each
+//! option id it is given (or `none` for `cancelled`) to `<dir>/<name>.chose`.
+
+use crate::common;
+use crate::stand_ins;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{lifecycle, no_children_left, runtime_at as runtime, Within};
+use stand_ins::shell_agent;
+use subagents::agent::{SessionEvent, SessionStore};
+use subagents::providers::{AcpConfig, AcpProvider};
+use subagents::seam::{Answer, Approver, BoxFuture, PermissionRequest, Policy, Rule, Rules, Verdict};
+use subagents::{CancellationToken, Parent, Runtime, StartRequest, StopReason};
+
+/// A stand-in that announces and asks about one call per `(kind, title)`,
+/// in order, then answers its turn. Offers `yes` (allow once), `always`
+/// (allow always) and `no` (reject once).
+fn asking(dir: &Path, name: &str, calls: &[(&str, &str)]) -> AcpConfig {
+    let chose = dir.join(format!("{name}.chose"));
+    let mut then = String::from("take\nprompt_id=$id\n");
+    for (at, (kind, title)) in calls.iter().enumerate() {
+        then.push_str(&format!(
+            r#"printf '{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s1","update":{{"sessionUpdate":"tool_call","toolCallId":"t{at}","title":"{title}","kind":"{kind}","status":"pending","rawInput":{{"command":"{title}"}},"locations":[{{"path":"/repo/src/lib.rs"}}]}}}}}}\n'
+printf '{{"jsonrpc":"2.0","id":"p{at}","method":"session/request_permission","params":{{"sessionId":"s1","toolCall":{{"toolCallId":"t{at}"}},"options":[{{"optionId":"yes","name":"Allow","kind":"allow_once"}},{{"optionId":"always","name":"Always","kind":"allow_always"}},{{"optionId":"no","name":"Reject","kind":"reject_once"}}]}}}}\n'
+read -r permission || exit 0
+printf '%s\n' "$permission" | sed -E 's/.*"optionId":"([^"]*)".*/\1/;t;s/.*/none/' >> '{chose}'
+"#,
+            chose = chose.display()
+        ));
+    }
+    then.push_str("id=$prompt_id\nchunk done\nanswer '{\"stopReason\":\"end_turn\"}'\ncat > /dev/null");
+    shell_agent(dir, name, &then)
+}
+
+/// The option ids the stand-in was given, in order.
+fn chosen(dir: &Path, name: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join(format!("{name}.chose"))).unwrap_or_default();
+    text.lines().map(str::to_owned).collect()
+}
+
+/// An approver that records what it is asked and answers from a list; a
+/// request past the list is never answered (it waits to be withdrawn).
+#[derive(Debug, Default)]
+struct Recording {
+    answers: Mutex<Vec<Verdict>>,
+    asked: Mutex<Vec<PermissionRequest>>,
+    /// Questions the asker gave up on while they were unanswered.
+    withdrawn: Arc<AtomicUsize>,
+}
+
+impl Recording {
+    fn answering(answers: &[Verdict]) -> Arc<Self> {
+        Arc::new(Recording { answers: Mutex::new(answers.iter().rev().copied().collect()), ..Recording::default() })
+    }
+
+    fn asked(&self) -> Vec<PermissionRequest> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+impl Approver for Recording {
+    fn ask(&self, request: PermissionRequest, cancel: CancellationToken) -> BoxFuture<'static, Answer> {
+        self.asked.lock().unwrap().push(request);
+        let answer = self.answers.lock().unwrap().pop();
+        if answer.is_none() {
+            // Asked and never answered: the asker gives up on it, and says so.
+            let withdrawn = self.withdrawn.clone();
+            tokio::spawn(async move {
+                cancel.cancelled().await;
+                withdrawn.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        Box::pin(async move {
+            match answer {
+                Some(verdict) => Answer::new(verdict, "the test"),
+                None => std::future::pending().await,
+            }
+        })
+    }
+}
+
+fn register(runtime: &Runtime, config: AcpConfig) {
+    let provider = runtime.block_on(async move { AcpProvider::new(config).await.unwrap() });
+    runtime.subagents().register_provider(provider).unwrap().keep();
+}
+
+fn request(home: &Path, label: &str) -> StartRequest {
+    StartRequest::new("work", Parent::root(home).with_session("parent"), CancellationToken::new()).with_label(label)
+}
+
+/// The permission lines of the child's transcript.
+fn permission_lines(home: &Path, provider: &str) -> Vec<String> {
+    let store = SessionStore::new(home);
+    let stored = store.inspect(&format!("acp:{provider}:s1")).unwrap();
+    stored
+        .events
+        .iter()
+        .filter_map(|event| match event {
+            SessionEvent::ToolResult { name, content, .. } if name == "permission" => Some(content.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_ask_climbs_to_the_approver_naming_the_child_and_its_answer_is_the_option_it_offered() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let mut config = asking(home.path(), "asker", &[("execute", "cargo test")]);
+    config.permission = Rules::new(Policy::Ask);
+    register(&runtime, config);
+    let approver = Recording::answering(&[Verdict::AllowOnce]);
+    runtime.subagents().set_approver(approver.clone());
+    let result = lifecycle(&runtime, &runtime.subagents(), "asker", request(home.path(), "tests"));
+    assert_eq!(result.stop_reason, StopReason::Completed);
+    assert_eq!(chosen(home.path(), "asker"), ["yes"]);
+    let asked = approver.asked();
+    assert_eq!(asked.len(), 1);
+    let hop = &asked[0].asker;
+    assert_eq!(hop.len(), 1, "{hop:?}");
+    assert_eq!((hop[0].provider.as_str(), hop[0].label.as_deref(), hop[0].depth), ("asker", Some("tests"), 1));
+    assert_eq!(asked[0].kind.as_deref(), Some("execute"), "filled in from the announced call");
+    assert_eq!(asked[0].title.as_deref(), Some("cargo test"));
+    assert_eq!(asked[0].input.as_deref(), Some(r#"{"command":"cargo test"}"#));
+    assert_eq!(asked[0].paths, ["/repo/src/lib.rs"]);
+    let ids: Vec<&str> = asked[0].options.iter().map(|option| option.id.as_str()).collect();
+    assert_eq!(ids, ["yes", "always", "no"]);
+    no_children_left(&runtime);
+    drop(runtime);
+    let lines = permission_lines(home.path(), "asker");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("answered: Allow (AllowOnce), by the test"), "{lines:?}");
+}
+
+#[test]
+fn allow_always_holds_for_the_rest_of_its_run_and_no_longer() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let mut config = asking(home.path(), "twice", &[("execute", "cargo test"), ("execute", "cargo build")]);
+    config.permission = Rules::new(Policy::Ask);
+    register(&runtime, config);
+    let approver = Recording::answering(&[Verdict::AllowAlways, Verdict::Reject, Verdict::Reject]);
+    runtime.subagents().set_approver(approver.clone());
+    lifecycle(&runtime, &runtime.subagents(), "twice", request(home.path(), "first"));
+    assert_eq!(chosen(home.path(), "twice"), ["always", "yes"], "the second call of the kind is not asked");
+    assert_eq!(approver.asked().len(), 1);
+    // A new run asks again: the grant died with its run.
+    lifecycle(&runtime, &runtime.subagents(), "twice", request(home.path(), "second"));
+    assert_eq!(chosen(home.path(), "twice"), ["always", "yes", "no", "no"]);
+    assert_eq!(approver.asked().len(), 3);
+    no_children_left(&runtime);
+}
+
+#[test]
+fn rules_decide_before_anyone_is_asked_and_leave_only_ask_to_the_approver() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let calls = [("read", "read README"), ("execute", "rm -rf /"), ("edit", "edit lib.rs")];
+    let mut config = asking(home.path(), "ruled", &calls);
+    config.permission = Rules::new(Policy::Ask)
+        .with(Rule::new(Policy::Allow).kind("read"))
+        .with(Rule::new(Policy::Reject).title("*rm -rf*"));
+    register(&runtime, config);
+    let approver = Recording::answering(&[Verdict::AllowOnce]);
+    runtime.subagents().set_approver(approver.clone());
+    lifecycle(&runtime, &runtime.subagents(), "ruled", request(home.path(), "ruled"));
+    assert_eq!(chosen(home.path(), "ruled"), ["yes", "no", "yes"]);
+    let asked: Vec<Option<String>> = approver.asked().into_iter().map(|request| request.title).collect();
+    assert_eq!(asked, [Some("edit lib.rs".to_owned())], "only what the rules left open was asked");
+    no_children_left(&runtime);
+    drop(runtime);
+    let lines = permission_lines(home.path(), "ruled");
+    assert!(lines[0].contains("by the provider's rules (allow)"), "{lines:?}");
+    assert!(lines[1].contains("by the provider's rules (reject)"), "{lines:?}");
+}
+
+#[test]
+fn with_no_one_to_ask_an_ask_is_a_reject() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let mut config = asking(home.path(), "alone", &[("execute", "cargo test")]);
+    config.permission = Rules::new(Policy::Ask);
+    register(&runtime, config);
+    lifecycle(&runtime, &runtime.subagents(), "alone", request(home.path(), "alone"));
+    assert_eq!(chosen(home.path(), "alone"), ["no"]);
+    no_children_left(&runtime);
+    drop(runtime);
+    assert!(permission_lines(home.path(), "alone")[0].contains("by no one to ask"));
+}
+
+#[test]
+fn no_answer_within_the_timeout_is_a_reject_and_the_question_is_withdrawn() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let mut config = asking(home.path(), "slow", &[("execute", "cargo test")]);
+    config.permission = Rules::new(Policy::Ask);
+    config.permission_timeout = Duration::from_millis(300);
+    register(&runtime, config);
+    let approver = Recording::answering(&[]);
+    runtime.subagents().set_approver(approver.clone());
+    let result = lifecycle(&runtime, &runtime.subagents(), "slow", request(home.path(), "slow"));
+    assert_eq!(result.stop_reason, StopReason::Completed);
+    assert_eq!(chosen(home.path(), "slow"), ["no"]);
+    assert_eq!(approver.asked().len(), 1);
+    assert!(common::blocking::eventually(common::WAIT_LIMIT, || approver.withdrawn.load(Ordering::SeqCst) == 1));
+    no_children_left(&runtime);
+    drop(runtime);
+    assert!(permission_lines(home.path(), "slow")[0].contains("by no answer within 300 ms"));
+}
+
+#[test]
+fn a_cancelled_run_rejects_what_it_was_waiting_on() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let mut config = asking(home.path(), "cancelled", &[("execute", "cargo test")]);
+    config.permission = Rules::new(Policy::Ask);
+    register(&runtime, config);
+    let approver = Recording::answering(&[]);
+    runtime.subagents().set_approver(approver.clone());
+    let subagents = runtime.subagents();
+    let (asked, home_path) = (approver.clone(), home.path().to_path_buf());
+    let result = runtime.within(common::WAIT_LIMIT, "a run cancelled while it asks", async move {
+        let run = subagents.start("cancelled", request(&home_path, "cancelled")).await.unwrap();
+        assert!(common::eventually(common::WAIT_LIMIT, || !asked.asked().is_empty()).await, "it asks");
+        run.cancel();
+        let result = run.result().await.unwrap();
+        run.dispose().await.unwrap();
+        result
+    });
+    // The stand-in may answer its turn before the cancel lands.
+    assert!(matches!(result.stop_reason, StopReason::Aborted | StopReason::Completed), "{result:?}");
+    let withdrawn = || approver.withdrawn.load(Ordering::SeqCst) == 1;
+    assert!(common::blocking::eventually(common::WAIT_LIMIT, withdrawn), "the question was withdrawn");
+    // Whatever reached the child before it was reaped (its answer, or the
+    // cancel notification read in its place) was never an allow.
+    let given = chosen(home.path(), "cancelled");
+    assert!(given.iter().all(|id| id == "no" || id == "none"), "{given:?}");
+    no_children_left(&runtime);
+}
