@@ -248,3 +248,91 @@ fn a_cancelled_run_rejects_what_it_was_waiting_on() {
     assert!(given.iter().all(|id| id == "no" || id == "none"), "{given:?}");
     no_children_left(&runtime);
 }
+
+/// `subagents acp` as the door: its session delegates to an ACP child
+/// that asks, and the question reaches the test's ACP client (the official
+/// crate's), which allows it once; the child gets its own `yes`.
+#[tokio::test]
+async fn through_subagents_acp_a_grandchilds_request_reaches_its_acp_client_and_the_answer_comes_back() {
+    use agent_client_protocol::schema::ProtocolVersion;
+    use agent_client_protocol::v1::schema::{
+        ContentBlock, InitializeRequest, NewSessionRequest, PermissionOptionKind, PromptRequest,
+        RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
+        SessionNotification, SessionUpdate,
+    };
+    use agent_client_protocol::{v1, ByteStreams, Client};
+    use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let asker = asking(dir.path(), "asker", &[("execute", "cargo test")]);
+    let config = dir.path().join("subagents.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[providers.asker]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{script:?}]\npermission = \"ask\"\n",
+            script = asker.args[0]
+        ),
+    )
+    .unwrap();
+    let mut agent = tokio::process::Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .env_remove("RUST_LOG")
+        .arg("acp")
+        .arg("--home")
+        .arg(dir.path().join("home"))
+        .arg("--config")
+        .arg(&config)
+        .args(["--provider", "asker"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let transport = ByteStreams::new(agent.stdin.take().unwrap().compat_write(), agent.stdout.take().unwrap().compat());
+    let asked = Arc::new(Mutex::new(Vec::<RequestPermissionRequest>::new()));
+    let titles = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (heard, shown) = (asked.clone(), titles.clone());
+    let cwd = dir.path().to_path_buf();
+    let prompt = r#"[tool:subagent {"description": "run tests", "prompt": "run the tests"}]"#;
+    let served = Client
+        .v1()
+        .name("approvals-test")
+        .on_receive_request(
+            async move |request: RequestPermissionRequest,
+                        responder: v1::Responder<RequestPermissionResponse>,
+                        _cx: v1::ConnectionTo<agent_client_protocol::Agent>| {
+                let once = request.options.iter().find(|option| option.kind == PermissionOptionKind::AllowOnce);
+                let outcome = RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
+                    once.expect("an allow-once option").option_id.clone(),
+                ));
+                heard.lock().unwrap().push(request);
+                responder.respond(RequestPermissionResponse::new(outcome))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |notification: SessionNotification, _cx: v1::ConnectionTo<agent_client_protocol::Agent>| {
+                if let SessionUpdate::ToolCall(call) = notification.update {
+                    shown.lock().unwrap().push(call.title);
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_with(transport, async |cx: v1::ConnectionTo<agent_client_protocol::Agent>| {
+            cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
+            let session = cx.send_request(NewSessionRequest::new(cwd)).block_task().await?;
+            let prompt = vec![ContentBlock::from(prompt.to_owned())];
+            cx.send_request(PromptRequest::new(session.session_id, prompt)).block_task().await
+        });
+    let answered = tokio::time::timeout(common::WAIT_LIMIT, served).await.expect("the prompt is answered in time");
+    answered.expect("the prompt is answered");
+    assert_eq!(chosen(dir.path(), "asker"), ["yes"], "the grandchild got the option the client chose");
+    let asked = asked.lock().unwrap();
+    assert_eq!(asked.len(), 1);
+    let ids: Vec<String> = asked[0].options.iter().map(|option| option.option_id.to_string()).collect();
+    assert_eq!(ids, ["yes", "always", "no"], "the child's own options, as it offered them");
+    let title = asked[0].tool_call.fields.title.clone().unwrap_or_default();
+    assert!(title.contains("asker (run tests) at depth 1") && title.contains("cargo test"), "{title}");
+    assert!(titles.lock().unwrap().contains(&title), "the question is announced as a tool call first");
+    drop(agent);
+}
