@@ -26,7 +26,7 @@ use subagents::{CancellationToken, Parent, Runtime, StartRequest, StopReason};
 /// A stand-in that announces and asks about one call per `(kind, title)`,
 /// in order, then answers its turn. Offers `yes` (allow once), `always`
 /// (allow always) and `no` (reject once).
-fn asking(dir: &Path, name: &str, calls: &[(&str, &str)]) -> AcpConfig {
+pub(crate) fn asking(dir: &Path, name: &str, calls: &[(&str, &str)]) -> AcpConfig {
     let chose = dir.join(format!("{name}.chose"));
     let mut then = String::from("take\nprompt_id=$id\n");
     for (at, (kind, title)) in calls.iter().enumerate() {
@@ -44,7 +44,7 @@ printf '%s\n' "$permission" | sed -E 's/.*"optionId":"([^"]*)".*/\1/;t;s/.*/none
 }
 
 /// The option ids the stand-in was given, in order.
-fn chosen(dir: &Path, name: &str) -> Vec<String> {
+pub(crate) fn chosen(dir: &Path, name: &str) -> Vec<String> {
     let text = std::fs::read_to_string(dir.join(format!("{name}.chose"))).unwrap_or_default();
     text.lines().map(str::to_owned).collect()
 }

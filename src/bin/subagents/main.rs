@@ -63,6 +63,7 @@
 #![forbid(unsafe_code)]
 
 mod args;
+mod asking;
 mod commands;
 mod live;
 mod logging;
