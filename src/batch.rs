@@ -55,6 +55,7 @@
 //! only those the provider no longer knows or stopped (`"expired_run"`).
 
 mod journal;
+mod parked;
 mod results;
 mod run;
 mod summary;
@@ -66,6 +67,7 @@ use std::time::Duration;
 use crate::{Budget, CancellationToken, Subagents};
 
 pub use journal::{resume_line_bound, runs_path};
+pub use parked::{answer, approvals_dir, pending, AnswerError, OnParked, Parked, ParkedApprover};
 pub use results::refuse_shared;
 pub use run::{Opened, Settled};
 pub use summary::Summary;

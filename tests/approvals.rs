@@ -336,3 +336,76 @@ async fn through_subagents_acp_a_grandchilds_request_reaches_its_acp_client_and_
     assert!(titles.lock().unwrap().contains(&title), "the question is announced as a tool call first");
     drop(agent);
 }
+
+/// `subagents COMMAND --home HOME`.
+fn subagents_at(command: &str, home: &Path) -> std::process::Command {
+    let mut binary = std::process::Command::new(env!("CARGO_BIN_EXE_subagents"));
+    binary.env_remove("RUST_LOG").env_remove("SUBAGENTS_HOME").arg(command).arg("--home").arg(home);
+    binary
+}
+
+fn approve(home: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut command = subagents_at("approve", home);
+    command.args(args);
+    let output = common::output_within(&mut command, common::WAIT_LIMIT, "subagents approve");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.code(), text(&output.stdout), text(&output.stderr))
+}
+
+#[test]
+fn fanout_answers_by_its_policy_parks_the_rest_and_another_process_answers_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let asker = asking(dir.path(), "asker", &[("execute", "cargo test"), ("execute", "rm -rf /tmp/x")]);
+    let config = dir.path().join("subagents.toml");
+    let provider = format!(
+        "[providers.asker]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{script:?}]\npermission = \"ask\"\n",
+        script = asker.args[0]
+    );
+    std::fs::write(&config, &provider).unwrap();
+    let policy = dir.path().join("approvals.toml");
+    std::fs::write(&policy, "[approvals]\nrules = [{ title = \"*rm -rf*\", permission = \"reject\" }]\n").unwrap();
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, "{\"id\": \"t1\", \"prompt\": \"work\"}\n").unwrap();
+    let mut fanout = subagents_at("fanout", &home);
+    fanout.arg(&tasks).args(["--provider", "asker", "--config"]).arg(&config);
+    fanout.arg("--approvals").arg(&policy).arg("--out").arg(dir.path().join("out.jsonl"));
+    let mut running = fanout.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+
+    // From another process: what waits, then the answer.
+    let mut listed = String::new();
+    let found = common::blocking::eventually(common::WAIT_LIMIT, || {
+        listed = approve(&home, &[]).1;
+        !listed.is_empty()
+    });
+    assert!(found, "the request is parked and listed");
+    let (id, shown) = listed.trim().split_once("  ").unwrap();
+    assert!(shown.contains("asker at depth 1") && shown.contains("cargo test (execute)"), "{listed}");
+    let (code, _, said) = approve(&home, &[id, "allow"]);
+    assert_eq!(code, Some(0), "{said}");
+    let (code, _, said) = approve(&home, &[id, "reject"]);
+    assert_eq!(code, Some(1), "a second answer is refused: {said}");
+    assert!(said.contains("is waiting for an answer"), "{said}");
+
+    let status = running.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(running.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("subagents approve {id} allow|always|reject")), "fanout says how: {stderr}");
+    assert_eq!(chosen(dir.path(), "asker"), ["yes", "no"], "the parked one allowed, the policy's rejected");
+    assert_eq!(approve(&home, &[]).1, "", "nothing waits");
+    let (code, _, _) = approve(&home, &[id, "allow"]);
+    assert_eq!(code, Some(1), "an answer after its run ended is refused");
+
+    // `[approvals]` in the configuration; nobody answers within the
+    // provider's timeout: a reject, and nothing is left waiting.
+    std::fs::write(&config, format!("{provider}permission_timeout = \"1s\"\n\n[approvals]\npermission = \"ask\"\n"))
+        .unwrap();
+    std::fs::remove_file(dir.path().join("asker.chose")).unwrap();
+    let mut fanout = subagents_at("fanout", &home);
+    fanout.arg(&tasks).args(["--provider", "asker", "--config"]).arg(&config);
+    let output = common::output_within(&mut fanout, common::WAIT_LIMIT, "fanout");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(chosen(dir.path(), "asker"), ["no", "no"]);
+    assert_eq!(approve(&home, &[]).1, "", "the expired requests were taken back");
+}

@@ -39,9 +39,10 @@ use super::child_process::{self, ChildProcess};
 use super::{Building, Checked, Checking, Home, KindCapabilities};
 use crate::config::keys::{self, fields_of, TableKeys};
 use crate::config::mcp_servers::check_acp_listed;
+use crate::config::permissions::{self, PermissionName};
 use crate::config::values::{expand, find_command, not_a_directory};
 use crate::config::{parse_duration, ConfigError};
-use crate::seam::{Policy, Provider, Rule, Rules};
+use crate::seam::{Policy, Provider, Rules};
 
 pub(in crate::config) static HOME: Home = Home {
     name: "acp",
@@ -64,7 +65,7 @@ struct Table {
     mcp_servers: Option<Spanned<Vec<Spanned<String>>>>,
     permission: Option<Spanned<PermissionName>>,
     /// Named here so it is a key of the kind; its entries are read from
-    /// the raw table ([`permission_rules`]), each at its own place.
+    /// the raw table ([`permissions::rules`]), each at its own place.
     #[allow(dead_code)]
     permission_rules: Option<Spanned<toml::Value>>,
     permission_timeout: Option<Spanned<String>>,
@@ -87,39 +88,6 @@ struct PoolTable {
     idle_timeout: Option<String>,
     cancel_grace: Option<String>,
 }
-
-#[derive(Clone, Copy, Debug, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum PermissionName {
-    Allow,
-    Reject,
-    Ask,
-}
-
-impl From<PermissionName> for Policy {
-    fn from(name: PermissionName) -> Policy {
-        match name {
-            PermissionName::Allow => Policy::Allow,
-            PermissionName::Reject => Policy::Reject,
-            PermissionName::Ask => Policy::Ask,
-        }
-    }
-}
-
-/// One entry of `permission_rules`.
-#[derive(Debug, Deserialize)]
-#[serde(expecting = "a table such as { kind = \"read\", permission = \"allow\" }")]
-struct RuleTable {
-    kind: Option<String>,
-    tool: Option<String>,
-    title: Option<String>,
-    path: Option<String>,
-    permission: PermissionName,
-}
-
-/// The kinds of call ACP names: a rule's `kind` is one of them.
-const CALL_KINDS: [&str; 10] =
-    ["read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -170,7 +138,7 @@ fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box
         return Err(source.error(span, "`permission_timeout` must be longer than zero"));
     }
     let otherwise = table.permission.as_ref().map_or(Policy::Reject, |name| Policy::from(*name.get_ref()));
-    let rules = permission_rules(checking, rules_value, otherwise)?;
+    let rules = permissions::rules(source, rules_value, otherwise)?;
     if table.command.is_none() {
         return Err(checking.needs("acp", "a `command`"));
     }
@@ -231,70 +199,6 @@ fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box
         template_dir: None,
         run_dir_root: None,
     }))
-}
-
-/// `permission_rules = [ … ]`: each a table naming some of `kind`, `tool`,
-/// `title` and an absolute `path`, and its `permission`.
-fn permission_rules(
-    checking: &Checking<'_, '_>,
-    value: Option<Spanned<DeValue<'_>>>,
-    otherwise: Policy,
-) -> Result<Rules, ConfigError> {
-    let source = checking.source;
-    let mut rules = Rules::new(otherwise);
-    let Some(value) = value else { return Ok(rules) };
-    let span = value.span();
-    let Some(entries) = value.get_ref().as_array() else {
-        return Err(source.error(
-            Some(span),
-            "`permission_rules` is a list of tables, such as [{ kind = \"read\", permission = \"allow\" }]",
-        ));
-    };
-    let rule_keys = TableKeys {
-        what: "a permission rule",
-        place: "a `permission_rules` entry",
-        keys: fields_of::<RuleTable>().to_vec(),
-    };
-    for entry in entries {
-        let at = entry.span();
-        if !entry.get_ref().is_table() {
-            return Err(source.error(
-                Some(at),
-                "each permission rule is a table, such as { kind = \"read\", permission = \"allow\" }",
-            ));
-        }
-        keys::check(source, entry, &rule_keys, &[])?;
-        let read: RuleTable = keys::read(source, entry.clone())?;
-        let mut rule = Rule::new(read.permission.into());
-        if read.kind.is_none() && read.tool.is_none() && read.title.is_none() && read.path.is_none() {
-            return Err(source.error(
-                Some(at),
-                "a permission rule names at least one of `kind`, `tool`, `title` and `path` (for every request, set `permission`)",
-            ));
-        }
-        if let Some(kind) = read.kind {
-            if !CALL_KINDS.contains(&kind.as_str()) {
-                let message = format!("a rule's `kind` is one of {}, not {kind:?}", CALL_KINDS.join(", "));
-                return Err(source.error(Some(at), message));
-            }
-            rule = rule.kind(kind);
-        }
-        if let Some(tool) = read.tool {
-            rule = rule.tool(tool);
-        }
-        if let Some(title) = read.title {
-            rule = rule.title(title);
-        }
-        if let Some(path) = read.path {
-            let path = PathBuf::from(expand(source, &path, at.clone())?);
-            if !path.is_absolute() {
-                return Err(source.error(Some(at), format!("a rule's `path` is absolute, not {path:?}")));
-            }
-            rule = rule.path(path);
-        }
-        rules = rules.with(rule);
-    }
-    Ok(rules)
 }
 
 fn pool(checking: &Checking<'_, '_>, span: std::ops::Range<usize>, table: PoolTable) -> Result<Pool, ConfigError> {
