@@ -409,3 +409,36 @@ fn fanout_answers_by_its_policy_parks_the_rest_and_another_process_answers_it_on
     assert_eq!(chosen(dir.path(), "asker"), ["no", "no"]);
     assert_eq!(approve(&home, &[]).1, "", "the expired requests were taken back");
 }
+
+#[test]
+fn permission_rules_and_approvals_are_checked_when_the_file_is_read() {
+    use subagents::config::Config;
+    let provider = "[providers.a]\nkind = \"acp\"\ncommand = \"sh\"\n";
+    let refused = |extra: &str| {
+        let text = format!("{provider}{extra}\n");
+        Config::parse(&text, "f.toml").expect_err(&text).to_string()
+    };
+    let said = refused("permission_rules = [{ kind = \"write\", permission = \"allow\" }]");
+    assert!(said.contains("f.toml:4") && said.contains("not \"write\"") && said.contains("execute"), "{said}");
+    let said = refused("permission_rules = [{ path = \"src\", permission = \"allow\" }]");
+    assert!(said.contains("absolute"), "{said}");
+    let said = refused("permission_rules = [{ permission = \"allow\" }]");
+    assert!(said.contains("names at least one of"), "{said}");
+    let said = refused("permission_rules = [{ kind = \"read\", then = \"allow\" }]");
+    assert!(said.contains("`then`") && said.contains("permission"), "{said}");
+    let said = refused("permission = \"maybe\"");
+    assert!(said.contains("maybe"), "{said}");
+    let said = refused("permission_timeout = \"0s\"");
+    assert!(said.contains("longer than zero"), "{said}");
+    let said = refused("[approvals]\npermission = \"ask\"\ntimeout = \"1s\"");
+    assert!(said.contains("`timeout`") && said.contains("[approvals]"), "{said}");
+
+    let text = format!(
+        "{provider}permission = \"ask\"\npermission_rules = [{{ kind = \"read\", permission = \"allow\" }}]\n\n[approvals]\nrules = [{{ title = \"*rm*\", permission = \"reject\" }}]\n"
+    );
+    let config = Config::parse(&text, "f.toml").unwrap();
+    let approvals = config.approvals().expect("[approvals] read");
+    assert_eq!(approvals.otherwise, Policy::Ask, "ask unless set");
+    let rm = PermissionRequest::new(Vec::new()).with_title("rm -rf x");
+    assert_eq!(approvals.decide(&rm), Policy::Reject);
+}
