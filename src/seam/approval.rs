@@ -402,7 +402,7 @@ impl Approvals {
 /// `600 s`, `2 min`: how the timeout is said in a reject's reason.
 fn human(duration: Duration) -> String {
     let seconds = duration.as_secs_f64();
-    if seconds >= 120.0 && duration.as_secs() % 60 == 0 {
+    if seconds >= 120.0 && duration.as_secs().is_multiple_of(60) {
         format!("{} min", duration.as_secs() / 60)
     } else if seconds >= 1.0 {
         format!("{} s", seconds.round())

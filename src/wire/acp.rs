@@ -4,10 +4,11 @@
 //! agent, which passes a grandchild's on to its own client). The messages
 //! themselves are the official crate's.
 
+#[cfg(any(feature = "agent", test))]
+use agent_client_protocol::v1::schema::{PermissionOption as AcpOption, SessionId, ToolCallId, ToolCallUpdate};
 use agent_client_protocol::v1::schema::{
-    PermissionOption as AcpOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
-    SelectedPermissionOutcome, SessionId, StopReason as AcpStop, ToolCallId, ToolCallUpdate, ToolCallUpdateFields,
-    ToolKind,
+    PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest, SelectedPermissionOutcome,
+    StopReason as AcpStop, ToolCallUpdateFields, ToolKind,
 };
 
 use crate::seam::{OptionKind, PermissionOption, PermissionRequest, StopReason, Verdict};
