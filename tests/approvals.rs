@@ -442,3 +442,41 @@ fn permission_rules_and_approvals_are_checked_when_the_file_is_read() {
     let rm = PermissionRequest::new(Vec::new()).with_title("rm -rf x");
     assert_eq!(approvals.decide(&rm), Policy::Reject);
 }
+
+#[test]
+fn a_grandchilds_request_climbs_through_an_in_process_child_naming_the_whole_path() {
+    use subagents::agent::{ScriptedModel, Toolset};
+    use subagents::providers::{ChildInfo, InProcessProvider};
+    use subagents::tool::{MaxDepth, SubagentTool, SubagentToolConfig, TaskService};
+
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let subagents = runtime.subagents();
+    let mut config = asking(home.path(), "asker", &[("edit", "edit lib.rs")]);
+    config.permission = Rules::new(Policy::Ask);
+    register(&runtime, config);
+    // `kid`'s children delegate to `asker` (an ACP agent keeps its own depth).
+    let tool = SubagentToolConfig::new("asker").with_max_depth(MaxDepth::ProviderManaged);
+    let subagent: Arc<dyn subagents::agent::Tool> =
+        Arc::new(SubagentTool::mount(&subagents, tool, Some(TaskService::new())).unwrap());
+    let kid =
+        InProcessProvider::spawn("kid", Arc::new(ScriptedModel::demo())).with_tools(Arc::new(move |_: &ChildInfo| {
+            let mut tools = Toolset::new();
+            tools.add_shared(subagent.clone()).unwrap();
+            tools
+        }));
+    subagents.register_provider(kid).unwrap().keep();
+    let approver = Recording::answering(&[Verdict::AllowOnce]);
+    subagents.set_approver(approver.clone());
+    let prompt = r#"[tool:subagent {"description": "edit it", "prompt": "edit lib.rs"}]"#;
+    let request = StartRequest::new(prompt, Parent::root(home.path()), CancellationToken::new()).with_label("middle");
+    let result = lifecycle(&runtime, &subagents, "kid", request);
+    assert_eq!(result.stop_reason, StopReason::Completed, "{result:?}");
+    assert_eq!(chosen(home.path(), "asker"), ["yes"]);
+    let asked = approver.asked();
+    let path: Vec<(&str, Option<&str>, u32)> =
+        asked[0].asker.iter().map(|hop| (hop.provider.as_str(), hop.label.as_deref(), hop.depth)).collect();
+    assert_eq!(path, [("kid", Some("middle"), 1), ("asker", Some("edit it"), 2)]);
+    assert_eq!(asked[0].asker_line(), "asker (edit it) at depth 2 [kid (middle) › asker (edit it)]");
+    no_children_left(&runtime);
+}
