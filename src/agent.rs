@@ -81,7 +81,7 @@ pub use tools::{
 pub use tools::{McpServer, McpServerConfig, McpServerError, McpStartError, McpTransport, MCP_TOOL_PREFIX};
 pub use turn::{AgentUpdate, TurnError, TurnErrorKind, TurnOutcome};
 
-use crate::seam::{AgentOptions, Budget, BudgetLease, ContentBlock, LocalAgent, Parent};
+use crate::seam::{AgentOptions, Approvals, Budget, BudgetLease, ContentBlock, LocalAgent, Parent};
 
 /// Receives live updates from an agent's turns (text chunks, tool calls).
 pub type UpdateSink = Arc<dyn Fn(&AgentUpdate) + Send + Sync>;
@@ -144,6 +144,7 @@ pub struct AgentBuilder {
     on_update: Option<UpdateSink>,
     cancel: Option<GivenToken>,
     budget: Option<BudgetLease>,
+    approvals: Option<Approvals>,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -282,6 +283,14 @@ impl AgentBuilder {
         self
     }
 
+    /// The route its children's permission requests climb to (see
+    /// [`Approvals`]): a door's session gives its own, an in-process child
+    /// its run's. Without one, its children use the runtime's.
+    pub fn approvals(mut self, approvals: Approvals) -> Self {
+        self.approvals = Some(approvals);
+        self
+    }
+
     /// Creates (or resumes) the session and returns the agent, blocking the
     /// calling thread while the session's file is created. In async code
     /// use [`AgentBuilder::build_async`].
@@ -340,6 +349,7 @@ impl AgentBuilder {
             on_update: self.on_update,
             cancel: self.cancel,
             budget: self.budget,
+            approvals: self.approvals,
         };
         Ok((parts, opening))
     }
@@ -370,12 +380,23 @@ struct AgentParts {
     on_update: Option<UpdateSink>,
     cancel: Option<GivenToken>,
     budget: Option<BudgetLease>,
+    approvals: Option<Approvals>,
 }
 
 impl AgentParts {
     fn finish(self, session: Session) -> Agent {
-        let AgentParts { model, mut toolset, mut prompt, persona, options, max_steps, on_update, cancel, budget } =
-            self;
+        let AgentParts {
+            model,
+            mut toolset,
+            mut prompt,
+            persona,
+            options,
+            max_steps,
+            on_update,
+            cancel,
+            budget,
+            approvals,
+        } = self;
         if let Some(persona) = persona.or_else(|| session.header().persona.clone()) {
             prompt.set(SystemPrompt::PERSONA, persona);
         }
@@ -402,9 +423,13 @@ impl AgentParts {
                 busy: Busy::default(),
                 cancel: Mutex::new(generation),
                 root_cancel: root,
-                rare: match budget {
-                    Some(lease) => OnceLock::from(Box::new(Rare { budget: OnceLock::from(lease), ..Rare::default() })),
-                    None => OnceLock::new(),
+                rare: match (budget, approvals) {
+                    (None, None) => OnceLock::new(),
+                    (budget, approvals) => OnceLock::from(Box::new(Rare {
+                        budget: budget.map_or_else(OnceLock::new, OnceLock::from),
+                        approvals,
+                        ..Rare::default()
+                    })),
                 },
                 on_update,
             }),
@@ -467,6 +492,8 @@ struct Rare {
     /// The delegation budget it holds: set at build, or opened on its first
     /// delegation by a tool configured with one ([`Agent::budget_or_open`]).
     budget: OnceLock<BudgetLease>,
+    /// Where its children's permission requests climb (set at build).
+    approvals: Option<Approvals>,
 }
 
 /// Async cleanup a tool registers on the agent that owns its work.
@@ -523,6 +550,7 @@ impl Agent {
             on_update: None,
             cancel: None,
             budget: None,
+            approvals: None,
         }
     }
 
@@ -580,6 +608,10 @@ impl Agent {
             .with_depth(depth)
             .with_route(AgentOptions::clone(&self.inner.options))
             .with_agent(LocalAgent::new(self.id(), self.clone()));
+        let parent = match self.inner.rare.get().and_then(|rare| rare.approvals.clone()) {
+            Some(approvals) => parent.with_approvals(approvals),
+            None => parent,
+        };
         match self.budget() {
             Some(lease) => parent.with_budget_lease(lease),
             None => parent,

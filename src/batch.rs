@@ -57,6 +57,7 @@
 
 mod journal;
 pub mod pipeline;
+mod parked;
 mod results;
 mod run;
 mod summary;
@@ -70,6 +71,7 @@ use crate::{Budget, CancellationToken, Subagents};
 
 pub use journal::{resume_line_bound, runs_path};
 pub use pipeline::PipelineError;
+pub use parked::{answer, approvals_dir, pending, AnswerError, OnParked, Parked, ParkedApprover};
 pub use results::refuse_shared;
 pub use run::{Opened, Settled};
 pub use summary::Summary;

@@ -93,6 +93,7 @@ mod door;
 mod keys;
 mod kinds;
 mod mcp_servers;
+mod permissions;
 mod routes;
 mod schema;
 mod values;
@@ -117,6 +118,7 @@ pub use routes::{ModelError, UnknownModel};
 use schema::FileTable;
 
 use crate::agent::{ModelRoute, ModelSpec};
+use crate::seam::Rules;
 
 /// The file's name in the working directory, read when present.
 pub const DEFAULT_FILE: &str = "subagents.toml";
@@ -153,6 +155,8 @@ pub struct Config {
     providers: Vec<ProviderEntry>,
     tool_providers: Vec<String>,
     tool_max_depth: u32,
+    /// `[approvals]`, read.
+    approvals: Option<Rules>,
     /// `[mcp_servers.NAME]`, in file order.
     #[cfg_attr(not(feature = "mcp-client"), allow(dead_code))]
     mcp_servers: Vec<mcp_servers::McpServerEntry>,
@@ -335,6 +339,7 @@ impl Config {
                 _ => return Err(source.error(Some(root_span), "`providers` holds tables: [providers.NAME]")),
             },
         };
+        let approvals = root.remove("approvals").map(|table| permissions::approvals(&source, table)).transpose()?;
         let file = FileTable::deserialize(toml::de::Deserializer::from(Spanned::new(root_span.clone(), root)))
             .map_err(|error| keys::located(&source, root_span, &error))?;
         bounds::check_tables(&source, "providers", "provider", &provider_tables)?;
@@ -392,7 +397,15 @@ impl Config {
             }
             None => (default_tool_providers(&providers), DEFAULT_TOOL_MAX_DEPTH),
         };
-        Ok(Config { origin: Origin::Builtin, routes, providers, tool_providers, tool_max_depth, mcp_servers })
+        Ok(Config {
+            origin: Origin::Builtin,
+            routes,
+            providers,
+            tool_providers,
+            tool_max_depth,
+            approvals,
+            mcp_servers,
+        })
     }
 
     /// The configuration the binary uses without a file: `spawn`, `fork`
@@ -433,6 +446,13 @@ impl Config {
     /// The tool's depth cap (`[tool] max_depth`, default 3).
     pub fn tool_max_depth(&self) -> u32 {
         self.tool_max_depth
+    }
+
+    /// `[approvals]`: what a door with a policy (`fanout`) answers a
+    /// child's permission request; `Policy::Ask` parks it. `None` without
+    /// the table.
+    pub fn approvals(&self) -> Option<&Rules> {
+        self.approvals.as_ref()
     }
 
     /// Every model route (`[models.NAME]`), in file order, served or not

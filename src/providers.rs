@@ -74,7 +74,7 @@ pub use crate::child_process::{adopt_orphans, AdoptedOrphans};
 #[cfg(feature = "a2a")]
 pub use a2a::{A2aConfig, A2aError, A2aProvider, Limits as A2aLimits};
 #[cfg(feature = "acp")]
-pub use acp::{AcpConfig, AcpMcpServer, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
+pub use acp::{AcpConfig, AcpMcpServer, AcpProvider, PoolConfig, Reuse, RunDirs};
 pub use chaos::{ChaosFault, ChaosProvider, ChaosSchedule, ChaosStage, Injected};
 #[cfg(feature = "agent")]
 pub use in_process::{ChildInfo, InProcessProvider, ModelRoutes, ToolFactory, STRUCTURED_OUTPUT_TOOL};

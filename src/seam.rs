@@ -134,6 +134,7 @@
 //! assert!(report.live_after.is_quiescent(), "nothing left running");
 //! ```
 
+mod approval;
 mod budget;
 mod content;
 mod error;
@@ -147,10 +148,16 @@ mod trace;
 mod usage;
 
 pub use crate::live::ProcessLease;
+pub use approval::{
+    Answer, Approvals, Approver, Hop, OptionKind, PermissionOption, PermissionRequest, Policy, Rule, Rules, Verdict,
+    DEFAULT_APPROVAL_TIMEOUT, MAX_SHOWN_INPUT,
+};
 pub(crate) use budget::{admit as budget_admit, Admission};
 pub use budget::{Budget, BudgetExhausted, BudgetLease, BudgetLimit};
 pub use content::{text_of, ContentBlock};
 pub use error::{DisposeError, RegisterError, StartError, SteeringError, SubagentError};
+/// The boxed, `Send` future an [`Approver`] returns.
+pub use futures_util::future::BoxFuture;
 /// The boxed, `!Send` future a [`Provider`] and a [`Child`] return (they
 /// run on their run actor's thread).
 pub use futures_util::future::LocalBoxFuture;

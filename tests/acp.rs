@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use common::{lifecycle, no_children_left, no_process_mentions, request_in, runtime_at as runtime};
 use serde_json::json;
 use stand_ins::{ignores_eof, logged, logged_at, session_news, shell_agent, shell_agent_advertising};
-use subagents::providers::{AcpConfig, AcpMcpServer, AcpProvider, Permission};
-use subagents::seam::Category;
+use subagents::providers::{AcpConfig, AcpMcpServer, AcpProvider};
+use subagents::seam::{Category, Policy, Rules};
 use subagents::{Runtime, StopReason, Subagents};
 
 /// Our own binary as the ACP agent, with its home under `home`.
@@ -127,7 +127,7 @@ fn permission_requests_are_answered_by_policy_and_kind() {
     std::fs::write(home.path().join("visible.txt"), "x").unwrap();
     let runtime = runtime(home.path());
     let mut allow = own_agent("allow", home.path(), &["--approve", "list_dir"]);
-    allow.permission = Permission::Allow;
+    allow.permission = Rules::new(Policy::Allow);
     let reject = own_agent("reject", home.path(), &["--approve", "list_dir"]);
     let subagents = register(&runtime, allow);
     register(&runtime, reject);

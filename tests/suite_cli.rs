@@ -14,6 +14,7 @@ mod a2a;
 mod acp;
 mod acp_agent;
 mod acp_pool;
+mod approvals;
 mod batch;
 mod budget;
 mod cli;

@@ -20,7 +20,7 @@ use super::entry::ProviderEntry;
 use super::run_shared::{Family, RunShared};
 use crate::events::EventBus;
 use crate::live::LiveCounters;
-use crate::seam::StartError;
+use crate::seam::{Approvals, StartError};
 
 thread_local! {
     /// The id of the runtime whose worker this thread is.
@@ -79,6 +79,9 @@ pub(crate) struct Core {
     providers: RwLock<Vec<Arc<ProviderEntry>>>,
     accepting: AtomicBool,
     next_run_id: AtomicU64,
+    /// The route of runs whose parent brings none: the approver a door
+    /// installed on the runtime, else nobody.
+    approvals: RwLock<Approvals>,
 }
 
 impl Core {
@@ -104,6 +107,7 @@ impl Core {
             providers: RwLock::new(Vec::new()),
             accepting: AtomicBool::new(true),
             next_run_id: AtomicU64::new(1),
+            approvals: RwLock::new(Approvals::nobody()),
         }
     }
 
@@ -131,6 +135,15 @@ impl Core {
 
     pub(crate) fn live(&self) -> &Arc<LiveCounters> {
         &self.live
+    }
+
+    /// The route of a run whose parent brings none.
+    pub(crate) fn approvals(&self) -> Approvals {
+        self.approvals.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn set_approvals(&self, approvals: Approvals) {
+        *self.approvals.write().unwrap_or_else(|e| e.into_inner()) = approvals;
     }
 
     /// The registered provider named `name`.

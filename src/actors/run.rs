@@ -41,7 +41,7 @@ use super::slot::{Held, Slot};
 use crate::contain::{contained, contained_call, Panicked};
 use crate::live::ActorLease;
 use crate::seam::{
-    Admission, BudgetLease, CaptureError, Category, Child, Diagnostic, DisposeError, Failure, Launch, LaunchError,
+    Admission, BudgetLease, CaptureError, Category, Child, Diagnostic, DisposeError, Failure, Hop, Launch, LaunchError,
     LocalAgent, ProviderContext, RunResult, Stage, StartError, StartRequest, SteeringError, StopReason, SubagentError,
 };
 use crate::telemetry;
@@ -222,11 +222,20 @@ impl RunActor {
             mailbox: ctx.address(),
         });
         spawn.core.insert_run(spawn.shared.run_id, control.clone());
+        // The parent's route to its approver, else the runtime's, with
+        // this run on the end of its path.
+        let hop = Hop {
+            provider: spawn.shared.provider().to_owned(),
+            label: spawn.request.label.clone(),
+            depth: spawn.request.child_depth(),
+        };
+        let approvals = spawn.request.parent.approvals.clone().unwrap_or_else(|| spawn.core.approvals()).under(hop);
         let context = ProviderContext {
             run: control.clone(),
             home: spawn.core.home().clone(),
             live: spawn.core.live().clone(),
             budget: spawn.budget,
+            approvals,
         };
         let mut actor = RunActor::new(spawn.core, spawn.shared, &spawn.request, spawn.token.clone(), spawn.admission);
         let launch = Launch { request: *spawn.request, cancel: spawn.token, context };

@@ -57,6 +57,15 @@ impl Subagents {
         registry::register(&self.core, &self.registry, provider)
     }
 
+    /// Installs the approver that permission requests climb to when their
+    /// run's parent brings no route of its own (a door does this: a
+    /// terminal, a policy; see [`Approvals`](crate::seam::Approvals)).
+    /// Runs started from now on use it; a run already started keeps the
+    /// route it was started with.
+    pub fn set_approver(&self, approver: Arc<dyn crate::seam::Approver>) {
+        self.core.set_approvals(crate::seam::Approvals::new(approver));
+    }
+
     /// What a registered provider advertises.
     pub fn provider(&self, name: &str) -> Option<ProviderInfo> {
         self.core.provider(name).map(|entry| entry.info.clone())

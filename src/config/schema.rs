@@ -23,6 +23,10 @@ pub(super) struct FileTable {
     #[serde(default)]
     pub(super) models: IndexMap<String, Spanned<RouteTable>>,
     pub(super) tool: Option<ToolTable>,
+    /// Read by [`super::permissions::approvals`]; here for its name only.
+    #[allow(dead_code)]
+    #[serde(default)]
+    pub(super) approvals: Option<toml::Value>,
     #[serde(default)]
     pub(super) mcp_servers: IndexMap<String, Spanned<super::mcp_servers::McpServerTable>>,
 }
@@ -66,6 +70,7 @@ pub(super) struct Tables {
     root: TableKeys,
     route: TableKeys,
     tool: TableKeys,
+    approvals: TableKeys,
     mcp_server: TableKeys,
     kinds: Vec<TableKeys>,
 }
@@ -80,6 +85,11 @@ impl Tables {
                 keys: fields_of::<RouteTable>().to_vec(),
             },
             tool: TableKeys { what: "[tool]", place: "[tool]", keys: fields_of::<ToolTable>().to_vec() },
+            approvals: TableKeys {
+                what: "[approvals]",
+                place: "[approvals]",
+                keys: fields_of::<super::permissions::ApprovalsTable>().to_vec(),
+            },
             mcp_server: TableKeys {
                 what: "an MCP server",
                 place: "[mcp_servers.NAME]",
@@ -92,14 +102,14 @@ impl Tables {
     /// Every table but a provider of `kind`.
     pub(super) fn besides(&self, kind: Kind) -> Vec<TableKeys> {
         let kinds = self.kinds.iter().filter(|table| table.what != kind.home().what);
-        kinds.chain([&self.route, &self.tool, &self.mcp_server]).cloned().collect()
+        kinds.chain([&self.route, &self.tool, &self.approvals, &self.mcp_server]).cloned().collect()
     }
 
     /// The keys of the file's top level, of each route, of `[tool]` and
     /// of each MCP server (a provider's are its kind's to check).
     pub(super) fn check(&self, source: &Source<'_>, root: &DeTable<'_>) -> Result<(), ConfigError> {
         let all = |this: &TableKeys| -> Vec<TableKeys> {
-            [&self.root, &self.route, &self.tool, &self.mcp_server]
+            [&self.root, &self.route, &self.tool, &self.approvals, &self.mcp_server]
                 .into_iter()
                 .chain(&self.kinds)
                 .filter(|table| table.place != this.place)
@@ -115,6 +125,9 @@ impl Tables {
         }
         if let Some(tool) = root.get("tool") {
             keys::check(source, tool, &self.tool, &all(&self.tool))?;
+        }
+        if let Some(approvals) = root.get("approvals") {
+            keys::check(source, approvals, &self.approvals, &all(&self.approvals))?;
         }
         Ok(())
     }

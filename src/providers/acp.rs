@@ -28,9 +28,17 @@
 //! update: a grandchild's progress reaches the top caller one level down.
 //! It stays text: which call and how deep inside it is not parsed back. Stop map: `end_turn` → completed, `max_tokens` →
 //! max-tokens, `refusal` → refusal, `cancelled` → aborted, anything else (or
-//! an error answer) → error. Permission requests are answered by policy:
-//! `reject` (default) picks a reject option, `allow` an `allow_once` or
-//! `allow_always` option — always by kind, never by position.
+//! an error answer) → error.
+//!
+//! **Permission**: each `session/request_permission` is answered by the
+//! provider's [`Rules`] ([`AcpConfig::permission`]: `reject` by default,
+//! `allow`, or `ask`, and rules by kind of call, tool name or title glob
+//! and path prefix); what they leave to `ask` climbs to the run's nearest
+//! approver ([`crate::seam::Approvals`]), within `permission_timeout`. No
+//! approver, no answer in time, a cancel or a dispose is a reject; "allow
+//! always" holds for this run only; the agent gets only an option it
+//! offered, by kind, never by position (see `permission.rs`). Each request
+//! and its answer, with who gave it, is in the run's transcript.
 //!
 //! **Cancel** sends `session/cancel`; the run settles `Aborted` even if the
 //! child ignores it (after the runtime's cancel grace). **Dispose** closes
@@ -66,6 +74,7 @@
 
 mod dispose;
 mod mcp_servers;
+mod permission;
 mod pool;
 mod process;
 mod run_dir;
@@ -84,8 +93,7 @@ use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    Content, ContentBlock as AcpBlock, ContentChunk, Implementation, InitializeRequest, InitializeResponse,
-    PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest, SelectedPermissionOutcome, SessionId,
+    Content, ContentBlock as AcpBlock, ContentChunk, Implementation, InitializeRequest, InitializeResponse, SessionId,
     SessionUpdate, SystemPrompt, SystemPromptMode, ToolCallContent, ToolCallStatus,
 };
 use agent_client_protocol::{v1, ByteStreams, Client};
@@ -99,6 +107,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::dispose::{Activity, Graces};
 pub use self::mcp_servers::AcpMcpServer;
+use self::permission::Asking;
 use self::pool::Pool;
 pub use self::pool::PoolConfig;
 use self::process::{AgentProcess, Answer, Fault, Route};
@@ -112,17 +121,8 @@ use crate::seam::{
     text_of, Branch, Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider,
     RunResult, RunUsage, Stage, StopReason, StopReport,
 };
+use crate::seam::{Policy, Rules, DEFAULT_APPROVAL_TIMEOUT};
 use crate::seam::{ProgressUpdate, ToolCallStatus as Progress};
-
-/// How permission requests are answered.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Permission {
-    /// Pick a reject option (or cancel when there is none).
-    #[default]
-    Reject,
-    /// Pick an `allow_once` or `allow_always` option.
-    Allow,
-}
 
 /// Configuration of an [`AcpProvider`].
 #[derive(Clone, Debug)]
@@ -133,8 +133,13 @@ pub struct AcpConfig {
     pub command: PathBuf,
     /// Its arguments.
     pub args: Vec<String>,
-    /// Permission policy.
-    pub permission: Permission,
+    /// How the agent's permission requests are answered: rules, then a
+    /// default (`Policy::Reject` unless set); `Policy::Ask` goes to the
+    /// run's nearest approver.
+    pub permission: Rules,
+    /// How long an `ask` waits for an answer before it is a reject
+    /// ([`DEFAULT_APPROVAL_TIMEOUT`], ten minutes, unless set).
+    pub permission_timeout: Duration,
     /// Where the agent runs, its environment and its graces
     /// (`dispose_eof_grace`: while a prompt is unanswered).
     pub child: ChildProcessConfig,
@@ -179,7 +184,8 @@ impl AcpConfig {
             name: name.into(),
             command: command.into(),
             args,
-            permission: Permission::Reject,
+            permission: Rules::new(Policy::Reject),
+            permission_timeout: DEFAULT_APPROVAL_TIMEOUT,
             child: ChildProcessConfig::default(),
             // An agent that exits at EOF does so in milliseconds (our own
             // `subagents acp` is disposed in 2.6–3.5 ms, benches/acp_dispose.rs);
@@ -479,6 +485,7 @@ async fn start(
     // fails the start.
     let mut dead_pooled = 0;
     let transcript = Arc::new(Transcript::default());
+    let asking = Arc::new(Asking::new(&config, context.approvals().clone(), &cancel));
     let (process, session_id) = loop {
         let process = match &pool {
             None => {
@@ -491,6 +498,7 @@ async fn start(
             progress: context.clone(),
             delegated: DelegatedText::default(),
             transcript: transcript.clone(),
+            asking: asking.clone(),
         };
         let opened = tokio::select! {
             biased;
@@ -532,6 +540,7 @@ async fn start(
     Ok(Box::new(AcpChild {
         id,
         transcript,
+        asking,
         graces: Graces::of(&config),
         config: Rc::new(config),
         prompt: RefCell::new(Some(text_of(&request.prompt))),
@@ -579,6 +588,7 @@ fn note_update(route: &Route, update: SessionUpdate) {
             ProgressUpdate::MessageChunk { text: chunk.text }
         }
         SessionUpdate::ToolCall(call) => {
+            route.asking.note_call(&call);
             ProgressUpdate::ToolCall { name: call.title, status: progress_status(call.status) }
         }
         SessionUpdate::ToolCallUpdate(update) => {
@@ -656,19 +666,6 @@ fn added_text<'a>(before: &str, now: &'a str) -> &'a str {
     }
 }
 
-/// Picks an option by kind, never by position.
-fn choose(permission: Permission, request: &RequestPermissionRequest) -> RequestPermissionOutcome {
-    let kinds: &[PermissionOptionKind] = match permission {
-        Permission::Allow => &[PermissionOptionKind::AllowOnce, PermissionOptionKind::AllowAlways],
-        Permission::Reject => &[PermissionOptionKind::RejectOnce, PermissionOptionKind::RejectAlways],
-    };
-    let chosen = kinds.iter().find_map(|kind| request.options.iter().find(|option| option.kind == *kind));
-    match chosen {
-        Some(option) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option.option_id.clone())),
-        None => RequestPermissionOutcome::Cancelled,
-    }
-}
-
 /// The diagnostic of a failure: the fixed category, the agent's account
 /// as its detail.
 fn diagnostic_of(provider: &str, stage: Stage, fault: Fault) -> Diagnostic {
@@ -683,6 +680,8 @@ struct AcpChild {
     id: String,
     /// The run's transcript in the parent's home.
     transcript: Arc<Transcript>,
+    /// Its permission state: closed at dispose, so nothing pending is granted.
+    asking: Arc<Asking>,
     /// The provider's configuration: its name, and the environment whose
     /// values an account of a failure must not show.
     config: Rc<AcpConfig>,
@@ -751,6 +750,7 @@ impl Child for AcpChild {
     }
 
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
+        self.asking.close();
         let (process, session_id, pool) = (self.process.clone(), self.session_id.clone(), self.pool.clone());
         let answer = self.answer.borrow().clone();
         let reaped = self.reaped.clone();

@@ -300,6 +300,10 @@ impl InProcessProvider {
             // own children answer to it.
             builder = builder.budget(lease);
         }
+        if context.approvals().has_approver() {
+            // Its children's requests climb the same route, this run on its path.
+            builder = builder.approvals(context.approvals().clone());
+        }
         if let Some(schema) = &request.output_schema {
             let tool = StructuredOutputTool::new(schema, context.clone(), captured.clone());
             let toolset = builder.toolset_mut();

@@ -23,7 +23,7 @@ use super::{
     AgentOptions, Capabilities, Category, ContentBlock, Diagnostic, Failure, RunResult, Stage, StartRequest,
     SteeringError, StopReport,
 };
-use super::{BudgetLease, ProgressUpdate};
+use super::{Approvals, BudgetLease, ProgressUpdate};
 use crate::live::{LiveCounters, ProcessLease};
 
 /// One transport for running children, registered under a unique name.
@@ -220,6 +220,7 @@ pub struct ProviderContext {
     pub(crate) home: Arc<Path>,
     pub(crate) live: Arc<LiveCounters>,
     pub(crate) budget: Option<BudgetLease>,
+    pub(crate) approvals: Approvals,
 }
 
 impl ProviderContext {
@@ -258,6 +259,14 @@ impl ProviderContext {
     /// out-of-process one gets its [`remaining`](BudgetLease::remaining).
     pub fn budget(&self) -> Option<&BudgetLease> {
         self.budget.as_ref()
+    }
+
+    /// The route this run's permission requests climb to the nearest
+    /// approver, with the path from the root to this run (see
+    /// [`Approvals`]). An in-process child passes it on to its own
+    /// children; a provider asks it what its rules leave open.
+    pub fn approvals(&self) -> &Approvals {
+        &self.approvals
     }
 
     /// Hand a validated structured result to the run actor (a mailbox

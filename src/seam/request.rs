@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::{Budget, BudgetLease, ContentBlock, LocalAgent, ProgressSink};
+use super::{Approvals, Budget, BudgetLease, ContentBlock, LocalAgent, ProgressSink};
 
 /// The largest `max_depth` the runtime represents; anything above is
 /// `INVALID_REQUEST` rather than a silently unbounded recursion.
@@ -242,6 +242,11 @@ pub struct Parent {
     /// start, or opened on it): every child it starts answers to it.
     /// (`agent::Agent::as_parent` fills it.)
     pub budget: Option<BudgetLease>,
+    /// The route to the approver its children's permission requests climb
+    /// to, when the parent has one of its own (a door's session, or an
+    /// in-process child passing on its own route); else the runtime's.
+    /// (`agent::Agent::as_parent` fills it.) Not compared by `==`.
+    pub approvals: Option<Approvals>,
 }
 
 impl PartialEq for Parent {
@@ -270,6 +275,7 @@ impl Parent {
             route: AgentOptions::default(),
             agent: None,
             budget: None,
+            approvals: None,
         }
     }
 
@@ -301,6 +307,13 @@ impl Parent {
     /// starts answers to it.
     pub fn with_budget_lease(mut self, lease: BudgetLease) -> Self {
         self.budget = Some(lease);
+        self
+    }
+
+    /// This parent's children ask `approvals` for permission (see
+    /// [`Approvals`]).
+    pub fn with_approvals(mut self, approvals: Approvals) -> Self {
+        self.approvals = Some(approvals);
         self
     }
 }

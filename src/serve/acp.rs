@@ -33,6 +33,11 @@
 //!   `allow_always` holds for that tool for the rest of the session; any
 //!   other answer becomes a tool error the model sees. `toolCallId`s are
 //!   unique within a session (see `agent/tool_calls.rs`).
+//! - A descendant's permission request (an `acp` child with `permission =
+//!   "ask"`, however deep) is asked of the client as
+//!   `session/request_permission`, after a `tool_call` naming who asks
+//!   and what; the child's own options are offered, and its answer goes
+//!   back to exactly that child (see `acp/approvals.rs`).
 //!
 //! **Input** is capped at 8 MiB a line; an over-long line, invalid UTF-8
 //! or invalid JSON costs one `-32700` reply with id `null` quoting at most
@@ -63,6 +68,7 @@
 //! serve_acp(options).expect("served until EOF");
 //! ```
 
+mod approvals;
 mod framing;
 mod mcp_servers;
 mod tool_calls;
@@ -83,10 +89,11 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use self::approvals::ClientApprover;
 use self::tool_calls::{Approved, ToolCallIds};
 use super::ServeError;
 use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};
-use crate::seam::TraceContext;
+use crate::seam::{Approvals, TraceContext};
 use crate::seam::{Category, ContentBlock, Diagnostic, Stage};
 use crate::telemetry;
 use crate::tool::{delegating_tools, register_delegating_spawn, TaskService, DEFAULT_MAX_DEPTH};
@@ -357,7 +364,10 @@ impl State {
         }
         self.mcp_servers.lock().unwrap_or_else(|e| e.into_inner()).extend(servers);
         let update_session = session_id.clone();
+        // What its descendants ask climbs to this session's client.
+        let approvals = Approvals::new(Arc::new(ClientApprover::new(cx.clone(), session_id.clone())));
         let mut builder = Agent::builder_shared(self.model.clone())
+            .approvals(approvals)
             .store(SessionStore::new(&self.options.home))
             .session_id(session_id.to_string())
             .cwd(&request.cwd)

@@ -1,10 +1,17 @@
-//! ACP's side of what both ends agree on: the stop reasons of a turn, for
-//! the `acp` provider (the client) and `subagents acp` (the agent). The
-//! messages themselves are the official crate's.
+//! ACP's side of what both ends agree on: the stop reasons of a turn, and
+//! a permission request in our words and in ACP's, for the `acp` provider
+//! (the client, which hears a child's request) and `subagents acp` (the
+//! agent, which passes a grandchild's on to its own client). The messages
+//! themselves are the official crate's.
 
-use agent_client_protocol::v1::schema::StopReason as AcpStop;
+#[cfg(any(feature = "agent", test))]
+use agent_client_protocol::v1::schema::{PermissionOption as AcpOption, SessionId, ToolCallId, ToolCallUpdate};
+use agent_client_protocol::v1::schema::{
+    PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest, SelectedPermissionOutcome,
+    StopReason as AcpStop, ToolCallUpdateFields, ToolKind,
+};
 
-use crate::seam::StopReason;
+use crate::seam::{OptionKind, PermissionOption, PermissionRequest, StopReason, Verdict};
 
 /// Our stop reasons and ACP's, for both ends: this client and the agent in
 /// `subagents acp`. `Error` has none: a failed turn is an error answer, and an
@@ -25,6 +32,119 @@ pub(crate) fn acp_stop_of(stop: StopReason) -> Option<AcpStop> {
     STOP_REASONS.iter().find(|(ours, _)| *ours == stop).map(|(_, theirs)| *theirs)
 }
 
+const OPTION_KINDS: [(OptionKind, PermissionOptionKind); 4] = [
+    (OptionKind::AllowOnce, PermissionOptionKind::AllowOnce),
+    (OptionKind::AllowAlways, PermissionOptionKind::AllowAlways),
+    (OptionKind::RejectOnce, PermissionOptionKind::RejectOnce),
+    (OptionKind::RejectAlways, PermissionOptionKind::RejectAlways),
+];
+
+/// The option kind of ours an ACP kind is; a kind newer than this crate
+/// has none, and such an option is never chosen.
+fn option_kind_of(kind: &PermissionOptionKind) -> Option<OptionKind> {
+    OPTION_KINDS.iter().find(|(_, theirs)| theirs == kind).map(|(ours, _)| *ours)
+}
+
+/// An ACP tool kind's wire name (`execute`, `edit`, …).
+fn kind_name(kind: ToolKind) -> Option<String> {
+    serde_json::to_value(kind).ok().and_then(|value| value.as_str().map(str::to_owned))
+}
+
+/// A child's `session/request_permission` in our words: what its
+/// `toolCall` says, filled in from `earlier` (the `tool_call` the agent
+/// announced it with, when it did), and the options it offered that we
+/// know the kind of.
+pub(crate) fn permission_request_of(
+    request: &RequestPermissionRequest,
+    earlier: Option<&ToolCallUpdateFields>,
+) -> PermissionRequest {
+    let options = request
+        .options
+        .iter()
+        .filter_map(|option| {
+            let kind = option_kind_of(&option.kind)?;
+            Some(PermissionOption::new(option.option_id.to_string(), option.name.clone(), kind))
+        })
+        .collect();
+    let fields = &request.tool_call.fields;
+    /// What the request says, else what the announcement said.
+    fn pick<T: Clone>(
+        fields: &ToolCallUpdateFields,
+        earlier: Option<&ToolCallUpdateFields>,
+        field: fn(&ToolCallUpdateFields) -> &Option<T>,
+    ) -> Option<T> {
+        field(fields).clone().or_else(|| earlier.and_then(|earlier| field(earlier).clone()))
+    }
+    let mut ours = PermissionRequest::new(options);
+    if let Some(name) = pick(fields, earlier, |e| &e.name) {
+        ours = ours.with_tool(name);
+    }
+    if let Some(kind) = pick(fields, earlier, |e| &e.kind).and_then(kind_name) {
+        ours = ours.with_kind(kind);
+    }
+    if let Some(title) = pick(fields, earlier, |e| &e.title) {
+        ours = ours.with_title(title);
+    }
+    if let Some(input) = pick(fields, earlier, |e| &e.raw_input) {
+        ours = ours.with_input(&input);
+    }
+    for location in pick(fields, earlier, |e| &e.locations).iter().flatten().take(16) {
+        ours = ours.with_path(location.path.display().to_string());
+    }
+    ours
+}
+
+/// The ACP answer to `request` for `verdict`: the option of its kind the
+/// child offered, else `cancelled` (which a child takes as no).
+pub(crate) fn outcome_of(request: &PermissionRequest, verdict: Verdict) -> RequestPermissionOutcome {
+    match request.option_for(verdict) {
+        Some(option) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option.id.clone())),
+        None => RequestPermissionOutcome::Cancelled,
+    }
+}
+
+/// Our request as a `session/request_permission` of session `session`,
+/// offering the same options, for a client to answer (`subagents acp`
+/// passing a grandchild's request up). The title names who asks.
+#[cfg(any(feature = "agent", test))]
+pub(crate) fn acp_request_of(
+    session: SessionId,
+    call_id: &str,
+    request: &PermissionRequest,
+) -> RequestPermissionRequest {
+    let mut fields =
+        ToolCallUpdateFields::new().title(format!("{} asks: {}", request.asker_line(), request.call_line()));
+    if let Some(kind) = request.kind.as_deref().and_then(|kind| serde_json::from_value::<ToolKind>(kind.into()).ok()) {
+        fields = fields.kind(kind);
+    }
+    if let Some(input) = request.input.as_deref() {
+        fields = fields.raw_input(serde_json::Value::String(input.to_owned()));
+    }
+    let options = request
+        .options
+        .iter()
+        .filter_map(|option| {
+            let kind = OPTION_KINDS.iter().find(|(ours, _)| *ours == option.kind).map(|(_, theirs)| *theirs)?;
+            Some(AcpOption::new(option.id.clone(), option.name.clone(), kind))
+        })
+        .collect();
+    RequestPermissionRequest::new(session, ToolCallUpdate::new(ToolCallId::new(call_id.to_owned()), fields), options)
+}
+
+/// What a client's answer to [`acp_request_of`] means: the verdict of the
+/// option it chose, when that option is one offered; anything else
+/// (cancelled, an option never offered) is a reject.
+#[cfg(any(feature = "agent", test))]
+pub(crate) fn verdict_of(request: &PermissionRequest, outcome: &RequestPermissionOutcome) -> Verdict {
+    let RequestPermissionOutcome::Selected(selected) = outcome else { return Verdict::Reject };
+    let chosen = request.options.iter().find(|option| selected.option_id.to_string() == option.id);
+    match chosen.map(|option| option.kind) {
+        Some(OptionKind::AllowOnce) => Verdict::AllowOnce,
+        Some(OptionKind::AllowAlways) => Verdict::AllowAlways,
+        Some(OptionKind::RejectOnce | OptionKind::RejectAlways) | None => Verdict::Reject,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,5 +157,22 @@ mod tests {
         }
         assert_eq!(acp_stop_of(StopReason::Error), None);
         assert_eq!(stop_reason_of(AcpStop::MaxTurnRequests), StopReason::Error);
+    }
+
+    #[test]
+    fn a_clients_answer_is_a_verdict_only_for_an_option_offered() {
+        let request = PermissionRequest::new(vec![
+            PermissionOption::new("yes", "Allow", OptionKind::AllowOnce),
+            PermissionOption::new("no", "Reject", OptionKind::RejectOnce),
+        ]);
+        let chose = |id: &str| RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id.to_owned()));
+        assert_eq!(verdict_of(&request, &chose("yes")), Verdict::AllowOnce);
+        assert_eq!(verdict_of(&request, &chose("no")), Verdict::Reject);
+        assert_eq!(verdict_of(&request, &chose("always")), Verdict::Reject, "never offered");
+        assert_eq!(verdict_of(&request, &RequestPermissionOutcome::Cancelled), Verdict::Reject);
+        let asked = acp_request_of(SessionId::new("s"), "c1", &request);
+        assert_eq!(asked.options.len(), 2);
+        let back = permission_request_of(&asked, None);
+        assert_eq!(back.options, request.options, "the options travel as they were offered");
     }
 }

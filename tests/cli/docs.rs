@@ -386,6 +386,7 @@ fn sample(kind: &str, key: &str) -> String {
         (_, "inherit_env") => "[\"LANG\"]",
         (_, "cwd" | "template_dir" | "run_dir_root") => "\"/tmp\"",
         (_, "permission") => "\"allow\"",
+        (_, "permission_rules") => "[{ kind = \"read\", permission = \"allow\" }]",
         (_, "reuse") => "\"per_run\"",
         (_, "bin") => "\"/bin/sh\"",
         (_, "profile") => "\"default\"",
@@ -659,7 +660,10 @@ fn documented_tables() -> BTreeMap<String, BTreeSet<String>> {
 #[test]
 fn the_configuration_reference_lists_exactly_the_keys_of_the_other_tables() {
     let tables = documented_tables();
-    assert_eq!(tables.keys().map(String::as_str).collect::<Vec<_>>(), ["mcp_servers.NAME", "models.NAME", "tool"]);
+    assert_eq!(
+        tables.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["approvals", "mcp_servers.NAME", "models.NAME", "tool"]
+    );
     for (table, documented) in tables {
         let header = table.replace("NAME", "checked");
         let error = Config::parse(&format!("[{header}]\nno_such_key = 1\n"), "table.toml").unwrap_err();

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::{run, subagents, text, write_file};
-use crate::common::pty::on_a_terminal;
+use crate::approvals::{asking, chosen};
+use crate::common::pty::{on_a_terminal, on_a_terminal_typing};
 
 #[test]
 fn run_on_a_terminal_draws_the_parent_over_its_children_with_their_times_and_ctrl_c_leaves_no_stale_row() {
@@ -72,4 +73,38 @@ fn fanout_on_a_terminal_names_failures_above_a_bar_with_an_eta_and_ctrl_c_then_r
     }
     assert_eq!(settled.len(), 30, "{settled:?}");
     assert!(settled.values().all(|&times| times == 1), "each task settled exactly once: {settled:?}");
+}
+
+#[test]
+fn run_on_a_terminal_asks_the_person_about_a_childs_request_and_off_one_its_policy_rejects_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let asker = asking(dir.path(), "asker", &[("execute", "cargo test"), ("execute", "cargo build")]);
+    let config = write_file(
+        dir.path(),
+        "subagents.toml",
+        format!(
+            "[providers.asker]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{script:?}]\npermission = \"ask\"\n",
+            script = asker.args[0]
+        ),
+    );
+    let prompt = r#"[tool:subagent {"description": "run tests", "prompt": "run the tests"}]"#;
+    let mut command = subagents();
+    command.args(["run", prompt, "--provider", "asker", "--config"]).arg(&config);
+    command.arg("--home").arg(dir.path().join("home"));
+    // The person answers "allow always": the second call of the tool is not asked.
+    let screen = on_a_terminal_typing(&command, None, &[("› ", "a\n")]);
+    assert_eq!(screen.code, Some(0), "{}", screen.raw);
+    let shown = screen.text();
+    assert!(
+        shown.contains("asker (run tests) at depth 1 [asker (run tests)] asks to run: cargo test (execute)"),
+        "{shown}"
+    );
+    assert!(shown.contains("[y] allow once  [a] allow always (this tool, this run)  [n] reject  › a"), "{shown}");
+    assert_eq!(shown.matches("asks to run").count(), 1, "asked once:\n{shown}");
+    assert_eq!(chosen(dir.path(), "asker"), ["always", "yes"]);
+    // Off a terminal nobody is asked: `ask` is a reject.
+    let output = run(&mut command);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(!text(&output.stderr).contains("asks to run"), "{}", text(&output.stderr));
+    assert_eq!(chosen(dir.path(), "asker"), ["always", "yes", "no", "no"]);
 }

@@ -14,9 +14,12 @@ const COLUMNS: usize = 160;
 /// Runs the pseudo-terminal: `argv[1]` is the trigger (empty: none), the
 /// rest the command. Once the output holds the trigger, a Ctrl-C; the raw
 /// output is written to stdout as it came, the exit code passed on.
+/// `$PTY_TYPING` (JSON pairs `[when, keys]`) types each `keys` once the
+/// output since the last typing holds its `when`, in order.
 const DRIVER: &str = r#"
-import fcntl, os, pty, signal, struct, sys, termios, time
+import fcntl, json, os, pty, signal, struct, sys, termios, time
 trigger, argv = sys.argv[1].encode(), sys.argv[2:]
+typing, typed_at = json.loads(os.environ.pop("PTY_TYPING", "[]")), 0
 pid, fd = pty.fork()
 if pid == 0:
     fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
@@ -30,6 +33,9 @@ while True:
     if not chunk:
         break
     seen += chunk
+    if typing and typing[0][0].encode() in seen[typed_at:]:
+        os.write(fd, typing.pop(0)[1].encode())
+        typed_at = len(seen)
     if not sent and trigger in seen:
         time.sleep(0.3)
         os.killpg(os.getpgid(pid), signal.SIGINT)
@@ -60,7 +66,14 @@ impl Screen {
 /// directory) on a terminal, with a Ctrl-C once its output holds
 /// `interrupt_at`.
 pub fn on_a_terminal(command: &Command, interrupt_at: Option<&str>) -> Screen {
+    on_a_terminal_typing(command, interrupt_at, &[])
+}
+
+/// [`on_a_terminal`], a person typing each `(when, keys)`'s keys once the
+/// output since the last typing holds its `when`.
+pub fn on_a_terminal_typing(command: &Command, interrupt_at: Option<&str>, typing: &[(&str, &str)]) -> Screen {
     let mut driver = Command::new("python3");
+    driver.env("PTY_TYPING", serde_json::to_string(typing).unwrap());
     let driver_code = DRIVER.replace("ROWS", &ROWS.to_string()).replace("COLUMNS", &COLUMNS.to_string());
     driver.args(["-c", &driver_code, interrupt_at.unwrap_or("")]).arg(command.get_program()).args(command.get_args());
     for (name, value) in command.get_envs() {

@@ -5,6 +5,7 @@
 
 pub mod a2a;
 pub mod acp;
+pub mod approve;
 pub mod fanout;
 pub mod mcp;
 pub mod providers;

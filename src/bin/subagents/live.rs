@@ -72,6 +72,8 @@ struct View {
     last_draw: Option<Instant>,
     /// Cleared for good: what is said now is said plainly.
     finished: bool,
+    /// A question is on the screen: the tree waits below it.
+    asking: bool,
 }
 
 impl Live {
@@ -87,6 +89,7 @@ impl Live {
             drawn: 0,
             last_draw: None,
             finished: false,
+            asking: false,
         };
         let live = Live(Arc::new(Mutex::new(view)));
         live.view().redraw(true);
@@ -165,6 +168,25 @@ impl Live {
         view.redraw(true);
     }
 
+    /// Clears the tree and writes `question` (made safe by the caller) in
+    /// its place, on a terminal; the tree is not drawn again until
+    /// [`Live::resume`], so a person can read and answer it. What they
+    /// type stays on the screen above the tree.
+    pub fn ask(&self, question: &str) {
+        let mut view = self.view();
+        let mut block = view.clear();
+        block.push_str(question);
+        view.asking = true;
+        view.write(&block);
+    }
+
+    /// Draws the tree again below the question and its answer.
+    pub fn resume(&self) {
+        let mut view = self.view();
+        view.asking = false;
+        view.redraw(true);
+    }
+
     /// Clears the drawn tree (a terminal only): the runs are done.
     pub fn finish(&self) {
         let mut view = self.view();
@@ -198,7 +220,7 @@ impl View {
     /// the last drawing is old enough.
     fn redraw(&mut self, now: bool) {
         let due = self.last_draw.is_none_or(|at| at.elapsed() >= REDRAW_EVERY);
-        if !self.terminal || self.finished || !(now || due) {
+        if !self.terminal || self.finished || self.asking || !(now || due) {
             return;
         }
         let mut block = self.clear();

@@ -63,6 +63,7 @@
 #![forbid(unsafe_code)]
 
 mod args;
+mod asking;
 mod commands;
 mod live;
 mod logging;
@@ -75,7 +76,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::commands::{a2a, acp, fanout, mcp, providers, run, serve, sessions, ui, worker};
+use crate::commands::{a2a, acp, approve, fanout, mcp, providers, run, serve, sessions, ui, worker};
 
 #[derive(Parser)]
 #[command(name = "subagents", version, about = "Delegate work to supervised child agents")]
@@ -100,6 +101,11 @@ enum Command {
     /// A web view of the runs: a batch live, delegation trees, transcripts.
     #[command(after_help = "Example:\n  subagents ui --home .subagents --out results.jsonl")]
     Ui(ui::UiArgs),
+    /// Answer a child's permission request a `fanout` parked, or list those that wait.
+    #[command(
+        after_help = "Example:\n  subagents approve --home .subagents            # what waits\n  subagents approve 4121-1 allow --home .subagents"
+    )]
+    Approve(approve::ApproveArgs),
     /// The providers the configuration defines.
     Providers(providers::ProvidersArgs),
     /// Serve this runtime's delegation as MCP tools on stdio (for an MCP client).
@@ -126,7 +132,9 @@ impl Command {
             Command::Acp(args) => &args.telemetry,
             Command::A2a(args) => &args.telemetry,
             Command::Worker(args) => &args.telemetry,
-            Command::Sessions(_) | Command::Providers(_) | Command::Serve(_) | Command::Ui(_) => return None,
+            Command::Sessions(_) | Command::Providers(_) | Command::Serve(_) | Command::Ui(_) | Command::Approve(_) => {
+                return None
+            }
         };
         telemetry.otlp.as_deref()
     }
@@ -153,6 +161,7 @@ impl Command {
             Command::Providers(args) => args.run(),
             Command::Ui(args) => args.run(),
             Command::A2a(args) => args.run(),
+            Command::Approve(args) => args.run(),
         }
     }
 }

@@ -6,10 +6,21 @@
 //! kind = "acp"
 //! command = "codex-acp"
 //! env = { OPENAI_API_KEY = "${OPENAI_API_KEY}" }
-//! permission = "allow"
+//! permission = "ask"
+//! permission_rules = [
+//!   { kind = "read", permission = "allow" },
+//!   { kind = "edit", path = "/srv/repo", permission = "allow" },
+//!   { title = "*rm -rf*", permission = "reject" },
+//! ]
 //! reuse = "pooled"
 //! pool = { size = 2 }
 //! ```
+//!
+//! `permission` is what the agent's permission requests get when no rule
+//! of `permission_rules` matches (`reject` unless set); the first rule
+//! that matches decides. `ask` goes to the nearest door with someone to
+//! ask, for `permission_timeout` (ten minutes unless set); see
+//! [`crate::seam::Rules`].
 //!
 //! What it advertises is learnt from the agent's `initialize` when it is
 //! built, so `providers list` cannot say; `providers check` does.
@@ -28,9 +39,10 @@ use super::child_process::{self, ChildProcess};
 use super::{BuildFailure, Building, Checked, Checking, Home, KindCapabilities};
 use crate::config::keys::{self, fields_of, TableKeys};
 use crate::config::mcp_servers::check_acp_listed;
+use crate::config::permissions::{self, PermissionName};
 use crate::config::values::{expand, find_command, not_a_directory};
 use crate::config::{parse_duration, ConfigError};
-use crate::seam::Provider;
+use crate::seam::{Policy, Provider, Rules};
 
 /// The homes this file keeps.
 pub(super) static HOMES: &[&Home] = &[&HOME];
@@ -55,6 +67,11 @@ struct Table {
     args: Option<Spanned<Vec<Spanned<String>>>>,
     mcp_servers: Option<Spanned<Vec<Spanned<String>>>>,
     permission: Option<Spanned<PermissionName>>,
+    /// Named here so it is a key of the kind; its entries are read from
+    /// the raw table ([`permissions::rules`]), each at its own place.
+    #[allow(dead_code)]
+    permission_rules: Option<Spanned<toml::Value>>,
+    permission_timeout: Option<Spanned<String>>,
     reuse: Option<Spanned<ReuseName>>,
     /// Read as a [`PoolTable`] once its keys are checked.
     pool: Option<Spanned<toml::Value>>,
@@ -73,13 +90,6 @@ struct PoolTable {
     max_runs_per_process: Option<usize>,
     idle_timeout: Option<String>,
     cancel_grace: Option<String>,
-}
-
-#[derive(Clone, Copy, Debug, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum PermissionName {
-    Allow,
-    Reject,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -104,6 +114,9 @@ struct Pool {
 #[cfg_attr(not(feature = "acp"), allow(dead_code))]
 struct Acp {
     table: Table,
+    /// `permission` and `permission_rules`, read.
+    rules: Rules,
+    permission_timeout: Option<Duration>,
     child: ChildProcess,
     pool: Option<Pool>,
     dispose_idle_eof_grace: Option<Duration>,
@@ -120,7 +133,15 @@ fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box
     let source = checking.source;
     let child = ChildProcess::check(checking, &table)?;
     let pool_value = table.get_ref().get("pool").cloned();
+    let rules_value = table.get_ref().get("permission_rules").cloned();
     let table: Table = keys::read(source, table)?;
+    let permission_timeout = checking.duration("permission_timeout", &table.permission_timeout)?;
+    if permission_timeout.is_some_and(|timeout| timeout.is_zero()) {
+        let span = table.permission_timeout.as_ref().map(Spanned::span);
+        return Err(source.error(span, "`permission_timeout` must be longer than zero"));
+    }
+    let otherwise = table.permission.as_ref().map_or(Policy::Reject, |name| Policy::from(*name.get_ref()));
+    let rules = permissions::rules(source, rules_value, otherwise)?;
     if table.command.is_none() {
         return Err(checking.needs("acp", "a `command`"));
     }
@@ -170,6 +191,8 @@ fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box
     let file_dir = Path::new(source.name).parent().map(Path::to_path_buf);
     Ok(Box::new(Acp {
         table,
+        rules,
+        permission_timeout,
         child,
         pool,
         dispose_idle_eof_grace,
@@ -248,7 +271,7 @@ impl Checked for Acp {
 impl Acp {
     #[cfg(feature = "acp")]
     async fn provider(&self, building: Building<'_>) -> Result<Arc<dyn Provider>, BuildFailure> {
-        use crate::providers::{AcpConfig, AcpMcpServer, AcpProvider, Permission, PoolConfig, Reuse, RunDirs};
+        use crate::providers::{AcpConfig, AcpMcpServer, AcpProvider, PoolConfig, Reuse, RunDirs};
         let command = self.command.clone().ok_or("its command was not resolved")?;
         let mut config = AcpConfig::new(building.name, command, self.args.clone());
         config.child = self.child.config();
@@ -272,11 +295,9 @@ impl Acp {
                 },
             })
             .collect();
-        if let Some(permission) = &self.table.permission {
-            config.permission = match permission.get_ref() {
-                PermissionName::Allow => Permission::Allow,
-                PermissionName::Reject => Permission::Reject,
-            };
+        config.permission = self.rules.clone();
+        if let Some(timeout) = self.permission_timeout {
+            config.permission_timeout = timeout;
         }
         if let Some(grace) = self.dispose_idle_eof_grace {
             config.dispose_idle_eof_grace = grace;

@@ -29,11 +29,12 @@ use tokio_util::sync::CancellationToken;
 use super::dispose::{Activity, Graces};
 use super::run_dir::RunDir;
 use super::Connection;
-use super::{choose, initialize, note_update, transport, AcpConfig, DelegatedText};
+use super::{initialize, note_update, transport, AcpConfig, DelegatedText};
 use crate::child_process::{account, redacted, Spawned, StderrTail, HANDSHAKE_TIMEOUT};
 use crate::live::ProcessLease;
+use crate::seam::Answer as Decision;
 use crate::seam::{Category, Failure, ProviderContext, StopReason};
-use crate::wire::acp::stop_reason_of;
+use crate::wire::acp::{outcome_of, stop_reason_of};
 
 /// Where one session's updates go: its run's answer text and progress.
 pub(super) struct Route {
@@ -43,6 +44,8 @@ pub(super) struct Route {
     pub delegated: DelegatedText,
     /// The session's transcript in the parent's home.
     pub transcript: Arc<super::transcript::Transcript>,
+    /// Its run's answers to permission requests.
+    pub asking: Arc<super::Asking>,
 }
 
 type Routes = Arc<Mutex<HashMap<SessionId, Route>>>;
@@ -206,7 +209,7 @@ impl AgentProcess {
         let (ready, connected) = oneshot::channel::<Connection>();
         let (close, closed) = oneshot::channel::<()>();
         let seen = Seen { routes: routes.clone(), broken: broken.clone(), activity: activity.clone() };
-        let serve = connection(&mut spawned, config, seen, ready, closed, ended.clone());
+        let serve = connection(&mut spawned, seen, ready, closed, ended.clone());
         let task = tokio::spawn(serve);
         let handshake = async {
             let cx = connected.await.map_err(|_| Fault::from(Category::ChildCrashed))?;
@@ -434,7 +437,6 @@ struct Seen {
 /// `closed` fires or the agent goes away; trips `ended` on the way out.
 fn connection(
     spawned: &mut Spawned,
-    config: &AcpConfig,
     seen: Seen,
     ready: oneshot::Sender<Connection>,
     closed: oneshot::Receiver<()>,
@@ -443,7 +445,6 @@ fn connection(
     let Seen { routes, broken, activity } = seen;
     let asked = routes.clone();
     let transport = transport(spawned, broken, activity);
-    let permission = config.permission;
     async move {
         let _ended = ended.drop_guard();
         let ran = Client
@@ -462,12 +463,30 @@ fn connection(
             .on_receive_request(
                 async move |request: RequestPermissionRequest,
                             responder: v1::Responder<RequestPermissionResponse>,
-                            _cx: Connection| {
-                    let outcome = choose(permission, &request);
-                    if let Some(route) = lock(&asked).get(&request.session_id) {
-                        route.transcript.permission(&request, &outcome);
-                    }
-                    responder.respond(RequestPermissionResponse::new(outcome))
+                            cx: Connection| {
+                    let run = lock(&asked)
+                        .get(&request.session_id)
+                        .map(|route| (route.asking.clone(), route.transcript.clone()));
+                    // The answer may wait on a person: beside the dispatch
+                    // loop, which must go on serving the session.
+                    cx.spawn(async move {
+                        let (ours, answer) = match &run {
+                            Some((asking, _)) => {
+                                let ours = asking.request_of(&request);
+                                let answer = asking.decide(ours.clone()).await;
+                                (ours, answer)
+                            }
+                            None => (
+                                crate::wire::acp::permission_request_of(&request, None),
+                                Decision::reject("no run has this session"),
+                            ),
+                        };
+                        let outcome = outcome_of(&ours, answer.verdict);
+                        if let Some((_, transcript)) = &run {
+                            transcript.permission(&request, &outcome, &answer);
+                        }
+                        responder.respond(RequestPermissionResponse::new(outcome))
+                    })
                 },
                 agent_client_protocol::on_receive_request!(),
             )

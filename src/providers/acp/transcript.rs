@@ -10,7 +10,7 @@
 //! for it (its title as the name, its raw input as the arguments) and,
 //! once it completed or failed, a `tool_result` with its text content
 //! (`is_error` when it failed); each permission request a `tool_result`
-//! named `permission` saying what was asked and how the policy answered;
+//! named `permission` saying what was asked, the answer and who gave it;
 //! a failure's whole account; the turn's end. A tool call the agent
 //! reports failed is counted ([`Transcript::tool_calls_failed`]).
 //!
@@ -33,7 +33,7 @@ use agent_client_protocol::v1::schema::{
 use super::Recording;
 pub(super) use crate::agent::HomeStores as Stores;
 use crate::agent::{Session, SessionEvent, SessionHeader, ToolCall};
-use crate::seam::{cut, Diagnostic, StopReason};
+use crate::seam::{cut, Answer, Diagnostic, StopReason};
 
 /// The most of one piece of text (a message, a tool's output) kept.
 pub(crate) const MAX_PIECE_BYTES: usize = 64 * 1024;
@@ -146,8 +146,13 @@ impl Transcript {
         }
     }
 
-    /// A permission request and the answer the policy gave.
-    pub(super) fn permission(&self, request: &RequestPermissionRequest, outcome: &RequestPermissionOutcome) {
+    /// A permission request, the answer it got and who gave it.
+    pub(super) fn permission(
+        &self,
+        request: &RequestPermissionRequest,
+        outcome: &RequestPermissionOutcome,
+        by: &Answer,
+    ) {
         let mut recorder = self.lock();
         if recorder.session.is_none() {
             return;
@@ -165,12 +170,13 @@ impl Transcript {
                     |option| format!("{} ({:?})", option.name, option.kind),
                 )
             }
-            _ => "cancelled (no option of the policy's kind)".to_owned(),
+            _ => format!("cancelled (no option offered for {})", by.verdict),
         };
         let content = piece(&format!(
-            "asked to run {}; options: {}; answered: {answer}",
+            "asked to run {}; options: {}; answered: {answer}, by {}",
             title.as_deref().unwrap_or("a tool call"),
-            options.join(", ")
+            options.join(", "),
+            by.by
         ));
         recorder.append(SessionEvent::ToolResult { call_id, name: "permission".to_owned(), content, is_error: false });
     }

@@ -11,7 +11,7 @@ use agent_client_protocol::v1::schema::{
 };
 
 use super::Recording;
-use crate::seam::{Diagnostic, StopReason};
+use crate::seam::{Answer, Diagnostic, StopReason};
 
 #[derive(Debug, Default)]
 pub(super) struct Stores;
@@ -40,7 +40,7 @@ impl Transcript {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(failed);
     }
 
-    pub(super) fn permission(&self, _: &RequestPermissionRequest, _: &RequestPermissionOutcome) {}
+    pub(super) fn permission(&self, _: &RequestPermissionRequest, _: &RequestPermissionOutcome, _: &Answer) {}
 
     pub(super) async fn end(&self, _: StopReason, _: Option<&Diagnostic>) {}
 

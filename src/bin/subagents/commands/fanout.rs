@@ -65,6 +65,11 @@ pub struct FanoutArgs {
     /// address, with its token, is printed on stderr).
     #[arg(long)]
     ui: bool,
+    /// Answer the children's permission requests by this file's
+    /// [approvals] (default: the configuration's); what it leaves to ask
+    /// waits for `subagents approve`.
+    #[arg(long, value_name = "FILE")]
+    approvals: Option<PathBuf>,
     #[command(flatten)]
     sources: Sources,
     #[command(flatten)]
@@ -100,6 +105,14 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
     // Refusals from here on stop the runtime (as `setup` drops); files are
     // created last so that a refused batch truncates nothing.
     setup.check_provider(&provider)?;
+    let approvals = match &args.approvals {
+        Some(file) => {
+            let read = subagents::config::Config::read(file).map_err(|e| e.to_string())?;
+            let rules = read.approvals().cloned();
+            Some(rules.ok_or_else(|| format!("{} has no [approvals] table", file.display()))?)
+        }
+        None => config.approvals().cloned(),
+    };
     // Cancelled by Ctrl-C, or by the first result that cannot be written.
     let cancel = CancellationToken::new();
     let durable = &args.durable;
@@ -121,6 +134,21 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
         batch = batch.timeout(timeout);
     }
     let progress = progress_bar(&args.tasks);
+    if let Some(rules) = approvals {
+        let (bar, home) = (progress.clone(), setup.home.clone());
+        let said = move |parked: &batch::Parked| {
+            let line = format!(
+                "waiting for approval: {} asks to run: {} — answer: subagents approve {} allow|always|reject --home {}",
+                parked.request.asker_line(),
+                parked.request.call_line(),
+                parked.id,
+                home.display()
+            );
+            bar.suspend(|| terminal::say!("{line}"));
+        };
+        let approver = batch::ParkedApprover::new(rules, &setup.home).on_parked(std::sync::Arc::new(said));
+        setup.subagents.set_approver(std::sync::Arc::new(approver));
+    }
     batch = match &args.out {
         Some(out) => batch.out(out),
         None => batch.results_to("stdout", AboveTheBar(progress.clone())),

@@ -7,6 +7,7 @@ use subagents::{CancellationToken, StopReason};
 use tracing::Instrument;
 
 use crate::args::{RemoteArgs, Sources, TelemetryArgs};
+use crate::asking::TerminalApprover;
 use crate::setup::{cancel_on_ctrl_c, setup, toolset, Shown};
 use crate::terminal::{self, say, QuietControlKeys};
 use crate::timeline::{tree, Timeline};
@@ -65,6 +66,10 @@ fn run(args: RunArgs) -> Result<Ended, String> {
     let ui = args.ui.then(|| crate::commands::ui::serve_run(&setup.home, &setup.subagents, parent.id())).transpose()?;
     let timeline = Timeline::record(&setup.runtime, parent.id(), &format!("parent ({})", parent.model_name()));
     cancel_on_ctrl_c(&setup.runtime, cancel.clone(), Shown::Live(timeline.live()));
+    // On a terminal, what a child's provider leaves to `ask` is asked here.
+    if let Some(approver) = TerminalApprover::on_terminal(timeline.live()) {
+        setup.subagents.set_approver(approver);
+    }
     // The echo of ^C would land inside the drawn tree, a line it does not count.
     let _quiet = QuietControlKeys::hold();
     // The parent is no run: its own span roots the trace its runs hang

@@ -1,0 +1,319 @@
+//! Parked permission requests: the door of a batch, where nobody sits at
+//! the keyboard.
+//!
+//! A [`ParkedApprover`] answers what a policy decides (`[approvals]`, see
+//! [`crate::seam::Rules`]: `allow` and `reject` at once) and parks what
+//! it leaves to `ask`: the request is written to
+//! `<home>/approvals/pending/<ID>.json` and waits there until somebody
+//! answers it from another terminal or process ([`answer`], which
+//! `subagents approve ID allow|always|reject` calls), or until the child's
+//! run stops waiting (its provider's `permission_timeout`, a cancel, the
+//! batch's end): the request is then removed and is a reject.
+//!
+//! **One answer, and only while it waits.** The answer is one atomic
+//! rename, `pending/<ID>.json` → `answered/<ID>.<verdict>.json`, and
+//! giving up is one atomic removal of the same file: whichever comes
+//! first wins, so an answer to a request that no longer waits (answered,
+//! expired, its run ended) is refused ([`AnswerError::NotPending`]) and a
+//! request is never answered twice. [`pending`] lists what waits.
+//!
+//! ```no_run
+//! # fn demo(subagents: &subagents::Subagents, home: &std::path::Path) -> Result<(), subagents::batch::AnswerError> {
+//! use std::sync::Arc;
+//!
+//! use subagents::batch::{answer, pending, ParkedApprover};
+//! use subagents::seam::{Policy, Rule, Rules, Verdict};
+//!
+//! // The batch's side: reads are allowed, the rest waits for a person.
+//! let rules = Rules::new(Policy::Ask).with(Rule::new(Policy::Allow).kind("read"));
+//! subagents.set_approver(Arc::new(ParkedApprover::new(rules, home)));
+//!
+//! // Another process, on the same home.
+//! for parked in pending(home)? {
+//!     answer(home, &parked.id, Verdict::AllowOnce)?;
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::seam::{Answer, Approver, PermissionRequest, Policy, Rules, Verdict};
+
+/// How often a parked request looks for its answer.
+const POLL_EVERY: Duration = Duration::from_millis(100);
+/// The largest parked request file read back (a request's texts are
+/// bounded well below it).
+const MAX_PARKED_BYTES: u64 = 256 * 1024;
+/// Who answered, as the child's transcript records it.
+const BY_APPROVE: &str = "subagents approve";
+
+/// A request waiting in `<home>/approvals/pending/`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Parked {
+    /// Its id, for [`answer`]: letters, digits and `-`.
+    pub id: String,
+    /// What was asked.
+    pub request: PermissionRequest,
+    /// When it was parked, in seconds since the Unix epoch.
+    pub parked_at: u64,
+}
+
+/// Why [`answer`] or [`pending`] did not do what was asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AnswerError {
+    /// The id cannot be one this module made.
+    #[error("{0:?} is not a request id (letters, digits and `-`, as `subagents approve --list` shows them)")]
+    NotAnId(String),
+    /// Nothing waits under this id: it was answered, it expired, or its
+    /// run ended.
+    #[error(
+        "no request {0:?} is waiting for an answer: it was answered, it expired, or its run ended (`subagents approve --list` lists those that wait)"
+    )]
+    NotPending(String),
+    /// The approvals directory could not be read or written.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The system's reason.
+        source: io::Error,
+    },
+}
+
+/// Where a home keeps its parked requests.
+pub fn approvals_dir(home: &Path) -> PathBuf {
+    home.join("approvals")
+}
+
+fn pending_dir(home: &Path) -> PathBuf {
+    approvals_dir(home).join("pending")
+}
+
+fn answered_dir(home: &Path) -> PathBuf {
+    approvals_dir(home).join("answered")
+}
+
+fn verdict_name(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::AllowOnce => "allow_once",
+        Verdict::AllowAlways => "allow_always",
+        Verdict::Reject => "reject",
+    }
+}
+
+const VERDICTS: [Verdict; 3] = [Verdict::AllowOnce, Verdict::AllowAlways, Verdict::Reject];
+
+fn is_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// The requests waiting in `home`, oldest first. A file that is not a
+/// parked request (too large, not one) is passed over.
+pub fn pending(home: &Path) -> Result<Vec<Parked>, AnswerError> {
+    let dir = pending_dir(home);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(AnswerError::Io { what: "cannot read", path: dir, source }),
+    };
+    let mut parked: Vec<Parked> = entries
+        .flatten()
+        .filter(|entry| entry.file_name().to_str().is_some_and(|name| name.ends_with(".json")))
+        .filter_map(|entry| read_parked(&entry.path()))
+        .collect();
+    parked.sort_by(|a, b| (a.parked_at, &a.id).cmp(&(b.parked_at, &b.id)));
+    Ok(parked)
+}
+
+fn read_parked(path: &Path) -> Option<Parked> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).ok()?;
+    let mut text = Vec::new();
+    file.take(MAX_PARKED_BYTES).read_to_end(&mut text).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// Answers the request parked under `id` in `home` with `verdict`, if it
+/// still waits; returns what it asked.
+pub fn answer(home: &Path, id: &str, verdict: Verdict) -> Result<Parked, AnswerError> {
+    if !is_id(id) {
+        return Err(AnswerError::NotAnId(id.to_owned()));
+    }
+    let from = pending_dir(home).join(format!("{id}.json"));
+    let to = answered_dir(home).join(format!("{id}.{}.json", verdict_name(verdict)));
+    // Read first, to say what was answered; the rename decides.
+    let parked = read_parked(&from).ok_or_else(|| AnswerError::NotPending(id.to_owned()))?;
+    match std::fs::rename(&from, &to) {
+        Ok(()) => Ok(parked),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Err(AnswerError::NotPending(id.to_owned())),
+        Err(source) => Err(AnswerError::Io { what: "cannot answer", path: from, source }),
+    }
+}
+
+/// What a batch's door tells a person about a request it parked.
+pub type OnParked = Arc<dyn Fn(&Parked) + Send + Sync>;
+
+/// A policy, and a queue in `home` for what it leaves to `ask` (see the
+/// [module docs](self)).
+pub struct ParkedApprover {
+    rules: Rules,
+    home: PathBuf,
+    next: AtomicU64,
+    on_parked: Option<OnParked>,
+}
+
+impl fmt::Debug for ParkedApprover {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ParkedApprover").field("rules", &self.rules).field("home", &self.home).finish_non_exhaustive()
+    }
+}
+
+impl ParkedApprover {
+    /// Answers by `rules`, parking what they leave to `ask` in `home`.
+    pub fn new(rules: Rules, home: impl Into<PathBuf>) -> Self {
+        ParkedApprover { rules, home: home.into(), next: AtomicU64::new(1), on_parked: None }
+    }
+
+    /// Calls `on_parked` for each request as it is parked (to say where
+    /// it waits and how to answer it).
+    pub fn on_parked(mut self, on_parked: OnParked) -> Self {
+        self.on_parked = Some(on_parked);
+        self
+    }
+}
+
+impl Approver for ParkedApprover {
+    fn ask(&self, request: PermissionRequest, cancel: CancellationToken) -> BoxFuture<'static, Answer> {
+        match self.rules.decide(&request) {
+            Policy::Allow => {
+                return Box::pin(async { Answer::new(Verdict::AllowOnce, "the approvals policy (allow)") })
+            }
+            Policy::Reject => return Box::pin(async { Answer::reject("the approvals policy (reject)") }),
+            Policy::Ask => {}
+        }
+        let id = format!("{}-{}", std::process::id(), self.next.fetch_add(1, Ordering::Relaxed));
+        let parked_at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs());
+        let parked = Parked { id, request, parked_at };
+        let (home, on_parked) = (self.home.clone(), self.on_parked.clone());
+        // Its own task: when the asker stops waiting the future is dropped,
+        // and this still takes the request back (`cancel` trips then).
+        let waiting = tokio::spawn(wait_parked(home, parked, on_parked, cancel));
+        Box::pin(async move { waiting.await.unwrap_or_else(|_| Answer::reject("the parked request's task failed")) })
+    }
+}
+
+/// Parks `parked`, then waits for its answer or for `cancel`.
+async fn wait_parked(home: PathBuf, parked: Parked, on_parked: Option<OnParked>, cancel: CancellationToken) -> Answer {
+    let pending = pending_dir(&home);
+    let answered = answered_dir(&home);
+    let file = pending.join(format!("{}.json", parked.id));
+    let written = async {
+        tokio::fs::create_dir_all(&pending).await?;
+        tokio::fs::create_dir_all(&answered).await?;
+        let temporary = pending.join(format!(".{}.tmp", parked.id));
+        tokio::fs::write(&temporary, serde_json::to_vec(&parked).map_err(io::Error::other)?).await?;
+        tokio::fs::rename(&temporary, &file).await
+    };
+    if let Err(error) = written.await {
+        tracing::warn!(%error, dir = %pending.display(), "a permission request could not be parked");
+        return Answer::reject("it could not be parked");
+    }
+    if let Some(on_parked) = &on_parked {
+        on_parked(&parked);
+    }
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(POLL_EVERY) => {
+                if let Some(verdict) = take_answer(&answered, &parked.id).await {
+                    return Answer::new(verdict, format!("{BY_APPROVE} ({})", parked.id));
+                }
+            }
+        }
+    }
+    // The asker stopped waiting: take the request back, unless an answer
+    // won the race (then it is taken, and the asker ignores it).
+    match tokio::fs::remove_file(&file).await {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            let _ = take_answer(&answered, &parked.id).await;
+        }
+        _ => {}
+    }
+    Answer::reject("withdrawn: its run no longer waits")
+}
+
+/// The answer given to `id`, removed once read.
+async fn take_answer(answered: &Path, id: &str) -> Option<Verdict> {
+    for verdict in VERDICTS {
+        let file = answered.join(format!("{id}.{}.json", verdict_name(verdict)));
+        if tokio::fs::remove_file(&file).await.is_ok() {
+            return Some(verdict);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_is_letters_digits_and_dashes_and_nothing_that_leaves_the_directory() {
+        assert!(is_id("4121-7"));
+        for bad in ["", "../x", "a/b", "a.b", &"x".repeat(65)] {
+            assert!(!is_id(bad), "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_parked_request_is_answered_once_and_a_later_answer_is_refused() {
+        let home = tempfile::tempdir().unwrap();
+        let approver = ParkedApprover::new(Rules::new(Policy::Ask), home.path());
+        let asked = approver.ask(PermissionRequest::new(Vec::new()).with_title("edit"), CancellationToken::new());
+        let waiting = tokio::spawn(asked);
+        let parked = loop {
+            if let Some(parked) = pending(home.path()).unwrap().pop() {
+                break parked;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(parked.request.title.as_deref(), Some("edit"));
+        answer(home.path(), &parked.id, Verdict::AllowOnce).unwrap();
+        let again = answer(home.path(), &parked.id, Verdict::Reject);
+        assert!(matches!(again, Err(AnswerError::NotPending(_))), "{again:?}");
+        let answered = waiting.await.unwrap();
+        assert_eq!(answered.verdict, Verdict::AllowOnce);
+        assert!(pending(home.path()).unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_withdrawn_request_leaves_nothing_waiting_and_cannot_be_answered() {
+        let home = tempfile::tempdir().unwrap();
+        let approver = ParkedApprover::new(Rules::new(Policy::Ask), home.path());
+        let cancel = CancellationToken::new();
+        let waiting = tokio::spawn(approver.ask(PermissionRequest::new(Vec::new()), cancel.clone()));
+        let parked = loop {
+            if let Some(parked) = pending(home.path()).unwrap().pop() {
+                break parked;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        cancel.cancel();
+        assert_eq!(waiting.await.unwrap().verdict, Verdict::Reject);
+        assert!(pending(home.path()).unwrap().is_empty());
+        let late = answer(home.path(), &parked.id, Verdict::AllowOnce);
+        assert!(matches!(late, Err(AnswerError::NotPending(_))), "{late:?}");
+    }
+}
