@@ -128,6 +128,7 @@ mod tls;
 pub mod tool;
 #[cfg(any(feature = "a2a", feature = "acp", feature = "process"))]
 mod wire;
+pub mod workspace;
 
 pub use actors::{
     Continuation, PhaseReport, Registration, Run, Runtime, RuntimeBuilder, RuntimeTask, ScopedRegistration,

@@ -7,6 +7,7 @@ pub mod a2a;
 pub mod acp;
 pub mod fanout;
 pub mod mcp;
+pub mod merge;
 pub mod providers;
 pub mod run;
 pub mod serve;
