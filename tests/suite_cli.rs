@@ -28,3 +28,4 @@ mod remote;
 mod telemetry;
 mod transcripts;
 mod ui;
+mod workspace;

@@ -110,13 +110,38 @@ impl Git {
         for (name, value) in &self.env {
             command.env(name, value);
         }
-        let mut child = command.spawn().map_err(GitError::Spawn)?;
+        let mut child = spawn(&mut command).map_err(GitError::Spawn)?;
+        let _counted = Counted(child.id());
         let (stdout, stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
         let (stdout, stderr) = tokio::join!(read_bounded(stdout, MAX_STDOUT), read_bounded(stderr, MAX_STDERR));
         let status = child.wait().await.map_err(GitError::Spawn)?;
         let said = crate::seam::safe_line(&String::from_utf8_lossy(&stderr)).into_owned();
         let said = crate::seam::cut(said.trim(), SHOWN_STDERR).to_owned();
         Ok(Output { success: status.success(), stdout: String::from_utf8_lossy(&stdout).into_owned(), said })
+    }
+}
+
+/// A program that adopts orphans (`subagents`) reaps every child it did
+/// not spawn through `child_process`: git is counted there while it runs.
+#[cfg(any(feature = "acp", feature = "process", feature = "mcp-client"))]
+use crate::child_process::{forget, spawn_helper as spawn};
+
+#[cfg(not(any(feature = "acp", feature = "process", feature = "mcp-client")))]
+fn spawn(command: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    command.spawn()
+}
+
+#[cfg(not(any(feature = "acp", feature = "process", feature = "mcp-client")))]
+fn forget(_pid: u32) {}
+
+/// Uncounts a git process once it is reaped (or dropped, which kills it).
+struct Counted(Option<u32>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            forget(pid);
+        }
     }
 }
 
