@@ -161,7 +161,6 @@ pub use receipt::{Branch, Receipt, StopReport};
 pub use request::{
     AgentOptions, BatchTask, Capabilities, Capability, Detached, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP,
 };
-#[cfg(any(feature = "agent", feature = "acp", feature = "mcp-client", feature = "a2a", feature = "config"))]
 pub(crate) use result::cut;
 pub use result::{Category, Diagnostic, Failure, RunResult, Stage, StopReason, WorkspaceReport};
 pub use shown::{safe_block, safe_line};

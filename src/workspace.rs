@@ -391,6 +391,7 @@ impl Workspaces {
 
 /// A start refused because its worktree could not be made: `provider`'s
 /// diagnostic, the error in its detail.
+#[cfg_attr(not(any(feature = "acp", feature = "process")), allow(dead_code))]
 pub(crate) fn launch_error(provider: &str, error: &WorkspaceError) -> crate::seam::LaunchError {
     use crate::seam::{Category, Diagnostic, Stage};
     tracing::warn!(%provider, %error, "a run's worktree could not be made");
@@ -404,9 +405,11 @@ pub(crate) fn launch_error(provider: &str, error: &WorkspaceError) -> crate::sea
 /// of its git directory (two checkouts named alike stay apart).
 fn repository_dir_name(toplevel: &Path, common: &Path) -> String {
     let name = toplevel.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-    let hash = common.as_os_str().as_encoded_bytes().iter().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
-    });
+    let hash = common
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3));
     format!("{}-{:08x}", ref_segment(&name), hash as u32)
 }
 
@@ -499,8 +502,7 @@ impl Worktree {
             ".{}.index",
             self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
         ));
-        let git =
-            Git::at(&workspaces.toplevel).env("GIT_DIR", &workspaces.common).env("GIT_INDEX_FILE", &index);
+        let git = Git::at(&workspaces.toplevel).env("GIT_DIR", &workspaces.common).env("GIT_INDEX_FILE", &index);
         // `add` alone reads the worktree, and runs in it: git wants its
         // working directory inside the work tree it is given.
         let add = Git::at(&self.path)

@@ -184,7 +184,10 @@ fn lines_of(dir: &Path, id: &str) -> Value {
 /// The merge report's outcome of each task.
 fn outcomes(report: &Value) -> BTreeMap<String, String> {
     let tasks = report["tasks"].as_array().unwrap();
-    tasks.iter().map(|task| (task["id"].as_str().unwrap().to_owned(), task["outcome"].as_str().unwrap().to_owned())).collect()
+    tasks
+        .iter()
+        .map(|task| (task["id"].as_str().unwrap().to_owned(), task["outcome"].as_str().unwrap().to_owned()))
+        .collect()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -234,8 +237,14 @@ fn each_run_works_on_its_own_branch_and_merge_reports_what_merged_and_what_confl
     assert_eq!(git(&repo, &["show", "subagents/results/d:shared.txt"]), "from-d");
     let a = &lines["a"]["workspace"];
     assert_eq!(a["commit"], git(&repo, &["rev-parse", "subagents/results/a"]).as_str());
-    assert_eq!((&a["files_changed"], &a["insertions"], &a["deletions"]), (&Value::from(1), &Value::from(1), &Value::from(0)));
-    assert_eq!(git(&repo, &["log", "-1", "--format=%an|%s", "subagents/results/a"]), "subagents task a|subagents: the work of task a");
+    assert_eq!(
+        (&a["files_changed"], &a["insertions"], &a["deletions"]),
+        (&Value::from(1), &Value::from(1), &Value::from(0))
+    );
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%an|%s", "subagents/results/a"]),
+        "subagents task a|subagents: the work of task a"
+    );
     // Nothing to commit: said so, the branch still at its base.
     assert_eq!(lines["e"]["workspace"]["commit"], Value::Null);
     assert_eq!(lines["e"]["workspace"]["files_changed"], 0);
@@ -255,12 +264,26 @@ fn each_run_works_on_its_own_branch_and_merge_reports_what_merged_and_what_confl
     let output = merge(dir, &repo, &["--json"]);
     assert_eq!(output.status.code(), Some(1), "a merge conflicted: {}", text(&output.stderr));
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    let expected = [("a", "merged"), ("b", "merged"), ("c", "merged"), ("d", "conflict"), ("e", "empty"), ("f", "failed-run"), ("g", "merged")];
-    assert_eq!(outcomes(&report), expected.iter().map(|(id, outcome)| ((*id).to_owned(), (*outcome).to_owned())).collect());
+    let expected = [
+        ("a", "merged"),
+        ("b", "merged"),
+        ("c", "merged"),
+        ("d", "conflict"),
+        ("e", "empty"),
+        ("f", "failed-run"),
+        ("g", "merged"),
+    ];
+    assert_eq!(
+        outcomes(&report),
+        expected.iter().map(|(id, outcome)| ((*id).to_owned(), (*outcome).to_owned())).collect()
+    );
     let conflict = report["tasks"].as_array().unwrap().iter().find(|task| task["id"] == "d").unwrap();
     assert_eq!(conflict["files"], serde_json::json!(["shared.txt"]));
     assert!(conflict["hunks"].as_str().unwrap().contains("from-d"), "{conflict}");
-    assert_eq!((&report["result_branch"], &report["moved"]), (&Value::from("subagents/results.merged"), &Value::from(false)));
+    assert_eq!(
+        (&report["result_branch"], &report["moved"]),
+        (&Value::from("subagents/results.merged"), &Value::from(false))
+    );
     let merged = "subagents/results.merged";
     assert_eq!(git(&repo, &["show", &format!("{merged}:shared.txt")]), "from-c");
     assert_eq!(git(&repo, &["show", &format!("{merged}:b.txt")]), "beta");
@@ -271,7 +294,10 @@ fn each_run_works_on_its_own_branch_and_merge_reports_what_merged_and_what_confl
     let output = merge(dir, &repo, &[]);
     assert_eq!(output.status.code(), Some(1));
     let table = text(&output.stdout);
-    assert!(table.lines().any(|line| line.starts_with("d ") && line.contains("conflict") && line.contains("shared.txt")), "{table}");
+    assert!(
+        table.lines().any(|line| line.starts_with("d ") && line.contains("conflict") && line.contains("shared.txt")),
+        "{table}"
+    );
     assert!(table.lines().any(|line| line.starts_with("a ") && line.contains("already-merged")), "{table}");
     assert!(table.contains("main not moved"), "{table}");
 
@@ -303,7 +329,8 @@ fn twenty_runs_at_once_each_get_their_branch_and_leave_no_worktree() {
     let before = checkout(&repo);
     let ids: Vec<String> = (0..20).map(|n| format!("t{n}")).collect();
     let prompts: Vec<String> = (0..20).map(|n| format!("write file{n}.txt value{n}")).collect();
-    let tasks: Vec<(&str, &str)> = ids.iter().zip(&prompts).map(|(id, prompt)| (id.as_str(), prompt.as_str())).collect();
+    let tasks: Vec<(&str, &str)> =
+        ids.iter().zip(&prompts).map(|(id, prompt)| (id.as_str(), prompt.as_str())).collect();
     let output = fanout(dir, &repo, &tasks, &["--concurrency", "20"]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let lines = results(dir);

@@ -474,7 +474,8 @@ async fn start(
         return Err(LaunchError::Invalid { field: "prompt", reason: "the acp provider sends text only".to_owned() });
     }
     let (config, worktree) = in_worktree(config, &request, &context).await?;
-    let started = start_in(config, features, (pool, stores), Launch { request, cancel, context }, worktree.clone()).await;
+    let started =
+        start_in(config, features, (pool, stores), Launch { request, cancel, context }, worktree.clone()).await;
     if let (Err(_), Some(worktree)) = (&started, worktree) {
         worktree.discard().await;
     }

@@ -329,11 +329,7 @@ impl Provider for ProcessProvider {
     }
 }
 
-async fn start(
-    mut config: ProcessConfig,
-    patches: Vec<Value>,
-    launch: Launch,
-) -> Result<Box<dyn Child>, LaunchError> {
+async fn start(mut config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Result<Box<dyn Child>, LaunchError> {
     if launch.cancel.is_cancelled() {
         return Err(LaunchError::Aborted);
     }

@@ -240,8 +240,14 @@ pub async fn merge(out: &Path, options: &MergeOptions) -> Result<MergeReport, Me
     let commit = scratch.git.run(&["rev-parse", "HEAD"]).await;
     scratch.remove(&git, &lock).await;
     let commit = commit?;
-    let mut report =
-        MergeReport { target: target.clone(), result_branch: result_branch.clone(), commit, moved: false, not_moved: None, tasks };
+    let mut report = MergeReport {
+        target: target.clone(),
+        result_branch: result_branch.clone(),
+        commit,
+        moved: false,
+        not_moved: None,
+        tasks,
+    };
     if report.commit != target_tip || tip(&git, &result_branch).await?.is_some() {
         git.run(&["update-ref", "-m", "subagents merge", &format!("refs/heads/{result_branch}"), &report.commit])
             .await?;
@@ -350,8 +356,11 @@ async fn merge_one(git: &Git, candidate: &Candidate, squash: bool) -> MergedTask
         return task(MergeOutcome::Merged, None);
     }
     let conflicted = git.run(&["diff", "--name-only", "--diff-filter=U", "-z"]).await.unwrap_or_default();
-    let files: Vec<String> =
-        conflicted.split('\0').filter(|file| !file.is_empty()).map(|file| crate::seam::safe_line(file).into_owned()).collect();
+    let files: Vec<String> = conflicted
+        .split('\0')
+        .filter(|file| !file.is_empty())
+        .map(|file| crate::seam::safe_line(file).into_owned())
+        .collect();
     let hunks = match files.is_empty() {
         true => None,
         false => git.run(&["diff"]).await.ok().map(|diff| crate::seam::cut(&diff, MAX_HUNKS).to_owned()),

@@ -164,7 +164,8 @@ fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box
         return Err(source.error(Some(span), message));
     }
     if let Some(span) = child.workspace_span().filter(|_| pooled) {
-        let message = "workspace = \"worktree\" needs reuse = \"per-run\": a pooled agent process outlives each run's worktree";
+        let message =
+            "workspace = \"worktree\" needs reuse = \"per-run\": a pooled agent process outlives each run's worktree";
         return Err(source.error(Some(span), message));
     }
     check_acp_listed(source, checking.name, table.mcp_servers.as_ref(), checking.mcp_servers)?;

@@ -95,7 +95,8 @@ impl ChildProcess {
         ];
         let found = workspace_keys.into_iter().find_map(|(key, span)| Some((key, span?)));
         if let Some((key, span)) = found.filter(|_| table.workspace.is_none()) {
-            let message = format!("`{key}` applies to a worktree per run: add workspace = \"worktree\" to {:?}", checking.name);
+            let message =
+                format!("`{key}` applies to a worktree per run: add workspace = \"worktree\" to {:?}", checking.name);
             return Err(checking.source.error(Some(span), message));
         }
         if let Some(branch) = &table.branch {
@@ -153,12 +154,12 @@ impl ChildProcess {
     /// The worktree per run the table asks for, its repository and base
     /// resolved now (git is asked once, when the provider is built).
     #[cfg(any(feature = "acp", feature = "process"))]
-    pub(super) async fn workspaces(
-        &self,
-    ) -> Result<Option<std::sync::Arc<crate::workspace::Workspaces>>, String> {
+    pub(super) async fn workspaces(&self) -> Result<Option<std::sync::Arc<crate::workspace::Workspaces>>, String> {
         match &self.workspace {
             None => Ok(None),
-            Some(config) => crate::workspace::Workspaces::open(config.clone()).await.map(Some).map_err(|e| e.to_string()),
+            Some(config) => {
+                crate::workspace::Workspaces::open(config.clone()).await.map(Some).map_err(|e| e.to_string())
+            }
         }
     }
 
