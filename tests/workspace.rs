@@ -433,3 +433,51 @@ fn a_provider_outside_a_repository_or_on_a_dirty_checkout_is_refused_before_any_
     assert_eq!(checkout(&repo), before);
     no_worktree_left(dir, &repo);
 }
+
+#[test]
+fn a_process_child_runs_in_its_worktree_with_it_in_its_environment_and_its_work_is_committed() {
+    use subagents::providers::{ProcessConfig, ProcessProvider};
+    use subagents::seam::BatchTask;
+    use subagents::workspace::{WorkspaceConfig, Workspaces};
+
+    let dir = tempfile::tempdir().unwrap();
+    let dir = &dir.path().canonicalize().unwrap();
+    let repo = repository(dir);
+    // The child is `/bin/sh serve --home …` in its working directory: the
+    // repository carries the stand-in, so every worktree has it.
+    let serve = r#"id_of() { printf '%s' "$1" | sed -E 's/.*"id":("[^"]*"|[0-9]+).*/\1/'; }
+read -r line
+printf '%s\n' '{"jsonrpc":"2.0","id":1,"result":{"protocol_version":1,"session_id":"sh"}}'
+read -r line
+{ printf '%s\n' "$WHERE"; pwd -P; } > where.txt
+printf '{"jsonrpc":"2.0","id":%s,"result":{"reason":"completed"}}\n' "$(id_of "$line")"
+read -r line
+printf '{"jsonrpc":"2.0","id":%s,"result":{"runs":[]}}\n' "$(id_of "$line")"
+"#;
+    std::fs::write(repo.join("serve"), serve).unwrap();
+    git(&repo, &["add", "serve"]);
+    git(&repo, &["commit", "--quiet", "-m", "the stand-in child"]);
+    let before = checkout(&repo);
+    let runtime = common::runtime_at(&dir.join("home"));
+    let mut config = ProcessConfig::new("coder", dir.join("children"));
+    config.bin = PathBuf::from("/bin/sh");
+    config.env = vec![("WHERE".to_owned(), "{worktree}".to_owned())];
+    let mut workspace = WorkspaceConfig::new(&repo);
+    workspace.root = Some(dir.join("worktrees"));
+    config.workspace = Some(runtime.block_on(Workspaces::open(workspace)).unwrap());
+    let subagents = runtime.subagents();
+    subagents.register_provider(ProcessProvider::new(config).unwrap()).unwrap().keep();
+    let mut request = common::request_in("go", dir);
+    request.task = Some(BatchTask { batch: "lib".to_owned(), id: "p1".to_owned(), resumed: false });
+    let result = common::lifecycle(&runtime, &subagents, "coder", request);
+    assert_eq!(result.stop_reason, subagents::StopReason::Completed, "{result:?}");
+    let workspace = result.workspace.expect("the result names its branch");
+    assert_eq!((workspace.branch.as_str(), workspace.files_changed), ("subagents/lib/p1", 1));
+    assert_eq!(workspace.commit.as_deref(), Some(git(&repo, &["rev-parse", "subagents/lib/p1"]).as_str()));
+    let whereabouts = git(&repo, &["show", "subagents/lib/p1:where.txt"]);
+    let (variable, cwd) = whereabouts.split_once('\n').unwrap();
+    assert_eq!(variable, cwd, "{{worktree}} in env is the working directory");
+    assert!(Path::new(cwd).starts_with(dir.join("worktrees")), "{cwd}");
+    assert_eq!(checkout(&repo), before);
+    no_worktree_left(dir, &repo);
+}
