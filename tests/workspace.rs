@@ -481,3 +481,19 @@ printf '{"jsonrpc":"2.0","id":%s,"result":{"runs":[]}}\n' "$(id_of "$line")"
     assert_eq!(checkout(&repo), before);
     no_worktree_left(dir, &repo);
 }
+
+#[test]
+fn worktree_keys_are_refused_where_they_cannot_apply_naming_the_key() {
+    let error = |extra: &str| {
+        let file = format!("[providers.coder]\nkind = \"acp\"\ncommand = \"sh\"\n{extra}\n");
+        subagents::config::Config::parse(&file, "wrong.toml").map(drop).expect_err(&file).to_string()
+    };
+    let said = error("base = \"main\"");
+    assert!(said.contains("`base` applies to a worktree per run: add workspace = \"worktree\""), "{said}");
+    let said = error("workspace = \"worktree\"\nreuse = \"pooled\"");
+    assert!(said.contains("needs reuse = \"per-run\""), "{said}");
+    let said = error("workspace = \"worktree\"\nbranch = \"agents/{batch}\"");
+    assert!(said.contains("`branch` must name `{task}`"), "{said}");
+    let said = error("workspace = \"copy\"");
+    assert!(said.starts_with("wrong.toml:4:13:") && said.contains("`copy`") && said.contains("`worktree`"), "{said}");
+}
