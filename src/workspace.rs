@@ -334,10 +334,22 @@ impl Workspaces {
                 })?;
             }
             let path_text = path.to_string_lossy();
-            match taken_up {
-                true => git.run(&["worktree", "add", "--quiet", &path_text, &branch]).await?,
-                false => git.run(&["worktree", "add", "--quiet", "-b", &branch, &path_text, &self.base]).await?,
+            let added = match taken_up {
+                true => git.run(&["worktree", "add", "--quiet", &path_text, &branch]).await,
+                false => git.run(&["worktree", "add", "--quiet", "-b", &branch, &path_text, &self.base]).await,
             };
+            if let Err(error) = added {
+                // git makes the branch before it checks it out: a failed
+                // checkout (a full disk) must not leave a branch that a
+                // second try would find taken.
+                if !taken_up {
+                    let _ = git.run(&["update-ref", "-d", &reference, &self.base]).await;
+                }
+                if path.starts_with(&self.root) {
+                    let _ = std::fs::remove_dir_all(&path);
+                }
+                return Err(error.into());
+            }
         }
         let admin = Git::at(&path).run(&["rev-parse", "--absolute-git-dir"]).await?;
         claims.insert(branch.clone(), id.clone());

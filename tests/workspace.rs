@@ -81,7 +81,8 @@ fn checkout(repo: &Path) -> Checkout {
 /// what its prompt says in its working directory and ends its turn:
 /// `write FILE TEXT`, `where` (its `{worktree}` argument and its working
 /// directory into `where.txt`), `unlink-git FILE` (deletes `.git`, then
-/// writes), `crash FILE` (writes half, exits 3), `crash-once FILE` (the
+/// writes), `crash FILE` (writes half, exits 3), `fill-then-write BALLAST
+/// FILE` (fills BALLAST's disk, then writes 64 KiB of noise to FILE), `crash-once FILE` (the
 /// first time as `crash`, later as `write FILE done`), anything else:
 /// nothing.
 fn stand_in(dir: &Path) -> PathBuf {
@@ -107,6 +108,7 @@ case $1 in
   where) {{ printf '%s\n' "$where"; pwd -P; }} > where.txt ;;
   unlink-git) rm -rf .git; printf 'still committed\n' > "$2" ;;
   crash) printf 'half\n' > "$2"; exit 3 ;;
+  fill-then-write) cat /dev/urandom > "$2" 2>/dev/null; head -c 65536 /dev/urandom > "$3" ;;
   crash-once)
     if [ -e '{marker}' ]; then printf 'done\n' > "$2"; else : > '{marker}'; printf 'half\n' > "$2"; exit 3; fi ;;
 esac
@@ -496,4 +498,38 @@ fn worktree_keys_are_refused_where_they_cannot_apply_naming_the_key() {
     assert!(said.contains("`branch` must name `{task}`"), "{said}");
     let said = error("workspace = \"copy\"");
     assert!(said.starts_with("wrong.toml:4:13:") && said.contains("`copy`") && said.contains("`worktree`"), "{said}");
+}
+
+#[test]
+fn a_repository_on_a_full_disk_refuses_the_run_or_keeps_its_worktree_saying_why() {
+    let disk = common::small_disk::SmallDisk::mount(4 * 1024 * 1024);
+    let repo = repository(disk.path());
+    let dir = tempfile::tempdir().unwrap();
+    let dir = &dir.path().canonicalize().unwrap();
+    config(dir, "");
+    let before = checkout(&repo);
+    // No room for a worktree's administration: the run is refused, and no
+    // branch is left to be found taken later.
+    disk.fill();
+    let output = fanout(dir, &repo, &[("a", "write a.txt 1")], &[]);
+    let line = lines_of(dir, "a").to_string();
+    // git's own words name the file it could not write.
+    let refused = line.contains("worktree could not be made") && line.contains("couldn't write");
+    assert!(refused && line.contains(&*repo.to_string_lossy()), "{line} {}", text(&output.stderr));
+    assert_eq!(git(&repo, &["branch", "--list", "subagents/*"]), "");
+    disk.free();
+    // Room again; then a child fills the disk before its work is committed.
+    let ballast = disk.join("ballast-of-the-child");
+    let fill = format!("fill-then-write {} big.bin", ballast.display());
+    let output = fanout(dir, &repo, &[("a", "write a.txt 1"), ("big", &fill)], &["--concurrency", "1"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let lines = results(dir);
+    assert_eq!(git(&repo, &["show", "subagents/results/a:a.txt"]), "1");
+    let big = &lines["big"]["workspace"];
+    assert!(big["error"].as_str().is_some_and(|error| error.contains("No space left on device")), "{big}");
+    assert_eq!(big["commit"], Value::Null);
+    let kept = PathBuf::from(big["worktree"].as_str().unwrap());
+    assert_eq!(std::fs::metadata(kept.join("big.bin")).unwrap().len(), 65536, "the work is kept where it was made");
+    std::fs::remove_file(&ballast).unwrap();
+    assert_eq!(checkout(&repo), before);
 }
