@@ -78,10 +78,6 @@ pub struct ChildProcessConfig {
     pub dispose_eof_grace: Duration,
     /// Grace after SIGTERM (3 s).
     pub dispose_grace: Duration,
-    /// A git worktree per run (`workspace = "worktree"`): the run's
-    /// working directory, its work committed on its branch when it ends
-    /// (see [`crate::workspace`]).
-    pub workspace: Option<std::sync::Arc<crate::workspace::Workspaces>>,
 }
 
 impl Default for ChildProcessConfig {
@@ -92,7 +88,6 @@ impl Default for ChildProcessConfig {
             inherit_env: Vec::new(),
             dispose_eof_grace: Duration::from_secs(6),
             dispose_grace: Duration::from_secs(3),
-            workspace: None,
         }
     }
 }

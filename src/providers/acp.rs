@@ -151,6 +151,10 @@ pub struct AcpConfig {
     /// The MCP servers each session is given (`session/new`'s
     /// `mcpServers`); the agent starts or connects to them itself.
     pub mcp_servers: Vec<AcpMcpServer>,
+    /// A git worktree per run (`workspace = "worktree"`): the run's
+    /// working directory, its work committed on its branch when it ends
+    /// (see [`crate::workspace`]).
+    pub workspace: Option<Arc<crate::workspace::Workspaces>>,
 }
 
 /// Whether each run gets its own agent process.
@@ -189,6 +193,7 @@ impl AcpConfig {
             reuse: Reuse::PerRun,
             run_dirs: RunDirs::default(),
             mcp_servers: Vec::new(),
+            workspace: None,
         }
     }
 

@@ -99,6 +99,10 @@ pub struct ProcessConfig {
     /// agent's; `Some(vec![])`: none); each child starts its own copies.
     #[cfg(feature = "mcp-client")]
     pub mcp_servers: Option<Vec<crate::agent::McpServerConfig>>,
+    /// A git worktree per run (`workspace = "worktree"`): the run's
+    /// working directory, its work committed on its branch when it ends
+    /// (see [`crate::workspace`]).
+    pub workspace: Option<std::sync::Arc<crate::workspace::Workspaces>>,
 }
 
 impl std::ops::Deref for ProcessConfig {
@@ -161,6 +165,7 @@ impl ProcessConfig {
             child: ChildProcessConfig::default(),
             #[cfg(feature = "mcp-client")]
             mcp_servers: None,
+            workspace: None,
         }
     }
 

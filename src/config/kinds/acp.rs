@@ -254,7 +254,7 @@ impl Acp {
         let command = self.command.clone().ok_or("its command was not resolved")?;
         let mut config = AcpConfig::new(building.name, command, self.args.clone());
         config.child = self.child.config();
-        config.child.workspace = self.child.workspaces().await?;
+        config.workspace = self.child.workspaces().await?;
         config.run_dirs = RunDirs {
             root: self.run_dir_root.clone(),
             template: self.template_dir.clone(),
