@@ -345,6 +345,18 @@ fn twenty_runs_at_once_each_get_their_branch_and_leave_no_worktree() {
     }
     assert_eq!(checkout(&repo), before);
     no_worktree_left(dir, &repo);
+    // Squashed into a branch no worktree has: one plain commit per task.
+    git(&repo, &["branch", "integration", &before.head]);
+    let output = merge(dir, &repo, &["--squash", "--json", "--into", "integration"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stdout));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(outcomes(&report).values().all(|outcome| outcome == "merged"), "{report}");
+    let range = format!("{}..integration", before.head);
+    assert_eq!(git(&repo, &["rev-list", "--count", &range]), "20");
+    assert_eq!(git(&repo, &["rev-list", "--count", "--merges", &range]), "0");
+    assert_eq!(git(&repo, &["show", "integration:file19.txt"]), "value19");
+    assert_eq!(checkout(&repo), before);
+    no_worktree_left(dir, &repo);
 }
 
 #[test]
@@ -532,4 +544,28 @@ fn a_repository_on_a_full_disk_refuses_the_run_or_keeps_its_worktree_saying_why(
     assert_eq!(std::fs::metadata(kept.join("big.bin")).unwrap().len(), 65536, "the work is kept where it was made");
     std::fs::remove_file(&ballast).unwrap();
     assert_eq!(checkout(&repo), before);
+}
+
+#[test]
+fn a_resume_after_a_crash_takes_up_the_branch_and_worktree_the_crash_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = &dir.path().canonicalize().unwrap();
+    let repo = repository(dir);
+    config(dir, "");
+    let before = checkout(&repo);
+    let output = fanout(dir, &repo, &[("a", "write a.txt 1")], &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    // What a batch killed mid-run leaves: b's branch, checked out in its
+    // worktree with the child's half-done work, and no result line for b.
+    let left = dir.join("worktrees/results/b");
+    git(&repo, &["worktree", "add", "--quiet", "-b", "subagents/results/b", &left.to_string_lossy(), &before.head]);
+    std::fs::write(left.join("half.txt"), "begun\n").unwrap();
+    let output = fanout(dir, &repo, &[("a", "write a.txt 1"), ("b", "write b.txt 2")], &["--resume"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(lines_of(dir, "b")["workspace"]["files_changed"], 2, "the crash's work and the resumed run's");
+    assert_eq!(git(&repo, &["show", "subagents/results/b:half.txt"]), "begun");
+    assert_eq!(git(&repo, &["show", "subagents/results/b:b.txt"]), "2");
+    assert_eq!(git(&repo, &["branch", "--list", "subagents/results/b*"]).lines().count(), 1, "never a second branch");
+    assert_eq!(checkout(&repo), before);
+    no_worktree_left(dir, &repo);
 }
