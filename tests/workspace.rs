@@ -81,6 +81,7 @@ fn checkout(repo: &Path) -> Checkout {
 /// what its prompt says in its working directory and ends its turn:
 /// `write FILE TEXT`, `where` (its `{worktree}` argument and its working
 /// directory into `where.txt`), `unlink-git FILE` (deletes `.git`, then
+/// writes), `switch FILE` (checks out a new branch in its worktree, then
 /// writes), `crash FILE` (writes half, exits 3), `fill-then-write BALLAST
 /// FILE` (fills BALLAST's disk, then writes 64 KiB of noise to FILE), `crash-once FILE` (the
 /// first time as `crash`, later as `write FILE done`), anything else:
@@ -107,6 +108,7 @@ case $1 in
   write) printf '%s\n' "$3" > "$2" ;;
   where) {{ printf '%s\n' "$where"; pwd -P; }} > where.txt ;;
   unlink-git) rm -rf .git; printf 'still committed\n' > "$2" ;;
+  switch) git checkout --quiet -b elsewhere; printf 'on my branch\n' > "$2" ;;
   crash) printf 'half\n' > "$2"; exit 3 ;;
   fill-then-write) cat /dev/urandom > "$2" 2>/dev/null; head -c 65536 /dev/urandom > "$3" ;;
   crash-once)
@@ -292,6 +294,10 @@ fn each_run_works_on_its_own_branch_and_merge_reports_what_merged_and_what_confl
     assert_eq!(checkout(&repo), before, "merging never touches the user's checkout");
     no_worktree_left(dir, &repo);
 
+    let output = merge(dir, &repo, &["--only", "a,zz"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("no task with a branch has id zz"), "{}", text(&output.stderr));
+
     // Again, as a table: it picks up where it stopped.
     let output = merge(dir, &repo, &[]);
     assert_eq!(output.status.code(), Some(1));
@@ -380,15 +386,20 @@ fn odd_task_ids_become_valid_branches_and_two_that_collide_are_refused() {
 }
 
 #[test]
-fn a_child_that_deletes_its_git_file_still_has_its_work_committed_on_its_branch() {
+fn a_child_that_deletes_its_git_file_or_switches_branch_still_has_its_work_committed_on_its_own_branch() {
     let dir = tempfile::tempdir().unwrap();
     let dir = &dir.path().canonicalize().unwrap();
     let repo = repository(dir);
     config(dir, "");
     let before = checkout(&repo);
-    let output = fanout(dir, &repo, &[("rogue", "unlink-git kept.txt")], &[]);
+    let tasks = [("rogue", "unlink-git kept.txt"), ("switcher", "switch mine.txt")];
+    let output = fanout(dir, &repo, &tasks, &[]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert_eq!(git(&repo, &["show", "subagents/results/rogue:kept.txt"]), "still committed");
+    // A child that checked out another branch in its worktree: its work is
+    // still committed on its own branch, not on the one it switched to.
+    assert_eq!(git(&repo, &["show", "subagents/results/switcher:mine.txt"]), "on my branch");
+    assert_eq!(git(&repo, &["rev-parse", "elsewhere"]), before.head);
     assert_eq!(git(&repo, &["rev-parse", "main"]), before.head, "nothing landed on the user's branch");
     assert_eq!(checkout(&repo), before);
     no_worktree_left(dir, &repo);
