@@ -346,7 +346,7 @@ impl Workspaces {
                     let _ = git.run(&["update-ref", "-d", &reference, &self.base]).await;
                 }
                 if path.starts_with(&self.root) {
-                    let _ = std::fs::remove_dir_all(&path);
+                    let _ = remove_tree(path.clone()).await;
                 }
                 return Err(error.into());
             }
@@ -389,7 +389,7 @@ impl Workspaces {
             None => {
                 // A directory of ours no worktree claims: an earlier crash's.
                 if path.starts_with(&self.root) && path.exists() {
-                    std::fs::remove_dir_all(path).map_err(|source| WorkspaceError::Io {
+                    remove_tree(path.to_owned()).await.map_err(|source| WorkspaceError::Io {
                         action: "cannot remove",
                         path: path.to_owned(),
                         source,
@@ -599,10 +599,10 @@ impl Worktree {
         if let Err(error) = git.run(&["worktree", "remove", "--force", "--force", &path]).await {
             tracing::debug!(%error, worktree = %path, "git could not remove a worktree; removing its directories");
             if self.path.starts_with(&workspaces.root) {
-                let _ = std::fs::remove_dir_all(&self.path);
+                let _ = remove_tree(self.path.clone()).await;
             }
             if self.admin.starts_with(workspaces.common.join("worktrees")) {
-                let _ = std::fs::remove_dir_all(&self.admin);
+                let _ = remove_tree(self.admin.clone()).await;
             }
         }
         // The batch's directory goes with its last worktree.
@@ -610,6 +610,13 @@ impl Worktree {
             let _ = std::fs::remove_dir(parent);
         }
     }
+}
+
+/// Removes a directory tree off the caller's thread (a worktree may be
+/// large; an actor's thread must not wait on it).
+async fn remove_tree(path: PathBuf) -> std::io::Result<()> {
+    let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(path)).await;
+    removed.unwrap_or_else(|join| Err(std::io::Error::other(join.to_string())))
 }
 
 /// `git diff --shortstat`'s counts: files changed, insertions, deletions.
