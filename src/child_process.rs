@@ -264,8 +264,20 @@ fn spawned_children() -> Option<MutexGuard<'static, Vec<u32>>> {
     ADOPTING.load(Ordering::Acquire).then(|| SPAWNED.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
+/// Spawns `command`, a short-lived helper this process waits for itself
+/// (`git`): while orphans are adopted it counts as spawned here, so the
+/// orphan sweep never reaps it first, until [`forget`] after its wait.
+pub(crate) fn spawn_helper(command: &mut Command) -> std::io::Result<Child> {
+    let mut spawned = spawned_children();
+    let child = command.spawn()?;
+    if let (Some(spawned), Some(pid)) = (spawned.as_mut(), child.id()) {
+        spawned.push(pid);
+    }
+    Ok(child)
+}
+
 /// `pid` is reaped (or about to be, by its dropped `Child`): no longer ours.
-fn forget(pid: u32) {
+pub(crate) fn forget(pid: u32) {
     if let Some(mut spawned) = spawned_children() {
         spawned.retain(|&child| child != pid);
     }

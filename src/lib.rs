@@ -21,7 +21,8 @@
 //!   [`events`] (watching runs), `agent` and `tool` (the in-process agent and
 //!   the model-facing subagent tool), `config` (the configuration file),
 //!   `batch` (the engine of `subagents fanout`), `serve` (the server side of
-//!   each door), [`schema`] and [`telemetry`].
+//!   each door), [`workspace`] (a git worktree per run, and merging the
+//!   branches back), [`schema`] and [`telemetry`].
 //! - **[`seam`] for those who extend**: the whole provider contract in one
 //!   module ([`seam::Provider`], [`seam::Child`]), with a worked example.
 //!
@@ -128,6 +129,7 @@ mod tls;
 pub mod tool;
 #[cfg(any(feature = "a2a", feature = "acp", feature = "process"))]
 mod wire;
+pub mod workspace;
 
 pub use actors::{
     Continuation, PhaseReport, Registration, Run, Runtime, RuntimeBuilder, RuntimeTask, ScopedRegistration,

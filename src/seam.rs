@@ -165,10 +165,11 @@ pub use progress::{ProgressSink, ProgressUpdate, ToolCallStatus};
 pub(crate) use provider::RunReporter;
 pub use provider::{CaptureError, Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};
 pub use receipt::{Branch, Receipt, StopReport};
-pub use request::{AgentOptions, Capabilities, Capability, Detached, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP};
-#[cfg(any(feature = "agent", feature = "acp", feature = "mcp-client", feature = "a2a", feature = "config"))]
+pub use request::{
+    AgentOptions, BatchTask, Capabilities, Capability, Detached, Parent, StartRequest, ToolFilter, MAX_DEPTH_CAP,
+};
 pub(crate) use result::cut;
-pub use result::{Category, Diagnostic, Failure, RunResult, Stage, StopReason};
+pub use result::{Category, Diagnostic, Failure, RunResult, Stage, StopReason, WorkspaceReport};
 pub use shown::{safe_block, safe_line};
 pub(crate) use trace::TraceContext;
 pub use usage::RunUsage;

@@ -29,3 +29,4 @@ mod remote;
 mod telemetry;
 mod transcripts;
 mod ui;
+mod workspace;

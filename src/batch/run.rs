@@ -21,7 +21,7 @@ use super::results::{self, Results};
 use super::summary::{Finished, Summary};
 use super::tasks::{id_key, task_id, FirstLines, IdKey, Line, Task, TaskLines};
 use super::{Batch, BatchError, Report, Resume};
-use crate::seam::{BudgetLease, Detached, RunUsage};
+use crate::seam::{BatchTask, BudgetLease, Detached, RunUsage};
 use crate::{Budget, CancellationToken, Parent, StartError, StartRequest, StopReason, Subagents};
 
 /// The first wait before a retry; it doubles each time, up to
@@ -124,7 +124,10 @@ pub(super) fn open(batch: Batch, tasks: &Path, cancel: CancellationToken) -> Res
         _ => (None, HashMap::new()),
     };
     let results = Arc::new(results);
+    let name = batch_name(out.as_deref());
     let batch = Engine {
+        name,
+        resuming,
         subagents,
         provider,
         cwd,
@@ -170,6 +173,18 @@ impl Opened {
         summary.close(started.elapsed(), batch.cancel.is_cancelled(), lost, results.resumable());
         summary
     }
+}
+
+/// The batch's name, which its runs' branches carry
+/// (`subagents/<name>/<task id>`): its results file's name without the
+/// extension, so a resume finds the same branches; without one, `batch-`
+/// and the time it started.
+fn batch_name(out: Option<&Path>) -> String {
+    let stem = out.and_then(Path::file_stem).map(|stem| stem.to_string_lossy().into_owned());
+    stem.filter(|stem| !stem.is_empty()).unwrap_or_else(|| {
+        let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        format!("batch-{seconds}")
+    })
 }
 
 /// Reads a regular tasks file once before any run: every provider a line
@@ -299,6 +314,10 @@ impl Drop for AbortOnDrop {
 type Attempt = (Value, Finished, Option<String>);
 
 pub(super) struct Engine {
+    /// The batch's name, in its runs' branches (see [`batch_name`]).
+    name: String,
+    /// The batch resumes an earlier one's results.
+    resuming: bool,
     subagents: Subagents,
     provider: String,
     cwd: PathBuf,
@@ -411,7 +430,7 @@ impl Engine {
         let recorded = self.recorded.get(&id_key(&id)).filter(|r| detaching && unsettled && r.hash == Some(hash));
         if let Some(Recorded { run, .. }) = recorded {
             let attach = Detached::Attach(run.clone());
-            let outcome = self.attempt(line, (*task).clone(), timeout, Some(attach)).await?;
+            let outcome = self.attempt((line, &id), (*task).clone(), timeout, Some(attach)).await?;
             // A run the earlier batch's interruption stopped is not a result.
             let stopped = outcome.0["stop_reason"] == "aborted" && !self.cancel.is_cancelled();
             match outcome.0["diagnostic"]["category"].as_str() {
@@ -500,7 +519,7 @@ impl Engine {
             }
             _ => None,
         };
-        self.attempt(line, task.clone(), timeout, detached).await
+        self.attempt((line, id), task.clone(), timeout, detached).await
     }
 
     /// One run of a task; `None` when the batch was cancelled first. A run
@@ -508,7 +527,7 @@ impl Engine {
     /// "timeout"`.
     async fn attempt(
         &self,
-        line: usize,
+        (line, id): (usize, &str),
         task: Task,
         timeout: Option<Duration>,
         detached: Option<Detached>,
@@ -543,6 +562,7 @@ impl Engine {
         request.output_schema = task.output_schema;
         request.max_depth = task.max_depth;
         request.detached = detached;
+        request.task = Some(BatchTask { batch: self.name.clone(), id: id.to_owned(), resumed: self.resuming });
         // `detail` says why a run failed, in the library's fixed wording.
         let mut completed = false;
         // A run its transport could not serve (see `Category::is_unserved`).
@@ -576,6 +596,9 @@ impl Engine {
                         }
                         if let Some(session) = &result.child_session {
                             record["child_session"] = json!(session);
+                        }
+                        if let Some(workspace) = &result.workspace {
+                            record["workspace"] = json!(workspace);
                         }
                         if result.tool_calls_failed > 0 {
                             record["tool_calls_failed"] = json!(result.tool_calls_failed);

@@ -123,6 +123,7 @@ use crate::seam::{
 };
 use crate::seam::{Policy, Rules, DEFAULT_APPROVAL_TIMEOUT};
 use crate::seam::{ProgressUpdate, ToolCallStatus as Progress};
+use crate::workspace::Worktree;
 
 /// Configuration of an [`AcpProvider`].
 #[derive(Clone, Debug)]
@@ -155,6 +156,10 @@ pub struct AcpConfig {
     /// The MCP servers each session is given (`session/new`'s
     /// `mcpServers`); the agent starts or connects to them itself.
     pub mcp_servers: Vec<AcpMcpServer>,
+    /// A git worktree per run (`workspace = "worktree"`): the run's
+    /// working directory, its work committed on its branch when it ends
+    /// (see [`crate::workspace`]).
+    pub workspace: Option<Arc<crate::workspace::Workspaces>>,
 }
 
 /// Whether each run gets its own agent process.
@@ -194,6 +199,7 @@ impl AcpConfig {
             reuse: Reuse::PerRun,
             run_dirs: RunDirs::default(),
             mcp_servers: Vec::new(),
+            workspace: None,
         }
     }
 
@@ -295,6 +301,10 @@ pub enum ProbeFailure {
     /// advertise `mcpCapabilities.http`.
     #[error("MCP server {0:?} is an HTTP server, and the agent does not advertise mcpCapabilities.http")]
     McpHttpUnsupported(String),
+    /// A worktree per run asked of a pooled provider, whose processes
+    /// outlive their runs.
+    #[error("workspace = \"worktree\" needs reuse = \"per-run\": a pooled agent process outlives each run's worktree")]
+    PooledWorkspace,
 }
 
 impl ProbeError {
@@ -315,10 +325,28 @@ impl AcpProvider {
     /// tokio runtime.
     pub async fn new(config: AcpConfig) -> Result<AcpProvider, ProbeError> {
         let failed = |failure: ProbeFailure| ProbeError { name: config.name.clone(), failure };
+        if config.workspace.is_some() && config.reuse != Reuse::PerRun {
+            return Err(failed(ProbeFailure::PooledWorkspace));
+        }
         let cwd = config.probe_cwd().map_err(|e| failed(ProbeFailure::NoWorkingDirectory(e)))?;
         let lease = ProcessLease::new(Arc::new(LiveCounters::default()));
+        // The probe has no worktree: `{worktree}` is an empty directory of its own.
+        let probe_dir = std::env::temp_dir().join(format!("subagents-probe-{}", std::process::id()));
+        let probing = match config.workspace.is_some() {
+            true => {
+                let _ = std::fs::create_dir_all(&probe_dir);
+                let dir = probe_dir.to_string_lossy().into_owned();
+                let mut probing = config.clone();
+                probing.args = config.args.iter().map(|arg| arg.replace(crate::workspace::PLACEHOLDER, &dir)).collect();
+                for (_, value) in &mut probing.env {
+                    *value = value.replace(crate::workspace::PLACEHOLDER, &dir);
+                }
+                probing
+            }
+            false => config.clone(),
+        };
         let (mut spawned, run_dir) =
-            config.spawn_agent(&cwd, lease).await.map_err(|e| failed(ProbeFailure::Spawn(e)))?;
+            probing.spawn_agent(&cwd, lease).await.map_err(|e| failed(ProbeFailure::Spawn(e)))?;
         let transport = transport(&mut spawned, Arc::default(), Arc::default());
         let probe = Client
             .v1()
@@ -329,12 +357,15 @@ impl AcpProvider {
         let answered = tokio::time::timeout(HANDSHAKE_TIMEOUT, probe).await;
         let failure = match &answered {
             Ok(Ok(_)) => None,
-            Ok(Err(error)) => Some(process::probe_account(&config, &mut spawned, error).await),
+            Ok(Err(error)) => Some(process::probe_account(&probing, &mut spawned, error).await),
             Err(_) => Some(ProbeFailure::TimedOut),
         };
         spawned.kill().await;
         if let Some(run_dir) = run_dir {
             run_dir.discard().await;
+        }
+        if config.workspace.is_some() {
+            let _ = std::fs::remove_dir(&probe_dir);
         }
         let response = match (answered, failure) {
             (Ok(Ok(response)), _) => response,
@@ -463,10 +494,46 @@ async fn start(
     if cancel.is_cancelled() {
         return Err(LaunchError::Aborted);
     }
-    let cwd = config.run_cwd(&request.parent.cwd)?;
     if request.prompt.iter().any(|block| block.as_text().is_none()) {
         return Err(LaunchError::Invalid { field: "prompt", reason: "the acp provider sends text only".to_owned() });
     }
+    let (config, worktree) = in_worktree(config, &request, &context).await?;
+    let started =
+        start_in(config, features, (pool, stores), Launch { request, cancel, context }, worktree.clone()).await;
+    if let (Err(_), Some(worktree)) = (&started, worktree) {
+        worktree.discard().await;
+    }
+    started
+}
+
+/// The run's own worktree, when the provider gives each run one: the
+/// configuration then has `{worktree}` replaced in `args` and `env`, and
+/// the worktree as its working directory.
+async fn in_worktree(
+    mut config: AcpConfig,
+    request: &crate::seam::StartRequest,
+    context: &crate::seam::ProviderContext,
+) -> Result<(AcpConfig, Option<Arc<Worktree>>), LaunchError> {
+    let Some(workspaces) = config.workspace.clone() else { return Ok((config, None)) };
+    let worktree = workspaces
+        .create(request.task.as_ref(), context.run_id())
+        .await
+        .map_err(|error| crate::workspace::launch_error(&config.name, &error))?;
+    config.args = config.args.iter().map(|arg| worktree.expand(arg)).collect();
+    config.env = config.env.iter().map(|(key, value)| (key.clone(), worktree.expand(value))).collect();
+    config.cwd = Some(worktree.path().to_owned());
+    Ok((config, Some(Arc::new(worktree))))
+}
+
+async fn start_in(
+    config: AcpConfig,
+    features: AgentFeatures,
+    (pool, stores): (Option<Arc<Pool>>, Arc<Stores>),
+    launch: Launch,
+    worktree: Option<Arc<Worktree>>,
+) -> Result<Box<dyn Child>, LaunchError> {
+    let Launch { request, cancel, context } = launch;
+    let cwd = config.run_cwd(&request.parent.cwd)?;
     let failed = |fault: Option<Fault>| match fault {
         None => LaunchError::Aborted,
         Some(fault) => LaunchError::Diagnosed(diagnostic_of(&config.name, Stage::Initialize, fault)),
@@ -551,6 +618,7 @@ async fn start(
         pool,
         cancel,
         reaped: Rc::new(Cell::new(None)),
+        worktree,
     }))
 }
 
@@ -697,6 +765,8 @@ struct AcpChild {
     cancel: CancellationToken,
     /// The agent's pid, once dispose reaped it.
     reaped: Rc<Cell<Option<u32>>>,
+    /// The run's git worktree (`workspace = "worktree"`).
+    worktree: Option<Arc<Worktree>>,
 }
 
 /// Why an ACP run's own runs are an unknown branch of its receipt.
@@ -715,6 +785,7 @@ impl Child for AcpChild {
         *self.answer.borrow_mut() = Some(answer.clone());
         let (text, cancel) = (self.text.clone(), self.cancel.clone());
         let (process, config) = (self.process.clone(), self.config.clone());
+        let worktree = self.worktree.clone();
         Box::pin(async move {
             // A sender gone without an answer: the connection went with it.
             let crashed = || Answer::Failed(Fault::from(Category::ChildCrashed));
@@ -732,6 +803,10 @@ impl Child for AcpChild {
             };
             transcript.end(stop_reason, diagnostic.as_ref()).await;
             let output = std::mem::take(&mut *text.lock().unwrap_or_else(|e| e.into_inner()));
+            let workspace = match worktree {
+                Some(worktree) => Some(worktree.settle().await),
+                None => None,
+            };
             RunResult {
                 output: if output.is_empty() { Vec::new() } else { vec![ContentBlock::text(output)] },
                 structured: None,
@@ -741,6 +816,7 @@ impl Child for AcpChild {
                 // ACP reports no token usage for a prompt turn.
                 usage: RunUsage::default(),
                 tool_calls_failed: transcript.tool_calls_failed(),
+                workspace,
             }
         })
     }
@@ -755,11 +831,16 @@ impl Child for AcpChild {
         let answer = self.answer.borrow().clone();
         let reaped = self.reaped.clone();
         let graces = self.graces;
+        let worktree = self.worktree.clone();
         Box::pin(async move {
             let Some(pool) = pool else {
                 let released = process.dispose(graces).await;
                 // The ladder reaps the agent whether or not its group went quietly.
                 reaped.set(Some(process.pid));
+                // The agent is gone: what it left is committed, its worktree removed.
+                if let Some(worktree) = worktree {
+                    worktree.release().await;
+                }
                 return released;
             };
             // The session ends here; the process goes back only once the

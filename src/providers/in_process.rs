@@ -755,6 +755,7 @@ impl Driver {
             child_session: None,
             usage,
             tool_calls_failed: 0,
+            workspace: None,
         }
     }
 }

@@ -429,6 +429,7 @@ impl ChildState {
             child_session: None,
             usage: RunUsage::default(),
             tool_calls_failed: 0,
+            workspace: None,
         }
     }
 

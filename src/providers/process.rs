@@ -74,6 +74,7 @@ use crate::seam::{
     ToolCallStatus,
 };
 use crate::wire::process::{ChildEvent, Connection, Initialize, TurnEndReason, WireError, PROTOCOL_VERSION};
+use crate::workspace::Worktree;
 
 /// Configuration of a [`ProcessProvider`].
 #[derive(Clone, Debug)]
@@ -98,6 +99,10 @@ pub struct ProcessConfig {
     /// agent's; `Some(vec![])`: none); each child starts its own copies.
     #[cfg(feature = "mcp-client")]
     pub mcp_servers: Option<Vec<crate::agent::McpServerConfig>>,
+    /// A git worktree per run (`workspace = "worktree"`): the run's
+    /// working directory, its work committed on its branch when it ends
+    /// (see [`crate::workspace`]).
+    pub workspace: Option<std::sync::Arc<crate::workspace::Workspaces>>,
 }
 
 impl std::ops::Deref for ProcessConfig {
@@ -160,6 +165,7 @@ impl ProcessConfig {
             child: ChildProcessConfig::default(),
             #[cfg(feature = "mcp-client")]
             mcp_servers: None,
+            workspace: None,
         }
     }
 
@@ -328,11 +334,37 @@ impl Provider for ProcessProvider {
     }
 }
 
-async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Result<Box<dyn Child>, LaunchError> {
-    let Launch { request, cancel, context } = launch;
-    if cancel.is_cancelled() {
+async fn start(mut config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Result<Box<dyn Child>, LaunchError> {
+    if launch.cancel.is_cancelled() {
         return Err(LaunchError::Aborted);
     }
+    // The run's own worktree: its working directory, `{worktree}` in `env`.
+    let worktree = match config.workspace.clone() {
+        None => None,
+        Some(workspaces) => {
+            let worktree = workspaces
+                .create(launch.request.task.as_ref(), launch.context.run_id())
+                .await
+                .map_err(|error| crate::workspace::launch_error(&config.name, &error))?;
+            config.env = config.env.iter().map(|(key, value)| (key.clone(), worktree.expand(value))).collect();
+            config.cwd = Some(worktree.path().to_owned());
+            Some(Rc::new(worktree))
+        }
+    };
+    let started = start_in(config, patches, launch, worktree.clone()).await;
+    if let (Err(_), Some(worktree)) = (&started, worktree) {
+        worktree.discard().await;
+    }
+    started
+}
+
+async fn start_in(
+    config: ProcessConfig,
+    patches: Vec<Value>,
+    launch: Launch,
+    worktree: Option<Rc<Worktree>>,
+) -> Result<Box<dyn Child>, LaunchError> {
+    let Launch { request, cancel, context } = launch;
     let cwd = config.run_cwd(&request.parent.cwd)?;
     #[cfg(feature = "mcp-client")]
     let mcp_servers = mcp_servers::for_child(config.mcp_servers.as_deref(), &request)?;
@@ -405,6 +437,7 @@ async fn start(config: ProcessConfig, patches: Vec<Value>, launch: Launch) -> Re
         shutdown_timeout: config.shutdown_timeout,
         grace: (config.dispose_eof_grace, config.dispose_grace),
         env: config.env.clone().into(),
+        worktree,
     }))
 }
 
@@ -516,6 +549,8 @@ struct ProcessChild {
     /// The variables the provider set for the child: their values never
     /// show in an account of its failure.
     env: Rc<[(String, String)]>,
+    /// The run's git worktree (`workspace = "worktree"`).
+    worktree: Option<Rc<Worktree>>,
 }
 
 impl Child for ProcessChild {
@@ -531,6 +566,7 @@ impl Child for ProcessChild {
         let cancel = self.cancel.clone();
         let context = self.context.clone();
         let env = self.env.clone();
+        let worktree = self.worktree.clone();
         Box::pin(async move {
             let answer = shared.connection.request("prompt", json!({"prompt": prompt}));
             tokio::pin!(answer);
@@ -557,6 +593,9 @@ impl Child for ProcessChild {
                 let account = shared.account(&provider, &env, diagnostic.category).await;
                 result.diagnostic = Some(diagnostic.with_detail(account));
             }
+            if let Some(worktree) = worktree {
+                result.workspace = Some(worktree.settle().await);
+            }
             result
         })
     }
@@ -568,22 +607,13 @@ impl Child for ProcessChild {
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
         let shared = self.shared.clone();
         let (shutdown_timeout, (eof_grace, grace)) = (self.shutdown_timeout, self.grace);
+        let worktree = self.worktree.clone();
         Box::pin(async move {
-            let reply = tokio::time::timeout(shutdown_timeout, shared.connection.request("shutdown", json!({}))).await;
-            let runs = reported_runs(reply.ok());
-            let spawned = shared.spawned.borrow_mut().take();
-            let Some(spawned) = spawned else {
-                shared.connection.close_input().await;
-                *shared.report.borrow_mut() = StopReport::new().with_children(runs);
-                return Ok(());
-            };
-            let pid = spawned.pid;
-            // The ladder looks for the child's descendants before its input
-            // closes: a child exiting at EOF would orphan them.
-            let close_input = shared.connection.close_input();
-            let released = spawned.dispose(close_input, || tokio::time::sleep(eof_grace), grace).await;
-            // The ladder reaps the child whether or not its group went quietly.
-            *shared.report.borrow_mut() = StopReport::new().with_process(pid).with_children(runs);
+            let released = dispose_child(&shared, shutdown_timeout, (eof_grace, grace)).await;
+            // The child is gone: what it left is committed, its worktree removed.
+            if let Some(worktree) = worktree {
+                worktree.release().await;
+            }
             released
         })
     }
@@ -591,6 +621,31 @@ impl Child for ProcessChild {
     fn stop_report(&self) -> StopReport {
         self.shared.report.take()
     }
+}
+
+/// The dispose ladder of a process child: `shutdown`, then EOF, SIGTERM,
+/// SIGKILL.
+async fn dispose_child(
+    shared: &Shared,
+    shutdown_timeout: Duration,
+    (eof_grace, grace): (Duration, Duration),
+) -> Result<(), Failure> {
+    let reply = tokio::time::timeout(shutdown_timeout, shared.connection.request("shutdown", json!({}))).await;
+    let runs = reported_runs(reply.ok());
+    let spawned = shared.spawned.borrow_mut().take();
+    let Some(spawned) = spawned else {
+        shared.connection.close_input().await;
+        *shared.report.borrow_mut() = StopReport::new().with_children(runs);
+        return Ok(());
+    };
+    let pid = spawned.pid;
+    // The ladder looks for the child's descendants before its input
+    // closes: a child exiting at EOF would orphan them.
+    let close_input = shared.connection.close_input();
+    let released = spawned.dispose(close_input, || tokio::time::sleep(eof_grace), grace).await;
+    // The ladder reaps the child whether or not its group went quietly.
+    *shared.report.borrow_mut() = StopReport::new().with_process(pid).with_children(runs);
+    released
 }
 
 /// The child's streamed text, tool calls and delegated runs, as this
@@ -678,6 +733,7 @@ impl Transcript {
             child_session: None,
             usage,
             tool_calls_failed: self.tool_calls_failed,
+            workspace: None,
         }
     }
 }

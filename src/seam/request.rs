@@ -350,6 +350,20 @@ impl Detached {
     }
 }
 
+/// Which batch task a run carries out: set by the batch engine
+/// ([`crate::batch`]), read by a provider that gives each run its own git
+/// worktree, whose branch is `subagents/<batch>/<id>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchTask {
+    /// The batch's name (a `fanout`'s: its results file's name).
+    pub batch: String,
+    /// The task's id in the batch.
+    pub id: String,
+    /// The batch resumes an earlier one: a branch an earlier run of this
+    /// task left is taken up again, not refused.
+    pub resumed: bool,
+}
+
 /// Everything `start` needs. Build with [`StartRequest::new`] and the
 /// `with_*` methods; fields are public for pattern matching and tests.
 #[derive(Clone, Debug)]
@@ -387,6 +401,9 @@ pub struct StartRequest {
     /// loss (see [`Detached`]); only a provider that
     /// [offers it](crate::seam::Provider::offers_detached) accepts one.
     pub detached: Option<Detached>,
+    /// The batch task this run carries out: a provider that gives each run
+    /// a git worktree names its branch after it (see [`BatchTask`]).
+    pub task: Option<BatchTask>,
     /// The child a continuation resumes (set by `Continuation::start`).
     pub(crate) resume: Option<LocalAgent>,
     /// The span the run's span hangs under while spans are exported: the
@@ -424,6 +441,7 @@ impl StartRequest {
             progress: None,
             budget: None,
             detached: None,
+            task: None,
             resume: None,
             trace_parent: None,
         }

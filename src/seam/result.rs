@@ -309,6 +309,38 @@ pub struct RunResult {
     /// the provider cannot tell.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tool_calls_failed: u32,
+    /// The branch the run worked on and what it left there, for a provider
+    /// that gives each run a git worktree (`workspace = "worktree"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceReport>,
+}
+
+/// What a run left in its git worktree, committed on its own branch
+/// (see [`crate::workspace`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceReport {
+    /// The run's branch (`subagents/<batch>/<task id>`); it stays after the
+    /// run, whatever its outcome.
+    pub branch: String,
+    /// The commit the branch started from.
+    pub base: String,
+    /// The branch's tip once the run's work was committed; `None` when the
+    /// run left nothing (the branch is still at `base`).
+    pub commit: Option<String>,
+    /// Files that differ between `base` and `commit`.
+    pub files_changed: u64,
+    /// Lines added between `base` and `commit`.
+    pub insertions: u64,
+    /// Lines removed between `base` and `commit`.
+    pub deletions: u64,
+    /// Where the worktree is, when it is kept after the run (asked for, or
+    /// its work could not be committed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<std::path::PathBuf>,
+    /// Why the work could not be committed, when it could not (the
+    /// worktree is then kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 fn is_zero(count: &u32) -> bool {
@@ -326,6 +358,7 @@ impl RunResult {
             child_session: None,
             usage: RunUsage::default(),
             tool_calls_failed: 0,
+            workspace: None,
         }
     }
 
@@ -339,6 +372,7 @@ impl RunResult {
             child_session: None,
             usage: RunUsage::default(),
             tool_calls_failed: 0,
+            workspace: None,
         }
     }
 

@@ -366,7 +366,27 @@ fn documented_keys() -> BTreeMap<String, BTreeSet<String>> {
 
 /// A line setting `key` to a value it takes, on a provider of `kind`.
 fn sample(kind: &str, key: &str) -> String {
+    // The worktree keys apply only with a worktree per run.
+    if ["acp", "process"].contains(&kind)
+        && ["repo", "base", "branch", "worktree_root", "keep_worktrees"].contains(&key)
+    {
+        let value = match key {
+            "base" => "\"main\"",
+            "branch" => "\"agents/{task}\"",
+            "keep_worktrees" => "true",
+            _ => "\"/tmp\"",
+        };
+        return format!("workspace = \"worktree\"\n{key} = {value}");
+    }
+    // Elsewhere a sample value, refused for the key itself.
+    if ["repo", "base", "worktree_root"].contains(&key) {
+        return format!("{key} = \"/tmp\"");
+    }
+    if key == "branch" {
+        return "branch = \"agents/{task}\"".to_owned();
+    }
     let value = match (kind, key) {
+        (_, "workspace") => "\"worktree\"",
         ("remote", "pool") => "\"default\"",
         ("acp", "pool") => return "reuse = \"pooled\"\npool = { size = 1 }".to_owned(),
         (_, "pool") => "{ size = 1 }",
@@ -377,7 +397,7 @@ fn sample(kind: &str, key: &str) -> String {
         (_, "budget") => "{ runs = 5 }",
         (_, "mcp_servers" | "args" | "patches" | "faults") => "[]",
         (_, "reply") => "\"ok\"",
-        (_, "echo_prompt" | "keep_run_dirs") => "true",
+        (_, "echo_prompt" | "keep_run_dirs" | "keep_worktrees") => "true",
         (_, "stop_reason") => "\"completed\"",
         (_, "command") => "\"sh\"",
         // `keep_run_dirs`, `template_dir` and `run_dir_root` need a `{run_dir}`.

@@ -8,6 +8,7 @@ pub mod acp;
 pub mod approve;
 pub mod fanout;
 pub mod mcp;
+pub mod merge;
 pub mod providers;
 pub mod run;
 pub mod serve;

@@ -76,7 +76,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::commands::{a2a, acp, approve, fanout, mcp, providers, run, serve, sessions, ui, worker};
+use crate::commands::{a2a, acp, approve, fanout, mcp, merge, providers, run, serve, sessions, ui, worker};
 
 #[derive(Parser)]
 #[command(name = "subagents", version, about = "Delegate work to supervised child agents")]
@@ -92,6 +92,11 @@ enum Command {
         after_help = "Example (the scripted demo model: no key, no network):\n  subagents fanout examples/tasks.jsonl --out results.jsonl\n  subagents fanout examples/tasks.jsonl --out results.jsonl --resume   # after a Ctrl-C"
     )]
     Fanout(fanout::FanoutArgs),
+    /// Merge the branches a batch's runs worked on back, with a conflict report.
+    #[command(
+        after_help = "Example (a batch run with workspace = \"worktree\"):\n  subagents merge results.jsonl --into main"
+    )]
+    Merge(merge::MergeArgs),
     /// Run one prompt on a parent agent that can delegate to subagents.
     #[command(after_help = "Example:\n  subagents run \"review src/ and delegate one subagent per module\"")]
     Run(run::RunArgs),
@@ -132,7 +137,8 @@ impl Command {
             Command::Acp(args) => &args.telemetry,
             Command::A2a(args) => &args.telemetry,
             Command::Worker(args) => &args.telemetry,
-            Command::Sessions(_) | Command::Providers(_) | Command::Serve(_) | Command::Ui(_) | Command::Approve(_) => {
+            Command::Sessions(_) | Command::Providers(_) | Command::Serve(_) | Command::Ui(_) | Command::Approve(_)
+            | Command::Merge(_) => {
                 return None
             }
         };
@@ -160,6 +166,7 @@ impl Command {
             Command::Worker(args) => args.run(),
             Command::Providers(args) => args.run(),
             Command::Ui(args) => args.run(),
+            Command::Merge(args) => args.run(),
             Command::A2a(args) => args.run(),
             Command::Approve(args) => args.run(),
         }

@@ -187,6 +187,11 @@ fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box
         );
         return Err(source.error(Some(span), message));
     }
+    if let Some(span) = child.workspace_span().filter(|_| pooled) {
+        let message =
+            "workspace = \"worktree\" needs reuse = \"per-run\": a pooled agent process outlives each run's worktree";
+        return Err(source.error(Some(span), message));
+    }
     check_acp_listed(source, checking.name, table.mcp_servers.as_ref(), checking.mcp_servers)?;
     let file_dir = Path::new(source.name).parent().map(Path::to_path_buf);
     Ok(Box::new(Acp {
@@ -275,6 +280,7 @@ impl Acp {
         let command = self.command.clone().ok_or("its command was not resolved")?;
         let mut config = AcpConfig::new(building.name, command, self.args.clone());
         config.child = self.child.config();
+        config.workspace = self.child.workspaces().await?;
         config.run_dirs = RunDirs {
             root: self.run_dir_root.clone(),
             template: self.template_dir.clone(),

@@ -1,5 +1,7 @@
 //! The keys every kind that starts a child process shares (`acp`,
-//! `process`): where the child runs, its environment, its dispose graces.
+//! `process`): where the child runs, its environment, its dispose graces,
+//! and a git worktree per run (`workspace = "worktree"`, see
+//! [`crate::workspace`]).
 //!
 //! ```toml
 //! env = { OPENAI_API_KEY = "${OPENAI_API_KEY}" }
@@ -7,6 +9,15 @@
 //! cwd = "/srv/work"
 //! dispose_eof_grace = "2s"
 //! dispose_grace = "5s"
+//! ```
+//!
+//! ```toml
+//! workspace = "worktree"
+//! repo = "/srv/work"                      # default: `cwd`, else the working directory
+//! base = "main"                           # default: HEAD when the provider is built
+//! branch = "subagents/{batch}/{task}"
+//! worktree_root = "/var/tmp/worktrees"    # default: under the temporary directory
+//! keep_worktrees = false
 //! ```
 
 use std::path::PathBuf;
@@ -31,6 +42,20 @@ pub(super) struct Table {
     cwd: Option<Spanned<String>>,
     dispose_eof_grace: Option<Spanned<String>>,
     dispose_grace: Option<Spanned<String>>,
+    workspace: Option<Spanned<WorkspaceKind>>,
+    repo: Option<Spanned<String>>,
+    base: Option<Spanned<String>>,
+    branch: Option<Spanned<String>>,
+    worktree_root: Option<Spanned<String>>,
+    keep_worktrees: Option<Spanned<bool>>,
+}
+
+/// What `workspace` may say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum WorkspaceKind {
+    /// A git worktree and branch per run.
+    Worktree,
 }
 
 /// The shared keys' names.
@@ -48,6 +73,8 @@ pub(super) struct ChildProcess {
     /// `env`, `${VAR}`-expanded.
     pub(super) env: Vec<(String, String)>,
     cwd: Option<PathBuf>,
+    /// The worktree settings, expanded (`workspace = "worktree"`).
+    workspace: Option<crate::workspace::WorkspaceConfig>,
 }
 
 impl ChildProcess {
@@ -59,7 +86,31 @@ impl ChildProcess {
         let table: Table = keys::read(checking.source, table.clone())?;
         let eof_grace = checking.duration("dispose_eof_grace", &table.dispose_eof_grace)?;
         let grace = checking.duration("dispose_grace", &table.dispose_grace)?;
-        Ok(ChildProcess { table, eof_grace, grace, env: Vec::new(), cwd: None })
+        let workspace_keys = [
+            ("repo", table.repo.as_ref().map(Spanned::span)),
+            ("base", table.base.as_ref().map(Spanned::span)),
+            ("branch", table.branch.as_ref().map(Spanned::span)),
+            ("worktree_root", table.worktree_root.as_ref().map(Spanned::span)),
+            ("keep_worktrees", table.keep_worktrees.as_ref().map(Spanned::span)),
+        ];
+        let found = workspace_keys.into_iter().find_map(|(key, span)| Some((key, span?)));
+        if let Some((key, span)) = found.filter(|_| table.workspace.is_none()) {
+            let message =
+                format!("`{key}` applies to a worktree per run: add workspace = \"worktree\" to {:?}", checking.name);
+            return Err(checking.source.error(Some(span), message));
+        }
+        if let Some(branch) = &table.branch {
+            if !branch.get_ref().contains("{task}") {
+                let message = "`branch` must name `{task}`: every run needs a branch of its own";
+                return Err(checking.source.error(Some(branch.span()), message));
+            }
+        }
+        Ok(ChildProcess { table, eof_grace, grace, env: Vec::new(), cwd: None, workspace: None })
+    }
+
+    /// Whether the table asks for a worktree per run; its span.
+    pub(super) fn workspace_span(&self) -> Option<std::ops::Range<usize>> {
+        self.table.workspace.as_ref().map(Spanned::span)
     }
 
     /// `env`'s values as the file wrote them.
@@ -78,7 +129,38 @@ impl ChildProcess {
             Some(cwd) => Some(PathBuf::from(expand(source, cwd.get_ref(), cwd.span())?)),
             None => None,
         };
+        self.workspace = None;
+        if self.table.workspace.is_some() {
+            let path_of = |value: &Spanned<String>| expand(source, value.get_ref(), value.span()).map(PathBuf::from);
+            let repo = match (&self.table.repo, &self.cwd) {
+                (Some(repo), _) => path_of(repo)?,
+                (None, Some(cwd)) => cwd.clone(),
+                (None, None) => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+            };
+            let mut workspace = crate::workspace::WorkspaceConfig::new(repo);
+            if let Some(base) = &self.table.base {
+                workspace.base = Some(expand(source, base.get_ref(), base.span())?);
+            }
+            if let Some(branch) = &self.table.branch {
+                workspace.branch = branch.get_ref().clone();
+            }
+            workspace.root = self.table.worktree_root.as_ref().map(path_of).transpose()?;
+            workspace.keep = self.table.keep_worktrees.as_ref().is_some_and(|keep| *keep.get_ref());
+            self.workspace = Some(workspace);
+        }
         Ok(())
+    }
+
+    /// The worktree per run the table asks for, its repository and base
+    /// resolved now (git is asked once, when the provider is built).
+    #[cfg(any(feature = "acp", feature = "process"))]
+    pub(super) async fn workspaces(&self) -> Result<Option<std::sync::Arc<crate::workspace::Workspaces>>, String> {
+        match &self.workspace {
+            None => Ok(None),
+            Some(config) => {
+                crate::workspace::Workspaces::open(config.clone()).await.map(Some).map_err(|e| e.to_string())
+            }
+        }
     }
 
     /// What the table says about its child (the defaults where it is silent).

@@ -133,6 +133,7 @@ impl Process {
         }
         config.patches = self.patches.clone();
         config.child = self.child.config();
+        config.workspace = self.child.workspaces().await?;
         if let Some(model) = &table.model {
             // The child's route, and the endpoint's variables and key it
             // is handed (credential-shaped names are never inherited).
