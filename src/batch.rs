@@ -56,8 +56,8 @@
 //! only those the provider no longer knows or stopped (`"expired_run"`).
 
 mod journal;
-pub mod pipeline;
 mod parked;
+pub mod pipeline;
 mod results;
 mod run;
 mod summary;
@@ -70,8 +70,8 @@ use std::time::Duration;
 use crate::{Budget, CancellationToken, Subagents};
 
 pub use journal::{resume_line_bound, runs_path};
-pub use pipeline::PipelineError;
 pub use parked::{answer, approvals_dir, pending, AnswerError, OnParked, Parked, ParkedApprover};
+pub use pipeline::PipelineError;
 pub use results::refuse_shared;
 pub use run::{Opened, Settled};
 pub use summary::Summary;

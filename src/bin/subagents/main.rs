@@ -137,10 +137,12 @@ impl Command {
             Command::Acp(args) => &args.telemetry,
             Command::A2a(args) => &args.telemetry,
             Command::Worker(args) => &args.telemetry,
-            Command::Sessions(_) | Command::Providers(_) | Command::Serve(_) | Command::Ui(_) | Command::Approve(_)
-            | Command::Merge(_) => {
-                return None
-            }
+            Command::Sessions(_)
+            | Command::Providers(_)
+            | Command::Serve(_)
+            | Command::Ui(_)
+            | Command::Approve(_)
+            | Command::Merge(_) => return None,
         };
         telemetry.otlp.as_deref()
     }
