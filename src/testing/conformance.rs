@@ -27,7 +27,9 @@ use crate::{
 
 /// Drive the provider that `make` builds through the contract's scenarios.
 /// `make` is called once per scenario, so no state carries from one to the
-/// next; it runs on the kit's thread, outside any runtime.
+/// next. It is called on the kit's own task (inside the tokio runtime of
+/// [`Conformance::run_blocking`], or yours): a provider whose constructor is
+/// async is built once beforehand and shared with [`Conformance::shared`].
 ///
 /// ```
 /// use subagents::providers::MockProvider;
