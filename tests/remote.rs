@@ -369,15 +369,15 @@ fn a_worker_runs_its_runs_on_a_provider_of_its_configuration_file() {
 }
 
 /// The conformance kit (`subagents::testing`) over the remote provider:
-/// a local broker, one worker of our binary on the demo model.
+/// a local broker, one worker of our binary on the demo model, and a
+/// fresh connection per scenario (each scenario's shutdown closes one).
 #[test]
 fn the_remote_provider_passes_the_conformance_kit() {
-    use subagents::seam::Provider;
-    use subagents::testing::{Conformance, Verdict};
+    use subagents::testing::{conformance, Verdict};
     let (_serial, dir, server) = broker();
     let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
-    let remote: Arc<dyn Provider> = Arc::new(provider(&server.url()));
-    let report = Conformance::shared(move || remote.clone())
+    let url = server.url();
+    let report = conformance(move || provider(&url))
         .long_prompt("Say hello. [delay:5000]")
         .concurrent_runs(4)
         .run_blocking();

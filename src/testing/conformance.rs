@@ -74,7 +74,9 @@ impl std::fmt::Debug for Conformance {
 
 impl Conformance {
     /// [`conformance`] for a factory of shared providers (one built
-    /// elsewhere and cloned, say).
+    /// elsewhere and cloned, say). Each scenario's shutdown calls the
+    /// provider's [`Provider::shutdown`], so share only a provider that
+    /// stays usable after it; otherwise build a fresh one in the factory.
     pub fn shared(make: impl Fn() -> Arc<dyn Provider> + Send + Sync + 'static) -> Conformance {
         let settings = Settings {
             prompt: "Say hello.".into(),

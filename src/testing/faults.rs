@@ -22,10 +22,11 @@
 //! and after the seed's shutdown the runtime is quiescent. The first seed
 //! that breaks one stops the run: the [`FaultReport`] prints the seed, the
 //! broken invariants, the faults injected and the actions taken, and the
-//! call that replays exactly that schedule ([`Faults::replay`]). Faults
-//! depend only on the seed, the run's launch number and the schedule (see
-//! the chaos provider), and the runs go one at a time, so a replay injects
-//! the same faults in the same places.
+//! call that replays that schedule ([`Faults::replay`]). Faults depend only
+//! on the seed, the run's launch number and the schedule (see the chaos
+//! provider), and the runs go one at a time, so a replay injects the same
+//! launch, run and dispose faults in the same places; progress faults are
+//! drawn per update, so theirs follow how many updates the child sends.
 
 use std::fmt;
 use std::ops::Range;
@@ -436,7 +437,9 @@ impl fmt::Display for SeedFailure {
             writeln!(f, "  - {}", crate::seam::safe_line(violation))?;
         }
         writeln!(f, "faults injected (launch, stage, fault):")?;
-        for injected in &self.injected {
+        let mut injected: Vec<&Injected> = self.injected.iter().collect();
+        injected.sort_by_key(|injected| injected.launch);
+        for injected in injected {
             writeln!(f, "  - {} {:?} {:?}", injected.launch, injected.stage, injected.fault)?;
         }
         writeln!(f, "actions: {}", self.actions.join(", "))?;
