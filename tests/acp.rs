@@ -397,7 +397,8 @@ fn the_acp_provider_passes_the_conformance_kit() {
     let home = tempfile::tempdir().unwrap();
     let runtime = runtime(home.path());
     let config = own_agent("acp", home.path(), &[]);
-    let provider: std::sync::Arc<dyn Provider> = std::sync::Arc::new(runtime.block_on(async move { AcpProvider::new(config).await.unwrap() }));
+    let provider: std::sync::Arc<dyn Provider> =
+        std::sync::Arc::new(runtime.block_on(async move { AcpProvider::new(config).await.unwrap() }));
     runtime.shutdown_blocking();
     let report = Conformance::shared(move || provider.clone())
         .cwd(home.path())

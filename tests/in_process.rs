@@ -827,7 +827,7 @@ fn a_runtime_told_no_home_writes_nothing_to_the_working_directory_and_removes_it
 /// long enough to be cancelled mid-way.
 #[cfg(feature = "testing")]
 #[test]
-fn spawn_and_fork_pass_the_conformance_kit() {
+fn spawn_and_fork_pass_the_conformance_kit_and_spawn_the_seeded_faults() {
     use subagents::testing::{conformance, Verdict};
     for fork in [false, true] {
         let report = conformance(move || {
@@ -842,4 +842,7 @@ fn spawn_and_fork_pass_the_conformance_kit() {
         report.assert_conformant();
         assert_eq!(report.with_verdict(Verdict::NotExercised).count(), 0, "{report}");
     }
+    let faults =
+        subagents::testing::faults(|| InProcessProvider::spawn("spawn", Arc::new(ScriptedModel::demo())).in_memory());
+    faults.seeds(0..4).run_blocking().assert_held();
 }

@@ -377,10 +377,8 @@ fn the_remote_provider_passes_the_conformance_kit() {
     let (_serial, dir, server) = broker();
     let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
     let url = server.url();
-    let report = conformance(move || provider(&url))
-        .long_prompt("Say hello. [delay:5000]")
-        .concurrent_runs(4)
-        .run_blocking();
+    let report =
+        conformance(move || provider(&url)).long_prompt("Say hello. [delay:5000]").concurrent_runs(4).run_blocking();
     report.assert_conformant();
     assert_eq!(report.with_verdict(Verdict::NotExercised).count(), 0, "{report}");
 }

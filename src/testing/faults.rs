@@ -331,6 +331,8 @@ impl Drive {
             }
             (Ok(result), _) => violations.extend(receipt_problems(&run.receipt().await, result)),
         }
+        // The caller's handle may hold an in-process child's agent.
+        drop(run);
         violations.extend(self.leftovers(launches).await);
         violations
     }

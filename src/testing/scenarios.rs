@@ -53,26 +53,29 @@ async fn started(s: &Scenario, scenario: &'static str, request: StartRequest) ->
     })
 }
 
-/// Disposes `runs` and checks what is left: the hook's outcome and the
-/// leftovers of [`Scenario::leftovers`].
+/// Disposes `runs`, lets go of them (a caller's `Run` may hold an
+/// in-process child's agent) and checks what is left: the hook's outcome
+/// and the leftovers of [`Scenario::leftovers`].
 async fn disposed(
     s: &Scenario,
     scenario: &'static str,
-    runs: &[Run],
+    runs: Vec<Run>,
     traces: &[Arc<RunTrace>],
     tasks_before: usize,
 ) -> Vec<Finding> {
     let mut failures = Vec::new();
-    for run in runs {
+    for run in &runs {
         if let Err(error) = run.dispose().await {
             failures.push(format!("dispose of {} failed: {error}", run.child_id()));
         }
     }
+    let count = runs.len();
+    drop(runs);
     let hook = Finding::of(scenario, "the dispose hook releases the child without failing", DISPOSE);
     let leftovers = Finding::of(scenario, "dispose leaves nothing behind", DISPOSE);
     let problems = s.leftovers(traces, tasks_before).await;
     vec![
-        hook.unless(failures, format!("{} run(s) disposed", runs.len())),
+        hook.unless(failures, format!("{count} run(s) disposed")),
         leftovers.unless(problems, "no run, process, context or task left"),
     ]
 }
@@ -115,7 +118,7 @@ fn settle_once(s: Scenario) -> Driven {
         let rule = Finding::of(NAME, "a run settles once, and every read gives that outcome", RESULTS);
         let Some(first) = s.patient_result(&run).await else {
             let mut findings = vec![rule.not_exercised(s.impatient())];
-            findings.extend(disposed(&s, NAME, &[run], &trace.into_iter().collect::<Vec<_>>(), tasks).await);
+            findings.extend(disposed(&s, NAME, vec![run], &trace.into_iter().collect::<Vec<_>>(), tasks).await);
             return (findings, After::Nothing);
         };
         let again = run.result().await;
@@ -131,7 +134,7 @@ fn settle_once(s: Scenario) -> Driven {
             problems.push(format!("the child's run was called {calls} times"));
         }
         let mut findings = vec![rule.unless(problems, format!("settled {} once", outcome(&first)))];
-        findings.extend(disposed(&s, NAME, &[run], &trace.into_iter().collect::<Vec<_>>(), tasks).await);
+        findings.extend(disposed(&s, NAME, vec![run], &trace.into_iter().collect::<Vec<_>>(), tasks).await);
         (findings, After::Nothing)
     })
 }
@@ -145,8 +148,10 @@ fn result_after_dispose(s: Scenario) -> Driven {
             Err(finding) => return (vec![finding], After::Nothing),
         };
         let traces: Vec<_> = s.trace(0).into_iter().collect();
-        let mut findings = disposed(&s, NAME, std::slice::from_ref(&run), &traces, tasks).await;
+        let _ = run.dispose().await;
         let (first, again) = (run.result().await, run.result().await);
+        // Disposing again is idempotent: this reports the first outcome.
+        let mut findings = disposed(&s, NAME, vec![run], &traces, tasks).await;
         let rule = Finding::of(NAME, "the result is there after dispose, the same at every read", RESULTS);
         let problems = match (&first, &again) {
             (Err(error), _) => vec![format!("after dispose the result was {} ({error})", outcome(&first))],
@@ -255,7 +260,7 @@ fn cancel_mid_run(s: Scenario) -> Driven {
             let once = Finding::of(NAME, "the child is told to stop at most once", CANCELLATION);
             findings.push(if calls <= 1 { once.kept("once") } else { once.broken(format!("{calls} times")) });
         }
-        findings.extend(disposed(&s, NAME, &[run], &[trace], tasks).await);
+        findings.extend(disposed(&s, NAME, vec![run], &[trace], tasks).await);
         (findings, After::Nothing)
     })
 }
@@ -308,6 +313,7 @@ fn dispose_racing_result(s: Scenario) -> Driven {
         if let Ok(settled) = &result {
             findings.push(stopped_within_grace(NAME, settled, &trace, s.settings.cancel_grace));
         }
+        drop(run);
         let leftovers = Finding::of(NAME, "dispose leaves nothing behind", DISPOSE);
         findings.push(leftovers.unless(s.leftovers(&[trace], tasks).await, "nothing left"));
         (findings, After::Nothing)
@@ -435,7 +441,7 @@ fn many_at_once(s: Scenario) -> Driven {
             rule.unless(problems, format!("{count} runs at once"))
         }];
         let traces = s.log.runs();
-        findings.extend(disposed(&s, NAME, &runs, &traces, tasks).await);
+        findings.extend(disposed(&s, NAME, runs, &traces, tasks).await);
         (findings, After::Nothing)
     })
 }
