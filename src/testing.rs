@@ -67,6 +67,7 @@ mod conformance;
 mod faults;
 mod probe;
 mod report;
+mod scenario;
 mod scenarios;
 
 pub use conformance::{conformance, Conformance};

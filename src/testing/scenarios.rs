@@ -2,16 +2,14 @@
 //! the provider as a caller would and returns its findings; the rules and
 //! clauses they cite are the contract's (`docs/contract.md`).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::future::join_all;
 
-use super::conformance::{After, Drive, Scenario};
 use super::probe::RunTrace;
 use super::report::Finding;
+use super::scenario::{After, Drive, Driven, Scenario};
 use crate::seam::{Capability, Category, Detached, ToolFilter};
 use crate::{AgentOptions, Run, RunResult, StartRequest, StopReason, SubagentError};
 
@@ -35,8 +33,6 @@ pub(crate) const ALL: &[Case] = &[
     Case { name: "many-at-once", drive: many_at_once },
     Case { name: "shutdown-with-runs-live", drive: shutdown_with_runs_live },
 ];
-
-type Driven = Pin<Box<dyn Future<Output = (Vec<Finding>, After)> + Send + 'static>>;
 
 const RESULTS: &str = "docs/contract.md §4 Results";
 const CANCELLATION: &str = "docs/contract.md §4 Cancellation";
