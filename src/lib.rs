@@ -73,6 +73,7 @@
 //! | `batch` | `subagents fanout`'s engine: task lines, a durable results journal, resume (implies `config`) | none more |
 //! | `a2a` | the `a2a` provider; with `config` also `subagents a2a`'s server side (implies `agent`) | reqwest, rustls, hyper's HTTP/1 server |
 //! | `otel` | OTLP export of the runs' spans | opentelemetry, opentelemetry_sdk, opentelemetry-otlp, tracing-opentelemetry, tracing-subscriber |
+//! | `testing` | `testing`: the conformance and fault kit for providers of your own | none more |
 //! | `cli` | the `subagents` binary: every feature above | clap, indicatif, tracing-subscriber, tracing-chrome |
 //!
 //! The rules the runtime keeps, each pinned by a test, are the behaviour
@@ -122,6 +123,9 @@ pub mod seam;
 pub mod serve;
 mod sync;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 #[cfg(any(feature = "openai", feature = "a2a", feature = "mcp-client"))]
 mod tls;
 #[cfg(feature = "agent")]
@@ -157,4 +161,6 @@ mod guide_examples {
     struct Receipts;
     #[doc = include_str!("../docs/src/providers.md")]
     struct Providers;
+    #[doc = include_str!("../docs/src/testing.md")]
+    struct Testing;
 }

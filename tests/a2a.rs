@@ -836,3 +836,18 @@ fn a_tasks_statuses_and_failure_are_kept_in_the_parents_home_as_the_childs_sessi
     assert!(shown.iter().any(|line| line.starts_with("[the run failed:") && line.contains("disk full")), "{shown:?}");
     assert_eq!(shown.last().unwrap(), "end: error");
 }
+
+/// The conformance kit (`subagents::testing`) over the a2a provider
+/// against our own server. Its mock answers at once and a task's prompt
+/// cannot slow it, so the rules that need a run still working when it is
+/// cancelled are not exercised here; every rule exercised is kept.
+#[test]
+fn the_a2a_provider_against_our_server_passes_the_conformance_kit() {
+    use subagents::testing::{conformance, Verdict};
+    let server = server(&[], &[]);
+    let origin = format!("http://{}", server.addr);
+    let report = conformance(move || provider_for(&origin, |_| {})).concurrent_runs(4).run_blocking();
+    report.assert_conformant();
+    let skipped: Vec<&str> = report.with_verdict(Verdict::NotExercised).map(|finding| finding.scenario).collect();
+    assert!(skipped.iter().all(|scenario| *scenario == "cancel-mid-run"), "{report}");
+}

@@ -387,3 +387,28 @@ fn a_configured_http_server_reaches_an_agent_advertising_http_with_its_headers_e
     assert_eq!(sent, &expected);
     runtime.shutdown_blocking();
 }
+
+/// The conformance kit (`subagents::testing`) over the acp provider with
+/// our own binary as the agent: every rule kept, and no agent left. (It
+/// found that `subagents acp` lost a `session/cancel` read before the
+/// prompt's turn first ran, so a cancel or dispose right after start
+/// needed the runtime's grace.)
+#[test]
+fn the_acp_provider_passes_the_conformance_kit() {
+    use subagents::seam::Provider;
+    use subagents::testing::{Conformance, Verdict};
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let config = own_agent("acp", home.path(), &[]);
+    let provider: std::sync::Arc<dyn Provider> =
+        std::sync::Arc::new(runtime.block_on(async move { AcpProvider::new(config).await.unwrap() }));
+    runtime.shutdown_blocking();
+    let report = Conformance::shared(move || provider.clone())
+        .cwd(home.path())
+        .long_prompt("Say hello. [delay:5000]")
+        .concurrent_runs(4)
+        .run_blocking();
+    report.assert_conformant();
+    assert_eq!(report.with_verdict(Verdict::NotExercised).count(), 0, "{report}");
+    no_process_mentions(home.path());
+}

@@ -827,3 +827,28 @@ fn a_runtime_told_no_home_writes_nothing_to_the_working_directory_and_removes_it
     let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().flatten().map(|entry| entry.file_name()).collect();
     assert!(left.is_empty(), "the runtime wrote {left:?} to its working directory");
 }
+
+/// The conformance kit (`subagents::testing`) over both in-process
+/// providers on the demo model, whose `[delay:MS]` keeps a run working
+/// long enough to be cancelled mid-way.
+#[cfg(feature = "testing")]
+#[test]
+fn spawn_and_fork_pass_the_conformance_kit_and_spawn_the_seeded_faults() {
+    use subagents::testing::{conformance, Verdict};
+    for fork in [false, true] {
+        let report = conformance(move || {
+            let model = Arc::new(ScriptedModel::demo());
+            let provider =
+                if fork { InProcessProvider::fork("fork", model) } else { InProcessProvider::spawn("spawn", model) };
+            provider.in_memory()
+        })
+        .long_prompt("Say hello. [delay:5000]")
+        .cancel_grace(Duration::from_millis(500))
+        .run_blocking();
+        report.assert_conformant();
+        assert_eq!(report.with_verdict(Verdict::NotExercised).count(), 0, "{report}");
+    }
+    let faults =
+        subagents::testing::faults(|| InProcessProvider::spawn("spawn", Arc::new(ScriptedModel::demo())).in_memory());
+    faults.seeds(0..4).run_blocking().assert_held();
+}

@@ -293,3 +293,20 @@ fn a_child_gets_the_allowlist_inherit_env_and_explicit_env_and_no_credential() {
     no_children_left(&runtime);
     no_process_mentions(home.path());
 }
+
+/// The conformance kit (`subagents::testing`) over the process provider
+/// serving our own binary: every rule kept, and no child process left.
+#[test]
+fn the_process_provider_passes_the_conformance_kit() {
+    use subagents::testing::{conformance, Verdict};
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().to_path_buf();
+    let report = conformance(move || ProcessProvider::new(config("process", &dir)).unwrap())
+        .cwd(home.path())
+        .long_prompt("Say hello. [delay:5000]")
+        .concurrent_runs(4)
+        .run_blocking();
+    report.assert_conformant();
+    assert_eq!(report.with_verdict(Verdict::NotExercised).count(), 0, "{report}");
+    no_process_mentions(home.path());
+}

@@ -367,3 +367,18 @@ fn a_worker_runs_its_runs_on_a_provider_of_its_configuration_file() {
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("unknown provider \"nope\""));
 }
+
+/// The conformance kit (`subagents::testing`) over the remote provider:
+/// a local broker, one worker of our binary on the demo model, and a
+/// fresh connection per scenario (each scenario's shutdown closes one).
+#[test]
+fn the_remote_provider_passes_the_conformance_kit() {
+    use subagents::testing::{conformance, Verdict};
+    let (_serial, dir, server) = broker();
+    let _worker = Worker::start(dir.path(), &server.url(), "w1", &[]);
+    let url = server.url();
+    let report =
+        conformance(move || provider(&url)).long_prompt("Say hello. [delay:5000]").concurrent_runs(4).run_blocking();
+    report.assert_conformant();
+    assert_eq!(report.with_verdict(Verdict::NotExercised).count(), 0, "{report}");
+}

@@ -18,4 +18,6 @@ mod registry;
 mod runs;
 mod runtime;
 mod schema;
+#[cfg(feature = "testing")]
+mod testing;
 mod tracing_spans;

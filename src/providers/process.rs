@@ -571,8 +571,18 @@ impl Child for ProcessChild {
             let answer = shared.connection.request("prompt", json!({"prompt": prompt}));
             tokio::pin!(answer);
             let mut transcript = Transcript::default();
+            // A cancel that came before the prompt went out (`Child::cancel`
+            // can run before this future is first polled) reached a child
+            // with no turn to stop: it is sent again once the prompt is.
+            let mut cancel_resent = false;
             let replied = loop {
                 tokio::select! {
+                    biased;
+                    replied = &mut answer => break replied,
+                    _ = cancel.cancelled(), if !cancel_resent => {
+                        cancel_resent = true;
+                        shared.connection.notify("cancel", json!({}));
+                    }
                     Some(event) = received.recv() => {
                         report(&context, &event);
                         transcript.note(event);
@@ -580,7 +590,6 @@ impl Child for ProcessChild {
                             break Err(WireError::Protocol);
                         }
                     }
-                    replied = &mut answer => break replied,
                 }
             };
             while let Ok(event) = received.try_recv() {

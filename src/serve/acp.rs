@@ -143,6 +143,7 @@ pub fn serve_acp(options: AcpServeOptions) -> Result<(), ServeError> {
         model,
         options,
         sessions: Mutex::default(),
+        turn_cancels: Mutex::default(),
         mcp_servers: Mutex::default(),
         tasks,
         closing: CancellationToken::new(),
@@ -193,6 +194,10 @@ struct State {
     model: Arc<dyn Model>,
     options: AcpServeOptions,
     sessions: Mutex<HashMap<SessionId, Agent>>,
+    /// Each session's latest prompt, tripped by its `session/cancel`: a
+    /// cancel handled before the turn's task first ran (a prompt and its
+    /// cancel arrive back to back) still stops that turn.
+    turn_cancels: Mutex<HashMap<SessionId, CancellationToken>>,
     /// The MCP servers clients handed the sessions, closed at exit.
     mcp_servers: Mutex<Vec<MountedServer>>,
     tasks: TaskService,
@@ -273,9 +278,21 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
                 // The client's trace, when its `_meta` carries one.
                 let trace = request.meta.as_ref().and_then(TraceContext::from_meta);
                 let span = telemetry::served("acp", agent.id(), None, trace.as_ref());
+                let cancelled = CancellationToken::new();
+                let turn_cancels = &for_prompt.turn_cancels;
+                turn_cancels
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(request.session_id.clone(), cancelled.clone());
                 cx.spawn(
                     async move {
-                        let outcome = agent.prompt(prompt_blocks(&request.prompt)).await;
+                        // The turn takes the agent's cancel token when it is
+                        // made; a cancel handled before that applies now.
+                        let turn = agent.prompt(prompt_blocks(&request.prompt));
+                        if cancelled.is_cancelled() {
+                            agent.cancel();
+                        }
+                        let outcome = turn.await;
                         responder.respond_with_result(prompt_reply(agent.id(), outcome))
                     }
                     .instrument(span),
@@ -285,6 +302,11 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
         )
         .on_receive_notification(
             async move |notification: CancelNotification, _cx: v1::ConnectionTo<Client>| {
+                let turn_cancels = for_cancel.turn_cancels.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(cancelled) = turn_cancels.get(&notification.session_id) {
+                    cancelled.cancel();
+                }
+                drop(turn_cancels);
                 if let Some(agent) = for_cancel.session(&notification.session_id) {
                     agent.cancel();
                 }

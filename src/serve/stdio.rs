@@ -23,6 +23,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::codec::AnyDelimiterCodecError;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::pipes::{self, StdoutLines};
@@ -71,6 +72,9 @@ struct Server {
     #[cfg(feature = "mcp-client")]
     mcp_servers: Vec<crate::agent::McpServer>,
     turn: Option<tokio::task::JoinHandle<()>>,
+    /// Tripped by a `cancel` for the latest turn: a cancel read before the
+    /// turn's task first ran (they arrive back to back) still stops it.
+    turn_cancel: CancellationToken,
     /// The runs the served session starts, for the `shutdown` receipt.
     lineage: Option<LineageScope>,
     /// The served session's span: its turns run inside it.
@@ -124,6 +128,7 @@ impl Server {
             #[cfg(feature = "mcp-client")]
             mcp_servers: Vec::new(),
             turn: None,
+            turn_cancel: CancellationToken::new(),
             lineage: None,
             span: tracing::Span::none(),
         }
@@ -197,6 +202,7 @@ impl Server {
             "initialize" => Some(self.initialize(&id, params).await),
             "prompt" => self.prompt(&id, params),
             "cancel" => {
+                self.turn_cancel.cancel();
                 if let Some(agent) = &self.agent {
                     agent.cancel();
                 }
@@ -346,9 +352,17 @@ impl Server {
         };
         let (id, out) = (id.clone(), self.out.clone());
         let span = self.span.clone();
+        self.turn_cancel = CancellationToken::new();
+        let cancelled = self.turn_cancel.clone();
         self.turn = Some(tokio::task::spawn_local(
             async move {
-                let outcome = agent.prompt(prompt).await;
+                // The turn takes the agent's cancel token when it is made;
+                // a cancel that came before that is applied to it now.
+                let turn = agent.prompt(prompt);
+                if cancelled.is_cancelled() {
+                    agent.cancel();
+                }
+                let outcome = turn.await;
                 if let Some(text) = last_assistant_text(&agent.events()) {
                     let _ = out.send(event(&ChildEvent::AssistantMessage { text }));
                 }
