@@ -396,19 +396,12 @@ fn a_configured_http_server_reaches_an_agent_advertising_http_with_its_headers_e
 #[test]
 fn the_acp_provider_passes_the_conformance_kit() {
     use subagents::seam::Provider;
-    use subagents::testing::{Conformance, Verdict};
+    use subagents::testing::Conformance;
     let home = tempfile::tempdir().unwrap();
     let runtime = runtime(home.path());
     let config = own_agent("acp", home.path(), &[]);
     let provider: std::sync::Arc<dyn Provider> =
         std::sync::Arc::new(runtime.block_on(async move { AcpProvider::new(config).await.unwrap() }));
     runtime.shutdown_blocking();
-    let report = Conformance::shared(move || provider.clone())
-        .cwd(home.path())
-        .long_prompt("Say hello. [delay:5000]")
-        .concurrent_runs(4)
-        .run_blocking();
-    report.assert_conformant();
-    assert_eq!(report.with_verdict(Verdict::NotExercised).count(), 0, "{report}");
-    no_process_mentions(home.path());
+    crate::common::passes_the_kit_with_a_slow_prompt(Conformance::shared(move || provider.clone()), home.path());
 }

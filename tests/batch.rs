@@ -4,7 +4,7 @@
 //! with each task settled exactly once.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use std::time::Duration;
@@ -38,18 +38,26 @@ fn lines_by_id(out: &Path) -> HashMap<String, Vec<Value>> {
     by_id
 }
 
-#[test]
-fn a_batch_runs_under_its_cap_is_interrupted_without_settling_and_resumes_to_each_task_once() {
+/// A runtime with a quick echoing `mock` provider, and `lines` as a tasks
+/// file beside where its results go: (the directory, the runtime, the
+/// tasks file, the out file).
+fn batch_of(lines: &str) -> (tempfile::TempDir, Runtime, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let runtime = Runtime::builder().workers(2).home(dir.path().join("home")).build().unwrap();
-    let subagents = runtime.subagents();
     let mock = MockProvider::new("mock").with_delay(Duration::from_millis(5)).with_echo_prompt();
     // Dropping the guard would unregister the provider: keep it registered.
-    subagents.register_provider(mock).unwrap().keep();
+    runtime.subagents().register_provider(mock).unwrap().keep();
     let tasks = dir.path().join("tasks.jsonl");
-    let lines: Vec<String> = (0..1000).map(|i| format!("{{\"id\": \"t{i}\", \"prompt\": \"task {i}\"}}")).collect();
-    std::fs::write(&tasks, lines.join("\n") + "\n").unwrap();
+    std::fs::write(&tasks, lines).unwrap();
     let out = dir.path().join("out.jsonl");
+    (dir, runtime, tasks, out)
+}
+
+#[test]
+fn a_batch_runs_under_its_cap_is_interrupted_without_settling_and_resumes_to_each_task_once() {
+    let lines: Vec<String> = (0..1000).map(|i| format!("{{\"id\": \"t{i}\", \"prompt\": \"task {i}\"}}")).collect();
+    let (dir, runtime, tasks, out) = batch_of(&(lines.join("\n") + "\n"));
+    let subagents = runtime.subagents();
 
     // Runs at once, as the runtime's events count them.
     let (_listener, peak) = crate::common::peak_running(&subagents);
@@ -89,21 +97,11 @@ fn a_batch_runs_under_its_cap_is_interrupted_without_settling_and_resumes_to_eac
 
 #[test]
 fn a_pipeline_maps_under_the_cap_resumes_after_an_interruption_and_its_reduce_sees_every_element() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = Runtime::builder().workers(2).home(dir.path().join("home")).build().unwrap();
+    let (dir, runtime, tasks, out) = batch_of(concat!(
+        "{\"id\": \"each\", \"for_each\": \"range(200)\", \"prompt\": \"element {{item}}\"}\n",
+        "{\"id\": \"all\", \"after\": [\"each\"], \"prompt\": \"{{each.outputs|length}} outputs, last {{each.outputs[199]}}\"}\n",
+    ));
     let subagents = runtime.subagents();
-    let mock = MockProvider::new("mock").with_delay(Duration::from_millis(5)).with_echo_prompt();
-    subagents.register_provider(mock).unwrap().keep();
-    let tasks = dir.path().join("tasks.jsonl");
-    std::fs::write(
-        &tasks,
-        concat!(
-            "{\"id\": \"each\", \"for_each\": \"range(200)\", \"prompt\": \"element {{item}}\"}\n",
-            "{\"id\": \"all\", \"after\": [\"each\"], \"prompt\": \"{{each.outputs|length}} outputs, last {{each.outputs[199]}}\"}\n",
-        ),
-    )
-    .unwrap();
-    let out = dir.path().join("out.jsonl");
     let (_listener, peak) = crate::common::peak_running(&subagents);
 
     let cancel = CancellationToken::new();

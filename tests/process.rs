@@ -298,15 +298,9 @@ fn a_child_gets_the_allowlist_inherit_env_and_explicit_env_and_no_credential() {
 /// serving our own binary: every rule kept, and no child process left.
 #[test]
 fn the_process_provider_passes_the_conformance_kit() {
-    use subagents::testing::{conformance, Verdict};
+    use subagents::testing::conformance;
     let home = tempfile::tempdir().unwrap();
     let dir = home.path().to_path_buf();
-    let report = conformance(move || ProcessProvider::new(config("process", &dir)).unwrap())
-        .cwd(home.path())
-        .long_prompt("Say hello. [delay:5000]")
-        .concurrent_runs(4)
-        .run_blocking();
-    report.assert_conformant();
-    assert_eq!(report.with_verdict(Verdict::NotExercised).count(), 0, "{report}");
-    no_process_mentions(home.path());
+    let kit = conformance(move || ProcessProvider::new(config("process", &dir)).unwrap());
+    crate::common::passes_the_kit_with_a_slow_prompt(kit, home.path());
 }

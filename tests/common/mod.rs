@@ -123,6 +123,17 @@ pub fn no_process_mentions(marker: &Path) {
 }
 
 /// `runtime.live()` counts no run, actor or process.
+/// The conformance kit over a child process that serves this crate's own
+/// agent (whose `[delay:5000]` prompt keeps a run going): every rule kept,
+/// every one exercised, and no process left that mentions `cwd`.
+#[cfg(feature = "testing")]
+pub fn passes_the_kit_with_a_slow_prompt(kit: subagents::testing::Conformance, cwd: &Path) {
+    let report = kit.cwd(cwd).long_prompt("Say hello. [delay:5000]").concurrent_runs(4).run_blocking();
+    report.assert_conformant();
+    assert_eq!(report.with_verdict(subagents::testing::Verdict::NotExercised).count(), 0, "{report}");
+    no_process_mentions(cwd);
+}
+
 pub fn no_children_left(runtime: &Runtime) {
     let live = runtime.live();
     assert_eq!(live.processes, 0, "{live:?}");

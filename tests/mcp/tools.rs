@@ -108,8 +108,10 @@ fn no_progress_follows_a_cancelled_call() {
     let notice = raw.next_line();
     assert!(notice.contains("notifications/progress") && notice.contains("p2"), "{notice}");
     raw.notify("notifications/cancelled", json!({"requestId": 2}));
-    let aborted = Some(&SessionEvent::TurnEnd { reason: StopReason::Aborted, duration_ms: None, usage: None });
-    wait_until(ANSWER_WITHIN, "the run to end aborted", || sessions(&raw.home()).iter().any(|e| e.last() == aborted));
+    let aborted = Some(StopReason::Aborted);
+    wait_until(ANSWER_WITHIN, "the run to end aborted", || {
+        sessions(&raw.home()).iter().any(|e| e.last().and_then(SessionEvent::ended) == aborted)
+    });
     // Longer than progress waits between two notifications.
     std::thread::sleep(Duration::from_millis(400));
     raw.request(3, "ping", json!({}));

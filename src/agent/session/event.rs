@@ -103,6 +103,16 @@ pub enum SessionEvent {
     },
 }
 
+impl SessionEvent {
+    /// How the turn ended, if this event ends one.
+    pub fn ended(&self) -> Option<StopReason> {
+        match self {
+            SessionEvent::TurnEnd { reason, .. } => Some(*reason),
+            _ => None,
+        }
+    }
+}
+
 /// `events` up to and including the last turn end (see
 /// [`Session::completed_prefix`](super::Session::completed_prefix)), for a
 /// log read from a file as well as a live one.
