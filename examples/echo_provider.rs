@@ -19,9 +19,9 @@ use subagents::seam::{
 use subagents::{CancellationToken, Parent, Runtime, StartRequest};
 
 /// Answers each prompt with `echo: PROMPT` after `delay`.
-struct EchoProvider {
-    name: String,
-    delay: Duration,
+pub(crate) struct EchoProvider {
+    pub(crate) name: String,
+    pub(crate) delay: Duration,
 }
 
 impl Provider for EchoProvider {

@@ -162,7 +162,7 @@ pub use futures_util::future::BoxFuture;
 /// run on their run actor's thread).
 pub use futures_util::future::LocalBoxFuture;
 pub use progress::{ProgressSink, ProgressUpdate, ToolCallStatus};
-pub(crate) use provider::RunReporter;
+pub(crate) use provider::{forward_provider_queries, RunReporter};
 pub use provider::{CaptureError, Child, Launch, LaunchError, LocalAgent, Provider, ProviderContext, ProviderInfo};
 pub use receipt::{Branch, Receipt, StopReport};
 pub use request::{

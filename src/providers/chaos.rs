@@ -37,8 +37,8 @@ use tokio_util::sync::CancellationToken;
 use crate::mix::splitmix64;
 use crate::seam::ProgressUpdate;
 use crate::seam::{
-    AgentOptions, Capabilities, CaptureError, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError,
-    LocalAgent, Provider, ProviderContext, RunReporter, RunResult, Stage, SteeringError, StopReport,
+    CaptureError, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, LocalAgent, Provider,
+    ProviderContext, RunReporter, RunResult, Stage, SteeringError, StopReport,
 };
 
 /// Where a fault strikes.
@@ -184,21 +184,7 @@ impl Provider for ChaosProvider {
         &self.name
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn inherits_parent_context(&self) -> bool {
-        self.inner.inherits_parent_context()
-    }
-
-    fn offers_continuation(&self) -> bool {
-        self.inner.offers_continuation()
-    }
-
-    fn route_defaults(&self) -> AgentOptions {
-        self.inner.route_defaults()
-    }
+    crate::seam::forward_provider_queries!(inner);
 
     fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
         let plan = Plan {

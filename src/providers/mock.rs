@@ -63,7 +63,7 @@ use tokio_util::sync::CancellationToken;
 use crate::seam::ProgressUpdate;
 use crate::seam::{
     Capabilities, Category, Child, ContentBlock, Diagnostic, Failure, Launch, LaunchError, Provider, ProviderContext,
-    RunResult, RunUsage, Stage, SteeringError, StopReason,
+    RunResult, Stage, SteeringError, StopReason,
 };
 
 /// Where in a run's life a fault strikes.
@@ -421,16 +421,8 @@ impl ChildState {
 
     fn result(&self, text: &str, stop_reason: StopReason) -> RunResult {
         let output = if text.is_empty() { Vec::new() } else { vec![ContentBlock::text(text)] };
-        RunResult {
-            output,
-            structured: (stop_reason == StopReason::Completed).then(|| self.structured.clone()).flatten(),
-            stop_reason,
-            diagnostic: None,
-            child_session: None,
-            usage: RunUsage::default(),
-            tool_calls_failed: 0,
-            workspace: None,
-        }
+        let structured = (stop_reason == StopReason::Completed).then(|| self.structured.clone()).flatten();
+        RunResult { output, structured, ..RunResult::empty(stop_reason) }
     }
 
     fn failure(&self, partial: &str, category: Category) -> RunResult {

@@ -26,6 +26,30 @@ use super::{
 use super::{Approvals, BudgetLease, ProgressUpdate};
 use crate::live::{LiveCounters, ProcessLease};
 
+/// The queries a provider that wraps another answers as its inner one
+/// does (what it can do, what it inherits, continuation, route defaults):
+/// a wrapper changes how runs go, not what they may ask for.
+macro_rules! forward_provider_queries {
+    ($inner:ident) => {
+        fn capabilities(&self) -> $crate::seam::Capabilities {
+            self.$inner.capabilities()
+        }
+
+        fn inherits_parent_context(&self) -> bool {
+            self.$inner.inherits_parent_context()
+        }
+
+        fn offers_continuation(&self) -> bool {
+            self.$inner.offers_continuation()
+        }
+
+        fn route_defaults(&self) -> $crate::seam::AgentOptions {
+            self.$inner.route_defaults()
+        }
+    };
+}
+pub(crate) use forward_provider_queries;
+
 /// One transport for running children, registered under a unique name.
 pub trait Provider: Send + Sync + 'static {
     /// The registry name.

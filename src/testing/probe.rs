@@ -15,8 +15,8 @@ use futures_util::future::{BoxFuture, LocalBoxFuture};
 use tokio_util::sync::CancellationToken;
 
 use crate::seam::{
-    AgentOptions, Capabilities, CaptureError, Child, ContentBlock, Failure, Launch, LaunchError, LocalAgent,
-    ProgressUpdate, Provider, ProviderContext, RunReporter, RunResult, SteeringError, StopReason, StopReport,
+    CaptureError, Child, ContentBlock, Failure, Launch, LaunchError, LocalAgent, ProgressUpdate, Provider,
+    ProviderContext, RunReporter, RunResult, SteeringError, StopReason, StopReport,
 };
 
 /// What one launch of the provider under test did, as the probe saw it.
@@ -126,17 +126,7 @@ impl Provider for Probe {
         self.inner.name()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn inherits_parent_context(&self) -> bool {
-        self.inner.inherits_parent_context()
-    }
-
-    fn offers_continuation(&self) -> bool {
-        self.inner.offers_continuation()
-    }
+    crate::seam::forward_provider_queries!(inner);
 
     fn offers_detached(&self) -> bool {
         self.inner.offers_detached()
@@ -144,10 +134,6 @@ impl Provider for Probe {
 
     fn runs_out_of_process(&self) -> bool {
         self.inner.runs_out_of_process()
-    }
-
-    fn route_defaults(&self) -> AgentOptions {
-        self.inner.route_defaults()
     }
 
     fn launch(&self, launch: Launch) -> LocalBoxFuture<'static, Result<Box<dyn Child>, LaunchError>> {
