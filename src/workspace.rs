@@ -1,6 +1,6 @@
 //! Workspaces: each run of a coding child in its own git worktree, on its
 //! own branch, its work committed there, and the branches merged back with
-//! a conflict report ([`merge`]).
+//! a conflict report ([`merge()`]).
 //!
 //! Twenty coding agents in one working tree clobber each other's files and
 //! read each other's half-written ones, and afterwards nobody can say
@@ -28,6 +28,7 @@
 //!   [`WorkspaceConfig::keep`] keeps the worktrees.
 //!
 //! ```no_run
+//! # #[cfg(feature = "acp")]
 //! # async fn demo() -> Result<(), subagents::workspace::WorkspaceError> {
 //! use subagents::providers::AcpConfig;
 //! use subagents::workspace::{WorkspaceConfig, Workspaces};

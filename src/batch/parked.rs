@@ -165,8 +165,9 @@ pub fn answer(home: &Path, id: &str, verdict: Verdict) -> Result<Parked, AnswerE
 /// What a batch's door tells a person about a request it parked.
 pub type OnParked = Arc<dyn Fn(&Parked) + Send + Sync>;
 
-/// A policy, and a queue in `home` for what it leaves to `ask` (see the
-/// [module docs](self)).
+/// A policy, and a queue in `home` for what it leaves to `ask`: each
+/// parked request a file until [`answer`] takes it or the asker stops
+/// waiting.
 pub struct ParkedApprover {
     rules: Rules,
     home: PathBuf,

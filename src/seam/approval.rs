@@ -325,7 +325,7 @@ impl Answer {
 
 /// A door that asks someone: a person at a terminal, an ACP client, an MCP
 /// client, a policy file with a queue for what it leaves open. Installed
-/// by the door; see the [module docs](self).
+/// by the door ([`Subagents::set_approver`](crate::Subagents::set_approver)).
 ///
 /// `cancel` trips when the request is no longer wanted (the run was
 /// cancelled or disposed, or the timeout passed): an approver withdraws
@@ -337,7 +337,7 @@ pub trait Approver: Send + Sync + fmt::Debug {
 }
 
 /// A run's route to the nearest approver, and its path from the root.
-/// Cloned into each run's context; see the [module docs](self).
+/// Cloned into each run's context.
 #[derive(Clone, Default)]
 pub struct Approvals {
     approver: Option<Arc<dyn Approver>>,

@@ -351,7 +351,7 @@ impl Detached {
 }
 
 /// Which batch task a run carries out: set by the batch engine
-/// ([`crate::batch`]), read by a provider that gives each run its own git
+/// (`subagents::batch`), read by a provider that gives each run its own git
 /// worktree, whose branch is `subagents/<batch>/<id>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchTask {
