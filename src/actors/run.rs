@@ -223,13 +223,18 @@ impl RunActor {
         });
         spawn.core.insert_run(spawn.shared.run_id, control.clone());
         // The parent's route to its approver, else the runtime's, with
-        // this run on the end of its path.
-        let hop = Hop {
-            provider: spawn.shared.provider().to_owned(),
-            label: spawn.request.label.clone(),
-            depth: spawn.request.child_depth(),
+        // this run on the end of its path. A route that reaches no one
+        // needs no path (its requests are rejected unseen): most runs pay
+        // nothing here.
+        let route = spawn.request.parent.approvals.clone().unwrap_or_else(|| spawn.core.approvals());
+        let approvals = match route.has_approver() {
+            true => route.under(Hop {
+                provider: spawn.shared.provider().to_owned(),
+                label: spawn.request.label.clone(),
+                depth: spawn.request.child_depth(),
+            }),
+            false => route,
         };
-        let approvals = spawn.request.parent.approvals.clone().unwrap_or_else(|| spawn.core.approvals()).under(hop);
         let context = ProviderContext {
             run: control.clone(),
             home: spawn.core.home().clone(),

@@ -366,7 +366,8 @@ impl Approvals {
         self.approver.is_some()
     }
 
-    /// The runs from the root to this one.
+    /// The runs from the root to this one (the runtime keeps it only on a
+    /// route that reaches an approver: no one else sees it).
     pub fn path(&self) -> &[Hop] {
         &self.path
     }
