@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use browser::{http, Browser};
+use browser::{http, http_with, Browser};
 
 const BIN: &str = env!("CARGO_BIN_EXE_subagents");
 
@@ -271,7 +271,8 @@ fn run_ui_serves_the_parents_tree_with_its_running_children() {
 #[test]
 fn the_live_view_of_a_running_fanout_updates_without_a_reload() {
     let dir = tempfile::tempdir().unwrap();
-    let config = "[providers.slow]\nkind = \"mock\"\nreply = \"ok\"\ndelay = \"300ms\"\n\n[providers.failing]\nkind = \"mock\"\nreply = \"no\"\ndelay = \"300ms\"\nstop_reason = \"error\"\n";
+    let config = "[providers.slow]\nkind = \"mock\"\nreply = \"ok\"\ndelay = \"300ms\"\n\n[providers.failing]\nkind = \"mock\"\nreply = \"no\"\ndelay = \"300ms\"\nstop_reason = \"error\"\n\n\
+                  [models.paced]\napi = \"openai-chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\nrpm = 120\nmax_concurrent = 3\n";
     let mut tasks = String::new();
     for n in 0..60 {
         let provider = if n % 10 == 3 { "failing" } else { "slow" };
@@ -304,6 +305,10 @@ fn the_live_view_of_a_running_fanout_updates_without_a_reload() {
     // The providers table counts the runs the runtime's events told of.
     let providers = browser.wait_for(PATIENCE, "per-provider figures", "return [...document.querySelectorAll('#providers td')].map(td => td.textContent).join(' ').includes('slow') && document.querySelector('#providers').textContent;");
     assert!(providers.as_str().unwrap().contains("failing"), "{providers}");
+    // Each route of the configuration, with what its limiter says.
+    let route = browser.run("const r = document.querySelector('#routes tr[data-route=\"paced\"]'); return r && [...r.cells].map(c => c.textContent);", &[]);
+    let route: Vec<&str> = route.as_array().expect("the route's row").iter().map(|c| c.as_str().unwrap()).collect();
+    assert!(route.starts_with(&["paced", "openai-chat", "m", "120"]) && route.contains(&"3"), "{route:?}");
     browser.screenshot(&screenshots().join("live.png"));
     assert_eq!(
         browser.run(
@@ -521,4 +526,266 @@ fn a_page_of_ten_thousand_runs_stays_responsive() {
         "return document.getElementById('runs-count').textContent === '103 runs';",
     );
     assert_eq!(browser.run("return document.getElementById('figures').textContent.includes('103');", &[]), json!(true));
+}
+
+/// `fanout --ui` of two ACP stand-ins: one asks about `cargo test` (left
+/// to a person: parked) and `rm -rf` (rejected by the batch's policy), the
+/// other crashes once prompted.
+fn asking_and_crashing_fanout(dir: &Path) -> Served {
+    let home = dir.join("home");
+    let asker = crate::approvals::asking(dir, "asker", &[("execute", "cargo test"), ("execute", "rm -rf /tmp/x")]);
+    let crasher = crate::stand_ins::shell_agent(dir, "crasher", "take\nchunk 'half way'\nexit 3");
+    let config = format!(
+        "[providers.asker]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{asker:?}]\npermission = \"ask\"\n\n\
+         [providers.crasher]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{crasher:?}]\n\n\
+         [providers.hold]\nkind = \"mock\"\nreply = \"held\"\ndelay = \"300s\"\n",
+        asker = asker.args[0],
+        crasher = crasher.args[0]
+    );
+    let policy = "[approvals]\nrules = [{ title = \"*rm -rf*\", permission = \"reject\" }]\n";
+    // A third task holds the batch, and so its view, open.
+    let tasks = format!(
+        "{}\n{}\n{}\n",
+        json!({"id": "ask", "prompt": "work", "label": "asking child", "provider": "asker"}),
+        json!({"id": "crash", "prompt": "work", "label": "crashing child", "provider": "crasher"}),
+        json!({"id": "hold", "prompt": "hold", "label": "holding", "provider": "hold"})
+    );
+    let files = [("kids.toml", config.as_str()), ("approvals.toml", policy), ("tasks.jsonl", tasks.as_str())];
+    let args =
+        ["fanout", "tasks.jsonl", "--config", "kids.toml", "--provider", "asker", "--approvals", "approvals.toml"];
+    let args = [&args[..], &["--concurrency", "3"]].concat();
+    let args = [&args[..], &["--ui", "--out", "out.jsonl", "--home", home.to_str().unwrap()]].concat();
+    served_in(dir, &files, &args)
+}
+
+#[test]
+fn an_answer_from_the_page_is_a_same_origin_post_with_the_token_in_a_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = asking_and_crashing_fanout(dir.path());
+    let waiting = served.api_until("approvals", "the parked request", |list| list["requests"][0]["id"].is_string());
+    let id = waiting["requests"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(waiting["requests"][0]["title"], "cargo test");
+
+    let host = served.address.to_string();
+    let body = json!({"id": id, "answer": "allow"}).to_string();
+    let token = served.token.as_str();
+    let origin = format!("http://{host}");
+    let refused = |headers: &[(&str, &str)], target: &str| {
+        let (status, _, said) = http_with(served.address, "POST", target, headers, &body);
+        (status, String::from_utf8_lossy(&said).into_owned())
+    };
+    let json_type = ("Content-Type", "application/json");
+    let cases: [(&str, Vec<(&str, &str)>, String, u16); 7] = [
+        ("no token", vec![("Host", &host), json_type], "/api/approve".to_owned(), 401),
+        ("the token only in the query", vec![("Host", &host), json_type], format!("/api/approve?token={token}"), 401),
+        (
+            "another site's page",
+            vec![("Host", &host), json_type, ("x-subagents-token", token), ("Origin", "http://evil.example")],
+            "/api/approve".to_owned(),
+            403,
+        ),
+        (
+            "a cross-site fetch",
+            vec![("Host", &host), json_type, ("x-subagents-token", token), ("Sec-Fetch-Site", "cross-site")],
+            "/api/approve".to_owned(),
+            403,
+        ),
+        (
+            "a form's body",
+            vec![("Host", &host), ("Content-Type", "text/plain"), ("x-subagents-token", token), ("Origin", &origin)],
+            "/api/approve".to_owned(),
+            415,
+        ),
+        (
+            "a rebound name",
+            vec![("Host", "evil.example"), json_type, ("x-subagents-token", token)],
+            "/api/approve".to_owned(),
+            421,
+        ),
+        ("a GET", vec![("Host", &host)], format!("/api/approve?token={token}"), 405),
+    ];
+    for (what, headers, target, expected) in cases {
+        let method = if what == "a GET" { "GET" } else { "POST" };
+        let (status, said) = if method == "GET" {
+            let (status, _, said) = http_with(served.address, "GET", &target, &headers, "");
+            (status, String::from_utf8_lossy(&said).into_owned())
+        } else {
+            refused(&headers, &target)
+        };
+        assert_eq!(status, expected, "{what}: {said}");
+    }
+    assert_eq!(served.api("approvals")["requests"][0]["id"], json!(id), "no refused request answered it");
+
+    let answer = [("Host", host.as_str()), json_type, ("x-subagents-token", token), ("Origin", origin.as_str())];
+    let (status, _, said) = http_with(served.address, "POST", "/api/approve", &answer, &body);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&said));
+    let said: Value = serde_json::from_slice(&said).unwrap();
+    assert_eq!(said["verdict"], "allow once");
+    let reject = json!({"id": id, "answer": "reject"}).to_string();
+    let (status, _, said) = http_with(served.address, "POST", "/api/approve", &answer, &reject);
+    assert_eq!(status, 409, "the first answer won: {}", String::from_utf8_lossy(&said));
+    served.api_until("live", "the batch settles", |live| live["settled"].as_u64() == Some(2));
+    assert_eq!(
+        crate::approvals::chosen(dir.path(), "asker"),
+        ["yes", "no"],
+        "allowed from the page; the policy's reject"
+    );
+}
+
+#[test]
+fn parked_requests_come_and_go_in_the_live_view_and_transcripts_show_answers_and_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = asking_and_crashing_fanout(dir.path());
+    let browser = Browser::start();
+    browser.open(&format!("{}#live", served.url));
+    let listed = browser.wait_for(
+        PATIENCE,
+        "the parked request in the live view",
+        "const a = document.querySelector('#approvals li.approval'); return a && a.textContent;",
+    );
+    let listed = listed.as_str().unwrap();
+    assert!(listed.contains("asker") && listed.contains("cargo test") && listed.contains("depth 1"), "{listed}");
+    browser.screenshot(&screenshots().join("approvals.png"));
+    browser.run(
+        "document.querySelector('#approvals li.approval button[data-answer=\"allow\"]').click(); return true;",
+        &[],
+    );
+    let note = browser.wait_for(
+        PATIENCE,
+        "the answer said",
+        "const n = document.getElementById('approvals-note').textContent; return n.startsWith('answered') && n;",
+    );
+    assert_eq!(note, json!("answered: allow once"));
+    browser.wait_for(
+        PATIENCE,
+        "the answered request to leave the list",
+        "return document.querySelectorAll('#approvals li.approval').length === 0;",
+    );
+    served.api_until("live", "the batch settles", |live| live["settled"].as_u64() == Some(2));
+
+    // The asker's transcript: each request, its answer and who gave it.
+    let sessions = served.api("sessions?limit=100");
+    let session_of = |provider: &str| {
+        sessions["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["provider"] == provider)
+            .unwrap_or_else(|| panic!("{provider}'s session: {sessions}"))["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    browser.open(&format!("{}#transcripts/{}", served.url, session_of("asker")));
+    let answers = browser.wait_for(PATIENCE, "the permission requests", "const p = [...document.querySelectorAll('#transcript .event.permission')]; return p.length === 2 && p.map(e => [e.classList.contains('allowed'), e.querySelector('.tool').textContent, e.querySelector('.verdict').textContent, e.querySelector('.by').textContent]);");
+    assert_eq!(answers[0][0], json!(true));
+    assert_eq!(answers[0][1], json!("cargo test"));
+    assert!(answers[0][2].as_str().unwrap().starts_with("Allow"), "{answers}");
+    assert!(answers[0][3].as_str().unwrap().starts_with("subagents approve ("), "who answered: {answers}");
+    assert_eq!((&answers[1][0], &answers[1][1]), (&json!(false), &json!("rm -rf /tmp/x")));
+    assert!(answers[1][2].as_str().unwrap().starts_with("Reject"), "{answers}");
+    assert_eq!(answers[1][3], json!("the approvals policy (reject)"));
+    let asker = browser
+        .run("return document.querySelector('#transcript .event.permission .field span:last-child').textContent;", &[]);
+    assert!(asker.as_str().unwrap().contains("asker"), "who asked: {asker}");
+    assert_eq!(browser.run("return document.querySelectorAll('#transcript .failure-banner').length;", &[]), json!(0));
+    browser.screenshot(&screenshots().join("permissions.png"));
+
+    // The crasher's: why it failed, above its transcript.
+    browser.open(&format!("{}#transcripts/{}", served.url, session_of("crasher")));
+    let banner = browser.wait_for(
+        PATIENCE,
+        "the failure's reason",
+        "const b = document.querySelector('#transcript .failure-banner'); return b && b.textContent;",
+    );
+    let banner = banner.as_str().unwrap();
+    assert!(banner.contains("stop reason: error"), "{banner}");
+    assert!(banner.contains("account:") && banner.contains("exit"), "the recorder's account: {banner}");
+}
+
+#[test]
+fn a_followed_results_file_counts_by_provider_and_its_tasks_file_gives_the_eta() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[providers.fast]\nkind = \"mock\"\nreply = \"ok\"\n\n[providers.failing]\nkind = \"mock\"\nreply = \"no\"\nstop_reason = \"error\"\n\n\
+                  [providers.slow]\nkind = \"mock\"\nreply = \"ok\"\ndelay = \"1s\"\n";
+    std::fs::write(dir.path().join("mocks.toml"), config).unwrap();
+    let providers = ["fast", "failing", "fast", "slow", "slow", "slow"];
+    let tasks: String =
+        providers.iter().map(|provider| format!("{}\n", json!({"prompt": "p", "provider": provider}))).collect();
+    std::fs::write(dir.path().join("tasks.jsonl"), tasks).unwrap();
+    // Another process writes the file; the view only reads it.
+    let mut batch = Command::new(BIN)
+        .args(["fanout", "tasks.jsonl", "--config", "mocks.toml", "--provider", "fast", "--concurrency", "1"])
+        .args(["--out", "out.jsonl", "--home", "home"])
+        .current_dir(dir.path())
+        .env_remove("SUBAGENTS_HOME")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = dir.path().join("out.jsonl");
+    let tasks = dir.path().join("tasks.jsonl");
+    let served = ui(&dir.path().join("home"), &["--out", out.to_str().unwrap(), "--tasks", tasks.to_str().unwrap()]);
+    let figures = |live: &Value, name: &str| {
+        let providers = live["providers"].as_array().unwrap();
+        let provider = providers.iter().find(|p| p["name"] == name).cloned().unwrap_or_default();
+        (provider["done"].as_u64().unwrap_or(0), provider["failed"].as_u64().unwrap_or(0))
+    };
+    let midway = served.api_until("live", "a batch half way, with an ETA", |live| {
+        live["total"] == 6 && live["settled"].as_u64().is_some_and(|n| (3..6).contains(&n)) && live["eta_ms"].is_u64()
+    });
+    assert_eq!(figures(&midway, "fast"), (2, 0), "{midway}");
+    assert_eq!(figures(&midway, "failing"), (1, 1), "{midway}");
+    let done = served.api_until("live", "the whole batch", |live| live["settled"] == 6);
+    assert_eq!(figures(&done, "slow"), (3, 0), "{done}");
+    assert!(batch.wait().unwrap().success());
+}
+
+#[test]
+fn a_tree_node_names_the_runs_a_cancel_reaches_it_through_and_the_one_it_was_stopped_with() {
+    let dir = tempfile::tempdir().unwrap();
+    // An in-process task whose two children never answer; its timeout
+    // cancels it, and the cancel travels down to them.
+    let config = "[providers.inproc]\nkind = \"spawn\"\n\n[providers.slow]\nkind = \"mock\"\nreply = \"late\"\ndelay = \"300s\"\n\n\
+                  [providers.hold]\nkind = \"mock\"\nreply = \"held\"\ndelay = \"300s\"\n\n[tool]\nproviders = [\"slow\"]\n";
+    let tasks = format!(
+        "{}\n{}\n",
+        json!({"prompt": "wait on a; wait on b", "provider": "inproc", "label": "timed", "timeout": "2s"}),
+        json!({"prompt": "hold", "provider": "hold", "label": "holding"})
+    );
+    let args = ["fanout", "tasks.jsonl", "--config", "kids.toml", "--provider", "inproc", "--concurrency", "2"];
+    let args = [&args[..], &["--ui", "--out", "out.jsonl", "--home", "home"]].concat();
+    let served = served_in(dir.path(), &[("kids.toml", config), ("tasks.jsonl", &tasks)], &args);
+    let tree = served.api_until("tree?id=batch", "the timed task and its two children stopped", |tree| {
+        let nodes = tree["nodes"].as_array().unwrap();
+        nodes.iter().filter(|node| node["kind"] == "slow" && node["state"] == "aborted").count() == 2
+    });
+    let nodes = tree["nodes"].as_array().unwrap();
+    let timed = nodes.iter().find(|node| node["label"] == "timed").expect("the task's node");
+    assert_eq!(timed["state"], "aborted", "{timed}");
+    assert!(timed["stopped_with"].is_null(), "the batch above it was not stopped: {timed}");
+    for child in nodes.iter().filter(|node| node["kind"] == "slow") {
+        let path: Vec<&str> =
+            child["path"].as_array().unwrap().iter().map(|hop| hop["name"].as_str().unwrap()).collect();
+        assert_eq!(path.first(), Some(&"this batch"), "{child}");
+        assert!(path.contains(&"timed"), "{child}");
+        assert_eq!(child["stopped_with"]["name"], "timed", "{child}");
+    }
+    let holding = nodes.iter().find(|node| node["label"] == "holding").unwrap();
+    assert_eq!((holding["state"].as_str(), holding["stopped_with"].is_null()), (Some("running"), true));
+
+    let browser = Browser::start();
+    browser.open(&format!("{}#trees/batch", served.url));
+    browser.wait_for(PATIENCE, "the batch's tree", "return document.querySelectorAll('#tree li.node').length >= 4;");
+    browser.run("document.getElementById('expand-all').click(); return true;", &[]);
+    let shown = browser.run(
+        "return [...document.querySelectorAll('#tree li.node[data-kind=\"slow\"] > .row .title')].map(t => [t.dataset.path, t.querySelector('.stopped-with').textContent]);",
+        &[],
+    );
+    let shown = shown.as_array().unwrap();
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    for node in shown {
+        assert!(node[0].as_str().unwrap().starts_with("this batch › "), "{node}");
+        assert!(node[1].as_str().unwrap().contains("stopped with inproc timed"), "{node}");
+    }
 }

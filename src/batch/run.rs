@@ -636,6 +636,8 @@ impl Engine {
                 (record, format!("rejected ({})", error.code()), Some(error.to_string()))
             }
         };
+        // So a reader of the file alone (`subagents ui --out`) can count by provider.
+        record["provider"] = json!(provider);
         let latency = began.elapsed();
         let timed_out = timed_out.load(Ordering::Acquire);
         if timed_out && record["stop_reason"] == "aborted" {

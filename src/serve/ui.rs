@@ -48,6 +48,7 @@
 //! server.stop();
 //! ```
 
+mod approvals;
 mod board;
 mod history;
 mod http;

@@ -53,11 +53,23 @@ pub fn http(
     host: &str,
     body: Option<&Value>,
 ) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let body = body.map(|body| body.to_string()).unwrap_or_default();
+    http_with(address, method, target, &[("Host", host), ("Content-Type", "application/json")], &body)
+}
+
+/// [`http`] with exactly these request headers (and the body's length).
+pub fn http_with(
+    address: SocketAddr,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let mut stream = TcpStream::connect(address).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    let body = body.map(|body| body.to_string()).unwrap_or_default();
+    let headers: String = headers.iter().map(|(name, value)| format!("{name}: {value}\r\n")).collect();
     let request = format!(
-        "{method} {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {target} HTTP/1.1\r\n{headers}Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).unwrap();

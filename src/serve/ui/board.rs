@@ -20,6 +20,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use crate::agent::ModelRoute;
 use crate::batch::{read_line, Report, Settled};
 use crate::events::ListenerHandle;
 use crate::{SubagentEvent, Subagents};
@@ -30,6 +31,8 @@ const MAX_ROW_TEXT: usize = 500;
 pub(super) const MAX_ROWS: usize = 1_000_000;
 /// The most runs (of every provider) the event feed remembers for trees.
 const MAX_LIVE_RUNS: usize = 200_000;
+/// The most providers counted from result lines (a file may name any).
+const MAX_PROVIDERS: usize = 256;
 /// The failures a live snapshot lists, newest first.
 const RECENT_FAILURES: usize = 50;
 /// How often a followed out file is looked at for new lines.
@@ -56,6 +59,8 @@ pub(super) struct Row {
     pub(super) limit_wait_ms: u64,
     /// The child's id (its session, for in-process children).
     pub(super) child: Option<String>,
+    /// The provider that ran it, as its result line names it.
+    pub(super) provider: Option<String>,
     /// When it settled, milliseconds since the Unix epoch.
     pub(super) at_ms: u64,
 }
@@ -86,6 +91,7 @@ impl Row {
             tokens,
             limit_wait_ms: count("limit_wait_ms"),
             child: text("child_session").or_else(|| text("child_id")),
+            provider: text("provider"),
             at_ms,
         }
     }
@@ -179,8 +185,10 @@ pub(super) struct State {
     run_ids: HashMap<u64, String>,
     /// Out-file lines passed over (too long, or not JSON).
     unreadable_lines: usize,
-    /// Fed by a followed file (whose lines name no provider).
+    /// Fed by a followed file (no events: the rows alone count).
     following: bool,
+    /// The model routes whose limiters the view shows.
+    routes: Vec<Arc<ModelRoute>>,
 }
 
 impl State {
@@ -188,11 +196,29 @@ impl State {
         *self.outcomes.entry(row.outcome.clone()).or_default() += 1;
         self.tokens = self.tokens.saturating_add(row.tokens);
         self.limit_wait_ms = self.limit_wait_ms.saturating_add(row.limit_wait_ms);
-        // A task run's provider, as the runtime's events named it.
+        // A task run's provider, as the runtime's events named it, else as
+        // its result line does. Without events (a followed file) the rows
+        // alone count the provider's runs.
         let provider = row.child.as_ref().and_then(|child| self.runs.get(child)).map(|run| run.provider.clone());
-        if let Some(figures) = provider.and_then(|provider| self.providers.get_mut(&provider)) {
+        let from_events = provider.is_some();
+        let provider = provider.or_else(|| row.provider.clone());
+        let figures = match provider {
+            Some(provider) if from_events || self.runs.is_empty() => {
+                if !self.providers.contains_key(&provider) && self.providers.len() >= MAX_PROVIDERS {
+                    None
+                } else {
+                    Some(self.providers.entry(provider).or_default())
+                }
+            }
+            _ => None,
+        };
+        if let Some(figures) = figures {
             figures.tokens = figures.tokens.saturating_add(row.tokens);
             figures.limit_wait_ms = figures.limit_wait_ms.saturating_add(row.limit_wait_ms);
+            if !from_events {
+                figures.done += 1;
+                figures.failed += u64::from(row.failed());
+            }
         }
         self.first_ms.get_or_insert(row.at_ms);
         self.last_ms = Some(row.at_ms);
@@ -250,6 +276,13 @@ impl Board {
         self.change(|state| state.total = Some(tasks));
     }
 
+    /// Shows each of `routes` (a configuration's `[models.NAME]`) with
+    /// what its limiter tells: its limits and any cool-down in force.
+    pub fn routes(&self, routes: impl IntoIterator<Item = Arc<ModelRoute>>) {
+        let routes: Vec<_> = routes.into_iter().collect();
+        self.change(|state| state.routes = routes);
+    }
+
     /// The batch is over: no more rows will come.
     pub fn finish(&self) {
         self.change(|state| state.finished = true);
@@ -286,8 +319,11 @@ impl Board {
         let mut offset = offset;
         if length < offset {
             // Truncated: a new batch writes this file.
-            let total = self.lock().total;
-            self.change(|state| *state = State { total, following: true, ..State::default() });
+            let (total, routes) = {
+                let state = self.lock();
+                (state.total, state.routes.clone())
+            };
+            self.change(|state| *state = State { total, routes, following: true, ..State::default() });
             offset = 0;
         }
         if length == offset || file.seek(SeekFrom::Start(offset)).is_err() {
@@ -415,12 +451,33 @@ impl Board {
             "tokens": state.tokens,
             "limit_wait_ms": state.limit_wait_ms,
             "providers": providers,
+            "routes": state.routes.iter().map(|route| route_figures(route)).collect::<Vec<_>>(),
             "recent_failures": state.recent_failures,
             "unreadable_lines": state.unreadable_lines,
             "finished": state.finished,
             "following_file": state.following,
         })
     }
+}
+
+/// One route's figures as its limiter tells them. The page shows every
+/// key it is given, so a figure the limiter comes to count is one more
+/// key here.
+fn route_figures(route: &ModelRoute) -> Value {
+    let limiter = route.limiter();
+    let limits = limiter.limits();
+    let cooling_ms = limiter
+        .cooling_until()
+        .map(|until| until.saturating_duration_since(tokio::time::Instant::now()).as_millis() as u64);
+    json!({
+        "name": bounded(&route.name),
+        "api": route.api.name(),
+        "model": bounded(&route.model),
+        "requests_per_minute": limits.requests_per_minute,
+        "tokens_per_minute": limits.tokens_per_minute,
+        "max_concurrent": limits.max_concurrent,
+        "cooling_ms": cooling_ms,
+    })
 }
 
 impl Report for Board {

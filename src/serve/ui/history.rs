@@ -113,7 +113,7 @@ impl History {
 
     /// One session's transcript, its long texts cut. `None`: no such
     /// session in any store.
-    pub(super) fn transcript(&self, id: &str) -> Option<Result<Value, String>> {
+    pub(super) fn transcript(&self, id: &str, board: Option<&Board>) -> Option<Result<Value, String>> {
         let listing = self.listing();
         let listed = &listing.sessions[*listing.by_id.get(id)?];
         let store = store_of(listed, &listing);
@@ -139,6 +139,7 @@ impl History {
             "events": events,
             "left_out_events": left_out_events,
             "torn": session.torn,
+            "failure": failure(id, &session.events, board),
         })))
     }
 
@@ -288,7 +289,41 @@ impl History {
                 stack.push((kid, level + 1));
             }
         }
+        cancellation_paths(&mut out);
         Some(json!({"root": root, "nodes": out, "left_out": left_out}))
+    }
+}
+
+/// The most ancestors a node's path names (the nearest ones).
+const MAX_PATH: usize = 16;
+
+/// Gives each node of a depth-first list its `path`: the runs above it,
+/// from the root down, that a cancel travels through to reach it (a cancel
+/// of any of them stops it, and its receipt lists it). A node that was
+/// stopped (`aborted`, `interrupted`) under stopped parents also names the
+/// highest of that unbroken chain, `stopped_with`: where the cancel that
+/// reached it most likely began (the tree cannot tell a cancel from a
+/// parent's own stop of one child).
+fn cancellation_paths(nodes: &mut [Value]) {
+    let stopped = |node: &Value| matches!(node.get("state").and_then(Value::as_str), Some("aborted" | "interrupted"));
+    let name = |node: &Value| {
+        let label = node.get("label").and_then(Value::as_str).filter(|label| !label.is_empty());
+        let text = label.or_else(|| node.get("id").and_then(Value::as_str)).unwrap_or("?");
+        let kind = node.get("kind").and_then(Value::as_str).unwrap_or("?");
+        json!({"id": node.get("id"), "kind": kind, "name": crate::seam::cut(text, 80), "stopped": stopped(node)})
+    };
+    // The names of the nodes above the one being visited, root first.
+    let mut trail: Vec<Value> = Vec::new();
+    for node in nodes.iter_mut() {
+        let level = node.get("level").and_then(Value::as_u64).unwrap_or(0) as usize;
+        trail.truncate(level);
+        let from = trail.len().saturating_sub(MAX_PATH);
+        node["path"] = json!(&trail[from..]);
+        if stopped(node) {
+            let chain = trail.iter().rev().take_while(|above| above["stopped"] == true).last();
+            node["stopped_with"] = chain.cloned().unwrap_or(Value::Null);
+        }
+        trail.push(name(node));
     }
 }
 
@@ -323,6 +358,8 @@ fn brief(listed: &Listed, stores: &[SessionStore]) -> Value {
         "bytes": summary.bytes,
         "torn": summary.torn,
         "kind": kind_of(listed, stores),
+        "provider": summary.header.provider,
+        "label": summary.header.label.as_deref().map(cut),
         "home": home,
     })
 }
@@ -356,6 +393,63 @@ fn read_listing(home: &Path) -> Listing {
     listing
 }
 
+/// Why the session's run failed, when it did: how its last turn ended,
+/// the failure's account its recorder wrote (`[the run failed: …]`, an ACP
+/// or A2A child's), and the batch's outcome and reason for the run whose
+/// child this session is. `null` when nothing says it failed.
+fn failure(id: &str, events: &[SessionEvent], board: Option<&Board>) -> Value {
+    let stop_reason = events.iter().rev().find_map(SessionEvent::ended);
+    let account = events.iter().rev().find_map(|event| match event {
+        SessionEvent::Assistant { text, .. } => {
+            text.strip_prefix(FAILURE_MARK).map(|rest| cut(rest.strip_suffix(']').unwrap_or(rest)))
+        }
+        _ => None,
+    });
+    let row = board.and_then(|board| {
+        let state = board.lock();
+        let row = state.rows.iter().rev().find(|row| row.child.as_deref() == Some(id))?;
+        Some((row.failed(), row.outcome.clone(), row.detail.clone()))
+    });
+    let stopped_badly = stop_reason.is_some_and(|reason| reason != crate::StopReason::Completed);
+    let row_failed = row.as_ref().is_some_and(|(failed, _, _)| *failed);
+    if !stopped_badly && !row_failed && account.is_none() {
+        return Value::Null;
+    }
+    let (outcome, detail) = row.map_or((None, None), |(_, outcome, detail)| (Some(outcome), detail));
+    json!({
+        "stop_reason": stop_reason.map(|reason| reason.as_str()),
+        "account": account,
+        "outcome": outcome,
+        "detail": detail,
+    })
+}
+
+/// How a recorder starts the account of a run that failed.
+const FAILURE_MARK: &str = "[the run failed: ";
+
+/// A permission request and its answer, as a child's recorder writes them
+/// (a `tool_result` named `permission`: `asked to run TITLE; options:
+/// OPTIONS; answered: ANSWER, by WHO`), in parts. The texts are the
+/// child's (hostile) but for `by`; a line of another shape is shown whole.
+fn permission_json(call_id: &str, content: &str) -> Value {
+    let parts = content.strip_prefix("asked to run ").and_then(|rest| {
+        let (asked, rest) = rest.rsplit_once("; answered: ")?;
+        let (answer, by) = rest.rsplit_once(", by ")?;
+        let (call, options) = asked.rsplit_once("; options: ").unwrap_or((asked, ""));
+        Some((call, options, answer, by))
+    });
+    match parts {
+        Some((call, options, answer, by)) => json!({
+            "type": "permission", "call_id": cut(call_id), "call": cut(call), "options": cut(options),
+            "answer": cut(answer),
+            // The option's kind is the recorder's, written last.
+            "allowed": answer.ends_with("(AllowOnce)") || answer.ends_with("(AllowAlways)"),
+            "by": cut(by),
+        }),
+        None => json!({"type": "permission", "call_id": cut(call_id), "text": cut(content)}),
+    }
+}
+
 /// An event as the page shows it, its long texts cut.
 fn event_json(event: &SessionEvent) -> Value {
     match event {
@@ -369,6 +463,9 @@ fn event_json(event: &SessionEvent) -> Value {
                 })
                 .collect();
             json!({"type": "assistant", "text": cut(text), "tool_calls": calls})
+        }
+        SessionEvent::ToolResult { call_id, name, content, .. } if name == "permission" => {
+            permission_json(call_id, content)
         }
         SessionEvent::ToolResult { call_id, name, content, is_error } => {
             json!({"type": "tool_result", "call_id": cut(call_id), "name": cut(name), "content": cut(content), "is_error": is_error})

@@ -17,8 +17,9 @@ use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
+use super::approvals::{verdict_of, Waiting};
 use super::board::Board;
 use super::history::History;
 use crate::CancellationToken;
@@ -55,6 +56,10 @@ const STREAM_EVERY: Duration = Duration::from_millis(250);
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The longest query string read.
 const MAX_QUERY: usize = 4096;
+/// The largest body of an answer from the page.
+const MAX_ANSWER_BODY: usize = 4096;
+/// The header that carries the token of a request that changes something.
+const TOKEN_HEADER: &str = "x-subagents-token";
 
 /// What every connection shares.
 pub(super) struct Door {
@@ -62,6 +67,8 @@ pub(super) struct Door {
     address: SocketAddr,
     board: Option<Board>,
     history: Arc<History>,
+    /// The requests parked in the home, when there is one.
+    waiting: Option<Arc<Waiting>>,
     streams: Arc<Semaphore>,
     page: Bytes,
     stop: CancellationToken,
@@ -81,6 +88,7 @@ impl Door {
             token,
             address,
             board,
+            waiting: home.clone().map(|home| Arc::new(Waiting::new(home))),
             history: Arc::new(History::new(home)),
             streams: Arc::new(Semaphore::new(max_streams.max(1))),
             page,
@@ -96,6 +104,9 @@ pub(super) async fn serve(
     stop: CancellationToken,
 ) {
     let door = Arc::new(Door { stop: stop.clone(), ..door });
+    if let Some(waiting) = &door.waiting {
+        tokio::spawn(waiting.clone().keep_reading(stop.clone()));
+    }
     let slots = Arc::new(Semaphore::new(max_connections));
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -136,7 +147,10 @@ pub(super) async fn serve(
 
 impl Door {
     async fn answer(&self, request: Request<Incoming>) -> Response<Body> {
-        let mut response = self.route(&request).await;
+        let mut response = match request.uri().path() {
+            "/api/approve" => self.approve(request).await,
+            _ => self.route(&request).await,
+        };
         for (name, value) in SECURITY_HEADERS {
             response.headers_mut().insert(name, HeaderValue::from_static(value));
         }
@@ -167,8 +181,12 @@ impl Door {
             "/app.css" => asset("text/css; charset=utf-8", Bytes::from_static(STYLE.as_bytes())),
             "/api/live" => json_ok(&match &self.board {
                 Some(board) => board.snapshot(),
-                None => json!({"board": false}),
+                None => json!({"board": false, "approvals": self.waiting.is_some()}),
             }),
+            "/api/approvals" => match &self.waiting {
+                Some(waiting) => json_ok(&waiting.now()),
+                None => text(StatusCode::NOT_FOUND, "no home: no parked requests to show"),
+            },
             "/api/runs" => json_ok(&self.runs(number("offset", 0), number("limit", 100), &word("filter"), &word("q"))),
             "/api/events" => self.events(),
             "/api/sessions" => {
@@ -188,7 +206,7 @@ impl Door {
                 if !valid_id(&id) {
                     return text(StatusCode::BAD_REQUEST, "a session id is letters, digits, `-`, `_`, `.` or `:`");
                 }
-                self.blocking(move |history, _| history.transcript(&id)).await
+                self.blocking(move |history, board| history.transcript(&id, board.as_ref())).await
             }
             "/api/tree" => {
                 let id = word("id");
@@ -198,6 +216,59 @@ impl Door {
                 self.blocking(move |history, board| history.tree(&id, board.as_ref()).map(Ok)).await
             }
             _ => text(StatusCode::NOT_FOUND, "not found"),
+        }
+    }
+
+    /// `POST /api/approve` with `{"id": ID, "answer": "allow"|"always"|"reject"}`:
+    /// answers a parked request as `subagents approve` does (the first
+    /// answer wins). The token must come in the [`TOKEN_HEADER`], the body
+    /// must be JSON, and a browser's request from another origin is
+    /// refused: a page elsewhere can neither send nor read it.
+    async fn approve(&self, request: Request<Incoming>) -> Response<Body> {
+        if request.method() != Method::POST {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "an answer is a POST");
+        }
+        let headers = request.headers();
+        if !self.host_allowed(headers.get(HOST)) {
+            return text(StatusCode::MISDIRECTED_REQUEST, "this server answers only to its own address");
+        }
+        if !self.authorized(headers.get(TOKEN_HEADER).and_then(|value| value.to_str().ok())) {
+            return text(StatusCode::UNAUTHORIZED, "an answer carries the token in its x-subagents-token header");
+        }
+        if !same_origin(headers) {
+            return text(StatusCode::FORBIDDEN, "an answer from another origin is refused");
+        }
+        let json = headers.get(CONTENT_TYPE).and_then(|value| value.to_str().ok());
+        if !json.is_some_and(|value| value.split(';').next().is_some_and(|kind| kind.trim() == "application/json")) {
+            return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, "an answer is JSON");
+        }
+        let Some(waiting) = self.waiting.clone() else {
+            return text(StatusCode::NOT_FOUND, "no home: no parked requests to answer");
+        };
+        let body = match http_body_util::Limited::new(request.into_body(), MAX_ANSWER_BODY).collect().await {
+            Ok(body) => body.to_bytes(),
+            Err(_) => return text(StatusCode::PAYLOAD_TOO_LARGE, "an answer is a small JSON object"),
+        };
+        let asked: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let (Some(id), Some(verdict)) = (
+            asked.get("id").and_then(Value::as_str).map(str::to_owned),
+            asked.get("answer").and_then(Value::as_str).and_then(verdict_of),
+        ) else {
+            return json_status(
+                StatusCode::BAD_REQUEST,
+                &json!({"error": "an answer is {\"id\": ID, \"answer\": \"allow\" | \"always\" | \"reject\"}"}),
+            );
+        };
+        match tokio::task::spawn_blocking(move || waiting.answer(&id, verdict)).await {
+            Ok(Ok(answered)) => json_ok(&answered),
+            Ok(Err(error @ crate::batch::AnswerError::NotPending(_))) => {
+                json_status(StatusCode::CONFLICT, &json!({"error": error.to_string()}))
+            }
+            Ok(Err(error @ crate::batch::AnswerError::NotAnId(_))) => {
+                json_status(StatusCode::BAD_REQUEST, &json!({"error": error.to_string()}))
+            }
+            Ok(Err(error)) => json_status(StatusCode::INTERNAL_SERVER_ERROR, &json!({"error": error.to_string()})),
+            Err(_) => json_status(StatusCode::INTERNAL_SERVER_ERROR, &json!({"error": "the answer failed"})),
         }
     }
 
@@ -244,13 +315,20 @@ impl Door {
     /// The board's snapshot now, then again after every change (at most
     /// every [`STREAM_EVERY`]), as server-sent events.
     fn events(&self) -> Response<Body> {
-        let Some(board) = self.board.clone() else {
-            return text(StatusCode::NOT_FOUND, "no batch to follow: this view shows only the home");
-        };
+        if self.board.is_none() && self.waiting.is_none() {
+            return text(StatusCode::NOT_FOUND, "no batch to follow and no home: nothing changes here");
+        }
         let Ok(permit) = self.streams.clone().try_acquire_owned() else {
             return text(StatusCode::SERVICE_UNAVAILABLE, "too many open views: close one");
         };
-        let stream = Stream { changes: board.changes(), board, _permit: permit, first: true, stop: self.stop.clone() };
+        let stream = Stream {
+            changes: self.board.as_ref().map(Board::changes),
+            board: self.board.clone(),
+            waiting: self.waiting.as_ref().map(|waiting| waiting.changes()),
+            _permit: permit,
+            first: true,
+            stop: self.stop.clone(),
+        };
         let events = futures_util::stream::unfold(stream, |mut stream| async move {
             let frame = stream.next().await?;
             Some((Ok::<_, Infallible>(Frame::data(frame)), stream))
@@ -280,10 +358,12 @@ impl Door {
     }
 }
 
-/// One open event stream, holding its place among the capped streams.
+/// One open event stream, holding its place among the capped streams:
+/// `live` events of the board, `approvals` events of the parked requests.
 struct Stream {
-    board: Board,
-    changes: tokio::sync::watch::Receiver<u64>,
+    board: Option<Board>,
+    changes: Option<watch::Receiver<u64>>,
+    waiting: Option<watch::Receiver<Arc<Value>>>,
     _permit: OwnedSemaphorePermit,
     first: bool,
     stop: CancellationToken,
@@ -292,28 +372,69 @@ struct Stream {
 impl Stream {
     async fn next(&mut self) -> Option<Bytes> {
         if std::mem::take(&mut self.first) {
-            self.changes.mark_unchanged();
-            return Some(live_event(&self.board));
+            return Some(self.frame(true, true));
         }
         tokio::select! {
-            changed = self.changes.changed() => {
+            changed = changed(&mut self.changes) => {
                 changed.ok()?;
                 // Changes in the next moment go out together.
                 tokio::time::sleep(STREAM_EVERY).await;
-                self.changes.mark_unchanged();
-                Some(live_event(&self.board))
+                Some(self.frame(true, false))
+            }
+            changed = changed(&mut self.waiting) => {
+                changed.ok()?;
+                Some(self.frame(false, true))
             }
             () = tokio::time::sleep(KEEP_ALIVE) => Some(Bytes::from_static(b": still here\n\n")),
             () = self.stop.cancelled() => None,
         }
     }
+
+    /// The events of what changed (marked seen).
+    fn frame(&mut self, live: bool, approvals: bool) -> Bytes {
+        let mut frame = Vec::new();
+        if let (true, Some(board), Some(changes)) = (live, &self.board, &mut self.changes) {
+            changes.mark_unchanged();
+            event(&mut frame, "live", &board.snapshot());
+        }
+        if let (true, Some(waiting)) = (approvals, &mut self.waiting) {
+            let list = waiting.borrow_and_update().clone();
+            event(&mut frame, "approvals", &list);
+        }
+        Bytes::from(frame)
+    }
 }
 
-fn live_event(board: &Board) -> Bytes {
-    let mut frame = b"event: live\ndata: ".to_vec();
-    frame.extend_from_slice(&serde_json::to_vec(&board.snapshot()).unwrap_or_default());
+/// A change of `receiver`; never, when there is none.
+async fn changed<T>(receiver: &mut Option<watch::Receiver<T>>) -> Result<(), watch::error::RecvError> {
+    match receiver {
+        Some(receiver) => receiver.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn event(frame: &mut Vec<u8>, name: &str, data: &Value) {
+    frame.extend_from_slice(format!("event: {name}\ndata: ").as_bytes());
+    frame.extend_from_slice(&serde_json::to_vec(data).unwrap_or_default());
     frame.extend_from_slice(b"\n\n");
-    Bytes::from(frame)
+}
+
+/// Whether a browser says the request comes from this page's own origin:
+/// an `Origin` naming another host, or `Sec-Fetch-Site` other than
+/// `same-origin`, is another site's. (A client that is not a browser sends
+/// neither, and still needs the token.)
+fn same_origin(headers: &hyper::HeaderMap) -> bool {
+    let header = |name: &str| headers.get(name).map(|value| value.to_str().unwrap_or("\u{0}"));
+    if let Some(site) = header("sec-fetch-site") {
+        if site != "same-origin" {
+            return false;
+        }
+    }
+    match (header("origin"), header(HOST.as_str())) {
+        (None, _) => true,
+        (Some(origin), Some(host)) => origin == format!("http://{host}"),
+        (Some(_), None) => false,
+    }
 }
 
 /// The query's pairs, percent-decoded; `None` when too long or not UTF-8.

@@ -162,7 +162,7 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
     let quiet = (!progress.is_hidden()).then(terminal::QuietControlKeys::hold);
     let per_provider = crate::live::per_provider(&setup.subagents, &progress);
     let terminal = Terminal { progress: progress.clone(), tasks: args.tasks.clone(), failed: AtomicUsize::new(0) };
-    let ui = args.ui.then(|| crate::commands::ui::serve_batch(&setup.home)).transpose()?;
+    let ui = args.ui.then(|| crate::commands::ui::serve_batch(&setup.home, config.routes().cloned())).transpose()?;
     let summary = match &ui {
         Some((board, _server)) => {
             board.expect(count_lines(&args.tasks).unwrap_or(0));
@@ -348,7 +348,7 @@ fn progress_bar(tasks: &Path) -> ProgressBar {
 
 /// The lines in a regular file (a pipe cannot be read twice), counted in
 /// constant memory.
-fn count_lines(path: &Path) -> Option<u64> {
+pub(crate) fn count_lines(path: &Path) -> Option<u64> {
     let mut file = File::open(path).ok().filter(|f| f.metadata().is_ok_and(|m| m.is_file()))?;
     let (mut buffer, mut lines, mut last) = (vec![0u8; 64 * 1024], 0u64, b'\n');
     loop {

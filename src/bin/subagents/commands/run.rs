@@ -63,7 +63,10 @@ fn run(args: RunArgs) -> Result<Ended, String> {
         .cancel_token(cancel.clone())
         .build();
     let parent = built.map_err(|error| format!("cannot create the parent agent: {error}"))?;
-    let ui = args.ui.then(|| crate::commands::ui::serve_run(&setup.home, &setup.subagents, parent.id())).transpose()?;
+    let ui = args
+        .ui
+        .then(|| crate::commands::ui::serve_run(&setup.home, &setup.subagents, parent.id(), config.routes().cloned()))
+        .transpose()?;
     let timeline = Timeline::record(&setup.runtime, parent.id(), &format!("parent ({})", parent.model_name()));
     cancel_on_ctrl_c(&setup.runtime, cancel.clone(), Shown::Live(timeline.live()));
     // On a terminal, what a child's provider leaves to `ask` is asked here.

@@ -1,4 +1,4 @@
-//! `subagents ui --home DIR [--out FILE]`: the web view of a home's runs
+//! `subagents ui --home DIR [--out FILE [--tasks FILE]]`: the web view of a home's runs
 //! (see `subagents::serve::serve_ui`): its sessions as trees and
 //! transcripts, and with `--out` the batch writing that results file,
 //! followed as it grows.
@@ -13,7 +13,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
+use subagents::agent::ModelRoute;
 use subagents::serve::{serve_ui, Board, UiOptions, UiServer};
 use subagents::CancellationToken;
 
@@ -28,6 +30,10 @@ pub struct UiArgs {
     /// A batch's results file (`fanout --out`) to follow as it grows.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// The batch's tasks file: its lines are counted for the ETA of the
+    /// batch `--out` follows.
+    #[arg(long, requires = "out", value_name = "FILE")]
+    tasks: Option<PathBuf>,
     /// Where to listen (default `127.0.0.1:0`, a free loopback port).
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
@@ -51,6 +57,11 @@ impl UiArgs {
         let board = match &self.out {
             Some(out) => {
                 let board = Board::new();
+                if let Some(tasks) = &self.tasks {
+                    let lines = crate::commands::fanout::count_lines(tasks)
+                        .ok_or_else(|| format!("--tasks: cannot read the file {}", tasks.display()))?;
+                    board.expect(lines);
+                }
                 board.follow(out, following.clone()).map_err(|e| format!("cannot follow {}: {e}", out.display()))?;
                 Some(board)
             }
@@ -67,8 +78,12 @@ impl UiArgs {
 
 /// The web view of a batch this process runs (`fanout --ui`): served on
 /// loopback while the batch runs, its address said on stderr.
-pub fn serve_batch(home: &std::path::Path) -> Result<(Board, UiServer), String> {
+pub fn serve_batch(
+    home: &std::path::Path,
+    routes: impl Iterator<Item = Arc<ModelRoute>>,
+) -> Result<(Board, UiServer), String> {
     let board = Board::new();
+    board.routes(routes);
     let server = serve_ui(UiOptions::new().home(home), Some(board.clone())).map_err(|e| e.to_string())?;
     say!("subagents: the batch's web view: {}", server.url());
     Ok((board, server))
@@ -80,8 +95,10 @@ pub fn serve_run(
     home: &std::path::Path,
     subagents: &subagents::Subagents,
     parent: &str,
+    routes: impl Iterator<Item = Arc<ModelRoute>>,
 ) -> Result<(UiServer, subagents::events::ListenerHandle), String> {
     let board = Board::new();
+    board.routes(routes);
     let events = board.watch(subagents);
     let server = serve_ui(UiOptions::new().home(home), Some(board)).map_err(|e| e.to_string())?;
     say!("subagents: the run's web view: {}#trees/{parent}", server.url());

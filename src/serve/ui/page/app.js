@@ -66,6 +66,12 @@ function human(ms) {
   return Math.floor(m / 60) + ' h ' + (m % 60) + ' min';
 }
 
+// A server text: a string, or its cut form {text, left_out_bytes}.
+function plain(value) {
+  if (value === null || value === undefined) return '';
+  return typeof value === 'string' ? value : String(value.text ?? '');
+}
+
 function count(n) {
   return n === null || n === undefined ? '–' : Number(n).toLocaleString('en');
 }
@@ -136,6 +142,8 @@ const Live = {
       if (snapshot.board === false) {
         $('no-batch').hidden = false;
         $('status').textContent = 'history only';
+        // The requests a batch of another process parked in this home.
+        if (snapshot.approvals) this.listen();
         return;
       }
       this.hasBoard = true;
@@ -146,6 +154,7 @@ const Live = {
   listen() {
     const source = new EventSource('/api/events?' + new URLSearchParams({ token: TOKEN }).toString());
     source.addEventListener('live', (event) => this.render(JSON.parse(event.data)));
+    source.addEventListener('approvals', (event) => Approvals.render(JSON.parse(event.data)));
     source.onopen = () => { $('status').textContent = 'live'; $('status').className = 'status on'; };
     source.onerror = () => { $('status').textContent = 'reconnecting…'; $('status').className = 'status off'; };
   },
@@ -176,11 +185,14 @@ const Live = {
     clear(providers);
     providers.appendChild(el('tr', {}, el('th', {}, 'provider'), el('th', {}, 'running'), el('th', {}, 'done'), el('th', {}, 'not completed'), el('th', { title: 'of its tasks, their children included' }, 'task tokens'), el('th', { title: 'on rate limits, by its tasks' }, 'task waits')));
     if (!(s.providers || []).length) {
-      providers.appendChild(el('tr', {}, el('td', { class: 'note' }, s.following_file ? 'a results file does not name providers' : 'no runs yet')));
+      providers.appendChild(el('tr', {}, el('td', { class: 'note' }, 'no runs yet')));
     }
     for (const p of s.providers || []) {
-      providers.appendChild(el('tr', {}, el('td', {}, p.name), el('td', { class: 'num' }, count(p.running)), el('td', { class: 'num' }, count(p.done)), el('td', { class: 'num' }, count(p.failed)), el('td', { class: 'num' }, count(p.tokens)), el('td', { class: 'num' }, human(p.limit_wait_ms))));
+      // A followed file tells what settled, not what runs.
+      const running = s.following_file && !p.running ? '–' : count(p.running);
+      providers.appendChild(el('tr', { data: { provider: p.name } }, el('td', {}, p.name), el('td', { class: 'num' }, running), el('td', { class: 'num' }, count(p.done)), el('td', { class: 'num' }, count(p.failed)), el('td', { class: 'num' }, count(p.tokens)), el('td', { class: 'num' }, human(p.limit_wait_ms))));
     }
+    Routes.render(s.routes || []);
     $('failure-count').textContent = s.failed ? '(' + count(s.failed) + '; newest first)' : '';
     const failures = $('failures');
     clear(failures);
@@ -192,6 +204,86 @@ const Live = {
     }
     Runs.update(s.settled);
     Trees.refresh();
+  },
+};
+
+// The model routes and whatever figures their limiters give: a column per
+// key the server sends (times in `_ms`), so a new figure needs no change here.
+const Routes = {
+  render(routes) {
+    $('routes-box').hidden = !routes.length;
+    const table = $('routes');
+    clear(table);
+    if (!routes.length) return;
+    const keys = [];
+    for (const r of routes) for (const key of Object.keys(r)) if (key !== 'name' && !keys.includes(key)) keys.push(key);
+    table.appendChild(el('tr', {}, el('th', {}, 'route'), ...keys.map((key) => el('th', {}, key.replace(/_ms$/, '').replace(/_/g, ' ')))));
+    for (const r of routes) {
+      const cell = (key) => {
+        const v = r[key];
+        if (v === null || v === undefined) return el('td', { class: 'num' }, '–');
+        if (typeof v === 'number') return el('td', { class: 'num' }, key.endsWith('_ms') ? human(v) : count(v));
+        return el('td', {}, typeof v === 'object' ? JSON.stringify(v) : String(v));
+      };
+      table.appendChild(el('tr', { data: { route: r.name } }, el('td', {}, r.name), ...keys.map(cell)));
+    }
+  },
+};
+
+// The permission requests parked in the home, each answerable from here:
+// a POST with the token in a header, as `subagents approve` answers (the
+// first answer wins; a later one is refused and said so).
+const Approvals = {
+  render(list) {
+    $('approvals-box').hidden = false;
+    const box = $('approvals');
+    clear(box);
+    const requests = list.requests || [];
+    $('approvals-count').textContent = requests.length ? '(' + count(requests.length + (list.more || 0)) + ')' : '';
+    if (list.error) $('approvals-note').textContent = shown(list.error);
+    for (const r of requests) box.appendChild(this.item(r));
+  },
+  item(r) {
+    const path = (r.asker || []).map((hop) => hop.provider + (hop.label ? ' (' + hop.label + ')' : '')).join(' › ');
+    const last = (r.asker || [])[r.asker.length - 1];
+    const what = r.title || r.tool || r.kind || 'a tool call';
+    const item = el('li', { class: 'approval', data: { id: r.id } },
+      el('div', { class: 'who' }, el('span', { class: 'id' }, r.id), ' ',
+        el('span', { class: 'label' }, last ? last.provider + (last.label ? ' (' + last.label + ')' : '') : 'a child'),
+        last ? el('span', { class: 'when' }, ' at depth ' + last.depth + (r.asker.length > 1 ? ' · ' + path : '')) : null,
+        el('span', { class: 'when' }, ' · waiting since ' + time(r.parked_at_ms))),
+      el('div', { class: 'what' }, 'asks to run ', el('span', { class: 'tool' }, what),
+        r.kind && (r.title || r.tool) ? el('span', { class: 'kind' }, r.kind) : null),
+      r.input ? el('pre', { class: 'input' }, r.input) : null,
+      (r.paths || []).length ? el('div', { class: 'when' }, 'touches ' + r.paths.join(', ')) : null);
+    const buttons = el('div', { class: 'answers' });
+    const note = el('span', { class: 'answer-note' });
+    for (const [word, label] of [['allow', 'allow once'], ['always', 'allow always'], ['reject', 'reject']]) {
+      const button = el('button', { type: 'button', class: 'answer ' + word, data: { answer: word } }, label);
+      button.disabled = word !== 'reject' && r.offers && !r.offers[word];
+      button.addEventListener('click', () => this.answer(r.id, word, buttons, note));
+      buttons.appendChild(button);
+    }
+    buttons.appendChild(note);
+    item.appendChild(buttons);
+    return item;
+  },
+  answer(id, word, buttons, note) {
+    for (const b of buttons.querySelectorAll('button')) b.disabled = true;
+    note.textContent = 'answering…';
+    fetch('/api/approve', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-subagents-token': TOKEN },
+      body: JSON.stringify({ id, answer: word }),
+      cache: 'no-store',
+      credentials: 'omit',
+    }).then(async (response) => {
+      let answer = {};
+      try { answer = await response.json(); } catch (_) { /* not JSON */ }
+      note.textContent = shown(response.ok ? 'answered: ' + answer.verdict : 'refused: ' + (answer.error || response.statusText));
+      note.className = 'answer-note ' + (response.ok ? 'ok' : 'bad');
+      $('approvals-note').textContent = note.textContent;
+    }).catch((error) => { note.textContent = shown('failed: ' + error.message); });
   },
 };
 
@@ -337,7 +429,14 @@ const Trees = {
         el('span', { class: 'state ' + outcomeClass(node.state) }, node.state || ''), ' ',
         duration ? el('span', { class: 'duration' }, duration) : null, ' ',
         node.tokens ? el('span', { class: 'tokens' }, count(node.tokens) + ' tokens') : null,
-        node.children ? el('span', { class: 'kids' }, ' · ' + count(node.children) + ' children') : null);
+        node.children ? el('span', { class: 'kids' }, ' · ' + count(node.children) + ' children') : null,
+        node.stopped_with ? el('span', { class: 'stopped-with' }, ' · stopped with ' + node.stopped_with.kind + ' ' + node.stopped_with.name) : null);
+      // The runs a cancel passes through to reach this one.
+      const path = (node.path || []).map((above) => above.name).join(' › ');
+      if (path) {
+        title.title = shown('cancelled with any of: ' + path);
+        title.dataset.path = shown(path);
+      }
       if (node.session) title.addEventListener('click', () => go('transcripts', node.id));
       const track = el('span', { class: 'track' });
       if (node.start_ms) {
@@ -429,21 +528,51 @@ const Transcripts = {
     clear(meta);
     api('session', { id }).then((t) => {
       const s = t.session;
+      this.session = s;
       meta.append(
-        el('span', { class: 'kind' }, s.kind), ' depth ' + s.depth + ' · created ' + time(s.created_at_ms) + ' · ',
+        el('span', { class: 'kind' }, s.kind), s.provider ? ' ' : '', s.provider ? el('span', { class: 'kind' }, s.provider) : null,
+        s.label ? ' ' : '', s.label ? el('span', { class: 'label' }, plain(s.label)) : null, ' depth ' + s.depth + ' · created ' + time(s.created_at_ms) + ' · ',
         el('span', { class: outcomeClass(s.last_stop_reason || '') }, s.last_stop_reason || 'no finished turn'),
         s.torn ? ' · a torn last line was left out' : '');
       if (s.parent) {
         meta.append(' · parent ', el('button', { class: 'linkish', type: 'button', onclick: () => go('transcripts', s.parent) }, s.parent));
       }
       meta.append(' ', el('button', { class: 'linkish', type: 'button', onclick: () => go('trees', id) }, 'tree'));
+      if (t.failure) box.appendChild(this.failure(t.failure));
       if (t.persona) box.appendChild(el('div', { class: 'event persona' }, el('h3', {}, 'persona'), folded(t.persona)));
       for (const event of t.events) box.appendChild(this.event(event));
       if (t.left_out_events) box.appendChild(el('p', { class: 'note' }, count(t.left_out_events) + ' more events not sent'));
     }).catch((error) => { box.appendChild(el('p', { class: 'note bad' }, error.message)); });
   },
+  // Why the run failed, above its transcript: how its last turn ended,
+  // its recorder's account, and the batch's outcome and reason.
+  failure(f) {
+    const box = el('div', { class: 'failure-banner' }, el('h3', {}, 'failed'));
+    const line = (label, value, cls) => value ? box.appendChild(el('p', {}, el('span', { class: 'label' }, label + ': '), el('span', { class: cls || 'reason' }, plain(value)))) : null;
+    line('stop reason', f.stop_reason, 'bad');
+    line('outcome in the batch', f.outcome !== f.stop_reason ? f.outcome : null, 'bad');
+    line('reason', f.detail);
+    if (f.account) box.appendChild(el('div', { class: 'account' }, el('span', { class: 'label' }, 'the run\'s account:'), folded(f.account)));
+    return box;
+  },
+  // A permission request the child made and the answer it got.
+  permission(event) {
+    const node = el('div', { class: 'event permission ' + (event.allowed ? 'allowed' : 'rejected') }, el('h4', {}, '? permission ', el('span', { class: 'call-id' }, plain(event.call_id))));
+    if (event.text !== undefined) { node.appendChild(folded(event.text)); return node; }
+    const s = (this.session || {});
+    const asker = [s.provider || s.kind, plain(s.label)].filter((x) => x).join(' · ');
+    const field = (label, value, cls) => node.appendChild(el('div', { class: 'field' }, el('span', { class: 'label' }, label), el('span', { class: cls || '' }, plain(value))));
+    field('asked by', 'this child' + (asker ? ' (' + asker + ')' : ''));
+    field('to run', event.call, 'tool');
+    if (plain(event.options)) field('offering', event.options);
+    field('answer', event.answer, event.allowed ? 'ok verdict' : 'bad verdict');
+    field('answered by', event.by, 'by');
+    return node;
+  },
   event(event) {
     switch (event.type) {
+      case 'permission':
+        return this.permission(event);
       case 'user':
         return el('div', { class: 'event user' }, el('h3', {}, 'user'), folded(event.text));
       case 'assistant': {
