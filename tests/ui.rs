@@ -217,8 +217,26 @@ fn ui_answers_unknown_paths_and_traversals_with_refusals_never_a_file() {
             "{target}: {body}"
         );
     }
-    // Without a batch there is no event stream to open.
-    assert_eq!(served.get(&format!("/api/events?token={token}")).0, 404);
+    // Without a batch the event stream tells only of parked requests.
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(served.address).unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    let request = format!("GET /api/events?token={token} HTTP/1.1\r\nHost: {}\r\n\r\n", served.address);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let whole_event = |seen: &[u8]| {
+        let seen = String::from_utf8_lossy(seen);
+        seen.split_once("event: approvals\ndata: ").is_some_and(|(_, data)| data.contains("\n\n"))
+    };
+    while !whole_event(&seen) {
+        let read = stream.read(&mut buffer).unwrap();
+        assert!(read > 0, "the stream ended: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buffer[..read]);
+    }
+    let seen = String::from_utf8_lossy(&seen);
+    assert!(seen.starts_with("HTTP/1.1 200") && seen.contains("event: approvals"), "{seen}");
+    assert!(!seen.contains("event: live"), "{seen}");
 }
 
 #[test]
