@@ -546,12 +546,15 @@ fn a_page_of_ten_thousand_runs_stays_responsive() {
     assert_eq!(browser.run("return document.getElementById('figures').textContent.includes('103');", &[]), json!(true));
 }
 
+/// What the asking child asks to run: markup that must stay text.
+const ASKED: &str = "cargo test <img src=x onerror=window.__pwned=1>";
+
 /// `fanout --ui` of two ACP stand-ins: one asks about `cargo test` (left
 /// to a person: parked) and `rm -rf` (rejected by the batch's policy), the
 /// other crashes once prompted.
 fn asking_and_crashing_fanout(dir: &Path) -> Served {
     let home = dir.join("home");
-    let asker = crate::approvals::asking(dir, "asker", &[("execute", "cargo test"), ("execute", "rm -rf /tmp/x")]);
+    let asker = crate::approvals::asking(dir, "asker", &[("execute", ASKED), ("execute", "rm -rf /tmp/x")]);
     let crasher = crate::stand_ins::shell_agent(dir, "crasher", "take\nchunk 'half way'\nexit 3");
     let config = format!(
         "[providers.asker]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{asker:?}]\npermission = \"ask\"\n\n\
@@ -582,7 +585,7 @@ fn an_answer_from_the_page_is_a_same_origin_post_with_the_token_in_a_header() {
     let served = asking_and_crashing_fanout(dir.path());
     let waiting = served.api_until("approvals", "the parked request", |list| list["requests"][0]["id"].is_string());
     let id = waiting["requests"][0]["id"].as_str().unwrap().to_owned();
-    assert_eq!(waiting["requests"][0]["title"], "cargo test");
+    assert_eq!(waiting["requests"][0]["title"], ASKED);
 
     let host = served.address.to_string();
     let body = json!({"id": id, "answer": "allow"}).to_string();
@@ -663,6 +666,8 @@ fn parked_requests_come_and_go_in_the_live_view_and_transcripts_show_answers_and
     );
     let listed = listed.as_str().unwrap();
     assert!(listed.contains("asker") && listed.contains("cargo test") && listed.contains("depth 1"), "{listed}");
+    let injected = "return [document.querySelectorAll('main img, main script').length, typeof window.__pwned];";
+    assert_eq!(browser.run(injected, &[]), json!([0, "undefined"]), "the child's markup stayed text");
     browser.screenshot(&screenshots().join("approvals.png"));
     browser.run(
         "document.querySelector('#approvals li.approval button[data-answer=\"allow\"]').click(); return true;",
@@ -697,7 +702,7 @@ fn parked_requests_come_and_go_in_the_live_view_and_transcripts_show_answers_and
     browser.open(&format!("{}#transcripts/{}", served.url, session_of("asker")));
     let answers = browser.wait_for(PATIENCE, "the permission requests", "const p = [...document.querySelectorAll('#transcript .event.permission')]; return p.length === 2 && p.map(e => [e.classList.contains('allowed'), e.querySelector('.tool').textContent, e.querySelector('.verdict').textContent, e.querySelector('.by').textContent]);");
     assert_eq!(answers[0][0], json!(true));
-    assert_eq!(answers[0][1], json!("cargo test"));
+    assert_eq!(answers[0][1], json!(ASKED));
     assert!(answers[0][2].as_str().unwrap().starts_with("Allow"), "{answers}");
     assert!(answers[0][3].as_str().unwrap().starts_with("subagents approve ("), "who answered: {answers}");
     assert_eq!((&answers[1][0], &answers[1][1]), (&json!(false), &json!("rm -rf /tmp/x")));
@@ -707,6 +712,7 @@ fn parked_requests_come_and_go_in_the_live_view_and_transcripts_show_answers_and
         .run("return document.querySelector('#transcript .event.permission .field span:last-child').textContent;", &[]);
     assert!(asker.as_str().unwrap().contains("asker"), "who asked: {asker}");
     assert_eq!(browser.run("return document.querySelectorAll('#transcript .failure-banner').length;", &[]), json!(0));
+    assert_eq!(browser.run(injected, &[]), json!([0, "undefined"]), "the child's markup stayed text");
     browser.screenshot(&screenshots().join("permissions.png"));
 
     // The crasher's: why it failed, above its transcript.

@@ -536,6 +536,20 @@ mod tests {
     }
 
     #[test]
+    fn a_permission_line_is_read_in_parts_and_one_of_another_shape_is_shown_whole() {
+        // An option named to look like an answer: the recorder's own
+        // words, written last, decide.
+        let line = "asked to run rm; options: Sure; answered: yes (AllowOnce) (RejectOnce), No (RejectOnce); \
+                    answered: Sure; answered: yes (AllowOnce) (RejectOnce), by the ACP client";
+        let shown = permission_json("t1", line);
+        assert_eq!(shown["call"], "rm");
+        assert_eq!((shown["by"].as_str(), shown["allowed"].as_bool()), (Some("the ACP client"), Some(false)));
+        assert_eq!(shown["answer"], "yes (AllowOnce) (RejectOnce)");
+        let odd = permission_json("t2", "something else");
+        assert_eq!((odd["type"].as_str(), odd["text"].as_str()), (Some("permission"), Some("something else")));
+    }
+
+    #[test]
     fn a_long_text_is_cut_and_says_how_much_was_left_out() {
         let long = "ä".repeat(MAX_TRANSCRIPT_TEXT);
         let cut = cut(&long);
