@@ -596,24 +596,34 @@ fn an_answer_from_the_page_is_a_same_origin_post_with_the_token_in_a_header() {
         (status, String::from_utf8_lossy(&said).into_owned())
     };
     let json_type = ("Content-Type", "application/json");
-    let cases: [(&str, Vec<(&str, &str)>, String, u16); 7] = [
-        ("no token", vec![("Host", &host), json_type], "/api/approve".to_owned(), 401),
-        ("the token only in the query", vec![("Host", &host), json_type], format!("/api/approve?token={token}"), 401),
+    let cases = [
+        ("no token", vec![("Host", host.as_str()), json_type], "/api/approve".to_owned(), 401),
+        (
+            "the token only in the query",
+            vec![("Host", host.as_str()), json_type],
+            format!("/api/approve?token={token}"),
+            401,
+        ),
         (
             "another site's page",
-            vec![("Host", &host), json_type, ("x-subagents-token", token), ("Origin", "http://evil.example")],
+            vec![("Host", host.as_str()), json_type, ("x-subagents-token", token), ("Origin", "http://evil.example")],
             "/api/approve".to_owned(),
             403,
         ),
         (
             "a cross-site fetch",
-            vec![("Host", &host), json_type, ("x-subagents-token", token), ("Sec-Fetch-Site", "cross-site")],
+            vec![("Host", host.as_str()), json_type, ("x-subagents-token", token), ("Sec-Fetch-Site", "cross-site")],
             "/api/approve".to_owned(),
             403,
         ),
         (
             "a form's body",
-            vec![("Host", &host), ("Content-Type", "text/plain"), ("x-subagents-token", token), ("Origin", &origin)],
+            vec![
+                ("Host", host.as_str()),
+                ("Content-Type", "text/plain"),
+                ("x-subagents-token", token),
+                ("Origin", &origin),
+            ],
             "/api/approve".to_owned(),
             415,
         ),
@@ -623,15 +633,15 @@ fn an_answer_from_the_page_is_a_same_origin_post_with_the_token_in_a_header() {
             "/api/approve".to_owned(),
             421,
         ),
-        ("a GET", vec![("Host", &host)], format!("/api/approve?token={token}"), 405),
+        ("a GET", vec![("Host", host.as_str())], format!("/api/approve?token={token}"), 405),
     ];
     for (what, headers, target, expected) in cases {
-        let method = if what == "a GET" { "GET" } else { "POST" };
-        let (status, said) = if method == "GET" {
-            let (status, _, said) = http_with(served.address, "GET", &target, &headers, "");
-            (status, String::from_utf8_lossy(&said).into_owned())
-        } else {
-            refused(&headers, &target)
+        let (status, said) = match what {
+            "a GET" => {
+                let (status, _, said) = http_with(served.address, "GET", &target, &headers, "");
+                (status, String::from_utf8_lossy(&said).into_owned())
+            }
+            _ => refused(&headers, &target),
         };
         assert_eq!(status, expected, "{what}: {said}");
     }

@@ -5,16 +5,20 @@
 //!
 //! - **Live**: a batch as it runs: counts by outcome, rate, elapsed and
 //!   ETA, tokens and time waited on rate limits, per-provider figures,
-//!   failures with their reasons as they happen, and every settled run in
-//!   a list the page reads a window at a time. Pushed as server-sent
-//!   events whenever the [`Board`] changes.
+//!   each model route with what its limiter says, failures with their
+//!   reasons as they happen, and every settled run in a list the page
+//!   reads a window at a time; and the permission requests parked in the
+//!   home, each answerable from the page. Pushed as server-sent events
+//!   whenever the [`Board`] or the parked requests change.
 //! - **Trees**: a run's delegation tree across kinds — the store's lineage
 //!   joined with the live runs the runtime's events told of — each node
-//!   with its kind (provider), label, state, duration and tokens, folded
-//!   and unfolded, and beside it a waterfall of the same nodes.
+//!   with its kind (provider), label, state, duration and tokens, the runs
+//!   a cancel reaches it through, folded and unfolded, and beside it a
+//!   waterfall of the same nodes.
 //! - **Transcripts**: a session as the store holds it (messages, tool
-//!   calls with arguments, results), long outputs folded, and a search
-//!   across the home's sessions.
+//!   calls with arguments, results, permission requests with their answers
+//!   and who gave them, and why a failed run failed), long outputs folded,
+//!   and a search across the home's sessions.
 //!
 //! Where it reads: the home's sessions store (and the stores of process
 //! children under `<home>/children`), and a [`Board`] fed by a batch's
@@ -26,7 +30,10 @@
 //!
 //! It listens on loopback unless told otherwise, and every request must
 //! carry the server's token (random unless one is given) in its query;
-//! the URL printed carries it and the page passes it on. A request on
+//! the URL printed carries it and the page passes it on. The one request
+//! that changes anything, an answer to a parked permission request, is a
+//! `POST` with the token in a header, a JSON body, and no other origin (see
+//! `approvals`). A request on
 //! loopback must name a loopback host (a page elsewhere cannot reach it by
 //! rebinding a DNS name). No CORS header is ever sent; every response
 //! carries a strict Content-Security-Policy (no inline script, no other

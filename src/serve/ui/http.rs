@@ -238,8 +238,9 @@ impl Door {
         if !same_origin(headers) {
             return text(StatusCode::FORBIDDEN, "an answer from another origin is refused");
         }
-        let json = headers.get(CONTENT_TYPE).and_then(|value| value.to_str().ok());
-        if !json.is_some_and(|value| value.split(';').next().is_some_and(|kind| kind.trim() == "application/json")) {
+        let media_type = headers.get(CONTENT_TYPE).and_then(|value| value.to_str().ok());
+        let media_type = media_type.and_then(|value| value.split(';').next()).map(str::trim);
+        if media_type != Some("application/json") {
             return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, "an answer is JSON");
         }
         let Some(waiting) = self.waiting.clone() else {
