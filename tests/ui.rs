@@ -822,4 +822,5 @@ fn a_tree_node_names_the_runs_a_cancel_reaches_it_through_and_the_one_it_was_sto
         assert!(node[0].as_str().unwrap().starts_with("this batch › "), "{node}");
         assert!(node[1].as_str().unwrap().contains("stopped with inproc timed"), "{node}");
     }
+    browser.screenshot(&screenshots().join("trees-stopped.png"));
 }
