@@ -824,3 +824,33 @@ fn a_tree_node_names_the_runs_a_cancel_reaches_it_through_and_the_one_it_was_sto
     }
     browser.screenshot(&screenshots().join("trees-stopped.png"));
 }
+
+#[test]
+fn each_run_of_a_pipeline_names_its_step_and_what_the_step_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[providers.fast]\nkind = \"mock\"\nreply = \"ok\"\n\n[providers.hold]\nkind = \"mock\"\nreply = \"held\"\ndelay = \"300s\"\n";
+    let tasks = [
+        json!({"id": "first", "prompt": "a", "provider": "fast"}),
+        json!({"id": "second", "after": ["first"], "prompt": "b", "provider": "fast"}),
+        json!({"id": "hold", "prompt": "h", "provider": "hold"}),
+    ];
+    let tasks: String = tasks.iter().map(|task| format!("{task}\n")).collect();
+    let args = ["fanout", "tasks.jsonl", "--config", "mocks.toml", "--provider", "fast"];
+    let args = [&args[..], &["--ui", "--out", "out.jsonl", "--home", "home"]].concat();
+    let served = served_in(dir.path(), &[("mocks.toml", config), ("tasks.jsonl", &tasks)], &args);
+    let runs = served.api_until("runs", "both steps settled", |runs| runs["total"] == 2);
+    let rows = runs["rows"].as_array().unwrap();
+    let second = rows.iter().find(|row| row["id"] == "second").expect("the second step's row");
+    assert_eq!((&second["step"], &second["waits_on"]), (&json!("second"), &json!(["first"])));
+    let first = rows.iter().find(|row| row["id"] == "first").unwrap();
+    assert!(first.get("step").is_none(), "a line that waits on nothing: {first}");
+
+    let browser = Browser::start();
+    browser.open(&served.url);
+    let shown = browser.wait_for(
+        PATIENCE,
+        "the step in the runs list",
+        "const s = document.querySelector('#runs .run .step'); return s && s.textContent;",
+    );
+    assert_eq!(shown, json!(" · step second, after first"));
+}

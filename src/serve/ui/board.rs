@@ -31,6 +31,10 @@ const MAX_ROW_TEXT: usize = 500;
 pub(super) const MAX_ROWS: usize = 1_000_000;
 /// The most runs (of every provider) the event feed remembers for trees.
 const MAX_LIVE_RUNS: usize = 200_000;
+/// The most pipeline steps read from a tasks file.
+const MAX_STEPS: usize = 10_000;
+/// The longest task line read for its steps.
+const MAX_TASK_LINE: usize = 1 << 20;
 /// The most providers counted from result lines (a file may name any).
 const MAX_PROVIDERS: usize = 256;
 /// The failures a live snapshot lists, newest first.
@@ -189,9 +193,23 @@ pub(super) struct State {
     following: bool,
     /// The model routes whose limiters the view shows.
     routes: Vec<Arc<ModelRoute>>,
+    /// What each step of a pipeline waits on, by its id (see [`Board::steps`]).
+    pub(super) steps: HashMap<String, Vec<String>>,
 }
 
 impl State {
+    /// `row` as the page lists it: with its pipeline step (a map's run
+    /// `fix[2]` belongs to `fix`) and what that step waited on, if it is one.
+    pub(super) fn listed(&self, row: &Row) -> Value {
+        let mut value = serde_json::to_value(row).unwrap_or_default();
+        let step = row.id.as_deref().map(|id| id.split_once('[').map_or(id, |(step, _)| step));
+        if let Some((step, waits)) = step.and_then(|step| self.steps.get_key_value(step)) {
+            value["step"] = json!(step);
+            value["waits_on"] = json!(waits);
+        }
+        value
+    }
+
     fn add(&mut self, row: Row) {
         *self.outcomes.entry(row.outcome.clone()).or_default() += 1;
         self.tokens = self.tokens.saturating_add(row.tokens);
@@ -283,6 +301,38 @@ impl Board {
         self.change(|state| state.routes = routes);
     }
 
+    /// Reads the pipeline's steps from the tasks file `path`: for each line
+    /// with an `id` and an `after` or a `for_each`, the ids it waits on (its
+    /// `after`, and the ids its `for_each` template names), so each run's
+    /// row says its step and what that step waited on. A file that cannot
+    /// be read shows no steps; at most 10,000 are kept.
+    pub fn steps(&self, path: &Path) {
+        let Ok(file) = std::fs::File::open(path) else { return };
+        let mut reader = BufReader::new(file);
+        let (mut buffer, mut steps) = (Vec::new(), HashMap::new());
+        while let Ok(Some(line)) = read_line(&mut reader, &mut buffer, MAX_TASK_LINE) {
+            if steps.len() == MAX_STEPS {
+                break;
+            }
+            let Some(task) = (!line.overlong).then(|| serde_json::from_slice::<Value>(&buffer).ok()).flatten() else {
+                continue;
+            };
+            let Some(id) = task.get("id").and_then(Value::as_str) else { continue };
+            let mut waits: Vec<String> = match task.get("after") {
+                Some(Value::String(one)) => vec![bounded(one)],
+                Some(Value::Array(many)) => many.iter().filter_map(Value::as_str).take(32).map(bounded).collect(),
+                _ => Vec::new(),
+            };
+            if let Some(template) = task.get("for_each").and_then(Value::as_str) {
+                waits.extend(named_ids(template).filter(|named| !waits.contains(named)).collect::<Vec<_>>());
+            }
+            if !waits.is_empty() || task.get("for_each").is_some() {
+                steps.insert(bounded(id), waits);
+            }
+        }
+        self.change(|state| state.steps = steps);
+    }
+
     /// The batch is over: no more rows will come.
     pub fn finish(&self) {
         self.change(|state| state.finished = true);
@@ -319,11 +369,11 @@ impl Board {
         let mut offset = offset;
         if length < offset {
             // Truncated: a new batch writes this file.
-            let (total, routes) = {
+            let (total, routes, steps) = {
                 let state = self.lock();
-                (state.total, state.routes.clone())
+                (state.total, state.routes.clone(), state.steps.clone())
             };
-            self.change(|state| *state = State { total, routes, following: true, ..State::default() });
+            self.change(|state| *state = State { total, routes, steps, following: true, ..State::default() });
             offset = 0;
         }
         if length == offset || file.seek(SeekFrom::Start(offset)).is_err() {
@@ -458,6 +508,15 @@ impl Board {
             "following_file": state.following,
         })
     }
+}
+
+/// The ids a `{{ID.…}}` template names (the first name in each `{{ }}`).
+fn named_ids(template: &str) -> impl Iterator<Item = String> + '_ {
+    template.split("{{").skip(1).filter_map(|inside| {
+        let name: String =
+            inside.trim_start().chars().take_while(|c| c.is_alphanumeric() || matches!(c, '_' | '-')).collect();
+        (!name.is_empty() && name != "item" && name != "index").then(|| bounded(&name))
+    })
 }
 
 /// One route's figures as its limiter tells them. The page shows every
@@ -598,6 +657,26 @@ mod tests {
         assert_eq!(providers[0]["name"], "spawn");
         assert_eq!((providers[0]["tokens"].as_u64(), providers[0]["limit_wait_ms"].as_u64()), (Some(7), Some(40)));
         assert_eq!(providers[0]["running"], 1, "its end event has not come");
+    }
+
+    #[test]
+    fn a_steps_waits_are_its_after_and_the_ids_its_for_each_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let tasks = dir.path().join("tasks.jsonl");
+        let lines = [
+            json!({"id": "triage", "prompt": "p"}),
+            json!({"id": "fix", "for_each": "{{ triage.structured.failing }}", "prompt": "{{item.name}}"}),
+            json!({"id": "report", "after": ["fix"], "prompt": "r"}),
+        ];
+        std::fs::write(&tasks, lines.iter().map(|line| format!("{line}\n")).collect::<String>() + "not json\n")
+            .unwrap();
+        let board = Board::new();
+        board.steps(&tasks);
+        let row = |id: &str| Row::from_record(&json!({"id": id, "stop_reason": "completed"}), None, None, 0);
+        let state = board.lock();
+        assert_eq!(state.listed(&row("fix[2]"))["waits_on"], json!(["triage"]), "a map's run belongs to its step");
+        assert_eq!(state.listed(&row("report"))["step"], "report");
+        assert!(state.listed(&row("triage")).get("step").is_none(), "a line that waits on nothing is no step");
     }
 
     #[test]

@@ -305,11 +305,11 @@ impl Door {
                 || row.outcome.contains(query))
         };
         if filter.is_empty() && query.is_empty() {
-            let rows: Vec<_> = state.rows.iter().skip(offset).take(limit).collect();
+            let rows: Vec<_> = state.rows.iter().skip(offset).take(limit).map(|row| state.listed(row)).collect();
             return json!({"total": state.rows.len(), "offset": offset, "rows": rows});
         }
         let matching: Vec<_> = state.rows.iter().filter(wanted).collect();
-        let rows: Vec<_> = matching.iter().skip(offset).take(limit).collect();
+        let rows: Vec<_> = matching.iter().skip(offset).take(limit).map(|row| state.listed(row)).collect();
         json!({"total": matching.len(), "offset": offset, "rows": rows})
     }
 

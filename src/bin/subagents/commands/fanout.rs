@@ -166,6 +166,7 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
     let summary = match &ui {
         Some((board, _server)) => {
             board.expect(count_lines(&args.tasks).unwrap_or(0));
+            board.steps(&args.tasks);
             let _events = board.watch(&setup.subagents);
             let summary = setup.runtime.block_on(opened.run(Both(terminal, board.clone())));
             board.finish();

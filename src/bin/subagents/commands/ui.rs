@@ -61,6 +61,7 @@ impl UiArgs {
                     let lines = crate::commands::fanout::count_lines(tasks)
                         .ok_or_else(|| format!("--tasks: cannot read the file {}", tasks.display()))?;
                     board.expect(lines);
+                    board.steps(tasks);
                 }
                 board.follow(out, following.clone()).map_err(|e| format!("cannot follow {}: {e}", out.display()))?;
                 Some(board)

@@ -340,7 +340,8 @@ const Runs = {
       if (!row) continue;
       const line = el('div', { class: 'run', data: { index: String(index) } },
         el('span', {}, String(row.line)),
-        el('span', { title: row.label || '' }, row.label || row.id || ''),
+        el('span', { title: row.label || '' }, row.label || row.id || '',
+          row.step ? el('span', { class: 'step' }, ' · step ' + row.step + (row.waits_on && row.waits_on.length ? ', after ' + row.waits_on.join(', ') : '')) : null),
         el('span', { class: outcomeClass(row.outcome) }, row.outcome),
         el('span', { class: 'num' }, human(row.latency_ms)),
         el('span', { class: 'num' }, count(row.tokens)),
