@@ -71,6 +71,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 pub use self::rules::{Policy, Rule, Rules};
+pub(crate) use self::rules::glob;
 use super::safe_line;
 
 /// How long a request waits for an answer unless its provider says
