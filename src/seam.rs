@@ -148,12 +148,12 @@ mod trace;
 mod usage;
 
 pub use crate::live::ProcessLease;
+#[cfg(feature = "agent")]
+pub(crate) use approval::glob;
 pub use approval::{
     Answer, Approvals, Approver, Hop, OptionKind, PermissionOption, PermissionRequest, Policy, Rule, Rules, Verdict,
     DEFAULT_APPROVAL_TIMEOUT, MAX_SHOWN_INPUT,
 };
-#[cfg(feature = "agent")]
-pub(crate) use approval::glob;
 pub(crate) use budget::{admit as budget_admit, Admission};
 pub use budget::{Budget, BudgetExhausted, BudgetLease, BudgetLimit};
 pub use content::{text_of, ContentBlock};

@@ -39,8 +39,8 @@ use tokio_util::sync::CancellationToken;
 
 use self::mcp_mounts::{McpMounts, RunMounts, MCP_TOOL_PREFIX};
 use crate::agent::{
-    completed_prefix, ids, Agent, AgentBuilder, Approving, AgentError, AgentUpdate, ListDir, Model, ReadFile, SessionEvent,
-    SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
+    completed_prefix, ids, Agent, AgentBuilder, AgentError, AgentUpdate, Approving, ListDir, Model, ReadFile,
+    SessionEvent, SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
 };
 use crate::seam::ProgressUpdate;
 use crate::seam::{

@@ -70,8 +70,8 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-pub use self::rules::{Policy, Rule, Rules};
 pub(crate) use self::rules::glob;
+pub use self::rules::{Policy, Rule, Rules};
 use super::safe_line;
 
 /// How long a request waits for an answer unless its provider says

@@ -131,8 +131,12 @@ async fn through_subagents_mcp_a_childs_request_is_elicited_and_only_an_offered_
     assert_eq!(asked.len(), 2);
     let (message, schema) = &asked[0];
     assert!(message.contains("asker (run tests) at depth 1") && message.contains("cargo test"), "{message}");
-    let ids: Vec<&str> =
-        schema["properties"]["decision"]["oneOf"].as_array().unwrap().iter().filter_map(|o| o["const"].as_str()).collect();
+    let ids: Vec<&str> = schema["properties"]["decision"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["const"].as_str())
+        .collect();
     assert_eq!(ids, ["yes", "always", "no"], "exactly the child's options");
     assert_eq!(schema["required"], json!(["decision"]));
     assert!(asked[1].0.contains("edit lib.rs"), "{asked:?}");
@@ -191,8 +195,12 @@ fn through_subagents_a2a_a_request_is_an_input_required_task_answered_on_the_sam
     let text = question[0]["text"].as_str().unwrap();
     assert!(text.contains("asker at depth 1") && text.contains("cargo test"), "{text}");
     assert!(text.contains("yes (Allow: allow once)"), "the options as text: {text}");
-    let ids: Vec<&str> =
-        question[1]["data"]["permission"]["options"].as_array().unwrap().iter().filter_map(|o| o["id"].as_str()).collect();
+    let ids: Vec<&str> = question[1]["data"]["permission"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["id"].as_str())
+        .collect();
     assert_eq!(ids, ["yes", "always", "no"], "and as data");
 
     // An answer that names nothing offered is refused; the question stays.

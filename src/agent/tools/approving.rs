@@ -43,7 +43,8 @@ impl Approving {
     /// Asks about `call`; `Err` is the tool error the model sees instead
     /// of the tool's result.
     pub(super) async fn ask(&self, call: &ToolCall, context: &ToolContext) -> Result<(), ToolOutput> {
-        let granted = |granted: &Mutex<HashSet<String>>| granted.lock().unwrap_or_else(|e| e.into_inner()).contains(&call.name);
+        let granted =
+            |granted: &Mutex<HashSet<String>>| granted.lock().unwrap_or_else(|e| e.into_inner()).contains(&call.name);
         if granted(&self.granted) {
             return Ok(());
         }

@@ -69,8 +69,7 @@ impl Questions {
         let event = match queue.and_then(VecDeque::front) {
             Some(question) => {
                 let mut event = status_event(ids, TaskState::InputRequired, Some(asking_text(&question.request)));
-                if let Some(message) = event.status_update.as_mut().and_then(|update| update.status.message.as_mut())
-                {
+                if let Some(message) = event.status_update.as_mut().and_then(|update| update.status.message.as_mut()) {
                     message.parts.push(Part::data(json!({"permission": asked_data(&question.request)})));
                 }
                 event

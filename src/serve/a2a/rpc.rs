@@ -10,9 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::questions::Questions;
 use super::store::Store;
-use crate::seam::{
-    Approvals, ContentBlock, Parent, ProgressSink, ProgressUpdate, RunResult, StartRequest, StopReason,
-};
+use crate::seam::{Approvals, ContentBlock, Parent, ProgressSink, ProgressUpdate, RunResult, StartRequest, StopReason};
 use crate::wire::a2a::{
     self as wire, code, method, Artifact, Message, Part, Response, Role, StreamResponse, Task, TaskArtifactUpdateEvent,
     TaskState, TaskStatus, TaskStatusUpdateEvent,

@@ -70,7 +70,9 @@ impl ElicitingApprover {
         match rules.decide(request) {
             Policy::Allow => Answer::new(Verdict::AllowOnce, "the [approvals] policy (allow)"),
             Policy::Reject => Answer::reject("the [approvals] policy (reject)"),
-            Policy::Ask => Answer::reject(format!("the [approvals] policy (ask), and {BY_CLIENT} takes no elicitation")),
+            Policy::Ask => {
+                Answer::reject(format!("the [approvals] policy (ask), and {BY_CLIENT} takes no elicitation"))
+            }
         }
     }
 }
@@ -108,11 +110,8 @@ async fn elicit(peer: Peer<RoleServer>, request: PermissionRequest, cancel: Canc
     let Some(requested_schema) = decision_schema(&request) else {
         return Answer::reject("the child offered no option to choose");
     };
-    let params = ElicitRequestParams::FormElicitationParams {
-        meta: None,
-        message: question(&request),
-        requested_schema,
-    };
+    let params =
+        ElicitRequestParams::FormElicitationParams { meta: None, message: question(&request), requested_schema };
     let asked = ServerRequest::ElicitRequest(ElicitRequest::new(params));
     let Ok(handle) = peer.send_request_with_option(asked, PeerRequestOptions::no_options()).await else {
         return Answer::reject(format!("{BY_CLIENT} is gone"));
