@@ -38,6 +38,8 @@ enum Reply {
     /// Accepts, choosing the option whose title says so.
     Choose(&'static str),
     Decline,
+    /// Never answers: waits until the server withdraws the question.
+    Never,
 }
 
 /// The SDK's client: declares elicitation (or not), records what it is
@@ -47,12 +49,14 @@ struct Eliciting {
     declares: bool,
     replies: Arc<Mutex<Vec<Reply>>>,
     asked: Arc<Mutex<Vec<(String, Value)>>>,
+    /// Questions the server withdrew while they waited.
+    withdrawn: Arc<Mutex<usize>>,
 }
 
 impl Eliciting {
     fn new(declares: bool, replies: &[Reply]) -> Self {
         let replies = Arc::new(Mutex::new(replies.iter().rev().copied().collect()));
-        Eliciting { declares, replies, asked: Arc::default() }
+        Eliciting { declares, replies, asked: Arc::default(), withdrawn: Arc::default() }
     }
 }
 
@@ -68,7 +72,7 @@ impl ClientHandler for Eliciting {
     async fn create_elicitation(
         &self,
         request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
+        context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
         let ElicitRequestParams::FormElicitationParams { message, requested_schema, .. } = request else {
             panic!("a form elicitation: {request:?}");
@@ -78,6 +82,11 @@ impl ClientHandler for Eliciting {
         let reply = self.replies.lock().unwrap().pop().expect("a reply for each question");
         Ok(match reply {
             Reply::Decline => ElicitResult::new(ElicitationAction::Decline),
+            Reply::Never => {
+                context.ct.cancelled().await;
+                *self.withdrawn.lock().unwrap() += 1;
+                return Err(ErrorData::internal_error("withdrawn", None));
+            }
             Reply::Choose(said) => {
                 let options = schema["properties"]["decision"]["oneOf"].as_array().cloned().unwrap_or_default();
                 let option = options.iter().find(|option| option["title"].as_str().unwrap_or("").contains(said));
@@ -140,6 +149,19 @@ async fn through_subagents_mcp_a_childs_request_is_elicited_and_only_an_offered_
     assert_eq!(ids, ["yes", "always", "no"], "exactly the child's options");
     assert_eq!(schema["required"], json!(["decision"]));
     assert!(asked[1].0.contains("edit lib.rs"), "{asked:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elicitation_unanswered_within_the_timeout_is_withdrawn_and_a_reject() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = asker_config(dir.path(), &[("execute", "cargo test")], "permission_timeout = \"1s\"\n");
+    let client = Eliciting::new(true, &[Reply::Never]);
+    let (failed, text) = call_through_mcp(dir.path(), &config, client.clone()).await;
+    assert!(!failed, "{text}");
+    assert_eq!(chosen(dir.path(), "asker"), ["no"]);
+    assert_eq!(client.asked.lock().unwrap().len(), 1);
+    let withdrawn = client.withdrawn.clone();
+    assert!(common::eventually(common::WAIT_LIMIT, || *withdrawn.lock().unwrap() == 1).await, "withdrawn on the wire");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -227,15 +249,20 @@ fn through_subagents_a2a_a_request_is_an_input_required_task_answered_on_the_sam
 #[test]
 fn an_a2a_question_nobody_answers_in_time_is_a_reject_and_the_task_goes_on() {
     let dir = tempfile::tempdir().unwrap();
-    let config = asker_config(dir.path(), &[("execute", "cargo test")], "permission_timeout = \"1s\"\n");
+    let calls = [("execute", "cargo test"), ("edit", "edit lib.rs")];
+    let config = asker_config(dir.path(), &calls, "permission_timeout = \"1s\"\n");
     let server = a2a_server(&config);
     let task = a2a_call(&server, "SendMessage", crate::a2a::message("work", None))["task"].clone();
     assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{task}");
-    let completed = common::blocking::eventually(common::WAIT_LIMIT, || {
-        a2a_call(&server, "GetTask", json!({"id": task["id"]}))["status"]["state"] == "TASK_STATE_COMPLETED"
+    // The first question expires; the task goes on to the next one.
+    let next = common::blocking::eventually(common::WAIT_LIMIT, || {
+        let now = a2a_call(&server, "GetTask", json!({"id": task["id"]}));
+        now["status"]["message"]["parts"][0]["text"].as_str().is_some_and(|text| text.contains("edit lib.rs"))
     });
-    assert!(completed, "the task went on to its end");
-    assert_eq!(chosen(dir.path(), "asker"), ["no"]);
+    assert!(next, "the expired question left the task");
+    let done = a2a_call(&server, "SendMessage", on_task(&task, json!([{"text": "yes"}])))["task"].clone();
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert_eq!(chosen(dir.path(), "asker"), ["no", "yes"]);
     let late = a2a_call(&server, "SendMessage", on_task(&task, json!([{"text": "yes"}])));
     assert!(late.get("error").is_some(), "a late answer is refused: {late}");
 }

@@ -95,25 +95,30 @@ impl Questions {
                 self.show(&ids, Some(queue));
             }
         }
+        // However this ends (answered, cancelled, or this future dropped
+        // by an asker that stopped waiting), the question leaves the queue.
+        let _withdraw = Withdraw { questions: self, ids: &ids, number };
         tokio::select! {
             answered = answered => match answered {
                 Ok(verdict) => Answer::new(verdict, BY_CLIENT),
                 Err(_) => Answer::reject(format!("{BY_CLIENT} is gone")),
             },
-            _ = cancel.cancelled() => {
-                let mut waiting = self.lock();
-                if let Some(queue) = waiting.get_mut(&ids.0) {
-                    let first = queue.front().is_some_and(|question| question.number == number);
-                    queue.retain(|question| question.number != number);
-                    if first {
-                        self.show(&ids, Some(queue));
-                    }
-                    if queue.is_empty() {
-                        waiting.remove(&ids.0);
-                    }
-                }
-                Answer::reject("the question was withdrawn")
-            }
+            _ = cancel.cancelled() => Answer::reject("the question was withdrawn"),
+        }
+    }
+
+    /// Takes question `number` out of its task's queue, if it is still
+    /// there; the task then shows the next question, or works on.
+    fn withdraw(&self, ids: &(String, String), number: u64) {
+        let mut waiting = self.lock();
+        let Some(queue) = waiting.get_mut(&ids.0) else { return };
+        let first = queue.front().is_some_and(|question| question.number == number);
+        queue.retain(|question| question.number != number);
+        if first {
+            self.show(ids, Some(queue));
+        }
+        if queue.is_empty() {
+            waiting.remove(&ids.0);
         }
     }
 
@@ -140,6 +145,19 @@ impl Questions {
             waiting.remove(&ids.0);
         }
         Ok(())
+    }
+}
+
+/// Withdraws its question when dropped.
+struct Withdraw<'a> {
+    questions: &'a Questions,
+    ids: &'a (String, String),
+    number: u64,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        self.questions.withdraw(self.ids, self.number);
     }
 }
 

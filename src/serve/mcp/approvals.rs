@@ -101,7 +101,10 @@ impl Approver for ElicitingApprover {
             let answer = self.by_policy(&request);
             return Box::pin(async move { answer });
         };
-        Box::pin(elicit(peer, request, cancel))
+        // Its own task: when the asker stops waiting it drops this future,
+        // and the question must still be withdrawn on the wire.
+        let asking = tokio::spawn(elicit(peer, request, cancel));
+        Box::pin(async move { asking.await.unwrap_or_else(|_| Answer::reject(format!("asking {BY_CLIENT} failed"))) })
     }
 }
 
