@@ -75,7 +75,8 @@ pub(crate) use tools::start_mcp_servers;
 #[cfg(feature = "config")]
 pub(crate) use tools::{header_problem, header_value_fits};
 pub use tools::{
-    valid_server_name, FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput, ToolSpec, Toolset,
+    valid_server_name, Approving, FnTool, ListDir, ReadFile, Tool, ToolContext, ToolError, ToolGate, ToolOutput,
+    ToolSpec, Toolset,
 };
 #[cfg(feature = "mcp-client")]
 pub use tools::{McpServer, McpServerConfig, McpServerError, McpStartError, McpTransport, MCP_TOOL_PREFIX};
@@ -616,6 +617,11 @@ impl Agent {
             Some(lease) => parent.with_budget_lease(lease),
             None => parent,
         }
+    }
+
+    /// Its route to the nearest approver (no one, unless set at build).
+    pub(crate) fn approvals(&self) -> Approvals {
+        self.inner.rare.get().and_then(|rare| rare.approvals.clone()).unwrap_or_default()
     }
 
     /// The delegation budget this agent holds, if any.

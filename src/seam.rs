@@ -148,6 +148,8 @@ mod trace;
 mod usage;
 
 pub use crate::live::ProcessLease;
+#[cfg(feature = "agent")]
+pub(crate) use approval::glob;
 pub use approval::{
     Answer, Approvals, Approver, Hop, OptionKind, PermissionOption, PermissionRequest, Policy, Rule, Rules, Verdict,
     DEFAULT_APPROVAL_TIMEOUT, MAX_SHOWN_INPUT,

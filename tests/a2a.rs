@@ -328,9 +328,9 @@ fn a_failed_task_is_an_error_with_the_agents_bounded_message() {
 // ---- against our own server: the built binary ----
 
 /// `subagents a2a`, killed when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    addr: String,
+    pub(crate) addr: String,
     _dir: tempfile::TempDir,
 }
 
@@ -368,7 +368,7 @@ fn server(extra: &[&str], env: &[(&str, &str)]) -> Server {
 }
 
 /// [`server`] with the configuration `text`.
-fn server_with(text: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
+pub(crate) fn server_with(text: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("server.toml");
     std::fs::write(&config, text).unwrap();
@@ -393,7 +393,7 @@ fn server_with(text: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
 }
 
 /// One HTTP/1.1 POST of a JSON-RPC request: the status and the body.
-fn post(addr: &str, request: &Value, token: Option<&str>) -> (u16, String) {
+pub(crate) fn post(addr: &str, request: &Value, token: Option<&str>) -> (u16, String) {
     post_as(addr, request, token, "1.0")
 }
 
@@ -421,11 +421,11 @@ fn post_raw(addr: &str, request: &Value, headers: &str) -> (u16, String) {
     (status, body)
 }
 
-fn rpc(method: &str, params: Value) -> Value {
+pub(crate) fn rpc(method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": params})
 }
 
-fn message(text: &str, skill: Option<&str>) -> Value {
+pub(crate) fn message(text: &str, skill: Option<&str>) -> Value {
     let mut message = json!({"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": text}]});
     if let Some(skill) = skill {
         message["metadata"] = json!({"skill": skill});
@@ -695,7 +695,7 @@ fn the_server_answers_json_rpc_errors_by_the_specifications_codes() {
     assert_eq!(error_code(post(&server.addr, &rpc("tasks/get", json!({"id": "x"})), None)), -32601);
     let follow_up =
         json!({"message": {"messageId": "m", "taskId": "task-1", "role": "ROLE_USER", "parts": [{"text": "more"}]}});
-    assert_eq!(error_code(post(&server.addr, &rpc("SendMessage", follow_up), None)), -32004, "multi-turn is refused");
+    assert_eq!(error_code(post(&server.addr, &rpc("SendMessage", follow_up), None)), -32001, "a task it never had");
     let unknown_skill = rpc("SendMessage", message("ping", Some("nope")));
     assert_eq!(error_code(post(&server.addr, &unknown_skill, None)), -32602);
 }

@@ -8,6 +8,9 @@
 //! The stand-in agent asks about calls it announced, and writes each
 //! option id it is given (or `none` for `cancelled`) to `<dir>/<name>.chose`.
 
+#[path = "approvals/doors.rs"]
+mod doors;
+
 use crate::common;
 use crate::stand_ins;
 
@@ -411,6 +414,33 @@ fn fanout_answers_by_its_policy_parks_the_rest_and_another_process_answers_it_on
 }
 
 #[test]
+fn an_in_process_tool_marked_approve_asks_first_and_a_reject_is_a_tool_error_the_turn_goes_on_from() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "the notes").unwrap();
+    let config = dir.path().join("subagents.toml");
+    let rules = r#"[{ tool = "read_file", permission = "allow" }, { tool = "list_dir", permission = "reject" }]"#;
+    let text = format!(
+        "[providers.careful]\nkind = \"spawn\"\napprove = [\"read_file\", \"list_dir\"]\n\n[approvals]\nrules = {rules}\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    let tasks = dir.path().join("tasks.jsonl");
+    let prompt = r#"[tool:read_file {"path": "notes.txt"}] then [tool:list_dir {"path": "."}]"#;
+    std::fs::write(&tasks, format!("{}\n", serde_json::json!({"id": "t1", "prompt": prompt}))).unwrap();
+    let out = dir.path().join("out.jsonl");
+    let mut fanout = subagents_at("fanout", &dir.path().join("home"));
+    fanout.current_dir(dir.path()).arg(&tasks).args(["--provider", "careful", "--config"]).arg(&config);
+    fanout.arg("--out").arg(&out);
+    let output = common::output_within(&mut fanout, common::WAIT_LIMIT, "fanout");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let result: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&out).unwrap().trim()).unwrap();
+    assert_eq!(result["stop_reason"], "completed", "the turn went on: {result}");
+    let said = result["output"].as_str().unwrap();
+    assert!(said.contains("the notes"), "the allowed call ran: {said}");
+    assert!(said.contains("\"list_dir\" was rejected (the approvals policy (reject)): it did not run"), "{said}");
+    assert!(!said.contains("notes.txt\n") && !said.contains("subagents.toml"), "the rejected call never ran: {said}");
+}
+
+#[test]
 fn permission_rules_and_approvals_are_checked_when_the_file_is_read() {
     use subagents::config::Config;
     let provider = "[providers.a]\nkind = \"acp\"\ncommand = \"sh\"\n";
@@ -432,6 +462,14 @@ fn permission_rules_and_approvals_are_checked_when_the_file_is_read() {
     assert!(said.contains("longer than zero"), "{said}");
     let said = refused("[approvals]\npermission = \"ask\"\ntimeout = \"1s\"");
     assert!(said.contains("`timeout`") && said.contains("[approvals]"), "{said}");
+    let spawn = |extra: &str| {
+        let text = format!("[providers.s]\nkind = \"spawn\"\n{extra}\n");
+        Config::parse(&text, "f.toml").expect_err(&text).to_string()
+    };
+    let said = spawn("approve = [\"write_file\"]");
+    assert!(said.contains("f.toml:3") && said.contains("write_file") && said.contains("read_file"), "{said}");
+    let said = spawn("approve = [\"subagent\"]\npermission_timeout = \"0s\"");
+    assert!(said.contains("longer than zero"), "{said}");
 
     let text = format!(
         "{provider}permission = \"ask\"\npermission_rules = [{{ kind = \"read\", permission = \"allow\" }}]\n\n[approvals]\nrules = [{{ title = \"*rm*\", permission = \"reject\" }}]\n"

@@ -26,6 +26,7 @@
 //! assert_eq!(tools.specs()[0].name, "add");
 //! ```
 
+mod approving;
 mod builtin;
 #[cfg(feature = "mcp-client")]
 mod mcp;
@@ -40,6 +41,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use approving::Approving;
 pub use builtin::{ListDir, ReadFile};
 #[cfg(all(feature = "mcp-client", feature = "process"))]
 pub(crate) use mcp::start_all as start_mcp_servers;
@@ -322,6 +324,9 @@ pub struct Toolset {
     entries: Arc<Vec<Arc<Entry>>>,
     /// Shared by clones until one adds a gate (most sets have none).
     gates: Arc<Vec<Arc<dyn ToolGate>>>,
+    /// The tools that ask the nearest approver before they run (one run's:
+    /// its "allow always" grants are that run's).
+    approving: Option<Arc<Approving>>,
     /// Shared (clones and children of one filter hold one copy), and
     /// boxed: most tool sets have none, and the agent holds its set inline.
     filter: Option<Arc<ToolFilter>>,
@@ -408,6 +413,12 @@ impl Toolset {
     /// Adds a pre-execute gate; gates run in the order added.
     pub fn add_gate(&mut self, gate: impl ToolGate) {
         Arc::make_mut(&mut self.gates).push(Arc::new(gate));
+    }
+
+    /// Calls of the tools `approving` names ask before they run (see
+    /// [`Approving`]); replaces what was set before.
+    pub fn approve(&mut self, approving: Approving) {
+        self.approving = Some(Arc::new(approving));
     }
 
     /// Hides and denies tools the filter does not permit.
@@ -518,6 +529,11 @@ impl Toolset {
         };
         if !violations.is_empty() {
             return ToolOutput::error(format!("invalid arguments for {:?}:\n- {}", call.name, violations.join("\n- ")));
+        }
+        if let Some(approving) = self.approving.as_ref().filter(|approving| approving.covers(&call.name)) {
+            if let Err(rejected) = approving.ask(call, &context).await {
+                return rejected;
+            }
         }
         // Created inside the future so a tool that panics before its first
         // await is contained too.

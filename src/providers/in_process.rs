@@ -30,6 +30,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures_util::future::{BoxFuture, Either, LocalBoxFuture};
 use futures_util::FutureExt;
@@ -38,8 +39,8 @@ use tokio_util::sync::CancellationToken;
 
 use self::mcp_mounts::{McpMounts, RunMounts, MCP_TOOL_PREFIX};
 use crate::agent::{
-    completed_prefix, ids, Agent, AgentBuilder, AgentError, AgentUpdate, ListDir, Model, ReadFile, SessionEvent,
-    SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
+    completed_prefix, ids, Agent, AgentBuilder, AgentError, AgentUpdate, Approving, ListDir, Model, ReadFile,
+    SessionEvent, SessionStore, Tool, ToolContext, ToolOutput, ToolSpec, Toolset, TurnOutcome,
 };
 use crate::seam::ProgressUpdate;
 use crate::seam::{
@@ -126,6 +127,9 @@ struct InProcessConfig {
     budget: Option<Budget>,
     /// The MCP servers whose tools each child mounts; `None`: its parent's.
     mcp: Option<Arc<McpMounts>>,
+    /// The tools (names or globs) that ask before they run, and how long
+    /// they wait for an answer.
+    approve: Option<(Arc<[String]>, Duration)>,
 }
 
 /// The provider behind `spawn` and `fork` (build one with
@@ -170,6 +174,7 @@ impl InProcessProvider {
             persona: None,
             budget: None,
             mcp: None,
+            approve: None,
         };
         InProcessProvider {
             name: name.into(),
@@ -229,6 +234,15 @@ impl InProcessProvider {
     /// under a caller's budget keeps the caller's.
     pub fn with_budget(mut self, budget: Budget) -> Self {
         self.config.budget = (!budget.is_unlimited()).then_some(budget);
+        self
+    }
+
+    /// Each child's calls of these tools (names or `*`/`?` globs, built-in
+    /// and MCP tools alike) ask the run's nearest approver first, waiting
+    /// at most `timeout`; a reject is a tool error the model sees, and the
+    /// tool does not run (see [`Approving`]).
+    pub fn with_approve(mut self, tools: Vec<String>, timeout: Duration) -> Self {
+        self.config.approve = (!tools.is_empty()).then(|| (Arc::from(tools), timeout));
         self
     }
 
@@ -303,6 +317,10 @@ impl InProcessProvider {
         if context.approvals().has_approver() {
             // Its children's requests climb the same route, this run on its path.
             builder = builder.approvals(context.approvals().clone());
+        }
+        if let Some((tools, timeout)) = &self.config.approve {
+            // Its own grants: "allow always" never outlives the run.
+            builder.toolset_mut().approve(Approving::new(tools.clone(), *timeout));
         }
         if let Some(schema) = &request.output_schema {
             let tool = StructuredOutputTool::new(schema, context.clone(), captured.clone());

@@ -70,6 +70,8 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+#[cfg(feature = "agent")]
+pub(crate) use self::rules::glob;
 pub use self::rules::{Policy, Rule, Rules};
 use super::safe_line;
 

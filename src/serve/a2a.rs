@@ -47,12 +47,21 @@
 //! cancelled, so its streams get its final `CANCELED` status; a stream
 //! still open after the grace gets the task as it stands, and ends.
 //!
+//! # Permission requests
+//!
+//! A run's descendant that asks for permission turns the task
+//! `TASK_STATE_INPUT_REQUIRED`, the question its status message; a message
+//! naming the task (`taskId`) answers it and the task resumes (see
+//! `a2a/questions.rs`).
+//!
 //! # Not supported
 //!
-//! Multi-turn (a message naming a `taskId`), push notifications, the
-//! extended card, the HTTP+JSON and gRPC bindings, file parts and tenants.
+//! Multi-turn beyond answering a question (any other message naming a
+//! `taskId` is refused), push notifications, the extended card, the
+//! HTTP+JSON and gRPC bindings, file parts and tenants.
 
 mod http;
+mod questions;
 mod rpc;
 mod slots;
 mod store;
@@ -179,10 +188,12 @@ pub fn serve_a2a(options: A2aServeOptions, ready: impl FnOnce(SocketAddr)) -> Re
         .build()
         .map_err(ServeError::Runtime)?;
     let closing = CancellationToken::new();
+    let store = Store::new(options.max_tasks, options.max_task_bytes, options.task_ttl);
     let service = Arc::new(Service {
         subagents: runtime.subagents(),
         skills,
-        store: Store::new(options.max_tasks, options.max_task_bytes, options.task_ttl),
+        questions: questions::Questions::new(store.clone()),
+        store,
         cwd,
         closing: closing.clone(),
     });

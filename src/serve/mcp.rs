@@ -47,6 +47,11 @@
 //! - **Fan-out**: calls run concurrently, their runs at most
 //!   `--concurrency` at once (the default four per core); the others queue
 //!   (a queued call is told so through its progress) and reading goes on.
+//! - **Permission requests** of the calls' descendants (an ACP child with
+//!   `permission = "ask"`, an in-process tool marked `approve`) are asked
+//!   of the client with `elicitation/create` when it declared the
+//!   capability, else decided by the configuration's `[approvals]` rules,
+//!   else rejected (`mcp/approvals.rs`).
 //! - **Cancellation**: `notifications/cancelled` for a call cancels its run
 //!   and the run's subtree; the run is disposed and its place freed, and,
 //!   as MCP asks, no answer is sent (the SDK's client resolves the call as
@@ -73,6 +78,7 @@
 //! serve_mcp(options).expect("served until EOF");
 //! ```
 
+mod approvals;
 mod framing;
 mod progress;
 mod tools;
@@ -95,12 +101,13 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use self::approvals::ElicitingApprover;
 use self::progress::Progress;
 use self::tools::{Catalog, Limits, Target};
 use super::{preflight, ServeError};
 use crate::agent::{Agent, ListDir, Model, ModelSpec, ReadFile, ScriptedModel, Tool, ToolContext, ToolOutput, Toolset};
 use crate::providers::{ChildInfo, InProcessProvider};
-use crate::seam::TraceContext;
+use crate::seam::{Approvals, Rules, TraceContext};
 use crate::telemetry;
 use crate::tool::{
     shared_delegating_toolset, Begun, Delegated, Delegation, MaxDepth, SubagentTool, SubagentToolConfig, TaskService,
@@ -254,6 +261,9 @@ struct Session {
     concurrency: usize,
     /// Cancelled at stdin EOF: every call and its runs end.
     closing: CancellationToken,
+    /// Where the children's permission requests are asked (the client,
+    /// known from its first call).
+    approver: Arc<ElicitingApprover>,
 }
 
 impl Session {
@@ -299,7 +309,8 @@ impl Session {
             }
         };
         let read_only = children_read_only(&kit, "subagent");
-        Session::serving(subagents, tasks, options, name, max_depth, read_only, cwd, spec, &runtime.home())
+        let serving = Serving { name, max_depth, children_read_only: read_only, policy: None };
+        Session::serving(subagents, tasks, options, serving, cwd, spec, &runtime.home())
     }
 
     /// The session on a configured provider: every provider of the file
@@ -330,23 +341,23 @@ impl Session {
             true => MaxDepth::Limit(configured.config.tool_max_depth()),
             false => MaxDepth::ProviderManaged,
         };
-        Session::serving(subagents, tasks, options, name, max_depth, false, cwd, spec, &runtime.home())
+        let policy = configured.config.approvals().cloned();
+        let serving = Serving { name, max_depth, children_read_only: false, policy };
+        Session::serving(subagents, tasks, options, serving, cwd, spec, &runtime.home())
     }
 
     /// The session once its provider is registered: the `subagent` tool on
     /// `name`, the catalog, the root.
-    #[allow(clippy::too_many_arguments)]
     fn serving(
         subagents: Subagents,
         tasks: TaskService,
         options: &McpServeOptions,
-        name: &str,
-        max_depth: MaxDepth,
-        children_read_only: bool,
+        serving: Serving<'_>,
         cwd: &Path,
         spec: &ModelSpec,
         home: &Path,
     ) -> Result<Session, ServeError> {
+        let Serving { name, max_depth, children_read_only, policy } = serving;
         let concurrency = options.concurrency.unwrap_or_else(default_concurrency).max(1);
         let slots = Arc::new(Semaphore::new(concurrency));
         let config = SubagentToolConfig::new(name).with_max_depth(max_depth);
@@ -365,12 +376,16 @@ impl Session {
         // session owns the background tasks) and the children's parent. Its
         // session is in the home, so `sessions tree` of it shows every run
         // the client started (a process child's included).
+        // What its descendants ask climbs to the client.
+        let approver = Arc::new(ElicitingApprover::new(policy));
         let root = Agent::builder(ScriptedModel::new())
+            .approvals(Approvals::new(approver.clone()))
             .store(crate::agent::SessionStore::new(home))
             .cwd(cwd)
             .build()
             .map_err(|e| ServeError::Options(e.to_string()))?;
-        Ok(Session { subagents, root, subagent, catalog, slots, concurrency, closing: CancellationToken::new() })
+        let closing = CancellationToken::new();
+        Ok(Session { subagents, root, subagent, catalog, slots, concurrency, closing, approver })
     }
 
     /// The context the client's call `call_id` runs with, as the root.
@@ -438,6 +453,16 @@ impl Session {
             Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
         }
     }
+}
+
+/// What a session serves: the provider its calls start children on, and
+/// what is said of them.
+struct Serving<'a> {
+    name: &'a str,
+    max_depth: MaxDepth,
+    children_read_only: bool,
+    /// The configuration's `[approvals]`, for a client that cannot be asked.
+    policy: Option<Rules>,
 }
 
 /// Whether a `subagent` call leaves everything as it found it: every tool
@@ -525,6 +550,7 @@ impl ServerHandler for Server {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let session = &self.0;
+        session.approver.attach(&context.peer);
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let target = session.catalog.check(&request.name, &arguments)?;
         let cancel = session.closing.child_token();

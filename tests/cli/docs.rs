@@ -392,6 +392,7 @@ fn sample(kind: &str, key: &str) -> String {
         (_, "pool") => "{ size = 1 }",
         (_, "model") => "\"scripted\"",
         (_, "tools") => "[\"read_file\"]",
+        (_, "approve") => "[\"subagent\"]",
         (_, "max_depth" | "max_steps" | "max_tokens" | "structured_nudge_retries" | "seed") => "2",
         (_, "persona") => "\"terse\"",
         (_, "budget") => "{ runs = 5 }",

@@ -9,6 +9,8 @@
 //! tools = ["read_file", "subagent"]
 //! max_depth = 2
 //! budget = { runs = 50, deadline = "10m" }
+//! approve = ["subagent", "mcp__git__*"]   # these ask the nearest approver first
+//! permission_timeout = "5m"               # no answer by then is a reject (default 10 min)
 //! ```
 
 use std::sync::Arc;
@@ -60,7 +62,12 @@ struct Table {
     /// Read as [`BudgetTable`] once its keys are checked.
     budget: Option<Spanned<toml::Value>>,
     mcp_servers: Option<Spanned<Vec<Spanned<String>>>>,
+    approve: Option<Spanned<Vec<Spanned<String>>>>,
+    permission_timeout: Option<Spanned<String>>,
 }
+
+/// The tools `approve` may name besides MCP tools (`mcp__SERVER__TOOL`).
+const APPROVABLE: [&str; 6] = ["read_file", "list_dir", "subagent", "task_output", "task_list", "task_kill"];
 
 /// `budget = { … }`: what each run may spend.
 #[derive(Debug, Deserialize)]
@@ -78,6 +85,7 @@ struct InProcess {
     fork: bool,
     table: Table,
     budget: Option<Budget>,
+    permission_timeout: Option<std::time::Duration>,
 }
 
 fn check(
@@ -125,7 +133,25 @@ fn check(
             }
         }
     }
-    Ok(Box::new(InProcess { fork, table, budget }))
+    for name in table.approve.iter().flat_map(|names| names.get_ref()) {
+        let known = APPROVABLE.contains(&name.get_ref().as_str())
+            || name.get_ref().starts_with("mcp__")
+            || name.get_ref().contains(['*', '?']);
+        if !known {
+            let message = format!(
+                "`approve`: unknown tool {}: {}, an MCP tool (mcp__SERVER__TOOL) or a glob",
+                crate::config::bounds::quoted(name.get_ref()),
+                APPROVABLE.join(", ")
+            );
+            return Err(source.error(Some(name.span()), message));
+        }
+    }
+    let permission_timeout = checking.duration("permission_timeout", &table.permission_timeout)?;
+    if permission_timeout.is_some_and(|timeout| timeout.is_zero()) {
+        let span = table.permission_timeout.as_ref().map(Spanned::span);
+        return Err(source.error(span, "`permission_timeout` must be longer than zero"));
+    }
+    Ok(Box::new(InProcess { fork, table, budget, permission_timeout }))
 }
 
 impl Checked for InProcess {
@@ -166,6 +192,11 @@ impl InProcess {
         }
         if let Some(budget) = self.budget {
             provider = provider.with_budget(budget);
+        }
+        if let Some(approve) = &table.approve {
+            let tools = approve.get_ref().iter().map(|name| name.get_ref().clone()).collect();
+            let timeout = self.permission_timeout.unwrap_or(crate::seam::DEFAULT_APPROVAL_TIMEOUT);
+            provider = provider.with_approve(tools, timeout);
         }
         if let Some(retries) = &table.structured_nudge_retries {
             provider = provider.with_structured_nudge_retries(*retries.get_ref());

@@ -144,7 +144,7 @@ fn under(prefix: &Path, path: &Path) -> bool {
 }
 
 /// `*` and `?` globbing over characters.
-fn glob(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob(pattern: &str, text: &str) -> bool {
     let pattern: Vec<char> = pattern.chars().collect();
     let text: Vec<char> = text.chars().collect();
     // The classic two-pointer walk: at most one star is backtracked to.

@@ -8,8 +8,9 @@ use serde_json::{json, Value};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use super::questions::Questions;
 use super::store::Store;
-use crate::seam::{ContentBlock, Parent, ProgressSink, ProgressUpdate, RunResult, StartRequest, StopReason};
+use crate::seam::{Approvals, ContentBlock, Parent, ProgressSink, ProgressUpdate, RunResult, StartRequest, StopReason};
 use crate::wire::a2a::{
     self as wire, code, method, Artifact, Message, Part, Response, Role, StreamResponse, Task, TaskArtifactUpdateEvent,
     TaskState, TaskStatus, TaskStatusUpdateEvent,
@@ -27,6 +28,8 @@ pub(super) struct Service {
     /// The providers messages may name (`metadata.skill`), the first the default.
     pub(super) skills: Vec<String>,
     pub(super) store: Arc<Store>,
+    /// The runs' permission requests, waiting on their tasks' clients.
+    pub(super) questions: Arc<Questions>,
     pub(super) cwd: std::path::PathBuf,
     /// Tripped at shutdown: open streams end with a final event.
     pub(super) closing: CancellationToken,
@@ -65,6 +68,8 @@ impl Service {
                 let Some((snapshot, feed)) = self.store.follow(&task) else {
                     return fail(code::INTERNAL, "the task was evicted at once");
                 };
+                // An answer resumes its task: the reply follows it as a new
+                // message's does.
                 if request.method == method::SEND_STREAMING_MESSAGE {
                     let first = StreamResponse { task: Some(snapshot), ..StreamResponse::default() };
                     return Answer::Stream(Box::new(Stream { id, first, feed, task_id: task }));
@@ -72,7 +77,7 @@ impl Service {
                 let immediately = params["configuration"]["returnImmediately"].as_bool() == Some(true);
                 let task = match immediately {
                     true => snapshot,
-                    false => self.settled(&task, snapshot, feed, None).await,
+                    false => self.settled(&task, snapshot, feed, Until::EndOrInput, None).await,
                 };
                 Answer::Json(Response::result(id, json!({ "task": task })))
             }
@@ -90,7 +95,7 @@ impl Service {
                     None => fail(code::TASK_NOT_FOUND, "task not found"),
                     Some(false) => fail(code::TASK_NOT_CANCELABLE, "the task has ended"),
                     Some(true) => {
-                        let task = self.settled(&task, snapshot, feed, Some(CANCEL_WAIT)).await;
+                        let task = self.settled(&task, snapshot, feed, Until::End, Some(CANCEL_WAIT)).await;
                         Answer::Json(Response::result(id, to_value(&task)))
                     }
                 }
@@ -112,14 +117,14 @@ impl Service {
         }
     }
 
-    /// Starts the run a `SendMessageRequest` asks for: its task's id.
+    /// Starts the run a `SendMessageRequest` asks for, or answers the
+    /// question of the task it names: the task's id.
     fn start(self: &Arc<Self>, params: &Value) -> Result<String, (i64, String)> {
         let invalid = |message: String| (code::INVALID_PARAMS, message);
         let message: Message = serde_json::from_value(params["message"].clone())
             .map_err(|e| invalid(format!("params.message is not a Message: {e}")))?;
-        if message.task_id.is_some() {
-            let reason = "a message to an existing task (multi-turn) is not supported";
-            return Err((code::UNSUPPORTED_OPERATION, reason.to_owned()));
+        if let Some(task_id) = &message.task_id {
+            return self.answer(task_id, message.clone());
         }
         let text: Vec<&str> = message.parts.iter().filter_map(|part| part.text.as_deref()).collect();
         if text.is_empty() {
@@ -143,8 +148,10 @@ impl Service {
             history: vec![message.clone()],
         };
         self.store.insert(task, cancel.clone()).map_err(|full| (code::INTERNAL, full.to_string()))?;
-        let mut request =
-            StartRequest::with_blocks(vec![ContentBlock::text(text.join("\n"))], Parent::root(&self.cwd), cancel);
+        // What its descendants ask waits on this task's client.
+        let approver = self.questions.approver((task_id.clone(), context_id.clone()));
+        let parent = Parent::root(&self.cwd).with_approvals(Approvals::new(Arc::new(approver)));
+        let mut request = StartRequest::with_blocks(vec![ContentBlock::text(text.join("\n"))], parent, cancel);
         if let Some(schema) = metadata.get("outputSchema").filter(|schema| schema.is_object()) {
             request = request.with_output_schema(schema.clone());
         }
@@ -160,6 +167,25 @@ impl Service {
         let service = self.clone();
         tokio::spawn(async move { service.run(skill, request.with_progress(sink), ids).await });
         Ok(task_id)
+    }
+
+    /// A message to the existing task `task_id`: the answer to its question
+    /// (see `questions.rs`), kept in its history.
+    fn answer(&self, task_id: &str, message: Message) -> Result<String, (i64, String)> {
+        let Some(task) = self.store.get(task_id) else {
+            return Err((code::TASK_NOT_FOUND, "task not found".to_owned()));
+        };
+        if task.status.state.is_terminal() {
+            return Err((code::UNSUPPORTED_OPERATION, "the task has ended".to_owned()));
+        }
+        let context_id = task.context_id.clone().unwrap_or_default();
+        if message.context_id.as_ref().is_some_and(|context| *context != context_id) {
+            return Err((code::INVALID_PARAMS, "the message's contextId is not its task's".to_owned()));
+        }
+        let ids = (task.id, context_id);
+        self.questions.answer(&ids, &message)?;
+        self.store.record(&ids.0, message);
+        Ok(ids.0)
     }
 
     /// Runs the task to its end and publishes it.
@@ -194,18 +220,21 @@ impl Service {
         self.store.publish(&ids.0, status_event(&ids, state, said));
     }
 
-    /// The task once terminal (or interrupted), or as it stands after `wait`.
+    /// The task once terminal (or, `Until::EndOrInput`, interrupted), or as
+    /// it stands after `wait`.
     async fn settled(
         &self,
         task: &str,
         snapshot: Task,
         mut feed: broadcast::Receiver<StreamResponse>,
+        until: Until,
         wait: Option<Duration>,
     ) -> Task {
+        let stops = |state: TaskState| state.is_terminal() || (until == Until::EndOrInput && state.is_interrupted());
         let until_end = async {
             loop {
                 match self.store.get(task) {
-                    Some(known) if known.status.state.is_terminal() || known.status.state.is_interrupted() => return,
+                    Some(known) if stops(known.status.state) => return,
                     None => return,
                     Some(_) => {}
                 }
@@ -244,6 +273,15 @@ impl Service {
             .collect();
         json!({"tasks": tasks, "nextPageToken": next_token, "pageSize": page_size, "totalSize": total})
     }
+}
+
+/// What a caller of [`Service::settled`] waits for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// A terminal state (a cancel: a question withdrawn is no end).
+    End,
+    /// A terminal state, or the task waiting on its client.
+    EndOrInput,
 }
 
 /// A run's end as a task state and, for a failure, what to say.

@@ -154,6 +154,18 @@ impl Store {
         while tasks.bytes > self.max_bytes && tasks.evict_oldest_ended(Some(id)) {}
     }
 
+    /// Adds the client's `message` to the task's history (an answer on the
+    /// task); past the byte bound, older ended tasks leave.
+    pub(super) fn record(&self, id: &str, message: Message) {
+        let mut tasks = self.lock();
+        let Some(entry) = tasks.by_id.get_mut(id) else { return };
+        let bytes = message.bytes();
+        entry.bytes += bytes;
+        entry.task.history.push(message);
+        tasks.bytes += bytes;
+        while tasks.bytes > self.max_bytes && tasks.evict_oldest_ended(Some(id)) {}
+    }
+
     /// Tasks newest first, filtered, from `offset`: the page and the total.
     pub(super) fn list(
         &self,
