@@ -12,6 +12,7 @@
 //! them (unknown fields are ignored); anything else bumps [`VERSION`].
 
 pub(crate) mod broker;
+pub(crate) mod schedule;
 
 use std::fmt;
 
