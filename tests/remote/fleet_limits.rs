@@ -94,7 +94,10 @@ impl StandIn {
             buffer.drain(..head_end + length);
             let (status, body) = if self.admit(per_second) {
                 self.answered.fetch_add(1, Ordering::Relaxed);
-                ("200 OK", r#"{"choices":[{"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":3}}"#)
+                (
+                    "200 OK",
+                    r#"{"choices":[{"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":3}}"#,
+                )
             } else {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 ("429 Too Many Requests\r\nretry-after: 1", r#"{"error":{"message":"rate limited"}}"#)

@@ -60,8 +60,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use gate::{Gate, Slot};
 pub use gate::DEFAULT_CONCURRENCY_CAP;
+use gate::{Gate, Slot};
 use shared::Sharing;
 pub use shared::{Booked, Booking, SharedSchedule, SharedStats, Unshared, SLICE_SPAN};
 
@@ -319,7 +319,12 @@ impl Limiter {
 
     /// Waits for this process's turn on its own schedule (the fleet's
     /// `1 / members` of the limits when `members` > 1), then books it.
-    async fn take_turn(&self, estimated_tokens: u64, members: u32, cancel: &CancellationToken) -> Result<(), Cancelled> {
+    async fn take_turn(
+        &self,
+        estimated_tokens: u64,
+        members: u32,
+        cancel: &CancellationToken,
+    ) -> Result<(), Cancelled> {
         let inner = &self.inner;
         let _turn = tokio::select! {
             biased;

@@ -135,12 +135,18 @@ impl BrokerSchedule {
             let answer = change(&mut record, now);
             let bytes = serde_json::to_vec(&record).expect("a record encodes");
             let written = match revision {
-                Some(revision) => self.store.update(&self.key, bytes.into(), revision).await.map(drop).map_err(|e| {
-                    (e.kind() == kv::UpdateErrorKind::WrongLastRevision, e.to_string())
-                }),
-                None => self.store.create(&self.key, bytes.into()).await.map(drop).map_err(|e| {
-                    (e.kind() == kv::CreateErrorKind::AlreadyExists, e.to_string())
-                }),
+                Some(revision) => self
+                    .store
+                    .update(&self.key, bytes.into(), revision)
+                    .await
+                    .map(drop)
+                    .map_err(|e| (e.kind() == kv::UpdateErrorKind::WrongLastRevision, e.to_string())),
+                None => self
+                    .store
+                    .create(&self.key, bytes.into())
+                    .await
+                    .map(drop)
+                    .map_err(|e| (e.kind() == kv::CreateErrorKind::AlreadyExists, e.to_string())),
             };
             match written {
                 Ok(()) => return Ok(answer),
