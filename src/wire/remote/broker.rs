@@ -114,6 +114,7 @@ impl Names {
     }
 
     /// Shared routes' schedules (`route.<name>`).
+    #[cfg(feature = "config")]
     pub(crate) fn limits_bucket(&self) -> String {
         format!("{}-limits", self.prefix)
     }
