@@ -33,6 +33,12 @@ enum Policy {
     Slow {
         delay: Duration,
     },
+    /// Refuses the first `refusals` requests with a bare 429 (no header
+    /// says when to come back), then admits everything after `delay`.
+    Overloaded {
+        refusals: usize,
+        delay: Duration,
+    },
 }
 
 /// The stand-in: its counts, and every request's arrival and status.
@@ -125,6 +131,7 @@ impl Server {
             }
             Policy::RefuseFirst { .. } => !log.is_empty(),
             Policy::Slow { .. } => true,
+            Policy::Overloaded { refusals, .. } => log.len() >= refusals,
         };
         log.push((now, if admitted { 200 } else { 429 }));
         admitted
@@ -135,19 +142,20 @@ impl Server {
         if !admitted {
             self.refused.fetch_add(1, Ordering::Relaxed);
             let retry_after = match self.policy {
-                Policy::RefuseFirst { retry_after_secs } => retry_after_secs,
-                _ => 1,
+                Policy::RefuseFirst { retry_after_secs } => format!("retry-after: {retry_after_secs}\r\n"),
+                Policy::Overloaded { .. } => String::new(),
+                _ => "retry-after: 1\r\n".to_owned(),
             };
             let body = r#"{"error":{"message":"rate limited"}}"#;
             return format!(
-                "HTTP/1.1 429 Too Many Requests\r\nretry-after: {retry_after}\r\ncontent-type: application/json\r\n\
+                "HTTP/1.1 429 Too Many Requests\r\n{retry_after}content-type: application/json\r\n\
                  content-length: {}\r\n\r\n{body}",
                 body.len()
             );
         }
         let in_flight = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
         self.most_in_flight.fetch_max(in_flight, Ordering::AcqRel);
-        if let Policy::Slow { delay } = self.policy {
+        if let Policy::Slow { delay } | Policy::Overloaded { delay, .. } = self.policy {
             tokio::time::sleep(delay).await;
         }
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -279,5 +287,36 @@ fn no_more_than_max_concurrent_calls_of_a_route_are_in_flight() {
     assert_eq!(server.most_in_flight.load(Ordering::Acquire), 3, "three at a time, and no more");
     assert!(elapsed >= Duration::from_millis(390), "four rounds of three: {elapsed:?}");
     assert!(results.iter().filter(|r| r.usage.limit_wait_ms >= 90).count() >= 9, "{results:?}");
+    assert!(runtime.shutdown_blocking().live_after.is_quiescent());
+}
+
+#[test]
+fn bare_429s_halve_the_routes_concurrency_and_answered_calls_grow_it_back() {
+    let home = tempfile::tempdir().unwrap();
+    // Eight bare refusals, then every call answered after 20 ms.
+    let server = server_on(Policy::Overloaded { refusals: 8, delay: Duration::from_millis(20) });
+    let limits = RouteLimits { max_concurrent: Some(16), ..RouteLimits::default() };
+    let route = route(&server, limits);
+    let (runtime, subagents) = runtime_on(&route, home.path());
+    assert_eq!(route.limiter().stats().concurrency, 16);
+
+    // Sixteen calls at once: the first eight are refused with nothing said.
+    let (results, _) = run_all(&runtime, &subagents, 16, 16);
+    assert!(results.iter().all(|r| r.stop_reason == StopReason::Completed), "{results:?}");
+    let after_overload = route.limiter().stats();
+    assert_eq!((after_overload.refused, after_overload.refused_unexplained), (8, 8), "{after_overload:?}");
+    assert!(after_overload.concurrency < 16, "the refusals drove the concurrency down: {after_overload:?}");
+
+    // While it is down, no more than that many calls are in flight at once.
+    server.most_in_flight.store(0, Ordering::Release);
+    let down_to = after_overload.concurrency as usize;
+    let (results, _) = run_all(&runtime, &subagents, 300, 32);
+    assert!(results.iter().all(|r| r.stop_reason == StopReason::Completed));
+    let recovered = route.limiter().stats();
+    assert_eq!(recovered.concurrency, 16, "answered calls grew it back to the cap: {recovered:?}");
+    assert_eq!(recovered.requests, 16 + 8 + 300, "every attempt was admitted once: {recovered:?}");
+    let most = server.most_in_flight.load(Ordering::Acquire);
+    assert!(most > down_to && most <= 16, "{most} in flight at most: above {down_to} as it grew, never above 16");
+    eprintln!("bare 429s: concurrency down to {down_to}, back to {} after 300 answered", recovered.concurrency);
     assert!(runtime.shutdown_blocking().live_after.is_quiescent());
 }

@@ -17,6 +17,8 @@ mod bounds;
 mod cancel;
 #[path = "remote/faults.rs"]
 mod faults;
+#[path = "remote/fleet_limits.rs"]
+mod fleet_limits;
 #[path = "remote/full_disk.rs"]
 mod full_disk;
 #[path = "remote/reattach.rs"]

@@ -13,6 +13,7 @@
 //!   latency p50 29.4ms, p99 98.2ms
 //!   tokens 5200000 (input 4000000, output 1200000, cache read 0, cache write 0)
 //!   model calls 200000, attempts 200000, waited on rate limits 0.0s
+//!   route "fast": 200000 requests, 0 answered 429/529 (0 without advice), waited 0.0s, concurrency 256 of 256
 //! ```
 //!
 //! The token and call figures are every task run's tree together (each
@@ -89,6 +90,8 @@ pub struct Summary {
     /// Pipeline steps settled without a run (skipped after a failure, or
     /// a prompt or list that could not be made).
     unrun: usize,
+    /// Each model route's limiter as the batch ended ([`Summary::with_routes`]).
+    routes: Vec<(String, crate::agent::RouteStats)>,
 }
 
 /// A pipeline's steps as the batch ended.
@@ -225,6 +228,13 @@ impl Summary {
         self.incomplete == 0
     }
 
+    /// Adds what each model route's limiter saw (`Limiter::stats`, taken
+    /// as the batch ended): a line each for the routes that were called.
+    pub fn with_routes(mut self, routes: impl IntoIterator<Item = (String, crate::agent::RouteStats)>) -> Self {
+        self.routes = routes.into_iter().filter(|(_, stats)| stats.requests > 0).collect();
+        self
+    }
+
     /// Writes the summary for a person (the outcomes are the library's own
     /// words: nothing here came from a child).
     pub fn write_to(&self, out: &mut dyn Write) -> std::io::Result<()> {
@@ -295,6 +305,26 @@ impl Summary {
             usage.attempts,
             waited.as_secs_f64()
         )?;
+        for (name, stats) in &self.routes {
+            write!(
+                out,
+                "  route {name:?}: {} requests, {} answered 429/529 ({} without advice), waited {:.1}s, \
+                 concurrency {} of {}",
+                stats.requests,
+                stats.refused,
+                stats.refused_unexplained,
+                stats.waited.as_secs_f64(),
+                stats.concurrency,
+                stats.concurrency_cap
+            )?;
+            if let Some(shared) = &stats.shared {
+                write!(out, ", shared by {} processes", shared.members)?;
+                if shared.fallback.is_some() {
+                    write!(out, " (on its own fraction now: the broker is out of reach)")?;
+                }
+            }
+            writeln!(out)?;
+        }
         Ok(())
     }
 }

@@ -15,6 +15,7 @@
 //! rpm = 300                       # requests a minute, for every run in the process
 //! tpm = 200000                    # tokens a minute
 //! max_concurrent = 32             # calls in flight
+//! shared = false                  # true: the limits bind every `remote` worker together
 //!
 //! [providers.spawn]
 //! kind = "spawn"
@@ -130,6 +131,7 @@ fn route(
     }
     route.max_tokens = table.max_tokens.as_ref().map(|v| *v.get_ref());
     route.retries = table.retries.as_ref().map(|v| *v.get_ref());
+    route.shared = table.shared.as_ref().is_some_and(|v| *v.get_ref());
     Ok((route, problem))
 }
 

@@ -44,6 +44,7 @@ pub(super) struct RouteTable {
     pub(super) rpm: Option<Spanned<u32>>,
     pub(super) tpm: Option<Spanned<u64>>,
     pub(super) max_concurrent: Option<Spanned<u32>>,
+    pub(super) shared: Option<Spanned<bool>>,
 }
 
 /// A route's `api`.

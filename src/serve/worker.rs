@@ -42,6 +42,11 @@
 //! A worker holds no state of its own beyond its home's sessions: kill it
 //! and its runs go to another worker after the ack wait.
 //!
+//! A route of its configuration marked `shared = true` books its starts on
+//! the broker (the `p-limits` bucket), so every worker on the route keeps
+//! to its `rpm`, `tpm` and `max_concurrent` together (see
+//! [`Limiter::share`](crate::agent::Limiter::share)).
+//!
 //! [`remote`]: crate::providers::remote
 
 mod held;
@@ -216,6 +221,18 @@ fn register_provider(
     Ok(registered?.into())
 }
 
+/// Books the starts of every route marked `shared` on the broker's
+/// schedule, with this worker as a member of its fleet.
+#[cfg(feature = "config")]
+async fn share_routes(broker: &Broker, config: &crate::config::Config, worker: &str) -> Result<(), String> {
+    for route in config.routes().filter(|route| route.shared) {
+        let schedule = crate::wire::remote::schedule::BrokerSchedule::bind(broker, &route.name, worker).await?;
+        route.limiter().share(Arc::new(schedule));
+        tracing::debug!(worker = %worker, route = %route.name, "the route's limits are shared through the broker");
+    }
+    Ok(())
+}
+
 /// What every held run of this worker shares.
 pub(crate) struct Shared {
     broker: Broker,
@@ -360,6 +377,10 @@ async fn work(
     let broker =
         broker::connect(&options.nats_url, &worker, &options.broker, options.connect_timeout, on_event).await?;
     lock(&connected_since).get_or_insert_with(Instant::now);
+    #[cfg(feature = "config")]
+    if let Some(configured) = &options.configured {
+        share_routes(&broker, &configured.config, &worker).await?;
+    }
     let consumer = broker::ensure_consumer(&broker, &options.pool, &options.broker).await?;
     let ack_wait = consumer.cached_info().config.ack_wait;
     let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;

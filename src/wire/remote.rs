@@ -12,6 +12,9 @@
 //! them (unknown fields are ignored); anything else bumps [`VERSION`].
 
 pub(crate) mod broker;
+// Used by workers whose configuration shares a route.
+#[cfg(feature = "config")]
+pub(crate) mod schedule;
 
 use std::fmt;
 

@@ -377,11 +377,15 @@ impl Endpoint {
                     None
                 }
                 Err(_) => return Err(ModelError::Timeout(bounds.timeout)),
-                Ok(Ok(response)) if response.status().is_success() => return Ok((response, permit)),
+                Ok(Ok(response)) if response.status().is_success() => {
+                    self.limiter.answered(&permit);
+                    return Ok((response, permit));
+                }
                 Ok(Ok(response)) => {
                     let status = response.status().as_u16();
                     let told = self.after_refusal(status, response.headers());
                     if rate_limited(status) {
+                        self.limiter.refused(&permit, told.is_some());
                         // Refused unworked: it used no tokens.
                         permit.settle(0);
                     } else {

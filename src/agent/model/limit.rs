@@ -25,8 +25,17 @@
 //!
 //! A cancelled wait charges nothing and holds nothing: the slot and the
 //! turn are released as the future is dropped. The limiter is one per
-//! route and per process; a `process` child or a remote worker runs its
-//! own.
+//! route and per process; [`Limiter::share`] makes it book its starts on
+//! a schedule the whole fleet shares (module `shared`: the `remote`
+//! workers of a route marked `shared`).
+//!
+//! 4. When the endpoint refuses a call as over its limit and does not say
+//!    when to come back, the route's concurrency backs off (halves) and
+//!    grows back by one per window of answered calls (module `gate`):
+//!    [`Limiter::refused`] and [`Limiter::answered`].
+//!
+//! [`Limiter::stats`] is what the route has seen: requests, refusals, the
+//! time waited, the concurrency it lets in now.
 //!
 //! ```
 //! use subagents::agent::{Limiter, RouteLimits};
@@ -41,12 +50,20 @@
 //! # });
 //! ```
 
-use std::sync::{Arc, Mutex};
+mod gate;
+mod shared;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+pub use gate::DEFAULT_CONCURRENCY_CAP;
+use gate::{Gate, Slot};
+use shared::Sharing;
+pub use shared::{Booked, Booking, SharedSchedule, SharedStats, Unshared, SLICE_SPAN};
 
 /// The longest cool-down a response may impose: a provider's limits reset
 /// within a minute, and a larger value is more likely a fault than advice.
@@ -99,11 +116,50 @@ impl std::fmt::Debug for Limiter {
 
 struct Inner {
     limits: RouteLimits,
-    /// `max_concurrent` slots (fair: first come, first served).
-    slots: Option<Arc<Semaphore>>,
+    /// The slots in flight (fair: first come, first served), as many as
+    /// `max_concurrent` at most, fewer while an overload says nothing.
+    gate: Gate,
     /// The queue for a turn: its holder is the only caller that sleeps.
     turn: tokio::sync::Mutex<()>,
     schedule: Mutex<Schedule>,
+    /// The fleet's schedule, once the route is shared ([`Limiter::share`]).
+    sharing: OnceLock<Sharing>,
+    /// Callers waiting for their turn (a shared route books a slice for them).
+    waiting: AtomicU32,
+    counts: Counts,
+}
+
+/// What the route has seen, for [`Limiter::stats`].
+#[derive(Default)]
+struct Counts {
+    requests: AtomicU64,
+    refused: AtomicU64,
+    unexplained: AtomicU64,
+    waited_nanos: AtomicU64,
+}
+
+/// What a route has seen since it was built ([`Limiter::stats`]): a
+/// snapshot, cheap to take.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RouteStats {
+    /// Calls admitted (every HTTP attempt, retries too).
+    pub requests: u64,
+    /// Attempts the endpoint refused as over its limit (429, 529).
+    pub refused: u64,
+    /// Of those, the ones that did not say when to come back (each may
+    /// halve the concurrency).
+    pub refused_unexplained: u64,
+    /// Time the calls waited on the limiter, all together.
+    pub waited: Duration,
+    /// Calls it lets in flight now (AIMD's effective concurrency, within
+    /// this process's share of a fleet).
+    pub concurrency: u32,
+    /// The most it lets in flight: `max_concurrent`, or
+    /// [`DEFAULT_CONCURRENCY_CAP`].
+    pub concurrency_cap: u32,
+    /// The fleet's side, for a shared route.
+    pub shared: Option<SharedStats>,
 }
 
 /// When the route may next be used.
@@ -137,7 +193,13 @@ pub struct Permit {
     inner: Arc<Inner>,
     charged: u64,
     waited: Duration,
-    _slot: Option<OwnedSemaphorePermit>,
+    slot: Slot,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.inner.gate.release(&mut self.slot);
+    }
 }
 
 impl std::fmt::Debug for Permit {
@@ -163,9 +225,12 @@ impl Limiter {
         Limiter {
             inner: Arc::new(Inner {
                 limits,
-                slots: limits.max_concurrent.map(|n| Arc::new(Semaphore::new(n as usize))),
+                gate: Gate::new(limits.max_concurrent.unwrap_or(DEFAULT_CONCURRENCY_CAP)),
                 turn: tokio::sync::Mutex::new(()),
                 schedule: Mutex::new(Schedule { next_request: now, tokens_paid: now, cool_down: None }),
+                sharing: OnceLock::new(),
+                waiting: AtomicU32::new(0),
+                counts: Counts::default(),
             }),
         }
     }
@@ -175,6 +240,51 @@ impl Limiter {
         self.inner.limits
     }
 
+    /// Shares the route's limits with a fleet through `schedule` (see
+    /// [`SharedSchedule`]); every clone of the limiter then books its
+    /// starts there. `false` if it was shared already (the first stands).
+    pub fn share(&self, schedule: Arc<dyn SharedSchedule>) -> bool {
+        self.inner.sharing.set(Sharing::new(schedule)).is_ok()
+    }
+
+    /// What the route has seen so far, and its concurrency now.
+    pub fn stats(&self) -> RouteStats {
+        let counts = &self.inner.counts;
+        let (concurrency, concurrency_cap) = self.inner.gate.concurrency();
+        RouteStats {
+            requests: counts.requests.load(Ordering::Relaxed),
+            refused: counts.refused.load(Ordering::Relaxed),
+            refused_unexplained: counts.unexplained.load(Ordering::Relaxed),
+            waited: Duration::from_nanos(counts.waited_nanos.load(Ordering::Relaxed)),
+            concurrency,
+            concurrency_cap,
+            shared: self.inner.sharing.get().map(|sharing| sharing.lock().stats.clone()),
+        }
+    }
+
+    /// The endpoint answered the call `permit` admitted: a window of these
+    /// grows the route's concurrency by one (up to its cap).
+    pub fn answered(&self, permit: &Permit) {
+        let _ = permit;
+        self.inner.gate.answered();
+    }
+
+    /// The endpoint refused the call `permit` admitted as over its limit
+    /// (429, 529). `explained`: it said when to come back (then
+    /// [`Limiter::cool_down_until`] does the rest); unexplained, the
+    /// route's concurrency halves (once for all the calls admitted before).
+    pub fn refused(&self, permit: &Permit, explained: bool) {
+        let counts = &self.inner.counts;
+        counts.refused.fetch_add(1, Ordering::Relaxed);
+        if !explained {
+            counts.unexplained.fetch_add(1, Ordering::Relaxed);
+            if self.inner.gate.overloaded(permit.slot.epoch) {
+                let (concurrency, _) = self.inner.gate.concurrency();
+                tracing::debug!(concurrency, "an unexplained 429 or 529: the route's concurrency halves");
+            }
+        }
+    }
+
     /// Waits until a call charged `estimated_tokens` (at most a minute of
     /// the route's tokens) may start; `Err` when `cancel` trips first (then
     /// nothing is charged or held).
@@ -182,46 +292,150 @@ impl Limiter {
         let started = Instant::now();
         let inner = &self.inner;
         let estimated_tokens = inner.chargeable(estimated_tokens);
-        let slot = match &inner.slots {
-            Some(slots) => tokio::select! {
-                biased;
-                () = cancel.cancelled() => return Err(Cancelled),
-                slot = slots.clone().acquire_owned() => Some(slot.expect("the limiter never closes its slots")),
-            },
-            None => None,
+        let mut slot = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(Cancelled),
+            slot = inner.gate.acquire() => slot,
         };
+        let shared = inner.sharing.get();
         let paced = inner.limits.requests_per_minute.is_some() || inner.limits.tokens_per_minute.is_some();
-        if paced || self.cooling(Instant::now()) {
-            let _turn = tokio::select! {
+        let waited = if let Some(sharing) = shared {
+            self.take_shared_start(sharing, estimated_tokens, cancel).await
+        } else if paced || self.cooling(Instant::now()) {
+            self.take_turn(estimated_tokens, 1, cancel).await
+        } else {
+            Ok(())
+        };
+        if waited.is_err() {
+            inner.gate.release(&mut slot);
+            return Err(Cancelled);
+        }
+        let waited = started.elapsed();
+        inner.counts.requests.fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        inner.counts.waited_nanos.fetch_add(nanos, Ordering::Relaxed);
+        Ok(Permit { inner: inner.clone(), charged: estimated_tokens, waited, slot })
+    }
+
+    /// Waits for this process's turn on its own schedule (the fleet's
+    /// `1 / members` of the limits when `members` > 1), then books it.
+    async fn take_turn(
+        &self,
+        estimated_tokens: u64,
+        members: u32,
+        cancel: &CancellationToken,
+    ) -> Result<(), Cancelled> {
+        let inner = &self.inner;
+        let _turn = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(Cancelled),
+            turn = inner.turn.lock() => turn,
+        };
+        let mut slept_until = None;
+        loop {
+            // Read again after every sleep: a cool-down may have begun.
+            let now = Instant::now();
+            let ready = inner.lock().ready_at(&inner.limits, now);
+            if ready <= now {
+                break;
+            }
+            slept_until = Some(ready);
+            tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(Cancelled),
-                turn = inner.turn.lock() => turn,
-            };
-            let mut slept_until = None;
-            loop {
-                // Read again after every sleep: a cool-down may have begun.
-                let now = Instant::now();
-                let ready = inner.lock().ready_at(&inner.limits, now);
-                if ready <= now {
-                    break;
-                }
-                slept_until = Some(ready);
-                tokio::select! {
-                    biased;
-                    () = cancel.cancelled() => return Err(Cancelled),
-                    () = tokio::time::sleep_until(ready) => {}
-                }
+                () = tokio::time::sleep_until(ready) => {}
             }
-            self.charge_start(estimated_tokens, slept_until);
         }
-        Ok(Permit { inner: inner.clone(), charged: estimated_tokens, waited: started.elapsed(), _slot: slot })
+        self.charge_start(estimated_tokens, slept_until, members);
+        Ok(())
+    }
+
+    /// A shared route's turn: the next start this process booked on the
+    /// fleet's schedule (booking a slice when it has none), or its own
+    /// fraction of the limits while the schedule is out of reach.
+    async fn take_shared_start(
+        &self,
+        sharing: &Sharing,
+        estimated_tokens: u64,
+        cancel: &CancellationToken,
+    ) -> Result<(), Cancelled> {
+        let inner = &self.inner;
+        let limits = inner.limits;
+        let spacing = limits.requests_per_minute.map_or(Duration::ZERO, |rpm| MINUTE / rpm);
+        inner.waiting.fetch_add(1, Ordering::Relaxed);
+        let turn = tokio::select! {
+            biased;
+            () = cancel.cancelled() => None,
+            turn = inner.turn.lock() => Some(turn),
+        };
+        inner.waiting.fetch_sub(1, Ordering::Relaxed);
+        let Some(_turn) = turn else { return Err(Cancelled) };
+        loop {
+            let now = Instant::now();
+            let (next, may_ask, members) = {
+                let mut state = sharing.lock();
+                (state.next_start(now, spacing), state.may_ask(now), state.stats.members)
+            };
+            let Some(at) = next else {
+                if !may_ask {
+                    drop(_turn);
+                    return self.take_turn(estimated_tokens, members, cancel).await;
+                }
+                let waiting = inner.waiting.load(Ordering::Relaxed) + 1;
+                let booking = sharing.lock().booking(waiting, spacing);
+                let booked = tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => {
+                        sharing.lock().token_time_micros += booking.token_time_micros;
+                        return Err(Cancelled);
+                    }
+                    booked = sharing.schedule.book(booking) => booked,
+                };
+                let mut state = sharing.lock();
+                match booked {
+                    Ok(booked) => {
+                        state.booked(&booking, booked);
+                        inner.gate.share_among(state.stats.members);
+                    }
+                    Err(why) => state.unshared(&booking, why),
+                }
+                continue;
+            };
+            let ready = inner.lock().cool_down.map_or(at, |until| at.max(until));
+            if ready <= now {
+                sharing.lock().take_start();
+                break;
+            }
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(Cancelled),
+                () = tokio::time::sleep_until(ready) => {}
+            }
+        }
+        if let Some(tpm) = limits.tokens_per_minute {
+            sharing.lock().token_time_micros += micros(time_for(estimated_tokens, tpm));
+        }
+        Ok(())
     }
 
     /// No call on the route starts before `until` (a later cool-down
-    /// already set stands).
+    /// already set stands); a shared route tells its fleet.
     pub fn cool_down_until(&self, until: Instant) {
-        let mut schedule = self.inner.lock();
-        schedule.cool_down = Some(schedule.cool_down.map_or(until, |current| current.max(until)));
+        {
+            let mut schedule = self.inner.lock();
+            schedule.cool_down = Some(schedule.cool_down.map_or(until, |current| current.max(until)));
+        }
+        let Some(sharing) = self.inner.sharing.get() else { return };
+        sharing.lock().drop_starts_before(until);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let wall = SystemTime::now() + until.saturating_duration_since(Instant::now());
+        let limiter = self.clone();
+        runtime.spawn(async move {
+            let Some(sharing) = limiter.inner.sharing.get() else { return };
+            if let Err(why) = sharing.schedule.cool_down(wall).await {
+                tracing::debug!(reason = %why.0, "the fleet was not told of the route's cool-down");
+            }
+        });
     }
 
     /// The end of the cool-down in force, if one is.
@@ -233,24 +447,29 @@ impl Limiter {
         self.inner.lock().cool_down.is_some_and(|until| until > now)
     }
 
-    /// Books a start: the next request's slot and the tokens. A caller
-    /// that slept for its turn is booked at the time it was due, so late
-    /// wake-ups (up to one request's spacing) do not add up to a slower
-    /// rate; one that did not wait is booked now, so idle time buys no
-    /// burst.
-    fn charge_start(&self, tokens: u64, due: Option<Instant>) {
+    /// Books a start: the next request's slot and the tokens, at
+    /// `1 / members` of the limits. A caller that slept for its turn is
+    /// booked at the time it was due, so late wake-ups (up to one
+    /// request's spacing) do not add up to a slower rate; one that did not
+    /// wait is booked now, so idle time buys no burst.
+    fn charge_start(&self, tokens: u64, due: Option<Instant>, members: u32) {
         let limits = self.inner.limits;
         let now = Instant::now();
-        let spacing = limits.requests_per_minute.map_or(Duration::ZERO, |rpm| MINUTE / rpm);
+        let spacing = limits.requests_per_minute.map_or(Duration::ZERO, |rpm| MINUTE / rpm) * members;
         let start = due.map_or(now, |due| due.max(now.checked_sub(spacing).unwrap_or(now)));
         let mut schedule = self.inner.lock();
         if limits.requests_per_minute.is_some() {
             schedule.next_request = schedule.next_request.max(start) + spacing;
         }
         if let Some(tpm) = limits.tokens_per_minute {
-            schedule.tokens_paid = schedule.tokens_paid.max(start) + time_for(tokens, tpm);
+            schedule.tokens_paid = schedule.tokens_paid.max(start) + time_for(tokens, tpm) * members;
         }
     }
+}
+
+/// A duration in whole microseconds, as the shared schedule counts.
+fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
 impl Inner {
@@ -292,6 +511,12 @@ impl Permit {
     pub fn settle(self, used_tokens: u64) {
         let Some(tpm) = self.inner.limits.tokens_per_minute else { return };
         let used_tokens = self.inner.chargeable(used_tokens);
+        if let Some(sharing) = self.inner.sharing.get() {
+            // Paid into the fleet's debt with the next booking.
+            let difference = micros(time_for(used_tokens, tpm)) - micros(time_for(self.charged, tpm));
+            sharing.lock().token_time_micros += difference;
+            return;
+        }
         let mut schedule = self.inner.lock();
         if used_tokens >= self.charged {
             schedule.tokens_paid += time_for(used_tokens - self.charged, tpm);

@@ -95,6 +95,10 @@ pub struct ModelRoute {
     pub timeout: Option<Duration>,
     /// Retries of a transient failure (the adapter's default when `None`).
     pub retries: Option<u32>,
+    /// Whether its limits are the fleet's (`shared = true`): a `remote`
+    /// worker books the route's starts on the broker's schedule
+    /// ([`Limiter::share`]) instead of keeping them to itself.
+    pub shared: bool,
     limiter: Limiter,
 }
 
@@ -111,6 +115,7 @@ impl std::fmt::Debug for ModelRoute {
             .field("timeout", &self.timeout)
             .field("retries", &self.retries)
             .field("limits", &self.limiter.limits())
+            .field("shared", &self.shared)
             .finish()
     }
 }
@@ -128,6 +133,7 @@ impl ModelRoute {
             max_tokens: None,
             timeout: None,
             retries: None,
+            shared: false,
             limiter: Limiter::new(limits),
         }
     }

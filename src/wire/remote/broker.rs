@@ -9,6 +9,7 @@
 //! | a pool's workers | durable pull consumer `p-pool-q` filtered on `p.run.q` | explicit ack, ack wait, `max_deliver` |
 //! | run state, tombstones, holders | KV bucket `p-runs`: `state.<run>`, `cancel.<run>`, `detached.<run>` | file storage, history 1, max age = retention |
 //! | caller leases | KV bucket `p-callers`: `<caller>` | file storage, max age = lease TTL |
+//! | shared routes' schedules | KV bucket `p-limits`: `route.<name>` (see `schedule`) | file storage, history 1, max age 10 min |
 //! | fast paths (core NATS) | `p.cancel.<run>`, `p.result.<caller>`, `p.progress.<caller>`, `p.status.q` | best effort |
 //!
 //! Whoever comes first creates each piece with its [`BrokerSettings`];
@@ -110,6 +111,12 @@ impl Names {
 
     pub(crate) fn callers_bucket(&self) -> String {
         format!("{}-callers", self.prefix)
+    }
+
+    /// Shared routes' schedules (`route.<name>`).
+    #[cfg(feature = "config")]
+    pub(crate) fn limits_bucket(&self) -> String {
+        format!("{}-limits", self.prefix)
     }
 
     pub(crate) fn cancel_subject(&self, run: &str) -> String {

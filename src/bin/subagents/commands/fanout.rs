@@ -174,6 +174,7 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
         }
         None => setup.runtime.block_on(opened.run(terminal)),
     };
+    let summary = summary.with_routes(config.routes().map(|route| (route.name.clone(), route.limiter().stats())));
     drop(ui);
     drop(per_provider);
     progress.finish_and_clear();

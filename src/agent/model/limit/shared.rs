@@ -1,0 +1,301 @@
+//! A route's limits shared beyond its process: the fleet's one schedule of
+//! request starts, its token debt and its cool-down, kept where every
+//! process of the fleet reads it ([`SharedSchedule`]: the broker of the
+//! `remote` workers; see `subagents::wire`'s broker layout).
+//!
+//! The schedule is a distributed GCRA: one record holds the fleet's next
+//! free start. A process books a *slice* of starts at once (as many as its
+//! callers are waiting for, at most [`SLICE_SPAN`] of the route's rate) by
+//! advancing that record by compare-and-set, then hands the starts to its
+//! callers one by one, each at its time; so every request of the fleet is
+//! spaced `60 s / rpm` from the one before, whichever process sends it.
+//! Tokens are charged locally and paid into the record with the next
+//! booking (a slice late at most). A start missed by more than a few
+//! spacings is dropped, never sent late in a burst: a process that dies
+//! holding starts loses only their time, and the fleet's capacity comes
+//! back as it passes.
+//!
+//! `max_concurrent` is shared by fraction: each of the fleet's live members
+//! (as the schedule last counted them) lets in `1 / members` of it. When
+//! the schedule cannot be reached the process falls back to its own
+//! fraction of every limit (`limit / members`, last known), says so once
+//! in a warning and in [`SharedStats::fallback`], and asks again a second
+//! later.
+
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime};
+
+use futures_util::future::BoxFuture;
+use tokio::time::Instant;
+
+/// The most of the route's rate one booking takes (at least one start):
+/// small, so a process that stops calling strands little of the fleet's
+/// capacity.
+pub const SLICE_SPAN: Duration = Duration::from_millis(50);
+
+/// The most starts one booking takes.
+const MAX_SLICE: u32 = 20;
+
+/// How long a process in fallback waits before asking the schedule again.
+const RETRY_SHARED_AFTER: Duration = Duration::from_secs(1);
+
+/// Where a shared route keeps its fleet-wide schedule. Implemented on the
+/// broker of the `remote` workers; a test or an embedder may bring its own.
+pub trait SharedSchedule: Send + Sync + std::fmt::Debug + 'static {
+    /// Books `booking.requests` starts `booking.spacing` apart, the first
+    /// no earlier than the fleet's next free start, its token debt and its
+    /// cool-down; pays `booking.token_time` into the debt.
+    fn book(&self, booking: Booking) -> BoxFuture<'_, Result<Booked, Unshared>>;
+
+    /// Every process of the fleet starts nothing on the route before `until`.
+    fn cool_down(&self, until: SystemTime) -> BoxFuture<'_, Result<(), Unshared>>;
+}
+
+/// What one booking asks of the fleet's schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Booking {
+    /// Starts wanted.
+    pub requests: u32,
+    /// Their spacing (`60 s / rpm`; zero without `rpm`).
+    pub spacing: Duration,
+    /// Token debt to add, as time at the route's `tpm` (negative: a refund
+    /// of an estimate that was more than the answer used).
+    pub token_time_micros: i64,
+}
+
+/// What a booking got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Booked {
+    /// The first start (the others follow at the spacing).
+    pub first: SystemTime,
+    /// The processes sharing the route now (at least 1).
+    pub members: u32,
+}
+
+/// The fleet's schedule could not be reached; the reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the route's shared schedule is out of reach: {0}")]
+pub struct Unshared(pub String);
+
+/// What a shared route saw of its fleet ([`RouteStats::shared`](super::RouteStats::shared)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SharedStats {
+    /// Processes sharing the route, last counted.
+    pub members: u32,
+    /// Bookings made on the fleet's schedule.
+    pub bookings: u64,
+    /// Why the process runs on its own fraction now, if it does.
+    pub fallback: Option<String>,
+    /// Times it fell back.
+    pub fallbacks: u64,
+}
+
+/// A process's side of a shared route.
+pub(super) struct Sharing {
+    pub(super) schedule: std::sync::Arc<dyn SharedSchedule>,
+    pub(super) state: std::sync::Mutex<SharingState>,
+}
+
+pub(super) struct SharingState {
+    /// Starts booked and not yet handed out, earliest first.
+    granted: VecDeque<Instant>,
+    /// Token time charged since the last booking.
+    pub(super) token_time_micros: i64,
+    pub(super) stats: SharedStats,
+    /// In fallback: when to ask the schedule again.
+    retry_at: Option<Instant>,
+}
+
+impl Sharing {
+    pub(super) fn new(schedule: std::sync::Arc<dyn SharedSchedule>) -> Sharing {
+        let stats = SharedStats { members: 1, ..SharedStats::default() };
+        Sharing {
+            schedule,
+            state: std::sync::Mutex::new(SharingState {
+                granted: VecDeque::new(),
+                token_time_micros: 0,
+                stats,
+                retry_at: None,
+            }),
+        }
+    }
+
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, SharingState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl SharingState {
+    /// The next booked start still worth using (missed ones dropped).
+    pub(super) fn next_start(&mut self, now: Instant, spacing: Duration) -> Option<Instant> {
+        let stale = (spacing * 4).max(Duration::from_millis(20));
+        while let Some(&at) = self.granted.front() {
+            if at + stale >= now {
+                return Some(at);
+            }
+            self.granted.pop_front();
+        }
+        None
+    }
+
+    /// Hands out the start `next_start` gave.
+    pub(super) fn take_start(&mut self) {
+        self.granted.pop_front();
+    }
+
+    /// Drops every start booked before `until` (a cool-down began).
+    pub(super) fn drop_starts_before(&mut self, until: Instant) {
+        self.granted.retain(|&at| at >= until);
+    }
+
+    /// Whether the schedule should be asked now (not in fallback, or the
+    /// fallback's wait is over).
+    pub(super) fn may_ask(&self, now: Instant) -> bool {
+        self.retry_at.is_none_or(|at| now >= at)
+    }
+
+    /// The booking to ask for `waiting` callers.
+    pub(super) fn booking(&mut self, waiting: u32, spacing: Duration) -> Booking {
+        let slice = if spacing.is_zero() {
+            MAX_SLICE
+        } else {
+            u32::try_from(SLICE_SPAN.as_nanos() / spacing.as_nanos()).unwrap_or(MAX_SLICE).clamp(1, MAX_SLICE)
+        };
+        Booking {
+            requests: waiting.clamp(1, slice),
+            spacing,
+            token_time_micros: std::mem::take(&mut self.token_time_micros),
+        }
+    }
+
+    /// Takes what a booking got.
+    pub(super) fn booked(&mut self, booking: &Booking, booked: Booked) {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let first = now + booked.first.duration_since(wall).unwrap_or(Duration::ZERO);
+        self.granted.extend((0..booking.requests).map(|n| first + booking.spacing * n));
+        self.stats.members = booked.members.max(1);
+        self.stats.bookings += 1;
+        if let Some(reason) = self.stats.fallback.take() {
+            tracing::warn!(%reason, "the route's shared schedule is back: the fleet's limits hold again");
+        }
+        self.retry_at = None;
+    }
+
+    /// The schedule failed: the booking's token debt is kept for the next,
+    /// and the process runs on its own fraction until it asks again.
+    pub(super) fn unshared(&mut self, booking: &Booking, why: Unshared) {
+        self.token_time_micros += booking.token_time_micros;
+        self.retry_at = Some(Instant::now() + RETRY_SHARED_AFTER);
+        if self.stats.fallback.is_none() {
+            tracing::warn!(
+                reason = %why.0,
+                members = self.stats.members,
+                "the route's shared schedule is out of reach: this process keeps to its own fraction of the limits"
+            );
+            self.stats.fallbacks += 1;
+            self.stats.fallback = Some(why.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::super::{Limiter, RouteLimits};
+    use super::*;
+
+    /// A fleet's schedule in memory, on tokio's (paused) clock.
+    #[derive(Debug, Default)]
+    struct InMemory {
+        next: Mutex<Option<Instant>>,
+        members: u32,
+        down: AtomicBool,
+    }
+
+    impl SharedSchedule for InMemory {
+        fn book(&self, booking: Booking) -> BoxFuture<'_, Result<Booked, Unshared>> {
+            Box::pin(async move {
+                if self.down.load(Ordering::SeqCst) {
+                    return Err(Unshared("the broker is down".to_owned()));
+                }
+                let now = Instant::now();
+                let mut next = self.next.lock().unwrap();
+                let first = next.map_or(now, |next| next.max(now));
+                *next = Some(first + booking.spacing * booking.requests);
+                let first = SystemTime::now() + (first - now);
+                Ok(Booked { first, members: self.members })
+            })
+        }
+
+        fn cool_down(&self, _until: SystemTime) -> BoxFuture<'_, Result<(), Unshared>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    fn shared_limiter(schedule: &Arc<InMemory>) -> Limiter {
+        let limiter = Limiter::new(RouteLimits { requests_per_minute: Some(600), ..RouteLimits::default() });
+        assert!(limiter.share(schedule.clone()));
+        limiter
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_processes_on_one_schedule_start_one_spacing_apart_between_them() {
+        let schedule = Arc::new(InMemory { members: 2, ..InMemory::default() });
+        let (first, second) = (shared_limiter(&schedule), shared_limiter(&schedule));
+        let start = Instant::now();
+        let starts: Arc<Mutex<Vec<Duration>>> = Arc::default();
+        let mut callers = Vec::new();
+        for limiter in [first.clone(), second.clone()] {
+            for _ in 0..5 {
+                let (limiter, starts) = (limiter.clone(), starts.clone());
+                callers.push(tokio::spawn(async move {
+                    let permit = limiter.admit(0, &CancellationToken::new()).await.unwrap();
+                    starts.lock().unwrap().push(start.elapsed());
+                    drop(permit);
+                }));
+            }
+        }
+        for caller in callers {
+            caller.await.unwrap();
+        }
+        let mut starts = starts.lock().unwrap().clone();
+        starts.sort();
+        let gaps: Vec<Duration> = starts.windows(2).map(|pair| pair[1] - pair[0]).collect();
+        assert!(gaps.iter().all(|gap| *gap >= Duration::from_millis(99)), "{starts:?}");
+        assert!(starts[9] < Duration::from_millis(1_000), "ten starts at the fleet's rate: {starts:?}");
+        let stats = first.stats().shared.unwrap();
+        assert_eq!((stats.members, stats.fallback), (2, None));
+        assert!(stats.bookings >= 1);
+        assert_eq!(first.stats().requests + second.stats().requests, 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_its_schedule_a_process_keeps_to_its_fraction_and_says_so() {
+        let schedule = Arc::new(InMemory { members: 4, ..InMemory::default() });
+        let limiter = shared_limiter(&schedule);
+        let cancel = CancellationToken::new();
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        schedule.down.store(true, Ordering::SeqCst);
+        let start = Instant::now();
+        for _ in 0..3 {
+            drop(limiter.admit(0, &cancel).await.unwrap());
+        }
+        // A quarter of 600 a minute: 400 ms apart.
+        assert!(start.elapsed() >= Duration::from_millis(800), "{:?}", start.elapsed());
+        let stats = limiter.stats().shared.unwrap();
+        assert_eq!(stats.members, 4, "the last count stands");
+        assert_eq!(stats.fallbacks, 1);
+        assert!(stats.fallback.unwrap().contains("broker is down"));
+        // Back: the next booking clears the fallback.
+        schedule.down.store(false, Ordering::SeqCst);
+        tokio::time::sleep(RETRY_SHARED_AFTER).await;
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        assert_eq!(limiter.stats().shared.unwrap().fallback, None);
+    }
+}

@@ -1,0 +1,208 @@
+//! A shared route's fleet-wide schedule on the broker: one record per
+//! route in the KV bucket `p-limits` (key `route.<name>`, the name's bytes
+//! outside `[A-Za-z0-9_-]` written `=XX`), advanced by compare-and-set on
+//! its revision, as [`SharedSchedule`] asks.
+//!
+//! The record holds, in microseconds since the Unix epoch, the fleet's
+//! next free request start, when its token debt is paid, the cool-down in
+//! force, and each member's lease (a process is a member while it books:
+//! each booking renews its lease for the broker's lease TTL, so a process
+//! that died or went idle drops out within one TTL and the others' share
+//! of `max_concurrent` grows back). Times are wall-clock times: processes
+//! on several hosts need their clocks in step (NTP) to within a fraction
+//! of the spacing.
+//!
+//! Every operation fails fast while the connection is down (the process
+//! then keeps to its own fraction), and is bounded by
+//! [`OPERATION_TIMEOUT`].
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream::kv;
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use super::broker::{Broker, OPERATION_TIMEOUT};
+use crate::agent::{Booked, Booking, SharedSchedule, Unshared};
+
+/// Compare-and-set tries before a booking gives up (the fleet's processes
+/// racing for one record: each try that loses, another won).
+const MAX_TRIES: u32 = 64;
+
+/// How long a record outlives its last booking in the bucket.
+const RECORD_AGE: Duration = Duration::from_secs(600);
+
+/// The route's record.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Record {
+    /// The fleet's next free request start.
+    #[serde(default)]
+    next: u64,
+    /// When the fleet's token debt is paid.
+    #[serde(default)]
+    tokens: u64,
+    /// No start before this.
+    #[serde(default)]
+    cool: u64,
+    /// Member → the end of its lease.
+    #[serde(default)]
+    members: BTreeMap<String, u64>,
+}
+
+/// One route's schedule on the broker, for one member process.
+#[derive(Clone)]
+pub(crate) struct BrokerSchedule {
+    client: async_nats::Client,
+    store: kv::Store,
+    key: String,
+    member: String,
+    lease: Duration,
+}
+
+impl std::fmt::Debug for BrokerSchedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerSchedule").field("key", &self.key).field("member", &self.member).finish()
+    }
+}
+
+/// The record's key for `route`.
+pub(crate) fn route_key(route: &str) -> String {
+    let mut key = String::with_capacity(route.len() + 6);
+    key.push_str("route.");
+    for byte in route.bytes() {
+        if byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-' {
+            key.push(byte as char);
+        } else {
+            key.push_str(&format!("={byte:02X}"));
+        }
+    }
+    key
+}
+
+impl BrokerSchedule {
+    /// Binds (or creates) the limits bucket of `broker` and serves `route`
+    /// for `member`, whose lease lasts the broker's lease TTL.
+    pub(crate) async fn bind(broker: &Broker, route: &str, member: &str) -> Result<BrokerSchedule, String> {
+        let bucket = broker.names.limits_bucket();
+        let store = match broker.jetstream.get_key_value(&bucket).await {
+            Ok(store) => store,
+            Err(_) => {
+                let config = kv::Config {
+                    bucket: bucket.clone(),
+                    history: 1,
+                    max_age: RECORD_AGE,
+                    storage: async_nats::jetstream::stream::StorageType::File,
+                    ..Default::default()
+                };
+                match broker.jetstream.create_key_value(config).await {
+                    Ok(store) => store,
+                    Err(error) => broker
+                        .jetstream
+                        .get_key_value(&bucket)
+                        .await
+                        .map_err(|_| format!("cannot create or bind the KV bucket {bucket}: {error}"))?,
+                }
+            }
+        };
+        Ok(BrokerSchedule {
+            client: broker.client.clone(),
+            store,
+            key: route_key(route),
+            member: member.to_owned(),
+            lease: broker.lease_ttl,
+        })
+    }
+
+    /// Reads the record, changes it with `change` (given now, in µs), and
+    /// writes it back if nobody wrote in between; again if someone did.
+    async fn update<T>(&self, change: impl Fn(&mut Record, u64) -> T) -> Result<T, Unshared> {
+        if self.client.connection_state() != async_nats::connection::State::Connected {
+            return Err(Unshared("not connected to the broker".to_owned()));
+        }
+        let unshared = |what: &str, error: &dyn std::fmt::Display| Unshared(format!("{what}: {error}"));
+        for _ in 0..MAX_TRIES {
+            let entry = tokio::time::timeout(OPERATION_TIMEOUT, self.store.entry(self.key.clone()))
+                .await
+                .map_err(|e| unshared("reading the schedule", &e))?
+                .map_err(|e| unshared("reading the schedule", &e))?;
+            let revision = entry.as_ref().map(|entry| entry.revision);
+            let mut record = entry
+                .filter(|entry| entry.operation == kv::Operation::Put)
+                .and_then(|entry| serde_json::from_slice::<Record>(&entry.value).ok())
+                .unwrap_or_default();
+            let now = now_micros();
+            let answer = change(&mut record, now);
+            let bytes = serde_json::to_vec(&record).expect("a record encodes");
+            let written = match revision {
+                Some(revision) => self
+                    .store
+                    .update(&self.key, bytes.into(), revision)
+                    .await
+                    .map(drop)
+                    .map_err(|e| (e.kind() == kv::UpdateErrorKind::WrongLastRevision, e.to_string())),
+                None => self
+                    .store
+                    .create(&self.key, bytes.into())
+                    .await
+                    .map(drop)
+                    .map_err(|e| (e.kind() == kv::CreateErrorKind::AlreadyExists, e.to_string())),
+            };
+            match written {
+                Ok(()) => return Ok(answer),
+                // Another member wrote first: read again.
+                Err((true, _)) => continue,
+                Err((false, error)) => return Err(unshared("writing the schedule", &error)),
+            }
+        }
+        Err(Unshared(format!("{MAX_TRIES} writes of the schedule lost to other members in a row")))
+    }
+}
+
+impl SharedSchedule for BrokerSchedule {
+    fn book(&self, booking: Booking) -> BoxFuture<'_, Result<Booked, Unshared>> {
+        Box::pin(async move {
+            let lease = micros(self.lease);
+            let spacing = micros(booking.spacing);
+            let (first, members) = self
+                .update(|record, now| {
+                    record.members.retain(|_, until| *until > now);
+                    record.members.insert(self.member.clone(), now + lease);
+                    let first = now.max(record.next).max(record.tokens).max(record.cool);
+                    record.next = first + spacing * u64::from(booking.requests);
+                    let debt = i128::from(record.tokens.max(now)) + i128::from(booking.token_time_micros);
+                    record.tokens = u64::try_from(debt.max(i128::from(now))).unwrap_or(u64::MAX);
+                    (first, u32::try_from(record.members.len()).unwrap_or(u32::MAX))
+                })
+                .await?;
+            Ok(Booked { first: UNIX_EPOCH + Duration::from_micros(first), members })
+        })
+    }
+
+    fn cool_down(&self, until: SystemTime) -> BoxFuture<'_, Result<(), Unshared>> {
+        Box::pin(async move {
+            let until = micros(until.duration_since(UNIX_EPOCH).unwrap_or_default());
+            self.update(|record, _| record.cool = record.cool.max(until)).await
+        })
+    }
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn now_micros() -> u64 {
+    micros(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route_key;
+
+    #[test]
+    fn a_route_name_becomes_a_key_the_bucket_accepts() {
+        assert_eq!(route_key("fast"), "route.fast");
+        assert_eq!(route_key("gpt-4o_mini"), "route.gpt-4o_mini");
+        assert_eq!(route_key("a.b c/é"), "route.a=2Eb=20c=2F=C3=A9");
+    }
+}

@@ -1,0 +1,243 @@
+//! One rate limit for the whole fleet: real `subagents worker` processes
+//! whose configuration marks a route `shared = true`, a real broker, and a
+//! loopback stand-in model server that admits a fixed rate (a GCRA bucket,
+//! as providers keep one, with a quarter second of burst: 429 with
+//! `retry-after` beyond) and counts what it answered. The burst absorbs
+//! the jitter between a worker's admission and the request's arrival on a
+//! loaded machine, not a fleet that keeps to four times the rate.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{self, StreamExt};
+use serde_json::Value;
+use subagents::StopReason;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use super::support::{broker, caller, Worker, LEASE_TTL_MS};
+use crate::common::{request, Within, WAIT_LIMIT};
+
+/// The stand-in's counts.
+#[derive(Default)]
+struct StandIn {
+    answered: AtomicUsize,
+    refused: AtomicUsize,
+    /// Arrival of the first and the last admitted request.
+    span: Mutex<Option<(Instant, Instant)>>,
+    /// GCRA's theoretical arrival time.
+    bucket: Mutex<Option<Instant>>,
+}
+
+impl StandIn {
+    /// Serves on a thread of its own, admitting `per_second` with a burst
+    /// of a quarter second's worth; its base URL.
+    fn start(per_second: f64) -> (Arc<StandIn>, String) {
+        let stand_in = Arc::new(StandIn::default());
+        let (started, url) = std::sync::mpsc::channel();
+        let serving = stand_in.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let _ = started.send(format!("http://{}/v1", listener.local_addr().unwrap()));
+                while let Ok((socket, _)) = listener.accept().await {
+                    tokio::spawn(serving.clone().connection(socket, per_second));
+                }
+            });
+        });
+        (stand_in, url.recv_timeout(WAIT_LIMIT).unwrap())
+    }
+
+    fn admit(&self, per_second: f64) -> bool {
+        let now = Instant::now();
+        let spacing = Duration::from_secs_f64(1.0 / per_second);
+        let mut bucket = self.bucket.lock().unwrap();
+        let due = bucket.unwrap_or(now);
+        if due.saturating_duration_since(now) > Duration::from_millis(250) {
+            return false;
+        }
+        *bucket = Some(due.max(now) + spacing);
+        let mut span = self.span.lock().unwrap();
+        *span = Some(span.map_or((now, now), |(first, _)| (first, now)));
+        true
+    }
+
+    async fn connection(self: Arc<Self>, mut socket: tokio::net::TcpStream, per_second: f64) {
+        let mut buffer = Vec::new();
+        loop {
+            let head_end = loop {
+                if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break end + 4;
+                }
+                let mut chunk = [0u8; 8192];
+                match socket.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(read) => buffer.extend_from_slice(&chunk[..read]),
+                }
+            };
+            let head = String::from_utf8_lossy(&buffer[..head_end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length:"))
+                .and_then(|value| value.trim().parse().ok())
+                .unwrap_or(0);
+            while buffer.len() < head_end + length {
+                let mut chunk = [0u8; 8192];
+                match socket.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(read) => buffer.extend_from_slice(&chunk[..read]),
+                }
+            }
+            buffer.drain(..head_end + length);
+            let (status, body) = if self.admit(per_second) {
+                self.answered.fetch_add(1, Ordering::Relaxed);
+                (
+                    "200 OK",
+                    r#"{"choices":[{"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":3}}"#,
+                )
+            } else {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                ("429 Too Many Requests\r\nretry-after: 1", r#"{"error":{"message":"rate limited"}}"#)
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            if socket.write_all(response.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Admitted requests a second, from the first to the last.
+    fn rate(&self) -> f64 {
+        let (first, last) = self.span.lock().unwrap().expect("requests came");
+        let answered = self.answered.load(Ordering::Relaxed);
+        (answered.saturating_sub(1)) as f64 / (last - first).as_secs_f64()
+    }
+}
+
+/// A worker configuration whose `spawn` provider runs on route `fleet`.
+fn worker_config(dir: &Path, url: &str, limits: &str) -> String {
+    let file = dir.join("worker.toml");
+    let text = format!(
+        "[models.fleet]\napi = \"openai-chat\"\nbase_url = \"{url}\"\nmodel = \"stand-in\"\n{limits}\nshared = true\n\n\
+         [providers.spawn]\nkind = \"spawn\"\nmodel = \"fleet\"\n"
+    );
+    std::fs::write(&file, text).unwrap();
+    file.display().to_string()
+}
+
+/// `count` remote runs, at most `concurrency` at once; how many completed.
+fn run_all(runtime: &subagents::Runtime, count: usize, concurrency: usize) -> usize {
+    let subagents = runtime.subagents();
+    runtime.within(WAIT_LIMIT, "every remote run to settle", async move {
+        stream::iter(0..count)
+            .map(|n| {
+                let subagents = subagents.clone();
+                async move {
+                    let run = subagents.start("remote", request(&format!("task {n}"))).await.unwrap();
+                    let result = run.result().await.unwrap();
+                    run.dispose().await.unwrap();
+                    result.stop_reason == StopReason::Completed
+                }
+            })
+            .buffer_unordered(concurrency)
+            .filter(|completed| std::future::ready(*completed))
+            .count()
+            .await
+    })
+}
+
+/// The route's record in the limits bucket.
+fn record(url: &str) -> Option<Value> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = async_nats::connect(url).await.ok()?;
+        let jetstream = async_nats::jetstream::new(client);
+        let limits = jetstream.get_key_value("subagents-limits").await.ok()?;
+        serde_json::from_slice(&limits.get("route.fleet").await.ok()??).ok()
+    })
+}
+
+#[test]
+fn four_workers_at_concurrency_50_keep_together_to_the_routes_rate_with_almost_no_429() {
+    const RUNS: usize = 2_000;
+    const PER_SECOND: f64 = 100.0; // rpm = 6,000
+    let (_serial, dir, server) = broker();
+    let (stand_in, url) = StandIn::start(PER_SECOND);
+    let config = worker_config(dir.path(), &url, "rpm = 6000");
+    let flags = ["--config", &config, "--provider", "spawn", "--concurrency", "50"];
+    let _workers: Vec<Worker> =
+        (1..=4).map(|n| Worker::start(dir.path(), &server.url(), &format!("w{n}"), &flags)).collect();
+    let runtime = caller(dir.path(), &server);
+
+    let started = Instant::now();
+    let completed = run_all(&runtime, RUNS, 400);
+    let elapsed = started.elapsed();
+
+    assert_eq!(completed, RUNS, "every run completes");
+    let (answered, refused) = (stand_in.answered.load(Ordering::Relaxed), stand_in.refused.load(Ordering::Relaxed));
+    let requests = answered + refused;
+    let rate = stand_in.rate();
+    eprintln!(
+        "{RUNS} runs on 4 workers in {elapsed:?}: {refused} of {requests} requests answered 429, \
+         {rate:.1} admitted a second (the limit: {PER_SECOND})"
+    );
+    assert!(refused * 50 <= requests, "{refused} of {requests} requests were answered 429 (more than 2%)");
+    assert!(rate <= PER_SECOND * 1.02, "{rate:.1} a second: faster than the route allows");
+    assert!(rate >= PER_SECOND * 0.85, "{rate:.1} a second: less than 85% of the rate the route allows");
+    let members = record(&server.url()).expect("the route's record is on the broker")["members"].clone();
+    assert_eq!(members.as_object().map(|m| m.len()), Some(4), "four members: {members}");
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn a_worker_killed_mid_batch_leaves_the_fleet_within_its_lease_and_the_rest_keep_the_rate() {
+    const RUNS: usize = 600;
+    const PER_SECOND: f64 = 100.0;
+    let (_serial, dir, server) = broker();
+    let (stand_in, url) = StandIn::start(PER_SECOND);
+    let config = worker_config(dir.path(), &url, "rpm = 6000\nmax_concurrent = 40");
+    let flags = ["--config", &config, "--provider", "spawn", "--concurrency", "50"];
+    let mut workers: Vec<Worker> =
+        (1..=4).map(|n| Worker::start(dir.path(), &server.url(), &format!("w{n}"), &flags)).collect();
+    let runtime = caller(dir.path(), &server);
+    let batch = std::thread::spawn({
+        let dir = dir.path().to_owned();
+        let url = server.url();
+        move || {
+            let runtime = super::support::caller_with(&dir.join("second"), super::support::config(&url));
+            let completed = run_all(&runtime, RUNS, 200);
+            runtime.shutdown_blocking();
+            completed
+        }
+    });
+    let deadline = Instant::now() + WAIT_LIMIT;
+    while stand_in.answered.load(Ordering::Relaxed) < 100 {
+        assert!(Instant::now() < deadline, "the batch never got going");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let members = |record: &Value| record["members"].as_object().map_or(0, |m| m.len());
+    assert_eq!(members(&record(&server.url()).unwrap()), 4);
+    workers[0].kill();
+    let killed = Instant::now();
+    // Its lease ends within the lease TTL; the next booking after that
+    // drops it (bookings come every few tens of ms while runs remain).
+    let bound = Duration::from_millis(LEASE_TTL_MS) + Duration::from_secs(3);
+    loop {
+        if members(&record(&server.url()).unwrap()) == 3 {
+            break;
+        }
+        assert!(killed.elapsed() < bound, "the killed worker still holds its share after {:?}", killed.elapsed());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("the killed worker left the fleet {:?} after SIGKILL", killed.elapsed());
+    assert_eq!(batch.join().unwrap(), RUNS, "every run completes (the killed worker's after their ack wait)");
+    let (answered, refused) = (stand_in.answered.load(Ordering::Relaxed), stand_in.refused.load(Ordering::Relaxed));
+    assert!(refused * 50 <= answered + refused, "{refused} of {} requests answered 429", answered + refused);
+    runtime.shutdown_blocking();
+}
