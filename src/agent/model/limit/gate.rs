@@ -3,7 +3,8 @@
 //! overloaded and says nothing more (AIMD, as TCP's congestion window).
 //!
 //! - A 429 or 529 without advice (no `retry-after`, no reset header)
-//!   halves the effective concurrency, floor 1: the calls admitted before
+//!   halves the calls in flight (or the effective concurrency, if lower),
+//!   floor 1: the calls admitted before
 //!   that decrease met the same overload, so their refusals do not halve
 //!   it again (an epoch per decrease fences them).
 //! - Each window of successes (as many answered calls as the effective
@@ -18,9 +19,10 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The concurrency a route without `max_concurrent` may grow back to
-/// after an overload made it back off (it starts there).
-pub const DEFAULT_CONCURRENCY_CAP: u32 = 256;
+/// The concurrency a route without `max_concurrent` starts at and may
+/// grow back to after an overload made it back off: high enough that a
+/// batch of a thousand concurrent runs is never held by it.
+pub const DEFAULT_CONCURRENCY_CAP: u32 = 4096;
 
 pub(super) struct Gate {
     semaphore: Arc<Semaphore>,
@@ -118,7 +120,11 @@ impl Gate {
         if epoch != state.epoch {
             return false;
         }
-        state.effective = (state.effective / 2).max(1);
+        // Halve what was in flight when the endpoint gave way, not a cap it
+        // never came near (a route without `max_concurrent` starts at the
+        // default cap, far above what most batches hold in flight).
+        let in_flight = state.total.saturating_sub(self.semaphore.available_permits() as u32);
+        state.effective = (state.effective.min(in_flight) / 2).max(1);
         state.successes = 0;
         state.epoch += 1;
         self.shrink(&mut state);
