@@ -525,6 +525,7 @@ fn named_ids(template: &str) -> impl Iterator<Item = String> + '_ {
 fn route_figures(route: &ModelRoute) -> Value {
     let limiter = route.limiter();
     let limits = limiter.limits();
+    let stats = limiter.stats();
     let cooling_ms = limiter
         .cooling_until()
         .map(|until| until.saturating_duration_since(tokio::time::Instant::now()).as_millis() as u64);
@@ -536,6 +537,12 @@ fn route_figures(route: &ModelRoute) -> Value {
         "tokens_per_minute": limits.tokens_per_minute,
         "max_concurrent": limits.max_concurrent,
         "cooling_ms": cooling_ms,
+        "requests": stats.requests,
+        "answered_429": stats.refused,
+        "waited_ms": stats.waited.as_millis() as u64,
+        "concurrency_now": stats.concurrency,
+        "fleet_members": stats.shared.as_ref().map(|shared| shared.members),
+        "fleet_fallback": stats.shared.as_ref().and_then(|shared| shared.fallback.as_deref().map(bounded)),
     })
 }
 
