@@ -8,6 +8,8 @@
 //! The stand-in agent asks about calls it announced, and writes each
 //! option id it is given (or `none` for `cancelled`) to `<dir>/<name>.chose`.
 
+mod wires;
+
 use crate::common;
 use crate::stand_ins;
 
