@@ -403,13 +403,11 @@ impl Approvals {
 impl Approvals {
     /// Asks about a request that crossed a wire from a runtime below this
     /// run (a `process` child's, a remote worker's): its `asker`, the path
-    /// within that runtime, is put under this route's path, its depths
-    /// counted on from this run's, so the person sees the whole path from
-    /// the root. Otherwise as [`Approvals::ask`].
+    /// within that runtime (depths counted from the root, as the wire's
+    /// side makes them), is put under this route's path, so the person
+    /// sees the whole path from the root. Otherwise as [`Approvals::ask`].
     pub async fn ask_from_below(&self, request: PermissionRequest, timeout: Duration, cancel: &CancellationToken) -> Answer {
-        let base = self.path.last().map_or(0, |hop| hop.depth);
-        let below = request.asker.iter().map(|hop| Hop { depth: hop.depth.saturating_add(base), ..hop.clone() });
-        let path: Vec<Hop> = self.path.iter().cloned().chain(below).collect();
+        let path: Vec<Hop> = self.path.iter().chain(&request.asker).cloned().collect();
         let route = Approvals { approver: self.approver.clone(), path: Arc::from(path) };
         route.ask(request, timeout, cancel).await
     }

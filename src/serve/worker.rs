@@ -44,6 +44,7 @@
 //!
 //! [`remote`]: crate::providers::remote
 
+mod asking;
 mod held;
 
 use std::collections::HashMap;

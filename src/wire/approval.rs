@@ -9,9 +9,16 @@
 //! connection has at most [`MAX_PENDING`] requests waiting; one more is
 //! rejected at once.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use crate::seam::{cut, safe_line, Answer, Hop, PermissionOption, PermissionRequest, MAX_SHOWN_INPUT};
+
+/// How long a request that crossed a wire waits above at most: the asker
+/// below withdraws it at its own timeout, so this only bounds one that
+/// never does.
+pub(crate) const LONGEST_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Requests one connection may have waiting for an answer at once.
 pub(crate) const MAX_PENDING: usize = 64;

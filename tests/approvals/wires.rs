@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{approve, asking, chosen, subagents_at};
+use super::{approve, asking, chosen, permission_lines, subagents_at};
 use crate::common;
 
 /// A `process` provider `isolated` whose child (`subagents serve`)
@@ -70,6 +70,8 @@ fn a_process_childs_grandchild_asks_through_the_wire_and_the_answer_from_another
     std::io::Read::read_to_string(running.stderr.as_mut().unwrap(), &mut stderr).unwrap();
     assert!(status.success(), "{stderr}");
     assert_eq!(chosen(dir.path(), "asker"), ["yes"], "the grandchild got the allow the other process gave");
+    let lines = permission_lines(&home.join("children/isolated"), "asker");
+    assert!(lines.len() == 1 && lines[0].contains("answered: Allow (AllowOnce)"), "{lines:?}");
     let out = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
     assert!(out.contains(r#""stop_reason":"completed""#), "{out}");
     common::no_process_mentions(dir.path());
@@ -87,6 +89,9 @@ fn a_process_child_whose_parent_is_killed_rejects_its_grandchilds_pending_reques
     let answered = || !chosen(dir.path(), "asker").is_empty();
     assert!(common::blocking::eventually(common::WAIT_LIMIT, answered), "the grandchild was answered");
     assert_eq!(chosen(dir.path(), "asker"), ["no"], "a dead parent's answer is a reject");
+    // Rejected for the parent's death, before the session's turn was cancelled.
     let gone = || common::processes_mentioning(dir.path()).is_empty();
     assert!(common::blocking::eventually(common::WAIT_LIMIT, gone), "the serve child and its grandchild ended");
+    let lines = permission_lines(&home.join("children/isolated"), "asker");
+    assert!(lines.len() == 1 && lines[0].contains("by the parent is gone"), "{lines:?}");
 }

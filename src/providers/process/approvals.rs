@@ -13,7 +13,6 @@
 //! pending request is answered reject, and so is any that comes later.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
@@ -22,12 +21,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::seam::{Answer, Approvals, PermissionRequest};
-use crate::wire::approval::{received, MAX_PENDING};
+use crate::wire::approval::{received, LONGEST_WAIT, MAX_PENDING};
 use crate::wire::process::{ChildAsk, Replier};
-
-/// How long a request waits here at most: the child withdraws it at its
-/// own timeout, so this only bounds a child that never does.
-const LONGEST_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Answers the child's requests until its connection's reader ends.
 pub(super) async fn answer_child(
@@ -54,11 +49,16 @@ pub(super) async fn answer_child(
                     };
                     match (refused, request) {
                         (None, Ok(request)) => {
+                            // The child's runtime counts depth from its own
+                            // session: on from this run's, here.
+                            let mut request = received(request);
+                            let base = approvals.path().last().map_or(0, |hop| hop.depth);
+                            request.asker.iter_mut().for_each(|hop| hop.depth = hop.depth.saturating_add(base));
                             let token = closed.child_token();
                             waiting.insert(key, token.clone());
                             let approvals = approvals.clone();
                             answering.push(async move {
-                                let answer = approvals.ask_from_below(received(request), LONGEST_WAIT, &token).await;
+                                let answer = approvals.ask_from_below(request, LONGEST_WAIT, &token).await;
                                 (id, answer)
                             });
                         }
