@@ -41,6 +41,14 @@
 //! within `shutdown_timeout`, or is an older peer without the field leaves
 //! an unknown branch saying which.
 //!
+//! **Approvals**: a run whose route reaches an approver tells its child
+//! so, and the permission requests of the child's runs (an `acp`
+//! grandchild's `ask`, with `config` naming a file of the child's
+//! providers) cross the wire to be asked here, the child's path under this
+//! run's; the child waits with its own timeout, and a parent that dies is
+//! a reject there (see `approvals.rs`, and the wire in
+//! `crate::wire::process`).
+//!
 //! **Environment**: the allowlist of [the child environment](super#child-environment)
 //! (`PATH`, `HOME`, `LANG`, …), the names listed in `inherit_env`, and the
 //! explicit `env` entries; nothing else of the parent's. A child on the
@@ -445,7 +453,8 @@ async fn start_in(
     // Tripped at cancel and dispose: what the child asked is rejected then.
     let asking = cancel.child_token();
     let answering = asked.map(|asked| {
-        let answering = approvals::answer_child(asked, context.approvals().clone(), connection.replier(), asking.clone());
+        let answering =
+            approvals::answer_child(asked, context.approvals().clone(), connection.replier(), asking.clone());
         AbortOnDrop(tokio::task::spawn_local(answering))
     });
     Ok(Box::new(ProcessChild {

@@ -406,7 +406,12 @@ impl Approvals {
     /// within that runtime (depths counted from the root, as the wire's
     /// side makes them), is put under this route's path, so the person
     /// sees the whole path from the root. Otherwise as [`Approvals::ask`].
-    pub async fn ask_from_below(&self, request: PermissionRequest, timeout: Duration, cancel: &CancellationToken) -> Answer {
+    pub async fn ask_from_below(
+        &self,
+        request: PermissionRequest,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Answer {
         let path: Vec<Hop> = self.path.iter().chain(&request.asker).cloned().collect();
         let route = Approvals { approver: self.approver.clone(), path: Arc::from(path) };
         route.ask(request, timeout, cancel).await

@@ -87,7 +87,8 @@ mod tests {
 
     #[test]
     fn what_a_wire_brings_is_cut_and_an_unreadable_answer_is_a_reject() {
-        let mut request = PermissionRequest::new(vec![PermissionOption::new("y".repeat(9000), "n", OptionKind::AllowOnce); 100]);
+        let mut request =
+            PermissionRequest::new(vec![PermissionOption::new("y".repeat(9000), "n", OptionKind::AllowOnce); 100]);
         request.title = Some("t".repeat(100_000));
         request.asker = vec![Hop { provider: "p".repeat(9000), label: None, depth: 1 }; 100];
         let bounded = received(request);

@@ -68,7 +68,18 @@ macro_rules! versioned {
     )*};
 }
 
-versioned!(RunRequest, Settled, Claim, Tombstone, CancelNotice, ProgressNotice, Lease, StatusReply, Holder, ApprovalAsk);
+versioned!(
+    RunRequest,
+    Settled,
+    Claim,
+    Tombstone,
+    CancelNotice,
+    ProgressNotice,
+    Lease,
+    StatusReply,
+    Holder,
+    ApprovalAsk
+);
 
 /// Encodes `message`, refusing one over `cap` bytes (`Err` holds its size).
 pub(crate) fn encode<T: Serialize>(message: &T, cap: usize) -> Result<Vec<u8>, usize> {

@@ -82,7 +82,11 @@ fn a_workers_child_asks_its_caller_through_the_broker_and_gets_the_callers_answe
     assert_eq!(asked.len(), 1);
     let path: Vec<(&str, Option<&str>, u32)> =
         asked[0].asker.iter().map(|hop| (hop.provider.as_str(), hop.label.as_deref(), hop.depth)).collect();
-    assert_eq!(path, [("remote", Some("tests"), 1), ("asker", Some("tests"), 1)], "the caller's run, then the worker's");
+    assert_eq!(
+        path,
+        [("remote", Some("tests"), 1), ("asker", Some("tests"), 1)],
+        "the caller's run, then the worker's"
+    );
     assert_eq!(asked[0].title.as_deref(), Some("cargo test"));
     runtime.shutdown_blocking();
 }

@@ -41,8 +41,8 @@ use super::health::{Health, Patience, Stall, FAILED_WRITES_BEFORE_RECONNECT, SAY
 use crate::seam::{Category, Diagnostic, ProgressUpdate, RunResult, Stage};
 use crate::wire::remote::broker::{cancel_key, detached_key, state_key, Broker, OPERATION_TIMEOUT};
 use crate::wire::remote::{
-    self as wire, ApprovalAsk, CancelNotice, Holder, Lease, ProgressNotice, RunRecord, Settled, Tombstone, MAX_MESSAGE_BYTES,
-    VERSION,
+    self as wire, ApprovalAsk, CancelNotice, Holder, Lease, ProgressNotice, RunRecord, Settled, Tombstone,
+    MAX_MESSAGE_BYTES, VERSION,
 };
 
 pub(crate) use self::start::Deadline;
