@@ -97,7 +97,7 @@ mod tests {
         assert!(bounded.options[0].id.len() <= MAX_NAME && bounded.asker[0].provider.len() <= MAX_NAME);
         assert!(bounded.title.unwrap().len() < 3000);
         let said = json!({"verdict": "allow_once", "by": "a\u{1b}[31m person\n"});
-        assert_eq!(answer_received(Some(&said), None), Answer::new(Verdict::AllowOnce, "a[31m person "));
+        assert_eq!(answer_received(Some(&said), None), Answer::new(Verdict::AllowOnce, "a person "));
         assert_eq!(answer_received(Some(&json!({"verdict": "sure"})), None).verdict, Verdict::Reject);
         assert_eq!(answer_received(None, Some(&json!({"code": 1, "message": "no"}))).verdict, Verdict::Reject);
     }
