@@ -7,6 +7,8 @@
 //! - [`remote`]: the messages of the `remote` provider and `subagents
 //!   worker` on NATS JetStream, and the broker's layout they share;
 //! - [`a2a`]: the A2A 1.0 shapes of the `a2a` provider and `subagents a2a`;
+//! - [`approval`]: a permission request and its answer as both of the
+//!   above carry them between a runtime below and the run above;
 //! - [`acp`]: the stop reasons of the `acp` provider and `subagents acp`
 //!   (ACP's messages are the official crate's).
 
@@ -14,6 +16,8 @@
 pub(crate) mod a2a;
 #[cfg(feature = "acp")]
 pub(crate) mod acp;
+#[cfg(feature = "process")]
+pub(crate) mod approval;
 #[cfg(feature = "process")]
 pub(crate) mod process;
 #[cfg(feature = "remote")]

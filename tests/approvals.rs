@@ -10,6 +10,8 @@
 
 #[path = "approvals/doors.rs"]
 mod doors;
+#[path = "approvals/wires.rs"]
+mod wires;
 
 use crate::common;
 use crate::stand_ins;

@@ -11,6 +11,8 @@
 //! starts its own server on a free loopback port and stops it; the tests
 //! run one at a time (`support::one_at_a_time`).
 
+#[path = "remote/approvals.rs"]
+mod approvals;
 #[path = "remote/bounds.rs"]
 mod bounds;
 #[path = "remote/cancel.rs"]

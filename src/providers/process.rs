@@ -41,6 +41,14 @@
 //! within `shutdown_timeout`, or is an older peer without the field leaves
 //! an unknown branch saying which.
 //!
+//! **Approvals**: a run whose route reaches an approver tells its child
+//! so, and the permission requests of the child's runs (an `acp`
+//! grandchild's `ask`, with `config` naming a file of the child's
+//! providers) cross the wire to be asked here, the child's path under this
+//! run's; the child waits with its own timeout, and a parent that dies is
+//! a reject there (see `approvals.rs`, and the wire in
+//! `crate::wire::process`).
+//!
 //! **Environment**: the allowlist of [the child environment](super#child-environment)
 //! (`PATH`, `HOME`, `LANG`, …), the names listed in `inherit_env`, and the
 //! explicit `env` entries; nothing else of the parent's. A child on the
@@ -51,6 +59,7 @@
 //! Tool filters cannot be checked against the child's tools from here
 //! (they are advertised off).
 
+mod approvals;
 #[cfg(feature = "mcp-client")]
 pub(crate) mod mcp_servers;
 
@@ -89,6 +98,10 @@ pub struct ProcessConfig {
     pub patches: Vec<PathBuf>,
     /// The children's home (absolute; required).
     pub home: PathBuf,
+    /// A configuration file for the child (`serve --config`): its session
+    /// delegates to that file's providers (an `acp` agent, say) instead of
+    /// a `spawn` of its own.
+    pub config: Option<PathBuf>,
     /// Route defaults, overridden per request by `agent_options`.
     pub route: AgentOptions,
     /// Bound on the `shutdown` exchange (1 s).
@@ -160,6 +173,7 @@ impl ProcessConfig {
             profile: "default".to_owned(),
             patches: Vec::new(),
             home: home.into(),
+            config: None,
             route: AgentOptions::default(),
             shutdown_timeout: Duration::from_secs(1),
             child: ChildProcessConfig::default(),
@@ -169,9 +183,13 @@ impl ProcessConfig {
         }
     }
 
-    /// The child's command line: `serve --home HOME`.
-    fn serve_args(&self) -> [String; 3] {
-        ["serve".to_owned(), "--home".to_owned(), self.home.display().to_string()]
+    /// The child's command line: `serve --home HOME [--config FILE]`.
+    fn serve_args(&self) -> Vec<String> {
+        let mut args = vec!["serve".to_owned(), "--home".to_owned(), self.home.display().to_string()];
+        if let Some(config) = &self.config {
+            args.extend(["--config".to_owned(), config.display().to_string()]);
+        }
+        args
     }
 }
 
@@ -284,7 +302,7 @@ impl ProcessProvider {
             spawn(&config.bin, &config.serve_args(), &cwd, config.child_env(), lease).map_err(ProbeError::Spawn)?;
         let (events, _received) = mpsc::unbounded_channel();
         let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
-        let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events);
+        let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events, None);
         let init = Initialize {
             protocol_version: PROTOCOL_VERSION,
             route: config.route.clone(),
@@ -296,6 +314,7 @@ impl ProcessProvider {
             traceparent: None,
             tracestate: None,
             mcp_servers: Vec::new(),
+            approvals: false,
         };
         let answered = handshake(&connection, &init).await;
         if answered.is_ok() {
@@ -383,8 +402,17 @@ async fn start_in(
             )
         })?;
     let (events, received) = mpsc::unbounded_channel();
+    // The child's requests for permission are read only when someone above
+    // can answer them (and the child is told so).
+    let (asks, asked) = match context.approvals().has_approver() {
+        true => {
+            let (asks, asked) = mpsc::unbounded_channel();
+            (Some(asks), Some(asked))
+        }
+        false => (None, None),
+    };
     let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
-    let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events);
+    let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events, asks);
     let budget = context.budget().map(BudgetLease::remaining);
     // We are inside the run's span: the child's span joins its trace.
     let trace = crate::telemetry::current_trace();
@@ -399,6 +427,7 @@ async fn start_in(
         traceparent: trace.as_ref().map(|trace| trace.traceparent.clone()),
         tracestate: trace.and_then(|trace| trace.tracestate),
         mcp_servers,
+        approvals: asked.is_some(),
     };
     let outcome = tokio::select! {
         biased;
@@ -421,6 +450,13 @@ async fn start_in(
             return Err(LaunchError::Diagnosed(diagnostic));
         }
     };
+    // Tripped at cancel and dispose: what the child asked is rejected then.
+    let asking = cancel.child_token();
+    let answering = asked.map(|asked| {
+        let answering =
+            approvals::answer_child(asked, context.approvals().clone(), connection.replier(), asking.clone());
+        AbortOnDrop(tokio::task::spawn_local(answering))
+    });
     Ok(Box::new(ProcessChild {
         id: format!("process:{}:{session_id}", config.name),
         provider: config.name.clone(),
@@ -438,7 +474,18 @@ async fn start_in(
         grace: (config.dispose_eof_grace, config.dispose_grace),
         env: config.env.clone().into(),
         worktree,
+        asking,
+        _answering: answering,
     }))
+}
+
+/// A task that ends with its owner.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// `initialize`: the child's session id, or why it gave none (and its
@@ -551,6 +598,11 @@ struct ProcessChild {
     env: Rc<[(String, String)]>,
     /// The run's git worktree (`workspace = "worktree"`).
     worktree: Option<Rc<Worktree>>,
+    /// Trips at cancel and dispose: the child's pending requests for
+    /// permission are rejected (see `approvals.rs`).
+    asking: CancellationToken,
+    /// Answers the child's requests while the run lives.
+    _answering: Option<AbortOnDrop>,
 }
 
 impl Child for ProcessChild {
@@ -610,6 +662,7 @@ impl Child for ProcessChild {
     }
 
     fn cancel(&self) {
+        self.asking.cancel();
         self.shared.connection.notify("cancel", json!({}));
     }
 
@@ -617,6 +670,7 @@ impl Child for ProcessChild {
         let shared = self.shared.clone();
         let (shutdown_timeout, (eof_grace, grace)) = (self.shutdown_timeout, self.grace);
         let worktree = self.worktree.clone();
+        self.asking.cancel();
         Box::pin(async move {
             let released = dispose_child(&shared, shutdown_timeout, (eof_grace, grace)).await;
             // The child is gone: what it left is committed, its worktree removed.

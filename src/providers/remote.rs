@@ -37,6 +37,13 @@
 //!
 //! See [`BrokerSettings`] for every name on the broker.
 //!
+//! **Approvals**: a run whose route reaches an approver says so in its
+//! request; its worker's subtree then asks this caller for permission by
+//! core NATS request-reply on `<prefix>.approval.<caller>`, and the run's
+//! approvals answer with the worker's path under the run's (module
+//! `caller/asking.rs`). A caller that is gone is a reject on the worker at
+//! once; a silent broker leaves the asker to its own timeout.
+//!
 //! # Guarantees and how they are kept
 //!
 //! - **Durable before `start` returns**: `start` waits for JetStream's

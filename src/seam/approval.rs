@@ -402,6 +402,24 @@ impl Approvals {
     }
 }
 
+impl Approvals {
+    /// Asks about a request that crossed a wire from a runtime below this
+    /// run (a `process` child's, a remote worker's): its `asker`, the path
+    /// within that runtime (depths counted from the root, as the wire's
+    /// side makes them), is put under this route's path, so the person
+    /// sees the whole path from the root. Otherwise as [`Approvals::ask`].
+    pub async fn ask_from_below(
+        &self,
+        request: PermissionRequest,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Answer {
+        let path: Vec<Hop> = self.path.iter().chain(&request.asker).cloned().collect();
+        let route = Approvals { approver: self.approver.clone(), path: Arc::from(path) };
+        route.ask(request, timeout, cancel).await
+    }
+}
+
 /// `600 s`, `2 min`: how the timeout is said in a reject's reason.
 fn human(duration: Duration) -> String {
     let seconds = duration.as_secs_f64();

@@ -15,9 +15,19 @@
 //! is cancelled and the session is closed (its turn end on disk); the
 //! `shutdown` reply carries the receipts of the runs the session started
 //! (`runs`, each gathered once it is quiescent).
+//!
+//! With a configuration file (`--config`, the `process` provider's
+//! `config`) the session delegates to the file's providers (what its
+//! `[tool]` offers) instead of a `spawn` of its own. When the parent says
+//! it answers permission requests, the runs below the session ask it
+//! (`approvals.rs`); at the end of input every pending request is
+//! rejected first, so a parent that died leaves no grandchild waiting.
+
+mod approvals;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{json, Value};
@@ -26,6 +36,7 @@ use tokio_util::codec::AnyDelimiterCodecError;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use self::approvals::ParentApprover;
 use super::pipes::{self, StdoutLines};
 use super::signals::StopSignals;
 use super::ServeError;
@@ -46,18 +57,47 @@ use crate::Runtime;
 /// own runtime (the parent owns the budget above it: provider-managed).
 const MAX_DEPTH: u32 = DEFAULT_MAX_DEPTH;
 
+/// How long the end of input waits for the pending permission requests to
+/// take their rejects before the session's turn is cancelled.
+const REJECT_BOUND: Duration = Duration::from_secs(2);
+
 /// Where the served session keeps its state.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
     /// The child's home directory (sessions).
     pub home: PathBuf,
+    /// Providers from a configuration file: every one registered, and the
+    /// session's subagent tool offers what its `[tool]` offers (else the
+    /// session delegates to a `spawn` of its own).
+    #[cfg(feature = "config")]
+    pub configured: Option<crate::config::Configured>,
+}
+
+impl ServeOptions {
+    /// A session at `home`, delegating to a `spawn` of its own.
+    pub fn new(home: impl Into<PathBuf>) -> Self {
+        ServeOptions {
+            home: home.into(),
+            #[cfg(feature = "config")]
+            configured: None,
+        }
+    }
 }
 
 /// Serves one session over this process's stdin and stdout until EOF or
 /// `shutdown`.
 pub fn serve_stdio(options: ServeOptions) -> Result<(), ServeError> {
     let runtime = Runtime::builder().home(&options.home).workers(1).build().map_err(ServeError::Runtime)?;
-    let served = runtime.block_on(Server::new(runtime.subagents(), options).run());
+    let tasks = TaskService::new();
+    #[cfg(feature = "config")]
+    if let Some(configured) = &options.configured {
+        // Outside the runtime: an `acp` provider's probe runs on its own.
+        let model: Arc<dyn crate::agent::Model> = Arc::new(crate::agent::ScriptedModel::demo());
+        configured
+            .register_blocking(&runtime.subagents(), &tasks, &options.home, model)
+            .map_err(|e| ServeError::Options(e.to_string()))?;
+    }
+    let served = runtime.block_on(Server::new(runtime.subagents(), options, tasks).run());
     runtime.shutdown_blocking();
     served
 }
@@ -79,6 +119,10 @@ struct Server {
     lineage: Option<LineageScope>,
     /// The served session's span: its turns run inside it.
     span: tracing::Span,
+    /// The session's task tools' service.
+    tasks: TaskService,
+    /// Asks the parent, when it said it answers.
+    approver: Option<Arc<ParentApprover>>,
 }
 
 /// A served door's own `process` provider, without a configuration file:
@@ -117,7 +161,7 @@ fn streamed(update: &AgentUpdate) -> Option<ChildEvent> {
 }
 
 impl Server {
-    fn new(subagents: crate::Subagents, options: ServeOptions) -> Server {
+    fn new(subagents: crate::Subagents, options: ServeOptions, tasks: TaskService) -> Server {
         let (out, outgoing) = mpsc::unbounded_channel();
         Server {
             subagents,
@@ -131,6 +175,8 @@ impl Server {
             turn_cancel: CancellationToken::new(),
             lineage: None,
             span: tracing::Span::none(),
+            tasks,
+            approver: None,
         }
     }
 
@@ -174,6 +220,7 @@ impl Server {
                 break Ok(());
             }
         };
+        self.close_approvals("the parent is gone").await;
         self.end().await;
         drop(self.out);
         let _ = writer.await;
@@ -192,7 +239,14 @@ impl Server {
             Value::Number(number) => number.is_i64() || number.is_u64(),
             _ => false,
         };
-        let Some(method) = message.get("method").and_then(Value::as_str).filter(|_| usable_id) else {
+        let method = message.get("method").and_then(Value::as_str);
+        let answers = method.is_none() && (message.get("result").is_some() || message.get("error").is_some());
+        if let Some(approver) = self.approver.as_ref().filter(|_| answers) {
+            if approver.answered(&id, &message) {
+                return false;
+            }
+        }
+        let Some(method) = method.filter(|_| usable_id) else {
             let _ = self.out.send(error(&Value::Null, -32600, "invalid request"));
             return false;
         };
@@ -209,6 +263,7 @@ impl Server {
                 None
             }
             "shutdown" => {
+                self.close_approvals("the parent shut the session down").await;
                 self.end().await;
                 // Every run of the session is disposed by now (the agent's
                 // shutdown awaits its tasks): report each once quiescent.
@@ -253,6 +308,11 @@ impl Server {
                 self.span = telemetry::served(&init.profile, &session_id, init.route.model.as_deref(), parent.as_ref());
                 self.lineage = Some(self.subagents.lineage_scope(&session_id));
                 self.agent = Some(agent);
+                if init.approvals {
+                    let approver = Arc::new(ParentApprover::new(self.out.clone()));
+                    self.subagents.set_approver(approver.clone());
+                    self.approver = Some(approver);
+                }
                 reply(id, json!({"protocol_version": PROTOCOL_VERSION, "session_id": session_id}))
             }
             Err(message) => error(id, -32602, &message),
@@ -290,20 +350,41 @@ impl Server {
         }
         let delegates = profile.tools.iter().any(|n| n == "subagent");
         let kit = if delegates {
-            let tasks = TaskService::new();
+            let tasks = &self.tasks;
+            #[cfg(feature = "config")]
+            if let Some(configured) = &self.options.configured {
+                let builtins: Vec<Arc<dyn Tool>> = vec![Arc::new(ReadFile), Arc::new(ListDir)];
+                let kit = configured.tools(&self.subagents, tasks, &builtins);
+                return self.finish_agent(init, profile, model, kit, mounted, delegates);
+            }
             if !self.subagents.has_provider("spawn") {
                 // Its children get the same kit as the CLI's and `acp`'s.
-                register_delegating_spawn(&self.subagents, &tasks, model.clone()).map_err(|e| e.to_string())?;
+                register_delegating_spawn(&self.subagents, tasks, model.clone()).map_err(|e| e.to_string())?;
             }
-            delegating_tools(&self.subagents, &tasks, "spawn", MAX_DEPTH).map_err(|e| e.to_string())?
+            delegating_tools(&self.subagents, tasks, "spawn", MAX_DEPTH).map_err(|e| e.to_string())?
         } else {
             vec![Arc::new(ReadFile) as Arc<dyn Tool>, Arc::new(ListDir)]
         };
-        // The profile names the tools; the task tools come with `subagent`.
+        self.finish_agent(init, profile, model, kit, mounted, delegates)
+    }
+
+    /// The agent of `profile` with the tools of `kit` it names, and `mounted`.
+    fn finish_agent(
+        &self,
+        init: &Initialize,
+        profile: Profile,
+        model: Arc<dyn crate::agent::Model>,
+        kit: Vec<Arc<dyn Tool>>,
+        mounted: Vec<Arc<dyn Tool>>,
+        delegates: bool,
+    ) -> Result<Agent, String> {
+        // The profile names the tools; the task tools (and a configuration's
+        // further subagent tools) come with `subagent`.
         let mut tools = Toolset::new();
         for tool in kit {
             let name = tool.spec().name;
-            if profile.tools.contains(&name) || (delegates && name.starts_with("task_")) {
+            let delegating = name.starts_with("task_") || name.starts_with("subagent");
+            if profile.tools.contains(&name) || (delegates && delegating) {
                 tools.add_shared(tool).map_err(|e| e.to_string())?;
             }
         }
@@ -376,6 +457,14 @@ impl Server {
             .instrument(span),
         ));
         None
+    }
+
+    /// The parent can answer no more: what waits on it is rejected, and
+    /// the rejects reach their askers before the turn is cancelled.
+    async fn close_approvals(&self, why: &str) {
+        if let Some(approver) = &self.approver {
+            approver.close(why, REJECT_BOUND).await;
+        }
     }
 
     /// Cancels a running turn, waits for it, and closes the session.

@@ -39,6 +39,10 @@
 //! worker's own open pull, so to a worker with room); any other cause
 //! fails it with the OS's reason.
 //!
+//! A run whose caller answers permission requests is started with a route
+//! to that caller (module `asking`): its subtree's requests travel through
+//! the broker and the caller's answer comes back.
+//!
 //! A worker holds no state of its own beyond its home's sessions: kill it
 //! and its runs go to another worker after the ack wait.
 //!
@@ -49,6 +53,7 @@
 //!
 //! [`remote`]: crate::providers::remote
 
+mod asking;
 mod held;
 
 use std::collections::HashMap;

@@ -14,6 +14,19 @@
 //! Turn-end reasons ([`TurnEndReason`]): `completed`, `max-tokens`,
 //! `blocked`, `aborted`, `error`; tool call statuses ([`ToolCallStatus`]):
 //! `pending`, `completed`, `failed`.
+//!
+//! **Approvals.** A parent whose run reaches an approver says so in
+//! `initialize` (`approvals: true`; sent only then, as an older child
+//! refuses fields it does not know). Its child may then ask: child →
+//! parent request `permission {request}` (a
+//! [`PermissionRequest`](crate::seam::PermissionRequest) whose `asker` is
+//! the path within the child's runtime) with a string id (`approval-N`),
+//! answered by a response `{verdict, by}` (an
+//! [`Answer`](crate::seam::Answer)); and the notification
+//! `permission_withdrawn {id}` when the child stops waiting (its own
+//! timeout, its run's cancel), after which an answer to that id is
+//! ignored. A parent that does not know `permission` ignores it, and a
+//! child that was not told `approvals` never asks.
 
 pub(crate) mod profile;
 
@@ -68,6 +81,33 @@ pub(crate) struct Initialize {
     /// The MCP servers the child's session mounts (absent: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<WireMcpServer>,
+    /// The parent answers `permission` requests: its run reaches an
+    /// approver (absent: it does not, and the child's requests find no one).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub approvals: bool,
+}
+
+/// The child's request for permission.
+pub(crate) const PERMISSION: &str = "permission";
+
+/// The child stopped waiting for an answer (`{id}`).
+pub(crate) const PERMISSION_WITHDRAWN: &str = "permission_withdrawn";
+
+/// What a child asks of its parent, as the parent's reader hands it on.
+#[derive(Debug)]
+pub(crate) enum ChildAsk {
+    /// `permission`: the request's id and its parameters, not yet read.
+    Ask {
+        /// The child's id for it.
+        id: Value,
+        /// `{request}`.
+        params: Value,
+    },
+    /// `permission_withdrawn`: the child no longer waits on `id`.
+    Withdrawn {
+        /// The id it asked with.
+        id: Value,
+    },
 }
 
 /// One MCP server a child's session mounts, as the parent resolved it: a
@@ -204,6 +244,7 @@ impl Connection {
         stdin: ChildStdin,
         stdout: ChildStdout,
         events: mpsc::UnboundedSender<ChildEvent>,
+        asks: Option<mpsc::UnboundedSender<ChildAsk>>,
     ) -> Connection {
         let (outgoing, mut lines) = mpsc::unbounded_channel::<String>();
         let writer = tokio::task::spawn_local(async move {
@@ -217,7 +258,7 @@ impl Connection {
         });
         let pending: Pending = Rc::default();
         let broken = Rc::new(RefCell::new(false));
-        let reader = tokio::task::spawn_local(read_loop(stdout, pending.clone(), broken.clone(), events));
+        let reader = tokio::task::spawn_local(read_loop(stdout, pending.clone(), broken.clone(), events, asks));
         Connection {
             outgoing: RefCell::new(Some(outgoing)),
             pending,
@@ -260,6 +301,12 @@ impl Connection {
         self.send_line(json!({"jsonrpc": "2.0", "method": method, "params": params}));
     }
 
+    /// A way to answer the child's requests that does not keep its input
+    /// open: once [`Connection::close_input`] ran, answers go nowhere.
+    pub(crate) fn replier(&self) -> Replier {
+        Replier(self.outgoing.borrow().as_ref().map(mpsc::UnboundedSender::downgrade))
+    }
+
     /// Whether the child broke the protocol.
     pub(crate) fn is_broken(&self) -> bool {
         *self.broken.borrow()
@@ -284,11 +331,27 @@ impl Drop for Connection {
     }
 }
 
+/// Answers to a child's requests, on a connection that may have closed.
+#[derive(Clone, Debug)]
+pub(crate) struct Replier(Option<mpsc::WeakUnboundedSender<String>>);
+
+impl Replier {
+    /// Sends `result` as the response to the child's request `id`.
+    pub(crate) fn reply(&self, id: &Value, result: Value) {
+        let mut line = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+        line.push('\n');
+        if let Some(out) = self.0.as_ref().and_then(mpsc::WeakUnboundedSender::upgrade) {
+            let _ = out.send(line);
+        }
+    }
+}
+
 async fn read_loop(
     stdout: ChildStdout,
     pending: Pending,
     broken: Rc<RefCell<bool>>,
     events: mpsc::UnboundedSender<ChildEvent>,
+    asks: Option<mpsc::UnboundedSender<ChildAsk>>,
 ) {
     let mut lines = lines(stdout);
     loop {
@@ -309,7 +372,15 @@ async fn read_loop(
             *broken.borrow_mut() = true;
             break;
         };
-        if let Some(id) = message.get("id").and_then(Value::as_u64) {
+        let method = message.get("method").and_then(Value::as_str);
+        if let (Some(PERMISSION | PERMISSION_WITHDRAWN), Some(asks)) = (method, &asks) {
+            let id = message.get("id").cloned().unwrap_or(Value::Null);
+            let ask = match method {
+                Some(PERMISSION) => ChildAsk::Ask { id, params: message["params"].clone() },
+                _ => ChildAsk::Withdrawn { id: message["params"]["id"].clone() },
+            };
+            let _ = asks.send(ask);
+        } else if let Some(id) = message.get("id").and_then(Value::as_u64).filter(|_| method.is_none()) {
             let Some(reply) = pending.borrow_mut().remove(&id) else {
                 // A response to a request never made: the child is confused.
                 tracing::warn!(id, "a child answered a request that was never made");
@@ -325,7 +396,7 @@ async fn read_loop(
                 _ => Err(WireError::Protocol),
             };
             let _ = reply.send(outcome);
-        } else if message.get("method").and_then(Value::as_str) == Some("event") {
+        } else if method == Some("event") {
             match serde_json::from_value::<ChildEvent>(message["params"].clone()) {
                 Ok(event) => {
                     let _ = events.send(event);

@@ -71,7 +71,18 @@ macro_rules! versioned {
     )*};
 }
 
-versioned!(RunRequest, Settled, Claim, Tombstone, CancelNotice, ProgressNotice, Lease, StatusReply, Holder);
+versioned!(
+    RunRequest,
+    Settled,
+    Claim,
+    Tombstone,
+    CancelNotice,
+    ProgressNotice,
+    Lease,
+    StatusReply,
+    Holder,
+    ApprovalAsk
+);
 
 /// Encodes `message`, refusing one over `cap` bytes (`Err` holds its size).
 pub(crate) fn encode<T: Serialize>(message: &T, cap: usize) -> Result<Vec<u8>, usize> {
@@ -152,6 +163,27 @@ pub(crate) struct RunRequest {
     /// Its vendor state, when the trace has any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
+    /// The caller answers the run's permission requests ([`ApprovalAsk`]):
+    /// its run reaches an approver. Absent (and from an older caller): the
+    /// worker's requests find no one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub approvals: bool,
+}
+
+/// A permission request of a run's subtree on the worker, sent as a core
+/// NATS request to `<prefix>.approval.<caller>`; the reply is the
+/// [`Answer`](crate::seam::Answer). Sent again with `request` absent when
+/// the worker's asker stopped waiting (its timeout, its cancel): the
+/// caller withdraws the question `id`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ApprovalAsk {
+    pub v: u32,
+    pub run: String,
+    /// The worker's id for the question, unique within the run.
+    pub id: u64,
+    /// The question (absent: withdrawn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<crate::seam::PermissionRequest>,
 }
 
 /// Who holds a detached run now (`detached.<run>` in the runs bucket):

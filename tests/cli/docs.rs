@@ -410,6 +410,8 @@ fn sample(kind: &str, key: &str) -> String {
         (_, "permission_rules") => "[{ kind = \"read\", permission = \"allow\" }]",
         (_, "reuse") => "\"per_run\"",
         (_, "bin") => "\"/bin/sh\"",
+        // Any file: it is read only by the child, when it starts.
+        (_, "config") => "\"/bin/sh\"",
         (_, "profile") => "\"default\"",
         (_, "home") => "\"/tmp/subagents-docs-check\"",
         (_, "nats") => "\"nats://127.0.0.1:4222\"",

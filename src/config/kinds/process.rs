@@ -8,6 +8,7 @@
 //! profile = "default"
 //! patches = ["patches/readonly.json"]
 //! shutdown_timeout = "5s"
+//! config = "child.toml"           # the child delegates to this file's providers
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -54,6 +55,7 @@ struct Table {
     max_tokens: Option<Spanned<u32>>,
     shutdown_timeout: Option<Spanned<String>>,
     mcp_servers: Option<Spanned<Vec<Spanned<String>>>>,
+    config: Option<Spanned<String>>,
 }
 
 #[derive(Debug)]
@@ -68,6 +70,8 @@ struct Process {
     bin: Option<PathBuf>,
     home: Option<PathBuf>,
     patches: Vec<PathBuf>,
+    /// The child's configuration file, resolved.
+    config: Option<PathBuf>,
 }
 
 fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box<dyn Checked>, ConfigError> {
@@ -75,7 +79,7 @@ fn check(checking: &Checking<'_, '_>, table: Spanned<DeValue<'_>>) -> Result<Box
     let table: Table = keys::read(checking.source, table)?;
     let shutdown_timeout = checking.duration("shutdown_timeout", &table.shutdown_timeout)?;
     let file_dir = Path::new(checking.source.name).parent().map(Path::to_path_buf);
-    Ok(Box::new(Process { table, child, shutdown_timeout, file_dir, bin: None, home: None, patches: Vec::new() }))
+    Ok(Box::new(Process { table, child, shutdown_timeout, file_dir, bin: None, home: None, patches: Vec::new(), config: None }))
 }
 
 impl Checked for Process {
@@ -93,6 +97,19 @@ impl Checked for Process {
                 return Err(source.error(Some(value.span()), format!("`home` {problem}")));
             }
             self.home = Some(home);
+        }
+        // Read beside this file when relative, as a patch is; the child
+        // checks it when it starts.
+        self.config = None;
+        if let Some(value) = &self.table.config {
+            let path = match (path_of(value)?, &self.file_dir) {
+                (path, Some(dir)) if path.is_relative() => dir.join(path),
+                (path, _) => path,
+            };
+            if !path.is_file() {
+                return Err(source.error(Some(value.span()), format!("config {path:?} is not a file")));
+            }
+            self.config = Some(std::path::absolute(&path).unwrap_or(path));
         }
         self.patches.clear();
         for patch in self.table.patches.iter().flat_map(|patches| patches.get_ref()) {
@@ -132,6 +149,7 @@ impl Process {
             config.profile = profile.get_ref().clone();
         }
         config.patches = self.patches.clone();
+        config.config = self.config.clone();
         config.child = self.child.config();
         config.workspace = self.child.workspaces().await?;
         if let Some(model) = &table.model {

@@ -25,6 +25,7 @@
 //! A start's own writes, and the refusal of starts past a bound, are in
 //! [`start`].
 
+mod asking;
 mod start;
 
 use std::collections::HashMap;
@@ -40,8 +41,8 @@ use super::health::{Health, Patience, Stall, FAILED_WRITES_BEFORE_RECONNECT, SAY
 use crate::seam::{Category, Diagnostic, ProgressUpdate, RunResult, Stage};
 use crate::wire::remote::broker::{cancel_key, detached_key, state_key, Broker, OPERATION_TIMEOUT};
 use crate::wire::remote::{
-    self as wire, CancelNotice, Holder, Lease, ProgressNotice, RunRecord, Settled, Tombstone, MAX_MESSAGE_BYTES,
-    VERSION,
+    self as wire, ApprovalAsk, CancelNotice, Holder, Lease, ProgressNotice, RunRecord, Settled, Tombstone,
+    MAX_MESSAGE_BYTES, VERSION,
 };
 
 pub(crate) use self::start::Deadline;
@@ -90,6 +91,8 @@ pub(crate) struct Caller {
     /// How often unsettled runs are looked up in the runs bucket.
     sweep_interval: Duration,
     pub stop: CancellationToken,
+    /// The runs that answer their workers' permission requests.
+    asking: Mutex<asking::Asking>,
 }
 
 impl Caller {
@@ -113,6 +116,7 @@ impl Caller {
             reconnected: Notify::new(),
             sweep_interval,
             stop: CancellationToken::new(),
+            asking: Mutex::default(),
         }
     }
 
@@ -289,6 +293,7 @@ impl Caller {
         let mut results = subscribe(self.broker.names.result_subject(&self.id)).await?;
         let mut progress = subscribe(self.broker.names.progress_subject(&self.id)).await?;
         let mut advisories = subscribe(self.broker.names.max_deliveries_advisory(&self.pool)).await?;
+        let mut approvals = subscribe(self.broker.names.approval_subject(&self.id)).await?;
         self.put_lease().await?;
         let caller = self.clone();
         tokio::spawn(async move {
@@ -342,6 +347,15 @@ impl Caller {
                 if let Some(run) = run {
                     let caller = caller.clone();
                     tokio::spawn(async move { caller.settle_lost(&run).await });
+                }
+            }
+        });
+        let caller = self.clone();
+        tokio::spawn(async move {
+            while let Some(message) = caller.until_stopped(approvals.next()).await.flatten() {
+                match wire::decode::<ApprovalAsk>(&message.payload) {
+                    Ok(ask) => caller.asked(ask, message.reply),
+                    Err(error) => tracing::warn!(%error, "dropped a malformed remote permission request"),
                 }
             }
         });

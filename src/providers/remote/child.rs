@@ -75,7 +75,12 @@ pub(crate) async fn launch(
         detach_ttl_ms: detached.then(|| u64::try_from(timing.detached_ttl.as_millis()).unwrap_or(u64::MAX)),
         traceparent: trace.as_ref().map(|trace| trace.traceparent.clone()),
         tracestate: trace.and_then(|trace| trace.tracestate),
+        approvals: context.approvals().has_approver(),
     };
+    if wire_request.approvals {
+        // Until dispose (or the run's cancel) its worker's questions are asked here.
+        caller.answer_for(&run, context.approvals().clone(), cancel.child_token());
+    }
     let bytes = wire::encode(&wire_request, MAX_MESSAGE_BYTES).map_err(|size| LaunchError::Invalid {
         field: "prompt",
         reason: format!("the run request is {size} bytes; the remote wire carries at most {MAX_MESSAGE_BYTES}"),
@@ -113,6 +118,7 @@ pub(crate) async fn launch(
                 caller.cancel(&run, 1).await;
                 caller.delete_request(&run).await;
                 caller.forget_slot(&run, &slot);
+                caller.stop_answering(&run);
             }
         }
     });
@@ -348,6 +354,8 @@ impl Child for RemoteChild {
     }
 
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
+        // What its worker still asks is rejected from now on.
+        self.caller.stop_answering(&self.run);
         let mut settled = self.settled.clone();
         let cancelling = if settled.borrow().is_none() { self.send_cancel() } else { None };
         let (caller, io, run, wait) = (self.caller.clone(), self.io.clone(), self.run.clone(), self.dispose_wait);

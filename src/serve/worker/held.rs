@@ -387,6 +387,13 @@ impl Held {
         let request = &self.request;
         let mut parent = Parent::root(&self.shared.cwd).with_depth(request.parent.depth);
         parent.session_id = request.parent.session.clone();
+        if request.approvals {
+            // The run's subtree asks its caller, through the broker.
+            let subject = self.shared.broker.names.approval_subject(&request.caller);
+            let client = self.shared.broker.client.clone();
+            let approver = super::asking::CallerApprover::new(client, subject, request.run.clone());
+            parent = parent.with_approvals(crate::seam::Approvals::new(Arc::new(approver)));
+        }
         let mut start = StartRequest::with_blocks(request.prompt.clone(), parent, signal);
         start.label = request.label.clone();
         start.persona = request.persona.clone();

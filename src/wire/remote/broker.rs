@@ -11,6 +11,7 @@
 //! | caller leases | KV bucket `p-callers`: `<caller>` | file storage, max age = lease TTL |
 //! | shared routes' schedules | KV bucket `p-limits`: `route.<name>` (see `schedule`) | file storage, history 1, max age 10 min |
 //! | fast paths (core NATS) | `p.cancel.<run>`, `p.result.<caller>`, `p.progress.<caller>`, `p.status.q` | best effort |
+//! | permission requests (core NATS request-reply) | `p.approval.<caller>` | answered by the caller, or no responders |
 //!
 //! Whoever comes first creates each piece with its [`BrokerSettings`];
 //! whoever comes later binds to what exists and adopts its settings (a
@@ -133,6 +134,11 @@ impl Names {
 
     pub(crate) fn progress_subject(&self, caller: &str) -> String {
         format!("{}.progress.{caller}", self.prefix)
+    }
+
+    /// Where a caller's runs ask it for permission (core NATS requests).
+    pub(crate) fn approval_subject(&self, caller: &str) -> String {
+        format!("{}.approval.{caller}", self.prefix)
     }
 
     pub(crate) fn status_subject(&self, pool: &str) -> String {
