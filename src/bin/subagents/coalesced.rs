@@ -75,11 +75,6 @@ impl Coalesced {
         Coalesced { shared, writer }
     }
 
-    /// Stdout.
-    pub fn stdout() -> Coalesced {
-        Coalesced::new(|bytes| io::stdout().lock().write_all(bytes))
-    }
-
     /// Stderr.
     pub fn stderr() -> Coalesced {
         Coalesced::new(|bytes| io::stderr().lock().write_all(bytes))
@@ -186,8 +181,11 @@ pub fn flush_all() {
 mod tests {
     use super::*;
 
-    /// A sink that keeps each write, and fails once `fail` is set.
-    fn recording() -> (Coalesced, Arc<Mutex<Vec<Vec<u8>>>>, Arc<std::sync::atomic::AtomicBool>) {
+    /// Each write a sink took.
+    type Writes = Arc<Mutex<Vec<Vec<u8>>>>;
+
+    /// A sink that keeps each write, and fails while its flag is set.
+    fn recording() -> (Coalesced, Writes, Arc<std::sync::atomic::AtomicBool>) {
         let writes = Arc::new(Mutex::new(Vec::new()));
         let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (kept, failing) = (writes.clone(), fail.clone());

@@ -82,7 +82,7 @@ pub fn out(text: &str) {
 /// (`eprintln!` writes the text and its newline apart on unbuffered stderr).
 macro_rules! say {
     ($($format:tt)*) => {{
-        let mut said = $crate::terminal::line(&format!($($format)*));
+        let mut said = $crate::terminal::line(&format!($($format)*)).into_owned();
         said.push('\n');
         let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), said.as_bytes());
     }};

@@ -312,18 +312,15 @@ fn above_the_bar(bar: ProgressBar) -> Coalesced {
     })
 }
 
-/// SIGTERM ends the process as it always did, once the result and
-/// progress lines gathered for writing are written.
+/// SIGTERM ends the process at once as it always did (exit 143, as a
+/// shell reports a death by SIGTERM), once the result and progress lines
+/// gathered for writing are written.
 fn flush_on_sigterm(runtime: &subagents::Runtime) {
     use tokio::signal::unix::{signal, SignalKind};
     drop(runtime.spawn(async {
         let Ok(mut terminations) = signal(SignalKind::terminate()) else { return };
         if terminations.recv().await.is_some() {
             coalesced::flush_all();
-            use nix::sys::signal::{raise, signal as set_handler, SigHandler, Signal};
-            // SAFETY: the default disposition installs no handler code.
-            let _ = unsafe { set_handler(Signal::SIGTERM, SigHandler::SigDfl) };
-            let _ = raise(Signal::SIGTERM);
             std::process::exit(143);
         }
     }));
