@@ -206,7 +206,10 @@ impl Batch {
 
     /// Where result lines go without [`Batch::out`] (a program's stdout,
     /// say), and its name for errors; by default they go only to the
-    /// [`Report`].
+    /// [`Report`]. Each line is handed over whole in one `write_all` as its
+    /// run settles, and the writer is flushed once, at the end: a writer
+    /// that gathers lines writes them when it chooses, and an error it
+    /// answers (to a line, or to the flush) stops the batch.
     pub fn results_to(mut self, name: impl Into<String>, writer: impl std::io::Write + Send + 'static) -> Batch {
         self.results = Some((name.into(), Box::new(writer)));
         self

@@ -11,7 +11,8 @@
 //! nothing.
 //!
 //! [`Results`] writes each result line whole as its run settles, to the
-//! journal (`--out`) or to the caller's writer; the first failure to write
+//! journal (`--out`) or to the caller's writer (one `write_all` a line,
+//! one `flush` at the end, so a writer may gather lines); the first failure to write
 //! one is the batch's error: reported once, no new run starts (the batch's
 //! token is cancelled) and nothing more is written, so the place holds
 //! exactly the lines that were written whole.
@@ -129,7 +130,9 @@ impl Results {
         }
         let line = format!("{record}\n");
         let written = match &mut *self.sink() {
-            Sink::Writer(writer) => writer.write_all(line.as_bytes()).and_then(|()| writer.flush()),
+            // Flushed at the end only: a writer that gathers lines (the
+            // command's stdout does, for 20 ms) writes them together.
+            Sink::Writer(writer) => writer.write_all(line.as_bytes()),
             Sink::Journal(journal) => journal.write_line(line.as_bytes()),
             Sink::Nowhere => Ok(()),
         };

@@ -64,6 +64,7 @@
 
 mod args;
 mod asking;
+mod coalesced;
 mod commands;
 mod live;
 mod logging;

@@ -234,6 +234,7 @@ pub fn cancel_on_ctrl_c(runtime: &Runtime, token: subagents::CancellationToken, 
         }
         token.cancel();
         if interrupts.recv().await.is_some() {
+            crate::coalesced::flush_all();
             std::process::exit(130);
         }
     }));

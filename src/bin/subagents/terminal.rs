@@ -78,11 +78,14 @@ pub fn out(text: &str) {
     }
 }
 
-/// Prints one line on stderr, made safe by [`line`].
+/// Prints one line on stderr, made safe by [`line`], in one `write`
+/// (`eprintln!` writes the text and its newline apart on unbuffered stderr).
 macro_rules! say {
-    ($($format:tt)*) => {
-        eprintln!("{}", $crate::terminal::line(&format!($($format)*)))
-    };
+    ($($format:tt)*) => {{
+        let mut said = $crate::terminal::line(&format!($($format)*)).into_owned();
+        said.push('\n');
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), said.as_bytes());
+    }};
 }
 pub(crate) use say;
 

@@ -25,6 +25,7 @@ use subagents::serve::Both;
 use subagents::CancellationToken;
 
 use crate::args::{BudgetArgs, DurableArgs, RemoteArgs, Sources, TelemetryArgs};
+use crate::coalesced::{self, Coalesced};
 use crate::logging;
 use crate::outputs;
 use crate::setup::{cancel_on_ctrl_c, setup, Shown};
@@ -151,7 +152,7 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
     }
     batch = match &args.out {
         Some(out) => batch.out(out),
-        None => batch.results_to("stdout", AboveTheBar(progress.clone())),
+        None => batch.results_to("stdout", above_the_bar(progress.clone())),
     };
     let opened = batch.open(&args.tasks, cancel.clone()).map_err(|e| e.to_string())?;
     let trace_file =
@@ -159,9 +160,12 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
     // The trace is the runtime's own spans: nothing else to record.
     let trace = logging::install(logging::warnings(), trace_file);
     cancel_on_ctrl_c(&setup.runtime, cancel.clone(), Shown::Bar(progress.clone()));
+    flush_on_sigterm(&setup.runtime);
     let quiet = (!progress.is_hidden()).then(terminal::QuietControlKeys::hold);
     let per_provider = crate::live::per_provider(&setup.subagents, &progress);
-    let terminal = Terminal { progress: progress.clone(), tasks: args.tasks.clone(), failed: AtomicUsize::new(0) };
+    let plain = progress.is_hidden().then(Coalesced::stderr);
+    let terminal =
+        Terminal { progress: progress.clone(), plain, tasks: args.tasks.clone(), failed: AtomicUsize::new(0) };
     let ui = args.ui.then(|| crate::commands::ui::serve_batch(&setup.home, config.routes().cloned())).transpose()?;
     let summary = match &ui {
         Some((board, _server)) => {
@@ -230,6 +234,9 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
 /// stderr is not a terminal; what goes wrong is said.
 struct Terminal {
     progress: ProgressBar,
+    /// Off a terminal, the plain lines, written together (dropped, and so
+    /// written out, with the batch's run: before the summary).
+    plain: Option<Coalesced>,
     tasks: PathBuf,
     failed: AtomicUsize,
 }
@@ -237,9 +244,9 @@ struct Terminal {
 impl Terminal {
     /// A line for a person: above the bar while it is drawn.
     fn say(&self, line: String) {
-        match self.progress.is_hidden() {
-            true => say!("{line}"),
-            false => self.progress.println(terminal::line(&line)),
+        match &self.plain {
+            Some(plain) => _ = plain.line(&terminal::line(&line)),
+            None => self.progress.println(terminal::line(&line)),
         }
     }
 }
@@ -250,8 +257,8 @@ impl Report for Terminal {
         let detail = settled.detail.map(|d| format!(": {d}")).unwrap_or_default();
         let took = terminal::human(settled.latency);
         let failed = settled.outcome != "completed" && settled.outcome != "interrupted";
-        if self.progress.is_hidden() {
-            say!("line {}: {label}: {}{detail} ({took})", settled.line, settled.outcome);
+        if self.plain.is_some() {
+            self.say(format!("line {}: {label}: {}{detail} ({took})", settled.line, settled.outcome));
             return;
         }
         if failed {
@@ -293,23 +300,32 @@ impl Report for Terminal {
     }
 }
 
-/// Stdout for result lines: each written with the bar lifted, so a line
-/// never interleaves with the bar on a terminal nor leaves a stale bar in
-/// the scrollback.
-struct AboveTheBar(ProgressBar);
+/// Stdout for result lines, gathered for a moment and written together
+/// (see [`coalesced`]), each time with the bar lifted, so a line never
+/// interleaves with the bar on a terminal nor leaves a stale bar in the
+/// scrollback.
+fn above_the_bar(bar: ProgressBar) -> Coalesced {
+    Coalesced::new(move |bytes| {
+        use std::io::Write;
+        match bar.is_hidden() {
+            true => std::io::stdout().lock().write_all(bytes),
+            false => bar.suspend(|| std::io::stdout().lock().write_all(bytes)),
+        }
+    })
+}
 
-impl std::io::Write for AboveTheBar {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.suspend(|| std::io::stdout().lock().write(bytes))
-    }
-
-    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.0.suspend(|| std::io::stdout().lock().write_all(bytes))
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        std::io::stdout().flush()
-    }
+/// SIGTERM ends the process at once as it always did (exit 143, as a
+/// shell reports a death by SIGTERM), once the result and progress lines
+/// gathered for writing are written.
+fn flush_on_sigterm(runtime: &subagents::Runtime) {
+    use tokio::signal::unix::{signal, SignalKind};
+    drop(runtime.spawn(async {
+        let Ok(mut terminations) = signal(SignalKind::terminate()) else { return };
+        if terminations.recv().await.is_some() {
+            coalesced::flush_all();
+            std::process::exit(143);
+        }
+    }));
 }
 
 /// The command line that resumes this batch: this one, with `--resume`.
