@@ -28,8 +28,7 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::rpc::status_event;
-use super::store::Store;
+use super::store::{status_event, Store};
 use crate::seam::{safe_line, Answer, Approver, OptionKind, PermissionRequest, Verdict};
 use crate::wire::a2a::{code, Message, Part, TaskState};
 

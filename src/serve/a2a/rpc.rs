@@ -9,11 +9,11 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::questions::Questions;
-use super::store::Store;
+use super::store::{status_event, Store};
 use crate::seam::{Approvals, ContentBlock, Parent, ProgressSink, ProgressUpdate, RunResult, StartRequest, StopReason};
 use crate::wire::a2a::{
-    self as wire, code, method, Artifact, Message, Part, Response, Role, StreamResponse, Task, TaskArtifactUpdateEvent,
-    TaskState, TaskStatus, TaskStatusUpdateEvent,
+    self as wire, code, method, Artifact, Message, Part, Response, StreamResponse, Task, TaskArtifactUpdateEvent,
+    TaskState, TaskStatus,
 };
 use crate::Subagents;
 
@@ -300,20 +300,6 @@ fn outcome(result: &RunResult) -> (TaskState, Option<String>) {
 /// it is made safe here, whichever provider (or child) wrote it.
 fn account(said: &str) -> String {
     crate::seam::safe_line(said).into_owned()
-}
-
-pub(super) fn status_event(ids: &(String, String), state: TaskState, said: Option<String>) -> StreamResponse {
-    let message = said.map(|text| Message {
-        message_id: format!("msg-{}", crate::agent::ids::session_id()),
-        context_id: Some(ids.1.clone()),
-        task_id: Some(ids.0.clone()),
-        role: Role::Agent,
-        parts: vec![Part::text(text)],
-        metadata: None,
-    });
-    let status = TaskStatus { state, message, timestamp: None };
-    let update = TaskStatusUpdateEvent { task_id: ids.0.clone(), context_id: ids.1.clone(), status };
-    StreamResponse { status_update: Some(update), ..StreamResponse::default() }
 }
 
 fn artifact_event(ids: &(String, String), artifact_id: &str, part: Part) -> StreamResponse {

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::wire::a2a::{self as wire, Message, StreamResponse, Task, TaskState};
+use crate::wire::a2a::{
+    self as wire, Message, Part, Role, StreamResponse, Task, TaskState, TaskStatus, TaskStatusUpdateEvent,
+};
 
 /// Events a slow stream may fall behind by before it is sent a snapshot.
 const EVENT_BUFFER: usize = 256;
@@ -218,6 +220,22 @@ impl Tasks {
             None => false,
         }
     }
+}
+
+/// A task's status changed (with what it said, if anything): the event
+/// the store publishes to the task's watchers.
+pub(super) fn status_event(ids: &(String, String), state: TaskState, said: Option<String>) -> StreamResponse {
+    let message = said.map(|text| Message {
+        message_id: format!("msg-{}", crate::agent::ids::session_id()),
+        context_id: Some(ids.1.clone()),
+        task_id: Some(ids.0.clone()),
+        role: Role::Agent,
+        parts: vec![Part::text(text)],
+        metadata: None,
+    });
+    let status = TaskStatus { state, message, timestamp: None };
+    let update = TaskStatusUpdateEvent { task_id: ids.0.clone(), context_id: ids.1.clone(), status };
+    StreamResponse { status_update: Some(update), ..StreamResponse::default() }
 }
 
 #[cfg(test)]
