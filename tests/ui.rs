@@ -327,6 +327,13 @@ fn the_live_view_of_a_running_fanout_updates_without_a_reload() {
     let route = browser.run("const r = document.querySelector('#routes tr[data-route=\"paced\"]'); return r && [...r.cells].map(c => c.textContent);", &[]);
     let route: Vec<&str> = route.as_array().expect("the route's row").iter().map(|c| c.as_str().unwrap()).collect();
     assert!(route.starts_with(&["paced", "openai-chat", "m", "120"]) && route.contains(&"3"), "{route:?}");
+    // ... and what it has seen: nothing called it, and it lets in its max_concurrent.
+    let figures = &served.api("live")["routes"][0];
+    assert_eq!(
+        (&figures["requests"], &figures["answered_429"], &figures["concurrency_now"], &figures["fleet_members"]),
+        (&json!(0), &json!(0), &json!(3), &Value::Null),
+        "{figures}"
+    );
     browser.screenshot(&screenshots().join("live.png"));
     assert_eq!(
         browser.run(
