@@ -199,9 +199,16 @@ fn a2a_call(server: &crate::a2a::Server, method: &str, params: Value) -> Value {
     }
 }
 
-/// A message on the task `task` carrying `parts`.
+/// A message on the task `task` carrying `parts`, with a message id of its own.
 fn on_task(task: &Value, parts: Value) -> Value {
-    json!({"message": {"messageId": "answer", "role": "ROLE_USER", "taskId": task["id"], "contextId": task["contextId"],
+    static SENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = format!("answer-{}", SENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    on_task_as(task, parts, &id)
+}
+
+/// A message on the task `task` carrying `parts`, with the message id `id`.
+fn on_task_as(task: &Value, parts: Value, id: &str) -> Value {
+    json!({"message": {"messageId": id, "role": "ROLE_USER", "taskId": task["id"], "contextId": task["contextId"],
         "parts": parts}})
 }
 
@@ -233,9 +240,13 @@ fn through_subagents_a2a_a_request_is_an_input_required_task_answered_on_the_sam
     assert_eq!(still["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{still}");
 
     // A data part naming an option: the run resumes, and asks again.
-    let next = a2a_call(&server, "SendMessage", on_task(&task, json!([{"data": {"optionId": "yes"}}])))["task"].clone();
+    let first = on_task_as(&task, json!([{"data": {"optionId": "yes"}}]), "first-answer");
+    let next = a2a_call(&server, "SendMessage", first.clone())["task"].clone();
     assert_eq!(next["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{next}");
     assert!(next["status"]["message"]["parts"][0]["text"].as_str().unwrap().contains("edit lib.rs"), "{next}");
+    // The same message again (a client's retry) does not answer the next question.
+    let retried = a2a_call(&server, "SendMessage", first);
+    assert_eq!(retried["error"]["code"], -32602, "{retried}");
     // Text naming an option; the run goes on to its end.
     let done = a2a_call(&server, "SendMessage", on_task(&task, json!([{"text": "no"}])))["task"].clone();
     assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
@@ -260,7 +271,19 @@ fn an_a2a_question_nobody_answers_in_time_is_a_reject_and_the_task_goes_on() {
         now["status"]["message"]["parts"][0]["text"].as_str().is_some_and(|text| text.contains("edit lib.rs"))
     });
     assert!(next, "the expired question left the task");
-    let done = a2a_call(&server, "SendMessage", on_task(&task, json!([{"text": "yes"}])))["task"].clone();
+    // An answer meant for the expired question is not given to the next one:
+    // one that names no question is refused once the question changed, and
+    // one naming the expired question too.
+    let now = a2a_call(&server, "GetTask", json!({"id": task["id"]}));
+    let asked = now["status"]["message"]["parts"][1]["data"]["permission"]["question"].clone();
+    assert!(asked.is_u64(), "the question carries its number: {now}");
+    let unnamed = a2a_call(&server, "SendMessage", on_task(&task, json!([{"text": "yes"}])));
+    assert_eq!(unnamed["error"]["code"], -32602, "{unnamed}");
+    let expired = json!([{"data": {"question": asked.as_u64().unwrap() - 1, "optionId": "yes"}}]);
+    let stale = a2a_call(&server, "SendMessage", on_task(&task, expired));
+    assert_eq!(stale["error"]["code"], -32602, "{stale}");
+    let named = json!([{"data": {"question": asked, "optionId": "yes"}}]);
+    let done = a2a_call(&server, "SendMessage", on_task(&task, named))["task"].clone();
     assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
     assert_eq!(chosen(dir.path(), "asker"), ["no", "yes"]);
     let late = a2a_call(&server, "SendMessage", on_task(&task, json!([{"text": "yes"}])));

@@ -11,13 +11,21 @@
 //! "kind"}]}}`.
 //!
 //! The client answers with a message naming the task (`taskId`): a data
-//! part `{"optionId": ID}`, or a text part that is an option's id or name
+//! part `{"optionId": ID}` (with `"question": N`, the number the data part
+//! of the question carries), or a text part that is an option's id or name
 //! (case and surrounding blanks aside). An answer naming no option the
 //! child offered is refused (`-32602`, listing the options) and the task
 //! stays input-required; an offered one is given to the child, and the task
 //! shows the next question, or is working again. No answer within the
 //! asker's timeout, or the run cancelled, withdraws the question (a reject)
 //! and the task goes on.
+//!
+//! An answer is never given to a question its client may not have seen:
+//! one naming a question that no longer waits is refused, and one naming
+//! none is taken only when the question waiting is the only one shown since
+//! the task's last answer (else a question withdrawn meanwhile would pass
+//! its answer to the next). A message id already taken as an answer is
+//! refused, so a client's retry does not answer the next question too.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,9 +46,22 @@ const BY_CLIENT: &str = "the A2A client of subagents a2a";
 /// The questions waiting on their tasks' clients, by task id.
 pub(super) struct Questions {
     store: Arc<Store>,
-    waiting: Mutex<HashMap<String, VecDeque<Question>>>,
+    waiting: Mutex<HashMap<String, Asking>>,
     asked: AtomicU64,
 }
+
+/// A task's questions, and what its client was shown and answered.
+#[derive(Default)]
+struct Asking {
+    queue: VecDeque<Question>,
+    /// Questions shown since the last answer.
+    shown: u32,
+    /// The message ids of the last answers taken.
+    answered_by: VecDeque<String>,
+}
+
+/// Answers' message ids remembered per task.
+const ANSWERS_REMEMBERED: usize = 32;
 
 /// One request waiting on its client.
 struct Question {
@@ -54,7 +75,7 @@ impl Questions {
         Arc::new(Questions { store, waiting: Mutex::default(), asked: AtomicU64::new(0) })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<Question>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Asking>> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -64,12 +85,15 @@ impl Questions {
     }
 
     /// Publishes where the task stands: its first question, or working.
-    fn show(&self, ids: &(String, String), queue: Option<&VecDeque<Question>>) {
-        let event = match queue.and_then(VecDeque::front) {
+    fn show(&self, ids: &(String, String), asking: &mut Asking) {
+        let event = match asking.queue.front() {
             Some(question) => {
+                asking.shown += 1;
                 let mut event = status_event(ids, TaskState::InputRequired, Some(asking_text(&question.request)));
                 if let Some(message) = event.status_update.as_mut().and_then(|update| update.status.message.as_mut()) {
-                    message.parts.push(Part::data(json!({"permission": asked_data(&question.request)})));
+                    let mut asked = asked_data(&question.request);
+                    asked["question"] = json!(question.number);
+                    message.parts.push(Part::data(json!({ "permission": asked })));
                 }
                 event
             }
@@ -88,10 +112,16 @@ impl Questions {
         let (answer, answered) = oneshot::channel();
         {
             let mut waiting = self.lock();
-            let queue = waiting.entry(ids.0.clone()).or_default();
-            queue.push_back(Question { number, request, answer });
-            if queue.len() == 1 {
-                self.show(&ids, Some(queue));
+            // A task's record outlives its questions (what it was shown and
+            // answered is what keeps a late answer from the next question),
+            // until the task ends.
+            waiting.retain(|task, asking| {
+                !asking.queue.is_empty() || self.store.get(task).is_some_and(|task| !task.status.state.is_terminal())
+            });
+            let asking = waiting.entry(ids.0.clone()).or_default();
+            asking.queue.push_back(Question { number, request, answer });
+            if asking.queue.len() == 1 {
+                self.show(&ids, asking);
             }
         }
         // However this ends (answered, cancelled, or this future dropped
@@ -110,14 +140,11 @@ impl Questions {
     /// there; the task then shows the next question, or works on.
     fn withdraw(&self, ids: &(String, String), number: u64) {
         let mut waiting = self.lock();
-        let Some(queue) = waiting.get_mut(&ids.0) else { return };
-        let first = queue.front().is_some_and(|question| question.number == number);
-        queue.retain(|question| question.number != number);
+        let Some(asking) = waiting.get_mut(&ids.0) else { return };
+        let first = asking.queue.front().is_some_and(|question| question.number == number);
+        asking.queue.retain(|question| question.number != number);
         if first {
-            self.show(ids, Some(queue));
-        }
-        if queue.is_empty() {
-            waiting.remove(&ids.0);
+            self.show(ids, asking);
         }
     }
 
@@ -126,23 +153,45 @@ impl Questions {
     /// no option the child offered; refused when nothing waits.
     pub(super) fn answer(&self, ids: &(String, String), message: &Message) -> Result<(), (i64, String)> {
         let mut waiting = self.lock();
-        let Some(queue) = waiting.get_mut(&ids.0).filter(|queue| !queue.is_empty()) else {
+        let Some(asking) = waiting.get_mut(&ids.0).filter(|asking| !asking.queue.is_empty()) else {
             let reason = "the task is not waiting for input (a message to a task answers its question)";
             return Err((code::UNSUPPORTED_OPERATION, reason.to_owned()));
         };
-        let request = &queue[0].request;
+        if asking.answered_by.contains(&message.message_id) {
+            let reason = "this message was taken as an answer already (a new answer needs a new messageId)";
+            return Err((code::INVALID_PARAMS, reason.to_owned()));
+        }
+        let front = &asking.queue[0];
+        let named = message.parts.iter().find_map(|part| part.data.as_ref()?.get("question")?.as_u64());
+        match named {
+            Some(number) if number != front.number => {
+                let reason = format!("question {number} is no longer waiting: the task asks question {}", front.number);
+                return Err((code::INVALID_PARAMS, reason));
+            }
+            None if asking.shown > 1 => {
+                let reason = format!(
+                    "the question changed since the last answer: name it (a data part with \"question\": {})",
+                    front.number
+                );
+                return Err((code::INVALID_PARAMS, reason));
+            }
+            _ => {}
+        }
+        let request = &front.request;
         let Some(verdict) = chosen(request, message) else {
             let ids: Vec<String> = request.options.iter().map(|option| safe_line(&option.id).into_owned()).collect();
             let reason = format!("the answer names none of the options offered: {}", ids.join(", "));
             return Err((code::INVALID_PARAMS, reason));
         };
-        let question = queue.pop_front().expect("a question waits");
+        let question = asking.queue.pop_front().expect("a question waits");
         // The asker may have given up this very moment: then it rejects.
         let _ = question.answer.send(verdict);
-        self.show(ids, Some(queue));
-        if queue.is_empty() {
-            waiting.remove(&ids.0);
+        asking.shown = 0;
+        if asking.answered_by.len() == ANSWERS_REMEMBERED {
+            asking.answered_by.pop_front();
         }
+        asking.answered_by.push_back(message.message_id.chars().take(256).collect());
+        self.show(ids, asking);
         Ok(())
     }
 }
