@@ -388,6 +388,10 @@ impl Approvals {
         let Some(approver) = &self.approver else {
             return Answer::reject("no one to ask");
         };
+        // A cancelled run's requests never reach a person.
+        if cancel.is_cancelled() {
+            return Answer::reject("the run was cancelled");
+        }
         let withdrawn = cancel.child_token();
         let asked = approver.ask(request, withdrawn.clone());
         let _withdraw = withdrawn.clone().drop_guard();

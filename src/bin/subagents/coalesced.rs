@@ -109,7 +109,12 @@ impl Shared {
 
     /// Writes what gathered now; answers the first failure not yet answered.
     fn write_gathered(&self) -> io::Result<()> {
-        let mut sink = lock(&self.sink);
+        let sink = lock(&self.sink);
+        self.write_with(sink)
+    }
+
+    /// Writes what gathered through `sink`, already held.
+    fn write_with(&self, mut sink: std::sync::MutexGuard<'_, Sink>) -> io::Result<()> {
         let gathered = std::mem::take(&mut lock(&self.state).gathered);
         let written = match gathered.is_empty() {
             true => Ok(()),
@@ -120,6 +125,19 @@ impl Shared {
         match (earlier, written) {
             (Some(error), _) | (None, Err(error)) => Err(error),
             (None, Ok(())) => Ok(()),
+        }
+    }
+
+    /// The thread's write: a failure is kept for the next line or flush
+    /// before the sink is let go, so a flush waiting on the sink finds it.
+    fn write_burst(&self) {
+        let mut sink = lock(&self.sink);
+        let gathered = std::mem::take(&mut lock(&self.state).gathered);
+        if gathered.is_empty() {
+            return;
+        }
+        if let Err(error) = sink(&gathered) {
+            lock(&self.state).failed.get_or_insert(error);
         }
     }
 
@@ -140,9 +158,7 @@ impl Shared {
                     return;
                 }
             }
-            if let Err(error) = self.write_gathered() {
-                lock(&self.state).failed.get_or_insert(error);
-            }
+            self.write_burst();
         }
     }
 }
@@ -169,11 +185,15 @@ impl Drop for Coalesced {
 }
 
 /// Writes what every open stream gathered: before the process exits
-/// without unwinding (a second Ctrl-C, SIGTERM).
+/// without unwinding (a second Ctrl-C, SIGTERM). A stream whose write is
+/// stuck (a reader that stopped reading) is passed over, so the exit
+/// never waits on it.
 pub fn flush_all() {
     let streams: Vec<Arc<Shared>> = lock(open_streams()).iter().filter_map(Weak::upgrade).collect();
     for stream in streams {
-        let _ = stream.write_gathered();
+        if let Ok(sink) = stream.sink.try_lock() {
+            let _ = stream.write_with(sink);
+        }
     }
 }
 

@@ -39,10 +39,12 @@ pub(super) async fn answer_child(
         tokio::select! {
             ask = asks.recv(), if reading => match ask {
                 Some(ChildAsk::Ask { id, params }) => {
+                    // An id too large to keep is answered with none.
+                    let id = if fit_id(&id) { id } else { serde_json::Value::Null };
                     let key = id.to_string();
                     let request = serde_json::from_value::<PermissionRequest>(params["request"].clone());
                     let refused = match request {
-                        _ if id.is_null() || waiting.contains_key(&key) => Some("a request without a fresh id"),
+                        _ if !fit_id(&id) || waiting.contains_key(&key) => Some("a request without a fresh id"),
                         _ if waiting.len() >= MAX_PENDING => Some("too many requests waiting at once"),
                         Err(_) => Some("a request that could not be read"),
                         Ok(_) => None,
@@ -88,4 +90,15 @@ pub(super) async fn answer_child(
 
 fn reply(replier: &Replier, id: &Value, answer: &Answer) {
     replier.reply(id, serde_json::to_value(answer).unwrap_or_default());
+}
+
+/// Whether `id` is one a request may carry: a number, or a string of at
+/// most 64 bytes (the child's own are `approval-N`). Anything else is
+/// neither kept nor echoed back.
+fn fit_id(id: &serde_json::Value) -> bool {
+    match id {
+        serde_json::Value::Number(_) => true,
+        serde_json::Value::String(id) => id.len() <= 64,
+        _ => false,
+    }
 }

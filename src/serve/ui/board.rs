@@ -307,6 +307,11 @@ impl Board {
     /// row says its step and what that step waited on. A file that cannot
     /// be read shows no steps; at most 10,000 are kept.
     pub fn steps(&self, path: &Path) {
+        // A pipe (`fanout -`) is the batch's to read: a line read here
+        // would never run.
+        if !path.is_file() {
+            return;
+        }
         let Ok(file) = std::fs::File::open(path) else { return };
         let mut reader = BufReader::new(file);
         let (mut buffer, mut steps) = (Vec::new(), HashMap::new());
