@@ -208,6 +208,16 @@ impl std::fmt::Debug for Permit {
     }
 }
 
+/// One caller counted among those waiting for a shared route's turn,
+/// until dropped.
+struct WaitingCount<'a>(&'a AtomicU32);
+
+impl Drop for WaitingCount<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The wait ended because its token was cancelled; nothing was charged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("the wait for the route's rate limit was cancelled")]
@@ -292,11 +302,15 @@ impl Limiter {
         let started = Instant::now();
         let inner = &self.inner;
         let estimated_tokens = inner.chargeable(estimated_tokens);
-        let mut slot = tokio::select! {
+        let slot = tokio::select! {
             biased;
             () = cancel.cancelled() => return Err(Cancelled),
             slot = inner.gate.acquire() => slot,
         };
+        // Held by a permit from here on, so a wait that ends (or a caller
+        // that drops this future) gives the slot back through the gate,
+        // which forgets it while the route lets in fewer than it holds.
+        let mut permit = Permit { inner: inner.clone(), charged: estimated_tokens, waited: Duration::ZERO, slot };
         let shared = inner.sharing.get();
         let paced = inner.limits.requests_per_minute.is_some() || inner.limits.tokens_per_minute.is_some();
         let waited = if let Some(sharing) = shared {
@@ -307,14 +321,13 @@ impl Limiter {
             Ok(())
         };
         if waited.is_err() {
-            inner.gate.release(&mut slot);
             return Err(Cancelled);
         }
-        let waited = started.elapsed();
+        permit.waited = started.elapsed();
         inner.counts.requests.fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        let nanos = u64::try_from(permit.waited.as_nanos()).unwrap_or(u64::MAX);
         inner.counts.waited_nanos.fetch_add(nanos, Ordering::Relaxed);
-        Ok(Permit { inner: inner.clone(), charged: estimated_tokens, waited, slot })
+        Ok(permit)
     }
 
     /// Waits for this process's turn on its own schedule (the fleet's
@@ -362,13 +375,16 @@ impl Limiter {
         let inner = &self.inner;
         let limits = inner.limits;
         let spacing = limits.requests_per_minute.map_or(Duration::ZERO, |rpm| MINUTE / rpm);
+        // Counted while it waits for its turn, however the wait ends (a
+        // caller may drop this future).
         inner.waiting.fetch_add(1, Ordering::Relaxed);
+        let counted = WaitingCount(&inner.waiting);
         let turn = tokio::select! {
             biased;
             () = cancel.cancelled() => None,
             turn = inner.turn.lock() => Some(turn),
         };
-        inner.waiting.fetch_sub(1, Ordering::Relaxed);
+        drop(counted);
         let Some(_turn) = turn else { return Err(Cancelled) };
         loop {
             let now = Instant::now();
