@@ -270,8 +270,11 @@ fn chosen(request: &PermissionRequest, message: &Message) -> Option<Verdict> {
     let option = match by_data {
         Some(id) => request.options.iter().find(|option| option.id == id),
         None => message.parts.iter().filter_map(|part| part.text.as_deref()).find_map(|text| {
+            // An option's id before any option's name: a name cannot pose
+            // as another option's id.
             let text = text.trim();
-            request.options.iter().find(|option| option.id == text || option.name.eq_ignore_ascii_case(text))
+            let by_id = request.options.iter().find(|option| option.id == text);
+            by_id.or_else(|| request.options.iter().find(|option| option.name.eq_ignore_ascii_case(text)))
         }),
     }?;
     Some(match option.kind {
@@ -302,5 +305,11 @@ mod tests {
         assert_eq!(chosen(&request, &message(vec![Part::text("allow")])), Some(Verdict::AllowOnce), "by name");
         assert_eq!(chosen(&request, &message(vec![Part::text("always")])), None, "never offered");
         assert_eq!(chosen(&request, &message(vec![Part::data(json!({"optionId": "always"}))])), None);
+        // A hostile agent names an allowing option as another's id: the id wins.
+        let posing = PermissionRequest::new(vec![
+            PermissionOption::new("a", "no", OptionKind::AllowOnce),
+            PermissionOption::new("no", "Reject", OptionKind::RejectOnce),
+        ]);
+        assert_eq!(chosen(&posing, &message(vec![Part::text("no")])), Some(Verdict::Reject));
     }
 }

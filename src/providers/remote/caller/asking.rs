@@ -9,7 +9,7 @@
 //! and the answer sent to the request's reply inbox. The worker withdraws
 //! a question it stopped waiting on (its asker's timeout or cancel), which
 //! withdraws it here. A question about a run this caller does not hold, a
-//! question past [`MAX_PENDING`] waiting ones, and every question of a run
+//! question past [`MAX_PENDING`] waiting ones of its run, and every question of a run
 //! that was cancelled or disposed ([`Caller::stop_answering`]) is answered
 //! reject. A caller that is gone has no subscriber: the worker's request
 //! finds no responders and rejects.
@@ -66,7 +66,9 @@ impl Caller {
             let mut asking = self.asking();
             match asking.runs.get(&ask.run).cloned() {
                 None => Err("the caller holds no such run"),
-                Some(_) if asking.waiting.len() >= MAX_PENDING => Err("too many requests waiting at once"),
+                Some(_) if asking.waiting.keys().filter(|(run, _)| *run == ask.run).count() >= MAX_PENDING => {
+                    Err("too many requests waiting at once")
+                }
                 Some(_) if asking.waiting.contains_key(&key) => Err("a request without a fresh id"),
                 Some((approvals, closed)) => {
                     let token = closed.child_token();
