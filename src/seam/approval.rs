@@ -287,6 +287,15 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// What choosing an option of `kind` decides.
+    pub fn of(kind: OptionKind) -> Verdict {
+        match kind {
+            OptionKind::AllowOnce => Verdict::AllowOnce,
+            OptionKind::AllowAlways => Verdict::AllowAlways,
+            OptionKind::RejectOnce | OptionKind::RejectAlways => Verdict::Reject,
+        }
+    }
+
     /// Whether the call may go ahead.
     pub fn allows(self) -> bool {
         !matches!(self, Verdict::Reject)

@@ -138,11 +138,7 @@ pub(crate) fn acp_request_of(
 pub(crate) fn verdict_of(request: &PermissionRequest, outcome: &RequestPermissionOutcome) -> Verdict {
     let RequestPermissionOutcome::Selected(selected) = outcome else { return Verdict::Reject };
     let chosen = request.options.iter().find(|option| selected.option_id.to_string() == option.id);
-    match chosen.map(|option| option.kind) {
-        Some(OptionKind::AllowOnce) => Verdict::AllowOnce,
-        Some(OptionKind::AllowAlways) => Verdict::AllowAlways,
-        Some(OptionKind::RejectOnce | OptionKind::RejectAlways) | None => Verdict::Reject,
-    }
+    chosen.map_or(Verdict::Reject, |option| Verdict::of(option.kind))
 }
 
 #[cfg(test)]

@@ -277,11 +277,7 @@ fn chosen(request: &PermissionRequest, message: &Message) -> Option<Verdict> {
             by_id.or_else(|| request.options.iter().find(|option| option.name.eq_ignore_ascii_case(text)))
         }),
     }?;
-    Some(match option.kind {
-        OptionKind::AllowOnce => Verdict::AllowOnce,
-        OptionKind::AllowAlways => Verdict::AllowAlways,
-        OptionKind::RejectOnce | OptionKind::RejectAlways => Verdict::Reject,
-    })
+    Some(Verdict::of(option.kind))
 }
 
 #[cfg(test)]

@@ -182,11 +182,7 @@ fn said(kind: OptionKind) -> &'static str {
 fn chosen(request: &PermissionRequest, content: Option<&Value>) -> Option<Verdict> {
     let id = content?.get(DECISION)?.as_str()?;
     let option = request.options.iter().find(|option| option.id == id)?;
-    Some(match option.kind {
-        OptionKind::AllowOnce => Verdict::AllowOnce,
-        OptionKind::AllowAlways => Verdict::AllowAlways,
-        OptionKind::RejectOnce | OptionKind::RejectAlways => Verdict::Reject,
-    })
+    Some(Verdict::of(option.kind))
 }
 
 #[cfg(test)]
