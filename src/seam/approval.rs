@@ -119,6 +119,18 @@ pub enum OptionKind {
     RejectAlways,
 }
 
+impl OptionKind {
+    /// What choosing it does, in words for a person.
+    pub fn said(self) -> &'static str {
+        match self {
+            OptionKind::AllowOnce => "allow once",
+            OptionKind::AllowAlways => "allow always, for this run",
+            OptionKind::RejectOnce => "reject",
+            OptionKind::RejectAlways => "reject always",
+        }
+    }
+}
+
 /// One option the child offered.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PermissionOption {

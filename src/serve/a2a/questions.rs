@@ -37,7 +37,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::store::{status_event, Store};
-use crate::seam::{safe_line, Answer, Approver, OptionKind, PermissionRequest, Verdict};
+use crate::seam::{safe_line, Answer, Approver, PermissionRequest, Verdict};
 use crate::wire::a2a::{code, Message, Part, TaskState};
 
 /// Who answered, as the asker's transcript records it.
@@ -233,7 +233,7 @@ fn asking_text(request: &PermissionRequest) -> String {
     let options: Vec<String> = request
         .options
         .iter()
-        .map(|option| format!("{} ({}: {})", safe_line(&option.id), safe_line(&option.name), said(option.kind)))
+        .map(|option| format!("{} ({}: {})", safe_line(&option.id), safe_line(&option.name), option.kind.said()))
         .collect();
     format!(
         "{} asks: {}. Answer on this task with one of: {}",
@@ -251,16 +251,6 @@ fn asked_data(request: &PermissionRequest) -> Value {
         .map(|option| json!({"id": option.id, "name": safe_line(&option.name), "kind": option.kind}))
         .collect();
     json!({"asker": request.asker_line(), "call": request.call_line(), "options": options})
-}
-
-/// What an option does, in words.
-fn said(kind: OptionKind) -> &'static str {
-    match kind {
-        OptionKind::AllowOnce => "allow once",
-        OptionKind::AllowAlways => "allow always, for this run",
-        OptionKind::RejectOnce => "reject",
-        OptionKind::RejectAlways => "reject always",
-    }
 }
 
 /// The verdict of the option `message` names (a data part's `optionId`,
@@ -283,7 +273,7 @@ fn chosen(request: &PermissionRequest, message: &Message) -> Option<Verdict> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seam::PermissionOption;
+    use crate::seam::{OptionKind, PermissionOption};
     use crate::wire::a2a::Role;
 
     fn message(parts: Vec<Part>) -> Message {

@@ -33,7 +33,7 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleServer};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::seam::{safe_line, Answer, Approver, OptionKind, PermissionRequest, Policy, Rules, Verdict};
+use crate::seam::{safe_line, Answer, Approver, PermissionRequest, Policy, Rules, Verdict};
 
 /// Who answered, as the asker's transcript records it.
 const BY_CLIENT: &str = "the MCP client of subagents mcp";
@@ -157,7 +157,7 @@ fn decision_schema(request: &PermissionRequest) -> Option<ElicitationSchema> {
     let one_of: Vec<Value> = request
         .options
         .iter()
-        .map(|option| json!({"const": option.id, "title": format!("{} ({})", safe_line(&option.name), said(option.kind))}))
+        .map(|option| json!({"const": option.id, "title": format!("{} ({})", safe_line(&option.name), option.kind.said())}))
         .collect();
     let schema = json!({
         "type": "object",
@@ -166,16 +166,6 @@ fn decision_schema(request: &PermissionRequest) -> Option<ElicitationSchema> {
     });
     let Value::Object(schema) = schema else { unreachable!("an object literal") };
     ElicitationSchema::from_json_schema(schema).ok()
-}
-
-/// What an option does, in words.
-fn said(kind: OptionKind) -> &'static str {
-    match kind {
-        OptionKind::AllowOnce => "allow once",
-        OptionKind::AllowAlways => "allow always, for this run",
-        OptionKind::RejectOnce => "reject",
-        OptionKind::RejectAlways => "reject always",
-    }
 }
 
 /// The verdict of the option `content` names, when the child offered it.
@@ -188,7 +178,7 @@ fn chosen(request: &PermissionRequest, content: Option<&Value>) -> Option<Verdic
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seam::PermissionOption;
+    use crate::seam::{OptionKind, PermissionOption};
 
     fn offered() -> PermissionRequest {
         PermissionRequest::new(vec![
