@@ -313,7 +313,12 @@ impl Look {
             loop {
                 tokio::select! {
                     _ = &mut deadline => break,
-                    Some(reply) = replies.next() => all.push(serde_json::from_slice(&reply.payload).unwrap()),
+                    // With no worker listening yet (one stopped, the next
+                    // starting) the broker's "no responders" notice comes
+                    // back empty: no worker's status.
+                    Some(reply) = replies.next() => if !reply.payload.is_empty() {
+                        all.push(serde_json::from_slice(&reply.payload).unwrap())
+                    },
                 }
             }
             all
