@@ -218,7 +218,7 @@ fn ui_answers_unknown_paths_and_traversals_with_refusals_never_a_file() {
         );
     }
     // Without a batch the event stream tells only of parked requests.
-    use std::io::{Read, Write};
+    use std::io::Write;
     let mut stream = std::net::TcpStream::connect(served.address).unwrap();
     stream.set_read_timeout(Some(PATIENCE)).unwrap();
     let request = format!("GET /api/events?token={token} HTTP/1.1\r\nHost: {}\r\n\r\n", served.address);
@@ -230,7 +230,7 @@ fn ui_answers_unknown_paths_and_traversals_with_refusals_never_a_file() {
         seen.split_once("event: approvals\ndata: ").is_some_and(|(_, data)| data.contains("\n\n"))
     };
     while !whole_event(&seen) {
-        let read = stream.read(&mut buffer).unwrap();
+        let read = browser::read_some(&mut stream, &mut buffer);
         assert!(read > 0, "the stream ended: {}", String::from_utf8_lossy(&seen));
         seen.extend_from_slice(&buffer[..read]);
     }

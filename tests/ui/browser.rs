@@ -77,7 +77,7 @@ pub fn http_with(
     let mut answer = Vec::new();
     let mut buffer = [0u8; 64 * 1024];
     loop {
-        let read = stream.read(&mut buffer).unwrap();
+        let read = read_some(&mut stream, &mut buffer);
         answer.extend_from_slice(&buffer[..read]);
         if read == 0 || whole(&answer) {
             break;
@@ -88,6 +88,18 @@ pub fn http_with(
     let body = answer[split + 4..].to_vec();
     let chunked = headers.iter().any(|(name, value)| name == "transfer-encoding" && value.contains("chunked"));
     (status, headers, if chunked { dechunk(&body) } else { body })
+}
+
+/// One read of `stream`, tried again when a signal interrupts it: a socket
+/// with a read timeout is never restarted by the kernel, and this process
+/// takes SIGCHLD for the children it spawns.
+pub fn read_some(stream: &mut TcpStream, buffer: &mut [u8]) -> usize {
+    loop {
+        match stream.read(buffer) {
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            read => return read.unwrap(),
+        }
+    }
 }
 
 fn head(bytes: &[u8]) -> (u16, Vec<(String, String)>) {
