@@ -28,20 +28,29 @@ use subagents::providers::{AcpConfig, AcpProvider};
 use subagents::seam::{Answer, Approver, BoxFuture, PermissionRequest, Policy, Rule, Rules, Verdict};
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, StopReason};
 
+/// The options [`asking`] offers: `yes` (allow once), `always` (allow
+/// always) and `no` (reject once).
+const OFFERED: &str = r#"[{"optionId":"yes","name":"Allow","kind":"allow_once"},{"optionId":"always","name":"Always","kind":"allow_always"},{"optionId":"no","name":"Reject","kind":"reject_once"}]"#;
+
 /// A stand-in that announces and asks about one call per `(kind, title)`,
 /// in order, then answers its turn. Offers `yes` (allow once), `always`
 /// (allow always) and `no` (reject once).
 pub(crate) fn asking(dir: &Path, name: &str, calls: &[(&str, &str)]) -> AcpConfig {
+    asking_with(dir, name, calls, OFFERED)
+}
+
+/// [`asking`], offering `options` (ACP's `options` array, as JSON).
+pub(crate) fn asking_with(dir: &Path, name: &str, calls: &[(&str, &str)], options: &str) -> AcpConfig {
     let chose = dir.join(format!("{name}.chose"));
     let mut then = String::from("take\nprompt_id=$id\n");
     for (at, (kind, title)) in calls.iter().enumerate() {
         then.push_str(&format!(
             r#"printf '{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s1","update":{{"sessionUpdate":"tool_call","toolCallId":"t{at}","title":"{title}","kind":"{kind}","status":"pending","rawInput":{{"command":"{title}"}},"locations":[{{"path":"/repo/src/lib.rs"}}]}}}}}}\n'
-printf '{{"jsonrpc":"2.0","id":"p{at}","method":"session/request_permission","params":{{"sessionId":"s1","toolCall":{{"toolCallId":"t{at}"}},"options":[{{"optionId":"yes","name":"Allow","kind":"allow_once"}},{{"optionId":"always","name":"Always","kind":"allow_always"}},{{"optionId":"no","name":"Reject","kind":"reject_once"}}]}}}}\n'
+printf '{{"jsonrpc":"2.0","id":"p{at}","method":"session/request_permission","params":{{"sessionId":"s1","toolCall":{{"toolCallId":"t{at}"}},"options":{options}}}}}\n'
 read -r permission || exit 0
 printf '%s\n' "$permission" | sed -E 's/.*"optionId":"([^"]*)".*/\1/;t;s/.*/none/' >> '{chose}'
 "#,
-            chose = chose.display()
+            chose = chose.display(),
         ));
     }
     then.push_str("id=$prompt_id\nchunk done\nanswer '{\"stopReason\":\"end_turn\"}'\ncat > /dev/null");

@@ -258,6 +258,16 @@ impl PermissionRequest {
         kinds.iter().find_map(|kind| self.options.iter().find(|option| option.kind == *kind))
     }
 
+    /// The option `answer` gives the child: the one it names, when offered
+    /// and of its verdict; else the one its verdict picks
+    /// ([`option_for`](Self::option_for)).
+    pub fn option_answering(&self, answer: &Answer) -> Option<&PermissionOption> {
+        let named = answer.option.as_deref().and_then(|id| {
+            self.options.iter().find(|option| option.id == id && Verdict::of(option.kind) == answer.verdict)
+        });
+        named.or_else(|| self.option_for(answer.verdict))
+    }
+
     /// What "allow always" is remembered by within a run: the tool's
     /// name, else the kind of call, else its title.
     pub fn grant_key(&self) -> Option<String> {
@@ -332,12 +342,22 @@ pub struct Answer {
     /// Who answered, or why nobody did: `the terminal`, `the ACP client`,
     /// `no answer within 600 s`, `the run was cancelled`.
     pub by: String,
+    /// The id of the option chosen, when the door showed the child's own
+    /// options (an ACP, MCP or A2A client): the child is given exactly
+    /// that option, even where it offered two of one kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub option: Option<String>,
 }
 
 impl Answer {
     /// `verdict`, given by `by`.
     pub fn new(verdict: Verdict, by: impl Into<String>) -> Self {
-        Answer { verdict, by: by.into() }
+        Answer { verdict, by: by.into(), option: None }
+    }
+
+    /// `option` chosen by `by`: its verdict, and the option itself.
+    pub fn chose(option: &PermissionOption, by: impl Into<String>) -> Self {
+        Answer { option: Some(option.id.clone()), ..Answer::new(Verdict::of(option.kind), by) }
     }
 
     /// A reject, and why.

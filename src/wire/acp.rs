@@ -11,7 +11,7 @@ use agent_client_protocol::v1::schema::{
     StopReason as AcpStop, ToolCallUpdateFields, ToolKind,
 };
 
-use crate::seam::{OptionKind, PermissionOption, PermissionRequest, StopReason, Verdict};
+use crate::seam::{Answer, OptionKind, PermissionOption, PermissionRequest, StopReason};
 
 /// Our stop reasons and ACP's, for both ends: this client and the agent in
 /// `subagents acp`. `Error` has none: a failed turn is an error answer, and an
@@ -94,10 +94,11 @@ pub(crate) fn permission_request_of(
     ours
 }
 
-/// The ACP answer to `request` for `verdict`: the option of its kind the
-/// child offered, else `cancelled` (which a child takes as no).
-pub(crate) fn outcome_of(request: &PermissionRequest, verdict: Verdict) -> RequestPermissionOutcome {
-    match request.option_for(verdict) {
+/// The ACP answer to `request` for `answer`: the option it names, else the
+/// option of its verdict's kind the child offered, else `cancelled` (which
+/// a child takes as no).
+pub(crate) fn outcome_of(request: &PermissionRequest, answer: &Answer) -> RequestPermissionOutcome {
+    match request.option_answering(answer) {
         Some(option) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option.id.clone())),
         None => RequestPermissionOutcome::Cancelled,
     }
@@ -131,19 +132,22 @@ pub(crate) fn acp_request_of(
     RequestPermissionRequest::new(session, ToolCallUpdate::new(ToolCallId::new(call_id.to_owned()), fields), options)
 }
 
-/// What a client's answer to [`acp_request_of`] means: the verdict of the
-/// option it chose, when that option is one offered; anything else
-/// (cancelled, an option never offered) is a reject.
+/// What a client's answer to [`acp_request_of`] chose: the option, when it
+/// is one offered; `None` (a reject) for anything else (cancelled, an
+/// option never offered).
 #[cfg(any(feature = "agent", test))]
-pub(crate) fn verdict_of(request: &PermissionRequest, outcome: &RequestPermissionOutcome) -> Verdict {
-    let RequestPermissionOutcome::Selected(selected) = outcome else { return Verdict::Reject };
-    let chosen = request.options.iter().find(|option| selected.option_id.to_string() == option.id);
-    chosen.map_or(Verdict::Reject, |option| Verdict::of(option.kind))
+pub(crate) fn option_chosen<'a>(
+    request: &'a PermissionRequest,
+    outcome: &RequestPermissionOutcome,
+) -> Option<&'a PermissionOption> {
+    let RequestPermissionOutcome::Selected(selected) = outcome else { return None };
+    request.options.iter().find(|option| selected.option_id.to_string() == option.id)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seam::Verdict;
 
     #[test]
     fn stop_reasons_map_both_ways_and_error_is_an_error_answer_not_a_reason() {
@@ -156,19 +160,42 @@ mod tests {
     }
 
     #[test]
-    fn a_clients_answer_is_a_verdict_only_for_an_option_offered() {
+    fn a_clients_answer_is_an_option_only_when_offered() {
         let request = PermissionRequest::new(vec![
             PermissionOption::new("yes", "Allow", OptionKind::AllowOnce),
             PermissionOption::new("no", "Reject", OptionKind::RejectOnce),
         ]);
         let chose = |id: &str| RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id.to_owned()));
-        assert_eq!(verdict_of(&request, &chose("yes")), Verdict::AllowOnce);
-        assert_eq!(verdict_of(&request, &chose("no")), Verdict::Reject);
-        assert_eq!(verdict_of(&request, &chose("always")), Verdict::Reject, "never offered");
-        assert_eq!(verdict_of(&request, &RequestPermissionOutcome::Cancelled), Verdict::Reject);
+        let chosen = |outcome| option_chosen(&request, &outcome).map(|option| option.id.clone());
+        assert_eq!(chosen(chose("yes")).as_deref(), Some("yes"));
+        assert_eq!(chosen(chose("no")).as_deref(), Some("no"));
+        assert_eq!(chosen(chose("always")), None, "never offered");
+        assert_eq!(chosen(RequestPermissionOutcome::Cancelled), None);
         let asked = acp_request_of(SessionId::new("s"), "c1", &request);
         assert_eq!(asked.options.len(), 2);
         let back = permission_request_of(&asked, None);
         assert_eq!(back.options, request.options, "the options travel as they were offered");
+    }
+
+    #[test]
+    fn the_child_is_given_the_option_chosen_even_beside_another_of_its_kind() {
+        let request = PermissionRequest::new(vec![
+            PermissionOption::new("edit-once", "Allow this edit", OptionKind::AllowOnce),
+            PermissionOption::new("edit-dir", "Allow edits in this folder", OptionKind::AllowOnce),
+            PermissionOption::new("no", "Reject", OptionKind::RejectOnce),
+        ]);
+        let given = |answer: &Answer| match outcome_of(&request, answer) {
+            RequestPermissionOutcome::Selected(selected) => selected.option_id.to_string(),
+            _ => "cancelled".to_owned(),
+        };
+        let second = &request.options[1];
+        assert_eq!(given(&Answer::chose(second, "a client")), "edit-dir");
+        assert_eq!(given(&Answer::new(Verdict::AllowOnce, "a policy")), "edit-once", "a bare verdict takes the first");
+        // An answer naming an option of another verdict, or none offered,
+        // falls back to its verdict: never an allow it did not give.
+        let forged = Answer { option: Some("edit-dir".to_owned()), ..Answer::reject("a forged answer") };
+        assert_eq!(given(&forged), "no");
+        let unknown = Answer { option: Some("elsewhere".to_owned()), ..Answer::new(Verdict::AllowOnce, "x") };
+        assert_eq!(given(&unknown), "edit-once");
     }
 }

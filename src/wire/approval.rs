@@ -68,7 +68,12 @@ pub(crate) fn received(request: PermissionRequest) -> PermissionRequest {
 pub(crate) fn answer_received(result: Option<&Value>, error: Option<&Value>) -> Answer {
     match (result, error) {
         (Some(result), None) => match serde_json::from_value::<Answer>(result.clone()) {
-            Ok(answer) => Answer::new(answer.verdict, safe_line(cut(&answer.by, MAX_BY)).into_owned()),
+            Ok(answer) => Answer {
+                // An option id no child could have offered is dropped: the
+                // verdict alone picks the option then.
+                option: answer.option.filter(|id| id.len() <= MAX_NAME),
+                ..Answer::new(answer.verdict, safe_line(cut(&answer.by, MAX_BY)).into_owned())
+            },
             Err(_) => Answer::reject("an answer from above that could not be read"),
         },
         (None, Some(error)) => {
@@ -98,6 +103,10 @@ mod tests {
         assert!(bounded.title.unwrap().len() < 3000);
         let said = json!({"verdict": "allow_once", "by": "a\u{1b}[31m person\n"});
         assert_eq!(answer_received(Some(&said), None), Answer::new(Verdict::AllowOnce, "a person "));
+        let chose = json!({"verdict": "allow_once", "by": "x", "option": "edit-dir"});
+        assert_eq!(answer_received(Some(&chose), None).option.as_deref(), Some("edit-dir"), "the option crosses");
+        let long = json!({"verdict": "allow_once", "by": "x", "option": "o".repeat(MAX_NAME + 1)});
+        assert_eq!(answer_received(Some(&long), None).option, None, "no child offers an id this long");
         assert_eq!(answer_received(Some(&json!({"verdict": "sure"})), None).verdict, Verdict::Reject);
         assert_eq!(answer_received(None, Some(&json!({"code": 1, "message": "no"}))).verdict, Verdict::Reject);
     }

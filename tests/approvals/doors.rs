@@ -16,13 +16,18 @@ use rmcp::service::{RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData, ServiceExt};
 use serde_json::{json, Value};
 
-use super::{asking, chosen};
+use super::{asking_with, chosen, OFFERED};
 use crate::common;
 
 /// A configuration whose provider `asker` is the stand-in that asks about
 /// `calls`, with `permission = "ask"`, and `extra` after it.
 fn asker_config(dir: &Path, calls: &[(&str, &str)], extra: &str) -> std::path::PathBuf {
-    let asker = asking(dir, "asker", calls);
+    asker_config_with(dir, calls, extra, OFFERED)
+}
+
+/// [`asker_config`] whose stand-in offers `options` (ACP's array, as JSON).
+fn asker_config_with(dir: &Path, calls: &[(&str, &str)], extra: &str, options: &str) -> std::path::PathBuf {
+    let asker = asking_with(dir, "asker", calls, options);
     let config = dir.join("subagents.toml");
     let text = format!(
         "[providers.asker]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{script:?}]\npermission = \"ask\"\n{extra}",
@@ -288,4 +293,31 @@ fn an_a2a_question_nobody_answers_in_time_is_a_reject_and_the_task_goes_on() {
     assert_eq!(chosen(dir.path(), "asker"), ["no", "yes"]);
     let late = a2a_call(&server, "SendMessage", on_task(&task, json!([{"text": "yes"}])));
     assert!(late.get("error").is_some(), "a late answer is refused: {late}");
+}
+
+/// Two options of one kind: a client that chooses the second gives the
+/// child exactly that one, not the first of its kind.
+const TWO_ALLOWS: &str = r#"[{"optionId":"yes","name":"Allow this edit","kind":"allow_once"},{"optionId":"yes-dir","name":"Allow edits in this folder","kind":"allow_once"},{"optionId":"no","name":"Reject","kind":"reject_once"}]"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_client_that_chooses_the_second_of_two_allows_gives_the_child_that_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = asker_config_with(dir.path(), &[("edit", "edit lib.rs")], "", TWO_ALLOWS);
+    let client = Eliciting::new(true, &[Reply::Choose("in this folder")]);
+    let (failed, text) = call_through_mcp(dir.path(), &config, client).await;
+    assert!(!failed, "{text}");
+    assert_eq!(chosen(dir.path(), "asker"), ["yes-dir"]);
+}
+
+#[test]
+fn an_a2a_client_that_chooses_the_second_of_two_allows_gives_the_child_that_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = asker_config_with(dir.path(), &[("edit", "edit lib.rs")], "", TWO_ALLOWS);
+    let server = a2a_server(&config);
+    let task = a2a_call(&server, "SendMessage", crate::a2a::message("work", None))["task"].clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{task}");
+    let done =
+        a2a_call(&server, "SendMessage", on_task(&task, json!([{"data": {"optionId": "yes-dir"}}])))["task"].clone();
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert_eq!(chosen(dir.path(), "asker"), ["yes-dir"]);
 }

@@ -481,7 +481,7 @@ fn connection(
                                 Decision::reject("no run has this session"),
                             ),
                         };
-                        let outcome = outcome_of(&ours, answer.verdict);
+                        let outcome = outcome_of(&ours, &answer);
                         if let Some((_, transcript)) = &run {
                             transcript.permission(&request, &outcome, &answer);
                         }

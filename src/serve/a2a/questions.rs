@@ -37,7 +37,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::store::{status_event, Store};
-use crate::seam::{safe_line, Answer, Approver, PermissionRequest, Verdict};
+use crate::seam::{safe_line, Answer, Approver, PermissionOption, PermissionRequest};
 use crate::wire::a2a::{code, Message, Part, TaskState};
 
 /// Who answered, as the asker's transcript records it.
@@ -67,7 +67,7 @@ const ANSWERS_REMEMBERED: usize = 32;
 struct Question {
     number: u64,
     request: PermissionRequest,
-    answer: oneshot::Sender<Verdict>,
+    answer: oneshot::Sender<Answer>,
 }
 
 impl Questions {
@@ -129,7 +129,7 @@ impl Questions {
         let _withdraw = Withdraw { questions: self, ids: &ids, number };
         tokio::select! {
             answered = answered => match answered {
-                Ok(verdict) => Answer::new(verdict, BY_CLIENT),
+                Ok(answer) => answer,
                 Err(_) => Answer::reject(format!("{BY_CLIENT} is gone")),
             },
             _ = cancel.cancelled() => Answer::reject("the question was withdrawn"),
@@ -178,14 +178,15 @@ impl Questions {
             _ => {}
         }
         let request = &front.request;
-        let Some(verdict) = chosen(request, message) else {
+        let Some(option) = chosen(request, message) else {
             let ids: Vec<String> = request.options.iter().map(|option| safe_line(&option.id).into_owned()).collect();
             let reason = format!("the answer names none of the options offered: {}", ids.join(", "));
             return Err((code::INVALID_PARAMS, reason));
         };
+        let answer = Answer::chose(option, BY_CLIENT);
         let question = asking.queue.pop_front().expect("a question waits");
         // The asker may have given up this very moment: then it rejects.
-        let _ = question.answer.send(verdict);
+        let _ = question.answer.send(answer);
         asking.shown = 0;
         if asking.answered_by.len() == ANSWERS_REMEMBERED {
             asking.answered_by.pop_front();
@@ -253,11 +254,11 @@ fn asked_data(request: &PermissionRequest) -> Value {
     json!({"asker": request.asker_line(), "call": request.call_line(), "options": options})
 }
 
-/// The verdict of the option `message` names (a data part's `optionId`,
-/// else a text part that is an option's id or name), when offered.
-fn chosen(request: &PermissionRequest, message: &Message) -> Option<Verdict> {
+/// The option `message` names (a data part's `optionId`, else a text part
+/// that is an option's id or name), when offered.
+fn chosen<'a>(request: &'a PermissionRequest, message: &Message) -> Option<&'a PermissionOption> {
     let by_data = message.parts.iter().find_map(|part| part.data.as_ref()?.get("optionId")?.as_str());
-    let option = match by_data {
+    match by_data {
         Some(id) => request.options.iter().find(|option| option.id == id),
         None => message.parts.iter().filter_map(|part| part.text.as_deref()).find_map(|text| {
             // An option's id before any option's name: a name cannot pose
@@ -266,14 +267,13 @@ fn chosen(request: &PermissionRequest, message: &Message) -> Option<Verdict> {
             let by_id = request.options.iter().find(|option| option.id == text);
             by_id.or_else(|| request.options.iter().find(|option| option.name.eq_ignore_ascii_case(text)))
         }),
-    }?;
-    Some(Verdict::of(option.kind))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seam::{OptionKind, PermissionOption};
+    use crate::seam::OptionKind;
     use crate::wire::a2a::Role;
 
     fn message(parts: Vec<Part>) -> Message {
@@ -286,16 +286,31 @@ mod tests {
             PermissionOption::new("yes", "Allow", OptionKind::AllowOnce),
             PermissionOption::new("no", "Reject", OptionKind::RejectOnce),
         ]);
-        assert_eq!(chosen(&request, &message(vec![Part::data(json!({"optionId": "yes"}))])), Some(Verdict::AllowOnce));
-        assert_eq!(chosen(&request, &message(vec![Part::text(" no\n")])), Some(Verdict::Reject));
-        assert_eq!(chosen(&request, &message(vec![Part::text("allow")])), Some(Verdict::AllowOnce), "by name");
-        assert_eq!(chosen(&request, &message(vec![Part::text("always")])), None, "never offered");
-        assert_eq!(chosen(&request, &message(vec![Part::data(json!({"optionId": "always"}))])), None);
+        assert_eq!(
+            chosen(&request, &message(vec![Part::data(json!({"optionId": "yes"}))])).map(|option| option.id.as_str()),
+            Some("yes")
+        );
+        assert_eq!(chosen(&request, &message(vec![Part::text(" no\n")])).map(|option| option.id.as_str()), Some("no"));
+        assert_eq!(
+            chosen(&request, &message(vec![Part::text("allow")])).map(|option| option.id.as_str()),
+            Some("yes"),
+            "by name"
+        );
+        assert_eq!(
+            chosen(&request, &message(vec![Part::text("always")])).map(|option| option.id.as_str()),
+            None,
+            "never offered"
+        );
+        assert_eq!(
+            chosen(&request, &message(vec![Part::data(json!({"optionId": "always"}))]))
+                .map(|option| option.id.as_str()),
+            None
+        );
         // A hostile agent names an allowing option as another's id: the id wins.
         let posing = PermissionRequest::new(vec![
             PermissionOption::new("a", "no", OptionKind::AllowOnce),
             PermissionOption::new("no", "Reject", OptionKind::RejectOnce),
         ]);
-        assert_eq!(chosen(&posing, &message(vec![Part::text("no")])), Some(Verdict::Reject));
+        assert_eq!(chosen(&posing, &message(vec![Part::text("no")])).map(|option| option.id.as_str()), Some("no"));
     }
 }

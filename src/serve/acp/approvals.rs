@@ -27,7 +27,7 @@ use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::seam::{Answer, Approver, PermissionRequest, Verdict};
-use crate::wire::acp::{acp_request_of, verdict_of};
+use crate::wire::acp::{acp_request_of, option_chosen};
 
 /// Asks one session's client.
 pub(super) struct ClientApprover {
@@ -70,17 +70,17 @@ impl Approver for ClientApprover {
                 answered = cx.send_request(asked).block_task() => answered,
                 _ = cancel.cancelled() => Err(agent_client_protocol::Error::internal_error()),
             };
-            let verdict = match &answered {
-                Ok(response) => verdict_of(&request, &response.outcome),
-                Err(_) => Verdict::Reject,
+            let answer = match &answered {
+                Ok(response) => match option_chosen(&request, &response.outcome) {
+                    Some(option) => Answer::chose(option, BY_CLIENT),
+                    None => Answer::new(Verdict::Reject, BY_CLIENT),
+                },
+                Err(_) => Answer::reject(format!("{BY_CLIENT} did not answer")),
             };
-            let status = if verdict.allows() { ToolCallStatus::Completed } else { ToolCallStatus::Failed };
+            let status = if answer.verdict.allows() { ToolCallStatus::Completed } else { ToolCallStatus::Failed };
             let closed = ToolCallUpdate::new(ToolCallId::new(call_id), ToolCallUpdateFields::new().status(status));
             let _ = cx.send_notification(SessionNotification::new(session_id, SessionUpdate::ToolCallUpdate(closed)));
-            match answered {
-                Ok(_) => Answer::new(verdict, BY_CLIENT),
-                Err(_) => Answer::reject(format!("{BY_CLIENT} did not answer")),
-            }
+            answer
         })
     }
 }

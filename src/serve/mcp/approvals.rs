@@ -33,7 +33,7 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleServer};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::seam::{safe_line, Answer, Approver, PermissionRequest, Policy, Rules, Verdict};
+use crate::seam::{safe_line, Answer, Approver, PermissionOption, PermissionRequest, Policy, Rules, Verdict};
 
 /// Who answered, as the asker's transcript records it.
 const BY_CLIENT: &str = "the MCP client of subagents mcp";
@@ -132,7 +132,7 @@ async fn elicit(peer: Peer<RoleServer>, request: PermissionRequest, cancel: Canc
     match answered {
         Ok(ClientResult::ElicitResult(result)) => match result.action {
             ElicitationAction::Accept => match chosen(&request, result.content.as_ref()) {
-                Some(verdict) => Answer::new(verdict, BY_CLIENT),
+                Some(option) => Answer::chose(option, BY_CLIENT),
                 None => Answer::reject(format!("{BY_CLIENT} chose no option the child offered")),
             },
             ElicitationAction::Decline => Answer::reject(format!("{BY_CLIENT} (declined)")),
@@ -168,17 +168,16 @@ fn decision_schema(request: &PermissionRequest) -> Option<ElicitationSchema> {
     ElicitationSchema::from_json_schema(schema).ok()
 }
 
-/// The verdict of the option `content` names, when the child offered it.
-fn chosen(request: &PermissionRequest, content: Option<&Value>) -> Option<Verdict> {
+/// The option `content` names, when the child offered it.
+fn chosen<'a>(request: &'a PermissionRequest, content: Option<&Value>) -> Option<&'a PermissionOption> {
     let id = content?.get(DECISION)?.as_str()?;
-    let option = request.options.iter().find(|option| option.id == id)?;
-    Some(Verdict::of(option.kind))
+    request.options.iter().find(|option| option.id == id)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seam::{OptionKind, PermissionOption};
+    use crate::seam::OptionKind;
 
     fn offered() -> PermissionRequest {
         PermissionRequest::new(vec![
@@ -197,9 +196,13 @@ mod tests {
         assert_eq!(ids, ["yes", "no"]);
         assert!(!one_of.to_string().contains("\\u001b"), "names are made safe: {one_of}");
         assert_eq!(schema["required"], json!([DECISION]));
-        assert_eq!(chosen(&request, Some(&json!({DECISION: "yes"}))), Some(Verdict::AllowOnce));
-        assert_eq!(chosen(&request, Some(&json!({DECISION: "no"}))), Some(Verdict::Reject));
-        assert_eq!(chosen(&request, Some(&json!({DECISION: "always"}))), None, "never offered");
+        assert_eq!(chosen(&request, Some(&json!({DECISION: "yes"}))).map(|option| option.id.as_str()), Some("yes"));
+        assert_eq!(chosen(&request, Some(&json!({DECISION: "no"}))).map(|option| option.id.as_str()), Some("no"));
+        assert_eq!(
+            chosen(&request, Some(&json!({DECISION: "always"}))).map(|option| option.id.as_str()),
+            None,
+            "never offered"
+        );
         assert_eq!(chosen(&request, None), None);
         assert!(decision_schema(&PermissionRequest::new(Vec::new())).is_none());
     }
