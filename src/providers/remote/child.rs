@@ -77,14 +77,15 @@ pub(crate) async fn launch(
         tracestate: trace.and_then(|trace| trace.tracestate),
         approvals: context.approvals().has_approver(),
     };
-    if wire_request.approvals {
-        // Until dispose (or the run's cancel) its worker's questions are asked here.
-        caller.answer_for(&run, context.approvals().clone(), cancel.child_token());
-    }
     let bytes = wire::encode(&wire_request, MAX_MESSAGE_BYTES).map_err(|size| LaunchError::Invalid {
         field: "prompt",
         reason: format!("the run request is {size} bytes; the remote wire carries at most {MAX_MESSAGE_BYTES}"),
     })?;
+    if wire_request.approvals {
+        // Until dispose (or the run's cancel) its worker's questions are
+        // asked here; a request that cannot be sent registers nothing.
+        caller.answer_for(&run, context.approvals().clone(), cancel.child_token());
+    }
     let (slot, receivers) = caller.register(&run);
     let (told, published) = tokio::sync::oneshot::channel();
     io.spawn({

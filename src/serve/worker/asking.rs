@@ -9,7 +9,8 @@
 //! question is withdrawn (the same message without its request). A caller
 //! that is gone has no subscriber: the request finds no responders and is
 //! a reject at once; a broker that says nothing leaves the asker to its
-//! timeout, a reject too.
+//! timeout, a reject too. Question ids start at a random point per
+//! delivery, so a redelivered run's questions are fresh to its caller.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -31,8 +32,18 @@ pub(super) struct CallerApprover {
 
 impl CallerApprover {
     pub(super) fn new(client: async_nats::Client, subject: String, run: String) -> Self {
-        CallerApprover { client, subject, run, asked: AtomicU64::new(0) }
+        CallerApprover { client, subject, run, asked: AtomicU64::new(first_id()) }
     }
+}
+
+/// Where a run's question ids start here: a random high part, so a run
+/// redelivered to another worker (or this one, restarted) never reuses an
+/// id its caller still holds from the last delivery, which would be
+/// refused as not fresh.
+fn first_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    random & 0x7fff_ffff_0000_0000
 }
 
 /// Withdraws a question whose asker stopped waiting before the answer.
@@ -83,5 +94,15 @@ impl Approver for CallerApprover {
                 Err(_) => Answer::reject("the caller could not be asked through the broker"),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn two_deliveries_of_a_run_start_their_question_ids_apart() {
+        let starts: std::collections::HashSet<u64> = (0..16).map(|_| super::first_id()).collect();
+        assert!(starts.len() > 1, "ids start at random points: {starts:?}");
+        assert!(starts.iter().all(|start| start.checked_add(u32::MAX.into()).is_some()), "with room to count");
     }
 }
