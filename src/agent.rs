@@ -45,6 +45,8 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(any(feature = "openai", feature = "process"))]
 pub(crate) use model::endpoint_var;
+#[cfg(feature = "process")]
+pub(crate) use model::limit::{Unreachable, UpstreamGrant, UpstreamLimiter};
 #[cfg(feature = "config")]
 pub(crate) use model::MODEL_FORMS;
 pub use model::{

@@ -9,6 +9,7 @@
 //! - [`a2a`]: the A2A 1.0 shapes of the `a2a` provider and `subagents a2a`;
 //! - [`approval`]: a permission request and its answer as both of the
 //!   above carry them between a runtime below and the run above;
+//! - [`limit`]: a route's limiter lent by a `process` parent to its child;
 //! - [`acp`]: the stop reasons of the `acp` provider and `subagents acp`
 //!   (ACP's messages are the official crate's).
 
@@ -18,6 +19,8 @@ pub(crate) mod a2a;
 pub(crate) mod acp;
 #[cfg(feature = "process")]
 pub(crate) mod approval;
+#[cfg(feature = "process")]
+pub(crate) mod limit;
 #[cfg(feature = "process")]
 pub(crate) mod process;
 #[cfg(feature = "remote")]

@@ -1,7 +1,11 @@
 //! Shared rate limits per model route, through real runs: a stand-in
 //! chat-completions server on loopback that admits a fixed rate (429 with
 //! `retry-after` beyond, counting what it answered), and spawn runs on an
-//! `openai-chat` route whose limiter every run shares.
+//! `openai-chat` route whose limiter every run shares; and `process`
+//! children drawing on their parent's limiter (`process_children.rs`).
+
+#[cfg(feature = "process")]
+mod process_children;
 
 use crate::common;
 
@@ -38,6 +42,17 @@ enum Policy {
     Overloaded {
         refusals: usize,
         delay: Duration,
+    },
+    /// As `Rate`, each admitted request answered after `delay`.
+    Paced {
+        per_second: f64,
+        burst: u32,
+        delay: Duration,
+    },
+    /// Admits everything: the first request answered after `hold`, the
+    /// rest at once.
+    FirstHeld {
+        hold: Duration,
     },
 }
 
@@ -117,7 +132,7 @@ impl Server {
         let now = Instant::now();
         let mut log = self.log.lock().unwrap();
         let admitted = match self.policy {
-            Policy::Rate { per_second, burst } => {
+            Policy::Rate { per_second, burst } | Policy::Paced { per_second, burst, .. } => {
                 let spacing = Duration::from_secs_f64(1.0 / per_second);
                 let tolerance = spacing * burst.saturating_sub(1);
                 let mut bucket = self.bucket.lock().unwrap();
@@ -130,7 +145,7 @@ impl Server {
                 }
             }
             Policy::RefuseFirst { .. } => !log.is_empty(),
-            Policy::Slow { .. } => true,
+            Policy::Slow { .. } | Policy::FirstHeld { .. } => true,
             Policy::Overloaded { refusals, .. } => log.len() >= refusals,
         };
         log.push((now, if admitted { 200 } else { 429 }));
@@ -139,6 +154,7 @@ impl Server {
 
     async fn answer(&self) -> String {
         let admitted = self.admit();
+        let nth = self.log.lock().unwrap().len();
         if !admitted {
             self.refused.fetch_add(1, Ordering::Relaxed);
             let retry_after = match self.policy {
@@ -155,8 +171,12 @@ impl Server {
         }
         let in_flight = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
         self.most_in_flight.fetch_max(in_flight, Ordering::AcqRel);
-        if let Policy::Slow { delay } | Policy::Overloaded { delay, .. } = self.policy {
-            tokio::time::sleep(delay).await;
+        match self.policy {
+            Policy::Slow { delay } | Policy::Overloaded { delay, .. } | Policy::Paced { delay, .. } => {
+                tokio::time::sleep(delay).await;
+            }
+            Policy::FirstHeld { hold } if nth == 1 => tokio::time::sleep(hold).await,
+            _ => {}
         }
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.answered.fetch_add(1, Ordering::Relaxed);

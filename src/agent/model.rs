@@ -178,6 +178,19 @@ impl ModelSpec {
         }
     }
 
+    /// Builds the model, handing its limiter (an HTTP model's; the scripted
+    /// model has none) to `limited` first: how a served child's model is
+    /// made to draw on its parent's limiter.
+    #[cfg(feature = "process")]
+    pub(crate) fn build_limited(&self, limited: impl FnOnce(&Limiter)) -> Result<Arc<dyn Model>, ModelError> {
+        #[cfg(feature = "openai")]
+        if !matches!(self, ModelSpec::Scripted) {
+            return Ok(self.build_http_with(limited)?.0);
+        }
+        let _ = limited;
+        self.build()
+    }
+
     /// Builds the model and, for an HTTP one, checks that its endpoint's
     /// host accepts a connection (within its timeout, at most 5 s). `Err`
     /// carries the base URL when the endpoint is what failed.
@@ -213,26 +226,41 @@ impl ModelSpec {
     /// An HTTP model, its base URL, and a probe of its endpoint.
     #[cfg(feature = "openai")]
     fn build_http(&self) -> Result<(Arc<dyn Model>, String, Probe), ModelError> {
+        self.build_http_with(|_| {})
+    }
+
+    /// [`ModelSpec::build_http`], the model's limiter handed to `limited` first.
+    #[cfg(feature = "openai")]
+    fn build_http_with(&self, limited: impl FnOnce(&Limiter)) -> Result<(Arc<dyn Model>, String, Probe), ModelError> {
         Ok(match self {
             ModelSpec::OpenAi(name) => {
                 let config = OpenAiConfig::from_env_for(name.as_deref())?;
                 let base_url = config.base_url.clone();
-                let (model, probe) = OpenAiModel::new(config)?.probed();
+                let model = OpenAiModel::new(config)?;
+                limited(model.limiter());
+                let (model, probe) = model.probed();
                 (model, base_url, probe)
             }
             ModelSpec::OpenAiResponses(name) => {
                 let config = OpenAiConfig::from_env_for(name.as_deref())?;
                 let base_url = config.base_url.clone();
-                let (model, probe) = OpenAiResponsesModel::new(config)?.probed();
+                let model = OpenAiResponsesModel::new(config)?;
+                limited(model.limiter());
+                let (model, probe) = model.probed();
                 (model, base_url, probe)
             }
             ModelSpec::Anthropic(name) => {
                 let config = AnthropicConfig::from_env_for(name.as_deref())?;
                 let base_url = config.base_url.clone();
-                let (model, probe) = AnthropicModel::new(config)?.probed();
+                let model = AnthropicModel::new(config)?;
+                limited(model.limiter());
+                let (model, probe) = model.probed();
                 (model, base_url, probe)
             }
-            ModelSpec::Route(route) => route.build_http()?,
+            ModelSpec::Route(route) => {
+                limited(route.limiter());
+                route.build_http()?
+            }
             ModelSpec::Scripted => unreachable!("the scripted model is no HTTP model"),
         })
     }

@@ -49,6 +49,19 @@
 //! a reject there (see `approvals.rs`, and the wire in
 //! `crate::wire::process`).
 //!
+//! **Limits**: the parent lends its route limiters (`lent_limiters`; a
+//! configuration's process provider lends every route of its file) to
+//! each child in `initialize`, and the child's model calls on a route of
+//! the same name (its session's model, when the provider's `model` names
+//! a route; a route of the child's own `config`) wait on the parent's
+//! limiter too: every child of the parent, and the parent itself, stay
+//! under one `rpm`, `tpm` and `max_concurrent`, a 429 in one child cools
+//! the route for all, and the parent's [`Limiter::stats`](crate::agent::Limiter::stats) count the
+//! children's calls. The child is held to bounds, and what it held is
+//! given back when its wire closes (see `limits.rs`). An older child
+//! refuses the fields; it is asked again without them and keeps its own
+//! limits.
+//!
 //! **Environment**: the allowlist of [the child environment](super#child-environment)
 //! (`PATH`, `HOME`, `LANG`, …), the names listed in `inherit_env`, and the
 //! explicit `env` entries; nothing else of the parent's. A child on the
@@ -60,6 +73,7 @@
 //! (they are advertised off).
 
 mod approvals;
+mod limits;
 #[cfg(feature = "mcp-client")]
 pub(crate) mod mcp_servers;
 
@@ -74,6 +88,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::Limiter;
 use crate::child_process::{
     account, exit_words, redacted, spawn, ChildProcessConfig, Spawned, StderrTail, HANDSHAKE_TIMEOUT, MAX_OUTPUT,
 };
@@ -116,6 +131,13 @@ pub struct ProcessConfig {
     /// working directory, its work committed on its branch when it ends
     /// (see [`crate::workspace`]).
     pub workspace: Option<std::sync::Arc<crate::workspace::Workspaces>>,
+    /// The route limiters each child draws on, by route name: its model
+    /// calls on a route of that name wait on the limiter here too (see
+    /// [`ProcessConfig::lend_route`]).
+    pub lent_limiters: Vec<(String, Limiter)>,
+    /// Which lent route the child's session model is on (set by
+    /// [`ProcessConfig::route_child_model`] for a configured route).
+    pub model_route: Option<String>,
 }
 
 impl std::ops::Deref for ProcessConfig {
@@ -138,15 +160,18 @@ impl ProcessConfig {
     /// child inherits the endpoint's variables and is handed the key
     /// explicitly, as a credential-shaped name is never inherited. A
     /// configured route reaches the child as its API and model, with the
-    /// route's base URL and key handed over under the API's variables; its
-    /// limits, `max_tokens`, `timeout` and `retries` are not (a child runs
-    /// its own model, with its own limiter).
+    /// route's base URL and key handed over under the API's variables, and
+    /// its limiter lent ([`ProcessConfig::lend_route`]): the child's calls
+    /// wait on it; `max_tokens`, `timeout` and `retries` are not sent (a
+    /// child runs its own model).
     pub fn route_child_model(&mut self, spec: &crate::agent::ModelSpec) {
         let Some(provider) = spec.route_provider() else { return };
         self.route.provider = Some(provider.to_owned());
         self.route.model = spec.model_name().map(str::to_owned);
         let (inherited, key) = spec.endpoint_env();
         if let crate::agent::ModelSpec::Route(route) = spec {
+            self.lend_route(route);
+            self.model_route = Some(route.name.clone());
             let handed = [(inherited[0], route.base_url.as_ref()), (key.unwrap_or_default(), route.api_key.as_ref())];
             self.env.extend(handed.into_iter().filter_map(|(name, value)| Some((name.to_owned(), value?.clone()))));
             return;
@@ -165,6 +190,15 @@ impl ProcessConfig {
         }
     }
 
+    /// Lends `route`'s limiter to every child, under the route's name: a
+    /// child's model calls on a route of that name (its session's, or one
+    /// of its own `config`) wait on this limiter as well as on its own.
+    pub fn lend_route(&mut self, route: &crate::agent::ModelRoute) {
+        if !self.lent_limiters.iter().any(|(name, _)| *name == route.name) {
+            self.lent_limiters.push((route.name.clone(), route.limiter().clone()));
+        }
+    }
+
     /// Defaults for `name`, with children's home `home`.
     pub fn new(name: impl Into<String>, home: impl Into<PathBuf>) -> Self {
         ProcessConfig {
@@ -180,6 +214,8 @@ impl ProcessConfig {
             #[cfg(feature = "mcp-client")]
             mcp_servers: None,
             workspace: None,
+            lent_limiters: Vec::new(),
+            model_route: None,
         }
     }
 
@@ -302,7 +338,7 @@ impl ProcessProvider {
             spawn(&config.bin, &config.serve_args(), &cwd, config.child_env(), lease).map_err(ProbeError::Spawn)?;
         let (events, _received) = mpsc::unbounded_channel();
         let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
-        let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events, None);
+        let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events, None, None);
         let init = Initialize {
             protocol_version: PROTOCOL_VERSION,
             route: config.route.clone(),
@@ -315,6 +351,8 @@ impl ProcessProvider {
             tracestate: None,
             mcp_servers: Vec::new(),
             approvals: false,
+            limits: Vec::new(),
+            model_route: None,
         };
         let answered = handshake(&connection, &init).await;
         if answered.is_ok() {
@@ -411,8 +449,23 @@ async fn start_in(
         }
         false => (None, None),
     };
+    // The routes lent, and the asks about them (bounded: a child that asks
+    // faster than they are heard is read no faster).
+    let lent: Rc<[(String, Limiter)]> = config.lent_limiters.iter().cloned().collect();
+    let (limit_asks, limits_asked) = match lent.is_empty() {
+        true => (None, None),
+        false => {
+            let (asks, asked) = mpsc::channel(LIMIT_ASKS_QUEUED);
+            (Some(asks), Some(asked))
+        }
+    };
     let (stdin, stdout) = (spawned.stdin.take(), spawned.stdout.take());
-    let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events, asks);
+    let connection = Connection::start(stdin.expect("piped"), stdout.expect("piped"), events, asks, limit_asks);
+    // Heard from the start, until the run ends or the child's wire closes.
+    let lending = limits_asked
+        .map(|asked| AbortOnDrop(tokio::task::spawn_local(limits::lend(asked, lent.clone(), connection.replier()))));
+    let lent_names: Vec<String> = lent.iter().map(|(name, _)| name.clone()).collect();
+    let limits: Vec<String> = crate::wire::limit::lendable(&lent_names).cloned().collect();
     let budget = context.budget().map(BudgetLease::remaining);
     // We are inside the run's span: the child's span joins its trace.
     let trace = crate::telemetry::current_trace();
@@ -428,6 +481,8 @@ async fn start_in(
         tracestate: trace.and_then(|trace| trace.tracestate),
         mcp_servers,
         approvals: asked.is_some(),
+        model_route: config.model_route.clone().filter(|route| limits.contains(route)),
+        limits,
     };
     let outcome = tokio::select! {
         biased;
@@ -476,6 +531,7 @@ async fn start_in(
         worktree,
         asking,
         _answering: answering,
+        _lending: lending,
     }))
 }
 
@@ -488,11 +544,23 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Asks about lent limiters queued at most from one child.
+const LIMIT_ASKS_QUEUED: usize = 64;
+
 /// `initialize`: the child's session id, or why it gave none (and its
-/// error answer's words, when it gave one).
+/// error answer's words, when it gave one). A child that refuses the lent
+/// limits (an older peer, which knows no such field) is asked again
+/// without them, and keeps its own limits.
 async fn handshake(connection: &Connection, init: &Initialize) -> Result<String, (Category, Option<String>)> {
     let params = serde_json::to_value(init).expect("serialisable");
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, connection.request("initialize", params)).await {
+    let mut answer = tokio::time::timeout(HANDSHAKE_TIMEOUT, connection.request("initialize", params)).await;
+    if !init.limits.is_empty() && matches!(answer, Ok(Err(WireError::Remote(-32602, _)))) {
+        tracing::debug!("a child refused the lent limits: asking again without them");
+        let init = Initialize { limits: Vec::new(), model_route: None, ..init.clone() };
+        let params = serde_json::to_value(&init).expect("serialisable");
+        answer = tokio::time::timeout(HANDSHAKE_TIMEOUT, connection.request("initialize", params)).await;
+    }
+    match answer {
         Ok(Ok(reply)) => reply["session_id"].as_str().map(str::to_owned).ok_or((Category::Protocol, None)),
         Ok(Err(WireError::Remote(code, message))) => {
             Err((Category::ChildError, Some(format!("the child answered error {code}: {message}"))))
@@ -603,6 +671,8 @@ struct ProcessChild {
     asking: CancellationToken,
     /// Answers the child's requests while the run lives.
     _answering: Option<AbortOnDrop>,
+    /// Lends the routes' limiters while the run lives (see `limits.rs`).
+    _lending: Option<AbortOnDrop>,
 }
 
 impl Child for ProcessChild {

@@ -22,8 +22,12 @@
 //! it answers permission requests, the runs below the session ask it
 //! (`approvals.rs`); at the end of input every pending request is
 //! rejected first, so a parent that died leaves no grandchild waiting.
+//! When the parent lends its route limiters, the session's model calls on
+//! those routes ask the parent's limiter too (`limits.rs`); a parent that
+//! died is not waited for.
 
 mod approvals;
+mod limits;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use self::approvals::ParentApprover;
+use self::limits::ParentLimits;
 use super::pipes::{self, StdoutLines};
 use super::signals::StopSignals;
 use super::ServeError;
@@ -123,6 +128,8 @@ struct Server {
     tasks: TaskService,
     /// Asks the parent, when it said it answers.
     approver: Option<Arc<ParentApprover>>,
+    /// The parent's route limiters, when it lent any.
+    limits: Option<Arc<ParentLimits>>,
 }
 
 /// A served door's own `process` provider, without a configuration file:
@@ -177,6 +184,7 @@ impl Server {
             span: tracing::Span::none(),
             tasks,
             approver: None,
+            limits: None,
         }
     }
 
@@ -220,6 +228,7 @@ impl Server {
                 break Ok(());
             }
         };
+        self.close_limits("the parent is gone");
         self.close_approvals("the parent is gone").await;
         self.end().await;
         drop(self.out);
@@ -246,6 +255,11 @@ impl Server {
                 return false;
             }
         }
+        if let Some(limits) = self.limits.as_ref().filter(|_| answers) {
+            if limits.answered(&id, &message) {
+                return false;
+            }
+        }
         let Some(method) = method.filter(|_| usable_id) else {
             let _ = self.out.send(error(&Value::Null, -32600, "invalid request"));
             return false;
@@ -263,6 +277,7 @@ impl Server {
                 None
             }
             "shutdown" => {
+                self.close_limits("the parent shut the session down");
                 self.close_approvals("the parent shut the session down").await;
                 self.end().await;
                 // Every run of the session is disposed by now (the agent's
@@ -301,6 +316,7 @@ impl Server {
             Ok(tools) => tools,
             Err(message) => return error(id, -32602, &message),
         };
+        self.limits = self.borrow_limits(&init);
         match self.build_agent(&init, mounted) {
             Ok(agent) => {
                 let session_id = agent.id().to_owned();
@@ -315,7 +331,38 @@ impl Server {
                 }
                 reply(id, json!({"protocol_version": PROTOCOL_VERSION, "session_id": session_id}))
             }
-            Err(message) => error(id, -32602, &message),
+            Err(message) => {
+                self.limits = None;
+                error(id, -32602, &message)
+            }
+        }
+    }
+
+    /// The parent's lent route limiters, drawn on by the routes of this
+    /// child's configuration of the same names (the session's model draws
+    /// on its own in `build_agent`).
+    fn borrow_limits(&self, init: &Initialize) -> Option<Arc<ParentLimits>> {
+        if init.limits.is_empty() {
+            return None;
+        }
+        let parent = ParentLimits::new(self.out.clone());
+        #[cfg(feature = "config")]
+        if let Some(configured) = &self.options.configured {
+            for name in &init.limits {
+                if let Some(route) = configured.config.route(name) {
+                    route.limiter().draw_from(parent.route(name));
+                }
+            }
+        }
+        Some(parent)
+    }
+
+    /// The session's model limiter draws on the parent's route the model
+    /// is on, when the parent lent it.
+    fn draw_model_on_parent(&self, init: &Initialize, limiter: &crate::agent::Limiter) {
+        let lent = init.model_route.as_ref().filter(|route| init.limits.contains(route));
+        if let (Some(parent), Some(route)) = (&self.limits, lent) {
+            limiter.draw_from(parent.route(route));
         }
     }
 
@@ -344,7 +391,8 @@ impl Server {
         }
         let spec = ModelSpec::from_route(init.route.provider.as_deref(), init.route.model.clone())
             .map_err(|e| e.to_string())?;
-        let model = spec.build().map_err(|e| e.to_string())?;
+        let model =
+            spec.build_limited(|limiter| self.draw_model_on_parent(init, limiter)).map_err(|e| e.to_string())?;
         if let Some(unknown) = profile.tools.iter().find(|n| !PROFILE_TOOLS.contains(&n.as_str())) {
             return Err(format!("unknown tool {unknown:?}"));
         }
@@ -457,6 +505,14 @@ impl Server {
             .instrument(span),
         ));
         None
+    }
+
+    /// The parent can admit no more calls: what waits on its limiters goes
+    /// on the child's own.
+    fn close_limits(&self, why: &str) {
+        if let Some(limits) = &self.limits {
+            limits.close(why);
+        }
     }
 
     /// The parent can answer no more: what waits on it is rejected, and

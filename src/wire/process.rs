@@ -27,6 +27,14 @@
 //! timeout, its run's cancel), after which an answer to that id is
 //! ignored. A parent that does not know `permission` ignores it, and a
 //! child that was not told `approvals` never asks.
+//!
+//! **Limits.** A parent that holds limiters for model routes lends them in
+//! `initialize` (`limits: [route names]`, and `model_route`: the route the
+//! session's model is on; sent only then). The child's model calls on a
+//! lent route then ask the parent's limiter first (`limit/admit` and the
+//! notifications after it, in [`super::limit`]). A child that does not know
+//! the fields refuses the `initialize` (-32602); the parent asks again
+//! without them, and that child keeps its own limits.
 
 pub(crate) mod profile;
 
@@ -42,6 +50,7 @@ use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::AnyDelimiterCodecError;
 
+use super::limit::LimitAsk;
 use crate::child_process::lines;
 pub(crate) use crate::seam::ToolCallStatus;
 use crate::seam::{AgentOptions, Budget, ProgressUpdate, StopReason};
@@ -85,6 +94,14 @@ pub(crate) struct Initialize {
     /// approver (absent: it does not, and the child's requests find no one).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub approvals: bool,
+    /// The routes whose limiter the parent lends, by name: the child's
+    /// model calls on a route of that name ask the parent's limiter too
+    /// (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<String>,
+    /// Which of `limits` the session's own model is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_route: Option<String>,
 }
 
 /// The child's request for permission.
@@ -245,6 +262,7 @@ impl Connection {
         stdout: ChildStdout,
         events: mpsc::UnboundedSender<ChildEvent>,
         asks: Option<mpsc::UnboundedSender<ChildAsk>>,
+        limits: Option<mpsc::Sender<LimitAsk>>,
     ) -> Connection {
         let (outgoing, mut lines) = mpsc::unbounded_channel::<String>();
         let writer = tokio::task::spawn_local(async move {
@@ -258,7 +276,7 @@ impl Connection {
         });
         let pending: Pending = Rc::default();
         let broken = Rc::new(RefCell::new(false));
-        let reader = tokio::task::spawn_local(read_loop(stdout, pending.clone(), broken.clone(), events, asks));
+        let reader = tokio::task::spawn_local(read_loop(stdout, pending.clone(), broken.clone(), events, asks, limits));
         Connection {
             outgoing: RefCell::new(Some(outgoing)),
             pending,
@@ -344,6 +362,16 @@ impl Replier {
             let _ = out.send(line);
         }
     }
+
+    /// Answers the child's request `id` with JSON-RPC error `code`.
+    pub(crate) fn refuse(&self, id: &Value, code: i64, message: &str) {
+        let error = json!({"code": code, "message": message});
+        let mut line = json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string();
+        line.push('\n');
+        if let Some(out) = self.0.as_ref().and_then(mpsc::WeakUnboundedSender::upgrade) {
+            let _ = out.send(line);
+        }
+    }
 }
 
 async fn read_loop(
@@ -352,6 +380,7 @@ async fn read_loop(
     broken: Rc<RefCell<bool>>,
     events: mpsc::UnboundedSender<ChildEvent>,
     asks: Option<mpsc::UnboundedSender<ChildAsk>>,
+    limits: Option<mpsc::Sender<LimitAsk>>,
 ) {
     let mut lines = lines(stdout);
     loop {
@@ -380,6 +409,11 @@ async fn read_loop(
                 _ => ChildAsk::Withdrawn { id: message["params"]["id"].clone() },
             };
             let _ = asks.send(ask);
+        } else if let (Some(method), Some(limits)) = (method.filter(|m| LimitAsk::is_limit(m)), &limits) {
+            // Waited for: a child that asks faster than its asks are
+            // answered is read no faster.
+            let ask = LimitAsk::read(method, message.get("id"), &message["params"]);
+            let _ = limits.send(ask).await;
         } else if let Some(id) = message.get("id").and_then(Value::as_u64).filter(|_| method.is_none()) {
             let Some(reply) = pending.borrow_mut().remove(&id) else {
                 // A response to a request never made: the child is confused.

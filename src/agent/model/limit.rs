@@ -27,7 +27,9 @@
 //! turn are released as the future is dropped. The limiter is one per
 //! route and per process; [`Limiter::share`] makes it book its starts on
 //! a schedule the whole fleet shares (module `shared`: the `remote`
-//! workers of a route marked `shared`).
+//! workers of a route marked `shared`); `Limiter::draw_from` makes it ask
+//! another process's limiter too (module `upstream`: a `process` child
+//! asks its parent's, over the process wire).
 //!
 //! 4. When the endpoint refuses a call as over its limit and does not say
 //!    when to come back, the route's concurrency backs off (halves) and
@@ -52,6 +54,7 @@
 
 mod gate;
 mod shared;
+mod upstream;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -64,6 +67,10 @@ pub use gate::DEFAULT_CONCURRENCY_CAP;
 use gate::{Gate, Slot};
 use shared::Sharing;
 pub use shared::{Booked, Booking, SharedSchedule, SharedStats, Unshared, SLICE_SPAN};
+#[cfg(feature = "process")]
+pub(crate) use upstream::Unreachable;
+use upstream::Upstream;
+pub(crate) use upstream::{UpstreamGrant, UpstreamLimiter};
 
 /// The longest cool-down a response may impose: a provider's limits reset
 /// within a minute, and a larger value is more likely a fault than advice.
@@ -124,6 +131,9 @@ struct Inner {
     schedule: Mutex<Schedule>,
     /// The fleet's schedule, once the route is shared ([`Limiter::share`]).
     sharing: OnceLock<Sharing>,
+    /// Another process's limiter every call also passes, once given
+    /// (`Limiter::draw_from`).
+    upstream: OnceLock<Upstream>,
     /// Callers waiting for their turn (a shared route books a slice for them).
     waiting: AtomicU32,
     counts: Counts,
@@ -194,6 +204,8 @@ pub struct Permit {
     charged: u64,
     waited: Duration,
     slot: Slot,
+    /// Upstream's admission of the call, when the route draws on one.
+    upstream: Option<Box<dyn UpstreamGrant>>,
 }
 
 impl Drop for Permit {
@@ -239,6 +251,7 @@ impl Limiter {
                 turn: tokio::sync::Mutex::new(()),
                 schedule: Mutex::new(Schedule { next_request: now, tokens_paid: now, cool_down: None }),
                 sharing: OnceLock::new(),
+                upstream: OnceLock::new(),
                 waiting: AtomicU32::new(0),
                 counts: Counts::default(),
             }),
@@ -255,6 +268,14 @@ impl Limiter {
     /// starts there. `false` if it was shared already (the first stands).
     pub fn share(&self, schedule: Arc<dyn SharedSchedule>) -> bool {
         self.inner.sharing.set(Sharing::new(schedule)).is_ok()
+    }
+
+    /// Makes every call also wait for `upstream`'s admission, after this
+    /// limiter's own (see module `upstream`). `false` if it drew on one
+    /// already (the first stands).
+    #[cfg_attr(not(feature = "process"), allow(dead_code))]
+    pub(crate) fn draw_from(&self, upstream: Arc<dyn UpstreamLimiter>) -> bool {
+        self.inner.upstream.set(Upstream::new(upstream)).is_ok()
     }
 
     /// What the route has seen so far, and its concurrency now.
@@ -275,8 +296,10 @@ impl Limiter {
     /// The endpoint answered the call `permit` admitted: a window of these
     /// grows the route's concurrency by one (up to its cap).
     pub fn answered(&self, permit: &Permit) {
-        let _ = permit;
         self.inner.gate.answered();
+        if let Some(upstream) = &permit.upstream {
+            upstream.answered();
+        }
     }
 
     /// The endpoint refused the call `permit` admitted as over its limit
@@ -286,6 +309,9 @@ impl Limiter {
     pub fn refused(&self, permit: &Permit, explained: bool) {
         let counts = &self.inner.counts;
         counts.refused.fetch_add(1, Ordering::Relaxed);
+        if let Some(upstream) = &permit.upstream {
+            upstream.refused(explained);
+        }
         if !explained {
             counts.unexplained.fetch_add(1, Ordering::Relaxed);
             if self.inner.gate.overloaded(permit.slot.epoch) {
@@ -310,7 +336,8 @@ impl Limiter {
         // Held by a permit from here on, so a wait that ends (or a caller
         // that drops this future) gives the slot back through the gate,
         // which forgets it while the route lets in fewer than it holds.
-        let mut permit = Permit { inner: inner.clone(), charged: estimated_tokens, waited: Duration::ZERO, slot };
+        let mut permit =
+            Permit { inner: inner.clone(), charged: estimated_tokens, waited: Duration::ZERO, slot, upstream: None };
         let shared = inner.sharing.get();
         let paced = inner.limits.requests_per_minute.is_some() || inner.limits.tokens_per_minute.is_some();
         let waited = if let Some(sharing) = shared {
@@ -322,6 +349,13 @@ impl Limiter {
         };
         if waited.is_err() {
             return Err(Cancelled);
+        }
+        if let Some(upstream) = inner.upstream.get() {
+            permit.upstream = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(Cancelled),
+                grant = upstream.admit(estimated_tokens) => grant,
+            };
         }
         permit.waited = started.elapsed();
         inner.counts.requests.fetch_add(1, Ordering::Relaxed);
@@ -441,6 +475,9 @@ impl Limiter {
             let mut schedule = self.inner.lock();
             schedule.cool_down = Some(schedule.cool_down.map_or(until, |current| current.max(until)));
         }
+        if let Some(upstream) = self.inner.upstream.get() {
+            upstream.limiter.cool_down(until.saturating_duration_since(Instant::now()));
+        }
         let Some(sharing) = self.inner.sharing.get() else { return };
         sharing.lock().drop_starts_before(until);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
@@ -524,7 +561,10 @@ impl Permit {
     /// (0 for an attempt the endpoint refused; at most a minute of the
     /// route's tokens, whatever the answer reported), and frees its slot.
     /// A permit dropped without settling keeps its estimate charged.
-    pub fn settle(self, used_tokens: u64) {
+    pub fn settle(mut self, used_tokens: u64) {
+        if let Some(upstream) = self.upstream.take() {
+            upstream.settle(used_tokens);
+        }
         let Some(tpm) = self.inner.limits.tokens_per_minute else { return };
         let used_tokens = self.inner.chargeable(used_tokens);
         if let Some(sharing) = self.inner.sharing.get() {

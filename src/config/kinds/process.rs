@@ -4,12 +4,17 @@
 //! ```toml
 //! [providers.isolated]
 //! kind = "process"
-//! model = "openai:gpt-4o-mini"    # the child's route
+//! model = "openai:gpt-4o-mini"    # the child's model, or a [models] route of this file
 //! profile = "default"
 //! patches = ["patches/readonly.json"]
 //! shutdown_timeout = "5s"
 //! config = "child.toml"           # the child delegates to this file's providers
 //! ```
+//!
+//! Every `[models.NAME]` route of the file lends its limiter to the
+//! children: a child's model calls on a route of the same name (its
+//! session's, when `model` names the route; a route of its own `config`)
+//! wait on it too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -152,10 +157,15 @@ impl Process {
         config.config = self.config.clone();
         config.child = self.child.config();
         config.workspace = self.child.workspaces().await?;
+        // Every route's limiter, for the children's calls on routes of
+        // those names (the configured ones first to have their names).
+        for route in building.config.routes() {
+            config.lend_route(route);
+        }
         if let Some(model) = &table.model {
             // The child's route, and the endpoint's variables and key it
             // is handed (credential-shaped names are never inherited).
-            let spec = crate::agent::ModelSpec::parse(model.get_ref())?;
+            let spec = building.config.model_spec(model.get_ref())?;
             config.route_child_model(&spec);
         }
         config.route.max_tokens = table.max_tokens.as_ref().map(|max| *max.get_ref());
