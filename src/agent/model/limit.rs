@@ -253,8 +253,21 @@ impl Limiter {
     /// Shares the route's limits with a fleet through `schedule` (see
     /// [`SharedSchedule`]); every clone of the limiter then books its
     /// starts there. `false` if it was shared already (the first stands).
+    ///
+    /// A schedule whose memberships expire ([`SharedSchedule::renew_every`])
+    /// has its lease renewed by a task of the current tokio runtime while
+    /// this process holds calls in flight or has callers waiting, so a
+    /// call longer than the lease does not let the others' shares grow
+    /// over the fleet's `max_concurrent`.
     pub fn share(&self, schedule: Arc<dyn SharedSchedule>) -> bool {
-        self.inner.sharing.set(Sharing::new(schedule)).is_ok()
+        let every = schedule.renew_every();
+        if self.inner.sharing.set(Sharing::new(schedule)).is_err() {
+            return false;
+        }
+        if let (Some(every), Ok(runtime)) = (every, tokio::runtime::Handle::try_current()) {
+            runtime.spawn(renew_lease(Arc::downgrade(&self.inner), every));
+        }
+        true
     }
 
     /// What the route has seen so far, and its concurrency now.
@@ -479,6 +492,33 @@ impl Limiter {
         }
         if let Some(tpm) = limits.tokens_per_minute {
             schedule.tokens_paid = schedule.tokens_paid.max(start) + time_for(tokens, tpm) * members;
+        }
+    }
+}
+
+/// Renews this member's lease on its fleet's schedule every `every` while
+/// it holds calls in flight or has callers waiting and books nothing (a
+/// member that books renews with each booking); ends with the limiter.
+async fn renew_lease(inner: std::sync::Weak<Inner>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let Some(sharing) = inner.sharing.get() else { return };
+        if inner.gate.in_flight() == 0 && inner.waiting.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
+        let spacing = inner.limits.requests_per_minute.map_or(Duration::ZERO, |rpm| MINUTE / rpm);
+        let Some(renewal) = sharing.lock().renewal(Instant::now(), every, spacing) else { continue };
+        let renewed = sharing.schedule.book(renewal).await;
+        let mut state = sharing.lock();
+        match renewed {
+            Ok(booked) => {
+                state.booked(&renewal, booked);
+                inner.gate.share_among(state.stats.members);
+            }
+            Err(why) => state.unshared(&renewal, why),
         }
     }
 }

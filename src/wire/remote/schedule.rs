@@ -5,10 +5,13 @@
 //!
 //! The record holds, in microseconds since the Unix epoch, the fleet's
 //! next free request start, when its token debt is paid, the cool-down in
-//! force, and each member's lease (a process is a member while it books:
-//! each booking renews its lease for the broker's lease TTL, so a process
-//! that died or went idle drops out within one TTL and the others' share
-//! of `max_concurrent` grows back). Times are wall-clock times: processes
+//! force, and each member's lease (a process is a member while it books
+//! or holds calls in flight: each booking renews its lease for the
+//! broker's lease TTL, and a member with calls in flight that books
+//! nothing renews it every third of the TTL, so a process that died or
+//! went idle drops out within one TTL and the others' share of
+//! `max_concurrent` grows back, while a call longer than the TTL keeps
+//! its holder counted). Times are wall-clock times: processes
 //! on several hosts need their clocks in step (NTP) to within a fraction
 //! of the spacing.
 //!
@@ -184,6 +187,10 @@ impl SharedSchedule for BrokerSchedule {
             let until = micros(until.duration_since(UNIX_EPOCH).unwrap_or_default());
             self.update(|record, _| record.cool = record.cool.max(until)).await
         })
+    }
+
+    fn renew_every(&self) -> Option<Duration> {
+        Some(self.lease / 3)
     }
 }
 

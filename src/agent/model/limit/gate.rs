@@ -150,6 +150,12 @@ impl Gate {
         }
     }
 
+    /// Slots held now.
+    pub(super) fn in_flight(&self) -> u32 {
+        let state = self.lock();
+        state.total.saturating_sub(self.semaphore.available_permits() as u32)
+    }
+
     /// The concurrency let in now, and its cap.
     pub(super) fn concurrency(&self) -> (u32, u32) {
         let state = self.lock();

@@ -49,6 +49,15 @@ pub trait SharedSchedule: Send + Sync + std::fmt::Debug + 'static {
 
     /// Every process of the fleet starts nothing on the route before `until`.
     fn cool_down(&self, until: SystemTime) -> BoxFuture<'_, Result<(), Unshared>>;
+
+    /// How often a member that holds calls in flight (or has callers
+    /// waiting) renews its membership while it books nothing: a fraction
+    /// of the time a membership lasts without renewal. `None` (the
+    /// default): memberships do not expire. A renewal is a booking of no
+    /// starts.
+    fn renew_every(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// What one booking asks of the fleet's schedule.
@@ -85,6 +94,8 @@ pub struct SharedStats {
     pub members: u32,
     /// Bookings made on the fleet's schedule.
     pub bookings: u64,
+    /// Leases renewed without a booking (calls in flight, none starting).
+    pub renewals: u64,
     /// Why the process runs on its own fraction now, if it does.
     pub fallback: Option<String>,
     /// Times it fell back.
@@ -105,6 +116,8 @@ pub(super) struct SharingState {
     pub(super) stats: SharedStats,
     /// In fallback: when to ask the schedule again.
     retry_at: Option<Instant>,
+    /// The last booking or renewal the schedule took.
+    last_booked: Option<Instant>,
 }
 
 impl Sharing {
@@ -117,6 +130,7 @@ impl Sharing {
                 token_time_micros: 0,
                 stats,
                 retry_at: None,
+                last_booked: None,
             }),
         }
     }
@@ -169,6 +183,17 @@ impl SharingState {
         }
     }
 
+    /// The renewal of this member's lease, due when nothing was booked for
+    /// `every`: a booking of no starts (it pays the token debt too).
+    pub(super) fn renewal(&mut self, now: Instant, every: Duration, spacing: Duration) -> Option<Booking> {
+        let due = self.last_booked.is_none_or(|at| now >= at + every);
+        (due && self.may_ask(now)).then(|| Booking {
+            requests: 0,
+            spacing,
+            token_time_micros: std::mem::take(&mut self.token_time_micros),
+        })
+    }
+
     /// Takes what a booking got.
     pub(super) fn booked(&mut self, booking: &Booking, booked: Booked) {
         let now = Instant::now();
@@ -176,7 +201,12 @@ impl SharingState {
         let first = now + booked.first.duration_since(wall).unwrap_or(Duration::ZERO);
         self.granted.extend((0..booking.requests).map(|n| first + booking.spacing * n));
         self.stats.members = booked.members.max(1);
-        self.stats.bookings += 1;
+        self.last_booked = Some(now);
+        if booking.requests > 0 {
+            self.stats.bookings += 1;
+        } else {
+            self.stats.renewals += 1;
+        }
         if let Some(reason) = self.stats.fallback.take() {
             tracing::warn!(%reason, "the route's shared schedule is back: the fleet's limits hold again");
         }
@@ -216,6 +246,10 @@ mod tests {
         next: Mutex<Option<Instant>>,
         members: u32,
         down: AtomicBool,
+        /// How often a member renews (`None`: memberships never expire).
+        renew: Option<Duration>,
+        /// Bookings of no starts: renewals.
+        renewals: std::sync::atomic::AtomicU32,
     }
 
     impl SharedSchedule for InMemory {
@@ -223,6 +257,9 @@ mod tests {
             Box::pin(async move {
                 if self.down.load(Ordering::SeqCst) {
                     return Err(Unshared("the broker is down".to_owned()));
+                }
+                if booking.requests == 0 {
+                    self.renewals.fetch_add(1, Ordering::SeqCst);
                 }
                 let now = Instant::now();
                 let mut next = self.next.lock().unwrap();
@@ -235,6 +272,10 @@ mod tests {
 
         fn cool_down(&self, _until: SystemTime) -> BoxFuture<'_, Result<(), Unshared>> {
             Box::pin(async { Ok(()) })
+        }
+
+        fn renew_every(&self) -> Option<Duration> {
+            self.renew
         }
     }
 
@@ -297,5 +338,31 @@ mod tests {
         tokio::time::sleep(RETRY_SHARED_AFTER).await;
         drop(limiter.admit(0, &cancel).await.unwrap());
         assert_eq!(limiter.stats().shared.unwrap().fallback, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_holding_a_call_longer_than_its_lease_renews_it_and_an_idle_one_does_not() {
+        let schedule = Arc::new(InMemory { members: 2, renew: Some(Duration::from_secs(1)), ..InMemory::default() });
+        let limiter = shared_limiter(&schedule);
+        let cancel = CancellationToken::new();
+        let held = limiter.admit(0, &cancel).await.unwrap();
+        // A call of ten seconds, ten times the renewal period: renewed all along.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let renewed = schedule.renewals.load(Ordering::SeqCst);
+        assert!((8..=11).contains(&renewed), "{renewed} renewals in ten seconds of a call in flight");
+        assert_eq!(limiter.stats().shared.unwrap().renewals, u64::from(renewed));
+        // Idle: the lease is left to expire.
+        drop(held);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let settled = schedule.renewals.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(schedule.renewals.load(Ordering::SeqCst), settled, "no renewal without calls in flight");
+        // A member that books renews with its bookings, not besides them.
+        let bookings = limiter.stats().shared.unwrap().bookings;
+        for _ in 0..30 {
+            drop(limiter.admit(0, &cancel).await.unwrap());
+        }
+        assert!(limiter.stats().shared.unwrap().bookings > bookings);
+        assert!(schedule.renewals.load(Ordering::SeqCst) <= settled + 1, "renewals while booking every 100 ms");
     }
 }
