@@ -316,7 +316,7 @@ fn calls_longer_than_the_lease_keep_their_worker_counted_so_the_fleet_stays_unde
     let (stand_in, url) = StandIn::start(Policy::Slow { delay });
     let config = worker_config(dir.path(), &url, &format!("max_concurrent = {MAX_CONCURRENT}"));
     let flags = ["--config", &config, "--provider", "spawn", "--concurrency", "10"];
-    let _workers: Vec<Worker> =
+    let workers: Vec<Worker> =
         (1..=2).map(|n| Worker::start(dir.path(), &server.url(), &format!("w{n}"), &flags)).collect();
     let runtime = caller(dir.path(), &server);
 
@@ -334,5 +334,8 @@ fn calls_longer_than_the_lease_keep_their_worker_counted_so_the_fleet_stays_unde
     );
     let most = most.expect("calls after the first round");
     assert!(most <= MAX_CONCURRENT, "{most} calls in flight at once: over the fleet's max_concurrent");
+    for worker in &workers {
+        assert!(!worker.log().contains("shared = true"), "a worker shares the route: {}", worker.log());
+    }
     runtime.shutdown_blocking();
 }

@@ -126,6 +126,11 @@ struct Inner {
     sharing: OnceLock<Sharing>,
     /// Callers waiting for their turn (a shared route books a slice for them).
     waiting: AtomicU32,
+    /// The route's name, when its configuration asks for the fleet's
+    /// limits ([`Limiter::meant_for_a_fleet`]).
+    meant_for_a_fleet: OnceLock<String>,
+    /// Whether a call found it shared with no fleet and said so.
+    said_unshared: std::sync::atomic::AtomicBool,
     counts: Counts,
 }
 
@@ -240,6 +245,8 @@ impl Limiter {
                 schedule: Mutex::new(Schedule { next_request: now, tokens_paid: now, cool_down: None }),
                 sharing: OnceLock::new(),
                 waiting: AtomicU32::new(0),
+                meant_for_a_fleet: OnceLock::new(),
+                said_unshared: std::sync::atomic::AtomicBool::new(false),
                 counts: Counts::default(),
             }),
         }
@@ -268,6 +275,13 @@ impl Limiter {
             runtime.spawn(renew_lease(Arc::downgrade(&self.inner), every));
         }
         true
+    }
+
+    /// The route `route` is marked `shared = true`: if its first call finds
+    /// it shared with no fleet (a process that is not a `remote` worker),
+    /// a warning says that its limits hold for this process alone.
+    pub(crate) fn meant_for_a_fleet(&self, route: &str) {
+        let _ = self.inner.meant_for_a_fleet.set(route.to_owned());
     }
 
     /// What the route has seen so far, and its concurrency now.
@@ -325,6 +339,9 @@ impl Limiter {
         // which forgets it while the route lets in fewer than it holds.
         let mut permit = Permit { inner: inner.clone(), charged: estimated_tokens, waited: Duration::ZERO, slot };
         let shared = inner.sharing.get();
+        if shared.is_none() {
+            inner.warn_if_meant_for_a_fleet();
+        }
         let paced = inner.limits.requests_per_minute.is_some() || inner.limits.tokens_per_minute.is_some();
         let waited = if let Some(sharing) = shared {
             self.take_shared_start(sharing, estimated_tokens, cancel).await
@@ -531,6 +548,20 @@ fn micros(duration: Duration) -> i64 {
 impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, Schedule> {
         self.schedule.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Warns, once, that a route marked `shared = true` is called where no
+    /// fleet shares it.
+    fn warn_if_meant_for_a_fleet(&self) {
+        let Some(route) = self.meant_for_a_fleet.get() else { return };
+        if self.said_unshared.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::warn!(
+            route = %route,
+            "route {route:?} is marked `shared = true`, but only a `subagents worker` shares a route's limits \
+             (through its broker): here its rpm, tpm and max_concurrent hold for this process alone"
+        );
     }
 
     /// What one call may be charged: at most a minute of the route's
