@@ -63,7 +63,7 @@ use tokio_util::sync::CancellationToken;
 pub use gate::DEFAULT_CONCURRENCY_CAP;
 use gate::{Gate, Slot};
 use shared::Sharing;
-pub use shared::{Booked, Booking, SharedSchedule, SharedStats, Unshared, SLICE_SPAN};
+pub use shared::{Booked, Booking, FleetConcurrency, SharedSchedule, SharedStats, Unshared, SLICE_SPAN};
 
 /// The longest cool-down a response may impose: a provider's limits reset
 /// within a minute, and a larger value is more likely a fault than advice.
@@ -304,6 +304,10 @@ impl Limiter {
     pub fn answered(&self, permit: &Permit) {
         let _ = permit;
         self.inner.gate.answered();
+        if let Some(sharing) = self.inner.sharing.get() {
+            // Told to the fleet with the next booking.
+            sharing.lock().answered += 1;
+        }
     }
 
     /// The endpoint refused the call `permit` admitted as over its limit
@@ -315,11 +319,39 @@ impl Limiter {
         counts.refused.fetch_add(1, Ordering::Relaxed);
         if !explained {
             counts.unexplained.fetch_add(1, Ordering::Relaxed);
+            let in_flight = self.inner.gate.in_flight();
             if self.inner.gate.overloaded(permit.slot.epoch) {
                 let (concurrency, _) = self.inner.gate.concurrency();
                 tracing::debug!(concurrency, "an unexplained 429 or 529: the route's concurrency halves");
+                self.back_off_the_fleet(in_flight);
             }
         }
+    }
+
+    /// A shared route's process backed off: the fleet's ceiling halves too
+    /// (once per fleet epoch), so the others back off with it.
+    fn back_off_the_fleet(&self, in_flight: u32) {
+        let Some(sharing) = self.inner.sharing.get() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (epoch, members) = {
+            let state = sharing.lock();
+            (state.epoch, state.stats.members)
+        };
+        let limiter = self.clone();
+        runtime.spawn(async move {
+            let Some(sharing) = limiter.inner.sharing.get() else { return };
+            let fleet_in_flight = in_flight.saturating_mul(members.max(1));
+            match sharing.schedule.back_off(epoch, fleet_in_flight).await {
+                Ok(Some(concurrency)) => {
+                    let mut state = sharing.lock();
+                    state.fleet_concurrency(concurrency);
+                    limiter.inner.gate.share_among(state.stats.members, Some(concurrency.ceiling));
+                    tracing::debug!(ceiling = concurrency.ceiling, "the fleet's concurrency on the route backs off");
+                }
+                Ok(None) => {}
+                Err(why) => tracing::debug!(reason = %why.0, "the fleet was not told of the route's overload"),
+            }
+        });
     }
 
     /// Waits until a call charged `estimated_tokens` (at most a minute of
@@ -428,7 +460,7 @@ impl Limiter {
                     return self.take_turn(estimated_tokens, members, cancel).await;
                 }
                 let waiting = inner.waiting.load(Ordering::Relaxed) + 1;
-                let booking = sharing.lock().booking(waiting, spacing);
+                let booking = sharing.lock().booking(waiting, spacing, inner.gate.concurrency().1);
                 let booked = tokio::select! {
                     biased;
                     () = cancel.cancelled() => {
@@ -441,7 +473,7 @@ impl Limiter {
                 match booked {
                     Ok(booked) => {
                         state.booked(&booking, booked);
-                        inner.gate.share_among(state.stats.members);
+                        inner.gate.share_among(state.stats.members, state.stats.fleet_concurrency);
                     }
                     Err(why) => state.unshared(&booking, why),
                 }
@@ -527,13 +559,14 @@ async fn renew_lease(inner: std::sync::Weak<Inner>, every: Duration) {
             continue;
         }
         let spacing = inner.limits.requests_per_minute.map_or(Duration::ZERO, |rpm| MINUTE / rpm);
-        let Some(renewal) = sharing.lock().renewal(Instant::now(), every, spacing) else { continue };
+        let cap = inner.gate.concurrency().1;
+        let Some(renewal) = sharing.lock().renewal(Instant::now(), every, spacing, cap) else { continue };
         let renewed = sharing.schedule.book(renewal).await;
         let mut state = sharing.lock();
         match renewed {
             Ok(booked) => {
                 state.booked(&renewal, booked);
-                inner.gate.share_among(state.stats.members);
+                inner.gate.share_among(state.stats.members, state.stats.fleet_concurrency);
             }
             Err(why) => state.unshared(&renewal, why),
         }
