@@ -38,6 +38,9 @@ struct StandIn {
     answered: AtomicUsize,
     refused: AtomicUsize,
     in_flight: AtomicUsize,
+    /// Requests still to refuse with a bare 429 (no header says when to
+    /// come back), armed by the test.
+    bare_refusals: AtomicUsize,
     log: Mutex<Vec<(Instant, usize, u16)>>,
     /// Arrival of the first and the last admitted request.
     span: Mutex<Option<(Instant, Instant)>>,
@@ -53,6 +56,7 @@ impl StandIn {
             answered: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
+            bare_refusals: AtomicUsize::new(0),
             log: Mutex::default(),
             span: Mutex::default(),
             bucket: Mutex::default(),
@@ -86,7 +90,9 @@ impl StandIn {
                 }
                 admitted
             }
-            Policy::Slow { .. } => true,
+            Policy::Slow { .. } => {
+                self.bare_refusals.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_err()
+            }
         };
         if admitted {
             let mut span = self.span.lock().unwrap();
@@ -135,7 +141,11 @@ impl StandIn {
                 )
             } else {
                 self.refused.fetch_add(1, Ordering::Relaxed);
-                ("429 Too Many Requests\r\nretry-after: 1", r#"{"error":{"message":"rate limited"}}"#)
+                let status = match self.policy {
+                    Policy::Rate { .. } => "429 Too Many Requests\r\nretry-after: 1",
+                    Policy::Slow { .. } => "429 Too Many Requests",
+                };
+                (status, r#"{"error":{"message":"rate limited"}}"#)
             };
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
             let response = format!(
@@ -337,5 +347,78 @@ fn calls_longer_than_the_lease_keep_their_worker_counted_so_the_fleet_stays_unde
     for worker in &workers {
         assert!(!worker.log().contains("shared = true"), "a worker shares the route: {}", worker.log());
     }
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn bare_429s_seen_by_one_worker_back_the_whole_fleet_off_and_answered_calls_grow_it_back() {
+    const RUNS: usize = 1_500;
+    const SHARE: usize = 20;
+    let delay = Duration::from_millis(200);
+    let (_serial, dir, server) = broker();
+    // Each worker calls a stand-in of its own, so what the first sees is
+    // the fleet's doing: only the second is ever refused.
+    let (first, first_url) = StandIn::start(Policy::Slow { delay });
+    let (second, second_url) = StandIn::start(Policy::Slow { delay });
+    let limits = format!("max_concurrent = {}", SHARE * 2);
+    let first_home = dir.path().join("first");
+    let second_home = dir.path().join("second");
+    std::fs::create_dir_all(&first_home).unwrap();
+    std::fs::create_dir_all(&second_home).unwrap();
+    let first_config = worker_config(&first_home, &first_url, &limits);
+    let second_config = worker_config(&second_home, &second_url, &limits);
+    let flags = |config: &str| {
+        [
+            "--config".to_owned(),
+            config.to_owned(),
+            "--provider".into(),
+            "spawn".into(),
+            "--concurrency".into(),
+            SHARE.to_string(),
+        ]
+    };
+    let (first_flags, second_flags) = (flags(&first_config), flags(&second_config));
+    let first_flags: Vec<&str> = first_flags.iter().map(String::as_str).collect();
+    let second_flags: Vec<&str> = second_flags.iter().map(String::as_str).collect();
+    let _workers = [
+        Worker::start(dir.path(), &server.url(), "w1", &first_flags),
+        Worker::start(dir.path(), &server.url(), "w2", &second_flags),
+    ];
+    let runtime = caller(dir.path(), &server);
+    let refusing = std::thread::spawn({
+        let (first, second) = (first.clone(), second.clone());
+        move || {
+            // Once the first worker runs at its share, the second is refused.
+            let deadline = Instant::now() + WAIT_LIMIT;
+            while first.log.lock().unwrap().iter().filter(|(_, in_flight, _)| *in_flight >= SHARE - 2).count() < 5 {
+                assert!(Instant::now() < deadline, "the first worker never reached its share");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let armed = Instant::now();
+            second.bare_refusals.store(6, Ordering::SeqCst);
+            armed
+        }
+    });
+
+    assert_eq!(run_all(&runtime, RUNS, 100), RUNS, "every run completes");
+    let armed = refusing.join().unwrap();
+
+    let refused = second.refused.load(Ordering::Relaxed);
+    assert!(refused >= 1, "the second worker was refused");
+    let log = first.log.lock().unwrap().clone();
+    let before = log.iter().filter(|(at, _, _)| *at < armed).map(|(_, n, _)| *n).max().unwrap_or(0);
+    // After the refusals: the first worker's calls in flight, a second at a time.
+    let after: Vec<usize> = (0..12)
+        .map(|second| {
+            let from = armed + Duration::from_millis(500 * second);
+            let to = from + Duration::from_millis(500);
+            log.iter().filter(|(at, _, _)| *at >= from && *at < to).map(|(_, n, _)| *n).max().unwrap_or(0)
+        })
+        .collect();
+    eprintln!("first worker (never refused): {before} in flight before, then by half-seconds {after:?}; {refused} bare 429s to the second");
+    let lowest = after.iter().take(6).copied().min().unwrap();
+    assert!(lowest <= SHARE / 2, "the fleet's ceiling never reached the worker that was not refused: {after:?}");
+    let regrown = after.iter().skip_while(|n| **n > lowest).copied().max().unwrap();
+    assert!(regrown > lowest, "answered calls never grew the fleet back: {after:?}");
     runtime.shutdown_blocking();
 }
