@@ -111,7 +111,7 @@ fn a_route_marked_shared_outside_a_worker_says_once_that_its_limits_hold_for_thi
          [providers.fleet]\nkind = \"spawn\"\nmodel = \"fleet\"\n\n[providers.alone]\nkind = \"spawn\"\nmodel = \"alone\"\n"
     );
     let config = write_file(home.path(), "subagents.toml", &config);
-    let tasks = write_file(home.path(), "tasks.jsonl", &"{\"prompt\": \"hello\"}\n".repeat(3));
+    let tasks = write_file(home.path(), "tasks.jsonl", "{\"prompt\": \"hello\"}\n".repeat(3));
     let fanout = |provider: &str| {
         run(subagents()
             .args(["fanout", "--provider", provider, "--config"])
