@@ -280,6 +280,7 @@ impl Limiter {
     /// The route `route` is marked `shared = true`: if its first call finds
     /// it shared with no fleet (a process that is not a `remote` worker),
     /// a warning says that its limits hold for this process alone.
+    #[cfg(feature = "openai")]
     pub(crate) fn meant_for_a_fleet(&self, route: &str) {
         let _ = self.inner.meant_for_a_fleet.set(route.to_owned());
     }
