@@ -98,3 +98,37 @@ fn openai_models_honour_openai_base_url_and_openai_api_key_and_ours_win_over_the
         requests.iter().filter(|r| r.path.ends_with("/chat/completions")).map(|r| r.header("authorization")).collect();
     assert_eq!(keys, [Some("Bearer sk-theirs"), Some("Bearer sk-ours"), None]);
 }
+
+#[test]
+fn a_route_marked_shared_outside_a_worker_says_once_that_its_limits_hold_for_this_process_alone() {
+    const CHAT_ANSWER: &str = r#"{"choices": [{"message": {"role": "assistant", "content": "done"},
+        "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}"#;
+    let home = tempfile::tempdir().unwrap();
+    let endpoint = endpoint_answering("200 OK", CHAT_ANSWER);
+    let config = format!(
+        "[models.fleet]\napi = \"openai-chat\"\nbase_url = \"{endpoint}\"\nmodel = \"m\"\nrpm = 6000\nshared = true\n\n\
+         [models.alone]\napi = \"openai-chat\"\nbase_url = \"{endpoint}\"\nmodel = \"m\"\nrpm = 6000\n\n\
+         [providers.fleet]\nkind = \"spawn\"\nmodel = \"fleet\"\n\n[providers.alone]\nkind = \"spawn\"\nmodel = \"alone\"\n"
+    );
+    let config = write_file(home.path(), "subagents.toml", &config);
+    let tasks = write_file(home.path(), "tasks.jsonl", "{\"prompt\": \"hello\"}\n".repeat(3));
+    let fanout = |provider: &str| {
+        run(subagents()
+            .args(["fanout", "--provider", provider, "--config"])
+            .arg(&config)
+            .arg(&tasks)
+            .arg("--home")
+            .arg(home.path()))
+    };
+    let output = fanout("fleet");
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(json_lines(&output.stdout).len(), 3, "the runs go: a warning, not an error");
+    let warning = "route \"fleet\" is marked `shared = true`, but only a `subagents worker` shares";
+    assert_eq!(stderr.matches(warning).count(), 1, "said once for three calls: {stderr}");
+    assert!(stderr.contains("for this process alone"), "{stderr}");
+    // A route not marked shared says nothing of it.
+    let output = fanout("alone");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(!text(&output.stderr).contains("shared = true"), "{}", text(&output.stderr));
+}

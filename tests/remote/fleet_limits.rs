@@ -2,7 +2,8 @@
 //! whose configuration marks a route `shared = true`, a real broker, and a
 //! loopback stand-in model server that admits a fixed rate (a GCRA bucket,
 //! as providers keep one, with a quarter second of burst: 429 with
-//! `retry-after` beyond) and counts what it answered. The burst absorbs
+//! `retry-after` beyond) and logs every request it received, refused or
+//! not, with the calls in flight at its arrival. The burst absorbs
 //! the jitter between a worker's admission and the request's arrival on a
 //! loaded machine, not a fleet that keeps to four times the rate.
 
@@ -20,11 +21,27 @@ use tokio::net::TcpListener;
 use super::support::{broker, caller, Worker, LEASE_TTL_MS};
 use crate::common::{request, Within, WAIT_LIMIT};
 
-/// The stand-in's counts.
-#[derive(Default)]
+/// How the stand-in answers.
+#[derive(Clone, Copy)]
+enum Policy {
+    /// Admits `per_second` with a burst of a quarter second's worth (a GCRA
+    /// bucket); 429 with `retry-after: 1` beyond.
+    Rate { per_second: f64 },
+    /// Admits everything, each answer after `delay`.
+    Slow { delay: Duration },
+}
+
+/// The stand-in's counts, and every request it received: when, how many
+/// were in flight with it, and its status.
 struct StandIn {
+    policy: Policy,
     answered: AtomicUsize,
     refused: AtomicUsize,
+    in_flight: AtomicUsize,
+    /// Requests still to refuse with a bare 429 (no header says when to
+    /// come back), armed by the test.
+    bare_refusals: AtomicUsize,
+    log: Mutex<Vec<(Instant, usize, u16)>>,
     /// Arrival of the first and the last admitted request.
     span: Mutex<Option<(Instant, Instant)>>,
     /// GCRA's theoretical arrival time.
@@ -32,10 +49,18 @@ struct StandIn {
 }
 
 impl StandIn {
-    /// Serves on a thread of its own, admitting `per_second` with a burst
-    /// of a quarter second's worth; its base URL.
-    fn start(per_second: f64) -> (Arc<StandIn>, String) {
-        let stand_in = Arc::new(StandIn::default());
+    /// Serves `policy` on a thread of its own; its base URL.
+    fn start(policy: Policy) -> (Arc<StandIn>, String) {
+        let stand_in = Arc::new(StandIn {
+            policy,
+            answered: AtomicUsize::new(0),
+            refused: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            bare_refusals: AtomicUsize::new(0),
+            log: Mutex::default(),
+            span: Mutex::default(),
+            bucket: Mutex::default(),
+        });
         let (started, url) = std::sync::mpsc::channel();
         let serving = stand_in.clone();
         std::thread::spawn(move || {
@@ -44,28 +69,40 @@ impl StandIn {
                 let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
                 let _ = started.send(format!("http://{}/v1", listener.local_addr().unwrap()));
                 while let Ok((socket, _)) = listener.accept().await {
-                    tokio::spawn(serving.clone().connection(socket, per_second));
+                    tokio::spawn(serving.clone().connection(socket));
                 }
             });
         });
         (stand_in, url.recv_timeout(WAIT_LIMIT).unwrap())
     }
 
-    fn admit(&self, per_second: f64) -> bool {
+    /// Whether a request arriving now is admitted; logged either way.
+    fn admit(&self, in_flight: usize) -> bool {
         let now = Instant::now();
-        let spacing = Duration::from_secs_f64(1.0 / per_second);
-        let mut bucket = self.bucket.lock().unwrap();
-        let due = bucket.unwrap_or(now);
-        if due.saturating_duration_since(now) > Duration::from_millis(250) {
-            return false;
+        let admitted = match self.policy {
+            Policy::Rate { per_second } => {
+                let spacing = Duration::from_secs_f64(1.0 / per_second);
+                let mut bucket = self.bucket.lock().unwrap();
+                let due = bucket.unwrap_or(now);
+                let admitted = due.saturating_duration_since(now) <= Duration::from_millis(250);
+                if admitted {
+                    *bucket = Some(due.max(now) + spacing);
+                }
+                admitted
+            }
+            Policy::Slow { .. } => {
+                self.bare_refusals.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_err()
+            }
+        };
+        if admitted {
+            let mut span = self.span.lock().unwrap();
+            *span = Some(span.map_or((now, now), |(first, _)| (first, now)));
         }
-        *bucket = Some(due.max(now) + spacing);
-        let mut span = self.span.lock().unwrap();
-        *span = Some(span.map_or((now, now), |(first, _)| (first, now)));
-        true
+        self.log.lock().unwrap().push((now, in_flight, if admitted { 200 } else { 429 }));
+        admitted
     }
 
-    async fn connection(self: Arc<Self>, mut socket: tokio::net::TcpStream, per_second: f64) {
+    async fn connection(self: Arc<Self>, mut socket: tokio::net::TcpStream) {
         let mut buffer = Vec::new();
         loop {
             let head_end = loop {
@@ -92,7 +129,11 @@ impl StandIn {
                 }
             }
             buffer.drain(..head_end + length);
-            let (status, body) = if self.admit(per_second) {
+            let in_flight = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            let (status, body) = if self.admit(in_flight) {
+                if let Policy::Slow { delay } = self.policy {
+                    tokio::time::sleep(delay).await;
+                }
                 self.answered.fetch_add(1, Ordering::Relaxed);
                 (
                     "200 OK",
@@ -100,8 +141,13 @@ impl StandIn {
                 )
             } else {
                 self.refused.fetch_add(1, Ordering::Relaxed);
-                ("429 Too Many Requests\r\nretry-after: 1", r#"{"error":{"message":"rate limited"}}"#)
+                let status = match self.policy {
+                    Policy::Rate { .. } => "429 Too Many Requests\r\nretry-after: 1",
+                    Policy::Slow { .. } => "429 Too Many Requests",
+                };
+                (status, r#"{"error":{"message":"rate limited"}}"#)
             };
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
             let response = format!(
                 "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
                 body.len()
@@ -117,6 +163,23 @@ impl StandIn {
         let (first, last) = self.span.lock().unwrap().expect("requests came");
         let answered = self.answered.load(Ordering::Relaxed);
         (answered.saturating_sub(1)) as f64 / (last - first).as_secs_f64()
+    }
+
+    /// Requests received a second (admitted or refused), from the first to
+    /// the last, and the most received in any one second.
+    fn received(&self) -> (f64, usize) {
+        let log = self.log.lock().unwrap();
+        let (first, last) = (log.first().expect("requests came").0, log.last().unwrap().0);
+        let rate = (log.len().saturating_sub(1)) as f64 / (last - first).as_secs_f64();
+        let mut most = 0;
+        let mut from = 0;
+        for (to, (at, _, _)) in log.iter().enumerate() {
+            while *at - log[from].0 >= Duration::from_secs(1) {
+                from += 1;
+            }
+            most = most.max(to + 1 - from);
+        }
+        (rate, most)
     }
 }
 
@@ -168,7 +231,7 @@ fn four_workers_at_concurrency_50_keep_together_to_the_routes_rate_with_almost_n
     const RUNS: usize = 2_000;
     const PER_SECOND: f64 = 100.0; // rpm = 6,000
     let (_serial, dir, server) = broker();
-    let (stand_in, url) = StandIn::start(PER_SECOND);
+    let (stand_in, url) = StandIn::start(Policy::Rate { per_second: PER_SECOND });
     let config = worker_config(dir.path(), &url, "rpm = 6000");
     let flags = ["--config", &config, "--provider", "spawn", "--concurrency", "50"];
     let _workers: Vec<Worker> =
@@ -188,6 +251,15 @@ fn four_workers_at_concurrency_50_keep_together_to_the_routes_rate_with_almost_n
          {rate:.1} admitted a second (the limit: {PER_SECOND})"
     );
     assert!(refused * 50 <= requests, "{refused} of {requests} requests were answered 429 (more than 2%)");
+    // What the fleet sent, refused or not: the stand-in's bucket caps only
+    // what it admits.
+    let (sent, most_in_a_second) = stand_in.received();
+    eprintln!("sent {sent:.1} a second overall, at most {most_in_a_second} in one second");
+    assert!(sent <= PER_SECOND * 1.03, "{sent:.1} requests a second sent: faster than the route allows");
+    assert!(
+        most_in_a_second as f64 <= PER_SECOND * 1.25,
+        "{most_in_a_second} requests sent in one second: more than the route's rate and the stand-in's burst"
+    );
     assert!(rate <= PER_SECOND * 1.02, "{rate:.1} a second: faster than the route allows");
     assert!(rate >= PER_SECOND * 0.85, "{rate:.1} a second: less than 85% of the rate the route allows");
     let members = record(&server.url()).expect("the route's record is on the broker")["members"].clone();
@@ -200,7 +272,7 @@ fn a_worker_killed_mid_batch_leaves_the_fleet_within_its_lease_and_the_rest_keep
     const RUNS: usize = 600;
     const PER_SECOND: f64 = 100.0;
     let (_serial, dir, server) = broker();
-    let (stand_in, url) = StandIn::start(PER_SECOND);
+    let (stand_in, url) = StandIn::start(Policy::Rate { per_second: PER_SECOND });
     let config = worker_config(dir.path(), &url, "rpm = 6000\nmax_concurrent = 40");
     let flags = ["--config", &config, "--provider", "spawn", "--concurrency", "50"];
     let mut workers: Vec<Worker> =
@@ -239,5 +311,114 @@ fn a_worker_killed_mid_batch_leaves_the_fleet_within_its_lease_and_the_rest_keep
     assert_eq!(batch.join().unwrap(), RUNS, "every run completes (the killed worker's after their ack wait)");
     let (answered, refused) = (stand_in.answered.load(Ordering::Relaxed), stand_in.refused.load(Ordering::Relaxed));
     assert!(refused * 50 <= answered + refused, "{refused} of {} requests answered 429", answered + refused);
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn calls_longer_than_the_lease_keep_their_worker_counted_so_the_fleet_stays_under_max_concurrent() {
+    const RUNS: usize = 40;
+    const MAX_CONCURRENT: usize = 10;
+    // Each call outlasts the lease (2 s): a worker that renewed only when
+    // it booked would drop out of the fleet while its calls run, and the
+    // other would take the whole of `max_concurrent` beside them.
+    let delay = Duration::from_millis(LEASE_TTL_MS + 1_000);
+    let (_serial, dir, server) = broker();
+    let (stand_in, url) = StandIn::start(Policy::Slow { delay });
+    let config = worker_config(dir.path(), &url, &format!("max_concurrent = {MAX_CONCURRENT}"));
+    let flags = ["--config", &config, "--provider", "spawn", "--concurrency", "10"];
+    let workers: Vec<Worker> =
+        (1..=2).map(|n| Worker::start(dir.path(), &server.url(), &format!("w{n}"), &flags)).collect();
+    let runtime = caller(dir.path(), &server);
+
+    assert_eq!(run_all(&runtime, RUNS, RUNS), RUNS, "every run completes");
+
+    // The first calls go before the workers have met on the schedule (each
+    // counts the members whose lease it saw); from the second round on,
+    // both are counted all along.
+    let log = stand_in.log.lock().unwrap().clone();
+    let settled = log[0].0 + delay + Duration::from_millis(500);
+    let most = log.iter().filter(|(at, _, _)| *at >= settled).map(|(_, in_flight, _)| *in_flight).max();
+    let first_round = log.iter().filter(|(at, _, _)| *at < settled).map(|(_, in_flight, _)| *in_flight).max();
+    eprintln!(
+        "calls in flight at once: {first_round:?} in the first round, {most:?} after (max_concurrent {MAX_CONCURRENT})"
+    );
+    let most = most.expect("calls after the first round");
+    assert!(most <= MAX_CONCURRENT, "{most} calls in flight at once: over the fleet's max_concurrent");
+    for worker in &workers {
+        assert!(!worker.log().contains("shared = true"), "a worker shares the route: {}", worker.log());
+    }
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn bare_429s_seen_by_one_worker_back_the_whole_fleet_off_and_answered_calls_grow_it_back() {
+    const RUNS: usize = 1_500;
+    const SHARE: usize = 20;
+    let delay = Duration::from_millis(200);
+    let (_serial, dir, server) = broker();
+    // Each worker calls a stand-in of its own, so what the first sees is
+    // the fleet's doing: only the second is ever refused.
+    let (first, first_url) = StandIn::start(Policy::Slow { delay });
+    let (second, second_url) = StandIn::start(Policy::Slow { delay });
+    let limits = format!("max_concurrent = {}", SHARE * 2);
+    let first_home = dir.path().join("first");
+    let second_home = dir.path().join("second");
+    std::fs::create_dir_all(&first_home).unwrap();
+    std::fs::create_dir_all(&second_home).unwrap();
+    let first_config = worker_config(&first_home, &first_url, &limits);
+    let second_config = worker_config(&second_home, &second_url, &limits);
+    let flags = |config: &str| {
+        [
+            "--config".to_owned(),
+            config.to_owned(),
+            "--provider".into(),
+            "spawn".into(),
+            "--concurrency".into(),
+            SHARE.to_string(),
+        ]
+    };
+    let (first_flags, second_flags) = (flags(&first_config), flags(&second_config));
+    let first_flags: Vec<&str> = first_flags.iter().map(String::as_str).collect();
+    let second_flags: Vec<&str> = second_flags.iter().map(String::as_str).collect();
+    let _workers = [
+        Worker::start(dir.path(), &server.url(), "w1", &first_flags),
+        Worker::start(dir.path(), &server.url(), "w2", &second_flags),
+    ];
+    let runtime = caller(dir.path(), &server);
+    let refusing = std::thread::spawn({
+        let (first, second) = (first.clone(), second.clone());
+        move || {
+            // Once the first worker runs at its share, the second is refused.
+            let deadline = Instant::now() + WAIT_LIMIT;
+            while first.log.lock().unwrap().iter().filter(|(_, in_flight, _)| *in_flight >= SHARE - 2).count() < 5 {
+                assert!(Instant::now() < deadline, "the first worker never reached its share");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let armed = Instant::now();
+            second.bare_refusals.store(6, Ordering::SeqCst);
+            armed
+        }
+    });
+
+    assert_eq!(run_all(&runtime, RUNS, 100), RUNS, "every run completes");
+    let armed = refusing.join().unwrap();
+
+    let refused = second.refused.load(Ordering::Relaxed);
+    assert!(refused >= 1, "the second worker was refused");
+    let log = first.log.lock().unwrap().clone();
+    let before = log.iter().filter(|(at, _, _)| *at < armed).map(|(_, n, _)| *n).max().unwrap_or(0);
+    // After the refusals: the first worker's calls in flight, a second at a time.
+    let after: Vec<usize> = (0..12)
+        .map(|second| {
+            let from = armed + Duration::from_millis(500 * second);
+            let to = from + Duration::from_millis(500);
+            log.iter().filter(|(at, _, _)| *at >= from && *at < to).map(|(_, n, _)| *n).max().unwrap_or(0)
+        })
+        .collect();
+    eprintln!("first worker (never refused): {before} in flight before, then by half-seconds {after:?}; {refused} bare 429s to the second");
+    let lowest = after.iter().take(6).copied().min().unwrap();
+    assert!(lowest <= SHARE / 2, "the fleet's ceiling never reached the worker that was not refused: {after:?}");
+    let regrown = after.iter().skip_while(|n| **n > lowest).copied().max().unwrap();
+    assert!(regrown > lowest, "answered calls never grew the fleet back: {after:?}");
     runtime.shutdown_blocking();
 }

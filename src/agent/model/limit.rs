@@ -66,7 +66,7 @@ use tokio_util::sync::CancellationToken;
 pub use gate::DEFAULT_CONCURRENCY_CAP;
 use gate::{Gate, Slot};
 use shared::Sharing;
-pub use shared::{Booked, Booking, SharedSchedule, SharedStats, Unshared, SLICE_SPAN};
+pub use shared::{Booked, Booking, FleetConcurrency, SharedSchedule, SharedStats, Unshared, SLICE_SPAN};
 #[cfg(feature = "process")]
 pub(crate) use upstream::Unreachable;
 use upstream::Upstream;
@@ -136,6 +136,11 @@ struct Inner {
     upstream: OnceLock<Upstream>,
     /// Callers waiting for their turn (a shared route books a slice for them).
     waiting: AtomicU32,
+    /// The route's name, when its configuration asks for the fleet's
+    /// limits ([`Limiter::meant_for_a_fleet`]).
+    meant_for_a_fleet: OnceLock<String>,
+    /// Whether a call found it shared with no fleet and said so.
+    said_unshared: std::sync::atomic::AtomicBool,
     counts: Counts,
 }
 
@@ -253,6 +258,8 @@ impl Limiter {
                 sharing: OnceLock::new(),
                 upstream: OnceLock::new(),
                 waiting: AtomicU32::new(0),
+                meant_for_a_fleet: OnceLock::new(),
+                said_unshared: std::sync::atomic::AtomicBool::new(false),
                 counts: Counts::default(),
             }),
         }
@@ -266,8 +273,29 @@ impl Limiter {
     /// Shares the route's limits with a fleet through `schedule` (see
     /// [`SharedSchedule`]); every clone of the limiter then books its
     /// starts there. `false` if it was shared already (the first stands).
+    ///
+    /// A schedule whose memberships expire ([`SharedSchedule::renew_every`])
+    /// has its lease renewed by a task of the current tokio runtime while
+    /// this process holds calls in flight or has callers waiting, so a
+    /// call longer than the lease does not let the others' shares grow
+    /// over the fleet's `max_concurrent`.
     pub fn share(&self, schedule: Arc<dyn SharedSchedule>) -> bool {
-        self.inner.sharing.set(Sharing::new(schedule)).is_ok()
+        let every = schedule.renew_every();
+        if self.inner.sharing.set(Sharing::new(schedule)).is_err() {
+            return false;
+        }
+        if let (Some(every), Ok(runtime)) = (every, tokio::runtime::Handle::try_current()) {
+            runtime.spawn(renew_lease(Arc::downgrade(&self.inner), every));
+        }
+        true
+    }
+
+    /// The route `route` is marked `shared = true`: if its first call finds
+    /// it shared with no fleet (a process that is not a `remote` worker),
+    /// a warning says that its limits hold for this process alone.
+    #[cfg(feature = "openai")]
+    pub(crate) fn meant_for_a_fleet(&self, route: &str) {
+        let _ = self.inner.meant_for_a_fleet.set(route.to_owned());
     }
 
     /// Makes every call also wait for `upstream`'s admission, after this
@@ -300,6 +328,10 @@ impl Limiter {
         if let Some(upstream) = &permit.upstream {
             upstream.answered();
         }
+        if let Some(sharing) = self.inner.sharing.get() {
+            // Told to the fleet with the next booking.
+            sharing.lock().answered += 1;
+        }
     }
 
     /// The endpoint refused the call `permit` admitted as over its limit
@@ -314,11 +346,39 @@ impl Limiter {
         }
         if !explained {
             counts.unexplained.fetch_add(1, Ordering::Relaxed);
+            let in_flight = self.inner.gate.in_flight();
             if self.inner.gate.overloaded(permit.slot.epoch) {
                 let (concurrency, _) = self.inner.gate.concurrency();
                 tracing::debug!(concurrency, "an unexplained 429 or 529: the route's concurrency halves");
+                self.back_off_the_fleet(in_flight);
             }
         }
+    }
+
+    /// A shared route's process backed off: the fleet's ceiling halves too
+    /// (once per fleet epoch), so the others back off with it.
+    fn back_off_the_fleet(&self, in_flight: u32) {
+        let Some(sharing) = self.inner.sharing.get() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (epoch, members) = {
+            let state = sharing.lock();
+            (state.epoch, state.stats.members)
+        };
+        let limiter = self.clone();
+        runtime.spawn(async move {
+            let Some(sharing) = limiter.inner.sharing.get() else { return };
+            let fleet_in_flight = in_flight.saturating_mul(members.max(1));
+            match sharing.schedule.back_off(epoch, fleet_in_flight).await {
+                Ok(Some(concurrency)) => {
+                    let mut state = sharing.lock();
+                    state.fleet_concurrency(concurrency);
+                    limiter.inner.gate.share_among(state.stats.members, Some(concurrency.ceiling));
+                    tracing::debug!(ceiling = concurrency.ceiling, "the fleet's concurrency on the route backs off");
+                }
+                Ok(None) => {}
+                Err(why) => tracing::debug!(reason = %why.0, "the fleet was not told of the route's overload"),
+            }
+        });
     }
 
     /// Waits until a call charged `estimated_tokens` (at most a minute of
@@ -339,6 +399,9 @@ impl Limiter {
         let mut permit =
             Permit { inner: inner.clone(), charged: estimated_tokens, waited: Duration::ZERO, slot, upstream: None };
         let shared = inner.sharing.get();
+        if shared.is_none() {
+            inner.warn_if_meant_for_a_fleet();
+        }
         let paced = inner.limits.requests_per_minute.is_some() || inner.limits.tokens_per_minute.is_some();
         let waited = if let Some(sharing) = shared {
             self.take_shared_start(sharing, estimated_tokens, cancel).await
@@ -432,7 +495,7 @@ impl Limiter {
                     return self.take_turn(estimated_tokens, members, cancel).await;
                 }
                 let waiting = inner.waiting.load(Ordering::Relaxed) + 1;
-                let booking = sharing.lock().booking(waiting, spacing);
+                let booking = sharing.lock().booking(waiting, spacing, inner.gate.concurrency().1);
                 let booked = tokio::select! {
                     biased;
                     () = cancel.cancelled() => {
@@ -445,7 +508,7 @@ impl Limiter {
                 match booked {
                     Ok(booked) => {
                         state.booked(&booking, booked);
-                        inner.gate.share_among(state.stats.members);
+                        inner.gate.share_among(state.stats.members, state.stats.fleet_concurrency);
                     }
                     Err(why) => state.unshared(&booking, why),
                 }
@@ -520,6 +583,34 @@ impl Limiter {
     }
 }
 
+/// Renews this member's lease on its fleet's schedule every `every` while
+/// it holds calls in flight or has callers waiting and books nothing (a
+/// member that books renews with each booking); ends with the limiter.
+async fn renew_lease(inner: std::sync::Weak<Inner>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let Some(sharing) = inner.sharing.get() else { return };
+        if inner.gate.in_flight() == 0 && inner.waiting.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
+        let spacing = inner.limits.requests_per_minute.map_or(Duration::ZERO, |rpm| MINUTE / rpm);
+        let cap = inner.gate.concurrency().1;
+        let Some(renewal) = sharing.lock().renewal(Instant::now(), every, spacing, cap) else { continue };
+        let renewed = sharing.schedule.book(renewal).await;
+        let mut state = sharing.lock();
+        match renewed {
+            Ok(booked) => {
+                state.booked(&renewal, booked);
+                inner.gate.share_among(state.stats.members, state.stats.fleet_concurrency);
+            }
+            Err(why) => state.unshared(&renewal, why),
+        }
+    }
+}
+
 /// A duration in whole microseconds, as the shared schedule counts.
 fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
@@ -528,6 +619,20 @@ fn micros(duration: Duration) -> i64 {
 impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, Schedule> {
         self.schedule.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Warns, once, that a route marked `shared = true` is called where no
+    /// fleet shares it.
+    fn warn_if_meant_for_a_fleet(&self) {
+        let Some(route) = self.meant_for_a_fleet.get() else { return };
+        if self.said_unshared.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::warn!(
+            route = %route,
+            "route {route:?} is marked `shared = true`, but only a `subagents worker` shares a route's limits \
+             (through its broker): here its rpm, tpm and max_concurrent hold for this process alone"
+        );
     }
 
     /// What one call may be charged: at most a minute of the route's

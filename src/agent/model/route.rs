@@ -157,6 +157,9 @@ impl ModelRoute {
     pub(super) fn build_http(&self) -> Result<(Arc<dyn Model>, String, super::Probe), ModelError> {
         use super::{AnthropicConfig, AnthropicModel, OpenAiConfig, OpenAiModel, OpenAiResponsesModel};
         let limiter = self.limiter.clone();
+        if self.shared {
+            limiter.meant_for_a_fleet(&self.name);
+        }
         let ((model, probe), base_url) = match self.api {
             Api::OpenAiChat | Api::OpenAiResponses => {
                 let base_url = self.base_url.clone().unwrap_or_else(|| OpenAiConfig::DEFAULT_BASE_URL.to_owned());

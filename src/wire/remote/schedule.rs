@@ -5,10 +5,13 @@
 //!
 //! The record holds, in microseconds since the Unix epoch, the fleet's
 //! next free request start, when its token debt is paid, the cool-down in
-//! force, and each member's lease (a process is a member while it books:
-//! each booking renews its lease for the broker's lease TTL, so a process
-//! that died or went idle drops out within one TTL and the others' share
-//! of `max_concurrent` grows back). Times are wall-clock times: processes
+//! force, and each member's lease (a process is a member while it books
+//! or holds calls in flight: each booking renews its lease for the
+//! broker's lease TTL, and a member with calls in flight that books
+//! nothing renews it every third of the TTL, so a process that died or
+//! went idle drops out within one TTL and the others' share of
+//! `max_concurrent` grows back, while a call longer than the TTL keeps
+//! its holder counted). Times are wall-clock times: processes
 //! on several hosts need their clocks in step (NTP) to within a fraction
 //! of the spacing.
 //!
@@ -24,7 +27,7 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use super::broker::{Broker, OPERATION_TIMEOUT};
-use crate::agent::{Booked, Booking, SharedSchedule, Unshared};
+use crate::agent::{Booked, Booking, FleetConcurrency, SharedSchedule, Unshared};
 
 /// Compare-and-set tries before a booking gives up (the fleet's processes
 /// racing for one record: each try that loses, another won).
@@ -48,6 +51,48 @@ struct Record {
     /// Member → the end of its lease.
     #[serde(default)]
     members: BTreeMap<String, u64>,
+    /// The fleet's concurrency ceiling (0: not set yet).
+    #[serde(default)]
+    ceiling: u32,
+    /// Bumped by each decrease of the ceiling.
+    #[serde(default)]
+    epoch: u64,
+    /// Calls answered since the ceiling last changed.
+    #[serde(default)]
+    answered: u64,
+}
+
+impl Record {
+    /// The fleet's concurrency, within `cap`, after `answered` more calls:
+    /// one more per `ceiling` of them (additive increase).
+    fn grow(&mut self, answered: u32, cap: u32) -> FleetConcurrency {
+        let cap = cap.max(1);
+        if self.ceiling == 0 || self.ceiling > cap {
+            self.ceiling = cap;
+        }
+        self.answered += u64::from(answered);
+        while self.ceiling < cap && self.answered >= u64::from(self.ceiling) {
+            self.answered -= u64::from(self.ceiling);
+            self.ceiling += 1;
+        }
+        if self.ceiling >= cap {
+            self.answered = 0;
+        }
+        FleetConcurrency { ceiling: self.ceiling, epoch: self.epoch }
+    }
+
+    /// A call admitted at `epoch` met an unexplained overload with about
+    /// `in_flight` of the fleet's calls in flight: halved, once per epoch
+    /// (multiplicative decrease).
+    fn back_off(&mut self, epoch: u64, in_flight: u32) -> FleetConcurrency {
+        if epoch == self.epoch {
+            let before = if self.ceiling == 0 { in_flight } else { self.ceiling.min(in_flight.max(1)) };
+            self.ceiling = (before / 2).max(1);
+            self.epoch += 1;
+            self.answered = 0;
+        }
+        FleetConcurrency { ceiling: self.ceiling.max(1), epoch: self.epoch }
+    }
 }
 
 /// One route's schedule on the broker, for one member process.
@@ -164,7 +209,7 @@ impl SharedSchedule for BrokerSchedule {
         Box::pin(async move {
             let lease = micros(self.lease);
             let spacing = micros(booking.spacing);
-            let (first, members) = self
+            let (first, members, concurrency) = self
                 .update(|record, now| {
                     record.members.retain(|_, until| *until > now);
                     record.members.insert(self.member.clone(), now + lease);
@@ -172,10 +217,11 @@ impl SharedSchedule for BrokerSchedule {
                     record.next = first + spacing * u64::from(booking.requests);
                     let debt = i128::from(record.tokens.max(now)) + i128::from(booking.token_time_micros);
                     record.tokens = u64::try_from(debt.max(i128::from(now))).unwrap_or(u64::MAX);
-                    (first, u32::try_from(record.members.len()).unwrap_or(u32::MAX))
+                    let concurrency = record.grow(booking.answered, booking.cap);
+                    (first, u32::try_from(record.members.len()).unwrap_or(u32::MAX), concurrency)
                 })
                 .await?;
-            Ok(Booked { first: UNIX_EPOCH + Duration::from_micros(first), members })
+            Ok(Booked { first: UNIX_EPOCH + Duration::from_micros(first), members, concurrency: Some(concurrency) })
         })
     }
 
@@ -184,6 +230,14 @@ impl SharedSchedule for BrokerSchedule {
             let until = micros(until.duration_since(UNIX_EPOCH).unwrap_or_default());
             self.update(|record, _| record.cool = record.cool.max(until)).await
         })
+    }
+
+    fn renew_every(&self) -> Option<Duration> {
+        Some(self.lease / 3)
+    }
+
+    fn back_off(&self, epoch: u64, in_flight: u32) -> BoxFuture<'_, Result<Option<FleetConcurrency>, Unshared>> {
+        Box::pin(async move { self.update(|record, _| Some(record.back_off(epoch, in_flight))).await })
     }
 }
 
@@ -197,7 +251,26 @@ fn now_micros() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::route_key;
+    use super::{route_key, Record};
+
+    #[test]
+    fn the_fleets_ceiling_halves_once_an_epoch_and_grows_by_one_a_ceiling_of_answered_calls() {
+        let mut record = Record::default();
+        assert_eq!(record.grow(0, 40).ceiling, 40, "it starts at the cap");
+        // Two members refused with 30 in flight in the same epoch: halved once.
+        let halved = record.back_off(0, 30);
+        assert_eq!((halved.ceiling, halved.epoch), (15, 1));
+        assert_eq!(record.back_off(0, 30), halved, "a refusal of the epoch before changes nothing");
+        assert_eq!(record.back_off(1, 100).ceiling, 7, "a refusal of the new epoch halves again");
+        // Seven answered: eight; eight more and one: nine (one left over).
+        assert_eq!(record.grow(7, 40).ceiling, 8);
+        assert_eq!(record.grow(9, 40).ceiling, 9);
+        assert_eq!(record.grow(1_000, 40).ceiling, 40, "never past the cap");
+        for epoch in 2..20 {
+            record.back_off(epoch, 40);
+        }
+        assert_eq!(record.grow(0, 40).ceiling, 1, "never below one");
+    }
 
     #[test]
     fn a_route_name_becomes_a_key_the_bucket_accepts() {

@@ -44,12 +44,16 @@ struct GateState {
     /// The share of the cap this process may use (1 unless shared by a
     /// fleet, then `1 / members`), applied on top of `effective`.
     members: u32,
+    /// The fleet's concurrency, if it keeps one: the share is of it
+    /// rather than of the cap.
+    fleet_ceiling: Option<u32>,
 }
 
 impl GateState {
     /// What it lets in now, given its share of the fleet.
     fn allowed(&self) -> u32 {
-        let share = (self.cap / self.members.max(1)).max(1);
+        let ceiling = self.fleet_ceiling.map_or(self.cap, |ceiling| ceiling.min(self.cap));
+        let share = (ceiling / self.members.max(1)).max(1);
         self.effective.min(share)
     }
 }
@@ -65,7 +69,15 @@ impl Gate {
         let cap = cap.max(1);
         Gate {
             semaphore: Arc::new(Semaphore::new(cap as usize)),
-            state: Mutex::new(GateState { cap, effective: cap, total: cap, successes: 0, epoch: 0, members: 1 }),
+            state: Mutex::new(GateState {
+                cap,
+                effective: cap,
+                total: cap,
+                successes: 0,
+                epoch: 0,
+                members: 1,
+                fleet_ceiling: None,
+            }),
         }
     }
 
@@ -131,11 +143,14 @@ impl Gate {
         true
     }
 
-    /// The fleet's live members: this process lets in `1 / members` of the
-    /// cap.
-    pub(super) fn share_among(&self, members: u32) {
+    /// The fleet's live members and its concurrency ceiling, if it keeps
+    /// one: this process lets in `1 / members` of the ceiling (or the cap).
+    pub(super) fn share_among(&self, members: u32, fleet_ceiling: Option<u32>) {
         let mut state = self.lock();
         state.members = members.max(1);
+        if fleet_ceiling.is_some() {
+            state.fleet_ceiling = fleet_ceiling;
+        }
         self.shrink(&mut state);
         self.grow(&mut state);
     }
@@ -148,6 +163,12 @@ impl Gate {
             self.semaphore.add_permits((allowed - state.total) as usize);
             state.total = allowed;
         }
+    }
+
+    /// Slots held now.
+    pub(super) fn in_flight(&self) -> u32 {
+        let state = self.lock();
+        state.total.saturating_sub(self.semaphore.available_permits() as u32)
     }
 
     /// The concurrency let in now, and its cap.
@@ -214,11 +235,15 @@ mod tests {
     #[tokio::test]
     async fn a_fleet_of_four_lets_each_member_a_quarter_of_the_cap_and_more_when_one_leaves() {
         let gate = Gate::new(50);
-        gate.share_among(4);
+        gate.share_among(4, None);
         assert_eq!(gate.concurrency(), (12, 50));
         assert_eq!(gate.semaphore.available_permits(), 12);
-        gate.share_among(3);
+        gate.share_among(3, None);
         assert_eq!(gate.concurrency(), (16, 50));
         assert_eq!(gate.semaphore.available_permits(), 16);
+        // The fleet backed off to 24: a third of that.
+        gate.share_among(3, Some(24));
+        assert_eq!(gate.concurrency(), (8, 50));
+        assert_eq!(gate.semaphore.available_permits(), 8);
     }
 }

@@ -49,6 +49,38 @@ pub trait SharedSchedule: Send + Sync + std::fmt::Debug + 'static {
 
     /// Every process of the fleet starts nothing on the route before `until`.
     fn cool_down(&self, until: SystemTime) -> BoxFuture<'_, Result<(), Unshared>>;
+
+    /// How often a member that holds calls in flight (or has callers
+    /// waiting) renews its membership while it books nothing: a fraction
+    /// of the time a membership lasts without renewal. `None` (the
+    /// default): memberships do not expire. A renewal is a booking of no
+    /// starts.
+    fn renew_every(&self) -> Option<Duration> {
+        None
+    }
+
+    /// A call admitted while the fleet's concurrency was at `epoch` met an
+    /// overload the endpoint did not explain, with about `in_flight` calls
+    /// of the fleet in flight: the fleet's ceiling halves (to half of
+    /// `in_flight` if that is lower), once per epoch. What it is now;
+    /// `None` (the default) when the schedule keeps no fleet concurrency
+    /// (then each process backs off alone).
+    fn back_off(&self, epoch: u64, in_flight: u32) -> BoxFuture<'_, Result<Option<FleetConcurrency>, Unshared>> {
+        let _ = (epoch, in_flight);
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// The fleet's concurrency on a route (AIMD across the fleet): each member
+/// lets in `ceiling / members`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FleetConcurrency {
+    /// Calls the fleet lets in flight now: `max_concurrent` at most, halved
+    /// by an unexplained overload, one more per `ceiling` answered calls.
+    pub ceiling: u32,
+    /// Bumped by each decrease, so the refusals of calls admitted before
+    /// one do not halve it again.
+    pub epoch: u64,
 }
 
 /// What one booking asks of the fleet's schedule.
@@ -61,6 +93,12 @@ pub struct Booking {
     /// Token debt to add, as time at the route's `tpm` (negative: a refund
     /// of an estimate that was more than the answer used).
     pub token_time_micros: i64,
+    /// Calls answered since the last booking (each `ceiling` of them
+    /// across the fleet raise its concurrency by one).
+    pub answered: u32,
+    /// The most the fleet lets in flight (`max_concurrent`, or the default
+    /// cap).
+    pub cap: u32,
 }
 
 /// What a booking got.
@@ -70,6 +108,8 @@ pub struct Booked {
     pub first: SystemTime,
     /// The processes sharing the route now (at least 1).
     pub members: u32,
+    /// The fleet's concurrency, if the schedule keeps one.
+    pub concurrency: Option<FleetConcurrency>,
 }
 
 /// The fleet's schedule could not be reached; the reason.
@@ -85,6 +125,11 @@ pub struct SharedStats {
     pub members: u32,
     /// Bookings made on the fleet's schedule.
     pub bookings: u64,
+    /// Leases renewed without a booking (calls in flight, none starting).
+    pub renewals: u64,
+    /// The fleet's concurrency ceiling, last seen (this process lets in
+    /// `ceiling / members` of it).
+    pub fleet_concurrency: Option<u32>,
     /// Why the process runs on its own fraction now, if it does.
     pub fallback: Option<String>,
     /// Times it fell back.
@@ -105,6 +150,12 @@ pub(super) struct SharingState {
     pub(super) stats: SharedStats,
     /// In fallback: when to ask the schedule again.
     retry_at: Option<Instant>,
+    /// The last booking or renewal the schedule took.
+    last_booked: Option<Instant>,
+    /// Calls answered since the last booking.
+    pub(super) answered: u32,
+    /// The fleet concurrency's epoch, last seen.
+    pub(super) epoch: u64,
 }
 
 impl Sharing {
@@ -117,6 +168,9 @@ impl Sharing {
                 token_time_micros: 0,
                 stats,
                 retry_at: None,
+                last_booked: None,
+                answered: 0,
+                epoch: 0,
             }),
         }
     }
@@ -156,7 +210,7 @@ impl SharingState {
     }
 
     /// The booking to ask for `waiting` callers.
-    pub(super) fn booking(&mut self, waiting: u32, spacing: Duration) -> Booking {
+    pub(super) fn booking(&mut self, waiting: u32, spacing: Duration, cap: u32) -> Booking {
         let slice = if spacing.is_zero() {
             MAX_SLICE
         } else {
@@ -166,7 +220,28 @@ impl SharingState {
             requests: waiting.clamp(1, slice),
             spacing,
             token_time_micros: std::mem::take(&mut self.token_time_micros),
+            answered: std::mem::take(&mut self.answered),
+            cap,
         }
+    }
+
+    /// The renewal of this member's lease, due when nothing was booked for
+    /// `every`: a booking of no starts (it pays the token debt too).
+    pub(super) fn renewal(&mut self, now: Instant, every: Duration, spacing: Duration, cap: u32) -> Option<Booking> {
+        let due = self.last_booked.is_none_or(|at| now >= at + every);
+        (due && self.may_ask(now)).then(|| Booking {
+            requests: 0,
+            spacing,
+            token_time_micros: std::mem::take(&mut self.token_time_micros),
+            answered: std::mem::take(&mut self.answered),
+            cap,
+        })
+    }
+
+    /// Takes the fleet's concurrency a booking or a back-off gave.
+    pub(super) fn fleet_concurrency(&mut self, concurrency: FleetConcurrency) {
+        self.epoch = self.epoch.max(concurrency.epoch);
+        self.stats.fleet_concurrency = Some(concurrency.ceiling);
     }
 
     /// Takes what a booking got.
@@ -176,7 +251,15 @@ impl SharingState {
         let first = now + booked.first.duration_since(wall).unwrap_or(Duration::ZERO);
         self.granted.extend((0..booking.requests).map(|n| first + booking.spacing * n));
         self.stats.members = booked.members.max(1);
-        self.stats.bookings += 1;
+        if let Some(concurrency) = booked.concurrency {
+            self.fleet_concurrency(concurrency);
+        }
+        self.last_booked = Some(now);
+        if booking.requests > 0 {
+            self.stats.bookings += 1;
+        } else {
+            self.stats.renewals += 1;
+        }
         if let Some(reason) = self.stats.fallback.take() {
             tracing::warn!(%reason, "the route's shared schedule is back: the fleet's limits hold again");
         }
@@ -187,6 +270,7 @@ impl SharingState {
     /// and the process runs on its own fraction until it asks again.
     pub(super) fn unshared(&mut self, booking: &Booking, why: Unshared) {
         self.token_time_micros += booking.token_time_micros;
+        self.answered += booking.answered;
         self.retry_at = Some(Instant::now() + RETRY_SHARED_AFTER);
         if self.stats.fallback.is_none() {
             tracing::warn!(
@@ -216,6 +300,10 @@ mod tests {
         next: Mutex<Option<Instant>>,
         members: u32,
         down: AtomicBool,
+        /// How often a member renews (`None`: memberships never expire).
+        renew: Option<Duration>,
+        /// Bookings of no starts: renewals.
+        renewals: std::sync::atomic::AtomicU32,
     }
 
     impl SharedSchedule for InMemory {
@@ -224,17 +312,24 @@ mod tests {
                 if self.down.load(Ordering::SeqCst) {
                     return Err(Unshared("the broker is down".to_owned()));
                 }
+                if booking.requests == 0 {
+                    self.renewals.fetch_add(1, Ordering::SeqCst);
+                }
                 let now = Instant::now();
                 let mut next = self.next.lock().unwrap();
                 let first = next.map_or(now, |next| next.max(now));
                 *next = Some(first + booking.spacing * booking.requests);
                 let first = SystemTime::now() + (first - now);
-                Ok(Booked { first, members: self.members })
+                Ok(Booked { first, members: self.members, concurrency: None })
             })
         }
 
         fn cool_down(&self, _until: SystemTime) -> BoxFuture<'_, Result<(), Unshared>> {
             Box::pin(async { Ok(()) })
+        }
+
+        fn renew_every(&self) -> Option<Duration> {
+            self.renew
         }
     }
 
@@ -297,5 +392,31 @@ mod tests {
         tokio::time::sleep(RETRY_SHARED_AFTER).await;
         drop(limiter.admit(0, &cancel).await.unwrap());
         assert_eq!(limiter.stats().shared.unwrap().fallback, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_holding_a_call_longer_than_its_lease_renews_it_and_an_idle_one_does_not() {
+        let schedule = Arc::new(InMemory { members: 2, renew: Some(Duration::from_secs(1)), ..InMemory::default() });
+        let limiter = shared_limiter(&schedule);
+        let cancel = CancellationToken::new();
+        let held = limiter.admit(0, &cancel).await.unwrap();
+        // A call of ten seconds, ten times the renewal period: renewed all along.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let renewed = schedule.renewals.load(Ordering::SeqCst);
+        assert!((8..=11).contains(&renewed), "{renewed} renewals in ten seconds of a call in flight");
+        assert_eq!(limiter.stats().shared.unwrap().renewals, u64::from(renewed));
+        // Idle: the lease is left to expire.
+        drop(held);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let settled = schedule.renewals.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(schedule.renewals.load(Ordering::SeqCst), settled, "no renewal without calls in flight");
+        // A member that books renews with its bookings, not besides them.
+        let bookings = limiter.stats().shared.unwrap().bookings;
+        for _ in 0..30 {
+            drop(limiter.admit(0, &cancel).await.unwrap());
+        }
+        assert!(limiter.stats().shared.unwrap().bookings > bookings);
+        assert!(schedule.renewals.load(Ordering::SeqCst) <= settled + 1, "renewals while booking every 100 ms");
     }
 }
