@@ -30,13 +30,12 @@ use std::time::Instant;
 use actix::prelude::*;
 use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
-use super::control::{CaptureStructured, Control, Mailbox, RunControl, SendMessage};
+use super::control::{CaptureStructured, Control, Mailbox, SendMessage};
 use super::core::Core;
 use super::entry::ProviderRunLease;
-use super::run_shared::RunShared;
+use super::run_shared::{RunParts, RunShared};
 use super::slot::{Held, Slot};
 use crate::contain::{contained, contained_call, Panicked};
 use crate::live::ActorLease;
@@ -167,11 +166,9 @@ impl StartReply {
 /// Everything a run actor is created with.
 pub(crate) struct RunSpawn {
     pub core: Arc<Core>,
-    pub shared: Arc<RunShared>,
+    /// The run's shared state, but for its actor's mailbox.
+    pub parts: RunParts,
     pub request: Box<StartRequest>,
-    /// The run's own token (a child of the request's signal).
-    pub token: CancellationToken,
-    pub depth: u32,
     /// The lease the child holds in its delegation budget, if any.
     pub budget: Option<BudgetLease>,
     /// The child's place in its delegation budget, held until quiescence
@@ -193,8 +190,9 @@ pub(crate) struct RunActor {
     /// futures are polled, and the parent of what the actor itself logs.
     span: Span,
     core: Arc<Core>,
+    /// The run's state, its token and its own mailbox, shared with its
+    /// handles and the run table.
     shared: Arc<RunShared>,
-    token: CancellationToken,
     launching: Slot<LaunchOutcome>,
     running: Slot<RunOutcome>,
     releasing: Slot<HookOutcome>,
@@ -211,17 +209,13 @@ pub(crate) struct RunActor {
 impl RunActor {
     /// Makes the run's actor on this worker and hands the provider its
     /// launch at once; the run is in the run table when this returns.
-    pub(crate) fn spawn(spawn: RunSpawn) -> (Arc<RunControl>, Launched) {
+    pub(crate) fn spawn(spawn: RunSpawn) -> (Arc<RunShared>, Launched) {
         // The context by hand, not `Actor::create`: that makes a second
         // address to return (two allocations), and the run has its own.
         let mut ctx = Context::new();
-        let control = Arc::new(RunControl {
-            token: spawn.token.clone(),
-            depth: spawn.depth,
-            shared: spawn.shared.clone(),
-            mailbox: ctx.address(),
-        });
-        spawn.core.insert_run(spawn.shared.run_id, control.clone());
+        let token = spawn.parts.token.clone();
+        let shared = Arc::new(RunShared::new(spawn.parts, ctx.address()));
+        spawn.core.insert_run(shared.run_id, shared.clone());
         // The parent's route to its approver, else the runtime's, with
         // this run on the end of its path. A route that reaches no one
         // needs no path (its requests are rejected unseen): most runs pay
@@ -229,21 +223,21 @@ impl RunActor {
         let route = spawn.request.parent.approvals.clone().unwrap_or_else(|| spawn.core.approvals());
         let approvals = match route.has_approver() {
             true => route.under(Hop {
-                provider: spawn.shared.provider().to_owned(),
+                provider: shared.provider().to_owned(),
                 label: spawn.request.label.clone(),
                 depth: spawn.request.child_depth(),
             }),
             false => route,
         };
         let context = ProviderContext {
-            run: control.clone(),
+            run: shared.clone(),
             home: spawn.core.home().clone(),
             live: spawn.core.live().clone(),
             budget: spawn.budget,
             approvals,
         };
-        let mut actor = RunActor::new(spawn.core, spawn.shared, &spawn.request, spawn.token.clone(), spawn.admission);
-        let launch = Launch { request: *spawn.request, cancel: spawn.token, context };
+        let mut actor = RunActor::new(spawn.core, shared.clone(), &spawn.request, spawn.admission);
+        let launch = Launch { request: *spawn.request, cancel: token, context };
         let launched = match actor.launch(launch, &mut ctx) {
             Some(published) => Launched::Now(published),
             None => {
@@ -253,16 +247,10 @@ impl RunActor {
             }
         };
         actix::spawn(ctx.into_future(actor));
-        (control, launched)
+        (shared, launched)
     }
 
-    fn new(
-        core: Arc<Core>,
-        shared: Arc<RunShared>,
-        request: &StartRequest,
-        token: CancellationToken,
-        admission: Option<Box<Admission>>,
-    ) -> Self {
+    fn new(core: Arc<Core>, shared: Arc<RunShared>, request: &StartRequest, admission: Option<Box<Admission>>) -> Self {
         let leases = (ActorLease::run(core.live()), ProviderRunLease::new(shared.entry.clone()));
         // At WARN, so it is enabled whenever warnings are: a warning from
         // inside a run always says which run wrote it.
@@ -288,7 +276,6 @@ impl RunActor {
         let model = requested.or(info.route_defaults.model.as_deref());
         telemetry::invoke_agent(&span, provider.name(), shared.run_id, provider.runs_out_of_process(), model);
         RunActor {
-            token,
             phase: Phase::Starting,
             span,
             core,
@@ -333,8 +320,13 @@ impl RunActor {
         // Watch the token only while there is something to cancel: a run
         // that settled at once is cancelled, if ever, by its dispose.
         if matches!(self.phase, Phase::Starting | Phase::Running { .. }) {
-            let watcher =
-                self.token.clone().cancelled_owned().into_actor(self).map(|(), actor, ctx| actor.on_cancelled(ctx));
+            let watcher = self
+                .shared
+                .token
+                .clone()
+                .cancelled_owned()
+                .into_actor(self)
+                .map(|(), actor, ctx| actor.on_cancelled(ctx));
             ctx.spawn(watcher);
         }
         published
@@ -374,7 +366,7 @@ impl RunActor {
                 return None;
             }
         };
-        if self.token.is_cancelled() {
+        if self.shared.token.is_cancelled() {
             // Cancelled between creation and publication: dispose, then reject.
             self.start_reply.refuse(StartError::Aborted { provider: self.provider().to_owned() });
             self.phase = Phase::DisposingAwaitRun { child, structured: None };
@@ -516,7 +508,7 @@ impl RunActor {
         if self.shared.settled().is_some() {
             return;
         }
-        if self.token.is_cancelled() && result.stop_reason != StopReason::Completed {
+        if self.shared.token.is_cancelled() && result.stop_reason != StopReason::Completed {
             result.stop_reason = StopReason::Aborted;
         }
         self.log_end(result.stop_reason);
@@ -535,22 +527,22 @@ impl RunActor {
         match self.take_phase() {
             Phase::Starting => {
                 self.phase = Phase::Starting;
-                self.token.cancel();
+                self.shared.token.cancel();
             }
             Phase::Running { child, structured } => {
                 self.phase = Phase::DisposingAwaitRun { child, structured };
-                self.token.cancel();
+                self.shared.token.cancel();
                 self.cancel_child();
                 ctx.run_later(grace, |actor, ctx| actor.release_after_grace(ctx));
             }
             Phase::Cancelling { child, structured } => {
                 self.phase = Phase::DisposingAwaitRun { child, structured };
-                self.token.cancel();
+                self.shared.token.cancel();
                 ctx.run_later(grace, |actor, ctx| actor.release_after_grace(ctx));
             }
             Phase::Settled { child } => {
                 self.phase = Phase::DisposingAwaitRun { child, structured: None };
-                self.token.cancel();
+                self.shared.token.cancel();
                 self.release_child(ctx);
             }
             other => self.phase = other,
@@ -698,7 +690,7 @@ impl Handler<Control> for RunActor {
         match msg {
             Control::Dispose => self.begin_dispose(ctx),
             Control::ForceStop => {
-                self.token.cancel();
+                self.shared.token.cancel();
                 if !matches!(self.phase, Phase::Starting) {
                     self.settle(RunResult::empty(StopReason::Aborted));
                 }
