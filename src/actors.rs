@@ -41,10 +41,9 @@
 //! registry.rs       RegistryActor, Registration: supervises provider actors
 //! core.rs           Core: config, workers, bus, counters, provider, run and family tables
 //! lineage.rs        a quiescent run's receipt, with its family's branches
+//! control.rs        RunControl: a run held by token, state and its actor's Mailbox
 //! provider.rs       ProviderActor: hosts one provider until retired and drained
-//! run_shared.rs     RunShared, Family: a run's token, result, quiescence, events through the gate,
-//!                   its actor's Mailbox (one allocation a run); the runs under its session
-//! control.rs        the run actor's messages, and the Mailbox trait it is reached through
+//! run_shared.rs     RunShared, Family: result, quiescence, events through the gate, the runs under its session
 //! gate.rs           Gate: Start before End, End once (loom-checked)
 //! entry.rs          ProviderEntry, the run lease, RunCount (one atomic word)
 //! ```
@@ -54,7 +53,7 @@
 //!
 //! A lower file reaches a higher one only through a trait object: a run's
 //! mailbox (`control::Mailbox`, for its control messages, steering and the
-//! structured capture; the run's one `RunShared` allocation carries it), a
+//! structured capture; one `RunControl` allocation per run carries it), a
 //! retired provider's drain (an [`actix::Recipient`] of `ProviderDrained`).
 
 mod continuation;

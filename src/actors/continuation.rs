@@ -18,7 +18,7 @@ impl Run {
     /// session (same session id and depth) once this run has settled.
     pub fn continuation(&self) -> Option<Continuation> {
         let (core, parent) = self.continuation.clone()?;
-        Some(Continuation { core, parent, agent: self.local_agent.clone()?, previous: self.shared.clone() })
+        Some(Continuation { core, parent, agent: self.local_agent.clone()?, previous: self.control.shared.clone() })
     }
 }
 

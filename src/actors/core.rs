@@ -1,7 +1,7 @@
 //! State shared by every actor of one runtime and by its handles: the
 //! configuration, the worker threads, the event bus, the live counters, the
 //! provider table and the run table. The floor under the actors: it names
-//! no actor type (a run is held as its `RunShared`, a provider as its
+//! no actor type (a run is held as its [`RunControl`], a provider as its
 //! [`ProviderEntry`]), and every field is reached through a method.
 
 use std::cell::Cell;
@@ -15,6 +15,7 @@ use actix::ArbiterHandle;
 use dashmap::DashMap;
 use tokio::sync::oneshot;
 
+use super::control::RunControl;
 use super::entry::ProviderEntry;
 use super::run_shared::{Family, RunShared};
 use crate::events::EventBus;
@@ -68,7 +69,7 @@ pub(crate) struct Core {
     live: Arc<LiveCounters>,
     /// Live runs by run id (the runtime's one run table), shared with the
     /// runs' handles.
-    runs: DashMap<u64, Arc<RunShared>>,
+    runs: DashMap<u64, Arc<RunControl>>,
     /// Open families by session id: the runs started under a live run's
     /// session (or a serve scope's), for receipts.
     families: DashMap<String, Arc<Family>>,
@@ -175,8 +176,8 @@ impl Core {
         self.providers.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn insert_run(&self, run_id: u64, shared: Arc<RunShared>) {
-        self.runs.insert(run_id, shared);
+    pub(crate) fn insert_run(&self, run_id: u64, control: Arc<RunControl>) {
+        self.runs.insert(run_id, control);
     }
 
     pub(crate) fn remove_run(&self, run_id: u64) {
@@ -184,7 +185,7 @@ impl Core {
     }
 
     /// The live run `run_id`, if it is still in the table.
-    pub(crate) fn run_control(&self, run_id: u64) -> Option<Arc<RunShared>> {
+    pub(crate) fn run_control(&self, run_id: u64) -> Option<Arc<RunControl>> {
         self.runs.get(&run_id).map(|entry| entry.value().clone())
     }
 
@@ -211,7 +212,7 @@ impl Core {
     }
 
     /// Every live run, for shutdown.
-    pub(crate) fn live_runs(&self) -> Vec<Arc<RunShared>> {
+    pub(crate) fn live_runs(&self) -> Vec<Arc<RunControl>> {
         self.runs.iter().map(|entry| entry.value().clone()).collect()
     }
 

@@ -30,12 +30,13 @@ use std::time::Instant;
 use actix::prelude::*;
 use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
-use super::control::{CaptureStructured, Control, Mailbox, SendMessage};
+use super::control::{CaptureStructured, Control, Mailbox, RunControl, SendMessage};
 use super::core::Core;
 use super::entry::ProviderRunLease;
-use super::run_shared::{RunParts, RunShared};
+use super::run_shared::RunShared;
 use super::slot::{Held, Slot};
 use crate::contain::{contained, contained_call, Panicked};
 use crate::live::ActorLease;
@@ -166,9 +167,11 @@ impl StartReply {
 /// Everything a run actor is created with.
 pub(crate) struct RunSpawn {
     pub core: Arc<Core>,
-    /// The run's shared state, but for its actor's mailbox.
-    pub parts: RunParts,
+    pub shared: Arc<RunShared>,
     pub request: Box<StartRequest>,
+    /// The run's own token (a child of the request's signal).
+    pub token: CancellationToken,
+    pub depth: u32,
     /// The lease the child holds in its delegation budget, if any.
     pub budget: Option<BudgetLease>,
     /// The child's place in its delegation budget, held until quiescence
@@ -190,9 +193,8 @@ pub(crate) struct RunActor {
     /// futures are polled, and the parent of what the actor itself logs.
     span: Span,
     core: Arc<Core>,
-    /// The run's state, its token and its own mailbox, shared with its
-    /// handles and the run table.
     shared: Arc<RunShared>,
+    token: CancellationToken,
     launching: Slot<LaunchOutcome>,
     running: Slot<RunOutcome>,
     releasing: Slot<HookOutcome>,
@@ -209,13 +211,17 @@ pub(crate) struct RunActor {
 impl RunActor {
     /// Makes the run's actor on this worker and hands the provider its
     /// launch at once; the run is in the run table when this returns.
-    pub(crate) fn spawn(spawn: RunSpawn) -> (Arc<RunShared>, Launched) {
+    pub(crate) fn spawn(spawn: RunSpawn) -> (Arc<RunControl>, Launched) {
         // The context by hand, not `Actor::create`: that makes a second
         // address to return (two allocations), and the run has its own.
         let mut ctx = Context::new();
-        let token = spawn.parts.token.clone();
-        let shared = Arc::new(RunShared::new(spawn.parts, ctx.address()));
-        spawn.core.insert_run(shared.run_id, shared.clone());
+        let control = Arc::new(RunControl {
+            token: spawn.token.clone(),
+            depth: spawn.depth,
+            shared: spawn.shared.clone(),
+            mailbox: ctx.address(),
+        });
+        spawn.core.insert_run(spawn.shared.run_id, control.clone());
         // The parent's route to its approver, else the runtime's, with
         // this run on the end of its path. A route that reaches no one
         // needs no path (its requests are rejected unseen): most runs pay
@@ -223,21 +229,21 @@ impl RunActor {
         let route = spawn.request.parent.approvals.clone().unwrap_or_else(|| spawn.core.approvals());
         let approvals = match route.has_approver() {
             true => route.under(Hop {
-                provider: shared.provider().to_owned(),
+                provider: spawn.shared.provider().to_owned(),
                 label: spawn.request.label.clone(),
                 depth: spawn.request.child_depth(),
             }),
             false => route,
         };
         let context = ProviderContext {
-            run: shared.clone(),
+            run: control.clone(),
             home: spawn.core.home().clone(),
             live: spawn.core.live().clone(),
             budget: spawn.budget,
             approvals,
         };
-        let mut actor = RunActor::new(spawn.core, shared.clone(), &spawn.request, spawn.admission);
-        let launch = Launch { request: *spawn.request, cancel: token, context };
+        let mut actor = RunActor::new(spawn.core, spawn.shared, &spawn.request, spawn.token.clone(), spawn.admission);
+        let launch = Launch { request: *spawn.request, cancel: spawn.token, context };
         let launched = match actor.launch(launch, &mut ctx) {
             Some(published) => Launched::Now(published),
             None => {
@@ -247,10 +253,16 @@ impl RunActor {
             }
         };
         actix::spawn(ctx.into_future(actor));
-        (shared, launched)
+        (control, launched)
     }
 
-    fn new(core: Arc<Core>, shared: Arc<RunShared>, request: &StartRequest, admission: Option<Box<Admission>>) -> Self {
+    fn new(
+        core: Arc<Core>,
+        shared: Arc<RunShared>,
+        request: &StartRequest,
+        token: CancellationToken,
+        admission: Option<Box<Admission>>,
+    ) -> Self {
         let leases = (ActorLease::run(core.live()), ProviderRunLease::new(shared.entry.clone()));
         // At WARN, so it is enabled whenever warnings are: a warning from
         // inside a run always says which run wrote it.
@@ -276,6 +288,7 @@ impl RunActor {
         let model = requested.or(info.route_defaults.model.as_deref());
         telemetry::invoke_agent(&span, provider.name(), shared.run_id, provider.runs_out_of_process(), model);
         RunActor {
+            token,
             phase: Phase::Starting,
             span,
             core,
@@ -320,13 +333,8 @@ impl RunActor {
         // Watch the token only while there is something to cancel: a run
         // that settled at once is cancelled, if ever, by its dispose.
         if matches!(self.phase, Phase::Starting | Phase::Running { .. }) {
-            let watcher = self
-                .shared
-                .token
-                .clone()
-                .cancelled_owned()
-                .into_actor(self)
-                .map(|(), actor, ctx| actor.on_cancelled(ctx));
+            let watcher =
+                self.token.clone().cancelled_owned().into_actor(self).map(|(), actor, ctx| actor.on_cancelled(ctx));
             ctx.spawn(watcher);
         }
         published
@@ -366,7 +374,7 @@ impl RunActor {
                 return None;
             }
         };
-        if self.shared.token.is_cancelled() {
+        if self.token.is_cancelled() {
             // Cancelled between creation and publication: dispose, then reject.
             self.start_reply.refuse(StartError::Aborted { provider: self.provider().to_owned() });
             self.phase = Phase::DisposingAwaitRun { child, structured: None };
@@ -508,7 +516,7 @@ impl RunActor {
         if self.shared.settled().is_some() {
             return;
         }
-        if self.shared.token.is_cancelled() && result.stop_reason != StopReason::Completed {
+        if self.token.is_cancelled() && result.stop_reason != StopReason::Completed {
             result.stop_reason = StopReason::Aborted;
         }
         self.log_end(result.stop_reason);
@@ -527,22 +535,22 @@ impl RunActor {
         match self.take_phase() {
             Phase::Starting => {
                 self.phase = Phase::Starting;
-                self.shared.token.cancel();
+                self.token.cancel();
             }
             Phase::Running { child, structured } => {
                 self.phase = Phase::DisposingAwaitRun { child, structured };
-                self.shared.token.cancel();
+                self.token.cancel();
                 self.cancel_child();
                 ctx.run_later(grace, |actor, ctx| actor.release_after_grace(ctx));
             }
             Phase::Cancelling { child, structured } => {
                 self.phase = Phase::DisposingAwaitRun { child, structured };
-                self.shared.token.cancel();
+                self.token.cancel();
                 ctx.run_later(grace, |actor, ctx| actor.release_after_grace(ctx));
             }
             Phase::Settled { child } => {
                 self.phase = Phase::DisposingAwaitRun { child, structured: None };
-                self.shared.token.cancel();
+                self.token.cancel();
                 self.release_child(ctx);
             }
             other => self.phase = other,
@@ -690,7 +698,7 @@ impl Handler<Control> for RunActor {
         match msg {
             Control::Dispose => self.begin_dispose(ctx),
             Control::ForceStop => {
-                self.shared.token.cancel();
+                self.token.cancel();
                 if !matches!(self.phase, Phase::Starting) {
                     self.settle(RunResult::empty(StopReason::Aborted));
                 }

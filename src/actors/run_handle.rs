@@ -4,10 +4,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::control::SendMessage;
+use super::control::{RunControl, SendMessage};
 use super::core::Core;
 use super::lineage;
-use super::run_shared::RunShared;
 use crate::seam::{ContentBlock, DisposeError, LocalAgent, Parent, Receipt, RunResult, SteeringError, SubagentError};
 
 /// A published run, owned by the caller, who must [`dispose`](Run::dispose)
@@ -24,7 +23,7 @@ use crate::seam::{ContentBlock, DisposeError, LocalAgent, Parent, Receipt, RunRe
 ///   id otherwise (`mock:<name>:<n>`, `acp:<name>:<session>`, …). Events
 ///   carry it too, once the child exists.
 pub struct Run {
-    pub(crate) shared: Arc<RunShared>,
+    pub(crate) control: Arc<RunControl>,
     pub(crate) local_agent: Option<LocalAgent>,
     /// Whether the child takes send-message (through the run's mailbox).
     pub(crate) steering: bool,
@@ -38,17 +37,17 @@ impl Run {
     /// The child's own name (see [`Run`]): its session id for in-process
     /// providers, a provider-scoped id otherwise.
     pub fn child_id(&self) -> &str {
-        self.shared.child_id()
+        self.control.shared.child_id()
     }
 
     /// The runtime-minted number this run's events carry (see [`Run`]).
     pub fn run_id(&self) -> u64 {
-        self.shared.run_id
+        self.control.shared.run_id
     }
 
     /// The provider that runs the child.
     pub fn provider(&self) -> &str {
-        self.shared.provider()
+        self.control.shared.provider()
     }
 
     /// The in-process child agent, when the provider exposes one
@@ -64,20 +63,20 @@ impl Run {
     /// child-level failure is `Ok` with `StopReason::Error`; `Err` means an
     /// infrastructure fault (the runtime stopped under the run).
     pub async fn result(&self) -> Result<RunResult, SubagentError> {
-        self.shared.result().await
+        self.control.shared.result().await
     }
 
     /// Cancel the child; the result settles `Aborted` unless it already
     /// completed. Returns at once.
     pub fn cancel(&self) {
         // The run actor watches this token, so tripping it is the message.
-        self.shared.token.cancel();
+        self.control.token.cancel();
     }
 
     /// Whether cancellation was requested (by `cancel()` or the request's
     /// signal).
     pub fn is_cancelled(&self) -> bool {
-        self.shared.token.is_cancelled()
+        self.control.token.is_cancelled()
     }
 
     /// Cancel remaining work and release the child; returns once it is
@@ -87,7 +86,7 @@ impl Run {
     /// forced down (its dispose hook failed, panicked or timed out).
     pub async fn dispose(&self) -> Result<(), DisposeError> {
         self.request_dispose();
-        self.shared.quiescent().await
+        self.control.shared.quiescent().await
     }
 
     /// Cancel the run, wait until it is quiescent, dispose it, and say
@@ -133,20 +132,20 @@ impl Run {
     /// Descendants that are not quiescent within 30 s of the run are
     /// listed as unknown branches.
     pub async fn receipt(&self) -> Receipt {
-        let shared = &self.shared;
+        let shared = &self.control.shared;
         let _ = shared.quiescent().await;
         lineage::receipt_of(shared, lineage::deadline()).await
     }
 
     /// Send-message, when the child supports it.
     pub fn steering(&self) -> Option<Steering> {
-        self.steering.then(|| Steering { shared: self.shared.clone() })
+        self.steering.then(|| Steering { control: self.control.clone() })
     }
 
     /// Send the dispose request once, whoever asks first.
     fn request_dispose(&self) {
         if !self.disposed.swap(true, Ordering::AcqRel) {
-            self.shared.dispose();
+            self.control.dispose();
         }
     }
 }
@@ -170,7 +169,7 @@ impl fmt::Debug for Run {
 /// Steers a running child: each message reaches it as a mailbox message.
 #[derive(Clone)]
 pub struct Steering {
-    shared: Arc<RunShared>,
+    control: Arc<RunControl>,
 }
 
 impl Steering {
@@ -182,7 +181,7 @@ impl Steering {
     /// Deliver content blocks to the running child. Waits for mailbox room
     /// rather than growing the mailbox without bound.
     pub async fn send_blocks(&self, message: Vec<ContentBlock>) -> Result<(), SteeringError> {
-        self.shared.mailbox.steer(SendMessage(message)).await
+        self.control.mailbox.steer(SendMessage(message)).await
     }
 }
 

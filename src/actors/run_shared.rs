@@ -1,11 +1,6 @@
-//! What a run actor shares with its `Run` handle, the run table, the
-//! child's provider context and the start path: the run's token, the
-//! result, the quiescence signal, the event gate, the run's family, and
-//! its actor's mailbox behind the [`Mailbox`] trait (never the actor's
-//! concrete type, so nothing here sits above the run actor) — one
-//! allocation per run. Made sized (`M` the actor's address), used erased
-//! as `Arc<RunShared>`: no boxed recipient per message type, and the
-//! state and the control of a run are one block.
+//! What a run actor shares with its `Run` handle and the start path: the
+//! result, the quiescence signal, the event gate and the run's family —
+//! one allocation per run.
 //!
 //! A run whose child exposes a local agent opens a [`Family`] under its
 //! session id when it is launched (before its child can delegate); every
@@ -16,26 +11,16 @@
 //! open a family are tracked, so a long-lived root agent that is not a run
 //! keeps no list.
 
-use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
-use super::control::{CaptureStructured, Control, Mailbox};
 use super::entry::ProviderEntry;
 use super::gate::Gate;
 use crate::events::{EventBus, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent};
-use crate::seam::{
-    CaptureError, DisposeError, ProgressSink, RunReporter, RunResult, StopReason, StopReport, SubagentError,
-};
+use crate::seam::{DisposeError, ProgressSink, RunResult, StopReason, StopReport, SubagentError};
 
-pub(crate) struct RunShared<M: ?Sized + Mailbox = dyn Mailbox> {
-    /// The run's own token (a child of the request's signal).
-    pub token: CancellationToken,
-    /// The child's delegation depth: shutdown disposes deepest first.
-    pub depth: u32,
+pub(crate) struct RunShared {
     pub run_id: u64,
     pub entry: Arc<ProviderEntry>,
     pub parent_session: Option<String>,
@@ -57,19 +42,6 @@ pub(crate) struct RunShared<M: ?Sized + Mailbox = dyn Mailbox> {
     family: OnceLock<Arc<Family>>,
     /// What the child reported when it was released, when not empty.
     stop_report: OnceLock<Box<StopReport>>,
-    /// The run actor's mailbox (last: the one field whose type is erased).
-    pub mailbox: M,
-}
-
-/// What a run is made with, before its actor's mailbox exists.
-pub(crate) struct RunParts {
-    pub token: CancellationToken,
-    pub depth: u32,
-    pub run_id: u64,
-    pub entry: Arc<ProviderEntry>,
-    pub parent_session: Option<String>,
-    pub bus: EventBus,
-    pub progress: Option<ProgressSink>,
 }
 
 /// The runs published under one session, in start order.
@@ -98,12 +70,15 @@ impl Family {
     }
 }
 
-impl<M: Mailbox> RunShared<M> {
-    pub(crate) fn new(parts: RunParts, mailbox: M) -> Self {
-        let RunParts { token, depth, run_id, entry, parent_session, bus, progress } = parts;
+impl RunShared {
+    pub(crate) fn new(
+        run_id: u64,
+        entry: Arc<ProviderEntry>,
+        parent_session: Option<String>,
+        bus: EventBus,
+        progress: Option<ProgressSink>,
+    ) -> Self {
         RunShared {
-            token,
-            depth,
             run_id,
             entry,
             parent_session,
@@ -116,21 +91,7 @@ impl<M: Mailbox> RunShared<M> {
             progress: RwLock::new(progress),
             family: OnceLock::new(),
             stop_report: OnceLock::new(),
-            mailbox,
         }
-    }
-}
-
-impl<M: ?Sized + Mailbox> RunShared<M> {
-    /// Cancel remaining work and ask the actor to release the child.
-    pub(crate) fn dispose(&self) {
-        self.token.cancel();
-        self.mailbox.control(Control::Dispose);
-    }
-
-    /// Escalation: stop the actor without waiting for its child.
-    pub(crate) fn force_stop(&self) {
-        self.mailbox.control(Control::ForceStop);
     }
 
     pub(crate) fn provider(&self) -> &str {
@@ -234,36 +195,6 @@ impl<M: ?Sized + Mailbox> RunShared<M> {
 }
 
 impl RunShared {
-    /// Resolves once the run is quiescent.
-    pub(crate) fn quiescence(self: &Arc<Self>) -> impl Future<Output = ()> + 'static {
-        let shared = self.clone();
-        async move {
-            let _ = shared.quiescent().await;
-        }
-    }
-}
-
-/// What the child's provider context reports to: progress through the
-/// shared state, the capture through the mailbox.
-impl<M: ?Sized + Mailbox> RunReporter for RunShared<M> {
-    fn run_id(&self) -> u64 {
-        self.run_id
-    }
-
-    fn progress(&self, update: ProgressUpdate) {
-        RunShared::<M>::progress(self, update);
-    }
-
-    fn observes_progress(&self) -> bool {
-        RunShared::<M>::observes_progress(self)
-    }
-
-    fn capture_structured(&self, value: serde_json::Value) -> BoxFuture<'static, Result<(), CaptureError>> {
-        self.mailbox.capture(CaptureStructured(value))
-    }
-}
-
-impl<M: ?Sized + Mailbox> RunShared<M> {
     /// Progress from the running child.
     pub(crate) fn progress(&self, update: ProgressUpdate) {
         if let Some(sink) = &*self.progress.read().unwrap_or_else(|e| e.into_inner()) {

@@ -409,7 +409,7 @@ async fn dispose_runs(core: &Core, bound: Duration) -> (usize, usize) {
             .into_iter()
             .filter(|r| r.depth == depth)
             .map(|r| {
-                seen.insert(r.run_id);
+                seen.insert(r.shared.run_id);
                 r.dispose();
                 r.quiescence()
             })
@@ -421,7 +421,7 @@ async fn dispose_runs(core: &Core, bound: Duration) -> (usize, usize) {
         .live_runs()
         .into_iter()
         .map(|r| {
-            seen.insert(r.run_id);
+            seen.insert(r.shared.run_id);
             r.force_stop();
             r.quiescence()
         })

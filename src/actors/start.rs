@@ -7,11 +7,12 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use super::control::RunControl;
 use super::core::Core;
 use super::entry::ProviderEntry;
 use super::run::{Launched, RunActor, RunSpawn};
 use super::run_handle::Run;
-use super::run_shared::{RunParts, RunShared};
+use super::run_shared::RunShared;
 use crate::events::RunInfo;
 use crate::seam::{Admission, BudgetLease, Parent, StartError, StartRequest, MAX_DEPTH_CAP};
 
@@ -107,6 +108,7 @@ fn check_values(request: &StartRequest) -> Result<(), StartError> {
 struct Made {
     core: Arc<Core>,
     shared: Arc<RunShared>,
+    control: Arc<RunControl>,
     launched: Launched,
     label: Option<String>,
     parent: Option<Parent>,
@@ -120,29 +122,32 @@ fn make(
     request: Box<StartRequest>,
     budget: Option<(Admission, BudgetLease)>,
 ) -> Made {
+    let token = request.signal.child_token();
+    let depth = request.child_depth();
     let label = request.label.clone();
     // Kept for a continuation, which starts from the same parent; only a
     // provider that may offer one pays for the copy.
     let parent = entry.provider.offers_continuation().then(|| request.parent.clone());
-    let parts = RunParts {
-        token: request.signal.child_token(),
-        depth: request.child_depth(),
-        run_id: core.mint_run_id(),
-        entry,
-        parent_session: request.parent.session_id.clone(),
-        bus: core.bus().clone(),
-        progress: request.progress.clone(),
-    };
+    let parent_session = request.parent.session_id.clone();
+    let progress = request.progress.clone();
+    let shared = Arc::new(RunShared::new(core.mint_run_id(), entry, parent_session, core.bus().clone(), progress));
     let (admission, budget) = budget.unzip();
-    let (shared, launched) =
-        RunActor::spawn(RunSpawn { core: core.clone(), parts, request, budget, admission: admission.map(Box::new) });
-    Made { core, shared, launched, label, parent }
+    let (control, launched) = RunActor::spawn(RunSpawn {
+        core: core.clone(),
+        shared: shared.clone(),
+        request,
+        token,
+        depth,
+        budget,
+        admission: admission.map(Box::new),
+    });
+    Made { core, shared, control, launched, label, parent }
 }
 
 /// Wait for publication unless it happened at once, emit `Start`, hand
 /// back the `Run`.
 async fn launched(made: Made) -> Result<Run, StartError> {
-    let Made { core, shared, launched, label, parent } = made;
+    let Made { core, shared, control, launched, label, parent } = made;
     let published = match launched {
         Launched::Now(published) => published,
         // Outside tokio's cooperative budget: a caller that starts thousands
@@ -166,7 +171,7 @@ async fn launched(made: Made) -> Result<Run, StartError> {
         label,
     });
     Ok(Run {
-        shared,
+        control,
         local_agent: published.local_agent,
         steering: published.steering,
         continuation: parent.filter(|_| published.continuation).map(|parent| (core, parent)),

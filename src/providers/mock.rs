@@ -340,9 +340,17 @@ impl Provider for MockProvider {
             }
             let structured =
                 wants_structured.then(|| mock.structured.clone().unwrap_or_else(|| json!({ "reply": &*reply })));
-            // Only a child that waits for a message shares an inbox with its run.
-            let inbox = mock.wait_for_message.then(|| Rc::new(Inbox::default()));
-            let child = MockChild { number, mock, cancel, context, structured, reply, inbox, _resource: resource };
+            let child = MockChild(Rc::new(ChildState {
+                number,
+                mock,
+                cancel,
+                context,
+                structured,
+                reply,
+                inbox: RefCell::new(VecDeque::new()),
+                arrived: Notify::new(),
+                _resource: resource,
+            }));
             Ok(Box::new(child) as Box<dyn Child>)
         })
     }
@@ -376,25 +384,16 @@ fn child_id(name: &str, number: u64) -> String {
     id
 }
 
-/// A created child, in one block: what its run needs is copied into the
-/// run's future (a few reference counts), so only a child that waits for
-/// a message shares anything with its run.
-struct MockChild {
+struct ChildState {
     number: u64,
     mock: MockProvider,
     cancel: CancellationToken,
     context: ProviderContext,
     structured: Option<Value>,
     reply: Arc<str>,
-    inbox: Option<Rc<Inbox>>,
-    _resource: ChildResource,
-}
-
-/// Steering messages on their way to a run that waits for one.
-#[derive(Default)]
-struct Inbox {
-    messages: RefCell<VecDeque<String>>,
+    inbox: RefCell<VecDeque<String>>,
     arrived: Notify,
+    _resource: ChildResource,
 }
 
 /// One created child in the mock's `live_children` count, until dropped.
@@ -413,18 +412,9 @@ impl Drop for ChildResource {
     }
 }
 
-/// What a child's run works with: its own copies of the child's parts.
-struct Work {
-    number: u64,
-    mock: MockProvider,
-    cancel: CancellationToken,
-    reporter: Arc<dyn crate::seam::RunReporter>,
-    structured: Option<Value>,
-    reply: Arc<str>,
-    inbox: Option<Rc<Inbox>>,
-}
+struct MockChild(Rc<ChildState>);
 
-impl Work {
+impl ChildState {
     fn id(&self) -> String {
         child_id(&self.mock.name, self.number)
     }
@@ -459,12 +449,13 @@ impl Work {
         if let Some(result) = self.strike(FaultStage::AfterPublication, "").await {
             return result;
         }
-        let reply = match &self.inbox {
-            Some(inbox) => match self.next_message(inbox).await {
+        let reply = if self.mock.wait_for_message {
+            match self.next_message().await {
                 Some(message) => Arc::from(message),
                 None => return self.result("", StopReason::Aborted),
-            },
-            None => self.reply.clone(),
+            }
+        } else {
+            self.reply.clone()
         };
         let half = reply.len() / 2;
         let half = (0..=half).rev().find(|i| reply.is_char_boundary(*i)).unwrap_or(0);
@@ -472,8 +463,8 @@ impl Work {
         if !self.mock.delay.is_zero() && !sleep_unless_cancelled(self.mock.delay / 2, &self.cancel).await {
             return self.result("", StopReason::Aborted);
         }
-        if !partial.is_empty() && self.reporter.observes_progress() {
-            self.reporter.progress(ProgressUpdate::MessageChunk { text: partial.to_owned() });
+        if !partial.is_empty() && self.context.is_progress_observed() {
+            self.context.progress(ProgressUpdate::MessageChunk { text: partial.to_owned() });
         }
         if let Some(result) = self.strike(FaultStage::MidRun, partial).await {
             return result;
@@ -484,10 +475,10 @@ impl Work {
         self.result(&reply, self.mock.stop_reason)
     }
 
-    async fn next_message(&self, inbox: &Inbox) -> Option<String> {
+    async fn next_message(&self) -> Option<String> {
         loop {
-            let arrived = inbox.arrived.notified();
-            if let Some(message) = inbox.messages.borrow_mut().pop_front() {
+            let arrived = self.arrived.notified();
+            if let Some(message) = self.inbox.borrow_mut().pop_front() {
                 return Some(message);
             }
             tokio::select! {
@@ -498,36 +489,22 @@ impl Work {
     }
 }
 
-impl MockChild {
-    fn id(&self) -> String {
-        child_id(&self.mock.name, self.number)
-    }
-}
-
 impl Child for MockChild {
     fn id(&self) -> String {
-        MockChild::id(self)
+        self.0.id()
     }
 
     fn run(&self) -> LocalBoxFuture<'static, RunResult> {
-        let work = Work {
-            number: self.number,
-            mock: self.mock.clone(),
-            cancel: self.cancel.clone(),
-            reporter: self.context.run.clone(),
-            structured: self.structured.clone(),
-            reply: self.reply.clone(),
-            inbox: self.inbox.clone(),
-        };
+        let state = self.0.clone();
         Box::pin(async move {
-            let result = work.work().await;
-            work.mock.shared.record(|| MockEvent::Finished(work.id(), result.stop_reason));
+            let result = state.work().await;
+            state.mock.shared.record(|| MockEvent::Finished(state.id(), result.stop_reason));
             result
         })
     }
 
     fn cancel(&self) {
-        self.mock.shared.record(|| MockEvent::Cancelled(self.id()));
+        self.0.mock.shared.record(|| MockEvent::Cancelled(self.0.id()));
     }
 
     fn supports_steering(&self) -> bool {
@@ -535,28 +512,25 @@ impl Child for MockChild {
     }
 
     fn send_message(&self, message: Vec<ContentBlock>) -> LocalBoxFuture<'static, Result<(), SteeringError>> {
-        let (mock, number, inbox) = (self.mock.clone(), self.number, self.inbox.clone());
+        let state = self.0.clone();
         Box::pin(async move {
             let text = crate::seam::text_of(&message);
-            mock.shared.record(|| MockEvent::Steered(child_id(&mock.name, number), text.clone()));
-            // A run that waits for no message has nothing to read it.
-            if let Some(inbox) = inbox {
-                inbox.messages.borrow_mut().push_back(text);
-                inbox.arrived.notify_one();
-            }
+            state.mock.shared.record(|| MockEvent::Steered(state.id(), text.clone()));
+            state.inbox.borrow_mut().push_back(text);
+            state.arrived.notify_one();
             Ok(())
         })
     }
 
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
-        let fault = self.mock.fault_at(FaultStage::OnDispose, self.number);
-        if fault.is_none() && self.mock.shared.recording.is_none() {
+        let fault = self.0.mock.fault_at(FaultStage::OnDispose, self.0.number);
+        if fault.is_none() && self.0.mock.shared.recording.is_none() {
             // Zero-sized: boxing it allocates nothing.
             return Box::pin(NothingToRelease);
         }
-        let (mock, number) = (self.mock.clone(), self.number);
+        let state = self.0.clone();
         Box::pin(async move {
-            mock.shared.record(|| MockEvent::Disposed(child_id(&mock.name, number)));
+            state.mock.shared.record(|| MockEvent::Disposed(state.id()));
             match fault {
                 None => Ok(()),
                 Some(Fault::Error) => Err(Failure::new(Stage::Dispose, Category::ChildError)),
