@@ -28,7 +28,7 @@ mod stand_in;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,14 +42,17 @@ use subagents::providers::{
 };
 use subagents::{CancellationToken, Parent, Runtime, StartRequest, Subagents};
 
-/// Counts the bytes currently allocated.
+/// Counts the bytes currently allocated, and the allocations made.
 struct Counting;
 
 static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
 
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         unsafe { System.alloc(layout) }
     }
 
@@ -60,6 +63,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         LIVE_BYTES.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -87,6 +91,26 @@ where
             })
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// Allocations (and reallocations) per iteration of `make`, over `iters`
+/// after a warm-up round: what one lifecycle asks of the allocator, the
+/// caller's request and its copy of the result included.
+fn allocations_per<F, Fut>(runtime: &Runtime, iters: u64, make: F) -> f64
+where
+    F: Fn() -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    runtime.block_on(async move {
+        for _ in 0..iters {
+            make().await;
+        }
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for _ in 0..iters {
+            make().await;
+        }
+        (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / iters as f64
+    })
 }
 
 fn request() -> StartRequest {
@@ -419,29 +443,59 @@ fn real_path(runtime: &Runtime, subagents: &Subagents) -> Value {
            "persisted_share_of_bare": persisted / bare, "in_memory_share_of_bare": in_memory / bare})
 }
 
-/// `SUBAGENTS_PERF_ONLY=actor`: only the actor-path figures (goals 3, 4
-/// and 5) beside the actix floor, for `perf record`.
+/// `SUBAGENTS_PERF_ONLY=actor`: only the actor-path figures beside the
+/// actix floor, every goal of the actor path with its ratio and verdict.
 fn actor_path(runtime: &Runtime, subagents: &Subagents) -> Value {
     let actix_floor = best_us(runtime, 20_000, support::actix_floor);
-    let lifecycle_subagents = subagents.clone();
-    let mock = best_us(runtime, 20_000, move || {
-        let subagents = lifecycle_subagents.clone();
-        async move { lifecycle(&subagents, "mock").await }
-    });
+    let mock_lifecycle = |iters: u64| {
+        let subagents = subagents.clone();
+        best_us(runtime, iters, move || {
+            let subagents = subagents.clone();
+            async move { lifecycle(&subagents, "mock").await }
+        })
+    };
+    let mock = mock_lifecycle(20_000);
+    let (listeners_0, listeners_1) = listener_lifecycles(subagents, mock_lifecycle);
     let fanout_10 = fan_out(runtime, subagents, "mock", 10);
     let fanout_100k = fan_out(runtime, subagents, "mock", 100_000);
     let (_, cancel) = live_runs(runtime, subagents, "held", 10_000);
     let storm = actix_storm(runtime);
     let (actix_10, actix_100k) = (actix_fan_out(runtime, 10), actix_fan_out(runtime, 100_000));
+    let allocations = lifecycle_allocations(runtime, subagents);
     json!({"actix_floor_us": actix_floor, "mock_lifecycle_us": mock, "fanout_10_us_per_run": fanout_10,
            "fanout_100000_us_per_run": fanout_100k, "cancel_10000_us_per_run": cancel,
            "actix_cancel_storm_10000_us_per_actor": storm, "cancel_10000_over_actix_storm": cancel / storm,
            "actix_fanout_10_us_per_actor": actix_10, "actix_fanout_100000_us_per_actor": actix_100k,
            "actix_fanout_100000_over_10": actix_100k / actix_10,
-           "goals": {"3_fanout_100000_le_1_5x_fanout_10": goal(fanout_100k / fanout_10, 1.5),
-                     "4_cancel_10000_le_3x_actix": goal(cancel / actix_floor, 3.0),
-                     "4_cancel_10000_le_3x_actix_storm": goal(cancel / storm, 3.0),
-                     "5_mock_lifecycle_le_3x_actix": goal(mock / actix_floor, 3.0)}})
+           "listeners_0_us": listeners_0, "listeners_1_us": listeners_1,
+           "allocations_per_lifecycle": allocations,
+           "goals": {"47_mock_lifecycle_le_3x_actix": goal(mock / actix_floor, 3.0),
+                     "47_cancel_10000_le_3x_actix_storm": goal(cancel / storm, 3.0),
+                     "47_one_listener_le_1_25x_none": goal(listeners_1 / listeners_0, 1.25),
+                     "47_fanout_100000_le_2x_fanout_10": goal(fanout_100k / fanout_10, 2.0)}})
+}
+
+/// A mock lifecycle (µs, `measure` of so many iterations) with no event
+/// listener, then with one.
+fn listener_lifecycles(subagents: &Subagents, measure: impl Fn(u64) -> f64) -> (f64, f64) {
+    let none = measure(5_000);
+    let listener = subagents.add_listener(|_: &subagents::SubagentEvent| {});
+    let one = measure(5_000);
+    drop(listener);
+    (none, one)
+}
+
+/// Allocations a lifecycle asks for: a mock run's (start, result, dispose,
+/// the caller's request and result included) beside the actix floor's.
+fn lifecycle_allocations(runtime: &Runtime, subagents: &Subagents) -> Value {
+    let subagents = subagents.clone();
+    let mock = allocations_per(runtime, 10_000, move || {
+        let subagents = subagents.clone();
+        async move { lifecycle(&subagents, "mock").await }
+    });
+    let request = allocations_per(runtime, 10_000, || async { drop(request()) });
+    let actix = allocations_per(runtime, 10_000, support::actix_floor);
+    json!({"mock": mock, "of_which_the_callers_request": request, "actix_floor": actix})
 }
 
 /// The actix fan-out floor of `n` actors, best of the rounds `fan_out` takes.
@@ -566,6 +620,7 @@ fn main() {
         drop(handles);
     }
 
+    let allocations = lifecycle_allocations(&runtime, &subagents);
     let (mock_bytes, cancel_mock) = live_runs(&runtime, &subagents, "held", 10_000);
     let storm_floor = actix_storm(&runtime);
     let (spawn_bytes, cancel_spawn) = live_runs(&runtime, &subagents, "spawn-held", 10_000);
@@ -593,6 +648,7 @@ fn main() {
     }
     goals.insert("3_fanout_10000_le_1_5x_fanout_10".into(), goal(flatness, 1.5));
     goals.insert("3_fanout_100000_le_1_5x_fanout_10".into(), goal(flatness_100k, 1.5));
+    goals.insert("47_fanout_100000_le_2x_fanout_10".into(), goal(flatness_100k, 2.0));
     goals.insert("4_cancel_10000_le_3x_actix".into(), goal(cancel_mock / actix_floor, 3.0));
     goals.insert("4_cancel_10000_le_3x_actix_storm".into(), goal(cancel_mock / storm_floor, 3.0));
     goals.insert("5_mock_lifecycle_le_3x_actix".into(), goal(mock / actix_floor, 3.0));
@@ -628,6 +684,7 @@ fn main() {
                                             "actix_storm_10000_floor": storm_floor,
                                             "mock_ratio_to_actix_storm": cancel_mock / storm_floor},
         "events_lifecycle_us": Value::Object(events),
+        "allocations_per_lifecycle": allocations,
         "memory_bytes_per_live_run": {"mock_idle_10000": mock_bytes, "spawn_10000": spawn_bytes,
                                       "mock_idle_100000": mock_bytes_100k},
         "memory_mb_100000_live_idle_mock_runs": peak_100k_mb,
