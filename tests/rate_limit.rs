@@ -44,6 +44,7 @@ enum Policy {
         delay: Duration,
     },
     /// As `Rate`, each admitted request answered after `delay`.
+    #[cfg_attr(not(feature = "process"), allow(dead_code))]
     Paced {
         per_second: f64,
         burst: u32,
@@ -51,6 +52,7 @@ enum Policy {
     },
     /// Admits everything: the first request answered after `hold`, the
     /// rest at once.
+    #[cfg_attr(not(feature = "process"), allow(dead_code))]
     FirstHeld {
         hold: Duration,
     },

@@ -116,6 +116,10 @@ fn a_delegating_spawn_run_exports_a_tree_of_invoke_agent_chat_and_execute_tool_s
         assert!(attribute(chat, "gen_ai.response.finish_reasons").is_some());
         let usage = attributes(chat);
         assert!(usage.contains_key("gen_ai.usage.input_tokens") && usage.contains_key("gen_ai.usage.output_tokens"));
+        // The route's figures: a scripted model makes no HTTP attempt and
+        // never waits on a limiter.
+        assert_eq!(attribute(chat, "subagents.model.attempts").as_deref(), Some("0"), "{usage:?}");
+        assert_eq!(attribute(chat, "subagents.limit.wait_ms").as_deref(), Some("0"), "{usage:?}");
     }
     // No message content on any span: not the prompt, not a child's task.
     for span in &spans {

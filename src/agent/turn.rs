@@ -241,6 +241,13 @@ impl<'a> Turn<'a> {
                         () = until(deadline) => Err(ModelError::Cancelled),
                         reply = in_span(span.as_deref(), inner.model.complete(self.request(&chunks, &meter), cancel.clone())) => reply,
                     };
+                    if let Some(span) = span.as_deref() {
+                        // What the route cost this call: its HTTP attempts
+                        // (a 429 retried is one more; none for a model that
+                        // makes no request) and its wait on the limiter.
+                        span.record("subagents.model.attempts", meter.attempts());
+                        span.record("subagents.limit.wait_ms", meter.limit_wait().as_millis() as u64);
+                    }
                     chat_ended(span, &reply);
                     let tokens = reply.as_ref().ok().and_then(|reply| reply.usage).unwrap_or_default();
                     self.usage += RunUsage {
@@ -291,7 +298,14 @@ impl<'a> Turn<'a> {
     /// the turn's state for nothing while the model answers.
     fn model_call_span(&self) -> Option<Box<tracing::Span>> {
         let inner = self.inner;
-        let span = telemetry::gen_ai_span!(DEBUG, "model_call", model = inner.model.name(), step = self.model_calls,);
+        let span = telemetry::gen_ai_span!(
+            DEBUG,
+            "model_call",
+            model = inner.model.name(),
+            step = self.model_calls,
+            subagents.model.attempts = tracing::field::Empty,
+            subagents.limit.wait_ms = tracing::field::Empty,
+        );
         telemetry::chat(&span, inner.model.name());
         (!span.is_disabled()).then(|| Box::new(span))
     }
