@@ -152,7 +152,14 @@ impl Server {
 
     /// Starts it again on the same port and store.
     pub fn restart(&mut self) {
+        self.restart_after(Duration::ZERO);
+    }
+
+    /// Stops it, and starts it again on the same port and store after
+    /// `down`.
+    pub fn restart_after(&mut self, down: Duration) {
         self.kill();
+        std::thread::sleep(down);
         self.launch();
     }
 }
