@@ -41,6 +41,9 @@ struct StandIn {
     /// Requests still to refuse with a bare 429 (no header says when to
     /// come back), armed by the test.
     bare_refusals: AtomicUsize,
+    /// Requests still to refuse with a 429 whose `retry-after: 2` says
+    /// when to come back, armed by the test (before any bare refusal).
+    advised_refusals: AtomicUsize,
     log: Mutex<Vec<(Instant, usize, u16)>>,
     /// Arrival of the first and the last admitted request.
     span: Mutex<Option<(Instant, Instant)>>,
@@ -57,6 +60,7 @@ impl StandIn {
             refused: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             bare_refusals: AtomicUsize::new(0),
+            advised_refusals: AtomicUsize::new(0),
             log: Mutex::default(),
             span: Mutex::default(),
             bucket: Mutex::default(),
@@ -76,10 +80,13 @@ impl StandIn {
         (stand_in, url.recv_timeout(WAIT_LIMIT).unwrap())
     }
 
-    /// Whether a request arriving now is admitted; logged either way.
-    fn admit(&self, in_flight: usize) -> bool {
+    /// Whether a request arriving now is admitted, else the status line
+    /// (and headers) of its refusal; logged either way.
+    fn admit(&self, in_flight: usize) -> Result<(), &'static str> {
         let now = Instant::now();
-        let admitted = match self.policy {
+        let take =
+            |count: &AtomicUsize| count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+        let refusal = match self.policy {
             Policy::Rate { per_second } => {
                 let spacing = Duration::from_secs_f64(1.0 / per_second);
                 let mut bucket = self.bucket.lock().unwrap();
@@ -88,18 +95,18 @@ impl StandIn {
                 if admitted {
                     *bucket = Some(due.max(now) + spacing);
                 }
-                admitted
+                (!admitted).then_some("429 Too Many Requests\r\nretry-after: 1")
             }
-            Policy::Slow { .. } => {
-                self.bare_refusals.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_err()
-            }
+            Policy::Slow { .. } if take(&self.advised_refusals) => Some("429 Too Many Requests\r\nretry-after: 2"),
+            Policy::Slow { .. } => take(&self.bare_refusals).then_some("429 Too Many Requests"),
         };
+        let admitted = refusal.is_none();
         if admitted {
             let mut span = self.span.lock().unwrap();
             *span = Some(span.map_or((now, now), |(first, _)| (first, now)));
         }
         self.log.lock().unwrap().push((now, in_flight, if admitted { 200 } else { 429 }));
-        admitted
+        refusal.map_or(Ok(()), Err)
     }
 
     async fn connection(self: Arc<Self>, mut socket: tokio::net::TcpStream) {
@@ -130,7 +137,10 @@ impl StandIn {
             }
             buffer.drain(..head_end + length);
             let in_flight = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-            let (status, body) = if self.admit(in_flight) {
+            let (status, body) = if let Err(status) = self.admit(in_flight) {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                (status, r#"{"error":{"message":"rate limited"}}"#)
+            } else {
                 if let Policy::Slow { delay } = self.policy {
                     tokio::time::sleep(delay).await;
                 }
@@ -139,13 +149,6 @@ impl StandIn {
                     "200 OK",
                     r#"{"choices":[{"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":3}}"#,
                 )
-            } else {
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                let status = match self.policy {
-                    Policy::Rate { .. } => "429 Too Many Requests\r\nretry-after: 1",
-                    Policy::Slow { .. } => "429 Too Many Requests",
-                };
-                (status, r#"{"error":{"message":"rate limited"}}"#)
             };
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
             let response = format!(
@@ -481,5 +484,53 @@ fn a_broker_restarted_mid_batch_leaves_each_worker_on_its_fraction_saying_so_and
     let logs: String = workers.iter().map(Worker::log).collect();
     assert!(logs.contains("out of reach"), "a worker said it kept to its own fraction: {logs}");
     assert!(logs.contains("shared schedule is back"), "and that the fleet's limits hold again: {logs}");
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn a_429_with_retry_after_seen_by_one_worker_pauses_the_whole_fleet() {
+    const RUNS: usize = 600;
+    let (_serial, dir, server) = broker();
+    let (stand_in, url) = StandIn::start(Policy::Slow { delay: Duration::from_millis(50) });
+    let config = worker_config(dir.path(), &url, "rpm = 6000");
+    let flags = ["--config", &config, "--provider", "spawn", "--concurrency", "20"];
+    let _workers: Vec<Worker> =
+        (1..=2).map(|n| Worker::start(dir.path(), &server.url(), &format!("w{n}"), &flags)).collect();
+    let runtime = caller(dir.path(), &server);
+    let arming = std::thread::spawn({
+        let stand_in = stand_in.clone();
+        move || {
+            let deadline = Instant::now() + WAIT_LIMIT;
+            while stand_in.answered.load(Ordering::Relaxed) < 100 {
+                assert!(Instant::now() < deadline, "the batch never got going");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            stand_in.advised_refusals.store(1, Ordering::SeqCst);
+        }
+    });
+    assert_eq!(run_all(&runtime, RUNS, 100), RUNS, "every run completes");
+    arming.join().unwrap();
+
+    let log = stand_in.log.lock().unwrap().clone();
+    let refused_at = log.iter().find(|(_, _, status)| *status == 429).expect("one request was refused").0;
+    // The refusal said two seconds. Starts a worker had booked before it
+    // heard may still arrive just after; from then on, nothing from
+    // either worker until the two seconds are over.
+    let (quiet_from, quiet_to) = (refused_at + Duration::from_millis(400), refused_at + Duration::from_millis(1_900));
+    let inside: Vec<Duration> = log
+        .iter()
+        .filter(|(at, _, _)| *at >= quiet_from && *at < quiet_to)
+        .map(|(at, _, _)| *at - refused_at)
+        .collect();
+    let before =
+        log.iter().filter(|(at, _, _)| *at < refused_at && *at + Duration::from_millis(1_500) >= refused_at).count();
+    eprintln!("{before} requests in the 1.5 s before the refusal; {} inside its pause", inside.len());
+    assert!(before > 50, "the fleet was busy when it was refused: {before} requests in the 1.5 s before");
+    assert!(
+        inside.is_empty(),
+        "{} requests came inside the pause the refusal asked for, the first after the refusal: {:?}",
+        inside.len(),
+        &inside[..inside.len().min(8)]
+    );
     runtime.shutdown_blocking();
 }
