@@ -209,6 +209,10 @@ pub struct Permit {
     charged: u64,
     waited: Duration,
     slot: Slot,
+    /// The fleet's concurrency epoch when the call was admitted (0 for a
+    /// route of one process): a refusal halves the fleet's ceiling only
+    /// for calls admitted before the last halving.
+    fleet_epoch: u64,
     /// Upstream's admission of the call, when the route draws on one.
     upstream: Option<Box<dyn UpstreamGrant>>,
 }
@@ -330,7 +334,8 @@ impl Limiter {
         }
         if let Some(sharing) = self.inner.sharing.get() {
             // Told to the fleet with the next booking.
-            sharing.lock().answered += 1;
+            let mut state = sharing.lock();
+            state.answered = state.answered.saturating_add(1);
         }
     }
 
@@ -350,20 +355,17 @@ impl Limiter {
             if self.inner.gate.overloaded(permit.slot.epoch) {
                 let (concurrency, _) = self.inner.gate.concurrency();
                 tracing::debug!(concurrency, "an unexplained 429 or 529: the route's concurrency halves");
-                self.back_off_the_fleet(in_flight);
+                self.back_off_the_fleet(permit.fleet_epoch, in_flight);
             }
         }
     }
 
     /// A shared route's process backed off: the fleet's ceiling halves too
     /// (once per fleet epoch), so the others back off with it.
-    fn back_off_the_fleet(&self, in_flight: u32) {
+    fn back_off_the_fleet(&self, epoch: u64, in_flight: u32) {
         let Some(sharing) = self.inner.sharing.get() else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let (epoch, members) = {
-            let state = sharing.lock();
-            (state.epoch, state.stats.members)
-        };
+        let members = sharing.lock().stats.members;
         let limiter = self.clone();
         runtime.spawn(async move {
             let Some(sharing) = limiter.inner.sharing.get() else { return };
@@ -396,9 +398,16 @@ impl Limiter {
         // Held by a permit from here on, so a wait that ends (or a caller
         // that drops this future) gives the slot back through the gate,
         // which forgets it while the route lets in fewer than it holds.
-        let mut permit =
-            Permit { inner: inner.clone(), charged: estimated_tokens, waited: Duration::ZERO, slot, upstream: None };
         let shared = inner.sharing.get();
+        let fleet_epoch = shared.map_or(0, |sharing| sharing.lock().epoch);
+        let mut permit = Permit {
+            inner: inner.clone(),
+            charged: estimated_tokens,
+            waited: Duration::ZERO,
+            slot,
+            fleet_epoch,
+            upstream: None,
+        };
         if shared.is_none() {
             inner.warn_if_meant_for_a_fleet();
         }
@@ -499,7 +508,9 @@ impl Limiter {
                 let booked = tokio::select! {
                     biased;
                     () = cancel.cancelled() => {
-                        sharing.lock().token_time_micros += booking.token_time_micros;
+                        let mut state = sharing.lock();
+                        state.token_time_micros += booking.token_time_micros;
+                        state.answered = state.answered.saturating_add(booking.answered);
                         return Err(Cancelled);
                     }
                     booked = sharing.schedule.book(booking) => booked,
@@ -534,9 +545,17 @@ impl Limiter {
     /// No call on the route starts before `until` (a later cool-down
     /// already set stands); a shared route tells its fleet.
     pub fn cool_down_until(&self, until: Instant) {
-        {
+        let extends = {
             let mut schedule = self.inner.lock();
+            let extends =
+                until > Instant::now() && schedule.cool_down.is_none_or(|current| until > current + COOL_DOWN_NEWS);
             schedule.cool_down = Some(schedule.cool_down.map_or(until, |current| current.max(until)));
+            extends
+        };
+        // Others hear of a cool-down only when it is news: a child (or a
+        // server) saying the same pause again and again costs nothing.
+        if !extends {
+            return;
         }
         if let Some(upstream) = self.inner.upstream.get() {
             upstream.limiter.cool_down(until.saturating_duration_since(Instant::now()));
@@ -582,6 +601,10 @@ impl Limiter {
         }
     }
 }
+
+/// How much later a cool-down must end than the one in force to be told
+/// upstream and to the fleet.
+const COOL_DOWN_NEWS: Duration = Duration::from_millis(100);
 
 /// Renews this member's lease on its fleet's schedule every `every` while
 /// it holds calls in flight or has callers waiting and books nothing (a

@@ -37,7 +37,13 @@ const REFUSED: i64 = -32602;
 /// One ask of the child: waiting for the limiter, or admitted.
 enum Lent {
     Waiting(CancellationToken),
-    Admitted { route: usize, permit: Permit },
+    /// `answered`: the child said the call was answered (once counts: a
+    /// child saying it again cannot grow the route's concurrency).
+    Admitted {
+        route: usize,
+        permit: Permit,
+        answered: bool,
+    },
 }
 
 /// An admission's wait, ended: the ask's key and id, its route, and the
@@ -59,7 +65,7 @@ pub(super) async fn lend(mut asks: mpsc::Receiver<LimitAsk>, routes: Rc<[(String
                 let Ok(permit) = admitted else { continue };
                 // A wait released meanwhile was removed: its permit drops here.
                 if let Some(entry @ Lent::Waiting(_)) = lent.get_mut(&key) {
-                    *entry = Lent::Admitted { route, permit };
+                    *entry = Lent::Admitted { route, permit, answered: false };
                     replier.reply(&id, json!({}));
                 }
             }
@@ -101,12 +107,13 @@ fn hear(
             }));
         }
         LimitAsk::Answered { id } => {
-            if let Some(Lent::Admitted { route, permit }) = lent.get(&id.to_string()) {
+            if let Some(Lent::Admitted { route, permit, answered: answered @ false }) = lent.get_mut(&id.to_string()) {
+                *answered = true;
                 routes[*route].1.answered(permit);
             }
         }
         LimitAsk::Refused { id, explained } => {
-            if let Some(Lent::Admitted { route, permit }) = lent.get(&id.to_string()) {
+            if let Some(Lent::Admitted { route, permit, .. }) = lent.get(&id.to_string()) {
                 routes[*route].1.refused(permit, explained);
             }
         }

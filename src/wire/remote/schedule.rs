@@ -233,7 +233,8 @@ impl SharedSchedule for BrokerSchedule {
     }
 
     fn renew_every(&self) -> Option<Duration> {
-        Some(self.lease / 3)
+        // A bucket made elsewhere may have no age limit (a lease of 0).
+        Some((self.lease / 3).max(Duration::from_millis(50)))
     }
 
     fn back_off(&self, epoch: u64, in_flight: u32) -> BoxFuture<'_, Result<Option<FleetConcurrency>, Unshared>> {

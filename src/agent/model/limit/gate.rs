@@ -116,7 +116,7 @@ impl Gate {
     /// concurrency by one.
     pub(super) fn answered(&self) {
         let mut state = self.lock();
-        state.successes += 1;
+        state.successes = state.successes.saturating_add(1);
         if state.successes >= state.effective && state.effective < state.cap {
             state.effective += 1;
             state.successes = 0;

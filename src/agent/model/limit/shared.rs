@@ -228,7 +228,10 @@ impl SharingState {
     /// The renewal of this member's lease, due when nothing was booked for
     /// `every`: a booking of no starts (it pays the token debt too).
     pub(super) fn renewal(&mut self, now: Instant, every: Duration, spacing: Duration, cap: u32) -> Option<Booking> {
-        let due = self.last_booked.is_none_or(|at| now >= at + every);
+        // Half a period of slack: `at` is when the last booking came back,
+        // a broker round trip after its tick, and the next tick must not
+        // find it just short of due (renewing every other tick).
+        let due = self.last_booked.is_none_or(|at| now + every / 2 >= at + every);
         (due && self.may_ask(now)).then(|| Booking {
             requests: 0,
             spacing,
@@ -270,7 +273,7 @@ impl SharingState {
     /// and the process runs on its own fraction until it asks again.
     pub(super) fn unshared(&mut self, booking: &Booking, why: Unshared) {
         self.token_time_micros += booking.token_time_micros;
-        self.answered += booking.answered;
+        self.answered = self.answered.saturating_add(booking.answered);
         self.retry_at = Some(Instant::now() + RETRY_SHARED_AFTER);
         if self.stats.fallback.is_none() {
             tracing::warn!(
@@ -304,6 +307,10 @@ mod tests {
         renew: Option<Duration>,
         /// Bookings of no starts: renewals.
         renewals: std::sync::atomic::AtomicU32,
+        /// The fleet's concurrency, when it keeps one; and the epochs each
+        /// back-off was asked for.
+        fleet: Mutex<Option<FleetConcurrency>>,
+        back_offs: Mutex<Vec<u64>>,
     }
 
     impl SharedSchedule for InMemory {
@@ -320,7 +327,18 @@ mod tests {
                 let first = next.map_or(now, |next| next.max(now));
                 *next = Some(first + booking.spacing * booking.requests);
                 let first = SystemTime::now() + (first - now);
-                Ok(Booked { first, members: self.members, concurrency: None })
+                Ok(Booked { first, members: self.members, concurrency: *self.fleet.lock().unwrap() })
+            })
+        }
+
+        fn back_off(&self, epoch: u64, _in_flight: u32) -> BoxFuture<'_, Result<Option<FleetConcurrency>, Unshared>> {
+            Box::pin(async move {
+                self.back_offs.lock().unwrap().push(epoch);
+                let mut fleet = self.fleet.lock().unwrap();
+                if let Some(fleet) = fleet.as_mut().filter(|fleet| fleet.epoch == epoch) {
+                    *fleet = FleetConcurrency { ceiling: (fleet.ceiling / 2).max(1), epoch: epoch + 1 };
+                }
+                Ok(*fleet)
             })
         }
 
@@ -368,6 +386,32 @@ mod tests {
         assert_eq!((stats.members, stats.fallback), (2, None));
         assert!(stats.bookings >= 1);
         assert_eq!(first.stats().requests + second.stats().requests, 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_of_a_call_admitted_before_the_fleet_backed_off_does_not_halve_it_again() {
+        let fleet = Some(FleetConcurrency { ceiling: 20, epoch: 0 });
+        let schedule = Arc::new(InMemory { members: 2, fleet: Mutex::new(fleet), ..InMemory::default() });
+        let limits = RouteLimits { max_concurrent: Some(20), ..RouteLimits::default() };
+        let (first, second) = (Limiter::new(limits.clone()), Limiter::new(limits));
+        assert!(first.share(schedule.clone()) && second.share(schedule.clone()));
+        let cancel = CancellationToken::new();
+        // One call on each member, both admitted at the fleet's epoch 0.
+        let (one, other) = (first.admit(0, &cancel).await.unwrap(), second.admit(0, &cancel).await.unwrap());
+        first.refused(&one, false);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(*schedule.fleet.lock().unwrap(), Some(FleetConcurrency { ceiling: 10, epoch: 1 }));
+        // The second member learns the new epoch with its next booking...
+        drop(second.admit(0, &cancel).await.unwrap());
+        // ...and its call admitted before the halving is refused after it.
+        second.refused(&other, false);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            *schedule.back_offs.lock().unwrap(),
+            [0, 0],
+            "each refusal names the epoch its call was admitted at"
+        );
+        assert_eq!(*schedule.fleet.lock().unwrap(), Some(FleetConcurrency { ceiling: 10, epoch: 1 }), "halved once");
     }
 
     #[tokio::test(start_paused = true)]
