@@ -33,6 +33,9 @@ const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
 /// the file, few enough that a file of long lines costs little.
 const READ_AHEAD_LINES: usize = 64;
 
+/// Task lines sent to the runs at once (see [`ReadAhead`]).
+const READ_AHEAD_CHUNK: usize = 16;
+
 /// One settled run, as a [`Report`] sees it.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -75,7 +78,7 @@ impl std::fmt::Debug for Opened {
 /// What an opened batch runs.
 enum Work {
     /// A flat file: its lines as they are read.
-    Lines(mpsc::Receiver<std::io::Result<Line>>),
+    Lines(ReadAhead),
     /// A pipeline, checked whole, with the result lines a resume reuses.
     Pipeline(Box<Pipeline>, HashMap<String, Value>),
 }
@@ -288,16 +291,44 @@ fn open_tasks(path: &Path) -> Result<File, BatchError> {
 /// ahead: a slow pipe never stalls the runtime, and the file is never held
 /// whole. The thread ends at the end of the file or when the batch stops
 /// listening.
-fn read_ahead(lines: TaskLines<BufReader<File>>) -> mpsc::Receiver<std::io::Result<Line>> {
-    let (sender, receiver) = mpsc::channel(READ_AHEAD_LINES);
+fn read_ahead(mut lines: TaskLines<BufReader<File>>) -> ReadAhead {
+    let (sender, receiver) = mpsc::channel(READ_AHEAD_LINES / READ_AHEAD_CHUNK);
     std::thread::spawn(move || {
-        for line in lines {
-            if sender.blocking_send(line).is_err() {
-                return;
+        let mut chunk = Vec::with_capacity(READ_AHEAD_CHUNK);
+        loop {
+            let line = lines.next();
+            let ended = line.is_none();
+            chunk.extend(line);
+            // Sent whole, or at once when the next line would wait for a
+            // read (a pipe's line is never held back for the next one).
+            if ended || chunk.len() == READ_AHEAD_CHUNK || !lines.has_buffered() {
+                let full = std::mem::replace(&mut chunk, Vec::with_capacity(READ_AHEAD_CHUNK));
+                if !full.is_empty() && sender.blocking_send(full).is_err() || ended {
+                    return;
+                }
             }
         }
     });
-    receiver
+    ReadAhead { chunks: receiver, ready: std::collections::VecDeque::new() }
+}
+
+/// Task lines read ahead on a thread of their own, taken in chunks: the
+/// reader and the runs wake each other once a chunk, not once a line.
+struct ReadAhead {
+    chunks: mpsc::Receiver<Vec<std::io::Result<Line>>>,
+    ready: std::collections::VecDeque<std::io::Result<Line>>,
+}
+
+impl ReadAhead {
+    /// The next line, `None` at the end. Cancel-safe: a chunk is taken
+    /// whole, after the only await.
+    async fn recv(&mut self) -> Option<std::io::Result<Line>> {
+        if let Some(line) = self.ready.pop_front() {
+            return Some(line);
+        }
+        self.ready.extend(self.chunks.recv().await?);
+        self.ready.pop_front()
+    }
 }
 
 /// Aborts a task (a run's timer) when the run is over.
@@ -342,12 +373,7 @@ impl Engine {
     /// Runs every task `lines` yields, at most `concurrency` at once. Only
     /// the runs in flight are held; a finished run leaves its counts in the
     /// summary and nothing else.
-    async fn run_all(
-        &self,
-        mut lines: mpsc::Receiver<std::io::Result<Line>>,
-        concurrency: usize,
-        report: &dyn Report,
-    ) -> Summary {
+    async fn run_all(&self, mut lines: ReadAhead, concurrency: usize, report: &dyn Report) -> Summary {
         let mut summary = Summary::default();
         let mut in_flight = FuturesUnordered::new();
         // Explicit ids seen, with their lines: one id, one task.
@@ -661,5 +687,59 @@ impl Engine {
             reattached: false,
         };
         Some((record, finished, detail))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task_number(line: Option<std::io::Result<Line>>) -> usize {
+        match line {
+            Some(Ok(Line::Task { number, .. })) => number,
+            _ => panic!("not a task line"),
+        }
+    }
+
+    #[test]
+    fn a_line_read_from_a_pipe_reaches_the_runs_before_the_next_is_written() {
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        let file = File::from(std::os::fd::OwnedFd::from(reader));
+        let mut lines = read_ahead(TaskLines::new(BufReader::new(file), 1 << 20));
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let wait = Duration::from_secs(10);
+        std::io::Write::write_all(&mut writer, b"{\"prompt\":\"one\"}\n").unwrap();
+        // The writer stays open: a chunk waiting to fill would never come.
+        let first = runtime.block_on(async { tokio::time::timeout(wait, lines.recv()).await });
+        let first = first.expect("the first line is not held back");
+        assert_eq!(task_number(first), 1);
+        std::io::Write::write_all(&mut writer, b"{\"prompt\":\"two\"}\n{\"prompt\":\"three\"}\n").unwrap();
+        drop(writer);
+        let rest = runtime.block_on(async {
+            let mut numbers = Vec::new();
+            while let Some(line) = tokio::time::timeout(wait, lines.recv()).await.unwrap() {
+                numbers.push(task_number(Some(line)));
+            }
+            numbers
+        });
+        assert_eq!(rest, [2, 3]);
+    }
+
+    #[test]
+    fn lines_of_a_file_come_in_order_across_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.jsonl");
+        let text: String = (0..1_000).map(|n| format!("{{\"prompt\":\"task {n}\"}}\n")).collect();
+        std::fs::write(&path, text).unwrap();
+        let mut lines = read_ahead(TaskLines::new(BufReader::new(File::open(&path).unwrap()), 1 << 20));
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let numbers = runtime.block_on(async {
+            let mut numbers = Vec::new();
+            while let Some(line) = lines.recv().await {
+                numbers.push(task_number(Some(line)));
+            }
+            numbers
+        });
+        assert_eq!(numbers, (1..=1_000).collect::<Vec<_>>());
     }
 }

@@ -223,6 +223,14 @@ impl<R: BufRead> TaskLines<R> {
     }
 }
 
+impl<R: io::Read> TaskLines<io::BufReader<R>> {
+    /// Whether bytes were read and not yet taken: the next line may come
+    /// without a `read` (and so without waiting on a pipe).
+    pub(crate) fn has_buffered(&self) -> bool {
+        !self.reader.buffer().is_empty()
+    }
+}
+
 /// One line as [`read_line`] found it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RawLine {

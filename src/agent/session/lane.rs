@@ -14,16 +14,18 @@
 //! append submitted before it. A job that panics is contained and logged;
 //! the lane goes on with the next one.
 //!
-//! Appends are written together: an append adds its lines to its file's
-//! pending buffer and wakes the lane only when no flush of that buffer is
-//! queued yet; the flush takes every line gathered by then and writes them
-//! in one `write`. A fan-out of a thousand runs whose sessions share a
-//! segment costs a wake and a write per burst rather than per event, a job
-//! queued after an append still runs after its flush (so a read or a close
-//! sees it), and a crash still tears at most the last line of a file: what
-//! reaches it is whole lines, in order. What waits in a buffer is what was
-//! appended while the lane was busy; every line of it is held in memory by
-//! its session anyway.
+//! Appends are written together and wake no one: an append adds its lines
+//! to its file's pending buffer and marks the file pending. The lane
+//! writes every pending file before it runs any other job (so a read or a
+//! close sees every append submitted before it), and while appends keep
+//! coming it looks again every [`TICK`] on its own; only an append that
+//! finds the lane asleep with nothing to look at wakes it. A fan-out of a
+//! thousand runs whose sessions share a segment so costs one `write` per
+//! wake or tick rather than per event, and no wake-up per event: each run
+//! wakes the lane once, with the close it awaits. A crash still tears at
+//! most the last line of a file: what reaches it is whole lines, in order.
+//! What waits in a buffer is what was appended since the lane last
+//! looked; every line of it is held in memory by its session anyway.
 //!
 //! A store operation is written once, as the job it hands the lane, and
 //! returned as a [`LaneCall`]: the synchronous API [`wait`](LaneCall::wait)s
@@ -33,9 +35,10 @@ use std::cell::Cell;
 use std::fs::File;
 use std::future::IntoFuture;
 use std::io::{self, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
@@ -43,12 +46,37 @@ use tokio::sync::oneshot;
 use super::SessionError;
 use crate::contain::contained_call;
 
-/// What the lane is asked to do.
+/// What the lane is asked to do. Every job runs once every file pending
+/// when it was received was written.
 enum Job {
-    /// Write what is pending for one file.
-    Flush(AppendTarget),
-    /// Anything else: it runs once every append queued before it was written.
+    /// Only look at the pending files: sent by an append that found the
+    /// lane asleep with nothing to look at.
+    Look,
+    /// Anything else.
     Run(Box<dyn FnOnce() + Send>),
+}
+
+/// How often a lane with appends coming in looks at its pending files
+/// without being woken: the most an appended line waits for its `write`
+/// when no other job comes.
+const TICK: Duration = Duration::from_millis(2);
+
+/// The lane is running jobs or writing; it looks at the pending files
+/// before it sleeps.
+const BUSY: u8 = 0;
+/// Asleep for at most a [`TICK`]: it looks at the pending files on waking.
+const TICKING: u8 = 1;
+/// Asleep until a job comes: an append must wake it.
+const IDLE: u8 = 2;
+
+/// What the lane is doing, for an append to know whether to wake it.
+static STATE: AtomicU8 = AtomicU8::new(BUSY);
+
+/// The files with lines pending, each once (its `queued` flag says so).
+static PENDING: Mutex<Vec<AppendTarget>> = Mutex::new(Vec::new());
+
+fn pending_files() -> std::sync::MutexGuard<'static, Vec<AppendTarget>> {
+    PENDING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A file appends go to: the lines waiting for the lane, the first write
@@ -78,7 +106,7 @@ struct Pending {
     spare: Vec<u8>,
     /// Bytes ever appended.
     appended: u64,
-    /// Whether a [`Job::Flush`] for these lines is queued.
+    /// Whether the file is in the lane's pending list.
     queued: bool,
 }
 
@@ -138,21 +166,59 @@ impl AppendTarget {
     }
 }
 
-/// The lane thread: runs each job in the order it was queued.
+/// On the lane: writes every pending file; whether there was one.
+fn flush_pending() -> bool {
+    let files = std::mem::take(&mut *pending_files());
+    for file in &files {
+        file.flush();
+    }
+    !files.is_empty()
+}
+
+/// The lane thread: runs each job in the order it was queued, every
+/// pending file written before it; writes pending files every [`TICK`]
+/// while appends come in.
 fn drain(jobs: mpsc::Receiver<Job>) {
     ON_LANE.with(|on| on.set(true));
-    // An idle lane sleeps on its queue and is woken by the next job: a
-    // burst of appends wakes it once (see `append`). It used to look at
-    // the queue every 50 µs for 1 ms after it ran dry, which saved the
-    // appending threads a futex call a burst but cost a sleep and wake-up
-    // of its own every 50 µs: about one a run in a fan-out.
-    while let Ok(job) = jobs.recv() {
-        match job {
-            Job::Flush(target) => target.flush(),
-            Job::Run(run) => {
-                if let Err(panic) = contained_call(run) {
-                    tracing::error!(%panic, "a session file operation panicked");
+    // Whether appends came in since the lane last slept: then it sleeps
+    // for a tick, and the appends that come meanwhile need not wake it.
+    let mut appending = false;
+    loop {
+        appending |= flush_pending();
+        let job = match jobs.try_recv() {
+            Ok(job) => job,
+            Err(mpsc::TryRecvError::Disconnected) => return,
+            Err(mpsc::TryRecvError::Empty) if appending => {
+                appending = false;
+                STATE.store(TICKING, Ordering::SeqCst);
+                let job = jobs.recv_timeout(TICK);
+                STATE.store(BUSY, Ordering::SeqCst);
+                match job {
+                    Ok(job) => job,
+                    Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 }
+            }
+            Err(mpsc::TryRecvError::Empty) => {
+                // Said before looking at the pending files: an append that
+                // marked one after this look finds the lane idle and wakes it.
+                STATE.store(IDLE, Ordering::SeqCst);
+                if !pending_files().is_empty() {
+                    STATE.store(BUSY, Ordering::SeqCst);
+                    continue;
+                }
+                let job = jobs.recv();
+                STATE.store(BUSY, Ordering::SeqCst);
+                match job {
+                    Ok(job) => job,
+                    Err(mpsc::RecvError) => return,
+                }
+            }
+        };
+        appending |= flush_pending();
+        if let Job::Run(run) = job {
+            if let Err(panic) = contained_call(run) {
+                tracing::error!(%panic, "a session file operation panicked");
             }
         }
     }
@@ -183,9 +249,10 @@ pub(super) fn submit(job: impl FnOnce() + Send + 'static) {
 
 /// Queues whole `lines` for `target` and returns at once, with how many
 /// bytes were appended to it so far (for [`AppendTarget::reached`]); they
-/// reach the file before any job submitted after them runs. Lines appended
-/// while a flush is already queued join it: a burst of appends to a file
-/// costs one wake of the lane and one `write`.
+/// reach the file before any job submitted after them runs, and within a
+/// [`TICK`] or so when none is. Lines appended while the file is pending
+/// join its buffer: a burst of appends to a file costs one `write`, and
+/// wakes the lane only when it sleeps with nothing to look at.
 pub(super) fn append(target: &AppendTarget, lines: Vec<u8>) -> u64 {
     let mut pending = target.pending();
     pending.appended += lines.len() as u64;
@@ -195,12 +262,15 @@ pub(super) fn append(target: &AppendTarget, lines: Vec<u8>) -> u64 {
         pending.lines.extend_from_slice(&lines);
     }
     let end = pending.appended;
-    // The flush queued while the buffer holds lines is what keeps a later
-    // job behind them.
-    let wake = !std::mem::replace(&mut pending.queued, true);
+    let newly = !std::mem::replace(&mut pending.queued, true);
     drop(pending);
-    if wake {
-        let _ = queue().send(Job::Flush(target.clone()));
+    if newly {
+        pending_files().push(target.clone());
+        // After the mark (the lane says it is idle before it looks at the
+        // marks): one of the two sees the other. Only one append wakes it.
+        if STATE.compare_exchange(IDLE, BUSY, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            let _ = queue().send(Job::Look);
+        }
     }
     end
 }
@@ -355,6 +425,33 @@ mod tests {
         assert_eq!(second_text, (1_000..1_100).map(|n| format!("{n}\n")).collect::<String>());
         assert!(first.failed().is_none() && second.failed().is_none());
         assert!(first.reached(first_text.len() as u64) && second.reached(second_text.len() as u64));
+    }
+
+    #[test]
+    fn appends_with_no_job_after_them_still_reach_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = AppendTarget::new(File::create(dir.path().join("alone")).unwrap());
+        let reached = |end| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !target.reached(end) {
+                assert!(std::time::Instant::now() < deadline, "an append waited for a job that never came");
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        };
+        // Whether the lane sleeps, ticks or works, each burst gets written.
+        for burst in 0..50 {
+            let mut end = 0;
+            for n in 0..=burst % 3 {
+                end = append(&target, format!("{burst}.{n}\n").into_bytes());
+            }
+            reached(end);
+            if burst % 10 == 9 {
+                std::thread::sleep(TICK * 3);
+            }
+        }
+        let expected: String =
+            (0..50).flat_map(|burst| (0..=burst % 3).map(move |n| format!("{burst}.{n}\n"))).collect();
+        assert_eq!(std::fs::read_to_string(dir.path().join("alone")).unwrap(), expected);
     }
 
     #[test]
