@@ -244,11 +244,6 @@ impl Core {
         IN_TASK.try_with(|runtime| *runtime).ok()
     }
 
-    /// How many worker threads host runs.
-    pub(crate) fn worker_count(&self) -> usize {
-        self.workers.len()
-    }
-
     /// Whether the current thread belongs to any runtime's workers.
     pub(crate) fn on_any_worker() -> bool {
         WORKER.with(|w| w.get()).is_some()
@@ -265,12 +260,16 @@ impl Core {
         self.workers[n % self.workers.len()].spawn(task)
     }
 
-    /// Run `future` on the next worker in turn, wherever the caller is.
-    pub(crate) async fn on_next_worker<F, T>(&self, future: F) -> Result<T, StartError>
+    /// Run `future` on a worker: inline when the caller already is one
+    /// (no thread crossing), else on the next worker in turn.
+    pub(crate) async fn on_runtime<F, T>(&self, future: F) -> Result<T, StartError>
     where
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
+        if self.in_task() {
+            return Ok(future.await);
+        }
         let (reply, outcome) = oneshot::channel();
         let spawned = self.spawn_on_worker(future, move |output| {
             let _ = reply.send(output);

@@ -1,7 +1,6 @@
 //! The start path, in contract order (docs/contract.md §3): the synchronous checks
 //! (the delegation budget last, because it reserves), then the run actor
-//! on a worker (the next in turn for a batch's task, else the caller's
-//! own when it is one), publication, `Start`,
+//! on a worker (in place when the caller is one), publication, `Start`,
 //! and the caller's [`Run`].
 //! `Subagents::start` and a continuation both come through here.
 
@@ -21,12 +20,7 @@ use crate::seam::{Admission, BudgetLease, Parent, StartError, StartRequest, MAX_
 pub(crate) async fn start(core: &Arc<Core>, name: &str, request: Box<StartRequest>) -> Result<Run, StartError> {
     let entry = admit(core, name, &request)?;
     let budget = admit_budget(&request)?;
-    // A batch's task goes to the next worker in turn, so a fan-out spreads
-    // over every core; any other run started on a worker stays there,
-    // beside its caller (no thread crossing; a fork reads its parent in
-    // place).
-    let spread = request.task.is_some() && request.parent.agent.is_none() && core.worker_count() > 1;
-    if core.in_task() && !spread {
+    if core.in_task() {
         // On a worker already: the actor is made right here, and what the
         // start then holds is small (the request went to the provider).
         return launched(make(core.clone(), entry, request, budget)).await;
@@ -38,7 +32,7 @@ pub(crate) async fn start(core: &Arc<Core>, name: &str, request: Box<StartReques
         let core = core.clone();
         async move { launched(make(core, entry, request, budget)).await }
     };
-    core.on_next_worker(Box::pin(made)).await?
+    core.on_runtime(Box::pin(made)).await?
 }
 
 /// The last check, because it reserves: the child's place in the budgets

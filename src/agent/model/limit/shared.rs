@@ -393,7 +393,7 @@ mod tests {
         let fleet = Some(FleetConcurrency { ceiling: 20, epoch: 0 });
         let schedule = Arc::new(InMemory { members: 2, fleet: Mutex::new(fleet), ..InMemory::default() });
         let limits = RouteLimits { max_concurrent: Some(20), ..RouteLimits::default() };
-        let (first, second) = (Limiter::new(limits.clone()), Limiter::new(limits));
+        let (first, second) = (Limiter::new(limits), Limiter::new(limits));
         assert!(first.share(schedule.clone()) && second.share(schedule.clone()));
         let cancel = CancellationToken::new();
         // One call on each member, both admitted at the fleet's epoch 0.
