@@ -303,7 +303,9 @@ fn read_ahead(mut lines: TaskLines<BufReader<File>>) -> ReadAhead {
             // read (a pipe's line is never held back for the next one).
             if ended || chunk.len() == READ_AHEAD_CHUNK || !lines.has_buffered() {
                 let full = std::mem::replace(&mut chunk, Vec::with_capacity(READ_AHEAD_CHUNK));
-                if !full.is_empty() && sender.blocking_send(full).is_err() || ended {
+                // Sending fails only when the batch stopped listening.
+                let listened = full.is_empty() || sender.blocking_send(full).is_ok();
+                if ended || !listened {
                     return;
                 }
             }
