@@ -390,7 +390,7 @@ async fn work(
     let ack_wait = consumer.cached_info().config.ack_wait;
     let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
     let shared = Arc::new(Shared {
-        tick: (ack_wait / 3).max(Duration::from_millis(50)),
+        tick: crate::wire::remote::renew_every(ack_wait),
         broker,
         worker: worker.clone(),
         pool: options.pool.clone(),

@@ -27,6 +27,13 @@ use crate::seam::{AgentOptions, Branch, Budget, ContentBlock, ProgressUpdate, Ru
 /// The version every message carries in `v`.
 pub(crate) const VERSION: u32 = 1;
 
+/// How often something that lapses after `ttl` unless renewed (a lease, a
+/// message's ack deadline) is renewed: every third of it, at most every
+/// 50 ms (a bucket or consumer made elsewhere may say 0).
+pub(crate) fn renew_every(ttl: std::time::Duration) -> std::time::Duration {
+    (ttl / 3).max(std::time::Duration::from_millis(50))
+}
+
 /// The largest message either side sends or accepts: 1 MiB, the NATS
 /// server's default `max_payload`.
 pub(crate) const MAX_MESSAGE_BYTES: usize = 1024 * 1024;

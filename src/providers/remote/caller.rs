@@ -403,7 +403,7 @@ impl Caller {
     }
 
     async fn upkeep(self: Arc<Self>) {
-        let lease_every = (self.broker.lease_ttl / 3).max(Duration::from_millis(50));
+        let lease_every = crate::wire::remote::renew_every(self.broker.lease_ttl);
         let mut lease_at = Instant::now() + lease_every;
         loop {
             let wake = tokio::time::sleep(self.sweep_interval.min(lease_every));

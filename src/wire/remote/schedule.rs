@@ -233,8 +233,7 @@ impl SharedSchedule for BrokerSchedule {
     }
 
     fn renew_every(&self) -> Option<Duration> {
-        // A bucket made elsewhere may have no age limit (a lease of 0).
-        Some((self.lease / 3).max(Duration::from_millis(50)))
+        Some(super::renew_every(self.lease))
     }
 
     fn back_off(&self, epoch: u64, in_flight: u32) -> BoxFuture<'_, Result<Option<FleetConcurrency>, Unshared>> {
