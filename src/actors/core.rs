@@ -151,6 +151,11 @@ impl Core {
         self.read_providers().iter().find(|entry| entry.name() == name).cloned()
     }
 
+    /// The key of the provider registered as `name`.
+    pub(crate) fn provider_key(&self, name: &str) -> Option<u64> {
+        self.read_providers().iter().find(|entry| entry.name() == name).map(|entry| entry.key)
+    }
+
     /// Registered provider names, in insertion order.
     pub(crate) fn provider_names(&self) -> Vec<String> {
         self.read_providers().iter().map(|entry| entry.name().to_owned()).collect()
@@ -256,6 +261,20 @@ impl Core {
         F: Future + Send + 'static,
     {
         let n = self.next_worker.fetch_add(1, Ordering::Relaxed);
+        self.spawn_on(n, future, reply)
+    }
+
+    /// How many worker threads host runs.
+    pub(crate) fn worker_count(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Run `future` on worker `n` (modulo their number) and hand its output
+    /// to `reply`; false when the runtime is stopped.
+    pub(crate) fn spawn_on<F>(&self, n: usize, future: F, reply: impl FnOnce(F::Output) + Send + 'static) -> bool
+    where
+        F: Future + Send + 'static,
+    {
         let task = in_runtime(self.id, async move { reply(future.await) });
         self.workers[n % self.workers.len()].spawn(task)
     }

@@ -76,6 +76,12 @@ impl Subagents {
         self.core.provider(name).is_some()
     }
 
+    /// Which registration answers to `name` (a number never given to
+    /// another), if any.
+    pub(crate) fn provider_key(&self, name: &str) -> Option<u64> {
+        self.core.provider_key(name)
+    }
+
     /// Registered provider names, in insertion order.
     pub fn provider_names(&self) -> Vec<String> {
         self.core.provider_names()
@@ -95,6 +101,32 @@ impl Subagents {
     #[cfg(feature = "process")]
     pub(crate) fn lineage_scope(&self, session: &str) -> LineageScope {
         LineageScope::open(self.core.clone(), session)
+    }
+
+    /// How many worker threads host runs.
+    #[cfg(feature = "batch")]
+    pub(crate) fn worker_count(&self) -> usize {
+        self.core.worker_count()
+    }
+
+    /// Runs `future` on worker `n` (modulo their number) from wherever the
+    /// caller is; `None` when the runtime stopped before it finished.
+    /// Dropping the returned future does not stop `future`: make it
+    /// abortable when it must end with its caller.
+    #[cfg(feature = "batch")]
+    pub(crate) async fn on_worker<F>(&self, n: usize, future: F) -> Option<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (reply, outcome) = tokio::sync::oneshot::channel();
+        let spawned = self.core.spawn_on(n, future, move |output| {
+            let _ = reply.send(output);
+        });
+        if !spawned {
+            return None;
+        }
+        outcome.await.ok()
     }
 
     /// Start a child on provider `name`.

@@ -208,6 +208,16 @@ pub trait Tool: Send + Sync + 'static {
         true
     }
 
+    /// For a dynamic tool: a number that changes whenever
+    /// [`Tool::available`] or its spec may answer differently. While every
+    /// dynamic tool of a set says the same number as at the last request,
+    /// the list the model sees is not computed again (it is shared by the
+    /// set's clones: every child of a provider). Default: `None`, asked at
+    /// every request.
+    fn spec_state(&self) -> Option<u64> {
+        None
+    }
+
     /// Whether an agent at delegation depth `depth` is offered the tool. A
     /// subagent tool is not offered at its depth cap, where every call
     /// could only fail. Default: yes.
@@ -316,6 +326,16 @@ impl Entry {
     }
 }
 
+/// What a tool set's model sees, shared by its clones until one changes.
+#[derive(Default)]
+struct Visible {
+    /// A set without dynamic tools: computed once.
+    fixed: OnceLock<Arc<[ToolSpec]>>,
+    /// A set with dynamic tools: the list as computed at their states (see
+    /// [`Tool::spec_state`]), folded into one number.
+    at_state: std::sync::Mutex<Option<(u64, Arc<[ToolSpec]>)>>,
+}
+
 /// One agent's tools, gates and filter. Cloning shares the tools.
 #[derive(Clone, Default)]
 pub struct Toolset {
@@ -337,7 +357,7 @@ pub struct Toolset {
     hidden_by_depth: bool,
     /// What the model sees, computed once and shared by clones; every
     /// change replaces it.
-    visible: Arc<OnceLock<Arc<[ToolSpec]>>>,
+    visible: Arc<Visible>,
     /// The MCP servers mounted, with tools or without: a call of one of
     /// their tools that is not there is told why.
     #[cfg(feature = "mcp-client")]
@@ -452,10 +472,29 @@ impl Toolset {
 
     /// What the model sees, shared: cheap to call once per model request.
     pub fn visible_specs(&self) -> Arc<[ToolSpec]> {
-        if self.entries.iter().any(|e| e.dynamic) {
-            return self.compute_specs().into();
+        if !self.entries.iter().any(|e| e.dynamic) {
+            return self.visible.fixed.get_or_init(|| self.compute_specs().into()).clone();
         }
-        self.visible.get_or_init(|| self.compute_specs().into()).clone()
+        use std::hash::Hasher as _;
+        // The dynamic tools' states, folded: the list computed at the same
+        // states is still the list.
+        let mut states = std::hash::DefaultHasher::new();
+        for entry in self.entries.iter().filter(|e| e.dynamic) {
+            match entry.tool.spec_state() {
+                Some(state) => states.write_u64(state),
+                None => return self.compute_specs().into(),
+            }
+        }
+        let states = states.finish();
+        let mut last = self.visible.at_state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*last {
+            Some((at, specs)) if *at == states => specs.clone(),
+            _ => {
+                let specs: Arc<[ToolSpec]> = self.compute_specs().into();
+                *last = Some((states, specs.clone()));
+                specs
+            }
+        }
     }
 
     fn compute_specs(&self) -> Vec<ToolSpec> {

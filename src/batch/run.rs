@@ -162,14 +162,16 @@ impl Opened {
     /// Runs every task, at most `concurrency` at once, telling `report` as
     /// they settle; the summary when the last has settled (or the batch
     /// was interrupted, or results could not be written).
-    pub async fn run(self, report: impl Report) -> Summary {
-        let report: &dyn Report = &report;
+    pub async fn run(self, report: impl Report + 'static) -> Summary {
+        let report: Arc<dyn Report> = Arc::new(report);
         let Opened { batch, work, concurrency, results } = self;
+        let batch = Arc::new(batch);
         let started = Instant::now();
         let mut summary = match work {
-            Work::Lines(lines) => batch.run_all(lines, concurrency, report).await,
-            Work::Pipeline(pipeline, prior) => batch.run_pipeline(*pipeline, prior, concurrency, report).await,
+            Work::Lines(lines) => batch.clone().run_all(lines, concurrency, report.clone()).await,
+            Work::Pipeline(pipeline, prior) => batch.run_pipeline(*pipeline, prior, concurrency, &*report).await,
         };
+        let report = &*report;
         // A result that could not be written was said when it happened; one
         // that fails only now (the last sync) is said here.
         let lost = results.finish(report).err().map(str::to_owned);
@@ -333,13 +335,32 @@ impl ReadAhead {
     }
 }
 
-/// Aborts a task (a run's timer) when the run is over.
-struct AbortOnDrop(tokio::task::AbortHandle);
+/// Aborts a task when dropped: a run's timer when the run is over, a
+/// batch's shard when the batch's future is dropped.
+enum AbortOnDrop {
+    Timer(tokio::task::AbortHandle),
+    Shard(futures_util::future::AbortHandle),
+}
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
-        self.0.abort();
+        match self {
+            AbortOnDrop::Timer(timer) => timer.abort(),
+            AbortOnDrop::Shard(shard) => shard.abort(),
+        }
     }
+}
+
+/// What the shards of a flat batch share (see [`Engine::run_all`]).
+struct Feed {
+    lines: tokio::sync::Mutex<ReadAhead>,
+    /// Explicit ids seen, with their lines: one id, one task.
+    first_lines: Mutex<FirstLines>,
+    summary: Mutex<Summary>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// One attempt's result record (not written yet), its counts, and why it
@@ -375,11 +396,43 @@ impl Engine {
     /// Runs every task `lines` yields, at most `concurrency` at once. Only
     /// the runs in flight are held; a finished run leaves its counts in the
     /// summary and nothing else.
-    async fn run_all(&self, mut lines: ReadAhead, concurrency: usize, report: &dyn Report) -> Summary {
-        let mut summary = Summary::default();
+    ///
+    /// The runs are split over the runtime's workers: each worker runs a
+    /// shard of the loop, taking the next line whenever it has room for a
+    /// run, so every core works and each run (its actor, its session, its
+    /// model call on that worker's own connection) stays on one thread.
+    async fn run_all(self: Arc<Self>, lines: ReadAhead, concurrency: usize, report: Arc<dyn Report>) -> Summary {
+        let feed = Arc::new(Feed {
+            lines: tokio::sync::Mutex::new(lines),
+            first_lines: Mutex::new(FirstLines::default()),
+            summary: Mutex::new(Summary::default()),
+        });
+        let shards = self.subagents.worker_count().clamp(1, concurrency.max(1));
+        if shards == 1 {
+            self.run_shard(&feed, concurrency, &*report).await;
+        } else {
+            // Dropping the batch's future stops every shard with it.
+            let (handles, shards): (Vec<_>, Vec<_>) = (0..shards)
+                .map(|n| {
+                    let room = concurrency / shards + usize::from(n < concurrency % shards);
+                    let (engine, feed, report) = (self.clone(), feed.clone(), report.clone());
+                    let (abortable, handle) = futures_util::future::abortable(async move {
+                        engine.run_shard(&feed, room, &*report).await;
+                    });
+                    (AbortOnDrop::Shard(handle), self.subagents.on_worker(n, abortable))
+                })
+                .unzip();
+            futures_util::future::join_all(shards).await;
+            drop(handles);
+        }
+        let summary = std::mem::take(&mut *lock(&feed.summary));
+        summary
+    }
+
+    /// One worker's share of [`Engine::run_all`]: lines taken from `feed`
+    /// while fewer than `room` of its runs are in flight.
+    async fn run_shard(&self, feed: &Feed, room: usize, report: &dyn Report) {
         let mut in_flight = FuturesUnordered::new();
-        // Explicit ids seen, with their lines: one id, one task.
-        let mut first_lines = FirstLines::default();
         let mut reading = true;
         loop {
             tokio::select! {
@@ -387,27 +440,27 @@ impl Engine {
                 biased;
                 Some(finished) = in_flight.next(), if !in_flight.is_empty() => {
                     if let Some((finished, _)) = finished {
-                        summary.add(finished);
+                        lock(&feed.summary).add(finished);
                     }
                 }
                 () = self.cancel.cancelled(), if reading => reading = false,
-                line = lines.recv(), if reading && in_flight.len() < concurrency => match line {
+                line = async { feed.lines.lock().await.recv().await }, if reading && in_flight.len() < room => match line {
                     Some(Ok(Line::Task { number, task, hash })) => {
                         if task.is_step() {
                             report.skipped(number, "after and for_each need a tasks file that is a regular file: a pipeline is checked whole before it runs");
-                            summary.skipped += 1;
+                            lock(&feed.summary).skipped += 1;
                             continue;
                         }
                         let id = task_id(&task, number, hash);
-                        if let Err(first) = first_lines.claim(&task, &id, number) {
+                        if let Err(first) = lock(&feed.first_lines).claim(&task, &id, number) {
                             report.skipped(number, &format!("its id {id:?} is line {first}'s too"));
-                            summary.skipped += 1;
+                            lock(&feed.summary).skipped += 1;
                             continue;
                         }
                         let prior = self.settled.get(&id_key(&id));
                         let done = prior.is_some_and(|p| p.hash == Some(hash) && (p.completed || !self.resume.rerun_failed));
                         if done {
-                            summary.already_done += 1;
+                            lock(&feed.summary).already_done += 1;
                             report.done_before();
                             continue;
                         }
@@ -415,11 +468,11 @@ impl Engine {
                     }
                     Some(Ok(Line::Skipped { number, why })) => {
                         report.skipped(number, &why);
-                        summary.skipped += 1;
+                        lock(&feed.summary).skipped += 1;
                     }
                     Some(Err(error)) => {
                         report.tasks_unreadable(&error);
-                        summary.unread = true;
+                        lock(&feed.summary).unread = true;
                         reading = false;
                     }
                     None => reading = false,
@@ -427,7 +480,6 @@ impl Engine {
                 else => break,
             }
         }
-        summary
     }
 
     /// Runs one task (again after a transient failure, up to `retry`
@@ -568,7 +620,7 @@ impl Engine {
         let timed_out = Arc::new(AtomicBool::new(false));
         let _timer = timeout.map(|timeout| {
             let (signal, timed_out) = (signal.clone(), timed_out.clone());
-            AbortOnDrop(
+            AbortOnDrop::Timer(
                 tokio::spawn(async move {
                     tokio::time::sleep(timeout).await;
                     timed_out.store(true, Ordering::Release);

@@ -510,6 +510,12 @@ impl Tool for SubagentTool {
         self.subagents.has_provider(&self.config.provider)
     }
 
+    /// Which registration of the provider answers: its spec and presence
+    /// follow that alone.
+    fn spec_state(&self) -> Option<u64> {
+        Some(self.subagents.provider_key(&self.config.provider).unwrap_or(0))
+    }
+
     fn offered_at_depth(&self, depth: u32) -> bool {
         // A child would have depth + 1; at the cap there is no room for one.
         match self.config.max_depth {

@@ -214,10 +214,55 @@ pub(super) struct Call<'a> {
     pub(super) cancel: &'a CancellationToken,
 }
 
+/// Threads with an HTTP client of their own in each endpoint; the
+/// threads past them share one.
+const CLIENT_SLOTS: usize = 8;
+
+/// An endpoint's HTTP clients: one for each thread that calls it (the
+/// first [`CLIENT_SLOTS`] threads of the process to make any model call),
+/// and one the later threads share. A pooled connection lives on the
+/// runtime that opened it, so with a client per thread a run's request and
+/// its answer stay on the run's worker instead of crossing to another's.
+struct Clients {
+    connect_timeout: Duration,
+    /// Built on a thread's first call.
+    slots: [std::sync::OnceLock<reqwest::Client>; CLIENT_SLOTS],
+    shared: reqwest::Client,
+}
+
+impl Clients {
+    fn new(connect_timeout: Duration) -> Result<Self, ModelError> {
+        let shared = Self::build(connect_timeout)?;
+        Ok(Clients { connect_timeout, slots: Default::default(), shared })
+    }
+
+    fn build(connect_timeout: Duration) -> Result<reqwest::Client, ModelError> {
+        reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .build()
+            .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))
+    }
+
+    /// The calling thread's client.
+    fn here(&self) -> &reqwest::Client {
+        thread_local! {
+            static SLOT: usize = {
+                static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            };
+        }
+        let slot = SLOT.with(|slot| *slot);
+        let Some(cell) = self.slots.get(slot) else { return &self.shared };
+        // The shared client's settings built once already: a later build
+        // fails only if the machine does, and then the shared one serves.
+        cell.get_or_init(|| Self::build(self.connect_timeout).unwrap_or_else(|_| self.shared.clone()))
+    }
+}
+
 /// One endpoint URL, the headers every request carries (its key among
 /// them, marked sensitive), the bounds, and the limiter every try passes.
 pub(super) struct Endpoint {
-    client: reqwest::Client,
+    clients: Clients,
     base_url: String,
     /// Parsed once: a URL string would be parsed again for every request.
     url: reqwest::Url,
@@ -242,14 +287,11 @@ impl Endpoint {
         }
         bounds.check()?;
         crate::tls::install_crypto_provider();
-        let client = reqwest::Client::builder()
-            .connect_timeout(bounds.timeout.min(Duration::from_secs(30)))
-            .build()
-            .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))?;
+        let clients = Clients::new(bounds.timeout.min(Duration::from_secs(30)))?;
         let url = format!("{}/{path}", base_url.trim_end_matches('/'));
         let url = reqwest::Url::parse(&url).map_err(|e| ModelError::Config(format!("base URL {base_url:?}: {e}")))?;
         let limiter = Limiter::new(bounds.limits);
-        Ok(Endpoint { client, base_url: base_url.to_owned(), url, headers, bounds, transient, limiter })
+        Ok(Endpoint { clients, base_url: base_url.to_owned(), url, headers, bounds, transient, limiter })
     }
 
     /// Every try passes `limiter` instead of the endpoint's own.
@@ -357,8 +399,9 @@ impl Endpoint {
         call: Call<'_>,
     ) -> Result<(reqwest::Response, Permit), ModelError> {
         let bounds = &self.bounds;
-        let body =
-            serde_json::to_vec(body).map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))?;
+        let body = serde_json::to_vec(body)
+            .map(bytes::Bytes::from)
+            .map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))?;
         // About four bytes a token, and the longest answer the call allows.
         let estimate = (body.len() as u64 / 4).saturating_add(call.max_tokens);
         let mut attempt = 0;
@@ -366,7 +409,8 @@ impl Endpoint {
             let permit = self.limiter.admit(estimate, call.cancel).await.map_err(|_| ModelError::Cancelled)?;
             call.meter.attempt(permit.waited());
             let request = self
-                .client
+                .clients
+                .here()
                 .post(self.url.clone())
                 .headers(self.headers.clone())
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
