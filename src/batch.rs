@@ -263,35 +263,44 @@ pub trait Report: Send + Sync {
     }
 }
 
-impl<R: Report + ?Sized> Report for &R {
-    fn settled(&self, settled: &Settled<'_>) {
-        (**self).settled(settled);
-    }
+/// A report passed on to the one it points at: `&R` for a report that
+/// outlives the batch's future, `Arc<R>` for one read again after the
+/// batch (a batch's runs report from every worker's thread).
+macro_rules! passes_on {
+    ($($pointer:ty),*) => {$(
+        impl<R: Report + ?Sized> Report for $pointer {
+            fn settled(&self, settled: &Settled<'_>) {
+                (**self).settled(settled);
+            }
 
-    fn skipped(&self, line: usize, why: &str) {
-        (**self).skipped(line, why);
-    }
+            fn skipped(&self, line: usize, why: &str) {
+                (**self).skipped(line, why);
+            }
 
-    fn done_before(&self) {
-        (**self).done_before();
-    }
+            fn done_before(&self) {
+                (**self).done_before();
+            }
 
-    fn expanded(&self, line: usize, runs: usize) {
-        (**self).expanded(line, runs);
-    }
+            fn expanded(&self, line: usize, runs: usize) {
+                (**self).expanded(line, runs);
+            }
 
-    fn tasks_unreadable(&self, error: &std::io::Error) {
-        (**self).tasks_unreadable(error);
-    }
+            fn tasks_unreadable(&self, error: &std::io::Error) {
+                (**self).tasks_unreadable(error);
+            }
 
-    fn retrying(&self, line: usize, attempt: u32, outcome: &str, wait: Duration) {
-        (**self).retrying(line, attempt, outcome, wait);
-    }
+            fn retrying(&self, line: usize, attempt: u32, outcome: &str, wait: Duration) {
+                (**self).retrying(line, attempt, outcome, wait);
+            }
 
-    fn results_lost(&self, why: &str) {
-        (**self).results_lost(why);
-    }
+            fn results_lost(&self, why: &str) {
+                (**self).results_lost(why);
+            }
+        }
+    )*};
 }
+
+passes_on!(&R, std::sync::Arc<R>);
 
 /// A [`Report`] that says nothing.
 #[derive(Clone, Copy, Debug, Default)]

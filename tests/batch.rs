@@ -151,3 +151,37 @@ fn a_pipeline_maps_under_the_cap_resumes_after_an_interruption_and_its_reduce_se
         "{error}"
     );
 }
+
+#[test]
+fn a_batch_runs_on_every_worker_under_one_cap_and_a_duplicate_id_is_refused_once() {
+    // 400 tasks, one id twice (lines 2 and 301), so far apart that the two
+    // lines are likely read by different workers' shares.
+    let mut lines: Vec<String> = (0..400).map(|i| format!("{{\"id\": \"t{i}\", \"prompt\": \"task {i}\"}}")).collect();
+    lines[300] = "{\"id\": \"t1\", \"prompt\": \"again\"}".to_owned();
+    let (_dir, runtime, tasks, out) = batch_of(&(lines.join("\n") + "\n"));
+    let subagents = runtime.subagents();
+    let (_listener, peak) = crate::common::peak_running(&subagents);
+
+    /// The threads runs settled on, and the lines skipped.
+    #[derive(Default)]
+    struct Threads(std::sync::Mutex<(std::collections::HashSet<std::thread::ThreadId>, Vec<usize>)>);
+    impl Report for Threads {
+        fn settled(&self, _: &Settled<'_>) {
+            self.0.lock().unwrap().0.insert(std::thread::current().id());
+        }
+        fn skipped(&self, line: usize, _: &str) {
+            self.0.lock().unwrap().1.push(line);
+        }
+    }
+    let threads = std::sync::Arc::new(Threads::default());
+    let opened =
+        Batch::new(&subagents, "mock").concurrency(10).out(&out).open(&tasks, CancellationToken::new()).unwrap();
+    let summary = runtime.block_on(opened.run(threads.clone()));
+    assert_eq!((summary.runs(), summary.skipped()), (399, 1));
+    assert!(summary.all_completed());
+    let (seen, skipped) = &*threads.0.lock().unwrap();
+    assert_eq!(seen.len(), 2, "runs settled on both workers");
+    assert_eq!(skipped, &[301], "the second line with id t1");
+    assert!(peak() <= 10, "at most 10 runs at once across the workers, saw {}", peak());
+    assert_eq!(lines_by_id(&out).len(), 399);
+}

@@ -152,6 +152,7 @@ impl Core {
     }
 
     /// The key of the provider registered as `name`.
+    #[cfg(feature = "agent")]
     pub(crate) fn provider_key(&self, name: &str) -> Option<u64> {
         self.read_providers().iter().find(|entry| entry.name() == name).map(|entry| entry.key)
     }
@@ -265,6 +266,7 @@ impl Core {
     }
 
     /// How many worker threads host runs.
+    #[cfg(feature = "batch")]
     pub(crate) fn worker_count(&self) -> usize {
         self.workers.len()
     }

@@ -78,6 +78,7 @@ impl Subagents {
 
     /// Which registration answers to `name` (a number never given to
     /// another), if any.
+    #[cfg(feature = "agent")]
     pub(crate) fn provider_key(&self, name: &str) -> Option<u64> {
         self.core.provider_key(name)
     }

@@ -586,3 +586,89 @@ impl Toolset {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+    use serde_json::json;
+
+    use super::*;
+
+    /// A dynamic tool whose state a test turns: its spec says the state,
+    /// and counts how often it was asked for.
+    struct Turning {
+        state: Arc<AtomicU64>,
+        asked: Arc<AtomicUsize>,
+        /// Whether it says its state ([`Tool::spec_state`]).
+        says: bool,
+        there: Arc<AtomicBool>,
+    }
+
+    impl Tool for Turning {
+        fn spec(&self) -> ToolSpec {
+            self.asked.fetch_add(1, Ordering::SeqCst);
+            let description = format!("state {}", self.state.load(Ordering::SeqCst));
+            ToolSpec { name: "turning".into(), description, parameters: json!({"type": "object"}) }
+        }
+
+        fn dynamic(&self) -> bool {
+            true
+        }
+
+        fn available(&self) -> bool {
+            self.there.load(Ordering::SeqCst)
+        }
+
+        fn spec_state(&self) -> Option<u64> {
+            self.says.then(|| self.state.load(Ordering::SeqCst))
+        }
+
+        fn call(&self, _: Value, _: ToolContext) -> BoxFuture<'_, ToolOutput> {
+            Box::pin(async { ToolOutput::error("not called here") })
+        }
+    }
+
+    fn set_with(says: bool) -> (Toolset, Arc<AtomicU64>, Arc<AtomicUsize>, Arc<AtomicBool>) {
+        let (state, asked, there) = (Arc::new(AtomicU64::new(1)), Arc::default(), Arc::new(AtomicBool::new(true)));
+        let mut set = Toolset::new();
+        set.add(FnTool::new("fixed", "always there", json!({"type": "object"}), |_| ToolOutput::ok(""))).unwrap();
+        let turning = Turning { state: state.clone(), asked: Arc::clone(&asked), says, there: there.clone() };
+        set.add(turning).unwrap();
+        (set, state, asked, there)
+    }
+
+    fn descriptions(specs: &[ToolSpec]) -> Vec<&str> {
+        specs.iter().map(|spec| spec.description.as_str()).collect()
+    }
+
+    #[test]
+    fn a_list_with_a_dynamic_tool_is_computed_again_only_when_its_state_changes() {
+        let (set, state, asked, there) = set_with(true);
+        let clone = set.clone();
+        let first = set.visible_specs();
+        assert_eq!(descriptions(&first), ["always there", "state 1"]);
+        let asked_once = asked.load(Ordering::SeqCst);
+        // The same state: the very list, from the set and from its clone.
+        assert!(Arc::ptr_eq(&first, &set.visible_specs()));
+        assert!(Arc::ptr_eq(&first, &clone.visible_specs()));
+        assert_eq!(asked.load(Ordering::SeqCst), asked_once, "not asked again");
+        // A new state: a new list that says it.
+        state.store(2, Ordering::SeqCst);
+        assert_eq!(descriptions(&clone.visible_specs()), ["always there", "state 2"]);
+        // Gone, under a state of its own: gone from the list.
+        there.store(false, Ordering::SeqCst);
+        state.store(3, Ordering::SeqCst);
+        assert_eq!(descriptions(&set.visible_specs()), ["always there"]);
+    }
+
+    #[test]
+    fn a_dynamic_tool_that_says_no_state_is_asked_at_every_request() {
+        let (set, state, asked, _) = set_with(false);
+        set.visible_specs();
+        let before = asked.load(Ordering::SeqCst);
+        state.store(7, Ordering::SeqCst);
+        assert_eq!(descriptions(&set.visible_specs()), ["always there", "state 7"]);
+        assert!(asked.load(Ordering::SeqCst) > before);
+    }
+}

@@ -45,7 +45,9 @@ use tokio_util::sync::CancellationToken;
 
 pub(super) use config::{http_config, http_model, Defaults};
 pub(super) use text::{describe, excerpt, one_line};
-pub(super) use wire::{arguments_text, functions, kind_of, not_read, read_event, user_content, Content, Function};
+pub(super) use wire::{
+    arguments_text, functions, kind_of, not_read, read_event, user_content, Content, Function, WireText, WireTools,
+};
 
 use super::limit::{retry_delay, Limiter, Permit, RouteLimits};
 use super::{CallMeter, ChunkSink, ModelError, ModelReply, ModelRequest, Oversize};
@@ -233,7 +235,13 @@ struct Clients {
 impl Clients {
     fn new(connect_timeout: Duration) -> Result<Self, ModelError> {
         let shared = Self::build(connect_timeout)?;
-        Ok(Clients { connect_timeout, slots: Default::default(), shared })
+        let clients = Clients { connect_timeout, slots: Default::default(), shared };
+        // The building thread takes the shared one (a build reads the
+        // system's root certificates: milliseconds).
+        if let Some(cell) = clients.slots.get(Self::slot()) {
+            let _ = cell.set(clients.shared.clone());
+        }
+        Ok(clients)
     }
 
     fn build(connect_timeout: Duration) -> Result<reqwest::Client, ModelError> {
@@ -243,16 +251,20 @@ impl Clients {
             .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))
     }
 
-    /// The calling thread's client.
-    fn here(&self) -> &reqwest::Client {
+    /// The calling thread's slot: threads are numbered as they first ask.
+    fn slot() -> usize {
         thread_local! {
             static SLOT: usize = {
                 static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
                 NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             };
         }
-        let slot = SLOT.with(|slot| *slot);
-        let Some(cell) = self.slots.get(slot) else { return &self.shared };
+        SLOT.with(|slot| *slot)
+    }
+
+    /// The calling thread's client.
+    fn here(&self) -> &reqwest::Client {
+        let Some(cell) = self.slots.get(Self::slot()) else { return &self.shared };
         // The shared client's settings built once already: a later build
         // fails only if the machine does, and then the shared one serves.
         cell.get_or_init(|| Self::build(self.connect_timeout).unwrap_or_else(|_| self.shared.clone()))

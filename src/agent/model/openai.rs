@@ -58,7 +58,7 @@ use answer::StreamedAnswer;
 pub use config::OpenAiConfig;
 use request::{ChatRequest, StreamOptions};
 
-use super::http::{http_model, transient, Endpoint};
+use super::http::{http_model, transient, Endpoint, WireTools};
 use super::{ModelError, ModelReply, ModelRequest};
 
 /// The OpenAI-compatible adapter.
@@ -66,6 +66,8 @@ pub struct OpenAiModel {
     config: OpenAiConfig,
     name: String,
     endpoint: Endpoint,
+    /// The tools as this wire spells them, written out once per list.
+    tools: WireTools,
 }
 
 http_model!(OpenAiModel);
@@ -75,24 +77,24 @@ impl OpenAiModel {
     pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
         let endpoint =
             Endpoint::new(&config.base_url, "chat/completions", bearer(&config)?, config.bounds(), transient)?;
-        Ok(OpenAiModel { name: format!("openai:{}", config.model), config, endpoint })
+        Ok(OpenAiModel { name: format!("openai:{}", config.model), config, endpoint, tools: WireTools::default() })
     }
 
-    fn body<'a>(&'a self, request: &'a ModelRequest) -> ChatRequest<'a> {
+    fn body<'a>(&'a self, request: &'a ModelRequest) -> Result<ChatRequest<'a>, ModelError> {
         let options = &request.options;
-        ChatRequest {
+        Ok(ChatRequest {
             model: options.model.as_deref().unwrap_or(&self.config.model),
             messages: request::messages(request),
-            tools: request::tools(request),
+            tools: self.tools.of(request, request::tools)?,
             max_tokens: options.max_tokens.or(self.config.max_tokens),
             reasoning_effort: options.reasoning_effort.as_deref(),
             stream: self.config.stream,
             stream_options: self.config.stream.then_some(StreamOptions { include_usage: true }),
-        }
+        })
     }
 
     async fn complete_inner(&self, request: ModelRequest, cancel: CancellationToken) -> Result<ModelReply, ModelError> {
-        let body = self.body(&request);
+        let body = self.body(&request)?;
         let max_tokens = request.options.max_tokens.or(self.config.max_tokens).map_or(0, u64::from);
         self.endpoint.complete::<StreamedAnswer>(&body, max_tokens, self.config.stream, &request, &cancel).await
     }

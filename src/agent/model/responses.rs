@@ -45,7 +45,7 @@ mod wire;
 use answer::Response;
 use request::{Reasoning, ResponsesRequest};
 
-use super::http::{http_model, transient, Endpoint};
+use super::http::{http_model, transient, Endpoint, WireTools};
 use super::openai::{bearer, OpenAiConfig};
 use super::{ModelError, ModelReply, ModelRequest};
 
@@ -54,6 +54,8 @@ pub struct OpenAiResponsesModel {
     config: OpenAiConfig,
     name: String,
     endpoint: Endpoint,
+    /// The tools as this wire spells them, written out once per list.
+    tools: WireTools,
 }
 
 http_model!(OpenAiResponsesModel);
@@ -63,25 +65,30 @@ impl OpenAiResponsesModel {
     /// `/responses`).
     pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
         let endpoint = Endpoint::new(&config.base_url, "responses", bearer(&config)?, config.bounds(), transient)?;
-        Ok(OpenAiResponsesModel { name: format!("openai-responses:{}", config.model), config, endpoint })
+        Ok(OpenAiResponsesModel {
+            name: format!("openai-responses:{}", config.model),
+            config,
+            endpoint,
+            tools: WireTools::default(),
+        })
     }
 
-    fn body<'a>(&'a self, request: &'a ModelRequest) -> ResponsesRequest<'a> {
+    fn body<'a>(&'a self, request: &'a ModelRequest) -> Result<ResponsesRequest<'a>, ModelError> {
         let options = &request.options;
-        ResponsesRequest {
+        Ok(ResponsesRequest {
             model: options.model.as_deref().unwrap_or(&self.config.model),
             input: request::input(request),
             store: false,
             instructions: &request.system,
-            tools: request::tools(request),
+            tools: self.tools.of(request, request::tools)?,
             max_output_tokens: options.max_tokens.or(self.config.max_tokens),
             reasoning: options.reasoning_effort.as_deref().map(|effort| Reasoning { effort }),
             stream: self.config.stream,
-        }
+        })
     }
 
     async fn complete_inner(&self, request: ModelRequest, cancel: CancellationToken) -> Result<ModelReply, ModelError> {
-        let body = self.body(&request);
+        let body = self.body(&request)?;
         let max_tokens = request.options.max_tokens.or(self.config.max_tokens).map_or(0, u64::from);
         self.endpoint.complete::<Response>(&body, max_tokens, self.config.stream, &request, &cancel).await
     }

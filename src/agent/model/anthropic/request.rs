@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::agent::model::http::WireText;
 use crate::agent::model::ModelRequest;
 use crate::agent::session::SessionEvent;
 use crate::seam::ContentBlock;
@@ -18,8 +19,9 @@ pub(super) struct MessagesRequest<'a> {
     pub(super) messages: Vec<Turn<'a>>,
     #[serde(skip_serializing_if = "str::is_empty")]
     pub(super) system: &'a str,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(super) tools: Vec<Tool<'a>>,
+    /// Written out once per tool list ([`WireTools`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) tools: Option<WireText>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(super) stream: bool,
 }
@@ -158,7 +160,7 @@ mod tests {
             max_tokens: 8,
             messages: turns(&request),
             system: &request.system,
-            tools: tools(&request),
+            tools: crate::agent::model::http::WireTools::default().of(&request, tools).unwrap(),
             stream: false,
         };
         assert_eq!(

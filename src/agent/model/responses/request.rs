@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use serde::Serialize;
 
-use crate::agent::model::http::{arguments_text, functions, user_content, Content, Function};
+use crate::agent::model::http::{arguments_text, functions, user_content, Content, Function, WireText};
 use crate::agent::model::ModelRequest;
 use crate::agent::session::SessionEvent;
 
@@ -18,8 +18,9 @@ pub(super) struct ResponsesRequest<'a> {
     pub(super) store: bool,
     #[serde(skip_serializing_if = "str::is_empty")]
     pub(super) instructions: &'a str,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(super) tools: Vec<Tool<'a>>,
+    /// Written out once per tool list ([`WireTools`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) tools: Option<WireText>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) max_output_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
