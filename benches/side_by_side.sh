@@ -104,7 +104,7 @@ timed() {
     local lines
     lines=$(grep -c . "$WORK/stdout" || true)
     [ "$lines" -eq "$N" ] || { echo "side_by_side: ${who[*]} wrote $lines result lines, not $N" >&2; tail -5 "$WORK/stderr" >&2; exit 1; }
-    grep -q '"stop_reason":"completed"' "$WORK/stdout" \
+    [ "$1" = bare ] || grep -q '"stop_reason":"completed"' "$WORK/stdout" \
         || { echo "side_by_side: ${who[*]} completed no run" >&2; tail -5 "$WORK/stderr" >&2; exit 1; }
 }
 
@@ -138,12 +138,12 @@ for C in "${CONCURRENCIES[@]}"; do
         done
     done
     br=$(median < "$WORK/bare.rates"); bc=$(median < "$WORK/bare.cpu")
-    printf 'C=%-5s bare client              %6d runs/s (%.3f CPU s/1,000)\n' "$C" "$br" "$bc"
+    printf 'C=%-5s bare client                          %6d runs/s (%.3f CPU s/1,000)\n' "$C" "$br" "$bc"
     for adapter in "${ADAPTERS[@]}"; do
         fr=$(median < "$WORK/$adapter.rates"); fc=$(median < "$WORK/$adapter.cpu")
         awk -v c="$C" -v a="$adapter" -v fr="$fr" -v fc="$fc" -v br="$br" -v bc="$bc" 'BEGIN {
             share = fr / br; cpu = fc / bc
-            printf "C=%-5s fanout --model %-9s %6d runs/s (%.3f CPU s/1,000) | throughput %.2f of bare (goal >= 0.6: %s) | CPU %.2fx bare (goal <= 2: %s)\n",
+            printf "C=%-5s fanout --model %-18s %6d runs/s (%.3f CPU s/1,000) | throughput %.2f of bare (goal >= 0.6: %s) | CPU %.2fx bare (goal <= 2: %s)\n",
                 c, a ":m", fr, fc, share, (share >= 0.6 ? "met" : "missed"), cpu, (cpu <= 2 ? "met" : "missed")
         }'
     done
