@@ -54,7 +54,7 @@ use answer::Message;
 pub use config::AnthropicConfig;
 use request::MessagesRequest;
 
-use super::http::{http_model, transient, Endpoint, WireTools};
+use super::http::{http_model, transient, Endpoint};
 use super::{ModelError, ModelReply, ModelRequest};
 
 /// The API version every request names.
@@ -65,8 +65,6 @@ pub struct AnthropicModel {
     config: AnthropicConfig,
     name: String,
     endpoint: Endpoint,
-    /// The tools as this wire spells them, written out once per list.
-    tools: WireTools,
 }
 
 http_model!(AnthropicModel);
@@ -86,12 +84,7 @@ impl AnthropicModel {
             headers.insert("x-api-key", value);
         }
         let endpoint = Endpoint::new(&config.base_url, "v1/messages", headers, config.bounds(), overloaded)?;
-        Ok(AnthropicModel {
-            name: format!("anthropic:{}", config.model),
-            config,
-            endpoint,
-            tools: WireTools::default(),
-        })
+        Ok(AnthropicModel { name: format!("anthropic:{}", config.model), config, endpoint })
     }
 
     fn body<'a>(&'a self, request: &'a ModelRequest) -> Result<MessagesRequest<'a>, ModelError> {
@@ -104,7 +97,7 @@ impl AnthropicModel {
             max_tokens: options.max_tokens.map_or(self.config.max_tokens, u64::from),
             messages: request::turns(request),
             system: &request.system,
-            tools: self.tools.of(request, request::tools)?,
+            tools: self.endpoint.tools().of(request, request::tools)?,
             stream: self.config.stream,
         })
     }

@@ -282,6 +282,9 @@ pub(super) struct Endpoint {
     bounds: Bounds,
     transient: fn(u16) -> bool,
     limiter: Limiter,
+    /// The request's tools as the adapter's wire spells them, written out
+    /// once per tool list.
+    tools: WireTools,
 }
 
 impl Endpoint {
@@ -303,7 +306,8 @@ impl Endpoint {
         let url = format!("{}/{path}", base_url.trim_end_matches('/'));
         let url = reqwest::Url::parse(&url).map_err(|e| ModelError::Config(format!("base URL {base_url:?}: {e}")))?;
         let limiter = Limiter::new(bounds.limits);
-        Ok(Endpoint { clients, base_url: base_url.to_owned(), url, headers, bounds, transient, limiter })
+        let tools = WireTools::default();
+        Ok(Endpoint { clients, base_url: base_url.to_owned(), url, headers, bounds, transient, limiter, tools })
     }
 
     /// Every try passes `limiter` instead of the endpoint's own.
@@ -314,6 +318,11 @@ impl Endpoint {
 
     pub(super) fn limiter(&self) -> &Limiter {
         &self.limiter
+    }
+
+    /// Where the adapter's bodies take their tools from.
+    pub(super) fn tools(&self) -> &WireTools {
+        &self.tools
     }
 
     /// Whether the endpoint's host accepts a connection (within the

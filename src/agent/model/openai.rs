@@ -58,7 +58,7 @@ use answer::StreamedAnswer;
 pub use config::OpenAiConfig;
 use request::{ChatRequest, StreamOptions};
 
-use super::http::{http_model, transient, Endpoint, WireTools};
+use super::http::{http_model, transient, Endpoint};
 use super::{ModelError, ModelReply, ModelRequest};
 
 /// The OpenAI-compatible adapter.
@@ -66,8 +66,6 @@ pub struct OpenAiModel {
     config: OpenAiConfig,
     name: String,
     endpoint: Endpoint,
-    /// The tools as this wire spells them, written out once per list.
-    tools: WireTools,
 }
 
 http_model!(OpenAiModel);
@@ -77,7 +75,7 @@ impl OpenAiModel {
     pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
         let endpoint =
             Endpoint::new(&config.base_url, "chat/completions", bearer(&config)?, config.bounds(), transient)?;
-        Ok(OpenAiModel { name: format!("openai:{}", config.model), config, endpoint, tools: WireTools::default() })
+        Ok(OpenAiModel { name: format!("openai:{}", config.model), config, endpoint })
     }
 
     fn body<'a>(&'a self, request: &'a ModelRequest) -> Result<ChatRequest<'a>, ModelError> {
@@ -85,7 +83,7 @@ impl OpenAiModel {
         Ok(ChatRequest {
             model: options.model.as_deref().unwrap_or(&self.config.model),
             messages: request::messages(request),
-            tools: self.tools.of(request, request::tools)?,
+            tools: self.endpoint.tools().of(request, request::tools)?,
             max_tokens: options.max_tokens.or(self.config.max_tokens),
             reasoning_effort: options.reasoning_effort.as_deref(),
             stream: self.config.stream,

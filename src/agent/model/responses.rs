@@ -45,7 +45,7 @@ mod wire;
 use answer::Response;
 use request::{Reasoning, ResponsesRequest};
 
-use super::http::{http_model, transient, Endpoint, WireTools};
+use super::http::{http_model, transient, Endpoint};
 use super::openai::{bearer, OpenAiConfig};
 use super::{ModelError, ModelReply, ModelRequest};
 
@@ -54,8 +54,6 @@ pub struct OpenAiResponsesModel {
     config: OpenAiConfig,
     name: String,
     endpoint: Endpoint,
-    /// The tools as this wire spells them, written out once per list.
-    tools: WireTools,
 }
 
 http_model!(OpenAiResponsesModel);
@@ -65,12 +63,7 @@ impl OpenAiResponsesModel {
     /// `/responses`).
     pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
         let endpoint = Endpoint::new(&config.base_url, "responses", bearer(&config)?, config.bounds(), transient)?;
-        Ok(OpenAiResponsesModel {
-            name: format!("openai-responses:{}", config.model),
-            config,
-            endpoint,
-            tools: WireTools::default(),
-        })
+        Ok(OpenAiResponsesModel { name: format!("openai-responses:{}", config.model), config, endpoint })
     }
 
     fn body<'a>(&'a self, request: &'a ModelRequest) -> Result<ResponsesRequest<'a>, ModelError> {
@@ -80,7 +73,7 @@ impl OpenAiResponsesModel {
             input: request::input(request),
             store: false,
             instructions: &request.system,
-            tools: self.tools.of(request, request::tools)?,
+            tools: self.endpoint.tools().of(request, request::tools)?,
             max_output_tokens: options.max_tokens.or(self.config.max_tokens),
             reasoning: options.reasoning_effort.as_deref().map(|effort| Reasoning { effort }),
             stream: self.config.stream,
