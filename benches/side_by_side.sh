@@ -23,6 +23,10 @@
 # at the start and the end is printed: wall times on a shared machine are
 # only as good as the load beside them; the CPU figures move much less.
 #
+# AUTOAGENTS=PATH also times AutoAgents (a Rust agent framework) doing the
+# same one-call runs (benches/frameworks/autoagents, built apart: see its
+# Cargo.toml), and adds the goal that fanout's throughput is at least its.
+#
 # SYSCALLS=1 also counts each command's system calls once per C
 # (`strace -f -c`; it slows the commands, so it runs apart from the timed
 # rounds) and prints them per 1,000 runs.
@@ -42,7 +46,8 @@ TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 SUBAGENTS=${SUBAGENTS:-$TARGET/release/subagents}
 BARE=${BARE:-$TARGET/release/examples/bare_client}
 NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
-for tool in "$SUBAGENTS" "$BARE" "$NGINX" /usr/bin/time; do
+AUTOAGENTS=${AUTOAGENTS:-}
+for tool in "$SUBAGENTS" "$BARE" "$NGINX" /usr/bin/time ${AUTOAGENTS:+"$AUTOAGENTS"}; do
     [ -x "$tool" ] || { echo "side_by_side: $tool is missing (see the header)" >&2; exit 2; }
 done
 
@@ -50,7 +55,7 @@ WORK=$(mktemp -d)
 trap '[ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null; rm -rf "$WORK"' EXIT
 
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-ANSWER='{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1}}'
+ANSWER='{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}'
 RESPONSE='{"id":"r","object":"response","status":"completed","output":[{"type":"message","id":"m","role":"assistant","content":[{"type":"output_text","text":"done","annotations":[]}]}],"usage":{"input_tokens":9,"output_tokens":1,"total_tokens":10}}'
 MESSAGE='{"id":"m","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"done"}],"stop_reason":"end_turn","usage":{"input_tokens":9,"output_tokens":1}}'
 mkdir -p "$WORK/nginx"
@@ -104,7 +109,7 @@ timed() {
     local lines
     lines=$(grep -c . "$WORK/stdout" || true)
     [ "$lines" -eq "$N" ] || { echo "side_by_side: ${who[*]} wrote $lines result lines, not $N" >&2; tail -5 "$WORK/stderr" >&2; exit 1; }
-    [ "$1" = bare ] || grep -q '"stop_reason":"completed"' "$WORK/stdout" \
+    [ "$1" = bare ] || [ "$1" = autoagents ] || grep -q '"stop_reason":"completed"' "$WORK/stdout" \
         || { echo "side_by_side: ${who[*]} completed no run" >&2; tail -5 "$WORK/stderr" >&2; exit 1; }
 }
 
@@ -122,15 +127,22 @@ bare() {
     "$@" "$BARE" "$BASE/chat/completions" "$WORK/tasks.jsonl" "$C"
 }
 
+autoagents() {
+    "$@" "$AUTOAGENTS" "$BASE/" "$WORK/tasks.jsonl" "$C"
+}
+
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 echo "N = $N, $ROUNDS rounds, $(nproc) cores, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-WHO=("${ADAPTERS[@]}" bare)
+WHO=("${ADAPTERS[@]}" ${AUTOAGENTS:+autoagents} bare)
 for C in "${CONCURRENCIES[@]}"; do
     for who in "${WHO[@]}"; do : > "$WORK/$who.rates"; : > "$WORK/$who.cpu"; done
     for round in $(seq "$ROUNDS"); do
         for who in "${WHO[@]}"; do
-            if [ "$who" = bare ]; then timed bare; else timed fanout "$who"; fi
+            case $who in
+                bare | autoagents) timed "$who" ;;
+                *) timed fanout "$who" ;;
+            esac
             read -r wall user sys < "$WORK/time"
             awk -v n="$N" -v w="$wall" 'BEGIN { printf "%.0f\n", n / w }' >> "$WORK/$who.rates"
             awk -v n="$N" -v u="$user" -v s="$sys" 'BEGIN { printf "%.4f\n", (u + s) * 1000 / n }' >> "$WORK/$who.cpu"
@@ -139,18 +151,25 @@ for C in "${CONCURRENCIES[@]}"; do
     done
     br=$(median < "$WORK/bare.rates"); bc=$(median < "$WORK/bare.cpu")
     printf 'C=%-5s bare client                          %6d runs/s (%.3f CPU s/1,000)\n' "$C" "$br" "$bc"
+    ar=0
+    if [ -n "$AUTOAGENTS" ]; then
+        ar=$(median < "$WORK/autoagents.rates"); ac=$(median < "$WORK/autoagents.cpu")
+        printf 'C=%-5s AutoAgents                           %6d runs/s (%.3f CPU s/1,000)\n' "$C" "$ar" "$ac"
+    fi
     for adapter in "${ADAPTERS[@]}"; do
         fr=$(median < "$WORK/$adapter.rates"); fc=$(median < "$WORK/$adapter.cpu")
-        awk -v c="$C" -v a="$adapter" -v fr="$fr" -v fc="$fc" -v br="$br" -v bc="$bc" 'BEGIN {
+        awk -v c="$C" -v a="$adapter" -v fr="$fr" -v fc="$fc" -v br="$br" -v bc="$bc" -v ar="$ar" 'BEGIN {
             share = fr / br; cpu = fc / bc
-            printf "C=%-5s fanout --model %-18s %6d runs/s (%.3f CPU s/1,000) | throughput %.2f of bare (goal >= 0.6: %s) | CPU %.2fx bare (goal <= 2: %s)\n",
+            printf "C=%-5s fanout --model %-18s %6d runs/s (%.3f CPU s/1,000) | throughput %.2f of bare (goal >= 0.6: %s) | CPU %.2fx bare (goal <= 2: %s)",
                 c, a ":m", fr, fc, share, (share >= 0.6 ? "met" : "missed"), cpu, (cpu <= 2 ? "met" : "missed")
+            if (ar > 0) printf " | throughput %.2f of AutoAgents (goal >= 1: %s)", fr / ar, (fr >= ar ? "met" : "missed")
+            printf "\n"
         }'
     done
     if [ "${SYSCALLS:-0}" = 1 ] && command -v strace > /dev/null; then
         for who in "${WHO[@]}"; do
-            if [ "$who" = bare ]; then
-                bare strace -f -c -o "$WORK/$who.strace" > "$WORK/stdout" 2> "$WORK/stderr" || true
+            if [ "$who" = bare ] || [ "$who" = autoagents ]; then
+                "$who" strace -f -c -o "$WORK/$who.strace" > "$WORK/stdout" 2> "$WORK/stderr" || true
             else
                 fanout "$who" strace -f -c -o "$WORK/$who.strace" > "$WORK/stdout" 2> "$WORK/stderr" || true
             fi

@@ -128,12 +128,19 @@ impl Results {
         if self.failure.get().is_some() {
             return false;
         }
-        let line = format!("{record}\n");
+        // Written straight into the line's bytes: `Value`'s `Display`
+        // goes through the formatting machinery a piece at a time.
+        let mut line = Vec::with_capacity(512);
+        if let Err(error) = serde_json::to_writer(&mut line, record) {
+            self.fail(&std::io::Error::other(error), report);
+            return false;
+        }
+        line.push(b'\n');
         let written = match &mut *self.sink() {
             // Flushed at the end only: a writer that gathers lines (the
             // command's stdout does, for 20 ms) writes them together.
-            Sink::Writer(writer) => writer.write_all(line.as_bytes()),
-            Sink::Journal(journal) => journal.write_line(line.as_bytes()),
+            Sink::Writer(writer) => writer.write_all(&line),
+            Sink::Journal(journal) => journal.write_line(&line),
             Sink::Nowhere => Ok(()),
         };
         match written {

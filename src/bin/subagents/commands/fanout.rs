@@ -253,18 +253,21 @@ impl Terminal {
 
 impl Report for Terminal {
     fn settled(&self, settled: &Settled<'_>) {
-        let label = settled.label.unwrap_or("task");
-        let detail = settled.detail.map(|d| format!(": {d}")).unwrap_or_default();
-        let took = terminal::human(settled.latency);
-        let failed = settled.outcome != "completed" && settled.outcome != "interrupted";
+        let line = || {
+            let label = settled.label.unwrap_or("task");
+            let detail = settled.detail.map(|d| format!(": {d}")).unwrap_or_default();
+            let took = terminal::human(settled.latency);
+            format!("line {}: {label}: {}{detail} ({took})", settled.line, settled.outcome)
+        };
         if self.plain.is_some() {
-            self.say(format!("line {}: {label}: {}{detail} ({took})", settled.line, settled.outcome));
+            self.say(line());
             return;
         }
-        if failed {
+        // Behind a progress bar only a failure has a line of its own.
+        if settled.outcome != "completed" && settled.outcome != "interrupted" {
             let failures = self.failed.fetch_add(1, Ordering::Relaxed) + 1;
             self.progress.set_prefix(format!(" · {failures} failed"));
-            self.say(format!("line {}: {label}: {}{detail} ({took})", settled.line, settled.outcome));
+            self.say(line());
         }
         self.progress.inc(1);
     }
