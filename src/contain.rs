@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::sync::Once;
 use std::task::{Context, Poll};
 
-use futures_util::future::{CatchUnwind, Either, LocalBoxFuture, Map, Ready};
+use futures_util::future::CatchUnwind;
 use futures_util::FutureExt;
 
 /// A caught panic; it displays as the panic's message.
@@ -36,26 +36,29 @@ impl Panicked {
 }
 
 /// A provider future whose panic becomes `Err(Panicked)`: no allocation
-/// of its own (the provider's future is boxed already), and `Unpin`, so a
-/// run can poll it once in place before deciding to keep it.
-pub(crate) type Contained<T> = Either<
-    Map<
-        CatchUnwind<AssertUnwindSafe<Inside<LocalBoxFuture<'static, T>>>>,
-        fn(std::thread::Result<T>) -> Result<T, Panicked>,
-    >,
-    Ready<Result<T, Panicked>>,
->;
+/// of its own (the provider's future is boxed already), `Unpin`, so a run
+/// can poll it once in place before deciding to keep it, and a few words
+/// long whatever `T` is (a run's result is hundreds of bytes, and the run
+/// actor moves this future as it decides where it lives).
+pub(crate) struct Contained<F>(Result<CatchUnwind<AssertUnwindSafe<Inside<F>>>, Option<Panicked>>);
+
+impl<F: std::future::Future + Unpin> std::future::Future for Contained<F> {
+    type Output = Result<F::Output, Panicked>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.get_mut().0 {
+            Ok(future) => Pin::new(future).poll(cx).map(|outcome| outcome.map_err(|panic| Panicked::of(&*panic))),
+            Err(panicked) => Poll::Ready(Err(panicked.take().expect("a contained future is polled after it is done"))),
+        }
+    }
+}
 
 /// Runs `make` and the future it returns, turning a panic in either into
 /// `Err(Panicked)`.
-pub(crate) fn contained<T: 'static>(make: impl FnOnce() -> LocalBoxFuture<'static, T>) -> Contained<T> {
+pub(crate) fn contained<F: std::future::Future + Unpin>(make: impl FnOnce() -> F) -> Contained<F> {
     match catch_unwind(AssertUnwindSafe(|| inside(make))) {
-        Ok(future) => {
-            let caught: fn(std::thread::Result<T>) -> Result<T, Panicked> =
-                |outcome| outcome.map_err(|panic| Panicked::of(&*panic));
-            Either::Left(AssertUnwindSafe(Inside(future)).catch_unwind().map(caught))
-        }
-        Err(panic) => Either::Right(futures_util::future::ready(Err(Panicked::of(&*panic)))),
+        Ok(future) => Contained(Ok(AssertUnwindSafe(Inside(future)).catch_unwind())),
+        Err(panic) => Contained(Err(Some(Panicked::of(&*panic)))),
     }
 }
 

@@ -17,7 +17,7 @@ impl Run {
     /// Resume, when the child supports it: a new run continuing this child's
     /// session (same session id and depth) once this run has settled.
     pub fn continuation(&self) -> Option<Continuation> {
-        let (core, parent) = self.continuation.clone()?;
+        let (core, parent) = self.continuation.as_deref().cloned()?;
         Some(Continuation { core, parent, agent: self.local_agent.clone()?, previous: self.control.shared.clone() })
     }
 }

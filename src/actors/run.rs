@@ -36,7 +36,7 @@ use tracing::{Instrument, Span};
 use super::control::{CaptureStructured, Control, Mailbox, RunControl, SendMessage};
 use super::core::Core;
 use super::entry::ProviderRunLease;
-use super::run_shared::RunShared;
+use super::run_shared::{RunShared, Settlement};
 use super::slot::{Held, Slot};
 use crate::contain::{contained, contained_call, Panicked};
 use crate::live::ActorLease;
@@ -50,7 +50,7 @@ use crate::telemetry;
 type LaunchOutcome = Result<Result<Box<dyn Child>, LaunchError>, Panicked>;
 
 /// A child's run outcome, `Err` holding a contained panic.
-type RunOutcome = Result<RunResult, Panicked>;
+type RunOutcome = Result<Settlement, Panicked>;
 
 /// A child's dispose hook outcome, `Err` holding a contained panic.
 type HookOutcome = Result<Result<(), Failure>, Panicked>;
@@ -204,8 +204,10 @@ pub(crate) struct RunActor {
     /// The child's place in its delegation budget (width until quiescence;
     /// the run itself is given back if the start is refused).
     admission: Option<Box<Admission>>,
-    /// When the actor was created: the lifecycle lines' duration.
-    began: Instant,
+    /// When the actor was created, if its debug lines are on then: their
+    /// duration (a run made while they were off says zero). Reading the
+    /// clock twice was 2% of a mock run's time.
+    began: Option<Instant>,
 }
 
 impl RunActor {
@@ -243,8 +245,7 @@ impl RunActor {
             approvals,
         };
         let mut actor = RunActor::new(spawn.core, spawn.shared, &spawn.request, spawn.token.clone(), spawn.admission);
-        let launch = Launch { request: *spawn.request, cancel: spawn.token, context };
-        let launched = match actor.launch(launch, &mut ctx) {
+        let launched = match actor.launch(spawn.request, spawn.token, context, &mut ctx) {
             Some(published) => Launched::Now(published),
             None => {
                 let (reply, answer) = oneshot::channel();
@@ -299,16 +300,28 @@ impl RunActor {
             start_reply: StartReply::Creating,
             leases: Some(leases),
             admission,
-            began: Instant::now(),
+            // The global hint, not `enabled!`: that asks the layers, and a
+            // per-layer filter asked then keeps its answer for the next
+            // span made on this thread, which it loses (an exporter's).
+            began: (tracing::level_filters::LevelFilter::current() >= tracing::Level::DEBUG).then(Instant::now),
         }
     }
 
     /// Hands the provider its launch (from the start path, before the
     /// actor's task is first polled): `Some` when the child was created at
     /// once and is published now; else the actor answers the start later.
-    fn launch(&mut self, launch: Launch, ctx: &mut Context<Self>) -> Option<Published> {
+    /// The launch is put together inside the provider's call: moving it
+    /// (the whole request) through here would copy hundreds of bytes.
+    fn launch(
+        &mut self,
+        request: Box<StartRequest>,
+        cancel: CancellationToken,
+        context: ProviderContext,
+        ctx: &mut Context<Self>,
+    ) -> Option<Published> {
         let provider = self.shared.entry.provider.clone();
-        let launching = self.launching.hold(self.core.id(), &self.span, contained(move || provider.launch(launch)));
+        let launch = move || provider.launch(Launch { request: *request, cancel, context });
+        let launching = self.launching.hold(self.core.id(), &self.span, contained(launch));
         let published = match launching {
             Ok(outcome) => {
                 let published = self.on_launched(outcome, ctx);
@@ -393,7 +406,13 @@ impl RunActor {
             Published { local_agent, steering: child.supports_steering(), continuation: child.supports_continuation() };
         // In the span from the first call: a provider may send its prompt
         // before the future is polled, and the span's context goes with it.
-        let run = self.span.in_scope(|| self.running.hold(self.core.id(), &self.span, contained(|| child.run())));
+        let run = self.span.in_scope(|| {
+            self.running.hold(
+                self.core.id(),
+                &self.span,
+                contained(|| futures_util::FutureExt::map(child.run(), |result| Box::new(Ok(result)))),
+            )
+        });
         self.phase = Phase::Running { child, structured: None };
         self.drive(run, ctx, |actor, outcome, ctx| {
             if let Some(outcome) = outcome {
@@ -435,7 +454,7 @@ impl RunActor {
     /// The start fails while `Starting` (there is no child yet): stop now;
     /// `Drop` replies once everything is released.
     fn reject(&mut self, error: StartError, ctx: &mut Context<Self>) {
-        tracing::debug!(parent: &self.span, %error, duration = ?self.began.elapsed(), "run refused");
+        tracing::debug!(parent: &self.span, %error, duration = ?self.age(), "run refused");
         telemetry::run_failed(&self.span, error.code());
         self.start_reply.refuse(error);
         self.phase = Phase::Disposed { child: None, outcome: Ok(()) };
@@ -494,16 +513,17 @@ impl RunActor {
     fn on_run_finished(&mut self, outcome: RunOutcome, ctx: &mut Context<Self>) {
         let result = outcome.unwrap_or_else(|panic| {
             tracing::error!(parent: &self.span, %panic, "child run panicked");
-            RunResult::failed(self.diagnostic(Stage::SessionRun, Category::Panicked).with_detail(panic.to_string()))
+            let diagnostic = self.diagnostic(Stage::SessionRun, Category::Panicked).with_detail(panic.to_string());
+            Box::new(Ok(RunResult::failed(diagnostic)))
         });
         match self.take_phase() {
             Phase::Running { child, structured } | Phase::Cancelling { child, structured } => {
                 self.phase = Phase::Settled { child };
-                self.settle(with_capture(result, structured));
+                self.settle_with(with_capture(result, structured));
             }
             Phase::DisposingAwaitRun { child, structured } => {
                 self.phase = Phase::DisposingAwaitRun { child, structured: None };
-                self.settle(with_capture(result, structured));
+                self.settle_with(with_capture(result, structured));
                 self.release_child(ctx);
             }
             other => self.phase = other,
@@ -512,22 +532,35 @@ impl RunActor {
 
     /// Deliver the result (only the first call counts). A cancelled run
     /// that did not complete is `Aborted`.
-    fn settle(&self, mut result: RunResult) {
+    fn settle(&self, result: RunResult) {
+        if self.shared.settled().is_none() {
+            self.settle_with(Box::new(Ok(result)));
+        }
+    }
+
+    /// [`settle`](Self::settle) with a result boxed where it was made.
+    fn settle_with(&self, mut settlement: Settlement) {
         if self.shared.settled().is_some() {
             return;
         }
-        if self.token.is_cancelled() && result.stop_reason != StopReason::Completed {
-            result.stop_reason = StopReason::Aborted;
+        if let Ok(result) = &mut *settlement {
+            if self.token.is_cancelled() && result.stop_reason != StopReason::Completed {
+                result.stop_reason = StopReason::Aborted;
+            }
+            self.log_end(result.stop_reason);
+            telemetry::run_ended(&self.span, result);
         }
-        self.log_end(result.stop_reason);
-        telemetry::run_ended(&self.span, &result);
-        self.shared.settle(Ok(result));
+        self.shared.settle(settlement);
     }
 
     /// The run's end line (`RUST_LOG=subagents=debug`), once, as it settles.
     fn log_end(&self, stop_reason: StopReason) {
-        let duration = self.began.elapsed();
-        tracing::debug!(parent: &self.span, child = %self.shared.child_id(), stop_reason = stop_reason.as_str(), ?duration, "run ended");
+        tracing::debug!(parent: &self.span, child = %self.shared.child_id(), stop_reason = stop_reason.as_str(), duration = ?self.age(), "run ended");
+    }
+
+    /// How long the actor has lived, for its debug lines.
+    fn age(&self) -> std::time::Duration {
+        self.began.map(|began| began.elapsed()).unwrap_or_default()
     }
 
     fn begin_dispose(&mut self, ctx: &mut Context<Self>) {
@@ -613,11 +646,13 @@ impl RunActor {
 
 /// A completed result without a structured value of its own carries what
 /// the child captured.
-fn with_capture(mut result: RunResult, structured: Captured) -> RunResult {
-    if result.stop_reason == StopReason::Completed && result.structured.is_none() {
-        result.structured = structured.map(|value| *value);
+fn with_capture(mut settlement: Settlement, structured: Captured) -> Settlement {
+    if let Ok(result) = &mut *settlement {
+        if result.stop_reason == StopReason::Completed && result.structured.is_none() {
+            result.structured = structured.map(|value| *value);
+        }
     }
-    result
+    settlement
 }
 
 impl Actor for RunActor {
@@ -683,8 +718,8 @@ impl Drop for RunActor {
                 if self.shared.settled().is_none() {
                     self.log_end(StopReason::Error);
                     telemetry::run_failed(&self.span, SubagentError::RuntimeStopped.code());
+                    self.shared.settle(Box::new(Err(SubagentError::RuntimeStopped)));
                 }
-                self.shared.settle(Err(SubagentError::RuntimeStopped));
             }
         }
         self.shared.set_quiescent(dispose_outcome);

@@ -28,8 +28,9 @@ pub struct Run {
     /// Whether the child takes send-message (through the run's mailbox).
     pub(crate) steering: bool,
     /// Set when the child can be continued: the runtime and the parent it
-    /// was started from.
-    pub(crate) continuation: Option<(Arc<Core>, Parent)>,
+    /// was started from (boxed: a `Run` is moved through every layer of the
+    /// start path, and most runs cannot be continued).
+    pub(crate) continuation: Option<Box<(Arc<Core>, Parent)>>,
     pub(crate) disposed: AtomicBool,
 }
 

@@ -20,6 +20,11 @@ use super::gate::Gate;
 use crate::events::{EventBus, ProgressUpdate, RunEndInfo, RunInfo, RunProgress, SubagentEvent};
 use crate::seam::{DisposeError, ProgressSink, RunResult, StopReason, StopReport, SubagentError};
 
+/// A run's settled result, boxed from where it is made: it is hundreds of
+/// bytes, and on its way to the run table it passes through every layer
+/// of the child's contained future and the run actor.
+pub(crate) type Settlement = Box<Result<RunResult, SubagentError>>;
+
 pub(crate) struct RunShared {
     pub run_id: u64,
     pub entry: Arc<ProviderEntry>,
@@ -30,7 +35,7 @@ pub(crate) struct RunShared {
     gate: Gate<SubagentEvent>,
     /// Boxed, like a failed dispose: both are large, and a live run (most
     /// of a fan-out's) has neither yet.
-    result: OnceLock<Box<Result<RunResult, SubagentError>>>,
+    result: OnceLock<Settlement>,
     quiescent: OnceLock<Result<(), Box<DisposeError>>>,
     changed: Notify,
     /// The caller's own receiver of this run's progress, dropped once the
@@ -160,7 +165,7 @@ impl RunShared {
     }
 
     /// Settle the result (first call wins) and send `End` through the gate.
-    pub(crate) fn settle(&self, result: Result<RunResult, SubagentError>) {
+    pub(crate) fn settle(&self, result: Settlement) {
         let end = |result: &Result<RunResult, SubagentError>| RunEndInfo {
             run_id: self.run_id,
             child_id: self.child_id().to_owned(),
@@ -174,7 +179,7 @@ impl RunShared {
             return;
         }
         self.end(|| end(&result));
-        if self.result.set(Box::new(result)).is_ok() {
+        if self.result.set(result).is_ok() {
             self.changed.notify_waiters();
         }
     }

@@ -111,7 +111,8 @@ struct Made {
     control: Arc<RunControl>,
     launched: Launched,
     label: Option<String>,
-    parent: Option<Parent>,
+    /// What a continuation needs, when the provider may offer one.
+    continuation: Option<Box<(Arc<Core>, Parent)>>,
 }
 
 /// On a worker: make the run actor there, which hands the provider its
@@ -127,7 +128,7 @@ fn make(
     let label = request.label.clone();
     // Kept for a continuation, which starts from the same parent; only a
     // provider that may offer one pays for the copy.
-    let parent = entry.provider.offers_continuation().then(|| request.parent.clone());
+    let continuation = entry.provider.offers_continuation().then(|| Box::new((core.clone(), request.parent.clone())));
     let parent_session = request.parent.session_id.clone();
     let progress = request.progress.clone();
     let shared = Arc::new(RunShared::new(core.mint_run_id(), entry, parent_session, core.bus().clone(), progress));
@@ -141,13 +142,13 @@ fn make(
         budget,
         admission: admission.map(Box::new),
     });
-    Made { core, shared, control, launched, label, parent }
+    Made { core, shared, control, launched, label, continuation }
 }
 
 /// Wait for publication unless it happened at once, emit `Start`, hand
 /// back the `Run`.
 async fn launched(made: Made) -> Result<Run, StartError> {
-    let Made { core, shared, control, launched, label, parent } = made;
+    let Made { core, shared, control, launched, label, continuation } = made;
     let published = match launched {
         Launched::Now(published) => published,
         // Outside tokio's cooperative budget: a caller that starts thousands
@@ -174,7 +175,7 @@ async fn launched(made: Made) -> Result<Run, StartError> {
         control,
         local_agent: published.local_agent,
         steering: published.steering,
-        continuation: parent.filter(|_| published.continuation).map(|parent| (core, parent)),
+        continuation: continuation.filter(|_| published.continuation),
         disposed: AtomicBool::new(false),
     })
 }
