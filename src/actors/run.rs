@@ -404,14 +404,13 @@ impl RunActor {
         }
         let published =
             Published { local_agent, steering: child.supports_steering(), continuation: child.supports_continuation() };
+        // The result is boxed as it comes out of the child's future.
+        let boxed = |result| -> Settlement { Box::new(Ok(result)) };
         // In the span from the first call: a provider may send its prompt
         // before the future is polled, and the span's context goes with it.
         let run = self.span.in_scope(|| {
-            self.running.hold(
-                self.core.id(),
-                &self.span,
-                contained(|| futures_util::FutureExt::map(child.run(), |result| Box::new(Ok(result)))),
-            )
+            let run = contained(|| futures_util::FutureExt::map(child.run(), boxed));
+            self.running.hold(self.core.id(), &self.span, run)
         });
         self.phase = Phase::Running { child, structured: None };
         self.drive(run, ctx, |actor, outcome, ctx| {
