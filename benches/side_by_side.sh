@@ -27,6 +27,13 @@
 # same one-call runs (benches/frameworks/autoagents, built apart: see its
 # Cargo.toml), and adds the goal that fanout's throughput is at least its.
 #
+# BEFORE=PATH also times another build of `subagents` (the one before a
+# change) with each adapter, in the same rounds, and prints the new
+# build's figures over its with a verdict: a change is claimed only where
+# the two builds' middle halves of rounds (first to third quartile) do not
+# overlap. Wall times and CPU on a shared machine move by a tenth or more
+# from round to round: take nine rounds or more for a comparison.
+#
 # SYSCALLS=1 also counts each command's system calls once per C
 # (`strace -f -c`; it slows the commands, so it runs apart from the timed
 # rounds) and prints them per 1,000 runs.
@@ -47,7 +54,8 @@ SUBAGENTS=${SUBAGENTS:-$TARGET/release/subagents}
 BARE=${BARE:-$TARGET/release/examples/bare_client}
 NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
 AUTOAGENTS=${AUTOAGENTS:-}
-for tool in "$SUBAGENTS" "$BARE" "$NGINX" /usr/bin/time ${AUTOAGENTS:+"$AUTOAGENTS"}; do
+BEFORE=${BEFORE:-}
+for tool in "$SUBAGENTS" "$BARE" "$NGINX" /usr/bin/time ${AUTOAGENTS:+"$AUTOAGENTS"} ${BEFORE:+"$BEFORE"}; do
     [ -x "$tool" ] || { echo "side_by_side: $tool is missing (see the header)" >&2; exit 2; }
 done
 
@@ -114,13 +122,14 @@ timed() {
 }
 
 # The commands, each under the prefix it is given (time, strace):
-# `fanout ADAPTER` and `bare`.
+# `fanout ADAPTER` (`ADAPTER@before`: the BEFORE build) and `bare`.
 fanout() {
-    local adapter=$1 home="$WORK/home"
+    local adapter=$1 home="$WORK/home" build=$SUBAGENTS
     shift
+    if [[ $adapter == *@before ]]; then adapter=${adapter%@before} build=$BEFORE; fi
     rm -rf "$home"
     env OPENAI_BASE_URL="$BASE" OPENAI_API_KEY=none ANTHROPIC_BASE_URL="${BASE%/v1}" ANTHROPIC_API_KEY=none \
-        "$@" "$SUBAGENTS" fanout "$WORK/tasks.jsonl" --model "$adapter:m" --concurrency "$C" --home "$home"
+        "$@" "$build" fanout "$WORK/tasks.jsonl" --model "$adapter:m" --concurrency "$C" --home "$home"
 }
 
 bare() {
@@ -132,9 +141,15 @@ autoagents() {
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# First and third quartile of the figures on stdin: "Q1 Q3".
+quartiles() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 3) / 4)], v[int((3 * NR + 3) / 4)] }'; }
+# "median (Q1–Q3)" of a figures file, with a printf format for each.
+spread() { printf "$2 ($2–$2)" "$(median < "$1")" $(quartiles < "$1"); }
 
 echo "N = $N, $ROUNDS rounds, $(nproc) cores, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-WHO=("${ADAPTERS[@]}" ${AUTOAGENTS:+autoagents} bare)
+BEFORES=()
+[ -z "$BEFORE" ] || for adapter in "${ADAPTERS[@]}"; do BEFORES+=("$adapter@before"); done
+WHO=("${ADAPTERS[@]}" "${BEFORES[@]}" ${AUTOAGENTS:+autoagents} bare)
 for C in "${CONCURRENCIES[@]}"; do
     for who in "${WHO[@]}"; do : > "$WORK/$who.rates"; : > "$WORK/$who.cpu"; done
     for round in $(seq "$ROUNDS"); do
@@ -150,11 +165,13 @@ for C in "${CONCURRENCIES[@]}"; do
         done
     done
     br=$(median < "$WORK/bare.rates"); bc=$(median < "$WORK/bare.cpu")
-    printf 'C=%-5s bare client                          %6d runs/s (%.3f CPU s/1,000)\n' "$C" "$br" "$bc"
+    printf 'C=%-5s bare client                          %s runs/s, %s CPU s/1,000\n' "$C" \
+        "$(spread "$WORK/bare.rates" %d)" "$(spread "$WORK/bare.cpu" %.3f)"
     ar=0
     if [ -n "$AUTOAGENTS" ]; then
-        ar=$(median < "$WORK/autoagents.rates"); ac=$(median < "$WORK/autoagents.cpu")
-        printf 'C=%-5s AutoAgents                           %6d runs/s (%.3f CPU s/1,000)\n' "$C" "$ar" "$ac"
+        ar=$(median < "$WORK/autoagents.rates")
+        printf 'C=%-5s AutoAgents                           %s runs/s, %s CPU s/1,000\n' "$C" \
+            "$(spread "$WORK/autoagents.rates" %d)" "$(spread "$WORK/autoagents.cpu" %.3f)"
     fi
     for adapter in "${ADAPTERS[@]}"; do
         fr=$(median < "$WORK/$adapter.rates"); fc=$(median < "$WORK/$adapter.cpu")
@@ -165,6 +182,19 @@ for C in "${CONCURRENCIES[@]}"; do
             if (ar > 0) printf " | throughput %.2f of AutoAgents (goal >= 1: %s)", fr / ar, (fr >= ar ? "met" : "missed")
             printf "\n"
         }'
+        printf 'C=%-5s   (spread over the rounds: %s runs/s, %s CPU s/1,000)\n' "$C" \
+            "$(spread "$WORK/$adapter.rates" %d)" "$(spread "$WORK/$adapter.cpu" %.3f)"
+        [ -n "$BEFORE" ] || continue
+        before="$adapter@before"
+        read -r rq1 rq3 < <(quartiles < "$WORK/$adapter.rates"); read -r bq1 bq3 < <(quartiles < "$WORK/$before.rates")
+        read -r cq1 cq3 < <(quartiles < "$WORK/$adapter.cpu"); read -r dq1 dq3 < <(quartiles < "$WORK/$before.cpu")
+        awk -v c="$C" -v a="$adapter" -v fr="$fr" -v fc="$fc" -v br="$(median < "$WORK/$before.rates")" -v bc="$(median < "$WORK/$before.cpu")" \
+            -v rq1="$rq1" -v rq3="$rq3" -v bq1="$bq1" -v bq3="$bq3" -v cq1="$cq1" -v cq3="$cq3" -v dq1="$dq1" -v dq3="$dq3" 'BEGIN {
+            apart = "changed (the middle halves do not overlap)"; near = "within the noise"
+            printf "C=%-5s %s: this build over BEFORE: throughput %.2fx (%s), CPU per run %.2fx (%s)\n", c, a,
+                fr / br, (rq1 > bq3 || rq3 < bq1 ? apart : near), fc / bc, (cq1 > dq3 || cq3 < dq1 ? apart : near)
+        }'
+        printf 'C=%-5s   BEFORE: %s runs/s, %s CPU s/1,000\n' "$C" "$(spread "$WORK/$before.rates" %d)" "$(spread "$WORK/$before.cpu" %.3f)"
     done
     if [ "${SYSCALLS:-0}" = 1 ] && command -v strace > /dev/null; then
         for who in "${WHO[@]}"; do
