@@ -11,8 +11,9 @@
 //! `SUBAGENTS_PERF_ONLY=held` only 10,000 live spawn runs, for a heap
 //! profiler; with `SUBAGENTS_PERF_ONLY=actor` only the actor-path figures
 //! (mock lifecycle, mock fan-out at 10 and 100,000, cancelling 10,000 live
-//! runs) beside the actix floor; `lifecycle`, `cancel` and `floor` only the
-//! mock lifecycle, the cancel storm or the actix floor, longer, for
+//! runs) beside the actix floor; `lifecycle`, `listener`, `cancel` and
+//! `floor` only the mock lifecycle (`listener`: with one event listener),
+//! the cancel storm or the actix floor, longer, for
 //! `perf record` or a heap profiler.
 //!
 //! Each figure is the best of a few rounds (a shared machine only ever adds
@@ -538,7 +539,7 @@ fn main() {
     // (five rounds), to count its syscalls under `strace -c -f`.
     // `SUBAGENTS_PERF_ONLY=chat`: only the real path, for `perf record`.
     let only = std::env::var("SUBAGENTS_PERF_ONLY").unwrap_or_default();
-    if only == "actor" || only == "lifecycle" || only == "cancel" || only == "floor" {
+    if only == "actor" || only == "lifecycle" || only == "listener" || only == "cancel" || only == "floor" {
         let figure = match only.as_str() {
             "floor" => json!({"actix_floor_us": best_us(&runtime, 200_000, support::actix_floor)}),
             "lifecycle" => json!({"mock_lifecycle_us": best_us(&runtime, 200_000, {
@@ -548,6 +549,16 @@ fn main() {
                     async move { lifecycle(&subagents, "mock").await }
                 }
             })}),
+            "listener" => {
+                let listener = subagents.add_listener(|_: &subagents::SubagentEvent| {});
+                let subagents = subagents.clone();
+                let figure = best_us(&runtime, 200_000, move || {
+                    let subagents = subagents.clone();
+                    async move { lifecycle(&subagents, "mock").await }
+                });
+                drop(listener);
+                json!({"mock_lifecycle_one_listener_us": figure})
+            }
             "cancel" => {
                 json!({"cancel_10000_us_per_run": (0..20).map(|_| live_runs(&runtime, &subagents, "held", 10_000).1).fold(f64::INFINITY, f64::min)})
             }

@@ -7,6 +7,8 @@
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{ready, Context, Poll};
 
 use actix::ArbiterHandle;
@@ -22,17 +24,58 @@ use crate::contain::contained_call;
 #[derive(Clone, Debug)]
 pub(crate) struct EventBus {
     sender: broadcast::Sender<SubagentEvent>,
+    keeper: Arc<Keeper>,
+}
+
+/// A receiver of the bus that reads only once the last subscriber is gone,
+/// so that no event is dropped by the last subscriber to read it: each
+/// stays in its slot until a later send takes the slot and drops it there.
+/// An event's blocks are made on the thread that emits it; dropped on a
+/// listener's thread, every free contended for the emitting thread's
+/// allocator arena (a mock run's lifecycle took half again as long with
+/// one listener), while a send drops on an emitting thread, most often the
+/// one that made them. The price: while anyone subscribes, the bus holds
+/// as many events as its capacity, as it would for a subscriber that lags
+/// that far; when the last one goes, the keeper reads them all, dropping
+/// them.
+#[derive(Debug)]
+struct Keeper {
+    receiver: Mutex<broadcast::Receiver<SubagentEvent>>,
+    subscribers: AtomicUsize,
+}
+
+impl Keeper {
+    /// Drops every event the keeper holds.
+    fn release(&self) {
+        let mut receiver = self.receiver.lock().unwrap_or_else(PoisonError::into_inner);
+        // A lagged read goes on from the oldest event still held.
+        while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = receiver.try_recv() {}
+    }
+}
+
+/// One subscriber of the bus, counted for its keeper.
+#[derive(Debug)]
+struct Subscription(Arc<Keeper>);
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if self.0.subscribers.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.release();
+        }
+    }
 }
 
 impl EventBus {
     pub(crate) fn new(capacity: usize) -> Self {
-        let (sender, _) = broadcast::channel(capacity.max(1));
-        EventBus { sender }
+        let (sender, receiver) = broadcast::channel(capacity.max(1));
+        let keeper = Keeper { receiver: Mutex::new(receiver), subscribers: AtomicUsize::new(0) };
+        EventBus { sender, keeper: Arc::new(keeper) }
     }
 
-    /// Whether anyone listens; lets emitters skip building events.
+    /// Whether anyone listens (the keeper does not count); lets emitters
+    /// skip building events.
     pub(crate) fn is_observed(&self) -> bool {
-        self.sender.receiver_count() > 0
+        self.sender.receiver_count() > 1
     }
 
     pub(crate) fn emit(&self, event: SubagentEvent) {
@@ -41,7 +84,9 @@ impl EventBus {
     }
 
     pub(crate) fn subscribe(&self) -> EventStream {
-        EventStream { events: BroadcastStream::new(self.sender.subscribe()), parent: None }
+        self.keeper.subscribers.fetch_add(1, Ordering::AcqRel);
+        let subscription = Subscription(self.keeper.clone());
+        EventStream { events: BroadcastStream::new(self.sender.subscribe()), parent: None, _subscription: subscription }
     }
 
     /// Run `listener` for every event on the events thread until the handle
@@ -213,6 +258,7 @@ pub enum EventRecvError {
 pub struct EventStream {
     events: BroadcastStream<SubagentEvent>,
     parent: Option<String>,
+    _subscription: Subscription,
 }
 
 impl EventStream {
@@ -263,5 +309,68 @@ impl Stream for EventStream {
                 return Poll::Ready(Some(Ok(event)));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Weak;
+
+    use super::*;
+    use crate::events::RunInfo;
+
+    fn start(run_id: u64) -> (SubagentEvent, Weak<RunInfo>) {
+        let info = Arc::new(RunInfo {
+            run_id,
+            child_id: format!("child-{run_id}"),
+            provider: "mock".into(),
+            parent_session: None,
+            local: false,
+            label: None,
+        });
+        let weak = Arc::downgrade(&info);
+        (SubagentEvent::Start(info), weak)
+    }
+
+    #[test]
+    fn the_keeper_is_no_subscriber() {
+        let bus = EventBus::new(4);
+        assert!(!bus.is_observed());
+        let stream = bus.subscribe();
+        assert!(bus.is_observed());
+        drop(stream);
+        assert!(!bus.is_observed());
+    }
+
+    #[test]
+    fn a_heard_event_is_held_no_longer_than_the_capacity_of_sends() {
+        let bus = EventBus::new(2);
+        let mut stream = bus.subscribe();
+        let (first, held) = start(1);
+        bus.emit(first);
+        assert!(matches!(stream.try_recv(), Some(Ok(SubagentEvent::Start(info))) if info.run_id == 1));
+        // Heard and dropped by the subscriber, still in its slot.
+        assert!(held.upgrade().is_some());
+        for run_id in 2..=3 {
+            bus.emit(start(run_id).0);
+        }
+        assert!(held.upgrade().is_none(), "a later send took the slot and dropped the event");
+    }
+
+    #[test]
+    fn the_last_subscriber_gone_no_event_is_held() {
+        let bus = EventBus::new(8);
+        let (listening, other) = (bus.subscribe(), bus.subscribe());
+        let weak: Vec<_> = (1..=3)
+            .map(|run_id| {
+                let (event, weak) = start(run_id);
+                bus.emit(event);
+                weak
+            })
+            .collect();
+        drop(listening);
+        assert!(weak.iter().all(|w| w.upgrade().is_some()), "one subscriber is left to read them");
+        drop(other);
+        assert!(weak.iter().all(|w| w.upgrade().is_none()), "nothing holds an event nobody can read");
     }
 }
