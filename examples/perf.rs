@@ -12,8 +12,9 @@
 //! profiler; with `SUBAGENTS_PERF_ONLY=actor` only the actor-path figures
 //! (mock lifecycle, mock fan-out at 10 and 100,000, cancelling 10,000 live
 //! runs) beside the actix floor; `lifecycle`, `listener`, `cancel` and
-//! `floor` only the mock lifecycle (`listener`: with one event listener),
-//! the cancel storm or the actix floor, longer, for
+//! `floor` only the mock lifecycle (`listener`: without and with one event
+//! listener, `SUBAGENTS_PERF_ITERS` lifecycles a round, 200,000 unless
+//! said), the cancel storm or the actix floor, longer, for
 //! `perf record` or a heap profiler.
 //!
 //! Each figure is the best of a few rounds (a shared machine only ever adds
@@ -550,14 +551,20 @@ fn main() {
                 }
             })}),
             "listener" => {
-                let listener = subagents.add_listener(|_: &subagents::SubagentEvent| {});
-                let subagents = subagents.clone();
-                let figure = best_us(&runtime, 200_000, move || {
+                let iters: u64 =
+                    std::env::var("SUBAGENTS_PERF_ITERS").ok().and_then(|n| n.parse().ok()).unwrap_or(200_000);
+                let measure = |iters| {
                     let subagents = subagents.clone();
-                    async move { lifecycle(&subagents, "mock").await }
-                });
+                    best_us(&runtime, iters, move || {
+                        let subagents = subagents.clone();
+                        async move { lifecycle(&subagents, "mock").await }
+                    })
+                };
+                let none = measure(iters);
+                let listener = subagents.add_listener(|_: &subagents::SubagentEvent| {});
+                let one = measure(iters);
                 drop(listener);
-                json!({"mock_lifecycle_one_listener_us": figure})
+                json!({"mock_lifecycle_us": none, "mock_lifecycle_one_listener_us": one, "ratio": one / none})
             }
             "cancel" => {
                 json!({"cancel_10000_us_per_run": (0..20).map(|_| live_runs(&runtime, &subagents, "held", 10_000).1).fold(f64::INFINITY, f64::min)})
