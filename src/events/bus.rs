@@ -21,8 +21,12 @@ use tokio_util::sync::CancellationToken;
 use super::SubagentEvent;
 use crate::contain::contained_call;
 
+/// The bus; every run holds a clone, so a clone is one reference count.
 #[derive(Clone, Debug)]
-pub(crate) struct EventBus {
+pub(crate) struct EventBus(Arc<Bus>);
+
+#[derive(Debug)]
+struct Bus {
     sender: broadcast::Sender<SubagentEvent>,
     keeper: Arc<Keeper>,
 }
@@ -69,24 +73,28 @@ impl EventBus {
     pub(crate) fn new(capacity: usize) -> Self {
         let (sender, receiver) = broadcast::channel(capacity.max(1));
         let keeper = Keeper { receiver: Mutex::new(receiver), subscribers: AtomicUsize::new(0) };
-        EventBus { sender, keeper: Arc::new(keeper) }
+        EventBus(Arc::new(Bus { sender, keeper: Arc::new(keeper) }))
     }
 
     /// Whether anyone listens (the keeper does not count); lets emitters
     /// skip building events.
     pub(crate) fn is_observed(&self) -> bool {
-        self.sender.receiver_count() > 1
+        self.0.sender.receiver_count() > 1
     }
 
     pub(crate) fn emit(&self, event: SubagentEvent) {
         // No receiver is not an error: events are observe-only.
-        let _ = self.sender.send(event);
+        let _ = self.0.sender.send(event);
     }
 
     pub(crate) fn subscribe(&self) -> EventStream {
-        self.keeper.subscribers.fetch_add(1, Ordering::AcqRel);
-        let subscription = Subscription(self.keeper.clone());
-        EventStream { events: BroadcastStream::new(self.sender.subscribe()), parent: None, _subscription: subscription }
+        self.0.keeper.subscribers.fetch_add(1, Ordering::AcqRel);
+        let subscription = Subscription(self.0.keeper.clone());
+        EventStream {
+            events: BroadcastStream::new(self.0.sender.subscribe()),
+            parent: None,
+            _subscription: subscription,
+        }
     }
 
     /// Run `listener` for every event on the events thread until the handle
