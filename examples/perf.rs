@@ -449,15 +449,8 @@ fn real_path(runtime: &Runtime, subagents: &Subagents) -> Value {
 /// actix floor, every goal of the actor path with its ratio and verdict.
 fn actor_path(runtime: &Runtime, subagents: &Subagents) -> Value {
     let actix_floor = best_us(runtime, 20_000, support::actix_floor);
-    let mock_lifecycle = |iters: u64| {
-        let subagents = subagents.clone();
-        best_us(runtime, iters, move || {
-            let subagents = subagents.clone();
-            async move { lifecycle(&subagents, "mock").await }
-        })
-    };
-    let mock = mock_lifecycle(20_000);
-    let (listeners_0, listeners_1) = listener_lifecycles(subagents, mock_lifecycle);
+    let mock = mock_lifecycle_us(runtime, subagents, 20_000);
+    let (listeners_0, listeners_1) = listener_lifecycles(runtime, subagents, 5_000);
     let fanout_10 = fan_out(runtime, subagents, "mock", 10);
     let fanout_100k = fan_out(runtime, subagents, "mock", 100_000);
     let (_, cancel) = live_runs(runtime, subagents, "held", 10_000);
@@ -477,12 +470,21 @@ fn actor_path(runtime: &Runtime, subagents: &Subagents) -> Value {
                      "47_fanout_100000_le_2x_fanout_10": goal(fanout_100k / fanout_10, 2.0)}})
 }
 
-/// A mock lifecycle (µs, `measure` of so many iterations) with no event
-/// listener, then with one.
-fn listener_lifecycles(subagents: &Subagents, measure: impl Fn(u64) -> f64) -> (f64, f64) {
-    let none = measure(5_000);
+/// A mock lifecycle, µs: the best round of `iters` lifecycles.
+fn mock_lifecycle_us(runtime: &Runtime, subagents: &Subagents, iters: u64) -> f64 {
+    let subagents = subagents.clone();
+    best_us(runtime, iters, move || {
+        let subagents = subagents.clone();
+        async move { lifecycle(&subagents, "mock").await }
+    })
+}
+
+/// A mock lifecycle (µs, rounds of `iters`) with no event listener, then
+/// with one.
+fn listener_lifecycles(runtime: &Runtime, subagents: &Subagents, iters: u64) -> (f64, f64) {
+    let none = mock_lifecycle_us(runtime, subagents, iters);
     let listener = subagents.add_listener(|_: &subagents::SubagentEvent| {});
-    let one = measure(5_000);
+    let one = mock_lifecycle_us(runtime, subagents, iters);
     drop(listener);
     (none, one)
 }
@@ -543,27 +545,10 @@ fn main() {
     if only == "actor" || only == "lifecycle" || only == "listener" || only == "cancel" || only == "floor" {
         let figure = match only.as_str() {
             "floor" => json!({"actix_floor_us": best_us(&runtime, 200_000, support::actix_floor)}),
-            "lifecycle" => json!({"mock_lifecycle_us": best_us(&runtime, 200_000, {
-                let subagents = subagents.clone();
-                move || {
-                    let subagents = subagents.clone();
-                    async move { lifecycle(&subagents, "mock").await }
-                }
-            })}),
+            "lifecycle" => json!({"mock_lifecycle_us": mock_lifecycle_us(&runtime, &subagents, 200_000)}),
             "listener" => {
-                let iters: u64 =
-                    std::env::var("SUBAGENTS_PERF_ITERS").ok().and_then(|n| n.parse().ok()).unwrap_or(200_000);
-                let measure = |iters| {
-                    let subagents = subagents.clone();
-                    best_us(&runtime, iters, move || {
-                        let subagents = subagents.clone();
-                        async move { lifecycle(&subagents, "mock").await }
-                    })
-                };
-                let none = measure(iters);
-                let listener = subagents.add_listener(|_: &subagents::SubagentEvent| {});
-                let one = measure(iters);
-                drop(listener);
+                let iters = std::env::var("SUBAGENTS_PERF_ITERS").ok().and_then(|n| n.parse().ok()).unwrap_or(200_000);
+                let (none, one) = listener_lifecycles(&runtime, &subagents, iters);
                 json!({"mock_lifecycle_us": none, "mock_lifecycle_one_listener_us": one, "ratio": one / none})
             }
             "cancel" => {
