@@ -359,6 +359,39 @@ struct Feed {
     summary: Mutex<Summary>,
 }
 
+/// A line as a shard takes it from the [`Feed`].
+enum Taken {
+    /// A task, under its id; `claim` is `Err(first)` when line `first`
+    /// named the id before.
+    Task { number: usize, task: Box<Task>, hash: u64, id: String, claim: Result<(), usize> },
+    /// A pipeline step, which a flat batch does not run.
+    Step(usize),
+    /// A line that is not a task, and why.
+    Skipped(usize, String),
+    /// The file could not be read on.
+    Unreadable(std::io::Error),
+}
+
+impl Feed {
+    /// The next line, `None` at the end. A task claims its id here, while
+    /// the lines are held, so the shards claim in the file's order and an
+    /// id's first line is the one that runs. Cancel-safe: nothing awaits
+    /// after the line is taken.
+    async fn take(&self) -> Option<Taken> {
+        let mut lines = self.lines.lock().await;
+        Some(match lines.recv().await? {
+            Ok(Line::Task { number, task, .. }) if task.is_step() => Taken::Step(number),
+            Ok(Line::Task { number, task, hash }) => {
+                let id = task_id(&task, number, hash);
+                let claim = lock(&self.first_lines).claim(&task, &id, number);
+                Taken::Task { number, task, hash, id, claim }
+            }
+            Ok(Line::Skipped { number, why }) => Taken::Skipped(number, why),
+            Err(error) => Taken::Unreadable(error),
+        })
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -444,15 +477,13 @@ impl Engine {
                     }
                 }
                 () = self.cancel.cancelled(), if reading => reading = false,
-                line = async { feed.lines.lock().await.recv().await }, if reading && in_flight.len() < room => match line {
-                    Some(Ok(Line::Task { number, task, hash })) => {
-                        if task.is_step() {
-                            report.skipped(number, "after and for_each need a tasks file that is a regular file: a pipeline is checked whole before it runs");
-                            lock(&feed.summary).skipped += 1;
-                            continue;
-                        }
-                        let id = task_id(&task, number, hash);
-                        if let Err(first) = lock(&feed.first_lines).claim(&task, &id, number) {
+                taken = feed.take(), if reading && in_flight.len() < room => match taken {
+                    Some(Taken::Step(number)) => {
+                        report.skipped(number, "after and for_each need a tasks file that is a regular file: a pipeline is checked whole before it runs");
+                        lock(&feed.summary).skipped += 1;
+                    }
+                    Some(Taken::Task { number, task, hash, id, claim }) => {
+                        if let Err(first) = claim {
                             report.skipped(number, &format!("its id {id:?} is line {first}'s too"));
                             lock(&feed.summary).skipped += 1;
                             continue;
@@ -466,11 +497,11 @@ impl Engine {
                         }
                         in_flight.push(self.run_one(number, task, id, hash, None, Vec::new(), report));
                     }
-                    Some(Ok(Line::Skipped { number, why })) => {
+                    Some(Taken::Skipped(number, why)) => {
                         report.skipped(number, &why);
                         lock(&feed.summary).skipped += 1;
                     }
-                    Some(Err(error)) => {
+                    Some(Taken::Unreadable(error)) => {
                         report.tasks_unreadable(&error);
                         lock(&feed.summary).unread = true;
                         reading = false;

@@ -176,6 +176,44 @@ fn a_task_skipped_for_a_repeated_id_does_not_stop_the_resume_of_the_untouched_fi
 }
 
 #[test]
+fn the_first_line_of_a_repeated_id_runs_whichever_worker_takes_the_lines() {
+    // Each id on two lines running side by side: the workers take lines
+    // in turn, and the first line of an id must win its claim every time.
+    let dir = tempfile::tempdir().unwrap();
+    let lines: String = (0..300)
+        .map(|i| format!("{{\"id\": \"t{i}\", \"prompt\": \"first\"}}\n{{\"id\": \"t{i}\", \"prompt\": \"second\"}}\n"))
+        .collect();
+    let (tasks, config, out) =
+        (write_file(dir.path(), "tasks.jsonl", lines), echo_config(dir.path(), "0ms"), dir.path().join("out.jsonl"));
+    let fanout = |extra: &[&str]| {
+        let mut command = subagents();
+        command.arg("fanout").arg(&tasks).arg("--config").arg(&config).args([
+            "--provider",
+            "echo",
+            "--concurrency",
+            "64",
+        ]);
+        run(command.arg("--out").arg(&out).arg("--home").arg(dir.path().join("home")).args(extra))
+    };
+    let output = fanout(&[]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "skipped lines: {stderr}");
+    for i in 0..300 {
+        let (first, second) = (2 * i + 1, 2 * i + 2);
+        assert!(
+            stderr.contains(&format!("tasks.jsonl:{second}: skipped: its id \"t{i}\" is line {first}'s too")),
+            "{stderr}"
+        );
+    }
+    let by_id = results_by_id(&out);
+    assert_eq!(by_id.len(), 300);
+    assert!(by_id.values().all(|records| records.len() == 1 && records[0]["output"] == "done: first"), "{by_id:?}");
+    let output = fanout(&["--resume"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert_eq!(results_by_id(&out).values().map(Vec::len).sum::<usize>(), 300, "nothing ran again");
+}
+
+#[test]
 fn resume_reads_an_out_file_in_bounded_memory_and_refuses_what_is_not_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let tasks = write_file(dir.path(), "tasks.jsonl", "{\"id\": \"a\", \"prompt\": \"one\"}\n");
