@@ -353,9 +353,9 @@ impl Drop for AbortOnDrop {
 
 /// What the shards of a flat batch share (see [`Engine::run_all`]).
 struct Feed {
-    lines: tokio::sync::Mutex<ReadAhead>,
-    /// Explicit ids seen, with their lines: one id, one task.
-    first_lines: Mutex<FirstLines>,
+    /// The lines, and the explicit ids they named with their lines (one
+    /// id, one task): taken and claimed under one lock.
+    lines: tokio::sync::Mutex<(ReadAhead, FirstLines)>,
     summary: Mutex<Summary>,
 }
 
@@ -378,12 +378,12 @@ impl Feed {
     /// id's first line is the one that runs. Cancel-safe: nothing awaits
     /// after the line is taken.
     async fn take(&self) -> Option<Taken> {
-        let mut lines = self.lines.lock().await;
+        let (lines, first_lines) = &mut *self.lines.lock().await;
         Some(match lines.recv().await? {
             Ok(Line::Task { number, task, .. }) if task.is_step() => Taken::Step(number),
             Ok(Line::Task { number, task, hash }) => {
                 let id = task_id(&task, number, hash);
-                let claim = lock(&self.first_lines).claim(&task, &id, number);
+                let claim = first_lines.claim(&task, &id, number);
                 Taken::Task { number, task, hash, id, claim }
             }
             Ok(Line::Skipped { number, why }) => Taken::Skipped(number, why),
@@ -436,8 +436,7 @@ impl Engine {
     /// model call on that worker's own connection) stays on one thread.
     async fn run_all(self: Arc<Self>, lines: ReadAhead, concurrency: usize, report: Arc<dyn Report>) -> Summary {
         let feed = Arc::new(Feed {
-            lines: tokio::sync::Mutex::new(lines),
-            first_lines: Mutex::new(FirstLines::default()),
+            lines: tokio::sync::Mutex::new((lines, FirstLines::default())),
             summary: Mutex::new(Summary::default()),
         });
         let shards = self.subagents.worker_count().clamp(1, concurrency.max(1));

@@ -187,12 +187,8 @@ fn the_first_line_of_a_repeated_id_runs_whichever_worker_takes_the_lines() {
         (write_file(dir.path(), "tasks.jsonl", lines), echo_config(dir.path(), "0ms"), dir.path().join("out.jsonl"));
     let fanout = |extra: &[&str]| {
         let mut command = subagents();
-        command.arg("fanout").arg(&tasks).arg("--config").arg(&config).args([
-            "--provider",
-            "echo",
-            "--concurrency",
-            "64",
-        ]);
+        command.arg("fanout").arg(&tasks).arg("--config").arg(&config);
+        command.args(["--provider", "echo"]).args(["--concurrency", "64"]);
         run(command.arg("--out").arg(&out).arg("--home").arg(dir.path().join("home")).args(extra))
     };
     let output = fanout(&[]);
