@@ -54,6 +54,12 @@
 //! naming the task (`taskId`) answers it and the task resumes (see
 //! `a2a/questions.rs`).
 //!
+//! Only a client the door authenticated is asked: without a token, any
+//! local process could connect and answer, so no request is put to a
+//! client and the providers' policies decide alone (`ask` is a reject),
+//! unless the user explicitly allows it
+//! ([`A2aServeOptions::approvals_without_auth`], `--approvals-without-auth`).
+//!
 //! # Not supported
 //!
 //! Multi-turn beyond answering a question (any other message naming a
@@ -98,6 +104,10 @@ pub struct A2aServeOptions {
     /// The URL the card gives for the JSON-RPC interface (default
     /// `http://{listen}/`).
     pub public_url: Option<String>,
+    /// Put the runs' permission requests to clients although no token
+    /// authenticates them (any local process could answer them); without
+    /// it, a door without a token offers no approvals (false).
+    pub approvals_without_auth: bool,
     /// Most tasks kept (1000).
     pub max_tasks: usize,
     /// How long an ended task is kept (1 h).
@@ -124,6 +134,7 @@ impl std::fmt::Debug for A2aServeOptions {
             .field("home", &self.home)
             .field("token", &self.token.as_ref().map(|_| "set"))
             .field("public_url", &self.public_url)
+            .field("approvals_without_auth", &self.approvals_without_auth)
             .field("max_tasks", &self.max_tasks)
             .field("task_ttl", &self.task_ttl)
             .field("max_task_bytes", &self.max_task_bytes)
@@ -143,6 +154,7 @@ impl A2aServeOptions {
             home: None,
             token: None,
             public_url: None,
+            approvals_without_auth: false,
             max_tasks: 1000,
             task_ttl: Duration::from_secs(3600),
             max_task_bytes: 256 << 20,
@@ -193,6 +205,7 @@ pub fn serve_a2a(options: A2aServeOptions, ready: impl FnOnce(SocketAddr)) -> Re
         subagents: runtime.subagents(),
         skills,
         questions: questions::Questions::new(store.clone()),
+        offers_approvals: options.token.is_some() || options.approvals_without_auth,
         store,
         cwd,
         closing: closing.clone(),

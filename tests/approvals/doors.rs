@@ -187,10 +187,52 @@ async fn an_mcp_client_without_elicitation_is_never_asked_and_the_policy_decides
     assert_eq!(chosen(dir.path(), "asker"), ["no"]);
 }
 
-/// `subagents a2a` serving `asker` (the configuration `config`'s text).
+/// `subagents a2a` serving `asker` (the configuration `config`'s text),
+/// without a token and told to offer approvals all the same.
 fn a2a_server(config: &Path) -> crate::a2a::Server {
+    a2a_server_with(config, &["--approvals-without-auth"])
+}
+
+/// [`a2a_server`] with the flags `extra` instead.
+fn a2a_server_with(config: &Path, extra: &[&str]) -> crate::a2a::Server {
     let text = std::fs::read_to_string(config).unwrap();
-    crate::a2a::server_with(&format!("{text}\n[tool]\nproviders = [\"asker\"]\n"), &[], &[])
+    crate::a2a::server_with(&format!("{text}\n[tool]\nproviders = [\"asker\"]\n"), extra, &[])
+}
+
+#[test]
+fn an_a2a_door_without_a_token_offers_no_approvals_and_the_policy_decides() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = asker_config(dir.path(), &[("execute", "cargo test")], "");
+    let server = a2a_server_with(&config, &[]);
+    let task = a2a_call(&server, "SendMessage", crate::a2a::message("work", None))["task"].clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "no client was asked: {task}");
+    assert_eq!(chosen(dir.path(), "asker"), ["no"], "`ask` with no one to ask is a reject");
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_subagents")).args(["a2a", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--approvals-without-auth") && help.contains("any local process"), "{help}");
+}
+
+#[test]
+fn an_a2a_door_with_a_token_offers_approvals_to_its_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = asker_config(dir.path(), &[("execute", "cargo test")], "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let server = crate::a2a::server_with(
+        &format!("{text}\n[tool]\nproviders = [\"asker\"]\n"),
+        &["--token-env", "A2A_DOOR_TOKEN"],
+        &[("A2A_DOOR_TOKEN", "door-token")],
+    );
+    let call = |params: Value| {
+        let (status, body) =
+            crate::a2a::post(&server.addr, &crate::a2a::rpc("SendMessage", params), Some("door-token"));
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Value>(&body).unwrap()["result"]["task"].clone()
+    };
+    let task = call(crate::a2a::message("work", None));
+    assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{task}");
+    let done = call(on_task(&task, json!([{"text": "yes"}])));
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert_eq!(chosen(dir.path(), "asker"), ["yes"]);
 }
 
 /// One JSON-RPC call to `server`: its `result` (or its error, whole).

@@ -30,6 +30,10 @@ pub(super) struct Service {
     pub(super) store: Arc<Store>,
     /// The runs' permission requests, waiting on their tasks' clients.
     pub(super) questions: Arc<Questions>,
+    /// Whether the runs' permission requests are put to the clients at
+    /// all: only to clients the door authenticated, unless the user said
+    /// otherwise (else the providers' policies decide).
+    pub(super) offers_approvals: bool,
     pub(super) cwd: std::path::PathBuf,
     /// Tripped at shutdown: open streams end with a final event.
     pub(super) closing: CancellationToken,
@@ -148,9 +152,13 @@ impl Service {
             history: vec![message.clone()],
         };
         self.store.insert(task, cancel.clone()).map_err(|full| (code::INTERNAL, full.to_string()))?;
-        // What its descendants ask waits on this task's client.
-        let approver = self.questions.approver((task_id.clone(), context_id.clone()));
-        let parent = Parent::root(&self.cwd).with_approvals(Approvals::new(Arc::new(approver)));
+        // What its descendants ask waits on this task's client, when the
+        // door may ask it; else the providers' policies decide alone.
+        let mut parent = Parent::root(&self.cwd);
+        if self.offers_approvals {
+            let approver = self.questions.approver((task_id.clone(), context_id.clone()));
+            parent = parent.with_approvals(Approvals::new(Arc::new(approver)));
+        }
         let mut request = StartRequest::with_blocks(vec![ContentBlock::text(text.join("\n"))], parent, cancel);
         if let Some(schema) = metadata.get("outputSchema").filter(|schema| schema.is_object()) {
             request = request.with_output_schema(schema.clone());

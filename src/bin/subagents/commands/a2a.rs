@@ -32,6 +32,12 @@ pub struct A2aArgs {
     /// The URL the card gives for the JSON-RPC interface (default `http://ADDR/`).
     #[arg(long, value_name = "URL")]
     public_url: Option<String>,
+    /// Put children's permission requests to clients even without a token.
+    /// Without --token-env no client is authenticated and any local process
+    /// could answer them, so by default such a door offers no approvals:
+    /// the providers' policies decide (`ask` is a reject).
+    #[arg(long)]
+    approvals_without_auth: bool,
     /// Most tasks kept in memory, 1 to 1000000.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     max_tasks: u32,
@@ -74,6 +80,7 @@ impl A2aArgs {
         options.model = self.sources.model.model;
         options.home = Some(self.sources.home.resolve());
         options.public_url = self.public_url;
+        options.approvals_without_auth = self.approvals_without_auth;
         options.max_tasks = self.max_tasks as usize;
         options.task_ttl = std::time::Duration::from_secs(self.task_ttl_secs);
         options.max_task_bytes = (self.max_task_mib as usize) << 20;
