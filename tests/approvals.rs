@@ -425,6 +425,43 @@ fn fanout_answers_by_its_policy_parks_the_rest_and_another_process_answers_it_on
 }
 
 #[test]
+fn an_answer_to_a_request_whose_batch_was_killed_is_refused_and_applies_to_nothing_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let asker = asking(dir.path(), "asker", &[("execute", "cargo test")]);
+    let config = dir.path().join("subagents.toml");
+    let provider = format!(
+        "[providers.asker]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{script:?}]\npermission = \"ask\"\n",
+        script = asker.args[0]
+    );
+    std::fs::write(&config, &provider).unwrap();
+    let policy = dir.path().join("approvals.toml");
+    std::fs::write(&policy, "[approvals]\npermission = \"ask\"\n").unwrap();
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, "{\"id\": \"t1\", \"prompt\": \"work\"}\n").unwrap();
+    let mut fanout = subagents_at("fanout", &home);
+    fanout.arg(&tasks).args(["--provider", "asker", "--config"]).arg(&config);
+    fanout.arg("--approvals").arg(&policy).arg("--out").arg(dir.path().join("out.jsonl"));
+    let mut running = fanout.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let mut listed = String::new();
+    let found = common::blocking::eventually(common::WAIT_LIMIT, || {
+        listed = approve(&home, &[]).1;
+        !listed.is_empty()
+    });
+    assert!(found, "the request is parked and listed");
+    let id = listed.trim().split_once("  ").unwrap().0.to_owned();
+    assert!(!id.starts_with(&format!("{}-", running.id())), "an id says nothing a later batch could say again: {id}");
+    running.kill().unwrap(); // SIGKILL: the request is left in the home.
+    running.wait().unwrap();
+
+    let (code, out, said) = approve(&home, &[&id, "allow"]);
+    assert_eq!(code, Some(1), "an answer for a batch that is gone is refused: {out}{said}");
+    assert!(said.contains("gone"), "{said}");
+    assert!(!home.join("approvals/answered").read_dir().unwrap().any(|_| true), "no answer is left to be taken");
+    assert_eq!(approve(&home, &[]).1, "", "nothing is listed as waiting");
+}
+
+#[test]
 fn an_in_process_tool_marked_approve_asks_first_and_a_reject_is_a_tool_error_the_turn_goes_on_from() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), "the notes").unwrap();

@@ -17,6 +17,16 @@
 //! expired, its run ended) is refused ([`AnswerError::NotPending`]) and a
 //! request is never answered twice. [`pending`] lists what waits.
 //!
+//! **An answer binds to exactly its request.** An id is 128 random bits,
+//! never made again by any process, and the file carries the request's
+//! content digest (SHA-256 of its JSON): the batch takes an answer only
+//! from a file of its id whose request has its digest, and any other is a
+//! reject. The batch holds a lock on its request's file for as long as it
+//! waits (the system drops it when the process ends, however it ends), so
+//! an answer for a batch that is gone — killed while its request was
+//! parked — is refused ([`AnswerError::Gone`]) and its request is taken
+//! away, never left for anything later to take.
+//!
 //! ```no_run
 //! # fn demo(subagents: &subagents::Subagents, home: &std::path::Path) -> Result<(), subagents::batch::AnswerError> {
 //! use std::sync::Arc;
@@ -36,9 +46,9 @@
 //! ```
 
 use std::fmt;
-use std::io;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -50,9 +60,9 @@ use crate::seam::{Answer, Approver, PermissionRequest, Policy, Rules, Verdict};
 
 /// How often a parked request looks for its answer.
 const POLL_EVERY: Duration = Duration::from_millis(100);
-/// The largest parked request file read back (a request's texts are
-/// bounded well below it).
-const MAX_PARKED_BYTES: u64 = 256 * 1024;
+/// The largest parked request file read back (a request's texts and
+/// paths are bounded well below it).
+const MAX_PARKED_BYTES: u64 = 1024 * 1024;
 /// Who answered, as the child's transcript records it.
 const BY_APPROVE: &str = "subagents approve";
 
@@ -65,6 +75,16 @@ pub struct Parked {
     pub request: PermissionRequest,
     /// When it was parked, in seconds since the Unix epoch.
     pub parked_at: u64,
+    /// The request's content digest ([`digest_of`]): an answer is taken
+    /// only by the request that has it.
+    pub digest: String,
+}
+
+/// A request's content digest: SHA-256 of its JSON, in hex.
+pub fn digest_of(request: &PermissionRequest) -> String {
+    use sha2::Digest;
+    let json = serde_json::to_vec(request).unwrap_or_default();
+    sha2::Sha256::digest(&json).iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// Why [`answer`] or [`pending`] did not do what was asked.
@@ -80,6 +100,12 @@ pub enum AnswerError {
         "no request {0:?} is waiting for an answer: it was answered, it expired, or its run ended (`subagents approve --list` lists those that wait)"
     )]
     NotPending(String),
+    /// The batch that parked the request is gone (its process ended
+    /// without taking the request back): no one would take the answer.
+    #[error(
+        "request {0:?} was parked by a batch that is gone (its process ended without taking it back): the answer was not given"
+    )]
+    Gone(String),
     /// The approvals directory could not be read or written.
     #[error("{what} {path}: {source}")]
     Io {
@@ -120,7 +146,8 @@ fn is_id(id: &str) -> bool {
 }
 
 /// The requests waiting in `home`, oldest first. A file that is not a
-/// parked request (too large, not one) is passed over.
+/// parked request (too large, not one, its digest not its request's) is
+/// passed over; one whose batch is gone is taken away.
 pub fn pending(home: &Path) -> Result<Vec<Parked>, AnswerError> {
     let dir = pending_dir(home);
     let entries = match std::fs::read_dir(&dir) {
@@ -128,38 +155,83 @@ pub fn pending(home: &Path) -> Result<Vec<Parked>, AnswerError> {
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(source) => return Err(AnswerError::Io { what: "cannot read", path: dir, source }),
     };
-    let mut parked: Vec<Parked> = entries
-        .flatten()
-        .filter(|entry| entry.file_name().to_str().is_some_and(|name| name.ends_with(".json")))
-        .filter_map(|entry| read_parked(&entry.path()))
-        .collect();
+    let mut parked = Vec::new();
+    for entry in entries.flatten() {
+        let Some(id) = entry.file_name().to_str().and_then(|name| name.strip_suffix(".json")).map(str::to_owned) else {
+            continue;
+        };
+        let path = entry.path();
+        let Ok(file) = File::open(&path) else { continue };
+        let Some(read) = read_parked(&file).filter(|read| read.id == id) else { continue };
+        match waited_on(&file) {
+            Ok(true) => parked.push(read),
+            // Its batch is gone: nobody would take an answer.
+            Ok(false) => drop(std::fs::remove_file(&path)),
+            Err(_) => {}
+        }
+    }
     parked.sort_by(|a, b| (a.parked_at, &a.id).cmp(&(b.parked_at, &b.id)));
     Ok(parked)
 }
 
-fn read_parked(path: &Path) -> Option<Parked> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).ok()?;
+/// The parked request `file` holds, when it is one: a well-formed id and
+/// the digest of its own request.
+fn read_parked(file: &File) -> Option<Parked> {
     let mut text = Vec::new();
     file.take(MAX_PARKED_BYTES).read_to_end(&mut text).ok()?;
-    serde_json::from_slice(&text).ok()
+    let parked: Parked = serde_json::from_slice(&text).ok()?;
+    (is_id(&parked.id) && digest_of(&parked.request) == parked.digest).then_some(parked)
+}
+
+/// Whether the batch that parked the request open as `file` still waits
+/// on it: it holds the file's lock for as long as it does.
+fn waited_on(file: &File) -> io::Result<bool> {
+    match file.try_lock_shared() {
+        Ok(()) => {
+            file.unlock()?;
+            Ok(false)
+        }
+        Err(TryLockError::WouldBlock) => Ok(true),
+        Err(TryLockError::Error(error)) => Err(error),
+    }
 }
 
 /// Answers the request parked under `id` in `home` with `verdict`, if it
-/// still waits; returns what it asked.
+/// still waits and its batch is still there; returns what it asked.
 pub fn answer(home: &Path, id: &str, verdict: Verdict) -> Result<Parked, AnswerError> {
     if !is_id(id) {
         return Err(AnswerError::NotAnId(id.to_owned()));
     }
     let from = pending_dir(home).join(format!("{id}.json"));
     let to = answered_dir(home).join(format!("{id}.{}.json", verdict_name(verdict)));
+    let not_pending = || AnswerError::NotPending(id.to_owned());
+    let io_error = |what, path: &Path, source| AnswerError::Io { what, path: path.to_owned(), source };
+    let file = match File::open(&from) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Err(not_pending()),
+        Err(source) => return Err(io_error("cannot read", &from, source)),
+    };
     // Read first, to say what was answered; the rename decides.
-    let parked = read_parked(&from).ok_or_else(|| AnswerError::NotPending(id.to_owned()))?;
-    match std::fs::rename(&from, &to) {
-        Ok(()) => Ok(parked),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Err(AnswerError::NotPending(id.to_owned())),
-        Err(source) => Err(AnswerError::Io { what: "cannot answer", path: from, source }),
+    let parked = read_parked(&file).filter(|parked| parked.id == id).ok_or_else(not_pending)?;
+    if !waited_on(&file).map_err(|source| io_error("cannot lock", &from, source))? {
+        let _ = std::fs::remove_file(&from);
+        return Err(AnswerError::Gone(id.to_owned()));
     }
+    match std::fs::rename(&from, &to) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Err(not_pending()),
+        Err(source) => return Err(io_error("cannot answer", &from, source)),
+    }
+    // The batch may have ended between the look and the rename: an answer
+    // it did not take is taken back, never left for later.
+    if !waited_on(&file).map_err(|source| io_error("cannot lock", &to, source))? {
+        match std::fs::remove_file(&to) {
+            Ok(()) => return Err(AnswerError::Gone(id.to_owned())),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => return Err(io_error("cannot take back", &to, source)),
+        }
+    }
+    Ok(parked)
 }
 
 /// What a batch's door tells a person about a request it parked.
@@ -171,7 +243,6 @@ pub type OnParked = Arc<dyn Fn(&Parked) + Send + Sync>;
 pub struct ParkedApprover {
     rules: Rules,
     home: PathBuf,
-    next: AtomicU64,
     on_parked: Option<OnParked>,
 }
 
@@ -184,7 +255,7 @@ impl fmt::Debug for ParkedApprover {
 impl ParkedApprover {
     /// Answers by `rules`, parking what they leave to `ask` in `home`.
     pub fn new(rules: Rules, home: impl Into<PathBuf>) -> Self {
-        ParkedApprover { rules, home: home.into(), next: AtomicU64::new(1), on_parked: None }
+        ParkedApprover { rules, home: home.into(), on_parked: None }
     }
 
     /// Calls `on_parked` for each request as it is parked (to say where
@@ -204,9 +275,16 @@ impl Approver for ParkedApprover {
             Policy::Reject => return Box::pin(async { Answer::reject("the approvals policy (reject)") }),
             Policy::Ask => {}
         }
-        let id = format!("{}-{}", std::process::id(), self.next.fetch_add(1, Ordering::Relaxed));
+        let id = match new_id() {
+            Ok(id) => id,
+            Err(error) => {
+                tracing::warn!(%error, "no random id for a permission request: it is not parked");
+                return Box::pin(async { Answer::reject("it could not be parked (no random id)") });
+            }
+        };
         let parked_at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs());
-        let parked = Parked { id, request, parked_at };
+        let digest = digest_of(&request);
+        let parked = Parked { id, request, parked_at, digest };
         let (home, on_parked) = (self.home.clone(), self.on_parked.clone());
         // Its own task: when the asker stops waiting the future is dropped,
         // and this still takes the request back (`cancel` trips then).
@@ -215,55 +293,100 @@ impl Approver for ParkedApprover {
     }
 }
 
+/// 128 bits from the kernel, in hex: an id no process makes again.
+fn new_id() -> io::Result<String> {
+    let mut bytes = [0u8; 16];
+    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+/// Writes `parked` to `pending/<ID>.json`, locked before anyone can see
+/// it; the open file holds the lock for as long as it is kept.
+fn park(home: &Path, parked: &Parked) -> io::Result<File> {
+    let pending = pending_dir(home);
+    std::fs::create_dir_all(&pending)?;
+    std::fs::create_dir_all(answered_dir(home))?;
+    let temporary = pending.join(format!(".{}.tmp", parked.id));
+    let file = OpenOptions::new().write(true).create_new(true).open(&temporary)?;
+    file.lock()?;
+    (&file).write_all(&serde_json::to_vec(parked).map_err(io::Error::other)?)?;
+    std::fs::rename(&temporary, pending.join(format!("{}.json", parked.id)))?;
+    Ok(file)
+}
+
+/// What [`take_answer`] found for a request.
+enum Taken {
+    /// An answer given for it.
+    Verdict(Verdict),
+    /// A file under its id that is not about it (another request's
+    /// content): removed, and a reject.
+    NotForThis,
+}
+
+/// The answer given to `parked`, removed once read; only a file of its id
+/// and its digest, whose request is its own, is its answer.
+fn take_answer(home: &Path, parked: &Parked) -> Option<Taken> {
+    for verdict in VERDICTS {
+        let path = answered_dir(home).join(format!("{}.{}.json", parked.id, verdict_name(verdict)));
+        let Ok(file) = File::open(&path) else { continue };
+        let given = read_parked(&file);
+        if std::fs::remove_file(&path).is_err() {
+            continue;
+        }
+        let for_this = given.is_some_and(|given| given.id == parked.id && given.digest == parked.digest);
+        return Some(if for_this { Taken::Verdict(verdict) } else { Taken::NotForThis });
+    }
+    None
+}
+
+/// [`take_answer`] off the async threads.
+async fn take_answer_blocking(home: &Path, parked: &Parked) -> Option<Taken> {
+    let (home, parked) = (home.to_owned(), parked.clone());
+    tokio::task::spawn_blocking(move || take_answer(&home, &parked)).await.ok().flatten()
+}
+
 /// Parks `parked`, then waits for its answer or for `cancel`.
 async fn wait_parked(home: PathBuf, parked: Parked, on_parked: Option<OnParked>, cancel: CancellationToken) -> Answer {
-    let pending = pending_dir(&home);
-    let answered = answered_dir(&home);
-    let file = pending.join(format!("{}.json", parked.id));
-    let written = async {
-        tokio::fs::create_dir_all(&pending).await?;
-        tokio::fs::create_dir_all(&answered).await?;
-        let temporary = pending.join(format!(".{}.tmp", parked.id));
-        tokio::fs::write(&temporary, serde_json::to_vec(&parked).map_err(io::Error::other)?).await?;
-        tokio::fs::rename(&temporary, &file).await
+    let parking = (home.clone(), parked.clone());
+    let locked = match tokio::task::spawn_blocking(move || park(&parking.0, &parking.1)).await {
+        Ok(Ok(locked)) => locked,
+        Ok(Err(error)) => {
+            tracing::warn!(%error, dir = %pending_dir(&home).display(), "a permission request could not be parked");
+            return Answer::reject("it could not be parked");
+        }
+        Err(_) => return Answer::reject("it could not be parked"),
     };
-    if let Err(error) = written.await {
-        tracing::warn!(%error, dir = %pending.display(), "a permission request could not be parked");
-        return Answer::reject("it could not be parked");
-    }
     if let Some(on_parked) = &on_parked {
         on_parked(&parked);
     }
-    loop {
+    let taken = loop {
         tokio::select! {
-            _ = cancel.cancelled() => break,
+            _ = cancel.cancelled() => break None,
             _ = tokio::time::sleep(POLL_EVERY) => {
-                if let Some(verdict) = take_answer(&answered, &parked.id).await {
-                    return Answer::new(verdict, format!("{BY_APPROVE} ({})", parked.id));
+                if let Some(taken) = take_answer_blocking(&home, &parked).await {
+                    break Some(taken);
                 }
             }
         }
-    }
-    // The asker stopped waiting: take the request back, unless an answer
-    // won the race (then it is taken, and the asker ignores it).
-    match tokio::fs::remove_file(&file).await {
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {
-            let _ = take_answer(&answered, &parked.id).await;
+    };
+    let answer = match taken {
+        Some(Taken::Verdict(verdict)) => Answer::new(verdict, format!("{BY_APPROVE} ({})", parked.id)),
+        Some(Taken::NotForThis) => Answer::reject("an answer under its id that was not for this request"),
+        None => {
+            // The asker stopped waiting: take the request back, unless an
+            // answer won the race (then it is taken, and the asker ignores it).
+            let file = pending_dir(&home).join(format!("{}.json", parked.id));
+            if let Err(error) = tokio::fs::remove_file(&file).await {
+                if error.kind() == io::ErrorKind::NotFound {
+                    let _ = take_answer_blocking(&home, &parked).await;
+                }
+            }
+            Answer::reject("withdrawn: its run no longer waits")
         }
-        _ => {}
-    }
-    Answer::reject("withdrawn: its run no longer waits")
-}
-
-/// The answer given to `id`, removed once read.
-async fn take_answer(answered: &Path, id: &str) -> Option<Verdict> {
-    for verdict in VERDICTS {
-        let file = answered.join(format!("{id}.{}.json", verdict_name(verdict)));
-        if tokio::fs::remove_file(&file).await.is_ok() {
-            return Some(verdict);
-        }
-    }
-    None
+    };
+    // Held until here: while it is, an answer can be given.
+    drop(locked);
+    answer
 }
 
 #[cfg(test)]
@@ -273,6 +396,8 @@ mod tests {
     #[test]
     fn an_id_is_letters_digits_and_dashes_and_nothing_that_leaves_the_directory() {
         assert!(is_id("4121-7"));
+        assert!(is_id(&new_id().unwrap()));
+        assert_ne!(new_id().unwrap(), new_id().unwrap());
         for bad in ["", "../x", "a/b", "a.b", &"x".repeat(65)] {
             assert!(!is_id(bad), "{bad:?}");
         }
@@ -297,6 +422,76 @@ mod tests {
         let answered = waiting.await.unwrap();
         assert_eq!(answered.verdict, Verdict::AllowOnce);
         assert!(pending(home.path()).unwrap().is_empty());
+    }
+
+    /// Parks `title` in a runtime of its own that is then dropped without
+    /// taking the request back, as a killed batch leaves it; its id.
+    fn parked_by_a_batch_that_dies(home: &Path, title: &str) -> String {
+        let (home, title) = (home.to_owned(), title.to_owned());
+        std::thread::spawn(move || park_then_die(&home, &title)).join().unwrap()
+    }
+
+    fn park_then_die(home: &Path, title: &str) -> String {
+        let batch = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let id = batch.block_on(async {
+            let approver = ParkedApprover::new(Rules::new(Policy::Ask), home);
+            tokio::spawn(approver.ask(PermissionRequest::new(Vec::new()).with_title(title), CancellationToken::new()));
+            loop {
+                if let Some(parked) = pending(home).unwrap().pop() {
+                    break parked.id;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        drop(batch);
+        id
+    }
+
+    #[tokio::test]
+    async fn an_answer_for_a_batch_that_is_gone_is_refused_and_never_allows_a_later_request() {
+        let home = tempfile::tempdir().unwrap();
+        let id = parked_by_a_batch_that_dies(home.path(), "cargo test");
+        let late = answer(home.path(), &id, Verdict::AllowOnce);
+        assert!(matches!(late, Err(AnswerError::Gone(_))), "{late:?}");
+        assert!(pending(home.path()).unwrap().is_empty(), "what a gone batch left is not listed");
+        // A new batch of the same process (so of the same pid): its request
+        // waits for an answer of its own.
+        let approver = ParkedApprover::new(Rules::new(Policy::Ask), home.path());
+        let cancel = CancellationToken::new();
+        let mut asked = tokio::spawn(
+            approver.ask(PermissionRequest::new(Vec::new()).with_title("rm -rf important/"), cancel.clone()),
+        );
+        let unanswered = tokio::time::timeout(Duration::from_millis(600), &mut asked).await;
+        assert!(unanswered.is_err(), "nobody answered it: {unanswered:?}");
+        let waiting = pending(home.path()).unwrap();
+        assert_eq!(waiting.len(), 1);
+        assert_ne!(waiting[0].id, id, "an id is never given twice");
+        cancel.cancel();
+        assert_eq!(asked.await.unwrap().verdict, Verdict::Reject);
+    }
+
+    #[tokio::test]
+    async fn an_answer_is_taken_only_for_the_request_it_was_given_for() {
+        let home = tempfile::tempdir().unwrap();
+        let approver = ParkedApprover::new(Rules::new(Policy::Ask), home.path());
+        let cancel = CancellationToken::new();
+        let mut asked =
+            tokio::spawn(approver.ask(PermissionRequest::new(Vec::new()).with_title("rm -rf /"), cancel.clone()));
+        let parked = loop {
+            if let Some(parked) = pending(home.path()).unwrap().pop() {
+                break parked;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        // An answer file under its id that carries another request.
+        let mut other = parked.clone();
+        other.request = PermissionRequest::new(Vec::new()).with_title("cargo test");
+        let forged = answered_dir(home.path()).join(format!("{}.allow_once.json", parked.id));
+        std::fs::write(&forged, serde_json::to_vec(&other).unwrap()).unwrap();
+        std::fs::remove_file(pending_dir(home.path()).join(format!("{}.json", parked.id))).unwrap();
+        let answered = tokio::time::timeout(Duration::from_secs(5), &mut asked).await.unwrap().unwrap();
+        assert_eq!(answered.verdict, Verdict::Reject, "{answered:?}");
+        cancel.cancel();
     }
 
     #[tokio::test]

@@ -262,7 +262,7 @@ impl Door {
         };
         match tokio::task::spawn_blocking(move || waiting.answer(&id, verdict)).await {
             Ok(Ok(answered)) => json_ok(&answered),
-            Ok(Err(error @ crate::batch::AnswerError::NotPending(_))) => {
+            Ok(Err(error @ (crate::batch::AnswerError::NotPending(_) | crate::batch::AnswerError::Gone(_)))) => {
                 json_status(StatusCode::CONFLICT, &json!({"error": error.to_string()}))
             }
             Ok(Err(error @ crate::batch::AnswerError::NotAnId(_))) => {

@@ -6,7 +6,8 @@
 //!
 //! Only a request that still waits can be answered, once: an id that was
 //! answered, expired or whose run ended is refused (exit 1), as is one that
-//! was never parked.
+//! was never parked, and one whose batch is gone (killed while it waited):
+//! such an answer is never kept for anything later.
 
 use std::process::ExitCode;
 
@@ -55,7 +56,7 @@ impl ApproveArgs {
                 say!("{id}: {verdict} — {} asked to run: {}", parked.request.asker_line(), parked.request.call_line());
                 Ok(ExitCode::SUCCESS)
             }
-            Err(error @ (AnswerError::NotPending(_) | AnswerError::NotAnId(_))) => {
+            Err(error @ (AnswerError::NotPending(_) | AnswerError::NotAnId(_) | AnswerError::Gone(_))) => {
                 say!("subagents: {error}");
                 Ok(ExitCode::from(1))
             }
