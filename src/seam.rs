@@ -151,8 +151,8 @@ pub use crate::live::ProcessLease;
 #[cfg(feature = "agent")]
 pub(crate) use approval::glob;
 pub use approval::{
-    Answer, Approvals, Approver, Hop, OptionKind, PermissionOption, PermissionRequest, Policy, Rule, Rules, Verdict,
-    DEFAULT_APPROVAL_TIMEOUT, MAX_SHOWN_INPUT,
+    Answer, Approvals, Approver, Hop, OptionKind, PermissionOption, PermissionRequest, Policy, RequestField, Rule,
+    Rules, Verdict, DEFAULT_APPROVAL_TIMEOUT, MAX_JUDGED, MAX_PATHS, MAX_PATH_BYTES, MAX_SHOWN_INPUT,
 };
 pub(crate) use budget::{admit as budget_admit, Admission};
 pub use budget::{Budget, BudgetExhausted, BudgetLease, BudgetLimit};

@@ -161,18 +161,38 @@ fn an_ask_climbs_to_the_approver_naming_the_child_and_its_answer_is_the_option_i
 fn allow_always_holds_for_the_rest_of_its_run_and_no_longer() {
     let home = tempfile::tempdir().unwrap();
     let runtime = runtime(home.path());
-    let mut config = asking(home.path(), "twice", &[("execute", "cargo test"), ("execute", "cargo build")]);
+    let mut config = asking(home.path(), "twice", &[("execute", "cargo test"), ("execute", "cargo test")]);
     config.permission = Rules::new(Policy::Ask);
     register(&runtime, config);
     let approver = Recording::answering(&[Verdict::AllowAlways, Verdict::Reject, Verdict::Reject]);
     runtime.subagents().set_approver(approver.clone());
     lifecycle(&runtime, &runtime.subagents(), "twice", request(home.path(), "first"));
-    assert_eq!(chosen(home.path(), "twice"), ["always", "yes"], "the second call of the kind is not asked");
+    assert_eq!(chosen(home.path(), "twice"), ["always", "yes"], "the same call again is not asked");
     assert_eq!(approver.asked().len(), 1);
     // A new run asks again: the grant died with its run.
     lifecycle(&runtime, &runtime.subagents(), "twice", request(home.path(), "second"));
     assert_eq!(chosen(home.path(), "twice"), ["always", "yes", "no", "no"]);
     assert_eq!(approver.asked().len(), 3);
+    no_children_left(&runtime);
+}
+
+#[test]
+fn allow_always_for_a_call_that_names_no_tool_covers_that_call_and_no_other_of_its_kind() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let calls = [("execute", "cargo test"), ("execute", "rm -rf ~/"), ("execute", "cargo test")];
+    let mut config = asking(home.path(), "kinds", &calls);
+    config.permission = Rules::new(Policy::Ask);
+    register(&runtime, config);
+    let approver = Recording::answering(&[Verdict::AllowAlways, Verdict::Reject]);
+    runtime.subagents().set_approver(approver.clone());
+    lifecycle(&runtime, &runtime.subagents(), "kinds", request(home.path(), "first"));
+    assert_eq!(chosen(home.path(), "kinds"), ["always", "no", "yes"], "another command of the kind is asked");
+    let asked: Vec<Option<String>> = approver.asked().into_iter().map(|request| request.title).collect();
+    assert_eq!(asked, [Some("cargo test".to_owned()), Some("rm -rf ~/".to_owned())]);
+    // The door said what "always" would cover.
+    let covers = approver.asked()[0].always_covers();
+    assert!(covers.contains("only this same call again"), "{covers}");
     no_children_left(&runtime);
 }
 
@@ -197,6 +217,22 @@ fn rules_decide_before_anyone_is_asked_and_leave_only_ask_to_the_approver() {
     let lines = permission_lines(home.path(), "ruled");
     assert!(lines[0].contains("by the provider's rules (allow)"), "{lines:?}");
     assert!(lines[1].contains("by the provider's rules (reject)"), "{lines:?}");
+}
+
+#[test]
+fn a_reject_rule_sees_the_whole_of_a_long_command() {
+    let home = tempfile::tempdir().unwrap();
+    let runtime = runtime(home.path());
+    let long = format!("echo {} && rm -rf important/", "a".repeat(2300));
+    let mut config = asking(home.path(), "long", &[("execute", long.as_str())]);
+    config.permission = Rules::new(Policy::Allow).with(Rule::new(Policy::Reject).title("*rm -rf*"));
+    register(&runtime, config);
+    let approver = Recording::answering(&[Verdict::AllowOnce]);
+    runtime.subagents().set_approver(approver.clone());
+    lifecycle(&runtime, &runtime.subagents(), "long", request(home.path(), "long"));
+    assert_eq!(chosen(home.path(), "long"), ["no"], "past 2 KiB the rule still sees `rm -rf`");
+    assert!(approver.asked().is_empty());
+    no_children_left(&runtime);
 }
 
 #[test]

@@ -80,9 +80,22 @@ use super::safe_line;
 /// answer is a reject.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The most of a tool call's input (or title) a request carries; what a
-/// child sends beyond it is cut, marked with `…`.
+/// The most of a tool call's input (or title) a door shows on its line
+/// ([`PermissionRequest::call_line`]); the rest is kept, for the rules.
 pub const MAX_SHOWN_INPUT: usize = 2048;
+
+/// The most of each text of a request (tool, kind, title, input) kept
+/// whole, for the rules to judge; a child's text past it is cut, marked
+/// with `…`, and the request says so ([`PermissionRequest::cut`]).
+pub const MAX_JUDGED: usize = 16 * 1024;
+
+/// The most bytes of one path a request keeps (Linux's `PATH_MAX`: no
+/// longer path names a file); a longer one is cut, and the request says so.
+pub const MAX_PATH_BYTES: usize = 4096;
+
+/// The most paths a request keeps; a call that names more is kept with
+/// these, and the request says the rest was left out.
+pub const MAX_PATHS: usize = 64;
 
 /// One run on the way from the root to the child that asks.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,6 +144,30 @@ impl OptionKind {
     }
 }
 
+/// A part of a request that a child sent more of than is kept
+/// ([`PermissionRequest::cut`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestField {
+    /// The tool's name, past [`MAX_JUDGED`].
+    Tool,
+    /// The kind of call, past [`MAX_JUDGED`].
+    Kind,
+    /// The title, past [`MAX_JUDGED`].
+    Title,
+    /// The input, past [`MAX_JUDGED`].
+    Input,
+    /// A path past [`MAX_PATH_BYTES`], or paths past [`MAX_PATHS`].
+    Paths,
+}
+
+impl RequestField {
+    /// Whether rules look at it ([`Rules::decide`]): all but the input.
+    pub fn judged(self) -> bool {
+        !matches!(self, RequestField::Input)
+    }
+}
+
 /// One option the child offered.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PermissionOption {
@@ -151,8 +188,10 @@ impl PermissionOption {
 
 /// A child's request for permission: who asks, what for, and what it
 /// offered to be answered with. Every text is the child's, so hostile:
-/// cut to [`MAX_SHOWN_INPUT`] here, escaped wherever it is shown
-/// ([`safe_line`]).
+/// kept whole up to [`MAX_JUDGED`] (paths: [`MAX_PATH_BYTES`] each, at
+/// most [`MAX_PATHS`]) so that rules judge the whole request, and what is
+/// cut is named in [`cut`](Self::cut); shown cut to [`MAX_SHOWN_INPUT`],
+/// escaped wherever it is shown ([`safe_line`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PermissionRequest {
     /// The path from the root to the child that asks (the child last);
@@ -177,6 +216,11 @@ pub struct PermissionRequest {
     pub paths: Vec<String>,
     /// The options the child offered.
     pub options: Vec<PermissionOption>,
+    /// What the child sent more of than is kept: empty when the request is
+    /// whole. No rule allows a request whose judged parts were cut (it is
+    /// asked), and "allow always" remembers nothing of a cut request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cut: Vec<RequestField>,
 }
 
 impl PermissionRequest {
@@ -187,32 +231,67 @@ impl PermissionRequest {
 
     /// The tool's name.
     pub fn with_tool(mut self, tool: impl Into<String>) -> Self {
-        self.tool = Some(bounded(tool.into()));
+        self.tool = Some(self.bounded(tool.into(), MAX_JUDGED, RequestField::Tool));
         self
     }
 
     /// The kind of call.
     pub fn with_kind(mut self, kind: impl Into<String>) -> Self {
-        self.kind = Some(bounded(kind.into()));
+        self.kind = Some(self.bounded(kind.into(), MAX_JUDGED, RequestField::Kind));
         self
     }
 
     /// The agent's title for the call.
     pub fn with_title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(bounded(title.into()));
+        self.title = Some(self.bounded(title.into(), MAX_JUDGED, RequestField::Title));
         self
     }
 
-    /// The call's raw input (shown as compact JSON, bounded).
+    /// The call's raw input (kept as compact JSON, bounded).
     pub fn with_input(mut self, input: &serde_json::Value) -> Self {
-        self.input = Some(bounded(input.to_string()));
+        self.input = Some(self.bounded(input.to_string(), MAX_JUDGED, RequestField::Input));
         self
     }
 
-    /// A file the call touches.
-    pub fn with_path(mut self, path: impl Into<String>) -> Self {
-        self.paths.push(bounded(path.into()));
+    /// The call's raw input as text already (from a wire), bounded.
+    pub(crate) fn with_input_text(mut self, input: String) -> Self {
+        self.input = Some(self.bounded(input, MAX_JUDGED, RequestField::Input));
         self
+    }
+
+    /// A file the call touches; past [`MAX_PATHS`] it is left out, and the
+    /// request says so.
+    pub fn with_path(mut self, path: impl Into<String>) -> Self {
+        if self.paths.len() >= MAX_PATHS {
+            self.mark_cut(RequestField::Paths);
+            return self;
+        }
+        let path = self.bounded(path.into(), MAX_PATH_BYTES, RequestField::Paths);
+        self.paths.push(path);
+        self
+    }
+
+    /// Says that `field` was cut (once).
+    pub(crate) fn mark_cut(&mut self, field: RequestField) {
+        if !self.cut.contains(&field) {
+            self.cut.push(field);
+        }
+    }
+
+    /// Whether every part a rule looks at is whole.
+    pub fn judged_whole(&self) -> bool {
+        !self.cut.iter().any(|field| field.judged())
+    }
+
+    /// `text` cut to `max` bytes (on a character boundary), marked with
+    /// `…` and named in [`cut`](Self::cut) when cut.
+    fn bounded(&mut self, mut text: String, max: usize, field: RequestField) -> String {
+        if text.len() > max {
+            text.truncate(super::cut(&text, max).len());
+            text.push('…');
+            self.mark_cut(field);
+        }
+        text
     }
 
     /// The child that asks (the last hop), as one safe line.
@@ -227,15 +306,18 @@ impl PermissionRequest {
     }
 
     /// What is asked for, as one safe line: the title (else the tool, else
-    /// the kind) and the input.
+    /// the kind) and the input, each shown to [`MAX_SHOWN_INPUT`] bytes.
     pub fn call_line(&self) -> String {
         let what = self.title.as_deref().or(self.tool.as_deref()).or(self.kind.as_deref()).unwrap_or("a tool call");
-        let mut line = safe_line(what).into_owned();
+        let mut line = shown(what);
         if let Some(kind) = self.kind.as_deref().filter(|_| self.title.is_some() || self.tool.is_some()) {
-            line.push_str(&format!(" ({})", safe_line(kind)));
+            line.push_str(&format!(" ({})", shown(kind)));
         }
         if let Some(input) = &self.input {
-            line.push_str(&format!(" {}", safe_line(input)));
+            line.push_str(&format!(" {}", shown(input)));
+        }
+        if !self.cut.is_empty() {
+            line.push_str(" [cut: too large to keep whole]");
         }
         line
     }
@@ -268,31 +350,57 @@ impl PermissionRequest {
         named.or_else(|| self.option_for(answer.verdict))
     }
 
-    /// What "allow always" is remembered by within a run: the tool's
-    /// name, else the kind of call, else its title.
+    /// What "allow always" is remembered by within a run, and so all it
+    /// covers: the tool, when the child names one (the door says "every
+    /// call of the tool"); else exactly this call (its kind, title, input
+    /// and paths), never its kind alone. `None` (so "always" allows this
+    /// call once) when the request was cut or names nothing to remember it
+    /// by. Doors say the same in words: [`always_covers`](Self::always_covers).
     pub fn grant_key(&self) -> Option<String> {
-        let (tag, value) = match (&self.tool, &self.kind, &self.title) {
-            (Some(tool), _, _) => ("tool", tool),
-            (None, Some(kind), _) => ("kind", kind),
-            (None, None, Some(title)) => ("title", title),
-            (None, None, None) => return None,
-        };
-        Some(format!("{tag}:{value}"))
+        if !self.cut.is_empty() {
+            return None;
+        }
+        if let Some(tool) = &self.tool {
+            return Some(format!("tool:{tool}"));
+        }
+        if self.kind.is_none() && self.title.is_none() && self.input.is_none() && self.paths.is_empty() {
+            return None;
+        }
+        let call = serde_json::json!([self.kind, self.title, self.input, self.paths]);
+        Some(format!("call:{call}"))
+    }
+
+    /// What "allow always" will cover, in words for a person, as every
+    /// door shows it beside the answer (see [`grant_key`](Self::grant_key)).
+    pub fn always_covers(&self) -> String {
+        match (&self.tool, self.grant_key()) {
+            (_, None) => "this call only: it is too large or too vague to remember, so always is once".to_owned(),
+            (Some(tool), Some(_)) => format!("every call of the tool {} for the rest of this run", shown(tool)),
+            (None, Some(_)) => {
+                "only this same call again (kind, title, input and files as shown), for the rest of this run".to_owned()
+            }
+        }
+    }
+
+    /// What choosing an option of `kind` does for this request, in words:
+    /// for "allow always", exactly what it covers.
+    pub fn option_said(&self, kind: OptionKind) -> String {
+        match kind {
+            OptionKind::AllowAlways => format!("allow always: {}", self.always_covers()),
+            other => other.said().to_owned(),
+        }
     }
 }
 
-/// `text` cut to [`MAX_SHOWN_INPUT`] bytes (on a character boundary),
-/// marked when cut.
-fn bounded(mut text: String) -> String {
-    if text.len() > MAX_SHOWN_INPUT {
-        let mut end = MAX_SHOWN_INPUT;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
+/// `text` as one safe line of at most [`MAX_SHOWN_INPUT`] bytes, marked
+/// with `…` when cut.
+fn shown(text: &str) -> String {
+    let kept = super::cut(text, MAX_SHOWN_INPUT);
+    let mut line = safe_line(kept).into_owned();
+    if kept.len() < text.len() {
+        line.push('…');
     }
-    text
+    line
 }
 
 /// What a door answers.
@@ -498,13 +606,33 @@ mod tests {
     }
 
     #[test]
-    fn what_a_child_sends_is_cut_and_shown_on_one_line() {
+    fn what_a_child_sends_is_kept_whole_to_a_bound_and_shown_cut_on_one_line() {
         let request = PermissionRequest::new(Vec::new())
             .with_title("rm -rf /\n\u{1b}[31mred")
             .with_input(&"x".repeat(10_000).into());
-        assert!(request.input.as_ref().unwrap().len() <= MAX_SHOWN_INPUT + '…'.len_utf8());
+        assert_eq!(request.input.as_ref().unwrap().len(), 10_002, "kept whole, for the rules");
+        assert!(request.cut.is_empty());
         let line = request.call_line();
         assert!(!line.contains('\n') && !line.contains('\u{1b}'), "{line:?}");
+        assert!(line.len() < 2 * MAX_SHOWN_INPUT, "shown cut: {}", line.len());
+        let huge = PermissionRequest::new(Vec::new()).with_input(&"x".repeat(MAX_JUDGED * 2).into());
+        assert!(huge.input.as_ref().unwrap().len() <= MAX_JUDGED + '…'.len_utf8());
+        assert_eq!(huge.cut, [RequestField::Input]);
+        assert!(huge.judged_whole(), "rules do not look at the input");
+    }
+
+    #[test]
+    fn always_covers_the_tool_named_else_only_the_same_call_and_says_so() {
+        let run = |title: &str| PermissionRequest::new(Vec::new()).with_kind("execute").with_title(title);
+        assert_ne!(run("cargo test").grant_key(), run("rm -rf ~/").grant_key(), "never the kind alone");
+        assert_eq!(run("cargo test").grant_key(), run("cargo test").grant_key());
+        assert!(run("cargo test").always_covers().contains("only this same call again"));
+        let tool = PermissionRequest::new(Vec::new()).with_tool("read_file").with_title("read a");
+        assert_eq!(tool.grant_key(), PermissionRequest::new(Vec::new()).with_tool("read_file").grant_key());
+        assert!(tool.always_covers().contains("every call of the tool read_file"), "{}", tool.always_covers());
+        let long = run(&"x".repeat(MAX_JUDGED + 1));
+        assert_eq!(long.grant_key(), None, "a cut request is never remembered");
+        assert!(long.option_said(OptionKind::AllowAlways).contains("once"));
     }
 
     #[test]

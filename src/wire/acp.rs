@@ -88,7 +88,9 @@ pub(crate) fn permission_request_of(
     if let Some(input) = pick(fields, earlier, |e| &e.raw_input) {
         ours = ours.with_input(&input);
     }
-    for location in pick(fields, earlier, |e| &e.locations).iter().flatten().take(16) {
+    // Every location: the request keeps what the rules can judge, and says
+    // what it left out.
+    for location in pick(fields, earlier, |e| &e.locations).iter().flatten() {
         ours = ours.with_path(location.path.display().to_string());
     }
     ours
@@ -157,6 +159,21 @@ mod tests {
         }
         assert_eq!(acp_stop_of(StopReason::Error), None);
         assert_eq!(stop_reason_of(AcpStop::MaxTurnRequests), StopReason::Error);
+    }
+
+    #[test]
+    fn every_location_of_a_call_is_kept_for_the_rules() {
+        use agent_client_protocol::v1::schema::{ToolCallLocation, ToolCallUpdate};
+        let mut locations: Vec<ToolCallLocation> =
+            (0..16).map(|at| ToolCallLocation::new(format!("/repo/src/{at}.rs"))).collect();
+        locations.push(ToolCallLocation::new("/etc/passwd"));
+        let fields = ToolCallUpdateFields::new().kind(ToolKind::Edit).locations(locations);
+        let asked = RequestPermissionRequest::new(SessionId::new("s"), ToolCallUpdate::new("c1", fields), Vec::new());
+        let ours = permission_request_of(&asked, None);
+        assert_eq!(ours.paths.last().map(String::as_str), Some("/etc/passwd"), "{:?}", ours.paths);
+        let rules = crate::seam::Rules::new(crate::seam::Policy::Ask)
+            .with(crate::seam::Rule::new(crate::seam::Policy::Allow).kind("edit").path("/repo"));
+        assert_eq!(rules.decide(&ours), crate::seam::Policy::Ask);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //!
 //! Whatever arrives is the peer's, so hostile: a request read from a wire
 //! is cut again as [`PermissionRequest`]'s builders cut what a child says
-//! (its path, its options and their names too, bounded in number), and an
+//! (its paths, its options and their names too, bounded in number; what
+//! was cut below stays marked cut), and an
 //! answer's `by` is made one safe line of at most [`MAX_BY`] bytes. A
 //! connection has at most [`MAX_PENDING`] requests waiting; one more is
 //! rejected at once.
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::seam::{cut, safe_line, Answer, Hop, PermissionOption, PermissionRequest, MAX_SHOWN_INPUT};
+use crate::seam::{cut, safe_line, Answer, Hop, PermissionOption, PermissionRequest};
 
 /// How long a request that crossed a wire waits above at most: the asker
 /// below withdraws it at its own timeout, so this only bounds one that
@@ -54,11 +55,14 @@ pub(crate) fn received(request: PermissionRequest) -> PermissionRequest {
         bounded = bounded.with_title(title);
     }
     if let Some(input) = request.input {
-        // The child's own cut leaves at most this and its `…` mark.
-        bounded.input = Some(cut(&input, MAX_SHOWN_INPUT + '…'.len_utf8()).to_owned());
+        bounded = bounded.with_input_text(input);
     }
-    for path in request.paths.into_iter().take(MAX_LISTED) {
+    for path in request.paths {
         bounded = bounded.with_path(path);
+    }
+    // What was cut below stays cut: the rules above must not judge it whole.
+    for field in request.cut {
+        bounded.mark_cut(field);
     }
     bounded
 }
@@ -100,7 +104,14 @@ mod tests {
         assert_eq!(bounded.options.len(), MAX_LISTED);
         assert_eq!(bounded.asker.len(), MAX_LISTED);
         assert!(bounded.options[0].id.len() <= MAX_NAME && bounded.asker[0].provider.len() <= MAX_NAME);
-        assert!(bounded.title.unwrap().len() < 3000);
+        assert!(bounded.title.unwrap().len() <= crate::seam::MAX_JUDGED + '…'.len_utf8());
+        assert_eq!(bounded.cut, [crate::seam::RequestField::Title], "and says it was cut");
+        let mut named = PermissionRequest::new(Vec::new());
+        named.paths = vec!["/repo/a".to_owned(); crate::seam::MAX_PATHS + 1];
+        named.cut = vec![crate::seam::RequestField::Tool];
+        let bounded = received(named);
+        assert_eq!(bounded.paths.len(), crate::seam::MAX_PATHS);
+        assert!(!bounded.judged_whole(), "a cut below stays cut above: {:?}", bounded.cut);
         let said = json!({"verdict": "allow_once", "by": "a\u{1b}[31m person\n"});
         assert_eq!(answer_received(Some(&said), None), Answer::new(Verdict::AllowOnce, "a person "));
         let chose = json!({"verdict": "allow_once", "by": "x", "option": "edit-dir"});

@@ -78,7 +78,7 @@ fn fanout_on_a_terminal_names_failures_above_a_bar_with_an_eta_and_ctrl_c_then_r
 #[test]
 fn run_on_a_terminal_asks_the_person_about_a_childs_request_and_off_one_its_policy_rejects_it() {
     let dir = tempfile::tempdir().unwrap();
-    let asker = asking(dir.path(), "asker", &[("execute", "cargo test"), ("execute", "cargo build")]);
+    let asker = asking(dir.path(), "asker", &[("execute", "cargo test"), ("execute", "cargo test")]);
     let config = write_file(
         dir.path(),
         "subagents.toml",
@@ -91,7 +91,7 @@ fn run_on_a_terminal_asks_the_person_about_a_childs_request_and_off_one_its_poli
     let mut command = subagents();
     command.args(["run", prompt, "--provider", "asker", "--config"]).arg(&config);
     command.arg("--home").arg(dir.path().join("home"));
-    // The person answers "allow always": the second call of the tool is not asked.
+    // The person answers "allow always": the same call again is not asked.
     let screen = on_a_terminal_typing(&command, None, &[("› ", "a\n")]);
     assert_eq!(screen.code, Some(0), "{}", screen.raw);
     let shown = screen.text();
@@ -99,7 +99,11 @@ fn run_on_a_terminal_asks_the_person_about_a_childs_request_and_off_one_its_poli
         shown.contains("asker (run tests) at depth 1 [asker (run tests)] asks to run: cargo test (execute)"),
         "{shown}"
     );
-    assert!(shown.contains("[y] allow once  [a] allow always (this tool, this run)  [n] reject  › a"), "{shown}");
+    assert!(
+        shown.contains("[y] allow once  [a] allow always (only this same call again"),
+        "says what always covers: {shown}"
+    );
+    assert!(shown.contains("for the rest of this run)  [n] reject  › a"), "{shown}");
     assert_eq!(shown.matches("asks to run").count(), 1, "asked once:\n{shown}");
     assert_eq!(chosen(dir.path(), "asker"), ["always", "yes"]);
     // Off a terminal nobody is asked: `ask` is a reject.

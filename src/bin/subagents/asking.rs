@@ -9,7 +9,7 @@
 //!
 //! ```text
 //! asker (run tests) at depth 1 [asker (run tests)] asks to run: cargo test (execute) {"command":"cargo test"}
-//!   [y] allow once  [a] allow always (this tool, this run)  [n] reject  ›
+//!   [y] allow once  [a] allow always (only this same call again (kind, title, input and files as shown), for the rest of this run)  [n] reject  ›
 //! ```
 //!
 //! One question at a time; what was typed before it was asked is not an
@@ -128,12 +128,13 @@ impl Approver for TerminalApprover {
     }
 }
 
-/// The answers the child's options allow, each with its key.
-fn choices(request: &PermissionRequest) -> Vec<(&'static str, &'static str, Verdict)> {
+/// The answers the child's options allow, each with its key; "always"
+/// says exactly what it covers.
+fn choices(request: &PermissionRequest) -> Vec<(&'static str, String, Verdict)> {
     let all = [
-        ("y", "allow once", Verdict::AllowOnce),
-        ("a", "allow always (this tool, this run)", Verdict::AllowAlways),
-        ("n", "reject", Verdict::Reject),
+        ("y", "allow once".to_owned(), Verdict::AllowOnce),
+        ("a", format!("allow always ({})", request.always_covers()), Verdict::AllowAlways),
+        ("n", "reject".to_owned(), Verdict::Reject),
     ];
     // A reject is always possible: without an option for it the child is
     // answered `cancelled`, which is a no.

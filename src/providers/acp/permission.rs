@@ -4,9 +4,11 @@
 //! and `reject` answer at once, `ask` hands the request to the run's
 //! [`Approvals`] (the nearest door: a terminal, an ACP client, a policy
 //! file), within [`AcpConfig::permission_timeout`]. An "allow always"
-//! answer is remembered for the rest of this run only (by tool name, else
-//! kind of call, else title: [`PermissionRequest::grant_key`]) and the
-//! agent's next request of the same tool is allowed without asking.
+//! answer is remembered for the rest of this run only, and covers no more
+//! than the door showed ([`PermissionRequest::grant_key`]): the tool, when
+//! the agent names one, else only this same call (kind, title, input and
+//! paths: never every call of its kind); a later request it covers is
+//! allowed without asking.
 //!
 //! Never granted by accident: no approver, the timeout, the run's cancel
 //! or dispose ([`Asking::close`]) all answer reject, and an answer that

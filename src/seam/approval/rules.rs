@@ -6,10 +6,18 @@
 //! characters) and `?` (one character), and nothing else.
 //!
 //! A path rule matches when every path the call names lies under its
-//! prefix, component by component (`/repo` holds `/repo/src`, not
-//! `/repository`); a path with a `..` in it never matches, so a child
-//! cannot walk out of an `allow` by writing `/repo/../etc`. A call that
-//! names no path does not match a path rule.
+//! prefix, component by component, once both are normalised (`.` and
+//! doubled `/` dropped: `/repo` holds `/repo/./src`, not `/repository`); a
+//! path with a `..` in it never matches, so a child cannot walk out of an
+//! `allow` by writing `/repo/../etc`. A call that names no path does not
+//! match a path rule.
+//!
+//! **Rules judge the whole request.** A request keeps its texts whole up
+//! to [`MAX_JUDGED`](crate::seam::MAX_JUDGED) and every path it names (up
+//! to [`MAX_PATHS`](crate::seam::MAX_PATHS)); what a child sends past that
+//! cannot be judged whole ([`PermissionRequest::judged_whole`]), and such a
+//! request is never allowed by a rule or the default: an `allow` becomes
+//! `ask` (a reject where no one can be asked).
 //!
 //! ```
 //! use subagents::seam::{PermissionRequest, Policy, Rule, Rules};
@@ -131,16 +139,39 @@ impl Rules {
         self
     }
 
-    /// What the first matching rule says, else the default.
+    /// What the first matching rule says, else the default; `ask` instead
+    /// of `allow` for a request whose judged parts were cut (what was cut
+    /// might have matched a reject, or left an allow).
     pub fn decide(&self, request: &PermissionRequest) -> Policy {
-        self.rules.iter().find(|rule| rule.matches(request)).map_or(self.otherwise, |rule| rule.then)
+        let decided = self.rules.iter().find(|rule| rule.matches(request)).map_or(self.otherwise, |rule| rule.then);
+        match decided {
+            Policy::Allow if !request.judged_whole() => Policy::Ask,
+            decided => decided,
+        }
     }
 }
 
-/// Whether `path` lies under `prefix`, component by component; a `..`
-/// anywhere in `path` is never under anything.
+/// Whether `path` lies under `prefix`, component by component, both
+/// normalised; a `..` anywhere in either is never under anything.
 fn under(prefix: &Path, path: &Path) -> bool {
-    !path.components().any(|part| part == Component::ParentDir) && path.starts_with(prefix)
+    match (normalised(prefix), normalised(path)) {
+        (Some(prefix), Some(path)) => path.starts_with(prefix),
+        _ => false,
+    }
+}
+
+/// `path` without `.` components and doubled separators; `None` when it
+/// has a `..` (where it leads depends on links, so it is never judged).
+fn normalised(path: &Path) -> Option<PathBuf> {
+    let mut kept = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => return None,
+            part => kept.push(part),
+        }
+    }
+    Some(kept)
 }
 
 /// `*` and `?` globbing over characters.
@@ -199,6 +230,34 @@ mod tests {
         assert!(!rule.matches(&with(&["/repository/a"])));
         assert!(!rule.matches(&with(&["/repo/../etc"])));
         assert!(!rule.matches(&with(&[])), "no path named: no match");
+    }
+
+    #[test]
+    fn a_rule_decides_on_the_whole_request_and_never_allows_one_too_large_to_judge() {
+        let rules = Rules::new(Policy::Ask)
+            .with(Rule::new(Policy::Reject).title("*rm -rf*"))
+            .with(Rule::new(Policy::Allow).kind("edit").path("/repo"))
+            .with(Rule::new(Policy::Allow).kind("execute"));
+        let edit = |path: &str| PermissionRequest::new(Vec::new()).with_kind("edit").with_path(path);
+        let deep = format!("/repo/{}../../../../etc/passwd", "a/".repeat(1100));
+        assert_eq!(rules.decide(&edit(&deep)), Policy::Ask, "a `..` past the first 2 KiB");
+        assert_eq!(rules.decide(&edit("/repo/./src//lib.rs")), Policy::Allow, "paths are normalised first");
+        let many = (0..16).fold(PermissionRequest::new(Vec::new()).with_kind("edit"), |request, at| {
+            request.with_path(format!("/repo/src/{at}.rs"))
+        });
+        assert_eq!(rules.decide(&many), Policy::Allow);
+        assert_eq!(rules.decide(&many.clone().with_path("/etc/passwd")), Policy::Ask, "the 17th path counts");
+        let run = |title: &str| PermissionRequest::new(Vec::new()).with_kind("execute").with_title(title);
+        let long = format!("echo {} && rm -rf important/", "a".repeat(2300));
+        assert_eq!(rules.decide(&run(&long)), Policy::Reject, "the whole command is seen");
+        // Past what is kept whole: asked, never allowed by a rule.
+        let huge = format!("echo {} && rm -rf important/", "a".repeat(crate::seam::MAX_JUDGED + 10));
+        assert_eq!(rules.decide(&run(&huge)), Policy::Ask);
+        let crowded = (0..=crate::seam::MAX_PATHS)
+            .fold(PermissionRequest::new(Vec::new()).with_kind("edit"), |r, at| r.with_path(format!("/repo/{at}")));
+        assert_eq!(rules.decide(&crowded), Policy::Ask, "a path left out is never allowed");
+        let allow_all = Rules::new(Policy::Allow).with(Rule::new(Policy::Reject).title("*rm -rf*"));
+        assert_eq!(allow_all.decide(&run(&huge)), Policy::Ask, "nor by the default");
     }
 
     #[test]

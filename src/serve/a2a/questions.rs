@@ -234,7 +234,9 @@ fn asking_text(request: &PermissionRequest) -> String {
     let options: Vec<String> = request
         .options
         .iter()
-        .map(|option| format!("{} ({}: {})", safe_line(&option.id), safe_line(&option.name), option.kind.said()))
+        .map(|option| {
+            format!("{} ({}: {})", safe_line(&option.id), safe_line(&option.name), request.option_said(option.kind))
+        })
         .collect();
     format!(
         "{} asks: {}. Answer on this task with one of: {}",

@@ -157,7 +157,10 @@ fn decision_schema(request: &PermissionRequest) -> Option<ElicitationSchema> {
     let one_of: Vec<Value> = request
         .options
         .iter()
-        .map(|option| json!({"const": option.id, "title": format!("{} ({})", safe_line(&option.name), option.kind.said())}))
+        .map(|option| {
+            let said = request.option_said(option.kind);
+            json!({"const": option.id, "title": format!("{} ({said})", safe_line(&option.name))})
+        })
         .collect();
     let schema = json!({
         "type": "object",

@@ -127,6 +127,7 @@ fn request_json(parked: &Parked) -> Value {
         "input": request.input,
         "paths": request.paths.iter().take(20).collect::<Vec<_>>(),
         "options": options,
+        "always_covers": request.always_covers(),
         "offers": {
             "allow": request.offers(Verdict::AllowOnce),
             "always": request.offers(Verdict::AllowAlways),

@@ -7,7 +7,9 @@
 //! Only a request that still waits can be answered, once: an id that was
 //! answered, expired or whose run ended is refused (exit 1), as is one that
 //! was never parked, and one whose batch is gone (killed while it waited):
-//! such an answer is never kept for anything later.
+//! such an answer is never kept for anything later. `always` covers what
+//! the request says it covers (the tool it names, else only this same
+//! call), and the answer says so.
 
 use std::process::ExitCode;
 
@@ -22,7 +24,7 @@ use crate::terminal::{self, say};
 pub struct ApproveArgs {
     /// The request to answer, as the list shows it (without: list those that wait).
     id: Option<String>,
-    /// The answer: allow (once), always (this tool, for the rest of its run) or reject.
+    /// The answer: allow (once), always (the tool the request names, else only this same call, for the rest of its run; the answer says which) or reject.
     #[arg(value_enum, requires = "id")]
     answer: Option<AnswerName>,
     #[command(flatten)]
@@ -54,6 +56,9 @@ impl ApproveArgs {
         match answer(&home, &id, verdict) {
             Ok(parked) => {
                 say!("{id}: {verdict} — {} asked to run: {}", parked.request.asker_line(), parked.request.call_line());
+                if verdict == Verdict::AllowAlways {
+                    say!("{id}: always covers {}", parked.request.always_covers());
+                }
                 Ok(ExitCode::SUCCESS)
             }
             Err(error @ (AnswerError::NotPending(_) | AnswerError::NotAnId(_) | AnswerError::Gone(_))) => {
@@ -71,8 +76,13 @@ fn list(home: &std::path::Path) -> Result<ExitCode, String> {
         say!("no permission request is waiting in {}", home.display());
     }
     for parked in waiting {
-        let line =
-            format!("{}  {} asks to run: {}", parked.id, parked.request.asker_line(), parked.request.call_line());
+        let line = format!(
+            "{}  {} asks to run: {} (always would cover {})",
+            parked.id,
+            parked.request.asker_line(),
+            parked.request.call_line(),
+            parked.request.always_covers()
+        );
         terminal::out(&terminal::line(&line));
     }
     Ok(ExitCode::SUCCESS)

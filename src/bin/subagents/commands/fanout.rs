@@ -139,11 +139,12 @@ fn fanout(mut args: FanoutArgs, config: &subagents::config::Config) -> Result<En
         let (bar, home) = (progress.clone(), setup.home.clone());
         let said = move |parked: &batch::Parked| {
             let line = format!(
-                "waiting for approval: {} asks to run: {} — answer: subagents approve {} allow|always|reject --home {}",
+                "waiting for approval: {} asks to run: {} — answer: subagents approve {} allow|always|reject --home {} (always would cover {})",
                 parked.request.asker_line(),
                 parked.request.call_line(),
                 parked.id,
-                home.display()
+                home.display(),
+                parked.request.always_covers()
             );
             bar.suspend(|| terminal::say!("{line}"));
         };

@@ -255,11 +255,14 @@ const Approvals = {
       el('div', { class: 'what' }, 'asks to run ', el('span', { class: 'tool' }, what),
         r.kind && (r.title || r.tool) ? el('span', { class: 'kind' }, r.kind) : null),
       r.input ? el('pre', { class: 'input' }, r.input) : null,
-      (r.paths || []).length ? el('div', { class: 'when' }, 'touches ' + r.paths.join(', ')) : null);
+      (r.paths || []).length ? el('div', { class: 'when' }, 'touches ' + r.paths.join(', ')) : null,
+      r.always_covers ? el('div', { class: 'when' }, 'always would cover ' + r.always_covers) : null);
     const buttons = el('div', { class: 'answers' });
     const note = el('span', { class: 'answer-note' });
     for (const [word, label] of [['allow', 'allow once'], ['always', 'allow always'], ['reject', 'reject']]) {
       const button = el('button', { type: 'button', class: 'answer ' + word, data: { answer: word } }, label);
+      // What "always" covers, as the request says it (the tool, else only this same call).
+      if (word === 'always' && r.always_covers) button.title = 'allow always: ' + r.always_covers;
       button.disabled = word !== 'reject' && r.offers && !r.offers[word];
       button.addEventListener('click', () => this.answer(r.id, word, buttons, note));
       buttons.appendChild(button);
