@@ -352,7 +352,8 @@ impl PermissionRequest {
 
     /// What "allow always" is remembered by within a run, and so all it
     /// covers: the tool, when the child names one (the door says "every
-    /// call of the tool"); else exactly this call (its kind, title, input
+    /// call of the tool"), with this same command when the call runs one
+    /// (kind `execute`); else exactly this call (its kind, title, input
     /// and paths), never its kind alone. `None` (so "always" allows this
     /// call once) when the request was cut or names nothing to remember it
     /// by. Doors say the same in words: [`always_covers`](Self::always_covers).
@@ -360,8 +361,15 @@ impl PermissionRequest {
         if !self.cut.is_empty() {
             return None;
         }
+        // A tool that runs commands is one tool for every command: always
+        // on `cargo test` must not allow `rm -rf ~/`, so it covers the
+        // tool with this same command only.
         if let Some(tool) = &self.tool {
-            return Some(format!("tool:{tool}"));
+            if !self.runs_a_command() {
+                return Some(format!("tool:{tool}"));
+            }
+            let command = serde_json::json!([self.title, self.input]);
+            return Some(format!("tool:{tool}:command:{command}"));
         }
         if self.kind.is_none() && self.title.is_none() && self.input.is_none() && self.paths.is_empty() {
             return None;
@@ -370,11 +378,20 @@ impl PermissionRequest {
         Some(format!("call:{call}"))
     }
 
+    /// Whether the call runs a command (its kind is `execute`), so that
+    /// its tool alone says nothing of what it will do.
+    fn runs_a_command(&self) -> bool {
+        self.kind.as_deref() == Some("execute")
+    }
+
     /// What "allow always" will cover, in words for a person, as every
     /// door shows it beside the answer (see [`grant_key`](Self::grant_key)).
     pub fn always_covers(&self) -> String {
         match (&self.tool, self.grant_key()) {
             (_, None) => "this call only: it is too large or too vague to remember, so always is once".to_owned(),
+            (Some(tool), Some(_)) if self.runs_a_command() => {
+                format!("the tool {} running this same command again, for the rest of this run", shown(tool))
+            }
             (Some(tool), Some(_)) => format!("every call of the tool {} for the rest of this run", shown(tool)),
             (None, Some(_)) => {
                 "only this same call again (kind, title, input and files as shown), for the rest of this run".to_owned()
@@ -630,6 +647,14 @@ mod tests {
         let tool = PermissionRequest::new(Vec::new()).with_tool("read_file").with_title("read a");
         assert_eq!(tool.grant_key(), PermissionRequest::new(Vec::new()).with_tool("read_file").grant_key());
         assert!(tool.always_covers().contains("every call of the tool read_file"), "{}", tool.always_covers());
+        let shell = |title: &str| run(title).with_tool("Bash");
+        assert_ne!(
+            shell("cargo test").grant_key(),
+            shell("rm -rf ~/").grant_key(),
+            "a shell tool is never the tool alone"
+        );
+        assert_eq!(shell("cargo test").grant_key(), shell("cargo test").grant_key());
+        assert!(shell("cargo test").always_covers().contains("this same command"), "{}", shell("x").always_covers());
         let long = run(&"x".repeat(MAX_JUDGED + 1));
         assert_eq!(long.grant_key(), None, "a cut request is never remembered");
         assert!(long.option_said(OptionKind::AllowAlways).contains("once"));
