@@ -63,8 +63,6 @@ pub use model::{
 pub use model::{TapeAnswer, TapeSession};
 pub use prompt::SystemPrompt;
 pub(crate) use session::completed_prefix;
-#[cfg(feature = "config")]
-pub(crate) use session::kind_of;
 #[cfg(any(feature = "acp", feature = "a2a"))]
 pub(crate) use session::HomeStores;
 pub use session::{

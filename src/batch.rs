@@ -330,6 +330,14 @@ pub enum BatchError {
         /// Why a regular file is needed.
         why: &'static str,
     },
+    /// A FIFO named for the results that no one opened to read.
+    #[error("{} is a FIFO and no one reads it (waited {waited:?}): its results would be lost; start its reader first, or name a file", path.display())]
+    NoReader {
+        /// The FIFO.
+        path: PathBuf,
+        /// How long a reader was waited for.
+        waited: std::time::Duration,
+    },
     /// Another batch holds the results file.
     #[error("{} is being written by another batch", .0.display())]
     Locked(PathBuf),

@@ -97,6 +97,7 @@ mod child_process;
 pub mod config;
 mod contain;
 pub mod events;
+mod files;
 mod live;
 mod mix;
 pub mod prelude;

@@ -25,7 +25,15 @@
 //!   was nothing to commit);
 //! - **cleanup** at dispose: the worktree is removed, the branch stays
 //!   (a failed run's branch too, for inspection), unless
-//!   [`WorkspaceConfig::keep`] keeps the worktrees.
+//!   [`WorkspaceConfig::keep`] keeps the worktrees. Cleanup removes only
+//!   what it made, never through a link: a child that put a symbolic link
+//!   in place of its worktree (or its batch's directory) has the link
+//!   removed alone, and nothing is committed from where it points.
+//!
+//! The root is private to the user (`0700`) whatever its parent; by
+//! default it is in a directory of the user's own in the temporary
+//! directory, `subagents-worktrees-<uid>`, also `0700` (one that is
+//! another user's, or a link, is refused).
 //!
 //! ```no_run
 //! # #[cfg(feature = "acp")]
@@ -73,6 +81,7 @@
 //! this process: twenty runs starting at once queue for a few
 //! milliseconds each instead of failing.
 
+mod dirs;
 mod git;
 pub mod merge;
 mod worktree;
@@ -81,6 +90,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
 
+use self::dirs::remove_tree;
 pub use self::git::GitError;
 use self::git::{absolute, Git};
 pub use self::merge::{merge, MergeError, MergeOptions, MergeOutcome, MergeReport, MergedTask};
@@ -110,8 +120,8 @@ pub struct WorkspaceConfig {
     /// batch's name and the task's id, each made a valid ref segment
     /// (default [`DEFAULT_BRANCH`]).
     pub branch: String,
-    /// Where the worktrees are made; default
-    /// `<temporary directory>/subagents-worktrees/<repository>-<hash>`.
+    /// Where the worktrees are made, made private to the user (`0700`);
+    /// default `<temporary directory>/subagents-worktrees-<uid>/<repository>-<hash>`.
     pub root: Option<PathBuf>,
     /// Keep each worktree after its run (the branch always stays).
     pub keep: bool,
@@ -191,6 +201,15 @@ pub enum WorkspaceError {
     /// A run's branch is gone when its work is to be committed.
     #[error("branch {0:?} was deleted during the run: its work is left in the worktree")]
     BranchGone(String),
+    /// A directory of the workspace was replaced by something else (a
+    /// child's link to a directory outside the root, say).
+    #[error("{} was replaced by {found} during the run: nothing is committed from it or removed through it", path.display())]
+    Replaced {
+        /// The directory that is not one any more.
+        path: PathBuf,
+        /// What is there instead.
+        found: String,
+    },
     /// A directory of the workspace could not be made or removed.
     #[error("{action} {}: {source}", path.display())]
     Io {
@@ -273,7 +292,7 @@ impl Workspaces {
         }
         let root = match &config.root {
             Some(root) => root.clone(),
-            None => std::env::temp_dir().join("subagents-worktrees").join(repository_dir_name(&toplevel, &common)),
+            None => dirs::user_temp_dir().join(repository_dir_name(&toplevel, &common)),
         };
         let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let own_batch = format!("run-{seconds}-{}", std::process::id());
@@ -306,12 +325,22 @@ impl Workspaces {
         };
         let (batch_segment, task_segment) = (ref_segment(batch), ref_segment(&id));
         let branch = self.config.branch.replace("{batch}", &batch_segment).replace("{task}", &task_segment);
-        let path = self.root.join(&batch_segment).join(&task_segment);
         let git = Git::at(&self.toplevel);
         let mut claims = self.claims.lock().await;
         let valid = git.output(&["check-ref-format", "--branch", &branch]).await?;
         if !valid.success || branch.starts_with('-') {
             return Err(WorkspaceError::BadBranch { template: self.config.branch.clone(), branch });
+        }
+        let root = self.ready_root()?;
+        let path = root.join(&batch_segment).join(&task_segment);
+        // A link an earlier run's child left where a directory of ours
+        // goes is removed alone, never followed; anything else is refused.
+        while let Some(replaced) = dirs::first_replaced(&root, &path) {
+            let found = dirs::describe(&replaced).unwrap_or_default();
+            if replaced == root || !dirs::unlink_if_link(&replaced) {
+                return Err(WorkspaceError::Replaced { path: replaced, found });
+            }
+            tracing::warn!(path = %replaced.display(), %found, "removed a link left in place of a worktree's directory");
         }
         let reference = format!("refs/heads/{branch}");
         let claimed_by = claims.get(&branch).cloned();
@@ -325,7 +354,7 @@ impl Workspaces {
             return Err(WorkspaceError::BranchExists { branch });
         }
         let reused = match taken_up {
-            true => self.take_up(&git, &branch, &path).await?,
+            true => self.take_up(&git, &branch, &root, &path).await?,
             false => false,
         };
         if !reused {
@@ -348,7 +377,7 @@ impl Workspaces {
                 if !taken_up {
                     let _ = git.run(&["update-ref", "-d", &reference, &self.base]).await;
                 }
-                if path.starts_with(&self.root) {
+                if dirs::first_replaced(&root, &path).is_none() {
                     let _ = remove_tree(path.clone()).await;
                 }
                 return Err(error.into());
@@ -360,6 +389,7 @@ impl Workspaces {
             workspaces: self.clone(),
             branch,
             reference,
+            root,
             path,
             admin: PathBuf::from(admin),
             task: id,
@@ -370,7 +400,7 @@ impl Workspaces {
 
     /// Readies an existing branch to be taken up at `path`: `true` when a
     /// worktree of it is there already (a crashed run's, its files kept).
-    async fn take_up(&self, git: &Git, branch: &str, path: &Path) -> Result<bool, WorkspaceError> {
+    async fn take_up(&self, git: &Git, branch: &str, root: &Path, path: &Path) -> Result<bool, WorkspaceError> {
         let listed = git.run(&["worktree", "list", "--porcelain"]).await?;
         let reference = format!("branch refs/heads/{branch}");
         let mut at: Option<PathBuf> = None;
@@ -391,7 +421,7 @@ impl Workspaces {
             Some(at) => Err(WorkspaceError::BranchCheckedOut { branch: branch.to_owned(), path: at }),
             None => {
                 // A directory of ours no worktree claims: an earlier crash's.
-                if path.starts_with(&self.root) && path.exists() {
+                if path.starts_with(root) && path.exists() {
                     remove_tree(path.to_owned()).await.map_err(|source| WorkspaceError::Io {
                         action: "cannot remove",
                         path: path.to_owned(),
@@ -401,6 +431,24 @@ impl Workspaces {
                 Ok(false)
             }
         }
+    }
+
+    /// Makes the worktrees' root private (see [`dirs`]), and under the
+    /// temporary directory the user's own directory holding it; its
+    /// canonical path, which every worktree path starts from.
+    fn ready_root(&self) -> Result<PathBuf, WorkspaceError> {
+        let failed = |path: &Path| {
+            let path = path.to_owned();
+            move |source| WorkspaceError::Io { action: "cannot keep worktrees in", path, source }
+        };
+        if self.config.root.is_none() {
+            let own = dirs::user_temp_dir();
+            dirs::make_private(&own).map_err(failed(&own))?;
+        }
+        // A configured root may be a link (the user's own): its target is made private.
+        let root = self.root.canonicalize().unwrap_or_else(|_| self.root.clone());
+        dirs::make_private(&root).map_err(failed(&root))?;
+        root.canonicalize().map_err(failed(&root))
     }
 }
 
@@ -451,13 +499,6 @@ pub fn ref_segment(text: &str) -> String {
     }
     segment
 }
-/// Removes a directory tree off the caller's thread (a worktree may be
-/// large; an actor's thread must not wait on it).
-async fn remove_tree(path: PathBuf) -> std::io::Result<()> {
-    let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(path)).await;
-    removed.unwrap_or_else(|join| Err(std::io::Error::other(join.to_string())))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

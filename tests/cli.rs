@@ -59,7 +59,7 @@ fn run(command: &mut Command) -> Output {
 /// carries this process's high-water mark through `exec`, so it would count
 /// what the other tests of the binary hold. A peak that lasts under a
 /// millisecond may be missed; a line held whole is not.
-fn peak_rss_kib(command: &mut Command) -> (ExitStatus, u64) {
+pub(crate) fn peak_rss_kib(command: &mut Command) -> (ExitStatus, u64) {
     let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let status_file = format!("/proc/{}/status", child.id());
     let mut peak = 0;

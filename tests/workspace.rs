@@ -5,6 +5,11 @@
 //! the results lines, the merge report, and the user's checkout, which
 //! must be byte for byte what it was.
 
+mod links;
+mod merge_again;
+mod merge_input;
+mod private;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -84,8 +89,10 @@ fn checkout(repo: &Path) -> Checkout {
 /// writes), `switch FILE` (checks out a new branch in its worktree, then
 /// writes), `crash FILE` (writes half, exits 3), `fill-then-write BALLAST
 /// FILE` (fills BALLAST's disk, then writes 64 KiB of noise to FILE), `crash-once FILE` (the
-/// first time as `crash`, later as `write FILE done`), anything else:
-/// nothing.
+/// first time as `crash`, later as `write FILE done`), `link-away DIR`
+/// (puts a link to DIR, given a copy of its `.git`, in place of its
+/// worktree), `link-batch DIR` (the same with its batch's directory, DIR
+/// given a directory named like its worktree), anything else: nothing.
 fn stand_in(dir: &Path) -> PathBuf {
     let script = format!(
         r#"#!/bin/sh
@@ -113,6 +120,10 @@ case $1 in
   fill-then-write) cat /dev/urandom > "$2" 2>/dev/null; head -c 65536 /dev/urandom > "$3" ;;
   crash-once)
     if [ -e '{marker}' ]; then printf 'done\n' > "$2"; else : > '{marker}'; printf 'half\n' > "$2"; exit 3; fi ;;
+  link-away) w=$(pwd -P); cp .git "$2/.git"; cd ..; rm -rf "$w"; ln -s "$2" "$w" ;;
+  link-batch)
+    w=$(pwd -P); b=$(dirname "$w"); mkdir -p "$2/${{w##*/}}"; cp .git "$2/${{w##*/}}/.git"
+    cd /; mv "$b" "$b.moved"; ln -s "$2" "$b" ;;
 esac
 answer '{{"stopReason":"end_turn"}}'
 "#,

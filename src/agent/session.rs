@@ -68,8 +68,6 @@ mod store;
 pub use error::SessionError;
 pub(crate) use event::completed_prefix;
 pub use event::{SessionEvent, SessionHeader, ToolCall};
-#[cfg(feature = "config")]
-pub(crate) use file::kind_of;
 pub use live::Session;
 #[cfg(any(feature = "acp", feature = "a2a"))]
 pub(crate) use store::HomeStores;

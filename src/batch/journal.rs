@@ -22,8 +22,12 @@
 //! A resumed file is read line by line with a bound ([`resume_line_bound`]),
 //! never whole: a line past it is reported and its task runs again. Only a
 //! regular file can be read back; a device or pipe (`--out /dev/null`) is
-//! written as a stream, neither locked, truncated nor made durable, and
-//! refused with `--resume`.
+//! written as a stream, opened write-only, neither locked, truncated nor
+//! made durable, and refused with `--resume`. A FIFO (`--out` a named
+//! pipe, or `/dev/stdout` on a pipe) must have a reader: one that none
+//! opens within [`FIFO_READER_GRACE`] is refused, as a closed stdout is,
+//! for what was written into it would be lost with the batch's exit; a
+//! reader that goes away is a broken pipe, the batch's error.
 //!
 //! A line that cannot be written whole (a full disk, a closed pipe) is
 //! cut back off the file at once, so the file ends with its last whole
@@ -44,14 +48,15 @@ use serde::Deserialize;
 
 use super::tasks::{self, id_key, IdKey};
 use super::BatchError;
+use crate::files::RESULT_LINE_FLOOR;
+
+/// How long a FIFO named by `--out` may go without a reader before the
+/// batch is refused (`subagents fanout … --out fifo & cat fifo` may open
+/// it a moment after the batch).
+pub(super) const FIFO_READER_GRACE: Duration = Duration::from_secs(3);
 
 /// The longest a written line waits to be made durable.
 pub(super) const SYNC_EVERY: Duration = Duration::from_secs(1);
-
-/// The least a resumed file's line may be before it is passed over: a
-/// result line carries its run's output (a child's up to 16 MiB, escaped),
-/// so results are read back with the larger of this and `--max-line-bytes`.
-const RESULT_LINE_FLOOR: u64 = 64 * 1024 * 1024;
 
 /// The bound on one line of a file read back by `--resume`.
 pub fn resume_line_bound(max_line_bytes: u64) -> usize {
@@ -206,17 +211,28 @@ fn open_with<K: for<'de> Deserialize<'de>>(
     each: impl FnMut(K),
 ) -> Result<Journal, BatchError> {
     let io = |action, source| BatchError::Io { action, path: path.to_owned(), source };
-    let file = OpenOptions::new().read(true).append(true).create(true).open(path).map_err(|e| io("open", e))?;
-    let regular = file.metadata().map_err(|e| io("read", e))?.is_file();
+    // A stream is opened for writing alone: opened to read too, a pipe
+    // would have its own reader and take lines that no one reads.
+    let stream = std::fs::metadata(path).is_ok_and(|metadata| !metadata.is_file());
+    let file = match stream {
+        true => None,
+        false => Some(OpenOptions::new().read(true).append(true).create(true).open(path).map_err(|e| io("open", e))?),
+    };
+    let regular = match &file {
+        Some(file) => file.metadata().map_err(|e| io("read", e))?.is_file(),
+        None => false,
+    };
     if !regular {
         if resume {
             let why = "a resumed batch reads its results back, and this is not a regular file";
             return Err(BatchError::NotAFile { path: path.to_owned(), why });
         }
+        let file = open_stream(path)?;
         let failure = Arc::new(Mutex::new(None));
         let (dirty, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
         return Ok(Journal { file: Arc::new(file), length: None, dirty, stop, sync_failure: failure, syncer: None });
     }
+    let file = file.expect("a regular file was opened");
     if let Err(error) = file.try_lock() {
         return Err(match error {
             std::fs::TryLockError::WouldBlock => BatchError::Locked(path.to_owned()),
@@ -246,6 +262,41 @@ fn open_with<K: for<'de> Deserialize<'de>>(
         })
     };
     Ok(Journal { file, length: Some(length), dirty, stop, sync_failure, syncer: Some(syncer) })
+}
+
+/// Opens a device or pipe for writing; a FIFO only once a reader has it
+/// open (within [`FIFO_READER_GRACE`]).
+fn open_stream(path: &Path) -> Result<File, BatchError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+    let io = |action, source| BatchError::Io { action, path: path.to_owned(), source };
+    let fifo = std::fs::metadata(path).is_ok_and(|metadata| metadata.file_type().is_fifo());
+    if !fifo {
+        return OpenOptions::new().append(true).open(path).map_err(|e| io("open", e));
+    }
+    // Opened without waiting, a FIFO with no reader is ENXIO.
+    let deadline = std::time::Instant::now() + FIFO_READER_GRACE;
+    let probe = loop {
+        match OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(path) {
+            Ok(probe) => break probe,
+            Err(error) if error.raw_os_error() == Some(libc::ENXIO) => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(BatchError::NoReader { path: path.to_owned(), waited: FIFO_READER_GRACE });
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(error) => return Err(io("open", error)),
+        }
+    };
+    // A reader has it: opened again to block on a full pipe as a stream
+    // should (the crate has no `unsafe` for fcntl), this open returns at
+    // once while the probe holds the pipe open.
+    let file = OpenOptions::new().write(true).open(path).map_err(|e| io("open", e))?;
+    let (probed, opened) = (probe.metadata().map_err(|e| io("read", e))?, file.metadata().map_err(|e| io("read", e))?);
+    if (probed.dev(), probed.ino()) != (opened.dev(), opened.ino()) {
+        let why = "it was replaced while it was being opened";
+        return Err(BatchError::NotAFile { path: path.to_owned(), why });
+    }
+    Ok(file)
 }
 
 /// Hands the keys of every whole line of an earlier batch's file to

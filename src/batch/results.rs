@@ -5,9 +5,11 @@
 //! one file). [`refuse_shared`] compares what the paths lead to, before
 //! anything is created.
 //!
-//! Only regular files (and paths yet to be created, through dangling links
-//! too) are compared: writing results and a trace to `/dev/null`, or
-//! reading tasks from a terminal while writing results to it, clobbers
+//! Regular files and pipes (and paths yet to be created, through dangling
+//! links too) are compared: `fanout - --out /dev/stdin` would write its
+//! results into the pipe its tasks come from and read them back as tasks
+//! for ever. Devices are not: writing results and a trace to `/dev/null`,
+//! or reading tasks from a terminal while writing results to it, clobbers
 //! nothing.
 //!
 //! [`Results`] writes each result line whole as its run settles, to the
@@ -33,8 +35,9 @@ use crate::CancellationToken;
 /// What a path leads to.
 #[derive(Debug, PartialEq, Eq)]
 enum Identity {
-    /// An existing regular file: its device and inode, so hard links,
-    /// symbolic links and `./` spellings all compare equal.
+    /// An existing regular file or pipe (a FIFO, a socket): its device and
+    /// inode, so hard links, symbolic links, `./` spellings and
+    /// `/dev/stdin` beside `/proc/self/fd/0` all compare equal.
     Existing { device: u64, inode: u64 },
     /// A file to be created: its directory resolved, then its name.
     ToCreate(PathBuf),
@@ -43,11 +46,12 @@ enum Identity {
 /// Symbolic links followed by hand, as the kernel would (`ELOOP` past it).
 const MAX_LINK_HOPS: usize = 40;
 
-/// `None` for what cannot be clobbered (devices, pipes) or cannot be
-/// resolved (opening it will say why).
+/// `None` for what cannot be clobbered or fed back (devices) or cannot
+/// be resolved (opening it will say why).
 fn identity(path: &Path, hops: usize) -> Option<Identity> {
+    use std::os::unix::fs::FileTypeExt;
     match std::fs::metadata(path) {
-        Ok(metadata) if metadata.is_file() => {
+        Ok(metadata) if metadata.is_file() || metadata.file_type().is_fifo() || metadata.file_type().is_socket() => {
             Some(Identity::Existing { device: metadata.dev(), inode: metadata.ino() })
         }
         Ok(_) => None,
@@ -209,6 +213,15 @@ mod tests {
         let dangling = dir.path().join("dangling.json");
         std::os::unix::fs::symlink(&other, &dangling).unwrap();
         assert!(refuse_shared(&[("--out", &dangling), ("--trace", &other)]).is_err(), "a dangling link's target");
+    }
+
+    #[test]
+    fn one_pipe_named_twice_is_the_same_file() {
+        let (reader, _writer) = std::io::pipe().unwrap();
+        use std::os::fd::AsRawFd;
+        let named = PathBuf::from(format!("/proc/self/fd/{}", reader.as_raw_fd()));
+        let linked = PathBuf::from(format!("/dev/fd/{}", reader.as_raw_fd()));
+        assert!(refuse_shared(&[("the tasks file", &named), ("--out", &linked)]).is_err());
     }
 
     #[test]

@@ -15,6 +15,8 @@
 
 use std::io::{self, BufRead};
 
+pub use crate::files::{read_line, RawLine};
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -228,54 +230,6 @@ impl<R: io::Read> TaskLines<io::BufReader<R>> {
     /// without a `read` (and so without waiting on a pipe).
     pub(crate) fn has_buffered(&self) -> bool {
         !self.reader.buffer().is_empty()
-    }
-}
-
-/// One line as [`read_line`] found it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawLine {
-    /// Longer than the cap: its bytes were dropped, not kept.
-    pub overlong: bool,
-    /// It ended with a newline (a last line without one may be torn).
-    pub ended: bool,
-    /// Its length in the file, newline included.
-    pub bytes: u64,
-}
-
-/// Reads the next line of `reader` into `buffer` (newline not kept),
-/// keeping at most `max_bytes` of it: past the cap the rest of the line is
-/// read and dropped, so memory stays at one cap however long the line;
-/// `None` at the end of the input. The one bounded line reader of the
-/// binary: task files and the results files `--resume` reads back.
-pub fn read_line(reader: &mut impl BufRead, buffer: &mut Vec<u8>, max_bytes: usize) -> io::Result<Option<RawLine>> {
-    buffer.clear();
-    let mut line = RawLine { overlong: false, ended: false, bytes: 0 };
-    loop {
-        let available = match reader.fill_buf() {
-            Ok(available) => available,
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-            Err(error) => return Err(error),
-        };
-        if available.is_empty() {
-            // A last line without its newline still counts.
-            return Ok((line.bytes > 0).then_some(line));
-        }
-        let newline = available.iter().position(|&b| b == b'\n');
-        let chunk = &available[..newline.unwrap_or(available.len())];
-        if !line.overlong && buffer.len() + chunk.len() > max_bytes {
-            line.overlong = true;
-            *buffer = Vec::new();
-        }
-        if !line.overlong {
-            buffer.extend_from_slice(chunk);
-        }
-        let consumed = newline.map_or(available.len(), |at| at + 1);
-        reader.consume(consumed);
-        line.bytes += consumed as u64;
-        if newline.is_some() {
-            line.ended = true;
-            return Ok(Some(line));
-        }
     }
 }
 

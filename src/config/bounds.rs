@@ -65,7 +65,7 @@ pub(super) fn read_file(path: &Path) -> Result<String, String> {
 
 /// A regular file within [`MAX_FILE_BYTES`].
 fn regular(metadata: &std::fs::Metadata) -> Result<(), String> {
-    match crate::agent::kind_of(metadata.file_type()) {
+    match crate::files::kind_of(metadata.file_type()) {
         None => size(metadata.len()),
         Some(what) => Err(format!("it is {what}, not a regular file")),
     }

@@ -1,10 +1,12 @@
 //! Merging a batch's branches back: `subagents merge OUT.jsonl`.
 //!
-//! The results file says, task by task, which branch each run worked on
-//! and how the run ended. [`merge`] merges the branches of the runs that
-//! completed, in task order, in a scratch worktree of its own (never the
-//! user's checkout), starting from the target branch (`--into`, default
-//! the checked-out one):
+//! The results file (a regular file, read a line at a time within the
+//! bound a batch reads its results back with) says, task by task, which
+//! branch each run worked on and how the run ended. [`merge`] merges the
+//! branches of the runs that completed, in task order, in a scratch
+//! worktree of its own (never the user's checkout; in the user's private
+//! directory of the temporary directory), starting from the target branch
+//! (`--into`, default the checked-out one):
 //!
 //! - a branch whose merge conflicts is aborted cleanly (`git merge
 //!   --abort`), recorded with its conflicting files and hunks, and the
@@ -13,8 +15,12 @@
 //!   inspection), and one that left nothing is `empty`;
 //! - the merges land on the result branch, `<the branches' prefix>.merged`
 //!   (`subagents/<batch>.merged`); the target itself moves only when
-//!   asked (`into`) and every merge it includes succeeded, and never
-//!   while a worktree has it checked out (its files would not follow).
+//!   asked (`into`) and every merge it includes succeeded;
+//! - a branch checked out in any worktree (on it, unborn, or mid-rebase or
+//!   bisect there), the result branch as much as the target, is never
+//!   moved: its `HEAD` would move and its files would not follow, the
+//!   merge showing there as staged changes. The report says why and how
+//!   to take the merge there (`git merge --ff-only <commit>`).
 //!
 //! A second merge starts from the result branch when the target has not
 //! moved past it: the branches merged before are already in it and are
@@ -22,7 +28,7 @@
 //! up where it stopped.
 
 use std::collections::HashMap;
-use std::io::{BufRead, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -30,9 +36,9 @@ use serde_json::Value;
 
 use super::git::{absolute, Git, GitError};
 
-/// The longest results line read (a run's output rides on it); a longer
-/// one is skipped.
-const MAX_LINE: u64 = 64 * 1024 * 1024;
+/// The longest results line read: the bound a batch reads its results
+/// back with (a run's output rides on a line); a longer one is skipped.
+const MAX_LINE: usize = crate::files::RESULT_LINE_FLOOR as usize;
 
 /// The most of a conflict's hunks a report keeps per task.
 const MAX_HUNKS: usize = 8 * 1024;
@@ -127,6 +133,10 @@ pub struct MergeReport {
     /// Why the target was not moved, when it was asked to be.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_moved: Option<String>,
+    /// Why the result branch was left where it was (a worktree has it
+    /// checked out), and how to bring it to `commit` there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_not_moved: Option<String>,
     /// Every task with a branch, in task order.
     pub tasks: Vec<MergedTask>,
 }
@@ -156,6 +166,14 @@ pub enum MergeError {
         #[source]
         source: std::io::Error,
     },
+    /// The results file is not a regular file.
+    #[error("{}: {found}, not a regular file (merge reads a batch's --out file)", path.display())]
+    NotAFile {
+        /// The path named.
+        path: PathBuf,
+        /// What it is.
+        found: &'static str,
+    },
     /// No line of the results file names a branch.
     #[error("{}: no run of it worked in a worktree (no `workspace` in its lines)", .0.display())]
     NoWorkspaces(PathBuf),
@@ -168,6 +186,15 @@ pub enum MergeError {
     /// No `into` and no branch checked out.
     #[error("HEAD is not on a branch: name the branch to merge into with --into")]
     Detached,
+    /// The scratch worktree's private directory could not be made.
+    #[error("cannot make the merge's scratch worktree in {}: {source}", path.display())]
+    Scratch {
+        /// The directory.
+        path: PathBuf,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
+    },
     /// The target branch does not exist.
     #[error("no branch {0:?} to merge into")]
     NoTarget(String),
@@ -227,8 +254,9 @@ pub async fn merge(out: &Path, options: &MergeOptions) -> Result<MergeReport, Me
         None => "subagents.merged".to_owned(),
     };
     // Picks up where an earlier merge stopped, unless the target moved on.
-    let start = match tip(&git, &result_branch).await? {
-        Some(result) if ancestor(&git, &target_tip, &result).await? => result,
+    let result_tip = tip(&git, &result_branch).await?;
+    let start = match &result_tip {
+        Some(result) if ancestor(&git, &target_tip, result).await? => result.clone(),
         _ => target_tip.clone(),
     };
     let lock = super::repository_lock(&common);
@@ -246,19 +274,29 @@ pub async fn merge(out: &Path, options: &MergeOptions) -> Result<MergeReport, Me
         commit,
         moved: false,
         not_moved: None,
+        result_not_moved: None,
         tasks,
     };
-    if report.commit != target_tip || tip(&git, &result_branch).await?.is_some() {
-        git.run(&["update-ref", "-m", "subagents merge", &format!("refs/heads/{result_branch}"), &report.commit])
-            .await?;
+    let wanted = report.commit != target_tip || result_tip.is_some();
+    if wanted && result_tip.as_deref() != Some(report.commit.as_str()) {
+        // Never under a worktree on it: its HEAD would move and its files
+        // would not follow (the merge would show as staged changes).
+        match checked_out_at(&git, &common, &result_branch).await? {
+            Some(path) => {
+                report.result_not_moved = Some(take_it_there(&git, &path, &report, result_tip.as_deref()).await)
+            }
+            None => {
+                // Only from the tip read above: a branch moved since is not overwritten.
+                let old = result_tip.as_deref().unwrap_or("");
+                let reference = format!("refs/heads/{result_branch}");
+                git.run(&["update-ref", "-m", "subagents merge", &reference, &report.commit, old]).await?;
+            }
+        }
     }
     if options.into.is_some() {
-        report.not_moved = match checked_out_at(&git, &target).await? {
+        report.not_moved = match checked_out_at(&git, &common, &target).await? {
             _ if report.blocked() => Some("a merge it includes did not succeed".to_owned()),
-            Some(path) => Some(format!(
-                "it is checked out at {}, whose files would not follow: run `git merge --ff-only {result_branch}` there",
-                path.display()
-            )),
+            Some(path) => Some(take_it_there(&git, &path, &report, Some(&target_tip)).await),
             None => None,
         };
         if report.not_moved.is_none() {
@@ -270,6 +308,23 @@ pub async fn merge(out: &Path, options: &MergeOptions) -> Result<MergeReport, Me
     Ok(report)
 }
 
+/// Why a branch checked out at `path` was left at `was`, and how to bring
+/// it to the merge there.
+async fn take_it_there(git: &Git, path: &Path, report: &MergeReport, was: Option<&str>) -> String {
+    let forward = match was {
+        Some(was) => ancestor(git, was, &report.commit).await.unwrap_or(false),
+        None => true,
+    };
+    let command = match forward {
+        true => format!("git merge --ff-only {}", report.commit),
+        false => format!("git merge {}", report.commit),
+    };
+    format!(
+        "it is checked out at {}, whose files would not follow: run `{command}` there",
+        crate::seam::safe_line(&path.to_string_lossy())
+    )
+}
+
 /// The scratch worktree the merges happen in.
 struct Scratch {
     path: PathBuf,
@@ -277,11 +332,17 @@ struct Scratch {
 }
 
 impl Scratch {
-    async fn add(git: &Git, start: &str, lock: &super::Claims) -> Result<Scratch, GitError> {
+    /// Adds the scratch worktree at `start`, in the user's own private
+    /// directory (never readable by another user: it holds the repository's
+    /// files).
+    async fn add(git: &Git, start: &str, lock: &super::Claims) -> Result<Scratch, MergeError> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let name = format!("subagents-merge-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        let path = std::env::temp_dir().join(name);
+        let own = super::dirs::user_temp_dir();
+        super::dirs::make_private(&own).map_err(|source| MergeError::Scratch { path: own.clone(), source })?;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = own.join(format!("merge-{}-{nanos:x}-{n}", std::process::id()));
         let _lock = lock.lock().await;
         git.run(&["worktree", "add", "--quiet", "--detach", &path.to_string_lossy(), start]).await?;
         let scratch = Git::at(&path).env("GIT_MERGE_AUTOEDIT", "no");
@@ -397,33 +458,55 @@ async fn ancestor(git: &Git, commit: &str, of: &str) -> Result<bool, GitError> {
     Ok(git.output(&["merge-base", "--is-ancestor", commit, of]).await?.success)
 }
 
-/// Where `branch` is checked out, if a worktree has it.
-async fn checked_out_at(git: &Git, branch: &str) -> Result<Option<PathBuf>, GitError> {
+/// Where `branch` is checked out, if a worktree of the repository has it:
+/// its `HEAD` on the branch (unborn too), or a rebase or bisect of it under
+/// way there, as git itself counts it before it moves a branch. Read from
+/// each worktree's administrative directory in the git directory `common`.
+async fn checked_out_at(git: &Git, common: &Path, branch: &str) -> Result<Option<PathBuf>, GitError> {
     let listed = git.run(&["worktree", "list", "--porcelain"]).await?;
-    let reference = format!("branch refs/heads/{branch}");
-    Ok(listed.split("\n\n").find_map(|entry| {
-        let path = entry.lines().next()?.strip_prefix("worktree ")?;
-        entry.lines().any(|line| line == reference).then(|| PathBuf::from(path))
-    }))
+    let main = listed.lines().next().and_then(|line| line.strip_prefix("worktree ")).map(PathBuf::from);
+    let mut worktrees: Vec<(PathBuf, PathBuf)> = main.map(|main| (common.to_owned(), main)).into_iter().collect();
+    for entry in std::fs::read_dir(common.join("worktrees")).into_iter().flatten().flatten() {
+        let admin = entry.path();
+        let gitdir = std::fs::read_to_string(admin.join("gitdir")).unwrap_or_default();
+        let path = Path::new(gitdir.trim_end()).parent().map_or_else(|| admin.clone(), Path::to_owned);
+        worktrees.push((admin, path));
+    }
+    let reference = format!("refs/heads/{branch}");
+    let holds = |admin: &Path| {
+        let read = |name: &str| std::fs::read_to_string(admin.join(name)).map(|text| text.trim_end().to_owned());
+        let head = read("HEAD").is_ok_and(|head| head.strip_prefix("ref: ") == Some(reference.as_str()));
+        let rebasing = ["rebase-merge/head-name", "rebase-apply/head-name"]
+            .iter()
+            .any(|name| read(name).is_ok_and(|on| on == reference));
+        let bisecting = read("BISECT_START").is_ok_and(|on| on == branch || on == reference);
+        head || rebasing || bisecting
+    };
+    Ok(worktrees.into_iter().find(|(admin, _)| holds(admin)).map(|(_, path)| path))
 }
 
 /// The tasks of the results file that name a branch, the last line of
-/// each id winning (a journal's rule), in task order.
+/// each id winning (a journal's rule), in task order. Only a regular file
+/// is read (a device or a pipe could feed it without end), each line
+/// within [`MAX_LINE`]: a longer one, torn or not, is passed over unheld.
 fn read_candidates(out: &Path) -> Result<Vec<Candidate>, MergeError> {
     let failed = |source| MergeError::Read { path: out.to_owned(), source };
-    let mut reader = std::io::BufReader::new(std::fs::File::open(out).map_err(failed)?);
+    // O_NONBLOCK: opening a FIFO must not wait for a writer (for a regular
+    // file the flag changes nothing).
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(out).map_err(failed)?;
+    if let Some(found) = crate::files::kind_of(file.metadata().map_err(failed)?.file_type()) {
+        return Err(MergeError::NotAFile { path: out.to_owned(), found });
+    }
+    let mut reader = std::io::BufReader::new(file);
     let mut by_id: HashMap<String, Candidate> = HashMap::new();
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let read = (&mut reader).take(MAX_LINE).read_until(b'\n', &mut line).map_err(failed)?;
-        if read == 0 {
-            break;
-        }
-        if !line.ends_with(b"\n") && read as u64 == MAX_LINE {
-            // Too long: the rest of it is skipped.
-            let mut rest = Vec::new();
-            reader.read_until(b'\n', &mut rest).map_err(failed)?;
+    let (mut line, mut number) = (Vec::new(), 0usize);
+    while let Some(raw) = crate::files::read_line(&mut reader, &mut line, MAX_LINE).map_err(failed)? {
+        number += 1;
+        if raw.overlong {
+            tracing::warn!(
+                "{}:{number}: longer than the {MAX_LINE} bytes a results line may be: passed over",
+                out.display()
+            );
             continue;
         }
         let Ok(record) = serde_json::from_slice::<Value>(&line) else { continue };

@@ -1,11 +1,12 @@
 //! One run's worktree once made: its work committed by name, and the
-//! worktree removed at dispose (see the [workspace module](super)).
+//! worktree removed at dispose (see the [workspace module](super)), neither
+//! ever through a link a child put in place of a directory of ours.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::git::Git;
-use super::{ref_segment, remove_tree, WorkspaceError, WorkspaceReport, Workspaces, PLACEHOLDER};
+use super::{dirs, ref_segment, remove_tree, WorkspaceError, WorkspaceReport, Workspaces, PLACEHOLDER};
 
 /// One run's worktree: made by [`Workspaces::create`], its work committed
 /// by [`Worktree::settle`], removed by [`Worktree::release`].
@@ -15,6 +16,9 @@ pub struct Worktree {
     pub(super) branch: String,
     /// `refs/heads/<branch>`.
     pub(super) reference: String,
+    /// The worktrees' root, canonical: every directory from it down to
+    /// `path` is ours.
+    pub(super) root: PathBuf,
     pub(super) path: PathBuf,
     /// Its administrative directory in the repository's git directory.
     pub(super) admin: PathBuf,
@@ -54,7 +58,8 @@ impl Worktree {
             Err(error) => WorkspaceReport {
                 branch: self.branch.clone(),
                 base: self.workspaces.base.clone(),
-                worktree: Some(self.path.clone()),
+                // Kept for the work in it; a replaced one holds none of ours.
+                worktree: (!matches!(error, WorkspaceError::Replaced { .. })).then(|| self.path.clone()),
                 error: Some(error.to_string()),
                 ..WorkspaceReport::default()
             },
@@ -68,6 +73,10 @@ impl Worktree {
     async fn commit(&self) -> Result<WorkspaceReport, WorkspaceError> {
         let workspaces = &self.workspaces;
         let _lock = workspaces.claims.lock().await;
+        if let Some(replaced) = dirs::first_replaced(&self.root, &self.path) {
+            let found = dirs::describe(&replaced).unwrap_or_default();
+            return Err(WorkspaceError::Replaced { path: replaced, found });
+        }
         let index = self.path.with_file_name(format!(
             ".{}.index",
             self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
@@ -148,22 +157,42 @@ impl Worktree {
     }
 
     /// Removes the worktree: by git, else (its `.git` deleted by the
-    /// child, say) its directory and its administrative directory.
+    /// child, say) its directory and its administrative directory. A
+    /// directory of ours replaced by a link has the link removed alone,
+    /// and the worktree's registration; nothing is removed through it.
     async fn remove(&self) {
         let workspaces = &self.workspaces;
         let _lock = workspaces.claims.lock().await;
-        let git = Git::at(&workspaces.toplevel);
-        let path = self.path.to_string_lossy();
-        if let Err(error) = git.run(&["worktree", "remove", "--force", "--force", &path]).await {
-            tracing::debug!(%error, worktree = %path, "git could not remove a worktree; removing its directories");
-            if self.path.starts_with(&workspaces.root) {
-                let _ = remove_tree(self.path.clone()).await;
-            }
+        let forget = || async {
             if self.admin.starts_with(workspaces.common.join("worktrees")) {
                 let _ = remove_tree(self.admin.clone()).await;
             }
+        };
+        match dirs::first_replaced(&self.root, &self.path) {
+            Some(replaced) => {
+                let found = dirs::describe(&replaced).unwrap_or_default();
+                let unlinked = replaced != self.root && dirs::unlink_if_link(&replaced);
+                tracing::warn!(
+                    worktree = %self.path.display(),
+                    replaced = %replaced.display(),
+                    %found,
+                    unlinked,
+                    "a run's worktree directory was replaced: nothing removed through it"
+                );
+                forget().await;
+            }
+            None => {
+                let git = Git::at(&workspaces.toplevel);
+                let path = self.path.to_string_lossy();
+                if let Err(error) = git.run(&["worktree", "remove", "--force", "--force", &path]).await {
+                    tracing::debug!(%error, worktree = %path, "git could not remove a worktree; removing its directories");
+                    let _ = remove_tree(self.path.clone()).await;
+                    forget().await;
+                }
+            }
         }
-        // The batch's directory goes with its last worktree.
+        // The batch's directory goes with its last worktree (`rmdir` never
+        // follows a link: one there stays).
         if let Some(parent) = self.path.parent() {
             let _ = std::fs::remove_dir(parent);
         }

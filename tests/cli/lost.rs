@@ -338,3 +338,104 @@ fn a_task_line_naming_an_unknown_provider_is_refused_before_anything_runs_with_t
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
 }
+
+/// Makes a FIFO at `path`.
+fn fifo(path: &Path) {
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+#[test]
+fn out_naming_the_pipe_the_tasks_come_from_is_refused_not_read_back_for_ever() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    for out in ["/dev/stdin", "/proc/self/fd/0"] {
+        let mut child = subagents()
+            .args(["fanout", "-", "--provider", "mock", "--out", out, "--home"])
+            .arg(&home)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut stdin, b"{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n").unwrap();
+        drop(stdin);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                panic!("--out {out}: still reading its own results after 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert_eq!(status.code(), Some(2), "--out {out}: {stderr}");
+        assert!(stderr.contains("the tasks file and --out are the same file"), "--out {out}: {stderr}");
+    }
+}
+
+#[test]
+fn out_a_fifo_no_one_reads_is_an_error_and_one_read_to_the_end_is_a_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tasks, config) = (tasks(dir.path(), 20), echo_config(dir.path(), "0ms"));
+    let out = dir.path().join("out.fifo");
+    fifo(&out);
+    let fanout = || {
+        run(subagents()
+            .arg("fanout")
+            .arg(&tasks)
+            .arg("--config")
+            .arg(&config)
+            .args(["--provider", "echo", "--out"])
+            .arg(&out)
+            .arg("--home")
+            .arg(dir.path().join("home")))
+    };
+    let output = fanout();
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "no reader, no results: {stderr}");
+    assert!(stderr.contains(&*out.to_string_lossy()) && stderr.contains("no one reads it"), "{stderr}");
+
+    // A reader that reads it to the end gets every line.
+    let reader = {
+        let out = out.clone();
+        std::thread::spawn(move || std::fs::read_to_string(out).unwrap())
+    };
+    let output = fanout();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(reader.join().unwrap().lines().count(), 20);
+
+    // A reader that goes away after one line: the rest are lost, and said so.
+    let reader = {
+        let out = out.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut std::io::BufReader::new(std::fs::File::open(out).unwrap()), &mut line)
+                .unwrap();
+        })
+    };
+    let many = super::write_file(dir.path(), "many.jsonl", {
+        let filler = "x".repeat(1000);
+        (0..400).map(|i| format!("{{\"id\": \"t{i}\", \"prompt\": \"{i} {filler}\"}}\n")).collect::<String>()
+    });
+    let output = run(subagents()
+        .arg("fanout")
+        .arg(&many)
+        .arg("--config")
+        .arg(&config)
+        .args(["--provider", "echo", "--out"])
+        .arg(&out)
+        .arg("--home")
+        .arg(dir.path().join("home")));
+    reader.join().unwrap();
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("results lost:") && stderr.contains("was closed by its reader"), "{stderr}");
+}

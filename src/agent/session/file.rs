@@ -23,6 +23,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use super::{SessionError, SessionEvent, SessionHeader};
+use crate::files::kind_of;
 
 /// One line of a session file: the header or an event (whose own tag makes
 /// it a valid record).
@@ -227,20 +228,5 @@ pub(super) fn next_line(reader: &mut impl BufRead, line: &mut Vec<u8>, max: usiz
         if ends {
             return Ok(Line::Whole);
         }
-    }
-}
-
-/// What a file is when it is not a regular file (`a directory`, `a FIFO`,
-/// `a socket`, `a device`, `a symbolic link`), for an error that says so;
-/// `None` for a regular file.
-pub(crate) fn kind_of(kind: std::fs::FileType) -> Option<&'static str> {
-    use std::os::unix::fs::FileTypeExt;
-    match () {
-        () if kind.is_file() => None,
-        () if kind.is_dir() => Some("a directory"),
-        () if kind.is_fifo() => Some("a FIFO"),
-        () if kind.is_socket() => Some("a socket"),
-        () if kind.is_symlink() => Some("a symbolic link"),
-        () => Some("a device"),
     }
 }

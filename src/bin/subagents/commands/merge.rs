@@ -79,6 +79,9 @@ fn print_table(report: &MergeReport) {
         .map(|(outcome, name)| format!("{} {name}", report.count(*outcome)))
         .collect();
     out(&format!("{}; result on branch {} ({})", said.join(", "), line(&report.result_branch), short(&report.commit)));
+    if let Some(why) = &report.result_not_moved {
+        out(&format!("{} not moved: {}", line(&report.result_branch), line(why)));
+    }
     match (&report.not_moved, report.moved) {
         (_, true) => out(&format!("{} moved to {}", line(&report.target), short(&report.commit))),
         (Some(why), false) => out(&format!("{} not moved: {}", line(&report.target), line(why))),
