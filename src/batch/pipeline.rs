@@ -108,9 +108,10 @@ pub enum PipelineError {
         suggestion: Option<String>,
     },
     /// Steps that wait for each other, in the order they wait.
-    #[error("lines {} wait for each other in a circle ({}): no step of it could start", lines.iter().map(usize::to_string).collect::<Vec<_>>().join(", "), ids.join(" → "))]
+    #[error("{}", circle_in_words(lines, ids))]
     Cycle {
-        /// The lines of the circle.
+        /// The lines of the circle (every one: the message names the first
+        /// [`CIRCLE_SHOWN`] and counts the rest).
         lines: Vec<usize>,
         /// Their ids.
         ids: Vec<String>,
@@ -133,6 +134,34 @@ pub enum PipelineError {
         /// What is wrong, and how to put it right.
         why: String,
     },
+}
+
+/// The most steps of a circle its refusal names; the rest are counted.
+pub const CIRCLE_SHOWN: usize = 8;
+
+/// The longest id a circle's refusal quotes whole.
+const CIRCLE_ID_BYTES: usize = 64;
+
+/// A circle in one line of bounded length: its first lines and ids in
+/// waiting order, and how many more when it is longer.
+fn circle_in_words(lines: &[usize], ids: &[String]) -> String {
+    let shown = lines.len().min(CIRCLE_SHOWN);
+    let numbers: Vec<String> = lines[..shown].iter().map(usize::to_string).collect();
+    let names: Vec<String> = ids.iter().take(CIRCLE_SHOWN).map(|id| super::template::cut(id, CIRCLE_ID_BYTES)).collect();
+    if lines.len() <= CIRCLE_SHOWN {
+        return format!(
+            "lines {} wait for each other in a circle ({}): no step of it could start",
+            numbers.join(", "),
+            names.join(" → ")
+        );
+    }
+    format!(
+        "lines {} and {} more: {} steps wait for each other in a circle ({} → …): no step of it could start",
+        numbers.join(", "),
+        lines.len() - shown,
+        lines.len(),
+        names.join(" → ")
+    )
 }
 
 /// One step of a checked pipeline.
@@ -494,6 +523,21 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(error.to_string(), "line 2: its id \"fix[0]\" is one line 1's for_each gives its runs");
+    }
+
+    #[test]
+    fn a_long_circle_is_refused_naming_its_first_steps_and_how_many_there_are() {
+        let steps = 100_000;
+        let text: String = (0..steps)
+            .map(|n| format!("{{\"id\": \"step{n}\", \"after\": [\"step{}\"], \"prompt\": \"p\"}}\n", (n + 1) % steps))
+            .collect();
+        let error = check(&text).unwrap_err();
+        let PipelineError::Cycle { lines, ids } = &error else { panic!("{error}") };
+        assert_eq!((lines.len(), ids.len()), (steps, steps), "the error keeps the whole circle for an embedder");
+        let said = error.to_string();
+        assert!(said.len() < 1000, "one short line, not {} bytes: {}", said.len(), &said[..1000]);
+        assert!(said.contains("100000 steps wait for each other in a circle"), "{said}");
+        assert!(said.contains(&ids[0]) && said.contains(&ids[1]), "the first steps are named: {said}");
     }
 
     #[test]
