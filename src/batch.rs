@@ -76,7 +76,7 @@ pub use results::refuse_shared;
 pub use run::{Opened, Settled};
 pub use summary::Summary;
 pub use tasks::{content_hash, read_line, task_id, Line, OnFailure, RawLine, Task, TaskLines, DEFAULT_MAX_LINE_BYTES};
-pub use template::{MAX_INSERTED_BYTES, MAX_PROMPT_BYTES};
+pub use template::{MAX_INSERTED_BYTES, MAX_PROMPT_BYTES, MAX_RENDER_STEPS};
 
 /// The most runs a batch keeps in flight.
 pub const MAX_CONCURRENCY: usize = 100_000;

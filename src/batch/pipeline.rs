@@ -27,12 +27,14 @@
 //! {{review.completed}} {{review.stop_reason}} {{review.error}} {{review.skipped}}
 //! {{fix.outputs}} {{fix.results}}       a map's answers (whole results), in element order
 //! {{item}} {{index}}                    in a for_each step: its element
+//! {{steps["fix-login"].output}}         a step whose id is not a plain name
 //! {{review.output|truncate(2000)}}      at most 2000 bytes of it
 //! ```
 //!
 //! Text goes in as it is, any other value as JSON; each inserted value is
-//! at most [`MAX_INSERTED_BYTES`](super::MAX_INSERTED_BYTES) and the prompt
-//! [`MAX_PROMPT_BYTES`](super::MAX_PROMPT_BYTES). Independent steps run
+//! at most [`MAX_INSERTED_BYTES`](super::MAX_INSERTED_BYTES), the prompt
+//! [`MAX_PROMPT_BYTES`](super::MAX_PROMPT_BYTES) and a render
+//! [`MAX_RENDER_STEPS`](super::MAX_RENDER_STEPS). Independent steps run
 //! side by side up to the batch's concurrency, and the batch's budget,
 //! retries and timeouts apply to each run as to any task.
 //!
@@ -69,7 +71,7 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 
 use super::tasks::{task_id, Line, Task};
-use super::template::Templates;
+use super::template::{is_plain_name, named, value_of, Reference, TemplateValue, Templates, STEPS_TABLE};
 use super::MAX_CONCURRENCY;
 
 /// The most elements a `for_each` runs unless its line says `max_items`.
@@ -96,7 +98,7 @@ pub enum PipelineError {
         line: usize,
     },
     /// An `after` or a template names an id no line has.
-    #[error("line {line}: {what} names {name:?}, which is no line's id{}", suggestion.as_ref().map(|near| format!(" (did you mean {near:?}?)")).unwrap_or_default())]
+    #[error("line {line}: {what} names {name:?}, which is no line's id{}", hint.as_ref().map(|hint| format!(" ({hint})")).unwrap_or_default())]
     UnknownId {
         /// The line.
         line: usize,
@@ -104,13 +106,16 @@ pub enum PipelineError {
         what: String,
         /// The name.
         name: String,
-        /// The id nearest it, if one is near.
-        suggestion: Option<String>,
+        /// What to write instead, when an id is near it: `did you mean
+        /// "review"?`, or how a template names an id that is not a plain
+        /// name (`{{steps["fix-login"]}}`).
+        hint: Option<String>,
     },
     /// Steps that wait for each other, in the order they wait.
-    #[error("lines {} wait for each other in a circle ({}): no step of it could start", lines.iter().map(usize::to_string).collect::<Vec<_>>().join(", "), ids.join(" → "))]
+    #[error("{}", circle_in_words(lines, ids))]
     Cycle {
-        /// The lines of the circle.
+        /// The lines of the circle (every one: the message names the first
+        /// [`CIRCLE_SHOWN`] and counts the rest).
         lines: Vec<usize>,
         /// Their ids.
         ids: Vec<String>,
@@ -133,6 +138,35 @@ pub enum PipelineError {
         /// What is wrong, and how to put it right.
         why: String,
     },
+}
+
+/// The most steps of a circle its refusal names; the rest are counted.
+pub const CIRCLE_SHOWN: usize = 8;
+
+/// The longest id a circle's refusal quotes whole.
+const CIRCLE_ID_BYTES: usize = 64;
+
+/// A circle in one line of bounded length: its first lines and ids in
+/// waiting order, and how many more when it is longer.
+fn circle_in_words(lines: &[usize], ids: &[String]) -> String {
+    let shown = lines.len().min(CIRCLE_SHOWN);
+    let numbers: Vec<String> = lines[..shown].iter().map(usize::to_string).collect();
+    let names: Vec<String> =
+        ids.iter().take(CIRCLE_SHOWN).map(|id| super::template::cut(id, CIRCLE_ID_BYTES)).collect();
+    if lines.len() <= CIRCLE_SHOWN {
+        return format!(
+            "lines {} wait for each other in a circle ({}): no step of it could start",
+            numbers.join(", "),
+            names.join(" → ")
+        );
+    }
+    format!(
+        "lines {} and {} more: {} steps wait for each other in a circle ({} → …): no step of it could start",
+        numbers.join(", "),
+        lines.len() - shown,
+        lines.len(),
+        names.join(" → ")
+    )
 }
 
 /// One step of a checked pipeline.
@@ -205,7 +239,13 @@ impl Pipeline {
             line,
             what,
             name: name.to_owned(),
-            suggestion: crate::actors::nearest(name, ids.iter().copied()).map(str::to_owned),
+            hint: crate::actors::nearest(name, ids.iter().copied()).map(|near| format!("did you mean {near:?}?")),
+        };
+        let unknown_in_template = |line: usize, reference: &Reference| PipelineError::UnknownId {
+            line,
+            what: format!("{{{{{}}}}}", reference.written),
+            name: reference.root.clone(),
+            hint: template_hint(reference, &steps, &index_of),
         };
         let mut waits: Vec<Vec<usize>> = Vec::with_capacity(steps.len());
         for step in &steps {
@@ -226,35 +266,39 @@ impl Pipeline {
             if step.task.is_step() {
                 let in_prompt = templates
                     .references(&task.prompt)
-                    .map_err(|why| PipelineError::Line { line, why: format!("its prompt is not a template: {why}") })?;
+                    .map_err(|why| PipelineError::Line { line, why: format!("its prompt {why}") })?;
                 references.extend(in_prompt);
             }
             if let Some(for_each) = &task.for_each {
-                let in_list = templates.expression_references(for_each).map_err(|why| PipelineError::Line {
-                    line,
-                    why: format!("its for_each is not an expression: {why}"),
-                })?;
-                if let Some(name) = in_list.iter().find(|name| is_item_name(name)) {
-                    let why = format!("for_each names {{{{{name}}}}}, which is set only in its runs' prompts");
+                let in_list = templates
+                    .expression_references(for_each)
+                    .map_err(|why| PipelineError::Line { line, why: format!("its for_each {why}") })?;
+                if let Some(item) = in_list.iter().find(|name| is_item(name)) {
+                    let why = format!("for_each names {{{{{}}}}}, which is set only in its runs' prompts", item.root);
                     return Err(PipelineError::Line { line, why });
                 }
                 references.extend(in_list);
             }
             for reference in references {
-                let mut path = reference.split('.');
-                let root = path.next().unwrap_or_default();
-                if is_item_name(root) {
+                if is_item(&reference) {
                     if !step.is_map() {
-                        let why = format!("{{{{{root}}}}} is set only in a for_each line");
-                        return Err(PipelineError::Reference { line, reference, why });
+                        let mut why = format!("{{{{{}}}}} is set only in a for_each line", reference.root);
+                        if index_of.contains_key(&reference.root) {
+                            why += &format!(
+                                "; the line with the id {:?} is {{{{{}}}}}",
+                                reference.root,
+                                named(&reference.root)
+                            );
+                        }
+                        return Err(PipelineError::Reference { line, reference: reference.written, why });
                     }
                     continue;
                 }
-                let &at = index_of.get(root).ok_or_else(|| unknown(line, format!("{{{{{reference}}}}}"), root))?;
-                let field: Vec<&str> = path.collect();
+                let &at = index_of.get(&reference.root).ok_or_else(|| unknown_in_template(line, &reference))?;
+                let field: Vec<&str> = reference.fields.iter().map(String::as_str).collect();
                 check_field(&steps[at], &field).map_err(|why| PipelineError::Reference {
                     line,
-                    reference: reference.clone(),
+                    reference: reference.written.clone(),
                     why,
                 })?;
                 waits_for.push(at);
@@ -286,8 +330,51 @@ impl Pipeline {
     }
 }
 
-fn is_item_name(name: &str) -> bool {
-    name == "item" || name == "index"
+/// Whether `reference` reads a `for_each` run's own `item` or `index`
+/// (through the table, those are steps' ids like any other).
+fn is_item(reference: &Reference) -> bool {
+    !reference.in_table && (reference.root == "item" || reference.root == "index")
+}
+
+/// What to write instead of a template's name for no line's id: the id
+/// it was likely meant to be, as a template names it. `{{fix-login.output}}`
+/// is read as `fix` minus `login.output`: an id that holds `fix` as a word
+/// is the likely one, and the table names it.
+fn template_hint(reference: &Reference, steps: &[Step], index_of: &HashMap<String, usize>) -> Option<String> {
+    let name = reference.root.as_str();
+    let as_words = (!reference.in_table)
+        .then(|| {
+            steps.iter().find(|step| {
+                !is_plain_name(&step.id)
+                    && step.id.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').any(|word| word == name)
+            })
+        })
+        .flatten();
+    if let Some(step) = as_words {
+        let field = if step.is_map() { "outputs" } else { "output" };
+        return Some(format!(
+            "a template reads {:?} as an expression, not an id: an id that is not a plain name is named \
+             {{{{{}.{field}}}}}",
+            step.id,
+            named(&step.id)
+        ));
+    }
+    // `steps.output` meant for the line whose id is `steps`.
+    let dotted = reference.written.starts_with(&format!("{STEPS_TABLE}."));
+    let table_line = (dotted && index_of.contains_key(STEPS_TABLE))
+        .then(|| format!("; the line with the id {STEPS_TABLE:?} is {{{{{}}}}}", named(STEPS_TABLE)));
+    let near = crate::actors::nearest(name, steps.iter().map(|step| step.id.as_str()));
+    match (near, table_line) {
+        (Some(near), table_line) => {
+            let near = match is_plain_name(near) {
+                true => format!("{near:?}"),
+                false => format!("{{{{{}}}}}", named(near)),
+            };
+            Some(format!("did you mean {near}?{}", table_line.unwrap_or_default()))
+        }
+        (None, Some(table_line)) => Some(table_line.trim_start_matches("; ").to_owned()),
+        (None, None) => None,
+    }
 }
 
 /// Whether `field` (the path after a step's id) is one its result has:
@@ -353,8 +440,9 @@ pub(super) struct Outcome {
     why: Option<String>,
     /// Its id (a map element's own).
     pub(super) id: String,
-    /// What its dependents' templates read.
-    pub(super) view: Value,
+    /// What its dependents' templates read (made once, then shared by
+    /// every context that holds it).
+    pub(super) view: TemplateValue,
 }
 
 impl Outcome {
@@ -375,25 +463,26 @@ impl Outcome {
             (None, None, Some(error)) => format!("error: {error}"),
             (None, None, None) => "error".to_owned(),
         });
-        let view = json!({
+        let view = value_of(&json!({
             "output": record.get("output").cloned().unwrap_or_else(|| json!("")),
             "structured": record.get("structured").cloned().unwrap_or(Value::Null),
             "stop_reason": stop_reason,
             "completed": completed,
             "error": error,
             "skipped": skipped,
-        });
+        }));
         Outcome { completed, why, id: record["id"].as_str().unwrap_or_default().to_owned(), view }
     }
 
     /// The outcome of a map from its elements'.
     pub(super) fn of_map(id: &str, elements: &[Outcome]) -> Outcome {
         let failed = elements.iter().find(|element| !element.completed);
-        let view = json!({
-            "outputs": elements.iter().map(|element| element.view["output"].clone()).collect::<Vec<_>>(),
-            "results": elements.iter().map(|element| element.view.clone()).collect::<Vec<_>>(),
-            "completed": failed.is_none(),
-        });
+        let output = |element: &Outcome| element.view.get_attr("output").unwrap_or_default();
+        let view = minijinja::context! {
+            outputs => elements.iter().map(output).collect::<Vec<_>>(),
+            results => elements.iter().map(|element| element.view.clone()).collect::<Vec<_>>(),
+            completed => failed.is_none(),
+        };
         Outcome {
             completed: failed.is_none(),
             why: failed.map(|element| format!("{}: {}", element.id, element.why.as_deref().unwrap_or("error"))),
@@ -416,16 +505,17 @@ impl Outcome {
 /// Each element's run id: `ID[index]`, or `ID[key]` with the step's
 /// `key` (the element's field, made a plain name and bounded; two
 /// elements with one key fail the step).
-pub(super) fn element_ids(step: &Step, items: &[Value]) -> Result<Vec<String>, String> {
-    let Some(key) = &step.task.key else {
-        return Ok((0..items.len()).map(|index| format!("{}[{index}]", step.id)).collect());
+pub(super) fn element_ids(id: &str, key: Option<&str>, items: &[TemplateValue]) -> Result<Vec<String>, String> {
+    let Some(key) = key else {
+        return Ok((0..items.len()).map(|index| format!("{id}[{index}]")).collect());
     };
     let mut seen = HashMap::new();
     items
         .iter()
         .enumerate()
         .map(|(index, item)| {
-            let name = match &item[key.as_str()] {
+            let field = serde_json::to_value(item.get_attr(key).unwrap_or_default()).unwrap_or_default();
+            let name = match &field {
                 Value::String(text) => text.clone(),
                 Value::Number(number) => number.to_string(),
                 other => {
@@ -441,125 +531,10 @@ pub(super) fn element_ids(step: &Step, items: &[Value]) -> Result<Vec<String>, S
             if let Some(first) = seen.insert(plain.clone(), index) {
                 return Err(format!("elements {first} and {index} have one {key:?} ({plain}): keys must differ"));
             }
-            Ok(format!("{}[{plain}]", step.id))
+            Ok(format!("{id}[{plain}]"))
         })
         .collect()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn check(text: &str) -> Result<Pipeline, PipelineError> {
-        let lines = super::super::tasks::TaskLines::new(text.as_bytes(), 1 << 20).map(Result::unwrap).collect();
-        Pipeline::check(lines)
-    }
-
-    #[test]
-    fn an_after_naming_no_line_is_refused_with_its_line_and_the_nearest_id() {
-        let error = check("{\"id\": \"review\", \"prompt\": \"a\"}\n{\"after\": [\"reveiw\"], \"prompt\": \"b\"}\n")
-            .unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "line 2: after names \"reveiw\", which is no line's id (did you mean \"review\"?)"
-        );
-    }
-
-    #[test]
-    fn a_circle_is_refused_naming_its_lines_in_waiting_order() {
-        let error = check(
-            "{\"id\": \"a\", \"after\": [\"c\"], \"prompt\": \"a\"}\n{\"id\": \"free\", \"prompt\": \"f\"}\n\
-             {\"id\": \"b\", \"after\": [\"a\"], \"prompt\": \"b\"}\n{\"id\": \"c\", \"prompt\": \"{{b.output}}\", \"after\": [\"free\"]}\n",
-        )
-        .unwrap_err();
-        let PipelineError::Cycle { lines, ids } = &error else { panic!("{error}") };
-        assert_eq!(ids.len(), 3, "{error}");
-        let mut sorted = lines.clone();
-        sorted.sort_unstable();
-        assert_eq!(sorted, [1, 3, 4], "{error}");
-        // Each id waits for the one before it, the first for the last.
-        let at = |id: &str| ids.iter().position(|x| x == id).unwrap();
-        assert_eq!((at("a") + ids.len() - 1) % 3, at("c"), "{error}");
-        assert!(error.to_string().starts_with("lines "), "{error}");
-    }
-
-    #[test]
-    fn a_malformed_line_and_an_id_a_map_gives_its_runs_are_refused() {
-        let error =
-            check("{\"id\": \"a\", \"prompt\": \"x\"}\n{\"prompt\": 3}\n{\"after\": [\"a\"], \"prompt\": \"y\"}\n")
-                .unwrap_err();
-        assert!(error.to_string().starts_with("line 2: not a task (invalid type"), "{error}");
-        let error = check(
-            "{\"id\": \"fix\", \"for_each\": \"[1]\", \"prompt\": \"x\"}\n{\"id\": \"fix[0]\", \"prompt\": \"y\"}\n",
-        )
-        .unwrap_err();
-        assert_eq!(error.to_string(), "line 2: its id \"fix[0]\" is one line 1's for_each gives its runs");
-    }
-
-    #[test]
-    fn a_step_waiting_for_itself_is_a_circle_of_one() {
-        let error = check("{\"id\": \"a\", \"after\": [\"a\"], \"prompt\": \"a\"}\n").unwrap_err();
-        assert!(matches!(&error, PipelineError::Cycle { lines, .. } if lines == &[1]), "{error}");
-    }
-
-    #[test]
-    fn two_lines_with_one_id_are_refused_naming_both() {
-        let error = check("{\"id\": \"a\", \"prompt\": \"x\"}\n{\"id\": \"a\", \"after\": [], \"for_each\": \"[1]\", \"prompt\": \"y\"}\n")
-            .unwrap_err();
-        assert_eq!(error.to_string(), "lines 1 and 2 both have the id \"a\": a pipeline's ids name one line each");
-    }
-
-    #[test]
-    fn references_are_checked_against_ids_fields_and_output_schemas() {
-        let schema = r#"{"type": "object", "properties": {"failing": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}}}}"#;
-        let triage = format!("{{\"id\": \"triage\", \"prompt\": \"t\", \"output_schema\": {schema}}}\n");
-        let step =
-            |prompt: &str| format!("{triage}{{\"id\": \"s\", \"after\": [\"triage\"], \"prompt\": \"{prompt}\"}}\n");
-        assert!(check(&step("{{triage.structured.failing[0].name}} {{triage.output}}")).is_ok());
-        let error = check(&step("{{triage.structured.flaky}}")).unwrap_err();
-        assert!(
-            error
-                .to_string()
-                .starts_with("line 2: {{triage.structured.flaky}}: \"flaky\" is not in triage's output_schema"),
-            "{error}"
-        );
-        let error = check(&step("{{triage.outputs}}")).unwrap_err();
-        assert!(error.to_string().contains("triage is a step: its results are output, structured"), "{error}");
-        let error = check(&step("{{trage.output}}")).unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "line 2: {{trage.output}} names \"trage\", which is no line's id (did you mean \"triage\"?)"
-        );
-        let error = check(&step("{{item}}")).unwrap_err();
-        assert!(error.to_string().contains("set only in a for_each line"), "{error}");
-        let error = check(&step("{{ triage.output ")).unwrap_err();
-        assert!(error.to_string().starts_with("line 2: its prompt is not a template"), "{error}");
-    }
-
-    #[test]
-    fn a_template_reference_is_a_dependency_and_a_flat_line_is_not_a_template() {
-        let pipeline = check(
-            "{\"id\": \"a\", \"prompt\": \"{{ literal }}\"}\n{\"id\": \"m\", \"for_each\": \"{{a.structured}}\", \"prompt\": \"{{item}}\"}\n{\"id\": \"r\", \"after\": [\"a\"], \"prompt\": \"{{m.outputs}}\"}\n",
-        );
-        let error = pipeline.unwrap_err();
-        assert!(error.to_string().contains("a has no output_schema"), "{error}");
-        let pipeline = check(
-            "{\"id\": \"a\", \"prompt\": \"{{ literal }}\"}\n{\"id\": \"m\", \"for_each\": \"{{a.output}}\", \"prompt\": \"{{item}}\"}\n{\"id\": \"r\", \"after\": [\"a\"], \"prompt\": \"{{m.outputs}}\"}\n",
-        )
-        .unwrap();
-        assert_eq!(pipeline.steps[1].waits_for, [0]);
-        assert_eq!(pipeline.steps[2].waits_for, [0, 1]);
-    }
-
-    #[test]
-    fn element_ids_come_from_the_index_or_a_plain_bounded_key() {
-        let lines = |text: &str| check(text).unwrap();
-        let by_index = lines("{\"id\": \"fix\", \"for_each\": \"[1, 2]\", \"prompt\": \"p\"}\n");
-        assert_eq!(element_ids(&by_index.steps[0], &[json!(1), json!(2)]).unwrap(), ["fix[0]", "fix[1]"]);
-        let by_key = lines("{\"id\": \"fix\", \"for_each\": \"[]\", \"key\": \"name\", \"prompt\": \"p\"}\n");
-        let items = [json!({"name": "parser"}), json!({"name": "a b\u{1b}[2J"})];
-        assert_eq!(element_ids(&by_key.steps[0], &items).unwrap(), ["fix[parser]", "fix[a_b__2J]"]);
-        let error = element_ids(&by_key.steps[0], &[json!({"name": "x"}), json!({"name": "x"})]).unwrap_err();
-        assert!(error.contains("keys must differ"), "{error}");
-    }
-}
+mod tests;

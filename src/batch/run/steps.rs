@@ -1,8 +1,19 @@
 //! A pipeline as it runs: each step when what it waits for has settled,
 //! its prompt rendered over their results, its earlier result reused on a
 //! resume; see [`pipeline`](super::super::pipeline) for the rules.
+//!
+//! A step's renders (its prompt, or its `for_each` list and each
+//! element's prompt) run on the blocking pool, a few at once
+//! ([`Render`]): the loop that starts runs and writes their results never
+//! waits for a template, and a cancelled batch stops waiting for its
+//! renders at once (each stops at its next element; one render is bounded
+//! in steps, see [`template`](super::super::template)). A step's context
+//! is made once, of results converted once when they settled: each
+//! element of a map adds only its `item` and `index`, so a map over a
+//! wide list expands in time linear in its width.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::{json, Value};
@@ -11,9 +22,13 @@ use super::super::journal::hash_text;
 use super::super::pipeline::{element_ids, Outcome, Pipeline, Step, DEFAULT_MAX_ITEMS};
 use super::super::summary::{Graph, Summary};
 use super::super::tasks::{content_hash, id_key, OnFailure, Task};
-use super::super::template::Templates;
+use super::super::template::{TemplateValue, Templates, STEPS_TABLE};
 use super::super::{Report, Settled};
 use super::Engine;
+use crate::CancellationToken;
+
+#[cfg(test)]
+mod tests;
 
 /// Where a step is in its run.
 #[derive(Debug)]
@@ -25,6 +40,63 @@ enum State {
     Running { elements: Vec<Option<Outcome>>, left: usize },
     /// Settled: what its dependents see.
     Settled(Outcome),
+}
+
+/// What a step renders, off the batch's loop: everything it needs, owned.
+struct Render {
+    templates: Arc<Templates>,
+    /// The step's id, and its `key`: a map's elements' run ids.
+    id: String,
+    key: Option<String>,
+    prompt: String,
+    /// A map's list and its most elements.
+    for_each: Option<(String, usize)>,
+    /// The results it reads, by id and in the table of steps.
+    context: TemplateValue,
+    cancel: CancellationToken,
+}
+
+/// A prompt, or why it could not be made.
+type Prompt = Result<String, String>;
+
+/// What a step's render gave: its prompt; a map's element ids and
+/// prompts, or why its list gave none.
+enum Rendered {
+    Step(Prompt),
+    Map(Result<Vec<(String, Prompt)>, String>),
+}
+
+impl Render {
+    fn run(self) -> Rendered {
+        let Render { templates, id, key, prompt, for_each, context, cancel } = self;
+        let Some((for_each, max_items)) = for_each else {
+            return Rendered::Step(templates.render(&prompt, &context));
+        };
+        let items = match templates.list(&for_each, &context, max_items) {
+            Ok(items) => items,
+            Err(why) => return Rendered::Map(Err(why)),
+        };
+        let ids = match element_ids(&id, key.as_deref(), &items) {
+            Ok(ids) => ids,
+            Err(why) => return Rendered::Map(Err(why)),
+        };
+        let mut elements = Vec::with_capacity(items.len());
+        for (index, (item, id)) in items.into_iter().zip(ids).enumerate() {
+            if cancel.is_cancelled() {
+                break; // no one waits for the rest
+            }
+            let context = minijinja::context! { item => item, index => index, ..context.clone() };
+            elements.push((id, templates.render(&prompt, &context)));
+        }
+        Rendered::Map(Ok(elements))
+    }
+}
+
+/// What opening a step gave: the steps it settled that are now ready, or
+/// its render to run.
+enum Opening {
+    Settled(Vec<usize>),
+    Render(Box<Render>),
 }
 
 /// One run to start: a step, or one element of a map.
@@ -53,20 +125,39 @@ impl Engine {
         let mut run = PipelineRun {
             engine: self,
             steps,
-            templates: &templates,
+            templates: Arc::new(templates),
             prior,
             states: steps.iter().map(|step| State::Waiting(step.waits_for.len())).collect(),
             queue: VecDeque::new(),
             summary: Summary::default(),
             report,
         };
+        // A few renders at once, each a blocking thread's: they bound the
+        // memory templates may hold together.
+        let renders_at_once = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        let renders = Arc::new(tokio::sync::Semaphore::new(renders_at_once));
         // Popped from the end: the file's first ready step starts first.
         let mut newly: Vec<usize> = (0..steps.len()).rev().filter(|&at| steps[at].waits_for.is_empty()).collect();
         let mut in_flight = FuturesUnordered::new();
+        let mut rendering = FuturesUnordered::new();
         loop {
             while let Some(at) = newly.pop() {
-                if !self.cancel.is_cancelled() {
-                    newly.extend(run.open(at).into_iter().rev());
+                if self.cancel.is_cancelled() {
+                    continue;
+                }
+                match run.open(at) {
+                    Opening::Settled(ready) => newly.extend(ready.into_iter().rev()),
+                    Opening::Render(render) => {
+                        let renders = renders.clone();
+                        rendering.push(async move {
+                            let permit = renders.acquire_owned().await;
+                            let rendered = tokio::task::spawn_blocking(move || {
+                                let _permit = permit;
+                                render.run()
+                            });
+                            (at, rendered.await)
+                        });
+                    }
                 }
             }
             while in_flight.len() < concurrency && !self.cancel.is_cancelled() {
@@ -78,12 +169,30 @@ impl Engine {
                     (step, element, finished)
                 });
             }
-            let Some((step, element, finished)) = in_flight.next().await else { break };
-            let Some((finished, record)) = finished else { continue };
-            let interrupted = finished.interrupted;
-            run.summary.add(finished);
-            if !interrupted {
-                newly.extend(run.settle_run(step, element, &record).into_iter().rev());
+            if in_flight.is_empty() && rendering.is_empty() {
+                break;
+            }
+            tokio::select! {
+                Some((at, rendered)) = rendering.next(), if !rendering.is_empty() => {
+                    let rendered = rendered.unwrap_or_else(|panicked| {
+                        let why = format!("its template could not be rendered: {panicked}");
+                        match steps[at].is_map() {
+                            true => Rendered::Map(Err(why)),
+                            false => Rendered::Step(Err(why)),
+                        }
+                    });
+                    newly.extend(run.rendered(at, rendered).into_iter().rev());
+                }
+                Some((step, element, finished)) = in_flight.next(), if !in_flight.is_empty() => {
+                    let Some((finished, record)) = finished else { continue };
+                    let interrupted = finished.interrupted;
+                    run.summary.add(finished);
+                    if !interrupted {
+                        newly.extend(run.settle_run(step, element, &record).into_iter().rev());
+                    }
+                }
+                // Its steps stay unsettled: the summary names them waiting.
+                () = self.cancel.cancelled(), if !rendering.is_empty() => rendering.clear(),
             }
         }
         let waiting = run.waiting();
@@ -98,7 +207,7 @@ impl Engine {
 struct PipelineRun<'a> {
     engine: &'a Engine,
     steps: &'a [Step],
-    templates: &'a Templates,
+    templates: Arc<Templates>,
     /// Result lines of an earlier batch, by id.
     prior: HashMap<String, Value>,
     states: Vec<State>,
@@ -108,10 +217,10 @@ struct PipelineRun<'a> {
 }
 
 impl PipelineRun<'_> {
-    /// A step whose waits are over: skipped, failed before any run, reused
-    /// from an earlier batch, or queued (a map: its elements). Answers the
-    /// steps this settled that are now ready.
-    fn open(&mut self, at: usize) -> Vec<usize> {
+    /// A step whose waits are over: skipped, or (a flat line) reused from
+    /// an earlier batch or queued, settling the steps this answers that are
+    /// now ready; or its render, over the results it waits for.
+    fn open(&mut self, at: usize) -> Opening {
         let step = &self.steps[at];
         let before: Vec<&Outcome> = step
             .waits_for
@@ -125,61 +234,72 @@ impl PipelineRun<'_> {
         if let (Some(failed), OnFailure::Skip) = (failed, step.task.on_failure) {
             let reason = failed.skip_reason();
             let record = json!({"line": step.line, "label": step.task.label, "skipped": reason});
-            return self.settle_unrun(at, None, step.id.clone(), content_hash(reason.as_bytes()), record);
+            return Opening::Settled(self.settle_unrun(
+                at,
+                None,
+                step.id.clone(),
+                content_hash(reason.as_bytes()),
+                record,
+            ));
         }
-        let mut context = serde_json::Map::new();
-        for outcome in &before {
-            context.insert(outcome.id.clone(), outcome.view.clone());
+        if !step.task.is_step() {
+            let prompt = Ok(step.task.prompt.clone());
+            return Opening::Settled(self.queue_or_reuse(at, None, step.id.clone(), prompt, Vec::new()));
         }
-        let mut context = Value::Object(context);
-        let Some(for_each) = &step.task.for_each else {
-            return self.queue_or_reuse(at, None, step.id.clone(), &context, Vec::new());
-        };
-        let max = step.task.max_items.unwrap_or(DEFAULT_MAX_ITEMS);
-        let items = self.templates.list(for_each, &context).and_then(|items| match items.len() <= max {
-            true => Ok(items),
-            false => Err(format!("for_each gave {} elements, more than its max_items of {max}", items.len())),
-        });
-        let items = match items.and_then(|items| element_ids(step, &items).map(|ids| (items, ids))) {
-            Ok(both) => both,
-            Err(why) => {
+        // Each result by its id, and all of them in the table of steps
+        // (which names any id, `steps["fix-login"]`); shared, not copied.
+        let by_id = || before.iter().map(|outcome| (outcome.id.clone(), outcome.view.clone()));
+        let table = TemplateValue::from_pairs(by_id());
+        let context = TemplateValue::from_pairs(by_id().chain([(STEPS_TABLE.to_owned(), table)]));
+        let max_items = step.task.max_items.unwrap_or(DEFAULT_MAX_ITEMS);
+        Opening::Render(Box::new(Render {
+            templates: self.templates.clone(),
+            id: step.id.clone(),
+            key: step.task.key.clone(),
+            prompt: step.task.prompt.clone(),
+            for_each: step.task.for_each.clone().map(|for_each| (for_each, max_items)),
+            context,
+            cancel: self.engine.cancel.clone(),
+        }))
+    }
+
+    /// A step's render done: its run queued (a map's: each element's), or
+    /// settled when it has no prompt, or reused. Answers the steps now ready.
+    fn rendered(&mut self, at: usize, rendered: Rendered) -> Vec<usize> {
+        let step = &self.steps[at];
+        let elements = match rendered {
+            Rendered::Step(prompt) => return self.queue_or_reuse(at, None, step.id.clone(), prompt, Vec::new()),
+            Rendered::Map(Err(why)) => {
                 let record = json!({"line": step.line, "label": step.task.label, "error": why});
                 return self.settle_unrun(at, None, step.id.clone(), content_hash(why.as_bytes()), record);
             }
+            Rendered::Map(Ok(elements)) => elements,
         };
-        let (items, ids) = items;
-        if items.is_empty() {
-            self.report.expanded(step.line, 0);
+        self.report.expanded(step.line, elements.len());
+        if elements.is_empty() {
             return self.settle(at, Outcome::of_map(&step.id, &[]));
         }
-        self.report.expanded(step.line, items.len());
-        self.states[at] = State::Running { elements: vec![None; items.len()], left: items.len() };
+        self.states[at] = State::Running { elements: vec![None; elements.len()], left: elements.len() };
         let mut ready = Vec::new();
-        for (index, (item, id)) in items.into_iter().zip(ids).enumerate() {
-            context["item"] = item.clone();
-            context["index"] = json!(index);
-            let extra = vec![("map", json!(step.id)), ("index", json!(index))];
-            ready.extend(self.queue_or_reuse(at, Some(index), id, &context, extra));
+        for (index, (id, prompt)) in elements.into_iter().enumerate() {
+            let extra = vec![("map", json!(self.steps[at].id)), ("index", json!(index))];
+            ready.extend(self.queue_or_reuse(at, Some(index), id, prompt, extra));
         }
         ready
     }
 
-    /// Renders a run's prompt and reuses its earlier result when its line
-    /// and inputs are unchanged, else queues it; a prompt that cannot
-    /// render fails the run before it starts.
+    /// Reuses a run's earlier result when its line and inputs (its prompt)
+    /// are unchanged, else queues it; a prompt that could not be made
+    /// fails the run before it starts.
     fn queue_or_reuse(
         &mut self,
         at: usize,
         element: Option<usize>,
         id: String,
-        context: &Value,
+        prompt: Prompt,
         extra: Vec<(&'static str, Value)>,
     ) -> Vec<usize> {
         let step = &self.steps[at];
-        let prompt = match step.task.is_step() {
-            true => self.templates.render(&step.task.prompt, context),
-            false => Ok(step.task.prompt.clone()),
-        };
         let prompt = match prompt {
             Ok(prompt) => prompt,
             Err(why) => {
@@ -266,7 +386,7 @@ impl PipelineRun<'_> {
     fn settle_run(&mut self, at: usize, element: Option<usize>, record: &Value) -> Vec<usize> {
         let mut outcome = Outcome::of(record);
         if self.steps[at].dependents.is_empty() {
-            outcome.view = Value::Null; // no template reads it: not held
+            outcome.view = TemplateValue::UNDEFINED; // no template reads it: not held
         }
         let Some(index) = element else { return self.settle(at, outcome) };
         let State::Running { elements, left } = &mut self.states[at] else { return Vec::new() };
