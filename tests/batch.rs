@@ -185,3 +185,44 @@ fn a_batch_runs_on_every_worker_under_one_cap_and_a_duplicate_id_is_refused_once
     assert!(peak() <= 10, "at most 10 runs at once across the workers, saw {}", peak());
     assert_eq!(lines_by_id(&out).len(), 399);
 }
+
+#[test]
+fn an_interrupted_batch_does_not_say_every_task_ran() {
+    let lines: Vec<String> = (0..1000).map(|i| format!("{{\"id\": \"t{i}\", \"prompt\": \"task {i}\"}}")).collect();
+    let (_dir, runtime, tasks, out) = batch_of(&(lines.join("\n") + "\n"));
+    let subagents = runtime.subagents();
+
+    let cancel = CancellationToken::new();
+    let opened = Batch::new(&subagents, "mock").concurrency(4).out(&out).open(&tasks, cancel.clone()).unwrap();
+    let stopped = runtime.block_on(opened.run(StopAfter { settled: AtomicUsize::new(0), stop_after: 20, cancel }));
+    assert!(stopped.was_interrupted() && stopped.runs() < 1000, "{}", stopped.runs());
+    assert!(!stopped.all_ran(), "{} of 1000 tasks ran, yet all_ran() said true", stopped.runs());
+
+    // Interrupted before its first run: nothing ran.
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let opened = Batch::new(&subagents, "mock").out(&out).resume(true).open(&tasks, cancel).unwrap();
+    let nothing = runtime.block_on(opened.run(Quiet));
+    assert!(!nothing.all_ran(), "{} runs, yet all_ran() said true", nothing.runs());
+
+    // The resume that finishes it says so.
+    let opened = Batch::new(&subagents, "mock").out(&out).resume(true).open(&tasks, CancellationToken::new()).unwrap();
+    let finished = runtime.block_on(opened.run(Quiet));
+    assert!(finished.all_ran() && finished.done_before() + finished.runs() == 1000);
+}
+
+#[test]
+fn a_batch_on_a_provider_the_runtime_lacks_is_refused_before_anything_runs() {
+    let lines: Vec<String> = (0..1000).map(|i| format!("{{\"prompt\": \"task {i}\"}}")).collect();
+    let (_dir, runtime, tasks, out) = batch_of(&(lines.join("\n") + "\n"));
+    std::fs::write(&out, "kept\n").unwrap();
+    let refused = Batch::new(&runtime.subagents(), "mokc").out(&out).open(&tasks, CancellationToken::new());
+    let error = refused.err().expect("a batch on no provider is refused");
+    assert!(
+        matches!(&error, subagents::batch::BatchError::UnknownBatchProvider { name, suggestion, available }
+            if name == "mokc" && suggestion.as_deref() == Some("mock") && available == &["mock"]),
+        "{error}"
+    );
+    assert!(error.to_string().contains("\"mokc\"") && error.to_string().contains("did you mean \"mock\"?"), "{error}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "kept\n", "nothing truncated");
+}

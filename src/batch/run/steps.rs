@@ -79,7 +79,10 @@ impl Engine {
                 });
             }
             let Some((step, element, finished)) = in_flight.next().await else { break };
-            let Some((finished, record)) = finished else { continue };
+            let Some((finished, record)) = finished else {
+                run.summary.unstarted += 1;
+                continue;
+            };
             let interrupted = finished.interrupted;
             run.summary.add(finished);
             if !interrupted {
