@@ -399,7 +399,7 @@ fn sessions_served(peer: &mut Peer, (count, burst): (usize, usize), next_id: &mu
         *next_id += 1;
         *next_id
     };
-    let mut answers = |peer: &mut Peer, requests: Vec<(u64, &str, Value)>| -> Vec<Value> {
+    let answers = |peer: &mut Peer, requests: Vec<(u64, &str, Value)>| -> Vec<Value> {
         let burst: String = requests
             .iter()
             .map(|(id, method, params)| format!("{}\n", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})))

@@ -861,3 +861,68 @@ fn each_run_of_a_pipeline_names_its_step_and_what_the_step_waited_on() {
     );
     assert_eq!(shown, json!(" · step second, after first"));
 }
+
+#[test]
+fn idle_connections_without_the_token_never_lock_the_page_out() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let served = ui(&dir.path().join("home"), &[]);
+    // More idle connections than the server's cap, none saying a word,
+    // and more of them arriving while the page is asked for.
+    let mut idle: Vec<std::net::TcpStream> =
+        (0..80).map(|_| std::net::TcpStream::connect(served.address).unwrap()).collect();
+    let started = std::time::Instant::now();
+    let mut served_pages = 0;
+    for round in 0..50 {
+        if round % 5 == 0 {
+            idle.extend((0..10).map(|_| std::net::TcpStream::connect(served.address).unwrap()));
+        }
+        served_pages += usize::from(status_of(served.address, &format!("/api/live?token={}", served.token)) == 200);
+    }
+    let took = started.elapsed();
+    assert_eq!(served_pages, 50, "the page was served {served_pages} of 50 times");
+    assert!(took < Duration::from_secs(10), "50 answers took {took:?} beside idle connections");
+    // The idle ones are closed within seconds, not held.
+    let mut first = idle.remove(0);
+    first.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut byte = [0u8; 1];
+    assert!(matches!(first.read(&mut byte), Ok(0)), "an idle connection without a request is closed");
+}
+
+#[test]
+fn an_answer_whose_body_never_finishes_does_not_hold_its_connection() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let served = ui(&dir.path().join("home"), &[]);
+    let mut stream = std::net::TcpStream::connect(served.address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let head = format!(
+        "POST /api/approve HTTP/1.1\r\nHost: {}\r\nx-subagents-token: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: 200\r\n\r\n{{\"id\": ",
+        served.address, served.token
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(15), "the unfinished body held its connection {took:?}");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 408"), "{answer}");
+}
+
+/// The status of a GET of `target`, 0 when the connection failed.
+fn status_of(address: SocketAddr, target: &str) -> u16 {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(address) else { return 0 };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
+    let request = format!("GET {target} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return 0;
+    }
+    let mut head = [0u8; 12];
+    match stream.read_exact(&mut head) {
+        Ok(()) => String::from_utf8_lossy(&head[9..12]).parse().unwrap_or(0),
+        Err(_) => 0,
+    }
+}
