@@ -57,7 +57,7 @@
 //! only those the provider no longer knows or stopped (`"expired_run"`).
 
 mod journal;
-mod parked;
+pub(crate) mod parked;
 pub mod pipeline;
 mod results;
 mod run;

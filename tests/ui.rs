@@ -926,3 +926,48 @@ fn status_of(address: SocketAddr, target: &str) -> u16 {
         Err(_) => 0,
     }
 }
+
+/// The CPU time (user and system) process `pid` has used, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+#[test]
+fn many_large_parked_requests_cost_the_view_what_it_lists_not_what_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let pending = home.join("approvals/pending");
+    std::fs::create_dir_all(&pending).unwrap();
+    // 600 requests of 200 KB each (120 MB) wait; the view lists 200.
+    let padding = "x".repeat(200_000);
+    for n in 0..600u64 {
+        let request = subagents::seam::PermissionRequest::new(Vec::new()).with_title(format!("call {n}"));
+        let mut parked = serde_json::to_value(subagents::batch::Parked { id: format!("7-{n}"), request, parked_at: 1000 + n })
+            .unwrap();
+        parked["request"]["input"] = json!(padding);
+        std::fs::write(pending.join(format!("7-{n}.json")), serde_json::to_vec(&parked).unwrap()).unwrap();
+    }
+    let served = ui(&home, &[]);
+    let pid = served.child.id();
+    let listed = served.api_until("approvals", "the parked requests listed", |list| list["requests"].as_array().is_some_and(|r| r.len() == 200));
+    assert_eq!(listed["more"], 400, "the rest counted");
+    assert!(listed.to_string().len() < 2 << 20, "a list of {} bytes", listed.to_string().len());
+    // Settled: what it costs to keep the list while nothing changes.
+    std::thread::sleep(Duration::from_secs(3));
+    let (ticks, started) = (cpu_ticks(pid), std::time::Instant::now());
+    std::thread::sleep(Duration::from_secs(4));
+    let ticks_per_second = 100.0; // USER_HZ on Linux
+    let cpu = (cpu_ticks(pid) - ticks) as f64 / ticks_per_second / started.elapsed().as_secs_f64();
+    assert!(cpu < 0.05, "the view used {cpu:.2} CPU-seconds a second while nothing changed");
+    let rss = rss_bytes(pid);
+    assert!(rss < 100 << 20, "the view holds {} MiB for 120 MB of parked requests", rss >> 20);
+}

@@ -52,7 +52,7 @@ use crate::seam::{Answer, Approver, PermissionRequest, Policy, Rules, Verdict};
 const POLL_EVERY: Duration = Duration::from_millis(100);
 /// The largest parked request file read back (a request's texts are
 /// bounded well below it).
-const MAX_PARKED_BYTES: u64 = 256 * 1024;
+pub(crate) const MAX_PARKED_BYTES: u64 = 256 * 1024;
 /// Who answered, as the child's transcript records it.
 const BY_APPROVE: &str = "subagents approve";
 
@@ -97,7 +97,7 @@ pub fn approvals_dir(home: &Path) -> PathBuf {
     home.join("approvals")
 }
 
-fn pending_dir(home: &Path) -> PathBuf {
+pub(crate) fn pending_dir(home: &Path) -> PathBuf {
     approvals_dir(home).join("pending")
 }
 
@@ -137,7 +137,8 @@ pub fn pending(home: &Path) -> Result<Vec<Parked>, AnswerError> {
     Ok(parked)
 }
 
-fn read_parked(path: &Path) -> Option<Parked> {
+/// The parked request in `path`, reading at most [`MAX_PARKED_BYTES`].
+pub(crate) fn read_parked(path: &Path) -> Option<Parked> {
     use std::io::Read;
     let file = std::fs::File::open(path).ok()?;
     let mut text = Vec::new();
