@@ -971,3 +971,27 @@ fn many_large_parked_requests_cost_the_view_what_it_lists_not_what_waits() {
     let rss = rss_bytes(pid);
     assert!(rss < 100 << 20, "the view holds {} MiB for 120 MB of parked requests", rss >> 20);
 }
+
+#[test]
+fn a_long_transcript_is_read_only_as_far_as_what_is_sent() {
+    use subagents::agent::{SessionEvent, SessionHeader, SessionStore};
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let store = SessionStore::new(&home);
+    let mut session = store.create(SessionHeader::new("long-session", dir.path())).unwrap();
+    // 120 MB of answers, 200 KB each; a page is sent at most 8 MiB.
+    let answer = "y".repeat(200_000);
+    for _ in 0..600 {
+        session.append(SessionEvent::Assistant { text: answer.clone(), tool_calls: Vec::new() }).unwrap();
+    }
+    drop(session);
+    let served = ui(&home, &[]);
+    let pid = served.child.id();
+    let transcript = served.api("session?id=long-session");
+    let peak = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let peak: u64 = peak.lines().find(|l| l.starts_with("VmHWM:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(peak < 90 * 1024, "the view peaked at {} MiB to send 8 MiB of a 120 MB session", peak >> 10);
+    assert_eq!(transcript["left_out"], true, "the rest is said to be left out");
+    let shown = transcript["events"].as_array().unwrap().len();
+    assert!(shown > 0 && shown < 600, "{shown} events sent");
+}

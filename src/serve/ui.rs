@@ -44,7 +44,8 @@
 //! and event streams are capped, connections without the token on a budget
 //! of their own (they cannot crowd out the page: see `gate`), request
 //! heads and bodies must arrive within seconds, and every answer is bounded (a page of rows, a tree of at most
-//! 5,000 nodes, a transcript's texts cut at 256 KiB each and 8 MiB in all).
+//! 5,000 nodes, a transcript's texts cut at 256 KiB each and 8 MiB in all, read only
+//! that far).
 //!
 //! ```no_run
 //! use subagents::serve::{serve_ui, Board, UiOptions};
