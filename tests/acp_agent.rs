@@ -402,7 +402,9 @@ fn sessions_served(peer: &mut Peer, (count, burst): (usize, usize), next_id: &mu
     let answers = |peer: &mut Peer, requests: Vec<(u64, &str, Value)>| -> Vec<Value> {
         let burst: String = requests
             .iter()
-            .map(|(id, method, params)| format!("{}\n", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})))
+            .map(|(id, method, params)| {
+                format!("{}\n", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            })
             .collect();
         peer.send_raw(burst.as_bytes());
         requests.iter().map(|(id, _, _)| peer.answer_to(*id, no_permission).0).collect()
@@ -417,7 +419,13 @@ fn sessions_served(peer: &mut Peer, (count, burst): (usize, usize), next_id: &mu
             .collect();
         let prompts = ids
             .iter()
-            .map(|id| (take_id(), "session/prompt", json!({"sessionId": id, "prompt": [{"type": "text", "text": "say hello"}]})))
+            .map(|id| {
+                (
+                    take_id(),
+                    "session/prompt",
+                    json!({"sessionId": id, "prompt": [{"type": "text", "text": "say hello"}]}),
+                )
+            })
             .collect();
         for answer in answers(peer, prompts) {
             assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");

@@ -217,7 +217,7 @@ fn a_batch_on_a_provider_the_runtime_lacks_is_refused_before_anything_runs() {
     let (_dir, runtime, tasks, out) = batch_of(&(lines.join("\n") + "\n"));
     std::fs::write(&out, "kept\n").unwrap();
     let refused = Batch::new(&runtime.subagents(), "mokc").out(&out).open(&tasks, CancellationToken::new());
-    let error = refused.err().expect("a batch on no provider is refused");
+    let Err(error) = refused else { panic!("a batch on no provider is refused") };
     assert!(
         matches!(&error, subagents::batch::BatchError::UnknownBatchProvider { name, suggestion, available }
             if name == "mokc" && suggestion.as_deref() == Some("mock") && available == &["mock"]),
@@ -254,11 +254,17 @@ fn two_thousand_parked_requests_cost_one_look_a_tick_not_one_each_and_still_get_
         .build()
         .unwrap();
     let approver = ParkedApprover::new(Rules::new(Policy::Ask), home.path());
-    let asked: Vec<_> = runtime.block_on(async {
-        (0..2000)
-            .map(|n| tokio::spawn(approver.ask(PermissionRequest::new(Vec::new()).with_title(format!("call {n}")), CancellationToken::new())))
-            .collect()
-    });
+    let asked: Vec<_> =
+        runtime.block_on(async {
+            (0..2000)
+                .map(|n| {
+                    tokio::spawn(approver.ask(
+                        PermissionRequest::new(Vec::new()).with_title(format!("call {n}")),
+                        CancellationToken::new(),
+                    ))
+                })
+                .collect()
+        });
     while pending(home.path()).unwrap().len() < 2000 {
         std::thread::sleep(Duration::from_millis(50));
     }

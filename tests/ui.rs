@@ -951,14 +951,17 @@ fn many_large_parked_requests_cost_the_view_what_it_lists_not_what_waits() {
     let padding = "x".repeat(200_000);
     for n in 0..600u64 {
         let request = subagents::seam::PermissionRequest::new(Vec::new()).with_title(format!("call {n}"));
-        let mut parked = serde_json::to_value(subagents::batch::Parked { id: format!("7-{n}"), request, parked_at: 1000 + n })
-            .unwrap();
+        let mut parked =
+            serde_json::to_value(subagents::batch::Parked { id: format!("7-{n}"), request, parked_at: 1000 + n })
+                .unwrap();
         parked["request"]["input"] = json!(padding);
         std::fs::write(pending.join(format!("7-{n}.json")), serde_json::to_vec(&parked).unwrap()).unwrap();
     }
     let served = ui(&home, &[]);
     let pid = served.child.id();
-    let listed = served.api_until("approvals", "the parked requests listed", |list| list["requests"].as_array().is_some_and(|r| r.len() == 200));
+    let listed = served.api_until("approvals", "the parked requests listed", |list| {
+        list["requests"].as_array().is_some_and(|r| r.len() == 200)
+    });
     assert_eq!(listed["more"], 400, "the rest counted");
     assert!(listed.to_string().len() < 2 << 20, "a list of {} bytes", listed.to_string().len());
     // Settled: what it costs to keep the list while nothing changes.
@@ -989,7 +992,8 @@ fn a_long_transcript_is_read_only_as_far_as_what_is_sent() {
     let pid = served.child.id();
     let transcript = served.api("session?id=long-session");
     let peak = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let peak: u64 = peak.lines().find(|l| l.starts_with("VmHWM:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    let peak: u64 =
+        peak.lines().find(|l| l.starts_with("VmHWM:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(peak < 90 * 1024, "the view peaked at {} MiB to send 8 MiB of a 120 MB session", peak >> 10);
     assert_eq!(transcript["left_out"], true, "the rest is said to be left out");
     let shown = transcript["events"].as_array().unwrap().len();

@@ -95,8 +95,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use self::approvals::ClientApprover;
-pub use self::sessions::DEFAULT_MAX_SESSIONS;
 use self::sessions::Sessions;
+pub use self::sessions::DEFAULT_MAX_SESSIONS;
 use self::tool_calls::{Approved, ToolCallIds};
 use super::ServeError;
 use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};

@@ -180,7 +180,9 @@ mod tests {
         let waiting: Vec<_> = (0..MAX_ASKED_AT_ONCE)
             .map(|n| {
                 let asking = asking.clone();
-                tokio::spawn(async move { asking.decide(PermissionRequest::new(Vec::new()).with_title(format!("{n}"))).await })
+                tokio::spawn(async move {
+                    asking.decide(PermissionRequest::new(Vec::new()).with_title(format!("{n}"))).await
+                })
             })
             .collect();
         while silent.0.load(Ordering::SeqCst) < MAX_ASKED_AT_ONCE {

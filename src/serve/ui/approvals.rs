@@ -138,7 +138,9 @@ fn listed(home: &Path, seen: &mut Seen) -> Option<Value> {
             seen.directory = None;
             return Some(json!({"requests": [], "more": 0}));
         }
-        Err(error) => return Some(json!({"requests": [], "more": 0, "error": format!("cannot read {}: {error}", dir.display())})),
+        Err(error) => {
+            return Some(json!({"requests": [], "more": 0, "error": format!("cannot read {}: {error}", dir.display())}))
+        }
     };
     let settled = directory.is_some_and(|time| time.elapsed().is_ok_and(|age| age >= SETTLED_AFTER));
     if settled && directory == seen.directory {
@@ -146,7 +148,9 @@ fn listed(home: &Path, seen: &mut Seen) -> Option<Value> {
     }
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
-        Err(error) => return Some(json!({"requests": [], "more": 0, "error": format!("cannot read {}: {error}", dir.display())})),
+        Err(error) => {
+            return Some(json!({"requests": [], "more": 0, "error": format!("cannot read {}: {error}", dir.display())}))
+        }
     };
     // Only the entries' times and sizes: no file is opened here.
     let mut files: Vec<(SystemTime, std::ffi::OsString, u64)> = entries

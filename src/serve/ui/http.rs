@@ -20,8 +20,8 @@ use serde_json::{json, Value};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::approvals::{verdict_of, Waiting};
-use super::gate::{self, Gate};
 use super::board::Board;
+use super::gate::{self, Gate};
 use super::history::History;
 use crate::CancellationToken;
 

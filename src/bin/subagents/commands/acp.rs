@@ -40,8 +40,13 @@ impl AcpArgs {
     /// provider. Exit 0 at the client's EOF (or a stop signal).
     pub fn run(self) -> Result<ExitCode, String> {
         let AcpArgs { home, model, approve, max_sessions, provider, config, .. } = self;
-        let mut options =
-            AcpServeOptions { home: home.resolve(), model, approve, max_sessions: max_sessions as usize, ..Default::default() };
+        let mut options = AcpServeOptions {
+            home: home.resolve(),
+            model,
+            approve,
+            max_sessions: max_sessions as usize,
+            ..Default::default()
+        };
         // Never `./subagents.toml`: an ACP agent runs in its client's
         // directory, whose file may well define this very agent (each probe
         // would start another).
