@@ -4,8 +4,9 @@
 //! This is the engine behind `subagents fanout`, for any program that
 //! embeds the runtime. A [`Batch`] names the runtime, the provider and how
 //! to run (concurrency, retries, timeouts, a budget, a durable results
-//! file); [`Batch::open`] checks the tasks file and opens what the batch
-//! writes before any run starts, and [`Opened::run`] carries it out:
+//! file); [`Batch::open`] checks the provider and the tasks file and opens
+//! what the batch writes before any run starts, and [`Opened::run`] carries
+//! it out ([`Summary::all_ran`] is false after an interruption):
 //!
 //! ```no_run
 //! # async fn demo(subagents: &subagents::Subagents) -> Result<(), subagents::batch::BatchError> {
@@ -56,7 +57,7 @@
 //! only those the provider no longer knows or stopped (`"expired_run"`).
 
 mod journal;
-mod parked;
+pub(crate) mod parked;
 pub mod pipeline;
 mod results;
 mod run;
@@ -215,8 +216,10 @@ impl Batch {
         self
     }
 
-    /// Checks the tasks file and opens what the batch writes, before any
-    /// run: a refusal here has started nothing and truncated nothing.
+    /// Checks that the runtime has the batch's provider and every provider
+    /// a line names, checks the tasks file and opens what the batch writes,
+    /// before any run: a refusal here has started nothing and truncated
+    /// nothing.
     /// `cancel` interrupts the batch (see the [module](self)).
     pub fn open(self, tasks: impl AsRef<Path>, cancel: CancellationToken) -> Result<Opened, BatchError> {
         run::open(self, tasks.as_ref(), cancel)
@@ -368,6 +371,17 @@ pub enum BatchError {
         path: PathBuf,
         /// The line, from 1.
         line: usize,
+        /// The name it gave.
+        name: String,
+        /// The registered name nearest it, if one is near.
+        suggestion: Option<String>,
+        /// The registered names.
+        available: Vec<String>,
+    },
+    /// The batch's own provider ([`Batch::new`]), which runs every task
+    /// line that names none, is not one the runtime has.
+    #[error("unknown provider {name:?} for the batch ({}available: {})", suggestion.as_ref().map(|near| format!("did you mean {near:?}? ")).unwrap_or_default(), available.join(", "))]
+    UnknownBatchProvider {
         /// The name it gave.
         name: String,
         /// The registered name nearest it, if one is near.

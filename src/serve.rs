@@ -41,7 +41,7 @@ mod worker;
 #[cfg(all(feature = "a2a", feature = "config"))]
 pub use a2a::{serve_a2a, A2aServeOptions};
 #[cfg(all(feature = "acp", feature = "agent"))]
-pub use acp::{serve_acp, AcpServeOptions};
+pub use acp::{serve_acp, AcpServeOptions, DEFAULT_MAX_SESSIONS};
 #[cfg(feature = "mcp-server")]
 pub use mcp::{serve_mcp, ChildProvider as McpChildProvider, McpServeOptions};
 pub use preflight::{check_home, reachable_model};

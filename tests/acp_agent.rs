@@ -389,3 +389,103 @@ fn without_home_the_sessions_are_kept_under_subagents_home_like_every_command() 
     assert!(store.read(&session).is_ok(), "the session is under $SUBAGENTS_HOME: {}", peer.stderr());
     assert!(!peer.cwd().join(".subagents").exists(), "nothing under the working directory's .subagents");
 }
+
+/// Opens `count` sessions, prompts each once and, with `close`, closes each
+/// (requests written in bursts of `burst` sessions, ids from `next_id`);
+/// the sessions' ids.
+fn sessions_served(peer: &mut Peer, (count, burst): (usize, usize), next_id: &mut u64, close: bool) -> Vec<String> {
+    let cwd = peer.cwd().display().to_string();
+    let mut take_id = || {
+        *next_id += 1;
+        *next_id
+    };
+    let answers = |peer: &mut Peer, requests: Vec<(u64, &str, Value)>| -> Vec<Value> {
+        let burst: String = requests
+            .iter()
+            .map(|(id, method, params)| {
+                format!("{}\n", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            })
+            .collect();
+        peer.send_raw(burst.as_bytes());
+        requests.iter().map(|(id, _, _)| peer.answer_to(*id, no_permission).0).collect()
+    };
+    let mut sessions = Vec::new();
+    for chunk in 0..count.div_ceil(burst) {
+        let size = burst.min(count - chunk * burst);
+        let news = (0..size).map(|_| (take_id(), "session/new", json!({"cwd": cwd, "mcpServers": []}))).collect();
+        let ids: Vec<String> = answers(peer, news)
+            .iter()
+            .map(|answer| answer["result"]["sessionId"].as_str().unwrap_or_else(|| panic!("{answer}")).to_owned())
+            .collect();
+        let prompts = ids
+            .iter()
+            .map(|id| {
+                (
+                    take_id(),
+                    "session/prompt",
+                    json!({"sessionId": id, "prompt": [{"type": "text", "text": "say hello"}]}),
+                )
+            })
+            .collect();
+        for answer in answers(peer, prompts) {
+            assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+        }
+        if close {
+            let closes = ids.iter().map(|id| (take_id(), "session/close", json!({"sessionId": id}))).collect();
+            for answer in answers(peer, closes) {
+                assert!(answer.get("result").is_some(), "session/close: {answer}");
+            }
+        }
+        sessions.extend(ids);
+    }
+    sessions
+}
+
+#[test]
+fn a_closed_session_is_given_back_and_a_long_lived_agent_does_not_grow_with_every_session_it_served() {
+    let mut peer = Peer::start(&[]);
+    peer.request(1, "initialize", json!({"protocolVersion": 1}));
+    let (initialized, _) = peer.answer_to(1, no_permission);
+    let capabilities = &initialized["result"]["agentCapabilities"]["sessionCapabilities"];
+    assert!(capabilities["close"].is_object(), "session/close advertised: {initialized}");
+    let mut next_id = 10;
+    let closed = sessions_served(&mut peer, (1, 50), &mut next_id, true);
+    peer.prompt(5, &closed[0], "say hello");
+    let (refused, _) = peer.answer_to(5, no_permission);
+    assert_eq!(refused["error"]["code"], -32602, "a closed session is gone: {refused}");
+    peer.request(6, "session/close", json!({"sessionId": closed[0]}));
+    let (again, _) = peer.answer_to(6, no_permission);
+    assert_eq!(again["error"]["code"], -32602, "closed once: {again}");
+
+    sessions_served(&mut peer, (100, 50), &mut next_id, true);
+    let settled = peer.rss();
+    sessions_served(&mut peer, (600, 50), &mut next_id, true);
+    let grown = peer.rss().saturating_sub(settled);
+    assert!(grown < 4 << 20, "600 sessions served and closed grew the agent by {} KiB", grown >> 10);
+    assert!(peer.exit_status(ANSWER_WITHIN).success());
+}
+
+#[test]
+fn sessions_never_closed_are_bounded_the_least_recently_used_given_back_first() {
+    let mut peer = Peer::start(&["--max-sessions", "8"]);
+    peer.request(1, "initialize", json!({"protocolVersion": 1}));
+    peer.answer_to(1, no_permission);
+    let mut next_id = 10;
+    let first = sessions_served(&mut peer, (2, 4), &mut next_id, false);
+    // The first session is used again: the second is now the least recently used.
+    peer.prompt(3, &first[0], "say hello");
+    assert_eq!(peer.answer_to(3, no_permission).0["result"]["stopReason"], "end_turn");
+    sessions_served(&mut peer, (7, 4), &mut next_id, false);
+    peer.prompt(4, &first[1], "say hello");
+    let (evicted, _) = peer.answer_to(4, no_permission);
+    assert_eq!(evicted["error"]["code"], -32602, "past 8 sessions the least recently used is closed: {evicted}");
+    peer.prompt(5, &first[0], "say hello");
+    assert_eq!(peer.answer_to(5, no_permission).0["result"]["stopReason"], "end_turn", "a recent session is kept");
+
+    sessions_served(&mut peer, (100, 4), &mut next_id, false);
+    let settled = peer.rss();
+    sessions_served(&mut peer, (600, 4), &mut next_id, false);
+    let grown = peer.rss().saturating_sub(settled);
+    assert!(grown < 4 << 20, "600 sessions past the bound grew the agent by {} KiB", grown >> 10);
+    assert!(peer.exit_status(ANSWER_WITHIN).success());
+}

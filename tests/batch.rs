@@ -185,3 +185,98 @@ fn a_batch_runs_on_every_worker_under_one_cap_and_a_duplicate_id_is_refused_once
     assert!(peak() <= 10, "at most 10 runs at once across the workers, saw {}", peak());
     assert_eq!(lines_by_id(&out).len(), 399);
 }
+
+#[test]
+fn an_interrupted_batch_does_not_say_every_task_ran() {
+    let lines: Vec<String> = (0..1000).map(|i| format!("{{\"id\": \"t{i}\", \"prompt\": \"task {i}\"}}")).collect();
+    let (_dir, runtime, tasks, out) = batch_of(&(lines.join("\n") + "\n"));
+    let subagents = runtime.subagents();
+
+    let cancel = CancellationToken::new();
+    let opened = Batch::new(&subagents, "mock").concurrency(4).out(&out).open(&tasks, cancel.clone()).unwrap();
+    let stopped = runtime.block_on(opened.run(StopAfter { settled: AtomicUsize::new(0), stop_after: 20, cancel }));
+    assert!(stopped.was_interrupted() && stopped.runs() < 1000, "{}", stopped.runs());
+    assert!(!stopped.all_ran(), "{} of 1000 tasks ran, yet all_ran() said true", stopped.runs());
+
+    // Interrupted before its first run: nothing ran.
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let opened = Batch::new(&subagents, "mock").out(&out).resume(true).open(&tasks, cancel).unwrap();
+    let nothing = runtime.block_on(opened.run(Quiet));
+    assert!(!nothing.all_ran(), "{} runs, yet all_ran() said true", nothing.runs());
+
+    // The resume that finishes it says so.
+    let opened = Batch::new(&subagents, "mock").out(&out).resume(true).open(&tasks, CancellationToken::new()).unwrap();
+    let finished = runtime.block_on(opened.run(Quiet));
+    assert!(finished.all_ran() && finished.done_before() + finished.runs() == 1000);
+}
+
+#[test]
+fn a_batch_on_a_provider_the_runtime_lacks_is_refused_before_anything_runs() {
+    let lines: Vec<String> = (0..1000).map(|i| format!("{{\"prompt\": \"task {i}\"}}")).collect();
+    let (_dir, runtime, tasks, out) = batch_of(&(lines.join("\n") + "\n"));
+    std::fs::write(&out, "kept\n").unwrap();
+    let refused = Batch::new(&runtime.subagents(), "mokc").out(&out).open(&tasks, CancellationToken::new());
+    let Err(error) = refused else { panic!("a batch on no provider is refused") };
+    assert!(
+        matches!(&error, subagents::batch::BatchError::UnknownBatchProvider { name, suggestion, available }
+            if name == "mokc" && suggestion.as_deref() == Some("mock") && available == &["mock"]),
+        "{error}"
+    );
+    assert!(error.to_string().contains("\"mokc\"") && error.to_string().contains("did you mean \"mock\"?"), "{error}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "kept\n", "nothing truncated");
+}
+
+/// The CPU time, in clock ticks, of this process's threads named `name`.
+fn cpu_ticks_of_threads(name: &str) -> u64 {
+    let mut ticks = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
+        let Some((head, rest)) = stat.rsplit_once(')') else { continue };
+        if head.split_once('(').map(|(_, comm)| comm) != Some(name) {
+            continue;
+        }
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        ticks += fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    }
+    ticks
+}
+
+#[test]
+fn two_thousand_parked_requests_cost_one_look_a_tick_not_one_each_and_still_get_their_answers() {
+    use subagents::batch::{answer, pending, ParkedApprover};
+    use subagents::seam::{Approver, PermissionRequest, Policy, Rules, Verdict};
+    let home = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("parked-probe")
+        .enable_all()
+        .build()
+        .unwrap();
+    let approver = ParkedApprover::new(Rules::new(Policy::Ask), home.path());
+    let asked: Vec<_> =
+        runtime.block_on(async {
+            (0..2000)
+                .map(|n| {
+                    tokio::spawn(approver.ask(
+                        PermissionRequest::new(Vec::new()).with_title(format!("call {n}")),
+                        CancellationToken::new(),
+                    ))
+                })
+                .collect()
+        });
+    while pending(home.path()).unwrap().len() < 2000 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (ticks, started) = (cpu_ticks_of_threads("parked-probe"), std::time::Instant::now());
+    std::thread::sleep(Duration::from_secs(3));
+    let cpu = (cpu_ticks_of_threads("parked-probe") - ticks) as f64 / 100.0 / started.elapsed().as_secs_f64();
+    assert!(cpu < 0.1, "2000 parked requests waiting used {cpu:.2} CPU-seconds a second");
+    // Every one still gets its own answer.
+    for parked in pending(home.path()).unwrap() {
+        answer(home.path(), &parked.id, Verdict::Reject).unwrap();
+    }
+    let answers = runtime.block_on(futures_util::future::join_all(asked));
+    assert!(answers.into_iter().all(|answer| answer.unwrap().verdict == Verdict::Reject));
+}

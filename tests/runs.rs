@@ -278,6 +278,21 @@ async fn structured_value_defaults_to_the_reply_when_a_schema_is_requested() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_echoing_mock_answers_with_the_prompt_after_only_a_reply_it_was_given() {
+    let runtime = runtime();
+    let subagents = runtime.subagents();
+    subagents.register_provider(MockProvider::new("echo").with_echo_prompt()).unwrap().keep();
+    subagents.register_provider(MockProvider::new("prefixed").with_reply("seen: ").with_echo_prompt()).unwrap().keep();
+    // The default reply `done` is what a mock says when it has nothing to echo, not a prefix.
+    for (provider, expected) in [("echo", "alpha"), ("prefixed", "seen: alpha")] {
+        let run = subagents.start(provider, request("alpha")).await.unwrap();
+        assert_eq!(run.result().await.unwrap().text(), expected, "{provider}");
+        run.dispose().await.unwrap();
+    }
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steering_reaches_the_running_child_and_is_refused_after_it_settles() {
     let runtime = runtime();
     let subagents = runtime.subagents();

@@ -861,3 +861,177 @@ fn each_run_of_a_pipeline_names_its_step_and_what_the_step_waited_on() {
     );
     assert_eq!(shown, json!(" · step second, after first"));
 }
+
+#[test]
+fn idle_connections_without_the_token_never_lock_the_page_out() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let served = ui(&dir.path().join("home"), &[]);
+    // More idle connections than the server's cap, none saying a word,
+    // and more of them arriving while the page is asked for.
+    let mut idle: Vec<std::net::TcpStream> =
+        (0..80).map(|_| std::net::TcpStream::connect(served.address).unwrap()).collect();
+    let started = std::time::Instant::now();
+    let mut served_pages = 0;
+    for round in 0..50 {
+        if round % 5 == 0 {
+            idle.extend((0..10).map(|_| std::net::TcpStream::connect(served.address).unwrap()));
+        }
+        served_pages += usize::from(status_of(served.address, &format!("/api/live?token={}", served.token)) == 200);
+    }
+    let took = started.elapsed();
+    assert_eq!(served_pages, 50, "the page was served {served_pages} of 50 times");
+    assert!(took < Duration::from_secs(10), "50 answers took {took:?} beside idle connections");
+    // The idle ones are closed within seconds, not held.
+    let mut first = idle.remove(0);
+    first.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut byte = [0u8; 1];
+    assert!(matches!(first.read(&mut byte), Ok(0)), "an idle connection without a request is closed");
+}
+
+#[test]
+fn an_answer_whose_body_never_finishes_does_not_hold_its_connection() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let served = ui(&dir.path().join("home"), &[]);
+    let mut stream = std::net::TcpStream::connect(served.address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let head = format!(
+        "POST /api/approve HTTP/1.1\r\nHost: {}\r\nx-subagents-token: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: 200\r\n\r\n{{\"id\": ",
+        served.address, served.token
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(15), "the unfinished body held its connection {took:?}");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 408"), "{answer}");
+}
+
+/// The status of a GET of `target`, 0 when the connection failed.
+fn status_of(address: SocketAddr, target: &str) -> u16 {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(address) else { return 0 };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
+    let request = format!("GET {target} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return 0;
+    }
+    let mut head = [0u8; 12];
+    match stream.read_exact(&mut head) {
+        Ok(()) => String::from_utf8_lossy(&head[9..12]).parse().unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
+/// The CPU time (user and system) process `pid` has used, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+#[test]
+fn many_large_parked_requests_cost_the_view_what_it_lists_not_what_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let pending = home.join("approvals/pending");
+    std::fs::create_dir_all(&pending).unwrap();
+    // 600 requests of 200 KB each (120 MB) wait; the view lists 200.
+    // Each held locked as its batch holds it while it waits.
+    let padding = "x".repeat(200_000);
+    let mut waited_on = Vec::new();
+    for n in 0..600u64 {
+        let request = subagents::seam::PermissionRequest::new(Vec::new()).with_title(format!("call {n}"));
+        let mut request = serde_json::to_value(request).unwrap();
+        request["input"] = json!(padding);
+        let request: subagents::seam::PermissionRequest = serde_json::from_value(request).unwrap();
+        let digest = subagents::batch::digest_of(&request);
+        let parked = subagents::batch::Parked { id: format!("7-{n}"), request, parked_at: 1000 + n, digest };
+        let file = pending.join(format!("7-{n}.json"));
+        std::fs::write(&file, serde_json::to_vec(&parked).unwrap()).unwrap();
+        let file = std::fs::File::open(&file).unwrap();
+        file.lock().unwrap();
+        waited_on.push(file);
+    }
+    let served = ui(&home, &[]);
+    let pid = served.child.id();
+    let listed = served.api_until("approvals", "the parked requests listed", |list| {
+        list["requests"].as_array().is_some_and(|r| r.len() == 200)
+    });
+    assert_eq!(listed["more"], 400, "the rest counted");
+    assert!(listed.to_string().len() < 2 << 20, "a list of {} bytes", listed.to_string().len());
+    // Settled: what it costs to keep the list while nothing changes.
+    std::thread::sleep(Duration::from_secs(3));
+    let (ticks, started) = (cpu_ticks(pid), std::time::Instant::now());
+    std::thread::sleep(Duration::from_secs(4));
+    let ticks_per_second = 100.0; // USER_HZ on Linux
+    let cpu = (cpu_ticks(pid) - ticks) as f64 / ticks_per_second / started.elapsed().as_secs_f64();
+    assert!(cpu < 0.05, "the view used {cpu:.2} CPU-seconds a second while nothing changed");
+    let rss = rss_bytes(pid);
+    assert!(rss < 100 << 20, "the view holds {} MiB for 120 MB of parked requests", rss >> 20);
+}
+
+#[test]
+fn a_request_whose_batch_is_gone_is_not_listed_even_when_the_directory_is_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let pending = home.join("approvals/pending");
+    std::fs::create_dir_all(&pending).unwrap();
+    let park = |id: &str| {
+        let request = subagents::seam::PermissionRequest::new(Vec::new()).with_title(format!("call {id}"));
+        let digest = subagents::batch::digest_of(&request);
+        let parked = subagents::batch::Parked { id: id.to_owned(), request, parked_at: 1000, digest };
+        let file = pending.join(format!("{id}.json"));
+        std::fs::write(&file, serde_json::to_vec(&parked).unwrap()).unwrap();
+        std::fs::File::open(&file).unwrap()
+    };
+    // One a live batch holds; one a killed batch left behind.
+    let held = park("held");
+    held.lock().unwrap();
+    drop(park("left"));
+    let served = ui(&home, &[]);
+    let ids = |list: &Value| -> Vec<String> {
+        list["requests"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_owned()).collect()
+    };
+    let listed = served.api_until("approvals", "the held request listed", |list| !ids(list).is_empty());
+    assert_eq!(ids(&listed), ["held"], "{listed}");
+    // Its batch dies (the lock goes with it); the directory is unchanged.
+    drop(held);
+    served.api_until("approvals", "the request of a gone batch taken off the list", |list| ids(list).is_empty());
+}
+
+#[test]
+fn a_long_transcript_is_read_only_as_far_as_what_is_sent() {
+    use subagents::agent::{SessionEvent, SessionHeader, SessionStore};
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let store = SessionStore::new(&home);
+    let mut session = store.create(SessionHeader::new("long-session", dir.path())).unwrap();
+    // 120 MB of answers, 200 KB each; a page is sent at most 8 MiB.
+    let answer = "y".repeat(200_000);
+    for _ in 0..600 {
+        session.append(SessionEvent::Assistant { text: answer.clone(), tool_calls: Vec::new() }).unwrap();
+    }
+    drop(session);
+    let served = ui(&home, &[]);
+    let pid = served.child.id();
+    let transcript = served.api("session?id=long-session");
+    let peak = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let peak: u64 =
+        peak.lines().find(|l| l.starts_with("VmHWM:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(peak < 90 * 1024, "the view peaked at {} MiB to send 8 MiB of a 120 MB session", peak >> 10);
+    assert_eq!(transcript["left_out"], true, "the rest is said to be left out");
+    let shown = transcript["events"].as_array().unwrap().len();
+    assert!(shown > 0 && shown < 600, "{shown} events sent");
+}

@@ -45,24 +45,27 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::HashMap;
 use std::fmt;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::seam::{Answer, Approver, PermissionRequest, Policy, Rules, Verdict};
 
-/// How often a parked request looks for its answer.
+/// How often the answers given in a home are looked for (one look for
+/// every request a [`ParkedApprover`] parked there).
 const POLL_EVERY: Duration = Duration::from_millis(100);
 /// The largest parked request file read back (a request's texts and
 /// paths are bounded well below it).
-const MAX_PARKED_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_PARKED_BYTES: u64 = 1024 * 1024;
 /// Who answered, as the child's transcript records it.
 const BY_APPROVE: &str = "subagents approve";
 
@@ -123,7 +126,7 @@ pub fn approvals_dir(home: &Path) -> PathBuf {
     home.join("approvals")
 }
 
-fn pending_dir(home: &Path) -> PathBuf {
+pub(crate) fn pending_dir(home: &Path) -> PathBuf {
     approvals_dir(home).join("pending")
 }
 
@@ -172,6 +175,17 @@ pub fn pending(home: &Path) -> Result<Vec<Parked>, AnswerError> {
     }
     parked.sort_by(|a, b| (a.parked_at, &a.id).cmp(&(b.parked_at, &b.id)));
     Ok(parked)
+}
+
+/// The parked request in `path`, when it is one ([`read_parked`]).
+pub(crate) fn read_parked_at(path: &Path) -> Option<Parked> {
+    read_parked(&File::open(path).ok()?)
+}
+
+/// Whether the batch that parked the request in `path` still waits on it
+/// ([`waited_on`]); a file that cannot be opened is waited on by no one.
+pub(crate) fn waited_on_at(path: &Path) -> bool {
+    File::open(path).and_then(|file| waited_on(&file)).unwrap_or(false)
 }
 
 /// The parked request `file` holds, when it is one: a well-formed id and
@@ -244,6 +258,7 @@ pub struct ParkedApprover {
     rules: Rules,
     home: PathBuf,
     on_parked: Option<OnParked>,
+    watch: Arc<AnswerWatch>,
 }
 
 impl fmt::Debug for ParkedApprover {
@@ -255,7 +270,9 @@ impl fmt::Debug for ParkedApprover {
 impl ParkedApprover {
     /// Answers by `rules`, parking what they leave to `ask` in `home`.
     pub fn new(rules: Rules, home: impl Into<PathBuf>) -> Self {
-        ParkedApprover { rules, home: home.into(), on_parked: None }
+        let home = home.into();
+        let watch = AnswerWatch::new(answered_dir(&home));
+        ParkedApprover { rules, home, on_parked: None, watch }
     }
 
     /// Calls `on_parked` for each request as it is parked (to say where
@@ -285,10 +302,10 @@ impl Approver for ParkedApprover {
         let parked_at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs());
         let digest = digest_of(&request);
         let parked = Parked { id, request, parked_at, digest };
-        let (home, on_parked) = (self.home.clone(), self.on_parked.clone());
+        let (home, on_parked, watch) = (self.home.clone(), self.on_parked.clone(), self.watch.clone());
         // Its own task: when the asker stops waiting the future is dropped,
         // and this still takes the request back (`cancel` trips then).
-        let waiting = tokio::spawn(wait_parked(home, parked, on_parked, cancel));
+        let waiting = tokio::spawn(wait_parked(home, parked, on_parked, watch, cancel));
         Box::pin(async move { waiting.await.unwrap_or_else(|_| Answer::reject("the parked request's task failed")) })
     }
 }
@@ -346,7 +363,13 @@ async fn take_answer_blocking(home: &Path, parked: &Parked) -> Option<Taken> {
 }
 
 /// Parks `parked`, then waits for its answer or for `cancel`.
-async fn wait_parked(home: PathBuf, parked: Parked, on_parked: Option<OnParked>, cancel: CancellationToken) -> Answer {
+async fn wait_parked(
+    home: PathBuf,
+    parked: Parked,
+    on_parked: Option<OnParked>,
+    watch: Arc<AnswerWatch>,
+    cancel: CancellationToken,
+) -> Answer {
     let parking = (home.clone(), parked.clone());
     let locked = match tokio::task::spawn_blocking(move || park(&parking.0, &parking.1)).await {
         Ok(Ok(locked)) => locked,
@@ -359,16 +382,19 @@ async fn wait_parked(home: PathBuf, parked: Parked, on_parked: Option<OnParked>,
     if let Some(on_parked) = &on_parked {
         on_parked(&parked);
     }
+    // Woken by the one watch of the home when an answer names this id.
+    let watched = watch.register(&parked.id);
     let taken = loop {
         tokio::select! {
             _ = cancel.cancelled() => break None,
-            _ = tokio::time::sleep(POLL_EVERY) => {
+            () = watched.answered.notified() => {
                 if let Some(taken) = take_answer_blocking(&home, &parked).await {
                     break Some(taken);
                 }
             }
         }
     };
+    drop(watched);
     let answer = match taken {
         Some(Taken::Verdict(verdict)) => Answer::new(verdict, format!("{BY_APPROVE} ({})", parked.id)),
         Some(Taken::NotForThis) => Answer::reject("an answer under its id that was not for this request"),
@@ -387,6 +413,117 @@ async fn wait_parked(home: PathBuf, parked: Parked, on_parked: Option<OnParked>,
     // Held until here: while it is, an answer can be given.
     drop(locked);
     answer
+}
+
+/// One look at a home's answered directory every [`POLL_EVERY`] for all
+/// the requests one approver parked there, waking only those answered: a
+/// thousand waiting requests cost one directory listing a tick, not three
+/// thousand file operations. Its task runs while any request waits.
+struct AnswerWatch {
+    answered: PathBuf,
+    watched: Mutex<Watched>,
+}
+
+#[derive(Default)]
+struct Watched {
+    /// Each waiting request's wake-up, by id.
+    waiting: HashMap<String, Arc<Notify>>,
+    /// The running task's number, if one runs.
+    task: Option<u64>,
+    tasks_started: u64,
+}
+
+/// A request's place in the [`AnswerWatch`]; dropping it leaves.
+struct WatchedRequest {
+    watch: Arc<AnswerWatch>,
+    id: String,
+    answered: Arc<Notify>,
+}
+
+impl Drop for WatchedRequest {
+    fn drop(&mut self) {
+        self.watch.lock().waiting.remove(&self.id);
+    }
+}
+
+impl AnswerWatch {
+    fn new(answered: PathBuf) -> Arc<AnswerWatch> {
+        Arc::new(AnswerWatch { answered, watched: Mutex::default() })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Watched> {
+        self.watched.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Watches for an answer to `id`, starting the task if none runs (on
+    /// the caller's runtime).
+    fn register(self: &Arc<Self>, id: &str) -> WatchedRequest {
+        let answered = Arc::new(Notify::new());
+        let mut watched = self.lock();
+        watched.waiting.insert(id.to_owned(), answered.clone());
+        if watched.task.is_none() {
+            watched.tasks_started += 1;
+            let number = watched.tasks_started;
+            watched.task = Some(number);
+            tokio::spawn(self.clone().look_while_waited_for(number));
+        }
+        WatchedRequest { watch: self.clone(), id: id.to_owned(), answered }
+    }
+
+    /// Task `number`: every [`POLL_EVERY`], one listing of the answered
+    /// directory, waking each waiting request it names; ends when none waits.
+    async fn look_while_waited_for(self: Arc<Self>, number: u64) {
+        /// Marks the task gone however it ends (its runtime may stop it).
+        struct Ended(Arc<AnswerWatch>, u64);
+        impl Drop for Ended {
+            fn drop(&mut self) {
+                let mut watched = self.0.lock();
+                if watched.task == Some(self.1) {
+                    watched.task = None;
+                }
+            }
+        }
+        let _ended = Ended(self.clone(), number);
+        // Ends under the same lock that saw nobody waiting, so a request
+        // registered after that starts a task of its own.
+        let nobody_waits = |watched: &mut Watched| {
+            let empty = watched.waiting.is_empty();
+            if empty && watched.task == Some(number) {
+                watched.task = None;
+            }
+            empty
+        };
+        loop {
+            tokio::time::sleep(POLL_EVERY).await;
+            if nobody_waits(&mut self.lock()) {
+                return;
+            }
+            let dir = self.answered.clone();
+            let names = tokio::task::spawn_blocking(move || answered_ids(&dir)).await.unwrap_or_default();
+            let mut watched = self.lock();
+            if nobody_waits(&mut watched) {
+                return;
+            }
+            for id in names {
+                if let Some(answered) = watched.waiting.get(&id) {
+                    answered.notify_one();
+                }
+            }
+        }
+    }
+}
+
+/// The ids the answers in `answered` are for (`<ID>.<verdict>.json`).
+fn answered_ids(answered: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(answered) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let id = VERDICTS.iter().find_map(|v| name.strip_suffix(&format!(".{}.json", verdict_name(*v))))?;
+            Some(id.to_owned())
+        })
+        .collect()
 }
 
 #[cfg(test)]

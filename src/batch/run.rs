@@ -90,6 +90,15 @@ pub(super) fn open(batch: Batch, tasks: &Path, cancel: CancellationToken) -> Res
     if resume.is_some() && out.is_none() {
         return Err(BatchError::ResumeWithoutOut);
     }
+    // Every line that names no provider runs on this one: without it each
+    // would be a `NO_PROVIDER` result line.
+    if !subagents.has_provider(&provider) {
+        return Err(BatchError::UnknownBatchProvider {
+            suggestion: subagents.nearest_provider(&provider),
+            available: subagents.provider_names(),
+            name: provider,
+        });
+    }
     let mut named = vec![("the tasks file", tasks)];
     named.extend(out.as_deref().map(|out| ("--out", out)));
     results::refuse_shared(&named)?;
@@ -471,11 +480,16 @@ impl Engine {
                 // Finished runs first: they make room for the next line.
                 biased;
                 Some(finished) = in_flight.next(), if !in_flight.is_empty() => {
-                    if let Some((finished, _)) = finished {
-                        lock(&feed.summary).add(finished);
+                    match finished {
+                        Some((finished, _)) => lock(&feed.summary).add(finished),
+                        None => lock(&feed.summary).unstarted += 1,
                     }
                 }
-                () = self.cancel.cancelled(), if reading => reading = false,
+                () = self.cancel.cancelled(), if reading => {
+                    // Lines may be left in the file: they were not run.
+                    lock(&feed.summary).stopped_reading = true;
+                    reading = false;
+                }
                 taken = feed.take(), if reading && in_flight.len() < room => match taken {
                     Some(Taken::Step(number)) => {
                         report.skipped(number, "after and for_each need a tasks file that is a regular file: a pipeline is checked whole before it runs");

@@ -71,6 +71,11 @@ pub struct Summary {
     reattached: usize,
     /// The tasks file failed before its end.
     pub(super) unread: bool,
+    /// The batch stopped taking lines before the tasks file's end (its
+    /// token was cancelled, or results were lost): what was left did not run.
+    pub(super) stopped_reading: bool,
+    /// Tasks taken from the file that the batch stopped before their run.
+    pub(super) unstarted: usize,
     /// Runs under the batch's runs that an interruption stopped.
     stopped_descendants: usize,
     /// Receipt branches that could not be known.
@@ -218,9 +223,18 @@ impl Summary {
     }
 
     /// Every task line of the file was read and became a run that its
-    /// provider served.
+    /// provider served and that settled: false after an interruption that
+    /// left a task unstarted or stopped one (a resume runs them), and
+    /// while a pipeline's step still waits.
     pub fn all_ran(&self) -> bool {
-        self.skipped == 0 && !self.unread && self.unserved == 0 && self.unwritten == 0
+        let settled_every_task = !self.stopped_reading && self.unstarted == 0 && self.interrupted == 0;
+        let no_step_waits = self.waiting_steps().next().is_none();
+        self.skipped == 0
+            && !self.unread
+            && self.unserved == 0
+            && self.unwritten == 0
+            && settled_every_task
+            && no_step_waits
     }
 
     /// Every run completed (stop reason `completed`).

@@ -9,8 +9,9 @@
 //! are `mock:<name>:<n>`; steering is supported (messages are recorded and
 //! can wake a run that waits for one).
 //!
-//! **Replies** with its configured text and stop reason after an optional
-//! delay; when the request carries an output schema the structured value is
+//! **Replies** with its configured text (`done` unless told otherwise) and
+//! stop reason after an optional delay; one that echoes answers with the
+//! prompt, after the configured text if there is one; when the request carries an output schema the structured value is
 //! the configured one, else `{"reply": <text>}`.
 //!
 //! **Fails on purpose** through its fault script: at a [`FaultStage`]
@@ -131,6 +132,9 @@ pub struct MockProvider {
     capabilities: Capabilities,
     inherits_parent_context: bool,
     reply: Arc<str>,
+    /// Whether `reply` was given (`with_reply`) rather than the default `done`:
+    /// only a given reply goes before an echoed prompt.
+    reply_given: bool,
     stop_reason: StopReason,
     structured: Option<Value>,
     delay: Duration,
@@ -164,6 +168,7 @@ impl MockProvider {
             capabilities: MockProvider::DEFAULT_CAPABILITIES,
             inherits_parent_context: false,
             reply: Arc::from("done"),
+            reply_given: false,
             stop_reason: StopReason::Completed,
             structured: None,
             delay: Duration::ZERO,
@@ -189,6 +194,7 @@ impl MockProvider {
     /// The reply text.
     pub fn with_reply(mut self, reply: impl Into<String>) -> Self {
         self.reply = Arc::from(reply.into());
+        self.reply_given = true;
         self
     }
 
@@ -210,7 +216,9 @@ impl MockProvider {
         self
     }
 
-    /// Each run replies with the reply text followed by its prompt.
+    /// Each run answers with its prompt, after the reply text when one was
+    /// given with [`MockProvider::with_reply`] (`"seen: "` answers `"seen: alpha"`;
+    /// with none it answers `"alpha"`).
     pub fn with_echo_prompt(mut self) -> Self {
         self.echo_prompt = true;
         self
@@ -332,7 +340,8 @@ impl Provider for MockProvider {
                 return rollback(LaunchError::Aborted);
             }
             let reply = match echoed {
-                Some(prompt) => Arc::from(format!("{}{prompt}", mock.reply)),
+                Some(prompt) if mock.reply_given => Arc::from(format!("{}{prompt}", mock.reply)),
+                Some(prompt) => Arc::from(prompt),
                 None => mock.reply.clone(),
             };
             if let Some(prompt) = recorded {

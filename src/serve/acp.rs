@@ -28,6 +28,10 @@
 //!   endpoint answered 404"}` (fixed wording: never the prompt, a payload,
 //!   a path or an environment value); it is also logged on stderr.
 //! - `session/cancel` cancels the running turn (it then answers `cancelled`).
+//! - `session/close` cancels the session's turns and gives back all it held
+//!   (agent, MCP servers); at most [`AcpServeOptions::max_sessions`] are
+//!   held at once, the least recently used idle one given back first (see
+//!   `acp/sessions.rs`).
 //! - Tools named with `--approve` ask `session/request_permission` first;
 //!   only an option we offered whose kind is allow runs the tool, and
 //!   `allow_always` holds for that tool for the rest of the session; any
@@ -71,18 +75,19 @@
 mod approvals;
 mod framing;
 mod mcp_servers;
+mod sessions;
 mod tool_calls;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, ContentBlock as AcpBlock, Implementation, InitializeRequest,
-    InitializeResponse, McpCapabilities, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest,
-    PromptResponse, SessionCapabilities, SessionId, SessionNotification, SessionSystemPromptCapabilities,
-    SessionSystemPromptModeCapabilities, SessionSystemPromptOverrideCapabilities, SystemPromptMode,
+    AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock as AcpBlock,
+    Implementation, InitializeRequest, InitializeResponse, McpCapabilities, NewSessionRequest, NewSessionResponse,
+    PromptCapabilities, PromptRequest, PromptResponse, SessionCapabilities, SessionCloseCapabilities, SessionId,
+    SessionNotification, SessionSystemPromptCapabilities, SessionSystemPromptModeCapabilities,
+    SessionSystemPromptOverrideCapabilities, SystemPromptMode,
 };
 use agent_client_protocol::{v1, Client, Error};
 use serde_json::{json, Value};
@@ -90,6 +95,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use self::approvals::ClientApprover;
+use self::sessions::Sessions;
+pub use self::sessions::DEFAULT_MAX_SESSIONS;
 use self::tool_calls::{Approved, ToolCallIds};
 use super::ServeError;
 use crate::agent::{Agent, AgentUpdate, Model, ModelSpec, SessionStore, Tool, Toolset, TurnOutcome};
@@ -109,6 +116,10 @@ pub struct AcpServeOptions {
     pub model: String,
     /// Tools that ask the client for permission before each call.
     pub approve: Vec<String>,
+    /// The most sessions held at once (default [`DEFAULT_MAX_SESSIONS`]):
+    /// past it a new session takes the place of the least recently used
+    /// one that runs no turn.
+    pub max_sessions: usize,
     /// Providers from a configuration file: every one registered, the
     /// sessions' subagent tools on the ones it offers. `None`: a `spawn`
     /// provider of the sessions' model.
@@ -122,6 +133,7 @@ impl Default for AcpServeOptions {
             home: PathBuf::from(".subagents"),
             model: "scripted".to_owned(),
             approve: Vec::new(),
+            max_sessions: DEFAULT_MAX_SESSIONS,
             #[cfg(feature = "config")]
             configured: None,
         }
@@ -138,27 +150,15 @@ pub fn serve_acp(options: AcpServeOptions) -> Result<(), ServeError> {
         runtime.shutdown_blocking();
         return Err(error);
     }
-    let state = Arc::new(State {
-        subagents,
-        model,
-        options,
-        sessions: Mutex::default(),
-        turn_cancels: Mutex::default(),
-        mcp_servers: Mutex::default(),
-        tasks,
-        closing: CancellationToken::new(),
-    });
+    let sessions = Mutex::new(Sessions::new(options.max_sessions));
+    let state = Arc::new(State { subagents, model, options, sessions, tasks, closing: CancellationToken::new() });
     let served = runtime.block_on(serve(state.clone()));
     // Close every session (cancel its turns and tasks) before the runtime goes.
-    let agents: Vec<Agent> = state.sessions.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, a)| a).collect();
-    let servers = std::mem::take(&mut *state.mcp_servers.lock().unwrap_or_else(|e| e.into_inner()));
+    let closed = state.sessions().drain();
     runtime.block_on(async move {
-        for agent in agents {
-            let _ = agent.shutdown().await;
+        for session in closed {
+            session.shut_down().await;
         }
-        #[cfg(feature = "mcp-client")]
-        futures_util::future::join_all(servers.iter().map(crate::agent::McpServer::shutdown)).await;
-        drop(servers);
     });
     runtime.shutdown_blocking();
     served.map_err(|e| ServeError::Connection(e.to_string()))
@@ -193,13 +193,9 @@ struct State {
     subagents: Subagents,
     model: Arc<dyn Model>,
     options: AcpServeOptions,
-    sessions: Mutex<HashMap<SessionId, Agent>>,
-    /// Each session's latest prompt, tripped by its `session/cancel`: a
-    /// cancel handled before the turn's task first ran (a prompt and its
-    /// cancel arrive back to back) still stops that turn.
-    turn_cancels: Mutex<HashMap<SessionId, CancellationToken>>,
-    /// The MCP servers clients handed the sessions, closed at exit.
-    mcp_servers: Mutex<Vec<MountedServer>>,
+    /// Each live session: its agent, its MCP servers, its latest prompt's
+    /// token (see `acp/sessions.rs`).
+    sessions: Mutex<Sessions>,
     tasks: TaskService,
     /// Cancelled at stdin EOF: every session's turns end, now and later.
     closing: CancellationToken,
@@ -216,15 +212,29 @@ impl State {
         delegating_tools(&self.subagents, &self.tasks, "spawn", DEFAULT_MAX_DEPTH).map_err(|e| e.to_string())
     }
 
-    fn session(&self, id: &SessionId) -> Option<Agent> {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned()
+    fn sessions(&self) -> MutexGuard<'_, Sessions> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Ends a turn's hold on its session when the turn's task ends, however it
+/// ends: its cancel token is given back.
+struct TurnHeld {
+    state: Arc<State>,
+    session: SessionId,
+    number: u64,
+}
+
+impl Drop for TurnHeld {
+    fn drop(&mut self) {
+        self.state.sessions().end_turn(&self.session, self.number);
     }
 }
 
 async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
     let (transport, input) = framing::stdio(state.closing.clone());
     let input = tokio::spawn(input);
-    let (for_new, for_prompt, for_cancel) = (state.clone(), state.clone(), state.clone());
+    let (for_new, for_prompt, for_cancel, for_close) = (state.clone(), state.clone(), state.clone(), state.clone());
     let served = agent_client_protocol::Agent
         .v1()
         .name("subagents")
@@ -240,7 +250,9 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
                     .load_session(false)
                     .mcp_capabilities(McpCapabilities::new().http(cfg!(feature = "mcp-client")))
                     .prompt_capabilities(PromptCapabilities::new().image(false).audio(false).embedded_context(false))
-                    .session_capabilities(SessionCapabilities::new().system_prompt(system_prompt));
+                    .session_capabilities(
+                        SessionCapabilities::new().system_prompt(system_prompt).close(SessionCloseCapabilities::new()),
+                    );
                 responder.respond(
                     InitializeResponse::new(ProtocolVersion::V1)
                         .agent_capabilities(capabilities)
@@ -270,22 +282,19 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
             async move |request: PromptRequest,
                         responder: v1::Responder<PromptResponse>,
                         cx: v1::ConnectionTo<Client>| {
-                let Some(agent) = for_prompt.session(&request.session_id) else {
+                let Some(turn) = for_prompt.sessions().begin_turn(&request.session_id) else {
                     return responder.respond_with_error(Error::invalid_params().data(Value::from("unknown session")));
                 };
+                let sessions::Turn { number, agent, cancelled } = turn;
+                let held = TurnHeld { state: for_prompt.clone(), session: request.session_id.clone(), number };
                 // The turn runs beside the dispatch loop, so session/cancel
                 // and permission answers get through while it works.
                 // The client's trace, when its `_meta` carries one.
                 let trace = request.meta.as_ref().and_then(TraceContext::from_meta);
                 let span = telemetry::served("acp", agent.id(), None, trace.as_ref());
-                let cancelled = CancellationToken::new();
-                let turn_cancels = &for_prompt.turn_cancels;
-                turn_cancels
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(request.session_id.clone(), cancelled.clone());
                 cx.spawn(
                     async move {
+                        let _held = held;
                         // The turn takes the agent's cancel token when it is
                         // made; a cancel handled before that applies now.
                         let turn = agent.prompt(prompt_blocks(&request.prompt));
@@ -302,17 +311,25 @@ async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
         )
         .on_receive_notification(
             async move |notification: CancelNotification, _cx: v1::ConnectionTo<Client>| {
-                let turn_cancels = for_cancel.turn_cancels.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(cancelled) = turn_cancels.get(&notification.session_id) {
-                    cancelled.cancel();
-                }
-                drop(turn_cancels);
-                if let Some(agent) = for_cancel.session(&notification.session_id) {
-                    agent.cancel();
-                }
+                for_cancel.sessions().cancel(&notification.session_id);
                 Ok(())
             },
             agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_request(
+            async move |request: CloseSessionRequest,
+                        responder: v1::Responder<CloseSessionResponse>,
+                        cx: v1::ConnectionTo<Client>| {
+                let Some(closed) = for_close.sessions().close(&request.session_id) else {
+                    return responder.respond_with_error(Error::invalid_params().data(Value::from("unknown session")));
+                };
+                // Answered once its turns have ended and its servers closed.
+                cx.spawn(async move {
+                    closed.shut_down().await;
+                    responder.respond(CloseSessionResponse::new())
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
         )
         .connect_to(transport)
         .await;
@@ -377,39 +394,60 @@ impl State {
             tools.add_shared(approve(tool)).map_err(|e| e.to_string())?;
         }
         let (servers, mounted) = mcp_servers::mount(&request.mcp_servers, &request.cwd).await?;
-        for tool in mounted {
-            tools.add_shared(approve(tool)).map_err(|e| e.to_string())?;
-        }
-        #[cfg(feature = "mcp-client")]
-        for server in &servers {
-            tools.note_mcp_server(server);
-        }
-        self.mcp_servers.lock().unwrap_or_else(|e| e.into_inner()).extend(servers);
-        let update_session = session_id.clone();
-        // What its descendants ask climbs to this session's client.
-        let approvals = Approvals::new(Arc::new(ClientApprover::new(cx.clone(), session_id.clone())));
-        let mut builder = Agent::builder_shared(self.model.clone())
-            .approvals(approvals)
-            .store(SessionStore::new(&self.options.home))
-            .session_id(session_id.to_string())
-            .cwd(&request.cwd)
-            .toolset(tools)
-            .cancel_token(self.closing.child_token())
-            .on_update(Arc::new(move |update: &AgentUpdate| {
-                for update in ids.session_updates(update) {
-                    let _ = cx.send_notification(SessionNotification::new(update_session.clone(), update));
+        let (update_cx, update_ids) = (cx.clone(), ids.clone());
+        let built = (|| {
+            for tool in mounted {
+                tools.add_shared(approve(tool)).map_err(|e| e.to_string())?;
+            }
+            #[cfg(feature = "mcp-client")]
+            for server in &servers {
+                tools.note_mcp_server(server);
+            }
+            let update_session = session_id.clone();
+            // What its descendants ask climbs to this session's client.
+            let approvals = Approvals::new(Arc::new(ClientApprover::new(cx.clone(), session_id.clone())));
+            let mut builder = Agent::builder_shared(self.model.clone())
+                .approvals(approvals)
+                .store(SessionStore::new(&self.options.home))
+                .session_id(session_id.to_string())
+                .cwd(&request.cwd)
+                .toolset(tools)
+                .cancel_token(self.closing.child_token())
+                .on_update(Arc::new(move |update: &AgentUpdate| {
+                    for update in update_ids.session_updates(update) {
+                        let _ = update_cx.send_notification(SessionNotification::new(update_session.clone(), update));
+                    }
+                }));
+            if let Some(system_prompt) = &request.system_prompt {
+                let text = acp_text(&system_prompt.content);
+                builder = match system_prompt.mode {
+                    SystemPromptMode::Override => builder.persona(text),
+                    SystemPromptMode::Append => builder.prompt_section("client", text),
+                    _ => return Err("unsupported system prompt mode".to_owned()),
+                };
+            }
+            builder.build().map_err(|e| e.to_string())
+        })();
+        let agent = match built {
+            Ok(agent) => agent,
+            Err(error) => {
+                // The servers this session started are not left running.
+                sessions::shut_down_servers(servers).await;
+                return Err(error);
+            }
+        };
+        let held = self.sessions().insert(session_id.clone(), agent, servers);
+        match held {
+            Ok(evicted) => {
+                if let Some(evicted) = evicted {
+                    evicted.shut_down().await;
                 }
-            }));
-        if let Some(system_prompt) = &request.system_prompt {
-            let text = acp_text(&system_prompt.content);
-            builder = match system_prompt.mode {
-                SystemPromptMode::Override => builder.persona(text),
-                SystemPromptMode::Append => builder.prompt_section("client", text),
-                _ => return Err("unsupported system prompt mode".to_owned()),
-            };
+                Ok(session_id)
+            }
+            Err((full, refused)) => {
+                refused.shut_down().await;
+                Err(full.to_string())
+            }
         }
-        let agent = builder.build().map_err(|e| e.to_string())?;
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(session_id.clone(), agent);
-        Ok(session_id)
     }
 }

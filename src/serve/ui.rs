@@ -41,9 +41,11 @@
 //! an agent wrote reaches the page as JSON and is put into the page as
 //! text (never as HTML), with control characters and bidi overrides shown
 //! as visible escapes; long texts arrive cut and are folded. Connections
-//! and event streams are capped, request headers must arrive within
-//! seconds, and every answer is bounded (a page of rows, a tree of at most
-//! 5,000 nodes, a transcript's texts cut at 256 KiB each and 8 MiB in all).
+//! and event streams are capped, connections without the token on a budget
+//! of their own (they cannot crowd out the page: see `gate`), request
+//! heads and bodies must arrive within seconds, and every answer is bounded (a page of rows, a tree of at most
+//! 5,000 nodes, a transcript's texts cut at 256 KiB each and 8 MiB in all, read only
+//! that far).
 //!
 //! ```no_run
 //! use subagents::serve::{serve_ui, Board, UiOptions};
@@ -57,6 +59,7 @@
 
 mod approvals;
 mod board;
+mod gate;
 mod history;
 mod http;
 

@@ -187,8 +187,18 @@ impl LinePeer {
 
     /// The child's peak resident memory so far, in bytes.
     pub fn peak_rss(&self) -> u64 {
+        self.status_bytes("VmHWM:")
+    }
+
+    /// The child's resident memory now, in bytes.
+    pub fn rss(&self) -> u64 {
+        self.status_bytes("VmRSS:")
+    }
+
+    /// A `/proc/PID/status` figure given in kB, in bytes.
+    fn status_bytes(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
+        let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("{field}"));
         let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
         kib * 1024
     }

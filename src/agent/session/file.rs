@@ -151,7 +151,7 @@ pub(super) fn read_records(
     file: &File,
     len: u64,
     max_line: usize,
-    mut event: impl FnMut(SessionEvent),
+    mut event: impl FnMut(SessionEvent) -> std::ops::ControlFlow<()>,
 ) -> Result<(SessionHeader, u64), SessionError> {
     let corrupt = |line, reason| SessionError::Corrupt { id: id.to_owned(), line, reason };
     let mut reader = BufReader::with_capacity(64 * 1024, file.take(len));
@@ -179,7 +179,13 @@ pub(super) fn read_records(
                 return Err(corrupt(number, format!("its header names session {:?}, not the file's", h.id)))
             }
             Ok(Record::Header(h)) => header = Some(h),
-            Ok(Record::Event(e)) => event(e),
+            Ok(Record::Event(e)) => {
+                if event(e).is_break() {
+                    // Asked to stop: what is left is not read, and not torn.
+                    valid_len = len;
+                    break;
+                }
+            }
             Ok(Record::Removed) => header = None,
             Err(_) if is_last => break,
             Err(error) => return Err(corrupt(number, error.to_string())),

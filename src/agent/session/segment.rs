@@ -308,7 +308,7 @@ impl Index {
         dir: &Path,
         id: &str,
         max_line: usize,
-        mut event: impl FnMut(SessionEvent),
+        mut event: impl FnMut(SessionEvent) -> std::ops::ControlFlow<()>,
     ) -> Result<(SessionHeader, bool, u64), SessionError> {
         let corrupt = |line, reason| SessionError::Corrupt { id: id.to_owned(), line, reason };
         let mut runs = self.sessions.get(id).cloned().unwrap_or_default();
@@ -317,7 +317,8 @@ impl Index {
         let (mut number, mut bytes, mut torn) = (0, 0u64, false);
         let mut open: Option<(usize, File)> = None;
         let mut line = Vec::new();
-        for run in &runs {
+        let mut stopped = false;
+        'runs: for run in &runs {
             let segment = &self.segments[run.segment];
             if open.as_ref().is_none_or(|(at, _)| *at != run.segment) {
                 let (file, _) = open_regular(&dir.join(&segment.name), id, false)?;
@@ -355,7 +356,13 @@ impl Index {
                         return Err(corrupt(number, format!("its header names session {:?}, not {id:?}", h.id)))
                     }
                     Ok(Record::Header(h)) => header = Some(h),
-                    Ok(Record::Event(e)) => event(e),
+                    Ok(Record::Event(e)) => {
+                        if event(e).is_break() {
+                            // Asked to stop: what is left is not read.
+                            stopped = true;
+                            break 'runs;
+                        }
+                    }
                     Ok(Record::Removed) => header = None,
                     Err(_) if last_in_segment || !whole => torn = true,
                     Err(reason) => return Err(corrupt(number, reason)),
@@ -366,7 +373,7 @@ impl Index {
         // session's newest lines, tagged with this session: its last line,
         // torn.
         let last = runs.last().and_then(|run| self.segments[run.segment].tail.as_ref());
-        if let Some(tail) = last.filter(|tail| tail.owner.as_deref() == Some(id)) {
+        if let Some(tail) = last.filter(|tail| !stopped && tail.owner.as_deref() == Some(id)) {
             torn = true;
             bytes += tail.len;
         }

@@ -476,6 +476,18 @@ impl SessionStore {
         self.on_lane(id, inspect_now).wait()
     }
 
+    /// Session `id` read in order, each event handed to `event` until it
+    /// answers `Break` (then nothing more is read): its header, whether a
+    /// torn last line was left out (`false` when stopped), and the bytes
+    /// read. For a reader that shows a bounded part of a long session.
+    pub(crate) fn read_while(
+        &self,
+        id: &str,
+        event: impl FnMut(SessionEvent) -> std::ops::ControlFlow<()> + Send + 'static,
+    ) -> Result<(SessionHeader, bool, u64), SessionError> {
+        self.on_lane(id, move |store, id| read_now(store, id, event)).wait()
+    }
+
     /// A session's header, last stop reason, torn flag and size, read line
     /// by line without keeping its events: listing a thousand large
     /// sessions holds a thousand summaries, not their transcripts.
@@ -530,7 +542,10 @@ fn load_now(store: &SessionStore, id: &str) -> Result<LoadedSession, SessionErro
         return load_from_segments(store, id);
     };
     let mut events = Vec::new();
-    let (header, valid_len) = match read_records(id, &file, len, store.max_line_bytes, |e| events.push(e)) {
+    let (header, valid_len) = match read_records(id, &file, len, store.max_line_bytes, |e| {
+        events.push(e);
+        std::ops::ControlFlow::Continue(())
+    }) {
         Err(SessionError::NotFound(_)) => {
             tracing::warn!(session = id, "removing a session file that never got its header");
             let _ = fs::remove_file(&path);
@@ -557,7 +572,10 @@ fn load_from_segments(store: &SessionStore, id: &str) -> Result<LoadedSession, S
         return Err(SessionError::NotFound(id.to_owned()));
     }
     let mut events = Vec::new();
-    let (header, torn, _) = indexed.index.read(dir, id, store.max_line_bytes, |e| events.push(e))?;
+    let (header, torn, _) = indexed.index.read(dir, id, store.max_line_bytes, |e| {
+        events.push(e);
+        std::ops::ControlFlow::Continue(())
+    })?;
     let target = indexed.index.writer_for(dir, id).map_err(|source| SessionError::io(id, source))?;
     Ok(LoadedSession { session: Session::persisted(header, events, SessionFile::shared(target, 0)), torn })
 }
@@ -568,7 +586,7 @@ fn load_from_segments(store: &SessionStore, id: &str) -> Result<LoadedSession, S
 fn read_now(
     store: &SessionStore,
     id: &str,
-    mut event: impl FnMut(SessionEvent),
+    mut event: impl FnMut(SessionEvent) -> std::ops::ControlFlow<()>,
 ) -> Result<(SessionHeader, bool, u64), SessionError> {
     if let Some((_, file, len)) = own_file(store, id, false)? {
         let (header, valid_len) = read_records(id, &file, len, store.max_line_bytes, event)?;
@@ -585,14 +603,20 @@ fn read_now(
 /// On the lane: [`SessionStore::inspect`].
 fn inspect_now(store: &SessionStore, id: &str) -> Result<StoredSession, SessionError> {
     let mut events = Vec::new();
-    let (header, torn, bytes) = read_now(store, id, |e| events.push(e))?;
+    let (header, torn, bytes) = read_now(store, id, |e| {
+        events.push(e);
+        std::ops::ControlFlow::Continue(())
+    })?;
     Ok(StoredSession { header, events, torn, bytes })
 }
 
 /// On the lane: [`SessionStore::summarize`].
 fn summarize_now(store: &SessionStore, id: &str) -> Result<SessionSummary, SessionError> {
     let mut summary = SessionSummary::of(SessionHeader::new("", ""), false, 0);
-    let (header, torn, bytes) = read_now(store, id, |event| summary.note(&event))?;
+    let (header, torn, bytes) = read_now(store, id, |event| {
+        summary.note(&event);
+        std::ops::ControlFlow::Continue(())
+    })?;
     (summary.header, summary.torn, summary.bytes) = (header, torn, bytes);
     Ok(summary)
 }

@@ -184,7 +184,10 @@ impl Engine {
                     newly.extend(run.rendered(at, rendered).into_iter().rev());
                 }
                 Some((step, element, finished)) = in_flight.next(), if !in_flight.is_empty() => {
-                    let Some((finished, record)) = finished else { continue };
+                    let Some((finished, record)) = finished else {
+                        run.summary.unstarted += 1;
+                        continue;
+                    };
                     let interrupted = finished.interrupted;
                     run.summary.add(finished);
                     if !interrupted {

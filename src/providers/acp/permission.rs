@@ -10,6 +10,10 @@
 //! paths: never every call of its kind); a later request it covers is
 //! allowed without asking.
 //!
+//! At most [`MAX_ASKED_AT_ONCE`] of a run's requests wait for an approver
+//! at once; an agent asking more at once has the rest rejected at once,
+//! saying so.
+//!
 //! Never granted by accident: no approver, the timeout, the run's cancel
 //! or dispose ([`Asking::close`]) all answer reject, and an answer that
 //! arrives after the run was closed is not used. The child gets only an
@@ -29,6 +33,10 @@ use crate::seam::{Answer, Approvals, PermissionRequest, Policy, Rules, Verdict};
 /// alone; past this many the oldest are forgotten (a request then carries
 /// only what it says itself).
 const REMEMBERED_CALLS: usize = 256;
+/// The most of one run's requests that wait for an approver at once: an
+/// agent asking more at once has the rest rejected at once (each asked
+/// request holds a question at a door, a parked file, a prompt).
+pub(super) const MAX_ASKED_AT_ONCE: usize = 32;
 
 /// One run's permission state.
 pub(super) struct Asking {
@@ -41,6 +49,8 @@ pub(super) struct Asking {
     granted: Mutex<HashSet<String>>,
     /// What each announced tool call said (kind, title, input, paths), by id.
     calls: Mutex<HashMap<String, ToolCallUpdateFields>>,
+    /// Places for requests waiting on the approver ([`MAX_ASKED_AT_ONCE`]).
+    asked: tokio::sync::Semaphore,
 }
 
 impl Asking {
@@ -54,6 +64,7 @@ impl Asking {
             closed: cancel.child_token(),
             granted: Mutex::default(),
             calls: Mutex::default(),
+            asked: tokio::sync::Semaphore::new(MAX_ASKED_AT_ONCE),
         }
     }
 
@@ -114,6 +125,11 @@ impl Asking {
             }
             Policy::Reject => Answer::reject("the provider's rules (reject)"),
             Policy::Ask => {
+                let Ok(_asked) = self.asked.try_acquire() else {
+                    return Answer::reject(format!(
+                        "the agent has {MAX_ASKED_AT_ONCE} permission requests waiting already: one more at once is refused"
+                    ));
+                };
                 let answer = self.approvals.ask(request, self.timeout, &self.closed).await;
                 if self.closed.is_cancelled() && answer.verdict.allows() {
                     return Answer::reject("the run was over before the answer came");
@@ -132,5 +148,67 @@ impl Asking {
 impl std::fmt::Debug for Asking {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Asking").field("rules", &self.rules).field("timeout", &self.timeout).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use futures_util::future::BoxFuture;
+
+    use super::*;
+    use crate::seam::Approver;
+
+    /// Counts what it is asked and never answers.
+    #[derive(Debug, Default)]
+    struct Silent(AtomicUsize);
+
+    impl Approver for Silent {
+        fn ask(&self, _: PermissionRequest, _: CancellationToken) -> BoxFuture<'static, Answer> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_agent_asking_past_the_cap_at_once_is_refused_at_once_and_its_place_comes_back() {
+        let silent = Arc::new(Silent::default());
+        let mut config = AcpConfig::new("agent", "/bin/true", Vec::new());
+        config.permission = Rules::new(Policy::Ask);
+        let run = CancellationToken::new();
+        let asking = Arc::new(Asking::new(&config, Approvals::new(silent.clone()), &run));
+        let waiting: Vec<_> = (0..MAX_ASKED_AT_ONCE)
+            .map(|n| {
+                let asking = asking.clone();
+                tokio::spawn(async move {
+                    asking.decide(PermissionRequest::new(Vec::new()).with_title(format!("{n}"))).await
+                })
+            })
+            .collect();
+        while silent.0.load(Ordering::SeqCst) < MAX_ASKED_AT_ONCE {
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..1000 {
+            let more = asking.decide(PermissionRequest::new(Vec::new()).with_title("one more"));
+            let answer = tokio::time::timeout(Duration::from_secs(1), more).await.expect("answered at once");
+            assert_eq!(answer.verdict, Verdict::Reject);
+        }
+        assert_eq!(silent.0.load(Ordering::SeqCst), MAX_ASKED_AT_ONCE, "past the cap nobody is asked");
+        for waiting in &waiting {
+            waiting.abort();
+        }
+        for waiting in waiting {
+            let _ = waiting.await;
+        }
+        let asked_again = tokio::spawn({
+            let asking = asking.clone();
+            async move { asking.decide(PermissionRequest::new(Vec::new()).with_title("later")).await }
+        });
+        while silent.0.load(Ordering::SeqCst) == MAX_ASKED_AT_ONCE {
+            tokio::task::yield_now().await;
+        }
+        asked_again.abort();
     }
 }

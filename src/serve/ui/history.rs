@@ -117,29 +117,42 @@ impl History {
         let listing = self.listing();
         let listed = &listing.sessions[*listing.by_id.get(id)?];
         let store = store_of(listed, &listing);
-        let session = match store.inspect(id) {
-            Ok(session) => session,
+        // Events are made into what the page is sent as they are read, and
+        // the read stops once MAX_TRANSCRIPT_BYTES are shown: a long
+        // session costs what is sent, not what it holds.
+        let shown = Arc::new(Mutex::new(Shown::default()));
+        let reading = shown.clone();
+        let read = store.read_while(id, move |event| {
+            let mut shown = reading.lock().unwrap_or_else(|e| e.into_inner());
+            shown.note(&event);
+            let json = event_json(&event);
+            let size = json.to_string().len();
+            if shown.bytes + size > MAX_TRANSCRIPT_BYTES {
+                shown.cut = true;
+                return std::ops::ControlFlow::Break(());
+            }
+            shown.bytes += size;
+            shown.events.push(json);
+            std::ops::ControlFlow::Continue(())
+        });
+        let (header, torn, _) = match read {
+            Ok(read) => read,
             Err(error) => return Some(Err(error.to_string())),
         };
-        let (mut events, mut bytes) = (Vec::new(), 0);
-        for event in &session.events {
-            let shown = event_json(event);
-            bytes += shown.to_string().len();
-            if bytes > MAX_TRANSCRIPT_BYTES {
-                break;
-            }
-            events.push(shown);
-        }
-        let left_out_events = session.events.len() - events.len();
-        let header = &session.header;
+        let shown = std::mem::take(&mut *shown.lock().unwrap_or_else(|e| e.into_inner()));
+        // A cut read did not reach the end: the stop reason is the listing's.
+        let stop_reason = match shown.cut {
+            true => listed.summary.last_stop_reason,
+            false => shown.stop_reason,
+        };
         Some(Ok(json!({
             "session": brief(listed, &listing.stores),
             "persona": header.persona.as_deref().map(cut),
             "cwd": cut(&header.cwd.display().to_string()),
-            "events": events,
-            "left_out_events": left_out_events,
-            "torn": session.torn,
-            "failure": failure(id, &session.events, board),
+            "events": shown.events,
+            "left_out": shown.cut,
+            "torn": torn,
+            "failure": failure(id, stop_reason, shown.account, board),
         })))
     }
 
@@ -397,14 +410,7 @@ fn read_listing(home: &Path) -> Listing {
 /// the failure's account its recorder wrote (`[the run failed: …]`, an ACP
 /// or A2A child's), and the batch's outcome and reason for the run whose
 /// child this session is. `null` when nothing says it failed.
-fn failure(id: &str, events: &[SessionEvent], board: Option<&Board>) -> Value {
-    let stop_reason = events.iter().rev().find_map(SessionEvent::ended);
-    let account = events.iter().rev().find_map(|event| match event {
-        SessionEvent::Assistant { text, .. } => {
-            text.strip_prefix(FAILURE_MARK).map(|rest| cut(rest.strip_suffix(']').unwrap_or(rest)))
-        }
-        _ => None,
-    });
+fn failure(id: &str, stop_reason: Option<crate::StopReason>, account: Option<Value>, board: Option<&Board>) -> Value {
     let row = board.and_then(|board| {
         let state = board.lock();
         let row = state.rows.iter().rev().find(|row| row.child.as_deref() == Some(id))?;
@@ -422,6 +428,31 @@ fn failure(id: &str, events: &[SessionEvent], board: Option<&Board>) -> Value {
         "outcome": outcome,
         "detail": detail,
     })
+}
+
+/// What a transcript read keeps: the events shown, their size, and what
+/// the failure is told from (the last stop reason and failure account met).
+#[derive(Default)]
+struct Shown {
+    events: Vec<Value>,
+    bytes: usize,
+    /// The read stopped before the session's end.
+    cut: bool,
+    stop_reason: Option<crate::StopReason>,
+    account: Option<Value>,
+}
+
+impl Shown {
+    fn note(&mut self, event: &SessionEvent) {
+        if let Some(reason) = event.ended() {
+            self.stop_reason = Some(reason);
+        }
+        if let SessionEvent::Assistant { text, .. } = event {
+            if let Some(rest) = text.strip_prefix(FAILURE_MARK) {
+                self.account = Some(cut(rest.strip_suffix(']').unwrap_or(rest)));
+            }
+        }
+    }
 }
 
 /// How a recorder starts the account of a run that failed.

@@ -21,6 +21,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::approvals::{verdict_of, Waiting};
 use super::board::Board;
+use super::gate::{self, Gate};
 use super::history::History;
 use crate::CancellationToken;
 
@@ -56,6 +57,8 @@ const STREAM_EVERY: Duration = Duration::from_millis(250);
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The longest query string read.
 const MAX_QUERY: usize = 4096;
+/// How long the body of an answer from the page may take to arrive.
+const BODY_WITHIN: Duration = Duration::from_secs(5);
 /// The largest body of an answer from the page.
 const MAX_ANSWER_BODY: usize = 4096;
 /// The header that carries the token of a request that changes something.
@@ -107,33 +110,17 @@ pub(super) async fn serve(
     if let Some(waiting) = &door.waiting {
         tokio::spawn(waiting.clone().keep_reading(stop.clone()));
     }
-    let slots = Arc::new(Semaphore::new(max_connections));
+    // Connections without the token have a budget of their own: they can
+    // never take the places of those with it (see `gate.rs`).
+    let gate = Gate::new(max_connections, max_connections);
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    tracing::warn!("{max_connections} web view connections are open: closing a new one");
-                    continue;
-                };
-                let door = door.clone();
-                connections.spawn(async move {
-                    let _slot = slot;
-                    let handler = hyper::service::service_fn(move |request| {
-                        let door = door.clone();
-                        async move { Ok::<_, Infallible>(door.answer(request).await) }
-                    });
-                    let connection = hyper::server::conn::http1::Builder::new()
-                        .timer(hyper_util::rt::TokioTimer::new())
-                        .header_read_timeout(HEADER_TIMEOUT)
-                        .max_buf_size(64 * 1024)
-                        .serve_connection(TokioIo::new(stream), handler);
-                    if let Err(error) = connection.await {
-                        tracing::debug!(%error, "a web view connection ended with an error");
-                    }
-                });
+                let place = gate.enter();
+                connections.spawn(connection(door.clone(), gate.clone(), place, stream));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
@@ -145,7 +132,67 @@ pub(super) async fn serve(
     }
 }
 
+/// One connection: its head read within [`gate::HEAD_WITHIN`] while it
+/// holds an unproven place; then, with the token, served on a proven place
+/// and kept alive, else answered once within
+/// [`gate::UNPROVEN_SERVE_WITHIN`] and closed.
+async fn connection(door: Arc<Door>, gate: Arc<Gate>, place: gate::Unproven, mut stream: tokio::net::TcpStream) {
+    let head = tokio::select! {
+        head = tokio::time::timeout(gate::HEAD_WITHIN, gate::read_head(&mut stream)) => head.ok().flatten(),
+        () = place.closed.cancelled() => None,
+    };
+    let Some(head) = head else { return };
+    let proven = door.carries_token(&head).then(|| gate.prove()).flatten();
+    let handler = {
+        let door = door.clone();
+        hyper::service::service_fn(move |request| {
+            let door = door.clone();
+            async move { Ok::<_, Infallible>(door.answer(request).await) }
+        })
+    };
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_buf_size(gate::MAX_HEAD);
+    let io = TokioIo::new(gate::Rewind::new(head, stream));
+    let served = match proven {
+        Some(_permit) => {
+            drop(place);
+            let connection = builder.keep_alive(true).serve_connection(io, handler);
+            tokio::select! {
+                served = connection => served.err(),
+                () = door.stop.cancelled() => None,
+            }
+        }
+        None => {
+            let connection = builder.keep_alive(false).serve_connection(io, handler);
+            tokio::select! {
+                served = tokio::time::timeout(gate::UNPROVEN_SERVE_WITHIN, connection) => served.ok().and_then(Result::err),
+                () = place.closed.cancelled() => None,
+                () = door.stop.cancelled() => None,
+            }
+        }
+    };
+    if let Some(error) = served {
+        tracing::debug!(%error, "a web view connection ended with an error");
+    }
+}
+
 impl Door {
+    /// Whether a request head carries the token: in its query, or in the
+    /// [`TOKEN_HEADER`].
+    fn carries_token(&self, head: &[u8]) -> bool {
+        let Ok(head) = std::str::from_utf8(head) else { return false };
+        let mut lines = head.split("\r\n");
+        let target = lines.next().and_then(|line| line.split(' ').nth(1)).unwrap_or_default();
+        let in_query = target
+            .split_once('?')
+            .and_then(|(_, query)| parse_query(query))
+            .is_some_and(|query| self.authorized(query.get("token").map(String::as_str)));
+        in_query
+            || lines.filter_map(|line| line.split_once(':')).any(|(name, value)| {
+                name.trim().eq_ignore_ascii_case(TOKEN_HEADER) && self.authorized(Some(value.trim()))
+            })
+    }
+
     async fn answer(&self, request: Request<Incoming>) -> Response<Body> {
         let mut response = match request.uri().path() {
             "/api/approve" => self.approve(request).await,
@@ -246,9 +293,16 @@ impl Door {
         let Some(waiting) = self.waiting.clone() else {
             return text(StatusCode::NOT_FOUND, "no home: no parked requests to answer");
         };
-        let body = match http_body_util::Limited::new(request.into_body(), MAX_ANSWER_BODY).collect().await {
-            Ok(body) => body.to_bytes(),
-            Err(_) => return text(StatusCode::PAYLOAD_TOO_LARGE, "an answer is a small JSON object"),
+        let body = http_body_util::Limited::new(request.into_body(), MAX_ANSWER_BODY).collect();
+        let body = match tokio::time::timeout(BODY_WITHIN, body).await {
+            Ok(Ok(body)) => body.to_bytes(),
+            Ok(Err(_)) => return text(StatusCode::PAYLOAD_TOO_LARGE, "an answer is a small JSON object"),
+            Err(_) => {
+                // What is left of the body is not waited for: the connection goes.
+                let mut response = text(StatusCode::REQUEST_TIMEOUT, "an answer's body came too slowly");
+                response.headers_mut().insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+                return response;
+            }
         };
         let asked: Value = serde_json::from_slice(&body).unwrap_or_default();
         let (Some(id), Some(verdict)) = (

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use subagents::serve::{serve_acp, AcpServeOptions};
+use subagents::serve::{serve_acp, AcpServeOptions, DEFAULT_MAX_SESSIONS};
 
 use crate::args::{ConfigArgs, HomeArgs, TelemetryArgs};
 
@@ -19,6 +19,10 @@ pub struct AcpArgs {
     /// A tool that asks the client for permission before each call (repeatable).
     #[arg(long)]
     approve: Vec<String>,
+    /// The most sessions held at once: past it a new session takes the
+    /// place of the least recently used one that runs no turn.
+    #[arg(long, value_name = "SESSIONS", default_value_t = DEFAULT_MAX_SESSIONS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_sessions: u32,
     /// The one provider the sessions' subagent tool offers: with a
     /// configuration file, one it defines (default: what its `[tool]`
     /// offers); without one, spawn.
@@ -35,8 +39,14 @@ impl AcpArgs {
     /// providers serve the sessions' subagent tools; without one, a `spawn`
     /// provider. Exit 0 at the client's EOF (or a stop signal).
     pub fn run(self) -> Result<ExitCode, String> {
-        let AcpArgs { home, model, approve, provider, config, .. } = self;
-        let mut options = AcpServeOptions { home: home.resolve(), model, approve, ..Default::default() };
+        let AcpArgs { home, model, approve, max_sessions, provider, config, .. } = self;
+        let mut options = AcpServeOptions {
+            home: home.resolve(),
+            model,
+            approve,
+            max_sessions: max_sessions as usize,
+            ..Default::default()
+        };
         // Never `./subagents.toml`: an ACP agent runs in its client's
         // directory, whose file may well define this very agent (each probe
         // would start another).

@@ -545,7 +545,7 @@ const Transcripts = {
       if (t.failure) box.appendChild(this.failure(t.failure));
       if (t.persona) box.appendChild(el('div', { class: 'event persona' }, el('h3', {}, 'persona'), folded(t.persona)));
       for (const event of t.events) box.appendChild(this.event(event));
-      if (t.left_out_events) box.appendChild(el('p', { class: 'note' }, count(t.left_out_events) + ' more events not sent'));
+      if (t.left_out) box.appendChild(el('p', { class: 'note' }, 'the rest of this session was not sent: it is longer than a page shows'));
     }).catch((error) => { box.appendChild(el('p', { class: 'note bad' }, error.message)); });
   },
   // Why the run failed, above its transcript: how its last turn ended,
