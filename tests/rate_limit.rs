@@ -275,8 +275,10 @@ fn a_thousand_runs_at_concurrency_200_keep_to_the_routes_rate_and_almost_never_m
 fn a_429_with_retry_after_pauses_every_run_on_the_route_not_only_the_refused_one() {
     let home = tempfile::tempdir().unwrap();
     let server = server_on(Policy::RefuseFirst { retry_after_secs: 1 });
-    // 20 a second: the second run is due 50 ms after the first.
-    let limits = RouteLimits { requests_per_minute: Some(1_200), ..RouteLimits::default() };
+    // 4 a second: the second run is due 250 ms after the first, time
+    // enough for the 429 to reach the route first on a loaded machine (at
+    // 50 ms apart it sometimes had not, and the second call was already sent).
+    let limits = RouteLimits { requests_per_minute: Some(240), ..RouteLimits::default() };
     let (runtime, subagents) = runtime_on(&route(&server, limits), home.path());
 
     let (results, _) = run_all(&runtime, &subagents, 10, 10);
