@@ -47,6 +47,7 @@ pub(crate) fn kind_of(kind: std::fs::FileType) -> Option<&'static str> {
 
 /// One line as [`read_line`] found it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "batch"), allow(unreachable_pub))]
 pub struct RawLine {
     /// Longer than the cap: its bytes were dropped, not kept.
     pub overlong: bool,
@@ -62,6 +63,7 @@ pub struct RawLine {
 /// `None` at the end of the input. The one bounded line reader of the
 /// crate: task files, the results files `--resume` and `merge` read back,
 /// the board's files.
+#[cfg_attr(not(feature = "batch"), allow(unreachable_pub))]
 pub fn read_line(reader: &mut impl BufRead, buffer: &mut Vec<u8>, max_bytes: usize) -> io::Result<Option<RawLine>> {
     buffer.clear();
     let mut line = RawLine { overlong: false, ended: false, bytes: 0 };

@@ -254,6 +254,7 @@ impl PermissionRequest {
     }
 
     /// The call's raw input as text already (from a wire), bounded.
+    #[cfg_attr(not(feature = "process"), allow(dead_code))]
     pub(crate) fn with_input_text(mut self, input: String) -> Self {
         self.input = Some(self.bounded(input, MAX_JUDGED, RequestField::Input));
         self
