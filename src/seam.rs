@@ -152,7 +152,7 @@ pub use crate::live::ProcessLease;
 pub(crate) use approval::glob;
 pub use approval::{
     Answer, Approvals, Approver, Hop, OptionKind, PermissionOption, PermissionRequest, Policy, RequestField, Rule,
-    Rules, Verdict, DEFAULT_APPROVAL_TIMEOUT, MAX_JUDGED, MAX_PATHS, MAX_PATH_BYTES, MAX_SHOWN_INPUT,
+    Rules, Verdict, DEFAULT_APPROVAL_TIMEOUT, MAX_JUDGED, MAX_JUDGED_INPUT, MAX_PATHS, MAX_PATH_BYTES, MAX_SHOWN_INPUT,
 };
 pub(crate) use budget::{admit as budget_admit, Admission};
 pub use budget::{Budget, BudgetExhausted, BudgetLease, BudgetLimit};

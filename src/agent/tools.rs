@@ -570,7 +570,7 @@ impl Toolset {
             return ToolOutput::error(format!("invalid arguments for {:?}:\n- {}", call.name, violations.join("\n- ")));
         }
         if let Some(approving) = self.approving.as_ref().filter(|approving| approving.covers(&call.name)) {
-            if let Err(rejected) = approving.ask(call, &context).await {
+            if let Err(rejected) = approving.ask(call, entry.tool.read_only(), &context).await {
                 return rejected;
             }
         }

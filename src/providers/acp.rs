@@ -660,6 +660,7 @@ fn note_update(route: &Route, update: SessionUpdate) {
             ProgressUpdate::ToolCall { name: call.title, status: progress_status(call.status) }
         }
         SessionUpdate::ToolCallUpdate(update) => {
+            route.asking.note_update(&update);
             let id = update.tool_call_id.to_string();
             let content: String = update
                 .fields

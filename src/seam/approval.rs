@@ -84,10 +84,14 @@ pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(600);
 /// ([`PermissionRequest::call_line`]); the rest is kept, for the rules.
 pub const MAX_SHOWN_INPUT: usize = 2048;
 
-/// The most of each text of a request (tool, kind, title, input) kept
-/// whole, for the rules to judge; a child's text past it is cut, marked
-/// with `…`, and the request says so ([`PermissionRequest::cut`]).
+/// The most of each text of a request (tool, kind, title) kept whole, for
+/// the rules to judge; a child's text past it is cut, marked with `…`, and
+/// the request says so ([`PermissionRequest::cut`]).
 pub const MAX_JUDGED: usize = 16 * 1024;
+
+/// The most of a request's raw input kept whole (an edit carries its new
+/// text, so more than the other texts); past it the input is cut as they are.
+pub const MAX_JUDGED_INPUT: usize = 256 * 1024;
 
 /// The most bytes of one path a request keeps (Linux's `PATH_MAX`: no
 /// longer path names a file); a longer one is cut, and the request says so.
@@ -155,17 +159,10 @@ pub enum RequestField {
     Kind,
     /// The title, past [`MAX_JUDGED`].
     Title,
-    /// The input, past [`MAX_JUDGED`].
+    /// The input, past [`MAX_JUDGED_INPUT`].
     Input,
     /// A path past [`MAX_PATH_BYTES`], or paths past [`MAX_PATHS`].
     Paths,
-}
-
-impl RequestField {
-    /// Whether rules look at it ([`Rules::decide`]): all but the input.
-    pub fn judged(self) -> bool {
-        !matches!(self, RequestField::Input)
-    }
 }
 
 /// One option the child offered.
@@ -249,14 +246,14 @@ impl PermissionRequest {
 
     /// The call's raw input (kept as compact JSON, bounded).
     pub fn with_input(mut self, input: &serde_json::Value) -> Self {
-        self.input = Some(self.bounded(input.to_string(), MAX_JUDGED, RequestField::Input));
+        self.input = Some(self.bounded(input.to_string(), MAX_JUDGED_INPUT, RequestField::Input));
         self
     }
 
     /// The call's raw input as text already (from a wire), bounded.
     #[cfg_attr(not(feature = "process"), allow(dead_code))]
     pub(crate) fn with_input_text(mut self, input: String) -> Self {
-        self.input = Some(self.bounded(input, MAX_JUDGED, RequestField::Input));
+        self.input = Some(self.bounded(input, MAX_JUDGED_INPUT, RequestField::Input));
         self
     }
 
@@ -279,9 +276,11 @@ impl PermissionRequest {
         }
     }
 
-    /// Whether every part a rule looks at is whole.
+    /// Whether the request is whole: nothing of it was cut. The input
+    /// counts too, though no rule matches on it: it is what the call does,
+    /// and a rule allows a call only on all of it.
     pub fn judged_whole(&self) -> bool {
-        !self.cut.iter().any(|field| field.judged())
+        self.cut.is_empty()
     }
 
     /// `text` cut to `max` bytes (on a character boundary), marked with
@@ -353,8 +352,9 @@ impl PermissionRequest {
 
     /// What "allow always" is remembered by within a run, and so all it
     /// covers: the tool, when the child names one (the door says "every
-    /// call of the tool"), with this same command when the call runs one
-    /// (kind `execute`); else exactly this call (its kind, title, input
+    /// call of the tool") when the call says a kind that runs no command
+    /// (`read`, `edit`, …), else the tool with this same command (title and
+    /// input: a shell tool is one tool for every command); else exactly this call (its kind, title, input
     /// and paths), never its kind alone. `None` (so "always" allows this
     /// call once) when the request was cut or names nothing to remember it
     /// by. Doors say the same in words: [`always_covers`](Self::always_covers).
@@ -364,9 +364,10 @@ impl PermissionRequest {
         }
         // A tool that runs commands is one tool for every command: always
         // on `cargo test` must not allow `rm -rf ~/`, so it covers the
-        // tool with this same command only.
+        // tool with this same command only; so does a tool whose call says
+        // no kind (or one we do not know), which may be a shell as well.
         if let Some(tool) = &self.tool {
-            if !self.runs_a_command() {
+            if self.kind_without_command() {
                 return Some(format!("tool:{tool}"));
             }
             let command = serde_json::json!([self.title, self.input]);
@@ -379,10 +380,13 @@ impl PermissionRequest {
         Some(format!("call:{call}"))
     }
 
-    /// Whether the call runs a command (its kind is `execute`), so that
-    /// its tool alone says nothing of what it will do.
-    fn runs_a_command(&self) -> bool {
-        self.kind.as_deref() == Some("execute")
+    /// Whether the call says it is of a kind that runs no command (ACP's
+    /// kinds but `execute` and `other`), so that its tool alone says what
+    /// it does; a call of no kind, or of another, may run anything.
+    fn kind_without_command(&self) -> bool {
+        const WITHOUT_COMMAND: [&str; 8] =
+            ["read", "edit", "delete", "move", "search", "think", "fetch", "switch_mode"];
+        self.kind.as_deref().is_some_and(|kind| WITHOUT_COMMAND.contains(&kind))
     }
 
     /// What "allow always" will cover, in words for a person, as every
@@ -390,8 +394,8 @@ impl PermissionRequest {
     pub fn always_covers(&self) -> String {
         match (&self.tool, self.grant_key()) {
             (_, None) => "this call only: it is too large or too vague to remember, so always is once".to_owned(),
-            (Some(tool), Some(_)) if self.runs_a_command() => {
-                format!("the tool {} running this same command again, for the rest of this run", shown(tool))
+            (Some(tool), Some(_)) if !self.kind_without_command() => {
+                format!("the tool {} with this same command and input again, for the rest of this run", shown(tool))
             }
             (Some(tool), Some(_)) => format!("every call of the tool {} for the rest of this run", shown(tool)),
             (None, Some(_)) => {
@@ -633,10 +637,10 @@ mod tests {
         let line = request.call_line();
         assert!(!line.contains('\n') && !line.contains('\u{1b}'), "{line:?}");
         assert!(line.len() < 2 * MAX_SHOWN_INPUT, "shown cut: {}", line.len());
-        let huge = PermissionRequest::new(Vec::new()).with_input(&"x".repeat(MAX_JUDGED * 2).into());
-        assert!(huge.input.as_ref().unwrap().len() <= MAX_JUDGED + '…'.len_utf8());
+        let huge = PermissionRequest::new(Vec::new()).with_input(&"x".repeat(MAX_JUDGED_INPUT * 2).into());
+        assert!(huge.input.as_ref().unwrap().len() <= MAX_JUDGED_INPUT + '…'.len_utf8());
         assert_eq!(huge.cut, [RequestField::Input]);
-        assert!(huge.judged_whole(), "rules do not look at the input");
+        assert!(!huge.judged_whole(), "the input is what the call does: cut, it is not judged whole");
     }
 
     #[test]
@@ -645,8 +649,9 @@ mod tests {
         assert_ne!(run("cargo test").grant_key(), run("rm -rf ~/").grant_key(), "never the kind alone");
         assert_eq!(run("cargo test").grant_key(), run("cargo test").grant_key());
         assert!(run("cargo test").always_covers().contains("only this same call again"));
-        let tool = PermissionRequest::new(Vec::new()).with_tool("read_file").with_title("read a");
-        assert_eq!(tool.grant_key(), PermissionRequest::new(Vec::new()).with_tool("read_file").grant_key());
+        let read = || PermissionRequest::new(Vec::new()).with_tool("read_file").with_kind("read");
+        let tool = read().with_title("read a");
+        assert_eq!(tool.grant_key(), read().with_title("read b").grant_key());
         assert!(tool.always_covers().contains("every call of the tool read_file"), "{}", tool.always_covers());
         let shell = |title: &str| run(title).with_tool("Bash");
         assert_ne!(
@@ -656,6 +661,17 @@ mod tests {
         );
         assert_eq!(shell("cargo test").grant_key(), shell("cargo test").grant_key());
         assert!(shell("cargo test").always_covers().contains("this same command"), "{}", shell("x").always_covers());
+        // A kind left out, `other`, or one we do not know is no promise.
+        for kind in [None, Some("other"), Some("shell")] {
+            let call = |title: &str| {
+                let call = PermissionRequest::new(Vec::new()).with_tool("Bash").with_title(title);
+                match kind {
+                    Some(kind) => call.with_kind(kind),
+                    None => call,
+                }
+            };
+            assert_ne!(call("cargo test").grant_key(), call("rm -rf ~/").grant_key(), "kind {kind:?}");
+        }
         let long = run(&"x".repeat(MAX_JUDGED + 1));
         assert_eq!(long.grant_key(), None, "a cut request is never remembered");
         assert!(long.option_said(OptionKind::AllowAlways).contains("once"));

@@ -8,10 +8,10 @@
 use agent_client_protocol::v1::schema::{PermissionOption as AcpOption, SessionId, ToolCallId, ToolCallUpdate};
 use agent_client_protocol::v1::schema::{
     PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest, SelectedPermissionOutcome,
-    StopReason as AcpStop, ToolCallUpdateFields, ToolKind,
+    StopReason as AcpStop, ToolCallContent, ToolCallLocation, ToolCallUpdateFields, ToolKind,
 };
 
-use crate::seam::{Answer, OptionKind, PermissionOption, PermissionRequest, StopReason};
+use crate::seam::{Answer, OptionKind, PermissionOption, PermissionRequest, StopReason, MAX_PATHS};
 
 /// Our stop reasons and ACP's, for both ends: this client and the agent in
 /// `subagents acp`. `Error` has none: a failed turn is an error answer, and an
@@ -88,12 +88,73 @@ pub(crate) fn permission_request_of(
     if let Some(input) = pick(fields, earlier, |e| &e.raw_input) {
         ours = ours.with_input(&input);
     }
-    // Every location: the request keeps what the rules can judge, and says
-    // what it left out.
-    for location in pick(fields, earlier, |e| &e.locations).iter().flatten() {
-        ours = ours.with_path(location.path.display().to_string());
+    // Every file the call named, in this request or in any message before
+    // it (its locations and the paths of its diffs): the request keeps what
+    // the rules can judge, and says what it left out.
+    let mut files: Vec<String> = Vec::new();
+    let mut note = |path: &std::path::Path| {
+        let path = path.display().to_string();
+        if !files.contains(&path) {
+            files.push(path);
+        }
+    };
+    for said in std::iter::once(fields).chain(earlier) {
+        said.locations.iter().flatten().for_each(|location| note(&location.path));
+        diff_paths(&said.content).for_each(&mut note);
+    }
+    for path in files {
+        ours = ours.with_path(path);
     }
     ours
+}
+
+/// The paths of the diffs in a tool call's `content`.
+fn diff_paths(content: &Option<Vec<ToolCallContent>>) -> impl Iterator<Item = &std::path::Path> {
+    content.iter().flatten().filter_map(|content| match content {
+        ToolCallContent::Diff(diff) => Some(diff.path.as_path()),
+        _ => None,
+    })
+}
+
+/// Keeps the paths of `content`'s diffs among `fields`' locations (what a
+/// remembered call keeps of its content: its files, not its text).
+pub(crate) fn keep_files_of(fields: &mut ToolCallUpdateFields, content: &[ToolCallContent]) {
+    let locations = fields.locations.get_or_insert_with(Vec::new);
+    for content in content {
+        if let ToolCallContent::Diff(diff) = content {
+            if locations.len() <= MAX_PATHS && !locations.iter().any(|location| location.path == diff.path) {
+                locations.push(ToolCallLocation::new(diff.path.clone()));
+            }
+        }
+    }
+}
+
+/// Folds `update` into the remembered `known` fields of the same call:
+/// what it sets replaces what was said, except the files, which add up
+/// (a file the call named once stays one the rules judge).
+pub(crate) fn fold_update(known: &mut ToolCallUpdateFields, update: &ToolCallUpdateFields) {
+    if update.kind.is_some() {
+        known.kind = update.kind;
+    }
+    if update.title.is_some() {
+        known.title.clone_from(&update.title);
+    }
+    if update.name.is_some() {
+        known.name.clone_from(&update.name);
+    }
+    if update.raw_input.is_some() {
+        known.raw_input.clone_from(&update.raw_input);
+    }
+    let locations = known.locations.get_or_insert_with(Vec::new);
+    for location in update.locations.iter().flatten() {
+        // One past the most a request keeps is enough for it to say so.
+        if locations.len() <= MAX_PATHS && !locations.iter().any(|known| known.path == location.path) {
+            locations.push(location.clone());
+        }
+    }
+    if let Some(content) = &update.content {
+        keep_files_of(known, content);
+    }
 }
 
 /// The ACP answer to `request` for `answer`: the option it names, else the
@@ -174,6 +235,76 @@ mod tests {
         let rules = crate::seam::Rules::new(crate::seam::Policy::Ask)
             .with(crate::seam::Rule::new(crate::seam::Policy::Allow).kind("edit").path("/repo"));
         assert_eq!(rules.decide(&ours), crate::seam::Policy::Ask);
+    }
+
+    /// A path allow rule for `/repo` edits, asking otherwise.
+    fn repo_edits() -> crate::seam::Rules {
+        crate::seam::Rules::new(crate::seam::Policy::Ask)
+            .with(crate::seam::Rule::new(crate::seam::Policy::Allow).kind("edit").path("/repo"))
+    }
+
+    #[test]
+    fn a_call_moved_by_an_update_is_judged_on_every_file_it_named() {
+        use agent_client_protocol::v1::schema::{ToolCallLocation, ToolCallUpdate};
+        // Announced under /repo, then updated to /etc/passwd; the request
+        // names the call by id alone.
+        let mut known =
+            ToolCallUpdateFields::new().kind(ToolKind::Edit).locations(vec![ToolCallLocation::new("/repo/a")]);
+        fold_update(&mut known, &ToolCallUpdateFields::new().locations(vec![ToolCallLocation::new("/etc/passwd")]));
+        let asked = RequestPermissionRequest::new(
+            SessionId::new("s"),
+            ToolCallUpdate::new("c1", ToolCallUpdateFields::new()),
+            Vec::new(),
+        );
+        let ours = permission_request_of(&asked, Some(&known));
+        assert!(ours.paths.iter().any(|path| path == "/etc/passwd"), "{:?}", ours.paths);
+        assert_eq!(repo_edits().decide(&ours), crate::seam::Policy::Ask);
+    }
+
+    #[test]
+    fn the_file_of_a_diff_is_a_file_of_the_call() {
+        use agent_client_protocol::v1::schema::{Diff, ToolCallLocation, ToolCallUpdate};
+        let diff = ToolCallContent::Diff(Diff::new("/etc/passwd", "root::0:0::/:/bin/sh"));
+        let fields = ToolCallUpdateFields::new()
+            .kind(ToolKind::Edit)
+            .locations(vec![ToolCallLocation::new("/repo/a")])
+            .content(vec![diff.clone()]);
+        let asked = RequestPermissionRequest::new(SessionId::new("s"), ToolCallUpdate::new("c1", fields), Vec::new());
+        assert_eq!(
+            repo_edits().decide(&permission_request_of(&asked, None)),
+            crate::seam::Policy::Ask,
+            "in the request"
+        );
+        // In the announcement, kept as a file of the call.
+        let mut known =
+            ToolCallUpdateFields::new().kind(ToolKind::Edit).locations(vec![ToolCallLocation::new("/repo/a")]);
+        keep_files_of(&mut known, &[diff]);
+        let asked = RequestPermissionRequest::new(
+            SessionId::new("s"),
+            ToolCallUpdate::new("c1", ToolCallUpdateFields::new()),
+            Vec::new(),
+        );
+        assert_eq!(
+            repo_edits().decide(&permission_request_of(&asked, Some(&known))),
+            crate::seam::Policy::Ask,
+            "announced"
+        );
+    }
+
+    #[test]
+    fn an_input_too_large_to_keep_whole_is_never_allowed_by_a_rule() {
+        use agent_client_protocol::v1::schema::{ToolCallLocation, ToolCallUpdate};
+        let edit = |bytes: usize| {
+            let fields = ToolCallUpdateFields::new()
+                .kind(ToolKind::Edit)
+                .locations(vec![ToolCallLocation::new("/repo/a")])
+                .raw_input(serde_json::json!({"path": "/repo/a", "text": "x".repeat(bytes)}));
+            let asked =
+                RequestPermissionRequest::new(SessionId::new("s"), ToolCallUpdate::new("c1", fields), Vec::new());
+            repo_edits().decide(&permission_request_of(&asked, None))
+        };
+        assert_eq!(edit(20_000), crate::seam::Policy::Allow, "an honest edit of 20 KB is judged whole");
+        assert_eq!(edit(crate::seam::MAX_JUDGED_INPUT), crate::seam::Policy::Ask);
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! reject. A reject (no one to ask, no answer within the timeout, the turn
 //! cancelled, or a person's no) does not run the tool: the model gets a
 //! tool error saying so, and its turn goes on. "Allow always" holds for
-//! that tool for the rest of the run: each run gets its own `Approving`.
+//! the rest of the run (each run gets its own `Approving`) for what the
+//! door said it covers ([`PermissionRequest::grant_key`]): a tool that only
+//! reads, every call of it; any other, the same call again.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -42,26 +44,35 @@ impl Approving {
 
     /// Asks about `call`; `Err` is the tool error the model sees instead
     /// of the tool's result.
-    pub(super) async fn ask(&self, call: &ToolCall, context: &ToolContext) -> Result<(), ToolOutput> {
-        let granted =
-            |granted: &Mutex<HashSet<String>>| granted.lock().unwrap_or_else(|e| e.into_inner()).contains(&call.name);
-        if granted(&self.granted) {
-            return Ok(());
-        }
+    pub(super) async fn ask(&self, call: &ToolCall, read_only: bool, context: &ToolContext) -> Result<(), ToolOutput> {
         let options = vec![
             PermissionOption::new("allow_once", "Allow", OptionKind::AllowOnce),
             PermissionOption::new("allow_always", "Allow always (this run)", OptionKind::AllowAlways),
             PermissionOption::new("reject", "Reject", OptionKind::RejectOnce),
         ];
         let mut request = PermissionRequest::new(options).with_tool(&call.name).with_input(&call.arguments);
+        // A tool that only reads says so: always then covers the tool (any
+        // other may be a shell, and always covers its same call only).
+        if read_only {
+            request = request.with_kind("read");
+        }
         if let Some(path) = call.arguments.get("path").and_then(|path| path.as_str()) {
             request = request.with_path(context.cwd.join(path).to_string_lossy());
+        }
+        let key = request.grant_key();
+        let granted = |granted: &Mutex<HashSet<String>>| {
+            key.as_ref().is_some_and(|key| granted.lock().unwrap_or_else(|e| e.into_inner()).contains(key))
+        };
+        if granted(&self.granted) {
+            return Ok(());
         }
         let answer = context.agent.approvals().ask(request, self.timeout, &context.cancel).await;
         match answer.verdict {
             Verdict::AllowOnce => Ok(()),
             Verdict::AllowAlways => {
-                self.granted.lock().unwrap_or_else(|e| e.into_inner()).insert(call.name.clone());
+                if let Some(key) = key {
+                    self.granted.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
+                }
                 Ok(())
             }
             Verdict::Reject => Err(ToolOutput::error(format!(

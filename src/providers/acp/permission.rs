@@ -23,7 +23,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use agent_client_protocol::v1::schema::{ToolCall, ToolCallUpdateFields};
+use agent_client_protocol::v1::schema::{ToolCall, ToolCallUpdate, ToolCallUpdateFields};
 use tokio_util::sync::CancellationToken;
 
 use super::AcpConfig;
@@ -88,7 +88,20 @@ impl Asking {
             Some(name) => fields.name(name.clone()),
             None => fields,
         };
+        let mut fields = fields;
+        crate::wire::acp::keep_files_of(&mut fields, &call.content);
         calls.insert(call.tool_call_id.to_string(), fields);
+    }
+
+    /// Folds an update of a remembered tool call into it: what the update
+    /// sets replaces what was said, and every file any message of the call
+    /// named stays one of its files, so a request naming the call by id is
+    /// judged on all it said (an update that moved the call to
+    /// `/etc/passwd` is not judged on its first announcement).
+    pub(super) fn note_update(&self, update: &ToolCallUpdate) {
+        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(known) = calls.get_mut(&update.tool_call_id.to_string()) else { return };
+        crate::wire::acp::fold_update(known, &update.fields);
     }
 
     /// The agent's request in our words, filled in from its announcement.

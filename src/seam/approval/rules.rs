@@ -13,8 +13,9 @@
 //! match a path rule.
 //!
 //! **Rules judge the whole request.** A request keeps its texts whole up
-//! to [`MAX_JUDGED`](crate::seam::MAX_JUDGED) and every path it names (up
-//! to [`MAX_PATHS`](crate::seam::MAX_PATHS)); what a child sends past that
+//! to [`MAX_JUDGED`](crate::seam::MAX_JUDGED) (its input up to
+//! [`MAX_JUDGED_INPUT`](crate::seam::MAX_JUDGED_INPUT)) and every path it
+//! names (up to [`MAX_PATHS`](crate::seam::MAX_PATHS)); what a child sends past that
 //! cannot be judged whole ([`PermissionRequest::judged_whole`]), and such a
 //! request is never allowed by a rule or the default: an `allow` becomes
 //! `ask` (a reject where no one can be asked).
