@@ -135,6 +135,15 @@ fn a_circle_an_unknown_id_a_duplicate_and_a_field_outside_the_schema_are_refused
         "{\"id\": \"t\", \"prompt\": \"t\", \"output_schema\": {\"type\": \"object\", \"properties\": {\"failing\": {\"type\": \"array\"}}}}\n{\"id\": \"m\", \"for_each\": \"{{t.structured.flaky}}\", \"prompt\": \"{{item}}\"}\n",
         "schema.jsonl: line 2: {{t.structured.flaky}}: \"flaky\" is not in t's output_schema (it declares failing)",
     );
+    // Constants minijinja would work out as it compiles, unbounded (it
+    // took minutes): refused at once, whatever the steps answer.
+    let started = std::time::Instant::now();
+    refused(
+        "constants.jsonl",
+        "{\"id\": \"s\", \"prompt\": \"seed\"}\n{\"id\": \"bomb\", \"after\": [\"s\"], \"prompt\": \"{{ [1]*100000000 == [1]*100000000 }}\"}\n",
+        "constants.jsonl: line 2: its prompt is refused: it would take more than the 4000000 steps a template may take",
+    );
+    assert!(started.elapsed() < Duration::from_secs(10), "refused in {:?}", started.elapsed());
 }
 
 #[test]
@@ -333,6 +342,42 @@ fn an_interrupted_pipeline_names_the_steps_still_waiting_and_a_resume_finishes_t
     assert!(output.status.success(), "{}", text(&output.stderr));
     let (by_id, _) = results(&out);
     assert_eq!(by_id["after_slow"]["output"], "handled: then");
+}
+
+#[test]
+fn an_interrupt_during_a_long_render_ends_the_process_at_once_without_waiting_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // A list of 30 million made as it renders (its size is not known before):
+    // written out as JSON it takes seconds, bounded only after.
+    let tasks = write_file(
+        dir.path(),
+        "tasks.jsonl",
+        "{\"id\": \"s\", \"prompt\": \"seed\"}\n{\"id\": \"slow\", \"after\": [\"s\"], \"prompt\": \"{{ ((s.output[:1]|list) * 30000000)|tojson|length }}\"}\n",
+    );
+    let out = dir.path().join("out.jsonl");
+    let mut child = fanout(dir.path(), &tasks, &out, &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !results(&out).0.contains_key("s") {
+        assert!(started.elapsed() < Duration::from_secs(30), "the seed settles");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: signalling our own child, which has not been reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let signalled = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() && signalled.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let waited = signalled.elapsed();
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    assert!(waited < Duration::from_secs(3), "the process ended {waited:?} after the interrupt");
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("1 settled, 1 waiting"), "{stderr}");
 }
 
 #[test]

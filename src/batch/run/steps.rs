@@ -3,7 +3,7 @@
 //! resume; see [`pipeline`](super::super::pipeline) for the rules.
 //!
 //! A step's renders (its prompt, or its `for_each` list and each
-//! element's prompt) run on the blocking pool, a few at once
+//! element's prompt) run on threads of their own, a few at once
 //! ([`Render`]): the loop that starts runs and writes their results never
 //! waits for a template, and a cancelled batch stops waiting for its
 //! renders at once (each stops at its next element; one render is bounded
@@ -92,6 +92,31 @@ impl Render {
     }
 }
 
+/// `render` run on a thread of its own, holding `permit` while it runs;
+/// its outcome, or why it gave none. The thread is not the runtime's: an
+/// interrupted batch stops waiting for it and the process ends without
+/// joining it (a blocking-pool thread would hold the runtime's shutdown,
+/// and so the process's exit, until its render ended).
+async fn render_on_a_thread<P: Send + 'static>(render: Box<Render>, permit: P) -> Result<Rendered, String> {
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new().name("subagents-render".into()).spawn(move || {
+        let _permit = permit;
+        let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| render.run()));
+        let _ = sender.send(rendered.map_err(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|text| (*text).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            format!("its render panicked: {message}")
+        }));
+    });
+    match spawned {
+        Ok(_) => receiver.await.unwrap_or_else(|_| Err("its render ended without an answer".into())),
+        Err(error) => Err(format!("no thread to render it on: {error}")),
+    }
+}
+
 /// What opening a step gave: the steps it settled that are now ready, or
 /// its render to run.
 enum Opening {
@@ -132,7 +157,7 @@ impl Engine {
             summary: Summary::default(),
             report,
         };
-        // A few renders at once, each a blocking thread's: they bound the
+        // A few renders at once, each on a thread of its own: they bound the
         // memory templates may hold together.
         let renders_at_once = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
         let renders = Arc::new(tokio::sync::Semaphore::new(renders_at_once));
@@ -151,11 +176,7 @@ impl Engine {
                         let renders = renders.clone();
                         rendering.push(async move {
                             let permit = renders.acquire_owned().await;
-                            let rendered = tokio::task::spawn_blocking(move || {
-                                let _permit = permit;
-                                render.run()
-                            });
-                            (at, rendered.await)
+                            (at, render_on_a_thread(render, permit).await)
                         });
                     }
                 }
@@ -174,8 +195,8 @@ impl Engine {
             }
             tokio::select! {
                 Some((at, rendered)) = rendering.next(), if !rendering.is_empty() => {
-                    let rendered = rendered.unwrap_or_else(|panicked| {
-                        let why = format!("its template could not be rendered: {panicked}");
+                    let rendered = rendered.unwrap_or_else(|failed| {
+                        let why = format!("its template could not be rendered: {failed}");
                         match steps[at].is_map() {
                             true => Rendered::Map(Err(why)),
                             false => Rendered::Step(Err(why)),
