@@ -178,14 +178,14 @@ pub fn pending(home: &Path) -> Result<Vec<Parked>, AnswerError> {
 }
 
 /// The parked request in `path`, when it is one ([`read_parked`]).
-#[cfg_attr(not(feature = "ui"), allow(dead_code))]
+#[allow(dead_code)] // The web view's, which builds only beside a door (`serve`).
 pub(crate) fn read_parked_at(path: &Path) -> Option<Parked> {
     read_parked(&File::open(path).ok()?)
 }
 
 /// Whether the batch that parked the request in `path` still waits on it
 /// ([`waited_on`]); a file that cannot be opened is waited on by no one.
-#[cfg_attr(not(feature = "ui"), allow(dead_code))]
+#[allow(dead_code)] // The web view's, which builds only beside a door (`serve`).
 pub(crate) fn waited_on_at(path: &Path) -> bool {
     File::open(path).and_then(|file| waited_on(&file)).unwrap_or(false)
 }
