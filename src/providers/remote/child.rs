@@ -15,7 +15,7 @@ use super::caller::{Caller, Deadline, SlotReceivers};
 use crate::agent::ids;
 use crate::seam::{
     Branch, BudgetLease, Category, Child, Detached, Diagnostic, Failure, Launch, LaunchError, ProviderContext,
-    RunResult, Stage, StopReason, StopReport,
+    RunResult, RunUsage, Stage, StopReason, StopReport,
 };
 use crate::wire::remote::broker::{check_name, OPERATION_TIMEOUT};
 use crate::wire::remote::{self as wire, Lineage, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
@@ -351,7 +351,16 @@ impl Child for RemoteChild {
             return StopReport::new();
         }
         let runs = self.settled.borrow().as_ref().and_then(|settled| settled.runs.clone());
-        StopReport::new().with_children(runs.unwrap_or_else(|| vec![Branch::unknown(WORKER_RUNS_UNKNOWN)]))
+        let mut runs = runs.unwrap_or_else(|| vec![Branch::unknown(WORKER_RUNS_UNKNOWN)]);
+        // The worker's local run is this run carried out there: what its
+        // model calls spent is this run's result's usage, counted on this
+        // run's receipt already; under it, only its subtree is new.
+        for branch in &mut runs {
+            if let Branch::Run(local) = branch {
+                local.usage = RunUsage::default();
+            }
+        }
+        StopReport::new().with_children(runs)
     }
 
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
