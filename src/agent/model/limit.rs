@@ -78,6 +78,17 @@ pub const MAX_COOL_DOWN: Duration = Duration::from_secs(60);
 
 const MINUTE: Duration = Duration::from_secs(60);
 
+/// The longest a route is ever in token debt: the window `tpm` counts in.
+/// Whatever its calls report together (a child that settles hundreds of
+/// calls at once, an endpoint that inflates every answer), no call waits
+/// longer than this for the route's tokens.
+pub const MAX_TOKEN_DEBT: Duration = MINUTE;
+
+/// The most tokens one model call can use: past twice the largest context
+/// window a model offers (10 million tokens), a report is a fault, not a
+/// bill, and reads as unknown (the call keeps its estimate charged).
+pub const MAX_CREDIBLE_USAGE: u64 = 20_000_000;
+
 /// A route's limits; `None` is unlimited.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RouteLimits {
@@ -688,22 +699,36 @@ impl Permit {
     /// Charges the tokens the call really used instead of its estimate
     /// (0 for an attempt the endpoint refused; at most a minute of the
     /// route's tokens, whatever the answer reported), and frees its slot.
-    /// A permit dropped without settling keeps its estimate charged.
+    /// A permit dropped without settling keeps its estimate charged, and so
+    /// does a report past [`MAX_CREDIBLE_USAGE`] (no model's context holds
+    /// that many: the count is unknown, not a bill). However many calls
+    /// settle, the route is never more than [`MAX_TOKEN_DEBT`] in debt.
     pub fn settle(mut self, used_tokens: u64) {
         if let Some(upstream) = self.upstream.take() {
             upstream.settle(used_tokens);
         }
         let Some(tpm) = self.inner.limits.tokens_per_minute else { return };
+        if used_tokens > MAX_CREDIBLE_USAGE {
+            tracing::debug!(
+                used_tokens,
+                charged = self.charged,
+                "a usage past any model's context: the estimate stands"
+            );
+            return;
+        }
         let used_tokens = self.inner.chargeable(used_tokens);
         if let Some(sharing) = self.inner.sharing.get() {
-            // Paid into the fleet's debt with the next booking.
+            // Paid into the fleet's debt with the next booking (the
+            // schedule holds the debt to MAX_TOKEN_DEBT).
             let difference = micros(time_for(used_tokens, tpm)) - micros(time_for(self.charged, tpm));
             sharing.lock().token_time_micros += difference;
             return;
         }
         let mut schedule = self.inner.lock();
         if used_tokens >= self.charged {
-            schedule.tokens_paid += time_for(used_tokens - self.charged, tpm);
+            // A debt already longer (a fleet's fraction in fallback) stands.
+            let most = schedule.tokens_paid.max(Instant::now() + MAX_TOKEN_DEBT);
+            schedule.tokens_paid = (schedule.tokens_paid + time_for(used_tokens - self.charged, tpm)).min(most);
         } else {
             let surplus = time_for(self.charged - used_tokens, tpm);
             // Never into the past: a credit would be a burst.
@@ -1018,12 +1043,13 @@ mod tests {
         let limiter = limiter(None, Some(60_000), None); // 1,000 tokens a second
         let cancel = CancellationToken::new();
         let start = Instant::now();
-        // An answer that reports 10^18 tokens: a minute of debt, not millennia.
-        limiter.admit(1_000, &cancel).await.unwrap().settle(1_000_000_000_000_000_000);
+        // An answer that reports the most a model could use: a minute of
+        // debt, not hours.
+        limiter.admit(1_000, &cancel).await.unwrap().settle(MAX_CREDIBLE_USAGE);
         drop(limiter.admit(0, &cancel).await.unwrap());
         assert_eq!(start.elapsed(), MINUTE);
-        // So does an estimate past the route's minute, and the most a
-        // report can say.
+        // So does an estimate past the route's minute (which a report past
+        // any model's context leaves charged).
         let start = Instant::now();
         let permit = limiter.admit(u64::MAX, &cancel).await.unwrap();
         assert_eq!(permit.charged(), 60_000);
@@ -1077,5 +1103,38 @@ mod tests {
         assert_eq!(for_turn.await.unwrap(), Err(Cancelled));
         drop(limiter.admit(0, &cancel).await.unwrap());
         assert_eq!(start.elapsed(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_count_past_any_model_s_context_reads_as_unknown_and_keeps_the_estimate() {
+        let limiter = limiter(None, Some(60_000), None); // 1,000 tokens a second
+        let cancel = CancellationToken::new();
+        let start = Instant::now();
+        // An answer that reports 10^18 prompt tokens: no bill, the estimate stands.
+        limiter.admit(2_000, &cancel).await.unwrap().settle(1_000_000_000_000_000_000);
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        assert_eq!(start.elapsed(), Duration::from_secs(2), "the call kept its estimate of 2,000 tokens");
+        // A count a model could have used is charged as ever.
+        limiter.admit(1_000, &cancel).await.unwrap().settle(3_000);
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn many_calls_settled_with_huge_counts_hold_the_route_a_minute_at_most() {
+        let limiter = limiter(None, Some(60_000), None);
+        let cancel = CancellationToken::new();
+        // 256 calls admitted at once (each charged nothing ahead), each
+        // settled with a count a model could have used, a minute's worth.
+        let mut permits = Vec::new();
+        for _ in 0..256 {
+            permits.push(limiter.admit(0, &cancel).await.unwrap());
+        }
+        for permit in permits {
+            permit.settle(MAX_CREDIBLE_USAGE);
+        }
+        let start = Instant::now();
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        assert_eq!(start.elapsed(), MAX_TOKEN_DEBT, "the route was in debt a minute, not 256");
     }
 }

@@ -27,7 +27,7 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use super::broker::{Broker, OPERATION_TIMEOUT};
-use crate::agent::{Booked, Booking, FleetConcurrency, SharedSchedule, Unshared};
+use crate::agent::{Booked, Booking, FleetConcurrency, SharedSchedule, Unshared, MAX_TOKEN_DEBT};
 
 /// Compare-and-set tries before a booking gives up (the fleet's processes
 /// racing for one record: each try that loses, another won).
@@ -215,8 +215,11 @@ impl SharedSchedule for BrokerSchedule {
                     record.members.insert(self.member.clone(), now + lease);
                     let first = now.max(record.next).max(record.tokens).max(record.cool);
                     record.next = first + spacing * u64::from(booking.requests);
+                    // Whatever the members report together, the fleet is never
+                    // longer in debt than the window `tpm` counts in.
                     let debt = i128::from(record.tokens.max(now)) + i128::from(booking.token_time_micros);
-                    record.tokens = u64::try_from(debt.max(i128::from(now))).unwrap_or(u64::MAX);
+                    let most = i128::from(now) + i128::from(micros(MAX_TOKEN_DEBT));
+                    record.tokens = u64::try_from(debt.clamp(i128::from(now), most)).unwrap_or(u64::MAX);
                     let concurrency = record.grow(booking.answered, booking.cap);
                     (first, u32::try_from(record.members.len()).unwrap_or(u32::MAX), concurrency)
                 })
