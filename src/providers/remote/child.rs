@@ -392,13 +392,7 @@ impl Child for RemoteChild {
                         Ok(Ok(Some(RunRecord::Settled(settled)))) => receipt(&settled),
                         // Claimed: the worker writes its result only after
                         // it released its child, so the result is the receipt.
-                        _ => match tokio::time::timeout(wait, settled.wait_for(Option::is_some)).await {
-                            Ok(Ok(report)) => report.as_deref().map_or(Ok(()), receipt),
-                            _ => {
-                                tracing::warn!(run = %run, "the worker holding a remote run did not report its child disposed");
-                                Err(Failure::new(Stage::Dispose, Category::WorkerLost))
-                            }
-                        },
+                        _ => wait_for_the_worker(&caller, &io, &run, &mut settled, wait).await,
                     }
                 }
             };
@@ -406,6 +400,58 @@ impl Child for RemoteChild {
             outcome
         })
     }
+}
+
+/// The longest a dispose waits for the result of a worker that still
+/// answers (a slow machine, a child slow to release), beyond which it is
+/// reported lost all the same: every wait has a bound (the runtime's
+/// dispose timeout is usually the tighter one).
+const LIVE_WORKER_DISPOSE_PATIENCE: Duration = Duration::from_secs(60);
+
+/// The least time between two looks at whether the worker holding a run
+/// still answers: a short `dispose_wait` does not make a dispose ask the
+/// pool hundreds of times a second.
+const LIVE_WORKER_RECHECK: Duration = Duration::from_millis(250);
+
+/// Waits for the result of the worker holding `run` (its child released):
+/// `wait` at a time, and on while that worker answers the pool's status
+/// request (a slow worker is not a lost one), up to
+/// [`LIVE_WORKER_DISPOSE_PATIENCE`]. A worker that is silent, or a run
+/// claimed by no one, is reported lost.
+async fn wait_for_the_worker(
+    caller: &Arc<Caller>,
+    io: &Handle,
+    run: &str,
+    settled: &mut tokio::sync::watch::Receiver<Option<Arc<Settled>>>,
+    wait: Duration,
+) -> Result<(), Failure> {
+    let give_up_at = tokio::time::Instant::now() + LIVE_WORKER_DISPOSE_PATIENCE.max(wait);
+    let mut wait = wait;
+    loop {
+        match tokio::time::timeout(wait, settled.wait_for(Option::is_some)).await {
+            Ok(Ok(report)) => return report.as_deref().map_or(Ok(()), receipt),
+            Ok(Err(_)) => break,
+            Err(_) => {}
+        }
+        if tokio::time::Instant::now() >= give_up_at {
+            break;
+        }
+        let (asked, run_id) = (caller.clone(), run.to_owned());
+        let holder = match io.spawn(async move { asked.state(&run_id).await }).await {
+            Ok(Ok(Some(RunRecord::Settled(settled)))) => return receipt(&settled),
+            Ok(Ok(Some(RunRecord::Claimed(claim)))) => claim.worker,
+            _ => break,
+        };
+        let asked = caller.clone();
+        let alive = io.spawn(async move { asked.worker_answers(&holder).await }).await.unwrap_or(false);
+        if !alive {
+            break;
+        }
+        tracing::debug!(run = %run, "the worker holding a remote run is slow to report it disposed, but alive: waiting on");
+        wait = wait.max(LIVE_WORKER_RECHECK);
+    }
+    tracing::warn!(run = %run, "the worker holding a remote run did not report its child disposed");
+    Err(Failure::new(Stage::Dispose, Category::WorkerLost))
 }
 
 /// How long a run past its budget's deadline waits for its worker to
