@@ -88,6 +88,9 @@ pub(crate) async fn launch(
     }
     let (slot, receivers) = caller.register(&run);
     let (told, published) = tokio::sync::oneshot::channel();
+    // The launch's verdict on a stored run: `true` once it handed the
+    // child over; dropped when it gave up (cancelled, or dropped itself).
+    let (kept, launched) = tokio::sync::oneshot::channel::<bool>();
     io.spawn({
         let (caller, run, cancel) = (caller.clone(), run.clone(), cancel.clone());
         async move {
@@ -112,8 +115,12 @@ pub(crate) async fn launch(
                 tracing::warn!(provider = %caller.provider, %error, "the broker did not acknowledge a remote run");
             }
             let stored = published.is_ok();
-            let _ = told.send(published);
-            if !stored || cancel.is_cancelled() {
+            // Whether the run lives on is the launch's to say, not the
+            // token's: a cancel of a run already launched (a dispose right
+            // after its start) is that run's cancel, and must not take its
+            // slot from under its child.
+            let handed_over = told.send(published).is_ok() && stored && launched.await.unwrap_or(false);
+            if !handed_over {
                 // The request may be stored even if its ack was lost: the
                 // tombstone makes sure no worker ever runs it.
                 caller.cancel(&run, 1).await;
@@ -126,11 +133,13 @@ pub(crate) async fn launch(
     let published = tokio::select! {
         biased;
         published = published => published,
-        // The rollback above still runs: it watches the same token.
+        // The rollback above still runs: this launch's verdict is dropped.
         _ = cancel.cancelled() => return Err(LaunchError::Aborted),
     };
     match published {
-        Ok(Ok(_)) if !cancel.is_cancelled() => {}
+        Ok(Ok(_)) if !cancel.is_cancelled() => {
+            let _ = kept.send(true);
+        }
         Ok(Ok(_)) => return Err(LaunchError::Aborted),
         Ok(Err(diagnostic)) => return Err(LaunchError::Diagnosed(diagnostic)),
         Err(_) => return Err(LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed }),
@@ -427,11 +436,18 @@ async fn wait_for_the_worker(
 ) -> Result<(), Failure> {
     let give_up_at = tokio::time::Instant::now() + LIVE_WORKER_DISPOSE_PATIENCE.max(wait);
     let mut wait = wait;
+    let mut announced = true;
     loop {
-        match tokio::time::timeout(wait, settled.wait_for(Option::is_some)).await {
-            Ok(Ok(report)) => return report.as_deref().map_or(Ok(()), receipt),
-            Ok(Err(_)) => break,
-            Err(_) => {}
+        if announced {
+            match tokio::time::timeout(wait, settled.wait_for(Option::is_some)).await {
+                Ok(Ok(report)) => return report.as_deref().map_or(Ok(()), receipt),
+                // The run's slot is gone (its provider is stopping): the
+                // run's state record still tells.
+                Ok(Err(_)) => announced = false,
+                Err(_) => {}
+            }
+        } else {
+            tokio::time::sleep(wait).await;
         }
         if tokio::time::Instant::now() >= give_up_at {
             break;
