@@ -91,7 +91,10 @@ fn two_workers_share_fifty_runs_and_each_settles_once_with_its_worker_session() 
     assert!(w1.sessions() > 0 && w2.sessions() > 0, "w1 {} w2 {}", w1.sessions(), w2.sessions());
     let on_disk: usize = workers.iter().map(Worker::sessions).sum();
     assert_eq!(on_disk, 50 + 2, "50 runs and the nested task's two children");
-    let progress = progress.lock().unwrap();
+    // A copy: the listener may still be handed a late update, and must not
+    // wait on a guard held through the runtime's shutdown (which waits for
+    // the events thread).
+    let progress = progress.lock().unwrap().clone();
     assert!(
         progress.iter().any(|update| matches!(update, ProgressUpdate::ToolCall { .. })),
         "tool-call progress crossed the wire: {progress:?}"
