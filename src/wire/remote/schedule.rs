@@ -129,9 +129,10 @@ impl Record {
         let mut wants: Vec<u32> = self.slots.values().map(|slots| slots.wanted).collect();
         wants.push(wanted);
         let contended = wants.iter().fold(0u32, |sum, want| sum.saturating_add(*want)) > ceiling;
-        let granted = wanted.min(fair_share(ceiling, wants)).min(ceiling.saturating_sub(others_hold));
+        let share = wanted.min(fair_share(ceiling, wants));
+        let granted = share.min(ceiling.saturating_sub(others_hold));
         self.slots.insert(member.to_owned(), Slots { held: holding.max(granted), wanted });
-        FleetSlots { granted, contended }
+        FleetSlots { granted, share, contended }
     }
 }
 
@@ -353,14 +354,14 @@ mod tests {
         // compare-and-set puts one first, and the two hold ten between them.
         let first = record.take_slots("w1", 0, 10);
         let second = record.take_slots("w2", 0, 10);
-        assert_eq!(first, FleetSlots { granted: 10, contended: false }, "alone, all of it");
-        assert_eq!(second, FleetSlots { granted: 0, contended: true }, "the first holds every slot");
+        assert_eq!(first, FleetSlots { granted: 10, share: 10, contended: false }, "alone, all of it");
+        assert_eq!(second, FleetSlots { granted: 0, share: 5, contended: true }, "the first holds every slot");
         // A member holding more than its share keeps it counted until it
         // says it holds less: the other gets nothing more meanwhile.
         assert_eq!(record.take_slots("w1", 10, 10).granted, 5, "its share now, but it still holds ten");
         assert_eq!(record.take_slots("w2", 0, 10).granted, 0);
         assert_eq!(record.take_slots("w1", 5, 10).granted, 5, "it says it holds five");
-        assert_eq!(record.take_slots("w2", 0, 10), FleetSlots { granted: 5, contended: true });
+        assert_eq!(record.take_slots("w2", 0, 10), FleetSlots { granted: 5, share: 5, contended: true });
         // Asking for less gives slots back; wanting none holds none.
         assert_eq!(record.take_slots("w1", 5, 0).granted, 0);
         assert_eq!(record.take_slots("w1", 0, 0).granted, 0);

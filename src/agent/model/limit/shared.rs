@@ -50,8 +50,8 @@ const MAX_SLICE: u32 = 20;
 /// How long a process in fallback waits before asking the schedule again.
 const RETRY_SHARED_AFTER: Duration = Duration::from_secs(1);
 
-/// How long a process granted fewer slots than it wants waits before it
-/// asks again.
+/// How long a process granted fewer slots than its fair share waits before
+/// it asks again.
 pub(super) const RETRY_SLOTS_AFTER: Duration = Duration::from_millis(50);
 
 /// How often a process asks for its slots while the fleet wants more than
@@ -107,6 +107,9 @@ pub trait SharedSchedule: Send + Sync + std::fmt::Debug + 'static {
 pub struct FleetSlots {
     /// The calls it may have in flight now.
     pub granted: u32,
+    /// Its fair share of what it wanted: fewer granted means others hold
+    /// more than theirs, and will give it back.
+    pub share: u32,
     /// The fleet's members want more than its ceiling together.
     pub contended: bool,
 }
@@ -219,7 +222,9 @@ pub(super) struct SharingState {
     pub(super) slots: Option<u32>,
     /// The slots the schedule counts this process as holding.
     recorded: u32,
-    /// The last answer granted fewer slots than were wanted.
+    /// The slots the last booking wanted.
+    asked: u32,
+    /// The last answer granted fewer slots than its fair share.
     short: bool,
     /// The last answer said the fleet wants more than its ceiling.
     contended: bool,
@@ -248,6 +253,7 @@ impl Sharing {
                 // None until the first answer grants some.
                 slots: counts_slots.then_some(0),
                 recorded: 0,
+                asked: 0,
                 short: false,
                 contended: false,
             }),
@@ -337,7 +343,9 @@ impl SharingState {
     /// flight or waiting (`in_flight` of them holding a slot) on a route of
     /// concurrency `cap`: `Err` with how long until one may be, unless
     /// callers come or go meanwhile. Due: slots wanted beyond those granted
-    /// (again after [`RETRY_SLOTS_AFTER`] when the last answer was short),
+    /// (at once when the callers grew, again after [`RETRY_SLOTS_AFTER`]
+    /// while the last answer was short of its fair share, else with the
+    /// fleet's contention),
     /// slots held beyond the calls (after [`RELEASE_AFTER`]), a fleet that
     /// wants more than its ceiling (every [`CONTENDED_ASK_EVERY`]), and the
     /// lease of a member with callers (every `renew_every`).
@@ -359,7 +367,7 @@ impl SharingState {
             match self.slots {
                 // The first booking, or the first back from a fallback.
                 None if wanted > 0 => return Ok(()),
-                Some(granted) if wanted > granted => {
+                Some(granted) if wanted > granted && (self.short || wanted > self.asked) => {
                     return after(if self.short { RETRY_SLOTS_AFTER } else { Duration::ZERO })
                 }
                 _ => {}
@@ -397,7 +405,8 @@ impl SharingState {
         if let Some(slots) = booked.slots.filter(|_| self.counts_slots) {
             self.slots = Some(slots.granted);
             self.recorded = booking.holding.max(slots.granted);
-            self.short = slots.granted < booking.wanted;
+            self.asked = booking.wanted;
+            self.short = slots.granted < slots.share;
             self.contended = slots.contended;
         }
         self.last_booked = Some(now);
