@@ -50,9 +50,9 @@ pub(crate) use model::limit::{Unreachable, UpstreamGrant, UpstreamLimiter};
 #[cfg(feature = "config")]
 pub(crate) use model::MODEL_FORMS;
 pub use model::{
-    retry_delay, Api, ApiNotBuilt, Booked, Booking, CallMeter, Cancelled, FleetConcurrency, Limiter, ModelRoute,
-    Permit, RouteLimits, RouteStats, SharedSchedule, SharedStats, Unshared, DEFAULT_CONCURRENCY_CAP, MAX_COOL_DOWN,
-    SLICE_SPAN,
+    retry_delay, Api, ApiNotBuilt, Booked, Booking, CallMeter, Cancelled, FleetConcurrency, FleetSlots, Limiter,
+    ModelRoute, Permit, RouteLimits, RouteStats, SharedSchedule, SharedStats, Unshared, DEFAULT_CONCURRENCY_CAP,
+    MAX_COOL_DOWN, MAX_CREDIBLE_USAGE, MAX_TOKEN_DEBT, SLICE_SPAN,
 };
 #[cfg(feature = "openai")]
 pub use model::{AnthropicConfig, AnthropicModel, OpenAiConfig, OpenAiModel, OpenAiResponsesModel};

@@ -36,7 +36,8 @@ use std::time::Duration;
 
 use common::blocking::eventually;
 use common::{request, runtime_at, Within, WAIT_LIMIT};
-use subagents::seam::ProgressUpdate;
+use serde_json::Value;
+use subagents::seam::{ProgressUpdate, RunUsage};
 use subagents::{CancellationToken, Parent, StartRequest, StopReason, SubagentEvent};
 use support::{broker, caller, one_at_a_time, provider, wire_id, Look, Server, Worker};
 
@@ -90,7 +91,10 @@ fn two_workers_share_fifty_runs_and_each_settles_once_with_its_worker_session() 
     assert!(w1.sessions() > 0 && w2.sessions() > 0, "w1 {} w2 {}", w1.sessions(), w2.sessions());
     let on_disk: usize = workers.iter().map(Worker::sessions).sum();
     assert_eq!(on_disk, 50 + 2, "50 runs and the nested task's two children");
-    let progress = progress.lock().unwrap();
+    // A copy: the listener may still be handed a late update, and must not
+    // wait on a guard held through the runtime's shutdown (which waits for
+    // the events thread).
+    let progress = progress.lock().unwrap().clone();
     assert!(
         progress.iter().any(|update| matches!(update, ProgressUpdate::ToolCall { .. })),
         "tool-call progress crossed the wire: {progress:?}"
@@ -385,4 +389,78 @@ fn the_remote_provider_passes_the_conformance_kit() {
         conformance(move || provider(&url)).long_prompt("Say hello. [delay:5000]").concurrent_runs(4).run_blocking();
     report.assert_conformant();
     assert_eq!(report.with_verdict(Verdict::NotExercised).count(), 0, "{report}");
+}
+
+/// One task file's result lines under `fanout --provider PROVIDER` (with
+/// `extra` flags), as written to its `--out`.
+fn fanout_lines(dir: &std::path::Path, provider: &str, tasks: &std::path::Path, extra: &[&str]) -> Vec<Value> {
+    let out = dir.join(format!("{provider}.jsonl"));
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .arg("fanout")
+        .arg(tasks)
+        .args(["--provider", provider, "--concurrency", "8", "--out"])
+        .arg(&out)
+        .arg("--home")
+        .arg(dir.join(format!("{provider}-home")))
+        .args(extra)
+        .env_remove("RUST_LOG")
+        .env_remove("SUBAGENTS_HOME")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "fanout on {provider}: {status}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    text.lines().map(|line| serde_json::from_str(line).unwrap()).collect()
+}
+
+/// What a batch's lines say it spent: each task's `tree_usage`, by label.
+fn tree_usage_by_label(lines: &[Value]) -> std::collections::BTreeMap<String, RunUsage> {
+    lines
+        .iter()
+        .map(|line| {
+            let label = line["label"].as_str().unwrap().to_owned();
+            (label, serde_json::from_value::<RunUsage>(line["tree_usage"].clone()).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn one_task_file_spends_the_same_on_spawn_process_and_remote() {
+    let (_serial, dir, server) = broker();
+    // A third of the tasks answer alone; the others delegate two or three checks.
+    let tasks = dir.path().join("tasks.jsonl");
+    let lines: Vec<String> = (0..12)
+        .map(|n| {
+            let prompt = match n % 3 {
+                0 => format!("check a{n}; check b{n}"),
+                1 => format!("check a{n}; check b{n}; check c{n}"),
+                _ => format!("task {n}: summarise the notes"),
+            };
+            serde_json::json!({"prompt": prompt, "label": format!("task {n}")}).to_string()
+        })
+        .collect();
+    std::fs::write(&tasks, lines.join("\n")).unwrap();
+    let config = dir.path().join("process.toml");
+    std::fs::write(&config, "[providers.process]\nkind = \"process\"\n").unwrap();
+    let _workers =
+        [Worker::start(dir.path(), &server.url(), "w1", &[]), Worker::start(dir.path(), &server.url(), "w2", &[])];
+    let spawn = fanout_lines(dir.path(), "spawn", &tasks, &[]);
+    let process = fanout_lines(dir.path(), "process", &tasks, &["--config", config.to_str().unwrap()]);
+    let remote = fanout_lines(dir.path(), "remote", &tasks, &["--nats", &server.url()]);
+
+    // The scripted model answers alike wherever it runs: the waits differ.
+    let spent = |lines: &[Value]| {
+        let mut usage = tree_usage_by_label(lines);
+        usage.values_mut().for_each(|usage| usage.limit_wait_ms = 0);
+        usage
+    };
+    let on_spawn = spent(&spawn);
+    assert_eq!(on_spawn.len(), 12, "{spawn:?}");
+    assert!(on_spawn.values().any(|usage| usage.model_calls > 1), "some task delegates: {on_spawn:?}");
+    assert_eq!(spent(&process), on_spawn, "process spends what spawn spends");
+    assert_eq!(spent(&remote), on_spawn, "remote spends what spawn spends");
+    let total = |usage: std::collections::BTreeMap<String, RunUsage>| usage.into_values().sum::<RunUsage>();
+    assert_eq!(total(spent(&remote)), total(on_spawn));
 }

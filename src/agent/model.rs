@@ -47,8 +47,9 @@ use tokio_util::sync::CancellationToken;
 #[cfg(feature = "openai")]
 pub use anthropic::{AnthropicConfig, AnthropicModel};
 pub use limit::{
-    retry_delay, Booked, Booking, Cancelled, FleetConcurrency, Limiter, Permit, RouteLimits, RouteStats,
-    SharedSchedule, SharedStats, Unshared, DEFAULT_CONCURRENCY_CAP, MAX_COOL_DOWN, SLICE_SPAN,
+    retry_delay, Booked, Booking, Cancelled, FleetConcurrency, FleetSlots, Limiter, Permit, RouteLimits, RouteStats,
+    SharedSchedule, SharedStats, Unshared, DEFAULT_CONCURRENCY_CAP, MAX_COOL_DOWN, MAX_CREDIBLE_USAGE, MAX_TOKEN_DEBT,
+    SLICE_SPAN,
 };
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiConfig, OpenAiModel};

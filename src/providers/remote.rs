@@ -68,10 +68,14 @@
 //!   notice to the worker. A run cancelled before pickup never runs: the
 //!   worker that picks it up claims it, sees the tombstone and settles it
 //!   `aborted`. Mid-run the worker cancels its child and reports it
-//!   aborted. `dispose` waits, bounded by `dispose_wait`, for the worker's
-//!   result, which it writes only after its child is disposed; a run never
-//!   claimed disposes at once; a claimed run whose worker vanished is
-//!   reported (`DISPOSE_FAILED`, category `worker-lost`), not waited on.
+//!   aborted. `dispose` waits for the worker's result, which it writes
+//!   only after its child is disposed: `dispose_wait` at a time, and on
+//!   while the worker holding the run answers the pool's status request
+//!   (a slow worker is not a lost one; at most a minute, and the runtime's
+//!   dispose timeout bounds the hook too); a run never claimed disposes at
+//!   once; a claimed run whose worker vanished is reported after
+//!   `dispose_wait` and one unanswered status request (1 s)
+//!   (`DISPOSE_FAILED`, category `worker-lost`), not waited on.
 //! - **Dead callers**: the caller refreshes its lease (a key with a TTL)
 //!   three times per TTL; a worker cancels runs whose caller's lease
 //!   expired, judged only after it has itself been connected for a whole
@@ -234,7 +238,9 @@ pub struct RemoteConfig {
     /// How long `start` keeps trying to get a run stored (10 s).
     pub publish_timeout: Duration,
     /// How long `dispose` waits for a live run's worker to report its
-    /// child disposed (5 s; keep it under the runtime's dispose timeout).
+    /// child disposed before it asks whether that worker still answers (5 s;
+    /// keep it under the runtime's dispose timeout). While it answers, the
+    /// dispose waits on (up to a minute); a silent one is reported lost.
     pub dispose_wait: Duration,
     /// How often unsettled runs are looked up on the broker, in case their
     /// result was announced while this side was away (1 s).

@@ -354,6 +354,12 @@ impl Drop for Connection {
 pub(crate) struct Replier(Option<mpsc::WeakUnboundedSender<String>>);
 
 impl Replier {
+    /// A replier whose lines go to `out` (a test's stand-in for the wire).
+    #[cfg(test)]
+    pub(crate) fn for_test(out: &mpsc::UnboundedSender<String>) -> Replier {
+        Replier(Some(out.downgrade()))
+    }
+
     /// Sends `result` as the response to the child's request `id`.
     pub(crate) fn reply(&self, id: &Value, result: Value) {
         let mut line = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();

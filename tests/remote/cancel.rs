@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use subagents::StopReason;
 
-use super::support::{broker, caller, wire_id, Look, Worker};
+use super::support::{broker, caller, caller_with, config, wire_id, Look, Worker};
 use crate::common::blocking::eventually;
 use crate::common::request;
 use crate::common::{Within, WAIT_LIMIT};
@@ -115,6 +115,44 @@ fn dispose_reports_a_vanished_worker_instead_of_waiting_for_it() {
     assert_eq!(error.code(), "DISPOSE_FAILED");
     assert!(error.to_string().contains("worker-lost"), "{error}");
     assert!(began.elapsed() < Duration::from_secs(6), "bounded by dispose_wait: {:?}", began.elapsed());
+    runtime.shutdown_blocking();
+}
+
+#[test]
+fn a_live_worker_slower_to_report_a_disposed_run_than_dispose_wait_is_waited_for_not_reported_lost() {
+    let (_serial, dir, server) = broker();
+    let look = Look::new(&server.url());
+    // The worker's child ignores its cancel (a slow agent, a loaded
+    // machine): the worker's runtime aborts it after its cancel grace
+    // (500 ms), so the worker reports the run well after the caller's
+    // cancel grace (300 ms) and dispose_wait (1 ms) are over.
+    let file = dir.path().join("worker.toml");
+    std::fs::write(
+        &file,
+        "[providers.held]\nkind = \"mock\"\ndelay = \"60s\"\n\n[providers.deaf]\nkind = \"chaos\"\nwraps = \"held\"\n\
+         seed = 1\nfaults = [{ stage = \"run\", fault = \"hang\", probability = 1.0 }]\n",
+    )
+    .unwrap();
+    let config_file = file.display().to_string();
+    let _worker = Worker::start(dir.path(), &server.url(), "w1", &["--config", &config_file, "--provider", "deaf"]);
+    let mut remote = config(&server.url());
+    remote.dispose_wait = Duration::from_millis(1);
+    let runtime = caller_with(dir.path(), remote);
+    let subagents = runtime.subagents();
+    let run = runtime
+        .within(WAIT_LIMIT, "a run on the slow worker to start", {
+            let subagents = subagents.clone();
+            async move { subagents.start("remote", request("hold")).await }
+        })
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || look.live("default") == 1));
+    let (disposed, result) = runtime.within(WAIT_LIMIT, "a run disposed mid-way on a slow worker", async move {
+        let disposed = run.dispose().await;
+        (disposed, run.result().await)
+    });
+    assert!(disposed.is_ok(), "a worker that still answers is slow, not lost: {disposed:?}");
+    assert_eq!(result.unwrap().stop_reason, StopReason::Aborted);
+    assert_eq!(look.live("default"), 0, "the worker released its child before it reported");
     runtime.shutdown_blocking();
 }
 

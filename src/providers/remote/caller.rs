@@ -484,6 +484,28 @@ impl Caller {
         waiting.into_iter()
     }
 
+    /// Whether `worker` answers the pool's status request within
+    /// [`STATUS_EVERY`]: alive, however slow its runs are.
+    pub(crate) async fn worker_answers(&self, worker: &str) -> bool {
+        let client = &self.broker.client;
+        let inbox = client.new_inbox();
+        let Ok(mut replies) = client.subscribe(inbox.clone()).await else { return false };
+        let subject = self.broker.names.status_subject(&self.pool);
+        if client.publish_with_reply(subject, inbox, "{}".into()).await.is_err() {
+            return false;
+        }
+        let heard = async {
+            while let Some(reply) = replies.next().await {
+                let status: Option<wire::StatusReply> = serde_json::from_slice(&reply.payload).ok();
+                if status.is_some_and(|status| status.worker == worker) {
+                    return true;
+                }
+            }
+            false
+        };
+        tokio::time::timeout(STATUS_EVERY, heard).await.unwrap_or(false)
+    }
+
     /// Asks the pool's workers who is there; any answer is a worker seen,
     /// none (no responders, or none in time) a silence.
     async fn ask_pool(&self) {

@@ -15,7 +15,7 @@ use super::caller::{Caller, Deadline, SlotReceivers};
 use crate::agent::ids;
 use crate::seam::{
     Branch, BudgetLease, Category, Child, Detached, Diagnostic, Failure, Launch, LaunchError, ProviderContext,
-    RunResult, Stage, StopReason, StopReport,
+    RunResult, RunUsage, Stage, StopReason, StopReport,
 };
 use crate::wire::remote::broker::{check_name, OPERATION_TIMEOUT};
 use crate::wire::remote::{self as wire, Lineage, RunRecord, RunRequest, Settled, MAX_MESSAGE_BYTES, VERSION};
@@ -88,6 +88,9 @@ pub(crate) async fn launch(
     }
     let (slot, receivers) = caller.register(&run);
     let (told, published) = tokio::sync::oneshot::channel();
+    // The launch's verdict on a stored run: `true` once it handed the
+    // child over; dropped when it gave up (cancelled, or dropped itself).
+    let (kept, launched) = tokio::sync::oneshot::channel::<bool>();
     io.spawn({
         let (caller, run, cancel) = (caller.clone(), run.clone(), cancel.clone());
         async move {
@@ -112,8 +115,12 @@ pub(crate) async fn launch(
                 tracing::warn!(provider = %caller.provider, %error, "the broker did not acknowledge a remote run");
             }
             let stored = published.is_ok();
-            let _ = told.send(published);
-            if !stored || cancel.is_cancelled() {
+            // Whether the run lives on is the launch's to say, not the
+            // token's: a cancel of a run already launched (a dispose right
+            // after its start) is that run's cancel, and must not take its
+            // slot from under its child.
+            let handed_over = told.send(published).is_ok() && stored && launched.await.unwrap_or(false);
+            if !handed_over {
                 // The request may be stored even if its ack was lost: the
                 // tombstone makes sure no worker ever runs it.
                 caller.cancel(&run, 1).await;
@@ -126,11 +133,13 @@ pub(crate) async fn launch(
     let published = tokio::select! {
         biased;
         published = published => published,
-        // The rollback above still runs: it watches the same token.
+        // The rollback above still runs: this launch's verdict is dropped.
         _ = cancel.cancelled() => return Err(LaunchError::Aborted),
     };
     match published {
-        Ok(Ok(_)) if !cancel.is_cancelled() => {}
+        Ok(Ok(_)) if !cancel.is_cancelled() => {
+            let _ = kept.send(true);
+        }
         Ok(Ok(_)) => return Err(LaunchError::Aborted),
         Ok(Err(diagnostic)) => return Err(LaunchError::Diagnosed(diagnostic)),
         Err(_) => return Err(LaunchError::Failed { stage: Stage::Initialize, category: Category::StartupFailed }),
@@ -351,7 +360,16 @@ impl Child for RemoteChild {
             return StopReport::new();
         }
         let runs = self.settled.borrow().as_ref().and_then(|settled| settled.runs.clone());
-        StopReport::new().with_children(runs.unwrap_or_else(|| vec![Branch::unknown(WORKER_RUNS_UNKNOWN)]))
+        let mut runs = runs.unwrap_or_else(|| vec![Branch::unknown(WORKER_RUNS_UNKNOWN)]);
+        // The worker's local run is this run carried out there: what its
+        // model calls spent is this run's result's usage, counted on this
+        // run's receipt already; under it, only its subtree is new.
+        for branch in &mut runs {
+            if let Branch::Run(local) = branch {
+                local.usage = RunUsage::default();
+            }
+        }
+        StopReport::new().with_children(runs)
     }
 
     fn dispose(&self) -> LocalBoxFuture<'static, Result<(), Failure>> {
@@ -383,13 +401,7 @@ impl Child for RemoteChild {
                         Ok(Ok(Some(RunRecord::Settled(settled)))) => receipt(&settled),
                         // Claimed: the worker writes its result only after
                         // it released its child, so the result is the receipt.
-                        _ => match tokio::time::timeout(wait, settled.wait_for(Option::is_some)).await {
-                            Ok(Ok(report)) => report.as_deref().map_or(Ok(()), receipt),
-                            _ => {
-                                tracing::warn!(run = %run, "the worker holding a remote run did not report its child disposed");
-                                Err(Failure::new(Stage::Dispose, Category::WorkerLost))
-                            }
-                        },
+                        _ => wait_for_the_worker(&caller, &io, &run, &mut settled, wait).await,
                     }
                 }
             };
@@ -397,6 +409,65 @@ impl Child for RemoteChild {
             outcome
         })
     }
+}
+
+/// The longest a dispose waits for the result of a worker that still
+/// answers (a slow machine, a child slow to release), beyond which it is
+/// reported lost all the same: every wait has a bound (the runtime's
+/// dispose timeout is usually the tighter one).
+const LIVE_WORKER_DISPOSE_PATIENCE: Duration = Duration::from_secs(60);
+
+/// The least time between two looks at whether the worker holding a run
+/// still answers: a short `dispose_wait` does not make a dispose ask the
+/// pool hundreds of times a second.
+const LIVE_WORKER_RECHECK: Duration = Duration::from_millis(250);
+
+/// Waits for the result of the worker holding `run` (its child released):
+/// `wait` at a time, and on while that worker answers the pool's status
+/// request (a slow worker is not a lost one), up to
+/// [`LIVE_WORKER_DISPOSE_PATIENCE`]. A worker that is silent, or a run
+/// claimed by no one, is reported lost.
+async fn wait_for_the_worker(
+    caller: &Arc<Caller>,
+    io: &Handle,
+    run: &str,
+    settled: &mut tokio::sync::watch::Receiver<Option<Arc<Settled>>>,
+    wait: Duration,
+) -> Result<(), Failure> {
+    let give_up_at = tokio::time::Instant::now() + LIVE_WORKER_DISPOSE_PATIENCE.max(wait);
+    let mut wait = wait;
+    let mut announced = true;
+    loop {
+        if announced {
+            match tokio::time::timeout(wait, settled.wait_for(Option::is_some)).await {
+                Ok(Ok(report)) => return report.as_deref().map_or(Ok(()), receipt),
+                // The run's slot is gone (its provider is stopping): the
+                // run's state record still tells.
+                Ok(Err(_)) => announced = false,
+                Err(_) => {}
+            }
+        } else {
+            tokio::time::sleep(wait).await;
+        }
+        if tokio::time::Instant::now() >= give_up_at {
+            break;
+        }
+        let (asked, run_id) = (caller.clone(), run.to_owned());
+        let holder = match io.spawn(async move { asked.state(&run_id).await }).await {
+            Ok(Ok(Some(RunRecord::Settled(settled)))) => return receipt(&settled),
+            Ok(Ok(Some(RunRecord::Claimed(claim)))) => claim.worker,
+            _ => break,
+        };
+        let asked = caller.clone();
+        let alive = io.spawn(async move { asked.worker_answers(&holder).await }).await.unwrap_or(false);
+        if !alive {
+            break;
+        }
+        tracing::debug!(run = %run, "the worker holding a remote run is slow to report it disposed, but alive: waiting on");
+        wait = wait.max(LIVE_WORKER_RECHECK);
+    }
+    tracing::warn!(run = %run, "the worker holding a remote run did not report its child disposed");
+    Err(Failure::new(Stage::Dispose, Category::WorkerLost))
 }
 
 /// How long a run past its budget's deadline waits for its worker to

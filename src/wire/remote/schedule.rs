@@ -11,7 +11,13 @@
 //! nothing renews it every third of the TTL, so a process that died or
 //! went idle drops out within one TTL and the others' share of
 //! `max_concurrent` grows back, while a call longer than the TTL keeps
-//! its holder counted). Times are wall-clock times: processes
+//! its holder counted), and the slots of the fleet's concurrency each
+//! member holds and wants. A member admits calls only within the slots
+//! the record granted it, and the record grants a slot only while the
+//! slots its live members hold stay within the fleet's ceiling: two
+//! members that start at once cannot both take the whole of
+//! `max_concurrent`, and a member that died leaves its slots with its
+//! lease. Times are wall-clock times: processes
 //! on several hosts need their clocks in step (NTP) to within a fraction
 //! of the spacing.
 //!
@@ -27,7 +33,7 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use super::broker::{Broker, OPERATION_TIMEOUT};
-use crate::agent::{Booked, Booking, FleetConcurrency, SharedSchedule, Unshared};
+use crate::agent::{Booked, Booking, FleetConcurrency, FleetSlots, SharedSchedule, Unshared, MAX_TOKEN_DEBT};
 
 /// Compare-and-set tries before a booking gives up (the fleet's processes
 /// racing for one record: each try that loses, another won).
@@ -60,6 +66,19 @@ struct Record {
     /// Calls answered since the ceiling last changed.
     #[serde(default)]
     answered: u64,
+    /// Member → the slots of the ceiling it holds and wants (a member's
+    /// entry goes with its lease).
+    #[serde(default)]
+    slots: BTreeMap<String, Slots>,
+}
+
+/// One member's slots of the fleet's concurrency.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Slots {
+    /// The most calls it may have in flight until it books again.
+    held: u32,
+    /// The calls it has in flight or waiting for a slot.
+    wanted: u32,
 }
 
 impl Record {
@@ -93,6 +112,46 @@ impl Record {
         }
         FleetConcurrency { ceiling: self.ceiling.max(1), epoch: self.epoch }
     }
+
+    /// `member`'s slots now: it holds up to `holding` in flight until it
+    /// hears the answer, and wants `wanted`. It is granted what it wants
+    /// within its fair share of the ceiling (max-min: nobody gets more
+    /// than an equal part while another wants more) and within what the
+    /// other live members do not hold; the record counts it as holding the
+    /// larger of the grant and `holding` until its next booking says
+    /// less. Call after the leases were pruned.
+    fn take_slots(&mut self, member: &str, holding: u32, wanted: u32) -> FleetSlots {
+        let ceiling = self.ceiling.max(1);
+        let members = &self.members;
+        self.slots.retain(|name, _| members.contains_key(name));
+        self.slots.remove(member);
+        let others_hold: u32 = self.slots.values().fold(0, |sum, slots| sum.saturating_add(slots.held));
+        let mut wants: Vec<u32> = self.slots.values().map(|slots| slots.wanted).collect();
+        wants.push(wanted);
+        let contended = wants.iter().fold(0u32, |sum, want| sum.saturating_add(*want)) > ceiling;
+        let share = wanted.min(fair_share(ceiling, wants));
+        let granted = share.min(ceiling.saturating_sub(others_hold));
+        self.slots.insert(member.to_owned(), Slots { held: holding.max(granted), wanted });
+        FleetSlots { granted, share, contended }
+    }
+}
+
+/// The most any one of `wants` gets of `ceiling` shared max-min fairly
+/// (water-filling), rounded up: the grants are held within the ceiling
+/// by what the others hold, not by this level.
+fn fair_share(ceiling: u32, mut wants: Vec<u32>) -> u32 {
+    wants.sort_unstable();
+    let mut left = ceiling;
+    let mut sharing = u32::try_from(wants.len()).unwrap_or(u32::MAX).max(1);
+    for want in wants {
+        let level = left.div_ceil(sharing);
+        if want > level {
+            return level;
+        }
+        left -= want;
+        sharing -= 1;
+    }
+    ceiling
 }
 
 /// One route's schedule on the broker, for one member process.
@@ -209,19 +268,28 @@ impl SharedSchedule for BrokerSchedule {
         Box::pin(async move {
             let lease = micros(self.lease);
             let spacing = micros(booking.spacing);
-            let (first, members, concurrency) = self
+            let (first, members, concurrency, slots) = self
                 .update(|record, now| {
                     record.members.retain(|_, until| *until > now);
                     record.members.insert(self.member.clone(), now + lease);
                     let first = now.max(record.next).max(record.tokens).max(record.cool);
                     record.next = first + spacing * u64::from(booking.requests);
+                    // Whatever the members report together, the fleet is never
+                    // longer in debt than the window `tpm` counts in.
                     let debt = i128::from(record.tokens.max(now)) + i128::from(booking.token_time_micros);
-                    record.tokens = u64::try_from(debt.max(i128::from(now))).unwrap_or(u64::MAX);
+                    let most = i128::from(now) + i128::from(micros(MAX_TOKEN_DEBT));
+                    record.tokens = u64::try_from(debt.clamp(i128::from(now), most)).unwrap_or(u64::MAX);
                     let concurrency = record.grow(booking.answered, booking.cap);
-                    (first, u32::try_from(record.members.len()).unwrap_or(u32::MAX), concurrency)
+                    let slots = record.take_slots(&self.member, booking.holding, booking.wanted);
+                    (first, u32::try_from(record.members.len()).unwrap_or(u32::MAX), concurrency, slots)
                 })
                 .await?;
-            Ok(Booked { first: UNIX_EPOCH + Duration::from_micros(first), members, concurrency: Some(concurrency) })
+            Ok(Booked {
+                first: UNIX_EPOCH + Duration::from_micros(first),
+                members,
+                concurrency: Some(concurrency),
+                slots: Some(slots),
+            })
         })
     }
 
@@ -234,6 +302,10 @@ impl SharedSchedule for BrokerSchedule {
 
     fn renew_every(&self) -> Option<Duration> {
         Some(super::renew_every(self.lease))
+    }
+
+    fn counts_slots(&self) -> bool {
+        true
     }
 
     fn back_off(&self, epoch: u64, in_flight: u32) -> BoxFuture<'_, Result<Option<FleetConcurrency>, Unshared>> {
@@ -251,7 +323,8 @@ fn now_micros() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{route_key, Record};
+    use super::{fair_share, route_key, Record};
+    use crate::agent::FleetSlots;
 
     #[test]
     fn the_fleets_ceiling_halves_once_an_epoch_and_grows_by_one_a_ceiling_of_answered_calls() {
@@ -270,6 +343,41 @@ mod tests {
             record.back_off(epoch, 40);
         }
         assert_eq!(record.grow(0, 40).ceiling, 1, "never below one");
+    }
+
+    #[test]
+    fn members_that_ask_at_once_are_granted_the_ceiling_between_them_and_a_lost_ones_slots_go_with_its_lease() {
+        let mut record = Record::default();
+        record.grow(0, 10);
+        record.members.extend([("w1".to_owned(), 1), ("w2".to_owned(), 1)]);
+        // Both ask for the whole ceiling before either holds anything: the
+        // compare-and-set puts one first, and the two hold ten between them.
+        let first = record.take_slots("w1", 0, 10);
+        let second = record.take_slots("w2", 0, 10);
+        assert_eq!(first, FleetSlots { granted: 10, share: 10, contended: false }, "alone, all of it");
+        assert_eq!(second, FleetSlots { granted: 0, share: 5, contended: true }, "the first holds every slot");
+        // A member holding more than its share keeps it counted until it
+        // says it holds less: the other gets nothing more meanwhile.
+        assert_eq!(record.take_slots("w1", 10, 10).granted, 5, "its share now, but it still holds ten");
+        assert_eq!(record.take_slots("w2", 0, 10).granted, 0);
+        assert_eq!(record.take_slots("w1", 5, 10).granted, 5, "it says it holds five");
+        assert_eq!(record.take_slots("w2", 0, 10), FleetSlots { granted: 5, share: 5, contended: true });
+        // Asking for less gives slots back; wanting none holds none.
+        assert_eq!(record.take_slots("w1", 5, 0).granted, 0);
+        assert_eq!(record.take_slots("w1", 0, 0).granted, 0);
+        assert_eq!(record.take_slots("w2", 5, 10).granted, 10, "the first wants none now");
+        // A member whose lease ended (pruned from `members`) holds nothing.
+        record.members.remove("w2");
+        assert_eq!(record.take_slots("w1", 0, 10).granted, 10);
+        assert!(!record.slots.contains_key("w2"));
+    }
+
+    #[test]
+    fn a_fair_share_is_water_filled() {
+        assert_eq!(fair_share(10, vec![10, 10]), 5);
+        assert_eq!(fair_share(10, vec![2, 10, 10]), 4);
+        assert_eq!(fair_share(10, vec![10, 10, 10]), 4, "rounded up; the others' holdings bound the total");
+        assert_eq!(fair_share(10, vec![1, 2]), 10, "nobody is short");
     }
 
     #[test]

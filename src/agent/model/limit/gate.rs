@@ -10,6 +10,11 @@
 //! - Each window of successes (as many answered calls as the effective
 //!   concurrency) adds one, up to the cap.
 //!
+//! A shared route lets in its share of the fleet's ceiling on top: the
+//! slots the fleet's schedule granted this process (none before its first
+//! answer), or `1 / members` of the ceiling where the schedule counts no
+//! slots or is out of reach.
+//!
 //! The slots are a fair semaphore holding `total` permits; lowering the
 //! effective concurrency forgets permits as calls give them back, raising
 //! it adds them, so a waiter never sees more than the effective count
@@ -47,13 +52,20 @@ struct GateState {
     /// The fleet's concurrency, if it keeps one: the share is of it
     /// rather than of the cap.
     fleet_ceiling: Option<u32>,
+    /// The slots of the fleet's ceiling its schedule granted this process,
+    /// when it counts them: the share, instead of `1 / members`.
+    fleet_slots: Option<u32>,
 }
 
 impl GateState {
     /// What it lets in now, given its share of the fleet.
     fn allowed(&self) -> u32 {
         let ceiling = self.fleet_ceiling.map_or(self.cap, |ceiling| ceiling.min(self.cap));
-        let share = (ceiling / self.members.max(1)).max(1);
+        let share = match self.fleet_slots {
+            // Possibly none: the fleet's other members hold the ceiling.
+            Some(granted) => granted.min(ceiling),
+            None => (ceiling / self.members.max(1)).max(1),
+        };
         self.effective.min(share)
     }
 }
@@ -77,6 +89,7 @@ impl Gate {
                 epoch: 0,
                 members: 1,
                 fleet_ceiling: None,
+                fleet_slots: None,
             }),
         }
     }
@@ -151,6 +164,15 @@ impl Gate {
         if fleet_ceiling.is_some() {
             state.fleet_ceiling = fleet_ceiling;
         }
+        self.shrink(&mut state);
+        self.grow(&mut state);
+    }
+
+    /// The slots of the fleet's ceiling granted to this process (`None`:
+    /// its share is `1 / members`).
+    pub(super) fn grant(&self, slots: Option<u32>) {
+        let mut state = self.lock();
+        state.fleet_slots = slots;
         self.shrink(&mut state);
         self.grow(&mut state);
     }
@@ -245,5 +267,29 @@ mod tests {
         gate.share_among(3, Some(24));
         assert_eq!(gate.concurrency(), (8, 50));
         assert_eq!(gate.semaphore.available_permits(), 8);
+    }
+
+    #[tokio::test]
+    async fn a_member_granted_slots_lets_in_those_only_and_none_before_its_first_grant() {
+        let gate = Gate::new(10);
+        gate.grant(Some(0));
+        assert_eq!(gate.concurrency(), (0, 10));
+        assert!(gate.semaphore.clone().try_acquire_owned().is_err(), "no slot before a grant");
+        gate.grant(Some(3));
+        let mut held: Vec<Slot> = Vec::new();
+        for _ in 0..3 {
+            held.push(gate.acquire().await);
+        }
+        assert!(gate.semaphore.clone().try_acquire_owned().is_err(), "three granted, three held");
+        // Fewer granted while three are held: they are forgotten as they come back.
+        gate.grant(Some(1));
+        for slot in &mut held {
+            gate.release(slot);
+        }
+        assert_eq!(gate.semaphore.available_permits(), 1);
+        // Out of the schedule's reach: the fraction again.
+        gate.share_among(2, None);
+        gate.grant(None);
+        assert_eq!(gate.concurrency(), (5, 10));
     }
 }

@@ -15,12 +15,23 @@
 //! holding starts loses only their time, and the fleet's capacity comes
 //! back as it passes.
 //!
-//! `max_concurrent` is shared by fraction: each of the fleet's live members
-//! (as the schedule last counted them) lets in `1 / members` of it. When
-//! the schedule cannot be reached the process falls back to its own
-//! fraction of every limit (`limit / members`, last known), says so once
-//! in a warning and in [`SharedStats::fallback`], and asks again a second
-//! later.
+//! `max_concurrent` (and the fleet's concurrency under it) is shared by
+//! slots when the schedule counts them ([`SharedSchedule::counts_slots`]):
+//! each booking tells the schedule how many calls this process may have in
+//! flight until the answer comes and how many it wants, and the answer
+//! grants it slots only while the fleet's holdings stay within the ceiling.
+//! The process starts with none, so the limit holds from the fleet's first
+//! request, however many processes start at once. A process short of
+//! slots asks again [`RETRY_SLOTS_AFTER`] later (and, while the fleet
+//! wants more than the ceiling, every [`CONTENDED_ASK_EVERY`], so a member
+//! holding more than its fair share hears so); one holding more than it
+//! needs gives the surplus back [`RELEASE_AFTER`] after its last booking.
+//! A schedule that counts no slots shares `max_concurrent` by fraction:
+//! each of the fleet's live members (as the schedule last counted them)
+//! lets in `1 / members` of it. When the schedule cannot be reached the
+//! process falls back to its own fraction of every limit
+//! (`limit / members`, last known), says so once in a warning and in
+//! [`SharedStats::fallback`], and asks again a second later.
 
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
@@ -38,6 +49,18 @@ const MAX_SLICE: u32 = 20;
 
 /// How long a process in fallback waits before asking the schedule again.
 const RETRY_SHARED_AFTER: Duration = Duration::from_secs(1);
+
+/// How long a process granted fewer slots than its fair share waits before
+/// it asks again.
+pub(super) const RETRY_SLOTS_AFTER: Duration = Duration::from_millis(50);
+
+/// How often a process asks for its slots while the fleet wants more than
+/// its ceiling: each answer moves it toward its fair share.
+pub(super) const CONTENDED_ASK_EVERY: Duration = Duration::from_millis(250);
+
+/// How long after its last booking a process gives back the slots it
+/// holds beyond its calls (a short lull keeps them).
+pub(super) const RELEASE_AFTER: Duration = Duration::from_millis(100);
 
 /// Where a shared route keeps its fleet-wide schedule. Implemented on the
 /// broker of the `remote` workers; a test or an embedder may bring its own.
@@ -69,10 +92,31 @@ pub trait SharedSchedule: Send + Sync + std::fmt::Debug + 'static {
         let _ = (epoch, in_flight);
         Box::pin(async { Ok(None) })
     }
+
+    /// Whether each booking's answer grants this process its slots of the
+    /// fleet's concurrency ([`Booked::slots`]); then it lets no call in
+    /// before its first booking. `false` (the default): each process lets
+    /// in `1 / members` of it.
+    fn counts_slots(&self) -> bool {
+        false
+    }
 }
 
-/// The fleet's concurrency on a route (AIMD across the fleet): each member
-/// lets in `ceiling / members`.
+/// A process's slots of the fleet's concurrency, as a booking granted them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FleetSlots {
+    /// The calls it may have in flight now.
+    pub granted: u32,
+    /// Its fair share of what it wanted: fewer granted means others hold
+    /// more than theirs, and will give it back.
+    pub share: u32,
+    /// The fleet's members want more than its ceiling together.
+    pub contended: bool,
+}
+
+/// The fleet's concurrency on a route (AIMD across the fleet): its members
+/// share it by the slots the schedule grants them, or by `ceiling / members`
+/// where it counts none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FleetConcurrency {
     /// Calls the fleet lets in flight now: `max_concurrent` at most, halved
@@ -99,6 +143,11 @@ pub struct Booking {
     /// The most the fleet lets in flight (`max_concurrent`, or the default
     /// cap).
     pub cap: u32,
+    /// The most calls this process may have in flight until it hears the
+    /// answer (its slots granted before, or its calls in flight if more).
+    pub holding: u32,
+    /// Its calls in flight and waiting for a slot.
+    pub wanted: u32,
 }
 
 /// What a booking got.
@@ -110,6 +159,8 @@ pub struct Booked {
     pub members: u32,
     /// The fleet's concurrency, if the schedule keeps one.
     pub concurrency: Option<FleetConcurrency>,
+    /// This process's slots of it, if the schedule counts them.
+    pub slots: Option<FleetSlots>,
 }
 
 /// The fleet's schedule could not be reached; the reason.
@@ -125,10 +176,11 @@ pub struct SharedStats {
     pub members: u32,
     /// Bookings made on the fleet's schedule.
     pub bookings: u64,
-    /// Leases renewed without a booking (calls in flight, none starting).
+    /// Bookings of no starts: leases renewed (calls in flight, none
+    /// starting), slots asked for or given back.
     pub renewals: u64,
     /// The fleet's concurrency ceiling, last seen (this process lets in
-    /// `ceiling / members` of it).
+    /// the slots of it the schedule granted, or `ceiling / members`).
     pub fleet_concurrency: Option<u32>,
     /// Why the process runs on its own fraction now, if it does.
     pub fallback: Option<String>,
@@ -140,6 +192,13 @@ pub struct SharedStats {
 pub(super) struct Sharing {
     pub(super) schedule: std::sync::Arc<dyn SharedSchedule>,
     pub(super) state: std::sync::Mutex<SharingState>,
+    /// Held through each booking and the taking of its answer: an answer
+    /// taken after a later booking's would grant slots the schedule no
+    /// longer counts.
+    pub(super) booking: tokio::sync::Mutex<()>,
+    /// Wakes the task that keeps the process's lease and slots (callers
+    /// came or went).
+    pub(super) wake: std::sync::Arc<tokio::sync::Notify>,
 }
 
 pub(super) struct SharingState {
@@ -156,13 +215,32 @@ pub(super) struct SharingState {
     pub(super) answered: u32,
     /// The fleet concurrency's epoch, last seen.
     pub(super) epoch: u64,
+    /// The schedule grants slots ([`SharedSchedule::counts_slots`]).
+    counts_slots: bool,
+    /// The slots the last answer granted (`None`: the schedule counts none,
+    /// or is out of reach and the process keeps to its fraction).
+    pub(super) slots: Option<u32>,
+    /// The slots the schedule counts this process as holding.
+    recorded: u32,
+    /// The slots the last booking wanted.
+    asked: u32,
+    /// The last answer granted fewer slots than its fair share.
+    short: bool,
+    /// The last answer said the fleet wants more than its ceiling.
+    contended: bool,
 }
+
+/// How long the keeping task sleeps with nothing due and no lease to renew.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 impl Sharing {
     pub(super) fn new(schedule: std::sync::Arc<dyn SharedSchedule>) -> Sharing {
         let stats = SharedStats { members: 1, ..SharedStats::default() };
+        let counts_slots = schedule.counts_slots();
         Sharing {
             schedule,
+            booking: tokio::sync::Mutex::new(()),
+            wake: std::sync::Arc::default(),
             state: std::sync::Mutex::new(SharingState {
                 granted: VecDeque::new(),
                 token_time_micros: 0,
@@ -171,6 +249,13 @@ impl Sharing {
                 last_booked: None,
                 answered: 0,
                 epoch: 0,
+                counts_slots,
+                // None until the first answer grants some.
+                slots: counts_slots.then_some(0),
+                recorded: 0,
+                asked: 0,
+                short: false,
+                contended: false,
             }),
         }
     }
@@ -209,36 +294,96 @@ impl SharingState {
         self.retry_at.is_none_or(|at| now >= at)
     }
 
-    /// The booking to ask for `waiting` callers.
-    pub(super) fn booking(&mut self, waiting: u32, spacing: Duration, cap: u32) -> Booking {
+    /// The starts to book for `waiting` callers: a slice.
+    pub(super) fn starts_for(waiting: u32, spacing: Duration) -> u32 {
         let slice = if spacing.is_zero() {
             MAX_SLICE
         } else {
             u32::try_from(SLICE_SPAN.as_nanos() / spacing.as_nanos()).unwrap_or(MAX_SLICE).clamp(1, MAX_SLICE)
         };
+        waiting.clamp(1, slice)
+    }
+
+    /// A booking of `requests` starts (0: none), paying the token debt and
+    /// telling the answered calls; `in_flight` calls in flight, `wanted`
+    /// slots wanted, and `allowed` the calls the gate lets in now.
+    pub(super) fn booking(
+        &mut self,
+        requests: u32,
+        spacing: Duration,
+        cap: u32,
+        in_flight: u32,
+        wanted: u32,
+        allowed: u32,
+    ) -> Booking {
         Booking {
-            requests: waiting.clamp(1, slice),
+            requests,
             spacing,
             token_time_micros: std::mem::take(&mut self.token_time_micros),
             answered: std::mem::take(&mut self.answered),
             cap,
+            // Until the answer is taken the gate may fill what it lets in.
+            holding: self.slots.unwrap_or(allowed).max(in_flight),
+            wanted,
         }
     }
 
-    /// The renewal of this member's lease, due when nothing was booked for
-    /// `every`: a booking of no starts (it pays the token debt too).
-    pub(super) fn renewal(&mut self, now: Instant, every: Duration, spacing: Duration, cap: u32) -> Option<Booking> {
-        // Half a period of slack: `at` is when the last booking came back,
-        // a broker round trip after its tick, and the next tick must not
-        // find it just short of due (renewing every other tick).
-        let due = self.last_booked.is_none_or(|at| now + every / 2 >= at + every);
-        (due && self.may_ask(now)).then(|| Booking {
-            requests: 0,
-            spacing,
-            token_time_micros: std::mem::take(&mut self.token_time_micros),
-            answered: std::mem::take(&mut self.answered),
-            cap,
-        })
+    /// Before a booking: slots granted beyond `keep` are given up here
+    /// first (the booking then says so), so the process never has more in
+    /// flight than the schedule counts. The slots it keeps, if it counts.
+    pub(super) fn give_up_beyond(&mut self, keep: u32) -> Option<u32> {
+        let granted = self.slots?;
+        if keep < granted {
+            self.slots = Some(keep);
+        }
+        self.slots
+    }
+
+    /// Whether a booking of no starts is due now, with `demand` callers in
+    /// flight or waiting (`in_flight` of them holding a slot) on a route of
+    /// concurrency `cap`: `Err` with how long until one may be, unless
+    /// callers come or go meanwhile. Due: slots wanted beyond those granted
+    /// (at once when the callers grew, again after [`RETRY_SLOTS_AFTER`]
+    /// while the last answer was short of its fair share, else with the
+    /// fleet's contention),
+    /// slots held beyond the calls (after [`RELEASE_AFTER`]), a fleet that
+    /// wants more than its ceiling (every [`CONTENDED_ASK_EVERY`]), and the
+    /// lease of a member with callers (every `renew_every`).
+    pub(super) fn errand(
+        &self,
+        now: Instant,
+        demand: u32,
+        in_flight: u32,
+        cap: u32,
+        renew_every: Option<Duration>,
+    ) -> Result<(), Duration> {
+        if let Some(at) = self.retry_at.filter(|&at| at > now) {
+            return Err(at - now);
+        }
+        let since = self.last_booked.map_or(Duration::MAX, |at| now.saturating_duration_since(at));
+        let after = |wait: Duration| if since >= wait { Ok(()) } else { Err(wait - since) };
+        if self.counts_slots {
+            let wanted = demand.min(cap);
+            match self.slots {
+                // The first booking, or the first back from a fallback.
+                None if wanted > 0 => return Ok(()),
+                Some(granted) if wanted > granted && (self.short || wanted > self.asked) => {
+                    return after(if self.short { RETRY_SLOTS_AFTER } else { Duration::ZERO })
+                }
+                _ => {}
+            }
+            if self.recorded > wanted.max(in_flight) {
+                return after(RELEASE_AFTER);
+            }
+            if self.contended && wanted > 0 {
+                return after(CONTENDED_ASK_EVERY);
+            }
+        }
+        match renew_every {
+            Some(every) if demand > 0 => after(every),
+            Some(every) => Err(every),
+            None => Err(IDLE_CHECK),
+        }
     }
 
     /// Takes the fleet's concurrency a booking or a back-off gave.
@@ -256,6 +401,13 @@ impl SharingState {
         self.stats.members = booked.members.max(1);
         if let Some(concurrency) = booked.concurrency {
             self.fleet_concurrency(concurrency);
+        }
+        if let Some(slots) = booked.slots.filter(|_| self.counts_slots) {
+            self.slots = Some(slots.granted);
+            self.recorded = booking.holding.max(slots.granted);
+            self.asked = booking.wanted;
+            self.short = slots.granted < slots.share;
+            self.contended = slots.contended;
         }
         self.last_booked = Some(now);
         if booking.requests > 0 {
@@ -275,6 +427,8 @@ impl SharingState {
         self.token_time_micros += booking.token_time_micros;
         self.answered = self.answered.saturating_add(booking.answered);
         self.retry_at = Some(Instant::now() + RETRY_SHARED_AFTER);
+        // Its fraction of the fleet's concurrency until the schedule is back.
+        self.slots = None;
         if self.stats.fallback.is_none() {
             tracing::warn!(
                 reason = %why.0,
@@ -327,7 +481,7 @@ mod tests {
                 let first = next.map_or(now, |next| next.max(now));
                 *next = Some(first + booking.spacing * booking.requests);
                 let first = SystemTime::now() + (first - now);
-                Ok(Booked { first, members: self.members, concurrency: *self.fleet.lock().unwrap() })
+                Ok(Booked { first, members: self.members, concurrency: *self.fleet.lock().unwrap(), slots: None })
             })
         }
 
