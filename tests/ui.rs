@@ -890,6 +890,44 @@ fn idle_connections_without_the_token_never_lock_the_page_out() {
 }
 
 #[test]
+fn connections_churning_without_the_token_never_lock_the_page_out() {
+    use std::io::Read;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let served = ui(&dir.path().join("home"), &[]);
+    // Many more silent connections than the server admits, each waiting to
+    // be closed and coming straight back: the queue of those waiting for
+    // their head turns over all the time.
+    let stop = Arc::new(AtomicBool::new(false));
+    let churners: Vec<_> = (0..200)
+        .map(|_| {
+            let (stop, address) = (stop.clone(), served.address);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(mut stream) = std::net::TcpStream::connect(address) else { continue };
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                    let _ = stream.read(&mut [0u8; 1]);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let mut failed = 0;
+    let mut asked = 0;
+    while started.elapsed() < Duration::from_secs(4) {
+        asked += 1;
+        failed += usize::from(status_of(served.address, &format!("/api/live?token={}", served.token)) != 200);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for churner in churners {
+        churner.join().unwrap();
+    }
+    assert_eq!(failed, 0, "{failed} of {asked} requests with the token failed beside churning connections");
+}
+
+#[test]
 fn an_answer_whose_body_never_finishes_does_not_hold_its_connection() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
