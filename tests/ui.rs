@@ -1021,6 +1021,57 @@ fn many_large_parked_requests_cost_the_view_what_it_lists_not_what_waits() {
 }
 
 #[test]
+fn the_requests_past_the_list_are_counted_only_when_they_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let pending = home.join("approvals/pending");
+    std::fs::create_dir_all(&pending).unwrap();
+    let served = ui(&home, &[]);
+    // Parked while the view looks: each file written, then locked (a look
+    // may come between the two).
+    let padding = "x".repeat(270_000);
+    let park = |id: String, n: u64| {
+        let request = subagents::seam::PermissionRequest::new(Vec::new()).with_title(format!("call {id}"));
+        let mut request = serde_json::to_value(request).unwrap();
+        request["input"] = json!(padding);
+        let request: subagents::seam::PermissionRequest = serde_json::from_value(request).unwrap();
+        let digest = subagents::batch::digest_of(&request);
+        let parked = subagents::batch::Parked { id: id.clone(), request, parked_at: 1000 + n, digest };
+        let file = pending.join(format!("{id}.json"));
+        std::fs::write(&file, serde_json::to_vec(&parked).unwrap()).unwrap();
+        std::fs::File::open(&file).unwrap()
+    };
+    let mut held = Vec::new();
+    for n in 0..400u64 {
+        // Every tenth one's batch is gone (its file left unlocked): never
+        // listed, never counted.
+        let file = park(format!("7-{n}"), n);
+        if n % 10 != 0 {
+            file.lock().unwrap();
+            held.push(file);
+        }
+    }
+    // Files no batch wrote: unreadable, or too large to be a request.
+    std::fs::write(pending.join("junk.json"), "{").unwrap();
+    std::fs::write(pending.join("huge.json"), vec![b' '; 2 << 20]).unwrap();
+    let waiting = held.len();
+    let started = std::time::Instant::now();
+    let ids = loop {
+        let list = served.api("approvals");
+        let ids: Vec<String> =
+            list["requests"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_owned()).collect();
+        if ids.len() == 200 && list["more"] == waiting - 200 {
+            break ids;
+        }
+        let more = &list["more"];
+        assert!(started.elapsed() < PATIENCE, "{} listed and {more} more, of {waiting} waiting", ids.len());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(ids.iter().all(|id| id.split('-').nth(1).unwrap().parse::<u64>().unwrap() % 10 != 0), "{ids:?}");
+    drop(held);
+}
+
+#[test]
 fn a_request_whose_batch_is_gone_is_not_listed_even_when_the_directory_is_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
