@@ -70,7 +70,7 @@ use std::time::Duration;
 
 use crate::{Budget, CancellationToken, Subagents};
 
-pub use journal::{resume_line_bound, runs_path};
+pub use journal::{open_stream, resume_line_bound, runs_path};
 pub use parked::{answer, approvals_dir, digest_of, pending, AnswerError, OnParked, Parked, ParkedApprover};
 pub use pipeline::PipelineError;
 pub use results::refuse_shared;

@@ -444,6 +444,19 @@ impl Workspaces {
         if self.config.root.is_none() {
             let own = dirs::user_temp_dir();
             dirs::make_private(&own).map_err(failed(&own))?;
+            // The default root is never a link: one in its place (a child's,
+            // to anywhere) is removed alone, never followed or chmod'ed
+            // through; anything else not a directory of this user's is
+            // refused by `make_private`, which looks without following.
+            if dirs::unlink_if_link(&self.root) {
+                tracing::warn!(path = %self.root.display(), "removed a link left in place of the worktrees' root");
+            }
+            dirs::make_private(&self.root).map_err(failed(&self.root))?;
+            // Checked to be directories, not links: the path the worktrees
+            // go under is the user's own directory's (its parent, the
+            // temporary directory, may be a link), then the root's name.
+            let own = own.canonicalize().map_err(failed(&own))?;
+            return Ok(own.join(self.root.file_name().unwrap_or_default()));
         }
         // A configured root may be a link (the user's own): its target is made private.
         let root = self.root.canonicalize().unwrap_or_else(|_| self.root.clone());

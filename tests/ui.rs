@@ -890,6 +890,44 @@ fn idle_connections_without_the_token_never_lock_the_page_out() {
 }
 
 #[test]
+fn connections_churning_without_the_token_never_lock_the_page_out() {
+    use std::io::Read;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let served = ui(&dir.path().join("home"), &[]);
+    // Many more silent connections than the server admits, each waiting to
+    // be closed and coming straight back: the queue of those waiting for
+    // their head turns over all the time.
+    let stop = Arc::new(AtomicBool::new(false));
+    let churners: Vec<_> = (0..200)
+        .map(|_| {
+            let (stop, address) = (stop.clone(), served.address);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(mut stream) = std::net::TcpStream::connect(address) else { continue };
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                    let _ = stream.read(&mut [0u8; 1]);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let mut failed = 0;
+    let mut asked = 0;
+    while started.elapsed() < Duration::from_secs(4) {
+        asked += 1;
+        failed += usize::from(status_of(served.address, &format!("/api/live?token={}", served.token)) != 200);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for churner in churners {
+        churner.join().unwrap();
+    }
+    assert_eq!(failed, 0, "{failed} of {asked} requests with the token failed beside churning connections");
+}
+
+#[test]
 fn an_answer_whose_body_never_finishes_does_not_hold_its_connection() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
@@ -980,6 +1018,57 @@ fn many_large_parked_requests_cost_the_view_what_it_lists_not_what_waits() {
     assert!(cpu < 0.05, "the view used {cpu:.2} CPU-seconds a second while nothing changed");
     let rss = rss_bytes(pid);
     assert!(rss < 100 << 20, "the view holds {} MiB for 120 MB of parked requests", rss >> 20);
+}
+
+#[test]
+fn the_requests_past_the_list_are_counted_only_when_they_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let pending = home.join("approvals/pending");
+    std::fs::create_dir_all(&pending).unwrap();
+    let served = ui(&home, &[]);
+    // Parked while the view looks: each file written, then locked (a look
+    // may come between the two).
+    let padding = "x".repeat(270_000);
+    let park = |id: String, n: u64| {
+        let request = subagents::seam::PermissionRequest::new(Vec::new()).with_title(format!("call {id}"));
+        let mut request = serde_json::to_value(request).unwrap();
+        request["input"] = json!(padding);
+        let request: subagents::seam::PermissionRequest = serde_json::from_value(request).unwrap();
+        let digest = subagents::batch::digest_of(&request);
+        let parked = subagents::batch::Parked { id: id.clone(), request, parked_at: 1000 + n, digest };
+        let file = pending.join(format!("{id}.json"));
+        std::fs::write(&file, serde_json::to_vec(&parked).unwrap()).unwrap();
+        std::fs::File::open(&file).unwrap()
+    };
+    let mut held = Vec::new();
+    for n in 0..400u64 {
+        // Every tenth one's batch is gone (its file left unlocked): never
+        // listed, never counted.
+        let file = park(format!("7-{n}"), n);
+        if n % 10 != 0 {
+            file.lock().unwrap();
+            held.push(file);
+        }
+    }
+    // Files no batch wrote: unreadable, or too large to be a request.
+    std::fs::write(pending.join("junk.json"), "{").unwrap();
+    std::fs::write(pending.join("huge.json"), vec![b' '; 2 << 20]).unwrap();
+    let waiting = held.len();
+    let started = std::time::Instant::now();
+    let ids = loop {
+        let list = served.api("approvals");
+        let ids: Vec<String> =
+            list["requests"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_owned()).collect();
+        if ids.len() == 200 && list["more"] == waiting - 200 {
+            break ids;
+        }
+        let more = &list["more"];
+        assert!(started.elapsed() < PATIENCE, "{} listed and {more} more, of {waiting} waiting", ids.len());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(ids.iter().all(|id| id.split('-').nth(1).unwrap().parse::<u64>().unwrap() % 10 != 0), "{ids:?}");
+    drop(held);
 }
 
 #[test]

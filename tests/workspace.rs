@@ -92,7 +92,9 @@ fn checkout(repo: &Path) -> Checkout {
 /// first time as `crash`, later as `write FILE done`), `link-away DIR`
 /// (puts a link to DIR, given a copy of its `.git`, in place of its
 /// worktree), `link-batch DIR` (the same with its batch's directory, DIR
-/// given a directory named like its worktree), anything else: nothing.
+/// given a directory named like its worktree), `link-root DIR` (moves the
+/// worktrees' root away and puts a link to DIR in its place), anything
+/// else: nothing.
 fn stand_in(dir: &Path) -> PathBuf {
     let script = format!(
         r#"#!/bin/sh
@@ -124,6 +126,7 @@ case $1 in
   link-batch)
     w=$(pwd -P); b=$(dirname "$w"); mkdir -p "$2/${{w##*/}}"; cp .git "$2/${{w##*/}}/.git"
     cd /; mv "$b" "$b.moved"; ln -s "$2" "$b" ;;
+  link-root) r=$(dirname "$(dirname "$(pwd -P)")"); cd /; mv "$r" "$r.moved"; ln -s "$2" "$r" ;;
 esac
 answer '{{"stopReason":"end_turn"}}'
 "#,

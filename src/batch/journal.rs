@@ -50,7 +50,7 @@ use super::tasks::{self, id_key, IdKey};
 use super::BatchError;
 use crate::files::RESULT_LINE_FLOOR;
 
-/// How long a FIFO named by `--out` may go without a reader before the
+/// How long a FIFO named by `--out` or `--trace` may go without a reader before the
 /// batch is refused (`subagents fanout … --out fifo & cat fifo` may open
 /// it a moment after the batch).
 pub(super) const FIFO_READER_GRACE: Duration = Duration::from_secs(3);
@@ -265,8 +265,9 @@ fn open_with<K: for<'de> Deserialize<'de>>(
 }
 
 /// Opens a device or pipe for writing; a FIFO only once a reader has it
-/// open (within [`FIFO_READER_GRACE`]).
-fn open_stream(path: &Path) -> Result<File, BatchError> {
+/// open (within [`FIFO_READER_GRACE`], else [`BatchError::NoReader`]), never
+/// waiting for one for ever. `fanout --trace` opens a FIFO with it too.
+pub fn open_stream(path: &Path) -> Result<File, BatchError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
     let io = |action, source| BatchError::Io { action, path: path.to_owned(), source };
     let fifo = std::fs::metadata(path).is_ok_and(|metadata| metadata.file_type().is_fifo());

@@ -15,6 +15,9 @@
 //!   checked to be a directory and not a link ([`first_replaced`]); one
 //!   that is not is never read or removed through. A link is removed
 //!   alone (`unlink` never follows it); anything else is left where it is.
+//!   The same holds before a worktree is made: the default root, the batch's
+//!   directory and the worktree's place are each looked at without
+//!   following links, a link removed alone, never made private through.
 
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};

@@ -382,6 +382,44 @@ fn out_naming_the_pipe_the_tasks_come_from_is_refused_not_read_back_for_ever() {
 }
 
 #[test]
+fn trace_a_fifo_no_one_reads_is_an_error_and_one_read_to_the_end_gets_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tasks, config) = (tasks(dir.path(), 3), echo_config(dir.path(), "0ms"));
+    let trace = dir.path().join("trace.fifo");
+    fifo(&trace);
+    let fanout = |out: &str| {
+        run(subagents()
+            .arg("fanout")
+            .arg(&tasks)
+            .arg("--config")
+            .arg(&config)
+            .args(["--provider", "echo", "--out"])
+            .arg(dir.path().join(out))
+            .arg("--trace")
+            .arg(&trace)
+            .arg("--home")
+            .arg(dir.path().join("home")))
+    };
+    // Not a batch that waits for ever before it starts.
+    let started = std::time::Instant::now();
+    let output = fanout("first.jsonl");
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "no reader, no trace: {stderr}");
+    assert!(stderr.contains(&*trace.to_string_lossy()) && stderr.contains("no one reads it"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(20), "refused after {:?}", started.elapsed());
+
+    // A reader that reads it to the end gets the trace.
+    let reader = {
+        let trace = trace.clone();
+        std::thread::spawn(move || std::fs::read_to_string(trace).unwrap())
+    };
+    let output = fanout("second.jsonl");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let written = reader.join().unwrap();
+    assert!(written.trim_start().starts_with('[') && written.contains("\"ph\""), "{written}");
+}
+
+#[test]
 fn out_a_fifo_no_one_reads_is_an_error_and_one_read_to_the_end_is_a_stream() {
     let dir = tempfile::tempdir().unwrap();
     let (tasks, config) = (tasks(dir.path(), 20), echo_config(dir.path(), "0ms"));

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::{checkout, config, fanout, git, lines_of, no_worktree_left, repository, text};
+use super::{checkout, config, fanout, git, lines_of, no_worktree_left, repository, subagents, text};
 
 /// A directory outside the worktrees' root with a file that must survive.
 fn precious(dir: &Path) -> std::path::PathBuf {
@@ -58,4 +58,47 @@ fn a_link_in_place_of_a_batch_directory_is_never_removed_through() {
     let listed = git(&repo, &["worktree", "list", "--porcelain"]);
     assert_eq!(listed.matches("worktree ").count(), 1, "the run's worktree is forgotten: {listed}");
     assert_eq!(checkout(&repo), before);
+}
+
+#[test]
+fn a_link_in_place_of_the_default_root_is_never_followed_by_the_next_batch() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = &dir.path().canonicalize().unwrap();
+    let repo = repository(dir);
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    // The root left to its default: `<TMPDIR>/subagents-worktrees-<uid>/<repo>-<hash>`.
+    let written = std::fs::read_to_string(config(dir, "")).unwrap();
+    let kept: Vec<&str> = written.lines().filter(|line| !line.starts_with("worktree_root")).collect();
+    std::fs::write(dir.join("subagents.toml"), kept.join("\n")).unwrap();
+    let victim = precious(&dir.join("victim"));
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let batch = |name: &str, id: &str, prompt: &str| {
+        let tasks = dir.join(format!("{name}-tasks.jsonl"));
+        std::fs::write(&tasks, format!("{}\n", serde_json::json!({"id": id, "prompt": prompt}))).unwrap();
+        let mut command = subagents(&repo);
+        command.arg("fanout").arg(&tasks).args(["--provider", "coder", "--out"]);
+        command.arg(dir.join(format!("{name}.jsonl"))).arg("--config").arg(dir.join("subagents.toml"));
+        command.arg("--home").arg(dir.join("home")).env("TMPDIR", &tmp);
+        crate::common::output_within(&mut command, crate::common::WAIT_LIMIT, "fanout")
+    };
+    // One run's child puts a link to the victim in place of the root.
+    let first = batch("first", "a", &format!("link-root {}", victim.display()));
+    let own = std::fs::read_dir(&tmp).unwrap().flatten().next().unwrap().path();
+    let roots: Vec<_> = std::fs::read_dir(&own).unwrap().flatten().map(|entry| entry.path()).collect();
+    let root = roots.iter().find(|root| !root.to_string_lossy().ends_with(".moved")).unwrap().clone();
+    assert!(std::fs::symlink_metadata(&root).unwrap().file_type().is_symlink(), "{}", text(&first.stderr));
+
+    // The next batch on the repository makes its worktree in a directory of its own.
+    let second = batch("out", "t1", "write made.txt here");
+    let stderr = text(&second.stderr);
+    let entries: Vec<_> = std::fs::read_dir(&victim).unwrap().flatten().map(|entry| entry.file_name()).collect();
+    assert_eq!(entries, ["precious.txt"], "nothing made through the link: {stderr}");
+    assert_eq!(std::fs::metadata(&victim).unwrap().permissions().mode() & 0o7777, 0o755, "not chmod'ed through");
+    assert_eq!(std::fs::read_to_string(victim.join("precious.txt")).unwrap(), "keep me\n");
+    assert_eq!(second.status.code(), Some(0), "{stderr}");
+    assert!(std::fs::symlink_metadata(&root).unwrap().is_dir(), "the link removed, a directory made: {stderr}");
+    let made = git(&repo, &["show", "subagents/out/t1:made.txt"]);
+    assert_eq!(made.trim(), "here");
 }

@@ -5,7 +5,7 @@
 //! files are not all different.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 /// Creates `--trace`, truncating it only once it is known not to be the
@@ -13,6 +13,17 @@ use std::path::Path;
 /// otherwise empty the results).
 pub fn create_trace(path: &Path, out: Option<&Path>) -> Result<File, String> {
     let shown = path.display();
+    // A FIFO is opened only once a reader has it (an open for writing
+    // would otherwise wait for one for ever, before any run starts).
+    if std::fs::metadata(path).is_ok_and(|metadata| metadata.file_type().is_fifo()) {
+        return subagents::batch::open_stream(path).map_err(|error| match error {
+            subagents::batch::BatchError::NoReader { waited, .. } => format!(
+                "{shown} is a FIFO and no one reads it (waited {waited:?}): the trace would be lost; \
+                 start its reader first, or name a file"
+            ),
+            error => error.to_string(),
+        });
+    }
     let file = OpenOptions::new()
         .write(true)
         .create(true)

@@ -9,12 +9,15 @@
 //! process parked as well as this one's.
 //!
 //! A look costs what it shows, not what waits: a directory unchanged since
-//! the last look is not listed again; otherwise its entries are only
-//! stat'ed, the [`MAX_LISTED`] oldest (by the time their file was written)
-//! are the ones read, each at most [`MAX_PARKED_BYTES`], and a file read
-//! before is read again only when its time or size changed. A request
-//! whose batch is gone (it no longer holds the file's lock) is not shown,
-//! and the shown ones are checked for that at every look. Every text a
+//! the last look is not listed again; otherwise its entries are stat'ed
+//! and, oldest first (by the time their file was written), looked at for
+//! their batch's lock: a request whose batch is gone (it no longer holds
+//! the file's lock) is neither shown nor counted. The [`MAX_LISTED`] oldest
+//! waiting ones are read, each at most [`MAX_PARKED_BYTES`] (a file read
+//! before is read again only when its time or size changed; one that is
+//! not a request is left out); the waiting ones past them are counted as
+//! `more`, not read. The shown ones are checked for their lock at every
+//! look. Every text a
 //! view is sent is cut at [`MAX_SHOWN_TEXT`].
 //!
 //! An answer from the page is a `POST /api/approve` whose body names the
@@ -173,21 +176,27 @@ fn listed(home: &Path, seen: &mut Seen) -> Option<Value> {
             fits.then(|| (metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH), entry.file_name(), metadata.len()))
         })
         .collect();
-    let total = files.len();
-    if total > MAX_LISTED {
-        files.select_nth_unstable(MAX_LISTED - 1);
-        files.truncate(MAX_LISTED);
-    }
-    let mut shown = HashMap::with_capacity(files.len());
-    let mut requests: Vec<(u64, String, Value)> = Vec::with_capacity(files.len());
+    // Oldest first; a request whose batch is gone (its lock not held) is
+    // neither listed nor counted, and past the list a waiting one is only
+    // counted (its lock looked at, the file not read).
+    files.sort_unstable();
+    let mut shown = HashMap::with_capacity(files.len().min(MAX_LISTED));
+    let mut requests: Vec<(u64, String, Value)> = Vec::with_capacity(files.len().min(MAX_LISTED));
+    let mut more = 0usize;
     for (modified, name, len) in files {
+        let path = dir.join(&name);
+        if !waited_on_at(&path) {
+            continue;
+        }
+        if requests.len() >= MAX_LISTED {
+            more += 1;
+            continue;
+        }
         let kept = seen.shown.remove(&name).filter(|(time, size, _)| *time == modified && *size == len);
         let request = match kept {
             Some((_, _, request)) => request,
-            None => read_parked_at(&dir.join(&name)).map(|parked| request_json(&parked)),
+            None => read_parked_at(&path).map(|parked| request_json(&parked)),
         };
-        // Kept as none once its batch is gone: no batch takes its id again.
-        let request = request.filter(|_| waited_on_at(&dir.join(&name)));
         if let Some(request) = &request {
             let parked_at = request["parked_at_ms"].as_u64().unwrap_or_default();
             requests.push((parked_at, request["id"].as_str().unwrap_or_default().to_owned(), request.clone()));
@@ -198,7 +207,7 @@ fn listed(home: &Path, seen: &mut Seen) -> Option<Value> {
     seen.directory = if settled { directory } else { None };
     requests.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
     let requests: Vec<Value> = requests.into_iter().map(|(_, _, request)| request).collect();
-    Some(json!({"requests": requests, "more": total.saturating_sub(MAX_LISTED)}))
+    Some(json!({"requests": requests, "more": more}))
 }
 
 /// One waiting request: its texts are the child's (bounded where it was

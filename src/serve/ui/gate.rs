@@ -5,10 +5,16 @@
 //! within [`HEAD_WITHIN`], and at most `max_unproven` wait at once; past
 //! that the one that has waited longest is closed to let the new one in
 //! (a browser sends its head at once, so only a silent connection is ever
-//! the oldest). A head that carries the token ([`super::http::Door`] checks
-//! it) *proves* the connection: it moves to a budget of its own and is kept
-//! alive between requests. A head without it is answered once (a refusal,
-//! most likely) within [`UNPROVEN_SERVE_WITHIN`] and closed.
+//! the oldest). A connection is closed only for what it has not sent: when
+//! its place is taken, what has arrived is still read without waiting
+//! ([`read_head_now`]), and a whole head with the token found there is
+//! served (one without it is closed: its place is gone). Under churn, many
+//! connections can be accepted before a connection's task first reads the
+//! head it sent at once; closing it then turned the page away. A head that
+//! carries the token ([`super::http::Door`] checks it) *proves* the
+//! connection: it moves to a budget of its own and is kept alive between
+//! requests. A head without it is answered once (a refusal, most likely)
+//! within [`UNPROVEN_SERVE_WITHIN`] and closed.
 //!
 //! The head is read here, then handed to hyper with the bytes already read
 //! in front of the rest of the stream ([`Rewind`]).
@@ -90,25 +96,45 @@ impl Gate {
     }
 }
 
-/// Reads `stream` up to the end of a request head (an empty line), at most
-/// [`MAX_HEAD`] bytes; `None` at EOF, an error or an over-long head.
-pub(super) async fn read_head(stream: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut head = Vec::with_capacity(1024);
+/// Reads `stream` into `head` up to the end of a request head (an empty
+/// line), at most [`MAX_HEAD`] bytes; `None` at EOF, an error or an
+/// over-long head. Cancel-safe: what was read stays in `head`.
+pub(super) async fn read_head(stream: &mut TcpStream, head: &mut Vec<u8>) -> Option<()> {
     let mut chunk = [0u8; 4096];
     loop {
         let read = stream.read(&mut chunk).await.ok()?;
-        if read == 0 {
-            return None;
-        }
-        let searched_from = head.len().saturating_sub(3);
-        head.extend_from_slice(&chunk[..read]);
-        if head[searched_from..].windows(4).any(|window| window == b"\r\n\r\n") {
-            return Some(head);
-        }
-        if head.len() >= MAX_HEAD {
-            return None;
+        if add_to_head(head, &chunk[..read])? {
+            return Some(());
         }
     }
+}
+
+/// Reads into `head` what `stream` already holds, without waiting: whether
+/// that completes a request head.
+pub(super) fn read_head_now(stream: &TcpStream, head: &mut Vec<u8>) -> bool {
+    let mut chunk = [0u8; 4096];
+    loop {
+        let Ok(read) = stream.try_read(&mut chunk) else { return false };
+        match add_to_head(head, &chunk[..read]) {
+            Some(true) => return true,
+            Some(false) => {}
+            None => return false,
+        }
+    }
+}
+
+/// Adds `read` to `head`: whether the head is now whole, `None` at EOF (an
+/// empty `read`) or past [`MAX_HEAD`].
+fn add_to_head(head: &mut Vec<u8>, read: &[u8]) -> Option<bool> {
+    if read.is_empty() {
+        return None;
+    }
+    let searched_from = head.len().saturating_sub(3);
+    head.extend_from_slice(read);
+    if head[searched_from..].windows(4).any(|window| window == b"\r\n\r\n") {
+        return Some(true);
+    }
+    (head.len() < MAX_HEAD).then_some(false)
 }
 
 /// A stream that yields `read` first, then the rest of `inner`.

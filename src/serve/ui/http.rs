@@ -137,11 +137,17 @@ pub(super) async fn serve(
 /// and kept alive, else answered once within
 /// [`gate::UNPROVEN_SERVE_WITHIN`] and closed.
 async fn connection(door: Arc<Door>, gate: Arc<Gate>, place: gate::Unproven, mut stream: tokio::net::TcpStream) {
-    let head = tokio::select! {
-        head = tokio::time::timeout(gate::HEAD_WITHIN, gate::read_head(&mut stream)) => head.ok().flatten(),
-        () = place.closed.cancelled() => None,
+    let mut head = Vec::with_capacity(1024);
+    let whole = tokio::select! {
+        read = tokio::time::timeout(gate::HEAD_WITHIN, gate::read_head(&mut stream, &mut head)) => {
+            read.ok().flatten().is_some()
+        }
+        // Its place is taken: served still if its head has come.
+        () = place.closed.cancelled() => gate::read_head_now(&stream, &mut head),
     };
-    let Some(head) = head else { return };
+    if !whole {
+        return;
+    }
     let proven = door.carries_token(&head).then(|| gate.prove()).flatten();
     let handler = {
         let door = door.clone();
