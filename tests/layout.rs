@@ -42,11 +42,11 @@ fn every_test_file_is_a_target_or_a_module_of_one() {
 }
 
 /// A source file's module path from the crate root: `src/agent/turn.rs`
-/// is `agent::turn`, `src/lib.rs` the root.
+/// is `agent::turn`, `src/lib.rs` (or a binary's `main.rs`) the root.
 fn module_of(src: &Path, file: &Path) -> Vec<String> {
     let relative = file.strip_prefix(src).unwrap().with_extension("");
     let mut path: Vec<String> = relative.iter().map(|part| part.to_string_lossy().into_owned()).collect();
-    if path.last().is_some_and(|last| last == "mod" || last == "lib") {
+    if path.last().is_some_and(|last| last == "mod" || last == "lib" || last == "main") {
         path.pop();
     }
     path
@@ -148,14 +148,18 @@ fn circle<N: Clone + Ord>(edges: &std::collections::BTreeMap<N, std::collections
     edges.keys().find_map(|node| visit(node, edges, &mut done, &mut Vec::new()))
 }
 
-/// Each library file's arrows: to the files whose items it names, its
-/// own ancestors left out (a child may always use what its parent
-/// declares), and the same arrows between the crate's top-level modules.
-fn import_arrows() -> (
+/// Each file's arrows in the crate rooted at `src` (the library's `src`,
+/// or a binary's folder under `src/bin`, which is a crate of its own): to
+/// the files whose items it names, its own ancestors left out (a child may
+/// always use what its parent declares), and the same arrows between the
+/// crate's top-level modules.
+fn import_arrows(
+    src: &Path,
+) -> (
     std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
     std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
 ) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = src.to_path_buf();
     let mut files = Vec::new();
     let mut dirs = vec![src.clone()];
     while let Some(dir) = dirs.pop() {
@@ -177,7 +181,7 @@ fn import_arrows() -> (
             (0..=module.len()).filter_map(|len| file_of(&src, &module[..len])).collect();
         for path in paths_used(&std::fs::read_to_string(file).unwrap(), &module) {
             let Some(target) = file_of(&src, &path) else { continue };
-            if ancestors.contains(&target) || target.ends_with("lib.rs") {
+            if ancestors.contains(&target) || target.ends_with("lib.rs") || target.ends_with("main.rs") {
                 continue;
             }
             by_file.entry(name(file)).or_default().insert(name(&target));
@@ -194,9 +198,20 @@ fn import_arrows() -> (
 
 #[test]
 fn no_import_circle_runs_through_the_library_between_files_or_between_top_level_modules() {
-    let (by_file, by_room) = import_arrows();
+    let (by_file, by_room) = import_arrows(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
     assert!(
         by_file.get("tool/subagent.rs").is_some_and(|to| to.contains("actors.rs")),
+        "the reader sees arrows: {by_file:?}"
+    );
+    assert_eq!(circle(&by_file), None, "files that import each other in a circle");
+    assert_eq!(circle(&by_room), None, "top-level modules that import each other in a circle");
+}
+
+#[test]
+fn no_import_circle_runs_through_the_command_line_binary() {
+    let (by_file, by_room) = import_arrows(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin/subagents"));
+    assert!(
+        by_file.get("commands/fanout.rs").is_some_and(|to| to.contains("commands/ui.rs")),
         "the reader sees arrows: {by_file:?}"
     );
     assert_eq!(circle(&by_file), None, "files that import each other in a circle");

@@ -70,6 +70,7 @@ mod live;
 mod logging;
 mod outputs;
 mod setup;
+mod tasks_file;
 mod terminal;
 mod timeline;
 

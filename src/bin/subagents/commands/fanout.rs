@@ -12,7 +12,6 @@
 //! which `--resume` runs again, and the exact command that resumes the
 //! batch is printed.
 
-use std::fs::File;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -29,6 +28,7 @@ use crate::coalesced::{self, Coalesced};
 use crate::logging;
 use crate::outputs;
 use crate::setup::{cancel_on_ctrl_c, setup, Shown};
+use crate::tasks_file::count_lines;
 use crate::terminal::{self, say};
 use crate::Ended;
 
@@ -366,21 +366,4 @@ fn progress_bar(tasks: &Path) -> ProgressBar {
         bar.set_style(style.with_key("rate", rate));
     }
     bar
-}
-
-/// The lines in a regular file (a pipe cannot be read twice), counted in
-/// constant memory.
-pub(crate) fn count_lines(path: &Path) -> Option<u64> {
-    let mut file = File::open(path).ok().filter(|f| f.metadata().is_ok_and(|m| m.is_file()))?;
-    let (mut buffer, mut lines, mut last) = (vec![0u8; 64 * 1024], 0u64, b'\n');
-    loop {
-        match std::io::Read::read(&mut file, &mut buffer) {
-            Ok(0) => return Some(lines + u64::from(last != b'\n')),
-            Ok(read) => {
-                lines += buffer[..read].iter().filter(|&&b| b == b'\n').count() as u64;
-                last = buffer[read - 1];
-            }
-            Err(_) => return None,
-        }
-    }
 }

@@ -58,7 +58,7 @@ impl UiArgs {
             Some(out) => {
                 let board = Board::new();
                 if let Some(tasks) = &self.tasks {
-                    let lines = crate::commands::fanout::count_lines(tasks)
+                    let lines = crate::tasks_file::count_lines(tasks)
                         .ok_or_else(|| format!("--tasks: cannot read the file {}", tasks.display()))?;
                     board.expect(lines);
                     board.steps(tasks);
