@@ -402,25 +402,52 @@ fn approve(home: &Path, args: &[&str]) -> (Option<i32>, String, String) {
     (output.status.code(), text(&output.stdout), text(&output.stderr))
 }
 
-#[test]
-fn fanout_answers_by_its_policy_parks_the_rest_and_another_process_answers_it_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let asker = asking(dir.path(), "asker", &[("execute", "cargo test"), ("execute", "rm -rf /tmp/x")]);
-    let config = dir.path().join("subagents.toml");
+/// A fanout running in the background with its approvals file.
+struct Parking {
+    running: std::process::Child,
+    /// Its config file, holding `provider` (the stand-in's table).
+    config: std::path::PathBuf,
+    provider: String,
+    /// Its one task.
+    tasks: std::path::PathBuf,
+}
+
+/// Starts `fanout` of one task on the ACP stand-in `asker` (which asks
+/// `calls`, its provider's permission `ask`) under the approvals file
+/// `policy`, its stderr to `stderr`: what it asks is parked in `home`.
+fn fanout_parking(
+    dir: &Path,
+    home: &Path,
+    calls: &[(&str, &str)],
+    policy: &str,
+    stderr: std::process::Stdio,
+) -> Parking {
+    let asker = asking(dir, "asker", calls);
+    let config = dir.join("subagents.toml");
     let provider = format!(
         "[providers.asker]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{script:?}]\npermission = \"ask\"\n",
         script = asker.args[0]
     );
     std::fs::write(&config, &provider).unwrap();
-    let policy = dir.path().join("approvals.toml");
-    std::fs::write(&policy, "[approvals]\nrules = [{ title = \"*rm -rf*\", permission = \"reject\" }]\n").unwrap();
-    let tasks = dir.path().join("tasks.jsonl");
+    let approvals = dir.join("approvals.toml");
+    std::fs::write(&approvals, policy).unwrap();
+    let tasks = dir.join("tasks.jsonl");
     std::fs::write(&tasks, "{\"id\": \"t1\", \"prompt\": \"work\"}\n").unwrap();
-    let mut fanout = subagents_at("fanout", &home);
+    let mut fanout = subagents_at("fanout", home);
     fanout.arg(&tasks).args(["--provider", "asker", "--config"]).arg(&config);
-    fanout.arg("--approvals").arg(&policy).arg("--out").arg(dir.path().join("out.jsonl"));
-    let mut running = fanout.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    fanout.arg("--approvals").arg(&approvals).arg("--out").arg(dir.join("out.jsonl"));
+    let running = fanout.stdout(std::process::Stdio::null()).stderr(stderr).spawn().unwrap();
+    Parking { running, config, provider, tasks }
+}
+
+#[test]
+fn fanout_answers_by_its_policy_parks_the_rest_and_another_process_answers_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let calls = [("execute", "cargo test"), ("execute", "rm -rf /tmp/x")];
+    let policy = "[approvals]\nrules = [{ title = \"*rm -rf*\", permission = \"reject\" }]\n";
+    let Parking { mut running, config, provider, tasks } =
+        fanout_parking(dir.path(), &home, &calls, policy, std::process::Stdio::piped());
 
     // From another process: what waits, then the answer.
     let mut listed = String::new();
@@ -464,21 +491,9 @@ fn fanout_answers_by_its_policy_parks_the_rest_and_another_process_answers_it_on
 fn an_answer_to_a_request_whose_batch_was_killed_is_refused_and_applies_to_nothing_later() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
-    let asker = asking(dir.path(), "asker", &[("execute", "cargo test")]);
-    let config = dir.path().join("subagents.toml");
-    let provider = format!(
-        "[providers.asker]\nkind = \"acp\"\ncommand = \"/bin/sh\"\nargs = [{script:?}]\npermission = \"ask\"\n",
-        script = asker.args[0]
-    );
-    std::fs::write(&config, &provider).unwrap();
-    let policy = dir.path().join("approvals.toml");
-    std::fs::write(&policy, "[approvals]\npermission = \"ask\"\n").unwrap();
-    let tasks = dir.path().join("tasks.jsonl");
-    std::fs::write(&tasks, "{\"id\": \"t1\", \"prompt\": \"work\"}\n").unwrap();
-    let mut fanout = subagents_at("fanout", &home);
-    fanout.arg(&tasks).args(["--provider", "asker", "--config"]).arg(&config);
-    fanout.arg("--approvals").arg(&policy).arg("--out").arg(dir.path().join("out.jsonl"));
-    let mut running = fanout.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let policy = "[approvals]\npermission = \"ask\"\n";
+    let Parking { mut running, .. } =
+        fanout_parking(dir.path(), &home, &[("execute", "cargo test")], policy, std::process::Stdio::null());
     let mut listed = String::new();
     let found = common::blocking::eventually(common::WAIT_LIMIT, || {
         listed = approve(&home, &[]).1;

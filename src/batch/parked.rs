@@ -177,22 +177,18 @@ pub fn pending(home: &Path) -> Result<Vec<Parked>, AnswerError> {
     Ok(parked)
 }
 
-/// The parked request in `path`, when it is one ([`read_parked`]).
+/// The parked request file at `path`, open, while the batch that parked
+/// it still waits on it ([`waited_on`]); `None` when no one does (its
+/// batch is gone) or it cannot be opened. Read it with [`read_parked`].
 #[allow(dead_code)] // The web view's, which builds only beside a door (`serve`).
-pub(crate) fn read_parked_at(path: &Path) -> Option<Parked> {
-    read_parked(&File::open(path).ok()?)
-}
-
-/// Whether the batch that parked the request in `path` still waits on it
-/// ([`waited_on`]); a file that cannot be opened is waited on by no one.
-#[allow(dead_code)] // The web view's, which builds only beside a door (`serve`).
-pub(crate) fn waited_on_at(path: &Path) -> bool {
-    File::open(path).and_then(|file| waited_on(&file)).unwrap_or(false)
+pub(crate) fn open_if_waited(path: &Path) -> Option<File> {
+    let file = File::open(path).ok()?;
+    waited_on(&file).ok()?.then_some(file)
 }
 
 /// The parked request `file` holds, when it is one: a well-formed id and
 /// the digest of its own request.
-fn read_parked(file: &File) -> Option<Parked> {
+pub(crate) fn read_parked(file: &File) -> Option<Parked> {
     let mut text = Vec::new();
     file.take(MAX_PARKED_BYTES).read_to_end(&mut text).ok()?;
     let parked: Parked = serde_json::from_slice(&text).ok()?;
@@ -294,7 +290,7 @@ impl Approver for ParkedApprover {
             Policy::Reject => return Box::pin(async { Answer::reject("the approvals policy (reject)") }),
             Policy::Ask => {}
         }
-        let id = match new_id() {
+        let id = match crate::mix::kernel_random_hex() {
             Ok(id) => id,
             Err(error) => {
                 tracing::warn!(%error, "no random id for a permission request: it is not parked");
@@ -310,13 +306,6 @@ impl Approver for ParkedApprover {
         let waiting = tokio::spawn(wait_parked(home, parked, on_parked, watch, cancel));
         Box::pin(async move { waiting.await.unwrap_or_else(|_| Answer::reject("the parked request's task failed")) })
     }
-}
-
-/// 128 bits from the kernel, in hex: an id no process makes again.
-fn new_id() -> io::Result<String> {
-    let mut bytes = [0u8; 16];
-    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
 }
 
 /// Writes `parked` to `pending/<ID>.json`, locked before anyone can see
@@ -535,8 +524,8 @@ mod tests {
     #[test]
     fn an_id_is_letters_digits_and_dashes_and_nothing_that_leaves_the_directory() {
         assert!(is_id("4121-7"));
-        assert!(is_id(&new_id().unwrap()));
-        assert_ne!(new_id().unwrap(), new_id().unwrap());
+        assert!(is_id(&crate::mix::kernel_random_hex().unwrap()));
+        assert_ne!(crate::mix::kernel_random_hex().unwrap(), crate::mix::kernel_random_hex().unwrap());
         for bad in ["", "../x", "a/b", "a.b", &"x".repeat(65)] {
             assert!(!is_id(bad), "{bad:?}");
         }

@@ -199,7 +199,7 @@ pub fn serve_ui(options: UiOptions, board: Option<Board>) -> Result<UiServer, Se
         Some(_) => {
             return Err(ServeError::Options("a UI token is 16 to 128 letters, digits, `-` or `_`".to_owned()));
         }
-        None => random_token().map_err(ServeError::Runtime)?,
+        None => crate::mix::kernel_random_hex().map_err(ServeError::Runtime)?,
     };
     let listener = std::net::TcpListener::bind(options.listen)
         .map_err(|e| ServeError::Options(format!("cannot listen on {}: {e}", options.listen)))?;
@@ -228,12 +228,4 @@ pub fn serve_ui(options: UiOptions, board: Option<Board>) -> Result<UiServer, Se
 
 fn valid_token(token: &str) -> bool {
     (16..=128).contains(&token.len()) && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
-/// 128 bits from the kernel, in hex.
-fn random_token() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
 }

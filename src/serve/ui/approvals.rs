@@ -38,7 +38,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{json, Value};
 use tokio::sync::{watch, Notify};
 
-use crate::batch::parked::{pending_dir, read_parked_at, waited_on_at, MAX_PARKED_BYTES};
+use crate::batch::parked::{open_if_waited, pending_dir, read_parked, MAX_PARKED_BYTES};
 use crate::batch::{answer, AnswerError, Parked};
 use crate::seam::Verdict;
 use crate::CancellationToken;
@@ -155,7 +155,7 @@ fn listed(home: &Path, seen: &mut Seen) -> Option<Value> {
         seen.shown
             .iter()
             .filter(|(_, (_, _, request))| request.is_some())
-            .all(|(name, _)| waited_on_at(&dir.join(name)))
+            .all(|(name, _)| open_if_waited(&dir.join(name)).is_some())
     };
     if settled && directory == seen.directory && shown_still_waited() {
         return None;
@@ -184,10 +184,8 @@ fn listed(home: &Path, seen: &mut Seen) -> Option<Value> {
     let mut requests: Vec<(u64, String, Value)> = Vec::with_capacity(files.len().min(MAX_LISTED));
     let mut more = 0usize;
     for (modified, name, len) in files {
-        let path = dir.join(&name);
-        if !waited_on_at(&path) {
-            continue;
-        }
+        // Opened once: its lock looked at, then read from when not kept.
+        let Some(file) = open_if_waited(&dir.join(&name)) else { continue };
         if requests.len() >= MAX_LISTED {
             more += 1;
             continue;
@@ -195,7 +193,7 @@ fn listed(home: &Path, seen: &mut Seen) -> Option<Value> {
         let kept = seen.shown.remove(&name).filter(|(time, size, _)| *time == modified && *size == len);
         let request = match kept {
             Some((_, _, request)) => request,
-            None => read_parked_at(&path).map(|parked| request_json(&parked)),
+            None => read_parked(&file).map(|parked| request_json(&parked)),
         };
         if let Some(request) = &request {
             let parked_at = request["parked_at_ms"].as_u64().unwrap_or_default();
