@@ -101,15 +101,8 @@ async fn render_on_a_thread<P: Send + 'static>(render: Box<Render>, permit: P) -
     let (sender, receiver) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new().name("subagents-render".into()).spawn(move || {
         let _permit = permit;
-        let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| render.run()));
-        let _ = sender.send(rendered.map_err(|panic| {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|text| (*text).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            format!("its render panicked: {message}")
-        }));
+        let rendered = crate::contain::contained_call(|| render.run());
+        let _ = sender.send(rendered.map_err(|panicked| format!("its render panicked: {panicked}")));
     });
     match spawned {
         Ok(_) => receiver.await.unwrap_or_else(|_| Err("its render ended without an answer".into())),
