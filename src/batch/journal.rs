@@ -265,7 +265,7 @@ fn open_with<K: for<'de> Deserialize<'de>>(
 }
 
 /// Opens a device or pipe for writing; a FIFO only once a reader has it
-/// open (within [`FIFO_READER_GRACE`], else [`BatchError::NoReader`]), never
+/// open (within 3 s, else [`BatchError::NoReader`]), never
 /// waiting for one for ever. `fanout --trace` opens a FIFO with it too.
 pub fn open_stream(path: &Path) -> Result<File, BatchError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
